@@ -1,0 +1,157 @@
+//! What the user typed, parsed with clap into plain structs.
+//!
+//! Resolving these into runtime settings (loading files, building a policy)
+//! happens in the command modules, so that this file stays a description of
+//! the command line and nothing else.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::exit::EXIT_CODES_HELP;
+
+/// hintgate: an MCP security gateway. From an untrusted server, annotations
+/// may add friction but never remove it.
+#[derive(Debug, Parser)]
+#[command(name = "hintgate", version, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the decision and its reasons for a tool call, without running anything.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Explain(ExplainArgs),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `hintgate config ...`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate configuration files and report every problem with its position.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Check(CheckArgs),
+}
+
+/// `hintgate config check`
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The files to check.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print the diagnostics as one JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `hintgate explain`
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Explain the bundled example calls against the bundled example config.
+    #[arg(long, conflicts_with_all = ["config", "tool", "server"])]
+    pub example: bool,
+    /// The configuration (gateway mode). Without it, wrap mode's defaults and
+    /// the --trust, --profile and --unattended flags apply.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The server's configured name (in wrap mode: its --name).
+    #[arg(long, value_name = "NAME", required_unless_present = "example")]
+    pub server: Option<String>,
+    /// One tool object as it appears in a `tools/list` result.
+    #[arg(long, value_name = "TOOL.json", required_unless_present = "example")]
+    pub tool: Option<PathBuf>,
+    /// The call's arguments, a JSON object.
+    #[arg(long, value_name = "ARGS.json")]
+    pub args: Option<PathBuf>,
+    /// The session has read private data.
+    #[arg(long)]
+    pub tainted: bool,
+    /// How the definition compares with its pin.
+    #[arg(long, value_enum, default_value_t = PinArg::New, conflicts_with = "pinned")]
+    pub pin: PinArg,
+    /// The approved definition (a tool object): sets the pin status and shows the diff.
+    #[arg(long, value_name = "OLD_TOOL.json")]
+    pub pinned: Option<PathBuf>,
+    /// A standing approval of this tool.
+    #[arg(long, value_enum, default_value_t = RememberedArg::None)]
+    pub remembered: RememberedArg,
+    /// Whether the server's configured sandbox is taken as enforced. `auto`:
+    /// yes unless it is `best_effort`, since a sandbox the kernel cannot
+    /// enforce otherwise stops the server from starting.
+    #[arg(long, value_enum, default_value_t = SandboxArg::Auto)]
+    pub sandbox: SandboxArg,
+    /// Wrap mode: trust the server's annotations.
+    #[arg(long, value_enum, conflicts_with = "config")]
+    pub trust: Option<TrustArg>,
+    /// Wrap mode: the profile.
+    #[arg(long, value_enum, conflicts_with = "config")]
+    pub profile: Option<ProfileArg>,
+    /// Wrap mode: every ask becomes a deny.
+    #[arg(long, conflicts_with = "config")]
+    pub unattended: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Wrap mode: the server's command line, shown as its identity in the prompt.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `--pin`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PinArg {
+    /// Never approved or seen.
+    New,
+    /// The same definition as approved.
+    Unchanged,
+    /// A different definition than approved.
+    Changed,
+}
+
+/// `--remembered`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RememberedArg {
+    /// No standing approval.
+    None,
+    /// Approved for this session.
+    Session,
+    /// Approved always.
+    Always,
+}
+
+/// `--sandbox`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxArg {
+    /// Enforced unless `best_effort = true`.
+    Auto,
+    /// Take the configured sandbox as enforced.
+    Enforced,
+    /// Take the configured sandbox as not enforced.
+    None,
+}
+
+/// `--trust`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TrustArg {
+    /// Believe the server's annotations.
+    Trusted,
+    /// Treat them as claims (the default).
+    Untrusted,
+}
+
+/// `--profile`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileArg {
+    /// Read-only tools run; everything else asks (the default).
+    AskWrites,
+    /// Tools that are not read-only are hidden and denied.
+    HideWrites,
+    /// Every call asks.
+    AskAll,
+}

@@ -1,0 +1,322 @@
+//! `hintgate explain`: the policy's decision on one call, without running anything.
+
+use anyhow::{Context, Result, bail};
+use hintgate_policy::config::{self, Profile, Transport, ValidConfig};
+use hintgate_policy::decide::{Policy, RememberOffer, Remembered, SessionState};
+use hintgate_policy::explain::{ExplainInput, Explanation, explain};
+use hintgate_policy::pin::PinStatus;
+use hintgate_policy::tool::{SandboxProof, Tool, Trust};
+use hintgate_policy::{Verdict, tool::DeclaredHints, tool::EffectiveHints};
+use serde_json::Value;
+
+use crate::args::{ExplainArgs, PinArg, ProfileArg, RememberedArg, SandboxArg, TrustArg};
+use crate::exit::Exit;
+use crate::{examples, load, output};
+
+/// Runs `hintgate explain`.
+pub fn run(args: &ExplainArgs) -> Result<Exit> {
+    if args.example {
+        return examples::run(args.json);
+    }
+    let (Some(server), Some(tool_path)) = (&args.server, &args.tool) else {
+        bail!("`--server` and `--tool` are required without `--example`");
+    };
+    let policy = match policy(args, server)? {
+        Ok(policy) => policy,
+        Err(exit) => return Ok(exit),
+    };
+    if policy.server(server).is_none() {
+        let known: Vec<_> = policy
+            .config()
+            .servers
+            .keys()
+            .map(|name| format!("`{name}`"))
+            .collect();
+        output::err(&format!(
+            "error: unknown server `{server}`; the config has {}\n",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ))?;
+        return Ok(Exit::Usage);
+    }
+    let tool = load::json(tool_path, "tool definition")?;
+    let arguments = match &args.args {
+        Some(path) => {
+            let value = load::json(path, "arguments")?;
+            if !value.is_object() {
+                return Err(load::InputError(format!(
+                    "arguments `{}` must be a JSON object",
+                    path.display()
+                ))
+                .into());
+            }
+            Some(value)
+        }
+        None => None,
+    };
+    let pinned = match &args.pinned {
+        Some(path) => Some(
+            Tool::from_value(load::json(path, "pinned definition")?).map_err(|error| {
+                load::InputError(format!("pinned definition `{}`: {error}", path.display()))
+            })?,
+        ),
+        None => None,
+    };
+    let input = ExplainInput {
+        server,
+        tool: &tool,
+        arguments: arguments.as_ref(),
+        pinned: pinned.as_ref(),
+        pin: match args.pin {
+            PinArg::New => PinStatus::New,
+            PinArg::Unchanged => PinStatus::Unchanged,
+            PinArg::Changed => PinStatus::Changed,
+        },
+        session: SessionState {
+            tainted: args.tainted,
+            remembered: match args.remembered {
+                RememberedArg::None => Remembered::None,
+                RememberedArg::Session => Remembered::Session,
+                RememberedArg::Always => Remembered::Always,
+            },
+        },
+        sandbox: sandbox_proof(&policy, server, args.sandbox),
+    };
+    let explanation = explain(&policy, &input);
+    if args.json {
+        output::out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&explanation)?
+        ))?;
+    } else {
+        output::out(&render(&explanation, true))?;
+    }
+    Ok(exit_for(explanation.verdict))
+}
+
+/// The exit code for a verdict: a denial is 2.
+pub fn exit_for(verdict: Verdict) -> Exit {
+    match verdict {
+        Verdict::Allow | Verdict::Ask => Exit::Success,
+        Verdict::Deny => Exit::Denied,
+    }
+}
+
+/// Builds the policy from `--config`, or wrap mode's defaults and flags.
+/// `Err(exit)` when the config has errors (they are printed).
+fn policy(args: &ExplainArgs, server: &str) -> Result<Result<Policy, Exit>> {
+    let config = match &args.config {
+        Some(path) => {
+            let loaded = load::config(path)?;
+            if !loaded.diagnostics.is_empty() {
+                output::err(&loaded.render())?;
+            }
+            match loaded.config {
+                Some(config) => config,
+                None => return Ok(Err(Exit::Usage)),
+            }
+        }
+        None => wrap_config(args, server),
+    };
+    Ok(Ok(Policy::new(config)))
+}
+
+fn wrap_config(args: &ExplainArgs, server: &str) -> ValidConfig {
+    let (command, rest) = match args.command.split_first() {
+        Some((command, rest)) => (command.clone(), rest.to_vec()),
+        None => ("(command not given)".to_owned(), Vec::new()),
+    };
+    let transport = Transport::Stdio {
+        command,
+        args: rest,
+        env: Default::default(),
+    };
+    let trust = match args.trust {
+        Some(TrustArg::Trusted) => Trust::Trusted,
+        Some(TrustArg::Untrusted) | None => Trust::Untrusted,
+    };
+    let profile = match args.profile {
+        Some(ProfileArg::AskWrites) | None => Profile::AskWrites,
+        Some(ProfileArg::HideWrites) => Profile::HideWrites,
+        Some(ProfileArg::AskAll) => Profile::AskAll,
+    };
+    config::ValidConfig::wrap(server, transport, trust, profile, args.unattended)
+}
+
+/// What the server's configured sandbox proves, as `--sandbox` says to take it.
+pub fn sandbox_proof(policy: &Policy, server: &str, mode: SandboxArg) -> SandboxProof {
+    let Some(sandbox) = policy
+        .server(server)
+        .and_then(|config| config.sandbox.as_ref())
+    else {
+        return SandboxProof::default();
+    };
+    let enforced = match mode {
+        SandboxArg::Auto => !sandbox.best_effort,
+        SandboxArg::Enforced => true,
+        SandboxArg::None => false,
+    };
+    if !enforced {
+        return SandboxProof::default();
+    }
+    SandboxProof {
+        no_network: !sandbox.network,
+        no_writes: sandbox.write.is_empty(),
+    }
+}
+
+/// The human-readable block for one explanation.
+pub fn render(explanation: &Explanation, with_prompt: bool) -> String {
+    let mut out = String::new();
+    let title = if explanation.display_name == explanation.tool {
+        String::new()
+    } else {
+        format!(" (titled \"{}\")", explanation.display_name)
+    };
+    out.push_str(&format!(
+        "{} / {}{title}\n",
+        explanation.server, explanation.tool
+    ));
+    out.push_str(&format!(
+        "  verdict:   {}\n",
+        verdict_word(explanation.verdict)
+    ));
+    for (idx, detail) in explanation.reason_details.iter().enumerate() {
+        let label = if idx == 0 {
+            "  reasons:   "
+        } else {
+            "             "
+        };
+        let mut line = format!("{label}{}: {}", detail.code, detail.description);
+        if let Some(rule) = detail.rule {
+            line.push_str(&format!(" (rule {rule}"));
+            if let Some(reason) = &detail.rule_reason {
+                line.push_str(&format!(": {reason}"));
+            }
+            line.push(')');
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if let Some(error) = &explanation.invalid_definition {
+        out.push_str(&format!("  invalid:   {error}\n"));
+        return out;
+    }
+    let trust = match explanation.trust {
+        Trust::Trusted => "trusted",
+        Trust::Untrusted => "untrusted",
+    };
+    out.push_str(&format!("  trust:     {trust}\n"));
+    out.push_str(&format!(
+        "  declared:  {}\n",
+        declared_line(&explanation.declared)
+    ));
+    out.push_str(&format!(
+        "  effective: {}\n",
+        effective_line(&explanation.effective)
+    ));
+    out.push_str(&format!("  visible:   {}\n", yes_no(explanation.visible)));
+    out.push_str(&format!(
+        "  retry:     {}\n",
+        yes_no(explanation.retry_eligible)
+    ));
+    match explanation.remember {
+        RememberOffer::NotAsked => {}
+        RememberOffer::ThisCallOnly => out.push_str("  approve:   this call only\n"),
+        RememberOffer::UpToAlways => {
+            out.push_str(
+                "  approve:   this call, this tool for the session, or this tool always\n",
+            );
+        }
+    }
+    let pin = match explanation.pin {
+        PinStatus::New => "new",
+        PinStatus::Unchanged => "unchanged",
+        PinStatus::Changed => "changed",
+    };
+    let digest = explanation
+        .pin_digest
+        .map(|d| d.to_string())
+        .unwrap_or_default();
+    out.push_str(&format!("  pin:       {pin} {digest}\n"));
+    for change in &explanation.changes {
+        out.push_str(&format!(
+            "             {}: {} -> {}\n",
+            change.field,
+            change.old.as_deref().unwrap_or("(absent)"),
+            change.new.as_deref().unwrap_or("(absent)")
+        ));
+    }
+    let removed: Vec<String> = explanation
+        .sanitized
+        .title
+        .iter()
+        .map(|(kind, n)| format!("title: {n} {}", kind_word(*kind)))
+        .chain(
+            explanation
+                .sanitized
+                .description
+                .iter()
+                .map(|(kind, n)| format!("description: {n} {}", kind_word(*kind))),
+        )
+        .collect();
+    if !removed.is_empty() {
+        out.push_str(&format!("  sanitized: {}\n", removed.join(", ")));
+    }
+    if with_prompt && let Some(prompt) = &explanation.prompt {
+        out.push_str("\n  the prompt a person would see:\n");
+        for line in prompt.lines() {
+            out.push_str(&format!("  | {line}\n"));
+        }
+    }
+    out
+}
+
+fn kind_word(kind: hintgate_policy::sanitize::Removed) -> &'static str {
+    use hintgate_policy::sanitize::Removed;
+    match kind {
+        Removed::AnsiEscape => "ANSI escape(s)",
+        Removed::Control => "control character(s)",
+        Removed::Bidi => "bidi control(s)",
+        Removed::ZeroWidth => "zero-width character(s)",
+        Removed::Tag => "tag character(s)",
+    }
+}
+
+fn verdict_word(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allow => "allow",
+        Verdict::Ask => "ask",
+        Verdict::Deny => "deny",
+    }
+}
+
+fn yes_no(flag: bool) -> &'static str {
+    if flag { "yes" } else { "no" }
+}
+
+fn declared_line(hints: &DeclaredHints) -> String {
+    let show = |value: Option<bool>| value.map_or("-".to_owned(), |v| v.to_string());
+    format!(
+        "readOnlyHint={} destructiveHint={} idempotentHint={} openWorldHint={}",
+        show(hints.read_only),
+        show(hints.destructive),
+        show(hints.idempotent),
+        show(hints.open_world)
+    )
+}
+
+fn effective_line(hints: &EffectiveHints) -> String {
+    format!(
+        "readOnlyHint={} destructiveHint={} idempotentHint={} openWorldHint={}",
+        hints.read_only, hints.destructive, hints.idempotent, hints.open_world
+    )
+}
+
+/// Parses the example tool JSON the binary embeds.
+pub fn example_tool(text: &str) -> Result<Value> {
+    serde_json::from_str(text).context("a bundled example is not JSON")
+}

@@ -1,0 +1,48 @@
+//! The `hintgate` command: a thin shell over the policy core.
+//!
+//! `main` only parses and dispatches; each command lives in its own module,
+//! reads its files at the edge (`load`) and writes only through `output`.
+
+mod args;
+mod config_check;
+mod examples;
+mod exit;
+mod explain;
+mod load;
+mod output;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::args::{Cli, Command, ConfigCommand};
+use crate::exit::Exit;
+
+fn main() -> Exit {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let exit = match error.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Exit::Success,
+                _ => Exit::Usage,
+            };
+            // Help goes to stdout, usage errors to stderr, as clap renders them.
+            let _ = error.print();
+            return exit;
+        }
+    };
+    let result = match &cli.command {
+        Command::Explain(args) => explain::run(args),
+        Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
+    };
+    match result {
+        Ok(exit) => exit,
+        Err(error) => {
+            let _ = output::err(&format!("error: {error:#}\n"));
+            if error.downcast_ref::<load::InputError>().is_some() {
+                Exit::Usage
+            } else {
+                Exit::Error
+            }
+        }
+    }
+}

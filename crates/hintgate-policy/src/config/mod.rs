@@ -1,0 +1,246 @@
+//! The configuration model (`hintgate.toml`, design §3).
+//!
+//! [`parse_str`] turns text into a [`ValidConfig`] plus every [`Diagnostic`] it
+//! found; a `ValidConfig` exists only when none of them is an error. Reading
+//! the file is the caller's job (the loader at the edge), and so is expanding
+//! `${VAR}` references, with [`crate::vars::expand`].
+
+mod parse;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::glob::Glob;
+use crate::tool::Trust;
+
+pub use parse::parse_str;
+
+/// The profile: how the gateway treats calls no rule decides (design §4.2, step 6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// Read-only tools run; everything else asks (the default).
+    #[default]
+    AskWrites,
+    /// Tools that are not read-only are not listed, and calls to them are denied.
+    HideWrites,
+    /// Every call asks.
+    AskAll,
+}
+
+/// What a rule does when it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// The call runs.
+    Allow,
+    /// A person is asked.
+    Ask,
+    /// The call is refused, and the tool is hidden.
+    Deny,
+}
+
+/// A configuration in which every value has been checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidConfig {
+    /// The `[gateway]` table.
+    pub gateway: GatewaySettings,
+    /// The `[servers.NAME]` tables, by name.
+    pub servers: BTreeMap<String, ServerConfig>,
+    /// The `[[rules]]`, in file order.
+    pub rules: Vec<Rule>,
+}
+
+/// The `[gateway]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GatewaySettings {
+    /// The profile for calls no rule decides.
+    pub profile: Profile,
+    /// Every ask becomes a deny (nobody is there to answer).
+    pub unattended: bool,
+    /// Between server and tool name in gateway mode (`fs__read_file`).
+    pub separator: String,
+    /// How long an ask waits for an answer before it is a deny.
+    pub ask_timeout_s: u64,
+}
+
+/// One `[servers.NAME]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerConfig {
+    /// The configured name.
+    pub name: String,
+    /// How to reach the server.
+    pub transport: Transport,
+    /// Whether its annotations are believed.
+    pub trust: Trust,
+    /// Which of its tools return private data (design §4.4).
+    pub private_data: PrivateData,
+    /// The sandbox to run it in, for a stdio server.
+    pub sandbox: Option<SandboxConfig>,
+}
+
+/// How the gateway reaches a server. Strings may hold `${VAR}` references,
+/// expanded at start-up, outside the core.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Transport {
+    /// A child process speaking MCP on stdin and stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Environment variables set for it.
+        env: BTreeMap<String, String>,
+    },
+    /// A Streamable HTTP endpoint.
+    Http {
+        /// The endpoint URL.
+        url: String,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// Which tools of a server return private data.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrivateData {
+    /// None (the default).
+    #[default]
+    None,
+    /// Every tool (`private_data = true`).
+    All,
+    /// The tools whose names match one of these globs (`private_data = ["read_*"]`).
+    Tools(#[serde(serialize_with = "serialize_globs")] Vec<Glob>),
+}
+
+/// A `[servers.NAME.sandbox]` table (design §6).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SandboxConfig {
+    /// Paths the server may read, besides what its runtime needs.
+    pub read: Vec<String>,
+    /// Paths the server may write.
+    pub write: Vec<String>,
+    /// Whether the server may use the network (default: no).
+    pub network: bool,
+    /// Start the server even when the kernel cannot enforce everything.
+    pub best_effort: bool,
+}
+
+/// One `[[rules]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    /// Which servers it applies to (default: all).
+    #[serde(serialize_with = "serialize_glob")]
+    pub server: Glob,
+    /// Which tools, by the server's own tool name (default: all).
+    #[serde(serialize_with = "serialize_glob")]
+    pub tool: Glob,
+    /// What it does.
+    pub action: Action,
+    /// Why, in the user's words; shown in prompts, refusals and the log.
+    pub reason: Option<String>,
+}
+
+// === impl GatewaySettings ===
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            profile: Profile::AskWrites,
+            unattended: false,
+            separator: "__".to_owned(),
+            ask_timeout_s: 120,
+        }
+    }
+}
+
+// === impl ValidConfig ===
+
+impl ValidConfig {
+    /// The configuration of wrap mode: one server, no rules, settings from flags.
+    pub fn wrap(
+        name: &str,
+        transport: Transport,
+        trust: Trust,
+        profile: Profile,
+        unattended: bool,
+    ) -> Self {
+        let server = ServerConfig {
+            name: name.to_owned(),
+            transport,
+            trust,
+            private_data: PrivateData::None,
+            sandbox: None,
+        };
+        Self {
+            gateway: GatewaySettings {
+                profile,
+                unattended,
+                ..GatewaySettings::default()
+            },
+            servers: BTreeMap::from([(name.to_owned(), server)]),
+            rules: Vec::new(),
+        }
+    }
+}
+
+// === impl ServerConfig ===
+
+impl ServerConfig {
+    /// What identifies the server to a person: its command line or its URL.
+    pub fn identity(&self) -> String {
+        match &self.transport {
+            Transport::Stdio { command, args, .. } => std::iter::once(command.as_str())
+                .chain(args.iter().map(String::as_str))
+                .map(shell_word)
+                .collect::<Vec<_>>()
+                .join(" "),
+            Transport::Http { url, .. } => url.clone(),
+        }
+    }
+
+    /// Whether a result of `tool` counts as private data.
+    pub fn returns_private_data(&self, tool: &str) -> bool {
+        match &self.private_data {
+            PrivateData::None => false,
+            PrivateData::All => true,
+            PrivateData::Tools(globs) => globs.iter().any(|glob| glob.matches(tool)),
+        }
+    }
+}
+
+// === impl Rule ===
+
+impl Rule {
+    /// Whether the rule applies to `tool` of `server`.
+    pub fn matches(&self, server: &str, tool: &str) -> bool {
+        self.server.matches(server) && self.tool.matches(tool)
+    }
+}
+
+/// Quotes a word for display when it holds anything but safe characters.
+fn shell_word(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || "-_./:=@%+,".contains(ch));
+    if safe {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+fn serialize_glob<S: serde::Serializer>(glob: &Glob, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(glob.as_str())
+}
+
+fn serialize_globs<S: serde::Serializer>(globs: &[Glob], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(globs.iter().map(Glob::as_str))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,875 @@
+//! From TOML text to a [`ValidConfig`], collecting every problem on the way.
+//!
+//! The text is parsed into a spanned tree with error recovery, then walked by
+//! hand: each table checks its own keys, so an unknown key, a wrong type and a
+//! bad glob in three different places are three diagnostics, each with the
+//! line and column of the key or value at fault.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use toml::Spanned;
+use toml::de::{DeArray, DeString, DeTable, DeValue};
+
+use super::{
+    Action, GatewaySettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig, Transport,
+    ValidConfig,
+};
+use crate::diag::{DiagCode, Diagnostic};
+use crate::glob::Glob;
+use crate::tool::Trust;
+use crate::vars;
+
+type Key<'i> = Spanned<DeString<'i>>;
+type Val<'i> = Spanned<DeValue<'i>>;
+
+const TOP_KEYS: &[&str] = &["gateway", "servers", "rules"];
+const GATEWAY_KEYS: &[&str] = &["profile", "unattended", "separator", "ask_timeout_s"];
+const SERVER_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "url",
+    "headers",
+    "trust",
+    "private_data",
+    "sandbox",
+];
+const SANDBOX_KEYS: &[&str] = &["read", "write", "network", "best_effort"];
+const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
+
+/// The longest `ask_timeout_s` accepted: one day.
+const MAX_ASK_TIMEOUT_S: i64 = 86_400;
+
+/// Parses and validates a configuration.
+///
+/// Returns the configuration when no diagnostic is an error, and every
+/// diagnostic (errors and warnings) sorted by position either way.
+pub fn parse_str(source: &str) -> (Option<ValidConfig>, Vec<Diagnostic>) {
+    let (document, syntax_errors) = DeTable::parse_recoverable(source);
+    let mut walker = Walker::default();
+    for error in &syntax_errors {
+        let message = error
+            .message()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let diagnostic = Diagnostic::error(DiagCode::TomlSyntax, "", lowercase_first(&message));
+        walker.push(match error.span() {
+            Some(span) => diagnostic.at(span),
+            None => diagnostic,
+        });
+    }
+    let config = walker.document(document.get_ref());
+    let mut diagnostics = walker.diagnostics;
+    diagnostics.sort_by_key(|diagnostic| {
+        (
+            diagnostic
+                .span
+                .as_ref()
+                .map_or(usize::MAX, |span| span.start),
+            diagnostic.severity,
+        )
+    });
+    diagnostics.dedup();
+    let valid = !diagnostics.iter().any(Diagnostic::is_error);
+    (config.filter(|_| valid), diagnostics)
+}
+
+#[derive(Default)]
+struct Walker {
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl Walker {
+    fn push(&mut self, diagnostic: Diagnostic) {
+        self.diagnostics.push(diagnostic);
+    }
+
+    fn document(&mut self, top: &DeTable<'_>) -> Option<ValidConfig> {
+        self.check_keys(top, "", TOP_KEYS);
+        let gateway = match entry(top, "gateway") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Table(table) => self.gateway(table),
+                other => {
+                    self.wrong_value_type(value, "gateway", "a table", other);
+                    GatewaySettings::default()
+                }
+            },
+            None => GatewaySettings::default(),
+        };
+        let servers = match entry(top, "servers") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Table(table) => self.servers(table, &gateway.separator),
+                other => {
+                    self.wrong_value_type(value, "servers", "a table", other);
+                    BTreeMap::new()
+                }
+            },
+            None => BTreeMap::new(),
+        };
+        let rules = match entry(top, "rules") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Array(array) => self.rules(array, &servers),
+                other => {
+                    self.wrong_value_type(
+                        value,
+                        "rules",
+                        "an array of tables (`[[rules]]`)",
+                        other,
+                    );
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        Some(ValidConfig {
+            gateway,
+            servers,
+            rules,
+        })
+    }
+
+    fn gateway(&mut self, table: &DeTable<'_>) -> GatewaySettings {
+        self.check_keys(table, "gateway", GATEWAY_KEYS);
+        let mut settings = GatewaySettings::default();
+        if let Some((text, span)) = self.string(table, "gateway", "profile") {
+            match text.as_str() {
+                "ask-writes" => settings.profile = Profile::AskWrites,
+                "hide-writes" => settings.profile = Profile::HideWrites,
+                "ask-all" => settings.profile = Profile::AskAll,
+                other => self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "gateway.profile",
+                        format!("unknown profile `{other}`"),
+                    )
+                    .at(span)
+                    .with_help(help_one_of(
+                        other,
+                        &["ask-writes", "hide-writes", "ask-all"],
+                    )),
+                ),
+            }
+        }
+        if let Some(unattended) = self.boolean(table, "gateway", "unattended") {
+            settings.unattended = unattended;
+        }
+        if let Some((separator, span)) = self.string(table, "gateway", "separator") {
+            if separator.is_empty() || !separator.chars().all(is_tool_name_char) {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "gateway.separator",
+                        format!(
+                            "separator `{separator}` must be one or more of `A-Z a-z 0-9 _ - .`"
+                        ),
+                    )
+                    .at(span)
+                    .with_help("tool names may only hold these characters; the default is `__`"),
+                );
+            } else {
+                settings.separator = separator;
+            }
+        }
+        if let Some((seconds, span)) = self.integer(table, "gateway", "ask_timeout_s") {
+            match u64::try_from(seconds) {
+                Ok(seconds) if (1..=MAX_ASK_TIMEOUT_S.unsigned_abs()).contains(&seconds) => {
+                    settings.ask_timeout_s = seconds;
+                }
+                _ => self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "gateway.ask_timeout_s",
+                        format!("`ask_timeout_s` must be between 1 and {MAX_ASK_TIMEOUT_S}, not {seconds}"),
+                    )
+                    .at(span),
+                ),
+            }
+        }
+        settings
+    }
+
+    fn servers(&mut self, table: &DeTable<'_>, separator: &str) -> BTreeMap<String, ServerConfig> {
+        let mut servers = BTreeMap::new();
+        for (key, value) in table.iter() {
+            let name = key.get_ref().as_ref();
+            let path = format!("servers.{name}");
+            if let Some(problem) = server_name_problem(name, separator) {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidServerName,
+                        path.clone(),
+                        format!("server name `{name}` {problem}"),
+                    )
+                    .at(key.span())
+                    .with_help("use letters, digits, `_` and `-`, at most 64 of them"),
+                );
+            }
+            match value.get_ref() {
+                DeValue::Table(server) => {
+                    if let Some(config) = self.server(name, key, server, &path) {
+                        servers.insert(name.to_owned(), config);
+                    }
+                }
+                other => self.wrong_value_type(value, &path, "a table", other),
+            }
+        }
+        servers
+    }
+
+    fn server(
+        &mut self,
+        name: &str,
+        name_key: &Key<'_>,
+        table: &DeTable<'_>,
+        path: &str,
+    ) -> Option<ServerConfig> {
+        self.check_keys(table, path, SERVER_KEYS);
+        let command = self.template(table, path, "command");
+        let url = self.template(table, path, "url");
+        let args = self.string_array(table, path, "args", |walker, text, span, key| {
+            walker.check_template(text, span, key);
+        });
+        let env = self.string_table(table, path, "env", true);
+        let headers = self.string_table(table, path, "headers", false);
+        let trust = match self.string(table, path, "trust") {
+            Some((text, span)) => match text.as_str() {
+                "trusted" => Trust::Trusted,
+                "untrusted" => Trust::Untrusted,
+                other => {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            format!("{path}.trust"),
+                            format!("unknown trust level `{other}`"),
+                        )
+                        .at(span)
+                        .with_help(help_one_of(other, &["trusted", "untrusted"])),
+                    );
+                    Trust::Untrusted
+                }
+            },
+            None => Trust::Untrusted,
+        };
+        let private_data = self.private_data(table, path);
+        let sandbox = match entry(table, "sandbox") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Table(sandbox) => Some(self.sandbox(sandbox, &format!("{path}.sandbox"))),
+                other => {
+                    self.wrong_value_type(value, &format!("{path}.sandbox"), "a table", other);
+                    None
+                }
+            },
+            None => None,
+        };
+
+        let transport = match (command, url) {
+            (Some((command, command_span)), None) => {
+                self.only_with(table, path, "headers", "`url`");
+                if command.trim().is_empty() {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            format!("{path}.command"),
+                            "`command` cannot be empty",
+                        )
+                        .at(command_span),
+                    );
+                }
+                Some(Transport::Stdio {
+                    command,
+                    args: args.unwrap_or_default(),
+                    env: env.unwrap_or_default(),
+                })
+            }
+            (None, Some((url, url_span))) => {
+                for stdio_only in ["args", "env", "sandbox"] {
+                    self.only_with(table, path, stdio_only, "`command`");
+                }
+                self.check_url(&url, url_span, &format!("{path}.url"));
+                Some(Transport::Http {
+                    url,
+                    headers: headers.unwrap_or_default(),
+                })
+            }
+            (Some(_), Some((_, url_span))) => {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::ConflictingKeys,
+                        format!("{path}.url"),
+                        format!("server `{name}` has both `command` and `url`"),
+                    )
+                    .at(url_span)
+                    .with_help(
+                        "a server is either a program to start (`command`) or an endpoint (`url`)",
+                    ),
+                );
+                None
+            }
+            (None, None) => {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::MissingKey,
+                        path,
+                        format!("server `{name}` needs `command` or `url`"),
+                    )
+                    .at(name_key.span()),
+                );
+                None
+            }
+        };
+        Some(ServerConfig {
+            name: name.to_owned(),
+            transport: transport?,
+            trust,
+            private_data,
+            sandbox,
+        })
+    }
+
+    /// Reports `key` when present in a server of the other transport.
+    fn only_with(&mut self, table: &DeTable<'_>, path: &str, key: &str, needs: &str) {
+        if let Some((found, _)) = entry(table, key) {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::ConflictingKeys,
+                    format!("{path}.{key}"),
+                    format!("`{key}` only applies to a server with {needs}"),
+                )
+                .at(found.span()),
+            );
+        }
+    }
+
+    fn private_data(&mut self, table: &DeTable<'_>, path: &str) -> PrivateData {
+        let key_path = format!("{path}.private_data");
+        let Some((_, value)) = entry(table, "private_data") else {
+            return PrivateData::None;
+        };
+        match value.get_ref() {
+            DeValue::Boolean(true) => PrivateData::All,
+            DeValue::Boolean(false) => PrivateData::None,
+            DeValue::Array(items) => {
+                let mut globs = Vec::new();
+                for (idx, item) in items.iter().enumerate() {
+                    let item_path = format!("{key_path}[{idx}]");
+                    match item.get_ref() {
+                        DeValue::String(text) => {
+                            if let Some(glob) = self.glob(text, item.span(), &item_path) {
+                                globs.push(glob);
+                            }
+                        }
+                        other => self.wrong_value_type(item, &item_path, "a tool-name glob", other),
+                    }
+                }
+                PrivateData::Tools(globs)
+            }
+            other => {
+                self.wrong_value_type(
+                    value,
+                    &key_path,
+                    "a boolean or an array of tool-name globs",
+                    other,
+                );
+                PrivateData::None
+            }
+        }
+    }
+
+    fn sandbox(&mut self, table: &DeTable<'_>, path: &str) -> SandboxConfig {
+        self.check_keys(table, path, SANDBOX_KEYS);
+        let mut sandbox = SandboxConfig::default();
+        for (key, target) in [("read", &mut sandbox.read), ("write", &mut sandbox.write)] {
+            let paths = self.string_array(table, path, key, |walker, text, span, item_path| {
+                let expanded_later = text.starts_with("${");
+                if !expanded_later && !text.starts_with('/') {
+                    walker.push(
+                        Diagnostic::error(
+                            DiagCode::RelativePath,
+                            item_path,
+                            format!("sandbox path `{text}` is not absolute"),
+                        )
+                        .at(span.clone())
+                        .with_help("write the full path, starting with `/`"),
+                    );
+                }
+                walker.check_template(text, span, item_path);
+            });
+            *target = paths.unwrap_or_default();
+        }
+        sandbox.network = self.boolean(table, path, "network").unwrap_or(false);
+        sandbox.best_effort = self.boolean(table, path, "best_effort").unwrap_or(false);
+        sandbox
+    }
+
+    fn rules(
+        &mut self,
+        array: &DeArray<'_>,
+        servers: &BTreeMap<String, ServerConfig>,
+    ) -> Vec<Rule> {
+        let mut rules = Vec::new();
+        for (idx, value) in array.iter().enumerate() {
+            let path = format!("rules[{idx}]");
+            let DeValue::Table(table) = value.get_ref() else {
+                self.wrong_value_type(value, &path, "a table", value.get_ref());
+                continue;
+            };
+            self.check_keys(table, &path, RULE_KEYS);
+            let server = self.glob_key(table, &path, "server");
+            let tool = self.glob_key(table, &path, "tool");
+            let action = match self.string(table, &path, "action") {
+                Some((text, span)) => match text.as_str() {
+                    "allow" => Some(Action::Allow),
+                    "ask" => Some(Action::Ask),
+                    "deny" => Some(Action::Deny),
+                    other => {
+                        self.push(
+                            Diagnostic::error(
+                                DiagCode::InvalidValue,
+                                format!("{path}.action"),
+                                format!("unknown action `{other}`"),
+                            )
+                            .at(span)
+                            .with_help(help_one_of(other, &["allow", "ask", "deny"])),
+                        );
+                        None
+                    }
+                },
+                None => {
+                    if entry(table, "action").is_none() {
+                        self.push(
+                            Diagnostic::error(
+                                DiagCode::MissingKey,
+                                path.clone(),
+                                "rule has no `action`",
+                            )
+                            .at(value.span())
+                            .with_help("add `action = \"allow\"`, `\"ask\"` or `\"deny\"`"),
+                        );
+                    }
+                    None
+                }
+            };
+            let reason = self.string(table, &path, "reason").map(|(text, _)| text);
+            let (Some(server), Some(tool), Some(action)) = (server, tool, action) else {
+                continue;
+            };
+            if let Some(name) = server.literal()
+                && !servers.contains_key(&name)
+                && !servers.is_empty()
+            {
+                let span = entry(table, "server").map_or(value.span(), |(_, v)| v.span());
+                self.push(
+                    Diagnostic::warning(
+                        DiagCode::UnknownRuleServer,
+                        format!("{path}.server"),
+                        format!("rule names server `{name}`, which is not configured"),
+                    )
+                    .at(span)
+                    .with_help(help_one_of(
+                        &name,
+                        &servers.keys().map(String::as_str).collect::<Vec<_>>(),
+                    )),
+                );
+            }
+            if action == Action::Allow && server.matches_everything() && tool.matches_everything() {
+                self.push(
+                    Diagnostic::warning(
+                        DiagCode::AllowEverything,
+                        path.clone(),
+                        "rule allows every tool of every server without asking",
+                    )
+                    .at(value.span())
+                    .with_help("name the servers or tools it is meant for"),
+                );
+            }
+            rules.push(Rule {
+                server,
+                tool,
+                action,
+                reason,
+            });
+        }
+        rules
+    }
+
+    // --- typed getters ---
+
+    fn check_keys(&mut self, table: &DeTable<'_>, path: &str, allowed: &[&str]) {
+        for (key, _) in table.iter() {
+            let name = key.get_ref().as_ref();
+            if allowed.contains(&name) {
+                continue;
+            }
+            let full = join(path, name);
+            let where_ = if path.is_empty() {
+                "at the top level".to_owned()
+            } else {
+                format!("in `[{path}]`")
+            };
+            self.push(
+                Diagnostic::error(
+                    DiagCode::UnknownKey,
+                    full,
+                    format!("unknown key `{name}` {where_}"),
+                )
+                .at(key.span())
+                .with_help(help_one_of(name, allowed)),
+            );
+        }
+    }
+
+    fn string(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+    ) -> Option<(String, Range<usize>)> {
+        let (_, value) = entry(table, key)?;
+        match value.get_ref() {
+            DeValue::String(text) => Some((text.to_string(), value.span())),
+            other => {
+                self.wrong_value_type(value, &join(path, key), "a string", other);
+                None
+            }
+        }
+    }
+
+    fn template(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+    ) -> Option<(String, Range<usize>)> {
+        let (text, span) = self.string(table, path, key)?;
+        self.check_template(&text, span.clone(), &join(path, key));
+        Some((text, span))
+    }
+
+    fn boolean(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<bool> {
+        let (_, value) = entry(table, key)?;
+        match value.get_ref() {
+            DeValue::Boolean(flag) => Some(*flag),
+            other => {
+                self.wrong_value_type(
+                    value,
+                    &join(path, key),
+                    "a boolean (`true` or `false`)",
+                    other,
+                );
+                None
+            }
+        }
+    }
+
+    fn integer(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+    ) -> Option<(i64, Range<usize>)> {
+        let (_, value) = entry(table, key)?;
+        match value.get_ref() {
+            DeValue::Integer(int) => match i64::from_str_radix(int.as_str(), int.radix()) {
+                Ok(number) => Some((number, value.span())),
+                Err(_) => {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            join(path, key),
+                            format!("`{key}` is out of range"),
+                        )
+                        .at(value.span()),
+                    );
+                    None
+                }
+            },
+            other => {
+                self.wrong_value_type(value, &join(path, key), "an integer", other);
+                None
+            }
+        }
+    }
+
+    fn string_array(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+        mut check: impl FnMut(&mut Self, &str, Range<usize>, &str),
+    ) -> Option<Vec<String>> {
+        let (_, value) = entry(table, key)?;
+        let key_path = join(path, key);
+        let DeValue::Array(items) = value.get_ref() else {
+            self.wrong_value_type(value, &key_path, "an array of strings", value.get_ref());
+            return None;
+        };
+        let mut strings = Vec::with_capacity(items.len());
+        for (idx, item) in items.iter().enumerate() {
+            let item_path = format!("{key_path}[{idx}]");
+            match item.get_ref() {
+                DeValue::String(text) => {
+                    check(self, text, item.span(), &item_path);
+                    strings.push(text.to_string());
+                }
+                other => self.wrong_value_type(item, &item_path, "a string", other),
+            }
+        }
+        Some(strings)
+    }
+
+    fn string_table(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+        names_are_env_vars: bool,
+    ) -> Option<BTreeMap<String, String>> {
+        let (_, value) = entry(table, key)?;
+        let key_path = join(path, key);
+        let DeValue::Table(entries) = value.get_ref() else {
+            self.wrong_value_type(value, &key_path, "a table of strings", value.get_ref());
+            return None;
+        };
+        let mut map = BTreeMap::new();
+        for (name, item) in entries.iter() {
+            let name_text = name.get_ref().as_ref();
+            let item_path = format!("{key_path}.{name_text}");
+            let valid_name = if names_are_env_vars {
+                vars::is_var_name(name_text)
+            } else {
+                !name_text.is_empty()
+                    && name_text.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+            };
+            if !valid_name {
+                let what = if names_are_env_vars {
+                    "an environment variable name"
+                } else {
+                    "a header name"
+                };
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        item_path.clone(),
+                        format!("`{name_text}` is not {what}"),
+                    )
+                    .at(name.span()),
+                );
+            }
+            match item.get_ref() {
+                DeValue::String(text) => {
+                    self.check_template(text, item.span(), &item_path);
+                    map.insert(name_text.to_owned(), text.to_string());
+                }
+                other => self.wrong_value_type(item, &item_path, "a string", other),
+            }
+        }
+        Some(map)
+    }
+
+    fn glob_key(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<Glob> {
+        match entry(table, key) {
+            None => Some(Glob::any()),
+            Some(_) => {
+                let (text, span) = self.string(table, path, key)?;
+                self.glob(&text, span, &join(path, key))
+            }
+        }
+    }
+
+    fn glob(&mut self, text: &str, span: Range<usize>, path: &str) -> Option<Glob> {
+        match Glob::new(text) {
+            Ok(glob) => Some(glob),
+            Err(err) => {
+                self.push(
+                    Diagnostic::error(DiagCode::BadGlob, path, format!("bad glob `{text}`: {err}"))
+                        .at(span)
+                        .with_help("`*` matches any run of characters, `?` one, `[a-z]` a class; `\\` escapes"),
+                );
+                None
+            }
+        }
+    }
+
+    fn check_template(&mut self, text: &str, span: Range<usize>, path: &str) {
+        if let Err(err) = vars::references(text) {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::BadVariable,
+                    path,
+                    format!("bad variable reference: {err}"),
+                )
+                .at(span)
+                .with_help("write `${NAME}`, or `$${` for a literal `${`"),
+            );
+        }
+    }
+
+    fn check_url(&mut self, url: &str, span: Range<usize>, path: &str) {
+        if url.starts_with("${") {
+            return;
+        }
+        let rest = if let Some(rest) = url.strip_prefix("https://") {
+            rest
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
+            let hostname = if host.starts_with('[') {
+                host.split(']')
+                    .next()
+                    .map(|h| format!("{h}]"))
+                    .unwrap_or_default()
+            } else {
+                host.split(':').next().unwrap_or("").to_owned()
+            };
+            let loopback =
+                hostname == "localhost" || hostname == "[::1]" || hostname.starts_with("127.");
+            if !loopback {
+                self.push(
+                    Diagnostic::warning(
+                        DiagCode::InsecureUrl,
+                        path,
+                        format!("`{url}` is plain http to a host that is not this machine"),
+                    )
+                    .at(span.clone())
+                    .with_help("use `https://`: requests and their headers travel in clear text"),
+                );
+            }
+            rest
+        } else {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    path,
+                    format!("`{url}` is not an http or https URL"),
+                )
+                .at(span),
+            );
+            return;
+        };
+        if rest.is_empty() || rest.starts_with('/') {
+            self.push(
+                Diagnostic::error(DiagCode::InvalidValue, path, format!("`{url}` has no host"))
+                    .at(span),
+            );
+        }
+    }
+
+    fn wrong_value_type(
+        &mut self,
+        value: &Val<'_>,
+        path: &str,
+        expected: &str,
+        found: &DeValue<'_>,
+    ) {
+        let name = path.rsplit('.').next().unwrap_or(path);
+        self.push(
+            Diagnostic::error(
+                DiagCode::WrongType,
+                path,
+                format!(
+                    "`{name}` must be {expected}, not {}",
+                    article(found.type_str())
+                ),
+            )
+            .at(value.span()),
+        );
+    }
+}
+
+fn entry<'t, 'i>(table: &'t DeTable<'i>, key: &str) -> Option<(&'t Key<'i>, &'t Val<'i>)> {
+    table
+        .iter()
+        .find(|(found, _)| found.get_ref().as_ref() == key)
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn article(type_name: &str) -> String {
+    match type_name.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => format!("an {type_name}"),
+        _ => format!("a {type_name}"),
+    }
+}
+
+fn lowercase_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// Characters the spec allows in tool names (SEP-986).
+pub(crate) fn is_tool_name_char(ch: char) -> bool {
+    ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.')
+}
+
+fn server_name_problem(name: &str, separator: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    if name.chars().count() > 64 {
+        return Some("is longer than 64 characters".to_owned());
+    }
+    if !name
+        .chars()
+        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+    {
+        return Some("may only hold letters, digits, `_` and `-`".to_owned());
+    }
+    if name.contains(separator) {
+        return Some(format!(
+            "contains the separator `{separator}`, so prefixed tool names would be ambiguous"
+        ));
+    }
+    None
+}
+
+/// "did you mean" for a near miss, else the list of what is allowed.
+fn help_one_of(found: &str, allowed: &[&str]) -> String {
+    let closest = allowed
+        .iter()
+        .map(|candidate| (edit_distance(found, candidate), *candidate))
+        .filter(|(distance, candidate)| *distance <= candidate.len().max(found.len()) / 3 + 1)
+        .min();
+    match closest {
+        Some((_, candidate)) => format!("did you mean `{candidate}`?"),
+        None if allowed.is_empty() => "remove it".to_owned(),
+        None => format!(
+            "expected one of {}",
+            allowed
+                .iter()
+                .map(|name| format!("`{name}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(left: &str, right: &str) -> usize {
+    let right: Vec<char> = right.chars().collect();
+    let mut previous: Vec<usize> = (0..=right.len()).collect();
+    for (i, lc) in left.chars().enumerate() {
+        let mut current = Vec::with_capacity(right.len() + 1);
+        current.push(i + 1);
+        for (j, rc) in right.iter().enumerate() {
+            let substitute = previous.get(j).copied().unwrap_or(0) + usize::from(lc != *rc);
+            let delete = previous.get(j + 1).copied().unwrap_or(0) + 1;
+            let insert = current.last().copied().unwrap_or(0) + 1;
+            current.push(substitute.min(delete).min(insert));
+        }
+        previous = current;
+    }
+    previous.last().copied().unwrap_or(0)
+}

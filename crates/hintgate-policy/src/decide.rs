@@ -1,0 +1,345 @@
+//! The decision: allow, ask or deny, with its reasons (design §4.2).
+//!
+//! [`Policy::decide`] is a total function: it never panics and never returns
+//! an error. Anything it cannot decide is a deny with a reason (fail closed).
+
+use serde::Serialize;
+
+use crate::config::{Action, Profile, ServerConfig, ValidConfig};
+use crate::pin::PinStatus;
+use crate::reason::{Reason, ReasonCode};
+use crate::tool::{EffectiveHints, HintAssessment, SandboxProof, Tool, Trust};
+
+/// The outcome of a decision.
+///
+/// Deliberately not `#[non_exhaustive]`: a new verdict must break every match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// The call runs without asking.
+    Allow,
+    /// A person must approve the call first.
+    Ask,
+    /// The call is refused.
+    Deny,
+}
+
+/// A person's earlier approval of a tool that still stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Remembered {
+    /// No standing approval.
+    #[default]
+    None,
+    /// Approved for the rest of this host session.
+    Session,
+    /// Approved always (persisted).
+    Always,
+}
+
+/// Which "remember this" choices a prompt may offer (design §4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RememberOffer {
+    /// The decision is not an ask.
+    NotAsked,
+    /// Only "this call": the tool is effectively destructive, or the ask came
+    /// from a rule, a changed definition or session taint, which a remembered
+    /// approval never answers.
+    ThisCallOnly,
+    /// "This call", "this tool for the session" or "this tool always".
+    UpToAlways,
+}
+
+/// What the gateway knows about the host session a call belongs to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct SessionState {
+    /// A tool that returns private data has returned a result in this session.
+    pub tainted: bool,
+    /// A standing approval of this tool.
+    pub remembered: Remembered,
+}
+
+/// One tool call to decide.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The server's configured name.
+    pub server: &'a str,
+    /// The tool's current definition.
+    pub tool: &'a Tool,
+    /// How the definition compares with its pin.
+    pub pin: PinStatus,
+    /// The host session's state.
+    pub session: SessionState,
+    /// What a running sandbox proves about the server.
+    pub sandbox: SandboxProof,
+}
+
+/// A verdict and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// Allow, ask or deny.
+    pub verdict: Verdict,
+    /// The reasons; the first one is what settled the verdict.
+    pub reasons: Vec<Reason>,
+    /// Which remember choices a prompt may offer.
+    pub remember: RememberOffer,
+}
+
+/// A validated configuration, ready to decide calls.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    config: ValidConfig,
+}
+
+/// The first matching rule of each action, by index.
+#[derive(Debug, Default, Clone, Copy)]
+struct RuleMatches {
+    deny: Option<usize>,
+    ask: Option<usize>,
+    allow: Option<usize>,
+}
+
+// === impl Decision ===
+
+impl Decision {
+    /// A deny with one reason.
+    pub fn deny(code: ReasonCode) -> Self {
+        Self {
+            verdict: Verdict::Deny,
+            reasons: vec![Reason::new(code)],
+            remember: RememberOffer::NotAsked,
+        }
+    }
+
+    /// The deny for a tool whose definition could not be parsed.
+    pub fn invalid_definition() -> Self {
+        Self::deny(ReasonCode::InvalidDefinition)
+    }
+
+    /// The reason codes, in order.
+    pub fn codes(&self) -> impl Iterator<Item = ReasonCode> + '_ {
+        self.reasons.iter().map(|reason| reason.code)
+    }
+
+    /// Whether any reason has this code.
+    pub fn has(&self, code: ReasonCode) -> bool {
+        self.codes().any(|found| found == code)
+    }
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// A policy over a validated configuration.
+    pub fn new(config: ValidConfig) -> Self {
+        Self { config }
+    }
+
+    /// The configuration this policy decides by.
+    pub fn config(&self) -> &ValidConfig {
+        &self.config
+    }
+
+    /// The configured server of this name.
+    pub fn server(&self, name: &str) -> Option<&ServerConfig> {
+        self.config.servers.get(name)
+    }
+
+    /// The effective hints of a tool of a configured server (design §4.1);
+    /// `None` for a server that is not configured.
+    pub fn assess(
+        &self,
+        server: &str,
+        tool: &Tool,
+        sandbox: SandboxProof,
+    ) -> Option<HintAssessment> {
+        let server = self.server(server)?;
+        Some(EffectiveHints::derive(
+            tool.declared(),
+            server.trust,
+            sandbox,
+        ))
+    }
+
+    /// Decides one call, following design §4.2 step by step:
+    ///
+    /// 1. a matching deny rule: deny;
+    /// 2. a changed definition: ask;
+    /// 3. a matching ask rule: ask;
+    /// 4. a matching allow rule: allow;
+    /// 5. session taint and an open-world tool: ask;
+    /// 6. the profile, where a remembered approval may answer the ask;
+    /// 7. `unattended` turns every ask into a deny.
+    pub fn decide(&self, call: &Call<'_>) -> Decision {
+        let Some(server) = self.server(call.server) else {
+            return Decision::deny(ReasonCode::UnknownServer);
+        };
+        let assessment = EffectiveHints::derive(call.tool.declared(), server.trust, call.sandbox);
+        let rules = self.rule_matches(call.server, &call.tool.name);
+
+        if let Some(rule) = rules.deny {
+            return Decision {
+                verdict: Verdict::Deny,
+                reasons: vec![Reason::from_rule(ReasonCode::RuleDeny, rule)],
+                remember: RememberOffer::NotAsked,
+            };
+        }
+        let mut decision = if call.pin == PinStatus::Changed {
+            ask(
+                Reason::new(ReasonCode::DefinitionChanged),
+                &assessment,
+                server.trust,
+            )
+        } else if let Some(rule) = rules.ask {
+            ask(
+                Reason::from_rule(ReasonCode::RuleAsk, rule),
+                &assessment,
+                server.trust,
+            )
+        } else if let Some(rule) = rules.allow {
+            return Decision {
+                verdict: Verdict::Allow,
+                reasons: vec![Reason::from_rule(ReasonCode::RuleAllow, rule)],
+                remember: RememberOffer::NotAsked,
+            };
+        } else if call.session.tainted && assessment.effective.open_world {
+            ask(
+                Reason::new(ReasonCode::OpenWorldAfterPrivateData),
+                &assessment,
+                server.trust,
+            )
+        } else {
+            self.by_profile(&assessment, server.trust, call.session.remembered)
+        };
+        if decision.verdict == Verdict::Ask && self.config.gateway.unattended {
+            decision.verdict = Verdict::Deny;
+            decision
+                .reasons
+                .insert(0, Reason::new(ReasonCode::Unattended));
+            decision.remember = RememberOffer::NotAsked;
+        }
+        decision
+    }
+
+    /// Step 6: the profile, and the remembered approvals that answer its ask.
+    fn by_profile(
+        &self,
+        assessment: &HintAssessment,
+        trust: Trust,
+        remembered: Remembered,
+    ) -> Decision {
+        let effective = assessment.effective;
+        if effective.read_only && self.config.gateway.profile != Profile::AskAll {
+            let mut reasons = vec![Reason::new(ReasonCode::ReadOnly)];
+            if assessment.sandbox_confined {
+                reasons.push(Reason::new(ReasonCode::SandboxConfined));
+            }
+            return Decision {
+                verdict: Verdict::Allow,
+                reasons,
+                remember: RememberOffer::NotAsked,
+            };
+        }
+        let first = match self.config.gateway.profile {
+            Profile::HideWrites => {
+                return Decision {
+                    verdict: Verdict::Deny,
+                    reasons: vec![
+                        Reason::new(ReasonCode::ProfileHideWrites),
+                        Reason::new(ReasonCode::NotReadOnly),
+                    ],
+                    remember: RememberOffer::NotAsked,
+                };
+            }
+            Profile::AskWrites => ReasonCode::NotReadOnly,
+            Profile::AskAll => ReasonCode::ProfileAskAll,
+        };
+        // INVARIANT: a remembered approval never answers for an effectively
+        // destructive tool, which includes every tool of an untrusted server
+        // that no sandbox confines.
+        if remembered != Remembered::None && !effective.destructive {
+            return Decision {
+                verdict: Verdict::Allow,
+                reasons: vec![Reason::new(ReasonCode::RememberedApproval)],
+                remember: RememberOffer::NotAsked,
+            };
+        }
+        let mut decision = ask(Reason::new(first), assessment, trust);
+        if !effective.destructive {
+            decision.remember = RememberOffer::UpToAlways;
+        }
+        decision
+    }
+
+    /// Whether the tool is listed to the host (design §7): a deny rule hides
+    /// it, and so does `hide-writes` for a tool that is not effectively
+    /// read-only and that no ask or allow rule lets through.
+    pub fn visible(&self, server: &str, tool: &Tool, sandbox: SandboxProof) -> bool {
+        let Some(config) = self.server(server) else {
+            return false;
+        };
+        let rules = self.rule_matches(server, &tool.name);
+        if rules.deny.is_some() {
+            return false;
+        }
+        if self.config.gateway.profile != Profile::HideWrites || rules.ask.or(rules.allow).is_some()
+        {
+            return true;
+        }
+        EffectiveHints::derive(tool.declared(), config.trust, sandbox)
+            .effective
+            .read_only
+    }
+
+    /// Whether a failed call may be retried automatically (design §4.5): only
+    /// for a trusted server and a tool that is effectively read-only or
+    /// idempotent. Everything else reports the failure and is never replayed.
+    pub fn retry_eligible(&self, server: &str, tool: &Tool, sandbox: SandboxProof) -> bool {
+        let Some(config) = self.server(server) else {
+            return false;
+        };
+        let effective = EffectiveHints::derive(tool.declared(), config.trust, sandbox).effective;
+        config.trust == Trust::Trusted && (effective.read_only || effective.idempotent)
+    }
+
+    /// Whether a result of this tool taints the session (design §4.4).
+    pub fn taints_session(&self, server: &str, tool: &str) -> bool {
+        self.server(server)
+            .is_some_and(|config| config.returns_private_data(tool))
+    }
+
+    fn rule_matches(&self, server: &str, tool: &str) -> RuleMatches {
+        let mut found = RuleMatches::default();
+        for (idx, rule) in self.config.rules.iter().enumerate() {
+            let slot = match rule.action {
+                Action::Deny => &mut found.deny,
+                Action::Ask => &mut found.ask,
+                Action::Allow => &mut found.allow,
+            };
+            if slot.is_none() && rule.matches(server, tool) {
+                *slot = Some(idx);
+            }
+        }
+        found
+    }
+}
+
+fn ask(first: Reason, assessment: &HintAssessment, trust: Trust) -> Decision {
+    let mut reasons = Vec::with_capacity(6);
+    reasons.push(first);
+    reasons.extend(
+        assessment
+            .risk_codes(trust)
+            .filter(|code| *code != first.code)
+            .map(Reason::new),
+    );
+    Decision {
+        verdict: Verdict::Ask,
+        reasons,
+        remember: RememberOffer::ThisCallOnly,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,286 @@
+//! Pins: the digest of what was approved, and how a new definition differs.
+//!
+//! A tool's pin is a SHA-256 over the canonical JSON (object keys sorted by
+//! code point, no insignificant whitespace) of its `name`, `title`,
+//! `description`, `inputSchema`, `outputSchema`, `annotations` and `icons`
+//! (design §5). Annotations are part of the pin: a flip of `destructiveHint`
+//! is a change. `_meta` and unknown fields are not pinned: they carry
+//! protocol bookkeeping that may legitimately differ from list to list.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::tool::Tool;
+
+/// The fields of a tool definition that a pin covers, in the spec's order.
+pub const PINNED_FIELDS: [&str; 7] = [
+    "name",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+    "icons",
+];
+
+/// A SHA-256 pin digest.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PinDigest(pub [u8; 32]);
+
+/// How a tool's current definition compares with its pin.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PinStatus {
+    /// Never approved (untrusted) or never seen (trusted).
+    #[default]
+    New,
+    /// The same definition as approved.
+    Unchanged,
+    /// A different definition than approved: it is held for re-approval.
+    Changed,
+}
+
+/// One difference between a pinned definition and the current one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldChange {
+    /// The field, such as `description` or `annotations.destructiveHint`.
+    pub field: String,
+    /// The pinned value as canonical JSON; `None` when it was absent.
+    pub old: Option<String>,
+    /// The current value as canonical JSON; `None` when it is absent.
+    pub new: Option<String>,
+}
+
+// === impl PinDigest ===
+
+impl PinDigest {
+    /// The digest of a tool's pinned fields.
+    pub fn of(tool: &Tool) -> Self {
+        let pinned = pinned_value(tool);
+        let mut canonical = String::with_capacity(256);
+        write_canonical(&pinned, &mut canonical);
+        Self(Sha256::digest(canonical.as_bytes()).into())
+    }
+
+    /// Lowercase hex, 64 characters.
+    pub fn to_hex(&self) -> String {
+        let mut out = String::with_capacity(64);
+        for byte in self.0 {
+            out.push(hex_digit(byte >> 4));
+            out.push(hex_digit(byte & 0x0f));
+        }
+        out
+    }
+}
+
+impl fmt::Display for PinDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", self.to_hex())
+    }
+}
+
+impl fmt::Debug for PinDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PinDigest({self})")
+    }
+}
+
+impl Serialize for PinDigest {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+fn hex_digit(nibble: u8) -> char {
+    char::from_digit(u32::from(nibble), 16).unwrap_or('0')
+}
+
+// === impl PinStatus ===
+
+impl PinStatus {
+    /// Compares a tool with the digest it was pinned under, if any.
+    pub fn compare(pinned: Option<PinDigest>, current: &Tool) -> Self {
+        match pinned {
+            None => Self::New,
+            Some(digest) if digest == PinDigest::of(current) => Self::Unchanged,
+            Some(_) => Self::Changed,
+        }
+    }
+}
+
+/// The pinned fields of a tool as one JSON object; absent fields are left out.
+pub fn pinned_value(tool: &Tool) -> Value {
+    let mut object = Map::new();
+    object.insert("name".to_owned(), Value::String(tool.name.clone()));
+    let optional = [
+        ("title", tool.title.clone().map(Value::String)),
+        ("description", tool.description.clone().map(Value::String)),
+        ("inputSchema", tool.input_schema.clone()),
+        ("outputSchema", tool.output_schema.clone()),
+        (
+            "annotations",
+            tool.annotations
+                .as_ref()
+                .and_then(|annotations| serde_json::to_value(annotations).ok()),
+        ),
+        ("icons", tool.icons.clone()),
+    ];
+    for (field, value) in optional {
+        if let Some(value) = value {
+            object.insert(field.to_owned(), value);
+        }
+    }
+    Value::Object(object)
+}
+
+/// Canonical JSON: object keys sorted by code point, no whitespace, strings
+/// escaped as `serde_json` escapes them. Independent of whether the map type
+/// preserves insertion order.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|left, right| left.0.cmp(right.0));
+            out.push('{');
+            for (idx, (key, item)) in entries.into_iter().enumerate() {
+                if idx > 0 {
+                    out.push(',');
+                }
+                write_string(key, out);
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (idx, item) in items.iter().enumerate() {
+                if idx > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::String(text) => write_string(text, out),
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+fn write_string(text: &str, out: &mut String) {
+    // Serializing a &str cannot fail; the fallback keeps the function total.
+    out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\"")));
+}
+
+/// The differences between a pinned definition and the current one: each
+/// changed pinned field, and each changed annotation on its own line, so that
+/// a hint flip is called out by name.
+pub fn diff(old: &Tool, new: &Tool) -> Vec<FieldChange> {
+    let old_value = pinned_value(old);
+    let new_value = pinned_value(new);
+    let mut changes = Vec::new();
+    for field in PINNED_FIELDS {
+        let before = old_value.get(field);
+        let after = new_value.get(field);
+        if before == after {
+            continue;
+        }
+        if field == "annotations" {
+            let empty = Map::new();
+            let before_map = before.and_then(Value::as_object).unwrap_or(&empty);
+            let after_map = after.and_then(Value::as_object).unwrap_or(&empty);
+            let mut keys: Vec<&String> = before_map.keys().chain(after_map.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let (b, a) = (before_map.get(key), after_map.get(key));
+                if b != a {
+                    changes.push(FieldChange {
+                        field: format!("annotations.{key}"),
+                        old: b.map(canonical_json),
+                        new: a.map(canonical_json),
+                    });
+                }
+            }
+            continue;
+        }
+        changes.push(FieldChange {
+            field: field.to_owned(),
+            old: before.map(canonical_json),
+            new: after.map(canonical_json),
+        });
+    }
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_sorts_keys_and_drops_whitespace() {
+        let value = json!({"b": [1, {"z": 1, "a": "x"}], "a": null});
+        assert_eq!(
+            canonical_json(&value),
+            r#"{"a":null,"b":[1,{"a":"x","z":1}]}"#
+        );
+    }
+
+    #[test]
+    fn the_digest_is_stable_across_releases() {
+        // Pins are stored: changing this value breaks every user's pins.
+        let tool = Tool::from_value(json!({
+            "name": "read_file",
+            "description": "Read a file",
+            "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}},
+            "annotations": {"readOnlyHint": true}
+        }))
+        .unwrap();
+        let canonical = canonical_json(&pinned_value(&tool));
+        assert_eq!(
+            canonical,
+            r#"{"annotations":{"readOnlyHint":true},"description":"Read a file","inputSchema":{"properties":{"path":{"type":"string"}},"type":"object"},"name":"read_file"}"#
+        );
+        let expected: [u8; 32] = Sha256::digest(canonical.as_bytes()).into();
+        assert_eq!(PinDigest::of(&tool).0, expected);
+        assert_eq!(PinDigest::of(&tool).to_string().len(), "sha256:".len() + 64);
+    }
+
+    #[test]
+    fn meta_is_not_pinned_but_a_hint_flip_is() {
+        let base = json!({"name": "t", "annotations": {"destructiveHint": true}});
+        let tool = Tool::from_value(base.clone()).unwrap();
+        let mut with_meta = base.clone();
+        with_meta["_meta"] = json!({"x/y": 1});
+        assert_eq!(
+            PinDigest::of(&tool),
+            PinDigest::of(&Tool::from_value(with_meta).unwrap())
+        );
+        let mut flipped = base;
+        flipped["annotations"]["destructiveHint"] = json!(false);
+        let flipped = Tool::from_value(flipped).unwrap();
+        assert_ne!(PinDigest::of(&tool), PinDigest::of(&flipped));
+        assert_eq!(
+            PinStatus::compare(Some(PinDigest::of(&tool)), &flipped),
+            PinStatus::Changed
+        );
+        assert_eq!(
+            diff(&tool, &flipped),
+            vec![FieldChange {
+                field: "annotations.destructiveHint".into(),
+                old: Some("true".into()),
+                new: Some("false".into()),
+            }]
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The text a person sees when a call needs approval (design §4.3).
+//!
+//! It names the server by its configured name and identity, the tool by raw
+//! name and display title, shows the arguments in full with invisible and
+//! control characters escaped, and gives one line per risk. For an untrusted
+//! server each hint is phrased as the server's claim, never as a fact.
+
+use serde_json::Value;
+
+use crate::decide::{Decision, Policy};
+use crate::pin::FieldChange;
+use crate::reason::ReasonCode;
+use crate::sanitize::escape_invisible;
+use crate::tool::{DeclaredHints, HintAssessment, SandboxProof, Tool, Trust};
+
+/// Everything a prompt shows.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptInput<'a> {
+    /// The server's configured name.
+    pub server: &'a str,
+    /// Its identity as verified at start-up (command and resolved executable,
+    /// or URL); `None` shows the configured command line or URL.
+    pub identity: Option<&'a str>,
+    /// The tool's current definition.
+    pub tool: &'a Tool,
+    /// The call's arguments, shown in full.
+    pub arguments: Option<&'a Value>,
+    /// The decision being asked about.
+    pub decision: &'a Decision,
+    /// What a running sandbox proves.
+    pub sandbox: SandboxProof,
+    /// How the definition differs from the approved one, for a changed pin.
+    pub changes: &'a [FieldChange],
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// Renders the prompt for a call. Total: an unknown server renders as
+    /// untrusted with no identity.
+    pub fn prompt(&self, input: &PromptInput<'_>) -> String {
+        let config = self.server(input.server);
+        let trust = config.map_or(Trust::Untrusted, |server| server.trust);
+        let identity = input
+            .identity
+            .map(str::to_owned)
+            .or_else(|| config.map(|server| server.identity()))
+            .unwrap_or_else(|| "unknown".to_owned());
+        let declared = input.tool.declared();
+        let assessment = crate::tool::EffectiveHints::derive(declared, trust, input.sandbox);
+
+        let mut out = String::with_capacity(512);
+        out.push_str("hintgate: approve this tool call?\n\n");
+        let trust_word = match trust {
+            Trust::Trusted => "trusted",
+            Trust::Untrusted => "untrusted",
+        };
+        out.push_str(&format!(
+            "  server:    {} ({trust_word})\n  identity:  {}\n",
+            escape_invisible(input.server),
+            escape_invisible(&identity)
+        ));
+        let name = escape_invisible(&input.tool.name);
+        let display = input.tool.display_name();
+        if display == input.tool.name {
+            out.push_str(&format!("  tool:      {name}\n"));
+        } else {
+            out.push_str(&format!(
+                "  tool:      {name} (titled \"{}\")\n",
+                escape_invisible(display)
+            ));
+        }
+        out.push_str("  arguments:");
+        match input.arguments {
+            None => out.push_str(" (none)\n"),
+            Some(arguments) => {
+                let pretty = serde_json::to_string_pretty(arguments)
+                    .unwrap_or_else(|_| arguments.to_string());
+                out.push('\n');
+                for line in escape_invisible(&pretty).lines() {
+                    out.push_str("    ");
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+
+        out.push_str("\n  why you are asked:\n");
+        if let Some(first) = input.decision.reasons.first() {
+            let mut line = first.code.description().to_owned();
+            if let Some(rule) = first.rule.and_then(|idx| self.config().rules.get(idx))
+                && let Some(reason) = &rule.reason
+            {
+                line.push_str(&format!(" ({})", escape_invisible(reason)));
+            }
+            out.push_str(&format!("    - {line}\n"));
+        }
+
+        let risks = risk_lines(input.server, trust, declared, &assessment, input.decision);
+        if !risks.is_empty() {
+            out.push_str("\n  risks:\n");
+            for risk in risks {
+                out.push_str(&format!("    - {risk}\n"));
+            }
+        }
+
+        if !input.changes.is_empty() {
+            out.push_str("\n  changed since it was approved:\n");
+            for change in input.changes {
+                out.push_str(&format!(
+                    "    - {}: {} -> {}\n",
+                    change.field,
+                    escape_invisible(change.old.as_deref().unwrap_or("(absent)")),
+                    escape_invisible(change.new.as_deref().unwrap_or("(absent)")),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// One line per risk, phrased as a claim for an untrusted server.
+fn risk_lines(
+    server: &str,
+    trust: Trust,
+    declared: DeclaredHints,
+    assessment: &HintAssessment,
+    decision: &Decision,
+) -> Vec<String> {
+    let effective = assessment.effective;
+    let mut lines = Vec::new();
+    let server = escape_invisible(server);
+    if trust == Trust::Untrusted {
+        lines.push(format!(
+            "`{server}` is not trusted: its annotations are claims that hintgate does not rely on"
+        ));
+        let claims = [
+            (
+                declared.read_only == Some(true),
+                "the server says this tool only reads",
+            ),
+            (
+                declared.destructive == Some(false),
+                "the server says this tool never deletes or overwrites",
+            ),
+            (
+                declared.open_world == Some(false),
+                "the server says this tool stays on this machine",
+            ),
+            (
+                declared.idempotent == Some(true),
+                "the server says repeating this call has no extra effect",
+            ),
+        ];
+        for (claimed, text) in claims {
+            if claimed {
+                lines.push(format!("{text} (unverified)"));
+            }
+        }
+    }
+    if assessment.missing {
+        lines.push(
+            "WARNING: the tool declares no annotations, so it is treated as able to change, delete and reach anything"
+                .to_owned(),
+        );
+    }
+    if assessment.contradictory {
+        lines.push(
+            "the tool claims to be both read-only and destructive; the cautious reading applies"
+                .to_owned(),
+        );
+    }
+    if effective.destructive {
+        let text = match trust {
+            Trust::Trusted => "WARNING: this tool may delete or overwrite data",
+            Trust::Untrusted => {
+                "WARNING: this tool may delete or overwrite data (assumed, since the server is not trusted)"
+            }
+        };
+        lines.push(text.to_owned());
+    } else if !effective.read_only && !decision.has(ReasonCode::NotReadOnly) {
+        lines.push("this tool may change things".to_owned());
+    }
+    if effective.open_world {
+        lines.push("this tool may reach outside this machine".to_owned());
+    }
+    if decision.has(ReasonCode::OpenWorldAfterPrivateData) {
+        lines
+            .push("this session has read private data, and this call could send it out".to_owned());
+    }
+    if assessment.sandbox_confined {
+        lines.push("a sandbox enforces limits on this server whatever it claims".to_owned());
+    }
+    lines
+}

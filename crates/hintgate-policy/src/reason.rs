@@ -1,0 +1,213 @@
+//! Reasons: the stable codes that explain every decision.
+//!
+//! The same codes appear in `hintgate explain`, the prompt a human sees and the
+//! audit log. They are part of the public interface: never rename a shipped code.
+
+use serde::{Serialize, Serializer};
+
+/// Why a decision came out as it did. Each has a stable kebab-case code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ReasonCode {
+    /// A `deny` rule in the configuration matched.
+    RuleDeny,
+    /// The tool's definition changed since it was approved.
+    DefinitionChanged,
+    /// An `ask` rule in the configuration matched.
+    RuleAsk,
+    /// An `allow` rule in the configuration matched.
+    RuleAllow,
+    /// The session has read private data and this tool can reach the open world.
+    OpenWorldAfterPrivateData,
+    /// The tool is effectively read-only, so the profile lets it run.
+    ReadOnly,
+    /// The tool is not effectively read-only.
+    NotReadOnly,
+    /// The profile `hide-writes` refuses every tool that is not read-only.
+    ProfileHideWrites,
+    /// The profile `ask-all` asks before every call.
+    ProfileAskAll,
+    /// A person already approved this tool for the session, or always.
+    RememberedApproval,
+    /// Nobody can answer an ask (`unattended`), so it is a deny.
+    Unattended,
+    /// The server is not trusted: its annotations are claims, not facts.
+    UntrustedServer,
+    /// The server declared none of the four hints.
+    MissingAnnotations,
+    /// The declared hints contradict each other.
+    ContradictoryAnnotations,
+    /// The tool may destroy or overwrite data.
+    Destructive,
+    /// The tool may reach outside this machine.
+    OpenWorld,
+    /// A sandbox proves a property whatever the server says.
+    SandboxConfined,
+    /// The server is not in the configuration.
+    UnknownServer,
+    /// The server sent a definition that is not a valid tool.
+    InvalidDefinition,
+    /// Something went wrong while deciding; the gateway fails closed.
+    InternalError,
+}
+
+/// One reason of a decision: a code, and the rule it came from where one did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reason {
+    /// The stable code.
+    pub code: ReasonCode,
+    /// Index into the configuration's `[[rules]]` for the rule reasons.
+    pub rule: Option<usize>,
+}
+
+// === impl ReasonCode ===
+
+impl ReasonCode {
+    /// Every code, in the order the documentation lists them.
+    pub const ALL: [Self; 20] = [
+        Self::RuleDeny,
+        Self::DefinitionChanged,
+        Self::RuleAsk,
+        Self::RuleAllow,
+        Self::OpenWorldAfterPrivateData,
+        Self::ReadOnly,
+        Self::NotReadOnly,
+        Self::ProfileHideWrites,
+        Self::ProfileAskAll,
+        Self::RememberedApproval,
+        Self::Unattended,
+        Self::UntrustedServer,
+        Self::MissingAnnotations,
+        Self::ContradictoryAnnotations,
+        Self::Destructive,
+        Self::OpenWorld,
+        Self::SandboxConfined,
+        Self::UnknownServer,
+        Self::InvalidDefinition,
+        Self::InternalError,
+    ];
+
+    /// The stable kebab-case code.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::RuleDeny => "rule-deny",
+            Self::DefinitionChanged => "definition-changed",
+            Self::RuleAsk => "rule-ask",
+            Self::RuleAllow => "rule-allow",
+            Self::OpenWorldAfterPrivateData => "open-world-after-private-data",
+            Self::ReadOnly => "read-only",
+            Self::NotReadOnly => "not-read-only",
+            Self::ProfileHideWrites => "profile-hide-writes",
+            Self::ProfileAskAll => "profile-ask-all",
+            Self::RememberedApproval => "remembered-approval",
+            Self::Unattended => "unattended",
+            Self::UntrustedServer => "untrusted-server",
+            Self::MissingAnnotations => "missing-annotations",
+            Self::ContradictoryAnnotations => "contradictory-annotations",
+            Self::Destructive => "destructive",
+            Self::OpenWorld => "open-world",
+            Self::SandboxConfined => "sandbox-confined",
+            Self::UnknownServer => "unknown-server",
+            Self::InvalidDefinition => "invalid-definition",
+            Self::InternalError => "internal-error",
+        }
+    }
+
+    /// The code in words, for a person.
+    pub const fn description(self) -> &'static str {
+        match self {
+            Self::RuleDeny => "a deny rule in the configuration matches this tool",
+            Self::DefinitionChanged => "the tool's definition changed since it was approved",
+            Self::RuleAsk => "an ask rule in the configuration matches this tool",
+            Self::RuleAllow => "an allow rule in the configuration matches this tool",
+            Self::OpenWorldAfterPrivateData => {
+                "this session has read private data and this tool can reach outside this machine"
+            }
+            Self::ReadOnly => "the tool only reads",
+            Self::NotReadOnly => "the tool may change things",
+            Self::ProfileHideWrites => {
+                "the profile `hide-writes` refuses tools that may change things"
+            }
+            Self::ProfileAskAll => "the profile `ask-all` asks before every call",
+            Self::RememberedApproval => "a person already approved this tool",
+            Self::Unattended => {
+                "nobody is there to answer (`unattended`), so asking means refusing"
+            }
+            Self::UntrustedServer => {
+                "the server is not trusted, so its annotations are only claims"
+            }
+            Self::MissingAnnotations => "the tool declares no annotations",
+            Self::ContradictoryAnnotations => {
+                "the tool's annotations contradict each other (read-only and destructive)"
+            }
+            Self::Destructive => "the tool may delete or overwrite data",
+            Self::OpenWorld => "the tool may reach outside this machine",
+            Self::SandboxConfined => "a sandbox enforces what the tool can reach",
+            Self::UnknownServer => "the server is not in the configuration",
+            Self::InvalidDefinition => "the server sent a tool definition that is not valid",
+            Self::InternalError => "an internal problem occurred while deciding",
+        }
+    }
+
+    /// Parses a kebab-case code.
+    pub fn parse(code: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|candidate| candidate.as_str() == code)
+    }
+}
+
+impl std::fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ReasonCode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+// === impl Reason ===
+
+impl Reason {
+    /// A reason with no rule attached.
+    pub const fn new(code: ReasonCode) -> Self {
+        Self { code, rule: None }
+    }
+
+    /// A reason that names the rule it came from.
+    pub const fn from_rule(code: ReasonCode, rule: usize) -> Self {
+        Self {
+            code,
+            rule: Some(rule),
+        }
+    }
+}
+
+impl From<ReasonCode> for Reason {
+    fn from(code: ReasonCode) -> Self {
+        Self::new(code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn codes_are_unique_kebab_case_and_parse_back() {
+        let codes: BTreeSet<_> = ReasonCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(codes.len(), ReasonCode::ALL.len());
+        for code in ReasonCode::ALL {
+            let text = code.as_str();
+            assert!(
+                text.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{text}"
+            );
+            assert_eq!(ReasonCode::parse(text), Some(code));
+        }
+    }
+}
