@@ -159,12 +159,10 @@ pub fn sandbox_proof(policy: &Policy, server: &str, mode: SandboxArg) -> Sandbox
         SandboxArg::Enforced => true,
         SandboxArg::None => false,
     };
-    if !enforced {
-        return SandboxProof::default();
-    }
-    SandboxProof {
-        no_network: !sandbox.network,
-        no_writes: sandbox.write.is_empty(),
+    if enforced {
+        sandbox.proof()
+    } else {
+        SandboxProof::default()
     }
 }
 

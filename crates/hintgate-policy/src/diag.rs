@@ -205,14 +205,14 @@ impl Diagnostic {
         match &self.span {
             Some(span) => {
                 let pos = position(source, span.start);
-                out.push_str(&format!("  --> {file}:{}:{}", pos.line, pos.column));
+                let pad = " ".repeat(pos.line.to_string().len());
+                out.push_str(&format!("{pad}--> {file}:{}:{}", pos.line, pos.column));
                 if !self.key.is_empty() {
                     out.push_str(&format!(" (key `{}`)", self.key));
                 }
                 out.push('\n');
                 let line_text = source.lines().nth(pos.line.saturating_sub(1)).unwrap_or("");
                 let gutter = pos.line.to_string();
-                let pad = " ".repeat(gutter.len());
                 let width = source
                     .get(span.clone())
                     .map(|text| text.lines().next().unwrap_or("").chars().count())
@@ -232,7 +232,10 @@ impl Diagnostic {
             }
         }
         if let Some(help) = &self.help {
-            out.push_str(&format!("  = help: {help}\n"));
+            let width = self.span.as_ref().map_or(1, |span| {
+                position(source, span.start).line.to_string().len()
+            });
+            out.push_str(&format!("{} = help: {help}\n", " ".repeat(width)));
         }
         out
     }

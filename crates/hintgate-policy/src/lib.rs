@@ -54,6 +54,8 @@ pub mod pin;
 pub mod prompt;
 pub mod reason;
 pub mod sanitize;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
 pub mod tool;
 pub mod vars;
 

@@ -212,6 +212,20 @@ impl ServerConfig {
     }
 }
 
+// === impl SandboxConfig ===
+
+impl SandboxConfig {
+    /// What this sandbox proves once the kernel enforces it: no network when
+    /// `network = false`, no writes when `write` is empty. A sandbox that is
+    /// not enforced proves nothing; that is the caller's to know.
+    pub fn proof(&self) -> crate::tool::SandboxProof {
+        crate::tool::SandboxProof {
+            no_network: !self.network,
+            no_writes: self.write.is_empty(),
+        }
+    }
+}
+
 // === impl Rule ===
 
 impl Rule {

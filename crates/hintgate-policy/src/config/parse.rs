@@ -62,8 +62,21 @@ pub fn parse_str(source: &str) -> (Option<ValidConfig>, Vec<Diagnostic>) {
             None => diagnostic,
         });
     }
+    let syntax_starts: Vec<usize> = syntax_errors
+        .iter()
+        .filter_map(|error| error.span().map(|span| span.start))
+        .collect();
     let config = walker.document(document.get_ref());
     let mut diagnostics = walker.diagnostics;
+    // A value the parser had to recover is already reported as a syntax
+    // error; what validation says about the recovered value is noise.
+    diagnostics.retain(|diagnostic| {
+        diagnostic.code == DiagCode::TomlSyntax
+            || !diagnostic
+                .span
+                .as_ref()
+                .is_some_and(|span| syntax_starts.contains(&span.start))
+    });
     diagnostics.sort_by_key(|diagnostic| {
         (
             diagnostic
@@ -196,7 +209,7 @@ impl Walker {
         let mut servers = BTreeMap::new();
         for (key, value) in table.iter() {
             let name = key.get_ref().as_ref();
-            let path = format!("servers.{name}");
+            let path = join("servers", name);
             if let Some(problem) = server_name_problem(name, separator) {
                 self.push(
                     Diagnostic::error(
@@ -637,7 +650,7 @@ impl Walker {
         let mut map = BTreeMap::new();
         for (name, item) in entries.iter() {
             let name_text = name.get_ref().as_ref();
-            let item_path = format!("{key_path}.{name_text}");
+            let item_path = join(&key_path, name_text);
             let valid_name = if names_are_env_vars {
                 vars::is_var_name(name_text)
             } else {
@@ -787,10 +800,24 @@ fn entry<'t, 'i>(table: &'t DeTable<'i>, key: &str) -> Option<(&'t Key<'i>, &'t 
 }
 
 fn join(path: &str, key: &str) -> String {
+    let key = quote_key(key);
     if path.is_empty() {
-        key.to_owned()
+        key
     } else {
         format!("{path}.{key}")
+    }
+}
+
+/// A key as TOML would write it in a dotted path: bare when it can be.
+fn quote_key(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-');
+    if bare {
+        key.to_owned()
+    } else {
+        format!("{key:?}")
     }
 }
 

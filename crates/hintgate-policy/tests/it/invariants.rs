@@ -1,0 +1,634 @@
+//! Property tests of the invariants the product promises (design §4.2).
+//!
+//! - For an untrusted server, no change to the declared annotations moves a
+//!   verdict towards less friction or makes a hidden tool visible.
+//! - Adding a deny rule never yields allow; deny beats ask beats allow.
+//! - An allow rule never beats a deny rule or a changed definition.
+//! - `unattended` never leaves an ask.
+//! - Deciding never panics, whatever the input; broken input denies.
+//! - The pin digest ignores key order and whitespace and changes with any
+//!   pinned field.
+
+use std::collections::BTreeMap;
+
+use hintgate_policy::config::{
+    self, Action, GatewaySettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig,
+    Transport, ValidConfig,
+};
+use hintgate_policy::decide::{Call, Policy, Remembered, SessionState, Verdict};
+use hintgate_policy::explain::{ExplainInput, explain};
+use hintgate_policy::glob::Glob;
+use hintgate_policy::pin::{PinDigest, PinStatus};
+use hintgate_policy::reason::ReasonCode;
+use hintgate_policy::tool::{Annotations, SandboxProof, Tool, Trust};
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+const SERVERS: [&str; 2] = ["alpha", "beta"];
+const TOOLS: [&str; 4] = ["read_notes", "delete_notes", "write_file", "fetch"];
+const GLOBS: [&str; 9] = [
+    "*",
+    "alpha",
+    "beta",
+    "read_*",
+    "*_notes",
+    "?rite_file",
+    "[df]*",
+    "fetch",
+    "gamma",
+];
+
+fn friction(verdict: Verdict) -> u8 {
+    match verdict {
+        Verdict::Allow => 0,
+        Verdict::Ask => 1,
+        Verdict::Deny => 2,
+    }
+}
+
+fn glob() -> impl Strategy<Value = Glob> {
+    proptest::sample::select(GLOBS.to_vec()).prop_map(|text| Glob::new(text).unwrap())
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![Just(Action::Allow), Just(Action::Ask), Just(Action::Deny)]
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    (glob(), glob(), action()).prop_map(|(server, tool, action)| Rule {
+        server,
+        tool,
+        action,
+        reason: None,
+    })
+}
+
+fn trust() -> impl Strategy<Value = Trust> {
+    prop_oneof![Just(Trust::Trusted), Just(Trust::Untrusted)]
+}
+
+fn profile() -> impl Strategy<Value = Profile> {
+    prop_oneof![
+        Just(Profile::AskWrites),
+        Just(Profile::HideWrites),
+        Just(Profile::AskAll)
+    ]
+}
+
+fn sandbox() -> impl Strategy<Value = Option<SandboxConfig>> {
+    proptest::option::of(
+        (any::<bool>(), any::<bool>()).prop_map(|(network, writes)| SandboxConfig {
+            read: vec!["/data".into()],
+            write: if writes { vec!["/data".into()] } else { vec![] },
+            network,
+            best_effort: false,
+        }),
+    )
+}
+
+fn server_config(name: &'static str) -> impl Strategy<Value = ServerConfig> {
+    (trust(), sandbox()).prop_map(move |(trust, sandbox)| ServerConfig {
+        name: name.to_owned(),
+        transport: Transport::Stdio {
+            command: "server".into(),
+            args: vec![],
+            env: BTreeMap::new(),
+        },
+        trust,
+        private_data: PrivateData::None,
+        sandbox,
+    })
+}
+
+fn config() -> impl Strategy<Value = ValidConfig> {
+    (
+        profile(),
+        any::<bool>(),
+        server_config(SERVERS[0]),
+        server_config(SERVERS[1]),
+        proptest::collection::vec(rule(), 0..6),
+    )
+        .prop_map(|(profile, unattended, alpha, beta, rules)| ValidConfig {
+            gateway: GatewaySettings {
+                profile,
+                unattended,
+                ..GatewaySettings::default()
+            },
+            servers: BTreeMap::from([(alpha.name.clone(), alpha), (beta.name.clone(), beta)]),
+            rules,
+        })
+}
+
+fn annotations() -> impl Strategy<Value = Option<Annotations>> {
+    proptest::option::of(
+        (
+            proptest::option::of("[A-Za-z ]{0,12}"),
+            proptest::option::of(any::<bool>()),
+            proptest::option::of(any::<bool>()),
+            proptest::option::of(any::<bool>()),
+            proptest::option::of(any::<bool>()),
+        )
+            .prop_map(|(title, read_only, destructive, idempotent, open_world)| {
+                Annotations {
+                    title,
+                    read_only_hint: read_only,
+                    destructive_hint: destructive,
+                    idempotent_hint: idempotent,
+                    open_world_hint: open_world,
+                    extra: Map::new(),
+                }
+            }),
+    )
+}
+
+fn tool_named(name: &str, annotations: Option<Annotations>, title: Option<String>) -> Tool {
+    let mut tool = Tool::named(name);
+    tool.annotations = annotations;
+    tool.title = title;
+    tool
+}
+
+fn pin() -> impl Strategy<Value = PinStatus> {
+    prop_oneof![
+        Just(PinStatus::New),
+        Just(PinStatus::Unchanged),
+        Just(PinStatus::Changed)
+    ]
+}
+
+fn session() -> impl Strategy<Value = SessionState> {
+    (
+        any::<bool>(),
+        prop_oneof![
+            Just(Remembered::None),
+            Just(Remembered::Session),
+            Just(Remembered::Always)
+        ],
+    )
+        .prop_map(|(tainted, remembered)| SessionState {
+            tainted,
+            remembered,
+        })
+}
+
+/// What the running sandbox proves: only what the config asked for, or nothing.
+fn proof(config: &ValidConfig, server: &str, enforced: bool) -> SandboxProof {
+    match config.servers.get(server).and_then(|s| s.sandbox.as_ref()) {
+        Some(sandbox) if enforced => sandbox.proof(),
+        _ => SandboxProof::default(),
+    }
+}
+
+/// Everything about one call except the tool's annotations.
+#[derive(Debug, Clone)]
+struct Scenario {
+    config: ValidConfig,
+    server: &'static str,
+    tool: &'static str,
+    pin: PinStatus,
+    session: SessionState,
+    enforced: bool,
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    (
+        config(),
+        proptest::sample::select(SERVERS.to_vec()),
+        proptest::sample::select(TOOLS.to_vec()),
+        pin(),
+        session(),
+        any::<bool>(),
+    )
+        .prop_map(|(config, server, tool, pin, session, enforced)| Scenario {
+            config,
+            server,
+            tool,
+            pin,
+            session,
+            enforced,
+        })
+}
+
+impl Scenario {
+    fn decide(&self, policy: &Policy, tool: &Tool) -> (Verdict, Vec<ReasonCode>, bool) {
+        let sandbox = proof(&self.config, self.server, self.enforced);
+        let decision = policy.decide(&Call {
+            server: self.server,
+            tool,
+            pin: self.pin,
+            session: self.session,
+            sandbox,
+        });
+        let visible = policy.visible(self.server, tool, sandbox);
+        (decision.verdict, decision.codes().collect(), visible)
+    }
+
+    fn untrusted(mut self) -> Self {
+        if let Some(server) = self.config.servers.get_mut(self.server) {
+            server.trust = Trust::Untrusted;
+        }
+        self
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The invariant of the product: an untrusted server's annotations can
+    /// only add friction. Between any two sets of annotations (and titles),
+    /// the verdict never moves towards less friction, and a hidden tool never
+    /// becomes visible.
+    #[test]
+    fn untrusted_annotations_never_lower_friction(
+        scenario in scenario(),
+        before in annotations(),
+        after in annotations(),
+        title_before in proptest::option::of("[A-Za-z_]{1,10}"),
+        title_after in proptest::option::of("[A-Za-z_]{1,10}"),
+    ) {
+        let scenario = scenario.untrusted();
+        let policy = Policy::new(scenario.config.clone());
+        let (verdict_before, _, visible_before) =
+            scenario.decide(&policy, &tool_named(scenario.tool, before, title_before));
+        let (verdict_after, _, visible_after) =
+            scenario.decide(&policy, &tool_named(scenario.tool, after, title_after));
+        prop_assert!(friction(verdict_after) >= friction(verdict_before),
+            "{verdict_before:?} -> {verdict_after:?}");
+        prop_assert!(visible_before || !visible_after, "a hidden tool became visible");
+    }
+
+    /// Compared with declaring nothing, an untrusted server's claims never
+    /// lower friction.
+    #[test]
+    fn untrusted_claims_never_beat_no_claims(scenario in scenario(), claims in annotations()) {
+        let scenario = scenario.untrusted();
+        let policy = Policy::new(scenario.config.clone());
+        let (bare, _, bare_visible) = scenario.decide(&policy, &tool_named(scenario.tool, None, None));
+        let (claimed, _, claimed_visible) = scenario.decide(&policy, &tool_named(scenario.tool, claims, None));
+        prop_assert!(friction(claimed) >= friction(bare));
+        prop_assert!(bare_visible || !claimed_visible);
+    }
+
+    /// Adding a deny rule anywhere never lowers friction, and when it matches
+    /// the call it denies and hides the tool.
+    #[test]
+    fn adding_a_deny_rule_never_yields_allow(
+        scenario in scenario(),
+        claims in annotations(),
+        server_glob in glob(),
+        tool_glob in glob(),
+        position in 0usize..8,
+    ) {
+        let tool = tool_named(scenario.tool, claims, None);
+        let (before, _, _) = scenario.decide(&Policy::new(scenario.config.clone()), &tool);
+        let mut config = scenario.config.clone();
+        let rule = Rule { server: server_glob, tool: tool_glob, action: Action::Deny, reason: None };
+        let matches = rule.matches(scenario.server, scenario.tool);
+        let position = position.min(config.rules.len());
+        config.rules.insert(position, rule);
+        let (after, codes, visible) = scenario.decide(&Policy::new(config), &tool);
+        prop_assert!(friction(after) >= friction(before), "{before:?} -> {after:?}");
+        if matches {
+            prop_assert_eq!(after, Verdict::Deny);
+            prop_assert_eq!(codes, vec![ReasonCode::RuleDeny]);
+            prop_assert!(!visible);
+        }
+    }
+
+    /// Deny beats ask beats allow, whatever order the rules are written in.
+    #[test]
+    fn deny_beats_ask_beats_allow(scenario in scenario(), claims in annotations(), order in 0usize..6) {
+        let tool = tool_named(scenario.tool, claims, None);
+        let any = || Glob::new("*").unwrap();
+        let mut actions = vec![Action::Allow, Action::Ask, Action::Deny];
+        // Every permutation of three, chosen by `order`.
+        actions.rotate_left(order % 3);
+        if order >= 3 {
+            actions.swap(0, 1);
+        }
+        let mut with_all = scenario.config.clone();
+        with_all.rules = actions.iter().map(|&action| Rule { server: any(), tool: any(), action, reason: None }).collect();
+        prop_assert_eq!(scenario.decide(&Policy::new(with_all.clone()), &tool).0, Verdict::Deny);
+
+        let mut ask_and_allow = with_all;
+        ask_and_allow.rules.retain(|rule| rule.action != Action::Deny);
+        let (verdict, codes, _) = scenario.decide(&Policy::new(ask_and_allow.clone()), &tool);
+        if ask_and_allow.gateway.unattended {
+            prop_assert_eq!(verdict, Verdict::Deny);
+            prop_assert_eq!(codes.first().copied(), Some(ReasonCode::Unattended));
+        } else {
+            prop_assert_eq!(verdict, Verdict::Ask);
+        }
+    }
+
+    /// An allow rule never beats a deny rule or a changed definition.
+    #[test]
+    fn an_allow_rule_never_beats_a_deny_rule_or_a_changed_definition(
+        scenario in scenario(),
+        claims in annotations(),
+    ) {
+        let tool = tool_named(scenario.tool, claims, None);
+        let mut config = scenario.config.clone();
+        config.rules.insert(0, Rule {
+            server: Glob::new(scenario.server).unwrap(),
+            tool: Glob::new(scenario.tool).unwrap(),
+            action: Action::Allow,
+            reason: None,
+        });
+        let policy = Policy::new(config.clone());
+        let denied_by_rule = config.rules.iter().any(|rule| rule.action == Action::Deny && rule.matches(scenario.server, scenario.tool));
+        let (verdict, codes, _) = scenario.decide(&policy, &tool);
+        if denied_by_rule {
+            prop_assert_eq!(verdict, Verdict::Deny);
+            prop_assert_eq!(codes, vec![ReasonCode::RuleDeny]);
+        } else if scenario.pin == PinStatus::Changed {
+            prop_assert_ne!(verdict, Verdict::Allow);
+            prop_assert!(codes.contains(&ReasonCode::DefinitionChanged));
+        }
+    }
+
+    /// `unattended` never leaves a question for nobody.
+    #[test]
+    fn unattended_never_asks(scenario in scenario(), claims in annotations()) {
+        let mut config = scenario.config.clone();
+        config.gateway.unattended = true;
+        let (verdict, _, _) = scenario.decide(&Policy::new(config), &tool_named(scenario.tool, claims, None));
+        prop_assert_ne!(verdict, Verdict::Ask);
+    }
+
+    /// A remembered approval never allows an effectively destructive tool.
+    #[test]
+    fn remembered_approvals_never_allow_destructive_tools(scenario in scenario(), claims in annotations()) {
+        let tool = tool_named(scenario.tool, claims, None);
+        let policy = Policy::new(scenario.config.clone());
+        let sandbox = proof(&scenario.config, scenario.server, scenario.enforced);
+        let destructive = policy.assess(scenario.server, &tool, sandbox).unwrap().effective.destructive;
+        let decision = policy.decide(&Call { server: scenario.server, tool: &tool, pin: scenario.pin, session: scenario.session, sandbox });
+        if destructive {
+            prop_assert!(!decision.has(ReasonCode::RememberedApproval));
+        }
+    }
+
+    /// Arbitrary JSON as a tool definition, any server name: explaining never
+    /// panics, and a definition that does not parse is denied and hidden.
+    #[test]
+    fn explaining_arbitrary_input_never_panics(
+        scenario in scenario(),
+        tool in json_value(),
+        arguments in proptest::option::of(json_value()),
+        server in "[a-z]{0,6}",
+    ) {
+        let policy = Policy::new(scenario.config.clone());
+        for server in [server.as_str(), scenario.server] {
+            let explanation = explain(&policy, &ExplainInput {
+                server,
+                tool: &tool,
+                arguments: arguments.as_ref(),
+                pinned: None,
+                pin: scenario.pin,
+                session: scenario.session,
+                sandbox: SandboxProof::default(),
+            });
+            if Tool::from_value(tool.clone()).is_err() {
+                prop_assert_eq!(explanation.verdict, Verdict::Deny);
+                prop_assert_eq!(explanation.reasons, vec![ReasonCode::InvalidDefinition]);
+                prop_assert!(!explanation.visible);
+            } else if !scenario.config.servers.contains_key(server) {
+                prop_assert_eq!(explanation.verdict, Verdict::Deny);
+                prop_assert_eq!(explanation.reasons, vec![ReasonCode::UnknownServer]);
+            }
+        }
+    }
+
+    /// A tool-shaped object with arbitrary field values never panics either.
+    #[test]
+    fn deciding_tool_shaped_input_never_panics(scenario in scenario(), fields in proptest::collection::btree_map(
+        proptest::sample::select(vec!["name", "title", "description", "inputSchema", "annotations", "icons", "_meta", "other"]),
+        json_value(), 0..6)) {
+        let mut object: Map<String, Value> = fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        object.entry("name").or_insert(json!("write_file"));
+        let policy = Policy::new(scenario.config.clone());
+        let _ = explain(&policy, &ExplainInput {
+            server: scenario.server,
+            tool: &Value::Object(object),
+            arguments: None,
+            pinned: None,
+            pin: scenario.pin,
+            session: scenario.session,
+            sandbox: SandboxProof::default(),
+        });
+    }
+
+    /// Validating arbitrary text as a configuration never panics, and a
+    /// configuration is returned only when no diagnostic is an error.
+    #[test]
+    fn validating_arbitrary_config_text_never_panics(text in config_text()) {
+        let (config, diagnostics) = config::parse_str(&text);
+        let has_error = diagnostics.iter().any(|d| d.is_error());
+        prop_assert_eq!(config.is_some(), !has_error);
+        for diagnostic in &diagnostics {
+            let _ = diagnostic.render("fuzz.toml", &text);
+        }
+    }
+
+    /// The pin digest ignores key order and whitespace.
+    #[test]
+    fn the_pin_digest_ignores_key_order_and_whitespace(tool in tool_value(), seed in any::<u64>()) {
+        // Both sides come from text, as a server's definitions do: the same
+        // number literal always parses to the same value.
+        let parsed = Tool::from_json(&serde_json::to_string(&tool).unwrap()).unwrap();
+        let reordered_text = write_shuffled(&tool, seed);
+        let reordered = Tool::from_json(&reordered_text).unwrap();
+        prop_assert_eq!(PinDigest::of(&parsed), PinDigest::of(&reordered));
+    }
+
+    /// The pin digest changes when any pinned field changes, including a
+    /// single annotation flip.
+    #[test]
+    fn the_pin_digest_changes_with_any_pinned_field(tool in tool_value(), field in 0usize..8) {
+        let original = Tool::from_value(tool.clone()).unwrap();
+        let mut changed = original.clone();
+        match field {
+            0 => changed.name.push('x'),
+            1 => changed.title = Some(format!("{}!", changed.title.unwrap_or_default())),
+            2 => changed.description = Some(format!("{} ", changed.description.unwrap_or_default())),
+            3 => changed.input_schema = Some(json!({"type": "object", "properties": {"changed": {"type": "string"}}})),
+            4 => changed.output_schema = Some(json!({"type": "object", "x": changed.output_schema.is_some()})),
+            5 => {
+                let annotations = changed.annotations.get_or_insert_with(Annotations::default);
+                annotations.destructive_hint = Some(!annotations.destructive_hint.unwrap_or(false));
+            }
+            6 => {
+                let annotations = changed.annotations.get_or_insert_with(Annotations::default);
+                annotations.read_only_hint = Some(!annotations.read_only_hint.unwrap_or(false));
+            }
+            _ => changed.icons = Some(json!([{"src": format!("{:?}", changed.icons)}])),
+        }
+        prop_assert_ne!(PinDigest::of(&original), PinDigest::of(&changed));
+        prop_assert_eq!(PinStatus::compare(Some(PinDigest::of(&original)), &changed), PinStatus::Changed);
+    }
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        "\\PC{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            proptest::collection::btree_map("[a-zA-Z_]{1,12}", inner, 0..5)
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+/// A valid tool definition with every pinned field sometimes present.
+fn tool_value() -> impl Strategy<Value = Value> {
+    (
+        "[a-z_]{1,12}",
+        proptest::option::of("\\PC{0,16}"),
+        proptest::option::of("\\PC{0,32}"),
+        proptest::option::of(json_value()),
+        annotations(),
+        proptest::option::of(json_value()),
+        json_value(),
+    )
+        .prop_map(|(name, title, description, output_schema, annotations, icons, meta)| {
+            let mut tool = json!({"name": name, "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}});
+            let object = tool.as_object_mut().unwrap();
+            if let Some(title) = title { object.insert("title".into(), json!(title)); }
+            if let Some(description) = description { object.insert("description".into(), json!(description)); }
+            if let Some(schema) = output_schema { object.insert("outputSchema".into(), schema); }
+            if let Some(annotations) = annotations { object.insert("annotations".into(), serde_json::to_value(annotations).unwrap()); }
+            if let Some(icons) = icons { object.insert("icons".into(), icons); }
+            object.insert("_meta".into(), json!({"x/meta": meta}));
+            tool
+        })
+}
+
+/// Serialises JSON with object keys in a seeded shuffled order and random
+/// whitespace between tokens.
+fn write_shuffled(value: &Value, seed: u64) -> String {
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+    fn space(state: &mut u64) -> &'static str {
+        ["", " ", "\n  ", "\t"][(next(state) % 4) as usize]
+    }
+    fn write(value: &Value, state: &mut u64, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                for idx in (1..entries.len()).rev() {
+                    let other = (next(state) % (idx as u64 + 1)) as usize;
+                    entries.swap(idx, other);
+                }
+                out.push('{');
+                for (idx, (key, item)) in entries.into_iter().enumerate() {
+                    if idx > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(space(state));
+                    out.push_str(&serde_json::to_string(key).unwrap());
+                    out.push_str(space(state));
+                    out.push(':');
+                    out.push_str(space(state));
+                    write(item, state, out);
+                }
+                out.push_str(space(state));
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (idx, item) in items.iter().enumerate() {
+                    if idx > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(space(state));
+                    write(item, state, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut state = seed | 1;
+    let mut out = String::new();
+    write(value, &mut state, &mut out);
+    out
+}
+
+/// Text that is often TOML-shaped, with the real keys, wrong types and garbage.
+fn config_text() -> impl Strategy<Value = String> {
+    let key = proptest::sample::select(vec![
+        "profile",
+        "unattended",
+        "separator",
+        "ask_timeout_s",
+        "command",
+        "args",
+        "env",
+        "url",
+        "headers",
+        "trust",
+        "private_data",
+        "sandbox",
+        "read",
+        "write",
+        "network",
+        "best_effort",
+        "server",
+        "tool",
+        "action",
+        "reason",
+        "bogus",
+    ]);
+    let value = proptest::sample::select(vec![
+        "\"ask-all\"",
+        "\"hide-writes\"",
+        "true",
+        "false",
+        "0",
+        "-1",
+        "99999999999999999999",
+        "1.5",
+        "[\"a\", 1]",
+        "[]",
+        "{ A = \"b\" }",
+        "\"${X\"",
+        "\"${OK}\"",
+        "\"[z-a]\"",
+        "\"deny\"",
+        "\"http://example.com\"",
+        "\"relative/path\"",
+        "\"x\"",
+        "{",
+        "\"\"",
+    ]);
+    let header = proptest::sample::select(vec![
+        "[gateway]",
+        "[servers.fs]",
+        "[servers.fs.sandbox]",
+        "[[rules]]",
+        "[servers.\"bad name\"]",
+        "[servers]",
+        "[[servers.fs]]",
+        "[rules]",
+        "",
+    ]);
+    let line = prop_oneof![
+        (key, value).prop_map(|(k, v)| format!("{k} = {v}")),
+        header.prop_map(str::to_owned),
+        "\\PC{0,20}",
+    ];
+    proptest::collection::vec(line, 0..16).prop_map(|lines| lines.join("\n"))
+}
