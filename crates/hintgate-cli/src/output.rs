@@ -23,3 +23,39 @@ fn write_all(mut sink: impl Write, text: &str) -> io::Result<()> {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct ClosedPipe;
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from(io::ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Full;
+
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from(io::ErrorKind::StorageFull))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_is_not_an_error_but_a_full_disk_is() {
+        assert!(write_all(ClosedPipe, "text").is_ok());
+        assert_eq!(
+            write_all(Full, "text").unwrap_err().kind(),
+            io::ErrorKind::StorageFull
+        );
+    }
+}

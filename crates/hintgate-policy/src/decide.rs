@@ -3,6 +3,8 @@
 //! [`Policy::decide`] is a total function: it never panics and never returns
 //! an error. Anything it cannot decide is a deny with a reason (fail closed).
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use crate::config::{Action, Profile, ServerConfig, ValidConfig};
@@ -90,6 +92,10 @@ pub struct Decision {
 #[derive(Debug, Clone)]
 pub struct Policy {
     config: ValidConfig,
+    /// For each configured server, the indices of the rules whose server glob
+    /// matches it, in file order. The servers are known when the policy is
+    /// built, so a decision only looks at the rules that can apply.
+    server_rules: HashMap<String, Vec<usize>>,
 }
 
 /// The first matching rule of each action, by index.
@@ -133,7 +139,24 @@ impl Decision {
 impl Policy {
     /// A policy over a validated configuration.
     pub fn new(config: ValidConfig) -> Self {
-        Self { config }
+        let server_rules = config
+            .servers
+            .keys()
+            .map(|server| {
+                let rules = config
+                    .rules
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, rule)| rule.server.matches(server))
+                    .map(|(idx, _)| idx)
+                    .collect();
+                (server.clone(), rules)
+            })
+            .collect();
+        Self {
+            config,
+            server_rules,
+        }
     }
 
     /// The configuration this policy decides by.
@@ -311,13 +334,19 @@ impl Policy {
 
     fn rule_matches(&self, server: &str, tool: &str) -> RuleMatches {
         let mut found = RuleMatches::default();
-        for (idx, rule) in self.config.rules.iter().enumerate() {
+        let Some(indices) = self.server_rules.get(server) else {
+            return found;
+        };
+        for &idx in indices {
+            let Some(rule) = self.config.rules.get(idx) else {
+                continue;
+            };
             let slot = match rule.action {
                 Action::Deny => &mut found.deny,
                 Action::Ask => &mut found.ask,
                 Action::Allow => &mut found.allow,
             };
-            if slot.is_none() && rule.matches(server, tool) {
+            if slot.is_none() && rule.tool.matches(tool) {
                 *slot = Some(idx);
             }
         }

@@ -14,6 +14,18 @@ use std::fmt;
 pub struct Glob {
     source: String,
     tokens: Vec<Token>,
+    shape: Shape,
+}
+
+/// The common shapes, matched without the general algorithm: rules are
+/// mostly a literal name, `prefix*`, `*suffix` or `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shape {
+    Any,
+    Literal(String),
+    Prefix(String),
+    Suffix(String),
+    General,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,11 +46,11 @@ pub enum GlobError {
     /// The glob is the empty string.
     #[error("a glob cannot be empty")]
     Empty,
-    /// A `[` has no matching `]`.
-    #[error("unclosed character class starting at character {0}")]
+    /// A `[` has no matching `]` (the 1-based character position of the `[`).
+    #[error("the `[` at character {0} is never closed")]
     UnclosedClass(usize),
-    /// A class such as `[]` or `[!]` matches nothing.
-    #[error("empty character class at character {0}")]
+    /// A class such as `[]` or `[!]` matches nothing (1-based position).
+    #[error("the character class at character {0} is empty")]
     EmptyClass(usize),
     /// A range such as `[z-a]` runs backwards.
     #[error("range `{0}-{1}` runs backwards")]
@@ -92,9 +104,11 @@ impl Glob {
                 }
             }
         }
+        let shape = Shape::of(&tokens);
         Ok(Self {
             source: source.to_owned(),
             tokens,
+            shape,
         })
     }
 
@@ -103,6 +117,7 @@ impl Glob {
         Self {
             source: "*".to_owned(),
             tokens: vec![Token::AnyRun],
+            shape: Shape::Any,
         }
     }
 
@@ -133,6 +148,16 @@ impl Glob {
     /// `*` and let it swallow one more character. Linear in practice, no
     /// allocation, no recursion.
     pub fn matches(&self, name: &str) -> bool {
+        match &self.shape {
+            Shape::Any => true,
+            Shape::Literal(literal) => name == literal,
+            Shape::Prefix(prefix) => name.starts_with(prefix.as_str()),
+            Shape::Suffix(suffix) => name.ends_with(suffix.as_str()),
+            Shape::General => self.matches_tokens(name),
+        }
+    }
+
+    fn matches_tokens(&self, name: &str) -> bool {
         let mut text = name.chars();
         let mut token_idx = 0;
         // Where to resume after the last `*`: the token after it and the text
@@ -178,6 +203,28 @@ impl fmt::Display for Glob {
     }
 }
 
+// === impl Shape ===
+
+impl Shape {
+    fn of(tokens: &[Token]) -> Self {
+        let literal = |tokens: &[Token]| -> Option<String> {
+            tokens
+                .iter()
+                .map(|token| match token {
+                    Token::Literal(ch) => Some(*ch),
+                    _ => None,
+                })
+                .collect()
+        };
+        match tokens {
+            [Token::AnyRun] => Self::Any,
+            [Token::AnyRun, rest @ ..] => literal(rest).map_or(Self::General, Self::Suffix),
+            [rest @ .., Token::AnyRun] => literal(rest).map_or(Self::General, Self::Prefix),
+            all => literal(all).map_or(Self::General, Self::Literal),
+        }
+    }
+}
+
 // === impl Token ===
 
 impl Token {
@@ -204,18 +251,22 @@ fn parse_class(chars: &[char], open: usize) -> Result<(Token, usize), GlobError>
     }
     let mut ranges = Vec::new();
     loop {
-        let ch = *chars.get(idx).ok_or(GlobError::UnclosedClass(open))?;
+        let ch = *chars.get(idx).ok_or(GlobError::UnclosedClass(open + 1))?;
         match ch {
             ']' => break,
             '\\' => {
-                let escaped = *chars.get(idx + 1).ok_or(GlobError::UnclosedClass(open))?;
+                let escaped = *chars
+                    .get(idx + 1)
+                    .ok_or(GlobError::UnclosedClass(open + 1))?;
                 ranges.push((escaped, escaped));
                 idx += 2;
             }
             low => {
                 if chars.get(idx + 1) == Some(&'-') && chars.get(idx + 2).is_some_and(|c| *c != ']')
                 {
-                    let high = *chars.get(idx + 2).ok_or(GlobError::UnclosedClass(open))?;
+                    let high = *chars
+                        .get(idx + 2)
+                        .ok_or(GlobError::UnclosedClass(open + 1))?;
                     if high < low {
                         return Err(GlobError::ReversedRange(low, high));
                     }
@@ -229,7 +280,7 @@ fn parse_class(chars: &[char], open: usize) -> Result<(Token, usize), GlobError>
         }
     }
     if ranges.is_empty() {
-        return Err(GlobError::EmptyClass(open));
+        return Err(GlobError::EmptyClass(open + 1));
     }
     Ok((Token::Class { negated, ranges }, idx + 1))
 }
@@ -264,8 +315,8 @@ mod tests {
     #[test]
     fn bad_globs_are_errors() {
         assert_eq!(Glob::new(""), Err(GlobError::Empty));
-        assert_eq!(Glob::new("a[bc"), Err(GlobError::UnclosedClass(1)));
-        assert_eq!(Glob::new("[]"), Err(GlobError::EmptyClass(0)));
+        assert_eq!(Glob::new("a[bc"), Err(GlobError::UnclosedClass(2)));
+        assert_eq!(Glob::new("[]"), Err(GlobError::EmptyClass(1)));
         assert_eq!(Glob::new("[z-a]"), Err(GlobError::ReversedRange('z', 'a')));
         assert_eq!(Glob::new("abc\\"), Err(GlobError::TrailingEscape));
     }
@@ -296,7 +347,10 @@ mod tests {
             prop_assume!(!glob.is_empty());
             let g: Vec<char> = glob.chars().collect();
             let n: Vec<char> = name.chars().collect();
-            prop_assert_eq!(Glob::new(&glob).unwrap().matches(&name), reference(&g, &n));
+            let compiled = Glob::new(&glob).unwrap();
+            prop_assert_eq!(compiled.matches(&name), reference(&g, &n));
+            // The fast paths and the general algorithm agree.
+            prop_assert_eq!(compiled.matches_tokens(&name), reference(&g, &n));
         }
 
         #[test]

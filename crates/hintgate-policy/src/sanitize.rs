@@ -186,7 +186,7 @@ mod tests {
             "\u{1b}[31mred\u{1b}[0m and \u{1b}]0;title\u{7}done \u{1b}]8;;http://x\u{1b}\\link",
         );
         assert_eq!(s.text, "red and done link");
-        assert_eq!(s.removed, vec![(Removed::AnsiEscape, 5)]);
+        assert_eq!(s.removed, vec![(Removed::AnsiEscape, 4)]);
     }
 
     #[test]

@@ -300,7 +300,7 @@ proptest! {
     fn deny_beats_ask_beats_allow(scenario in scenario(), claims in annotations(), order in 0usize..6) {
         let tool = tool_named(scenario.tool, claims, None);
         let any = || Glob::new("*").unwrap();
-        let mut actions = vec![Action::Allow, Action::Ask, Action::Deny];
+        let mut actions = [Action::Allow, Action::Ask, Action::Deny];
         // Every permutation of three, chosen by `order`.
         actions.rotate_left(order % 3);
         if order >= 3 {

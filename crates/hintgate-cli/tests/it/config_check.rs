@@ -1,0 +1,71 @@
+//! `hintgate config check`.
+
+use serde_json::Value;
+
+use crate::util::{code, repo_root, run, stderr, stdout};
+
+#[test]
+fn a_clean_config_exits_0() {
+    let output = run(&repo_root(), &["config", "check", "examples/hintgate.toml"]);
+    assert_eq!(code(&output), 0, "{}", stdout(&output));
+    assert_eq!(stdout(&output), "examples/hintgate.toml: ok\n");
+}
+
+#[test]
+fn every_problem_is_reported_with_its_position_and_the_exit_is_64() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        "[gateway]\nprofle = \"ask-all\"\n\n[servers.fs]\ncommand = \"npx\"\ntrust = \"trsted\"\n\n[[rules]]\ntool = \"[\"\naction = \"deny\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("warn.toml"),
+        "[servers.a]\nurl = \"http://example.com/mcp\"\n",
+    )
+    .unwrap();
+    let output = run(
+        dir.path(),
+        &["config", "check", "hintgate.toml", "warn.toml"],
+    );
+    assert_eq!(code(&output), 64);
+    insta::assert_snapshot!(stdout(&output));
+}
+
+#[test]
+fn warnings_alone_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("warn.toml"),
+        "[servers.a]\nurl = \"http://example.com/mcp\"\n",
+    )
+    .unwrap();
+    let output = run(dir.path(), &["config", "check", "warn.toml"]);
+    assert_eq!(code(&output), 0);
+    assert!(stdout(&output).contains("warn.toml: 0 errors and 1 warning"));
+}
+
+#[test]
+fn json_output_gives_file_line_column_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("c.toml"), "[gateway]\nunattended = 1\n").unwrap();
+    let output = run(dir.path(), &["config", "check", "--json", "c.toml"]);
+    assert_eq!(code(&output), 64);
+    let diagnostics: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        diagnostics,
+        serde_json::json!([{
+            "file": "c.toml", "line": 2, "column": 14, "severity": "error", "code": "wrong-type",
+            "key": "gateway.unattended",
+            "message": "`unattended` must be a boolean (`true` or `false`), not an integer"
+        }])
+    );
+}
+
+#[test]
+fn a_missing_file_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(dir.path(), &["config", "check", "missing.toml"]);
+    assert_eq!(code(&output), 64);
+    assert!(stderr(&output).contains("cannot read config `missing.toml`"));
+}
