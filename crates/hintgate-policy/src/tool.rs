@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::reason::ReasonCode;
+use crate::sanitize::sanitize;
 
 /// One tool definition as it appears in a `tools/list` result.
 ///
@@ -212,16 +213,18 @@ impl Tool {
     }
 
     /// The name to show a person: `title`, then `annotations.title`, then `name`
-    /// (the spec's order). Empty titles are skipped.
+    /// (the spec's order). A title that is empty once invisible characters and
+    /// white space are removed is skipped, so it cannot blank out the name.
     pub fn display_name(&self) -> &str {
+        let shows_something = |title: &&str| !sanitize(title).text.trim().is_empty();
         self.title
             .as_deref()
-            .filter(|title| !title.is_empty())
+            .filter(shows_something)
             .or_else(|| {
                 self.annotations
                     .as_ref()
                     .and_then(|annotations| annotations.title.as_deref())
-                    .filter(|title| !title.is_empty())
+                    .filter(shows_something)
             })
             .unwrap_or(&self.name)
     }
