@@ -1,6 +1,6 @@
 //! The configuration model (`hintgate.toml`, design §3).
 //!
-//! [`parse_str`] turns text into a [`ValidConfig`] plus every [`Diagnostic`] it
+//! [`parse_str`] turns text into a [`ValidConfig`] plus every [`Diagnostic`](crate::diag::Diagnostic) it
 //! found; a `ValidConfig` exists only when none of them is an error. Reading
 //! the file is the caller's job (the loader at the edge), and so is expanding
 //! `${VAR}` references, with [`crate::vars::expand`].
