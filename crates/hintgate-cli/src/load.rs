@@ -4,6 +4,7 @@ use std::path::Path;
 
 use hintgate_policy::config::{self, ValidConfig};
 use hintgate_policy::diag::Diagnostic;
+use hintgate_policy::vars::Vars;
 use serde_json::Value;
 
 /// A problem with a file the user named: bad usage, exit 64.
@@ -17,6 +18,16 @@ impl std::fmt::Display for InputError {
 }
 
 impl std::error::Error for InputError {}
+
+/// The process environment, the source of `${VAR}` values at the edge.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessEnv;
+
+impl Vars for ProcessEnv {
+    fn get(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok()
+    }
+}
 
 /// A configuration file's text and what validation made of it.
 #[derive(Debug)]
@@ -45,7 +56,7 @@ impl LoadedConfig {
 /// Reads and validates a configuration file.
 pub fn config(path: &Path) -> Result<LoadedConfig, InputError> {
     let source = read(path, "config")?;
-    let (config, diagnostics) = config::parse_str(&source);
+    let (config, diagnostics) = config::parse_str_checking_vars(&source, &ProcessEnv);
     Ok(LoadedConfig {
         path: path.display().to_string(),
         source,

@@ -47,6 +47,8 @@ pub enum DiagCode {
     InsecureUrl,
     /// A sandbox path that is not absolute.
     RelativePath,
+    /// A `${VAR}` reference to a variable the environment does not have.
+    UnsetVariable,
 }
 
 /// One problem in a configuration.
@@ -95,7 +97,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -109,6 +111,7 @@ impl DiagCode {
         Self::AllowEverything,
         Self::InsecureUrl,
         Self::RelativePath,
+        Self::UnsetVariable,
     ];
 
     /// The stable kebab-case code.
@@ -127,6 +130,7 @@ impl DiagCode {
             Self::AllowEverything => "allow-everything",
             Self::InsecureUrl => "insecure-url",
             Self::RelativePath => "relative-path",
+            Self::UnsetVariable => "unset-variable",
         }
     }
 }

@@ -6,7 +6,14 @@ use crate::util::{code, repo_root, run, stderr, stdout};
 
 #[test]
 fn a_clean_config_exits_0() {
-    let output = run(&repo_root(), &["config", "check", "examples/hintgate.toml"]);
+    // The example refers to `${HOME}`; set it so the check does not depend
+    // on the environment the tests run in.
+    let output = crate::util::hintgate()
+        .current_dir(repo_root())
+        .args(["config", "check", "examples/hintgate.toml"])
+        .env("HOME", "/home/me")
+        .output()
+        .unwrap();
     assert_eq!(code(&output), 0, "{}", stdout(&output));
     assert_eq!(stdout(&output), "examples/hintgate.toml: ok\n");
 }
@@ -68,4 +75,35 @@ fn a_missing_file_is_a_usage_error() {
     let output = run(dir.path(), &["config", "check", "missing.toml"]);
     assert_eq!(code(&output), 64);
     assert!(stderr(&output).contains("cannot read config `missing.toml`"));
+}
+
+#[test]
+fn unset_variables_are_warned_about_at_their_position() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("c.toml"),
+        "[servers.search]\nurl = \"https://search.example/mcp\"\nheaders = { Authorization = \"Bearer ${HINTGATE_TEST_UNSET_TOKEN}\" }\n",
+    )
+    .unwrap();
+    let output = crate::util::hintgate()
+        .current_dir(dir.path())
+        .args(["config", "check", "c.toml"])
+        .env_remove("HINTGATE_TEST_UNSET_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "a warning alone is not an error");
+    let text = stdout(&output);
+    assert!(
+        text.contains("warning[unset-variable]: variable `HINTGATE_TEST_UNSET_TOKEN` is not set"),
+        "{text}"
+    );
+    assert!(text.contains("c.toml:3:29"), "{text}");
+
+    let set = crate::util::hintgate()
+        .current_dir(dir.path())
+        .args(["config", "check", "c.toml"])
+        .env("HINTGATE_TEST_UNSET_TOKEN", "x")
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&set), "c.toml: ok\n");
 }

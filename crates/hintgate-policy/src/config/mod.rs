@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::glob::Glob;
 use crate::tool::Trust;
 
-pub use parse::parse_str;
+pub use parse::{parse_str, parse_str_checking_vars};
 
 /// The profile: how the gateway treats calls no rule decides (design §4.2, step 6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]

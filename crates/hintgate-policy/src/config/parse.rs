@@ -18,7 +18,7 @@ use super::{
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
 use crate::tool::Trust;
-use crate::vars;
+use crate::vars::{self, Vars};
 
 type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
@@ -46,8 +46,28 @@ const MAX_ASK_TIMEOUT_S: i64 = 86_400;
 /// Returns the configuration when no diagnostic is an error, and every
 /// diagnostic (errors and warnings) sorted by position either way.
 pub fn parse_str(source: &str) -> (Option<ValidConfig>, Vec<Diagnostic>) {
+    parse_with_vars(source, None)
+}
+
+/// Like [`parse_str`], and also warns about every `${VAR}` reference to a
+/// variable that `vars` does not have (`unset-variable`): the gateway would
+/// refuse to start that server.
+pub fn parse_str_checking_vars(
+    source: &str,
+    vars: &dyn Vars,
+) -> (Option<ValidConfig>, Vec<Diagnostic>) {
+    parse_with_vars(source, Some(vars))
+}
+
+fn parse_with_vars(
+    source: &str,
+    vars: Option<&dyn Vars>,
+) -> (Option<ValidConfig>, Vec<Diagnostic>) {
     let (document, syntax_errors) = DeTable::parse_recoverable(source);
-    let mut walker = Walker::default();
+    let mut walker = Walker {
+        diagnostics: Vec::new(),
+        vars,
+    };
     for error in &syntax_errors {
         let message = error
             .message()
@@ -92,11 +112,13 @@ pub fn parse_str(source: &str) -> (Option<ValidConfig>, Vec<Diagnostic>) {
 }
 
 #[derive(Default)]
-struct Walker {
+struct Walker<'v> {
     diagnostics: Vec<Diagnostic>,
+    /// When given, `${VAR}` references to unset variables are warned about.
+    vars: Option<&'v dyn Vars>,
 }
 
-impl Walker {
+impl Walker<'_> {
     fn push(&mut self, diagnostic: Diagnostic) {
         self.diagnostics.push(diagnostic);
     }
@@ -708,8 +730,8 @@ impl Walker {
     }
 
     fn check_template(&mut self, text: &str, span: Range<usize>, path: &str) {
-        if let Err(err) = vars::references(text) {
-            self.push(
+        match vars::references(text) {
+            Err(err) => self.push(
                 Diagnostic::error(
                     DiagCode::BadVariable,
                     path,
@@ -717,7 +739,27 @@ impl Walker {
                 )
                 .at(span)
                 .with_help("write `${NAME}`, or `$${` for a literal `${`"),
-            );
+            ),
+            Ok(names) => {
+                let Some(source) = self.vars else {
+                    return;
+                };
+                for name in names {
+                    if source.get(&name).is_none() {
+                        self.push(
+                            Diagnostic::warning(
+                                DiagCode::UnsetVariable,
+                                path,
+                                format!("variable `{name}` is not set in this environment"),
+                            )
+                            .at(span.clone())
+                            .with_help(
+                                "set it before starting the gateway, or that server will not start",
+                            ),
+                        );
+                    }
+                }
+            }
         }
     }
 
