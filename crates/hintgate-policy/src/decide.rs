@@ -369,6 +369,3 @@ fn ask(first: Reason, assessment: &HintAssessment, trust: Trust) -> Decision {
         remember: RememberOffer::ThisCallOnly,
     }
 }
-
-#[cfg(test)]
-mod tests;

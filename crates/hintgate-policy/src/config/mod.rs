@@ -63,6 +63,11 @@ pub struct GatewaySettings {
     pub separator: String,
     /// How long an ask waits for an answer before it is a deny.
     pub ask_timeout_s: u64,
+    /// How long a forwarded call waits for the server before it fails.
+    pub call_timeout_s: u64,
+    /// The largest message a server may send, in bytes; a longer line fails
+    /// the server's calls and restarts it.
+    pub max_message_bytes: u64,
 }
 
 /// One `[servers.NAME]` table.
@@ -153,6 +158,8 @@ impl Default for GatewaySettings {
             unattended: false,
             separator: "__".to_owned(),
             ask_timeout_s: 120,
+            call_timeout_s: 60,
+            max_message_bytes: 16 * 1024 * 1024,
         }
     }
 }

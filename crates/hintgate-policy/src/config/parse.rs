@@ -24,7 +24,14 @@ type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
 const TOP_KEYS: &[&str] = &["gateway", "servers", "rules"];
-const GATEWAY_KEYS: &[&str] = &["profile", "unattended", "separator", "ask_timeout_s"];
+const GATEWAY_KEYS: &[&str] = &[
+    "profile",
+    "unattended",
+    "separator",
+    "ask_timeout_s",
+    "call_timeout_s",
+    "max_message_bytes",
+];
 const SERVER_KEYS: &[&str] = &[
     "command",
     "args",
@@ -38,8 +45,12 @@ const SERVER_KEYS: &[&str] = &[
 const SANDBOX_KEYS: &[&str] = &["read", "write", "network", "best_effort"];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
 
-/// The longest `ask_timeout_s` accepted: one day.
-const MAX_ASK_TIMEOUT_S: i64 = 86_400;
+/// The longest timeout accepted: one day.
+const MAX_TIMEOUT_S: u64 = 86_400;
+/// The smallest message limit accepted: 64 KiB.
+const MIN_MESSAGE_BYTES: u64 = 64 * 1024;
+/// The largest message limit accepted: 1 GiB.
+const MAX_MESSAGE_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// Parses and validates a configuration.
 ///
@@ -67,6 +78,7 @@ fn parse_with_vars(
     let mut walker = Walker {
         diagnostics: Vec::new(),
         vars,
+        declared_servers: Vec::new(),
     };
     for error in &syntax_errors {
         let message = error
@@ -116,6 +128,8 @@ struct Walker<'v> {
     diagnostics: Vec<Diagnostic>,
     /// When given, `${VAR}` references to unset variables are warned about.
     vars: Option<&'v dyn Vars>,
+    /// Every name under `[servers]`, valid or not, for the rule checks.
+    declared_servers: Vec<String>,
 }
 
 impl Walker<'_> {
@@ -147,7 +161,7 @@ impl Walker<'_> {
         };
         let rules = match entry(top, "rules") {
             Some((_, value)) => match value.get_ref() {
-                DeValue::Array(array) => self.rules(array, &servers),
+                DeValue::Array(array) => self.rules(array),
                 other => {
                     self.wrong_value_type(
                         value,
@@ -209,28 +223,47 @@ impl Walker<'_> {
                 settings.separator = separator;
             }
         }
-        if let Some((seconds, span)) = self.integer(table, "gateway", "ask_timeout_s") {
-            match u64::try_from(seconds) {
-                Ok(seconds) if (1..=MAX_ASK_TIMEOUT_S.unsigned_abs()).contains(&seconds) => {
-                    settings.ask_timeout_s = seconds;
-                }
-                _ => self.push(
-                    Diagnostic::error(
-                        DiagCode::InvalidValue,
-                        "gateway.ask_timeout_s",
-                        format!("`ask_timeout_s` must be between 1 and {MAX_ASK_TIMEOUT_S}, not {seconds}"),
-                    )
-                    .at(span),
-                ),
-            }
+        if let Some(seconds) = self.bounded(table, "ask_timeout_s", 1, MAX_TIMEOUT_S) {
+            settings.ask_timeout_s = seconds;
+        }
+        if let Some(seconds) = self.bounded(table, "call_timeout_s", 1, MAX_TIMEOUT_S) {
+            settings.call_timeout_s = seconds;
+        }
+        if let Some(bytes) = self.bounded(
+            table,
+            "max_message_bytes",
+            MIN_MESSAGE_BYTES,
+            MAX_MESSAGE_BYTES,
+        ) {
+            settings.max_message_bytes = bytes;
         }
         settings
+    }
+
+    /// An integer `[gateway]` setting within `min..=max`.
+    fn bounded(&mut self, table: &DeTable<'_>, key: &str, min: u64, max: u64) -> Option<u64> {
+        let (number, span) = self.integer(table, "gateway", key)?;
+        match u64::try_from(number) {
+            Ok(number) if (min..=max).contains(&number) => Some(number),
+            _ => {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        join("gateway", key),
+                        format!("`{key}` must be between {min} and {max}, not {number}"),
+                    )
+                    .at(span),
+                );
+                None
+            }
+        }
     }
 
     fn servers(&mut self, table: &DeTable<'_>, separator: &str) -> BTreeMap<String, ServerConfig> {
         let mut servers = BTreeMap::new();
         for (key, value) in table.iter() {
             let name = key.get_ref().as_ref();
+            self.declared_servers.push(name.to_owned());
             let path = join("servers", name);
             if let Some(problem) = server_name_problem(name, separator) {
                 self.push(
@@ -240,7 +273,11 @@ impl Walker<'_> {
                         format!("server name `{name}` {problem}"),
                     )
                     .at(key.span())
-                    .with_help("use letters, digits, `_` and `-`, at most 64 of them"),
+                    .with_help(if name.contains(separator) && !separator.is_empty() {
+                        format!("rename the server, or choose another `gateway.separator` than `{separator}`")
+                    } else {
+                        "use letters, digits, `_` and `-`, at most 64 of them".to_owned()
+                    }),
                 );
             }
             match value.get_ref() {
@@ -440,11 +477,7 @@ impl Walker<'_> {
         sandbox
     }
 
-    fn rules(
-        &mut self,
-        array: &DeArray<'_>,
-        servers: &BTreeMap<String, ServerConfig>,
-    ) -> Vec<Rule> {
+    fn rules(&mut self, array: &DeArray<'_>) -> Vec<Rule> {
         let mut rules = Vec::new();
         for (idx, value) in array.iter().enumerate() {
             let path = format!("rules[{idx}]");
@@ -493,8 +526,7 @@ impl Walker<'_> {
                 continue;
             };
             if let Some(name) = server.literal()
-                && !servers.contains_key(&name)
-                && !servers.is_empty()
+                && !self.declared_servers.contains(&name)
             {
                 let span = entry(table, "server").map_or(value.span(), |(_, v)| v.span());
                 self.push(
@@ -506,7 +538,11 @@ impl Walker<'_> {
                     .at(span)
                     .with_help(help_one_of(
                         &name,
-                        &servers.keys().map(String::as_str).collect::<Vec<_>>(),
+                        &self
+                            .declared_servers
+                            .iter()
+                            .map(String::as_str)
+                            .collect::<Vec<_>>(),
                     )),
                 );
             }
@@ -780,9 +816,12 @@ impl Walker<'_> {
             } else {
                 host.split(':').next().unwrap_or("").to_owned()
             };
-            let loopback =
-                hostname == "localhost" || hostname == "[::1]" || hostname.starts_with("127.");
-            if !loopback {
+            let bare = hostname.trim_start_matches('[').trim_end_matches(']');
+            let loopback = hostname == "localhost"
+                || bare
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|address| address.is_loopback());
+            if !loopback && !hostname.is_empty() {
                 self.push(
                     Diagnostic::warning(
                         DiagCode::InsecureUrl,

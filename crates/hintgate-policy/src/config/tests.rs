@@ -1,1 +1,88 @@
+//! Unit tests of configuration validation; the snapshot tests in
+//! `tests/it/snapshots.rs` show the full diagnostics.
 
+use super::*;
+use crate::diag::DiagCode;
+
+fn codes(source: &str) -> Vec<(DiagCode, String)> {
+    parse_str(source)
+        .1
+        .into_iter()
+        .map(|d| (d.code, d.key))
+        .collect()
+}
+
+#[test]
+fn defaults_apply_when_keys_are_absent() {
+    let (config, diagnostics) = parse_str("[servers.fs]\ncommand = \"x\"\n");
+    assert!(diagnostics.is_empty());
+    let config = config.unwrap();
+    assert_eq!(config.gateway, GatewaySettings::default());
+    let fs = &config.servers["fs"];
+    assert_eq!(fs.trust, Trust::Untrusted);
+    assert_eq!(fs.private_data, PrivateData::None);
+}
+
+#[test]
+fn loopback_http_is_fine_and_lookalikes_are_not() {
+    for url in [
+        "http://127.0.0.1:8080/mcp",
+        "http://localhost/mcp",
+        "http://[::1]:3000/mcp",
+    ] {
+        assert!(
+            codes(&format!("[servers.a]\nurl = \"{url}\"\n")).is_empty(),
+            "{url}"
+        );
+    }
+    assert_eq!(
+        codes("[servers.a]\nurl = \"http://127.attacker.example/mcp\"\n"),
+        vec![(DiagCode::InsecureUrl, "servers.a.url".to_owned())]
+    );
+    assert_eq!(
+        codes("[servers.a]\nurl = \"http://\"\n"),
+        vec![(DiagCode::InvalidValue, "servers.a.url".to_owned())]
+    );
+}
+
+#[test]
+fn rules_naming_absent_servers_are_warned_about_even_without_servers() {
+    assert_eq!(
+        codes("[[rules]]\nserver = \"github\"\naction = \"deny\"\n"),
+        vec![(DiagCode::UnknownRuleServer, "rules[0].server".to_owned())]
+    );
+    // A server with errors of its own is still a configured name.
+    let found =
+        codes("[servers.fs]\ntrust = \"trusted\"\n[[rules]]\nserver = \"fs\"\naction = \"deny\"\n");
+    assert_eq!(found, vec![(DiagCode::MissingKey, "servers.fs".to_owned())]);
+}
+
+#[test]
+fn private_data_takes_a_flag_or_globs() {
+    let (config, _) =
+        parse_str("[servers.a]\ncommand = \"x\"\nprivate_data = [\"read_*\", \"get_mail\"]\n");
+    let server = &config.unwrap().servers["a"];
+    assert!(server.returns_private_data("read_inbox"));
+    assert!(server.returns_private_data("get_mail"));
+    assert!(!server.returns_private_data("send_mail"));
+}
+
+#[test]
+fn timeouts_and_limits_are_bounded() {
+    let (config, _) = parse_str("[gateway]\ncall_timeout_s = 5\nmax_message_bytes = 1048576\n");
+    let gateway = config.unwrap().gateway;
+    assert_eq!(
+        (gateway.call_timeout_s, gateway.max_message_bytes),
+        (5, 1_048_576)
+    );
+    assert_eq!(
+        codes("[gateway]\ncall_timeout_s = 0\nmax_message_bytes = 10\n"),
+        vec![
+            (DiagCode::InvalidValue, "gateway.call_timeout_s".to_owned()),
+            (
+                DiagCode::InvalidValue,
+                "gateway.max_message_bytes".to_owned()
+            ),
+        ]
+    );
+}
