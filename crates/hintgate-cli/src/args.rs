@@ -26,9 +26,55 @@ pub enum Command {
     /// Print the decision and its reasons for a tool call, without running anything.
     #[command(after_help = EXIT_CODES_HELP)]
     Explain(ExplainArgs),
+    /// Run the gateway: wrap one server (`-- CMD ARGS`) or every server of a config.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+const RUN_HELP: &str = "\
+Examples:
+  hintgate run --name fs -- npx -y @modelcontextprotocol/server-filesystem /data
+  hintgate run --config hintgate.toml
+
+The host talks to hintgate on stdin and stdout; logs go to stderr, filtered
+by RUST_LOG (default: info), e.g. RUST_LOG=hintgate=debug.
+
+Exit codes:
+  0   the host closed the session
+  1   error while running
+  64  bad usage, or a config with errors";
+
+/// `hintgate run`
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Gateway mode: every server of this configuration, tool names prefixed.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "trust", "profile", "unattended", "command"])]
+    pub config: Option<PathBuf>,
+    /// Wrap mode: the server's name, used in rules, prompts and logs
+    /// (default: derived from the command).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Wrap mode: trust the server's annotations.
+    #[arg(long, value_enum)]
+    pub trust: Option<TrustArg>,
+    /// Wrap mode: the profile.
+    #[arg(long, value_enum)]
+    pub profile: Option<ProfileArg>,
+    /// Wrap mode: every ask becomes a deny.
+    #[arg(long)]
+    pub unattended: bool,
+    /// How long a forwarded call may take, in seconds (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub call_timeout: Option<u64>,
+    /// How long an ask waits for an answer, in seconds (default 120).
+    #[arg(long, value_name = "SECONDS")]
+    pub ask_timeout: Option<u64>,
+    /// Wrap mode: the server's command line.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 /// `hintgate config ...`

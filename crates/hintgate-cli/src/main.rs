@@ -10,6 +10,7 @@ mod exit;
 mod explain;
 mod load;
 mod output;
+mod run;
 
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -32,6 +33,7 @@ fn main() -> Exit {
     };
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args),
+        Command::Run(args) => run::run(args),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
     };
     match result {

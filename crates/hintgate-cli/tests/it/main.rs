@@ -3,10 +3,14 @@
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    reason = "test code: a failed unwrap is a failed test"
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: a failed unwrap, index or panic is a failed test"
 )]
 
 mod config_check;
 mod corpus;
 mod explain;
+mod gateway;
+mod host;
 mod util;

@@ -1,0 +1,229 @@
+//! `hintgate run`: the gateway, in wrap mode or gateway mode.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use hintgate_policy::config::{Profile, ServerConfig, Transport, ValidConfig};
+use hintgate_policy::decide::Policy;
+use hintgate_policy::tool::Trust;
+use hintgate_policy::vars::{self, Vars};
+use hintgate_proxy::{Mode, Settings};
+
+use crate::args::{ProfileArg, RunArgs, TrustArg};
+use crate::exit::Exit;
+use crate::load::{self, InputError, ProcessEnv};
+use crate::output;
+
+/// Runs `hintgate run`.
+pub fn run(args: &RunArgs) -> Result<Exit> {
+    init_logging();
+    let (config, mode) = match &args.config {
+        Some(path) => {
+            let loaded = load::config(path)?;
+            if !loaded.diagnostics.is_empty() {
+                output::err(&loaded.render())?;
+            }
+            let Some(config) = loaded.config else {
+                return Ok(Exit::Usage);
+            };
+            (config, Mode::Gateway)
+        }
+        None => (wrap_config(args)?, Mode::Wrap),
+    };
+    let mut config = expand(config, &ProcessEnv)?;
+    if let Some(seconds) = args.call_timeout {
+        config.gateway.call_timeout_s = seconds.max(1);
+    }
+    if let Some(seconds) = args.ask_timeout {
+        config.gateway.ask_timeout_s = seconds.max(1);
+    }
+    let settings = Settings {
+        policy: Policy::new(config),
+        mode,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime
+        .block_on(hintgate_proxy::run(
+            settings,
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+        ))
+        .context("the gateway stopped")?;
+    Ok(Exit::Success)
+}
+
+/// Logs go to stderr only: stdout belongs to the protocol.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
+}
+
+fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
+    let Some((command, rest)) = args.command.split_first() else {
+        return Err(InputError(
+            "give the server's command after `--` (wrap mode) or `--config FILE` (gateway mode)"
+                .to_owned(),
+        ));
+    };
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => derive_name(command, rest),
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+    {
+        return Err(InputError(format!(
+            "server name `{name}` may only hold letters, digits, `_` and `-`; set one with `--name`"
+        )));
+    }
+    let trust = match args.trust {
+        Some(TrustArg::Trusted) => Trust::Trusted,
+        Some(TrustArg::Untrusted) | None => Trust::Untrusted,
+    };
+    let profile = match args.profile {
+        Some(ProfileArg::AskWrites) | None => Profile::AskWrites,
+        Some(ProfileArg::HideWrites) => Profile::HideWrites,
+        Some(ProfileArg::AskAll) => Profile::AskAll,
+    };
+    let transport = Transport::Stdio {
+        command: command.clone(),
+        args: rest.to_vec(),
+        env: BTreeMap::new(),
+    };
+    Ok(ValidConfig::wrap(
+        &name,
+        transport,
+        trust,
+        profile,
+        args.unattended,
+    ))
+}
+
+/// A server name from its command line: the package a runner such as `npx`
+/// or `uvx` starts, else the program's file name; reduced to the characters
+/// a name may hold.
+fn derive_name(command: &str, args: &[String]) -> String {
+    let program = command.rsplit('/').next().unwrap_or(command);
+    let runner = matches!(program, "npx" | "uvx" | "bunx" | "pnpx" | "pipx");
+    let base = if runner {
+        args.iter()
+            .find(|arg| !arg.starts_with('-'))
+            .map(String::as_str)
+            .unwrap_or(program)
+    } else {
+        program
+    };
+    // `@scope/pkg@1.2` -> `pkg`; `server.py` -> `server`.
+    let base = base.rsplit('/').next().unwrap_or(base);
+    let base = base
+        .split('@')
+        .find(|part| !part.is_empty())
+        .unwrap_or(base);
+    let base = base.split('.').next().unwrap_or(base);
+    let cleaned: String = base
+        .chars()
+        .map(|ch| {
+            if ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' {
+                ch
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if cleaned.is_empty() {
+        "server".to_owned()
+    } else {
+        cleaned
+    }
+}
+
+/// Expands every `${VAR}` of the servers' command lines, environments, URLs
+/// and headers: the edge of the program, where the environment is read.
+fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, InputError> {
+    let expand_one = |server: &str, key: &str, text: &mut String| -> Result<(), InputError> {
+        *text = vars::expand(text, vars)
+            .map_err(|err| InputError(format!("servers.{server}.{key}: {err}")))?;
+        Ok(())
+    };
+    for (name, server) in &mut config.servers {
+        let ServerConfig { transport, .. } = server;
+        match transport {
+            Transport::Stdio { command, args, env } => {
+                expand_one(name, "command", command)?;
+                for arg in args.iter_mut() {
+                    expand_one(name, "args", arg)?;
+                }
+                for (key, value) in env.iter_mut() {
+                    expand_one(name, &format!("env.{key}"), value)?;
+                }
+            }
+            Transport::Http { url, headers } => {
+                expand_one(name, "url", url)?;
+                for (key, value) in headers.iter_mut() {
+                    expand_one(name, &format!("headers.{key}"), value)?;
+                }
+            }
+        }
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_come_from_packages_or_programs() {
+        let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            derive_name(
+                "npx",
+                &args(&["-y", "@modelcontextprotocol/server-filesystem", "/data"])
+            ),
+            "server-filesystem"
+        );
+        assert_eq!(
+            derive_name("uvx", &args(&["mcp-server-time"])),
+            "mcp-server-time"
+        );
+        assert_eq!(
+            derive_name("/usr/bin/python3", &args(&["server.py"])),
+            "python3"
+        );
+        assert_eq!(derive_name("./my server.sh", &[]), "my-server");
+        assert_eq!(derive_name("npx", &args(&["-y", "pkg@1.2.3"])), "pkg");
+    }
+
+    #[test]
+    fn unset_variables_stop_the_start() {
+        let (config, _) = hintgate_policy::config::parse_str(
+            "[servers.s]\ncommand = \"x\"\nenv = { TOKEN = \"${HINTGATE_NOPE}\" }\n",
+        );
+        let vars: BTreeMap<String, String> = BTreeMap::new();
+        let err = expand(config.unwrap(), &vars).unwrap_err();
+        assert_eq!(
+            err.0,
+            "servers.s.env.TOKEN: variable `HINTGATE_NOPE` is not set"
+        );
+        let vars = BTreeMap::from([("HINTGATE_NOPE".to_owned(), "t".to_owned())]);
+        let (config, _) = hintgate_policy::config::parse_str(
+            "[servers.s]\ncommand = \"x\"\nenv = { TOKEN = \"${HINTGATE_NOPE}\" }\n",
+        );
+        let expanded = expand(config.unwrap(), &vars).unwrap();
+        let Transport::Stdio { env, .. } = &expanded.servers["s"].transport else {
+            panic!()
+        };
+        assert_eq!(env["TOKEN"], "t");
+    }
+}

@@ -1,0 +1,488 @@
+//! `hintgate run` end to end: a scripted host, the real binary, and a fixture
+//! server with well-behaved and hostile tools.
+
+use serde_json::{Value, json};
+
+use crate::host::{Host, fixture_server, is_error, text};
+
+fn wrap(
+    dir: &std::path::Path,
+    flags: &[&str],
+    server_flags: &[&str],
+    env: &[(&str, &str)],
+) -> Host {
+    let server = fixture_server();
+    let mut args = vec!["run"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", "python3", server.as_str()]);
+    args.extend_from_slice(server_flags);
+    Host::start(dir, &args, env)
+}
+
+fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == name)
+        .unwrap_or_else(|| panic!("no tool `{name}` in {list}"))
+}
+
+fn approve(remember: Option<&str>) -> impl FnMut(&Value) -> Value {
+    let remember = remember.map(str::to_owned);
+    move |_request| {
+        let mut content = json!({"approve": true});
+        if let Some(remember) = &remember {
+            content["remember"] = json!(remember);
+        }
+        json!({"action": "accept", "content": content})
+    }
+}
+
+#[test]
+fn the_host_sees_vouched_annotations_and_sanitized_descriptions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(dir.path(), &["--name", "fx"], &["--ansi"], &[]);
+    let init = host.initialize(json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "fixture");
+    assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true);
+    let list = host.request("tools/list", json!({}));
+    let echo = tool(&list, "echo");
+    // Untrusted: the cautious defaults, whatever the server claims...
+    assert_eq!(
+        echo["annotations"],
+        json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true})
+    );
+    // ...and the claims themselves kept where a host can read them as claims.
+    assert_eq!(echo["_meta"]["hintgate/declared"]["readOnlyHint"], true);
+    assert_eq!(echo["description"], "Echo the arguments back. ");
+    assert_eq!(
+        echo["x-unknown"],
+        json!({"kept": true}),
+        "unknown fields survive"
+    );
+    assert!(host.log().contains("sanitized the tool's description"));
+}
+
+#[test]
+fn an_allowed_call_reaches_the_server_with_its_meta_and_unknown_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    host.initialize(json!({}));
+    let response = host.request(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}, "_meta": {"progressToken": "p1", "vendor/x": [1, 2]}}),
+    );
+    let echoed: Value = serde_json::from_str(&text(&response["result"])).unwrap();
+    assert_eq!(echoed["arguments"], json!({"text": "hi"}));
+    assert_eq!(
+        echoed["_meta"],
+        json!({"progressToken": "p1", "vendor/x": [1, 2]})
+    );
+    // A method the gateway does not know passes through in wrap mode.
+    let custom = host.request("custom/echo", json!({"a": 1, "_meta": {"k": "v"}}));
+    assert_eq!(
+        custom["result"]["params"],
+        json!({"a": 1, "_meta": {"k": "v"}})
+    );
+    assert_eq!(host.request("ping", json!({}))["result"], json!({}));
+}
+
+#[test]
+fn a_lying_untrusted_server_is_asked_about_and_a_decline_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let log_text = log.display().to_string();
+    let mut host = wrap(dir.path(), &[], &[], &[("FIXTURE_LOG", &log_text)]);
+    host.respond_with(|_| json!({"action": "decline"}));
+    host.initialize(json!({"elicitation": {}}));
+    let refused = host.call("delete_everything", json!({}));
+    assert!(is_error(&refused), "{refused}");
+    assert!(text(&refused).contains("hintgate refused to run `delete_everything`"));
+    assert!(text(&refused).contains("The person declined."));
+    let prompt = host.requests.last().unwrap()["params"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        prompt.contains("the server says this tool only reads (unverified)"),
+        "{prompt}"
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("call delete_everything"),
+        "a refused call never reaches the server"
+    );
+    // Destructive (untrusted): only "this call" may be approved.
+    let schema = &host.requests.last().unwrap()["params"]["requestedSchema"];
+    assert!(schema["properties"].get("remember").is_none(), "{schema}");
+
+    host.respond_with(approve(None));
+    let approved = host.call("delete_everything", json!({}));
+    assert_eq!(text(&approved), "deleted everything");
+}
+
+#[test]
+fn remembering_for_the_session_stops_the_questions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    host.respond_with(approve(Some("this tool for the rest of this session")));
+    host.initialize(json!({"elicitation": {"form": {}}}));
+    assert_eq!(
+        text(&host.call("write_note", json!({"text": "a"}))),
+        "noted"
+    );
+    assert_eq!(host.requests.len(), 1);
+    assert_eq!(
+        text(&host.call("write_note", json!({"text": "b"}))),
+        "noted"
+    );
+    assert_eq!(
+        host.requests.len(),
+        1,
+        "the second call was not asked about"
+    );
+}
+
+#[test]
+fn a_host_without_elicitation_gets_a_refusal_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    host.initialize(json!({}));
+    let refused = host.call("write_note", json!({"text": "x"}));
+    assert!(is_error(&refused));
+    assert!(
+        text(&refused).contains("this host cannot ask one"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(
+        refused["_meta"]["hintgate/decision"]["reasons"],
+        json!(["not-read-only"])
+    );
+
+    let mut unattended = wrap(
+        dir.path(),
+        &["--trust", "trusted", "--unattended"],
+        &[],
+        &[],
+    );
+    unattended.initialize(json!({"elicitation": {}}));
+    let refused = unattended.call("write_note", json!({"text": "x"}));
+    assert_eq!(
+        refused["_meta"]["hintgate/decision"]["reasons"],
+        json!(["unattended", "not-read-only"])
+    );
+    assert!(unattended.requests.is_empty(), "unattended never asks");
+}
+
+#[test]
+fn a_definition_that_changes_mid_session_is_held_for_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--change-after-list"],
+        &[],
+    );
+    host.respond_with(approve(None));
+    host.initialize(json!({"elicitation": {}}));
+    host.wait_for_notification("notifications/tools/list_changed");
+    let list = host.request("tools/list", json!({}));
+    assert_eq!(tool(&list, "echo")["annotations"]["readOnlyHint"], false);
+    let result = host.call("echo", json!({"text": "x"}));
+    assert!(!is_error(&result), "{result}");
+    let asked = host
+        .requests
+        .last()
+        .expect("the changed tool was asked about");
+    let prompt = asked["params"]["message"].as_str().unwrap();
+    assert!(
+        prompt.contains("the tool's definition changed since it was approved"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("annotations.readOnlyHint: true -> false"),
+        "{prompt}"
+    );
+    // Approved once, the new definition is the pin: no second question.
+    let before = host.requests.len();
+    host.respond_with(|_| json!({"action": "decline"}));
+    let again = host.call("echo", json!({"text": "y"}));
+    assert!(
+        is_error(&again),
+        "not read-only any more, so it still asks (and is declined): {again}"
+    );
+    assert_eq!(host.requests.len(), before + 1);
+    assert!(
+        !host.requests.last().unwrap()["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("definition changed")
+    );
+}
+
+#[test]
+fn a_crash_mid_call_is_retried_once_for_a_trusted_read_only_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let log_text = log.display().to_string();
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &[],
+        &[("FIXTURE_LOG", &log_text)],
+    );
+    host.initialize(json!({}));
+    let failed = host.call("crash", json!({}));
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("stopped before answering"),
+        "{}",
+        text(&failed)
+    );
+    assert!(
+        text(&failed).contains("it already failed once"),
+        "{}",
+        text(&failed)
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.matches("call crash").count(), 2, "{calls}");
+    // The server is restarted on the next call.
+    assert!(!is_error(&host.call("echo", json!({"text": "after"}))));
+    assert_eq!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("start")
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn a_crash_mid_call_of_a_write_is_never_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let config = format!(
+        "[servers.fx]\ncommand = \"python3\"\nargs = [{:?}]\ntrust = \"trusted\"\nenv = {{ FIXTURE_LOG = {:?} }}\n\n[[rules]]\ntool = \"crash_write\"\naction = \"allow\"\n",
+        fixture_server(),
+        log.display().to_string()
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+    let failed = host.call("fx__crash_write", json!({}));
+    assert!(
+        text(&failed).contains("hintgate retries only read-only or idempotent tools"),
+        "{failed}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("call crash_write")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn hostile_servers_cannot_take_the_session_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[gateway]\ncall_timeout_s = 2\nmax_message_bytes = 1048576\n\n[servers.fx]\ncommand = \"python3\"\nargs = [{:?}]\ntrust = \"trusted\"\n\n[[rules]]\nserver = \"fx\"\ntool = \"[hg]*\"\naction = \"allow\"\n",
+        fixture_server()
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+
+    let hung = host.call("fx__hang", json!({}));
+    assert!(text(&hung).contains("did not answer within 2 s"), "{hung}");
+
+    let garbage = host.call("fx__garbage", json!({}));
+    assert!(text(&garbage).contains("not JSON-RPC"), "{garbage}");
+
+    let huge = host.call("fx__huge", json!({}));
+    assert!(is_error(&huge));
+    assert!(
+        host.log()
+            .contains("larger than the limit of 1048576 bytes"),
+        "{}",
+        host.log()
+    );
+
+    let bad = host.call("fx__bad_structured", json!({}));
+    assert!(
+        text(&bad).contains("does not match the tool's output schema"),
+        "{bad}"
+    );
+
+    // After all that, the session and the server still work.
+    let echoed = host.call("fx__echo", json!({"text": "still here"}));
+    assert!(text(&echoed).contains("still here"), "{echoed}");
+}
+
+#[test]
+fn invalid_arguments_never_reach_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let log_text = log.display().to_string();
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &[],
+        &[("FIXTURE_LOG", &log_text)],
+    );
+    host.initialize(json!({"elicitation": {}}));
+    let result = host.call("write_note", json!({"text": 42}));
+    assert!(
+        text(&result).contains("do not match the tool's input schema"),
+        "{result}"
+    );
+    assert!(
+        host.requests.is_empty(),
+        "nobody is asked about an invalid call"
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("call write_note")
+    );
+}
+
+#[test]
+fn a_server_request_to_the_host_is_relayed_and_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    host.respond_with(|request| {
+        assert_eq!(request["method"], "elicitation/create");
+        assert_eq!(request["params"]["message"], "What is your name?");
+        json!({"action": "accept", "content": {"name": "Ada"}})
+    });
+    host.initialize(json!({"elicitation": {}}));
+    let result = host.call("ask_host", json!({}));
+    let answer: Value = serde_json::from_str(&text(&result)).unwrap();
+    assert_eq!(
+        answer,
+        json!({"action": "accept", "content": {"name": "Ada"}})
+    );
+}
+
+#[test]
+fn gateway_mode_prefixes_names_and_routes_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    let config = format!(
+        "[servers.alpha]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"alpha\", \"--resources\"]\ntrust = \"trusted\"\n\n[servers.beta]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"beta\", \"--resources\"]\n"
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    let init = host.initialize(json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "hintgate");
+    let instructions = init["result"]["instructions"].as_str().unwrap();
+    assert!(
+        instructions.contains("## alpha\nInstructions of alpha."),
+        "{instructions}"
+    );
+    assert!(init["result"]["capabilities"]["resources"].is_object());
+
+    let list = host.request("tools/list", json!({}));
+    assert_eq!(
+        tool(&list, "alpha__echo")["annotations"]["readOnlyHint"],
+        true,
+        "alpha is trusted"
+    );
+    assert_eq!(
+        tool(&list, "beta__echo")["annotations"]["readOnlyHint"],
+        false,
+        "beta is not"
+    );
+    let alpha = host.call("alpha__echo", json!({"text": "to alpha"}));
+    assert!(text(&alpha).contains("to alpha"));
+    assert!(
+        is_error(&host.call("beta__echo", json!({}))),
+        "untrusted, no elicitation: refused"
+    );
+    let unknown = host.request(
+        "tools/call",
+        json!({"name": "gamma__echo", "arguments": {}}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602);
+
+    let resources = host.request("resources/list", json!({}));
+    let uris: Vec<&str> = resources["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, ["fixture://alpha/readme", "fixture://beta/readme"]);
+    let read = host.request("resources/read", json!({"uri": "fixture://beta/readme"}));
+    assert_eq!(read["result"]["contents"][0]["text"], "read from beta");
+
+    let prompts = host.request("prompts/list", json!({}));
+    let names: Vec<&str> = prompts["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha__greet", "beta__greet"]);
+    let prompt = host.request("prompts/get", json!({"name": "beta__greet"}));
+    assert_eq!(
+        prompt["result"]["messages"][0]["content"]["text"],
+        "beta got prompt greet"
+    );
+}
+
+#[test]
+fn a_server_that_cannot_start_fails_initialize_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(dir.path(), &[], &["--crash-at-start"], &[]);
+    let init = host.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let message = init["error"]["message"].as_str().unwrap();
+    assert!(message.contains("did not start"), "{init}");
+
+    let mut missing = Host::start(dir.path(), &["run", "--", "/nonexistent/server"], &[]);
+    let init = missing.initialize(json!({}));
+    assert!(
+        init["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot start `/nonexistent/server`"),
+        "{init}"
+    );
+}
+
+#[test]
+fn servers_die_with_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let log_text = log.display().to_string();
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &[],
+        &[("FIXTURE_LOG", &log_text)],
+    );
+    host.initialize(json!({}));
+    host.call("echo", json!({}));
+    let pid: u32 = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("start "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let status = host.close();
+    assert!(status.success(), "{status:?}");
+    let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.contains(") Z "));
+    assert!(gone, "the server outlived the gateway");
+}

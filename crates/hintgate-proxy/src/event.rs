@@ -1,0 +1,41 @@
+//! What the gateway's event loop receives.
+
+/// One event for the gateway's single event loop.
+#[derive(Debug)]
+pub enum Event {
+    /// Something from the host.
+    Host(HostEvent),
+    /// Something from an upstream process; `generation` tells processes of
+    /// the same server apart across restarts.
+    Upstream {
+        /// The server's index.
+        idx: usize,
+        /// Which start of that server.
+        generation: u64,
+        /// What happened.
+        event: UpstreamEvent,
+    },
+}
+
+/// Something from the host.
+#[derive(Debug)]
+pub enum HostEvent {
+    /// One line.
+    Line(String),
+    /// A line over the limit (read and thrown away).
+    TooLong,
+    /// The host closed its side: the session is over.
+    Closed,
+}
+
+/// Something from an upstream process.
+#[derive(Debug)]
+pub enum UpstreamEvent {
+    /// One line.
+    Line(String),
+    /// The process broke the protocol (a giant line, bytes that are not
+    /// UTF-8); it is stopped and restarted on the next call.
+    Broken(String),
+    /// The process closed its output (it exited or crashed).
+    Closed(String),
+}

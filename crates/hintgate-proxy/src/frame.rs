@@ -1,0 +1,294 @@
+//! JSON-RPC framing: one message per line, parsed only as far as routing needs.
+//!
+//! [`Message::parse`] borrows `id`, `params`, `result` and `error` as raw
+//! slices of the line; nothing else is decoded. Forwarding a message under a
+//! new id splices the new id into the original text ([`Message::with_id`]), so
+//! every field the gateway does not decide on (unknown ones and `_meta`
+//! included) reaches the other side byte for byte.
+//!
+//! This module does no I/O; `conn` owns the buffers.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// One JSON-RPC message, borrowed from its line.
+#[derive(Debug)]
+pub struct Message<'a> {
+    line: &'a str,
+    /// The id, for requests and responses.
+    pub id: Option<&'a RawValue>,
+    /// The method, for requests and notifications.
+    pub method: Option<Cow<'a, str>>,
+    /// The params, when present.
+    pub params: Option<&'a RawValue>,
+    /// The result of a successful response.
+    pub result: Option<&'a RawValue>,
+    /// The error of a failed response.
+    pub error: Option<&'a RawValue>,
+}
+
+/// What kind of message it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A request: a method and an id.
+    Request,
+    /// A notification: a method and no id.
+    Notification,
+    /// A response: an id and a result or an error.
+    Response,
+}
+
+/// Why a line is not a JSON-RPC message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The line is not a JSON object.
+    #[error("not a JSON-RPC message: {0}")]
+    NotJson(String),
+    /// A JSON object that is neither request, notification nor response.
+    #[error("a JSON object that is not a JSON-RPC message")]
+    NotJsonRpc,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+// === impl Message ===
+
+impl<'a> Message<'a> {
+    /// Parses one line (without its newline).
+    ///
+    /// # Errors
+    ///
+    /// [`FrameError`] when the line is not a JSON-RPC message.
+    pub fn parse(line: &'a str) -> Result<Self, FrameError> {
+        let envelope: Envelope<'a> =
+            serde_json::from_str(line).map_err(|err| FrameError::NotJson(err.to_string()))?;
+        let message = Self {
+            line,
+            id: envelope.id,
+            method: envelope.method,
+            params: envelope.params,
+            result: envelope.result,
+            error: envelope.error,
+        };
+        if message.method.is_none() && message.id.is_none() {
+            return Err(FrameError::NotJsonRpc);
+        }
+        if message.method.is_none() && message.result.is_none() && message.error.is_none() {
+            return Err(FrameError::NotJsonRpc);
+        }
+        Ok(message)
+    }
+
+    /// The line the message was parsed from.
+    pub fn line(&self) -> &'a str {
+        self.line
+    }
+
+    /// Request, notification or response.
+    pub fn kind(&self) -> Kind {
+        match (&self.method, &self.id) {
+            (Some(_), Some(_)) => Kind::Request,
+            (Some(_), None) => Kind::Notification,
+            (None, _) => Kind::Response,
+        }
+    }
+
+    /// The method, or the empty string.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// The id as raw JSON text, or `null`.
+    pub fn id_text(&self) -> &'a str {
+        self.id.map_or("null", RawValue::get)
+    }
+
+    /// The same message under another id (raw JSON text such as `7` or
+    /// `"hintgate-3"`), spliced into the original line.
+    pub fn with_id(&self, new_id: &str) -> String {
+        match self.id.and_then(|id| span_of(self.line, id.get())) {
+            Some((start, end)) => splice(self.line, start, end, new_id),
+            // A message without an id gets one inserted after the brace.
+            None => match self.line.find('{') {
+                Some(brace) => {
+                    let mut out = String::with_capacity(self.line.len() + new_id.len() + 8);
+                    out.push_str(self.line.get(..=brace).unwrap_or("{"));
+                    out.push_str("\"id\":");
+                    out.push_str(new_id);
+                    let rest = self.line.get(brace + 1..).unwrap_or("}");
+                    if !rest.trim_start().starts_with('}') {
+                        out.push(',');
+                    }
+                    out.push_str(rest);
+                    out
+                }
+                None => self.line.to_owned(),
+            },
+        }
+    }
+
+    /// The same message with `params` replaced by `new_params` (raw JSON).
+    pub fn with_params(&self, new_params: &str) -> String {
+        match self
+            .params
+            .and_then(|params| span_of(self.line, params.get()))
+        {
+            Some((start, end)) => splice(self.line, start, end, new_params),
+            None => self.line.to_owned(),
+        }
+    }
+
+    /// The same message with both a new id and new params.
+    pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
+        let (Some(id), Some(params)) = (
+            self.id.and_then(|id| span_of(self.line, id.get())),
+            self.params
+                .and_then(|params| span_of(self.line, params.get())),
+        ) else {
+            return Message::parse(&self.with_params(new_params))
+                .map(|message| message.with_id(new_id))
+                .unwrap_or_else(|_| self.with_id(new_id));
+        };
+        // Splice the later span first so the earlier offsets stay valid.
+        let ((first_start, first_end, first), (second_start, second_end, second)) =
+            if id.0 < params.0 {
+                ((id.0, id.1, new_id), (params.0, params.1, new_params))
+            } else {
+                ((params.0, params.1, new_params), (id.0, id.1, new_id))
+            };
+        let tail_done = splice(self.line, second_start, second_end, second);
+        splice(&tail_done, first_start, first_end, first)
+    }
+}
+
+/// The byte range of `part` inside `line`, when `part` is a slice of it.
+fn span_of(line: &str, part: &str) -> Option<(usize, usize)> {
+    let start = (part.as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= line.len()).then_some((start, end))
+}
+
+fn splice(line: &str, start: usize, end: usize, replacement: &str) -> String {
+    let (Some(before), Some(after)) = (line.get(..start), line.get(end..)) else {
+        return line.to_owned();
+    };
+    let mut out = String::with_capacity(before.len() + replacement.len() + after.len());
+    out.push_str(before);
+    out.push_str(replacement);
+    out.push_str(after);
+    out
+}
+
+/// A request line.
+pub fn request(id: &str, method: &str, params: &serde_json::Value) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{},\"params\":{params}}}",
+        json_string(method)
+    )
+}
+
+/// A notification line.
+pub fn notification(method: &str, params: &serde_json::Value) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"method\":{},\"params\":{params}}}",
+        json_string(method)
+    )
+}
+
+/// A successful response line; `id` is raw JSON.
+pub fn response(id: &str, result: &serde_json::Value) -> String {
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}")
+}
+
+/// An error response line; `id` is raw JSON.
+pub fn error_response(id: &str, code: i64, message: &str) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":{code},\"message\":{}}}}}",
+        json_string(message)
+    )
+}
+
+fn json_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    #[test]
+    fn kinds() {
+        let request = Message::parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).unwrap();
+        assert_eq!(request.kind(), Kind::Request);
+        let note =
+            Message::parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert_eq!(note.kind(), Kind::Notification);
+        let response = Message::parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
+        assert_eq!(response.kind(), Kind::Response);
+        assert!(Message::parse("garbage").is_err());
+        assert_eq!(
+            Message::parse(r#"{"x":1}"#).unwrap_err(),
+            FrameError::NotJsonRpc
+        );
+        assert_eq!(
+            Message::parse(r#"{"id":1}"#).unwrap_err(),
+            FrameError::NotJsonRpc
+        );
+    }
+
+    #[test]
+    fn with_id_keeps_every_other_byte() {
+        let line = r#"{"jsonrpc":"2.0", "id" : "host-7" ,"method":"x","params":{"_meta":{"a":1},"unknown":[1,2]},"extra":true}"#;
+        let message = Message::parse(line).unwrap();
+        assert_eq!(
+            message.with_id("42"),
+            r#"{"jsonrpc":"2.0", "id" : 42 ,"method":"x","params":{"_meta":{"a":1},"unknown":[1,2]},"extra":true}"#
+        );
+        let both = message.with_id_and_params("9", r#"{"name":"y"}"#);
+        assert_eq!(
+            both,
+            r#"{"jsonrpc":"2.0", "id" : 9 ,"method":"x","params":{"name":"y"},"extra":true}"#
+        );
+    }
+
+    #[test]
+    fn escaped_methods_are_decoded() {
+        let message = Message::parse(r#"{"id":1,"method":"tools\/call"}"#).unwrap();
+        assert_eq!(message.method(), "tools/call");
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_never_panics(line in "\\PC{0,64}") {
+            let _ = Message::parse(&line);
+        }
+
+        #[test]
+        fn splicing_an_id_round_trips(id in any::<i64>(), new_id in any::<u32>(), params in "[a-z]{0,8}") {
+            let original = json!({"jsonrpc": "2.0", "id": id, "method": "m", "params": {"p": params}});
+            let line = original.to_string();
+            let message = Message::parse(&line).unwrap();
+            let spliced: Value = serde_json::from_str(&message.with_id(&new_id.to_string())).unwrap();
+            let mut expected = original.clone();
+            expected["id"] = json!(new_id);
+            prop_assert_eq!(spliced, expected);
+        }
+    }
+}

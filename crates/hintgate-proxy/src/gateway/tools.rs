@@ -1,0 +1,654 @@
+//! Tools: the list the host sees, and the decision on every call.
+
+use std::sync::Arc;
+
+use hintgate_policy::decide::{Call, Decision, RememberOffer, Remembered, SessionState, Verdict};
+use hintgate_policy::pin::{PinDigest, PinStatus, diff};
+use hintgate_policy::prompt::PromptInput;
+use hintgate_policy::reason::ReasonCode;
+use hintgate_policy::sanitize::sanitize;
+use hintgate_policy::tool::{EffectiveHints, SandboxProof, Tool};
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+
+use super::{CallInfo, Deadline, Forward, Gateway, HostRequest, PendingHost, PendingUp, Readiness};
+use crate::frame::Message;
+
+/// One tool as a server listed it.
+#[derive(Debug)]
+pub(crate) struct ToolEntry {
+    raw: Value,
+    tool: Result<Tool, String>,
+    digest: Option<PinDigest>,
+    input: Option<Arc<jsonschema::Validator>>,
+    output: Option<Arc<jsonschema::Validator>>,
+}
+
+/// A call held while a person is asked.
+#[derive(Debug)]
+pub(crate) struct Ask {
+    pub(crate) request: HostRequest,
+    pub(crate) deadline: (Instant, u64),
+    idx: usize,
+    tool: String,
+    digest: Option<PinDigest>,
+    decision: Decision,
+    params: Value,
+}
+
+/// What the person may answer in the form.
+const APPROVE: &str = "approve";
+const REMEMBER: &str = "remember";
+const THIS_CALL: &str = "this call only";
+const THIS_SESSION: &str = "this tool for the rest of this session";
+
+// === impl ToolEntry ===
+
+impl ToolEntry {
+    fn new(raw: Value) -> Self {
+        let tool = Tool::from_value(raw.clone()).map_err(|err| err.to_string());
+        let digest = tool.as_ref().ok().map(PinDigest::of);
+        let compile = |schema: Option<&Value>| {
+            let schema = schema?;
+            match jsonschema::validator_for(schema) {
+                Ok(validator) => Some(Arc::new(validator)),
+                Err(err) => {
+                    tracing::warn!(
+                        "a tool's schema cannot be compiled, so it is not checked: {err}"
+                    );
+                    None
+                }
+            }
+        };
+        let (input, output) = match &tool {
+            Ok(tool) => (
+                compile(tool.input_schema.as_ref()),
+                compile(tool.output_schema.as_ref()),
+            ),
+            Err(_) => (None, None),
+        };
+        Self {
+            raw,
+            tool,
+            digest,
+            input,
+            output,
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.raw.get("name").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+/// A tool result that tells the model the call failed, and why.
+pub(crate) fn error_result(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Starts listing a server's tools, unless a list is already running.
+    pub(super) fn list_tools(&mut self, idx: usize) {
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        if up.listing.is_some() || up.phase != super::Phase::Ready {
+            return;
+        }
+        if up.capability("tools").is_none() {
+            up.tools = Some(Vec::new());
+            return;
+        }
+        up.listing = Some(Vec::new());
+        let id = self.request_up(idx, "tools/list", &json!({}));
+        self.pending_up.insert((idx, id), PendingUp::ListTools);
+    }
+
+    /// One page of a server's tool list; the next one is asked for, or the
+    /// list is complete and compared with the session's pins.
+    pub(super) fn on_tools_page(&mut self, idx: usize, message: &Message<'_>) {
+        let result: Value = message
+            .result
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        if message.error.is_some() {
+            tracing::warn!(server.id = %up.name, "tools/list failed: {}", message.error.map_or("", |raw| raw.get()));
+        }
+        let mut pages = up.listing.take().unwrap_or_default();
+        if let Some(tools) = result.get("tools").and_then(Value::as_array) {
+            pages.extend(tools.iter().cloned());
+        }
+        if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
+            up.listing = Some(pages);
+            let params = json!({"cursor": cursor});
+            let id = self.request_up(idx, "tools/list", &params);
+            self.pending_up.insert((idx, id), PendingUp::ListTools);
+            return;
+        }
+        let trusted = up.config.trust == hintgate_policy::tool::Trust::Trusted;
+        let entries: Vec<ToolEntry> = pages.into_iter().map(ToolEntry::new).collect();
+        for entry in &entries {
+            let (Ok(tool), Some(digest)) = (&entry.tool, entry.digest) else {
+                tracing::warn!(server.id = %up.name, tool.name = %entry.name(), "invalid tool definition: {}", entry.tool.as_ref().err().map_or("", String::as_str));
+                continue;
+            };
+            match up.pins.get(&tool.name) {
+                // A trusted server's definitions are pinned on first sight.
+                None if trusted => {
+                    up.pins.insert(tool.name.clone(), digest);
+                    up.pinned_definitions
+                        .insert(tool.name.clone(), tool.clone());
+                }
+                Some(pinned) if *pinned != digest => {
+                    tracing::warn!(server.id = %up.name, tool.name = %tool.name, "definition changed since it was approved; held for approval");
+                }
+                _ => {}
+            }
+        }
+        let listed: std::collections::HashSet<&str> = entries.iter().map(ToolEntry::name).collect();
+        for name in up.pins.keys() {
+            if !listed.contains(name.as_str()) {
+                tracing::info!(server.id = %up.name, tool.name = %name, "a pinned tool is no longer listed");
+            }
+        }
+        up.tools = Some(entries);
+        self.retry_waiting();
+    }
+
+    pub(super) fn on_tools_list(&mut self, mut request: HostRequest) {
+        let mut pending = false;
+        for idx in 0..self.upstreams.len() {
+            match self.readiness(idx, &mut request) {
+                Readiness::Ready => {
+                    if self.upstreams.get(idx).is_some_and(|up| up.tools.is_none()) {
+                        self.list_tools(idx);
+                        pending = true;
+                    }
+                }
+                Readiness::Pending => pending = true,
+                Readiness::Failed(_) => {}
+            }
+        }
+        if pending {
+            self.waiting.push(request);
+            return;
+        }
+        let mut tools = Vec::new();
+        for (idx, up) in self.upstreams.iter().enumerate() {
+            for entry in up.tools.iter().flatten() {
+                if let Some(tool) = self.host_view(idx, entry) {
+                    tools.push(tool);
+                }
+            }
+        }
+        self.reply(&request.id, &json!({"tools": tools}));
+    }
+
+    /// A tool as the host sees it, or `None` when it is hidden: the prefixed
+    /// name, sanitized title and description, the vouched annotations, and
+    /// the server's own claims under `_meta["hintgate/declared"]`.
+    fn host_view(&self, idx: usize, entry: &ToolEntry) -> Option<Value> {
+        let tool = entry.tool.as_ref().ok()?;
+        let up = self.upstreams.get(idx)?;
+        if !self.policy.visible(&up.name, tool, SandboxProof::default()) {
+            return None;
+        }
+        let effective = self
+            .policy
+            .assess(&up.name, tool, SandboxProof::default())
+            .map_or(EffectiveHints::CAUTIOUS, |assessment| assessment.effective);
+        let mut view = entry.raw.clone();
+        let object = view.as_object_mut()?;
+        object.insert(
+            "name".to_owned(),
+            Value::String(self.prefixed(idx, &tool.name)),
+        );
+        for field in ["title", "description"] {
+            if let Some(text) = object.get(field).and_then(Value::as_str) {
+                let clean = sanitize(text);
+                if !clean.is_clean() {
+                    tracing::warn!(server.id = %up.name, tool.name = %tool.name, removed = ?clean.removed, "sanitized the tool's {field}");
+                }
+                object.insert(field.to_owned(), Value::String(clean.text));
+            }
+        }
+        let mut annotations = serde_json::to_value(effective).unwrap_or_else(|_| json!({}));
+        if let (Some(map), Some(title)) = (
+            annotations.as_object_mut(),
+            tool.annotations.as_ref().and_then(|a| a.title.as_deref()),
+        ) {
+            map.insert("title".to_owned(), Value::String(sanitize(title).text));
+        }
+        let declared = object.get("annotations").cloned().unwrap_or(Value::Null);
+        object.insert("annotations".to_owned(), annotations);
+        let meta = object
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("hintgate/declared".to_owned(), declared);
+        }
+        Some(view)
+    }
+
+    pub(super) fn on_tools_call(&mut self, mut request: HostRequest) {
+        let Ok(message) = Message::parse(&request.line) else {
+            return;
+        };
+        let params: Value = message
+            .params
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            self.reply_error(&request.id, -32602, "`tools/call` needs a tool `name`");
+            return;
+        };
+        let Some((idx, tool_name)) = self.resolve(name) else {
+            self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
+            return;
+        };
+        match self.readiness(idx, &mut request) {
+            Readiness::Ready => {}
+            Readiness::Pending => {
+                self.waiting.push(request);
+                return;
+            }
+            Readiness::Failed(reason) => {
+                let server = self.upstreams.get(idx).map_or("", |up| up.name.as_str());
+                let text = format!("server `{server}` is not available: {reason}");
+                self.reply(&request.id, &error_result(&text));
+                return;
+            }
+        }
+        if self.upstreams.get(idx).is_some_and(|up| up.tools.is_none()) {
+            self.list_tools(idx);
+            self.waiting.push(request);
+            return;
+        }
+        let Some(up) = self.upstreams.get(idx) else {
+            return;
+        };
+        let server = up.name.clone();
+        let Some(entry) = up
+            .tools
+            .iter()
+            .flatten()
+            .find(|entry| entry.name() == tool_name)
+        else {
+            self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
+            return;
+        };
+        let tool = match &entry.tool {
+            Ok(tool) => tool.clone(),
+            Err(_) => {
+                let decision = Decision::invalid_definition();
+                self.refuse(&request, &server, &tool_name, &decision, None);
+                return;
+            }
+        };
+        let digest = entry.digest;
+        let input = entry.input.clone();
+        let pin = PinStatus::compare(up.pins.get(&tool_name).copied(), &tool);
+        let remembered = if self.host.remembered.contains(&(idx, tool_name.clone())) {
+            Remembered::Session
+        } else {
+            Remembered::None
+        };
+        let decision = self.policy.decide(&Call {
+            server: &server,
+            tool: &tool,
+            pin,
+            session: SessionState {
+                tainted: self.host.tainted,
+                remembered,
+            },
+            sandbox: SandboxProof::default(),
+        });
+        tracing::info!(
+            server.id = %server,
+            tool.name = %tool_name,
+            decision.verdict = ?decision.verdict,
+            decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
+            "tools/call"
+        );
+        if decision.verdict == Verdict::Deny {
+            self.refuse(&request, &server, &tool_name, &decision, None);
+            return;
+        }
+        let arguments = params
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        if let Some(validator) = input {
+            let problems: Vec<String> = validator
+                .iter_errors(&arguments)
+                .take(5)
+                .map(|err| format!("{err} (at `{}`)", err.instance_path()))
+                .collect();
+            if !problems.is_empty() {
+                let text = format!(
+                    "hintgate did not send this call to `{server}`: its arguments do not match the tool's input schema: {}",
+                    problems.join("; ")
+                );
+                self.reply(&request.id, &error_result(&text));
+                return;
+            }
+        }
+        match decision.verdict {
+            Verdict::Allow => self.forward_call(idx, request, &tool_name, &params),
+            Verdict::Ask => self.ask(idx, request, tool, digest, decision, params, pin),
+            Verdict::Deny => {}
+        }
+    }
+
+    /// Sends an allowed call upstream, under the server's own tool name.
+    fn forward_call(&mut self, idx: usize, request: HostRequest, tool_name: &str, params: &Value) {
+        let Some(server) = self.upstreams.get(idx).map(|up| up.name.clone()) else {
+            return;
+        };
+        let retry_eligible = self
+            .upstreams
+            .get(idx)
+            .and_then(|up| up.tools.as_ref())
+            .and_then(|tools| tools.iter().find(|entry| entry.name() == tool_name))
+            .and_then(|entry| entry.tool.as_ref().ok())
+            .is_some_and(|tool| {
+                self.policy
+                    .retry_eligible(&server, tool, SandboxProof::default())
+            });
+        let id = self.next_up_id(idx);
+        let Ok(message) = Message::parse(&request.line) else {
+            return;
+        };
+        let line = match self.mode {
+            super::Mode::Wrap => message.with_id(&id.to_string()),
+            super::Mode::Gateway => {
+                let mut params = params.clone();
+                if let Some(object) = params.as_object_mut() {
+                    object.insert("name".to_owned(), Value::String(tool_name.to_owned()));
+                }
+                message.with_id_and_params(&id.to_string(), &params.to_string())
+            }
+        };
+        let timeout = self.call_timeout;
+        let deadline = self.add_deadline(timeout, Deadline::Up(idx, id));
+        self.host_to_up.insert(request.id.clone(), (idx, id));
+        self.pending_up.insert(
+            (idx, id),
+            PendingUp::Forward(Forward {
+                request,
+                deadline,
+                call: Some(CallInfo {
+                    tool: tool_name.to_owned(),
+                    retry_eligible,
+                }),
+            }),
+        );
+        if let Some(up) = self.upstreams.get_mut(idx) {
+            up.send(line);
+        }
+    }
+
+    /// The result of a forwarded call: checked against the output schema,
+    /// noted for session taint, and passed to the host under its own id.
+    pub(super) fn on_call_result(
+        &mut self,
+        idx: usize,
+        call: CallInfo,
+        request: &HostRequest,
+        message: &Message<'_>,
+    ) {
+        let Some(up) = self.upstreams.get(idx) else {
+            return;
+        };
+        let server = up.name.clone();
+        if message.result.is_some()
+            && self.policy.taints_session(&server, &call.tool)
+            && !self.host.tainted
+        {
+            tracing::info!(server.id = %server, tool.name = %call.tool, "the session has read private data: open-world tools now ask");
+            self.host.tainted = true;
+        }
+        let output = up
+            .tools
+            .iter()
+            .flatten()
+            .find(|entry| entry.name() == call.tool)
+            .and_then(|entry| entry.output.clone());
+        if let (Some(validator), Some(raw)) = (output, message.result) {
+            let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            let is_error = result
+                .get("isError")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if !is_error && let Some(structured) = result.get("structuredContent") {
+                let problems: Vec<String> = validator
+                    .iter_errors(structured)
+                    .take(5)
+                    .map(|err| err.to_string())
+                    .collect();
+                if !problems.is_empty() {
+                    let text = format!(
+                        "`{server}` returned structured content that does not match the tool's output schema: {}",
+                        problems.join("; ")
+                    );
+                    tracing::warn!(server.id = %server, tool.name = %call.tool, "{text}");
+                    self.reply(&request.id, &error_result(&text));
+                    return;
+                }
+            }
+        }
+        self.send_host(message.with_id(&request.id));
+    }
+
+    /// Refuses a call with a result that says what, why and how to allow it.
+    pub(super) fn refuse(
+        &self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        decision: &Decision,
+        extra: Option<&str>,
+    ) {
+        let reasons: Vec<String> = decision
+            .reasons
+            .iter()
+            .map(|reason| {
+                let mut text = reason.code.description().to_owned();
+                if let Some(rule_reason) = reason
+                    .rule
+                    .and_then(|idx| self.policy.config().rules.get(idx))
+                    .and_then(|rule| rule.reason.as_deref())
+                {
+                    text.push_str(&format!(" (\"{rule_reason}\")"));
+                }
+                text
+            })
+            .collect();
+        let first = decision.reasons.first().map(|reason| reason.code);
+        let how = match first {
+            Some(ReasonCode::RuleDeny) => {
+                let rule = decision.reasons.first().and_then(|reason| reason.rule).unwrap_or(0);
+                format!("change or remove rule {rule} in the configuration's `[[rules]]` (counted from 0)")
+            }
+            Some(ReasonCode::ProfileHideWrites) => {
+                "add an allow or ask rule for this tool, or set `profile = \"ask-writes\"`".to_owned()
+            }
+            Some(ReasonCode::Unattended) => {
+                "run hintgate with a person to answer (`unattended = false`), or add an allow rule for this tool".to_owned()
+            }
+            Some(ReasonCode::InvalidDefinition) => "the server must send a valid tool definition".to_owned(),
+            _ => "approve it when asked, add an allow rule for this tool, or trust the server".to_owned(),
+        };
+        let mut text = format!(
+            "hintgate refused to run `{tool}` on server `{server}`.\nWhy: {}.",
+            reasons.join("; ")
+        );
+        if let Some(extra) = extra {
+            text.push_str(&format!("\n{extra}"));
+        }
+        text.push_str(&format!("\nTo allow it: {how}."));
+        let mut result = error_result(&text);
+        if let Some(object) = result.as_object_mut() {
+            object.insert(
+                "_meta".to_owned(),
+                json!({"hintgate/decision": {
+                    "verdict": "deny",
+                    "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
+                }}),
+            );
+        }
+        self.reply(&request.id, &result);
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call's whole context, used once"
+    )]
+    fn ask(
+        &mut self,
+        idx: usize,
+        request: HostRequest,
+        tool: Tool,
+        digest: Option<PinDigest>,
+        decision: Decision,
+        params: Value,
+        pin: PinStatus,
+    ) {
+        let Some(up) = self.upstreams.get(idx) else {
+            return;
+        };
+        let server = up.name.clone();
+        if !self.host.elicitation {
+            let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
+            self.refuse(&request, &server, &tool.name, &decision, Some(extra));
+            return;
+        }
+        let changes = match pin {
+            PinStatus::Changed => up
+                .pinned_definitions
+                .get(&tool.name)
+                .map(|old| diff(old, &tool))
+                .unwrap_or_default(),
+            PinStatus::New | PinStatus::Unchanged => Vec::new(),
+        };
+        let arguments = params.get("arguments").cloned();
+        let prompt = self.policy.prompt(&PromptInput {
+            server: &server,
+            identity: None,
+            tool: &tool,
+            arguments: arguments.as_ref(),
+            decision: &decision,
+            sandbox: SandboxProof::default(),
+            changes: &changes,
+        });
+        let mut properties = Map::new();
+        properties.insert(
+            APPROVE.to_owned(),
+            json!({"type": "boolean", "title": "Approve this call", "default": false}),
+        );
+        if decision.remember == RememberOffer::UpToAlways {
+            properties.insert(
+                REMEMBER.to_owned(),
+                json!({"type": "string", "title": "Remember", "enum": [THIS_CALL, THIS_SESSION], "default": THIS_CALL}),
+            );
+        }
+        let mut elicit = json!({
+            "message": prompt,
+            "requestedSchema": {"type": "object", "properties": properties, "required": [APPROVE]},
+        });
+        if self.host.protocol_version.as_str() >= "2025-11-25"
+            && let Some(object) = elicit.as_object_mut()
+        {
+            object.insert("mode".to_owned(), json!("form"));
+        }
+        let timeout = self.ask_timeout;
+        let n = self.next_host_id();
+        let deadline = self.add_deadline(timeout, Deadline::Host(n));
+        let ask = Ask {
+            request,
+            deadline,
+            idx,
+            tool: tool.name.clone(),
+            digest,
+            decision,
+            params,
+        };
+        self.request_host(
+            n,
+            "elicitation/create",
+            &elicit,
+            PendingHost::Ask(Box::new(ask)),
+        );
+    }
+
+    /// The person answered: approve forwards the call, anything else refuses it.
+    pub(super) fn on_ask_answer(&mut self, ask: Ask, result: Option<&Value>, is_error: bool) {
+        let server = self
+            .upstreams
+            .get(ask.idx)
+            .map(|up| up.name.clone())
+            .unwrap_or_default();
+        let action = result
+            .and_then(|r| r.get("action"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let content = result.and_then(|r| r.get("content"));
+        let approved = !is_error
+            && action == "accept"
+            && content
+                .and_then(|c| c.get(APPROVE))
+                .and_then(Value::as_bool)
+                == Some(true);
+        if !approved {
+            let why = if is_error {
+                "The host could not ask (it answered the prompt with an error)."
+            } else if action == "accept" {
+                "The person did not approve it."
+            } else if action == "decline" {
+                "The person declined."
+            } else {
+                "The prompt was dismissed."
+            };
+            tracing::info!(server.id = %server, tool.name = %ask.tool, "refused by the person: {why}");
+            self.refuse(&ask.request, &server, &ask.tool, &ask.decision, Some(why));
+            return;
+        }
+        let remember = content
+            .and_then(|c| c.get(REMEMBER))
+            .and_then(Value::as_str);
+        if remember == Some(THIS_SESSION) && ask.decision.remember == RememberOffer::UpToAlways {
+            self.host.remembered.insert((ask.idx, ask.tool.clone()));
+        }
+        // The approval was given for this definition: pin it.
+        if let (Some(digest), Some(up)) = (ask.digest, self.upstreams.get_mut(ask.idx)) {
+            up.pins.insert(ask.tool.clone(), digest);
+            if let Some(tool) = up
+                .tools
+                .iter()
+                .flatten()
+                .find(|entry| entry.name() == ask.tool)
+                .and_then(|entry| entry.tool.as_ref().ok())
+            {
+                up.pinned_definitions.insert(ask.tool.clone(), tool.clone());
+            }
+        }
+        tracing::info!(server.id = %server, tool.name = %ask.tool, "approved by the person");
+        self.forward_call(ask.idx, ask.request, &ask.tool, &ask.params);
+    }
+
+    pub(super) fn ask_timed_out(&mut self, ask: Ask) {
+        let server = self
+            .upstreams
+            .get(ask.idx)
+            .map(|up| up.name.clone())
+            .unwrap_or_default();
+        let seconds = self.ask_timeout.as_secs();
+        let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
+        self.refuse(&ask.request, &server, &ask.tool, &ask.decision, Some(&why));
+    }
+}

@@ -1,0 +1,28 @@
+//! The hintgate gateway: an MCP proxy that decides every tool call.
+//!
+//! The host talks to the gateway on one line-delimited stream (stdio); the
+//! gateway talks to each upstream server, a child process, on another. One
+//! event loop ([`gateway`]) owns all session state: it routes every message,
+//! answers `tools/list` with the visible tools only, and puts every
+//! `tools/call` through [`hintgate_policy::Policy::decide`] before it may
+//! reach a server.
+//!
+//! What it is not: it makes no decisions of its own (the policy core does),
+//! it stores nothing across runs yet (the store comes later), and it speaks
+//! the legacy protocol era (`initialize`, up to 2025-11-25) on both sides.
+//!
+//! Layout:
+//! - [`frame`]: parsing a line just far enough to route it, and splicing a
+//!   new id or params into it so that everything else passes byte for byte;
+//! - [`conn`]: reading lines under a size limit and writing them in batches;
+//! - [`upstream`]: child processes and their reader and writer tasks;
+//! - [`gateway`]: the event loop and the session state.
+#![forbid(unsafe_code)]
+
+pub mod conn;
+pub mod event;
+pub mod frame;
+pub mod gateway;
+pub mod upstream;
+
+pub use gateway::{Mode, Settings, run};
