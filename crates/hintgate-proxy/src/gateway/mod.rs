@@ -415,14 +415,16 @@ impl Gateway {
         };
         match parsed.kind() {
             Kind::Request => {
-                let request = HostRequest {
-                    id: parsed.id_text().to_owned(),
-                    method: parsed.method().to_owned(),
-                    line: line.clone(),
+                let id = parsed.id_text().to_owned();
+                let method = parsed.method().to_owned();
+                drop(parsed);
+                self.dispatch(HostRequest {
+                    id,
+                    method,
+                    line,
                     restarted: None,
                     attempt: 0,
-                };
-                self.dispatch(request);
+                });
             }
             Kind::Notification => {
                 let method = parsed.method().to_owned();

@@ -34,6 +34,23 @@ pub(crate) struct Ask {
     digest: Option<PinDigest>,
     decision: Decision,
     params: Value,
+    retry_eligible: bool,
+}
+
+/// A call's decision and what forwarding it needs.
+struct Prepared {
+    server: String,
+    decision: Decision,
+    digest: Option<PinDigest>,
+    input: Option<Arc<jsonschema::Validator>>,
+    retry_eligible: bool,
+    pin: PinStatus,
+}
+
+/// Why a call ends before its decision is acted on.
+enum Early {
+    UnknownTool,
+    Refuse(String, Decision),
 }
 
 /// What the person may answer in the form.
@@ -269,46 +286,26 @@ impl Gateway {
             self.waiting.push(request);
             return;
         }
-        let Some(up) = self.upstreams.get(idx) else {
-            return;
-        };
-        let server = up.name.clone();
-        let Some(entry) = up
-            .tools
-            .iter()
-            .flatten()
-            .find(|entry| entry.name() == tool_name)
-        else {
-            self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
-            return;
-        };
-        let tool = match &entry.tool {
-            Ok(tool) => tool.clone(),
-            Err(_) => {
-                let decision = Decision::invalid_definition();
+        let prepared = match self.prepare_call(idx, &tool_name) {
+            Ok(prepared) => prepared,
+            Err(Early::UnknownTool) => {
+                self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
+                return;
+            }
+            Err(Early::Refuse(server, decision)) => {
                 self.refuse(&request, &server, &tool_name, &decision, None);
                 return;
             }
         };
-        let digest = entry.digest;
-        let input = entry.input.clone();
-        let pin = PinStatus::compare(up.pins.get(&tool_name).copied(), &tool);
-        let remembered = if self.host.remembered.contains(&(idx, tool_name.clone())) {
-            Remembered::Session
-        } else {
-            Remembered::None
-        };
-        let decision = self.policy.decide(&Call {
-            server: &server,
-            tool: &tool,
+        let Prepared {
+            server,
+            decision,
+            digest,
+            input,
+            retry_eligible,
             pin,
-            session: SessionState {
-                tainted: self.host.tainted,
-                remembered,
-            },
-            sandbox: SandboxProof::default(),
-        });
-        tracing::info!(
+        } = prepared;
+        tracing::debug!(
             server.id = %server,
             tool.name = %tool_name,
             decision.verdict = ?decision.verdict,
@@ -319,47 +316,114 @@ impl Gateway {
             self.refuse(&request, &server, &tool_name, &decision, None);
             return;
         }
-        let arguments = params
-            .get("arguments")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        if let Some(validator) = input {
+        let empty = Value::Object(Map::new());
+        let arguments = params.get("arguments").unwrap_or(&empty);
+        if let Some(validator) = input
+            && !validator.is_valid(arguments)
+        {
             let problems: Vec<String> = validator
-                .iter_errors(&arguments)
+                .iter_errors(arguments)
                 .take(5)
                 .map(|err| format!("{err} (at `{}`)", err.instance_path()))
                 .collect();
-            if !problems.is_empty() {
-                let text = format!(
-                    "hintgate did not send this call to `{server}`: its arguments do not match the tool's input schema: {}",
-                    problems.join("; ")
-                );
-                self.reply(&request.id, &error_result(&text));
-                return;
-            }
+            let text = format!(
+                "hintgate did not send this call to `{server}`: its arguments do not match the tool's input schema: {}",
+                problems.join("; ")
+            );
+            self.reply(&request.id, &error_result(&text));
+            return;
         }
         match decision.verdict {
-            Verdict::Allow => self.forward_call(idx, request, &tool_name, &params),
-            Verdict::Ask => self.ask(idx, request, tool, digest, decision, params, pin),
+            Verdict::Allow => self.forward_call(idx, request, &tool_name, &params, retry_eligible),
+            Verdict::Ask => {
+                let Some(tool) = self.tool(idx, &tool_name).cloned() else {
+                    return;
+                };
+                self.ask(
+                    idx,
+                    request,
+                    tool,
+                    digest,
+                    decision,
+                    params,
+                    pin,
+                    retry_eligible,
+                );
+            }
             Verdict::Deny => {}
         }
     }
 
-    /// Sends an allowed call upstream, under the server's own tool name.
-    fn forward_call(&mut self, idx: usize, request: HostRequest, tool_name: &str, params: &Value) {
-        let Some(server) = self.upstreams.get(idx).map(|up| up.name.clone()) else {
-            return;
+    fn tool(&self, idx: usize, name: &str) -> Option<&Tool> {
+        self.upstreams
+            .get(idx)?
+            .tools
+            .as_ref()?
+            .iter()
+            .find(|entry| entry.name() == name)?
+            .tool
+            .as_ref()
+            .ok()
+    }
+
+    /// The decision on a call to a listed tool, and what forwarding it needs.
+    fn prepare_call(&self, idx: usize, tool_name: &str) -> Result<Prepared, Early> {
+        let up = self.upstreams.get(idx).ok_or(Early::UnknownTool)?;
+        let entry = up
+            .tools
+            .iter()
+            .flatten()
+            .find(|entry| entry.name() == tool_name)
+            .ok_or(Early::UnknownTool)?;
+        let (Ok(tool), Some(digest)) = (&entry.tool, entry.digest) else {
+            return Err(Early::Refuse(
+                up.name.clone(),
+                Decision::invalid_definition(),
+            ));
         };
-        let retry_eligible = self
-            .upstreams
-            .get(idx)
-            .and_then(|up| up.tools.as_ref())
-            .and_then(|tools| tools.iter().find(|entry| entry.name() == tool_name))
-            .and_then(|entry| entry.tool.as_ref().ok())
-            .is_some_and(|tool| {
-                self.policy
-                    .retry_eligible(&server, tool, SandboxProof::default())
-            });
+        // The digest was computed when the tool was listed; comparing it with
+        // the pin costs nothing per call.
+        let pin = match up.pins.get(tool_name) {
+            None => PinStatus::New,
+            Some(pinned) if *pinned == digest => PinStatus::Unchanged,
+            Some(_) => PinStatus::Changed,
+        };
+        let remembered = if self.host.remembered.contains(&(idx, tool_name.to_owned())) {
+            Remembered::Session
+        } else {
+            Remembered::None
+        };
+        let decision = self.policy.decide(&Call {
+            server: &up.name,
+            tool,
+            pin,
+            session: SessionState {
+                tainted: self.host.tainted,
+                remembered,
+            },
+            sandbox: SandboxProof::default(),
+        });
+        Ok(Prepared {
+            server: up.name.clone(),
+            retry_eligible: self
+                .policy
+                .retry_eligible(&up.name, tool, SandboxProof::default()),
+            decision,
+            digest: Some(digest),
+            input: entry.input.clone(),
+            pin,
+        })
+    }
+
+    /// Sends an allowed call upstream, under the server's own tool name.
+    fn forward_call(
+        &mut self,
+        idx: usize,
+        request: HostRequest,
+        tool_name: &str,
+        params: &Value,
+        retry_eligible: bool,
+    ) {
         let id = self.next_up_id(idx);
         let Ok(message) = Message::parse(&request.line) else {
             return;
@@ -518,6 +582,7 @@ impl Gateway {
         decision: Decision,
         params: Value,
         pin: PinStatus,
+        retry_eligible: bool,
     ) {
         let Some(up) = self.upstreams.get(idx) else {
             return;
@@ -577,6 +642,7 @@ impl Gateway {
             digest,
             decision,
             params,
+            retry_eligible,
         };
         self.request_host(
             n,
@@ -638,7 +704,13 @@ impl Gateway {
             }
         }
         tracing::info!(server.id = %server, tool.name = %ask.tool, "approved by the person");
-        self.forward_call(ask.idx, ask.request, &ask.tool, &ask.params);
+        self.forward_call(
+            ask.idx,
+            ask.request,
+            &ask.tool,
+            &ask.params,
+            ask.retry_eligible,
+        );
     }
 
     pub(super) fn ask_timed_out(&mut self, ask: Ask) {
