@@ -26,7 +26,9 @@ pub(crate) struct Aggregate {
     request: HostRequest,
     /// `resources`, `resourceTemplates` or `prompts`.
     key: &'static str,
-    items: Vec<Value>,
+    /// Each server's items, by its index, so the merged list is in
+    /// configuration order whatever order the answers come in.
+    items: std::collections::BTreeMap<usize, Vec<Value>>,
     remaining: usize,
     failures: Vec<String>,
 }
@@ -230,7 +232,7 @@ impl Gateway {
             Aggregate {
                 request,
                 key,
-                items: Vec::new(),
+                items: std::collections::BTreeMap::new(),
                 remaining: targets.len(),
                 failures: Vec::new(),
             },
@@ -312,7 +314,7 @@ impl Gateway {
             }
         }
         if let Some(state) = self.aggregates.get_mut(&aggregate) {
-            state.items.extend(items);
+            state.items.entry(idx).or_default().extend(items);
         }
         if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
             let params = json!({"cursor": cursor});
@@ -350,6 +352,7 @@ impl Gateway {
         let Some(state) = self.aggregates.remove(&aggregate) else {
             return;
         };
-        self.reply(&state.request.id, &json!({ state.key: state.items }));
+        let items: Vec<Value> = state.items.into_values().flatten().collect();
+        self.reply(&state.request.id, &json!({ state.key: items }));
     }
 }
