@@ -29,6 +29,15 @@ pub enum Command {
     /// Run the gateway: wrap one server (`-- CMD ARGS`) or every server of a config.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
+    /// Watch the gateway at work: a scripted host, two demo servers, every decision printed.
+    Demo,
+    /// The demo's upstream server (used by `hintgate demo`).
+    #[command(hide = true)]
+    DemoServer {
+        /// Which demo server to be.
+        #[arg(long, value_enum)]
+        flavor: crate::demo_server::Flavor,
+    },
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),

@@ -5,6 +5,8 @@
 
 mod args;
 mod config_check;
+mod demo;
+mod demo_server;
 mod examples;
 mod exit;
 mod explain;
@@ -34,6 +36,8 @@ fn main() -> Exit {
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args),
         Command::Run(args) => run::run(args),
+        Command::Demo => demo::run(),
+        Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
     };
     match result {

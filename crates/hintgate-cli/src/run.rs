@@ -40,6 +40,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     let settings = Settings {
         policy: Policy::new(config),
         mode,
+        observer: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

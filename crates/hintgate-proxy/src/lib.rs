@@ -25,4 +25,4 @@ pub mod frame;
 pub mod gateway;
 pub mod upstream;
 
-pub use gateway::{Mode, Settings, run};
+pub use gateway::{Mode, Observed, Settings, run};

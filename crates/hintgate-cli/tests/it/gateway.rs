@@ -486,3 +486,28 @@ fn servers_die_with_the_gateway() {
             .is_ok_and(|stat| stat.contains(") Z "));
     assert!(gone, "the server outlived the gateway");
 }
+
+#[test]
+fn the_demo_shows_every_kind_of_decision() {
+    let output = crate::util::hintgate().arg("demo").output().unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for expected in [
+        "1. notes__fetch_page",
+        "decision: allow (read-only)",
+        "decision: ask (open-world-after-private-data, open-world)",
+        "the person: approved, and remembered for the rest of this session",
+        "decision: allow (remembered-approval)",
+        "the person: declined",
+        "the server says this tool only reads (unverified)",
+        "decision: deny (rule-deny)",
+        "(community__wipe_disk is not listed: a deny rule hides it)",
+        "refused: hintgate refused to run `wipe_disk` on server `community`.",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}

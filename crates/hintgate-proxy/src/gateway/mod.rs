@@ -54,6 +54,34 @@ pub struct Settings {
     pub policy: Policy,
     /// Wrap or gateway mode.
     pub mode: Mode,
+    /// Where to report each decision and each answer to a question, for
+    /// whoever watches (the demo prints them; the audit log will store them).
+    pub observer: Option<mpsc::UnboundedSender<Observed>>,
+}
+
+/// Something the gateway decided or was told about a tool call.
+#[derive(Debug, Clone)]
+pub enum Observed {
+    /// The policy's decision on a call.
+    Decided {
+        /// The server's configured name.
+        server: String,
+        /// The server's own tool name.
+        tool: String,
+        /// The decision.
+        decision: hintgate_policy::decide::Decision,
+    },
+    /// A person answered the question about a call.
+    Answered {
+        /// The server's configured name.
+        server: String,
+        /// The server's own tool name.
+        tool: String,
+        /// The call may run.
+        approved: bool,
+        /// What was answered, in words.
+        answer: String,
+    },
 }
 
 /// Why the gateway stopped with an error.
@@ -101,6 +129,7 @@ where
         max_line,
         policy: settings.policy,
         mode: settings.mode,
+        observer: settings.observer,
         events_tx,
         host_tx,
         upstreams: servers.into_iter().map(Upstream::new).collect(),
@@ -169,6 +198,7 @@ async fn read_host<R: AsyncRead + Unpin>(
 struct Gateway {
     policy: Policy,
     mode: Mode,
+    observer: Option<mpsc::UnboundedSender<Observed>>,
     separator: String,
     call_timeout: Duration,
     ask_timeout: Duration,
@@ -367,6 +397,12 @@ impl Gateway {
                     }
                 }
             }
+        }
+    }
+
+    fn observe(&self, observed: Observed) {
+        if let Some(observer) = &self.observer {
+            let _ = observer.send(observed);
         }
     }
 

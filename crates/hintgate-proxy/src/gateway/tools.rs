@@ -312,6 +312,11 @@ impl Gateway {
             decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
             "tools/call"
         );
+        self.observe(super::Observed::Decided {
+            server: server.clone(),
+            tool: tool_name.clone(),
+            decision: decision.clone(),
+        });
         if decision.verdict == Verdict::Deny {
             self.refuse(&request, &server, &tool_name, &decision, None);
             return;
@@ -548,8 +553,13 @@ impl Gateway {
             Some(ReasonCode::InvalidDefinition) => "the server must send a valid tool definition".to_owned(),
             _ => "approve it when asked, add an allow rule for this tool, or trust the server".to_owned(),
         };
+        let why = if decision.verdict == Verdict::Ask {
+            "It needed a person's approval because"
+        } else {
+            "Why"
+        };
         let mut text = format!(
-            "hintgate refused to run `{tool}` on server `{server}`.\nWhy: {}.",
+            "hintgate refused to run `{tool}` on server `{server}`.\n{why}: {}.",
             reasons.join("; ")
         );
         if let Some(extra) = extra {
@@ -671,16 +681,25 @@ impl Gateway {
                 .and_then(Value::as_bool)
                 == Some(true);
         if !approved {
-            let why = if is_error {
-                "The host could not ask (it answered the prompt with an error)."
+            let (why, short) = if is_error {
+                (
+                    "The host could not ask (it answered the prompt with an error).",
+                    "the host could not ask",
+                )
             } else if action == "accept" {
-                "The person did not approve it."
+                ("The person did not approve it.", "did not approve")
             } else if action == "decline" {
-                "The person declined."
+                ("The person declined.", "declined")
             } else {
-                "The prompt was dismissed."
+                ("The prompt was dismissed.", "dismissed the prompt")
             };
             tracing::info!(server.id = %server, tool.name = %ask.tool, "refused by the person: {why}");
+            self.observe(super::Observed::Answered {
+                server: server.clone(),
+                tool: ask.tool.clone(),
+                approved: false,
+                answer: short.to_owned(),
+            });
             self.refuse(&ask.request, &server, &ask.tool, &ask.decision, Some(why));
             return;
         }
@@ -704,6 +723,19 @@ impl Gateway {
             }
         }
         tracing::info!(server.id = %server, tool.name = %ask.tool, "approved by the person");
+        let answer = if remember == Some(THIS_SESSION)
+            && ask.decision.remember == RememberOffer::UpToAlways
+        {
+            "approved, and remembered for the rest of this session"
+        } else {
+            "approved, for this call only"
+        };
+        self.observe(super::Observed::Answered {
+            server: server.clone(),
+            tool: ask.tool.clone(),
+            approved: true,
+            answer: answer.to_owned(),
+        });
         self.forward_call(
             ask.idx,
             ask.request,
@@ -721,6 +753,12 @@ impl Gateway {
             .unwrap_or_default();
         let seconds = self.ask_timeout.as_secs();
         let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
+        self.observe(super::Observed::Answered {
+            server: server.clone(),
+            tool: ask.tool.clone(),
+            approved: false,
+            answer: format!("did not answer within {seconds} s"),
+        });
         self.refuse(&ask.request, &server, &ask.tool, &ask.decision, Some(&why));
     }
 }
