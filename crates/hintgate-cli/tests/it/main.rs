@@ -13,4 +13,5 @@ mod corpus;
 mod explain;
 mod gateway;
 mod host;
+mod peers;
 mod util;

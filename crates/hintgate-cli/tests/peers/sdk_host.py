@@ -1,0 +1,60 @@
+"""A real MCP host for the gateway's end-to-end tests: the Python `mcp` SDK.
+
+Usage: sdk_host.py SPEC_JSON
+SPEC_JSON: {"command": [...], "answer": "accept" | "decline" | null,
+            "calls": [{"name": ..., "arguments": {...}}]}
+
+It connects to `command` over stdio with `ClientSession` (the legacy era),
+answers elicitation as `answer` says (no elicitation capability when null),
+lists the tools, makes the calls, and prints one JSON report.
+"""
+
+import json
+import sys
+
+import anyio
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+SPEC = json.loads(sys.argv[1])
+ASKED = []
+
+
+async def elicit(context, params):
+    ASKED.append(params.message)
+    if SPEC["answer"] == "accept":
+        return types.ElicitResult(action="accept", content={"approve": True})
+    return types.ElicitResult(action="decline")
+
+
+def text_of(result):
+    return [block.text for block in result.content if getattr(block, "type", "") == "text"]
+
+
+async def main():
+    command = SPEC["command"]
+    params = StdioServerParameters(command=command[0], args=command[1:])
+    callback = elicit if SPEC.get("answer") else None
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=callback) as session:
+            init = await session.initialize()
+            listed = await session.list_tools()
+            results = []
+            for call in SPEC.get("calls", []):
+                result = await session.call_tool(call["name"], call.get("arguments", {}))
+                results.append({"isError": bool(result.is_error), "text": text_of(result)})
+            report = {
+                "server": init.server_info.name,
+                "protocol": init.protocol_version,
+                "tools": {
+                    tool.name: tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
+                    for tool in listed.tools
+                },
+                "results": results,
+                "asked": ASKED,
+            }
+            print(json.dumps(report))
+
+
+anyio.run(main)
