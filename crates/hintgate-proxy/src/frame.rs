@@ -176,6 +176,40 @@ impl<'a> Message<'a> {
     }
 }
 
+impl Message<'_> {
+    /// The same message under a new id, with `fields` (raw JSON members such
+    /// as `"resultType":"complete"`) added at the front of the `result`
+    /// object. A result that is not an object only gets the new id.
+    pub fn with_id_and_result_fields(&self, new_id: &str, fields: &str) -> String {
+        let Some(result) = self.result else {
+            return self.with_id(new_id);
+        };
+        let Some((start, end)) = span_of(self.line, result.get()) else {
+            return self.with_id(new_id);
+        };
+        let body = result.get();
+        if !body.starts_with('{') {
+            return self.with_id(new_id);
+        }
+        let empty = body
+            .get(1..)
+            .is_some_and(|rest| rest.trim_start().starts_with('}'));
+        let mut object = String::with_capacity(body.len() + fields.len() + 1);
+        object.push('{');
+        object.push_str(fields);
+        if !empty {
+            object.push(',');
+        }
+        object.push_str(body.get(1..).unwrap_or("}"));
+        let with_result = splice(self.line, start, end, &object);
+        // Splice the id into the new line (the id comes before the result
+        // in practice, but do not rely on it).
+        Message::parse(&with_result)
+            .map(|message| message.with_id(new_id))
+            .unwrap_or(with_result)
+    }
+}
+
 /// The byte range of `part` inside `line`, when `part` is a slice of it.
 fn span_of(line: &str, part: &str) -> Option<(usize, usize)> {
     let start = (part.as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
@@ -265,6 +299,20 @@ mod tests {
         assert_eq!(
             both,
             r#"{"jsonrpc":"2.0", "id" : 9 ,"method":"x","params":{"name":"y"},"extra":true}"#
+        );
+    }
+
+    #[test]
+    fn result_fields_are_added_at_the_front() {
+        let message = Message::parse(r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}"#).unwrap();
+        assert_eq!(
+            message.with_id_and_result_fields("\"h\"", r#""resultType":"complete""#),
+            r#"{"jsonrpc":"2.0","id":"h","result":{"resultType":"complete","tools":[]}}"#
+        );
+        let empty = Message::parse(r#"{"id":3,"result":{ }}"#).unwrap();
+        assert_eq!(
+            empty.with_id_and_result_fields("4", r#""a":1"#),
+            r#"{"id":4,"result":{"a":1 }}"#
         );
     }
 

@@ -8,21 +8,24 @@
 //! reach a server.
 //!
 //! What it is not: it makes no decisions of its own (the policy core does),
-//! it stores nothing across runs yet (the store comes later), and it speaks
-//! the legacy protocol era (`initialize`, up to 2025-11-25) on both sides.
+//! and it stores nothing across runs yet (the store comes later). It speaks
+//! both protocol eras to the host (legacy `initialize` up to 2025-11-25, and
+//! 2026-07-28) and the legacy era to its servers.
 //!
 //! Layout:
 //! - [`frame`]: parsing a line just far enough to route it, and splicing a
 //!   new id or params into it so that everything else passes byte for byte;
 //! - [`conn`]: reading lines under a size limit and writing them in batches;
 //! - [`upstream`]: child processes and their reader and writer tasks;
-//! - [`gateway`]: the event loop and the session state.
+//! - [`gateway`]: the event loop and the session state;
+//! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions.
 #![forbid(unsafe_code)]
 
 pub mod conn;
 pub mod event;
 pub mod frame;
 pub mod gateway;
+pub mod seal;
 pub mod upstream;
 
 pub use gateway::{Mode, Observed, Settings, run};

@@ -511,3 +511,140 @@ fn the_demo_shows_every_kind_of_decision() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+fn modern_meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-test-host", "version": "1"},
+    })
+}
+
+fn modern_call(host: &mut Host, name: &str, arguments: Value, extra: Value) -> Value {
+    let mut params = json!({"name": name, "arguments": arguments, "_meta": modern_meta(json!({"elicitation": {}}))});
+    if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
+        params.extend(extra.clone());
+    }
+    host.request("tools/call", params)
+}
+
+#[test]
+fn a_modern_host_discovers_and_gets_complete_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    let discover = host.request("server/discover", json!({"_meta": modern_meta(json!({}))}));
+    let result = &discover["result"];
+    assert_eq!(result["resultType"], "complete");
+    assert!(
+        result["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28"))
+    );
+    assert_eq!(result["capabilities"]["tools"]["listChanged"], true);
+    assert!(result["ttlMs"].is_number() && result["cacheScope"].is_string());
+
+    let list = host.request("tools/list", json!({"_meta": modern_meta(json!({}))}));
+    assert_eq!(list["result"]["resultType"], "complete");
+    assert_eq!(list["result"]["cacheScope"], "private");
+    let echoed = modern_call(&mut host, "echo", json!({"text": "modern"}), json!({}));
+    assert_eq!(
+        echoed["result"]["resultType"], "complete",
+        "a legacy server's result gets resultType"
+    );
+    assert!(text(&echoed["result"]).contains("modern"));
+
+    let old = host.request(
+        "tools/list",
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}),
+    );
+    assert_eq!(old["error"]["code"], -32022);
+}
+
+#[test]
+fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let log_text = log.display().to_string();
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &[],
+        &[("FIXTURE_LOG", &log_text)],
+    );
+    let asked = modern_call(&mut host, "write_note", json!({"text": "a"}), json!({}));
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    let question = &result["inputRequests"]["hintgate/approve"];
+    assert_eq!(question["method"], "elicitation/create");
+    assert!(
+        question["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("write_note")
+    );
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    let approve = json!({"hintgate/approve": {"action": "accept", "content": {"approve": true}}});
+    let calls = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("call write_note")
+            .count()
+    };
+
+    // Altered: one character of the seal changed.
+    let mut altered = state.clone();
+    let last = altered.pop().unwrap();
+    altered.push(if last == '0' { '1' } else { '0' });
+    let forged = modern_call(
+        &mut host,
+        "write_note",
+        json!({"text": "a"}),
+        json!({"requestState": altered, "inputResponses": approve}),
+    );
+    assert!(
+        text(&forged["result"]).contains("altered or was not issued by this gateway"),
+        "{forged}"
+    );
+
+    // Bound to its arguments.
+    let other = modern_call(
+        &mut host,
+        "write_note",
+        json!({"text": "b"}),
+        json!({"requestState": state, "inputResponses": approve}),
+    );
+    assert!(
+        text(&other["result"]).contains("given for a different call"),
+        "{other}"
+    );
+    assert_eq!(calls(), 0);
+
+    // The real answer runs the call once; the same state again is refused.
+    let ran = modern_call(
+        &mut host,
+        "write_note",
+        json!({"text": "a"}),
+        json!({"requestState": state, "inputResponses": approve}),
+    );
+    assert_eq!(text(&ran["result"]), "noted", "{ran}");
+    assert_eq!(ran["result"]["resultType"], "complete");
+    let replayed = modern_call(
+        &mut host,
+        "write_note",
+        json!({"text": "a"}),
+        json!({"requestState": state, "inputResponses": approve}),
+    );
+    assert!(
+        text(&replayed["result"]).contains("already used"),
+        "{replayed}"
+    );
+    assert_eq!(calls(), 1, "only the approved call reached the server");
+
+    // A server's own request cannot reach a modern host: the server is told so.
+    let relayed = modern_call(&mut host, "ask_host", json!({}), json!({}));
+    assert!(
+        text(&relayed["result"]).contains("takes no requests from a server"),
+        "{relayed}"
+    );
+}

@@ -355,3 +355,64 @@ fn the_inspector_cli_gets_answers_and_refusals_never_a_hang() {
         "{text}"
     );
 }
+
+/// Runs the SDK's `mcp.Client` (which probes `server/discover` in auto mode).
+fn sdk_client(
+    dir: &Path,
+    command: &[String],
+    mode: &str,
+    answer: Option<&str>,
+    calls: Value,
+) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/sdk_client.py");
+    let spec = json!({"command": command, "mode": mode, "answer": answer, "calls": calls});
+    let output = Command::new(venv_bin("python"))
+        .current_dir(dir)
+        .arg(script)
+        .arg(spec.to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the SDK client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{err}: {stdout}\n{stderr}"))
+}
+
+#[test]
+fn the_sdk_client_speaks_2026_07_28_through_the_gateway_and_answers_input_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = vec![npm_bin("mcp-server-everything")];
+    let calls = json!([
+        {"name": "get-sum", "arguments": {"a": 4, "b": 5}},
+        {"name": "toggle-simulated-logging", "arguments": {}},
+    ]);
+    let command = wrapped(&["--trust", "trusted"], &server);
+    let accepted = sdk_client(dir.path(), &command, "auto", Some("accept"), calls.clone());
+    assert_eq!(
+        accepted["protocol"], "2026-07-28",
+        "the client adopted the modern era"
+    );
+    assert_eq!(result_text(&accepted, 0), "The sum of 4 and 5 is 9.");
+    assert_eq!(
+        accepted["results"][1]["isError"], false,
+        "approved through an input-required round"
+    );
+    assert_eq!(accepted["asked"].as_array().unwrap().len(), 1);
+    assert!(
+        accepted["asked"][0]
+            .as_str()
+            .unwrap()
+            .contains("toggle-simulated-logging")
+    );
+
+    let declined = sdk_client(dir.path(), &command, "auto", Some("decline"), calls.clone());
+    assert_eq!(declined["results"][1]["isError"], true);
+    assert!(result_text(&declined, 1).contains("The person declined."));
+
+    let legacy = sdk_client(dir.path(), &command, "legacy", Some("accept"), calls);
+    assert_eq!(legacy["protocol"], "2025-11-25");
+    assert_eq!(legacy["results"][1]["isError"], false);
+}

@@ -11,6 +11,7 @@
 //! response is routed back by those ids, and the original id is spliced back
 //! into the original line.
 
+mod modern;
 mod routing;
 mod tools;
 
@@ -94,6 +95,9 @@ pub enum RunError {
     /// Wrap mode needs exactly one server.
     #[error("wrap mode runs exactly one server, not {0}")]
     WrapNeedsOne(usize),
+    /// The operating system gave no randomness for the sealing key.
+    #[error("no randomness for the sealing key: {0}")]
+    NoRandomness(String),
 }
 
 /// Runs the gateway between a host on `host_in`/`host_out` and the
@@ -122,7 +126,10 @@ where
     let writer = tokio::spawn(write_lines(host_out, host_rx));
     tokio::spawn(read_host(host_in, max_line, events_tx.clone()));
 
+    let sealer =
+        crate::seal::Sealer::new().map_err(|err| RunError::NoRandomness(err.to_string()))?;
     let mut gateway = Gateway {
+        sealer,
         separator: gateway_settings.separator.clone(),
         call_timeout: Duration::from_secs(gateway_settings.call_timeout_s),
         ask_timeout: Duration::from_secs(gateway_settings.ask_timeout_s),
@@ -196,6 +203,7 @@ async fn read_host<R: AsyncRead + Unpin>(
 
 /// The gateway's whole state.
 struct Gateway {
+    sealer: crate::seal::Sealer,
     policy: Policy,
     mode: Mode,
     observer: Option<mpsc::UnboundedSender<Observed>>,
@@ -234,6 +242,12 @@ struct HostSession {
     init: Option<Value>,
     /// The host's `initialize` waiting for the servers to start.
     initialize_pending: Option<HostRequest>,
+    /// A modern host's `server/discover` waiting for the servers to start.
+    discover_pending: Option<HostRequest>,
+    /// The host speaks 2026-07-28.
+    modern: bool,
+    /// A modern host's `subscriptions/listen` request id (raw JSON).
+    listen: Option<String>,
     /// The host declared form elicitation.
     elicitation: bool,
     /// The protocol version agreed with the host.
@@ -411,6 +425,12 @@ impl Gateway {
     }
 
     fn reply(&self, id: &str, result: &Value) {
+        if self.host.modern && result.is_object() && result.get("resultType").is_none() {
+            let mut result = result.clone();
+            self.modernize("", &mut result);
+            self.send_host(frame::response(id, &result));
+            return;
+        }
         self.send_host(frame::response(id, result));
     }
 
@@ -482,12 +502,28 @@ impl Gateway {
     }
 
     fn dispatch(&mut self, request: HostRequest) {
+        // A modern host names its protocol version on every request; one the
+        // gateway does not speak is refused as the spec says.
+        if self.host.modern
+            && let Some(meta) = modern::modern_meta(&request)
+            && !self.begin_modern(&request, &meta)
+        {
+            return;
+        }
         match request.method.as_str() {
             "initialize" => self.on_initialize(request),
+            "server/discover" => self.on_discover(request),
             "ping" => self.reply(&request.id, &json!({})),
-            _ if self.host.init.is_none() => {
-                self.reply_error(&request.id, -32600, "send `initialize` first");
-            }
+            _ if self.host.init.is_none() => match modern::modern_meta(&request) {
+                // A modern host's first request starts the session.
+                Some(meta) => {
+                    if self.begin_modern(&request, &meta) {
+                        self.dispatch(request);
+                    }
+                }
+                None => self.reply_error(&request.id, -32600, "send `initialize` first"),
+            },
+            "subscriptions/listen" if self.host.modern => self.on_listen(request),
             "tools/list" => self.on_tools_list(request),
             "tools/call" => self.on_tools_call(request),
             _ => self.on_other_request(request),
@@ -545,7 +581,7 @@ impl Gateway {
 
     /// Answers the host's `initialize` once every server is ready or failed.
     fn finish_initialize(&mut self) {
-        if self.host.initialize_pending.is_none() {
+        if self.host.initialize_pending.is_none() && self.host.discover_pending.is_none() {
             return;
         }
         let settled = self
@@ -554,6 +590,11 @@ impl Gateway {
             .all(|up| matches!(up.phase, Phase::Ready | Phase::Failed(_)));
         if !settled {
             return;
+        }
+        if let Some(request) = self.host.discover_pending.take() {
+            let mut result = self.discover_result();
+            self.modernize("server/discover", &mut result);
+            self.reply(&request.id, &result);
         }
         let Some(request) = self.host.initialize_pending.take() else {
             return;
@@ -677,6 +718,10 @@ impl Gateway {
                 let Some(request_id) = params.get("requestId").map(Value::to_string) else {
                     return;
                 };
+                if self.host.listen.as_deref() == Some(request_id.as_str()) {
+                    self.host.listen = None;
+                    return;
+                }
                 self.cancel_host_request(&request_id);
             }
             _ => {
@@ -912,6 +957,13 @@ impl Gateway {
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
+            Kind::Request if self.host.modern => {
+                // A 2026-07-28 host takes no requests from a server.
+                let text = "the host speaks 2026-07-28, which takes no requests from a server; this gateway cannot relay them yet";
+                if let Some(up) = self.upstreams.get_mut(idx) {
+                    up.send(frame::error_response(message.id_text(), -32601, text));
+                }
+            }
             Kind::Request => {
                 // A server-to-host request (elicitation, sampling, roots, ping):
                 // to the host under an id of ours, and the answer back.
@@ -940,7 +992,11 @@ impl Gateway {
                 // List again now, so a changed definition is caught and held
                 // even if the host never lists again.
                 self.list_tools(idx);
-                self.send_host(message.line().to_owned());
+                if self.host.modern {
+                    self.notify_modern("notifications/tools/list_changed");
+                } else {
+                    self.send_host(message.line().to_owned());
+                }
             }
             "notifications/cancelled" => {
                 let params: Value = message
@@ -974,10 +1030,11 @@ impl Gateway {
                     self.send_host(message.with_params(&params.to_string()));
                 }
             }
-            "notifications/prompts/list_changed" | "notifications/resources/list_changed"
-                if self.mode == Mode::Gateway =>
+            method @ ("notifications/prompts/list_changed"
+            | "notifications/resources/list_changed")
+                if self.host.modern =>
             {
-                self.send_host(message.line().to_owned());
+                self.notify_modern(method);
             }
             _ => self.send_host(message.line().to_owned()),
         }
@@ -1001,7 +1058,11 @@ impl Gateway {
                 self.host_to_up.remove(&forward.request.id);
                 match &forward.call {
                     Some(call) => self.on_call_result(idx, call.clone(), &forward.request, message),
-                    None => self.send_host(message.with_id(&forward.request.id)),
+                    None => self.send_host(self.host_response(
+                        message,
+                        &forward.request.id,
+                        &forward.request.method,
+                    )),
                 }
             }
             PendingUp::Fanout { aggregate, method } => {

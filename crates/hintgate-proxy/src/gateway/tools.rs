@@ -98,6 +98,23 @@ impl ToolEntry {
     }
 }
 
+/// The form a person answers: approve or not, and, where a remembered
+/// approval is allowed, whether to remember it for the session.
+fn requested_schema(decision: &Decision) -> Value {
+    let mut properties = Map::new();
+    properties.insert(
+        APPROVE.to_owned(),
+        json!({"type": "boolean", "title": "Approve this call", "default": false}),
+    );
+    if decision.remember == RememberOffer::UpToAlways {
+        properties.insert(
+            REMEMBER.to_owned(),
+            json!({"type": "string", "title": "Remember", "enum": [THIS_CALL, THIS_SESSION], "default": THIS_CALL}),
+        );
+    }
+    json!({"type": "object", "properties": properties, "required": [APPROVE]})
+}
+
 /// A tool result that tells the model the call failed, and why.
 pub(crate) fn error_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
@@ -203,7 +220,9 @@ impl Gateway {
                 }
             }
         }
-        self.reply(&request.id, &json!({"tools": tools}));
+        let mut result = json!({"tools": tools});
+        self.modernize("tools/list", &mut result);
+        self.reply(&request.id, &result);
     }
 
     /// A tool as the host sees it, or `None` when it is hidden: the prefixed
@@ -338,6 +357,22 @@ impl Gateway {
             self.reply(&request.id, &error_result(&text));
             return;
         }
+        if self.host.modern
+            && let Some(state) = params.get("requestState").and_then(Value::as_str)
+        {
+            let state = state.to_owned();
+            self.on_modern_retry(
+                idx,
+                request,
+                &tool_name,
+                params,
+                &state,
+                decision,
+                digest,
+                retry_eligible,
+            );
+            return;
+        }
         match decision.verdict {
             Verdict::Allow => self.forward_call(idx, request, &tool_name, &params, retry_eligible),
             Verdict::Ask => {
@@ -433,12 +468,18 @@ impl Gateway {
         let Ok(message) = Message::parse(&request.line) else {
             return;
         };
+        let carries_answers =
+            params.get("inputResponses").is_some() || params.get("requestState").is_some();
         let line = match self.mode {
-            super::Mode::Wrap => message.with_id(&id.to_string()),
-            super::Mode::Gateway => {
+            super::Mode::Wrap if !carries_answers => message.with_id(&id.to_string()),
+            super::Mode::Wrap | super::Mode::Gateway => {
+                // The server gets its own tool name, and never the gateway's
+                // questions and answers.
                 let mut params = params.clone();
                 if let Some(object) = params.as_object_mut() {
                     object.insert("name".to_owned(), Value::String(tool_name.to_owned()));
+                    object.remove("inputResponses");
+                    object.remove("requestState");
                 }
                 message.with_id_and_params(&id.to_string(), &params.to_string())
             }
@@ -511,7 +552,7 @@ impl Gateway {
                 }
             }
         }
-        self.send_host(message.with_id(&request.id));
+        self.send_host(self.host_response(message, &request.id, "tools/call"));
     }
 
     /// Refuses a call with a result that says what, why and how to allow it.
@@ -603,6 +644,10 @@ impl Gateway {
             self.refuse(&request, &server, &tool.name, &decision, Some(extra));
             return;
         }
+        if self.host.modern {
+            self.ask_modern(&request, &server, &tool, digest, &decision, &params, pin);
+            return;
+        }
         let changes = match pin {
             PinStatus::Changed => up
                 .pinned_definitions
@@ -621,20 +666,9 @@ impl Gateway {
             sandbox: SandboxProof::default(),
             changes: &changes,
         });
-        let mut properties = Map::new();
-        properties.insert(
-            APPROVE.to_owned(),
-            json!({"type": "boolean", "title": "Approve this call", "default": false}),
-        );
-        if decision.remember == RememberOffer::UpToAlways {
-            properties.insert(
-                REMEMBER.to_owned(),
-                json!({"type": "string", "title": "Remember", "enum": [THIS_CALL, THIS_SESSION], "default": THIS_CALL}),
-            );
-        }
         let mut elicit = json!({
             "message": prompt,
-            "requestedSchema": {"type": "object", "properties": properties, "required": [APPROVE]},
+            "requestedSchema": requested_schema(&decision),
         });
         if self.host.protocol_version.as_str() >= "2025-11-25"
             && let Some(object) = elicit.as_object_mut()
@@ -743,6 +777,164 @@ impl Gateway {
             &ask.params,
             ask.retry_eligible,
         );
+    }
+
+    /// The question for a 2026-07-28 host: an input-required result whose
+    /// sealed state binds this call; the host retries with the answer.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call's whole context, used once"
+    )]
+    fn ask_modern(
+        &mut self,
+        request: &HostRequest,
+        server: &str,
+        tool: &Tool,
+        digest: Option<PinDigest>,
+        decision: &Decision,
+        params: &Value,
+        pin: PinStatus,
+    ) {
+        let changes = match pin {
+            PinStatus::Changed => self
+                .upstreams
+                .iter()
+                .find(|up| up.name == server)
+                .and_then(|up| up.pinned_definitions.get(&tool.name))
+                .map(|old| diff(old, tool))
+                .unwrap_or_default(),
+            PinStatus::New | PinStatus::Unchanged => Vec::new(),
+        };
+        let empty = Value::Object(Map::new());
+        let arguments = params.get("arguments").unwrap_or(&empty);
+        let prompt = self.policy.prompt(&PromptInput {
+            server,
+            identity: None,
+            tool,
+            arguments: Some(arguments),
+            decision,
+            sandbox: SandboxProof::default(),
+            changes: &changes,
+        });
+        let host_name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        let pin_text = digest.map(|digest| digest.to_string()).unwrap_or_default();
+        let state = match self.sealer.seal(
+            host_name,
+            arguments,
+            &pin_text,
+            self.ask_timeout.as_secs(),
+        ) {
+            Ok(state) => state,
+            Err(err) => {
+                let extra = format!(
+                    "It needs a person's approval, and the gateway could not seal the question: {err}."
+                );
+                self.refuse(request, server, &tool.name, decision, Some(&extra));
+                return;
+            }
+        };
+        let result = json!({
+            "resultType": "input_required",
+            "inputRequests": {
+                super::modern::INPUT_KEY: {
+                    "method": "elicitation/create",
+                    "params": {"mode": "form", "message": prompt, "requestedSchema": requested_schema(decision)},
+                }
+            },
+            "requestState": state,
+        });
+        self.send_host(crate::frame::response(&request.id, &result));
+    }
+
+    /// A 2026-07-28 host retries a call with the person's answer and the
+    /// sealed state: the state must be this gateway's, unused, unexpired and
+    /// for this very call; only then does an approval run it.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call's whole context, used once"
+    )]
+    fn on_modern_retry(
+        &mut self,
+        idx: usize,
+        request: HostRequest,
+        tool_name: &str,
+        params: Value,
+        state: &str,
+        decision: Decision,
+        digest: Option<PinDigest>,
+        retry_eligible: bool,
+    ) {
+        let server = self
+            .upstreams
+            .get(idx)
+            .map(|up| up.name.clone())
+            .unwrap_or_default();
+        let empty = Value::Object(Map::new());
+        let arguments = params.get("arguments").unwrap_or(&empty);
+        let host_name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        let pin_text = digest.map(|digest| digest.to_string()).unwrap_or_default();
+        if let Err(err) = self.sealer.open(state, host_name, arguments, &pin_text) {
+            tracing::warn!(server.id = %server, tool.name = %tool_name, "refused a returned approval: {err}");
+            let extra = format!("The approval could not be used: {err}.");
+            self.refuse(&request, &server, tool_name, &decision, Some(&extra));
+            return;
+        }
+        let answer = params.pointer(&format!(
+            "/inputResponses/{}",
+            super::modern::INPUT_KEY.replace('/', "~1")
+        ));
+        let action = answer
+            .and_then(|a| a.get("action"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let content = answer.and_then(|a| a.get("content"));
+        let approved = action == "accept"
+            && content
+                .and_then(|c| c.get(APPROVE))
+                .and_then(Value::as_bool)
+                == Some(true);
+        if !approved {
+            let why = match action {
+                "accept" => "The person did not approve it.",
+                "decline" => "The person declined.",
+                _ => "The prompt was dismissed.",
+            };
+            self.observe(super::Observed::Answered {
+                server: server.clone(),
+                tool: tool_name.to_owned(),
+                approved: false,
+                answer: why.to_owned(),
+            });
+            self.refuse(&request, &server, tool_name, &decision, Some(why));
+            return;
+        }
+        let remember = content
+            .and_then(|c| c.get(REMEMBER))
+            .and_then(Value::as_str);
+        if remember == Some(THIS_SESSION) && decision.remember == RememberOffer::UpToAlways {
+            self.host.remembered.insert((idx, tool_name.to_owned()));
+        }
+        if let (Some(digest), Some(up)) = (digest, self.upstreams.get_mut(idx)) {
+            up.pins.insert(tool_name.to_owned(), digest);
+            let definition = up
+                .tools
+                .iter()
+                .flatten()
+                .find(|entry| entry.name() == tool_name)
+                .and_then(|entry| entry.tool.as_ref().ok())
+                .cloned();
+            if let Some(definition) = definition {
+                up.pinned_definitions
+                    .insert(tool_name.to_owned(), definition);
+            }
+        }
+        self.observe(super::Observed::Answered {
+            server,
+            tool: tool_name.to_owned(),
+            approved: true,
+            answer: "approved".to_owned(),
+        });
+        self.forward_call(idx, request, tool_name, &params, retry_eligible);
     }
 
     pub(super) fn ask_timed_out(&mut self, ask: Ask) {

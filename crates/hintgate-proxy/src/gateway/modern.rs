@@ -1,0 +1,196 @@
+//! The 2026-07-28 ("modern") era on the host side.
+//!
+//! A modern host sends no `initialize`: every request carries its protocol
+//! version and capabilities in `_meta`, it may first ask `server/discover`,
+//! every result must say its `resultType`, list results say how long they
+//! may be cached, and a server cannot send it requests. So the gateway:
+//!
+//! - starts its servers (always in the legacy era upstream) on the first
+//!   modern request, with the capabilities that request declares;
+//! - answers `server/discover` itself, once the servers are up;
+//! - adds `resultType: "complete"` (and `ttlMs: 0`, `cacheScope: "private"`
+//!   on cacheable results) to what it passes back;
+//! - asks a person by returning an input-required result whose
+//!   `requestState` is sealed ([`crate::seal`]) and single-use, and runs the
+//!   call when the host retries with an approval;
+//! - answers a server's own requests (elicitation, sampling, roots) with an
+//!   error, since they cannot reach a modern host through this gateway yet;
+//! - sends change notifications only on a `subscriptions/listen` stream.
+
+use serde_json::{Map, Value, json};
+
+use super::{Gateway, HostRequest, LEGACY_VERSIONS};
+use crate::frame::Message;
+
+/// The modern protocol version the gateway speaks.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// The `_meta` keys of a modern request.
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_CLIENT: &str = "io.modelcontextprotocol/clientInfo";
+const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The key of the gateway's own question in an input-required result.
+pub const INPUT_KEY: &str = "hintgate/approve";
+
+/// Methods whose results a modern host may cache: they say for how long.
+const CACHEABLE: [&str; 6] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "server/discover",
+];
+
+/// The `_meta` of a request's params, when the request is modern.
+pub(super) fn modern_meta(request: &HostRequest) -> Option<Map<String, Value>> {
+    let message = Message::parse(&request.line).ok()?;
+    let params: Value = serde_json::from_str(message.params?.get()).ok()?;
+    let meta = params.get("_meta")?.as_object()?;
+    meta.contains_key(META_VERSION).then(|| meta.clone())
+}
+
+impl Gateway {
+    /// Starts a modern session from a request's `_meta`. Returns false (and
+    /// answers the request) when the version is one the gateway does not speak.
+    pub(super) fn begin_modern(
+        &mut self,
+        request: &HostRequest,
+        meta: &Map<String, Value>,
+    ) -> bool {
+        let version = meta.get(META_VERSION).and_then(Value::as_str).unwrap_or("");
+        if version != MODERN_VERSION {
+            let mut supported = vec![MODERN_VERSION];
+            supported.extend(LEGACY_VERSIONS);
+            self.send_host(format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":-32022,\"message\":\"unsupported protocol version\",\"data\":{}}}}}",
+                request.id,
+                json!({"supported": supported, "requested": version})
+            ));
+            return false;
+        }
+        if self.host.init.is_some() {
+            return true;
+        }
+        let capabilities = meta
+            .get(META_CAPABILITIES)
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        self.host.elicitation = capabilities.get("elicitation").is_some_and(|caps| {
+            caps.as_object()
+                .is_some_and(|caps| caps.is_empty() || caps.contains_key("form"))
+        });
+        self.host.modern = true;
+        self.host.protocol_version = MODERN_VERSION.to_owned();
+        // The servers upstream speak the legacy era; they get the host's
+        // capabilities and identity in an ordinary `initialize`.
+        self.host.init = Some(json!({
+            "protocolVersion": LEGACY_VERSIONS.first().copied().unwrap_or("2025-11-25"),
+            "capabilities": capabilities,
+            "clientInfo": meta.get(META_CLIENT).cloned().unwrap_or_else(|| json!({"name": "modern-host", "version": "0"})),
+        }));
+        for idx in 0..self.upstreams.len() {
+            if matches!(
+                self.upstreams.get(idx).map(|up| &up.phase),
+                Some(super::Phase::Stopped)
+            ) {
+                self.start(idx);
+            }
+        }
+        true
+    }
+
+    /// `server/discover`: answered once every server is up.
+    pub(super) fn on_discover(&mut self, request: HostRequest) {
+        let Some(meta) = modern_meta(&request) else {
+            self.reply_error(
+                &request.id,
+                -32602,
+                "`server/discover` needs `_meta` with the protocol version and client capabilities",
+            );
+            return;
+        };
+        if !self.begin_modern(&request, &meta) {
+            return;
+        }
+        self.host.discover_pending = Some(request);
+        self.finish_initialize();
+    }
+
+    /// The `server/discover` result.
+    pub(super) fn discover_result(&self) -> Value {
+        let init = self.initialize_result();
+        let mut supported = vec![MODERN_VERSION];
+        supported.extend(LEGACY_VERSIONS);
+        let mut result = json!({
+            "supportedVersions": supported,
+            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+            "serverInfo": init.get("serverInfo").cloned().unwrap_or(Value::Null),
+        });
+        if let (Some(object), Some(instructions)) =
+            (result.as_object_mut(), init.get("instructions"))
+        {
+            object.insert("instructions".to_owned(), instructions.clone());
+        }
+        result
+    }
+
+    /// Adds what a modern host requires of a result the gateway composed.
+    pub(super) fn modernize(&self, method: &str, result: &mut Value) {
+        if !self.host.modern {
+            return;
+        }
+        if let Some(object) = result.as_object_mut() {
+            object
+                .entry("resultType")
+                .or_insert_with(|| json!("complete"));
+            if CACHEABLE.contains(&method) {
+                object.entry("ttlMs").or_insert_with(|| json!(0));
+                object
+                    .entry("cacheScope")
+                    .or_insert_with(|| json!("private"));
+            }
+        }
+    }
+
+    /// A server's response passed to the host under the host's id, with
+    /// what a modern host requires added to a successful result.
+    pub(super) fn host_response(
+        &self,
+        message: &Message<'_>,
+        host_id: &str,
+        method: &str,
+    ) -> String {
+        if !self.host.modern || message.result.is_none() {
+            return message.with_id(host_id);
+        }
+        let mut fields = String::from("\"resultType\":\"complete\"");
+        if CACHEABLE.contains(&method) {
+            fields.push_str(",\"ttlMs\":0,\"cacheScope\":\"private\"");
+        }
+        message.with_id_and_result_fields(host_id, &fields)
+    }
+
+    /// `subscriptions/listen`: the stream change notifications travel on.
+    pub(super) fn on_listen(&mut self, request: HostRequest) {
+        let subscription = request.id.clone();
+        self.send_host(crate::frame::notification(
+            "notifications/subscriptions/acknowledged",
+            &json!({"_meta": {META_SUBSCRIPTION: serde_json::from_str::<Value>(&subscription).unwrap_or(Value::Null)}}),
+        ));
+        self.host.listen = Some(subscription);
+    }
+
+    /// Sends a change notification to a modern host on its listen stream.
+    pub(super) fn notify_modern(&self, method: &str) {
+        if let Some(subscription) = &self.host.listen {
+            let id: Value = serde_json::from_str(subscription).unwrap_or(Value::Null);
+            self.send_host(crate::frame::notification(
+                method,
+                &json!({"_meta": {META_SUBSCRIPTION: id}}),
+            ));
+        }
+    }
+}
