@@ -648,3 +648,37 @@ fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
         "{relayed}"
     );
 }
+
+#[test]
+fn pages_progress_and_cancellation_pass_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let log_text = log.display().to_string();
+    let mut host = wrap(dir.path(), &["--trust", "trusted"], &["--paginate"], &[("FIXTURE_LOG", &log_text)]);
+    host.initialize(json!({}));
+    // The server lists three tools a page; the host gets all of them.
+    let list = host.request("tools/list", json!({}));
+    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 11, "{list}");
+    assert!(list["result"].get("nextCursor").is_none());
+
+    // Progress notifications reach the host with its own token.
+    let done = host.request("tools/call", json!({"name": "progress", "arguments": {}, "_meta": {"progressToken": "tok-1"}}));
+    assert_eq!(text(&done["result"]), "done");
+    let progress: Vec<&Value> = host.notifications.iter().filter(|n| n["method"] == "notifications/progress").collect();
+    assert_eq!(progress.len(), 2, "{:?}", host.notifications);
+    assert_eq!(progress[0]["params"]["progressToken"], "tok-1");
+
+    // Cancelling a call in flight reaches the server under the id it knows.
+    // `ask_host` (read-only, so allowed) waits for the host's answer to the
+    // server's own question; the host cancels the call instead of answering.
+    host.send(&json!({"jsonrpc": "2.0", "id": "slow-2", "method": "tools/call", "params": {"name": "ask_host", "arguments": {}}}));
+    let question = host.next_message();
+    assert_eq!(question["method"], "elicitation/create");
+    host.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow-2", "reason": "user pressed stop"}}));
+    // The gateway still answers, and the server saw the cancellation.
+    assert_eq!(host.request("ping", json!({}))["result"], json!({}));
+    let echoed = host.call("echo", json!({"text": "after cancel"}));
+    assert!(text(&echoed).contains("after cancel"));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert!(calls.lines().any(|line| line.starts_with("cancelled ")), "{calls}");
+}
