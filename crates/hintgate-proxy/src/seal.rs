@@ -7,7 +7,8 @@
 //! arguments, the definition's pin and an expiry. Each state is single-use:
 //! its nonce is remembered until it expires.
 //!
-//! Format: `v1.<hex payload>.<hex mac>`, the payload being compact JSON.
+//! Format: `hintgate-v1.<hex payload>.<hex mac>`, the payload being compact
+//! JSON; the prefix tells the gateway's state from a server's own.
 
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,6 +18,15 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// What every state the gateway seals starts with.
+const PREFIX: &str = "hintgate-v1";
+
+/// Whether a `requestState` is one the gateway sealed (by its prefix; the
+/// seal itself is checked by [`Sealer::open`]).
+pub fn is_ours(state: &str) -> bool {
+    state.starts_with(PREFIX) && state.as_bytes().get(PREFIX.len()) == Some(&b'.')
+}
 
 /// What a sealed state stands for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,7 +111,7 @@ impl Sealer {
         };
         let payload = serde_json::to_vec(&claim).unwrap_or_default();
         let mac = self.mac(&payload);
-        Ok(format!("v1.{}.{}", hex(&payload), hex(&mac)))
+        Ok(format!("{PREFIX}.{}.{}", hex(&payload), hex(&mac)))
     }
 
     /// Opens a state the host returned for a call to `tool` with
@@ -119,7 +129,7 @@ impl Sealer {
         pin: &str,
     ) -> Result<(), SealError> {
         let mut parts = state.split('.');
-        let (Some("v1"), Some(payload), Some(mac), None) =
+        let (Some(PREFIX), Some(payload), Some(mac), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(SealError::Malformed);
@@ -243,7 +253,7 @@ mod tests {
             Err(SealError::Forged)
         );
         assert_eq!(
-            sealer.open("v1.zz.00", "t", &args, "p"),
+            sealer.open("hintgate-v1.zz.00", "t", &args, "p"),
             Err(SealError::Malformed)
         );
         assert_eq!(
@@ -260,7 +270,7 @@ mod tests {
             nonce: "n".into(),
         };
         let payload = serde_json::to_vec(&claim).unwrap();
-        let expired = format!("v1.{}.{}", hex(&payload), hex(&sealer.mac(&payload)));
+        let expired = format!("{PREFIX}.{}.{}", hex(&payload), hex(&sealer.mac(&payload)));
         assert_eq!(
             sealer.open(&expired, "t", &args, "p"),
             Err(SealError::Expired)

@@ -654,17 +654,33 @@ fn pages_progress_and_cancellation_pass_through() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("calls.log");
     let log_text = log.display().to_string();
-    let mut host = wrap(dir.path(), &["--trust", "trusted"], &["--paginate"], &[("FIXTURE_LOG", &log_text)]);
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--paginate"],
+        &[("FIXTURE_LOG", &log_text)],
+    );
     host.initialize(json!({}));
     // The server lists three tools a page; the host gets all of them.
     let list = host.request("tools/list", json!({}));
-    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 11, "{list}");
+    assert_eq!(
+        list["result"]["tools"].as_array().unwrap().len(),
+        12,
+        "{list}"
+    );
     assert!(list["result"].get("nextCursor").is_none());
 
     // Progress notifications reach the host with its own token.
-    let done = host.request("tools/call", json!({"name": "progress", "arguments": {}, "_meta": {"progressToken": "tok-1"}}));
+    let done = host.request(
+        "tools/call",
+        json!({"name": "progress", "arguments": {}, "_meta": {"progressToken": "tok-1"}}),
+    );
     assert_eq!(text(&done["result"]), "done");
-    let progress: Vec<&Value> = host.notifications.iter().filter(|n| n["method"] == "notifications/progress").collect();
+    let progress: Vec<&Value> = host
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
     assert_eq!(progress.len(), 2, "{:?}", host.notifications);
     assert_eq!(progress[0]["params"]["progressToken"], "tok-1");
 
@@ -680,5 +696,63 @@ fn pages_progress_and_cancellation_pass_through() {
     let echoed = host.call("echo", json!({"text": "after cancel"}));
     assert!(text(&echoed).contains("after cancel"));
     let calls = std::fs::read_to_string(&log).unwrap();
-    assert!(calls.lines().any(|line| line.starts_with("cancelled ")), "{calls}");
+    assert!(
+        calls.lines().any(|line| line.starts_with("cancelled ")),
+        "{calls}"
+    );
+}
+
+#[test]
+fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
+    let dir = tempfile::tempdir().unwrap();
+    // A legacy host in front of a modern-only server.
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--modern-only", "--name", "modern"],
+        &[],
+    );
+    let init = host.initialize(json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "modern", "{init}");
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    let list = host.request("tools/list", json!({}));
+    assert!(
+        list["result"]["tools"].as_array().unwrap().len() > 5,
+        "{list}"
+    );
+    let echoed = host.request(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "x"}, "_meta": {"progressToken": "p"}}),
+    );
+    let seen: Value = serde_json::from_str(&text(&echoed["result"])).unwrap();
+    assert_eq!(
+        seen["_meta"]["progressToken"], "p",
+        "the host's own _meta survives"
+    );
+    assert_eq!(
+        seen["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+    let needs = host.call("needs_input", json!({}));
+    assert!(
+        text(&needs).contains("cannot relay to a host of the legacy era"),
+        "{needs}"
+    );
+
+    // A modern host in front of the same server: the server's own question
+    // and state pass through, and so does the host's answer.
+    let mut modern = wrap(dir.path(), &["--trust", "trusted"], &["--modern-only"], &[]);
+    let asked = modern_call(&mut modern, "needs_input", json!({}), json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required");
+    assert_eq!(asked["result"]["requestState"], "server-own-state");
+    let answer = json!({"fixture/name": {"action": "accept", "content": {"name": "Ada"}}});
+    let answered = modern_call(
+        &mut modern,
+        "needs_input",
+        json!({}),
+        json!({"requestState": "server-own-state", "inputResponses": answer}),
+    );
+    let seen: Value = serde_json::from_str(&text(&answered["result"])).unwrap();
+    assert_eq!(seen["responses"], answer);
+    assert_eq!(seen["state"], "server-own-state");
 }

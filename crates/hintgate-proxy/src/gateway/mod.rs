@@ -34,6 +34,10 @@ use crate::upstream::{Process, Spawn};
 
 pub(crate) use tools::ToolEntry;
 
+/// How long the era probe (`server/discover`) waits before a server is taken
+/// for a legacy one.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// The protocol versions of the legacy era the gateway speaks, newest first.
 pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
@@ -290,6 +294,8 @@ struct Upstream {
     pins: HashMap<String, PinDigest>,
     /// The definitions those pins were taken from, for the diff of a change.
     pinned_definitions: HashMap<String, hintgate_policy::tool::Tool>,
+    /// The server answered `server/discover`: it speaks 2026-07-28.
+    modern: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -303,10 +309,21 @@ enum Phase {
 /// What a request sent upstream was for.
 #[derive(Debug)]
 enum PendingUp {
-    Initialize { deadline: (Instant, u64) },
+    /// The era probe: `server/discover`.
+    Discover {
+        deadline: (Instant, u64),
+    },
+    Initialize {
+        deadline: (Instant, u64),
+    },
+    /// A modern server's `subscriptions/listen`: open for the session.
+    Listen,
     ListTools,
     Forward(Forward),
-    Fanout { aggregate: u64, method: String },
+    Fanout {
+        aggregate: u64,
+        method: String,
+    },
 }
 
 /// A host request forwarded upstream.
@@ -364,6 +381,7 @@ impl Upstream {
             listing: None,
             pins: HashMap::new(),
             pinned_definitions: HashMap::new(),
+            modern: false,
         }
     }
 
@@ -725,9 +743,10 @@ impl Gateway {
                 self.cancel_host_request(&request_id);
             }
             _ => {
-                // Roots changes and anything unknown go to every running server.
+                // Roots changes and anything unknown go to every running
+                // legacy server; 2026-07-28 servers take no such notifications.
                 for up in &mut self.upstreams {
-                    if up.phase == Phase::Ready {
+                    if up.phase == Phase::Ready && !up.modern {
                         up.send(line.to_owned());
                     }
                 }
@@ -852,7 +871,6 @@ impl Gateway {
     }
 
     fn start(&mut self, idx: usize) {
-        let host_init = self.host.init.clone().unwrap_or_else(|| json!({}));
         let max_line = self.max_line;
         let events = self.events_tx.clone();
         let Some(up) = self.upstreams.get_mut(idx) else {
@@ -893,6 +911,23 @@ impl Gateway {
                 return;
             }
         }
+        if let Some(up) = self.upstreams.get_mut(idx) {
+            up.modern = false;
+        }
+        // The era probe (spec: a result or a recognized modern error means
+        // 2026-07-28; any other error or no answer means the legacy era).
+        let params = json!({"_meta": self.modern_meta_for_upstream()});
+        let timeout = PROBE_TIMEOUT.min(self.call_timeout);
+        let deadline = self.add_deadline(timeout, Deadline::Up(idx, 0));
+        let id = self.request_up(idx, "server/discover", &params);
+        self.deadlines.insert(deadline, Deadline::Up(idx, id));
+        self.pending_up
+            .insert((idx, id), PendingUp::Discover { deadline });
+    }
+
+    /// The legacy handshake, after the probe found no 2026-07-28 server.
+    fn send_initialize(&mut self, idx: usize) {
+        let host_init = self.host.init.clone().unwrap_or_else(|| json!({}));
         let asked = host_init
             .get("protocolVersion")
             .and_then(Value::as_str)
@@ -918,12 +953,18 @@ impl Gateway {
 
     /// Sends a request of the gateway's own upstream; returns its id.
     fn request_up(&mut self, idx: usize, method: &str, params: &Value) -> u64 {
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        let params = if modern {
+            self.with_modern_meta(params.clone())
+        } else {
+            params.clone()
+        };
         let Some(up) = self.upstreams.get_mut(idx) else {
             return 0;
         };
         up.next_id += 1;
         let id = up.next_id;
-        up.send(frame::request(&id.to_string(), method, params));
+        up.send(frame::request(&id.to_string(), method, &params));
         id
     }
 
@@ -998,6 +1039,8 @@ impl Gateway {
                     self.send_host(message.line().to_owned());
                 }
             }
+            // A 2026-07-28 server confirming the gateway's own listen stream.
+            "notifications/subscriptions/acknowledged" => {}
             "notifications/cancelled" => {
                 let params: Value = message
                     .params
@@ -1048,6 +1091,11 @@ impl Gateway {
         message: &Message<'_>,
     ) {
         match pending {
+            PendingUp::Discover { deadline } => {
+                self.deadlines.remove(&deadline);
+                self.on_discovered(idx, message);
+            }
+            PendingUp::Listen => {}
             PendingUp::Initialize { deadline } => {
                 self.deadlines.remove(&deadline);
                 self.on_initialized(idx, message);
@@ -1122,10 +1170,10 @@ impl Gateway {
                 continue;
             };
             match pending {
-                PendingUp::Initialize { deadline } => {
+                PendingUp::Initialize { deadline } | PendingUp::Discover { deadline } => {
                     self.deadlines.remove(&deadline);
                 }
-                PendingUp::ListTools => {}
+                PendingUp::ListTools | PendingUp::Listen => {}
                 PendingUp::Forward(forward) => {
                     self.deadlines.remove(&forward.deadline);
                     self.host_to_up.remove(&forward.request.id);
@@ -1150,6 +1198,10 @@ impl Gateway {
             .unwrap_or_default();
         let timeout = self.call_timeout.as_secs();
         match self.pending_up.remove(&(idx, id)) {
+            Some(PendingUp::Discover { .. }) => {
+                tracing::debug!(server.id = %name, "no answer to `server/discover`: a legacy server");
+                self.send_initialize(idx);
+            }
             Some(PendingUp::Initialize { .. }) => {
                 self.upstream_failed(
                     idx,

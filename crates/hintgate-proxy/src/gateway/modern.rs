@@ -44,6 +44,38 @@ const CACHEABLE: [&str; 6] = [
     "server/discover",
 ];
 
+/// Whether a retried call carries the answer to the gateway's own question.
+pub(super) fn carries_our_answer(params: &Value) -> bool {
+    params
+        .get("inputResponses")
+        .and_then(Value::as_object)
+        .is_some_and(|responses| responses.contains_key(INPUT_KEY))
+        || params
+            .get("requestState")
+            .and_then(Value::as_str)
+            .is_some_and(crate::seal::is_ours)
+}
+
+/// Removes the gateway's own answer and state from a call's params.
+pub(super) fn strip_our_answer(params: &mut Map<String, Value>) {
+    if let Some(responses) = params
+        .get_mut("inputResponses")
+        .and_then(Value::as_object_mut)
+    {
+        responses.remove(INPUT_KEY);
+        if responses.is_empty() {
+            params.remove("inputResponses");
+        }
+    }
+    if params
+        .get("requestState")
+        .and_then(Value::as_str)
+        .is_some_and(crate::seal::is_ours)
+    {
+        params.remove("requestState");
+    }
+}
+
 /// The `_meta` of a request's params, when the request is modern.
 pub(super) fn modern_meta(request: &HostRequest) -> Option<Map<String, Value>> {
     let message = Message::parse(&request.line).ok()?;
@@ -53,6 +85,104 @@ pub(super) fn modern_meta(request: &HostRequest) -> Option<Map<String, Value>> {
 }
 
 impl Gateway {
+    /// The `_meta` every request to a 2026-07-28 server carries: the
+    /// version, and the host's capabilities and identity.
+    pub(super) fn modern_meta_for_upstream(&self) -> Value {
+        let init = self.host.init.clone().unwrap_or_else(|| json!({}));
+        json!({
+            META_VERSION: MODERN_VERSION,
+            META_CAPABILITIES: init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+            META_CLIENT: init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+        })
+    }
+
+    /// `params` with the modern `_meta` keys added (the request's own
+    /// `_meta` entries, such as a progress token, are kept).
+    pub(super) fn with_modern_meta(&self, params: Value) -> Value {
+        let mut params = match params {
+            Value::Object(object) => object,
+            _ => Map::new(),
+        };
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let (Some(meta), Value::Object(ours)) =
+            (meta.as_object_mut(), self.modern_meta_for_upstream())
+        {
+            meta.extend(ours);
+        }
+        Value::Object(params)
+    }
+
+    /// The answer to the era probe: a 2026-07-28 server is ready at once
+    /// (and asked for change notifications); anything else gets the legacy
+    /// handshake.
+    pub(super) fn on_discovered(&mut self, idx: usize, message: &Message<'_>) {
+        let result: Option<Value> = message
+            .result
+            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let modern = result.as_ref().is_some_and(|result| {
+            result
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|versions| versions.iter().any(|v| v == MODERN_VERSION))
+        });
+        let Some(result) = result.filter(|_| modern) else {
+            self.send_initialize(idx);
+            return;
+        };
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        let server_info = result
+            .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+            .or_else(|| result.get("serverInfo"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let mut info = json!({
+            "protocolVersion": MODERN_VERSION,
+            "capabilities": result.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+            "serverInfo": server_info,
+        });
+        if let (Some(object), Some(instructions)) =
+            (info.as_object_mut(), result.get("instructions"))
+        {
+            object.insert("instructions".to_owned(), instructions.clone());
+        }
+        tracing::info!(server.id = %up.name, "speaks 2026-07-28");
+        up.info = Some(info);
+        up.modern = true;
+        up.phase = super::Phase::Ready;
+        // Change notifications come only on a listen stream.
+        let listen = json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}});
+        let id = self.request_up(idx, "subscriptions/listen", &listen);
+        self.pending_up.insert((idx, id), super::PendingUp::Listen);
+        self.list_tools(idx);
+        self.retry_waiting();
+    }
+
+    /// A host request for a 2026-07-28 server: under a new id, with the
+    /// modern `_meta` added to its params (or to `params`, when given).
+    pub(super) fn modern_line(
+        &self,
+        message: &Message<'_>,
+        id: u64,
+        params: Option<Value>,
+    ) -> String {
+        let params = params.unwrap_or_else(|| {
+            message
+                .params
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .unwrap_or_else(|| json!({}))
+        });
+        let params = self.with_modern_meta(params);
+        if message.params.is_some() {
+            message.with_id_and_params(&id.to_string(), &params.to_string())
+        } else {
+            crate::frame::request(&id.to_string(), message.method(), &params)
+        }
+    }
+
     /// Starts a modern session from a request's `_meta`. Returns false (and
     /// answers the request) when the version is one the gateway does not speak.
     pub(super) fn begin_modern(
@@ -163,7 +293,29 @@ impl Gateway {
         host_id: &str,
         method: &str,
     ) -> String {
-        if !self.host.modern || message.result.is_none() {
+        if !self.host.modern {
+            // A 2026-07-28 server may answer with an input-required result;
+            // a legacy host could not retry it, so it is told plainly.
+            let asks_input = message.result.is_some_and(|raw| {
+                raw.get().contains("input_required")
+                    && serde_json::from_str::<Value>(raw.get())
+                        .ok()
+                        .is_some_and(|result| {
+                            result.get("resultType").and_then(Value::as_str)
+                                == Some("input_required")
+                        })
+            });
+            if asks_input {
+                let text = "the server asked for more input (a 2026-07-28 input-required result), which this gateway cannot relay to a host of the legacy era yet";
+                return if method == "tools/call" {
+                    crate::frame::response(host_id, &super::tools::error_result(text))
+                } else {
+                    crate::frame::error_response(host_id, -32603, text)
+                };
+            }
+            return message.with_id(host_id);
+        }
+        if message.result.is_none() {
             return message.with_id(host_id);
         }
         let mut fields = String::from("\"resultType\":\"complete\"");

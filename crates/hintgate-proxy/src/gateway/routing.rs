@@ -62,7 +62,11 @@ impl Gateway {
             "logging/setLevel" => {
                 let line = request.line.clone();
                 for (idx, up) in self.upstreams.iter_mut().enumerate() {
-                    if up.phase == super::Phase::Ready && up.capability("logging").is_some() {
+                    // `logging/setLevel` is gone from 2026-07-28.
+                    if up.phase == super::Phase::Ready
+                        && !up.modern
+                        && up.capability("logging").is_some()
+                    {
                         up.next_id += 1;
                         let id = up.next_id;
                         if let Ok(message) = Message::parse(&line) {
@@ -178,7 +182,9 @@ impl Gateway {
         let Ok(message) = Message::parse(&request.line) else {
             return;
         };
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         let line = match params {
+            _ if modern => self.modern_line(&message, id, params),
             Some(params) => message.with_id_and_params(&id.to_string(), &params.to_string()),
             None => message.with_id(&id.to_string()),
         };

@@ -358,6 +358,7 @@ impl Gateway {
             return;
         }
         if self.host.modern
+            && super::modern::carries_our_answer(&params)
             && let Some(state) = params.get("requestState").and_then(Value::as_str)
         {
             let state = state.to_owned();
@@ -468,20 +469,26 @@ impl Gateway {
         let Ok(message) = Message::parse(&request.line) else {
             return;
         };
-        let carries_answers =
-            params.get("inputResponses").is_some() || params.get("requestState").is_some();
-        let line = match self.mode {
-            super::Mode::Wrap if !carries_answers => message.with_id(&id.to_string()),
-            super::Mode::Wrap | super::Mode::Gateway => {
-                // The server gets its own tool name, and never the gateway's
-                // questions and answers.
-                let mut params = params.clone();
-                if let Some(object) = params.as_object_mut() {
-                    object.insert("name".to_owned(), Value::String(tool_name.to_owned()));
-                    object.remove("inputResponses");
-                    object.remove("requestState");
+        let ours = super::modern::carries_our_answer(params);
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        let rewrite = |params: &Value| {
+            // The server gets its own tool name, and never the gateway's own
+            // question and answer (a server's own input requests and state
+            // pass through untouched).
+            let mut params = params.clone();
+            if let Some(object) = params.as_object_mut() {
+                object.insert("name".to_owned(), Value::String(tool_name.to_owned()));
+                if ours {
+                    super::modern::strip_our_answer(object);
                 }
-                message.with_id_and_params(&id.to_string(), &params.to_string())
+            }
+            params
+        };
+        let line = match self.mode {
+            _ if modern => self.modern_line(&message, id, Some(rewrite(params))),
+            super::Mode::Wrap if !ours => message.with_id(&id.to_string()),
+            super::Mode::Wrap | super::Mode::Gateway => {
+                message.with_id_and_params(&id.to_string(), &rewrite(params).to_string())
             }
         };
         let timeout = self.call_timeout;
