@@ -46,6 +46,7 @@ pub enum Command {
 const RUN_HELP: &str = "\
 Examples:
   hintgate run --name fs -- npx -y @modelcontextprotocol/server-filesystem /data
+  hintgate run --name search --url https://search.example/mcp --header \"Authorization: Bearer ${TOKEN}\"
   hintgate run --config hintgate.toml
 
 The host talks to hintgate on stdin and stdout; logs go to stderr, filtered
@@ -60,8 +61,14 @@ Exit codes:
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Gateway mode: every server of this configuration, tool names prefixed.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "trust", "profile", "unattended", "command"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "trust", "profile", "unattended", "command", "url"])]
     pub config: Option<PathBuf>,
+    /// Wrap mode: a Streamable HTTP server at this URL, instead of `-- CMD`.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub url: Option<String>,
+    /// Wrap mode with `--url`: a header sent with every request (`Name: value`).
+    #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
+    pub headers: Vec<String>,
     /// Wrap mode: the server's name, used in rules, prompts and logs
     /// (default: derived from the command).
     #[arg(long, value_name = "NAME")]

@@ -69,16 +69,49 @@ fn init_logging() {
 }
 
 fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
-    let Some((command, rest)) = args.command.split_first() else {
-        return Err(InputError(
-            "give the server's command after `--` (wrap mode) or `--config FILE` (gateway mode)"
-                .to_owned(),
-        ));
+    let (transport, derived) = match (&args.url, args.command.split_first()) {
+        (Some(url), _) => {
+            let mut headers = BTreeMap::new();
+            for header in &args.headers {
+                let Some((name, value)) = header.split_once(':') else {
+                    return Err(InputError(format!(
+                        "header `{header}` is not `Name: value`"
+                    )));
+                };
+                headers.insert(name.trim().to_owned(), value.trim().to_owned());
+            }
+            let host = url
+                .split("//")
+                .nth(1)
+                .unwrap_or(url)
+                .split(['/', ':', '?'])
+                .next()
+                .unwrap_or("server");
+            let derived = derive_name(host, &[]);
+            (
+                Transport::Http {
+                    url: url.clone(),
+                    headers,
+                },
+                derived,
+            )
+        }
+        (None, Some((command, rest))) => (
+            Transport::Stdio {
+                command: command.clone(),
+                args: rest.to_vec(),
+                env: BTreeMap::new(),
+            },
+            derive_name(command, rest),
+        ),
+        (None, None) => {
+            return Err(InputError(
+                "give the server's command after `--` or its `--url` (wrap mode), or `--config FILE` (gateway mode)"
+                    .to_owned(),
+            ));
+        }
     };
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => derive_name(command, rest),
-    };
+    let name = args.name.clone().unwrap_or(derived);
     if name.is_empty()
         || !name
             .chars()
@@ -96,11 +129,6 @@ fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
         Some(ProfileArg::AskWrites) | None => Profile::AskWrites,
         Some(ProfileArg::HideWrites) => Profile::HideWrites,
         Some(ProfileArg::AskAll) => Profile::AskAll,
-    };
-    let transport = Transport::Stdio {
-        command: command.clone(),
-        args: rest.to_vec(),
-        env: BTreeMap::new(),
     };
     Ok(ValidConfig::wrap(
         &name,

@@ -17,6 +17,7 @@
 //!   new id or params into it so that everything else passes byte for byte;
 //! - [`conn`]: reading lines under a size limit and writing them in batches;
 //! - [`upstream`]: child processes and their reader and writer tasks;
+//! - [`upstream_http`]: Streamable HTTP servers, as the same stream of lines;
 //! - [`gateway`]: the event loop and the session state;
 //! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions.
 #![forbid(unsafe_code)]
@@ -27,5 +28,6 @@ pub mod frame;
 pub mod gateway;
 pub mod seal;
 pub mod upstream;
+pub mod upstream_http;
 
 pub use gateway::{Mode, Observed, Settings, run};

@@ -15,6 +15,43 @@ use tokio::sync::mpsc;
 use crate::conn::{LineRead, read_line, write_lines};
 use crate::event::{Event, UpstreamEvent};
 
+/// How the gateway reaches one server.
+#[derive(Debug)]
+pub enum Link {
+    /// A child process on stdio.
+    Stdio(Process),
+    /// A Streamable HTTP endpoint.
+    Http(crate::upstream_http::HttpLink),
+}
+
+// === impl Link ===
+
+impl Link {
+    /// Sends one line (one message) to the server.
+    pub fn send(&self, line: String) {
+        match self {
+            Self::Stdio(process) => process.send(line),
+            Self::Http(link) => link.send(line),
+        }
+    }
+
+    /// Stops the server or ends its session.
+    pub async fn stop(self) {
+        match self {
+            Self::Stdio(process) => process.stop().await,
+            Self::Http(link) => link.stop().await,
+        }
+    }
+
+    /// The process id, for a child process.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Self::Stdio(process) => process.pid(),
+            Self::Http(_) => None,
+        }
+    }
+}
+
 /// A running upstream process.
 #[derive(Debug)]
 pub struct Process {

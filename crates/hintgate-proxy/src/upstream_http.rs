@@ -1,0 +1,410 @@
+//! Upstream servers reached over Streamable HTTP.
+//!
+//! Each message the gateway sends becomes one POST (in its own task, so a
+//! slow request holds up no other). The answer comes back as JSON or as an
+//! SSE stream, whose events become lines on the gateway's event channel,
+//! exactly as a stdio server's output would; from the event loop's side an
+//! HTTP server is just another stream of lines. The session id the server
+//! assigns at `initialize` is sent on every later request, and so is the
+//! protocol version; once initialized, a GET stream carries the messages the
+//! server sends on its own. An HTTP failure of a request becomes a JSON-RPC
+//! error for that request; an expired session ends the link, and the server
+//! is started again on its next call.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::event::{Event, UpstreamEvent};
+use crate::frame::{self, Kind, Message};
+
+/// A link to a Streamable HTTP server.
+#[derive(Debug)]
+pub struct HttpLink {
+    tx: mpsc::UnboundedSender<String>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    client: reqwest::Client,
+    url: String,
+    headers: HeaderMap,
+    idx: usize,
+    generation: u64,
+    max_message: usize,
+    events: mpsc::UnboundedSender<Event>,
+    session: Mutex<Session>,
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    id: Option<String>,
+    version: Option<String>,
+    listening: bool,
+}
+
+/// Why an HTTP server could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// A configured header is not a valid HTTP header.
+    #[error("header `{0}` is not a valid HTTP header")]
+    Header(String),
+    /// The HTTP client could not be built.
+    #[error("cannot set up HTTP: {0}")]
+    Client(String),
+}
+
+/// Installs ring as the process's TLS provider (once; later calls do nothing).
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+// === impl HttpLink ===
+
+impl HttpLink {
+    /// Sets up the link; nothing is sent until the first message.
+    ///
+    /// # Errors
+    ///
+    /// [`HttpError`] when a header is invalid or the client cannot be built.
+    pub fn connect(
+        url: &str,
+        headers: &BTreeMap<String, String>,
+        idx: usize,
+        generation: u64,
+        max_message: usize,
+        events: mpsc::UnboundedSender<Event>,
+    ) -> Result<Self, HttpError> {
+        install_tls_provider();
+        let mut header_map = HeaderMap::new();
+        for (name, value) in headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| HttpError::Header(name.clone()))?;
+            let mut value =
+                HeaderValue::from_str(value).map_err(|_| HttpError::Header(name.to_string()))?;
+            value.set_sensitive(true);
+            header_map.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|err| HttpError::Client(err.to_string()))?;
+        let shared = Arc::new(Shared {
+            client,
+            url: url.to_owned(),
+            headers: header_map,
+            idx,
+            generation,
+            max_message,
+            events,
+            session: Mutex::new(Session::default()),
+        });
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let worker = Arc::clone(&shared);
+        tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                tokio::spawn(Arc::clone(&worker).post(line));
+            }
+        });
+        Ok(Self { tx, shared })
+    }
+
+    /// Sends one message.
+    pub fn send(&self, line: String) {
+        let _ = self.tx.send(line);
+    }
+
+    /// Ends the session on the server (DELETE), when it has one.
+    pub async fn stop(self) {
+        let session = self
+            .shared
+            .session
+            .lock()
+            .ok()
+            .and_then(|session| session.id.clone());
+        if let Some(id) = session {
+            let request = self
+                .shared
+                .client
+                .delete(&self.shared.url)
+                .headers(self.shared.headers.clone())
+                .header("mcp-session-id", id);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), request.send()).await;
+        }
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    fn emit(&self, event: UpstreamEvent) {
+        let _ = self.events.send(Event::Upstream {
+            idx: self.idx,
+            generation: self.generation,
+            event,
+        });
+    }
+
+    /// One line to the gateway, as a single line of JSON.
+    fn emit_message(&self, text: &str) {
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        if text.len() > self.max_message {
+            self.emit(UpstreamEvent::Broken(format!(
+                "sent a message larger than the limit of {} bytes",
+                self.max_message
+            )));
+            return;
+        }
+        if text.contains('\n') {
+            // Line framing towards the gateway: re-serialise compactly.
+            match serde_json::from_str::<Value>(text) {
+                Ok(value) => self.emit(UpstreamEvent::Line(value.to_string())),
+                Err(_) => self.emit(UpstreamEvent::Line(text.replace('\n', " "))),
+            }
+        } else {
+            self.emit(UpstreamEvent::Line(text.to_owned()));
+        }
+    }
+
+    fn fail_request(&self, id: Option<&str>, message: &str) {
+        match id {
+            Some(id) => self.emit(UpstreamEvent::Line(frame::error_response(
+                id, -32603, message,
+            ))),
+            None => tracing::warn!("an HTTP notification to `{}` failed: {message}", self.url),
+        }
+    }
+
+    async fn post(self: Arc<Self>, line: String) {
+        let (id, method, is_request, meta_version, name) = match Message::parse(&line) {
+            Ok(message) => {
+                let params: Option<Value> = message
+                    .params
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                let meta_version = params
+                    .as_ref()
+                    .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1protocolVersion"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let name = params
+                    .as_ref()
+                    .and_then(|p| p.get("name").or_else(|| p.get("uri")))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                (
+                    message.id.map(|raw| raw.get().to_owned()),
+                    message.method.as_deref().map(str::to_owned),
+                    message.kind() == Kind::Request,
+                    meta_version,
+                    name,
+                )
+            }
+            Err(_) => (None, None, false, None, None),
+        };
+        let (session_id, version) = self
+            .session
+            .lock()
+            .map(|session| (session.id.clone(), session.version.clone()))
+            .unwrap_or_default();
+        let version = meta_version.clone().or(version);
+        let mut request = self
+            .client
+            .post(&self.url)
+            .headers(self.headers.clone())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(line.clone());
+        if let Some(session_id) = &session_id {
+            request = request.header("mcp-session-id", session_id);
+        }
+        if let Some(version) = &version {
+            request = request.header("mcp-protocol-version", version);
+        }
+        if meta_version.is_some()
+            && let Some(method) = &method
+        {
+            // 2026-07-28 servers route and check on these headers.
+            request = request.header("mcp-method", method);
+            if let Some(name) = &name
+                && let Ok(value) = HeaderValue::from_str(name)
+            {
+                request = request.header("mcp-name", value);
+            }
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(err) => {
+                self.fail_request(
+                    id.as_deref().filter(|_| is_request),
+                    &format!("cannot reach `{}`: {err}", self.url),
+                );
+                return;
+            }
+        };
+        let status = response.status();
+        if method.as_deref() == Some("initialize")
+            && let Some(session) = response
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+            && let Ok(mut state) = self.session.lock()
+        {
+            state.id = Some(session.to_owned());
+        }
+        if status.as_u16() == 404 && session_id.is_some() {
+            self.emit(UpstreamEvent::Closed(
+                "ended the HTTP session (404)".to_owned(),
+            ));
+            return;
+        }
+        let is_sse = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if status.is_success() && is_sse {
+            self.read_sse(response).await;
+        } else {
+            match self.read_body(response).await {
+                Ok(body) if status.is_success() => self.emit_body(&body, method.as_deref()),
+                Ok(body) => {
+                    let reply = Message::parse(body.trim())
+                        .ok()
+                        .filter(|m| m.error.is_some());
+                    match (reply, id.as_deref().filter(|_| is_request)) {
+                        (Some(reply), Some(id)) => {
+                            self.emit(UpstreamEvent::Line(reply.with_id(id)))
+                        }
+                        (_, id) => {
+                            let excerpt: String = body.chars().take(200).collect();
+                            self.fail_request(
+                                id,
+                                &format!("HTTP {status} from `{}`: {excerpt}", self.url),
+                            );
+                        }
+                    }
+                }
+                Err(err) => self.fail_request(id.as_deref().filter(|_| is_request), &err),
+            }
+        }
+        if method.as_deref() == Some("notifications/initialized") {
+            self.listen().await;
+        }
+    }
+
+    fn emit_body(&self, body: &str, method: Option<&str>) {
+        let body = body.trim();
+        if body.is_empty() {
+            return;
+        }
+        if body.starts_with('[') {
+            if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(body) {
+                for item in items {
+                    self.emit_message(&item.to_string());
+                }
+            }
+            return;
+        }
+        if method == Some("initialize")
+            && let Ok(value) = serde_json::from_str::<Value>(body)
+            && let Some(version) = value
+                .pointer("/result/protocolVersion")
+                .and_then(Value::as_str)
+            && let Ok(mut state) = self.session.lock()
+        {
+            state.version = Some(version.to_owned());
+        }
+        self.emit_message(body);
+    }
+
+    async fn read_body(&self, mut response: reqwest::Response) -> Result<String, String> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|err| format!("reading `{}` failed: {err}", self.url))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > self.max_message {
+                return Err(format!(
+                    "`{}` sent a body larger than {} bytes",
+                    self.url, self.max_message
+                ));
+            }
+        }
+        String::from_utf8(body).map_err(|_| format!("`{}` sent a body that is not UTF-8", self.url))
+    }
+
+    /// Reads an SSE stream, sending each event's data as one message.
+    async fn read_sse(&self, mut response: reqwest::Response) {
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut data = String::new();
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) | Err(_) => break,
+            };
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|byte| *byte == b'\n') {
+                let raw: Vec<u8> = buffer.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&raw);
+                let line = line.trim_end_matches(['\n', '\r']);
+                if line.is_empty() {
+                    self.emit_message(&data);
+                    data.clear();
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(value.strip_prefix(' ').unwrap_or(value));
+                    if data.len() > self.max_message {
+                        self.emit(UpstreamEvent::Broken(format!(
+                            "sent an event larger than the limit of {} bytes",
+                            self.max_message
+                        )));
+                        return;
+                    }
+                }
+                // `id:`, `event:`, `retry:` and comments need no handling here.
+            }
+        }
+        self.emit_message(&data);
+    }
+
+    /// Opens the GET stream for messages the server sends on its own.
+    async fn listen(self: &Arc<Self>) {
+        let (session_id, version) = match self.session.lock() {
+            Ok(mut session) if !session.listening => {
+                session.listening = true;
+                (session.id.clone(), session.version.clone())
+            }
+            _ => return,
+        };
+        let shared = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut request = shared
+                .client
+                .get(&shared.url)
+                .headers(shared.headers.clone())
+                .header("accept", "text/event-stream");
+            if let Some(session_id) = &session_id {
+                request = request.header("mcp-session-id", session_id);
+            }
+            if let Some(version) = &version {
+                request = request.header("mcp-protocol-version", version);
+            }
+            match request.send().await {
+                Ok(response) if response.status().is_success() => shared.read_sse(response).await,
+                // 405 and the like: the server has no such stream.
+                Ok(_) | Err(_) => {}
+            }
+        });
+    }
+}
