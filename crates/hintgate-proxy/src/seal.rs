@@ -158,6 +158,32 @@ impl Sealer {
         Ok(())
     }
 
+    /// Checks a state's seal and expiry and returns what it stands for,
+    /// without using it up ([`Sealer::open`] does that).
+    ///
+    /// # Errors
+    ///
+    /// [`SealError`] for a malformed, forged or expired state.
+    pub fn peek(&self, state: &str) -> Result<Claim, SealError> {
+        let mut parts = state.split('.');
+        let (Some(PREFIX), Some(payload), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(SealError::Malformed);
+        };
+        let payload = unhex(payload).ok_or(SealError::Malformed)?;
+        let mac = unhex(mac).ok_or(SealError::Malformed)?;
+        let mut verifier =
+            <HmacSha256 as Mac>::new_from_slice(&self.key).map_err(|_| SealError::Malformed)?;
+        verifier.update(&payload);
+        verifier.verify_slice(&mac).map_err(|_| SealError::Forged)?;
+        let claim: Claim = serde_json::from_slice(&payload).map_err(|_| SealError::Malformed)?;
+        if claim.expires < now() {
+            return Err(SealError::Expired);
+        }
+        Ok(claim)
+    }
+
     fn mac(&self, payload: &[u8]) -> Vec<u8> {
         match <HmacSha256 as Mac>::new_from_slice(&self.key) {
             Ok(mut mac) => {

@@ -641,12 +641,36 @@ fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
     );
     assert_eq!(calls(), 1, "only the approved call reached the server");
 
-    // A server's own request cannot reach a modern host: the server is told so.
+    // A legacy server's own question reaches a modern host inside the
+    // host's call, and the answer reaches the server.
     let relayed = modern_call(&mut host, "ask_host", json!({}), json!({}));
-    assert!(
-        text(&relayed["result"]).contains("takes no requests from a server"),
-        "{relayed}"
+    let result = &relayed["result"];
+    assert_eq!(result["resultType"], "input_required", "{relayed}");
+    let question = &result["inputRequests"]["hintgate/server-request"];
+    assert_eq!(question["method"], "elicitation/create");
+    assert_eq!(question["params"]["message"], "What is your name?");
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    let answer =
+        json!({"hintgate/server-request": {"action": "accept", "content": {"name": "Ada"}}});
+    let answered = modern_call(
+        &mut host,
+        "ask_host",
+        json!({}),
+        json!({"requestState": state, "inputResponses": answer}),
     );
+    let seen: Value = serde_json::from_str(&text(&answered["result"])).unwrap();
+    assert_eq!(
+        seen,
+        json!({"action": "accept", "content": {"name": "Ada"}}),
+        "{answered}"
+    );
+    let again = modern_call(
+        &mut host,
+        "ask_host",
+        json!({}),
+        json!({"requestState": state, "inputResponses": answer}),
+    );
+    assert!(text(&again["result"]).contains("already used"), "{again}");
 }
 
 #[test]
@@ -733,10 +757,18 @@ fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
         seen["_meta"]["io.modelcontextprotocol/protocolVersion"],
         "2026-07-28"
     );
+    // The server's input-required result becomes a question to this legacy
+    // host, and the server is called again with the answer and its state.
+    host.respond_with(|request| {
+        assert_eq!(request["params"]["message"], "Your name?");
+        json!({"action": "accept", "content": {"name": "Grace"}})
+    });
     let needs = host.call("needs_input", json!({}));
-    assert!(
-        text(&needs).contains("cannot relay to a host of the legacy era"),
-        "{needs}"
+    let seen: Value = serde_json::from_str(&text(&needs)).unwrap();
+    assert_eq!(seen["state"], "server-own-state", "{needs}");
+    assert_eq!(
+        seen["responses"]["fixture/name"]["content"]["name"],
+        "Grace"
     );
 
     // A modern host in front of the same server: the server's own question

@@ -452,3 +452,37 @@ fn the_official_conformance_suite_client_scenarios_pass_through_the_gateway() {
         );
     }
 }
+
+#[test]
+fn a_legacy_servers_own_question_reaches_a_2026_07_28_host() {
+    // server-everything (legacy era) asks the host through elicitation in
+    // the middle of a call; the SDK client speaks 2026-07-28, so the question
+    // travels inside an input-required result and the answer comes back.
+    let dir = tempfile::tempdir().unwrap();
+    let command = wrapped(&["--trust", "trusted"], &[npm_bin("mcp-server-everything")]);
+    let report = sdk_client(
+        dir.path(),
+        &command,
+        "auto",
+        Some("accept"),
+        json!([{"name": "trigger-elicitation-request", "arguments": {}}]),
+    );
+    assert_eq!(report["protocol"], "2026-07-28");
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(
+        asked.len(),
+        2,
+        "the gateway's question, then the server's: {report}"
+    );
+    assert!(
+        asked[0]
+            .as_str()
+            .unwrap()
+            .starts_with("hintgate: approve this tool call?")
+    );
+    assert!(asked[1].as_str().unwrap().contains("Please provide inputs"));
+    assert!(
+        result_text(&report, 0).contains("User provided the requested information"),
+        "{report}"
+    );
+}

@@ -12,6 +12,7 @@
 //! into the original line.
 
 mod modern;
+mod relay;
 mod routing;
 mod tools;
 
@@ -152,6 +153,7 @@ where
         host_to_up: HashMap::new(),
         waiting: Vec::new(),
         aggregates: HashMap::new(),
+        gathers: HashMap::new(),
         next_aggregate: 0,
         deadlines: BTreeMap::new(),
         next_deadline: 0,
@@ -231,6 +233,7 @@ struct Gateway {
     /// Host requests waiting for a server to start or to list its tools.
     waiting: Vec<HostRequest>,
     aggregates: HashMap<u64, routing::Aggregate>,
+    gathers: relay::Gathers,
     next_aggregate: u64,
     deadlines: BTreeMap<(Instant, u64), Deadline>,
     next_deadline: u64,
@@ -346,6 +349,11 @@ struct CallInfo {
 #[derive(Debug)]
 enum PendingHost {
     Ask(Box<tools::Ask>),
+    /// One question of a 2026-07-28 server, asked of a legacy host.
+    Gather {
+        gather: u64,
+        key: String,
+    },
     Forwarded {
         idx: usize,
         generation: u64,
@@ -808,6 +816,12 @@ impl Gateway {
                 self.deadlines.remove(&ask.deadline);
                 self.on_ask_answer(*ask, result.as_ref(), is_error);
             }
+            Some(PendingHost::Gather { gather, key }) => {
+                let error: Option<Value> = message
+                    .error
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                self.on_gathered(gather, key, result, error);
+            }
             Some(PendingHost::Forwarded {
                 idx,
                 generation,
@@ -1002,8 +1016,10 @@ impl Gateway {
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
+            Kind::Request if self.host.modern && self.relay_to_modern_host(idx, &message) => {}
             Kind::Request if self.host.modern => {
-                // A 2026-07-28 host takes no requests from a server.
+                // A 2026-07-28 host takes no requests from a server, and no
+                // single call of the host can carry this one.
                 let text = "the host speaks 2026-07-28, which takes no requests from a server; this gateway cannot relay them yet";
                 if let Some(up) = self.upstreams.get_mut(idx) {
                     up.send(frame::error_response(message.id_text(), -32601, text));
@@ -1108,6 +1124,19 @@ impl Gateway {
             PendingUp::Forward(forward) => {
                 self.deadlines.remove(&forward.deadline);
                 self.host_to_up.remove(&forward.request.id);
+                if !self.host.modern
+                    && let Some(result) = message
+                        .result
+                        .filter(|raw| raw.get().contains("input_required"))
+                        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                        .filter(|result| {
+                            result.get("resultType").and_then(Value::as_str)
+                                == Some("input_required")
+                        })
+                {
+                    self.gather_for_legacy_host(idx, forward, &result);
+                    return;
+                }
                 match &forward.call {
                     Some(call) => self.on_call_result(idx, call.clone(), &forward.request, message),
                     None => self.send_host(self.host_response(

@@ -279,6 +279,9 @@ impl Gateway {
             .params
             .and_then(|raw| serde_json::from_str(raw.get()).ok())
             .unwrap_or(Value::Null);
+        if self.host.modern && self.answer_relayed(&request, &params) {
+            return;
+        }
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             self.reply_error(&request.id, -32602, "`tools/call` needs a tool `name`");
             return;
