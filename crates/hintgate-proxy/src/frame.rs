@@ -210,6 +210,67 @@ impl Message<'_> {
     }
 }
 
+/// Where a message's id and params sit in its line, so a message kept as
+/// text can get a new id or params later without being parsed again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spans {
+    /// The id's byte range.
+    pub id: Option<std::ops::Range<usize>>,
+    /// The params' byte range.
+    pub params: Option<std::ops::Range<usize>>,
+}
+
+impl Message<'_> {
+    /// Where the id and params sit in the line.
+    pub fn spans(&self) -> Spans {
+        let range = |raw: Option<&RawValue>| {
+            raw.and_then(|raw| span_of(self.line, raw.get()))
+                .map(|(start, end)| start..end)
+        };
+        Spans {
+            id: range(self.id),
+            params: range(self.params),
+        }
+    }
+}
+
+impl Spans {
+    /// `line` with the id replaced (or inserted).
+    pub fn with_id(&self, line: &str, new_id: &str) -> String {
+        match &self.id {
+            Some(id) => splice(line, id.start, id.end, new_id),
+            None => Message::parse(line)
+                .map_or_else(|_| line.to_owned(), |message| message.with_id(new_id)),
+        }
+    }
+
+    /// `line` with the id and the params replaced.
+    pub fn with_id_and_params(&self, line: &str, new_id: &str, new_params: &str) -> String {
+        match (&self.id, &self.params) {
+            (Some(id), Some(params)) => {
+                let (first, second) = if id.start < params.start {
+                    ((id, new_id), (params, new_params))
+                } else {
+                    ((params, new_params), (id, new_id))
+                };
+                let tail_done = splice(line, second.0.start, second.0.end, second.1);
+                splice(&tail_done, first.0.start, first.0.end, first.1)
+            }
+            _ => Message::parse(line).map_or_else(
+                |_| line.to_owned(),
+                |message| message.with_id_and_params(new_id, new_params),
+            ),
+        }
+    }
+
+    /// The params as raw text, when the message has them.
+    pub fn params<'l>(&self, line: &'l str) -> Option<&'l str> {
+        self.params
+            .as_ref()
+            .and_then(|range| line.get(range.clone()))
+    }
+}
+
 /// The byte range of `part` inside `line`, when `part` is a slice of it.
 fn span_of(line: &str, part: &str) -> Option<(usize, usize)> {
     let start = (part.as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;

@@ -270,6 +270,8 @@ struct HostSession {
 #[derive(Debug, Clone)]
 struct HostRequest {
     line: String,
+    /// Where the id and params sit in `line`.
+    spans: frame::Spans,
     id: String,
     method: String,
     /// The server this request already restarted once, so it does not
@@ -277,6 +279,29 @@ struct HostRequest {
     restarted: Option<usize>,
     /// Attempts already made (for the retries of design §4.5).
     attempt: u32,
+}
+
+// === impl HostRequest ===
+
+impl HostRequest {
+    /// The params as JSON (`null` when absent or not JSON).
+    fn params(&self) -> Value {
+        self.spans
+            .params(&self.line)
+            .and_then(|raw| serde_json::from_str(raw).ok())
+            .unwrap_or(Value::Null)
+    }
+
+    /// The request under another id.
+    fn with_id(&self, new_id: &str) -> String {
+        self.spans.with_id(&self.line, new_id)
+    }
+
+    /// The request under another id, with other params.
+    fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
+        self.spans
+            .with_id_and_params(&self.line, new_id, new_params)
+    }
 }
 
 /// One upstream server.
@@ -500,10 +525,12 @@ impl Gateway {
             Kind::Request => {
                 let id = parsed.id_text().to_owned();
                 let method = parsed.method().to_owned();
+                let spans = parsed.spans();
                 drop(parsed);
                 self.dispatch(HostRequest {
                     id,
                     method,
+                    spans,
                     line,
                     restarted: None,
                     attempt: 0,

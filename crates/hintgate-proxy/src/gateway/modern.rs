@@ -78,8 +78,12 @@ pub(super) fn strip_our_answer(params: &mut Map<String, Value>) {
 
 /// The `_meta` of a request's params, when the request is modern.
 pub(super) fn modern_meta(request: &HostRequest) -> Option<Map<String, Value>> {
-    let message = Message::parse(&request.line).ok()?;
-    let params: Value = serde_json::from_str(message.params?.get()).ok()?;
+    let raw = request.spans.params(&request.line)?;
+    // Most requests of a legacy host have no modern `_meta`: skip the parse.
+    if !raw.contains(META_VERSION) {
+        return None;
+    }
+    let params: Value = serde_json::from_str(raw).ok()?;
     let meta = params.get("_meta")?.as_object()?;
     meta.contains_key(META_VERSION).then(|| meta.clone())
 }
@@ -165,21 +169,20 @@ impl Gateway {
     /// modern `_meta` added to its params (or to `params`, when given).
     pub(super) fn modern_line(
         &self,
-        message: &Message<'_>,
+        request: &HostRequest,
         id: u64,
         params: Option<Value>,
     ) -> String {
-        let params = params.unwrap_or_else(|| {
-            message
-                .params
-                .and_then(|raw| serde_json::from_str(raw.get()).ok())
-                .unwrap_or_else(|| json!({}))
+        let has_params = request.spans.params.is_some();
+        let params = params.unwrap_or_else(|| match request.params() {
+            Value::Null => json!({}),
+            other => other,
         });
         let params = self.with_modern_meta(params);
-        if message.params.is_some() {
-            message.with_id_and_params(&id.to_string(), &params.to_string())
+        if has_params {
+            request.with_id_and_params(&id.to_string(), &params.to_string())
         } else {
-            crate::frame::request(&id.to_string(), message.method(), &params)
+            crate::frame::request(&id.to_string(), &request.method, &params)
         }
     }
 

@@ -266,10 +266,7 @@ impl Gateway {
             object.insert("name".to_owned(), Value::String(tool.to_owned()));
         }
         let id = self.next_up_id(idx);
-        let Ok(message) = Message::parse(&request.line) else {
-            return;
-        };
-        let line = self.modern_line(&message, id, Some(params));
+        let line = self.modern_line(&request, id, Some(params));
         let timeout = self.call_timeout;
         let deadline = self.add_deadline(timeout, super::Deadline::Up(idx, id));
         self.host_to_up.insert(request.id.clone(), (idx, id));

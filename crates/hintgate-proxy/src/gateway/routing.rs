@@ -179,14 +179,11 @@ impl Gateway {
     /// when given); the answer goes back under the host's id.
     pub(super) fn forward(&mut self, idx: usize, request: HostRequest, params: Option<Value>) {
         let id = self.next_up_id(idx);
-        let Ok(message) = Message::parse(&request.line) else {
-            return;
-        };
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         let line = match params {
-            _ if modern => self.modern_line(&message, id, params),
-            Some(params) => message.with_id_and_params(&id.to_string(), &params.to_string()),
-            None => message.with_id(&id.to_string()),
+            _ if modern => self.modern_line(&request, id, params),
+            Some(params) => request.with_id_and_params(&id.to_string(), &params.to_string()),
+            None => request.with_id(&id.to_string()),
         };
         let timeout = self.call_timeout;
         let deadline = self.add_deadline(timeout, Deadline::Up(idx, id));

@@ -272,13 +272,7 @@ impl Gateway {
     }
 
     pub(super) fn on_tools_call(&mut self, mut request: HostRequest) {
-        let Ok(message) = Message::parse(&request.line) else {
-            return;
-        };
-        let params: Value = message
-            .params
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(Value::Null);
+        let params = request.params();
         if self.host.modern && self.answer_relayed(&request, &params) {
             return;
         }
@@ -432,7 +426,9 @@ impl Gateway {
             Some(pinned) if *pinned == digest => PinStatus::Unchanged,
             Some(_) => PinStatus::Changed,
         };
-        let remembered = if self.host.remembered.contains(&(idx, tool_name.to_owned())) {
+        let remembered = if !self.host.remembered.is_empty()
+            && self.host.remembered.contains(&(idx, tool_name.to_owned()))
+        {
             Remembered::Session
         } else {
             Remembered::None
@@ -469,9 +465,6 @@ impl Gateway {
         retry_eligible: bool,
     ) {
         let id = self.next_up_id(idx);
-        let Ok(message) = Message::parse(&request.line) else {
-            return;
-        };
         let ours = super::modern::carries_our_answer(params);
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         let rewrite = |params: &Value| {
@@ -488,10 +481,10 @@ impl Gateway {
             params
         };
         let line = match self.mode {
-            _ if modern => self.modern_line(&message, id, Some(rewrite(params))),
-            super::Mode::Wrap if !ours => message.with_id(&id.to_string()),
+            _ if modern => self.modern_line(&request, id, Some(rewrite(params))),
+            super::Mode::Wrap if !ours => request.with_id(&id.to_string()),
             super::Mode::Wrap | super::Mode::Gateway => {
-                message.with_id_and_params(&id.to_string(), &rewrite(params).to_string())
+                request.with_id_and_params(&id.to_string(), &rewrite(params).to_string())
             }
         };
         let timeout = self.call_timeout;
