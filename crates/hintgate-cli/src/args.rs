@@ -145,7 +145,8 @@ pub struct ExplainArgs {
     pub remembered: RememberedArg,
     /// Whether the server's configured sandbox is taken as enforced. `auto`:
     /// yes unless it is `best_effort`, since a sandbox the kernel cannot
-    /// enforce otherwise stops the server from starting.
+    /// enforce stops the server from starting (this version of `run`
+    /// enforces none yet, so it starts no server that asks for one).
     #[arg(long, value_enum, default_value_t = SandboxArg::Auto)]
     pub sandbox: SandboxArg,
     /// Wrap mode: trust the server's annotations.

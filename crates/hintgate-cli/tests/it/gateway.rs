@@ -788,3 +788,25 @@ fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
     assert_eq!(seen["responses"], answer);
     assert_eq!(seen["state"], "server-own-state");
 }
+
+#[test]
+fn a_sandbox_that_cannot_be_enforced_keeps_the_server_from_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    let config = format!(
+        "[servers.boxed]\ncommand = \"python3\"\nargs = [{server:?}]\ntrust = \"trusted\"\n\n[servers.boxed.sandbox]\nread = [\"/tmp\"]\n\n\
+         [servers.loose]\ncommand = \"python3\"\nargs = [{server:?}]\ntrust = \"trusted\"\n\n[servers.loose.sandbox]\nbest_effort = true\n"
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+    let boxed = host.call("boxed__echo", json!({"text": "x"}));
+    assert!(is_error(&boxed));
+    assert!(text(&boxed).contains("cannot enforce one yet"), "{boxed}");
+    let loose = host.call("loose__echo", json!({"text": "unconfined"}));
+    assert!(text(&loose).contains("unconfined"), "{loose}");
+    assert!(
+        host.log()
+            .contains("sandbox not enforced (best_effort = true)")
+    );
+}

@@ -923,6 +923,25 @@ impl Gateway {
         up.info = None;
         up.tools = None;
         up.listing = None;
+        // A sandbox the gateway cannot enforce must not be taken for one
+        // (design §6): the server does not start unless the user accepted
+        // that with `best_effort = true`. This version enforces none yet.
+        match &up.config.sandbox {
+            Some(sandbox) if !sandbox.best_effort => {
+                let reason = format!(
+                    "server `{}` asks for a sandbox, and this version of hintgate cannot enforce one yet; \
+                     it is not started (set `best_effort = true` in its sandbox table to run it unconfined)",
+                    up.name
+                );
+                tracing::error!(server.id = %up.name, "{reason}");
+                up.phase = Phase::Failed(reason);
+                return;
+            }
+            Some(_) => {
+                tracing::warn!(server.id = %up.name, "sandbox not enforced (best_effort = true): the server runs unconfined");
+            }
+            None => {}
+        }
         let spawned = match &up.config.transport {
             Transport::Stdio { command, args, env } => Process::spawn(
                 &Spawn {
