@@ -199,6 +199,35 @@ pub enum SandboxArg {
     None,
 }
 
+impl From<SandboxArg> for hintgate_policy::config::Enforcement {
+    fn from(arg: SandboxArg) -> Self {
+        match arg {
+            SandboxArg::Auto => Self::Auto,
+            SandboxArg::Enforced => Self::Enforced,
+            SandboxArg::None => Self::None,
+        }
+    }
+}
+
+impl From<TrustArg> for hintgate_policy::tool::Trust {
+    fn from(arg: TrustArg) -> Self {
+        match arg {
+            TrustArg::Trusted => Self::Trusted,
+            TrustArg::Untrusted => Self::Untrusted,
+        }
+    }
+}
+
+impl From<ProfileArg> for hintgate_policy::config::Profile {
+    fn from(arg: ProfileArg) -> Self {
+        match arg {
+            ProfileArg::AskWrites => Self::AskWrites,
+            ProfileArg::HideWrites => Self::HideWrites,
+            ProfileArg::AskAll => Self::AskAll,
+        }
+    }
+}
+
 /// `--trust`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TrustArg {

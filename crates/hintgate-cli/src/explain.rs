@@ -9,7 +9,7 @@ use hintgate_policy::tool::{SandboxProof, Tool, Trust};
 use hintgate_policy::{Verdict, tool::DeclaredHints, tool::EffectiveHints};
 use serde_json::Value;
 
-use crate::args::{ExplainArgs, PinArg, ProfileArg, RememberedArg, SandboxArg, TrustArg};
+use crate::args::{ExplainArgs, PinArg, RememberedArg, SandboxArg};
 use crate::exit::Exit;
 use crate::{examples, load, output};
 
@@ -134,16 +134,13 @@ fn wrap_config(args: &ExplainArgs, server: &str) -> ValidConfig {
         args: rest,
         env: Default::default(),
     };
-    let trust = match args.trust {
-        Some(TrustArg::Trusted) => Trust::Trusted,
-        Some(TrustArg::Untrusted) | None => Trust::Untrusted,
-    };
-    let profile = match args.profile {
-        Some(ProfileArg::AskWrites) | None => Profile::AskWrites,
-        Some(ProfileArg::HideWrites) => Profile::HideWrites,
-        Some(ProfileArg::AskAll) => Profile::AskAll,
-    };
-    config::ValidConfig::wrap(server, transport, trust, profile, args.unattended)
+    config::ValidConfig::wrap(
+        server,
+        transport,
+        args.trust.map_or(Trust::Untrusted, Trust::from),
+        args.profile.map_or(Profile::AskWrites, Profile::from),
+        args.unattended,
+    )
 }
 
 /// What the server's configured sandbox proves, as `--sandbox` says to take it.
@@ -154,16 +151,7 @@ pub fn sandbox_proof(policy: &Policy, server: &str, mode: SandboxArg) -> Sandbox
     else {
         return SandboxProof::default();
     };
-    let enforced = match mode {
-        SandboxArg::Auto => !sandbox.best_effort,
-        SandboxArg::Enforced => true,
-        SandboxArg::None => false,
-    };
-    if enforced {
-        sandbox.proof()
-    } else {
-        SandboxProof::default()
-    }
+    sandbox.proof_when(mode.into())
 }
 
 /// The human-readable block for one explanation.

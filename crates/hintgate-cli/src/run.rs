@@ -9,7 +9,7 @@ use hintgate_policy::tool::Trust;
 use hintgate_policy::vars::{self, Vars};
 use hintgate_proxy::{Mode, Settings};
 
-use crate::args::{ProfileArg, RunArgs, TrustArg};
+use crate::args::RunArgs;
 use crate::exit::Exit;
 use crate::load::{self, InputError, ProcessEnv};
 use crate::output;
@@ -121,15 +121,8 @@ fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
             "server name `{name}` may only hold letters, digits, `_` and `-`; set one with `--name`"
         )));
     }
-    let trust = match args.trust {
-        Some(TrustArg::Trusted) => Trust::Trusted,
-        Some(TrustArg::Untrusted) | None => Trust::Untrusted,
-    };
-    let profile = match args.profile {
-        Some(ProfileArg::AskWrites) | None => Profile::AskWrites,
-        Some(ProfileArg::HideWrites) => Profile::HideWrites,
-        Some(ProfileArg::AskAll) => Profile::AskAll,
-    };
+    let trust = args.trust.map_or(Trust::Untrusted, Trust::from);
+    let profile = args.profile.map_or(Profile::AskWrites, Profile::from);
     Ok(ValidConfig::wrap(
         &name,
         transport,

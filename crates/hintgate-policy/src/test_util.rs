@@ -10,7 +10,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::config::{self, Profile, Transport, ValidConfig};
+use crate::config::{self, Enforcement, Profile, Transport, ValidConfig};
 use crate::decide::{Policy, Remembered, SessionState};
 use crate::explain::{ExplainInput, explain};
 use crate::pin::PinStatus;
@@ -300,16 +300,11 @@ impl Case {
         let Some(sandbox) = policy.server(&self.server).and_then(|s| s.sandbox.as_ref()) else {
             return SandboxProof::default();
         };
-        let enforced = match self.sandbox {
-            SandboxArg::Auto => !sandbox.best_effort,
-            SandboxArg::Enforced => true,
-            SandboxArg::None => false,
-        };
-        if enforced {
-            sandbox.proof()
-        } else {
-            SandboxProof::default()
-        }
+        sandbox.proof_when(match self.sandbox {
+            SandboxArg::Auto => Enforcement::Auto,
+            SandboxArg::Enforced => Enforcement::Enforced,
+            SandboxArg::None => Enforcement::None,
+        })
     }
 
     /// Compares an explanation (as JSON) with the expectation; every mismatch

@@ -128,24 +128,8 @@ impl Sealer {
         arguments: &serde_json::Value,
         pin: &str,
     ) -> Result<(), SealError> {
-        let mut parts = state.split('.');
-        let (Some(PREFIX), Some(payload), Some(mac), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(SealError::Malformed);
-        };
-        let payload = unhex(payload).ok_or(SealError::Malformed)?;
-        let mac = unhex(mac).ok_or(SealError::Malformed)?;
-        let mut verifier =
-            <HmacSha256 as Mac>::new_from_slice(&self.key).map_err(|_| SealError::Malformed)?;
-        verifier.update(&payload);
-        // Constant-time comparison.
-        verifier.verify_slice(&mac).map_err(|_| SealError::Forged)?;
-        let claim: Claim = serde_json::from_slice(&payload).map_err(|_| SealError::Malformed)?;
+        let claim = self.peek(state)?;
         let now = now();
-        if claim.expires < now {
-            return Err(SealError::Expired);
-        }
         self.used.retain(|_, expires| *expires >= now);
         if self.used.contains_key(&claim.nonce) {
             return Err(SealError::Replayed);

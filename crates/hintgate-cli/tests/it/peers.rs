@@ -35,10 +35,12 @@ fn hintgate_path() -> String {
     env!("CARGO_BIN_EXE_hintgate").to_owned()
 }
 
-/// Runs the Python SDK host against `command` and returns its report.
-fn sdk_host(dir: &Path, command: &[String], answer: Option<&str>, calls: Value) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/sdk_host.py");
-    let spec = json!({"command": command, "answer": answer, "calls": calls});
+/// Runs one of the Python SDK scripts in `tests/peers` with a JSON spec and
+/// returns the JSON report it prints.
+fn run_python(dir: &Path, script: &str, spec: &Value) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers")
+        .join(script);
     let output = Command::new(venv_bin("python"))
         .current_dir(dir)
         .arg(script)
@@ -52,6 +54,15 @@ fn sdk_host(dir: &Path, command: &[String], answer: Option<&str>, calls: Value) 
         "the SDK host failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{err}: {stdout}\n{stderr}"))
+}
+
+/// Runs the Python SDK's `ClientSession` (legacy era) against `command`.
+fn sdk_host(dir: &Path, command: &[String], answer: Option<&str>, calls: Value) -> Value {
+    run_python(
+        dir,
+        "sdk_host.py",
+        &json!({"command": command, "answer": answer, "calls": calls}),
+    )
 }
 
 fn wrapped(flags: &[&str], server: &[String]) -> Vec<String> {
@@ -364,21 +375,11 @@ fn sdk_client(
     answer: Option<&str>,
     calls: Value,
 ) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/sdk_client.py");
-    let spec = json!({"command": command, "mode": mode, "answer": answer, "calls": calls});
-    let output = Command::new(venv_bin("python"))
-        .current_dir(dir)
-        .arg(script)
-        .arg(spec.to_string())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the SDK client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{err}: {stdout}\n{stderr}"))
+    run_python(
+        dir,
+        "sdk_client.py",
+        &json!({"command": command, "mode": mode, "answer": answer, "calls": calls}),
+    )
 }
 
 #[test]

@@ -219,9 +219,37 @@ impl ServerConfig {
     }
 }
 
+/// Whether a configured sandbox is taken as enforced, for `explain` and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforcement {
+    /// Enforced unless `best_effort`: a sandbox the kernel cannot enforce
+    /// stops the server, so a running server's sandbox is enforced.
+    #[default]
+    Auto,
+    /// Taken as enforced.
+    Enforced,
+    /// Taken as not enforced.
+    None,
+}
+
 // === impl SandboxConfig ===
 
 impl SandboxConfig {
+    /// What the sandbox proves when taken as `enforcement` says.
+    pub fn proof_when(&self, enforcement: Enforcement) -> crate::tool::SandboxProof {
+        let enforced = match enforcement {
+            Enforcement::Auto => !self.best_effort,
+            Enforcement::Enforced => true,
+            Enforcement::None => false,
+        };
+        if enforced {
+            self.proof()
+        } else {
+            crate::tool::SandboxProof::default()
+        }
+    }
+
     /// What this sandbox proves once the kernel enforces it: no network when
     /// `network = false`, no writes when `write` is empty. A sandbox that is
     /// not enforced proves nothing; that is the caller's to know.

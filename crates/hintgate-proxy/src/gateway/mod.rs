@@ -1032,6 +1032,32 @@ impl Gateway {
         id
     }
 
+    /// Sends a host request's `line` upstream under `id`, with its deadline,
+    /// remembering where its answer goes (and, for cancellation, where it went).
+    fn send_forward(
+        &mut self,
+        idx: usize,
+        id: u64,
+        request: HostRequest,
+        call: Option<CallInfo>,
+        line: String,
+    ) {
+        let timeout = self.call_timeout;
+        let deadline = self.add_deadline(timeout, Deadline::Up(idx, id));
+        self.host_to_up.insert(request.id.clone(), (idx, id));
+        self.pending_up.insert(
+            (idx, id),
+            PendingUp::Forward(Forward {
+                request,
+                deadline,
+                call,
+            }),
+        );
+        if let Some(up) = self.upstreams.get_mut(idx) {
+            up.send(line);
+        }
+    }
+
     fn next_up_id(&mut self, idx: usize) -> u64 {
         self.upstreams.get_mut(idx).map_or(0, |up| {
             up.next_id += 1;
@@ -1257,7 +1283,6 @@ impl Gateway {
                     self.deadlines.remove(&forward.deadline);
                     self.host_to_up.remove(&forward.request.id);
                     self.fail_forward(
-                        idx,
                         forward,
                         &format!("server `{name}` stopped before answering: {reason}"),
                     );
@@ -1296,7 +1321,6 @@ impl Gateway {
                     ));
                 }
                 self.fail_forward(
-                    idx,
                     forward,
                     &format!("server `{name}` did not answer within {timeout} s"),
                 );
@@ -1311,7 +1335,7 @@ impl Gateway {
 
     /// A forwarded request failed (timeout, crash): retry it when design
     /// §4.5 allows, otherwise tell the host.
-    fn fail_forward(&mut self, idx: usize, forward: Forward, reason: &str) {
+    fn fail_forward(&mut self, forward: Forward, reason: &str) {
         match &forward.call {
             Some(call) if call.retry_eligible && forward.request.attempt == 0 => {
                 tracing::warn!(tool.name = %call.tool, "{reason}; retrying once (trusted server, read-only or idempotent tool)");
@@ -1332,7 +1356,6 @@ impl Gateway {
             }
             None => self.reply_error(&forward.request.id, -32603, reason),
         }
-        let _ = idx;
     }
 
     /// Stops every server: closes its input, waits a moment, then kills it.

@@ -267,20 +267,7 @@ impl Gateway {
         }
         let id = self.next_up_id(idx);
         let line = self.modern_line(&request, id, Some(params));
-        let timeout = self.call_timeout;
-        let deadline = self.add_deadline(timeout, super::Deadline::Up(idx, id));
-        self.host_to_up.insert(request.id.clone(), (idx, id));
-        self.pending_up.insert(
-            (idx, id),
-            PendingUp::Forward(Forward {
-                request,
-                deadline,
-                call,
-            }),
-        );
-        if let Some(up) = self.upstreams.get_mut(idx) {
-            up.send(line);
-        }
+        self.send_forward(idx, id, request, call, line);
     }
 }
 

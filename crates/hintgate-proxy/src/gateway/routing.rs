@@ -17,7 +17,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Deadline, Forward, Gateway, HostRequest, Mode, PendingUp, Readiness};
+use super::{Gateway, HostRequest, Mode, PendingUp, Readiness};
 use crate::frame::Message;
 
 /// A host request answered by merging several servers' lists.
@@ -185,20 +185,7 @@ impl Gateway {
             Some(params) => request.with_id_and_params(&id.to_string(), &params.to_string()),
             None => request.with_id(&id.to_string()),
         };
-        let timeout = self.call_timeout;
-        let deadline = self.add_deadline(timeout, Deadline::Up(idx, id));
-        self.host_to_up.insert(request.id.clone(), (idx, id));
-        self.pending_up.insert(
-            (idx, id),
-            PendingUp::Forward(Forward {
-                request,
-                deadline,
-                call: None,
-            }),
-        );
-        if let Some(up) = self.upstreams.get_mut(idx) {
-            up.send(line);
-        }
+        self.send_forward(idx, id, request, None, line);
     }
 
     fn fan_out(&mut self, mut request: HostRequest, capability: &str, key: &'static str) {

@@ -11,7 +11,7 @@ use hintgate_policy::tool::{EffectiveHints, SandboxProof, Tool};
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
-use super::{CallInfo, Deadline, Forward, Gateway, HostRequest, PendingHost, PendingUp, Readiness};
+use super::{CallInfo, Deadline, Gateway, HostRequest, PendingHost, PendingUp, Readiness};
 use crate::frame::Message;
 
 /// One tool as a server listed it.
@@ -487,23 +487,11 @@ impl Gateway {
                 request.with_id_and_params(&id.to_string(), &rewrite(params).to_string())
             }
         };
-        let timeout = self.call_timeout;
-        let deadline = self.add_deadline(timeout, Deadline::Up(idx, id));
-        self.host_to_up.insert(request.id.clone(), (idx, id));
-        self.pending_up.insert(
-            (idx, id),
-            PendingUp::Forward(Forward {
-                request,
-                deadline,
-                call: Some(CallInfo {
-                    tool: tool_name.to_owned(),
-                    retry_eligible,
-                }),
-            }),
-        );
-        if let Some(up) = self.upstreams.get_mut(idx) {
-            up.send(line);
-        }
+        let call = CallInfo {
+            tool: tool_name.to_owned(),
+            retry_eligible,
+        };
+        self.send_forward(idx, id, request, Some(call), line);
     }
 
     /// The result of a forwarded call: checked against the output schema,
