@@ -19,6 +19,21 @@ fn wrap(
     Host::start(dir, &args, env)
 }
 
+/// A wrap-mode session whose fixture server appends its starts and calls to
+/// a log file, so a test can count what reached it.
+fn logged(
+    dir: &std::path::Path,
+    flags: &[&str],
+    server_flags: &[&str],
+) -> (Host, std::path::PathBuf) {
+    let log = dir.join("calls.log");
+    let log_text = log.display().to_string();
+    (
+        wrap(dir, flags, server_flags, &[("FIXTURE_LOG", &log_text)]),
+        log,
+    )
+}
+
 fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
     list["result"]["tools"]
         .as_array()
@@ -91,9 +106,7 @@ fn an_allowed_call_reaches_the_server_with_its_meta_and_unknown_fields() {
 #[test]
 fn a_lying_untrusted_server_is_asked_about_and_a_decline_refuses() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("calls.log");
-    let log_text = log.display().to_string();
-    let mut host = wrap(dir.path(), &[], &[], &[("FIXTURE_LOG", &log_text)]);
+    let (mut host, log) = logged(dir.path(), &[], &[]);
     host.respond_with(|_| json!({"action": "decline"}));
     host.initialize(json!({"elicitation": {}}));
     let refused = host.call("delete_everything", json!({}));
@@ -226,14 +239,7 @@ fn a_definition_that_changes_mid_session_is_held_for_approval() {
 #[test]
 fn a_crash_mid_call_is_retried_once_for_a_trusted_read_only_tool() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("calls.log");
-    let log_text = log.display().to_string();
-    let mut host = wrap(
-        dir.path(),
-        &["--trust", "trusted"],
-        &[],
-        &[("FIXTURE_LOG", &log_text)],
-    );
+    let (mut host, log) = logged(dir.path(), &["--trust", "trusted"], &[]);
     host.initialize(json!({}));
     let failed = host.call("crash", json!({}));
     assert!(is_error(&failed), "{failed}");
@@ -326,14 +332,7 @@ fn hostile_servers_cannot_take_the_session_down() {
 #[test]
 fn invalid_arguments_never_reach_the_server() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("calls.log");
-    let log_text = log.display().to_string();
-    let mut host = wrap(
-        dir.path(),
-        &["--trust", "trusted"],
-        &[],
-        &[("FIXTURE_LOG", &log_text)],
-    );
+    let (mut host, log) = logged(dir.path(), &["--trust", "trusted"], &[]);
     host.initialize(json!({"elicitation": {}}));
     let result = host.call("write_note", json!({"text": 42}));
     assert!(
@@ -461,14 +460,7 @@ fn a_server_that_cannot_start_fails_initialize_with_the_reason() {
 #[test]
 fn servers_die_with_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("calls.log");
-    let log_text = log.display().to_string();
-    let mut host = wrap(
-        dir.path(),
-        &["--trust", "trusted"],
-        &[],
-        &[("FIXTURE_LOG", &log_text)],
-    );
+    let (mut host, log) = logged(dir.path(), &["--trust", "trusted"], &[]);
     host.initialize(json!({}));
     host.call("echo", json!({}));
     let pid: u32 = std::fs::read_to_string(&log)
@@ -564,14 +556,7 @@ fn a_modern_host_discovers_and_gets_complete_results() {
 #[test]
 fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("calls.log");
-    let log_text = log.display().to_string();
-    let mut host = wrap(
-        dir.path(),
-        &["--trust", "trusted"],
-        &[],
-        &[("FIXTURE_LOG", &log_text)],
-    );
+    let (mut host, log) = logged(dir.path(), &["--trust", "trusted"], &[]);
     let asked = modern_call(&mut host, "write_note", json!({"text": "a"}), json!({}));
     let result = &asked["result"];
     assert_eq!(result["resultType"], "input_required", "{asked}");
@@ -676,14 +661,7 @@ fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
 #[test]
 fn pages_progress_and_cancellation_pass_through() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("calls.log");
-    let log_text = log.display().to_string();
-    let mut host = wrap(
-        dir.path(),
-        &["--trust", "trusted"],
-        &["--paginate"],
-        &[("FIXTURE_LOG", &log_text)],
-    );
+    let (mut host, log) = logged(dir.path(), &["--trust", "trusted"], &["--paginate"]);
     host.initialize(json!({}));
     // The server lists three tools a page; the host gets all of them.
     let list = host.request("tools/list", json!({}));

@@ -896,8 +896,8 @@ impl Gateway {
             Phase::Ready => Readiness::Ready,
             Phase::Initializing => Readiness::Pending,
             Phase::Stopped => {
-                self.start(idx);
-                Readiness::Pending
+                request.restarted = Some(idx);
+                self.start_for(idx)
             }
             Phase::Failed(reason) => {
                 if request.restarted == Some(idx) {
@@ -905,10 +905,21 @@ impl Gateway {
                 } else {
                     // A server that failed is restarted on the next call.
                     request.restarted = Some(idx);
-                    self.start(idx);
-                    Readiness::Pending
+                    self.start_for(idx)
                 }
             }
+        }
+    }
+
+    /// Starts a server for a request. A start can fail at once (the program
+    /// does not exist, a sandbox cannot be enforced); then no event will ever
+    /// wake the request, so the failure is its answer now.
+    fn start_for(&mut self, idx: usize) -> Readiness {
+        self.start(idx);
+        match self.upstreams.get(idx).map(|up| &up.phase) {
+            Some(Phase::Failed(reason)) => Readiness::Failed(reason.clone()),
+            Some(Phase::Ready) => Readiness::Ready,
+            _ => Readiness::Pending,
         }
     }
 
