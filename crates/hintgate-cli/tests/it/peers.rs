@@ -487,3 +487,22 @@ fn a_legacy_servers_own_question_reaches_a_2026_07_28_host() {
         "{report}"
     );
 }
+
+#[test]
+fn everything_else_server_everything_offers_still_works_through_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = wrapped(&["--trust", "trusted"], &[npm_bin("mcp-server-everything")]);
+    let spec = json!({"command": command, "answer": null, "calls": [], "extras": true});
+    let report = run_python(dir.path(), "sdk_host.py", &spec);
+    let extras = &report["extras"];
+    assert!(extras["resources"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(extras["read"], 1, "a resource was read through the gateway");
+    assert!(
+        extras["prompts"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("simple-prompt"))
+    );
+    assert_eq!(extras["prompt_messages"], 1);
+    assert_eq!(extras["ping"], true);
+}

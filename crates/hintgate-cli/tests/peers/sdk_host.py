@@ -44,7 +44,22 @@ async def main():
             for call in SPEC.get("calls", []):
                 result = await session.call_tool(call["name"], call.get("arguments", {}))
                 results.append({"isError": bool(result.is_error), "text": text_of(result)})
+            extras = {}
+            if SPEC.get("extras"):
+                # Everything else the server offers, through the gateway.
+                resources = await session.list_resources()
+                extras["resources"] = len(resources.resources)
+                if resources.resources:
+                    read = await session.read_resource(resources.resources[0].uri)
+                    extras["read"] = len(read.contents)
+                prompts = await session.list_prompts()
+                extras["prompts"] = [prompt.name for prompt in prompts.prompts]
+                if "simple-prompt" in extras["prompts"]:
+                    got = await session.get_prompt("simple-prompt", {})
+                    extras["prompt_messages"] = len(got.messages)
+                extras["ping"] = (await session.send_ping()) is not None
             report = {
+                "extras": extras,
                 "server": init.server_info.name,
                 "protocol": init.protocol_version,
                 "tools": {
