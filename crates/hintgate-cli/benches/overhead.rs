@@ -35,6 +35,10 @@ impl Session {
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
             .env("RUST_LOG", "warn")
+            .env(
+                "HINTGATE_STATE_DIR",
+                std::env::temp_dir().join(format!("hintgate-overhead-{}", std::process::id())),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

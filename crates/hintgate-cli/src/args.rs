@@ -38,9 +38,61 @@ pub enum Command {
         #[arg(long, value_enum)]
         flavor: crate::demo_server::Flavor,
     },
+    /// List, show, diff, approve and revoke pinned tool definitions.
+    Pins(PinsArgs),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+/// `hintgate pins`
+#[derive(Debug, Args)]
+pub struct PinsArgs {
+    /// Where pins are kept (as for `hintgate run`).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub state_dir: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: PinsCommand,
+}
+
+/// `hintgate pins ...`
+#[derive(Debug, Subcommand)]
+pub enum PinsCommand {
+    /// Every pin, and whether a changed definition is held for approval.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A pinned definition.
+    Show {
+        /// The server's configured name.
+        server: String,
+        /// The tool's own name.
+        tool: String,
+    },
+    /// How the definition held for approval differs from the pinned one.
+    Diff {
+        /// The server's configured name.
+        server: String,
+        /// The tool's own name.
+        tool: String,
+    },
+    /// Approve the definition held for approval: it becomes the pin.
+    Approve {
+        /// The server's configured name.
+        server: String,
+        /// The tool's own name.
+        tool: String,
+    },
+    /// Forget a pin (and its standing approvals): the tool is new again.
+    Revoke {
+        /// The server's configured name.
+        server: String,
+        /// The tool's own name.
+        tool: String,
+    },
 }
 
 const RUN_HELP: &str = "\
@@ -88,6 +140,11 @@ pub struct RunArgs {
     /// How long an ask waits for an answer, in seconds (default 120).
     #[arg(long, value_name = "SECONDS")]
     pub ask_timeout: Option<u64>,
+    /// Where pins and standing approvals are kept (default:
+    /// `$HINTGATE_STATE_DIR`, else `$XDG_DATA_HOME/hintgate`, else
+    /// `~/.local/share/hintgate`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Wrap mode: the server's command line.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -228,6 +228,8 @@ async fn drive(config: ValidConfig) -> Result<()> {
         policy: Policy::new(config),
         mode: Mode::Gateway,
         observer: Some(observer),
+        // The demo remembers nothing across runs.
+        store: None,
     };
     let gateway = tokio::spawn(hintgate_proxy::run(settings, gateway_read, gateway_write));
     let (host_read, writer) = tokio::io::split(host_end);

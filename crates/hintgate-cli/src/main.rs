@@ -12,7 +12,9 @@ mod exit;
 mod explain;
 mod load;
 mod output;
+mod pins;
 mod run;
+mod state;
 
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -36,6 +38,7 @@ fn main() -> Exit {
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args),
         Command::Run(args) => run::run(args),
+        Command::Pins(args) => pins::run(args),
         Command::Demo => demo::run(),
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),

@@ -37,10 +37,12 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     if let Some(seconds) = args.ask_timeout {
         config.gateway.ask_timeout_s = seconds.max(1);
     }
+    let store = crate::state::open_store(args.state_dir.as_deref())?;
     let settings = Settings {
         policy: Policy::new(config),
         mode,
         observer: None,
+        store: Some(store),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

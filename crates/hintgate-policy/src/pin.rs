@@ -65,6 +65,20 @@ impl PinDigest {
         Self(Sha256::digest(canonical.as_bytes()).into())
     }
 
+    /// Parses the `sha256:<64 hex>` form that [`PinDigest`] displays.
+    pub fn parse(text: &str) -> Option<Self> {
+        let hex = text.strip_prefix("sha256:")?;
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (idx, byte) in bytes.iter_mut().enumerate() {
+            let pair = hex.get(idx * 2..idx * 2 + 2)?;
+            *byte = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(Self(bytes))
+    }
+
     /// Lowercase hex, 64 characters.
     pub fn to_hex(&self) -> String {
         let mut out = String::with_capacity(64);
@@ -254,6 +268,11 @@ mod tests {
         let expected: [u8; 32] = Sha256::digest(canonical.as_bytes()).into();
         assert_eq!(PinDigest::of(&tool).0, expected);
         assert_eq!(PinDigest::of(&tool).to_string().len(), "sha256:".len() + 64);
+        assert_eq!(
+            PinDigest::parse(&PinDigest::of(&tool).to_string()),
+            Some(PinDigest::of(&tool))
+        );
+        assert_eq!(PinDigest::parse("sha256:zz"), None);
     }
 
     #[test]

@@ -788,3 +788,115 @@ fn a_sandbox_that_cannot_be_enforced_keeps_the_server_from_starting() {
             .contains("sandbox not enforced (best_effort = true)")
     );
 }
+
+#[test]
+fn pins_and_standing_approvals_outlive_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    let hints = |read_only: bool| json!({"readOnlyHint": read_only, "destructiveHint": false, "idempotentHint": read_only, "openWorldHint": false});
+    let write_tools = |echo_read_only: bool| {
+        let tools = json!([
+            {"name": "echo", "inputSchema": {"type": "object"}, "annotations": hints(echo_read_only)},
+            {"name": "write_note", "inputSchema": {"type": "object"}, "annotations": hints(false)},
+        ]);
+        std::fs::write(dir.path().join("tools.json"), tools.to_string()).unwrap();
+    };
+    let session = || {
+        let args = [
+            "run",
+            "--name",
+            "fx",
+            "--trust",
+            "trusted",
+            "--",
+            "python3",
+            server.as_str(),
+            "--tools-file",
+            "tools.json",
+        ];
+        let mut host = Host::start(dir.path(), &args, &[]);
+        host.initialize(json!({"elicitation": {}}));
+        host
+    };
+    let pins = |args: &[&str]| {
+        let state = dir.path().join("state").display().to_string();
+        let mut all = vec!["pins", "--state-dir", state.as_str()];
+        all.extend_from_slice(args);
+        let output = crate::util::run(dir.path(), &all);
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+
+    // First run: the person approves the write always.
+    write_tools(true);
+    let mut first = session();
+    first.respond_with(approve(Some("this tool always")));
+    assert_eq!(text(&first.call("echo", json!({}))), "ran echo");
+    assert_eq!(text(&first.call("write_note", json!({}))), "ran write_note");
+    let offered = &first.requests[0]["params"]["requestedSchema"]["properties"]["remember"]["enum"];
+    assert!(
+        offered
+            .as_array()
+            .unwrap()
+            .contains(&json!("this tool always")),
+        "{offered}"
+    );
+    drop(first);
+
+    // Second run: the standing approval holds, nobody is asked.
+    let mut second = session();
+    assert_eq!(
+        text(&second.call("write_note", json!({}))),
+        "ran write_note"
+    );
+    assert!(second.requests.is_empty());
+    drop(second);
+
+    // The server changes echo while the gateway is stopped: held across the restart.
+    write_tools(false);
+    let mut third = session();
+    third.respond_with(|_| json!({"action": "decline"}));
+    let held = third.call("echo", json!({}));
+    assert_eq!(
+        held["_meta"]["hintgate/decision"]["reasons"][0], "definition-changed",
+        "{held}"
+    );
+    assert!(
+        third.requests[0]["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("annotations.readOnlyHint: true -> false")
+    );
+    drop(third);
+
+    let (code, listed) = pins(&["list"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.contains("echo") && line.contains("CHANGED, held for approval")),
+        "{listed}"
+    );
+    let (_, diff) = pins(&["diff", "fx", "echo"]);
+    assert!(diff.contains("annotations.readOnlyHint:  (hint)"), "{diff}");
+    assert_eq!(pins(&["approve", "fx", "echo"]).0, Some(0));
+
+    // Approved from the command line: the change is no longer held.
+    let mut fourth = session();
+    fourth.respond_with(|_| json!({"action": "decline"}));
+    let asked = fourth.call("echo", json!({}));
+    assert_eq!(
+        asked["_meta"]["hintgate/decision"]["reasons"][0], "not-read-only",
+        "{asked}"
+    );
+    drop(fourth);
+
+    // Revoked: the standing approval of the write is gone with its pin.
+    assert_eq!(pins(&["revoke", "fx", "write_note"]).0, Some(0));
+    let mut fifth = session();
+    fifth.respond_with(|_| json!({"action": "decline"}));
+    assert!(is_error(&fifth.call("write_note", json!({}))));
+    assert_eq!(fifth.requests.len(), 1, "asked again after the revoke");
+}

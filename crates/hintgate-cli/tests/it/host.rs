@@ -49,6 +49,8 @@ impl Host {
             .current_dir(dir)
             .args(args)
             .env("RUST_LOG", "debug")
+            // Pins and approvals go to the test's own directory.
+            .env("HINTGATE_STATE_DIR", dir.join("state"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap());

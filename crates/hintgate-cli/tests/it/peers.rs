@@ -43,6 +43,7 @@ fn run_python(dir: &Path, script: &str, spec: &Value) -> Value {
         .join(script);
     let output = Command::new(venv_bin("python"))
         .current_dir(dir)
+        .env("HINTGATE_STATE_DIR", dir.join("state"))
         .arg(script)
         .arg(spec.to_string())
         .output()
@@ -325,7 +326,8 @@ fn the_inspector_cli_gets_answers_and_refusals_never_a_hang() {
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\nexec {} run --trust trusted -- {}\n",
+            "#!/bin/sh\nHINTGATE_STATE_DIR={:?} exec {} run --trust trusted -- {}\n",
+            dir.path().join("state").display().to_string(),
             hintgate_path(),
             npm_bin("mcp-server-everything")
         ),
@@ -341,6 +343,7 @@ fn the_inspector_cli_gets_answers_and_refusals_never_a_hang() {
         let mut command = Command::new(&node);
         command
             .current_dir(dir.path())
+            .env("HINTGATE_STATE_DIR", dir.path().join("state"))
             .arg(&inspector)
             .arg("--cli")
             .arg(&wrapper);
@@ -443,6 +446,7 @@ fn the_official_conformance_suite_client_scenarios_pass_through_the_gateway() {
             .arg(&suite)
             .args(["client", "--command", &client, "--scenario", scenario])
             .env("HINTGATE_BIN", hintgate_path())
+            .env("HINTGATE_STATE_DIR", dir.path().join("state"))
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);

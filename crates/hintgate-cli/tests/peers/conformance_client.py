@@ -39,6 +39,7 @@ async def main():
     server = StdioServerParameters(
         command=os.environ["HINTGATE_BIN"],
         args=["run", "--name", "conformance", "--trust", "trusted", "--url", URL],
+        env=dict(os.environ),
     )
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write, elicitation_callback=elicit) as session:

@@ -11,6 +11,7 @@ uses the initialize handshake. It prints one JSON report.
 """
 
 import json
+import os
 import sys
 
 import anyio
@@ -35,7 +36,9 @@ def text_of(result):
 
 async def main():
     command = SPEC["command"]
-    server = StdioServerParameters(command=command[0], args=command[1:])
+    # The SDK passes servers a minimal environment; the gateway also needs
+    # the test's (HINTGATE_STATE_DIR keeps its state in the test's directory).
+    server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     callback = elicit if SPEC.get("answer") else None
     async with Client(server, mode=SPEC.get("mode", "auto"), elicitation_callback=callback) as client:
         listed = await client.list_tools()

@@ -10,6 +10,7 @@ lists the tools, makes the calls, and prints one JSON report.
 """
 
 import json
+import os
 import sys
 
 import anyio
@@ -34,7 +35,9 @@ def text_of(result):
 
 async def main():
     command = SPEC["command"]
-    params = StdioServerParameters(command=command[0], args=command[1:])
+    # The SDK passes servers a minimal environment; the gateway also needs
+    # the test's (HINTGATE_STATE_DIR keeps its state in the test's directory).
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     callback = elicit if SPEC.get("answer") else None
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write, elicitation_callback=callback) as session:

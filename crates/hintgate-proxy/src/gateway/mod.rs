@@ -64,6 +64,9 @@ pub struct Settings {
     /// Where to report each decision and each answer to a question, for
     /// whoever watches (the demo prints them; the audit log will store them).
     pub observer: Option<mpsc::UnboundedSender<Observed>>,
+    /// Where pins and standing approvals outlive the session; `None` keeps
+    /// them for the session only.
+    pub store: Option<std::sync::Arc<dyn hintgate_store::PinStore>>,
 }
 
 /// Something the gateway decided or was told about a tool call.
@@ -143,6 +146,7 @@ where
         policy: settings.policy,
         mode: settings.mode,
         observer: settings.observer,
+        store: settings.store,
         events_tx,
         host_tx,
         upstreams: servers.into_iter().map(Upstream::new).collect(),
@@ -210,6 +214,7 @@ async fn read_host<R: AsyncRead + Unpin>(
 
 /// The gateway's whole state.
 struct Gateway {
+    store: Option<std::sync::Arc<dyn hintgate_store::PinStore>>,
     sealer: crate::seal::Sealer,
     policy: Policy,
     mode: Mode,
@@ -325,6 +330,9 @@ struct Upstream {
     pinned_definitions: HashMap<String, hintgate_policy::tool::Tool>,
     /// The server answered `server/discover`: it speaks 2026-07-28.
     modern: bool,
+    /// Its identity key in the store (command line or URL, capabilities,
+    /// keyed hashes of secrets), set when it starts.
+    key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -416,6 +424,7 @@ impl Upstream {
             pins: HashMap::new(),
             pinned_definitions: HashMap::new(),
             modern: false,
+            key: None,
         }
     }
 
@@ -986,8 +995,18 @@ impl Gateway {
                 return;
             }
         }
+        let capabilities = self
+            .host
+            .init
+            .as_ref()
+            .and_then(|init| init.get("capabilities"))
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let store = self.store.clone();
         if let Some(up) = self.upstreams.get_mut(idx) {
             up.modern = false;
+            up.key = store
+                .map(|store| hintgate_store::server_key(&up.config, &capabilities, store.salt()));
         }
         // The era probe (spec: a result or a recognized modern error means
         // 2026-07-28; any other error or no answer means the legacy era).

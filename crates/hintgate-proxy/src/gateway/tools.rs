@@ -58,6 +58,7 @@ const APPROVE: &str = "approve";
 const REMEMBER: &str = "remember";
 const THIS_CALL: &str = "this call only";
 const THIS_SESSION: &str = "this tool for the rest of this session";
+const ALWAYS: &str = "this tool always";
 
 // === impl ToolEntry ===
 
@@ -100,19 +101,50 @@ impl ToolEntry {
 
 /// The form a person answers: approve or not, and, where a remembered
 /// approval is allowed, whether to remember it for the session.
-fn requested_schema(decision: &Decision) -> Value {
+fn requested_schema(decision: &Decision, can_remember_always: bool) -> Value {
     let mut properties = Map::new();
     properties.insert(
         APPROVE.to_owned(),
         json!({"type": "boolean", "title": "Approve this call", "default": false}),
     );
     if decision.remember == RememberOffer::UpToAlways {
+        let mut choices = vec![THIS_CALL, THIS_SESSION];
+        if can_remember_always {
+            choices.push(ALWAYS);
+        }
         properties.insert(
             REMEMBER.to_owned(),
-            json!({"type": "string", "title": "Remember", "enum": [THIS_CALL, THIS_SESSION], "default": THIS_CALL}),
+            json!({"type": "string", "title": "Remember", "enum": choices, "default": THIS_CALL}),
         );
     }
     json!({"type": "object", "properties": properties, "required": [APPROVE]})
+}
+
+/// A pin as the store keeps it.
+fn stored_pin(
+    key: &str,
+    server: &str,
+    definition: &Value,
+    digest: PinDigest,
+) -> hintgate_store::Pin {
+    let pinned_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        });
+    hintgate_store::Pin {
+        server_key: key.to_owned(),
+        server: server.to_owned(),
+        tool: definition
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        digest: digest.to_string(),
+        definition: definition.clone(),
+        pinned_at,
+        seen: None,
+    }
 }
 
 /// A tool result that tells the model the call failed, and why.
@@ -166,23 +198,66 @@ impl Gateway {
         }
         let trusted = up.config.trust == hintgate_policy::tool::Trust::Trusted;
         let entries: Vec<ToolEntry> = pages.into_iter().map(ToolEntry::new).collect();
+        let store = self.store.clone();
+        let mut store_failure = None;
         for entry in &entries {
             let (Ok(tool), Some(digest)) = (&entry.tool, entry.digest) else {
                 tracing::warn!(server.id = %up.name, tool.name = %entry.name(), "invalid tool definition: {}", entry.tool.as_ref().err().map_or("", String::as_str));
                 continue;
             };
+            // What was pinned in an earlier run counts as much as this
+            // session's pins: a definition that changed while the gateway
+            // was stopped is held too.
+            if !up.pins.contains_key(&tool.name)
+                && let (Some(store), Some(key)) = (&store, &up.key)
+            {
+                match store.pin(key, &tool.name) {
+                    Ok(Some(pin)) => {
+                        if let Some(pinned) = PinDigest::parse(&pin.digest) {
+                            up.pins.insert(tool.name.clone(), pinned);
+                        }
+                        if let Ok(definition) = Tool::from_value(pin.definition) {
+                            up.pinned_definitions.insert(tool.name.clone(), definition);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(err) => store_failure = Some(err.to_string()),
+                }
+            }
             match up.pins.get(&tool.name) {
                 // A trusted server's definitions are pinned on first sight.
                 None if trusted => {
                     up.pins.insert(tool.name.clone(), digest);
                     up.pinned_definitions
                         .insert(tool.name.clone(), tool.clone());
+                    if let (Some(store), Some(key)) = (&store, &up.key)
+                        && let Err(err) =
+                            store.put_pin(&stored_pin(key, &up.name, &entry.raw, digest))
+                    {
+                        store_failure = Some(err.to_string());
+                    }
                 }
                 Some(pinned) if *pinned != digest => {
                     tracing::warn!(server.id = %up.name, tool.name = %tool.name, "definition changed since it was approved; held for approval");
+                    if let (Some(store), Some(key)) = (&store, &up.key) {
+                        let seen = hintgate_store::Seen {
+                            digest: digest.to_string(),
+                            definition: entry.raw.clone(),
+                        };
+                        if let Err(err) = store.see(key, &tool.name, &seen) {
+                            store_failure = Some(err.to_string());
+                        }
+                    }
                 }
                 _ => {}
             }
+        }
+        if let Some(reason) = store_failure {
+            // Without its pins the gateway cannot tell a changed definition
+            // from a new one: it fails closed, and stops the server.
+            up.tools = Some(entries);
+            self.upstream_failed(idx, format!("the pin store failed: {reason}"));
+            return;
         }
         let listed: std::collections::HashSet<&str> = entries.iter().map(ToolEntry::name).collect();
         for name in up.pins.keys() {
@@ -430,6 +505,13 @@ impl Gateway {
             && self.host.remembered.contains(&(idx, tool_name.to_owned()))
         {
             Remembered::Session
+        } else if let (Some(store), Some(key)) = (&self.store, &up.key)
+            && store
+                .approved_always(key, tool_name, &digest.to_string())
+                .unwrap_or(false)
+        {
+            // A store that cannot be read answers no: the call is asked.
+            Remembered::Always
         } else {
             Remembered::None
         };
@@ -659,7 +741,7 @@ impl Gateway {
         });
         let mut elicit = json!({
             "message": prompt,
-            "requestedSchema": requested_schema(&decision),
+            "requestedSchema": requested_schema(&decision, self.store.is_some()),
         });
         if self.host.protocol_version.as_str() >= "2025-11-25"
             && let Some(object) = elicit.as_object_mut()
@@ -731,29 +813,18 @@ impl Gateway {
         let remember = content
             .and_then(|c| c.get(REMEMBER))
             .and_then(Value::as_str);
-        if remember == Some(THIS_SESSION) && ask.decision.remember == RememberOffer::UpToAlways {
-            self.host.remembered.insert((ask.idx, ask.tool.clone()));
-        }
-        // The approval was given for this definition: pin it.
-        if let (Some(digest), Some(up)) = (ask.digest, self.upstreams.get_mut(ask.idx)) {
-            up.pins.insert(ask.tool.clone(), digest);
-            if let Some(tool) = up
-                .tools
-                .iter()
-                .flatten()
-                .find(|entry| entry.name() == ask.tool)
-                .and_then(|entry| entry.tool.as_ref().ok())
-            {
-                up.pinned_definitions.insert(ask.tool.clone(), tool.clone());
-            }
-        }
+        self.record_approval(ask.idx, &ask.tool, ask.digest, &ask.decision, remember);
         tracing::info!(server.id = %server, tool.name = %ask.tool, "approved by the person");
-        let answer = if remember == Some(THIS_SESSION)
-            && ask.decision.remember == RememberOffer::UpToAlways
-        {
-            "approved, and remembered for the rest of this session"
-        } else {
-            "approved, for this call only"
+        let answer = match remember {
+            Some(THIS_SESSION) if ask.decision.remember == RememberOffer::UpToAlways => {
+                "approved, and remembered for the rest of this session"
+            }
+            Some(ALWAYS)
+                if ask.decision.remember == RememberOffer::UpToAlways && self.store.is_some() =>
+            {
+                "approved, and remembered always"
+            }
+            _ => "approved, for this call only",
         };
         self.observe(super::Observed::Answered {
             server: server.clone(),
@@ -829,7 +900,7 @@ impl Gateway {
             "inputRequests": {
                 super::modern::INPUT_KEY: {
                     "method": "elicitation/create",
-                    "params": {"mode": "form", "message": prompt, "requestedSchema": requested_schema(decision)},
+                    "params": {"mode": "form", "message": prompt, "requestedSchema": requested_schema(decision, self.store.is_some())},
                 }
             },
             "requestState": state,
@@ -902,23 +973,7 @@ impl Gateway {
         let remember = content
             .and_then(|c| c.get(REMEMBER))
             .and_then(Value::as_str);
-        if remember == Some(THIS_SESSION) && decision.remember == RememberOffer::UpToAlways {
-            self.host.remembered.insert((idx, tool_name.to_owned()));
-        }
-        if let (Some(digest), Some(up)) = (digest, self.upstreams.get_mut(idx)) {
-            up.pins.insert(tool_name.to_owned(), digest);
-            let definition = up
-                .tools
-                .iter()
-                .flatten()
-                .find(|entry| entry.name() == tool_name)
-                .and_then(|entry| entry.tool.as_ref().ok())
-                .cloned();
-            if let Some(definition) = definition {
-                up.pinned_definitions
-                    .insert(tool_name.to_owned(), definition);
-            }
-        }
+        self.record_approval(idx, tool_name, digest, &decision, remember);
         self.observe(super::Observed::Answered {
             server,
             tool: tool_name.to_owned(),
@@ -926,6 +981,46 @@ impl Gateway {
             answer: "approved".to_owned(),
         });
         self.forward_call(idx, request, tool_name, &params, retry_eligible);
+    }
+
+    /// A person approved a call: pin the definition they saw (in the
+    /// session, and in the store when there is one), and remember the
+    /// approval for the session or always where the decision allows it.
+    fn record_approval(
+        &mut self,
+        idx: usize,
+        tool: &str,
+        digest: Option<PinDigest>,
+        decision: &Decision,
+        remember: Option<&str>,
+    ) {
+        let may_remember = decision.remember == RememberOffer::UpToAlways;
+        if remember == Some(THIS_SESSION) && may_remember {
+            self.host.remembered.insert((idx, tool.to_owned()));
+        }
+        let store = self.store.clone();
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        let Some(digest) = digest else {
+            return;
+        };
+        up.pins.insert(tool.to_owned(), digest);
+        let entry = up.tools.iter().flatten().find(|entry| entry.name() == tool);
+        if let Some(definition) = entry.and_then(|entry| entry.tool.as_ref().ok()) {
+            up.pinned_definitions
+                .insert(tool.to_owned(), definition.clone());
+        }
+        let (Some(store), Some(key), Some(entry)) = (store, up.key.clone(), entry) else {
+            return;
+        };
+        let mut result = store.put_pin(&stored_pin(&key, &up.name, &entry.raw, digest));
+        if remember == Some(ALWAYS) && may_remember && result.is_ok() {
+            result = store.approve_always(&key, tool, &digest.to_string());
+        }
+        if let Err(err) = result {
+            tracing::error!(server.id = %up.name, tool.name = %tool, "the approval could not be stored: {err}");
+        }
     }
 
     pub(super) fn ask_timed_out(&mut self, ask: Ask) {

@@ -1,0 +1,136 @@
+//! `hintgate pins`: what was approved, what changed, and what to do about it.
+
+use anyhow::{Result, bail};
+use hintgate_policy::pin::diff;
+use hintgate_policy::tool::Tool;
+use hintgate_store::{Pin, PinStore};
+
+use crate::args::{PinsArgs, PinsCommand};
+use crate::exit::Exit;
+use crate::output;
+
+/// Runs `hintgate pins`.
+pub fn run(args: &PinsArgs) -> Result<Exit> {
+    let store = crate::state::open_store(args.state_dir.as_deref())?;
+    match &args.command {
+        PinsCommand::List { json } => list(store.as_ref(), *json),
+        PinsCommand::Show { server, tool } => {
+            for pin in matching(store.as_ref(), server, tool)? {
+                output::out(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&pin.definition)?
+                ))?;
+            }
+            Ok(Exit::Success)
+        }
+        PinsCommand::Diff { server, tool } => {
+            let mut text = String::new();
+            for pin in matching(store.as_ref(), server, tool)? {
+                match &pin.seen {
+                    None => {
+                        text.push_str(&format!("{server} / {tool}: no change held for approval\n"))
+                    }
+                    Some(seen) => {
+                        text.push_str(&format!(
+                            "{server} / {tool}: {} -> {}\n",
+                            pin.digest, seen.digest
+                        ));
+                        let (Ok(old), Ok(new)) = (
+                            Tool::from_value(pin.definition.clone()),
+                            Tool::from_value(seen.definition.clone()),
+                        ) else {
+                            bail!("a stored definition of `{tool}` is not a valid tool");
+                        };
+                        for change in diff(&old, &new) {
+                            let hint = if change.field.starts_with("annotations.") {
+                                "  (hint)"
+                            } else {
+                                ""
+                            };
+                            text.push_str(&format!(
+                                "  {}:{hint}\n    - {}\n    + {}\n",
+                                change.field,
+                                change.old.as_deref().unwrap_or("(absent)"),
+                                change.new.as_deref().unwrap_or("(absent)")
+                            ));
+                        }
+                    }
+                }
+            }
+            output::out(&text)?;
+            Ok(Exit::Success)
+        }
+        PinsCommand::Approve { server, tool } => {
+            let mut approved = 0;
+            for pin in matching(store.as_ref(), server, tool)? {
+                let Some(seen) = pin.seen.clone() else {
+                    continue;
+                };
+                store.put_pin(&Pin {
+                    digest: seen.digest,
+                    definition: seen.definition,
+                    seen: None,
+                    ..pin
+                })?;
+                approved += 1;
+            }
+            if approved == 0 {
+                bail!("`{server}` / `{tool}` has no change held for approval");
+            }
+            output::out(&format!(
+                "approved the new definition of `{tool}` on `{server}`\n"
+            ))?;
+            Ok(Exit::Success)
+        }
+        PinsCommand::Revoke { server, tool } => {
+            let mut revoked = 0;
+            for pin in matching(store.as_ref(), server, tool)? {
+                if store.revoke(&pin.server_key, &pin.tool)? {
+                    revoked += 1;
+                }
+            }
+            output::out(&format!(
+                "revoked {revoked} pin(s) of `{tool}` on `{server}`\n"
+            ))?;
+            Ok(Exit::Success)
+        }
+    }
+}
+
+fn matching(store: &dyn PinStore, server: &str, tool: &str) -> Result<Vec<Pin>> {
+    let pins: Vec<Pin> = store
+        .pins()?
+        .into_iter()
+        .filter(|pin| pin.server == server && pin.tool == tool)
+        .collect();
+    if pins.is_empty() {
+        bail!("no pin of `{tool}` on `{server}`");
+    }
+    Ok(pins)
+}
+
+fn list(store: &dyn PinStore, as_json: bool) -> Result<Exit> {
+    let pins = store.pins()?;
+    if as_json {
+        output::out(&format!("{}\n", serde_json::to_string_pretty(&pins)?))?;
+        return Ok(Exit::Success);
+    }
+    let mut text = String::new();
+    for pin in &pins {
+        let state = if pin.seen.is_some() {
+            "CHANGED, held for approval"
+        } else {
+            "pinned"
+        };
+        let short = pin.digest.get(..19).unwrap_or(&pin.digest);
+        text.push_str(&format!(
+            "{:<16} {:<32} {short}  {state}\n",
+            pin.server, pin.tool
+        ));
+    }
+    if pins.is_empty() {
+        text.push_str("no pins yet\n");
+    }
+    output::out(&text)?;
+    Ok(Exit::Success)
+}

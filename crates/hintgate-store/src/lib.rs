@@ -1,0 +1,489 @@
+//! What hintgate remembers across runs: pinned tool definitions and
+//! standing ("always") approvals.
+//!
+//! A pin is the digest of the definition a person approved (an untrusted
+//! server) or the gateway first saw (a trusted one), with the definition
+//! itself, so a change can be shown as a diff. When a server lists a
+//! definition that differs from its pin, the store also keeps the one it
+//! last saw, so a person can review and approve it with `hintgate pins`.
+//!
+//! Pins and approvals are keyed by the server's identity ([`server_key`]):
+//! its command line or URL, the capabilities the gateway declared to it, and
+//! keyed hashes (never the values) of its environment and headers.
+//!
+//! [`PinStore`] states the contract; [`MemoryStore`] and [`SqliteStore`]
+//! implement it and pass one contract suite (`tests/contract.rs`).
+//!
+//! What it is not, yet: the audit log, the approval queue and the
+//! PostgreSQL store come with the rest of the store issue.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use hintgate_policy::config::{ServerConfig, Transport};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// One pinned tool definition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pin {
+    /// The server's identity key.
+    pub server_key: String,
+    /// The server's configured name when it was pinned (for people).
+    pub server: String,
+    /// The server's own tool name.
+    pub tool: String,
+    /// The pin digest (`sha256:...`).
+    pub digest: String,
+    /// The definition as pinned.
+    pub definition: Value,
+    /// When, in seconds since the Unix epoch (given by the caller).
+    pub pinned_at: i64,
+    /// A different definition seen since, held for approval.
+    pub seen: Option<Seen>,
+}
+
+/// A definition seen that differs from the pin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Seen {
+    /// Its pin digest.
+    pub digest: String,
+    /// The definition.
+    pub definition: Value,
+}
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database said no.
+    #[error("store: {0}")]
+    Database(#[from] rusqlite::Error),
+    /// The database was written by a newer hintgate.
+    #[error(
+        "the store at `{path}` has schema version {found}, newer than this hintgate's {SCHEMA_VERSION}; use a newer hintgate"
+    )]
+    NewerSchema {
+        /// Where the store is.
+        path: String,
+        /// The version found.
+        found: i64,
+    },
+    /// A stored definition is not JSON.
+    #[error("store: a stored definition is not JSON: {0}")]
+    Corrupt(String),
+    /// The operating system gave no randomness for the key salt.
+    #[error("store: no randomness for the key salt: {0}")]
+    Randomness(String),
+}
+
+/// Pinned definitions and standing approvals.
+///
+/// Contract:
+/// - every method that writes is durable when it returns (a crash after the
+///   return loses nothing);
+/// - `put_pin` replaces the pin of the same server key and tool, and clears
+///   what was `seen`;
+/// - `see` records a definition that differs from the pin, and nothing when
+///   there is no pin or it equals the pin;
+/// - `revoke` removes the pin and every standing approval of that tool;
+/// - an approval stands only for the digest it was given for.
+pub trait PinStore: Send + Sync + std::fmt::Debug {
+    /// The pin of a tool, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be read.
+    fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError>;
+
+    /// Pins a definition (replacing any pin of the same tool).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be written.
+    fn put_pin(&self, pin: &Pin) -> Result<(), StoreError>;
+
+    /// Records a definition that differs from the tool's pin.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be written.
+    fn see(&self, server_key: &str, tool: &str, seen: &Seen) -> Result<(), StoreError>;
+
+    /// Every pin, ordered by server name and tool.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be read.
+    fn pins(&self) -> Result<Vec<Pin>, StoreError>;
+
+    /// Removes a tool's pin and its standing approvals; whether it had a pin.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be written.
+    fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError>;
+
+    /// Approves a tool always, for this definition.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be written.
+    fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError>;
+
+    /// Whether a tool is approved always for this definition.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be read.
+    fn approved_always(
+        &self,
+        server_key: &str,
+        tool: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// The salt for keyed hashes of secrets in server identities.
+    fn salt(&self) -> &[u8];
+}
+
+/// The identity key of a server: SHA-256 over its command line or URL, the
+/// capabilities the gateway declared to it, and keyed hashes of the values
+/// of its environment and headers (so a secret never reaches the store, but
+/// a changed secret is a different identity).
+pub fn server_key(config: &ServerConfig, capabilities: &Value, salt: &[u8]) -> String {
+    let keyed = |values: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+        values
+            .iter()
+            .map(|(name, value)| {
+                let mut hasher = Sha256::new();
+                hasher.update(salt);
+                hasher.update(value.as_bytes());
+                (name.clone(), hex(&hasher.finalize()))
+            })
+            .collect()
+    };
+    let identity = match &config.transport {
+        Transport::Stdio { command, args, env } => serde_json::json!({
+            "command": command, "args": args, "env": keyed(env), "capabilities": capabilities,
+        }),
+        Transport::Http { url, headers } => serde_json::json!({
+            "url": url, "headers": keyed(headers), "capabilities": capabilities,
+        }),
+    };
+    let canonical = hintgate_policy::pin::canonical_json(&identity);
+    hex(&Sha256::digest(canonical.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+// === MemoryStore ===
+
+/// A store that lives as long as the process (tests, the demo).
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<MemoryState>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    pins: BTreeMap<(String, String), Pin>,
+    always: BTreeMap<(String, String), String>,
+}
+
+impl PinStore for MemoryStore {
+    fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
+        Ok(self
+            .lock()
+            .pins
+            .get(&(server_key.to_owned(), tool.to_owned()))
+            .cloned())
+    }
+
+    fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
+        let mut pin = pin.clone();
+        pin.seen = None;
+        self.lock()
+            .pins
+            .insert((pin.server_key.clone(), pin.tool.clone()), pin);
+        Ok(())
+    }
+
+    fn see(&self, server_key: &str, tool: &str, seen: &Seen) -> Result<(), StoreError> {
+        if let Some(pin) = self
+            .lock()
+            .pins
+            .get_mut(&(server_key.to_owned(), tool.to_owned()))
+            && pin.digest != seen.digest
+        {
+            pin.seen = Some(seen.clone());
+        }
+        Ok(())
+    }
+
+    fn pins(&self) -> Result<Vec<Pin>, StoreError> {
+        let mut pins: Vec<Pin> = self.lock().pins.values().cloned().collect();
+        pins.sort_by(|a, b| (&a.server, &a.tool).cmp(&(&b.server, &b.tool)));
+        Ok(pins)
+    }
+
+    fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
+        let key = (server_key.to_owned(), tool.to_owned());
+        let mut state = self.lock();
+        state.always.remove(&key);
+        Ok(state.pins.remove(&key).is_some())
+    }
+
+    fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
+        self.lock()
+            .always
+            .insert((server_key.to_owned(), tool.to_owned()), digest.to_owned());
+        Ok(())
+    }
+
+    fn approved_always(
+        &self,
+        server_key: &str,
+        tool: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .lock()
+            .always
+            .get(&(server_key.to_owned(), tool.to_owned()))
+            .map(String::as_str)
+            == Some(digest))
+    }
+
+    fn salt(&self) -> &[u8] {
+        b"memory"
+    }
+}
+
+impl MemoryStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+        // A poisoned lock only means another thread panicked mid-update of
+        // plain maps; the data is still consistent enough to read.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+// === SqliteStore ===
+
+/// The default store: one SQLite file (WAL, full sync) in the state directory.
+#[derive(Debug)]
+pub struct SqliteStore {
+    connection: Mutex<Connection>,
+    salt: Vec<u8>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store at `path`, running its migrations.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the file cannot be opened, or was written by a
+    /// newer hintgate.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let connection = Connection::open(path)?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "FULL")?;
+        connection.busy_timeout(std::time::Duration::from_secs(5))?;
+        let found: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                path: path.display().to_string(),
+                found,
+            });
+        }
+        if found < 1 {
+            connection.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+                 CREATE TABLE IF NOT EXISTS pins (
+                     server_key TEXT NOT NULL, tool TEXT NOT NULL, server TEXT NOT NULL,
+                     digest TEXT NOT NULL, definition TEXT NOT NULL, pinned_at INTEGER NOT NULL,
+                     seen_digest TEXT, seen_definition TEXT,
+                     PRIMARY KEY (server_key, tool));
+                 CREATE TABLE IF NOT EXISTS always (
+                     server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+                     PRIMARY KEY (server_key, tool));
+                 PRAGMA user_version = 1;
+                 COMMIT;",
+            )?;
+        }
+        let salt: Option<Vec<u8>> = connection
+            .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |row| {
+                row.get(0)
+            })
+            .optional()?;
+        let salt = match salt {
+            Some(salt) => salt,
+            None => {
+                let mut salt = vec![0u8; 32];
+                getrandom::fill(&mut salt)
+                    .map_err(|err| StoreError::Randomness(err.to_string()))?;
+                connection.execute(
+                    "INSERT INTO meta (key, value) VALUES ('salt', ?1)",
+                    params![salt],
+                )?;
+                salt
+            }
+        };
+        Ok(Self {
+            connection: Mutex::new(connection),
+            salt,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn parse_json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+/// A pin read from a row, its definition still as text, and what was seen.
+type PinRow = (Pin, String, Option<(String, String)>);
+
+fn row_to_pin(row: &rusqlite::Row<'_>) -> rusqlite::Result<PinRow> {
+    let definition: String = row.get(4)?;
+    let seen_digest: Option<String> = row.get(6)?;
+    let seen_definition: Option<String> = row.get(7)?;
+    Ok((
+        Pin {
+            server_key: row.get(0)?,
+            tool: row.get(1)?,
+            server: row.get(2)?,
+            digest: row.get(3)?,
+            definition: Value::Null,
+            pinned_at: row.get(5)?,
+            seen: None,
+        },
+        definition,
+        seen_digest.zip(seen_definition),
+    ))
+}
+
+fn finish_pin(parts: PinRow) -> Result<Pin, StoreError> {
+    let (mut pin, definition, seen) = parts;
+    pin.definition = parse_json(&definition)?;
+    pin.seen = match seen {
+        Some((digest, definition)) => Some(Seen {
+            digest,
+            definition: parse_json(&definition)?,
+        }),
+        None => None,
+    };
+    Ok(pin)
+}
+
+const PIN_COLUMNS: &str =
+    "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition";
+
+impl PinStore for SqliteStore {
+    fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
+        let connection = self.lock();
+        let parts = connection
+            .query_row(
+                &format!("SELECT {PIN_COLUMNS} FROM pins WHERE server_key = ?1 AND tool = ?2"),
+                params![server_key, tool],
+                row_to_pin,
+            )
+            .optional()?;
+        parts.map(finish_pin).transpose()
+    }
+
+    fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
+        self.lock().execute(
+            "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)
+             ON CONFLICT (server_key, tool) DO UPDATE SET server = ?3, digest = ?4, definition = ?5,
+                 pinned_at = ?6, seen_digest = NULL, seen_definition = NULL",
+            params![pin.server_key, pin.tool, pin.server, pin.digest, pin.definition.to_string(), pin.pinned_at],
+        )?;
+        Ok(())
+    }
+
+    fn see(&self, server_key: &str, tool: &str, seen: &Seen) -> Result<(), StoreError> {
+        self.lock().execute(
+            "UPDATE pins SET seen_digest = ?3, seen_definition = ?4
+             WHERE server_key = ?1 AND tool = ?2 AND digest != ?3",
+            params![server_key, tool, seen.digest, seen.definition.to_string()],
+        )?;
+        Ok(())
+    }
+
+    fn pins(&self) -> Result<Vec<Pin>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare(&format!(
+            "SELECT {PIN_COLUMNS} FROM pins ORDER BY server, tool"
+        ))?;
+        let rows = statement.query_map([], row_to_pin)?;
+        let mut pins = Vec::new();
+        for row in rows {
+            pins.push(finish_pin(row?)?);
+        }
+        Ok(pins)
+    }
+
+    fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        transaction.execute(
+            "DELETE FROM always WHERE server_key = ?1 AND tool = ?2",
+            params![server_key, tool],
+        )?;
+        let removed = transaction.execute(
+            "DELETE FROM pins WHERE server_key = ?1 AND tool = ?2",
+            params![server_key, tool],
+        )?;
+        transaction.commit()?;
+        Ok(removed > 0)
+    }
+
+    fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
+        self.lock().execute(
+            "INSERT INTO always (server_key, tool, digest) VALUES (?1, ?2, ?3)
+             ON CONFLICT (server_key, tool) DO UPDATE SET digest = ?3",
+            params![server_key, tool, digest],
+        )?;
+        Ok(())
+    }
+
+    fn approved_always(
+        &self,
+        server_key: &str,
+        tool: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError> {
+        let found: Option<String> = self
+            .lock()
+            .query_row(
+                "SELECT digest FROM always WHERE server_key = ?1 AND tool = ?2",
+                params![server_key, tool],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(found.as_deref() == Some(digest))
+    }
+
+    fn salt(&self) -> &[u8] {
+        &self.salt
+    }
+}

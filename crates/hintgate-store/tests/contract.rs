@@ -1,0 +1,154 @@
+//! One contract suite, run against every store.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use hintgate_store::{MemoryStore, Pin, PinStore, Seen, SqliteStore, StoreError};
+use serde_json::json;
+
+fn pin(server_key: &str, tool: &str, digest: &str) -> Pin {
+    Pin {
+        server_key: server_key.to_owned(),
+        server: "fs".to_owned(),
+        tool: tool.to_owned(),
+        digest: digest.to_owned(),
+        definition: json!({"name": tool, "annotations": {"readOnlyHint": true}}),
+        pinned_at: 1_795_000_000,
+        seen: None,
+    }
+}
+
+fn contract(store: &dyn PinStore) {
+    assert_eq!(store.pin("k", "read").unwrap(), None);
+    store.put_pin(&pin("k", "read", "sha256:a")).unwrap();
+    store.put_pin(&pin("other", "read", "sha256:z")).unwrap();
+    assert_eq!(store.pin("k", "read").unwrap().unwrap().digest, "sha256:a");
+
+    // A definition equal to the pin is not "seen"; a different one is held.
+    store
+        .see(
+            "k",
+            "read",
+            &Seen {
+                digest: "sha256:a".into(),
+                definition: json!({}),
+            },
+        )
+        .unwrap();
+    assert_eq!(store.pin("k", "read").unwrap().unwrap().seen, None);
+    let changed = Seen {
+        digest: "sha256:b".into(),
+        definition: json!({"name": "read", "annotations": {"readOnlyHint": false}}),
+    };
+    store.see("k", "read", &changed).unwrap();
+    assert_eq!(
+        store.pin("k", "read").unwrap().unwrap().seen,
+        Some(changed.clone())
+    );
+    // Seeing a tool with no pin records nothing.
+    store.see("k", "new", &changed).unwrap();
+    assert_eq!(store.pin("k", "new").unwrap(), None);
+
+    // Approving the seen definition: a new pin, and nothing held.
+    let mut approved = pin("k", "read", "sha256:b");
+    approved.definition = changed.definition.clone();
+    store.put_pin(&approved).unwrap();
+    let now = store.pin("k", "read").unwrap().unwrap();
+    assert_eq!((now.digest.as_str(), now.seen), ("sha256:b", None));
+
+    // Standing approvals hold for one digest only.
+    store.approve_always("k", "read", "sha256:b").unwrap();
+    assert!(store.approved_always("k", "read", "sha256:b").unwrap());
+    assert!(!store.approved_always("k", "read", "sha256:c").unwrap());
+    assert!(!store.approved_always("other", "read", "sha256:b").unwrap());
+
+    // Listing is ordered by server name and tool.
+    let pins = store.pins().unwrap();
+    assert_eq!(pins.len(), 2);
+
+    // Revoking removes the pin and the standing approval.
+    assert!(store.revoke("k", "read").unwrap());
+    assert!(!store.revoke("k", "read").unwrap());
+    assert_eq!(store.pin("k", "read").unwrap(), None);
+    assert!(!store.approved_always("k", "read", "sha256:b").unwrap());
+    assert_eq!(store.pins().unwrap().len(), 1);
+}
+
+#[test]
+fn the_memory_store_keeps_the_contract() {
+    contract(&MemoryStore::default());
+}
+
+#[test]
+fn the_sqlite_store_keeps_the_contract_and_its_data_across_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = SqliteStore::open(&path).unwrap();
+    contract(&store);
+    let salt = store.salt().to_vec();
+    drop(store);
+    let reopened = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        reopened.pin("other", "read").unwrap().unwrap().digest,
+        "sha256:z",
+        "pins outlive the process"
+    );
+    assert_eq!(
+        reopened.salt(),
+        salt.as_slice(),
+        "the salt is kept, so keys stay stable"
+    );
+}
+
+#[test]
+fn a_newer_schema_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let connection = rusqlite_connection(&path);
+    connection.pragma_update(None, "user_version", 99).unwrap();
+    drop(connection);
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
+    assert!(
+        err.to_string()
+            .contains("schema version 99, newer than this hintgate's 1")
+    );
+}
+
+fn rusqlite_connection(path: &std::path::Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).unwrap()
+}
+
+#[test]
+fn server_keys_hide_secrets_but_change_with_them() {
+    use hintgate_policy::config::{PrivateData, ServerConfig, Transport};
+    use hintgate_policy::tool::Trust;
+    let server = |token: &str| ServerConfig {
+        name: "gh".into(),
+        transport: Transport::Stdio {
+            command: "npx".into(),
+            args: vec!["server-github".into()],
+            env: [("TOKEN".to_owned(), token.to_owned())].into(),
+        },
+        trust: Trust::Untrusted,
+        private_data: PrivateData::None,
+        sandbox: None,
+    };
+    let caps = json!({"elicitation": {}});
+    let key = hintgate_store::server_key(&server("secret-1"), &caps, b"salt");
+    assert_eq!(
+        key,
+        hintgate_store::server_key(&server("secret-1"), &caps, b"salt")
+    );
+    assert_ne!(
+        key,
+        hintgate_store::server_key(&server("secret-2"), &caps, b"salt")
+    );
+    assert_ne!(
+        key,
+        hintgate_store::server_key(&server("secret-1"), &json!({}), b"salt")
+    );
+    assert!(!key.contains("secret"));
+}
