@@ -86,14 +86,20 @@ fn args_for(case: &Case, dir: &std::path::Path) -> Vec<String> {
     args
 }
 
-#[test]
-fn the_cli_decides_the_corpus_cases_as_the_library_does() {
+/// Every corpus case file, sorted by name.
+fn corpus_files() -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(policy_tests().join("corpus"))
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
         .collect();
     files.sort();
+    files
+}
+
+#[test]
+fn the_cli_decides_the_corpus_cases_as_the_library_does() {
+    let files = corpus_files();
     let mut ran = 0;
     let mut failures = Vec::new();
     for path in files {
@@ -149,12 +155,7 @@ fn the_cli_decides_the_corpus_cases_as_the_library_does() {
 fn the_gateway_enforces_the_corpus_decisions() {
     use crate::host::{Host, fixture_server, is_error, text};
 
-    let mut files: Vec<_> = std::fs::read_dir(policy_tests().join("corpus"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
-        .collect();
-    files.sort();
+    let files = corpus_files();
     let mut checked_calls = 0;
     let mut failures = Vec::new();
     for path in files {
