@@ -110,6 +110,16 @@ pub trait PinStore: Send + Sync + std::fmt::Debug {
     /// [`StoreError`] when the store cannot be written.
     fn put_pin(&self, pin: &Pin) -> Result<(), StoreError>;
 
+    /// Pins several definitions at once: all of them or none, durable when
+    /// it returns (one commit, where the store can).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be written.
+    fn put_pins(&self, pins: &[Pin]) -> Result<(), StoreError> {
+        pins.iter().try_for_each(|pin| self.put_pin(pin))
+    }
+
     /// Records a definition that differs from the tool's pin.
     ///
     /// # Errors
@@ -393,6 +403,11 @@ fn finish_pin(parts: PinRow) -> Result<Pin, StoreError> {
     Ok(pin)
 }
 
+const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)
+             ON CONFLICT (server_key, tool) DO UPDATE SET server = ?3, digest = ?4, definition = ?5,
+                 pinned_at = ?6, seen_digest = NULL, seen_definition = NULL";
+
 const PIN_COLUMNS: &str =
     "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition";
 
@@ -411,12 +426,36 @@ impl PinStore for SqliteStore {
 
     fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
         self.lock().execute(
-            "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)
-             ON CONFLICT (server_key, tool) DO UPDATE SET server = ?3, digest = ?4, definition = ?5,
-                 pinned_at = ?6, seen_digest = NULL, seen_definition = NULL",
-            params![pin.server_key, pin.tool, pin.server, pin.digest, pin.definition.to_string(), pin.pinned_at],
+            PUT_PIN,
+            params![
+                pin.server_key,
+                pin.tool,
+                pin.server,
+                pin.digest,
+                pin.definition.to_string(),
+                pin.pinned_at
+            ],
         )?;
+        Ok(())
+    }
+
+    fn put_pins(&self, pins: &[Pin]) -> Result<(), StoreError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        for pin in pins {
+            transaction.execute(
+                PUT_PIN,
+                params![
+                    pin.server_key,
+                    pin.tool,
+                    pin.server,
+                    pin.digest,
+                    pin.definition.to_string(),
+                    pin.pinned_at
+                ],
+            )?;
+        }
+        transaction.commit()?;
         Ok(())
     }
 

@@ -63,6 +63,13 @@ fn contract(store: &dyn PinStore) {
     assert!(!store.approved_always("k", "read", "sha256:c").unwrap());
     assert!(!store.approved_always("other", "read", "sha256:b").unwrap());
 
+    // Several at once: all of them.
+    store
+        .put_pins(&[pin("batch", "a", "sha256:1"), pin("batch", "b", "sha256:2")])
+        .unwrap();
+    assert_eq!(store.pin("batch", "b").unwrap().unwrap().digest, "sha256:2");
+    assert!(store.revoke("batch", "a").unwrap() && store.revoke("batch", "b").unwrap());
+
     // Listing is ordered by server name and tool.
     let pins = store.pins().unwrap();
     assert_eq!(pins.len(), 2);

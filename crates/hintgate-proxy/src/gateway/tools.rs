@@ -200,6 +200,8 @@ impl Gateway {
         let entries: Vec<ToolEntry> = pages.into_iter().map(ToolEntry::new).collect();
         let store = self.store.clone();
         let mut store_failure = None;
+        // A trusted server's first-seen definitions, written in one commit.
+        let mut first_seen = Vec::new();
         for entry in &entries {
             let (Ok(tool), Some(digest)) = (&entry.tool, entry.digest) else {
                 tracing::warn!(server.id = %up.name, tool.name = %entry.name(), "invalid tool definition: {}", entry.tool.as_ref().err().map_or("", String::as_str));
@@ -230,11 +232,8 @@ impl Gateway {
                     up.pins.insert(tool.name.clone(), digest);
                     up.pinned_definitions
                         .insert(tool.name.clone(), tool.clone());
-                    if let (Some(store), Some(key)) = (&store, &up.key)
-                        && let Err(err) =
-                            store.put_pin(&stored_pin(key, &up.name, &entry.raw, digest))
-                    {
-                        store_failure = Some(err.to_string());
+                    if let Some(key) = &up.key {
+                        first_seen.push(stored_pin(key, &up.name, &entry.raw, digest));
                     }
                 }
                 Some(pinned) if *pinned != digest => {
@@ -251,6 +250,11 @@ impl Gateway {
                 }
                 _ => {}
             }
+        }
+        if let (Some(store), false) = (&store, first_seen.is_empty())
+            && let Err(err) = store.put_pins(&first_seen)
+        {
+            store_failure = Some(err.to_string());
         }
         if let Some(reason) = store_failure {
             // Without its pins the gateway cannot tell a changed definition
