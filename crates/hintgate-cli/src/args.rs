@@ -40,9 +40,44 @@ pub enum Command {
     },
     /// List, show, diff, approve and revoke pinned tool definitions.
     Pins(PinsArgs),
+    /// Query the audit log, or verify its hash chain.
+    #[command(
+        after_help = "Exit codes: 0 ok (verify: the chain holds), 1 error, 2 verify found a broken record"
+    )]
+    Log(LogArgs),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+/// `hintgate log`
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Where the log is kept (as for `hintgate run`).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub state_dir: Option<PathBuf>,
+    /// Only calls to this server.
+    #[arg(long, value_name = "NAME")]
+    pub server: Option<String>,
+    /// Only calls to this tool.
+    #[arg(long, value_name = "TOOL")]
+    pub tool: Option<String>,
+    /// Only calls with this verdict (allow, ask, deny).
+    #[arg(long, value_name = "VERDICT")]
+    pub verdict: Option<String>,
+    /// Print one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// `verify`: check the hash chain and name the first broken record.
+    #[command(subcommand)]
+    pub command: Option<LogCommand>,
+}
+
+/// `hintgate log ...`
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// Check the hash chain; name the first record that does not follow.
+    Verify,
 }
 
 /// `hintgate pins`

@@ -11,6 +11,7 @@ mod examples;
 mod exit;
 mod explain;
 mod load;
+mod log;
 mod output;
 mod pins;
 mod run;
@@ -39,6 +40,7 @@ fn main() -> Exit {
         Command::Explain(args) => explain::run(args),
         Command::Run(args) => run::run(args),
         Command::Pins(args) => pins::run(args),
+        Command::Log(args) => log::run(args),
         Command::Demo => demo::run(),
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),

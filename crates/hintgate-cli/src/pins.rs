@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use hintgate_policy::pin::diff;
 use hintgate_policy::tool::Tool;
-use hintgate_store::{Pin, PinStore};
+use hintgate_store::{Pin, Store};
 
 use crate::args::{PinsArgs, PinsCommand};
 use crate::exit::Exit;
@@ -97,7 +97,7 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
     }
 }
 
-fn matching(store: &dyn PinStore, server: &str, tool: &str) -> Result<Vec<Pin>> {
+fn matching(store: &dyn Store, server: &str, tool: &str) -> Result<Vec<Pin>> {
     let pins: Vec<Pin> = store
         .pins()?
         .into_iter()
@@ -109,7 +109,7 @@ fn matching(store: &dyn PinStore, server: &str, tool: &str) -> Result<Vec<Pin>> 
     Ok(pins)
 }
 
-fn list(store: &dyn PinStore, as_json: bool) -> Result<Exit> {
+fn list(store: &dyn Store, as_json: bool) -> Result<Exit> {
     let pins = store.pins()?;
     if as_json {
         output::out(&format!("{}\n", serde_json::to_string_pretty(&pins)?))?;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use hintgate_store::{PinStore, SqliteStore};
+use hintgate_store::{SqliteStore, Store};
 
 /// The state directory: `--state-dir`, else `$HINTGATE_STATE_DIR`, else
 /// `$XDG_DATA_HOME/hintgate`, else `~/.local/share/hintgate`.
@@ -25,7 +25,7 @@ pub fn state_dir(flag: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// Opens the store in the state directory, creating both when needed.
-pub fn open_store(flag: Option<&Path>) -> Result<Arc<dyn PinStore>> {
+pub fn open_store(flag: Option<&Path>) -> Result<Arc<dyn Store>> {
     let dir = state_dir(flag)?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the state directory `{}`", dir.display()))?;

@@ -5,6 +5,14 @@
 pub enum Event {
     /// Something from the host.
     Host(HostEvent),
+    /// An audit entry that holds a call is durable (its sequence number), or
+    /// could not be written.
+    Audited {
+        /// The token the entry was appended with.
+        token: u64,
+        /// The entry's sequence number, or why it failed.
+        result: Result<u64, String>,
+    },
     /// Something from an upstream process; `generation` tells processes of
     /// the same server apart across restarts.
     Upstream {

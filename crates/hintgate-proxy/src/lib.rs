@@ -22,6 +22,7 @@
 //! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod conn;
 pub mod event;
 pub mod frame;

@@ -14,8 +14,12 @@
 //! [`PinStore`] states the contract; [`MemoryStore`] and [`SqliteStore`]
 //! implement it and pass one contract suite (`tests/contract.rs`).
 //!
-//! What it is not, yet: the audit log, the approval queue and the
-//! PostgreSQL store come with the rest of the store issue.
+//! [`AuditLog`] is the hash-chained audit log: one record per tool call that
+//! reached the gateway, written before the call is sent, and one more for its
+//! outcome.
+//!
+//! What it is not, yet: the approval queue and the PostgreSQL store come
+//! with the rest of the store issue.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -29,7 +33,16 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+mod audit;
+
+pub use audit::{AuditLog, Entry, EntryKind, NewEntry, Verification};
+
+/// Everything the gateway keeps: pins, standing approvals and the audit log.
+pub trait Store: PinStore + AuditLog {}
+
+impl<T: PinStore + AuditLog> Store for T {}
 
 /// One pinned tool definition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -87,8 +100,10 @@ pub enum StoreError {
 /// Pinned definitions and standing approvals.
 ///
 /// Contract:
-/// - every method that writes is durable when it returns (a crash after the
-///   return loses nothing);
+/// - every method that writes is durable when it returns: a crash of the
+///   process after the return (even `kill -9`) loses nothing. (SQLite runs
+///   in WAL mode with `synchronous = NORMAL`: a power loss can lose the
+///   writes since the last checkpoint, a process crash none.)
 /// - `put_pin` replaces the pin of the same server key and tool, and clears
 ///   what was `seen`;
 /// - `see` records a definition that differs from the pin, and nothing when
@@ -208,6 +223,7 @@ pub struct MemoryStore {
 struct MemoryState {
     pins: BTreeMap<(String, String), Pin>,
     always: BTreeMap<(String, String), String>,
+    audit: Vec<Entry>,
 }
 
 impl PinStore for MemoryStore {
@@ -291,7 +307,10 @@ impl MemoryStore {
 
 // === SqliteStore ===
 
-/// The default store: one SQLite file (WAL, full sync) in the state directory.
+/// The default store: one SQLite file (WAL, `synchronous = NORMAL`) in the
+/// state directory. A commit is durable against a crash of the process;
+/// fsync happens at checkpoints, which keeps a per-call audit record cheap
+/// enough to write before every call.
 #[derive(Debug)]
 pub struct SqliteStore {
     connection: Mutex<Connection>,
@@ -308,7 +327,7 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let connection = Connection::open(path)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "FULL")?;
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
         let found: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
         if found > SCHEMA_VERSION {
@@ -330,6 +349,16 @@ impl SqliteStore {
                      server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
                      PRIMARY KEY (server_key, tool));
                  PRAGMA user_version = 1;
+                 COMMIT;",
+            )?;
+        }
+        if found < 2 {
+            connection.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS audit (
+                     seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, kind TEXT NOT NULL,
+                     call_seq INTEGER, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);
+                 PRAGMA user_version = 2;
                  COMMIT;",
             )?;
         }

@@ -1,7 +1,8 @@
 //! One contract suite, run against every store.
 #![expect(
     clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
+    clippy::indexing_slicing,
+    reason = "test code: a failed unwrap or index is a failed test"
 )]
 
 use hintgate_store::{MemoryStore, Pin, PinStore, Seen, SqliteStore, StoreError};
@@ -120,7 +121,7 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
     assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
     assert!(
         err.to_string()
-            .contains("schema version 99, newer than this hintgate's 1")
+            .contains("schema version 99, newer than this hintgate's 2")
     );
 }
 
@@ -158,4 +159,78 @@ fn server_keys_hide_secrets_but_change_with_them() {
         hintgate_store::server_key(&server("secret-1"), &json!({}), b"salt")
     );
     assert!(!key.contains("secret"));
+}
+
+fn audit_contract(log: &dyn hintgate_store::AuditLog) {
+    use hintgate_store::{EntryKind, NewEntry};
+    let call = |tool: &str| NewEntry {
+        at: 1_795_000_000,
+        kind: EntryKind::Call,
+        call: None,
+        body: json!({"server": "fs", "tool": tool, "verdict": "allow"}),
+    };
+    let seqs = log.append(&[call("read"), call("write")]).unwrap();
+    assert_eq!(seqs, vec![1, 2]);
+    let outcome = NewEntry {
+        at: 1_795_000_001,
+        kind: EntryKind::Outcome,
+        call: Some(1),
+        body: json!({"outcome": "ok"}),
+    };
+    assert_eq!(log.append(&[outcome]).unwrap(), vec![3]);
+    let entries = log.entries(0, 10).unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(
+        entries[1].prev, entries[0].hash,
+        "each entry carries the hash before it"
+    );
+    assert_eq!(entries[2].call, Some(1));
+    assert_eq!(log.entries(2, 10).unwrap().len(), 1);
+    assert_eq!(
+        log.verify().unwrap(),
+        hintgate_store::Verification {
+            checked: 3,
+            first_broken: None
+        }
+    );
+}
+
+#[test]
+fn the_audit_log_keeps_its_contract_in_memory_and_in_sqlite() {
+    audit_contract(&MemoryStore::default());
+    let dir = tempfile::tempdir().unwrap();
+    audit_contract(&SqliteStore::open(&dir.path().join("state.db")).unwrap());
+}
+
+#[test]
+fn an_edited_entry_breaks_the_chain_where_it_was_edited() {
+    use hintgate_store::AuditLog;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let log = SqliteStore::open(&path).unwrap();
+    audit_contract(&log);
+    drop(log);
+    let connection = rusqlite_connection(&path);
+    connection
+        .execute("UPDATE audit SET body = '{\"server\":\"fs\",\"tool\":\"write\",\"verdict\":\"deny\"}' WHERE seq = 2", [])
+        .unwrap();
+    drop(connection);
+    let log = SqliteStore::open(&path).unwrap();
+    assert_eq!(log.verify().unwrap().first_broken, Some(2));
+
+    // A deleted entry breaks the chain at the one after it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    audit_contract(&SqliteStore::open(&path).unwrap());
+    rusqlite_connection(&path)
+        .execute("DELETE FROM audit WHERE seq = 2", [])
+        .unwrap();
+    assert_eq!(
+        SqliteStore::open(&path)
+            .unwrap()
+            .verify()
+            .unwrap()
+            .first_broken,
+        Some(3)
+    );
 }

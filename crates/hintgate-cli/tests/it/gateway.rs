@@ -900,3 +900,75 @@ fn pins_and_standing_approvals_outlive_the_session() {
     assert!(is_error(&fifth.call("write_note", json!({}))));
     assert_eq!(fifth.requests.len(), 1, "asked again after the revoke");
 }
+
+#[test]
+fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted", "--name", "fx"],
+        &[],
+        &[],
+    );
+    host.respond_with(|_| json!({"action": "decline"}));
+    host.initialize(json!({"elicitation": {}}));
+    assert!(text(&host.call("echo", json!({"text": "hi", "api_token": "s3cret"}))).contains("hi"));
+    assert!(is_error(&host.call("write_note", json!({"text": "x"}))));
+    drop(host);
+
+    let state = dir.path().join("state").display().to_string();
+    let log = crate::util::run(dir.path(), &["log", "--state-dir", &state, "--json"]);
+    let records: Vec<Value> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(records.len(), 2, "one record per call: {records:?}");
+    assert_eq!(records[0]["tool"], "echo");
+    assert_eq!(
+        (
+            records[0]["verdict"].as_str(),
+            records[0]["outcome"].as_str()
+        ),
+        (Some("allow"), Some("ok"))
+    );
+    assert_eq!(
+        records[0]["arguments"],
+        json!({"text": "hi", "api_token": "[redacted]"})
+    );
+    assert_eq!(records[0]["approver"], "read-only");
+    assert!(records[0]["pin"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(
+        (
+            records[1]["verdict"].as_str(),
+            records[1]["outcome"].as_str()
+        ),
+        (Some("ask"), Some("denied"))
+    );
+    assert!(!String::from_utf8_lossy(&log.stdout).contains("s3cret"));
+
+    let verify = crate::util::run(dir.path(), &["log", "--state-dir", &state, "verify"]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+
+    // Someone turns the refusal into an allow behind the gateway's back.
+    let connection = rusqlite::Connection::open(dir.path().join("state/state.db")).unwrap();
+    let body: String = connection
+        .query_row("SELECT body FROM audit WHERE seq = 3", [], |row| row.get(0))
+        .unwrap();
+    connection
+        .execute(
+            "UPDATE audit SET body = ?1 WHERE seq = 3",
+            [body
+                .replace("\"deny\"", "\"allow\"")
+                .replace("\"ask\"", "\"allow\"")],
+        )
+        .unwrap();
+    drop(connection);
+    let broken = crate::util::run(dir.path(), &["log", "--state-dir", &state, "verify"]);
+    assert_eq!(broken.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&broken.stdout).contains("broken at record 3"));
+}

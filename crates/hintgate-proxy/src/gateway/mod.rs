@@ -66,7 +66,7 @@ pub struct Settings {
     pub observer: Option<mpsc::UnboundedSender<Observed>>,
     /// Where pins and standing approvals outlive the session; `None` keeps
     /// them for the session only.
-    pub store: Option<std::sync::Arc<dyn hintgate_store::PinStore>>,
+    pub store: Option<std::sync::Arc<dyn hintgate_store::Store>>,
 }
 
 /// Something the gateway decided or was told about a tool call.
@@ -137,7 +137,22 @@ where
 
     let sealer =
         crate::seal::Sealer::new().map_err(|err| RunError::NoRandomness(err.to_string()))?;
+    let audit = settings
+        .store
+        .clone()
+        .map(|store| crate::audit::AuditWriter::spawn(store, events_tx.clone()));
+    let session = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis())
+    );
     let mut gateway = Gateway {
+        audit,
+        held_for_audit: HashMap::new(),
+        next_token: 0,
+        session,
         sealer,
         separator: gateway_settings.separator.clone(),
         call_timeout: Duration::from_secs(gateway_settings.call_timeout_s),
@@ -214,7 +229,14 @@ async fn read_host<R: AsyncRead + Unpin>(
 
 /// The gateway's whole state.
 struct Gateway {
-    store: Option<std::sync::Arc<dyn hintgate_store::PinStore>>,
+    store: Option<std::sync::Arc<dyn hintgate_store::Store>>,
+    /// The audit writer, when there is a store.
+    audit: Option<crate::audit::AuditWriter>,
+    /// Calls waiting for their audit record to be durable, by token.
+    held_for_audit: HashMap<u64, tools::HeldCall>,
+    next_token: u64,
+    /// This gateway session, as the audit log names it.
+    session: String,
     sealer: crate::seal::Sealer,
     policy: Policy,
     mode: Mode,
@@ -284,6 +306,8 @@ struct HostRequest {
     restarted: Option<usize>,
     /// Attempts already made (for the retries of design §4.5).
     attempt: u32,
+    /// The audit log's record of this call, once written.
+    audit_seq: Option<u64>,
 }
 
 // === impl HostRequest ===
@@ -376,6 +400,8 @@ struct Forward {
 struct CallInfo {
     tool: String,
     retry_eligible: bool,
+    /// When the call was sent, for the audit log's duration.
+    started: Instant,
 }
 
 /// What a request sent to the host was for.
@@ -444,6 +470,7 @@ impl Upstream {
 impl Gateway {
     fn handle(&mut self, event: Event) {
         match event {
+            Event::Audited { token, result } => self.on_audited(token, result),
             Event::Host(HostEvent::Line(line)) => self.on_host_line(line),
             Event::Host(HostEvent::TooLong) => {
                 tracing::warn!("the host sent a message over the size limit; it was dropped");
@@ -543,6 +570,7 @@ impl Gateway {
                     line,
                     restarted: None,
                     attempt: 0,
+                    audit_seq: None,
                 });
             }
             Kind::Notification => {
@@ -1369,6 +1397,7 @@ impl Gateway {
         match &forward.call {
             Some(call) if call.retry_eligible && forward.request.attempt == 0 => {
                 tracing::warn!(tool.name = %call.tool, "{reason}; retrying once (trusted server, read-only or idempotent tool)");
+                self.audit_outcome(&forward.request, call, "failed, retried");
                 let mut request = forward.request;
                 request.attempt = 1;
                 request.restarted = None;
@@ -1382,6 +1411,7 @@ impl Gateway {
                         .to_owned()
                 };
                 let text = format!("{reason}. The call was not retried: {why}.");
+                self.audit_outcome(&forward.request, call, "failed");
                 self.reply(&forward.request.id, &tools::error_result(&text));
             }
             None => self.reply_error(&forward.request.id, -32603, reason),

@@ -37,6 +37,18 @@ pub(crate) struct Ask {
     retry_eligible: bool,
 }
 
+/// A call waiting for its audit record to be durable.
+#[derive(Debug)]
+pub(crate) struct HeldCall {
+    idx: usize,
+    request: HostRequest,
+    tool: String,
+    params: Value,
+    retry_eligible: bool,
+    decision: Decision,
+    approver: String,
+}
+
 /// A call's decision and what forwarding it needs.
 struct Prepared {
     server: String,
@@ -118,6 +130,15 @@ fn requested_schema(decision: &Decision, can_remember_always: bool) -> Value {
         );
     }
     json!({"type": "object", "properties": properties, "required": [APPROVE]})
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
 }
 
 /// A pin as the store keeps it.
@@ -430,6 +451,13 @@ impl Gateway {
                 "hintgate did not send this call to `{server}`: its arguments do not match the tool's input schema: {}",
                 problems.join("; ")
             );
+            self.audit_ended(
+                &request,
+                &server,
+                &tool_name,
+                &decision,
+                "invalid-arguments",
+            );
             self.reply(&request.id, &error_result(&text));
             return;
         }
@@ -451,7 +479,21 @@ impl Gateway {
             return;
         }
         match decision.verdict {
-            Verdict::Allow => self.forward_call(idx, request, &tool_name, &params, retry_eligible),
+            Verdict::Allow => {
+                let approver = decision
+                    .reasons
+                    .first()
+                    .map_or("policy", |reason| reason.code.as_str());
+                self.forward_call(
+                    idx,
+                    request,
+                    &tool_name,
+                    &params,
+                    retry_eligible,
+                    &decision,
+                    approver,
+                );
+            }
             Verdict::Ask => {
                 let Some(tool) = self.tool(idx, &tool_name).cloned() else {
                     return;
@@ -542,6 +584,10 @@ impl Gateway {
     }
 
     /// Sends an allowed call upstream, under the server's own tool name.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call's whole context, used once"
+    )]
     fn forward_call(
         &mut self,
         idx: usize,
@@ -549,7 +595,38 @@ impl Gateway {
         tool_name: &str,
         params: &Value,
         retry_eligible: bool,
+        decision: &Decision,
+        approver: &str,
     ) {
+        // INVARIANT: with a store, no call reaches its server before its
+        // audit record is durable.
+        if request.audit_seq.is_none()
+            && let Some(audit) = self.audit.clone()
+        {
+            self.next_token += 1;
+            let token = self.next_token;
+            let entry = self.call_entry(idx, &request, tool_name, params, decision, approver, None);
+            if audit.append(entry, Some(token)) {
+                self.held_for_audit.insert(
+                    token,
+                    HeldCall {
+                        idx,
+                        request,
+                        tool: tool_name.to_owned(),
+                        params: params.clone(),
+                        retry_eligible,
+                        decision: decision.clone(),
+                        approver: approver.to_owned(),
+                    },
+                );
+            } else {
+                self.reply(
+                    &request.id,
+                    &error_result("hintgate did not send this call: the audit log is not running."),
+                );
+            }
+            return;
+        }
         let id = self.next_up_id(idx);
         let ours = super::modern::carries_our_answer(params);
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
@@ -576,6 +653,7 @@ impl Gateway {
         let call = CallInfo {
             tool: tool_name.to_owned(),
             retry_eligible,
+            started: Instant::now(),
         };
         self.send_forward(idx, id, request, Some(call), line);
     }
@@ -624,11 +702,23 @@ impl Gateway {
                         problems.join("; ")
                     );
                     tracing::warn!(server.id = %server, tool.name = %call.tool, "{text}");
+                    self.audit_outcome(request, &call, "output-schema-mismatch");
                     self.reply(&request.id, &error_result(&text));
                     return;
                 }
             }
         }
+        let outcome = if message.error.is_some() {
+            "protocol-error"
+        } else if message
+            .result
+            .is_some_and(|raw| raw.get().contains("\"isError\":true"))
+        {
+            "tool-error"
+        } else {
+            "ok"
+        };
+        self.audit_outcome(request, &call, outcome);
         self.send_host(self.host_response(message, &request.id, "tools/call"));
     }
 
@@ -641,6 +731,7 @@ impl Gateway {
         decision: &Decision,
         extra: Option<&str>,
     ) {
+        self.audit_ended(request, server, tool, decision, "denied");
         let reasons: Vec<String> = decision
             .reasons
             .iter()
@@ -842,6 +933,8 @@ impl Gateway {
             &ask.tool,
             &ask.params,
             ask.retry_eligible,
+            &ask.decision,
+            "person (elicitation)",
         );
     }
 
@@ -899,6 +992,7 @@ impl Gateway {
                 return;
             }
         };
+        self.audit_ended(request, server, &tool.name, decision, "input-required");
         let result = json!({
             "resultType": "input_required",
             "inputRequests": {
@@ -984,7 +1078,153 @@ impl Gateway {
             approved: true,
             answer: "approved".to_owned(),
         });
-        self.forward_call(idx, request, tool_name, &params, retry_eligible);
+        self.forward_call(
+            idx,
+            request,
+            tool_name,
+            &params,
+            retry_eligible,
+            &decision,
+            "person (input-required)",
+        );
+    }
+
+    /// The audit record of a call: who, what (arguments redacted), the
+    /// decision and its reasons, who let it through, the pin; and, for a
+    /// call that ends at the gateway, its outcome.
+    #[expect(clippy::too_many_arguments, reason = "one record's fields")]
+    fn call_entry(
+        &self,
+        idx: usize,
+        request: &HostRequest,
+        tool: &str,
+        params: &Value,
+        decision: &Decision,
+        approver: &str,
+        outcome: Option<&str>,
+    ) -> hintgate_store::NewEntry {
+        let up = self.upstreams.get(idx);
+        let pin = up
+            .and_then(|up| up.tools.as_ref())
+            .and_then(|tools| tools.iter().find(|entry| entry.name() == tool))
+            .and_then(|entry| entry.digest)
+            .map(|digest| digest.to_string());
+        let verdict = match decision.verdict {
+            Verdict::Allow => "allow",
+            Verdict::Ask => "ask",
+            Verdict::Deny => "deny",
+        };
+        let mut fields = std::collections::BTreeMap::new();
+        fields.insert("session", Value::String(self.session.clone()));
+        fields.insert("request", Value::String(request.id.clone()));
+        fields.insert(
+            "server",
+            Value::String(up.map_or(String::new(), |up| up.name.clone())),
+        );
+        fields.insert(
+            "identity",
+            up.and_then(|up| up.key.clone())
+                .map_or(Value::Null, Value::String),
+        );
+        fields.insert("tool", Value::String(tool.to_owned()));
+        fields.insert(
+            "arguments",
+            crate::audit::redact(params.get("arguments").unwrap_or(&Value::Null)),
+        );
+        fields.insert("verdict", Value::String(verdict.to_owned()));
+        fields.insert(
+            "reasons",
+            decision
+                .codes()
+                .map(|code| Value::String(code.as_str().to_owned()))
+                .collect(),
+        );
+        fields.insert("approver", Value::String(approver.to_owned()));
+        fields.insert("pin", pin.map_or(Value::Null, Value::String));
+        if let Some(outcome) = outcome {
+            fields.insert("outcome", Value::String(outcome.to_owned()));
+        }
+        hintgate_store::NewEntry {
+            at: unix_now(),
+            kind: hintgate_store::EntryKind::Call,
+            call: None,
+            body: crate::audit::call_body(fields),
+        }
+    }
+
+    /// Records a call that ends at the gateway (refused, or invalid).
+    pub(super) fn audit_ended(
+        &self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        decision: &Decision,
+        outcome: &str,
+    ) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let idx = self
+            .upstreams
+            .iter()
+            .position(|up| up.name == server)
+            .unwrap_or(usize::MAX);
+        let entry = self.call_entry(
+            idx,
+            request,
+            tool,
+            &request.params(),
+            decision,
+            "gateway",
+            Some(outcome),
+        );
+        audit.append(entry, None);
+    }
+
+    /// Records how a forwarded call ended.
+    pub(super) fn audit_outcome(&self, request: &HostRequest, call: &CallInfo, outcome: &str) {
+        let (Some(audit), Some(seq)) = (&self.audit, request.audit_seq) else {
+            return;
+        };
+        let millis = u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        audit.append(
+            hintgate_store::NewEntry {
+                at: unix_now(),
+                kind: hintgate_store::EntryKind::Outcome,
+                call: Some(seq),
+                body: json!({"outcome": outcome, "duration_ms": millis, "attempt": request.attempt}),
+            },
+            None,
+        );
+    }
+
+    /// A held call's audit record is durable (or could not be written).
+    pub(super) fn on_audited(&mut self, token: u64, result: Result<u64, String>) {
+        let Some(held) = self.held_for_audit.remove(&token) else {
+            return;
+        };
+        match result {
+            Ok(seq) => {
+                let mut request = held.request;
+                request.audit_seq = Some(seq);
+                self.forward_call(
+                    held.idx,
+                    request,
+                    &held.tool,
+                    &held.params,
+                    held.retry_eligible,
+                    &held.decision,
+                    &held.approver,
+                );
+            }
+            Err(err) => {
+                // Fail closed: a call without its record does not run.
+                let text = format!(
+                    "hintgate did not send this call: the audit log could not be written ({err})."
+                );
+                self.reply(&held.request.id, &error_result(&text));
+            }
+        }
     }
 
     /// A person approved a call: pin the definition they saw (in the

@@ -1,0 +1,152 @@
+//! The audit writer: one thread that appends to the audit log in groups.
+//!
+//! The event loop never waits on the disk: it hands an entry to the writer
+//! and goes on. The writer takes every entry that is waiting, appends them in
+//! one commit (group commit), and for each entry that holds a call, tells the
+//! event loop that it is durable; only then is the call sent to its server.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+
+use hintgate_store::{NewEntry, Store};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::event::Event;
+
+/// The most entries appended in one commit.
+const MAX_GROUP: usize = 512;
+
+/// A handle to the audit writer thread.
+#[derive(Debug, Clone)]
+pub struct AuditWriter {
+    tx: std_mpsc::Sender<Job>,
+}
+
+#[derive(Debug)]
+struct Job {
+    entry: NewEntry,
+    /// When set, the event loop waits for this entry before going on.
+    token: Option<u64>,
+}
+
+impl AuditWriter {
+    /// Starts the writer thread.
+    pub fn spawn(store: Arc<dyn Store>, events: mpsc::UnboundedSender<Event>) -> Self {
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("hintgate-audit".to_owned())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut jobs = vec![first];
+                    while jobs.len() < MAX_GROUP {
+                        match rx.try_recv() {
+                            Ok(job) => jobs.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    let entries: Vec<NewEntry> = jobs.iter().map(|job| job.entry.clone()).collect();
+                    let result = store.append(&entries);
+                    if let Err(err) = &result {
+                        tracing::error!("the audit log could not be written: {err}");
+                    }
+                    for (idx, job) in jobs.iter().enumerate() {
+                        let Some(token) = job.token else {
+                            continue;
+                        };
+                        let outcome = match &result {
+                            Ok(seqs) => seqs
+                                .get(idx)
+                                .copied()
+                                .ok_or_else(|| "no sequence number".to_owned()),
+                            Err(err) => Err(err.to_string()),
+                        };
+                        let _ = events.send(Event::Audited {
+                            token,
+                            result: outcome,
+                        });
+                    }
+                }
+            })
+            .map_or_else(
+                |err| {
+                    tracing::error!("cannot start the audit writer: {err}");
+                },
+                |_| (),
+            );
+        Self { tx }
+    }
+
+    /// Appends an entry; when `token` is set, an [`Event::Audited`] with it
+    /// follows once the entry is durable (or could not be written).
+    pub fn append(&self, entry: NewEntry, token: Option<u64>) -> bool {
+        self.tx.send(Job { entry, token }).is_ok()
+    }
+}
+
+/// Arguments as the audit log keeps them: values under keys that look like
+/// secrets are replaced, at any depth.
+pub fn redact(arguments: &Value) -> Value {
+    match arguments {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| {
+                    if looks_secret(key) {
+                        (key.clone(), Value::String("[redacted]".to_owned()))
+                    } else {
+                        (key.clone(), redact(value))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
+        other => other.clone(),
+    }
+}
+
+fn looks_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "apikey",
+        "api_key",
+        "api-key",
+        "authorization",
+        "cookie",
+        "credential",
+        "private_key",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
+}
+
+/// The body of a call record.
+pub fn call_body(fields: BTreeMap<&str, Value>) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_redacted_at_any_depth() {
+        let redacted = redact(
+            &json!({"path": "/x", "apiKey": "k", "nested": [{"Authorization": "Bearer t", "ok": 1}]}),
+        );
+        assert_eq!(
+            redacted,
+            json!({"path": "/x", "apiKey": "[redacted]", "nested": [{"Authorization": "[redacted]", "ok": 1}]})
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! The audit log: one record per tool call that reached the gateway, and
+//! one more for its outcome, in a hash chain.
+//!
+//! Each entry carries the hash of the one before; the hash covers the
+//! entry's sequence number, time, kind, the call it belongs to and its body.
+//! [`AuditLog::verify`] walks the chain and names the first entry whose hash
+//! does not follow, so an edited, inserted or deleted entry is found.
+
+use rusqlite::params;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::{MemoryStore, SqliteStore, StoreError};
+
+/// The hash before the first entry.
+const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What an entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntryKind {
+    /// A call and the decision on it, written before it reaches the server.
+    Call,
+    /// How a call ended.
+    Outcome,
+}
+
+/// An entry to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEntry {
+    /// Seconds since the Unix epoch.
+    pub at: i64,
+    /// Call or outcome.
+    pub kind: EntryKind,
+    /// For an outcome: the sequence number of its call.
+    pub call: Option<u64>,
+    /// Everything else, as JSON (server, tool, redacted arguments, verdict,
+    /// reasons, approver, pin; or outcome and duration).
+    pub body: Value,
+}
+
+/// An entry as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    /// Its place in the log, from 1.
+    pub seq: u64,
+    /// Seconds since the Unix epoch.
+    pub at: i64,
+    /// Call or outcome.
+    pub kind: EntryKind,
+    /// For an outcome: its call.
+    pub call: Option<u64>,
+    /// The recorded facts.
+    pub body: Value,
+    /// The hash of the entry before.
+    pub prev: String,
+    /// This entry's hash.
+    pub hash: String,
+}
+
+/// What [`AuditLog::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verification {
+    /// Entries checked.
+    pub checked: u64,
+    /// The first entry whose hash does not follow from the one before.
+    pub first_broken: Option<u64>,
+}
+
+/// The audit log.
+///
+/// Contract: `append` writes its entries in order, each chained to the one
+/// before, all or none, and they are durable when it returns; entries are
+/// never changed or removed by the log itself.
+pub trait AuditLog: Send + Sync + std::fmt::Debug {
+    /// Appends entries; returns their sequence numbers.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be written.
+    fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError>;
+
+    /// Entries after sequence number `after`, oldest first, at most `limit`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError>;
+
+    /// Checks the whole chain.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn verify(&self) -> Result<Verification, StoreError> {
+        let mut prev = GENESIS.to_owned();
+        let mut checked = 0;
+        let mut after = 0;
+        loop {
+            let batch = self.entries(after, 1000)?;
+            if batch.is_empty() {
+                return Ok(Verification {
+                    checked,
+                    first_broken: None,
+                });
+            }
+            for entry in batch {
+                checked += 1;
+                let expected = chain_hash(
+                    &prev,
+                    entry.seq,
+                    entry.at,
+                    entry.kind,
+                    entry.call,
+                    &entry.body,
+                );
+                if entry.prev != prev || entry.hash != expected {
+                    return Ok(Verification {
+                        checked,
+                        first_broken: Some(entry.seq),
+                    });
+                }
+                prev = entry.hash;
+                after = entry.seq;
+            }
+        }
+    }
+}
+
+/// The hash of an entry, chained to `prev`.
+fn chain_hash(
+    prev: &str,
+    seq: u64,
+    at: i64,
+    kind: EntryKind,
+    call: Option<u64>,
+    body: &Value,
+) -> String {
+    let kind = match kind {
+        EntryKind::Call => "call",
+        EntryKind::Outcome => "outcome",
+    };
+    let call = call.map_or(String::new(), |call| call.to_string());
+    let canonical = hintgate_policy::pin::canonical_json(body);
+    let text = format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n{canonical}");
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn kind_from(text: &str) -> EntryKind {
+    if text == "outcome" {
+        EntryKind::Outcome
+    } else {
+        EntryKind::Call
+    }
+}
+
+// === impl MemoryStore ===
+
+impl AuditLog for MemoryStore {
+    fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
+        let mut state = self.lock();
+        let mut seqs = Vec::with_capacity(entries.len());
+        for new in entries {
+            let seq = state.audit.len() as u64 + 1;
+            let prev = state
+                .audit
+                .last()
+                .map_or_else(|| GENESIS.to_owned(), |last| last.hash.clone());
+            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+            state.audit.push(Entry {
+                seq,
+                at: new.at,
+                kind: new.kind,
+                call: new.call,
+                body: new.body.clone(),
+                prev,
+                hash,
+            });
+            seqs.push(seq);
+        }
+        Ok(seqs)
+    }
+
+    fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        Ok(self
+            .lock()
+            .audit
+            .iter()
+            .filter(|entry| entry.seq > after)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+}
+
+// === impl SqliteStore ===
+
+impl AuditLog for SqliteStore {
+    fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        let (mut seq, mut prev): (u64, String) = transaction
+            .query_row(
+                "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
+                [],
+                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+            )
+            .map(|(seq, hash)| (u64::try_from(seq).unwrap_or(0), hash))
+            .or_else(|err| match err {
+                rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS.to_owned())),
+                other => Err(other),
+            })?;
+        let mut seqs = Vec::with_capacity(entries.len());
+        for new in entries {
+            seq += 1;
+            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+            let kind = match new.kind {
+                EntryKind::Call => "call",
+                EntryKind::Outcome => "outcome",
+            };
+            transaction.execute(
+                "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    i64::try_from(seq).unwrap_or(i64::MAX),
+                    new.at,
+                    kind,
+                    new.call.and_then(|call| i64::try_from(call).ok()),
+                    new.body.to_string(),
+                    prev,
+                    hash
+                ],
+            )?;
+            seqs.push(seq);
+            prev = hash;
+        }
+        transaction.commit()?;
+        Ok(seqs)
+    }
+
+    fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare(
+            "SELECT seq, at, kind, call_seq, body, prev, hash FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        )?;
+        let rows = statement.query_map(
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, Option<i64>>(3)?,
+                    row.get::<_, String>(4)?,
+                    row.get::<_, String>(5)?,
+                    row.get::<_, String>(6)?,
+                ))
+            },
+        )?;
+        let mut entries = Vec::new();
+        for row in rows {
+            let (seq, at, kind, call, body, prev, hash) = row?;
+            entries.push(Entry {
+                seq: u64::try_from(seq).unwrap_or(0),
+                at,
+                kind: kind_from(&kind),
+                call: call.and_then(|call| u64::try_from(call).ok()),
+                // A body that is no longer JSON is kept as text, so verify
+                // reports the entry as broken instead of failing to read.
+                body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
+                prev,
+                hash,
+            });
+        }
+        Ok(entries)
+    }
+}
