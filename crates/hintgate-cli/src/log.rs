@@ -113,7 +113,7 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
                 .unwrap_or_default();
             out.push_str(&format!(
                 "{seq:>6}  {}  {} / {}  {}  ({})  by {}  -> {outcome}\n",
-                call.at,
+                utc(call.at),
                 text_of(call, "server"),
                 text_of(call, "tool"),
                 text_of(call, "verdict"),
@@ -124,4 +124,36 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
     }
     output::out(&out)?;
     Ok(Exit::Success)
+}
+
+/// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC), by the
+/// civil-from-days algorithm (Howard Hinnant's), so no date crate is needed.
+fn utc(seconds: i64) -> String {
+    let days = seconds.div_euclid(86_400);
+    let rest = seconds.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn times_are_shown_in_utc() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(1_795_989_518), "2026-11-29T21:58:38Z");
+        assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
+    }
 }
