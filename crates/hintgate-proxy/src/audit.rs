@@ -22,6 +22,7 @@ const MAX_GROUP: usize = 512;
 #[derive(Debug, Clone)]
 pub struct AuditWriter {
     tx: std_mpsc::Sender<Job>,
+    thread: std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 #[derive(Debug)]
@@ -35,7 +36,7 @@ impl AuditWriter {
     /// Starts the writer thread.
     pub fn spawn(store: Arc<dyn Store>, events: mpsc::UnboundedSender<Event>) -> Self {
         let (tx, rx) = std_mpsc::channel::<Job>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("hintgate-audit".to_owned())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
@@ -69,13 +70,22 @@ impl AuditWriter {
                     }
                 }
             })
-            .map_or_else(
-                |err| {
-                    tracing::error!("cannot start the audit writer: {err}");
-                },
-                |_| (),
-            );
-        Self { tx }
+            .map_err(|err| tracing::error!("cannot start the audit writer: {err}"))
+            .ok();
+        Self {
+            tx,
+            thread: std::sync::Arc::new(std::sync::Mutex::new(thread)),
+        }
+    }
+
+    /// Stops taking entries and waits until every entry given is written.
+    pub fn finish(self) {
+        let Self { tx, thread } = self;
+        drop(tx);
+        let handle = thread.lock().ok().and_then(|mut handle| handle.take());
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
     }
 
     /// Appends an entry; when `token` is set, an [`Event::Audited`] with it

@@ -914,7 +914,8 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
     host.initialize(json!({"elicitation": {}}));
     assert!(text(&host.call("echo", json!({"text": "hi", "api_token": "s3cret"}))).contains("hi"));
     assert!(is_error(&host.call("write_note", json!({"text": "x"}))));
-    drop(host);
+    // Ending the session writes what the audit log still holds.
+    assert!(host.close().success());
 
     let state = dir.path().join("state").display().to_string();
     let log = crate::util::run(dir.path(), &["log", "--state-dir", &state, "--json"]);

@@ -151,6 +151,7 @@ where
     let mut gateway = Gateway {
         audit,
         held_for_audit: HashMap::new(),
+        held_lines: HashMap::new(),
         next_token: 0,
         session,
         sealer,
@@ -234,6 +235,8 @@ struct Gateway {
     audit: Option<crate::audit::AuditWriter>,
     /// Calls waiting for their audit record to be durable, by token.
     held_for_audit: HashMap<u64, tools::HeldCall>,
+    /// Answers to the host waiting for their call's record, by token.
+    held_lines: HashMap<u64, String>,
     next_token: u64,
     /// This gateway session, as the audit log names it.
     session: String,
@@ -513,13 +516,17 @@ impl Gateway {
     }
 
     fn reply(&self, id: &str, result: &Value) {
+        self.send_host(self.response_line(id, result));
+    }
+
+    /// A response line, with what a 2026-07-28 host requires of a result.
+    fn response_line(&self, id: &str, result: &Value) -> String {
         if self.host.modern && result.is_object() && result.get("resultType").is_none() {
             let mut result = result.clone();
             self.modernize("", &mut result);
-            self.send_host(frame::response(id, &result));
-            return;
+            return frame::response(id, &result);
         }
-        self.send_host(frame::response(id, result));
+        frame::response(id, result)
     }
 
     fn reply_error(&self, id: &str, code: i64, message: &str) {
@@ -1420,6 +1427,10 @@ impl Gateway {
 
     /// Stops every server: closes its input, waits a moment, then kills it.
     async fn shutdown(&mut self) {
+        // Whatever the audit log still holds is written before the gateway ends.
+        if let Some(audit) = self.audit.take() {
+            audit.finish();
+        }
         let processes: Vec<Link> = self
             .upstreams
             .iter_mut()

@@ -451,14 +451,15 @@ impl Gateway {
                 "hintgate did not send this call to `{server}`: its arguments do not match the tool's input schema: {}",
                 problems.join("; ")
             );
-            self.audit_ended(
+            let line = self.response_line(&request.id, &error_result(&text));
+            self.end_audited(
                 &request,
                 &server,
                 &tool_name,
                 &decision,
                 "invalid-arguments",
+                line,
             );
-            self.reply(&request.id, &error_result(&text));
             return;
         }
         if self.host.modern
@@ -724,14 +725,13 @@ impl Gateway {
 
     /// Refuses a call with a result that says what, why and how to allow it.
     pub(super) fn refuse(
-        &self,
+        &mut self,
         request: &HostRequest,
         server: &str,
         tool: &str,
         decision: &Decision,
         extra: Option<&str>,
     ) {
-        self.audit_ended(request, server, tool, decision, "denied");
         let reasons: Vec<String> = decision
             .reasons
             .iter()
@@ -785,7 +785,9 @@ impl Gateway {
                 }}),
             );
         }
-        self.reply(&request.id, &result);
+        // The refusal reaches the host only once its record is durable.
+        let line = self.response_line(&request.id, &result);
+        self.end_audited(request, server, tool, decision, "denied", line);
     }
 
     #[expect(
@@ -992,7 +994,6 @@ impl Gateway {
                 return;
             }
         };
-        self.audit_ended(request, server, &tool.name, decision, "input-required");
         let result = json!({
             "resultType": "input_required",
             "inputRequests": {
@@ -1003,7 +1004,15 @@ impl Gateway {
             },
             "requestState": state,
         });
-        self.send_host(crate::frame::response(&request.id, &result));
+        let line = crate::frame::response(&request.id, &result);
+        self.end_audited(
+            request,
+            server,
+            &tool.name,
+            decision,
+            "input-required",
+            line,
+        );
     }
 
     /// A 2026-07-28 host retries a call with the person's answer and the
@@ -1152,18 +1161,22 @@ impl Gateway {
         }
     }
 
-    /// Records a call that ends at the gateway (refused, or invalid).
-    pub(super) fn audit_ended(
-        &self,
+    /// Records a call that ends at the gateway (refused, invalid, or asked
+    /// by an input-required result) and sends the host `line` once the
+    /// record is durable (at once when there is no audit log).
+    pub(super) fn end_audited(
+        &mut self,
         request: &HostRequest,
         server: &str,
         tool: &str,
         decision: &Decision,
         outcome: &str,
+        line: String,
     ) {
-        let Some(audit) = &self.audit else {
+        if self.audit.is_none() {
+            self.send_host(line);
             return;
-        };
+        }
         let idx = self
             .upstreams
             .iter()
@@ -1178,7 +1191,18 @@ impl Gateway {
             "gateway",
             Some(outcome),
         );
-        audit.append(entry, None);
+        self.next_token += 1;
+        let token = self.next_token;
+        let appended = self
+            .audit
+            .as_ref()
+            .is_some_and(|audit| audit.append(entry, Some(token)));
+        if appended {
+            self.held_lines.insert(token, line);
+        } else {
+            tracing::error!("the audit log is not running: a refusal goes unrecorded");
+            self.send_host(line);
+        }
     }
 
     /// Records how a forwarded call ended.
@@ -1200,6 +1224,15 @@ impl Gateway {
 
     /// A held call's audit record is durable (or could not be written).
     pub(super) fn on_audited(&mut self, token: u64, result: Result<u64, String>) {
+        if let Some(line) = self.held_lines.remove(&token) {
+            if let Err(err) = &result {
+                tracing::error!(
+                    "the audit log could not record a call that ended at the gateway: {err}"
+                );
+            }
+            self.send_host(line);
+            return;
+        }
         let Some(held) = self.held_for_audit.remove(&token) else {
             return;
         };
