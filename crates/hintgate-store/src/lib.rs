@@ -454,18 +454,7 @@ impl PinStore for SqliteStore {
     }
 
     fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
-        self.lock().execute(
-            PUT_PIN,
-            params![
-                pin.server_key,
-                pin.tool,
-                pin.server,
-                pin.digest,
-                pin.definition.to_string(),
-                pin.pinned_at
-            ],
-        )?;
-        Ok(())
+        self.put_pins(std::slice::from_ref(pin))
     }
 
     fn put_pins(&self, pins: &[Pin]) -> Result<(), StoreError> {

@@ -10,37 +10,17 @@ lists the tools, makes the calls, and prints one JSON report.
 """
 
 import json
-import os
-import sys
 
 import anyio
-import mcp_types as types
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
 
-SPEC = json.loads(sys.argv[1])
-ASKED = []
-
-
-async def elicit(context, params):
-    ASKED.append(params.message)
-    if SPEC["answer"] == "accept":
-        return types.ElicitResult(action="accept", content={"approve": True})
-    return types.ElicitResult(action="decline")
-
-
-def text_of(result):
-    return [block.text for block in result.content if getattr(block, "type", "") == "text"]
+from common import ASKED, SPEC, callback, server, text_of
 
 
 async def main():
-    command = SPEC["command"]
-    # The SDK passes servers a minimal environment; the gateway also needs
-    # the test's (HINTGATE_STATE_DIR keeps its state in the test's directory).
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    callback = elicit if SPEC.get("answer") else None
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, elicitation_callback=callback) as session:
+    async with stdio_client(server()) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=callback()) as session:
             init = await session.initialize()
             listed = await session.list_tools()
             results = []
