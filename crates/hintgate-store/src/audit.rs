@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::{MemoryStore, SqliteStore, StoreError};
 
 /// The hash before the first entry.
-const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// What an entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -129,7 +129,7 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
 }
 
 /// The hash of an entry, chained to `prev`.
-fn chain_hash(
+pub(crate) fn chain_hash(
     prev: &str,
     seq: u64,
     at: i64,
@@ -137,10 +137,7 @@ fn chain_hash(
     call: Option<u64>,
     body: &Value,
 ) -> String {
-    let kind = match kind {
-        EntryKind::Call => "call",
-        EntryKind::Outcome => "outcome",
-    };
+    let kind = kind_name(kind);
     let call = call.map_or(String::new(), |call| call.to_string());
     let canonical = hintgate_policy::pin::canonical_json(body);
     let text = format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n{canonical}");
@@ -150,7 +147,15 @@ fn chain_hash(
         .collect()
 }
 
-fn kind_from(text: &str) -> EntryKind {
+/// The stored name of an entry kind.
+pub(crate) const fn kind_name(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::Call => "call",
+        EntryKind::Outcome => "outcome",
+    }
+}
+
+pub(crate) fn kind_from(text: &str) -> EntryKind {
     if text == "outcome" {
         EntryKind::Outcome
     } else {
@@ -218,10 +223,7 @@ impl AuditLog for SqliteStore {
         for new in entries {
             seq += 1;
             let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
-            let kind = match new.kind {
-                EntryKind::Call => "call",
-                EntryKind::Outcome => "outcome",
-            };
+            let kind = kind_name(new.kind);
             transaction.execute(
                 "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![

@@ -18,8 +18,11 @@
 //! reached the gateway, written before the call is sent, and one more for its
 //! outcome.
 //!
-//! What it is not, yet: the approval queue and the PostgreSQL store come
-//! with the rest of the store issue.
+//! [`ApprovalQueue`] holds calls that wait for a person on a host that cannot
+//! ask one; `hintgate approvals` answers them, from any process that opens
+//! the same store.
+//!
+//! [`PgStore`] keeps all of it in PostgreSQL, shared by several gateways.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -33,16 +36,23 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 mod audit;
+mod postgres;
+mod queue;
 
 pub use audit::{AuditLog, Entry, EntryKind, NewEntry, Verification};
+pub use postgres::PgStore;
+pub use queue::{
+    Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
+};
 
-/// Everything the gateway keeps: pins, standing approvals and the audit log.
-pub trait Store: PinStore + AuditLog {}
+/// Everything the gateway keeps: pins, standing approvals, the audit log and
+/// the approval queue.
+pub trait Store: PinStore + AuditLog + ApprovalQueue {}
 
-impl<T: PinStore + AuditLog> Store for T {}
+impl<T: PinStore + AuditLog + ApprovalQueue> Store for T {}
 
 /// One pinned tool definition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,15 +89,23 @@ pub enum StoreError {
     /// The database said no.
     #[error("store: {0}")]
     Database(#[from] rusqlite::Error),
+    /// PostgreSQL said no (or could not be reached).
+    #[error("store: {0}")]
+    Postgres(#[from] ::postgres::Error),
+    /// The store's address is not one hintgate can use.
+    #[error("store: {0}")]
+    Address(String),
     /// The database was written by a newer hintgate.
     #[error(
-        "the store at `{path}` has schema version {found}, newer than this hintgate's {SCHEMA_VERSION}; use a newer hintgate"
+        "the store at `{path}` has schema version {found}, newer than this hintgate's {known}; use a newer hintgate"
     )]
     NewerSchema {
         /// Where the store is.
         path: String,
         /// The version found.
         found: i64,
+        /// The newest version this build knows.
+        known: i64,
     },
     /// A stored definition is not JSON.
     #[error("store: a stored definition is not JSON: {0}")]
@@ -217,6 +235,7 @@ fn hex(bytes: &[u8]) -> String {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<MemoryState>,
+    bell: std::sync::Arc<queue::Bell>,
 }
 
 #[derive(Debug, Default)]
@@ -224,6 +243,7 @@ struct MemoryState {
     pins: BTreeMap<(String, String), Pin>,
     always: BTreeMap<(String, String), String>,
     audit: Vec<Entry>,
+    queue: Vec<Pending>,
 }
 
 impl PinStore for MemoryStore {
@@ -315,6 +335,8 @@ impl MemoryStore {
 pub struct SqliteStore {
     connection: Mutex<Connection>,
     salt: Vec<u8>,
+    /// The database file (an approval watch opens its own connection).
+    path: std::path::PathBuf,
 }
 
 impl SqliteStore {
@@ -334,6 +356,7 @@ impl SqliteStore {
             return Err(StoreError::NewerSchema {
                 path: path.display().to_string(),
                 found,
+                known: SCHEMA_VERSION,
             });
         }
         if found < 1 {
@@ -362,6 +385,20 @@ impl SqliteStore {
                  COMMIT;",
             )?;
         }
+        if found < 3 {
+            connection.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS approvals (
+                     id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL,
+                     expires_at INTEGER NOT NULL, session TEXT NOT NULL, server TEXT NOT NULL,
+                     server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+                     prompt TEXT NOT NULL, offer TEXT NOT NULL, state TEXT NOT NULL,
+                     approve INTEGER, remember TEXT, answered_by TEXT, why TEXT);
+                 CREATE INDEX IF NOT EXISTS approvals_waiting ON approvals (state, expires_at);
+                 PRAGMA user_version = 3;
+                 COMMIT;",
+            )?;
+        }
         let salt: Option<Vec<u8>> = connection
             .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |row| {
                 row.get(0)
@@ -383,6 +420,7 @@ impl SqliteStore {
         Ok(Self {
             connection: Mutex::new(connection),
             salt,
+            path: path.to_path_buf(),
         })
     }
 
@@ -542,5 +580,60 @@ impl PinStore for SqliteStore {
 
     fn salt(&self) -> &[u8] {
         &self.salt
+    }
+}
+
+/// Helpers for the tests of this crate and of the crates above it.
+#[cfg(feature = "test-util")]
+pub mod test_util {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// The variable that names the test PostgreSQL server (an address whose
+    /// user may create databases); `./scripts/test` starts one and sets it.
+    pub const POSTGRES_URL_VAR: &str = "HINTGATE_TEST_POSTGRES_URL";
+
+    /// Set by `./scripts/test`: a missing server is then a failure, not a skip.
+    pub const REQUIRE_POSTGRES_VAR: &str = "HINTGATE_REQUIRE_POSTGRES";
+
+    /// The address of a new, empty database on the test PostgreSQL server,
+    /// or `None` (with a line on stderr) when no server is configured.
+    ///
+    /// # Panics
+    ///
+    /// When a server is required but not configured, or cannot be used.
+    #[must_use]
+    #[expect(clippy::panic, reason = "test helper: a failed setup is a failed test")]
+    pub fn postgres_database() -> Option<String> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let Ok(admin) = std::env::var(POSTGRES_URL_VAR) else {
+            assert!(
+                std::env::var_os(REQUIRE_POSTGRES_VAR).is_none(),
+                "{REQUIRE_POSTGRES_VAR} is set but {POSTGRES_URL_VAR} is not"
+            );
+            #[expect(
+                clippy::disallowed_macros,
+                reason = "a test helper tells the test output why a test did nothing"
+            )]
+            {
+                eprintln!(
+                    "{POSTGRES_URL_VAR} is not set: the PostgreSQL store is not tested in this run (./scripts/test starts a server)"
+                );
+            }
+            return None;
+        };
+        let name = format!(
+            "hintgate_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut client = postgres::Client::connect(&admin, postgres::NoTls)
+            .unwrap_or_else(|err| panic!("cannot reach the test PostgreSQL server: {err}"));
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap_or_else(|err| panic!("cannot create a test database: {err}"));
+        let Some((base, _)) = admin.rsplit_once('/') else {
+            panic!("{POSTGRES_URL_VAR} must end with /DATABASE");
+        };
+        Some(format!("{base}/{name}"))
     }
 }

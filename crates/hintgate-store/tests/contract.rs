@@ -121,7 +121,7 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
     assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
     assert!(
         err.to_string()
-            .contains("schema version 99, newer than this hintgate's 2")
+            .contains("schema version 99, newer than this hintgate's 3")
     );
 }
 
@@ -232,5 +232,242 @@ fn an_edited_entry_breaks_the_chain_where_it_was_edited() {
             .unwrap()
             .first_broken,
         Some(3)
+    );
+}
+
+// === the approval queue ===
+
+fn pending_call(expires_at: i64) -> hintgate_store::NewPending {
+    hintgate_store::NewPending {
+        at: 100,
+        expires_at,
+        session: "s-1".into(),
+        server: "fs".into(),
+        server_key: "k".into(),
+        tool: "write_file".into(),
+        digest: "sha256:a".into(),
+        prompt: "Allow write_file on fs?\n  path: \"/tmp/x\"".into(),
+        offer: hintgate_store::Remember::Always,
+    }
+}
+
+fn queue_contract(queue: &dyn hintgate_store::ApprovalQueue) {
+    use hintgate_store::{Answer, Answered, PendingState, Remember};
+    let a = queue.enqueue(&pending_call(200)).unwrap();
+    let b = queue.enqueue(&pending_call(200)).unwrap();
+    assert_ne!(a, b, "every entry has its own number");
+    let waiting = queue.waiting(150).unwrap();
+    assert_eq!(waiting.iter().map(|p| p.id).collect::<Vec<_>>(), [a, b]);
+    assert_eq!(
+        waiting[0].prompt,
+        pending_call(200).prompt,
+        "the whole prompt is kept"
+    );
+    assert_eq!(waiting[0].offer, Remember::Always);
+    assert!(
+        queue.waiting(200).unwrap().is_empty(),
+        "an entry past its time is not listed"
+    );
+    assert!(queue.answers(&[a, b]).unwrap().is_empty());
+
+    let yes = Answer {
+        approve: true,
+        remember: Remember::Session,
+        by: "alice".into(),
+    };
+    let no = Answer {
+        approve: false,
+        remember: Remember::Call,
+        by: "bob".into(),
+    };
+    assert_eq!(queue.answer(a, &yes, 150).unwrap(), Answered::Released);
+    assert_eq!(
+        queue.answer(a, &no, 150).unwrap(),
+        Answered::NotWaiting(PendingState::Answered(yes.clone())),
+        "an entry is answered once"
+    );
+    assert_eq!(queue.answer(b, &yes, 200).unwrap(), Answered::Expired);
+    assert_eq!(queue.answer(9_999, &yes, 150).unwrap(), Answered::Unknown);
+    assert_eq!(queue.answers(&[a, b]).unwrap(), [(a, yes.clone())]);
+
+    // The gateway withdraws when its time is up; a person who was first wins.
+    assert_eq!(queue.withdraw(a, "timed out").unwrap(), Some(yes.clone()));
+    assert_eq!(queue.withdraw(b, "timed out").unwrap(), None);
+    assert_eq!(
+        queue.pending(b).unwrap().unwrap().state,
+        PendingState::Withdrawn {
+            why: "timed out".into()
+        }
+    );
+    assert_eq!(
+        queue.answer(b, &yes, 150).unwrap(),
+        Answered::NotWaiting(PendingState::Withdrawn {
+            why: "timed out".into()
+        }),
+        "a withdrawn call cannot be approved any more"
+    );
+    assert!(queue.waiting(150).unwrap().is_empty());
+    assert_eq!(
+        queue.pending(a).unwrap().unwrap().state,
+        PendingState::Answered(yes)
+    );
+}
+
+/// A gateway waits on one handle of the store; a person answers on another
+/// (another terminal, or another gateway on the same PostgreSQL). The watch
+/// wakes and the answer is there.
+fn answer_from_elsewhere(
+    waiter: &dyn hintgate_store::Store,
+    other: &(dyn hintgate_store::Store + Sync),
+) {
+    use hintgate_store::{Answer, Remember};
+    let mut watch = waiter.watch().unwrap();
+    let id = waiter.enqueue(&pending_call(i64::MAX)).unwrap();
+    // Let a first wait establish whatever the watch needs (PostgreSQL: LISTEN).
+    watch.wait(std::time::Duration::from_millis(10)).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let listed = other.waiting(0).unwrap();
+            assert_eq!(listed.iter().map(|p| p.id).collect::<Vec<_>>(), [id]);
+            let answer = Answer {
+                approve: true,
+                remember: Remember::Call,
+                by: "carol".into(),
+            };
+            assert_eq!(
+                other.answer(id, &answer, 0).unwrap(),
+                hintgate_store::Answered::Released
+            );
+        });
+        let mut answers = Vec::new();
+        for _ in 0..600 {
+            watch.wait(std::time::Duration::from_secs(1)).unwrap();
+            answers = waiter.answers(&[id]).unwrap();
+            if !answers.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(answers.len(), 1, "the answer reached the waiting handle");
+        assert_eq!(answers[0].1.by, "carol");
+    });
+}
+
+#[test]
+fn the_approval_queue_keeps_its_contract_in_memory_and_in_sqlite() {
+    queue_contract(&MemoryStore::default());
+    let dir = tempfile::tempdir().unwrap();
+    queue_contract(&SqliteStore::open(&dir.path().join("state.db")).unwrap());
+}
+
+#[test]
+fn an_answer_given_in_another_process_releases_a_sqlite_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let waiter = SqliteStore::open(&path).unwrap();
+    let other = SqliteStore::open(&path).unwrap();
+    answer_from_elsewhere(&waiter, &other);
+    let memory = MemoryStore::default();
+    answer_from_elsewhere(&memory, &memory);
+}
+
+// === PostgreSQL ===
+
+#[test]
+fn the_postgres_store_keeps_every_contract_and_its_data_across_connections() {
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let store = hintgate_store::PgStore::open(&url).unwrap();
+    contract(&store);
+    audit_contract(&store);
+    queue_contract(&store);
+    let salt = store.salt().to_vec();
+    drop(store);
+    let reopened = hintgate_store::PgStore::open(&url).unwrap();
+    assert_eq!(
+        reopened.pin("other", "read").unwrap().unwrap().digest,
+        "sha256:z"
+    );
+    assert_eq!(
+        reopened.salt(),
+        salt.as_slice(),
+        "every gateway on the store shares the salt"
+    );
+}
+
+#[test]
+fn an_answer_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() {
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let waiter = hintgate_store::PgStore::open(&url).unwrap();
+    let other = hintgate_store::PgStore::open(&url).unwrap();
+    answer_from_elsewhere(&waiter, &other);
+}
+
+#[test]
+fn gateways_appending_at_once_to_postgres_keep_one_chain() {
+    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let stores: Vec<_> = (0..4)
+        .map(|_| hintgate_store::PgStore::open(&url).unwrap())
+        .collect();
+    std::thread::scope(|scope| {
+        for (n, store) in stores.iter().enumerate() {
+            scope.spawn(move || {
+                for i in 0..25 {
+                    let entry = NewEntry {
+                        at: 1_795_000_000,
+                        kind: EntryKind::Call,
+                        call: None,
+                        body: json!({"gateway": n, "call": i}),
+                    };
+                    store.append(&[entry.clone(), entry]).unwrap();
+                }
+            });
+        }
+    });
+    let verification = stores[0].verify().unwrap();
+    assert_eq!(verification.checked, 200);
+    assert_eq!(verification.first_broken, None);
+}
+
+#[test]
+fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    drop(hintgate_store::PgStore::open(&url).unwrap());
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .execute(
+            "UPDATE hintgate.meta SET value = '99' WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap();
+    let err = hintgate_store::PgStore::open(&url).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 99, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("newer than this hintgate's 1"),
+        "{err}"
+    );
+
+    let err =
+        hintgate_store::PgStore::open("postgres://gate:hunter2@127.0.0.1:1/x?sslmode=require")
+            .unwrap_err();
+    assert!(err.to_string().contains("TLS"), "{err}");
+    assert!(
+        !err.to_string().contains("hunter2"),
+        "the password is never shown: {err}"
+    );
+    let err = hintgate_store::PgStore::open("postgres://gate:hunter2@127.0.0.1:1/x").unwrap_err();
+    assert!(
+        !err.to_string().contains("hunter2"),
+        "the password is never shown: {err}"
     );
 }

@@ -1,0 +1,680 @@
+//! The team store: PostgreSQL, shared by several gateways.
+//!
+//! Everything lives in the schema `hintgate` of the database the address
+//! names, so the store can share a database with other applications. Several
+//! gateways use one store at once: the schema is migrated under an advisory
+//! lock, audit appends take a transaction-level advisory lock so the hash
+//! chain stays one chain, and an answer in the approval queue is announced
+//! with `NOTIFY hintgate_approvals`, which every waiting gateway `LISTEN`s
+//! for.
+//!
+//! The blocking `postgres` client runs a runtime of its own, which must not
+//! be driven from inside the gateway's event loop; so the store keeps its
+//! connection on a thread of its own and every call is handed to it. A
+//! dropped connection is opened again on the next call.
+
+use std::sync::Mutex;
+use std::sync::mpsc::{Sender, sync_channel};
+use std::time::Duration;
+
+use ::postgres::fallible_iterator::FallibleIterator;
+use ::postgres::{Client, Config, NoTls};
+use serde_json::Value;
+
+use crate::audit::{GENESIS, chain_hash, kind_from, kind_name};
+use crate::queue::{
+    Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
+};
+use crate::{AuditLog, Entry, NewEntry, Pin, PinStore, Remember, Seen, StoreError};
+
+/// The schema version this build reads and writes in PostgreSQL.
+pub const PG_SCHEMA_VERSION: i64 = 1;
+
+/// The channel that announces answers in the approval queue.
+const CHANNEL: &str = "hintgate_approvals";
+
+/// Advisory lock keys (arbitrary, fixed): migrations, and audit appends.
+const MIGRATE_LOCK: i64 = 0x6869_6e74_6761_7465;
+const AUDIT_LOCK: i64 = 0x6869_6e74_6175_6474;
+
+type Job = Box<dyn FnOnce(Result<&mut Client, StoreError>) + Send>;
+
+/// The PostgreSQL store (`postgres://user@host/db`).
+pub struct PgStore {
+    jobs: Mutex<Sender<Job>>,
+    salt: Vec<u8>,
+    config: Config,
+    /// The address without its password, for messages.
+    shown: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("address", &self.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An address with its password hidden.
+fn shown(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((credentials, host)) => {
+                let user = credentials.split(':').next().unwrap_or("");
+                format!("{scheme}://{user}@{host}")
+            }
+            None => url.to_owned(),
+        },
+        None => "(an address that is not a URL)".to_owned(),
+    }
+}
+
+fn connect(config: &Config) -> Result<Client, StoreError> {
+    Ok(config.connect(NoTls)?)
+}
+
+impl PgStore {
+    /// Connects to the store at `url` (`postgres://` or `postgresql://`),
+    /// creating or migrating its schema.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the address is not usable, the server cannot be
+    /// reached, or the schema is newer than this hintgate knows.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let shown = shown(url);
+        let config: Config = url.parse().map_err(|err| {
+            StoreError::Address(format!("`{shown}` is not a PostgreSQL address: {err}"))
+        })?;
+        if config.get_ssl_mode() == ::postgres::config::SslMode::Require {
+            return Err(StoreError::Address(format!(
+                "`{shown}` asks for TLS (sslmode=require), which this hintgate does not speak to PostgreSQL yet; use a local socket, loopback, or a TLS tunnel"
+            )));
+        }
+        let (ready_tx, ready_rx) = sync_channel(1);
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
+        let worker_config = config.clone();
+        let worker_shown = shown.clone();
+        std::thread::Builder::new()
+            .name("hintgate-postgres".to_owned())
+            .spawn(move || {
+                let mut client = match connect(&worker_config).and_then(|mut client| {
+                    let salt = migrate(&mut client, &worker_shown)?;
+                    Ok((client, salt))
+                }) {
+                    Ok((client, salt)) => {
+                        let _ = ready_tx.send(Ok(salt));
+                        Some(client)
+                    }
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(err));
+                        return;
+                    }
+                };
+                for job in jobs_rx {
+                    if client.as_ref().is_none_or(Client::is_closed) {
+                        client = connect(&worker_config).ok();
+                    }
+                    match client.as_mut() {
+                        Some(client) => job(Ok(client)),
+                        None => job(Err(StoreError::Address(format!(
+                            "`{worker_shown}` cannot be reached"
+                        )))),
+                    }
+                }
+            })
+            .map_err(|err| StoreError::Address(format!("no thread for the store: {err}")))?;
+        let salt = ready_rx
+            .recv()
+            .map_err(|_| StoreError::Address("the store's thread ended".to_owned()))??;
+        Ok(Self {
+            jobs: Mutex::new(jobs_tx),
+            salt,
+            config,
+            shown,
+        })
+    }
+
+    /// Runs `work` on the store's connection and waits for its result.
+    fn call<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Client) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let (tx, rx) = sync_channel(1);
+        let job: Job = Box::new(move |client| {
+            let _ = tx.send(client.and_then(work));
+        });
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(job)
+            .map_err(|_| StoreError::Address("the store's thread ended".to_owned()))?;
+        rx.recv()
+            .map_err(|_| StoreError::Address("the store's thread ended".to_owned()))?
+    }
+}
+
+/// Creates or migrates the schema; returns the salt.
+fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    tx.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS hintgate;
+         CREATE TABLE IF NOT EXISTS hintgate.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    )?;
+    let found: i64 = tx
+        .query_opt(
+            "SELECT value FROM hintgate.meta WHERE key = 'schema_version'",
+            &[],
+        )?
+        .and_then(|row| row.get::<_, String>(0).parse().ok())
+        .unwrap_or(0);
+    if found > PG_SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: shown.to_owned(),
+            found,
+            known: PG_SCHEMA_VERSION,
+        });
+    }
+    if found < 1 {
+        tx.batch_execute(
+            "CREATE TABLE hintgate.pins (
+                 server_key TEXT NOT NULL, tool TEXT NOT NULL, server TEXT NOT NULL,
+                 digest TEXT NOT NULL, definition TEXT NOT NULL, pinned_at BIGINT NOT NULL,
+                 seen_digest TEXT, seen_definition TEXT,
+                 PRIMARY KEY (server_key, tool));
+             CREATE TABLE hintgate.always (
+                 server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+                 PRIMARY KEY (server_key, tool));
+             CREATE TABLE hintgate.audit (
+                 seq BIGINT PRIMARY KEY, at BIGINT NOT NULL, kind TEXT NOT NULL,
+                 call_seq BIGINT, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);
+             CREATE TABLE hintgate.approvals (
+                 id BIGSERIAL PRIMARY KEY, at BIGINT NOT NULL, expires_at BIGINT NOT NULL,
+                 session TEXT NOT NULL, server TEXT NOT NULL, server_key TEXT NOT NULL,
+                 tool TEXT NOT NULL, digest TEXT NOT NULL, prompt TEXT NOT NULL,
+                 offer TEXT NOT NULL, state TEXT NOT NULL, approve BOOLEAN,
+                 remember TEXT, answered_by TEXT, why TEXT);
+             CREATE INDEX approvals_waiting ON hintgate.approvals (state, expires_at);
+             INSERT INTO hintgate.meta (key, value) VALUES ('schema_version', '1')
+                 ON CONFLICT (key) DO UPDATE SET value = '1';",
+        )?;
+    }
+    let mut salt = vec![0u8; 32];
+    getrandom::fill(&mut salt).map_err(|err| StoreError::Randomness(err.to_string()))?;
+    tx.execute(
+        "INSERT INTO hintgate.meta (key, value) VALUES ('salt', $1) ON CONFLICT (key) DO NOTHING",
+        &[&crate::hex(&salt)],
+    )?;
+    let stored: String = tx
+        .query_one("SELECT value FROM hintgate.meta WHERE key = 'salt'", &[])?
+        .get(0);
+    tx.commit()?;
+    unhex(&stored).ok_or_else(|| StoreError::Corrupt("the stored salt is not hex".to_owned()))
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|at| {
+            text.get(at..at + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+        })
+        .collect()
+}
+
+fn pg_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn pg_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn parse_json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+const PIN_COLUMNS: &str =
+    "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition";
+
+fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
+    let definition: String = row.try_get(4)?;
+    let seen_digest: Option<String> = row.try_get(6)?;
+    let seen_definition: Option<String> = row.try_get(7)?;
+    Ok(Pin {
+        server_key: row.try_get(0)?,
+        tool: row.try_get(1)?,
+        server: row.try_get(2)?,
+        digest: row.try_get(3)?,
+        definition: parse_json(&definition)?,
+        pinned_at: row.try_get(5)?,
+        seen: match seen_digest.zip(seen_definition) {
+            Some((digest, definition)) => Some(Seen {
+                digest,
+                definition: parse_json(&definition)?,
+            }),
+            None => None,
+        },
+    })
+}
+
+impl PinStore for PgStore {
+    fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
+        let (server_key, tool) = (server_key.to_owned(), tool.to_owned());
+        self.call(move |client| {
+            client
+                .query_opt(
+                    &format!("SELECT {PIN_COLUMNS} FROM hintgate.pins WHERE server_key = $1 AND tool = $2"),
+                    &[&server_key, &tool],
+                )?
+                .map(|row| row_to_pin(&row))
+                .transpose()
+        })
+    }
+
+    fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
+        self.put_pins(std::slice::from_ref(pin))
+    }
+
+    fn put_pins(&self, pins: &[Pin]) -> Result<(), StoreError> {
+        let pins = pins.to_vec();
+        self.call(move |client| {
+            let mut tx = client.transaction()?;
+            let statement = tx.prepare(
+                "INSERT INTO hintgate.pins (server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition)
+                 VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
+                 ON CONFLICT (server_key, tool) DO UPDATE SET server = $3, digest = $4, definition = $5,
+                     pinned_at = $6, seen_digest = NULL, seen_definition = NULL",
+            )?;
+            for pin in &pins {
+                tx.execute(
+                    &statement,
+                    &[
+                        &pin.server_key,
+                        &pin.tool,
+                        &pin.server,
+                        &pin.digest,
+                        &pin.definition.to_string(),
+                        &pin.pinned_at,
+                    ],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn see(&self, server_key: &str, tool: &str, seen: &Seen) -> Result<(), StoreError> {
+        let (server_key, tool, seen) = (server_key.to_owned(), tool.to_owned(), seen.clone());
+        self.call(move |client| {
+            client.execute(
+                "UPDATE hintgate.pins SET seen_digest = $3, seen_definition = $4
+                 WHERE server_key = $1 AND tool = $2 AND digest != $3",
+                &[
+                    &server_key,
+                    &tool,
+                    &seen.digest,
+                    &seen.definition.to_string(),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn pins(&self) -> Result<Vec<Pin>, StoreError> {
+        self.call(|client| {
+            client
+                .query(
+                    &format!("SELECT {PIN_COLUMNS} FROM hintgate.pins ORDER BY server, tool"),
+                    &[],
+                )?
+                .iter()
+                .map(row_to_pin)
+                .collect()
+        })
+    }
+
+    fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
+        let (server_key, tool) = (server_key.to_owned(), tool.to_owned());
+        self.call(move |client| {
+            let mut tx = client.transaction()?;
+            tx.execute(
+                "DELETE FROM hintgate.always WHERE server_key = $1 AND tool = $2",
+                &[&server_key, &tool],
+            )?;
+            let removed = tx.execute(
+                "DELETE FROM hintgate.pins WHERE server_key = $1 AND tool = $2",
+                &[&server_key, &tool],
+            )?;
+            tx.commit()?;
+            Ok(removed > 0)
+        })
+    }
+
+    fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
+        let (server_key, tool, digest) =
+            (server_key.to_owned(), tool.to_owned(), digest.to_owned());
+        self.call(move |client| {
+            client.execute(
+                "INSERT INTO hintgate.always (server_key, tool, digest) VALUES ($1, $2, $3)
+                 ON CONFLICT (server_key, tool) DO UPDATE SET digest = $3",
+                &[&server_key, &tool, &digest],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn approved_always(
+        &self,
+        server_key: &str,
+        tool: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError> {
+        let (server_key, tool, digest) =
+            (server_key.to_owned(), tool.to_owned(), digest.to_owned());
+        self.call(move |client| {
+            let found = client.query_opt(
+                "SELECT digest FROM hintgate.always WHERE server_key = $1 AND tool = $2",
+                &[&server_key, &tool],
+            )?;
+            Ok(found.is_some_and(|row| row.get::<_, String>(0) == digest))
+        })
+    }
+
+    fn salt(&self) -> &[u8] {
+        &self.salt
+    }
+}
+
+impl AuditLog for PgStore {
+    fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
+        let entries = entries.to_vec();
+        self.call(move |client| {
+            let mut tx = client.transaction()?;
+            // One chain for every gateway on this store: appends take turns.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
+            let (mut seq, mut prev) = match tx.query_opt(
+                "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
+                &[],
+            )? {
+                Some(row) => (pg_u64(row.try_get(0)?), row.try_get::<_, String>(1)?),
+                None => (0, GENESIS.to_owned()),
+            };
+            let statement = tx.prepare(
+                "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )?;
+            let mut seqs = Vec::with_capacity(entries.len());
+            for new in &entries {
+                seq += 1;
+                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+                tx.execute(
+                    &statement,
+                    &[
+                        &pg_i64(seq),
+                        &new.at,
+                        &kind_name(new.kind),
+                        &new.call.map(pg_i64),
+                        &new.body.to_string(),
+                        &prev,
+                        &hash,
+                    ],
+                )?;
+                seqs.push(seq);
+                prev = hash;
+            }
+            tx.commit()?;
+            Ok(seqs)
+        })
+    }
+
+    fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        self.call(move |client| {
+            let rows = client.query(
+                "SELECT seq, at, kind, call_seq, body, prev, hash FROM hintgate.audit
+                 WHERE seq > $1 ORDER BY seq LIMIT $2",
+                &[&pg_i64(after), &i64::try_from(limit).unwrap_or(i64::MAX)],
+            )?;
+            rows.iter()
+                .map(|row| {
+                    let body: String = row.try_get(4)?;
+                    let kind: String = row.try_get(2)?;
+                    Ok(Entry {
+                        seq: pg_u64(row.try_get(0)?),
+                        at: row.try_get(1)?,
+                        kind: kind_from(&kind),
+                        call: row.try_get::<_, Option<i64>>(3)?.map(pg_u64),
+                        // A body that is no longer JSON is kept as text, so
+                        // verify reports the entry as broken.
+                        body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
+                        prev: row.try_get(5)?,
+                        hash: row.try_get(6)?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why";
+
+fn row_to_pending(row: &::postgres::Row) -> Result<Pending, StoreError> {
+    let offer: String = row.try_get(9)?;
+    let state: String = row.try_get(10)?;
+    let remember: Option<String> = row.try_get(12)?;
+    Ok(Pending {
+        id: pg_u64(row.try_get(0)?),
+        at: row.try_get(1)?,
+        expires_at: row.try_get(2)?,
+        session: row.try_get(3)?,
+        server: row.try_get(4)?,
+        server_key: row.try_get(5)?,
+        tool: row.try_get(6)?,
+        digest: row.try_get(7)?,
+        prompt: row.try_get(8)?,
+        offer: Remember::parse(&offer).unwrap_or(Remember::Call),
+        state: crate::queue::state_from(
+            &state,
+            row.try_get(11)?,
+            remember.as_deref(),
+            row.try_get(13)?,
+            row.try_get(14)?,
+        ),
+    })
+}
+
+fn pending_by_id(
+    client: &mut impl ::postgres::GenericClient,
+    id: u64,
+) -> Result<Option<Pending>, StoreError> {
+    client
+        .query_opt(
+            &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = $1"),
+            &[&pg_i64(id)],
+        )?
+        .map(|row| row_to_pending(&row))
+        .transpose()
+}
+
+impl ApprovalQueue for PgStore {
+    fn enqueue(&self, new: &NewPending) -> Result<u64, StoreError> {
+        let new = new.clone();
+        self.call(move |client| {
+            let row = client.query_one(
+                "INSERT INTO hintgate.approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'waiting') RETURNING id",
+                &[
+                    &new.at,
+                    &new.expires_at,
+                    &new.session,
+                    &new.server,
+                    &new.server_key,
+                    &new.tool,
+                    &new.digest,
+                    &new.prompt,
+                    &new.offer.as_str(),
+                ],
+            )?;
+            Ok(pg_u64(row.try_get(0)?))
+        })
+    }
+
+    fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
+        self.call(move |client| pending_by_id(client, id))
+    }
+
+    fn waiting(&self, now: i64) -> Result<Vec<Pending>, StoreError> {
+        self.call(move |client| {
+            client
+                .query(
+                    &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE state = 'waiting' AND expires_at > $1 ORDER BY id"),
+                    &[&now],
+                )?
+                .iter()
+                .map(row_to_pending)
+                .collect()
+        })
+    }
+
+    fn answer(&self, id: u64, answer: &Answer, now: i64) -> Result<Answered, StoreError> {
+        let answer = answer.clone();
+        self.call(move |client| {
+            let mut tx = client.transaction()?;
+            let changed = tx.execute(
+                "UPDATE hintgate.approvals SET state = 'answered', approve = $2, remember = $3, answered_by = $4
+                 WHERE id = $1 AND state = 'waiting' AND expires_at > $5",
+                &[&pg_i64(id), &answer.approve, &answer.remember.as_str(), &answer.by, &now],
+            )?;
+            if changed > 0 {
+                // Delivered to every listener when the answer commits.
+                tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &id.to_string()])?;
+                tx.commit()?;
+                return Ok(Answered::Released);
+            }
+            let found = pending_by_id(&mut tx, id)?;
+            tx.commit()?;
+            Ok(match found {
+                None => Answered::Unknown,
+                Some(p) if p.state == PendingState::Waiting => Answered::Expired,
+                Some(p) => Answered::NotWaiting(p.state),
+            })
+        })
+    }
+
+    fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError> {
+        let ids: Vec<i64> = ids.iter().copied().map(pg_i64).collect();
+        self.call(move |client| {
+            let rows = client.query(
+                &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = ANY($1) AND state = 'answered'"),
+                &[&ids],
+            )?;
+            let mut answers = Vec::new();
+            for row in &rows {
+                let p = row_to_pending(row)?;
+                if let PendingState::Answered(answer) = p.state {
+                    answers.push((p.id, answer));
+                }
+            }
+            Ok(answers)
+        })
+    }
+
+    fn withdraw(&self, id: u64, why: &str) -> Result<Option<Answer>, StoreError> {
+        let why = why.to_owned();
+        self.call(move |client| {
+            let changed = client.execute(
+                "UPDATE hintgate.approvals SET state = 'withdrawn', why = $2 WHERE id = $1 AND state = 'waiting'",
+                &[&pg_i64(id), &why],
+            )?;
+            if changed > 0 {
+                return Ok(None);
+            }
+            Ok(match pending_by_id(client, id)?.map(|p| p.state) {
+                Some(PendingState::Answered(answer)) => Some(answer),
+                _ => None,
+            })
+        })
+    }
+
+    fn watch(&self) -> Result<Box<dyn QueueWatch>, StoreError> {
+        Ok(Box::new(PgWatch {
+            config: self.config.clone(),
+            client: None,
+        }))
+    }
+}
+
+/// Listens on the answers channel, on a connection of its own, opened on the
+/// first wait (on the watching thread, outside any async runtime).
+struct PgWatch {
+    config: Config,
+    client: Option<Client>,
+}
+
+impl std::fmt::Debug for PgWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgWatch")
+            .field("listening", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueueWatch for PgWatch {
+    fn wait(&mut self, timeout: Duration) -> Result<(), StoreError> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            let mut client = connect(&self.config)?;
+            client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+            self.client = Some(client);
+            // Whatever was answered before the listening began is found by
+            // the caller's check after this return.
+            return Ok(());
+        }
+        let Some(client) = self.client.as_mut() else {
+            return Ok(());
+        };
+        let mut notifications = client.notifications();
+        let first = notifications.timeout_iter(timeout).next()?;
+        if first.is_some() {
+            // Take the rest that are already here, without waiting.
+            let mut rest = notifications.iter();
+            while rest.next()?.is_some() {}
+        }
+        Ok(())
+    }
+}
+
+// Entry kinds are stored by name, as in SQLite.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EntryKind;
+
+    #[test]
+    fn addresses_are_shown_without_their_password() {
+        assert_eq!(
+            shown("postgres://gate:s3cret@db.example:5432/hintgate"),
+            "postgres://gate@db.example:5432/hintgate"
+        );
+        assert_eq!(shown("postgres://db.example/h"), "postgres://db.example/h");
+        assert!(!shown("postgresql://a:b:c@h/d").contains('b'));
+    }
+
+    #[test]
+    fn salts_round_trip_through_hex() {
+        let salt = [0u8, 1, 0xab, 0xff];
+        assert_eq!(unhex(&crate::hex(&salt)), Some(salt.to_vec()));
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("zz"), None);
+    }
+
+    #[test]
+    fn entry_kinds_have_stable_names() {
+        assert_eq!(kind_from(kind_name(EntryKind::Outcome)), EntryKind::Outcome);
+        assert_eq!(kind_from(kind_name(EntryKind::Call)), EntryKind::Call);
+    }
+}

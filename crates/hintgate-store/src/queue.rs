@@ -1,0 +1,573 @@
+//! The approval queue: calls that wait for a person on a host that cannot
+//! ask one (it did not declare elicitation).
+//!
+//! A gateway puts the call in the queue with the full prompt; a person sees
+//! it in `hintgate approvals list` and answers it with `hintgate approvals
+//! approve ID` or `deny ID`, from another terminal or, with PostgreSQL, from
+//! another machine. The gateway learns of the answer through a
+//! [`QueueWatch`] (SQLite: the database's change counter, checked every few
+//! milliseconds on a connection of its own; PostgreSQL: `LISTEN/NOTIFY`) and
+//! withdraws the call when its time is up.
+//!
+//! Each entry is answered at most once: the answer and the withdrawal are
+//! both conditional on the entry still waiting, so whichever commits first
+//! wins and the other learns what happened.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
+
+use crate::{MemoryStore, SqliteStore, StoreError};
+
+/// How far an approval may be remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Remember {
+    /// This call only.
+    Call,
+    /// This tool, for the rest of the waiting gateway's session.
+    Session,
+    /// This tool always (for this definition).
+    Always,
+}
+
+impl Remember {
+    /// The stable name (`call`, `session`, `always`).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Call => "call",
+            Self::Session => "session",
+            Self::Always => "always",
+        }
+    }
+
+    /// The value of a stable name.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "call" => Some(Self::Call),
+            "session" => Some(Self::Session),
+            "always" => Some(Self::Always),
+            _ => None,
+        }
+    }
+}
+
+/// A call to put in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPending {
+    /// When it started waiting, in seconds since the Unix epoch.
+    pub at: i64,
+    /// When the gateway stops waiting (seconds since the Unix epoch).
+    pub expires_at: i64,
+    /// The gateway session it belongs to (as the audit log names it).
+    pub session: String,
+    /// The server's configured name.
+    pub server: String,
+    /// The server's identity key.
+    pub server_key: String,
+    /// The server's own tool name.
+    pub tool: String,
+    /// The pin digest of the definition the call is for.
+    pub digest: String,
+    /// What the person is shown: the whole prompt, as for elicitation.
+    pub prompt: String,
+    /// The most the approval may be remembered.
+    pub offer: Remember,
+}
+
+/// A person's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Answer {
+    /// Whether the call may run.
+    pub approve: bool,
+    /// How far the approval is remembered (never beyond the offer; the
+    /// gateway checks again).
+    pub remember: Remember,
+    /// Who answered, for the audit log.
+    pub by: String,
+}
+
+/// Where an entry stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum PendingState {
+    /// Waiting for a person.
+    Waiting,
+    /// A person answered.
+    Answered(Answer),
+    /// The gateway stopped waiting (why: timed out, the host cancelled, the
+    /// gateway ended).
+    Withdrawn {
+        /// Why.
+        why: String,
+    },
+}
+
+/// An entry of the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pending {
+    /// Its number, unique in the store and never reused.
+    pub id: u64,
+    /// When it started waiting.
+    pub at: i64,
+    /// When the gateway stops waiting.
+    pub expires_at: i64,
+    /// The gateway session.
+    pub session: String,
+    /// The server's configured name.
+    pub server: String,
+    /// The server's identity key.
+    pub server_key: String,
+    /// The tool.
+    pub tool: String,
+    /// The pin digest.
+    pub digest: String,
+    /// The prompt.
+    pub prompt: String,
+    /// The most the approval may be remembered.
+    pub offer: Remember,
+    /// Where it stands.
+    pub state: PendingState,
+}
+
+/// What [`ApprovalQueue::answer`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    /// The answer was recorded; the waiting gateway is told.
+    Released,
+    /// The entry no longer waits (answered before, or withdrawn).
+    NotWaiting(PendingState),
+    /// The gateway's time is up (the entry will be withdrawn).
+    Expired,
+    /// No such entry.
+    Unknown,
+}
+
+/// The approval queue.
+///
+/// Contract:
+/// - `enqueue` is durable when it returns, and returns a number never used
+///   before in this store;
+/// - `answer` records an answer only for an entry that is still waiting and
+///   not past `expires_at` (the `now` it is given), and wakes every
+///   [`QueueWatch`] of the store, in this process or another;
+/// - `withdraw` ends the wait of an entry that is still waiting; when a
+///   person answered first, it changes nothing and returns the answer;
+/// - an entry is answered or withdrawn at most once.
+pub trait ApprovalQueue: Send + Sync + std::fmt::Debug {
+    /// Puts a call in the queue; returns its number.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the queue cannot be written.
+    fn enqueue(&self, pending: &NewPending) -> Result<u64, StoreError>;
+
+    /// One entry, whatever its state.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the queue cannot be read.
+    fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError>;
+
+    /// Entries still waiting at `now`, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the queue cannot be read.
+    fn waiting(&self, now: i64) -> Result<Vec<Pending>, StoreError>;
+
+    /// Answers a waiting entry.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the queue cannot be written.
+    fn answer(&self, id: u64, answer: &Answer, now: i64) -> Result<Answered, StoreError>;
+
+    /// The answers given so far to any of `ids`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the queue cannot be read.
+    fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError>;
+
+    /// Ends the wait of an entry; the answer, when a person was first.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the queue cannot be written.
+    fn withdraw(&self, id: u64, why: &str) -> Result<Option<Answer>, StoreError>;
+
+    /// A way to sleep until the queue may have changed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be watched.
+    fn watch(&self) -> Result<Box<dyn QueueWatch>, StoreError>;
+}
+
+/// Sleeps until the queue may have changed.
+pub trait QueueWatch: Send + std::fmt::Debug {
+    /// Returns when an answer may have been given since the last call (or
+    /// since the watch began), or after `timeout`. It may return early
+    /// without a change; callers check [`ApprovalQueue::answers`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be watched any more.
+    fn wait(&mut self, timeout: Duration) -> Result<(), StoreError>;
+}
+
+pub(crate) fn state_from(
+    state: &str,
+    approve: Option<bool>,
+    remember: Option<&str>,
+    by: Option<String>,
+    why: Option<String>,
+) -> PendingState {
+    match state {
+        "answered" => PendingState::Answered(Answer {
+            approve: approve.unwrap_or(false),
+            // An unreadable remember choice is the narrowest one.
+            remember: remember.and_then(Remember::parse).unwrap_or(Remember::Call),
+            by: by.unwrap_or_default(),
+        }),
+        "waiting" => PendingState::Waiting,
+        _ => PendingState::Withdrawn {
+            why: why.unwrap_or_default(),
+        },
+    }
+}
+
+// === MemoryStore ===
+
+/// Wakes the watches of a [`MemoryStore`].
+#[derive(Debug, Default)]
+pub(crate) struct Bell {
+    rung: Mutex<u64>,
+    ring: Condvar,
+}
+
+impl Bell {
+    fn ring(&self) {
+        let mut rung = self
+            .rung
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *rung += 1;
+        self.ring.notify_all();
+    }
+
+    fn count(&self) -> u64 {
+        *self
+            .rung
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug)]
+struct MemoryWatch {
+    bell: Arc<Bell>,
+    seen: u64,
+}
+
+impl QueueWatch for MemoryWatch {
+    fn wait(&mut self, timeout: Duration) -> Result<(), StoreError> {
+        let rung = self
+            .bell
+            .rung
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (rung, _) = self
+            .bell
+            .ring
+            .wait_timeout_while(rung, timeout, |rung| *rung == self.seen)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.seen = *rung;
+        Ok(())
+    }
+}
+
+impl ApprovalQueue for MemoryStore {
+    fn enqueue(&self, new: &NewPending) -> Result<u64, StoreError> {
+        let mut state = self.lock();
+        let id = state.queue.len() as u64 + 1;
+        state.queue.push(Pending {
+            id,
+            at: new.at,
+            expires_at: new.expires_at,
+            session: new.session.clone(),
+            server: new.server.clone(),
+            server_key: new.server_key.clone(),
+            tool: new.tool.clone(),
+            digest: new.digest.clone(),
+            prompt: new.prompt.clone(),
+            offer: new.offer,
+            state: PendingState::Waiting,
+        });
+        Ok(id)
+    }
+
+    fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
+        Ok(self.lock().queue.iter().find(|p| p.id == id).cloned())
+    }
+
+    fn waiting(&self, now: i64) -> Result<Vec<Pending>, StoreError> {
+        Ok(self
+            .lock()
+            .queue
+            .iter()
+            .filter(|p| p.state == PendingState::Waiting && p.expires_at > now)
+            .cloned()
+            .collect())
+    }
+
+    fn answer(&self, id: u64, answer: &Answer, now: i64) -> Result<Answered, StoreError> {
+        let answered = {
+            let mut state = self.lock();
+            match state.queue.iter_mut().find(|p| p.id == id) {
+                None => Answered::Unknown,
+                Some(p) if p.state != PendingState::Waiting => {
+                    Answered::NotWaiting(p.state.clone())
+                }
+                Some(p) if p.expires_at <= now => Answered::Expired,
+                Some(p) => {
+                    p.state = PendingState::Answered(answer.clone());
+                    Answered::Released
+                }
+            }
+        };
+        if answered == Answered::Released {
+            self.bell.ring();
+        }
+        Ok(answered)
+    }
+
+    fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError> {
+        Ok(self
+            .lock()
+            .queue
+            .iter()
+            .filter(|p| ids.contains(&p.id))
+            .filter_map(|p| match &p.state {
+                PendingState::Answered(answer) => Some((p.id, answer.clone())),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn withdraw(&self, id: u64, why: &str) -> Result<Option<Answer>, StoreError> {
+        let mut state = self.lock();
+        let Some(p) = state.queue.iter_mut().find(|p| p.id == id) else {
+            return Ok(None);
+        };
+        match &p.state {
+            PendingState::Answered(answer) => Ok(Some(answer.clone())),
+            PendingState::Withdrawn { .. } => Ok(None),
+            PendingState::Waiting => {
+                p.state = PendingState::Withdrawn {
+                    why: why.to_owned(),
+                };
+                Ok(None)
+            }
+        }
+    }
+
+    fn watch(&self) -> Result<Box<dyn QueueWatch>, StoreError> {
+        Ok(Box::new(MemoryWatch {
+            seen: self.bell.count(),
+            bell: Arc::clone(&self.bell),
+        }))
+    }
+}
+
+// === SqliteStore ===
+
+/// Polls SQLite's change counter (`PRAGMA data_version`) on a connection of
+/// its own: it changes when any other connection, in any process, commits.
+/// A check costs microseconds, so it runs every few milliseconds.
+#[derive(Debug)]
+struct SqliteWatch {
+    connection: rusqlite::Connection,
+    version: i64,
+}
+
+/// How often a SQLite watch looks at the change counter.
+const SQLITE_WATCH_TICK: Duration = Duration::from_millis(10);
+
+impl QueueWatch for SqliteWatch {
+    fn wait(&mut self, timeout: Duration) -> Result<(), StoreError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let version: i64 = self
+                .connection
+                .pragma_query_value(None, "data_version", |row| row.get(0))?;
+            if version != self.version {
+                self.version = version;
+                return Ok(());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            std::thread::sleep(SQLITE_WATCH_TICK.min(deadline - now));
+        }
+    }
+}
+
+const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why";
+
+fn row_to_pending(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
+    let state: String = row.get(10)?;
+    let remember: Option<String> = row.get(12)?;
+    let offer: String = row.get(9)?;
+    Ok(Pending {
+        id: u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+        at: row.get(1)?,
+        expires_at: row.get(2)?,
+        session: row.get(3)?,
+        server: row.get(4)?,
+        server_key: row.get(5)?,
+        tool: row.get(6)?,
+        digest: row.get(7)?,
+        prompt: row.get(8)?,
+        offer: Remember::parse(&offer).unwrap_or(Remember::Call),
+        state: state_from(
+            &state,
+            row.get(11)?,
+            remember.as_deref(),
+            row.get(13)?,
+            row.get(14)?,
+        ),
+    })
+}
+
+fn sql_id(id: u64) -> i64 {
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+impl ApprovalQueue for SqliteStore {
+    fn enqueue(&self, new: &NewPending) -> Result<u64, StoreError> {
+        let connection = self.lock();
+        connection.execute(
+            "INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'waiting')",
+            params![
+                new.at,
+                new.expires_at,
+                new.session,
+                new.server,
+                new.server_key,
+                new.tool,
+                new.digest,
+                new.prompt,
+                new.offer.as_str()
+            ],
+        )?;
+        Ok(u64::try_from(connection.last_insert_rowid()).unwrap_or(0))
+    }
+
+    fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
+        Ok(self
+            .lock()
+            .query_row(
+                &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
+                params![sql_id(id)],
+                row_to_pending,
+            )
+            .optional()?)
+    }
+
+    fn waiting(&self, now: i64) -> Result<Vec<Pending>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare(&format!(
+            "SELECT {PENDING_COLUMNS} FROM approvals WHERE state = 'waiting' AND expires_at > ?1 ORDER BY id"
+        ))?;
+        let rows = statement.query_map(params![now], row_to_pending)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    fn answer(&self, id: u64, answer: &Answer, now: i64) -> Result<Answered, StoreError> {
+        let connection = self.lock();
+        let changed = connection.execute(
+            "UPDATE approvals SET state = 'answered', approve = ?2, remember = ?3, answered_by = ?4
+             WHERE id = ?1 AND state = 'waiting' AND expires_at > ?5",
+            params![
+                sql_id(id),
+                answer.approve,
+                answer.remember.as_str(),
+                answer.by,
+                now
+            ],
+        )?;
+        if changed > 0 {
+            return Ok(Answered::Released);
+        }
+        let found = connection
+            .query_row(
+                &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
+                params![sql_id(id)],
+                row_to_pending,
+            )
+            .optional()?;
+        Ok(match found {
+            None => Answered::Unknown,
+            Some(p) if p.state == PendingState::Waiting => Answered::Expired,
+            Some(p) => Answered::NotWaiting(p.state),
+        })
+    }
+
+    fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare_cached(&format!(
+            "SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1 AND state = 'answered'"
+        ))?;
+        let mut answers = Vec::new();
+        for &id in ids {
+            if let Some(p) = statement
+                .query_row(params![sql_id(id)], row_to_pending)
+                .optional()?
+                && let PendingState::Answered(answer) = p.state
+            {
+                answers.push((id, answer));
+            }
+        }
+        Ok(answers)
+    }
+
+    fn withdraw(&self, id: u64, why: &str) -> Result<Option<Answer>, StoreError> {
+        let connection = self.lock();
+        let changed = connection.execute(
+            "UPDATE approvals SET state = 'withdrawn', why = ?2 WHERE id = ?1 AND state = 'waiting'",
+            params![sql_id(id), why],
+        )?;
+        if changed > 0 {
+            return Ok(None);
+        }
+        let found = connection
+            .query_row(
+                &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
+                params![sql_id(id)],
+                row_to_pending,
+            )
+            .optional()?;
+        Ok(match found.map(|p| p.state) {
+            Some(PendingState::Answered(answer)) => Some(answer),
+            _ => None,
+        })
+    }
+
+    fn watch(&self) -> Result<Box<dyn QueueWatch>, StoreError> {
+        let connection = rusqlite::Connection::open(&self.path)?;
+        connection.busy_timeout(Duration::from_secs(5))?;
+        let version = connection.pragma_query_value(None, "data_version", |row| row.get(0))?;
+        Ok(Box::new(SqliteWatch {
+            connection,
+            version,
+        }))
+    }
+}
