@@ -48,6 +48,63 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// List, approve and deny calls waiting for a person (hosts that cannot ask).
+    #[command(
+        after_help = "Exit codes: 0 ok, 1 error (no such call, or it no longer waits), 64 bad usage"
+    )]
+    Approvals(ApprovalsArgs),
+}
+
+/// `hintgate approvals`
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    /// Where the queue is kept (as for `hintgate run`).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub state_dir: Option<PathBuf>,
+    /// The store: `postgres://...` (shared by several gateways) or
+    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else SQLite in the state
+    /// directory.
+    #[arg(long, value_name = "URL", global = true)]
+    pub store: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ApprovalsCommand,
+}
+
+/// `hintgate approvals ...`
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// The calls waiting for a person, each with its whole prompt.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a waiting call run.
+    Approve {
+        /// The call's number (from `list`, or the gateway's log).
+        id: u64,
+        /// Remember the approval: for this call only (default), for this tool
+        /// for the rest of the gateway's session, or for this tool always.
+        #[arg(long, value_enum, default_value = "call")]
+        remember: RememberArg,
+    },
+    /// Refuse a waiting call.
+    Deny {
+        /// The call's number.
+        id: u64,
+    },
+}
+
+/// How far an approval is remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RememberArg {
+    /// This call only.
+    Call,
+    /// This tool, for the rest of the waiting gateway's session.
+    Session,
+    /// This tool always (for this definition).
+    Always,
 }
 
 /// `hintgate log`
@@ -56,6 +113,11 @@ pub struct LogArgs {
     /// Where the log is kept (as for `hintgate run`).
     #[arg(long, value_name = "DIR", global = true)]
     pub state_dir: Option<PathBuf>,
+    /// The store: `postgres://...` (shared by several gateways) or
+    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else SQLite in the state
+    /// directory.
+    #[arg(long, value_name = "URL", global = true)]
+    pub store: Option<String>,
     /// Only calls to this server.
     #[arg(long, value_name = "NAME")]
     pub server: Option<String>,
@@ -86,6 +148,11 @@ pub struct PinsArgs {
     /// Where pins are kept (as for `hintgate run`).
     #[arg(long, value_name = "DIR", global = true)]
     pub state_dir: Option<PathBuf>,
+    /// The store: `postgres://...` (shared by several gateways) or
+    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else SQLite in the state
+    /// directory.
+    #[arg(long, value_name = "URL", global = true)]
+    pub store: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: PinsCommand,
@@ -180,6 +247,11 @@ pub struct RunArgs {
     /// `~/.local/share/hintgate`).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The store: `postgres://...` (shared by several gateways) or
+    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else `[gateway] store`, else
+    /// SQLite in the state directory.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
     /// Wrap mode: the server's command line.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -328,6 +328,9 @@ async fn drive(config: ValidConfig) -> Result<()> {
                 Observed::Answered { answer, .. } => {
                     text.push_str(&format!("   the person: {answer}\n"))
                 }
+                Observed::Queued { id, .. } => text.push_str(&format!(
+                    "   waits in the approval queue as #{id} (hintgate approvals)\n"
+                )),
             }
         }
         if let Some(prompt) = asked {

@@ -10,7 +10,7 @@ use crate::output;
 
 /// Runs `hintgate log`.
 pub fn run(args: &LogArgs) -> Result<Exit> {
-    let store = crate::state::open_store(args.state_dir.as_deref())?;
+    let store = crate::state::open_store(args.state_dir.as_deref(), args.store.as_deref(), None)?;
     if let Some(LogCommand::Verify) = args.command {
         let verification = store.verify()?;
         return Ok(match verification.first_broken {

@@ -3,6 +3,7 @@
 //! `main` only parses and dispatches; each command lives in its own module,
 //! reads its files at the edge (`load`) and writes only through `output`.
 
+mod approvals;
 mod args;
 mod config_check;
 mod demo;
@@ -44,6 +45,7 @@ fn main() -> Exit {
         Command::Demo => demo::run(),
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
+        Command::Approvals(args) => approvals::run(args),
     };
     match result {
         Ok(exit) => exit,

@@ -37,7 +37,18 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     if let Some(seconds) = args.ask_timeout {
         config.gateway.ask_timeout_s = seconds.max(1);
     }
-    let store = crate::state::open_store(args.state_dir.as_deref())?;
+    let configured = config
+        .gateway
+        .store
+        .as_deref()
+        .map(|text| vars::expand(text, &ProcessEnv))
+        .transpose()
+        .map_err(|err| InputError(format!("gateway.store: {err}")))?;
+    let store = crate::state::open_store(
+        args.state_dir.as_deref(),
+        args.store.as_deref(),
+        configured.as_deref(),
+    )?;
     let settings = Settings {
         policy: Policy::new(config),
         mode,

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use hintgate_store::{SqliteStore, Store};
+use hintgate_store::{PgStore, SqliteStore, Store};
+
+/// The variable that names the store when no `--store` flag does.
+pub const STORE_VAR: &str = "HINTGATE_STORE";
 
 /// The state directory: `--state-dir`, else `$HINTGATE_STATE_DIR`, else
 /// `$XDG_DATA_HOME/hintgate`, else `~/.local/share/hintgate`.
@@ -24,13 +27,46 @@ pub fn state_dir(flag: Option<&Path>) -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/share/hintgate"))
 }
 
-/// Opens the store in the state directory, creating both when needed.
-pub fn open_store(flag: Option<&Path>) -> Result<Arc<dyn Store>> {
-    let dir = state_dir(flag)?;
+/// Opens the store: the one `store` names (`--store`, else
+/// `$HINTGATE_STORE`, else the config's `[gateway] store` passed as
+/// `configured`), else SQLite in the state directory, creating both when
+/// needed.
+pub fn open_store(
+    state_flag: Option<&Path>,
+    store: Option<&str>,
+    configured: Option<&str>,
+) -> Result<Arc<dyn Store>> {
+    let from_env = std::env::var(STORE_VAR)
+        .ok()
+        .filter(|value| !value.is_empty());
+    if let Some(address) = store.or(from_env.as_deref()).or(configured) {
+        return open_address(address);
+    }
+    let dir = state_dir(state_flag)?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the state directory `{}`", dir.display()))?;
     let path = dir.join("state.db");
     let store = SqliteStore::open(&path)
         .with_context(|| format!("cannot open the store `{}`", path.display()))?;
     Ok(Arc::new(store))
+}
+
+/// Opens the store at an address: `postgres://`, `postgresql://` or
+/// `sqlite:PATH`.
+fn open_address(address: &str) -> Result<Arc<dyn Store>> {
+    if address.starts_with("postgres://") || address.starts_with("postgresql://") {
+        let store = PgStore::open(address).context("cannot open the PostgreSQL store")?;
+        return Ok(Arc::new(store));
+    }
+    if let Some(path) = address.strip_prefix("sqlite:") {
+        let path = Path::new(path);
+        let store = SqliteStore::open(path)
+            .with_context(|| format!("cannot open the store `{}`", path.display()))?;
+        return Ok(Arc::new(store));
+    }
+    Err(crate::load::InputError(format!(
+        "the store must be `postgres://...` or `sqlite:PATH`, not `{}`",
+        address.split("://").next().unwrap_or(address)
+    ))
+    .into())
 }

@@ -13,6 +13,13 @@ pub enum Event {
         /// The entry's sequence number, or why it failed.
         result: Result<u64, String>,
     },
+    /// A person answered a call waiting in the approval queue.
+    Answered {
+        /// The call's number in the queue.
+        id: u64,
+        /// The answer.
+        answer: hintgate_store::Answer,
+    },
     /// Something from an upstream process; `generation` tells processes of
     /// the same server apart across restarts.
     Upstream {

@@ -161,12 +161,19 @@ fn remembering_for_the_session_stops_the_questions() {
 #[test]
 fn a_host_without_elicitation_gets_a_refusal_not_a_hang() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    // The call waits in the approval queue for `ask_timeout_s`, then is refused.
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted", "--ask-timeout", "1"],
+        &[],
+        &[],
+    );
     host.initialize(json!({}));
     let refused = host.call("write_note", json!({"text": "x"}));
     assert!(is_error(&refused));
     assert!(
-        text(&refused).contains("this host cannot ask one"),
+        text(&refused).contains("this host cannot ask one")
+            && text(&refused).contains("waited in the approval queue as #1"),
         "{}",
         text(&refused)
     );
@@ -376,7 +383,11 @@ fn gateway_mode_prefixes_names_and_routes_everything() {
         "[servers.alpha]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"alpha\", \"--resources\"]\ntrust = \"trusted\"\n\n[servers.beta]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"beta\", \"--resources\"]\n"
     );
     std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
-    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    let mut host = Host::start(
+        dir.path(),
+        &["run", "--config", "hintgate.toml", "--ask-timeout", "1"],
+        &[],
+    );
     let init = host.initialize(json!({}));
     assert_eq!(init["result"]["serverInfo"]["name"], "hintgate");
     let instructions = init["result"]["instructions"].as_str().unwrap();

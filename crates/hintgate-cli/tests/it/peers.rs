@@ -129,7 +129,7 @@ fn the_python_sdk_host_reaches_server_everything_and_answers_the_gateway() {
 
     let no_elicitation = sdk_host(
         dir.path(),
-        &wrapped(&["--trust", "trusted"], &server),
+        &wrapped(&["--trust", "trusted", "--ask-timeout", "1"], &server),
         None,
         calls,
     );
@@ -147,7 +147,10 @@ fn the_filesystem_server_reads_freely_and_never_writes_unasked() {
     let target = data.join("written.txt").display().to_string();
     let report = sdk_host(
         dir.path(),
-        &wrapped(&["--trust", "trusted", "--name", "fs"], &server),
+        &wrapped(
+            &["--trust", "trusted", "--name", "fs", "--ask-timeout", "1"],
+            &server,
+        ),
         None,
         json!([
             {"name": "read_text_file", "arguments": {"path": data.join("notes.txt").display().to_string()}},
@@ -273,7 +276,7 @@ fn gateway_mode_serves_several_real_servers_at_once() {
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     let config = format!(
-        "[servers.everything]\ncommand = {:?}\ntrust = \"trusted\"\n\n\
+        "[gateway]\nask_timeout_s = 1\n\n[servers.everything]\ncommand = {:?}\ntrust = \"trusted\"\n\n\
          [servers.memory]\ncommand = {:?}\ntrust = \"trusted\"\nenv = {{ MEMORY_FILE_PATH = {:?} }}\n\n\
          [servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"Etc/UTC\"]\ntrust = \"trusted\"\n\n\
          [servers.fs]\ncommand = {:?}\nargs = [{:?}]\n",
@@ -326,7 +329,7 @@ fn the_inspector_cli_gets_answers_and_refusals_never_a_hang() {
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\nHINTGATE_STATE_DIR={:?} exec {} run --trust trusted -- {}\n",
+            "#!/bin/sh\nHINTGATE_STATE_DIR={:?} exec {} run --trust trusted --ask-timeout 1 -- {}\n",
             dir.path().join("state").display().to_string(),
             hintgate_path(),
             npm_bin("mcp-server-everything")

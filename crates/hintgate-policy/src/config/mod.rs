@@ -68,6 +68,11 @@ pub struct GatewaySettings {
     /// The largest message a server may send, in bytes; a longer line fails
     /// the server's calls and restarts it.
     pub max_message_bytes: u64,
+    /// Where pins, approvals, the queue and the audit log are kept:
+    /// `postgres://...` or `sqlite:PATH`; `None` is SQLite in the state
+    /// directory. May hold `${VAR}` references (a password), expanded at
+    /// start-up.
+    pub store: Option<String>,
 }
 
 /// One `[servers.NAME]` table.
@@ -160,6 +165,7 @@ impl Default for GatewaySettings {
             ask_timeout_s: 120,
             call_timeout_s: 60,
             max_message_bytes: 16 * 1024 * 1024,
+            store: None,
         }
     }
 }

@@ -31,6 +31,7 @@ const GATEWAY_KEYS: &[&str] = &[
     "ask_timeout_s",
     "call_timeout_s",
     "max_message_bytes",
+    "store",
 ];
 const SERVER_KEYS: &[&str] = &[
     "command",
@@ -228,6 +229,23 @@ impl Walker<'_> {
         }
         if let Some(seconds) = self.bounded(table, "call_timeout_s", 1, MAX_TIMEOUT_S) {
             settings.call_timeout_s = seconds;
+        }
+        if let Some((store, span)) = self.string(table, "gateway", "store") {
+            let known = ["postgres://", "postgresql://", "sqlite:"];
+            if known.iter().any(|scheme| store.starts_with(scheme)) {
+                self.check_template(&store, span, "gateway.store");
+                settings.store = Some(store);
+            } else {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "gateway.store",
+                        "the store must be `postgres://...` (or `postgresql://...`) or `sqlite:PATH`",
+                    )
+                    .at(span)
+                    .with_help("leave it out for the SQLite store in the state directory; put a password in `${VAR}`"),
+                );
+            }
         }
         if let Some(bytes) = self.bounded(
             table,

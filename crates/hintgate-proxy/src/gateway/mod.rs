@@ -12,6 +12,7 @@
 //! into the original line.
 
 mod modern;
+mod queue;
 mod relay;
 mod routing;
 mod tools;
@@ -80,6 +81,15 @@ pub enum Observed {
         tool: String,
         /// The decision.
         decision: hintgate_policy::decide::Decision,
+    },
+    /// A call waits in the approval queue (the host cannot ask a person).
+    Queued {
+        /// Its number in the queue (`hintgate approvals approve ID`).
+        id: u64,
+        /// The server's configured name.
+        server: String,
+        /// The server's own tool name.
+        tool: String,
     },
     /// A person answered the question about a call.
     Answered {
@@ -179,6 +189,8 @@ where
         next_deadline: 0,
         resource_owners: HashMap::new(),
         template_owners: HashMap::new(),
+        queued: HashMap::new(),
+        queue_watcher: None,
         closed: false,
     };
     while !gateway.closed {
@@ -270,6 +282,10 @@ struct Gateway {
     /// Gateway mode: which server listed a resource URI or template.
     resource_owners: HashMap<String, usize>,
     template_owners: HashMap<String, usize>,
+    /// Calls waiting in the approval queue, by their number there.
+    queued: HashMap<u64, tools::Ask>,
+    /// The thread that watches the queue, once a call waits there.
+    queue_watcher: Option<queue::QueueWatcher>,
     closed: bool,
 }
 
@@ -427,6 +443,7 @@ enum PendingHost {
 enum Deadline {
     Up(usize, u64),
     Host(u64),
+    Queue(u64),
 }
 
 /// Whether a server can take a request now.
@@ -474,6 +491,7 @@ impl Gateway {
     fn handle(&mut self, event: Event) {
         match event {
             Event::Audited { token, result } => self.on_audited(token, result),
+            Event::Answered { id, answer } => self.on_queue_answer(id, answer),
             Event::Host(HostEvent::Line(line)) => self.on_host_line(line),
             Event::Host(HostEvent::TooLong) => {
                 tracing::warn!("the host sent a message over the size limit; it was dropped");
@@ -549,6 +567,7 @@ impl Gateway {
             match what {
                 Deadline::Up(idx, id) => self.upstream_timed_out(idx, id),
                 Deadline::Host(n) => self.host_timed_out(n),
+                Deadline::Queue(id) => self.queue_timed_out(id),
             }
         }
     }
@@ -837,6 +856,9 @@ impl Gateway {
     /// The host gave up on one of its requests: stop it wherever it is.
     fn cancel_host_request(&mut self, request_id: &str) {
         self.waiting.retain(|request| request.id != request_id);
+        for id in self.queued_for(request_id) {
+            self.withdraw_queued(id, "the host cancelled the call");
+        }
         let asks: Vec<u64> = self
             .pending_host
             .iter()
@@ -1427,6 +1449,11 @@ impl Gateway {
 
     /// Stops every server: closes its input, waits a moment, then kills it.
     async fn shutdown(&mut self) {
+        // Calls still waiting for a person are withdrawn and recorded.
+        let queued: Vec<u64> = self.queued.keys().copied().collect();
+        for id in queued {
+            self.withdraw_queued(id, "the session ended before anyone answered");
+        }
         // Whatever the audit log still holds is written before the gateway ends.
         if let Some(audit) = self.audit.take() {
             audit.finish();

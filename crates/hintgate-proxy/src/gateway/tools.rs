@@ -29,12 +29,12 @@ pub(crate) struct ToolEntry {
 pub(crate) struct Ask {
     pub(crate) request: HostRequest,
     pub(crate) deadline: (Instant, u64),
-    idx: usize,
-    tool: String,
-    digest: Option<PinDigest>,
-    decision: Decision,
-    params: Value,
-    retry_eligible: bool,
+    pub(super) idx: usize,
+    pub(super) tool: String,
+    pub(super) digest: Option<PinDigest>,
+    pub(super) decision: Decision,
+    pub(super) params: Value,
+    pub(super) retry_eligible: bool,
 }
 
 /// A call waiting for its audit record to be durable.
@@ -68,9 +68,9 @@ enum Early {
 /// What the person may answer in the form.
 const APPROVE: &str = "approve";
 const REMEMBER: &str = "remember";
-const THIS_CALL: &str = "this call only";
-const THIS_SESSION: &str = "this tool for the rest of this session";
-const ALWAYS: &str = "this tool always";
+pub(super) const THIS_CALL: &str = "this call only";
+pub(super) const THIS_SESSION: &str = "this tool for the rest of this session";
+pub(super) const ALWAYS: &str = "this tool always";
 
 // === impl ToolEntry ===
 
@@ -809,12 +809,12 @@ impl Gateway {
             return;
         };
         let server = up.name.clone();
-        if !self.host.elicitation {
+        if !self.host.elicitation && self.store.is_none() {
             let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
             self.refuse(&request, &server, &tool.name, &decision, Some(extra));
             return;
         }
-        if self.host.modern {
+        if self.host.elicitation && self.host.modern {
             self.ask_modern(&request, &server, &tool, digest, &decision, &params, pin);
             return;
         }
@@ -836,6 +836,21 @@ impl Gateway {
             sandbox: SandboxProof::default(),
             changes: &changes,
         });
+        if !self.host.elicitation {
+            // No way to ask through the host: the call waits in the queue.
+            let ask = Ask {
+                request,
+                deadline: (Instant::now(), 0),
+                idx,
+                tool: tool.name.clone(),
+                digest,
+                decision,
+                params,
+                retry_eligible,
+            };
+            self.enqueue_ask(ask, prompt);
+            return;
+        }
         let mut elicit = json!({
             "message": prompt,
             "requestedSchema": requested_schema(&decision, self.store.is_some()),
@@ -1263,7 +1278,7 @@ impl Gateway {
     /// A person approved a call: pin the definition they saw (in the
     /// session, and in the store when there is one), and remember the
     /// approval for the session or always where the decision allows it.
-    fn record_approval(
+    pub(super) fn record_approval(
         &mut self,
         idx: usize,
         tool: &str,
@@ -1298,6 +1313,29 @@ impl Gateway {
         if let Err(err) = result {
             tracing::error!(server.id = %up.name, tool.name = %tool, "the approval could not be stored: {err}");
         }
+    }
+
+    /// Refuses a held call that was not approved, saying why.
+    pub(super) fn refuse_unasked(&mut self, ask: Ask, why: &str) {
+        let server = self
+            .upstreams
+            .get(ask.idx)
+            .map(|up| up.name.clone())
+            .unwrap_or_default();
+        self.refuse(&ask.request, &server, &ask.tool, &ask.decision, Some(why));
+    }
+
+    /// Sends a held call that a person approved.
+    pub(super) fn forward_asked(&mut self, ask: Ask, approver: &str) {
+        self.forward_call(
+            ask.idx,
+            ask.request,
+            &ask.tool,
+            &ask.params,
+            ask.retry_eligible,
+            &ask.decision,
+            approver,
+        );
     }
 
     pub(super) fn ask_timed_out(&mut self, ask: Ask) {

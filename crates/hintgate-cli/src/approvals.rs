@@ -1,0 +1,151 @@
+//! `hintgate approvals`: the calls that wait for a person because their host
+//! cannot ask one, and the answers that release them.
+//!
+//! The answer goes into the store; the waiting gateway (this machine's, or
+//! any gateway on the same PostgreSQL store) sees it at once and runs or
+//! refuses the call.
+
+use anyhow::Result;
+use hintgate_store::{Answer, Answered, PendingState, Remember, Store};
+
+use crate::args::{ApprovalsArgs, ApprovalsCommand, RememberArg};
+use crate::exit::Exit;
+use crate::output;
+
+/// Runs `hintgate approvals`.
+pub fn run(args: &ApprovalsArgs) -> Result<Exit> {
+    let store = crate::state::open_store(args.state_dir.as_deref(), args.store.as_deref(), None)?;
+    match &args.command {
+        ApprovalsCommand::List { json } => list(store.as_ref(), *json),
+        ApprovalsCommand::Approve { id, remember } => {
+            let remember = match remember {
+                RememberArg::Call => Remember::Call,
+                RememberArg::Session => Remember::Session,
+                RememberArg::Always => Remember::Always,
+            };
+            answer(store.as_ref(), *id, true, remember)
+        }
+        ApprovalsCommand::Deny { id } => answer(store.as_ref(), *id, false, Remember::Call),
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+fn list(store: &dyn Store, json: bool) -> Result<Exit> {
+    let now = now();
+    let waiting = store.waiting(now)?;
+    if json {
+        let mut text = String::new();
+        for pending in &waiting {
+            text.push_str(&serde_json::to_string(pending)?);
+            text.push('\n');
+        }
+        output::out(&text)?;
+        return Ok(Exit::Success);
+    }
+    if waiting.is_empty() {
+        output::out("No call is waiting for a person.\n")?;
+        return Ok(Exit::Success);
+    }
+    let mut text = String::new();
+    for pending in &waiting {
+        let remember = match pending.offer {
+            Remember::Always => "--remember call|session|always",
+            Remember::Session => "--remember call|session",
+            Remember::Call => "this call only",
+        };
+        text.push_str(&format!(
+            "#{id}  {server} / {tool}  waits {left} s more  (approve: {remember})\n",
+            id = pending.id,
+            server = pending.server,
+            tool = pending.tool,
+            left = pending.expires_at.saturating_sub(now),
+        ));
+        for line in pending.prompt.lines() {
+            text.push_str(&format!("    {line}\n"));
+        }
+        text.push_str(&format!(
+            "    -> hintgate approvals approve {id}   |   hintgate approvals deny {id}\n\n",
+            id = pending.id
+        ));
+    }
+    output::out(&text)?;
+    Ok(Exit::Success)
+}
+
+/// Who answers, for the audit log: the user name this command runs as.
+fn who() -> String {
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))
+        .unwrap_or_else(|| "an unnamed user".to_owned())
+}
+
+fn answer(store: &dyn Store, id: u64, approve: bool, remember: Remember) -> Result<Exit> {
+    let Some(pending) = store.pending(id)? else {
+        output::err(&format!("error: no call #{id} in the approval queue\n"))?;
+        return Ok(Exit::Error);
+    };
+    if approve && remember > pending.offer {
+        output::err(&format!(
+            "error: call #{id} ({} / {}) may only be remembered up to `{}`: the tool is effectively destructive, or a rule, a changed definition or the session's taint asked\n",
+            pending.server,
+            pending.tool,
+            pending.offer.as_str()
+        ))?;
+        return Ok(Exit::Usage);
+    }
+    let given = Answer {
+        approve,
+        remember,
+        by: who(),
+    };
+    let what = format!("#{id} ({} / {})", pending.server, pending.tool);
+    match store.answer(id, &given, now())? {
+        Answered::Released => {
+            let text = if approve {
+                format!(
+                    "Approved {what}, remembered: {}. The gateway runs it now.\n",
+                    remember.as_str()
+                )
+            } else {
+                format!("Denied {what}. The gateway refuses it now.\n")
+            };
+            output::out(&text)?;
+            Ok(Exit::Success)
+        }
+        Answered::Expired => {
+            output::err(&format!(
+                "error: {what} is past its time; the gateway has refused it\n"
+            ))?;
+            Ok(Exit::Error)
+        }
+        Answered::NotWaiting(state) => {
+            let why = match state {
+                PendingState::Answered(earlier) => format!(
+                    "{} answered it already ({})",
+                    earlier.by,
+                    if earlier.approve {
+                        "approved"
+                    } else {
+                        "denied"
+                    }
+                ),
+                PendingState::Withdrawn { why } => format!("the gateway stopped waiting: {why}"),
+                PendingState::Waiting => "it is not waiting".to_owned(),
+            };
+            output::err(&format!("error: {what} no longer waits: {why}\n"))?;
+            Ok(Exit::Error)
+        }
+        Answered::Unknown => {
+            output::err(&format!("error: no call #{id} in the approval queue\n"))?;
+            Ok(Exit::Error)
+        }
+    }
+}
