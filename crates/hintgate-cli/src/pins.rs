@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use hintgate_policy::pin::diff;
 use hintgate_policy::tool::Tool;
-use hintgate_store::{Pin, Store};
+use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Store};
 
 use crate::args::{PinsArgs, PinsCommand};
 use crate::exit::Exit;
@@ -29,6 +29,26 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                 match &pin.seen {
                     None => {
                         text.push_str(&format!("{server} / {tool}: no change held for approval\n"))
+                    }
+                    Some(seen) if seen.digest == REMOVED => text.push_str(&format!(
+                        "{server} / {tool}: no longer listed by the server (pinned {})\n",
+                        pin.digest
+                    )),
+                    Some(seen) if pin.tool == INSTRUCTIONS => {
+                        let line = |definition: &serde_json::Value| {
+                            definition
+                                .get("instructions")
+                                .and_then(serde_json::Value::as_str)
+                                .unwrap_or("")
+                                .to_owned()
+                        };
+                        text.push_str(&format!(
+                            "{server} / the server's instructions: {} -> {}\n  - {}\n  + {}\n",
+                            pin.digest,
+                            seen.digest,
+                            line(&pin.definition).replace('\n', "\n    "),
+                            line(&seen.definition).replace('\n', "\n    ")
+                        ));
                     }
                     Some(seen) => {
                         text.push_str(&format!(
@@ -66,6 +86,11 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                 let Some(seen) = pin.seen.clone() else {
                     continue;
                 };
+                if seen.digest == REMOVED {
+                    bail!(
+                        "`{tool}` is no longer listed by `{server}`: there is nothing new to approve (`hintgate pins revoke {server} {tool}` forgets it)"
+                    );
+                }
                 store.put_pin(&Pin {
                     digest: seen.digest,
                     definition: seen.definition,
@@ -117,10 +142,10 @@ fn list(store: &dyn Store, as_json: bool) -> Result<Exit> {
     }
     let mut text = String::new();
     for pin in &pins {
-        let state = if pin.seen.is_some() {
-            "CHANGED, held for approval"
-        } else {
-            "pinned"
+        let state = match &pin.seen {
+            Some(seen) if seen.digest == REMOVED => "REMOVED, no longer listed",
+            Some(_) => "CHANGED, held for approval",
+            None => "pinned",
         };
         let short = pin.digest.get(..19).unwrap_or(&pin.digest);
         text.push_str(&format!(

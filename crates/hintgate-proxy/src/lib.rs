@@ -27,6 +27,7 @@ pub mod conn;
 pub mod event;
 pub mod frame;
 pub mod gateway;
+pub mod identity;
 pub mod seal;
 pub mod upstream;
 pub mod upstream_http;

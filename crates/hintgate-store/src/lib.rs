@@ -73,7 +73,15 @@ pub struct Pin {
     pub seen: Option<Seen>,
 }
 
-/// A definition seen that differs from the pin.
+/// The digest a [`Seen`] carries when the tool is no longer listed.
+pub const REMOVED: &str = "removed";
+
+/// The tool name under which a server's `instructions` are pinned (not a
+/// valid tool name, so it cannot meet a real tool).
+pub const INSTRUCTIONS: &str = "#instructions";
+
+/// A definition seen that differs from the pin (or, with the digest
+/// [`REMOVED`] and a null definition, the tool's absence from the list).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Seen {
     /// Its pin digest.
@@ -160,6 +168,13 @@ pub trait PinStore: Send + Sync + std::fmt::Debug {
     /// [`StoreError`] when the store cannot be written.
     fn see(&self, server_key: &str, tool: &str, seen: &Seen) -> Result<(), StoreError>;
 
+    /// Forgets what was seen of a tool (its listing matches the pin again).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be written.
+    fn clear_seen(&self, server_key: &str, tool: &str) -> Result<(), StoreError>;
+
     /// Every pin, ordered by server name and tool.
     ///
     /// # Errors
@@ -197,11 +212,18 @@ pub trait PinStore: Send + Sync + std::fmt::Debug {
     fn salt(&self) -> &[u8];
 }
 
-/// The identity key of a server: SHA-256 over its command line or URL, the
-/// capabilities the gateway declared to it, and keyed hashes of the values
-/// of its environment and headers (so a secret never reaches the store, but
-/// a changed secret is a different identity).
-pub fn server_key(config: &ServerConfig, capabilities: &Value, salt: &[u8]) -> String {
+/// The identity key of a server: SHA-256 over its command line or URL, what
+/// the command line resolved to on this machine (`resolved`: the executable
+/// and the package version; `null` when not known), the capabilities the
+/// gateway declared to it, and keyed hashes of the values of its environment
+/// and headers (so a secret never reaches the store, but a changed secret is
+/// a different identity).
+pub fn server_key(
+    config: &ServerConfig,
+    resolved: &Value,
+    capabilities: &Value,
+    salt: &[u8],
+) -> String {
     let keyed = |values: &BTreeMap<String, String>| -> BTreeMap<String, String> {
         values
             .iter()
@@ -213,7 +235,7 @@ pub fn server_key(config: &ServerConfig, capabilities: &Value, salt: &[u8]) -> S
             })
             .collect()
     };
-    let identity = match &config.transport {
+    let mut identity = match &config.transport {
         Transport::Stdio { command, args, env } => serde_json::json!({
             "command": command, "args": args, "env": keyed(env), "capabilities": capabilities,
         }),
@@ -221,6 +243,11 @@ pub fn server_key(config: &ServerConfig, capabilities: &Value, salt: &[u8]) -> S
             "url": url, "headers": keyed(headers), "capabilities": capabilities,
         }),
     };
+    if !resolved.is_null()
+        && let Some(object) = identity.as_object_mut()
+    {
+        object.insert("resolved".to_owned(), resolved.clone());
+    }
     let canonical = hintgate_policy::pin::canonical_json(&identity);
     hex(&Sha256::digest(canonical.as_bytes()))
 }
@@ -272,6 +299,17 @@ impl PinStore for MemoryStore {
             && pin.digest != seen.digest
         {
             pin.seen = Some(seen.clone());
+        }
+        Ok(())
+    }
+
+    fn clear_seen(&self, server_key: &str, tool: &str) -> Result<(), StoreError> {
+        if let Some(pin) = self
+            .lock()
+            .pins
+            .get_mut(&(server_key.to_owned(), tool.to_owned()))
+        {
+            pin.seen = None;
         }
         Ok(())
     }
@@ -520,6 +558,14 @@ impl PinStore for SqliteStore {
             "UPDATE pins SET seen_digest = ?3, seen_definition = ?4
              WHERE server_key = ?1 AND tool = ?2 AND digest != ?3",
             params![server_key, tool, seen.digest, seen.definition.to_string()],
+        )?;
+        Ok(())
+    }
+
+    fn clear_seen(&self, server_key: &str, tool: &str) -> Result<(), StoreError> {
+        self.lock().execute(
+            "UPDATE pins SET seen_digest = NULL, seen_definition = NULL WHERE server_key = ?1 AND tool = ?2",
+            params![server_key, tool],
         )?;
         Ok(())
     }

@@ -326,6 +326,18 @@ impl PinStore for PgStore {
         })
     }
 
+    fn clear_seen(&self, server_key: &str, tool: &str) -> Result<(), StoreError> {
+        let (server_key, tool) = (server_key.to_owned(), tool.to_owned());
+        self.call(move |client| {
+            client.execute(
+                "UPDATE hintgate.pins SET seen_digest = NULL, seen_definition = NULL
+                 WHERE server_key = $1 AND tool = $2",
+                &[&server_key, &tool],
+            )?;
+            Ok(())
+        })
+    }
+
     fn pins(&self) -> Result<Vec<Pin>, StoreError> {
         self.call(|client| {
             client

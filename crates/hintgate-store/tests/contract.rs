@@ -145,20 +145,30 @@ fn server_keys_hide_secrets_but_change_with_them() {
         sandbox: None,
     };
     let caps = json!({"elicitation": {}});
-    let key = hintgate_store::server_key(&server("secret-1"), &caps, b"salt");
+    let key = hintgate_store::server_key(&server("secret-1"), &json!(null), &caps, b"salt");
     assert_eq!(
         key,
-        hintgate_store::server_key(&server("secret-1"), &caps, b"salt")
+        hintgate_store::server_key(&server("secret-1"), &json!(null), &caps, b"salt")
     );
     assert_ne!(
         key,
-        hintgate_store::server_key(&server("secret-2"), &caps, b"salt")
+        hintgate_store::server_key(&server("secret-2"), &json!(null), &caps, b"salt")
     );
     assert_ne!(
         key,
-        hintgate_store::server_key(&server("secret-1"), &json!({}), b"salt")
+        hintgate_store::server_key(&server("secret-1"), &json!(null), &json!({}), b"salt")
     );
     assert!(!key.contains("secret"));
+    assert_ne!(
+        key,
+        hintgate_store::server_key(
+            &server("secret-1"),
+            &json!({"executable": "/usr/bin/npx", "package": {"name": "server-github", "version": "2.0.0"}}),
+            &caps,
+            b"salt"
+        ),
+        "another executable or version is another server"
+    );
 }
 
 fn audit_contract(log: &dyn hintgate_store::AuditLog) {
@@ -470,4 +480,30 @@ fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
         !err.to_string().contains("hunter2"),
         "the password is never shown: {err}"
     );
+}
+
+fn removal_contract(store: &dyn PinStore) {
+    use hintgate_store::REMOVED;
+    store.put_pin(&pin("k", "gone", "sha256:a")).unwrap();
+    let removed = Seen {
+        digest: REMOVED.into(),
+        definition: serde_json::Value::Null,
+    };
+    store.see("k", "gone", &removed).unwrap();
+    assert_eq!(store.pin("k", "gone").unwrap().unwrap().seen, Some(removed));
+    store.clear_seen("k", "gone").unwrap();
+    let back = store.pin("k", "gone").unwrap().unwrap();
+    assert_eq!((back.digest.as_str(), back.seen), ("sha256:a", None));
+    store.clear_seen("k", "never-pinned").unwrap();
+    assert_eq!(store.pin("k", "never-pinned").unwrap(), None);
+}
+
+#[test]
+fn a_removed_tool_is_recorded_and_cleared_in_every_store() {
+    removal_contract(&MemoryStore::default());
+    let dir = tempfile::tempdir().unwrap();
+    removal_contract(&SqliteStore::open(&dir.path().join("state.db")).unwrap());
+    if let Some(url) = hintgate_store::test_util::postgres_database() {
+        removal_contract(&hintgate_store::PgStore::open(&url).unwrap());
+    }
 }

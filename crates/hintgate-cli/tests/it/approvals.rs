@@ -80,6 +80,10 @@ fn a_person_at_another_terminal_approves_or_denies_a_waiting_call() {
         prompt.contains("write_note") && prompt.contains("from the queue"),
         "{prompt}"
     );
+    assert!(
+        prompt.contains("python3 ") && prompt.contains(" -> /"),
+        "the resolved executable: {prompt}"
+    );
     let human = approvals(dir.path(), &[], &["list"]);
     assert!(
         stdout(&human).contains("hintgate approvals approve 1"),

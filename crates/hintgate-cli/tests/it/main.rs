@@ -15,4 +15,5 @@ mod explain;
 mod gateway;
 mod host;
 mod peers;
+mod pinning;
 mod util;

@@ -110,11 +110,13 @@ fn the_python_sdk_host_reaches_server_everything_and_answers_the_gateway() {
         1,
         "only the write was asked about"
     );
+    let prompt = report["asked"][0].as_str().unwrap();
+    assert!(prompt.contains("toggle-simulated-logging"));
+    // The prompt names what the command resolved to: the package and version
+    // behind the node_modules/.bin link.
     assert!(
-        report["asked"][0]
-            .as_str()
-            .unwrap()
-            .contains("toggle-simulated-logging")
+        prompt.contains("(@modelcontextprotocol/server-everything 2026.8.31)"),
+        "{prompt}"
     );
 
     let declined = sdk_host(

@@ -12,6 +12,7 @@
 //! into the original line.
 
 mod modern;
+mod pins;
 mod queue;
 mod relay;
 mod routing;
@@ -376,6 +377,8 @@ struct Upstream {
     /// Its identity key in the store (command line or URL, capabilities,
     /// keyed hashes of secrets), set when it starts.
     key: Option<String>,
+    /// Its identity for people: command line and what it resolved to.
+    identity: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -471,6 +474,7 @@ impl Upstream {
             pinned_definitions: HashMap::new(),
             modern: false,
             key: None,
+            identity: None,
         }
     }
 
@@ -1062,8 +1066,36 @@ impl Gateway {
         let store = self.store.clone();
         if let Some(up) = self.upstreams.get_mut(idx) {
             up.modern = false;
-            up.key = store
-                .map(|store| hintgate_store::server_key(&up.config, &capabilities, store.salt()));
+            let resolved = match &up.config.transport {
+                Transport::Stdio { command, args, env } => {
+                    let path = env
+                        .get("PATH")
+                        .map(std::ffi::OsString::from)
+                        .or_else(|| std::env::var_os("PATH"));
+                    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+                    Some(crate::identity::resolve(
+                        command,
+                        args,
+                        path.as_deref(),
+                        home.as_deref(),
+                    ))
+                }
+                Transport::Http { .. } => None,
+            };
+            let described = resolved
+                .as_ref()
+                .and_then(crate::identity::Resolved::describe);
+            up.identity = Some(match described {
+                Some(resolved) => format!("{} -> {resolved}", up.config.identity()),
+                None => up.config.identity(),
+            });
+            tracing::info!(server.id = %up.name, identity = %up.identity.as_deref().unwrap_or(""), "identity");
+            let resolved = resolved
+                .and_then(|resolved| serde_json::to_value(resolved).ok())
+                .unwrap_or(Value::Null);
+            up.key = store.map(|store| {
+                hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
+            });
         }
         // The era probe (spec: a result or a recognized modern error means
         // 2026-07-28; any other error or no answer means the legacy era).
@@ -1324,7 +1356,9 @@ impl Gateway {
                 up.info = Some(info);
                 up.phase = Phase::Ready;
                 up.send(frame::notification("notifications/initialized", &json!({})));
-                self.list_tools(idx);
+                if self.pin_instructions(idx) {
+                    self.list_tools(idx);
+                }
             }
             None => {
                 let error = message

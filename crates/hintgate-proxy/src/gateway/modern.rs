@@ -161,7 +161,9 @@ impl Gateway {
         let listen = json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}});
         let id = self.request_up(idx, "subscriptions/listen", &listen);
         self.pending_up.insert((idx, id), super::PendingUp::Listen);
-        self.list_tools(idx);
+        if self.pin_instructions(idx) {
+            self.list_tools(idx);
+        }
         self.retry_waiting();
     }
 

@@ -19,7 +19,7 @@ use hintgate_policy::decide::RememberOffer;
 use hintgate_store::{Answer, NewPending, Remember, Store};
 use tokio::sync::mpsc;
 
-use super::tools::{ALWAYS, Ask, THIS_CALL, THIS_SESSION};
+use super::tools::{ALWAYS, Ask, THIS_CALL, THIS_SESSION, unix_now};
 use super::{Deadline, Gateway, Observed};
 use crate::event::Event;
 
@@ -101,14 +101,6 @@ fn watch_loop(store: &dyn Store, ids: &Mutex<HashSet<u64>>, events: &mpsc::Unbou
             std::thread::sleep(WATCH_SLICE);
         }
     }
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
-        })
 }
 
 // === impl Gateway ===

@@ -133,7 +133,7 @@ fn requested_schema(decision: &Decision, can_remember_always: bool) -> Value {
 }
 
 /// Seconds since the Unix epoch.
-fn unix_now() -> i64 {
+pub(super) fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| {
@@ -284,13 +284,18 @@ impl Gateway {
             self.upstream_failed(idx, format!("the pin store failed: {reason}"));
             return;
         }
-        let listed: std::collections::HashSet<&str> = entries.iter().map(ToolEntry::name).collect();
-        for name in up.pins.keys() {
-            if !listed.contains(name.as_str()) {
-                tracing::info!(server.id = %up.name, tool.name = %name, "a pinned tool is no longer listed");
-            }
-        }
+        let listed: Vec<(String, String)> = entries
+            .iter()
+            .map(|entry| {
+                let digest = entry
+                    .digest
+                    .map(|digest| digest.to_string())
+                    .unwrap_or_default();
+                (entry.name().to_owned(), digest)
+            })
+            .collect();
         up.tools = Some(entries);
+        self.record_removed(idx, &listed);
         self.retry_waiting();
     }
 
@@ -829,7 +834,7 @@ impl Gateway {
         let arguments = params.get("arguments").cloned();
         let prompt = self.policy.prompt(&PromptInput {
             server: &server,
-            identity: None,
+            identity: up.identity.as_deref(),
             tool: &tool,
             arguments: arguments.as_ref(),
             decision: &decision,
@@ -983,9 +988,14 @@ impl Gateway {
         };
         let empty = Value::Object(Map::new());
         let arguments = params.get("arguments").unwrap_or(&empty);
+        let identity = self
+            .upstreams
+            .iter()
+            .find(|up| up.name == server)
+            .and_then(|up| up.identity.clone());
         let prompt = self.policy.prompt(&PromptInput {
             server,
-            identity: None,
+            identity: identity.as_deref(),
             tool,
             arguments: Some(arguments),
             decision,

@@ -1,0 +1,349 @@
+//! What a stdio server's command line resolves to on this machine: the
+//! executable it starts and, for an npm or PyPI package, the version.
+//!
+//! Both are part of the server's identity (design §5): an `npx` command that
+//! starts a different version, or a `PATH` that now finds another program,
+//! is a different server, whose tools are pinned and approved anew.
+//!
+//! The version is found, in order: in the package spec itself
+//! (`pkg@1.2.3`, `pkg==1.2.3`); in the `package.json` above an executable
+//! that lives in a `node_modules` tree; in the `.dist-info` of the module a
+//! Python console script imports; in npm's `npx` cache (the most recently
+//! installed copy). When none applies the version is left out, and the
+//! identity rests on the command line and the executable.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// What a command line resolves to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Resolved {
+    /// The executable, absolute, with symbolic links resolved.
+    pub executable: Option<PathBuf>,
+    /// The package the command starts, and its version.
+    pub package: Option<Package>,
+}
+
+/// A package and the version it resolved to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Package {
+    /// Its name (`@modelcontextprotocol/server-filesystem`, `mcp-server-time`).
+    pub name: String,
+    /// Its version.
+    pub version: String,
+}
+
+impl Resolved {
+    /// A line for the prompt: `/usr/bin/npx (@scope/pkg 1.2.3)`.
+    #[must_use]
+    pub fn describe(&self) -> Option<String> {
+        let executable = self
+            .executable
+            .as_ref()
+            .map(|path| path.display().to_string());
+        let package = self
+            .package
+            .as_ref()
+            .map(|package| format!("{} {}", package.name, package.version));
+        match (executable, package) {
+            (Some(executable), Some(package)) => Some(format!("{executable} ({package})")),
+            (Some(one), None) | (None, Some(one)) => Some(one),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Resolves a command line: `path` is the `PATH` the server gets, `home`
+/// the home directory (for npm's cache).
+#[must_use]
+pub fn resolve(
+    command: &str,
+    args: &[String],
+    path: Option<&OsStr>,
+    home: Option<&Path>,
+) -> Resolved {
+    let executable = find_executable(command, path);
+    let program = Path::new(command)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .unwrap_or(command);
+    let spec = match program {
+        "npx" | "bunx" | "pnpx" => first_operand(args).map(|spec| (Ecosystem::Npm, spec)),
+        "uvx" | "pipx" => first_operand(args).map(|spec| (Ecosystem::PyPi, spec)),
+        _ => None,
+    };
+    let package = match spec {
+        Some((ecosystem, spec)) => pinned_spec(ecosystem, spec).or_else(|| match ecosystem {
+            Ecosystem::Npm => npx_cached(&npm_name(spec), home),
+            Ecosystem::PyPi => None,
+        }),
+        None => executable
+            .as_deref()
+            .and_then(|exe| node_package_above(exe).or_else(|| python_script_package(exe))),
+    };
+    Resolved {
+        executable,
+        package,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ecosystem {
+    Npm,
+    PyPi,
+}
+
+/// The first argument that is not an option (`npx -y pkg`, `uvx pkg`).
+fn first_operand(args: &[String]) -> Option<&str> {
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            // Options that take a value.
+            "-p" | "--package" | "--from" | "--with" | "--python" | "-c" | "--call" => {
+                args.next();
+            }
+            option if option.starts_with('-') => {}
+            operand => return Some(operand),
+        }
+    }
+    None
+}
+
+/// The name in an npm spec (`@scope/name@1.2.3` → `@scope/name`).
+fn npm_name(spec: &str) -> String {
+    let (scope, rest) = match spec.strip_prefix('@') {
+        Some(rest) => ("@", rest),
+        None => ("", spec),
+    };
+    let name = rest.split('@').next().unwrap_or(rest);
+    format!("{scope}{name}")
+}
+
+/// A version written in the spec itself.
+fn pinned_spec(ecosystem: Ecosystem, spec: &str) -> Option<Package> {
+    let (name, version) = match ecosystem {
+        Ecosystem::Npm => {
+            let name = npm_name(spec);
+            let version = spec.get(name.len()..)?.strip_prefix('@')?;
+            (name, version.to_owned())
+        }
+        Ecosystem::PyPi => {
+            let (name, version) = spec.split_once("==").or_else(|| spec.split_once('@'))?;
+            (name.to_owned(), version.to_owned())
+        }
+    };
+    // A range or a tag (`^1`, `latest`) is not a version it resolved to.
+    let exact = !version.is_empty()
+        && version.chars().next().is_some_and(|ch| ch.is_ascii_digit())
+        && version
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '+'));
+    exact.then_some(Package { name, version })
+}
+
+fn find_executable(command: &str, path: Option<&OsStr>) -> Option<PathBuf> {
+    if command.contains('/') {
+        return std::fs::canonicalize(command).ok();
+    }
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(command))
+        .find(|candidate| is_executable(candidate))
+        .and_then(|found| std::fs::canonicalize(found).ok())
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// The package an executable inside a `node_modules` tree belongs to.
+fn node_package_above(executable: &Path) -> Option<Package> {
+    let mut dir = executable.parent();
+    while let Some(current) = dir {
+        if current.file_name() == Some(OsStr::new("node_modules")) {
+            return None;
+        }
+        let manifest = current.join("package.json");
+        if let Ok(text) = std::fs::read_to_string(&manifest) {
+            let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+            let in_modules = current
+                .ancestors()
+                .any(|above| above.file_name() == Some(OsStr::new("node_modules")));
+            if !in_modules {
+                return None;
+            }
+            return Some(Package {
+                name: value.get("name")?.as_str()?.to_owned(),
+                version: value.get("version")?.as_str()?.to_owned(),
+            });
+        }
+        dir = current.parent();
+    }
+    None
+}
+
+/// The distribution of the module a Python console script imports, found
+/// beside the script's virtual environment.
+fn python_script_package(executable: &Path) -> Option<Package> {
+    let text = std::fs::read_to_string(executable).ok()?;
+    if !text.starts_with("#!") || !text.lines().next()?.contains("python") {
+        return None;
+    }
+    let module = text.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("from ")?;
+        let (module, _) = rest.split_once(" import ")?;
+        module.split('.').next().map(str::to_owned)
+    })?;
+    let env = executable.parent()?.parent()?;
+    let wanted = module.to_ascii_lowercase().replace('-', "_");
+    for lib in std::fs::read_dir(env.join("lib")).ok()?.flatten() {
+        let site = lib.path().join("site-packages");
+        let Ok(entries) = std::fs::read_dir(&site) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(stem) = name
+                .to_str()
+                .and_then(|name| name.strip_suffix(".dist-info"))
+            else {
+                continue;
+            };
+            let Some((dist, version)) = stem.rsplit_once('-') else {
+                continue;
+            };
+            if dist.to_ascii_lowercase().replace('-', "_") == wanted {
+                return Some(Package {
+                    name: dist.to_owned(),
+                    version: version.to_owned(),
+                });
+            }
+        }
+    }
+    None
+}
+
+/// The version of `name` in npm's `npx` cache: the most recently installed
+/// copy, which is what `npx` runs without a version.
+fn npx_cached(name: &str, home: Option<&Path>) -> Option<Package> {
+    let cache = std::env::var_os("npm_config_cache")
+        .map(PathBuf::from)
+        .or_else(|| home.map(|home| home.join(".npm")))?;
+    let mut newest: Option<(std::time::SystemTime, String)> = None;
+    for entry in std::fs::read_dir(cache.join("_npx")).ok()?.flatten() {
+        let manifest = entry
+            .path()
+            .join("node_modules")
+            .join(name)
+            .join("package.json");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        let Some(version) = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|value| value.get("version")?.as_str().map(str::to_owned))
+        else {
+            continue;
+        };
+        let modified = std::fs::metadata(&manifest)
+            .and_then(|meta| meta.modified())
+            .unwrap_or(std::time::UNIX_EPOCH);
+        if newest.as_ref().is_none_or(|(time, _)| modified > *time) {
+            newest = Some((modified, version));
+        }
+    }
+    newest.map(|(_, version)| Package {
+        name: name.to_owned(),
+        version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn versions_written_in_the_spec_are_read() {
+        let npx = |args: &[&str]| resolve("npx", &strings(args), None, None).package;
+        assert_eq!(
+            npx(&[
+                "-y",
+                "@modelcontextprotocol/server-filesystem@2026.8.31",
+                "/data"
+            ]),
+            Some(Package {
+                name: "@modelcontextprotocol/server-filesystem".into(),
+                version: "2026.8.31".into()
+            })
+        );
+        assert_eq!(npx(&["-y", "pkg@latest"]), None, "a tag is not a version");
+        assert_eq!(npx(&["-y", "pkg@^1.2"]), None, "a range is not a version");
+        let uvx = resolve(
+            "uvx",
+            &strings(&["mcp-server-time==2026.10.19"]),
+            None,
+            None,
+        );
+        assert_eq!(uvx.package.map(|p| p.version), Some("2026.10.19".into()));
+    }
+
+    #[test]
+    fn executables_are_found_on_the_path_given_and_described() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("server-bin");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        let mut permissions = std::fs::metadata(&program).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&program, permissions).unwrap();
+        let path = std::env::join_paths([dir.path()]).unwrap();
+        let found = resolve("server-bin", &[], Some(&path), None);
+        assert_eq!(
+            found.executable,
+            Some(std::fs::canonicalize(&program).unwrap())
+        );
+        assert!(found.describe().unwrap().ends_with("server-bin"));
+        assert_eq!(
+            resolve("no-such-program", &[], Some(&path), None).executable,
+            None
+        );
+    }
+
+    #[test]
+    fn a_node_package_is_found_above_its_executable() {
+        let dir = tempfile::tempdir().unwrap();
+        let package = dir.path().join("node_modules/@scope/tool");
+        std::fs::create_dir_all(package.join("dist")).unwrap();
+        std::fs::write(
+            package.join("package.json"),
+            r#"{"name": "@scope/tool", "version": "3.1.4"}"#,
+        )
+        .unwrap();
+        std::fs::write(package.join("dist/index.js"), "").unwrap();
+        assert_eq!(
+            node_package_above(&package.join("dist/index.js")),
+            Some(Package {
+                name: "@scope/tool".into(),
+                version: "3.1.4".into()
+            })
+        );
+        let outside = dir.path().join("app");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(
+            outside.join("package.json"),
+            r#"{"name": "app", "version": "1.0.0"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            node_package_above(&outside.join("main.js")),
+            None,
+            "not a package from node_modules"
+        );
+    }
+}
