@@ -984,3 +984,25 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
     assert_eq!(broken.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&broken.stdout).contains("broken at record 3"));
 }
+
+#[test]
+fn a_2026_07_28_server_that_answers_the_probe_late_is_still_spoken_to_in_its_era() {
+    let dir = tempfile::tempdir().unwrap();
+    // The probe waits 3 s; the server answers it after 4.5 s, when
+    // `initialize` (which it refuses; its own deadline is 6 s) has gone out.
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted", "--call-timeout", "3"],
+        &["--modern-only", "--name", "slow", "--slow-discover", "4.5"],
+        &[],
+    );
+    let init = host.initialize(json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "slow", "{init}");
+    let echoed = host.call("echo", json!({"text": "late but modern"}));
+    assert!(!is_error(&echoed), "{echoed}");
+    let seen: Value = serde_json::from_str(&text(&echoed)).unwrap();
+    assert_eq!(
+        seen["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+}

@@ -396,6 +396,10 @@ enum PendingUp {
     Discover {
         deadline: (Instant, u64),
     },
+    /// The era probe after its time ran out and `initialize` was sent: a
+    /// slow 2026-07-28 server may still answer it (and then refuse the
+    /// `initialize`), so a modern answer still wins.
+    LateDiscover,
     Initialize {
         deadline: (Instant, u64),
     },
@@ -1306,6 +1310,7 @@ impl Gateway {
                 self.deadlines.remove(&deadline);
                 self.on_discovered(idx, message);
             }
+            PendingUp::LateDiscover => self.on_late_discovered(idx, message),
             PendingUp::Listen => {}
             PendingUp::Initialize { deadline } => {
                 self.deadlines.remove(&deadline);
@@ -1399,7 +1404,7 @@ impl Gateway {
                 PendingUp::Initialize { deadline } | PendingUp::Discover { deadline } => {
                     self.deadlines.remove(&deadline);
                 }
-                PendingUp::ListTools | PendingUp::Listen => {}
+                PendingUp::ListTools | PendingUp::Listen | PendingUp::LateDiscover => {}
                 PendingUp::Forward(forward) => {
                     self.deadlines.remove(&forward.deadline);
                     self.host_to_up.remove(&forward.request.id);
@@ -1424,7 +1429,9 @@ impl Gateway {
         let timeout = self.call_timeout.as_secs();
         match self.pending_up.remove(&(idx, id)) {
             Some(PendingUp::Discover { .. }) => {
-                tracing::debug!(server.id = %name, "no answer to `server/discover`: a legacy server");
+                tracing::debug!(server.id = %name, "no answer to `server/discover` in time: trying `initialize`");
+                // A slow modern server may still answer the probe.
+                self.pending_up.insert((idx, id), PendingUp::LateDiscover);
                 self.send_initialize(idx);
             }
             Some(PendingUp::Initialize { .. }) => {

@@ -121,6 +121,43 @@ impl Gateway {
     /// The answer to the era probe: a 2026-07-28 server is ready at once
     /// (and asked for change notifications); anything else gets the legacy
     /// handshake.
+    /// The probe was answered after `initialize` went out: a modern answer
+    /// wins while the `initialize` is still unanswered (a 2026-07-28 server
+    /// refuses it); otherwise the answer comes too late and is dropped.
+    pub(super) fn on_late_discovered(&mut self, idx: usize, message: &Message<'_>) {
+        let modern = message
+            .result
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .is_some_and(|result| {
+                result
+                    .get("supportedVersions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|versions| versions.iter().any(|v| v == MODERN_VERSION))
+            });
+        let initializing = self
+            .upstreams
+            .get(idx)
+            .is_some_and(|up| up.phase == super::Phase::Initializing);
+        if !modern || !initializing {
+            return;
+        }
+        let initialize: Vec<(usize, u64)> = self
+            .pending_up
+            .iter()
+            .filter(|((at, _), pending)| {
+                *at == idx && matches!(pending, super::PendingUp::Initialize { .. })
+            })
+            .map(|(key, _)| *key)
+            .collect();
+        for key in initialize {
+            if let Some(super::PendingUp::Initialize { deadline }) = self.pending_up.remove(&key) {
+                self.deadlines.remove(&deadline);
+            }
+        }
+        tracing::debug!("a late answer to `server/discover`: a 2026-07-28 server after all");
+        self.on_discovered(idx, message);
+    }
+
     pub(super) fn on_discovered(&mut self, idx: usize, message: &Message<'_>) {
         let result: Option<Value> = message
             .result
