@@ -10,12 +10,14 @@ mod demo_server;
 mod examples;
 mod exit;
 mod explain;
+mod hosts;
 mod load;
 mod log;
 mod output;
 mod pins;
 mod run;
 mod state;
+mod wrap;
 
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -44,6 +46,8 @@ fn main() -> Exit {
         Command::Demo => demo::run(),
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
+        Command::Wrap(args) => wrap::wrap(args),
+        Command::Unwrap(args) => wrap::unwrap(args),
     };
     match result {
         Ok(exit) => exit,
