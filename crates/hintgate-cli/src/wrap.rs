@@ -188,9 +188,14 @@ pub fn unwrap(args: &UnwrapArgs) -> Result<Exit> {
                 .find(|old| same_entry(old, &wanted))
                 .cloned()
             else {
-                failed = true;
+                // Wrapped by hand, or with another state directory: there is
+                // nothing exact to restore. Only a server named on the
+                // command line makes that a failure.
+                let named = !args.server.is_empty();
+                failed |= named;
                 report.push_str(&format!(
-                    "not restored  {label}  {shown}: no record of the entry before it was wrapped in `{}`; its backups are next to the file\n",
+                    "{}  {label}  {shown}: `{}` has no record of it before it was wrapped; edit it by hand or restore a backup next to the file\n",
+                    if named { "not restored" } else { "left as is" },
                     state_dir.join(RECORD_FILE).display()
                 ));
                 continue;

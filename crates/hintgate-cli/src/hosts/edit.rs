@@ -78,9 +78,17 @@ pub fn wrap(text: &str, entry: &Entry, spec: &WrapSpec) -> Result<Rewrite, Strin
             for (name, value) in headers {
                 run.extend(["--header".to_owned(), format!("{name}: {value}")]);
             }
+            // `args` goes on a line of its own when the url was on one.
+            let separator = match line_indent(text, url_range.start) {
+                Some(indent) => format!(",{}{indent}", newline_after(text, url_range.start)),
+                None => ", ".to_owned(),
+            };
             edits.push((
                 url_range,
-                format!("\"command\": {hintgate}, \"args\": {}", array(&run)),
+                format!(
+                    "\"command\": {hintgate}{separator}\"args\": {}",
+                    array(&run)
+                ),
             ));
             if let Some(removal) = &anchors.headers_removal {
                 edits.push((removal.clone(), String::new()));
@@ -187,6 +195,17 @@ fn quote(text: &str) -> String {
 fn array(items: &[String]) -> String {
     let items: Vec<String> = items.iter().map(|item| quote(item)).collect();
     format!("[{}]", items.join(", "))
+}
+
+/// The whitespace before `at` on its line, when there is nothing else.
+fn line_indent(text: &str, at: usize) -> Option<&str> {
+    let before = text.get(..at)?;
+    let line_start = before.rfind('\n').map_or(0, |idx| idx + 1);
+    let indent = before.get(line_start..)?;
+    indent
+        .chars()
+        .all(|ch| ch == ' ' || ch == '\t')
+        .then_some(indent)
 }
 
 /// The line ending of the line `at` is on.

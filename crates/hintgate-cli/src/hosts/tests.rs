@@ -217,3 +217,53 @@ fn the_json_form_names_env_and_headers_but_never_their_values() {
     assert!(!json.contains("<your token>"));
     assert!(!json.contains("SENTRY_TOKEN"));
 }
+
+fn wrap_all(location: &Location, text: &str) -> String {
+    let spec = edit::WrapSpec {
+        hintgate: "/opt/hintgate".to_owned(),
+        trust: None,
+    };
+    let mut out = text.to_owned();
+    let names: Vec<String> = entries(location, text)
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.name)
+        .collect();
+    for name in names {
+        let entry = entries(location, &out)
+            .unwrap()
+            .into_iter()
+            .find(|entry| entry.name == name)
+            .unwrap();
+        out = edit::wrap(&out, &entry, &spec).unwrap().text;
+    }
+    out
+}
+
+fn codex_location() -> Location {
+    Location {
+        host: Host::Codex,
+        path: PathBuf::from("config.toml"),
+        scope: Scope::User,
+        format: Format::CodexToml,
+    }
+}
+
+#[test]
+fn codex_dotted_keys_get_their_args_under_the_same_server() {
+    let text = "model = \"m\"\r\nmcp_servers.fs.command = \"npx\" # runner\r\nmcp_servers.fs.env = { A = \"1\" }\r\n";
+    let wrapped = wrap_all(&codex_location(), text);
+    assert_eq!(
+        wrapped,
+        "model = \"m\"\r\nmcp_servers.fs.command = \"/opt/hintgate\"\r\nmcp_servers.fs.args = [\"run\", \"--name\", \"fs\", \"--\", \"npx\"] # runner\r\nmcp_servers.fs.env = { A = \"1\" }\r\n"
+    );
+    let entry = entries(&codex_location(), &wrapped).unwrap().remove(0);
+    assert!(entry.transport.is_hintgate());
+}
+
+#[test]
+fn names_a_host_would_reject_are_made_valid_for_hintgate_run() {
+    assert_eq!(edit::server_name("github.com/repo"), "github-com-repo");
+    assert_eq!(edit::server_name("Zoë's tools"), "Zo--s-tools");
+    assert_eq!(edit::server_name(""), "server");
+}

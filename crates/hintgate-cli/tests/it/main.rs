@@ -15,3 +15,4 @@ mod gateway;
 mod host;
 mod peers;
 mod util;
+mod wrap;
