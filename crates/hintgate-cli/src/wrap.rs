@@ -120,6 +120,7 @@ pub fn wrap(args: &WrapArgs) -> Result<Exit> {
             continue;
         }
         check_wrapped(&file, &text, &new_records)?;
+        unchanged_since_read(&file)?;
         let backup = backup(&file.real_path, file.text.as_bytes())?;
         report.push_str(&format!(
             "backup  {}\n",
@@ -229,6 +230,7 @@ pub fn unwrap(args: &UnwrapArgs) -> Result<Exit> {
                 "`{shown}`: restoring the entries would leave a file that does not parse; nothing was changed"
             );
         }
+        unchanged_since_read(&file)?;
         let backup = backup(&file.real_path, file.text.as_bytes())?;
         report.push_str(&format!(
             "backup  {}\n",
@@ -333,6 +335,20 @@ fn check_wrapped(file: &ConfigFile, text: &str, new_records: &[Record]) -> Resul
                 record.server
             );
         }
+    }
+    Ok(())
+}
+
+/// Hosts rewrite their own configs (Claude Code writes `~/.claude.json`
+/// while it runs): a file that changed since it was read is not replaced.
+fn unchanged_since_read(file: &ConfigFile) -> Result<()> {
+    let now = fs::read(&file.real_path)
+        .with_context(|| format!("cannot read `{}`", file.real_path.display()))?;
+    if now != file.text.as_bytes() {
+        bail!(
+            "`{}` changed while hintgate was rewriting it; nothing was written to it, run the command again",
+            file.location.path.display()
+        );
     }
     Ok(())
 }
