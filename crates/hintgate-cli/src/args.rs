@@ -53,6 +53,13 @@ pub enum Command {
         after_help = "Exit codes: 0 ok, 1 error (no such call, or it no longer waits), 64 bad usage"
     )]
     Approvals(ApprovalsArgs),
+    /// Route the MCP servers of the hosts' configs through `hintgate run`,
+    /// with a backup of each file changed.
+    #[command(after_help = WRAP_HELP)]
+    Wrap(WrapArgs),
+    /// Give the entries `hintgate wrap` rewrote back their original bytes.
+    #[command(after_help = WRAP_HELP)]
+    Unwrap(UnwrapArgs),
 }
 
 /// `hintgate approvals`
@@ -105,6 +112,53 @@ pub enum RememberArg {
     Session,
     /// This tool always (for this definition).
     Always,
+}
+
+const WRAP_HELP: &str = "\
+Hosts: claude-desktop, claude-code, cursor, vscode, windsurf, codex,
+gemini-cli, zed, continue; their user configs under the home directory and
+their project configs under the current directory.
+
+Exit codes:
+  0   done
+  1   error while running (unwrap: an entry could not be restored)
+  64  bad usage, or a host config that does not parse (nothing is changed)";
+
+/// `hintgate wrap`
+#[derive(Debug, Args)]
+pub struct WrapArgs {
+    /// Only this host's configs (repeatable; default: every host).
+    #[arg(long, value_enum, value_name = "HOST")]
+    pub host: Vec<crate::hosts::Host>,
+    /// Only the server with this name (repeatable; default: every server).
+    #[arg(long, value_name = "NAME")]
+    pub server: Vec<String>,
+    /// The trust given to the wrapped servers (`hintgate run --trust`).
+    #[arg(long, value_enum)]
+    pub trust: Option<TrustArg>,
+    /// Say what would change, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Where the record of wrapped entries is kept (as for `hintgate run`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `hintgate unwrap`
+#[derive(Debug, Args)]
+pub struct UnwrapArgs {
+    /// Only this host's configs (repeatable; default: every host).
+    #[arg(long, value_enum, value_name = "HOST")]
+    pub host: Vec<crate::hosts::Host>,
+    /// Only the server with this name (repeatable; default: every server).
+    #[arg(long, value_name = "NAME")]
+    pub server: Vec<String>,
+    /// Say what would change, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Where the record of wrapped entries is kept (as for `hintgate run`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// `hintgate log`

@@ -128,7 +128,7 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC), by the
 /// civil-from-days algorithm (Howard Hinnant's), so no date crate is needed.
-fn utc(seconds: i64) -> String {
+pub(crate) fn utc(seconds: i64) -> String {
     let days = seconds.div_euclid(86_400);
     let rest = seconds.rem_euclid(86_400);
     let z = days + 719_468;

@@ -11,12 +11,14 @@ mod demo_server;
 mod examples;
 mod exit;
 mod explain;
+mod hosts;
 mod load;
 mod log;
 mod output;
 mod pins;
 mod run;
 mod state;
+mod wrap;
 
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -46,6 +48,8 @@ fn main() -> Exit {
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
         Command::Approvals(args) => approvals::run(args),
+        Command::Wrap(args) => wrap::wrap(args),
+        Command::Unwrap(args) => wrap::unwrap(args),
     };
     match result {
         Ok(exit) => exit,

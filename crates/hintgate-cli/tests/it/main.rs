@@ -17,3 +17,4 @@ mod host;
 mod peers;
 mod pinning;
 mod util;
+mod wrap;
