@@ -13,5 +13,6 @@ mod corpus;
 mod explain;
 mod gateway;
 mod host;
+mod lint;
 mod peers;
 mod util;

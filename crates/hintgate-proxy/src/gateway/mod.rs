@@ -11,7 +11,7 @@
 //! response is routed back by those ids, and the original id is spliced back
 //! into the original line.
 
-mod modern;
+pub(crate) mod modern;
 mod relay;
 mod routing;
 mod tools;
