@@ -138,7 +138,7 @@ impl Report<'_> {
                     "id": code.as_str(),
                     "name": rule_name(*code),
                     "shortDescription": {"text": code.description()},
-                    "helpUri": format!("{DOCS_URI}#{}", code.as_str()),
+                    "helpUri": format!("{DOCS_URI}#lint-{}", code.as_str()),
                     "defaultConfiguration": {"level": level(code.severity())},
                 })
             })
