@@ -357,6 +357,9 @@ struct Upstream {
     pinned_definitions: HashMap<String, hintgate_policy::tool::Tool>,
     /// The server answered `server/discover`: it speaks 2026-07-28.
     modern: bool,
+    /// Since its start, the era was probed a second time after a modern
+    /// refusal of `initialize` (at most once, so probing cannot loop).
+    reprobed: bool,
     /// Its identity key in the store (command line or URL, capabilities,
     /// keyed hashes of secrets), set when it starts.
     key: Option<String>,
@@ -453,6 +456,7 @@ impl Upstream {
             pins: HashMap::new(),
             pinned_definitions: HashMap::new(),
             modern: false,
+            reprobed: false,
             key: None,
         }
     }
@@ -1040,13 +1044,19 @@ impl Gateway {
         let store = self.store.clone();
         if let Some(up) = self.upstreams.get_mut(idx) {
             up.modern = false;
+            up.reprobed = false;
             up.key = store
                 .map(|store| hintgate_store::server_key(&up.config, &capabilities, store.salt()));
         }
         // The era probe (spec: a result or a recognized modern error means
         // 2026-07-28; any other error or no answer means the legacy era).
-        let params = json!({"_meta": self.modern_meta_for_upstream()});
         let timeout = PROBE_TIMEOUT.min(self.call_timeout);
+        self.probe_era(idx, timeout);
+    }
+
+    /// Sends `server/discover`, waiting `timeout` for its answer.
+    fn probe_era(&mut self, idx: usize, timeout: Duration) {
+        let params = json!({"_meta": self.modern_meta_for_upstream()});
         let deadline = self.add_deadline(timeout, Deadline::Up(idx, 0));
         let id = self.request_up(idx, "server/discover", &params);
         self.deadlines.insert(deadline, Deadline::Up(idx, id));
@@ -1308,6 +1318,21 @@ impl Gateway {
                 let error = message
                     .error
                     .map_or("no result".to_owned(), |raw| raw.get().to_owned());
+                // A busy 2026-07-28 server may answer the era probe only
+                // after it timed out, and then refuse `initialize` with the
+                // modern "unsupported protocol version" error, a recognized
+                // modern error: probe once more, with the call timeout.
+                let modern_refusal = serde_json::from_str::<Value>(&error)
+                    .ok()
+                    .and_then(|error| error.get("code").and_then(Value::as_i64))
+                    == Some(-32022);
+                if modern_refusal && !up.reprobed {
+                    up.reprobed = true;
+                    tracing::debug!(server.id = %up.name, "refused `initialize` the 2026-07-28 way: probing its era again");
+                    let timeout = self.call_timeout;
+                    self.probe_era(idx, timeout);
+                    return;
+                }
                 self.upstream_failed(idx, format!("refused to initialize: {error}"));
             }
         }
