@@ -118,7 +118,10 @@ fn target(args: &LintArgs) -> Result<(Target, String), InputError> {
         (Some(url), _) => {
             let mut headers = BTreeMap::new();
             for header in &args.headers {
-                let Some((name, value)) = header.split_once(':').or_else(|| header.split_once('='))
+                // Whichever separator comes first: `Name: a=b` and `Name=a:b` both work.
+                let separator = header.find([':', '=']);
+                let Some((name, value)) =
+                    separator.and_then(|idx| Some((header.get(..idx)?, header.get(idx + 1..)?)))
                 else {
                     return Err(InputError(format!(
                         "header `{header}` is not `Name: value` or `Name=value`"
