@@ -72,6 +72,7 @@ pub fn run(args: &LintArgs) -> Result<Exit> {
         n_tools: linted.probed.listing.tools.len(),
         findings: &linted.outcome.findings,
         suppressed: &linted.outcome.suppressed,
+        calls: &linted.probed.listing.calls,
     };
     match args.format {
         FormatArg::Table => output::out(&report.table())?,

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::check::{CallCheck, CallOutcome};
 use crate::finding::{Code, Finding, Severity};
 use crate::suppress::Suppressed;
 
@@ -24,6 +25,9 @@ pub struct Report<'a> {
     pub findings: &'a [Finding],
     /// The findings a suppression silenced.
     pub suppressed: &'a [Suppressed],
+    /// The read-only tools that were called (`--call-read-only`), and how
+    /// each call went.
+    pub calls: &'a [CallCheck],
 }
 
 // === impl Report ===
@@ -112,14 +116,29 @@ impl Report<'_> {
     }
 
     /// One JSON object: the server, the number of tools, the findings, the
-    /// suppressed findings with their reasons, and the counts.
+    /// suppressed findings with their reasons, the read-only tools called
+    /// and how each call went, and the counts.
     pub fn json(&self) -> Value {
         let (errors, warnings, notes) = self.counts();
+        let calls: Vec<Value> = self
+            .calls
+            .iter()
+            .map(|call| {
+                let outcome = match call.outcome {
+                    CallOutcome::Conforms => "conforms",
+                    CallOutcome::Mismatch(_) => "mismatch",
+                    CallOutcome::NoStructuredContent => "no-structured-content",
+                    CallOutcome::Failed(_) => "failed",
+                };
+                json!({"tool": call.tool, "outcome": outcome})
+            })
+            .collect();
         json!({
             "server": self.server,
             "tools": self.n_tools,
             "findings": self.findings,
             "suppressed": self.suppressed,
+            "calls": calls,
             "summary": {"error": errors, "warning": warnings, "note": notes},
         })
     }
@@ -253,6 +272,7 @@ mod tests {
             n_tools: 2,
             findings: &findings,
             suppressed: &suppressed,
+            calls: &[],
         };
         assert_eq!(report.counts(), (1, 0, 1));
         assert!(report.fails(Severity::Error));
@@ -273,6 +293,7 @@ mod tests {
             n_tools: 2,
             findings: &findings,
             suppressed: &suppressed,
+            calls: &[],
         };
         insta::assert_snapshot!(report.table(), @r"
         SEVERITY CODE                  TOOL MESSAGE
@@ -293,6 +314,7 @@ mod tests {
             n_tools: 2,
             findings: &findings,
             suppressed: &suppressed,
+            calls: &[],
         };
         let log = report.sarif("hintgate.lint.toml");
         let run = &log["runs"][0];

@@ -474,10 +474,23 @@ fn findings_on_the_reference_servers_are_true() {
     let mut snapshot = String::new();
     for (name, output) in outputs {
         let report = json_findings(&output);
+        let called: Vec<String> = report["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|call| {
+                format!(
+                    "{} {}",
+                    call["tool"].as_str().unwrap(),
+                    call["outcome"].as_str().unwrap()
+                )
+            })
+            .collect();
         snapshot.push_str(&format!(
-            "== {name}: {} tools, exit {}\n{}",
+            "== {name}: {} tools, exit {}, called: [{}]\n{}",
             report["tools"],
             code(&output),
+            called.join(", "),
             finding_lines(&report)
         ));
     }
