@@ -45,6 +45,9 @@ pub enum Command {
         after_help = "Exit codes: 0 ok (verify: the chain holds), 1 error, 2 verify found a broken record"
     )]
     Log(LogArgs),
+    /// Check one server's tool definitions: hints, descriptions, schemas.
+    #[command(after_help = LINT_HELP)]
+    Lint(LintArgs),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -159,6 +162,94 @@ pub struct UnwrapArgs {
     /// Where the record of wrapped entries is kept (as for `hintgate run`).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+}
+
+const LINT_HELP: &str = "\
+Examples:
+  hintgate lint -- npx -y @modelcontextprotocol/server-filesystem /data
+  hintgate lint --format sarif -- python -m my_server > hintgate.sarif
+  hintgate lint --url https://search.example/mcp --header \"Authorization: Bearer ${TOKEN}\"
+
+Findings are silenced in hintgate.lint.toml (read from the current directory
+unless --config-file names another):
+  [[suppress]]
+  code = \"implicit-hints\"
+  tool = \"read_file\"
+  reason = \"why the finding does not apply\"
+
+Every code is documented in docs/diagnostics.md.
+
+Exit codes:
+  0   no finding at or above --fail-on
+  1   the server could not be started, reached or listed
+  2   findings at or above --fail-on
+  64  bad usage, or a hintgate.lint.toml with errors";
+
+/// `hintgate lint`
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// A Streamable HTTP server at this URL, instead of `-- CMD`.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub url: Option<String>,
+    /// With `--url`: a header sent with every request (`Name: value` or `Name=value`).
+    #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
+    pub headers: Vec<String>,
+    /// How to print the findings.
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    pub format: FormatArg,
+    /// The least serious finding that makes the exit code 2.
+    #[arg(long, value_enum, default_value_t = SeverityArg::Warning)]
+    pub fail_on: SeverityArg,
+    /// How long the whole check may take, in seconds.
+    #[arg(long = "timeout-s", value_name = "SECONDS", default_value_t = 30)]
+    pub timeout_s: u64,
+    /// Call the tools that declare `readOnlyHint: true` and an `outputSchema`
+    /// (with default arguments) and check their results against it.
+    #[arg(long)]
+    pub call_read_only: bool,
+    /// The suppressions file (default: `hintgate.lint.toml` in the current
+    /// directory, when there is one).
+    #[arg(long, value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    /// SARIF: the repository file each result is pinned to (default: the
+    /// suppressions file, where findings are silenced).
+    #[arg(long, value_name = "PATH")]
+    pub sarif_artifact: Option<String>,
+    /// The server's command line.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `--format`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// A table for people.
+    Table,
+    /// One JSON object.
+    Json,
+    /// A SARIF 2.1.0 log, for code scanning.
+    Sarif,
+}
+
+/// `--fail-on`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SeverityArg {
+    /// Only errors fail.
+    Error,
+    /// Errors and warnings fail (the default).
+    Warning,
+    /// Every finding fails.
+    Note,
+}
+
+impl From<SeverityArg> for hintgate_lint::Severity {
+    fn from(arg: SeverityArg) -> Self {
+        match arg {
+            SeverityArg::Error => Self::Error,
+            SeverityArg::Warning => Self::Warning,
+            SeverityArg::Note => Self::Note,
+        }
+    }
 }
 
 /// `hintgate log`

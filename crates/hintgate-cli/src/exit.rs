@@ -11,6 +11,8 @@ pub enum Exit {
     Error,
     /// 2: `explain` decided deny.
     Denied,
+    /// 2: `lint` found problems at or above `--fail-on`.
+    Findings,
     /// 64: bad usage, or a configuration or input file with errors.
     Usage,
 }
@@ -21,7 +23,7 @@ impl Exit {
         match self {
             Self::Success => 0,
             Self::Error => 1,
-            Self::Denied => 2,
+            Self::Denied | Self::Findings => 2,
             Self::Usage => 64,
         }
     }
@@ -38,5 +40,5 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   success (explain: allow or ask; config check: no errors)
   1   error while running
-  2   a denial (explain decided deny)
+  2   a denial (explain decided deny), or lint findings at or above --fail-on
   64  bad usage, or a config or input file with errors";

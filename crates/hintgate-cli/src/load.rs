@@ -80,6 +80,11 @@ pub fn json(path: &Path, what: &str) -> Result<Value, InputError> {
     }
 }
 
+/// Reads a text file the user named.
+pub fn text(path: &Path, what: &str) -> Result<String, InputError> {
+    read(path, what)
+}
+
 fn read(path: &Path, what: &str) -> Result<String, InputError> {
     std::fs::read_to_string(path)
         .map_err(|error| InputError(format!("cannot read {what} `{}`: {error}", path.display())))

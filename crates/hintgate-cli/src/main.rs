@@ -12,6 +12,7 @@ mod examples;
 mod exit;
 mod explain;
 mod hosts;
+mod lint;
 mod load;
 mod log;
 mod output;
@@ -44,6 +45,7 @@ fn main() -> Exit {
         Command::Run(args) => run::run(args),
         Command::Pins(args) => pins::run(args),
         Command::Log(args) => log::run(args),
+        Command::Lint(args) => lint::run(args),
         Command::Demo => demo::run(),
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),

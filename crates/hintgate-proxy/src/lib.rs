@@ -19,7 +19,8 @@
 //! - [`upstream`]: child processes and their reader and writer tasks;
 //! - [`upstream_http`]: Streamable HTTP servers, as the same stream of lines;
 //! - [`gateway`]: the event loop and the session state;
-//! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions.
+//! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions;
+//! - [`probe`]: the small client `hintgate lint` uses to list one server's tools.
 #![forbid(unsafe_code)]
 
 pub mod audit;
@@ -28,6 +29,7 @@ pub mod event;
 pub mod frame;
 pub mod gateway;
 pub mod identity;
+pub mod probe;
 pub mod seal;
 pub mod upstream;
 pub mod upstream_http;

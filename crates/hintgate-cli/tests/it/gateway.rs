@@ -716,6 +716,26 @@ fn pages_progress_and_cancellation_pass_through() {
 }
 
 #[test]
+fn a_2026_07_28_server_that_answers_the_era_probe_late_is_probed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first `server/discover` is answered after the probe gave up, and
+    // the server then refuses `initialize` the 2026-07-28 way.
+    let mut host = wrap(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--modern-only", "--name", "late", "--slow-discover", "4"],
+        &[],
+    );
+    let init = host.initialize(json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "late", "{init}");
+    let list = host.request("tools/list", json!({}));
+    assert!(
+        list["result"]["tools"].as_array().unwrap().len() > 5,
+        "{list}"
+    );
+}
+
+#[test]
 fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
     let dir = tempfile::tempdir().unwrap();
     // A legacy host in front of a modern-only server.

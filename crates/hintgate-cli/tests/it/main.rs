@@ -14,6 +14,7 @@ mod corpus;
 mod explain;
 mod gateway;
 mod host;
+mod lint;
 mod peers;
 mod pinning;
 mod util;

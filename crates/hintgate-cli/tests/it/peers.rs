@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::util::repo_root;
 
-fn tools() -> PathBuf {
+pub(crate) fn tools() -> PathBuf {
     let dir = repo_root().join(".tools");
     assert!(
         dir.join("peers.stamp").exists(),
@@ -19,7 +19,7 @@ fn tools() -> PathBuf {
     dir
 }
 
-fn npm_bin(name: &str) -> String {
+pub(crate) fn npm_bin(name: &str) -> String {
     tools()
         .join("npm/node_modules/.bin")
         .join(name)
@@ -27,7 +27,7 @@ fn npm_bin(name: &str) -> String {
         .to_string()
 }
 
-fn venv_bin(name: &str) -> String {
+pub(crate) fn venv_bin(name: &str) -> String {
     tools().join("venv/bin").join(name).display().to_string()
 }
 

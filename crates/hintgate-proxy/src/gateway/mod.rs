@@ -11,7 +11,7 @@
 //! response is routed back by those ids, and the original id is spliced back
 //! into the original line.
 
-mod modern;
+pub(crate) mod modern;
 mod pins;
 mod queue;
 mod relay;
@@ -374,6 +374,9 @@ struct Upstream {
     pinned_definitions: HashMap<String, hintgate_policy::tool::Tool>,
     /// The server answered `server/discover`: it speaks 2026-07-28.
     modern: bool,
+    /// Since its start, the era was probed a second time after a modern
+    /// refusal of `initialize` (at most once, so probing cannot loop).
+    reprobed: bool,
     /// Its identity key in the store (command line or URL, capabilities,
     /// keyed hashes of secrets), set when it starts.
     key: Option<String>,
@@ -477,6 +480,7 @@ impl Upstream {
             pins: HashMap::new(),
             pinned_definitions: HashMap::new(),
             modern: false,
+            reprobed: false,
             key: None,
             identity: None,
         }
@@ -1070,6 +1074,7 @@ impl Gateway {
         let store = self.store.clone();
         if let Some(up) = self.upstreams.get_mut(idx) {
             up.modern = false;
+            up.reprobed = false;
             let resolved = match &up.config.transport {
                 Transport::Stdio { command, args, env } => {
                     let path = env
@@ -1103,8 +1108,13 @@ impl Gateway {
         }
         // The era probe (spec: a result or a recognized modern error means
         // 2026-07-28; any other error or no answer means the legacy era).
-        let params = json!({"_meta": self.modern_meta_for_upstream()});
         let timeout = PROBE_TIMEOUT.min(self.call_timeout);
+        self.probe_era(idx, timeout);
+    }
+
+    /// Sends `server/discover`, waiting `timeout` for its answer.
+    fn probe_era(&mut self, idx: usize, timeout: Duration) {
+        let params = json!({"_meta": self.modern_meta_for_upstream()});
         let deadline = self.add_deadline(timeout, Deadline::Up(idx, 0));
         let id = self.request_up(idx, "server/discover", &params);
         self.deadlines.insert(deadline, Deadline::Up(idx, id));
@@ -1369,6 +1379,21 @@ impl Gateway {
                 let error = message
                     .error
                     .map_or("no result".to_owned(), |raw| raw.get().to_owned());
+                // A busy 2026-07-28 server may answer the era probe only
+                // after it timed out, and then refuse `initialize` with the
+                // modern "unsupported protocol version" error, a recognized
+                // modern error: probe once more, with the call timeout.
+                let modern_refusal = serde_json::from_str::<Value>(&error)
+                    .ok()
+                    .and_then(|error| error.get("code").and_then(Value::as_i64))
+                    == Some(-32022);
+                if modern_refusal && !up.reprobed {
+                    up.reprobed = true;
+                    tracing::debug!(server.id = %up.name, "refused `initialize` the 2026-07-28 way: probing its era again");
+                    let timeout = self.call_timeout;
+                    self.probe_era(idx, timeout);
+                    return;
+                }
                 self.upstream_failed(idx, format!("refused to initialize: {error}"));
             }
         }
