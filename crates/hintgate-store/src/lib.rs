@@ -680,6 +680,24 @@ pub mod test_util {
         let Some((base, _)) = admin.rsplit_once('/') else {
             panic!("{POSTGRES_URL_VAR} must end with /DATABASE");
         };
-        Some(format!("{base}/{name}"))
+        // The test server speaks TLS with a certificate of its own test CA,
+        // which only the TLS tests trust.
+        Some(format!("{base}/{name}?sslmode=disable"))
+    }
+
+    /// The variable that names the test server's CA certificate (PEM), when
+    /// it speaks TLS.
+    pub const POSTGRES_CA_VAR: &str = "HINTGATE_TEST_POSTGRES_CA";
+
+    /// A new database on the test server as a TLS address
+    /// (`sslmode=require`), and the CA file that verifies the server; `None`
+    /// when no server, or no TLS, is configured.
+    #[must_use]
+    pub fn postgres_tls_database() -> Option<(String, std::path::PathBuf)> {
+        let ca = std::env::var_os(POSTGRES_CA_VAR).map(std::path::PathBuf::from);
+        let plain = postgres_database()?;
+        let ca = ca?;
+        let url = plain.replace("sslmode=disable", "sslmode=require");
+        Some((url, ca))
     }
 }
