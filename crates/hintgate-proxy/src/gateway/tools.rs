@@ -377,11 +377,21 @@ impl Gateway {
             return;
         }
         let Some(name) = params.get("name").and_then(Value::as_str) else {
-            self.reply_error(&request.id, -32602, "`tools/call` needs a tool `name`");
+            let line = crate::frame::error_response(
+                &request.id,
+                -32602,
+                "`tools/call` needs a tool `name`",
+            );
+            self.end_refused(&request, "", "", ReasonCode::UnknownTool, line);
             return;
         };
         let Some((idx, tool_name)) = self.resolve(name) else {
-            self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
+            let line = crate::frame::error_response(
+                &request.id,
+                -32602,
+                &format!("unknown tool `{name}`"),
+            );
+            self.end_refused(&request, "", name, ReasonCode::UnknownTool, line);
             return;
         };
         match self.readiness(idx, &mut request) {
@@ -391,9 +401,19 @@ impl Gateway {
                 return;
             }
             Readiness::Failed(reason) => {
-                let server = self.upstreams.get(idx).map_or("", |up| up.name.as_str());
+                let server = self
+                    .upstreams
+                    .get(idx)
+                    .map_or(String::new(), |up| up.name.clone());
                 let text = format!("server `{server}` is not available: {reason}");
-                self.reply(&request.id, &error_result(&text));
+                let line = self.response_line(&request.id, &error_result(&text));
+                self.end_refused(
+                    &request,
+                    &server,
+                    &tool_name,
+                    ReasonCode::ServerUnavailable,
+                    line,
+                );
                 return;
             }
         }
@@ -405,7 +425,16 @@ impl Gateway {
         let prepared = match self.prepare_call(idx, &tool_name) {
             Ok(prepared) => prepared,
             Err(Early::UnknownTool) => {
-                self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
+                let server = self
+                    .upstreams
+                    .get(idx)
+                    .map_or(String::new(), |up| up.name.clone());
+                let line = crate::frame::error_response(
+                    &request.id,
+                    -32602,
+                    &format!("unknown tool `{name}`"),
+                );
+                self.end_refused(&request, &server, &tool_name, ReasonCode::UnknownTool, line);
                 return;
             }
             Err(Early::Refuse(server, decision)) => {
@@ -1202,6 +1231,56 @@ impl Gateway {
         } else {
             tracing::error!("the audit log is not running: a refusal goes unrecorded");
             self.send_host(line);
+        }
+    }
+
+    /// Records a call the gateway could not route (no such tool, or its
+    /// server cannot start) as a deny with `code`, and sends the host `line`
+    /// once the record is durable.
+    pub(super) fn end_refused(
+        &mut self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        code: ReasonCode,
+        line: String,
+    ) {
+        let decision = Decision::deny(code);
+        self.end_audited(request, server, tool, &decision, "denied", line);
+    }
+
+    /// Records a call whose answer does not wait for the record: a relayed
+    /// answer, which only answers a question of a call already recorded. The
+    /// writer keeps order, so the record commits no later than whatever the
+    /// gateway records after it.
+    pub(super) fn audit_unheld(
+        &self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        decision: &Decision,
+        approver: &str,
+        outcome: &str,
+    ) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let idx = self
+            .upstreams
+            .iter()
+            .position(|up| up.name == server)
+            .unwrap_or(usize::MAX);
+        let entry = self.call_entry(
+            idx,
+            request,
+            tool,
+            &request.params(),
+            decision,
+            approver,
+            Some(outcome),
+        );
+        if !audit.append(entry, None) {
+            tracing::error!("the audit log is not running: a relayed answer goes unrecorded");
         }
     }
 
