@@ -104,45 +104,6 @@ impl AuditWriter {
     }
 }
 
-/// Arguments as the audit log keeps them: values under keys that look like
-/// secrets are replaced, at any depth.
-pub fn redact(arguments: &Value) -> Value {
-    match arguments {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| {
-                    if looks_secret(key) {
-                        (key.clone(), Value::String("[redacted]".to_owned()))
-                    } else {
-                        (key.clone(), redact(value))
-                    }
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        other => other.clone(),
-    }
-}
-
-fn looks_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "apikey",
-        "api_key",
-        "api-key",
-        "authorization",
-        "cookie",
-        "credential",
-        "private_key",
-    ]
-    .iter()
-    .any(|word| key.contains(word))
-}
-
 /// The body of a call record.
 pub fn call_body(fields: BTreeMap<&str, Value>) -> Value {
     Value::Object(
@@ -151,21 +112,4 @@ pub fn call_body(fields: BTreeMap<&str, Value>) -> Value {
             .map(|(key, value)| (key.to_owned(), value))
             .collect(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn secrets_are_redacted_at_any_depth() {
-        let redacted = redact(
-            &json!({"path": "/x", "apiKey": "k", "nested": [{"Authorization": "Bearer t", "ok": 1}]}),
-        );
-        assert_eq!(
-            redacted,
-            json!({"path": "/x", "apiKey": "[redacted]", "nested": [{"Authorization": "[redacted]", "ok": 1}]})
-        );
-    }
 }

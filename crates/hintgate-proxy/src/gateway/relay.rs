@@ -183,14 +183,15 @@ impl Gateway {
             })
             .unwrap_or_else(|| json!({}));
         if requests.is_empty() {
-            if let Some(call) = &forward.call {
-                self.audit_outcome(&forward.request, call, "protocol-error");
-            }
-            self.reply_error(
+            let line = frame::error_response(
                 &forward.request.id,
                 -32603,
                 "the server asked for input but named none",
             );
+            match &forward.call {
+                Some(call) => self.end_with_outcome(&forward.request, call, "protocol-error", line),
+                None => self.send_host(line),
+            }
             return;
         }
         self.next_aggregate += 1;

@@ -168,6 +168,22 @@ fn stored_pin(
     }
 }
 
+/// The outcome record of the call recorded as `seq`.
+fn outcome_entry(
+    request: &HostRequest,
+    call: &CallInfo,
+    seq: u64,
+    outcome: &str,
+) -> hintgate_store::NewEntry {
+    let millis = u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    hintgate_store::NewEntry {
+        at: unix_now(),
+        kind: hintgate_store::EntryKind::Outcome,
+        call: Some(seq),
+        body: json!({"outcome": outcome, "duration_ms": millis, "attempt": request.attempt}),
+    }
+}
+
 /// A tool result that tells the model the call failed, and why.
 pub(crate) fn error_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
@@ -732,8 +748,8 @@ impl Gateway {
                         problems.join("; ")
                     );
                     tracing::warn!(server.id = %server, tool.name = %call.tool, "{text}");
-                    self.audit_outcome(request, &call, "output-schema-mismatch");
-                    self.reply(&request.id, &error_result(&text));
+                    let line = self.response_line(&request.id, &error_result(&text));
+                    self.end_with_outcome(request, &call, "output-schema-mismatch", line);
                     return;
                 }
             }
@@ -748,8 +764,8 @@ impl Gateway {
         } else {
             "ok"
         };
-        self.audit_outcome(request, &call, outcome);
-        self.send_host(self.host_response(message, &request.id, "tools/call"));
+        let line = self.host_response(message, &request.id, "tools/call");
+        self.end_with_outcome(request, &call, outcome, line);
     }
 
     /// Refuses a call with a result that says what, why and how to allow it.
@@ -1167,7 +1183,8 @@ impl Gateway {
         fields.insert("tool", Value::String(tool.to_owned()));
         fields.insert(
             "arguments",
-            crate::audit::redact(params.get("arguments").unwrap_or(&Value::Null)),
+            self.redactor
+                .redact(params.get("arguments").unwrap_or(&Value::Null)),
         );
         fields.insert("verdict", Value::String(verdict.to_owned()));
         fields.insert(
@@ -1289,16 +1306,31 @@ impl Gateway {
         let (Some(audit), Some(seq)) = (&self.audit, request.audit_seq) else {
             return;
         };
-        let millis = u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        audit.append(
-            hintgate_store::NewEntry {
-                at: unix_now(),
-                kind: hintgate_store::EntryKind::Outcome,
-                call: Some(seq),
-                body: json!({"outcome": outcome, "duration_ms": millis, "attempt": request.attempt}),
-            },
-            None,
-        );
+        audit.append(outcome_entry(request, call, seq, outcome), None);
+    }
+
+    /// Records how a forwarded call ended and sends the host `line` once
+    /// that record is durable, so a crash never loses the outcome of a call
+    /// whose answer the host has seen.
+    pub(super) fn end_with_outcome(
+        &mut self,
+        request: &HostRequest,
+        call: &CallInfo,
+        outcome: &str,
+        line: String,
+    ) {
+        let (Some(audit), Some(seq)) = (&self.audit, request.audit_seq) else {
+            self.send_host(line);
+            return;
+        };
+        self.next_token += 1;
+        let token = self.next_token;
+        if audit.append(outcome_entry(request, call, seq, outcome), Some(token)) {
+            self.held_lines.insert(token, line);
+        } else {
+            tracing::error!("the audit log is not running: an outcome goes unrecorded");
+            self.send_host(line);
+        }
     }
 
     /// A held call's audit record is durable (or could not be written).
