@@ -295,6 +295,7 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
     // asked again; and tools asked about after that (must stay empty).
     let approved: Rc<RefCell<BTreeSet<String>>> = Rc::default();
     let asked_again: Rc<RefCell<Vec<String>>> = Rc::default();
+    let asked: Rc<RefCell<BTreeSet<String>>> = Rc::default();
     let start = || {
         let args = [
             "run",
@@ -309,14 +310,19 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
             "tools.json",
         ];
         let mut host = Host::start(dir.path(), &args, &[("FIXTURE_LOG", &upstream_log_text)]);
-        let (approved, asked_again) = (approved.clone(), asked_again.clone());
+        let (approved, asked_again, asked) = (approved.clone(), asked_again.clone(), asked.clone());
         host.respond_with(move |request| {
             let prompt = request["params"]["message"].as_str().unwrap_or_default();
-            for name in NOTES {
-                if prompt.contains(&format!("`{name}`")) && approved.borrow().contains(name) {
-                    asked_again.borrow_mut().push(name.to_owned());
-                }
+            let tool = prompt
+                .lines()
+                .find_map(|line| line.trim().strip_prefix("tool:"))
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or_default()
+                .to_owned();
+            if approved.borrow().contains(&tool) {
+                asked_again.borrow_mut().push(tool.clone());
             }
+            asked.borrow_mut().insert(tool);
             json!({"action": "accept", "content": {"approve": true, "remember": "this tool always"}})
         });
         host.initialize(json!({"elicitation": {}}));
@@ -429,6 +435,15 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
             "seed {seed}: pin of `{tool}`"
         );
     }
+    assert_eq!(
+        asked
+            .borrow()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        NOTES,
+        "seed {seed}: each write was asked about"
+    );
     assert!(
         asked_again.borrow().is_empty(),
         "seed {seed}: asked again about {:?}",
