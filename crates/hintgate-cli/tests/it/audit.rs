@@ -77,6 +77,41 @@ fn a_call_to_an_unknown_tool_is_recorded_as_a_deny_before_the_answer() {
 }
 
 #[test]
+fn a_call_to_a_server_that_cannot_start_is_recorded_as_a_deny() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    let args = [
+        "run",
+        "--name",
+        "fx",
+        "--",
+        "python3",
+        server.as_str(),
+        "--crash-at-start",
+    ];
+    let mut host = Host::start(dir.path(), &args, &[]);
+    // Its initialize fails; the host calls a tool anyway.
+    host.initialize(json!({}));
+    let refused = host.call("echo", json!({"text": "x"}));
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        text(&refused).contains("server `fx` is not available"),
+        "{refused}"
+    );
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0]["tool"].as_str(),
+            records[0]["verdict"].as_str(),
+            records[0]["outcome"].as_str()
+        ),
+        (Some("echo"), Some("deny"), Some("denied"))
+    );
+    assert_eq!(records[0]["reasons"], json!(["server-unavailable"]));
+}
+
+#[test]
 fn since_leaves_out_older_calls() {
     let dir = tempfile::tempdir().unwrap();
     let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
