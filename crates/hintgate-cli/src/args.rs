@@ -272,6 +272,14 @@ pub struct LogArgs {
     /// Only calls with this verdict (allow, ask, deny).
     #[arg(long, value_name = "VERDICT")]
     pub verdict: Option<String>,
+    /// Only calls made at or after this time: an RFC 3339 time
+    /// (`2026-11-29T21:58:38Z`, `2026-11-29T22:58:38+01:00`) or a duration
+    /// back from now (`90s`, `10m`, `2h`, `3d`, `1w`).
+    #[arg(long, value_name = "TIME", value_parser = crate::log::parse_since)]
+    pub since: Option<crate::log::Since>,
+    /// Keep running and print records as they are committed (Ctrl-C stops).
+    #[arg(long)]
+    pub follow: bool,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,

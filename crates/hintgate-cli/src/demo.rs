@@ -158,6 +158,7 @@ fn demo_config(exe: &str) -> ValidConfig {
         },
         servers,
         rules: vec![rule],
+        audit: Default::default(),
     }
 }
 

@@ -1,5 +1,8 @@
 //! `hintgate log`: the audit log, queried or verified.
 
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
 use anyhow::Result;
 use hintgate_store::{Entry, EntryKind};
 use serde_json::Value;
@@ -29,18 +32,15 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
             }
         });
     }
-    let text_of = |entry: &Entry, key: &str| {
-        entry
-            .body
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
+    let since = args.since.map(|since| since.resolve(unix_now()));
+    let mut view = View {
+        args,
+        since,
+        shown: HashMap::new(),
     };
     let mut after = 0;
-    let mut calls: std::collections::BTreeMap<u64, Entry> = std::collections::BTreeMap::new();
-    let mut outcomes: std::collections::BTreeMap<u64, Vec<Entry>> =
-        std::collections::BTreeMap::new();
+    let mut calls: BTreeMap<u64, Entry> = BTreeMap::new();
+    let mut outcomes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
     loop {
         let batch = store.entries(after, 1000)?;
         let Some(last) = batch.last() else {
@@ -57,7 +57,53 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
         }
     }
     let mut out = String::new();
-    for (seq, call) in &calls {
+    for call in calls.values() {
+        let ended = outcomes.get(&call.seq).and_then(|list| list.last());
+        view.call(call, ended, &mut out);
+    }
+    if !args.follow {
+        output::out(&out)?;
+        return Ok(Exit::Success);
+    }
+    // Follow: print what is committed from now on. A call's outcome comes
+    // as a line of its own once the call has ended. The loop ends on Ctrl-C
+    // (the default action of SIGINT; nothing is held open for writing) or
+    // when the reader of standard output goes away.
+    loop {
+        if !output::out_while_open(&out)? {
+            return Ok(Exit::Success);
+        }
+        out.clear();
+        store.wait_for_entries(after, FOLLOW_WAIT)?;
+        for entry in store.entries(after, 1000)? {
+            after = entry.seq;
+            match (entry.kind, entry.call) {
+                (EntryKind::Outcome, Some(call)) => view.outcome(&entry, call, &mut out),
+                _ => view.call(&entry, None, &mut out),
+            }
+        }
+    }
+}
+
+/// How long one wait for new records lasts at most; new records end it at
+/// once. (A reader that went away is noticed at the next write, as with
+/// `tail -f`.)
+const FOLLOW_WAIT: Duration = Duration::from_secs(1);
+
+/// The records `hintgate log` prints, and how.
+struct View<'a> {
+    args: &'a LogArgs,
+    /// Seconds since the Unix epoch: calls before it are left out.
+    since: Option<i64>,
+    /// The calls printed so far, with their server and tool, so that a
+    /// `--follow` outcome is printed exactly for the calls that were.
+    shown: HashMap<u64, (String, String)>,
+}
+
+impl View<'_> {
+    /// Prints a call (with its outcome, when known) if the filters keep it.
+    fn call(&mut self, call: &Entry, ended: Option<&Entry>, out: &mut String) {
+        let args = self.args;
         let keep = args
             .server
             .as_ref()
@@ -69,11 +115,16 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
             && args
                 .verdict
                 .as_ref()
-                .is_none_or(|verdict| text_of(call, "verdict") == *verdict);
+                .is_none_or(|verdict| text_of(call, "verdict") == *verdict)
+            && self.since.is_none_or(|since| call.at >= since);
         if !keep {
-            continue;
+            return;
         }
-        let ended = outcomes.get(seq).and_then(|list| list.last());
+        if args.follow {
+            self.shown
+                .insert(call.seq, (text_of(call, "server"), text_of(call, "tool")));
+        }
+        let seq = call.seq;
         let outcome = call
             .body
             .get("outcome")
@@ -89,8 +140,9 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
         if args.json {
             let mut record = call.body.clone();
             if let Some(object) = record.as_object_mut() {
-                object.insert("seq".into(), Value::from(*seq));
+                object.insert("seq".into(), Value::from(seq));
                 object.insert("at".into(), Value::from(call.at));
+                object.insert("kind".into(), Value::from("call"));
                 object.insert("outcome".into(), Value::from(outcome));
                 if let Some(ended) = ended {
                     object.insert(
@@ -122,8 +174,191 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
             ));
         }
     }
-    output::out(&out)?;
-    Ok(Exit::Success)
+
+    /// Prints the outcome of a call printed before (`--follow` only).
+    fn outcome(&mut self, entry: &Entry, call: u64, out: &mut String) {
+        let Some((server, tool)) = self.shown.get(&call) else {
+            return;
+        };
+        let outcome = text_of(entry, "outcome");
+        let duration = entry
+            .body
+            .get("duration_ms")
+            .cloned()
+            .unwrap_or(Value::Null);
+        if self.args.json {
+            let record = serde_json::json!({
+                "seq": entry.seq,
+                "at": entry.at,
+                "kind": "outcome",
+                "call": call,
+                "server": server,
+                "tool": tool,
+                "outcome": outcome,
+                "duration_ms": duration,
+            });
+            out.push_str(&format!("{record}\n"));
+        } else {
+            out.push_str(&format!(
+                "{:>6}  {}  {server} / {tool}  call {call} ended  -> {outcome} ({duration} ms)\n",
+                entry.seq,
+                utc(entry.at),
+            ));
+        }
+    }
+}
+
+fn text_of(entry: &Entry, key: &str) -> String {
+    entry
+        .body
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+/// `--since`: a point in time, or a duration back from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// Seconds since the Unix epoch.
+    At(i64),
+    /// Seconds before now.
+    Ago(i64),
+}
+
+impl Since {
+    /// Seconds since the Unix epoch, given the time now.
+    fn resolve(self, now: i64) -> i64 {
+        match self {
+            Self::At(at) => at,
+            Self::Ago(seconds) => now.saturating_sub(seconds),
+        }
+    }
+}
+
+/// Parses `--since`: an RFC 3339 time or a duration such as `10m`.
+pub fn parse_since(text: &str) -> Result<Since, String> {
+    let text = text.trim();
+    if let Some(seconds) = parse_duration(text) {
+        return seconds.map(Since::Ago);
+    }
+    parse_rfc3339(text).map(Since::At).ok_or_else(|| {
+        format!(
+            "`{text}` is neither an RFC 3339 time (such as `2026-11-29T21:58:38Z`) nor a duration (such as `90s`, `10m`, `2h`, `3d`, `1w`)"
+        )
+    })
+}
+
+/// A duration: digits and one unit of `s`, `m`, `h`, `d` or `w`. `None`
+/// when the text does not have that shape; an error when it is too large.
+fn parse_duration(text: &str) -> Option<Result<i64, String>> {
+    let unit = text.chars().last()?;
+    let per_unit: i64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
+        'w' => 604_800,
+        _ => return None,
+    };
+    let digits = text.get(..text.len() - 1)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(
+        digits
+            .parse::<i64>()
+            .ok()
+            .and_then(|count| count.checked_mul(per_unit))
+            .ok_or_else(|| format!("the duration `{text}` is too long")),
+    )
+}
+
+/// An RFC 3339 time (`YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, `T` or a
+/// space between date and time, either case) as seconds since the Unix
+/// epoch; a fraction of a second is dropped.
+fn parse_rfc3339(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(range)?;
+        if part.bytes().all(|b| b.is_ascii_digit()) {
+            part.parse().ok()
+        } else {
+            None
+        }
+    };
+    let separator =
+        |idx: usize, allowed: &[u8]| bytes.get(idx).is_some_and(|b| allowed.contains(b));
+    if !(separator(4, b"-")
+        && separator(7, b"-")
+        && separator(10, b"Tt ")
+        && separator(13, b":")
+        && separator(16, b":"))
+    {
+        return None;
+    }
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    let mut rest = text.get(19..)?;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        rest = fraction.get(digits..)?;
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.get(..1)? {
+                "+" => 1,
+                "-" => -1,
+                _ => return None,
+            };
+            if rest.len() != 6 || rest.get(3..4)? != ":" {
+                return None;
+            }
+            let hours: i64 = rest.get(1..3)?.parse().ok()?;
+            let minutes: i64 = rest.get(4..6)?.parse().ok()?;
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            sign * (hours * 3_600 + minutes * 60)
+        }
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    // A leap second (`:60`) is taken as the second after.
+    if !(1..=month_days).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second - offset)
+}
+
+/// Days since 1970-01-01 of a date (Howard Hinnant's days-from-civil).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC), by the
@@ -155,5 +390,43 @@ mod tests {
         assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::utc(1_795_989_518), "2026-11-29T21:58:38Z");
         assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn since_takes_rfc_3339_times_and_durations() {
+        use super::{Since, parse_since};
+        assert_eq!(
+            parse_since("2026-11-29T21:58:38Z"),
+            Ok(Since::At(1_795_989_518))
+        );
+        assert_eq!(
+            parse_since("2026-11-29T22:58:38.25+01:00"),
+            Ok(Since::At(1_795_989_518))
+        );
+        assert_eq!(
+            parse_since("2000-02-29 00:00:00z"),
+            Ok(Since::At(951_782_400))
+        );
+        assert_eq!(parse_since("1969-12-31T23:59:59Z"), Ok(Since::At(-1)));
+        assert_eq!(parse_since("90s"), Ok(Since::Ago(90)));
+        assert_eq!(parse_since("10m"), Ok(Since::Ago(600)));
+        assert_eq!(parse_since("2h"), Ok(Since::Ago(7_200)));
+        assert_eq!(parse_since("3d"), Ok(Since::Ago(259_200)));
+        assert_eq!(parse_since("1w"), Ok(Since::Ago(604_800)));
+        assert_eq!(Since::Ago(600).resolve(1_000), 400);
+        for bad in [
+            "",
+            "yesterday",
+            "10",
+            "m",
+            "-5m",
+            "2026-02-30T00:00:00Z",
+            "2026-11-29T21:58:38",
+            "2026-11-29T24:00:00Z",
+            "2026-11-29T21:58:38+1:00",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
     }
 }

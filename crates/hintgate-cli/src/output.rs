@@ -12,6 +12,16 @@ pub fn out(text: &str) -> io::Result<()> {
     write_all(io::stdout().lock(), text)
 }
 
+/// Writes `text` to standard output; `false` when the reader has gone
+/// (a closed pipe), so a command that would go on writing can stop.
+pub fn out_while_open(text: &str) -> io::Result<bool> {
+    let mut sink = io::stdout().lock();
+    match sink.write_all(text.as_bytes()).and_then(|()| sink.flush()) {
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        other => other.map(|()| true),
+    }
+}
+
 /// Writes `text` to standard error.
 pub fn err(text: &str) -> io::Result<()> {
     write_all(io::stderr().lock(), text)

@@ -90,6 +90,7 @@ fn world() -> World {
         },
         servers,
         rules,
+        audit: Default::default(),
     };
     let tools = (0..N_SERVERS * TOOLS_PER_SERVER)
         .map(|idx| {

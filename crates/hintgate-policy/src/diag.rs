@@ -49,6 +49,8 @@ pub enum DiagCode {
     RelativePath,
     /// A `${VAR}` reference to a variable the environment does not have.
     UnsetVariable,
+    /// A JSON pointer that cannot be used (an `[audit] redact` pattern).
+    BadPointer,
 }
 
 /// One problem in a configuration.
@@ -97,7 +99,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -112,6 +114,7 @@ impl DiagCode {
         Self::InsecureUrl,
         Self::RelativePath,
         Self::UnsetVariable,
+        Self::BadPointer,
     ];
 
     /// The stable kebab-case code.
@@ -131,6 +134,7 @@ impl DiagCode {
             Self::InsecureUrl => "insecure-url",
             Self::RelativePath => "relative-path",
             Self::UnsetVariable => "unset-variable",
+            Self::BadPointer => "bad-pointer",
         }
     }
 }

@@ -13,7 +13,8 @@
 //! - [`prompt`]: the text a person sees when asked;
 //! - [`sanitize`]: the cleaner for descriptions and titles;
 //! - [`vars`]: `${VAR}` references, expanded against a caller-supplied source;
-//! - [`glob`]: the globs rules use over server and tool names.
+//! - [`glob`]: the globs rules use over server and tool names;
+//! - [`redact`]: what of a call's arguments the audit log leaves out.
 //!
 //! What it is **not**: it does no I/O, reads no clock and no environment,
 //! spawns nothing and has no async runtime. The gateway, the store and the
@@ -53,6 +54,7 @@ pub mod glob;
 pub mod pin;
 pub mod prompt;
 pub mod reason;
+pub mod redact;
 pub mod sanitize;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;

@@ -49,6 +49,13 @@ pub enum ReasonCode {
     InvalidDefinition,
     /// Something went wrong while deciding; the gateway fails closed.
     InternalError,
+    /// The host called a tool that no server lists (given by the gateway).
+    UnknownTool,
+    /// The tool's server could not be started (given by the gateway).
+    ServerUnavailable,
+    /// A 2026-07-28 host returned a `requestState` the gateway cannot use
+    /// (given by the gateway).
+    InvalidRequestState,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -64,7 +71,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 23] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -85,6 +92,9 @@ impl ReasonCode {
         Self::UnknownServer,
         Self::InvalidDefinition,
         Self::InternalError,
+        Self::UnknownTool,
+        Self::ServerUnavailable,
+        Self::InvalidRequestState,
     ];
 
     /// The stable kebab-case code.
@@ -110,6 +120,9 @@ impl ReasonCode {
             Self::UnknownServer => "unknown-server",
             Self::InvalidDefinition => "invalid-definition",
             Self::InternalError => "internal-error",
+            Self::UnknownTool => "unknown-tool",
+            Self::ServerUnavailable => "server-unavailable",
+            Self::InvalidRequestState => "invalid-request-state",
         }
     }
 
@@ -146,6 +159,11 @@ impl ReasonCode {
             Self::UnknownServer => "the server is not in the configuration",
             Self::InvalidDefinition => "the server sent a tool definition that is not valid",
             Self::InternalError => "an internal problem occurred while deciding",
+            Self::UnknownTool => "no server lists a tool of this name",
+            Self::ServerUnavailable => "the tool's server could not be started",
+            Self::InvalidRequestState => {
+                "the returned request state is altered, used, expired or for another call"
+            }
         }
     }
 

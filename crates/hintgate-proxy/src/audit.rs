@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 
-use hintgate_store::{NewEntry, Store};
+use hintgate_store::{AuditLog, NewEntry};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -33,27 +33,36 @@ struct Job {
 }
 
 impl AuditWriter {
-    /// Starts the writer thread.
-    pub fn spawn(store: Arc<dyn Store>, events: mpsc::UnboundedSender<Event>) -> Self {
+    /// Starts the writer thread, appending to `log`; an [`Event::Audited`]
+    /// goes to `events` for every entry appended with a token.
+    pub fn spawn(log: Arc<dyn AuditLog>, events: mpsc::UnboundedSender<Event>) -> Self {
         let (tx, rx) = std_mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("hintgate-audit".to_owned())
             .spawn(move || {
+                let mut entries = Vec::with_capacity(MAX_GROUP);
+                let mut tokens = Vec::with_capacity(MAX_GROUP);
                 while let Ok(first) = rx.recv() {
-                    let mut jobs = vec![first];
-                    while jobs.len() < MAX_GROUP {
-                        match rx.try_recv() {
-                            Ok(job) => jobs.push(job),
-                            Err(_) => break,
-                        }
+                    entries.clear();
+                    tokens.clear();
+                    let mut next = Some(first);
+                    while let Some(job) = next {
+                        entries.push(job.entry);
+                        tokens.push(job.token);
+                        next = if entries.len() < MAX_GROUP {
+                            rx.try_recv().ok()
+                        } else {
+                            None
+                        };
                     }
-                    let entries: Vec<NewEntry> = jobs.iter().map(|job| job.entry.clone()).collect();
-                    let result = store.append(&entries);
+                    // One commit for the whole group: every call waiting on
+                    // it goes on at once.
+                    let result = log.append(&entries);
                     if let Err(err) = &result {
                         tracing::error!("the audit log could not be written: {err}");
                     }
-                    for (idx, job) in jobs.iter().enumerate() {
-                        let Some(token) = job.token else {
+                    for (idx, token) in tokens.iter().enumerate() {
+                        let Some(token) = *token else {
                             continue;
                         };
                         let outcome = match &result {
@@ -95,45 +104,6 @@ impl AuditWriter {
     }
 }
 
-/// Arguments as the audit log keeps them: values under keys that look like
-/// secrets are replaced, at any depth.
-pub fn redact(arguments: &Value) -> Value {
-    match arguments {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| {
-                    if looks_secret(key) {
-                        (key.clone(), Value::String("[redacted]".to_owned()))
-                    } else {
-                        (key.clone(), redact(value))
-                    }
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        other => other.clone(),
-    }
-}
-
-fn looks_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "apikey",
-        "api_key",
-        "api-key",
-        "authorization",
-        "cookie",
-        "credential",
-        "private_key",
-    ]
-    .iter()
-    .any(|word| key.contains(word))
-}
-
 /// The body of a call record.
 pub fn call_body(fields: BTreeMap<&str, Value>) -> Value {
     Value::Object(
@@ -142,21 +112,4 @@ pub fn call_body(fields: BTreeMap<&str, Value>) -> Value {
             .map(|(key, value)| (key.to_owned(), value))
             .collect(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn secrets_are_redacted_at_any_depth() {
-        let redacted = redact(
-            &json!({"path": "/x", "apiKey": "k", "nested": [{"Authorization": "Bearer t", "ok": 1}]}),
-        );
-        assert_eq!(
-            redacted,
-            json!({"path": "/x", "apiKey": "[redacted]", "nested": [{"Authorization": "[redacted]", "ok": 1}]})
-        );
-    }
 }

@@ -6,10 +6,14 @@
 //! [`AuditLog::verify`] walks the chain and names the first entry whose hash
 //! does not follow, so an edited, inserted or deleted entry is found.
 
-use rusqlite::params;
+use std::time::{Duration, Instant};
+
+use rusqlite::{TransactionBehavior, params};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use hintgate_policy::pin::canonical_json;
 
 use crate::{MemoryStore, SqliteStore, StoreError};
 
@@ -88,6 +92,24 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     /// [`StoreError`] when the log cannot be read.
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError>;
 
+    /// Waits until the log may hold entries after sequence number `after`,
+    /// for at most about `timeout`; returns whether it does. It may return
+    /// `false` early, so a caller that follows the log calls it in a loop.
+    ///
+    /// The default looks once and, when there is nothing new, sleeps for
+    /// up to 100 ms; a store with a way to be told of commits overrides it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn wait_for_entries(&self, after: u64, timeout: Duration) -> Result<bool, StoreError> {
+        if !self.entries(after, 1)?.is_empty() {
+            return Ok(true);
+        }
+        std::thread::sleep(timeout.min(Duration::from_millis(100)));
+        Ok(!self.entries(after, 1)?.is_empty())
+    }
+
     /// Checks the whole chain.
     ///
     /// # Errors
@@ -113,7 +135,7 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
                     entry.at,
                     entry.kind,
                     entry.call,
-                    &entry.body,
+                    &canonical_json(&entry.body),
                 );
                 if entry.prev != prev || entry.hash != expected {
                     return Ok(Verification {
@@ -129,22 +151,38 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
 }
 
 /// The hash of an entry, chained to `prev`.
+///
+/// `canonical` is the body as canonical JSON (sorted keys, no whitespace):
+/// what the hash covers, and what the SQLite store keeps as the body, so
+/// the body is serialised once per entry.
 pub(crate) fn chain_hash(
     prev: &str,
     seq: u64,
     at: i64,
     kind: EntryKind,
     call: Option<u64>,
-    body: &Value,
+    canonical: &str,
 ) -> String {
     let kind = kind_name(kind);
     let call = call.map_or(String::new(), |call| call.to_string());
-    let canonical = hintgate_policy::pin::canonical_json(body);
-    let text = format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n{canonical}");
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n").as_bytes());
+    hasher.update(canonical.as_bytes());
+    hex(&hasher.finalize())
+}
+
+/// Lowercase hexadecimal.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        for nibble in [byte >> 4, byte & 0x0f] {
+            text.push(char::from(
+                DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0'),
+            ));
+        }
+    }
+    text
 }
 
 /// The stored name of an entry kind.
@@ -175,7 +213,8 @@ impl AuditLog for MemoryStore {
                 .audit
                 .last()
                 .map_or_else(|| GENESIS.to_owned(), |last| last.hash.clone());
-            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+            let canonical = canonical_json(&new.body);
+            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &canonical);
             state.audit.push(Entry {
                 seq,
                 at: new.at,
@@ -207,7 +246,10 @@ impl AuditLog for MemoryStore {
 impl AuditLog for SqliteStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let mut connection = self.lock();
-        let transaction = connection.transaction()?;
+        // IMMEDIATE: the write lock is taken before the tail is read, so
+        // another process appending to the same file waits (busy timeout)
+        // instead of failing the upgrade from reader to writer.
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let (mut seq, mut prev): (u64, String) = transaction
             .query_row(
                 "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
@@ -220,27 +262,58 @@ impl AuditLog for SqliteStore {
                 other => Err(other),
             })?;
         let mut seqs = Vec::with_capacity(entries.len());
-        for new in entries {
-            seq += 1;
-            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
-            let kind = kind_name(new.kind);
-            transaction.execute(
+        {
+            let mut insert = transaction.prepare_cached(
                 "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
+            )?;
+            for new in entries {
+                seq += 1;
+                let canonical = canonical_json(&new.body);
+                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &canonical);
+                let kind = kind_name(new.kind);
+                insert.execute(params![
                     i64::try_from(seq).unwrap_or(i64::MAX),
                     new.at,
                     kind,
                     new.call.and_then(|call| i64::try_from(call).ok()),
-                    new.body.to_string(),
+                    canonical,
                     prev,
                     hash
-                ],
-            )?;
-            seqs.push(seq);
-            prev = hash;
+                ])?;
+                seqs.push(seq);
+                prev = hash;
+            }
         }
         transaction.commit()?;
         Ok(seqs)
+    }
+
+    /// Looks at `PRAGMA data_version` every 50 ms, which changes when
+    /// another connection commits (a read of shared memory, no disk), and
+    /// at the log's tail only when it has.
+    fn wait_for_entries(&self, after: u64, timeout: Duration) -> Result<bool, StoreError> {
+        let deadline = Instant::now() + timeout;
+        let mut seen_version = None;
+        loop {
+            {
+                let connection = self.lock();
+                let version: i64 =
+                    connection.pragma_query_value(None, "data_version", |row| row.get(0))?;
+                if seen_version != Some(version) {
+                    seen_version = Some(version);
+                    let last: Option<i64> =
+                        connection.query_row("SELECT max(seq) FROM audit", [], |row| row.get(0))?;
+                    if last.and_then(|last| u64::try_from(last).ok()) > Some(after) {
+                        return Ok(true);
+                    }
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+        }
     }
 
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {

@@ -432,7 +432,9 @@ impl AuditLog for PgStore {
             let mut seqs = Vec::with_capacity(entries.len());
             for new in &entries {
                 seq += 1;
-                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+                // Stored as hashed: canonical JSON, serialised once.
+                let canonical = hintgate_policy::pin::canonical_json(&new.body);
+                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &canonical);
                 tx.execute(
                     &statement,
                     &[
@@ -440,7 +442,7 @@ impl AuditLog for PgStore {
                         &new.at,
                         &kind_name(new.kind),
                         &new.call.map(pg_i64),
-                        &new.body.to_string(),
+                        &canonical,
                         &prev,
                         &hash,
                     ],

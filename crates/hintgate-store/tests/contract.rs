@@ -499,3 +499,119 @@ fn a_removed_tool_is_recorded_and_cleared_in_every_store() {
         removal_contract(&hintgate_store::PgStore::open(&url).unwrap());
     }
 }
+
+#[test]
+fn reordered_entries_break_the_chain_at_the_first_moved() {
+    use hintgate_store::AuditLog;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    audit_contract(&SqliteStore::open(&path).unwrap());
+    // Swap the first two entries' contents, hashes and all.
+    let connection = rusqlite_connection(&path);
+    connection
+        .execute_batch(
+            "UPDATE audit SET seq = -1 WHERE seq = 1;
+             UPDATE audit SET seq = 1 WHERE seq = 2;
+             UPDATE audit SET seq = 2 WHERE seq = -1;",
+        )
+        .unwrap();
+    drop(connection);
+    let verification = SqliteStore::open(&path).unwrap().verify().unwrap();
+    assert_eq!(verification.first_broken, Some(1));
+}
+
+#[test]
+fn two_writers_on_one_file_both_chain_every_entry() {
+    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let writers: Vec<_> = (0..2)
+        .map(|writer| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let log = SqliteStore::open(&path).unwrap();
+                for batch in 0..50 {
+                    let entries: Vec<NewEntry> = (0..4)
+                        .map(|n| NewEntry {
+                            at: 1_795_000_000,
+                            kind: EntryKind::Call,
+                            call: None,
+                            body: json!({"writer": writer, "batch": batch, "n": n}),
+                        })
+                        .collect();
+                    log.append(&entries).unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let log = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        log.verify().unwrap(),
+        hintgate_store::Verification {
+            checked: 400,
+            first_broken: None
+        }
+    );
+}
+
+#[test]
+fn waiting_for_entries_sees_another_connections_commit() {
+    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    use std::time::Duration;
+    let entry = || NewEntry {
+        at: 1_795_000_000,
+        kind: EntryKind::Call,
+        call: None,
+        body: json!({"tool": "read"}),
+    };
+    let memory = MemoryStore::default();
+    assert!(
+        !memory
+            .wait_for_entries(0, Duration::from_millis(1))
+            .unwrap()
+    );
+    memory.append(&[entry()]).unwrap();
+    assert!(
+        memory
+            .wait_for_entries(0, Duration::from_millis(1))
+            .unwrap()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let reader = SqliteStore::open(&path).unwrap();
+    assert!(
+        !reader
+            .wait_for_entries(0, Duration::from_millis(1))
+            .unwrap()
+    );
+    let writer = std::thread::spawn(move || {
+        SqliteStore::open(&path)
+            .unwrap()
+            .append(&[entry()])
+            .unwrap();
+    });
+    // Returns once the other connection has committed (the bound only keeps
+    // a broken build from hanging).
+    let mut found = false;
+    for _ in 0..600 {
+        if reader
+            .wait_for_entries(0, Duration::from_millis(100))
+            .unwrap()
+        {
+            found = true;
+            break;
+        }
+    }
+    assert!(found);
+    writer.join().unwrap();
+    assert!(
+        !reader
+            .wait_for_entries(1, Duration::from_millis(1))
+            .unwrap()
+    );
+}

@@ -667,6 +667,46 @@ fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
         json!({"requestState": state, "inputResponses": answer}),
     );
     assert!(text(&again["result"]).contains("already used"), "{again}");
+
+    // Each of the three calls has its record: the call that was asked the
+    // question ends with the server's result, the answer is its own call,
+    // and the replayed answer is a deny with its reason.
+    let state_dir = dir.path().join("state").display().to_string();
+    let log = crate::util::run(
+        dir.path(),
+        &[
+            "log",
+            "--state-dir",
+            &state_dir,
+            "--json",
+            "--tool",
+            "ask_host",
+        ],
+    );
+    let records: Vec<Value> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let summary: Vec<(&str, &str, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["verdict"].as_str().unwrap(),
+                r["approver"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("allow", "read-only", "ok"),
+            ("allow", "person (relayed answer)", "relayed"),
+            ("deny", "gateway", "denied"),
+        ],
+        "{records:?}"
+    );
+    assert_eq!(records[2]["reasons"], json!(["invalid-request-state"]));
 }
 
 #[test]

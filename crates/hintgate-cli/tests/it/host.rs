@@ -134,6 +134,19 @@ impl Host {
         }
     }
 
+    /// The next response, whatever its id, answering any request the
+    /// gateway sends meanwhile.
+    pub fn next_response(&mut self) -> Value {
+        loop {
+            let message = self.next_message();
+            if message.get("method").is_some() {
+                self.handle_incoming(message);
+                continue;
+            }
+            return message;
+        }
+    }
+
     /// Waits until a notification with this method has arrived.
     pub fn wait_for_notification(&mut self, method: &str) -> Value {
         if let Some(found) = self.notifications.iter().find(|n| n["method"] == method) {
@@ -184,6 +197,12 @@ impl Host {
     pub fn call(&mut self, name: &str, arguments: Value) -> Value {
         let response = self.request("tools/call", json!({"name": name, "arguments": arguments}));
         response.get("result").cloned().unwrap_or(response)
+    }
+
+    /// Kills the gateway with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 
     /// Closes the host's side and waits for the gateway to exit.

@@ -9,6 +9,7 @@
 )]
 
 mod approvals;
+mod audit;
 mod config_check;
 mod corpus;
 mod explain;

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::glob::Glob;
 use crate::tool::Trust;
 
+pub use crate::redact::AuditSettings;
 pub use parse::{parse_str, parse_str_checking_vars};
 
 /// The profile: how the gateway treats calls no rule decides (design §4.2, step 6).
@@ -50,6 +51,8 @@ pub struct ValidConfig {
     pub servers: BTreeMap<String, ServerConfig>,
     /// The `[[rules]]`, in file order.
     pub rules: Vec<Rule>,
+    /// The `[audit]` table: what the audit log redacts.
+    pub audit: AuditSettings,
 }
 
 /// The `[gateway]` table.
@@ -196,6 +199,7 @@ impl ValidConfig {
             },
             servers: BTreeMap::from([(name.to_owned(), server)]),
             rules: Vec::new(),
+            audit: AuditSettings::default(),
         }
     }
 }

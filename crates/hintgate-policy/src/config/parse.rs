@@ -17,13 +17,15 @@ use super::{
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
+use crate::redact::{AuditSettings, Pattern, PatternError};
 use crate::tool::Trust;
 use crate::vars::{self, Vars};
 
 type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
-const TOP_KEYS: &[&str] = &["gateway", "servers", "rules"];
+const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit"];
+const AUDIT_KEYS: &[&str] = &["redact", "redact_defaults"];
 const GATEWAY_KEYS: &[&str] = &[
     "profile",
     "unattended",
@@ -175,11 +177,52 @@ impl Walker<'_> {
             },
             None => Vec::new(),
         };
+        let audit = match entry(top, "audit") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Table(table) => self.audit(table),
+                other => {
+                    self.wrong_value_type(value, "audit", "a table", other);
+                    AuditSettings::default()
+                }
+            },
+            None => AuditSettings::default(),
+        };
         Some(ValidConfig {
             gateway,
             servers,
             rules,
+            audit,
         })
+    }
+
+    fn audit(&mut self, table: &DeTable<'_>) -> AuditSettings {
+        self.check_keys(table, "audit", AUDIT_KEYS);
+        let mut settings = AuditSettings::default();
+        if let Some(defaults) = self.boolean(table, "audit", "redact_defaults") {
+            settings.redact_defaults = defaults;
+        }
+        let mut patterns = Vec::new();
+        self.string_array(table, "audit", "redact", |walker, text, span, path| {
+            match Pattern::parse(text) {
+                Ok(pattern) => patterns.push(pattern),
+                Err(PatternError::BadEscape) => walker.push(
+                    Diagnostic::error(
+                        DiagCode::BadPointer,
+                        path,
+                        format!("bad JSON pointer `{text}`: `~` must be followed by `0` or `1`"),
+                    )
+                    .at(span)
+                    .with_help("write `~1` for a `/` and `~0` for a `~` inside a key"),
+                ),
+                Err(err) => walker.push(
+                    Diagnostic::error(DiagCode::BadGlob, path, format!("bad key glob `{text}`: {err}"))
+                        .at(span)
+                        .with_help("a pattern is a JSON pointer (`/credentials/password`) or a glob over key names (`*token*`)"),
+                ),
+            }
+        });
+        settings.redact = patterns;
+        settings
     }
 
     fn gateway(&mut self, table: &DeTable<'_>) -> GatewaySettings {

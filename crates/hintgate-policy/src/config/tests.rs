@@ -86,3 +86,45 @@ fn timeouts_and_limits_are_bounded() {
         ]
     );
 }
+
+#[test]
+fn audit_redaction_patterns_are_checked_where_they_are_written() {
+    let source = "[audit]\nredact = [\"/credentials/password\", \"*TOKEN*\", \"/a~2\", \"[x-\", 3]\nredact_defaults = false\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none());
+    let found: Vec<_> = diagnostics
+        .iter()
+        .map(|d| {
+            let line = source[..d.span.clone().unwrap().start].lines().count();
+            (d.code, d.key.as_str(), line)
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (DiagCode::BadPointer, "audit.redact[2]", 2),
+            (DiagCode::BadGlob, "audit.redact[3]", 2),
+            (DiagCode::WrongType, "audit.redact[4]", 2),
+        ]
+    );
+
+    let (config, diagnostics) = parse_str(
+        "[audit]\nredact = [\"/credentials/password\", \"*TOKEN*\"]\nredact_defaults = false\n",
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let audit = config.unwrap().audit;
+    assert!(!audit.redact_defaults);
+    let patterns: Vec<&str> = audit.redact.iter().map(|p| p.as_str()).collect();
+    assert_eq!(patterns, ["/credentials/password", "*token*"]);
+    assert_eq!(
+        codes("[audit]\nredact_default = true\n"),
+        vec![(DiagCode::UnknownKey, "audit.redact_default".to_owned())]
+    );
+    assert!(
+        parse_str("[servers.fs]\ncommand = \"x\"\n")
+            .0
+            .unwrap()
+            .audit
+            .redact_defaults
+    );
+}

@@ -159,8 +159,10 @@ where
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis())
     );
+    let redactor = hintgate_policy::redact::Redactor::new(&settings.policy.config().audit);
     let mut gateway = Gateway {
         audit,
+        redactor,
         held_for_audit: HashMap::new(),
         held_lines: HashMap::new(),
         next_token: 0,
@@ -246,6 +248,8 @@ struct Gateway {
     store: Option<std::sync::Arc<dyn hintgate_store::Store>>,
     /// The audit writer, when there is a store.
     audit: Option<crate::audit::AuditWriter>,
+    /// What of a call's arguments the audit log leaves out.
+    redactor: hintgate_policy::redact::Redactor,
     /// Calls waiting for their audit record to be durable, by token.
     held_for_audit: HashMap<u64, tools::HeldCall>,
     /// Answers to the host waiting for their call's record, by token.
@@ -1506,8 +1510,8 @@ impl Gateway {
                         .to_owned()
                 };
                 let text = format!("{reason}. The call was not retried: {why}.");
-                self.audit_outcome(&forward.request, call, "failed");
-                self.reply(&forward.request.id, &tools::error_result(&text));
+                let line = self.response_line(&forward.request.id, &tools::error_result(&text));
+                self.end_with_outcome(&forward.request, call, "failed", line);
             }
             None => self.reply_error(&forward.request.id, -32603, reason),
         }

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use hintgate_policy::reason::ReasonCode;
 use serde_json::{Map, Value, json};
 
 use super::{Forward, Gateway, HostRequest, PendingHost, PendingUp};
@@ -101,22 +102,14 @@ impl Gateway {
         let binding = match self.sealer.peek(state) {
             Ok(claim) => claim.pin,
             Err(err) => {
-                self.reply(
-                    &request.id,
-                    &super::tools::error_result(&format!(
-                        "The relayed answer could not be used: {err}."
-                    )),
-                );
+                let text = format!("The relayed answer could not be used: {err}.");
+                self.refuse_relayed(request, "", tool, &text);
                 return true;
             }
         };
         if let Err(err) = self.sealer.open(state, tool, &Value::Null, &binding) {
-            self.reply(
-                &request.id,
-                &super::tools::error_result(&format!(
-                    "The relayed answer could not be used: {err}."
-                )),
-            );
+            let text = format!("The relayed answer could not be used: {err}.");
+            self.refuse_relayed(request, "", tool, &text);
             return true;
         }
         let mut parts = binding.splitn(4, ':');
@@ -128,24 +121,50 @@ impl Gateway {
         let (Ok(idx), Ok(call_id)) = (idx.parse::<usize>(), call_id.parse::<u64>()) else {
             return false;
         };
+        let server = self
+            .upstreams
+            .get(idx)
+            .map(|up| up.name.clone())
+            .unwrap_or_default();
         match self.pending_up.get_mut(&(idx, call_id)) {
             Some(PendingUp::Forward(forward)) => {
                 // The server's result now answers this retry.
                 forward.request.id = request.id.clone();
             }
             _ => {
-                self.reply(
-                    &request.id,
-                    &super::tools::error_result("The server's call this answer was for has ended."),
-                );
+                let text = "The server's call this answer was for has ended.";
+                self.refuse_relayed(request, &server, tool, text);
                 return true;
             }
         }
+        // The retry is a call of its own: its record says the person's answer
+        // went to the server's question (the server's result is the outcome
+        // of the call that asked it).
+        let decision = hintgate_policy::decide::Decision {
+            verdict: hintgate_policy::decide::Verdict::Allow,
+            reasons: Vec::new(),
+            remember: hintgate_policy::decide::RememberOffer::NotAsked,
+        };
+        self.audit_unheld(
+            request,
+            &server,
+            tool,
+            &decision,
+            "person (relayed answer)",
+            "relayed",
+        );
         self.host_to_up.insert(request.id.clone(), (idx, call_id));
         if let Some(up) = self.upstreams.get_mut(idx) {
             up.send(frame::response(question_id, answer));
         }
         true
+    }
+
+    /// Refuses a relayed answer that cannot be used, as a deny on the record.
+    fn refuse_relayed(&mut self, request: &HostRequest, server: &str, tool: &str, text: &str) {
+        let line = self.response_line(&request.id, &super::tools::error_result(text));
+        let decision = hintgate_policy::decide::Decision::deny(ReasonCode::InvalidRequestState);
+        self.end_audited(request, server, tool, &decision, "denied", line);
     }
 
     /// A 2026-07-28 server wants input for a legacy host's request: ask the
@@ -164,11 +183,15 @@ impl Gateway {
             })
             .unwrap_or_else(|| json!({}));
         if requests.is_empty() {
-            self.reply_error(
+            let line = frame::error_response(
                 &forward.request.id,
                 -32603,
                 "the server asked for input but named none",
             );
+            match &forward.call {
+                Some(call) => self.end_with_outcome(&forward.request, call, "protocol-error", line),
+                None => self.send_host(line),
+            }
             return;
         }
         self.next_aggregate += 1;

@@ -168,6 +168,22 @@ fn stored_pin(
     }
 }
 
+/// The outcome record of the call recorded as `seq`.
+fn outcome_entry(
+    request: &HostRequest,
+    call: &CallInfo,
+    seq: u64,
+    outcome: &str,
+) -> hintgate_store::NewEntry {
+    let millis = u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    hintgate_store::NewEntry {
+        at: unix_now(),
+        kind: hintgate_store::EntryKind::Outcome,
+        call: Some(seq),
+        body: json!({"outcome": outcome, "duration_ms": millis, "attempt": request.attempt}),
+    }
+}
+
 /// A tool result that tells the model the call failed, and why.
 pub(crate) fn error_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
@@ -382,11 +398,21 @@ impl Gateway {
             return;
         }
         let Some(name) = params.get("name").and_then(Value::as_str) else {
-            self.reply_error(&request.id, -32602, "`tools/call` needs a tool `name`");
+            let line = crate::frame::error_response(
+                &request.id,
+                -32602,
+                "`tools/call` needs a tool `name`",
+            );
+            self.end_refused(&request, "", "", ReasonCode::UnknownTool, line);
             return;
         };
         let Some((idx, tool_name)) = self.resolve(name) else {
-            self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
+            let line = crate::frame::error_response(
+                &request.id,
+                -32602,
+                &format!("unknown tool `{name}`"),
+            );
+            self.end_refused(&request, "", name, ReasonCode::UnknownTool, line);
             return;
         };
         match self.readiness(idx, &mut request) {
@@ -396,9 +422,19 @@ impl Gateway {
                 return;
             }
             Readiness::Failed(reason) => {
-                let server = self.upstreams.get(idx).map_or("", |up| up.name.as_str());
+                let server = self
+                    .upstreams
+                    .get(idx)
+                    .map_or(String::new(), |up| up.name.clone());
                 let text = format!("server `{server}` is not available: {reason}");
-                self.reply(&request.id, &error_result(&text));
+                let line = self.response_line(&request.id, &error_result(&text));
+                self.end_refused(
+                    &request,
+                    &server,
+                    &tool_name,
+                    ReasonCode::ServerUnavailable,
+                    line,
+                );
                 return;
             }
         }
@@ -410,7 +446,16 @@ impl Gateway {
         let prepared = match self.prepare_call(idx, &tool_name) {
             Ok(prepared) => prepared,
             Err(Early::UnknownTool) => {
-                self.reply_error(&request.id, -32602, &format!("unknown tool `{name}`"));
+                let server = self
+                    .upstreams
+                    .get(idx)
+                    .map_or(String::new(), |up| up.name.clone());
+                let line = crate::frame::error_response(
+                    &request.id,
+                    -32602,
+                    &format!("unknown tool `{name}`"),
+                );
+                self.end_refused(&request, &server, &tool_name, ReasonCode::UnknownTool, line);
                 return;
             }
             Err(Early::Refuse(server, decision)) => {
@@ -708,8 +753,8 @@ impl Gateway {
                         problems.join("; ")
                     );
                     tracing::warn!(server.id = %server, tool.name = %call.tool, "{text}");
-                    self.audit_outcome(request, &call, "output-schema-mismatch");
-                    self.reply(&request.id, &error_result(&text));
+                    let line = self.response_line(&request.id, &error_result(&text));
+                    self.end_with_outcome(request, &call, "output-schema-mismatch", line);
                     return;
                 }
             }
@@ -724,8 +769,8 @@ impl Gateway {
         } else {
             "ok"
         };
-        self.audit_outcome(request, &call, outcome);
-        self.send_host(self.host_response(message, &request.id, "tools/call"));
+        let line = self.host_response(message, &request.id, "tools/call");
+        self.end_with_outcome(request, &call, outcome, line);
     }
 
     /// Refuses a call with a result that says what, why and how to allow it.
@@ -1163,7 +1208,8 @@ impl Gateway {
         fields.insert("tool", Value::String(tool.to_owned()));
         fields.insert(
             "arguments",
-            crate::audit::redact(params.get("arguments").unwrap_or(&Value::Null)),
+            self.redactor
+                .redact(params.get("arguments").unwrap_or(&Value::Null)),
         );
         fields.insert("verdict", Value::String(verdict.to_owned()));
         fields.insert(
@@ -1230,21 +1276,86 @@ impl Gateway {
         }
     }
 
+    /// Records a call the gateway could not route (no such tool, or its
+    /// server cannot start) as a deny with `code`, and sends the host `line`
+    /// once the record is durable.
+    pub(super) fn end_refused(
+        &mut self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        code: ReasonCode,
+        line: String,
+    ) {
+        let decision = Decision::deny(code);
+        self.end_audited(request, server, tool, &decision, "denied", line);
+    }
+
+    /// Records a call whose answer does not wait for the record: a relayed
+    /// answer, which only answers a question of a call already recorded. The
+    /// writer keeps order, so the record commits no later than whatever the
+    /// gateway records after it.
+    pub(super) fn audit_unheld(
+        &self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        decision: &Decision,
+        approver: &str,
+        outcome: &str,
+    ) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let idx = self
+            .upstreams
+            .iter()
+            .position(|up| up.name == server)
+            .unwrap_or(usize::MAX);
+        let entry = self.call_entry(
+            idx,
+            request,
+            tool,
+            &request.params(),
+            decision,
+            approver,
+            Some(outcome),
+        );
+        if !audit.append(entry, None) {
+            tracing::error!("the audit log is not running: a relayed answer goes unrecorded");
+        }
+    }
+
     /// Records how a forwarded call ended.
     pub(super) fn audit_outcome(&self, request: &HostRequest, call: &CallInfo, outcome: &str) {
         let (Some(audit), Some(seq)) = (&self.audit, request.audit_seq) else {
             return;
         };
-        let millis = u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        audit.append(
-            hintgate_store::NewEntry {
-                at: unix_now(),
-                kind: hintgate_store::EntryKind::Outcome,
-                call: Some(seq),
-                body: json!({"outcome": outcome, "duration_ms": millis, "attempt": request.attempt}),
-            },
-            None,
-        );
+        audit.append(outcome_entry(request, call, seq, outcome), None);
+    }
+
+    /// Records how a forwarded call ended and sends the host `line` once
+    /// that record is durable, so a crash never loses the outcome of a call
+    /// whose answer the host has seen.
+    pub(super) fn end_with_outcome(
+        &mut self,
+        request: &HostRequest,
+        call: &CallInfo,
+        outcome: &str,
+        line: String,
+    ) {
+        let (Some(audit), Some(seq)) = (&self.audit, request.audit_seq) else {
+            self.send_host(line);
+            return;
+        };
+        self.next_token += 1;
+        let token = self.next_token;
+        if audit.append(outcome_entry(request, call, seq, outcome), Some(token)) {
+            self.held_lines.insert(token, line);
+        } else {
+            tracing::error!("the audit log is not running: an outcome goes unrecorded");
+            self.send_host(line);
+        }
     }
 
     /// A held call's audit record is durable (or could not be written).

@@ -1,0 +1,584 @@
+//! The audit log end to end: every call recorded, `hintgate log` querying
+//! and following it while a real gateway writes, configured redaction, and
+//! the log surviving `kill -9`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::host::{Host, fixture_server, is_error, text};
+
+/// Bounds a wait that should end; no test asserts on time.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A wrap-mode session in front of the fixture server, state in `dir/state`.
+fn session(dir: &std::path::Path, flags: &[&str], env: &[(&str, &str)]) -> Host {
+    let server = fixture_server();
+    let mut args = vec!["run", "--name", "fx"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", "python3", server.as_str()]);
+    Host::start(dir, &args, env)
+}
+
+/// `hintgate log --json [extra]` as one JSON value per line.
+fn log_json(dir: &std::path::Path, extra: &[&str]) -> Vec<Value> {
+    let state = dir.join("state").display().to_string();
+    let mut args = vec!["log", "--state-dir", state.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let output = crate::util::run(dir, &args);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        crate::util::stderr(&output)
+    );
+    crate::util::stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_call_to_an_unknown_tool_is_recorded_as_a_deny_before_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+    host.initialize(json!({}));
+    let unknown = host.request(
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {"password": "hunter2"}}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `no_such_tool`")
+    );
+    let nameless = host.request("tools/call", json!({"arguments": {}}));
+    assert_eq!(nameless["error"]["code"], -32602, "{nameless}");
+    assert!(text(&host.call("echo", json!({"text": "hi"}))).contains("hi"));
+
+    // The answers came after their records were durable: the log holds them
+    // while the gateway still runs.
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(records.len(), 3, "one record per call: {records:?}");
+    assert_eq!(records[0]["tool"], "no_such_tool");
+    assert_eq!(records[0]["verdict"], "deny");
+    assert_eq!(records[0]["reasons"], json!(["unknown-tool"]));
+    assert_eq!(records[0]["outcome"], "denied");
+    assert_eq!(records[0]["arguments"], json!({"password": "[redacted]"}));
+    assert_eq!(records[1]["tool"], "");
+    assert_eq!(records[1]["reasons"], json!(["unknown-tool"]));
+    assert_eq!(records[2]["tool"], "echo");
+    assert!(host.close().success());
+}
+
+#[test]
+fn a_call_to_a_server_that_cannot_start_is_recorded_as_a_deny() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    let args = [
+        "run",
+        "--name",
+        "fx",
+        "--",
+        "python3",
+        server.as_str(),
+        "--crash-at-start",
+    ];
+    let mut host = Host::start(dir.path(), &args, &[]);
+    // Its initialize fails; the host calls a tool anyway.
+    host.initialize(json!({}));
+    let refused = host.call("echo", json!({"text": "x"}));
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        text(&refused).contains("server `fx` is not available"),
+        "{refused}"
+    );
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0]["tool"].as_str(),
+            records[0]["verdict"].as_str(),
+            records[0]["outcome"].as_str()
+        ),
+        (Some("echo"), Some("deny"), Some("denied"))
+    );
+    assert_eq!(records[0]["reasons"], json!(["server-unavailable"]));
+}
+
+#[test]
+fn since_leaves_out_older_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+    host.initialize(json!({}));
+    host.call("echo", json!({"text": "one"}));
+    host.call("echo", json!({"text": "two"}));
+    assert!(host.close().success());
+
+    let all = log_json(dir.path(), &[]);
+    assert_eq!(all.len(), 2);
+    // The first record's own time, as the table prints it (RFC 3339, UTC).
+    let state = dir.path().join("state").display().to_string();
+    let table = crate::util::run(dir.path(), &["log", "--state-dir", &state]);
+    let first = crate::util::stdout(&table)
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    let time = first.split_whitespace().nth(1).unwrap().to_owned();
+    assert_eq!(log_json(dir.path(), &["--since", &time]).len(), 2);
+    assert_eq!(log_json(dir.path(), &["--since", "1h"]).len(), 2);
+    assert_eq!(
+        log_json(dir.path(), &["--since", "2999-01-01T00:00:00Z"]).len(),
+        0
+    );
+    let bad = crate::util::run(
+        dir.path(),
+        &["log", "--state-dir", &state, "--since", "yesterday"],
+    );
+    assert_eq!(bad.status.code(), Some(64));
+    assert!(
+        crate::util::stderr(&bad).contains("neither an RFC 3339 time"),
+        "{}",
+        crate::util::stderr(&bad)
+    );
+}
+
+/// `hintgate log --follow` running beside the gateway, its lines on a channel.
+struct Follower {
+    child: Child,
+    lines: Option<mpsc::Receiver<String>>,
+}
+
+impl Follower {
+    fn start(dir: &std::path::Path, extra: &[&str]) -> Self {
+        let mut child = crate::util::hintgate()
+            .current_dir(dir)
+            .args(["log", "--follow"])
+            .args(extra)
+            .env("HINTGATE_STATE_DIR", dir.join("state"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            child,
+            lines: Some(lines),
+        }
+    }
+
+    fn next(&self) -> String {
+        self.lines
+            .as_ref()
+            .unwrap()
+            .recv_timeout(PATIENCE)
+            .expect("log --follow printed a line")
+    }
+
+    fn next_json(&self) -> Value {
+        serde_json::from_str(&self.next()).unwrap()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn follow_prints_each_record_as_it_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+    host.respond_with(|_| json!({"action": "decline"}));
+    host.initialize(json!({"elicitation": {}}));
+    host.call("echo", json!({"text": "before"}));
+
+    let json_follow = Follower::start(dir.path(), &["--json", "--tool", "echo"]);
+    let table_follow = Follower::start(dir.path(), &[]);
+    // What was there already, with its outcome.
+    let old = json_follow.next_json();
+    assert_eq!(
+        (old["kind"].as_str(), old["outcome"].as_str()),
+        (Some("call"), Some("ok")),
+        "{old}"
+    );
+    assert!(
+        table_follow
+            .next()
+            .contains("fx / echo  allow  (read-only)  by read-only  -> ok")
+    );
+
+    // New calls, while both follow: each call's record, then its outcome.
+    for n in 0..3 {
+        assert!(text(&host.call("echo", json!({"text": format!("call {n}")}))).contains("call"));
+        let call = json_follow.next_json();
+        assert_eq!(call["kind"], "call", "{call}");
+        assert_eq!(call["arguments"]["text"], format!("call {n}"));
+        let outcome = json_follow.next_json();
+        assert_eq!(outcome["kind"], "outcome", "{outcome}");
+        assert_eq!(outcome["call"], call["seq"]);
+        assert_eq!(outcome["outcome"], "ok");
+        assert!(table_follow.next().contains("fx / echo  allow"));
+        assert!(
+            table_follow
+                .next()
+                .contains(&format!("call {} ended  -> ok", call["seq"]))
+        );
+    }
+    // A refusal ends at the gateway: one line, with its outcome; the JSON
+    // follower filters it out (`--tool echo`).
+    assert!(is_error(&host.call("write_note", json!({"text": "x"}))));
+    assert!(
+        table_follow
+            .next()
+            .contains("fx / write_note  ask  (not-read-only)  by gateway  -> denied")
+    );
+    host.call("echo", json!({"text": "after"}));
+    assert_eq!(json_follow.next_json()["arguments"]["text"], "after");
+
+    // The reader goes away: the follower stops at its next write.
+    let mut json_follow = json_follow;
+    drop(json_follow.lines.take());
+    let mut waited = Duration::ZERO;
+    let status = loop {
+        if let Some(status) = json_follow.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            waited < PATIENCE,
+            "log --follow did not stop without a reader"
+        );
+        host.call("echo", json!({"text": "nobody reads this"}));
+        std::thread::sleep(Duration::from_millis(50));
+        waited += Duration::from_millis(50);
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(host.close().success());
+}
+
+/// A small seeded generator (splitmix64), so a run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+/// The tools of the crash test: one that reads, and writes a person
+/// approves "always" the first time each is asked.
+const NOTES: [&str; 4] = ["note_1", "note_2", "note_3", "note_4"];
+
+#[test]
+#[expect(
+    clippy::disallowed_macros,
+    reason = "the test prints its seed, so a failing run can be replayed"
+)]
+fn the_audit_log_and_the_approvals_survive_kill_9() {
+    use std::cell::RefCell;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::rc::Rc;
+
+    let seed = std::env::var("HINTGATE_CRASH_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("crash test seed: {seed} (replay with HINTGATE_CRASH_SEED={seed})");
+    let mut rng = Rng(seed);
+
+    let dir = tempfile::tempdir().unwrap();
+    let hints = |read_only: bool| json!({"readOnlyHint": read_only, "destructiveHint": false, "idempotentHint": read_only, "openWorldHint": false});
+    let mut tools = vec![
+        json!({"name": "read_note", "inputSchema": {"type": "object"}, "annotations": hints(true)}),
+    ];
+    tools.extend(NOTES.iter().map(|name| json!({"name": name, "inputSchema": {"type": "object"}, "annotations": hints(false)})));
+    std::fs::write(dir.path().join("tools.json"), json!(tools).to_string()).unwrap();
+    let upstream_log = dir.path().join("upstream.log");
+    let upstream_log_text = upstream_log.display().to_string();
+    let server = fixture_server();
+    // Tools whose call the host saw succeed: approved always, so never
+    // asked again; and tools asked about after that (must stay empty).
+    let approved: Rc<RefCell<BTreeSet<String>>> = Rc::default();
+    let asked_again: Rc<RefCell<Vec<String>>> = Rc::default();
+    let asked: Rc<RefCell<BTreeSet<String>>> = Rc::default();
+    let start = || {
+        let args = [
+            "run",
+            "--name",
+            "fx",
+            "--trust",
+            "trusted",
+            "--",
+            "python3",
+            server.as_str(),
+            "--tools-file",
+            "tools.json",
+        ];
+        let mut host = Host::start(dir.path(), &args, &[("FIXTURE_LOG", &upstream_log_text)]);
+        let (approved, asked_again, asked) = (approved.clone(), asked_again.clone(), asked.clone());
+        host.respond_with(move |request| {
+            let prompt = request["params"]["message"].as_str().unwrap_or_default();
+            let tool = prompt
+                .lines()
+                .find_map(|line| line.trim().strip_prefix("tool:"))
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or_default()
+                .to_owned();
+            if approved.borrow().contains(&tool) {
+                asked_again.borrow_mut().push(tool.clone());
+            }
+            asked.borrow_mut().insert(tool);
+            json!({"action": "accept", "content": {"approve": true, "remember": "this tool always"}})
+        });
+        host.initialize(json!({"elicitation": {}}));
+        host
+    };
+    let pins = || {
+        let state = dir.path().join("state").display().to_string();
+        let output = crate::util::run(
+            dir.path(),
+            &["pins", "--state-dir", &state, "list", "--json"],
+        );
+        let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|pin| {
+                (
+                    pin["tool"].as_str().unwrap().to_owned(),
+                    pin["digest"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+
+    // Before the crashes: two writes approved always.
+    let mut host = start();
+    for name in &NOTES[..2] {
+        assert_eq!(
+            text(&host.call(name, json!({"n": -1}))),
+            format!("ran {name}")
+        );
+        approved.borrow_mut().insert((*name).to_owned());
+    }
+    assert!(host.close().success());
+    let pinned_before = pins();
+    // Five tools and the server's instructions.
+    assert_eq!(pinned_before.len(), 6, "{pinned_before:?}");
+
+    // A few hundred calls in bursts of up to 12 in flight; the gateway is
+    // killed with SIGKILL six times, at seeded points, with a seeded number
+    // of the burst's answers read first; then restarted.
+    const CALLS: u64 = 300;
+    // One kill point in each sixth of the run (after the first ten calls);
+    // a burst that passes a kill point is cut by one kill.
+    const KILLS: u64 = 6;
+    let window = (CALLS - 10) / KILLS;
+    let mut kill_at: Vec<u64> = (0..KILLS)
+        .map(|k| 10 + k * window + rng.below(window))
+        .collect();
+    let mut answered: BTreeMap<i64, String> = BTreeMap::new();
+    let mut host = start();
+    let mut n = 0;
+    let mut kills = 0;
+    while n < CALLS {
+        let burst = (1 + rng.below(12)).min(CALLS - n);
+        let mut sent = BTreeMap::new();
+        for _ in 0..burst {
+            let tool = if rng.below(3) == 0 {
+                NOTES[rng.below(4) as usize]
+            } else {
+                "read_note"
+            };
+            let id = format!("call-{n}");
+            host.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {"n": n}}}));
+            sent.insert(id, (n as i64, tool));
+            n += 1;
+        }
+        let kill = kill_at.first().is_some_and(|at| *at < n);
+        let to_read = if kill { rng.below(burst + 1) } else { burst };
+        for _ in 0..to_read {
+            let response = host.next_response();
+            let (call, tool) = sent[response["id"].as_str().unwrap()];
+            assert_eq!(
+                text(&response["result"]),
+                format!("ran {tool}"),
+                "seed {seed}: {response}"
+            );
+            answered.insert(call, tool.to_owned());
+            if tool != "read_note" {
+                approved.borrow_mut().insert(tool.to_owned());
+            }
+        }
+        if kill {
+            kill_at.remove(0);
+            host.kill();
+            kills += 1;
+            host = start();
+        }
+    }
+    assert!(host.close().success());
+    assert_eq!(kills, KILLS);
+
+    // The chain holds.
+    let state = dir.path().join("state").display().to_string();
+    let verify = crate::util::run(dir.path(), &["log", "--state-dir", &state, "verify"]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "seed {seed}: {}",
+        crate::util::stdout(&verify)
+    );
+
+    // No approval was lost: every pin from before is still there, the same,
+    // and no tool whose call succeeded was asked about again.
+    let pinned_after = pins();
+    for (tool, digest) in &pinned_before {
+        assert_eq!(
+            pinned_after.get(tool),
+            Some(digest),
+            "seed {seed}: pin of `{tool}`"
+        );
+    }
+    assert_eq!(
+        asked
+            .borrow()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        NOTES,
+        "seed {seed}: each write was asked about"
+    );
+    assert!(
+        asked_again.borrow().is_empty(),
+        "seed {seed}: asked again about {:?}",
+        asked_again.borrow()
+    );
+
+    // Every call that reached the server has its record; every call whose
+    // answer the host saw has its outcome too.
+    let records = log_json(dir.path(), &[]);
+    let recorded: BTreeMap<i64, &Value> = records
+        .iter()
+        .filter_map(|record| Some((record["arguments"]["n"].as_i64()?, record)))
+        .collect();
+    let reached: Vec<(String, i64)> = std::fs::read_to_string(&upstream_log)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("call ")?;
+            let (tool, arguments) = rest.split_once(' ')?;
+            let arguments: Value = serde_json::from_str(arguments).ok()?;
+            Some((tool.to_owned(), arguments["n"].as_i64()?))
+        })
+        .filter(|(_, n)| *n >= 0)
+        .collect();
+    assert!(reached.len() >= answered.len(), "seed {seed}");
+    for (tool, n) in &reached {
+        let record = recorded
+            .get(n)
+            .unwrap_or_else(|| panic!("seed {seed}: call {n} reached the server without a record"));
+        assert_eq!(record["tool"], tool.as_str(), "seed {seed}");
+        // Let through by the profile, a standing approval or the person;
+        // never a call that ended at the gateway.
+        assert_ne!(record["approver"], "gateway", "seed {seed}: {record}");
+    }
+    for (n, tool) in &answered {
+        let record = recorded[n];
+        assert_eq!(record["tool"], tool.as_str(), "seed {seed}");
+        assert_eq!(record["outcome"], "ok", "seed {seed}: call {n}: {record}");
+    }
+}
+
+#[test]
+fn configured_redaction_keeps_values_out_of_the_database_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[servers.fx]
+command = "python3"
+args = ["{}"]
+trust = "trusted"
+
+[audit]
+redact = ["/account/pin", "/cards/*/number", "SSN*"]
+"#,
+        fixture_server()
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+    let arguments = json!({
+        "text": "visible-text",
+        "account": {"pin": "pin-value-4921", "owner": "visible-owner"},
+        "cards": [{"number": "card-value-1111", "kind": "visa"}, {"number": "card-value-2222"}],
+        "person": {"Ssn_Number": "ssn-value-078", "nested": [{"api_token": "token-value-77"}]},
+        "pin": "top-level-pin-is-kept",
+    });
+    // The server still gets the real values; only the log leaves them out.
+    assert!(text(&host.call("fx__echo", arguments)).contains("pin-value-4921"));
+    assert!(host.close().success());
+
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(
+        records[0]["arguments"],
+        json!({
+            "text": "visible-text",
+            "account": {"pin": "[redacted]", "owner": "visible-owner"},
+            "cards": [{"number": "[redacted]", "kind": "visa"}, {"number": "[redacted]"}],
+            "person": {"Ssn_Number": "[redacted]", "nested": [{"api_token": "[redacted]"}]},
+            "pin": "top-level-pin-is-kept",
+        })
+    );
+    // Not a byte of a redacted value in the store's files (database, WAL).
+    let mut bytes = Vec::new();
+    for file in std::fs::read_dir(dir.path().join("state")).unwrap() {
+        bytes.extend(std::fs::read(file.unwrap().path()).unwrap());
+    }
+    let contains = |needle: &str| {
+        bytes
+            .windows(needle.len())
+            .any(|window| window == needle.as_bytes())
+    };
+    assert!(contains("visible-owner"), "the check reads the records");
+    for secret in [
+        "pin-value-4921",
+        "card-value-1111",
+        "card-value-2222",
+        "ssn-value-078",
+        "token-value-77",
+    ] {
+        assert!(!contains(secret), "`{secret}` reached the store");
+    }
+}

@@ -1,0 +1,303 @@
+//! Redaction of tool-call arguments before they are written to the audit log.
+//!
+//! Two kinds of pattern, configured under `[audit] redact` (design §8):
+//!
+//! - a JSON pointer (RFC 6901, starting with `/`) names one place in the
+//!   arguments, such as `/credentials/password`; a `*` token stands for any
+//!   key or array index at its depth (`/accounts/*/pin`);
+//! - anything else is a glob over key names, matched case-insensitively at any
+//!   depth (`*token*`, `ssn`).
+//!
+//! The value at a matching place is replaced whole, objects and arrays
+//! included, by [`REDACTED`]. Unless `redact_defaults = false`, keys that look
+//! like secrets ([`DEFAULT_KEY_PATTERNS`]) are redacted too.
+
+use serde_json::Value;
+
+use crate::glob::{Glob, GlobError};
+
+/// What a redacted value is replaced by.
+pub const REDACTED: &str = "[redacted]";
+
+/// The built-in patterns: keys that look like secrets, case-insensitively.
+pub const DEFAULT_KEY_PATTERNS: [&str; 11] = [
+    "*password*",
+    "*passwd*",
+    "*secret*",
+    "*token*",
+    "*apikey*",
+    "*api_key*",
+    "*api-key*",
+    "*authorization*",
+    "*cookie*",
+    "*credential*",
+    "*private_key*",
+];
+
+/// One redaction pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pattern {
+    /// A JSON pointer into the arguments, as its unescaped tokens (`*`
+    /// matches any one key or index).
+    Pointer {
+        /// The pointer as written.
+        source: String,
+        /// Its tokens, unescaped.
+        tokens: Vec<String>,
+    },
+    /// A glob over key names, compiled in lowercase and matched against the
+    /// lowercased key.
+    Key(Glob),
+}
+
+/// Why a redaction pattern cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatternError {
+    /// A `~` in a JSON pointer that is not `~0` or `~1`.
+    #[error("`~` must be followed by `0` (for `~`) or `1` (for `/`) in a JSON pointer")]
+    BadEscape,
+    /// A key glob that does not compile.
+    #[error(transparent)]
+    Glob(#[from] GlobError),
+}
+
+/// The `[audit]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditSettings {
+    /// The configured patterns, in file order.
+    pub redact: Vec<Pattern>,
+    /// Whether [`DEFAULT_KEY_PATTERNS`] apply as well (default: yes).
+    pub redact_defaults: bool,
+}
+
+/// Redacts arguments by a set of patterns.
+#[derive(Debug, Clone)]
+pub struct Redactor {
+    keys: Vec<Glob>,
+    pointers: Vec<Vec<String>>,
+}
+
+// === impl Pattern ===
+
+impl Pattern {
+    /// Parses a pattern: a JSON pointer when it starts with `/`, otherwise a
+    /// key glob.
+    ///
+    /// # Errors
+    ///
+    /// [`PatternError`] for a bad `~` escape in a pointer or a glob that does
+    /// not compile.
+    pub fn parse(text: &str) -> Result<Self, PatternError> {
+        let Some(pointer) = text.strip_prefix('/') else {
+            return Ok(Self::Key(Glob::new(&text.to_lowercase())?));
+        };
+        let tokens = pointer
+            .split('/')
+            .map(unescape_token)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::Pointer {
+            source: text.to_owned(),
+            tokens,
+        })
+    }
+
+    /// The pattern as written (a key glob in lowercase).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Pointer { source, .. } => source,
+            Self::Key(glob) => glob.as_str(),
+        }
+    }
+}
+
+fn unescape_token(token: &str) -> Result<String, PatternError> {
+    let mut out = String::with_capacity(token.len());
+    let mut chars = token.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '~' {
+            match chars.next() {
+                Some('0') => out.push('~'),
+                Some('1') => out.push('/'),
+                _ => return Err(PatternError::BadEscape),
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    Ok(out)
+}
+
+// === impl AuditSettings ===
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        Self {
+            redact: Vec::new(),
+            redact_defaults: true,
+        }
+    }
+}
+
+// === impl Redactor ===
+
+impl Redactor {
+    /// The redactor for these settings.
+    pub fn new(settings: &AuditSettings) -> Self {
+        let mut keys = Vec::new();
+        if settings.redact_defaults {
+            keys.extend(
+                DEFAULT_KEY_PATTERNS
+                    .iter()
+                    .filter_map(|pattern| Glob::new(pattern).ok()),
+            );
+        }
+        let mut pointers = Vec::new();
+        for pattern in &settings.redact {
+            match pattern {
+                Pattern::Key(glob) => keys.push(glob.clone()),
+                Pattern::Pointer { tokens, .. } => pointers.push(tokens.clone()),
+            }
+        }
+        Self { keys, pointers }
+    }
+
+    /// The arguments with every matching value replaced by [`REDACTED`].
+    pub fn redact(&self, arguments: &Value) -> Value {
+        let mut path = Vec::new();
+        self.walk(arguments, &mut path)
+    }
+
+    fn walk(&self, value: &Value, path: &mut Vec<String>) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, item)| {
+                        path.push(key.clone());
+                        let redacted = if self.key_matches(key) || self.pointer_matches(path) {
+                            Value::String(REDACTED.to_owned())
+                        } else {
+                            self.walk(item, path)
+                        };
+                        path.pop();
+                        (key.clone(), redacted)
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(idx, item)| {
+                        path.push(idx.to_string());
+                        let redacted = if self.pointer_matches(path) {
+                            Value::String(REDACTED.to_owned())
+                        } else {
+                            self.walk(item, path)
+                        };
+                        path.pop();
+                        redacted
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    fn key_matches(&self, key: &str) -> bool {
+        if self.keys.is_empty() {
+            return false;
+        }
+        let key = key.to_lowercase();
+        self.keys.iter().any(|glob| glob.matches(&key))
+    }
+
+    fn pointer_matches(&self, path: &[String]) -> bool {
+        self.pointers.iter().any(|tokens| {
+            tokens.len() == path.len()
+                && tokens
+                    .iter()
+                    .zip(path)
+                    .all(|(token, step)| token == "*" || token == step)
+        })
+    }
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        Self::new(&AuditSettings::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn redactor(patterns: &[&str], defaults: bool) -> Redactor {
+        Redactor::new(&AuditSettings {
+            redact: patterns
+                .iter()
+                .map(|p| Pattern::parse(p).unwrap())
+                .collect(),
+            redact_defaults: defaults,
+        })
+    }
+
+    #[test]
+    fn secret_looking_keys_are_redacted_at_any_depth_by_default() {
+        let redacted = Redactor::default().redact(
+            &json!({"path": "/x", "apiKey": "k", "nested": [{"Authorization": "Bearer t", "ok": 1}]}),
+        );
+        assert_eq!(
+            redacted,
+            json!({"path": "/x", "apiKey": "[redacted]", "nested": [{"Authorization": "[redacted]", "ok": 1}]})
+        );
+    }
+
+    #[test]
+    fn pointers_name_one_place_and_globs_any_key_case_insensitively() {
+        let redactor = redactor(
+            &[
+                "/credentials/password",
+                "/accounts/*/pin",
+                "/list/1",
+                "SSN*",
+            ],
+            false,
+        );
+        let redacted = redactor.redact(&json!({
+            "credentials": {"user": "me", "password": {"nested": "whole"}},
+            "password": "not at the pointer",
+            "accounts": [{"pin": 1234, "id": 1}, {"pin": 5678, "id": 2}],
+            "list": ["a", "b", "c"],
+            "person": {"ssn_number": "078-05-1120", "name": "x"},
+        }));
+        assert_eq!(
+            redacted,
+            json!({
+                "credentials": {"user": "me", "password": "[redacted]"},
+                "password": "not at the pointer",
+                "accounts": [{"pin": "[redacted]", "id": 1}, {"pin": "[redacted]", "id": 2}],
+                "list": ["a", "[redacted]", "c"],
+                "person": {"ssn_number": "[redacted]", "name": "x"},
+            })
+        );
+    }
+
+    #[test]
+    fn defaults_can_be_turned_off_and_pointers_unescape() {
+        let redactor = redactor(&["/a~1b/~0c"], false);
+        assert_eq!(
+            redactor.redact(&json!({"token": "t", "a/b": {"~c": 1, "d": 2}})),
+            json!({"token": "t", "a/b": {"~c": "[redacted]", "d": 2}})
+        );
+    }
+
+    #[test]
+    fn bad_patterns_are_refused() {
+        assert_eq!(Pattern::parse("/a~2"), Err(PatternError::BadEscape));
+        assert!(matches!(Pattern::parse("[a-"), Err(PatternError::Glob(_))));
+        assert!(matches!(Pattern::parse(""), Err(PatternError::Glob(_))));
+    }
+}

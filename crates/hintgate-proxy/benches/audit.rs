@@ -1,0 +1,113 @@
+//! Audit appends with durability on, through the gateway's own writer path.
+//!
+//! Each call's record must be durable before the call is sent upstream, so
+//! what matters is how many records per second the audit writer commits when
+//! many calls wait on it at once. The benchmark drives the real
+//! [`AuditWriter`]: `CONCURRENCY` submitters each hand it a call record with
+//! a token and wait for the [`Event::Audited`] that says it is durable, then
+//! submit the next one (a closed loop, as calls held for their records are),
+//! until `RECORDS` records are committed. divan reports records per second.
+//!
+//! It is written over the [`AuditLog`] trait: each backend is one entry of
+//! `BACKENDS` (the default SQLite store, in a fresh temporary directory per
+//! sample, and the in-memory log as the writer's own ceiling).
+//!
+//! `cargo bench -p hintgate-proxy --bench audit` runs it in full; under
+//! `cargo test` each case runs once, so it stays a test that the path works.
+#![expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "benchmark set-up: a failure should stop it loudly"
+)]
+
+use std::sync::Arc;
+
+use divan::Bencher;
+use divan::counter::ItemsCount;
+use hintgate_proxy::audit::AuditWriter;
+use hintgate_proxy::event::Event;
+use hintgate_store::{AuditLog, EntryKind, MemoryStore, NewEntry, SqliteStore};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+fn main() {
+    divan::main();
+}
+
+/// Records committed per sample.
+const RECORDS: usize = 2_000;
+
+/// The backends, by name.
+const BACKENDS: &[&str] = &["sqlite", "memory"];
+
+/// A fresh, empty log of `backend`, and the directory that holds it.
+fn open(backend: &str) -> (Arc<dyn AuditLog>, Option<tempfile::TempDir>) {
+    match backend {
+        "sqlite" => {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SqliteStore::open(&dir.path().join("state.db")).unwrap();
+            (Arc::new(store), Some(dir))
+        }
+        "memory" => (Arc::new(MemoryStore::default()), None),
+        other => panic!("unknown backend `{other}`"),
+    }
+}
+
+/// A call record as the gateway writes one (about 600 bytes of JSON).
+fn record(n: usize) -> NewEntry {
+    NewEntry {
+        at: 1_795_989_518,
+        kind: EntryKind::Call,
+        call: None,
+        body: json!({
+            "session": "41234-1795989518000",
+            "request": format!("\"host-{n}\""),
+            "server": "fs",
+            "identity": "4f1c2a9be0d34e7f8a61c0b5d2e9f3a7c6b8d1e0f2a3b4c5d6e7f8091a2b3c4d",
+            "tool": "read_file",
+            "arguments": {"path": format!("/home/me/docs/notes-{n}.md"), "head": 40},
+            "verdict": "allow",
+            "reasons": ["read-only"],
+            "approver": "read-only",
+            "pin": "sha256:9a1f0c3e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a",
+        }),
+    }
+}
+
+/// Commits `RECORDS` records through the writer with `concurrency` calls
+/// waiting on it at any time.
+#[divan::bench(args = BACKENDS, consts = [1, 16, 128], sample_count = 10, sample_size = 1)]
+fn append_durably<const CONCURRENCY: usize>(bencher: Bencher<'_, '_>, backend: &str) {
+    bencher
+        .counter(ItemsCount::new(RECORDS))
+        .with_inputs(|| {
+            let (log, dir) = open(backend);
+            let (tx, rx) = mpsc::unbounded_channel();
+            (AuditWriter::spawn(log, tx), rx, dir)
+        })
+        .bench_local_values(|(writer, mut events, dir)| {
+            let mut submitted = 0;
+            let mut durable = 0;
+            while submitted < CONCURRENCY.min(RECORDS) {
+                assert!(writer.append(record(submitted), Some(submitted as u64)));
+                submitted += 1;
+            }
+            while durable < RECORDS {
+                match events.blocking_recv() {
+                    Some(Event::Audited { result, .. }) => {
+                        result.expect("the record is durable");
+                        durable += 1;
+                    }
+                    other => panic!("unexpected event {other:?}"),
+                }
+                if submitted < RECORDS {
+                    assert!(writer.append(record(submitted), Some(submitted as u64)));
+                    submitted += 1;
+                }
+            }
+            // Dropped after the sample is timed: the writer thread ends and
+            // the directory is removed outside the measurement.
+            (writer, dir)
+        });
+}
