@@ -9,8 +9,10 @@
 //! until `RECORDS` records are committed. divan reports records per second.
 //!
 //! It is written over the [`AuditLog`] trait: each backend is one entry of
-//! `BACKENDS` (the default SQLite store, in a fresh temporary directory per
-//! sample, and the in-memory log as the writer's own ceiling).
+//! `backends()` (the default SQLite store, in a fresh temporary directory per
+//! sample; the in-memory log as the writer's own ceiling; and PostgreSQL, in
+//! a fresh database per sample, when `HINTGATE_TEST_POSTGRES_URL` names a
+//! server, as `./scripts/test` and `scripts/postgres` provide).
 //!
 //! `cargo bench -p hintgate-proxy --bench audit` runs it in full; under
 //! `cargo test` each case runs once, so it stays a test that the path works.
@@ -27,7 +29,7 @@ use divan::Bencher;
 use divan::counter::ItemsCount;
 use hintgate_proxy::audit::AuditWriter;
 use hintgate_proxy::event::Event;
-use hintgate_store::{AuditLog, EntryKind, MemoryStore, NewEntry, SqliteStore};
+use hintgate_store::{AuditLog, EntryKind, MemoryStore, NewEntry, PgStore, SqliteStore};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -38,8 +40,14 @@ fn main() {
 /// Records committed per sample.
 const RECORDS: usize = 2_000;
 
-/// The backends, by name.
-const BACKENDS: &[&str] = &["sqlite", "memory"];
+/// The backends, by name: PostgreSQL only when a server is configured.
+fn backends() -> Vec<&'static str> {
+    let mut backends = vec!["sqlite", "memory"];
+    if std::env::var_os(hintgate_store::test_util::POSTGRES_URL_VAR).is_some() {
+        backends.push("postgres");
+    }
+    backends
+}
 
 /// A fresh, empty log of `backend`, and the directory that holds it.
 fn open(backend: &str) -> (Arc<dyn AuditLog>, Option<tempfile::TempDir>) {
@@ -50,6 +58,11 @@ fn open(backend: &str) -> (Arc<dyn AuditLog>, Option<tempfile::TempDir>) {
             (Arc::new(store), Some(dir))
         }
         "memory" => (Arc::new(MemoryStore::default()), None),
+        "postgres" => {
+            let url = hintgate_store::test_util::postgres_database()
+                .expect("a PostgreSQL server is configured");
+            (Arc::new(PgStore::open(&url).unwrap()), None)
+        }
         other => panic!("unknown backend `{other}`"),
     }
 }
@@ -77,7 +90,7 @@ fn record(n: usize) -> NewEntry {
 
 /// Commits `RECORDS` records through the writer with `concurrency` calls
 /// waiting on it at any time.
-#[divan::bench(args = BACKENDS, consts = [1, 16, 128], sample_count = 10, sample_size = 1)]
+#[divan::bench(args = backends(), consts = [1, 16, 128], sample_count = 10, sample_size = 1)]
 fn append_durably<const CONCURRENCY: usize>(bencher: Bencher<'_, '_>, backend: &str) {
     bencher
         .counter(ItemsCount::new(RECORDS))
