@@ -364,7 +364,11 @@ fn table(report: &ScanReport, env: &DiscoveryEnv) -> String {
         let number = |value: Option<usize>| value.map_or_else(|| "-".to_owned(), |n| n.to_string());
         let hints = row.hints;
         let scope = match &row.server.project {
-            Some(project) => format!("{} {project}", row.server.scope.as_str()),
+            Some(project) => format!(
+                "{} {}",
+                row.server.scope.as_str(),
+                hosts::display_path(Path::new(project), &env.home)
+            ),
             None => row.server.scope.as_str().to_owned(),
         };
         lines.push([

@@ -17,5 +17,6 @@ mod host;
 mod lint;
 mod peers;
 mod pinning;
+mod scan;
 mod util;
 mod wrap;
