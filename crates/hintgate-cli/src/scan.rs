@@ -233,15 +233,13 @@ fn target(transport: &Transport) -> Result<Target, String> {
     if upstream.is_hintgate() {
         // Gateway mode: its servers are in its own config, and running it
         // would open its store.
-        return Err(
-            "not checked: `hintgate run` without a server after `--` (gateway mode)".to_owned(),
-        );
+        return Err("`hintgate run` without a server after `--` (gateway mode)".to_owned());
     }
     match upstream {
         Transport::Stdio { command, args, env } => Ok(Target::Stdio { command, args, env }),
         Transport::Http { url, headers } => Ok(Target::Http { url, headers }),
-        Transport::Sse { .. } => Err("not checked: the legacy SSE transport".to_owned()),
-        Transport::Other { reason } => Err(format!("not checked: {reason}")),
+        Transport::Sse { .. } => Err("the legacy SSE transport".to_owned()),
+        Transport::Other { reason } => Err(reason),
     }
 }
 
@@ -451,7 +449,10 @@ fn findings_cell(row: &Row) -> String {
         (Status::Unreachable, error, _) => {
             format!("unreachable: {}", error.as_deref().unwrap_or("no answer"))
         }
-        (Status::NotChecked, error, _) => error.clone().unwrap_or_else(|| "not checked".to_owned()),
+        (Status::NotChecked, error, _) => format!(
+            "not checked: {}",
+            error.as_deref().unwrap_or("not a server scan can start")
+        ),
         (Status::Checked, _, Some(counts)) => {
             let parts: Vec<String> = [
                 (counts.error, "error"),
@@ -535,5 +536,67 @@ impl Progress {
         if self.enabled && self.total > 0 {
             let _ = output::err("\r\x1b[2K");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn stdio(command: &str, args: &[&str]) -> Transport {
+        Transport::Stdio {
+            command: command.to_owned(),
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            env: BTreeMap::from([("TOKEN".to_owned(), "secret".to_owned())]),
+        }
+    }
+
+    #[test]
+    fn a_wrapped_server_is_checked_behind_its_wrapper_and_a_gateway_never() {
+        let wrapped = stdio(
+            "/opt/bin/hintgate",
+            &["run", "--name", "fs", "--", "npx", "-y", "server-fs"],
+        );
+        assert_eq!(
+            target(&wrapped),
+            Ok(Target::Stdio {
+                command: "npx".to_owned(),
+                args: vec!["-y".to_owned(), "server-fs".to_owned()],
+                env: BTreeMap::from([("TOKEN".to_owned(), "secret".to_owned())]),
+            })
+        );
+        let gateway = stdio("hintgate", &["run", "--config", "hintgate.toml"]);
+        assert!(target(&gateway).is_err_and(|reason| reason.contains("gateway mode")));
+        let sse = Transport::Sse {
+            url: "http://localhost/sse".to_owned(),
+        };
+        assert_eq!(target(&sse), Err("the legacy SSE transport".to_owned()));
+    }
+
+    #[test]
+    fn implicit_hints_count_by_the_spec_defaults() {
+        let tools = [
+            // Nothing declared: a destructive, open-world write.
+            json!({"name": "a", "inputSchema": {"type": "object"}}),
+            // Read-only, the rest implicit: read-only and open-world.
+            json!({"name": "b", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}),
+            // A non-destructive, closed-world write.
+            json!({"name": "c", "inputSchema": {"type": "object"},
+                   "annotations": {"destructiveHint": false, "openWorldHint": false}}),
+            // Read-only and destructive at once: a destructive write.
+            json!({"name": "d", "inputSchema": {"type": "object"},
+                   "annotations": {"readOnlyHint": true, "destructiveHint": true, "openWorldHint": false}}),
+        ];
+        assert_eq!(
+            hint_counts(&tools),
+            HintCounts {
+                read_only: 1,
+                write: 3,
+                destructive: 2,
+                open_world: 2,
+            }
+        );
     }
 }

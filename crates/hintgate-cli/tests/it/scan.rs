@@ -262,7 +262,9 @@ fn scan_checks_every_server_reports_the_broken_ones_and_changes_nothing() {
     let silent = row(&report, "silent");
     assert_eq!(silent["status"], "unreachable");
     assert!(silent["error"].as_str().unwrap().contains("within 10 s"));
-    assert_eq!(row(&report, "legacy")["status"], "not-checked");
+    let legacy = row(&report, "legacy");
+    assert_eq!(legacy["status"], "not-checked");
+    assert_eq!(legacy["error"], "the legacy SSE transport");
 
     // Nothing changed: every config byte for byte, no backup, no state.
     assert_eq!(machine.files(), before);
