@@ -48,6 +48,10 @@ pub enum Command {
     /// Check one server's tool definitions: hints, descriptions, schemas.
     #[command(after_help = LINT_HELP)]
     Lint(LintArgs),
+    /// Find every host's MCP config on this machine and in the project,
+    /// lint each server, and show them all in one table. Changes nothing.
+    #[command(after_help = SCAN_HELP)]
+    Scan(ScanArgs),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -218,6 +222,50 @@ pub struct LintArgs {
     /// The server's command line.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+const SCAN_HELP: &str = "\
+Hosts: claude-desktop, claude-code, cursor, vscode, windsurf, codex,
+gemini-cli, zed, continue; their user configs under the home directory and
+their project configs under the project directory (--project, default: the
+current directory). A server already wrapped by `hintgate run` is checked
+through to the server behind the wrapper. Scan starts each server to list its
+tools, as its host would, and writes no file.
+
+Counts come from the tools' declared annotations, with the spec's defaults
+for hints left implicit (not read-only, destructive, open-world).
+
+Exit codes:
+  0   every config was read and every server checked (findings included)
+  1   a config could not be read, or a server could not be started, reached
+      or listed in time
+  64  bad usage";
+
+/// `hintgate scan`
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// How long checking one server may take, in seconds.
+    #[arg(
+        long = "timeout-s",
+        value_name = "SECONDS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub timeout_s: u64,
+    /// How many servers are checked at once.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        value_parser = clap::value_parser!(u64).range(1..=64)
+    )]
+    pub jobs: u64,
+    /// The project whose configs are read (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
 }
 
 /// `--format`

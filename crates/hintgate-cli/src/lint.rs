@@ -102,7 +102,7 @@ pub fn run(args: &LintArgs) -> Result<Exit> {
 
 /// Logs go to stderr, warnings and worse unless `RUST_LOG` says otherwise:
 /// a server's own log lines would bury the findings.
-fn init_logging() {
+pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
@@ -142,6 +142,7 @@ fn target(args: &LintArgs) -> Result<(Target, String), InputError> {
             Target::Stdio {
                 command: command.clone(),
                 args: rest.to_vec(),
+                env: BTreeMap::new(),
             },
             args.command.join(" "),
         )),

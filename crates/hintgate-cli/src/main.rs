@@ -18,6 +18,7 @@ mod log;
 mod output;
 mod pins;
 mod run;
+mod scan;
 mod state;
 mod wrap;
 
@@ -46,6 +47,7 @@ fn main() -> Exit {
         Command::Pins(args) => pins::run(args),
         Command::Log(args) => log::run(args),
         Command::Lint(args) => lint::run(args),
+        Command::Scan(args) => scan::run(args),
         Command::Demo => demo::run(),
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),

@@ -50,6 +50,8 @@ pub enum Target {
         command: String,
         /// Its arguments.
         args: Vec<String>,
+        /// Variables added to its environment (a host config's `env`).
+        env: BTreeMap<String, String>,
     },
     /// A Streamable HTTP endpoint.
     Http {
@@ -213,12 +215,11 @@ impl Session {
     ) -> Result<Self, ProbeError> {
         let (events_tx, events) = mpsc::unbounded_channel();
         let link = match target {
-            Target::Stdio { command, args } => {
-                let env = BTreeMap::new();
+            Target::Stdio { command, args, env } => {
                 let spawn = Spawn {
                     command,
                     args,
-                    env: &env,
+                    env,
                     name: command,
                 };
                 Process::spawn(&spawn, 0, 1, MAX_MESSAGE, events_tx)

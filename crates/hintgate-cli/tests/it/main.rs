@@ -18,6 +18,7 @@ mod host;
 mod lint;
 mod peers;
 mod pinning;
+mod scan;
 mod store;
 mod util;
 mod wrap;
