@@ -76,10 +76,13 @@ pub struct ApprovalsArgs {
     #[arg(long, value_name = "DIR", global = true)]
     pub state_dir: Option<PathBuf>,
     /// The store: `postgres://...` (shared by several gateways) or
-    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else SQLite in the state
-    /// directory.
+    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else the `[gateway] store`
+    /// of `--config`, else SQLite in the state directory.
     #[arg(long, value_name = "URL", global = true)]
     pub store: Option<String>,
+    /// A gateway config whose `[gateway] store` names the store.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: ApprovalsCommand,
@@ -307,10 +310,13 @@ pub struct LogArgs {
     #[arg(long, value_name = "DIR", global = true)]
     pub state_dir: Option<PathBuf>,
     /// The store: `postgres://...` (shared by several gateways) or
-    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else SQLite in the state
-    /// directory.
+    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else the `[gateway] store`
+    /// of `--config`, else SQLite in the state directory.
     #[arg(long, value_name = "URL", global = true)]
     pub store: Option<String>,
+    /// A gateway config whose `[gateway] store` names the store.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
     /// Only calls to this server.
     #[arg(long, value_name = "NAME")]
     pub server: Option<String>,
@@ -350,10 +356,13 @@ pub struct PinsArgs {
     #[arg(long, value_name = "DIR", global = true)]
     pub state_dir: Option<PathBuf>,
     /// The store: `postgres://...` (shared by several gateways) or
-    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else SQLite in the state
-    /// directory.
+    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else the `[gateway] store`
+    /// of `--config`, else SQLite in the state directory.
     #[arg(long, value_name = "URL", global = true)]
     pub store: Option<String>,
+    /// A gateway config whose `[gateway] store` names the store.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: PinsCommand,

@@ -13,7 +13,11 @@ use crate::output;
 
 /// Runs `hintgate log`.
 pub fn run(args: &LogArgs) -> Result<Exit> {
-    let store = crate::state::open_store(args.state_dir.as_deref(), args.store.as_deref(), None)?;
+    let store = crate::state::open_store_of(
+        args.state_dir.as_deref(),
+        args.store.as_deref(),
+        args.config.as_deref(),
+    )?;
     if let Some(LogCommand::Verify) = args.command {
         let verification = store.verify()?;
         return Ok(match verification.first_broken {

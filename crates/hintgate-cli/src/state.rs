@@ -51,6 +51,33 @@ pub fn open_store(
     Ok(Arc::new(store))
 }
 
+/// Opens the store for a command that reads it (`pins`, `log`,
+/// `approvals`): as [`open_store`], with the `[gateway] store` of the config
+/// file `config`, when given (its `${VAR}` expanded).
+pub fn open_store_of(
+    state_flag: Option<&Path>,
+    store: Option<&str>,
+    config: Option<&Path>,
+) -> Result<Arc<dyn Store>> {
+    let configured = match config {
+        Some(path) => {
+            let loaded = crate::load::config(path)?;
+            let Some(config) = loaded.config else {
+                return Err(crate::load::InputError(loaded.render()).into());
+            };
+            config
+                .gateway
+                .store
+                .as_deref()
+                .map(|text| hintgate_policy::vars::expand(text, &crate::load::ProcessEnv))
+                .transpose()
+                .map_err(|err| crate::load::InputError(format!("gateway.store: {err}")))?
+        }
+        None => None,
+    };
+    open_store(state_flag, store, configured.as_deref())
+}
+
 /// Opens the store at an address: `postgres://`, `postgresql://` or
 /// `sqlite:PATH`.
 fn open_address(address: &str) -> Result<Arc<dyn Store>> {

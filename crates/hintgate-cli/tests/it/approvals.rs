@@ -259,9 +259,14 @@ fn an_approval_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() 
     ));
     second.close();
 
-    // One log for both gateways, and it verifies.
+    // One log for both gateways, and it verifies; a gateway config that
+    // names the store (its address from the environment) finds it too.
+    let config = second_dir.path().join("hintgate.toml");
+    std::fs::write(&config, "[gateway]\nstore = \"${TEAM_STORE}\"\n").unwrap();
     let verify = hintgate()
-        .args(["log", "--store", &url, "verify"])
+        .args(["log", "verify", "--config"])
+        .arg(&config)
+        .env("TEAM_STORE", &url)
         .output()
         .unwrap();
     assert_eq!(code(&verify), 0, "{}{}", stdout(&verify), stderr(&verify));

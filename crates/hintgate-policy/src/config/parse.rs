@@ -275,7 +275,8 @@ impl Walker<'_> {
         }
         if let Some((store, span)) = self.string(table, "gateway", "store") {
             let known = ["postgres://", "postgresql://", "sqlite:"];
-            if known.iter().any(|scheme| store.starts_with(scheme)) {
+            // A whole address from the environment is checked when expanded.
+            if known.iter().any(|scheme| store.starts_with(scheme)) || store.starts_with("${") {
                 self.check_template(&store, span, "gateway.store");
                 settings.store = Some(store);
             } else {
