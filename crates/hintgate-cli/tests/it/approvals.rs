@@ -148,6 +148,10 @@ fn a_person_at_another_terminal_approves_or_denies_a_waiting_call() {
         .collect();
     assert_eq!(approvers.len(), 4, "{records:?}");
     assert!(approvers[0].contains("hintgate approvals"), "{approvers:?}");
+    assert!(
+        approvers[1].starts_with("person (hintgate approvals"),
+        "a denial names who denied: {approvers:?}"
+    );
     assert_eq!(approvers[3], "remembered-approval");
 }
 

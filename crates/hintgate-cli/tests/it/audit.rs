@@ -248,7 +248,7 @@ fn follow_prints_each_record_as_it_is_committed() {
     assert!(
         table_follow
             .next()
-            .contains("fx / write_note  ask  (not-read-only)  by gateway  -> denied")
+            .contains("fx / write_note  ask  (not-read-only)  by person (elicitation)  -> denied")
     );
     host.call("echo", json!({"text": "after"}));
     assert_eq!(json_follow.next_json()["arguments"]["text"], "after");

@@ -267,7 +267,7 @@ impl Gateway {
                 answer: format!("denied by {by} (hintgate approvals)"),
             });
             let extra = format!("It was denied in the approval queue by {by}.");
-            self.refuse_unasked(ask, &extra);
+            self.refuse_unasked_by(ask, &extra, &format!("person (hintgate approvals, {by})"));
             return;
         }
         // The offer is checked again here: the queue is only as trusted as

@@ -164,7 +164,7 @@ impl Gateway {
     fn refuse_relayed(&mut self, request: &HostRequest, server: &str, tool: &str, text: &str) {
         let line = self.response_line(&request.id, &super::tools::error_result(text));
         let decision = hintgate_policy::decide::Decision::deny(ReasonCode::InvalidRequestState);
-        self.end_audited(request, server, tool, &decision, "denied", line);
+        self.end_audited(request, server, tool, &decision, "denied", "gateway", line);
     }
 
     /// A 2026-07-28 server wants input for a legacy host's request: ask the

@@ -508,6 +508,7 @@ impl Gateway {
                 &tool_name,
                 &decision,
                 "invalid-arguments",
+                "gateway",
                 line,
             );
             return;
@@ -782,6 +783,19 @@ impl Gateway {
         decision: &Decision,
         extra: Option<&str>,
     ) {
+        self.refuse_as(request, server, tool, decision, extra, "gateway");
+    }
+
+    /// [`Self::refuse`], recording who refused (a person who declined).
+    pub(super) fn refuse_as(
+        &mut self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        decision: &Decision,
+        extra: Option<&str>,
+        refused_by: &str,
+    ) {
         let reasons: Vec<String> = decision
             .reasons
             .iter()
@@ -837,7 +851,7 @@ impl Gateway {
         }
         // The refusal reaches the host only once its record is durable.
         let line = self.response_line(&request.id, &result);
-        self.end_audited(request, server, tool, decision, "denied", line);
+        self.end_audited(request, server, tool, decision, "denied", refused_by, line);
     }
 
     #[expect(
@@ -969,7 +983,19 @@ impl Gateway {
                 approved: false,
                 answer: short.to_owned(),
             });
-            self.refuse(&ask.request, &server, &ask.tool, &ask.decision, Some(why));
+            let by = if is_error {
+                "gateway"
+            } else {
+                "person (elicitation)"
+            };
+            self.refuse_as(
+                &ask.request,
+                &server,
+                &ask.tool,
+                &ask.decision,
+                Some(why),
+                by,
+            );
             return;
         }
         let remember = content
@@ -1081,6 +1107,7 @@ impl Gateway {
             &tool.name,
             decision,
             "input-required",
+            "gateway",
             line,
         );
     }
@@ -1144,7 +1171,14 @@ impl Gateway {
                 approved: false,
                 answer: why.to_owned(),
             });
-            self.refuse(&request, &server, tool_name, &decision, Some(why));
+            self.refuse_as(
+                &request,
+                &server,
+                tool_name,
+                &decision,
+                Some(why),
+                "person (input-required)",
+            );
             return;
         }
         let remember = content
@@ -1235,6 +1269,10 @@ impl Gateway {
     /// Records a call that ends at the gateway (refused, invalid, or asked
     /// by an input-required result) and sends the host `line` once the
     /// record is durable (at once when there is no audit log).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one record's fields and the line it holds"
+    )]
     pub(super) fn end_audited(
         &mut self,
         request: &HostRequest,
@@ -1242,6 +1280,7 @@ impl Gateway {
         tool: &str,
         decision: &Decision,
         outcome: &str,
+        approver: &str,
         line: String,
     ) {
         if self.audit.is_none() {
@@ -1259,7 +1298,7 @@ impl Gateway {
             tool,
             &request.params(),
             decision,
-            "gateway",
+            approver,
             Some(outcome),
         );
         self.next_token += 1;
@@ -1288,7 +1327,7 @@ impl Gateway {
         line: String,
     ) {
         let decision = Decision::deny(code);
-        self.end_audited(request, server, tool, &decision, "denied", line);
+        self.end_audited(request, server, tool, &decision, "denied", "gateway", line);
     }
 
     /// Records a call whose answer does not wait for the record: a relayed
@@ -1438,12 +1477,24 @@ impl Gateway {
 
     /// Refuses a held call that was not approved, saying why.
     pub(super) fn refuse_unasked(&mut self, ask: Ask, why: &str) {
+        self.refuse_unasked_by(ask, why, "gateway");
+    }
+
+    /// [`Self::refuse_unasked`], recording who refused.
+    pub(super) fn refuse_unasked_by(&mut self, ask: Ask, why: &str, refused_by: &str) {
         let server = self
             .upstreams
             .get(ask.idx)
             .map(|up| up.name.clone())
             .unwrap_or_default();
-        self.refuse(&ask.request, &server, &ask.tool, &ask.decision, Some(why));
+        self.refuse_as(
+            &ask.request,
+            &server,
+            &ask.tool,
+            &ask.decision,
+            Some(why),
+            refused_by,
+        );
     }
 
     /// Sends a held call that a person approved.
