@@ -103,14 +103,7 @@ pub fn run(args: &LintArgs) -> Result<Exit> {
 /// Logs go to stderr, warnings and worse unless `RUST_LOG` says otherwise:
 /// a server's own log lines would bury the findings.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .try_init();
+    crate::output::init_logging("warn");
 }
 
 /// The server to lint and how to name it in the report.

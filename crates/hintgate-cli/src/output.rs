@@ -34,6 +34,19 @@ fn write_all(mut sink: impl Write, text: &str) -> io::Result<()> {
     }
 }
 
+/// Sends logs to stderr (never stdout, which may carry the protocol or a
+/// report), at `default` unless `RUST_LOG` names a filter.
+pub fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

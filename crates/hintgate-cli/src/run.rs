@@ -69,16 +69,10 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// Logs go to stderr only: stdout belongs to the protocol.
+/// Logs go to stderr only, stdout belongs to the protocol; `info` unless
+/// `RUST_LOG` says otherwise.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .try_init();
+    crate::output::init_logging("info");
 }
 
 fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
@@ -166,21 +160,7 @@ fn derive_name(command: &str, args: &[String]) -> String {
         .find(|part| !part.is_empty())
         .unwrap_or(base);
     let base = base.split('.').next().unwrap_or(base);
-    let cleaned: String = base
-        .chars()
-        .map(|ch| {
-            if ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' {
-                ch
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    if cleaned.is_empty() {
-        "server".to_owned()
-    } else {
-        cleaned
-    }
+    crate::hosts::edit::server_name(base)
 }
 
 /// Expands every `${VAR}` of the servers' command lines, environments, URLs

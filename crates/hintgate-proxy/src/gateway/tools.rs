@@ -1266,6 +1266,32 @@ impl Gateway {
         }
     }
 
+    /// The record of a call that ends at the gateway, with its outcome.
+    fn ended_entry(
+        &self,
+        request: &HostRequest,
+        server: &str,
+        tool: &str,
+        decision: &Decision,
+        approver: &str,
+        outcome: &str,
+    ) -> hintgate_store::NewEntry {
+        let idx = self
+            .upstreams
+            .iter()
+            .position(|up| up.name == server)
+            .unwrap_or(usize::MAX);
+        self.call_entry(
+            idx,
+            request,
+            tool,
+            &request.params(),
+            decision,
+            approver,
+            Some(outcome),
+        )
+    }
+
     /// Records a call that ends at the gateway (refused, invalid, or asked
     /// by an input-required result) and sends the host `line` once the
     /// record is durable (at once when there is no audit log).
@@ -1287,20 +1313,7 @@ impl Gateway {
             self.send_host(line);
             return;
         }
-        let idx = self
-            .upstreams
-            .iter()
-            .position(|up| up.name == server)
-            .unwrap_or(usize::MAX);
-        let entry = self.call_entry(
-            idx,
-            request,
-            tool,
-            &request.params(),
-            decision,
-            approver,
-            Some(outcome),
-        );
+        let entry = self.ended_entry(request, server, tool, decision, approver, outcome);
         self.next_token += 1;
         let token = self.next_token;
         let appended = self
@@ -1346,20 +1359,7 @@ impl Gateway {
         let Some(audit) = &self.audit else {
             return;
         };
-        let idx = self
-            .upstreams
-            .iter()
-            .position(|up| up.name == server)
-            .unwrap_or(usize::MAX);
-        let entry = self.call_entry(
-            idx,
-            request,
-            tool,
-            &request.params(),
-            decision,
-            approver,
-            Some(outcome),
-        );
+        let entry = self.ended_entry(request, server, tool, decision, approver, outcome);
         if !audit.append(entry, None) {
             tracing::error!("the audit log is not running: a relayed answer goes unrecorded");
         }
