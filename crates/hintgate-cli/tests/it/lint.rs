@@ -4,7 +4,7 @@
 //! false finding there means a wrong check).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
@@ -420,28 +420,7 @@ fn findings_on_the_reference_servers_are_true() {
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     std::fs::write(data.join("notes.txt"), "hello").unwrap();
-    let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let status = Command::new("git")
-            .current_dir(&repo)
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
-    git(&["init", "-q"]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.org",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "first",
-    ]);
+    let repo = crate::util::git_repo(dir.path());
     let memory = dir.path().join("memory.jsonl");
     let servers: Vec<(&str, Vec<String>)> = vec![
         ("server-everything", vec![npm_bin("mcp-server-everything")]),

@@ -205,28 +205,7 @@ fn an_untrusted_memory_server_is_asked_about_every_write() {
 #[test]
 fn the_python_reference_servers_work_through_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let status = Command::new("git")
-            .current_dir(&repo)
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
-    git(&["init", "-q"]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.org",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "first",
-    ]);
+    let repo = crate::util::git_repo(dir.path());
     let repo_text = repo.display().to_string();
     let report = sdk_host(
         dir.path(),

@@ -41,3 +41,31 @@ pub fn repo_root() -> PathBuf {
 pub fn policy_tests() -> PathBuf {
     repo_root().join("crates/hintgate-policy/tests")
 }
+
+/// A git repository with one empty commit, in `dir/repo` (for the git
+/// reference server).
+pub fn git_repo(dir: &Path) -> PathBuf {
+    let repo = dir.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let status = Command::new("git")
+            .current_dir(&repo)
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.org",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "first",
+    ]);
+    repo
+}
