@@ -54,6 +54,9 @@ pub fn wrap(text: &str, entry: &Entry, spec: &WrapSpec) -> Result<Rewrite, Strin
             run.extend(args.iter().cloned());
             let array = array(&run);
             match &anchors.args {
+                Some(args_range) if anchors.args_with_key => {
+                    edits.push((args_range.clone(), format!("args: {array}")));
+                }
                 Some(args_range) => edits.push((args_range.clone(), array)),
                 None => {
                     let at = command_range.end;
@@ -70,26 +73,27 @@ pub fn wrap(text: &str, entry: &Entry, spec: &WrapSpec) -> Result<Rewrite, Strin
             edits.push((command_range, hintgate));
         }
         Transport::Http { url, headers } => {
-            let url_range = anchors
-                .url_property
-                .clone()
-                .ok_or_else(|| "this version wraps URL servers of JSON configs only".to_owned())?;
+            let url_range = anchors.url_property.clone().ok_or_else(|| {
+                "this version wraps URL servers of JSON and YAML configs only".to_owned()
+            })?;
             run.extend(["--url".to_owned(), url.clone()]);
             for (name, value) in headers {
                 run.extend(["--header".to_owned(), format!("{name}: {value}")]);
             }
-            // `args` goes on a line of its own when the url was on one.
-            let separator = match line_indent(text, url_range.start) {
-                Some(indent) => format!(",{}{indent}", newline_after(text, url_range.start)),
-                None => ", ".to_owned(),
-            };
-            edits.push((
-                url_range,
+            let replacement = if let Some(separator) = &anchors.yaml_separator {
+                format!("command: {hintgate}{separator}args: {}", array(&run))
+            } else {
+                // `args` goes on a line of its own when the url was on one.
+                let separator = match line_indent(text, url_range.start) {
+                    Some(indent) => format!(",{}{indent}", newline_after(text, url_range.start)),
+                    None => ", ".to_owned(),
+                };
                 format!(
                     "\"command\": {hintgate}{separator}\"args\": {}",
                     array(&run)
-                ),
-            ));
+                )
+            };
+            edits.push((url_range, replacement));
             if let Some(removal) = &anchors.headers_removal {
                 edits.push((removal.clone(), String::new()));
             }

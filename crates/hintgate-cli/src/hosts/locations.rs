@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::{FileProblem, Format, Host, Location, Scope};
+use super::{Format, Host, Location, Scope};
 
 /// What discovery looks at: never the real process state in tests.
 #[derive(Debug, Clone)]
@@ -67,9 +67,8 @@ impl DiscoveryEnv {
     }
 }
 
-/// Every config file to try, in host order, without duplicates. Files that
-/// are there but not read by this version go to `skipped`.
-pub fn locations(env: &DiscoveryEnv, skipped: &mut Vec<FileProblem>) -> Vec<Location> {
+/// Every config file to try, in host order, without duplicates.
+pub fn locations(env: &DiscoveryEnv) -> Vec<Location> {
     let mut out = Vec::new();
     let mut push = |host, path: PathBuf, scope, format| {
         out.push(Location {
@@ -197,31 +196,29 @@ pub fn locations(env: &DiscoveryEnv, skipped: &mut Vec<FileProblem>) -> Vec<Loca
     }
     // Continue: block files in the workspace's `.continue/mcpServers/`; JSON
     // files there use the `mcpServers` shape of Claude Desktop and Cursor
-    // (docs.continue.dev/customize/deep-dives/mcp). YAML is not read yet.
+    // (docs.continue.dev/customize/deep-dives/mcp); YAML files there and the
+    // user's `~/.continue/config.yaml` hold an `mcpServers` sequence
+    // (docs.continue.dev/reference).
+    push(
+        Host::Continue,
+        env.home.join(".continue/config.yaml"),
+        Scope::User,
+        Format::ContinueYaml,
+    );
     let blocks = env.project.join(".continue/mcpServers");
     for path in sorted_files(&blocks) {
         match path.extension().and_then(|ext| ext.to_str()) {
             Some("json") => push(Host::Continue, path, Scope::Project, json("mcpServers")),
-            Some("yaml" | "yml") => skipped.push(yaml_skipped(path)),
+            Some("yaml" | "yml") => {
+                push(Host::Continue, path, Scope::Project, Format::ContinueYaml)
+            }
             _ => {}
         }
-    }
-    let user_config = env.home.join(".continue/config.yaml");
-    if user_config.is_file() {
-        skipped.push(yaml_skipped(user_config));
     }
 
     let mut seen = HashSet::new();
     out.retain(|location| seen.insert(location.path.clone()));
     out
-}
-
-fn yaml_skipped(path: PathBuf) -> FileProblem {
-    FileProblem {
-        host: Host::Continue,
-        path,
-        message: "YAML configs are not read by this version".to_owned(),
-    }
 }
 
 fn sorted_files(dir: &Path) -> Vec<PathBuf> {

@@ -2,7 +2,7 @@
 //!
 //! Discovery reads each host's config where the host's own documentation
 //! says it lives (`locations`), parses it tolerantly (`jsonc` for the JSON
-//! family, `codex` for TOML) and yields one [`DiscoveredServer`] per entry,
+//! family, `codex` for TOML, `yaml` for Continue's YAML) and yields one [`DiscoveredServer`] per entry,
 //! with the byte range `wrap` may rewrite. Discovery takes the home
 //! directory, the project directory and the environment as parameters, so
 //! tests never read the real home.
@@ -20,6 +20,7 @@ mod codex;
 pub mod edit;
 mod jsonc;
 mod locations;
+mod yaml;
 
 pub use locations::DiscoveryEnv;
 
@@ -45,7 +46,7 @@ pub enum Host {
     GeminiCli,
     /// Zed (`settings.json`, `context_servers`).
     Zed,
-    /// Continue (JSON blocks in `.continue/mcpServers/`).
+    /// Continue (`.continue/mcpServers/` blocks, `~/.continue/config.yaml`).
     Continue,
 }
 
@@ -164,6 +165,8 @@ pub enum Format {
     ClaudeJson,
     /// Codex's TOML: `[mcp_servers.NAME]`.
     CodexToml,
+    /// Continue's YAML: a sequence of servers under `mcpServers`.
+    ContinueYaml,
 }
 
 /// A server entry in a file's text, with the byte ranges `wrap` edits.
@@ -198,6 +201,11 @@ pub struct Anchors {
     pub type_value: Option<Range<usize>>,
     /// How to add an `args` after the command when there is none.
     pub args_insert: ArgsInsert,
+    /// `args` spans key to value (YAML), so its replacement is `args: [...]`.
+    pub args_with_key: bool,
+    /// A YAML entry: what separates the `command` and `args` that replace
+    /// `url_property` (a line break and the keys' indentation, or `, `).
+    pub yaml_separator: Option<String>,
 }
 
 /// How an `args` key is added after a command.
@@ -332,7 +340,7 @@ impl SyntaxError {
 /// not be read.
 pub fn discover(env: &DiscoveryEnv) -> Discovery {
     let mut discovery = Discovery::default();
-    for location in locations::locations(env, &mut discovery.skipped) {
+    for location in locations::locations(env) {
         let text = match std::fs::read(&location.path) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => text,
@@ -396,7 +404,7 @@ pub fn to_json(discovery: &Discovery) -> String {
 
 /// The config files `env` shows, whether or not they exist.
 pub fn locations(env: &DiscoveryEnv) -> Vec<Location> {
-    locations::locations(env, &mut Vec::new())
+    locations::locations(env)
 }
 
 /// The server entries in `text`, a file at `location`.
@@ -405,6 +413,7 @@ pub fn entries(location: &Location, text: &str) -> Result<Vec<Entry>, SyntaxErro
         Format::Json(key) => jsonc::entries(location.host, text, Some(key), location.scope),
         Format::ClaudeJson => jsonc::entries(location.host, text, None, location.scope),
         Format::CodexToml => codex::entries(text, location.scope),
+        Format::ContinueYaml => yaml::entries(text, location.scope),
     }
 }
 

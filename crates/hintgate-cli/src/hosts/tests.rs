@@ -85,15 +85,15 @@ fn discovery_finds_exactly_the_servers_of_every_host_fixture() {
         "zed user legacy-server: stdio /usr/bin/mcp-legacy --stdio",
         "zed user mcp-server-postgres: other: started by an editor extension, not by a command in this file",
         "zed user remote-mcp-server: http https://example.com/mcp [Authorization]",
+        "continue user Filesystem: stdio npx -y @modelcontextprotocol/server-filesystem /home/zoë/My Documents",
+        "continue user memory: stdio npx -y @modelcontextprotocol/server-memory",
+        "continue user Remote docs: http https://mcp.example.com/mcp [Authorization]",
         "continue project sqlite: stdio uvx mcp-server-sqlite --db-path ./test.db",
+        "continue project Browser search: stdio npx @playwright/mcp@latest",
+        "continue project notes-db: stdio /opt/bin/mcp-sqlite ",
     ];
     assert_eq!(summary(&discovery), expected);
-    assert_eq!(
-        discovery.skipped.len(),
-        1,
-        "the YAML block is named, not read"
-    );
-    assert!(discovery.skipped[0].path.ends_with("playwright-mcp.yaml"));
+    assert_eq!(discovery.skipped, vec![], "every config found is read");
 }
 
 #[test]
@@ -266,4 +266,75 @@ fn names_a_host_would_reject_are_made_valid_for_hintgate_run() {
     assert_eq!(edit::server_name("github.com/repo"), "github-com-repo");
     assert_eq!(edit::server_name("Zoë's tools"), "Zo--s-tools");
     assert_eq!(edit::server_name(""), "server");
+}
+
+fn continue_location() -> Location {
+    Location {
+        host: Host::Continue,
+        path: PathBuf::from("config.yaml"),
+        scope: Scope::User,
+        format: Format::ContinueYaml,
+    }
+}
+
+#[test]
+fn continue_yaml_servers_are_wrapped_in_place_whatever_the_style_of_their_args() {
+    // A block sequence at the key's own indentation, a comment after the
+    // command, a flow mapping without `args`, a remote server.
+    let text = "mcpServers:\n- name: fs\n  command: npx # runner\n  args:\n  - -y\n  - 'a b'\n  env: {A: '1'}\n- {name: one, command: /opt/x}\n- name: remote\n  type: streamable-http\n  url: https://x/mcp\n  requestOptions:\n    headers:\n      Authorization: Bearer t\nmodels: []\n";
+    let wrapped = wrap_all(&continue_location(), text);
+    assert_eq!(
+        wrapped,
+        "mcpServers:\n- name: fs\n  command: \"/opt/hintgate\" # runner\n  args: [\"run\", \"--name\", \"fs\", \"--\", \"npx\", \"-y\", \"a b\"]\n  env: {A: '1'}\n- {name: one, command: \"/opt/hintgate\", \"args\": [\"run\", \"--name\", \"one\", \"--\", \"/opt/x\"]}\n- name: remote\n  type: \"stdio\"\n  command: \"/opt/hintgate\"\n  args: [\"run\", \"--name\", \"remote\", \"--url\", \"https://x/mcp\", \"--header\", \"Authorization: Bearer t\"]\n  requestOptions:\n    headers:\n      Authorization: Bearer t\nmodels: []\n"
+    );
+    let entries = entries(&continue_location(), &wrapped).unwrap();
+    assert_eq!(entries.len(), 3);
+    assert!(entries.iter().all(|entry| entry.transport.is_hintgate()));
+    assert_eq!(
+        entries[0].transport.upstream(),
+        Transport::Stdio {
+            command: "npx".to_owned(),
+            args: vec!["-y".to_owned(), "a b".to_owned()],
+            env: BTreeMap::from([("A".to_owned(), "1".to_owned())]),
+        }
+    );
+}
+
+#[test]
+fn a_malformed_continue_yaml_is_a_problem_with_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join(".continue")).unwrap();
+    std::fs::write(
+        home.join(".continue/config.yaml"),
+        "name: x\nmcpServers:\n  - name: a\n    command: [npx\n",
+    )
+    .unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".continue/mcpServers")).unwrap();
+    std::fs::write(
+        project.join(".continue/mcpServers/a.yaml"),
+        "mcpServers:\n  name: not-a-sequence\n",
+    )
+    .unwrap();
+    let env = DiscoveryEnv {
+        home,
+        project,
+        vars: BTreeMap::new(),
+    };
+    let discovery = discover(&env);
+    let messages: Vec<&str> = discovery
+        .problems
+        .iter()
+        .map(|problem| problem.message.as_str())
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(
+        messages[0].starts_with("line 5, column 1: "),
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages[1],
+        "line 2, column 3: `mcpServers` is not a sequence"
+    );
 }

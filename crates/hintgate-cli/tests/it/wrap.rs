@@ -168,7 +168,12 @@ fn wrap_then_unwrap_gives_back_every_host_config_byte_for_byte() {
             "local-mcp-server",
             "legacy-server",
             "remote-mcp-server", // Zed
-            "sqlite",            // Continue
+            "Filesystem",
+            "memory",
+            "Remote docs", // Continue, user config.yaml
+            "sqlite",
+            "Browser search",
+            "notes-db", // Continue, project blocks: JSON and YAML
         ]
     );
     let out = stdout(&wrapped);
@@ -184,7 +189,7 @@ fn wrap_then_unwrap_gives_back_every_host_config_byte_for_byte() {
         skipped,
         [
             "legacy-events: it uses the legacy SSE transport, which `hintgate run` does not speak",
-            "figma: this version wraps URL servers of JSON configs only",
+            "figma: this version wraps URL servers of JSON and YAML configs only",
             "sseServer: it uses the legacy SSE transport, which `hintgate run` does not speak",
             "mcp-server-postgres: started by an editor extension, not by a command in this file",
         ]
@@ -194,7 +199,7 @@ fn wrap_then_unwrap_gives_back_every_host_config_byte_for_byte() {
     let new_backups = backups(&after_wrap);
     assert_eq!(
         new_backups.len(),
-        15,
+        18,
         "one backup per file changed: {new_backups:?}"
     );
     for backup in &new_backups {
@@ -306,6 +311,21 @@ fn wrap_then_unwrap_gives_back_every_host_config_byte_for_byte() {
         codex["profiles"]["fast"]["model"].as_str(),
         Some("gpt-5-codex-mini")
     );
+    // YAML: comments, other keys and the quoting elsewhere kept; the block
+    // `args` became a flow sequence after `args:`.
+    let continue_text = machine.read("home/.continue/config.yaml");
+    assert!(continue_text.contains("  # the reference filesystem server, limited to one folder\n"));
+    assert!(continue_text.contains("    provider: ollama\n"));
+    assert!(continue_text.contains(&format!(
+        "    command: \"{hintgate}\"\n    args: [\"run\", \"--name\", \"Filesystem\", \"--\", \"npx\", \"-y\", \"@modelcontextprotocol/server-filesystem\", \"/home/zoë/My Documents\"]   # a quoted path with a space\n    env:\n"
+    )), "{continue_text}");
+    assert!(continue_text.contains(&format!(
+        "    type: \"stdio\"\n    command: \"{hintgate}\"\n    args: [\"run\", \"--name\", \"Remote-docs\", \"--url\", \"https://mcp.example.com/mcp\""
+    )), "{continue_text}");
+    let block = machine.read("project/.continue/mcpServers/sqlite.yml");
+    assert!(block.ends_with(&format!(
+        "  - {{ name: notes-db, command: \"{hintgate}\", \"args\": [\"run\", \"--name\", \"notes-db\", \"--\", \"/opt/bin/mcp-sqlite\"] }}\r\n"
+    )), "{block:?}");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -326,13 +346,13 @@ fn wrap_then_unwrap_gives_back_every_host_config_byte_for_byte() {
         "{}",
         stdout(&again)
     );
-    assert_eq!(lines_starting(&again, "already wrapped  ").len(), 26);
+    assert_eq!(lines_starting(&again, "already wrapped  ").len(), 31);
     assert_eq!(machine.files(), after_wrap, "wrap is idempotent");
 
     // Unwrap gives back the original bytes of every file.
     let unwrapped = machine.hintgate(&["unwrap"]);
     assert_eq!(code(&unwrapped), 0, "{}", stderr(&unwrapped));
-    assert_eq!(lines_starting(&unwrapped, "restored  ").len(), 25);
+    assert_eq!(lines_starting(&unwrapped, "restored  ").len(), 30);
     let after_unwrap = machine.files();
     for (path, bytes) in &before {
         assert_eq!(
