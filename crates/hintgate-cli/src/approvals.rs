@@ -14,11 +14,7 @@ use crate::output;
 
 /// Runs `hintgate approvals`.
 pub fn run(args: &ApprovalsArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(
-        args.state_dir.as_deref(),
-        args.store.as_deref(),
-        args.config.as_deref(),
-    )?;
+    let store = crate::state::open_store_of(&args.at)?;
     match &args.command {
         ApprovalsCommand::List { json } => list(store.as_ref(), *json),
         ApprovalsCommand::Approve { id, remember } => {

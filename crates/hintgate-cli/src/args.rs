@@ -69,10 +69,11 @@ pub enum Command {
     Unwrap(UnwrapArgs),
 }
 
-/// `hintgate approvals`
+/// Where the commands that read the store (`pins`, `log`, `approvals`)
+/// find it.
 #[derive(Debug, Args)]
-pub struct ApprovalsArgs {
-    /// Where the queue is kept (as for `hintgate run`).
+pub struct StoreArgs {
+    /// The state directory (as for `hintgate run`).
     #[arg(long, value_name = "DIR", global = true)]
     pub state_dir: Option<PathBuf>,
     /// The store: `postgres://...` (shared by several gateways) or
@@ -83,6 +84,14 @@ pub struct ApprovalsArgs {
     /// A gateway config whose `[gateway] store` names the store.
     #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
+}
+
+/// `hintgate approvals`
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    /// Which store to read.
+    #[command(flatten)]
+    pub at: StoreArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: ApprovalsCommand,
@@ -306,17 +315,9 @@ impl From<SeverityArg> for hintgate_lint::Severity {
 /// `hintgate log`
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// Where the log is kept (as for `hintgate run`).
-    #[arg(long, value_name = "DIR", global = true)]
-    pub state_dir: Option<PathBuf>,
-    /// The store: `postgres://...` (shared by several gateways) or
-    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else the `[gateway] store`
-    /// of `--config`, else SQLite in the state directory.
-    #[arg(long, value_name = "URL", global = true)]
-    pub store: Option<String>,
-    /// A gateway config whose `[gateway] store` names the store.
-    #[arg(long, value_name = "FILE", global = true)]
-    pub config: Option<PathBuf>,
+    /// Which store to read.
+    #[command(flatten)]
+    pub at: StoreArgs,
     /// Only calls to this server.
     #[arg(long, value_name = "NAME")]
     pub server: Option<String>,
@@ -352,17 +353,9 @@ pub enum LogCommand {
 /// `hintgate pins`
 #[derive(Debug, Args)]
 pub struct PinsArgs {
-    /// Where pins are kept (as for `hintgate run`).
-    #[arg(long, value_name = "DIR", global = true)]
-    pub state_dir: Option<PathBuf>,
-    /// The store: `postgres://...` (shared by several gateways) or
-    /// `sqlite:PATH`; default `$HINTGATE_STORE`, else the `[gateway] store`
-    /// of `--config`, else SQLite in the state directory.
-    #[arg(long, value_name = "URL", global = true)]
-    pub store: Option<String>,
-    /// A gateway config whose `[gateway] store` names the store.
-    #[arg(long, value_name = "FILE", global = true)]
-    pub config: Option<PathBuf>,
+    /// Which store to read.
+    #[command(flatten)]
+    pub at: StoreArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: PinsCommand,

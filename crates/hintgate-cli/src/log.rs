@@ -13,11 +13,7 @@ use crate::output;
 
 /// Runs `hintgate log`.
 pub fn run(args: &LogArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(
-        args.state_dir.as_deref(),
-        args.store.as_deref(),
-        args.config.as_deref(),
-    )?;
+    let store = crate::state::open_store_of(&args.at)?;
     if let Some(LogCommand::Verify) = args.command {
         let verification = store.verify()?;
         return Ok(match verification.first_broken {

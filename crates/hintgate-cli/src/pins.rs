@@ -11,11 +11,7 @@ use crate::output;
 
 /// Runs `hintgate pins`.
 pub fn run(args: &PinsArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(
-        args.state_dir.as_deref(),
-        args.store.as_deref(),
-        args.config.as_deref(),
-    )?;
+    let store = crate::state::open_store_of(&args.at)?;
     match &args.command {
         PinsCommand::List { json } => list(store.as_ref(), *json),
         PinsCommand::Show { server, tool } => {

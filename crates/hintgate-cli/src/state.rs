@@ -53,13 +53,9 @@ pub fn open_store(
 
 /// Opens the store for a command that reads it (`pins`, `log`,
 /// `approvals`): as [`open_store`], with the `[gateway] store` of the config
-/// file `config`, when given (its `${VAR}` expanded).
-pub fn open_store_of(
-    state_flag: Option<&Path>,
-    store: Option<&str>,
-    config: Option<&Path>,
-) -> Result<Arc<dyn Store>> {
-    let configured = match config {
+/// file `--config`, when given (its `${VAR}` expanded).
+pub fn open_store_of(at: &crate::args::StoreArgs) -> Result<Arc<dyn Store>> {
+    let configured = match at.config.as_deref() {
         Some(path) => {
             let loaded = crate::load::config(path)?;
             let Some(config) = loaded.config else {
@@ -75,7 +71,11 @@ pub fn open_store_of(
         }
         None => None,
     };
-    open_store(state_flag, store, configured.as_deref())
+    open_store(
+        at.state_dir.as_deref(),
+        at.store.as_deref(),
+        configured.as_deref(),
+    )
 }
 
 /// Opens the store at an address: `postgres://`, `postgresql://` or
