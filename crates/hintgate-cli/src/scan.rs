@@ -157,7 +157,7 @@ pub fn run(args: &ScanArgs) -> Result<Exit> {
     let mut jobs = Vec::new();
     let mut not_checked = BTreeMap::new();
     for (idx, server) in servers.iter().enumerate() {
-        match target(&server.transport) {
+        match target(&server.transport).and_then(|target| expand_target(target, &env)) {
             Ok(target) => jobs.push((idx, target)),
             Err(reason) => {
                 not_checked.insert(idx, reason);
@@ -241,6 +241,31 @@ fn target(transport: &Transport) -> Result<Target, String> {
         Transport::Sse { .. } => Err("the legacy SSE transport".to_owned()),
         Transport::Other { reason } => Err(reason),
     }
+}
+
+/// The target with the host's variable references expanded (`${VAR}`,
+/// `${env:VAR}`, `${VAR:-default}`, `${workspaceFolder}`, `${userHome}`),
+/// as the host would before starting it; or why it cannot be.
+fn expand_target(target: Target, env: &DiscoveryEnv) -> Result<Target, String> {
+    let lookup = |name: &str| std::env::var(name).ok();
+    let one = |text: &str| hosts::vars::expand(text, &lookup, &env.project, &env.home);
+    let map = |values: BTreeMap<String, String>| -> Result<BTreeMap<String, String>, String> {
+        values
+            .into_iter()
+            .map(|(key, value)| Ok((key, one(&value)?)))
+            .collect()
+    };
+    Ok(match target {
+        Target::Stdio { command, args, env } => Target::Stdio {
+            command: one(&command)?,
+            args: args.iter().map(|arg| one(arg)).collect::<Result<_, _>>()?,
+            env: map(env)?,
+        },
+        Target::Http { url, headers } => Target::Http {
+            url: one(&url)?,
+            headers: map(headers)?,
+        },
+    })
 }
 
 /// Lints every job, at most `n_jobs` at a time; the result of each by its index.

@@ -434,3 +434,4 @@ fn names_only<S: serde::Serializer>(
 
 #[cfg(test)]
 mod tests;
+pub mod vars;

@@ -321,3 +321,42 @@ fn a_project_that_is_not_a_directory_is_bad_usage() {
     let output = machine.hintgate("state", &["scan", "--jobs", "0"]);
     assert_eq!(code(&output), 64);
 }
+
+#[test]
+fn host_variable_references_are_expanded_as_the_host_would_or_named() {
+    let time = PathBuf::from(venv_bin("mcp-server-time"));
+    let config = format!(
+        r#"{{"mcpServers": {{
+            "time": {{"command": "${{env:SCAN_BIN_DIR}}/{}", "args": ["--local-timezone", "${{SCAN_TZ:-Etc/UTC}}"]}},
+            "asks": {{"command": "${{input:command}}"}},
+            "unset": {{"command": "${{SCAN_NOT_SET}}/server"}}
+        }}}}"#,
+        time.file_name().unwrap().to_str().unwrap()
+    );
+    let machine = Machine::with(&[("home/.cursor/mcp.json", config)]);
+    let output = Command::new(env!("CARGO_BIN_EXE_hintgate"))
+        .current_dir(machine.path("home/work/project"))
+        .env("HOME", machine.path("home"))
+        .env("SCAN_BIN_DIR", time.parent().unwrap())
+        .env_remove("SCAN_TZ")
+        .env_remove("SCAN_NOT_SET")
+        .args(["scan", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let time_row = row(&report, "time");
+    assert_eq!(time_row["status"], "checked", "{time_row}");
+    assert_eq!(time_row["tools"], 2);
+    let asks = row(&report, "asks");
+    assert_eq!(asks["status"], "not-checked");
+    assert!(
+        asks["error"]
+            .as_str()
+            .unwrap()
+            .contains("asked of the person by the host")
+    );
+    let unset = row(&report, "unset");
+    assert_eq!(unset["status"], "not-checked");
+    assert_eq!(unset["error"], "variable `SCAN_NOT_SET` is not set here");
+}
