@@ -59,9 +59,14 @@ pub struct FieldChange {
 impl PinDigest {
     /// The digest of a tool's pinned fields.
     pub fn of(tool: &Tool) -> Self {
-        let pinned = pinned_value(tool);
+        Self::of_json(&pinned_value(tool))
+    }
+
+    /// The digest of a value's canonical JSON: for what is pinned beside
+    /// tools (a server's instructions).
+    pub fn of_json(value: &Value) -> Self {
         let mut canonical = String::with_capacity(256);
-        write_canonical(&pinned, &mut canonical);
+        write_canonical(value, &mut canonical);
         Self(Sha256::digest(canonical.as_bytes()).into())
     }
 

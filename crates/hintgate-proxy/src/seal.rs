@@ -107,11 +107,15 @@ impl Sealer {
             arguments: arguments_digest(arguments),
             pin: pin.to_owned(),
             expires: now().saturating_add(ttl_s),
-            nonce: hex(&nonce),
+            nonce: hex::encode(nonce),
         };
         let payload = serde_json::to_vec(&claim).unwrap_or_default();
         let mac = self.mac(&payload);
-        Ok(format!("{PREFIX}.{}.{}", hex(&payload), hex(&mac)))
+        Ok(format!(
+            "{PREFIX}.{}.{}",
+            hex::encode(&payload),
+            hex::encode(mac)
+        ))
     }
 
     /// Opens a state the host returned for a call to `tool` with
@@ -155,8 +159,8 @@ impl Sealer {
         else {
             return Err(SealError::Malformed);
         };
-        let payload = unhex(payload).ok_or(SealError::Malformed)?;
-        let mac = unhex(mac).ok_or(SealError::Malformed)?;
+        let payload = hex::decode(payload).map_err(|_| SealError::Malformed)?;
+        let mac = hex::decode(mac).map_err(|_| SealError::Malformed)?;
         let mut verifier =
             <HmacSha256 as Mac>::new_from_slice(&self.key).map_err(|_| SealError::Malformed)?;
         verifier.update(&payload);
@@ -183,36 +187,13 @@ impl Sealer {
 /// SHA-256 (hex) of the canonical JSON of a call's arguments.
 pub fn arguments_digest(arguments: &serde_json::Value) -> String {
     let canonical = hintgate_policy::pin::canonical_json(arguments);
-    hex(&Sha256::digest(canonical.as_bytes()))
+    hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
-        out.push(char::from_digit(u32::from(byte & 0x0f), 16).unwrap_or('0'));
-    }
-    out
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    text.as_bytes()
-        .chunks(2)
-        .map(|pair| {
-            let high = char::from(*pair.first()?).to_digit(16)?;
-            let low = char::from(*pair.get(1)?).to_digit(16)?;
-            u8::try_from(high * 16 + low).ok()
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -280,7 +261,11 @@ mod tests {
             nonce: "n".into(),
         };
         let payload = serde_json::to_vec(&claim).unwrap();
-        let expired = format!("{PREFIX}.{}.{}", hex(&payload), hex(&sealer.mac(&payload)));
+        let expired = format!(
+            "{PREFIX}.{}.{}",
+            hex::encode(&payload),
+            hex::encode(sealer.mac(&payload))
+        );
         assert_eq!(
             sealer.open(&expired, "t", &args, "p"),
             Err(SealError::Expired)

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use hintgate_policy::pin::canonical_json;
 
-use crate::{MemoryStore, SqliteStore, StoreError};
+use crate::{MemoryStore, SqliteStore, StoreError, from_sql, to_sql};
 
 /// The hash before the first entry.
 pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -168,21 +168,7 @@ pub(crate) fn chain_hash(
     let mut hasher = Sha256::new();
     hasher.update(format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n").as_bytes());
     hasher.update(canonical.as_bytes());
-    hex(&hasher.finalize())
-}
-
-/// Lowercase hexadecimal.
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        for nibble in [byte >> 4, byte & 0x0f] {
-            text.push(char::from(
-                DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0'),
-            ));
-        }
-    }
-    text
+    hex::encode(hasher.finalize())
 }
 
 /// The stored name of an entry kind.
@@ -257,7 +243,7 @@ impl AuditLog for SqliteStore {
             .query_row([], |row| {
                 Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
             })
-            .map(|(seq, hash)| (u64::try_from(seq).unwrap_or(0), hash))
+            .map(|(seq, hash)| (from_sql(seq), hash))
             .or_else(|err| match err {
                 rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS.to_owned())),
                 other => Err(other),
@@ -273,10 +259,10 @@ impl AuditLog for SqliteStore {
                 let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &canonical);
                 let kind = kind_name(new.kind);
                 insert.execute(params![
-                    i64::try_from(seq).unwrap_or(i64::MAX),
+                    to_sql(seq),
                     new.at,
                     kind,
-                    new.call.and_then(|call| i64::try_from(call).ok()),
+                    new.call.map(to_sql),
                     canonical,
                     prev,
                     hash
@@ -324,8 +310,8 @@ impl AuditLog for SqliteStore {
         )?;
         let rows = statement.query_map(
             params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
+                to_sql(after),
+                to_sql(u64::try_from(limit).unwrap_or(u64::MAX))
             ],
             |row| {
                 Ok((
@@ -343,10 +329,10 @@ impl AuditLog for SqliteStore {
         for row in rows {
             let (seq, at, kind, call, body, prev, hash) = row?;
             entries.push(Entry {
-                seq: u64::try_from(seq).unwrap_or(0),
+                seq: from_sql(seq),
                 at,
                 kind: kind_from(&kind),
-                call: call.and_then(|call| u64::try_from(call).ok()),
+                call: call.map(from_sql),
                 // A body that is no longer JSON is kept as text, so verify
                 // reports the entry as broken instead of failing to read.
                 body: serde_json::from_str(&body).unwrap_or(Value::String(body)),

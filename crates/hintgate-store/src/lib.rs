@@ -231,7 +231,7 @@ pub fn server_key(
                 let mut hasher = Sha256::new();
                 hasher.update(salt);
                 hasher.update(value.as_bytes());
-                (name.clone(), hex(&hasher.finalize()))
+                (name.clone(), hex::encode(hasher.finalize()))
             })
             .collect()
     };
@@ -249,11 +249,18 @@ pub fn server_key(
         object.insert("resolved".to_owned(), resolved.clone());
     }
     let canonical = hintgate_policy::pin::canonical_json(&identity);
-    hex(&Sha256::digest(canonical.as_bytes()))
+    hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+/// A sequence number or id as SQL keeps it (`i64`), saturating.
+pub(crate) fn to_sql(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A sequence number or id read from SQL; a negative one (never written)
+/// reads as 0.
+pub(crate) fn from_sql(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }
 
 // === MemoryStore ===

@@ -25,7 +25,9 @@ use crate::audit::{GENESIS, chain_hash, kind_from, kind_name};
 use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
 };
-use crate::{AuditLog, Entry, NewEntry, Pin, PinStore, Remember, Seen, StoreError};
+use crate::{
+    AuditLog, Entry, NewEntry, Pin, PinStore, Remember, Seen, StoreError, from_sql, to_sql,
+};
 
 /// The schema version this build reads and writes in PostgreSQL.
 pub const PG_SCHEMA_VERSION: i64 = 1;
@@ -213,34 +215,13 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
     getrandom::fill(&mut salt).map_err(|err| StoreError::Randomness(err.to_string()))?;
     tx.execute(
         "INSERT INTO hintgate.meta (key, value) VALUES ('salt', $1) ON CONFLICT (key) DO NOTHING",
-        &[&crate::hex(&salt)],
+        &[&hex::encode(&salt)],
     )?;
     let stored: String = tx
         .query_one("SELECT value FROM hintgate.meta WHERE key = 'salt'", &[])?
         .get(0);
     tx.commit()?;
-    unhex(&stored).ok_or_else(|| StoreError::Corrupt("the stored salt is not hex".to_owned()))
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|at| {
-            text.get(at..at + 2)
-                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
-        })
-        .collect()
-}
-
-fn pg_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
-fn pg_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
+    hex::decode(&stored).map_err(|_| StoreError::Corrupt("the stored salt is not hex".to_owned()))
 }
 
 fn parse_json(text: &str) -> Result<Value, StoreError> {
@@ -422,7 +403,7 @@ impl AuditLog for PgStore {
                 "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
                 &[],
             )? {
-                Some(row) => (pg_u64(row.try_get(0)?), row.try_get::<_, String>(1)?),
+                Some(row) => (from_sql(row.try_get(0)?), row.try_get::<_, String>(1)?),
                 None => (0, GENESIS.to_owned()),
             };
             let statement = tx.prepare(
@@ -438,10 +419,10 @@ impl AuditLog for PgStore {
                 tx.execute(
                     &statement,
                     &[
-                        &pg_i64(seq),
+                        &to_sql(seq),
                         &new.at,
                         &kind_name(new.kind),
-                        &new.call.map(pg_i64),
+                        &new.call.map(to_sql),
                         &canonical,
                         &prev,
                         &hash,
@@ -460,17 +441,20 @@ impl AuditLog for PgStore {
             let rows = client.query(
                 "SELECT seq, at, kind, call_seq, body, prev, hash FROM hintgate.audit
                  WHERE seq > $1 ORDER BY seq LIMIT $2",
-                &[&pg_i64(after), &i64::try_from(limit).unwrap_or(i64::MAX)],
+                &[
+                    &to_sql(after),
+                    &to_sql(u64::try_from(limit).unwrap_or(u64::MAX)),
+                ],
             )?;
             rows.iter()
                 .map(|row| {
                     let body: String = row.try_get(4)?;
                     let kind: String = row.try_get(2)?;
                     Ok(Entry {
-                        seq: pg_u64(row.try_get(0)?),
+                        seq: from_sql(row.try_get(0)?),
                         at: row.try_get(1)?,
                         kind: kind_from(&kind),
-                        call: row.try_get::<_, Option<i64>>(3)?.map(pg_u64),
+                        call: row.try_get::<_, Option<i64>>(3)?.map(from_sql),
                         // A body that is no longer JSON is kept as text, so
                         // verify reports the entry as broken.
                         body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
@@ -490,7 +474,7 @@ fn row_to_pending(row: &::postgres::Row) -> Result<Pending, StoreError> {
     let state: String = row.try_get(10)?;
     let remember: Option<String> = row.try_get(12)?;
     Ok(Pending {
-        id: pg_u64(row.try_get(0)?),
+        id: from_sql(row.try_get(0)?),
         at: row.try_get(1)?,
         expires_at: row.try_get(2)?,
         session: row.try_get(3)?,
@@ -517,7 +501,7 @@ fn pending_by_id(
     client
         .query_opt(
             &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = $1"),
-            &[&pg_i64(id)],
+            &[&to_sql(id)],
         )?
         .map(|row| row_to_pending(&row))
         .transpose()
@@ -542,7 +526,7 @@ impl ApprovalQueue for PgStore {
                     &new.offer.as_str(),
                 ],
             )?;
-            Ok(pg_u64(row.try_get(0)?))
+            Ok(from_sql(row.try_get(0)?))
         })
     }
 
@@ -570,7 +554,7 @@ impl ApprovalQueue for PgStore {
             let changed = tx.execute(
                 "UPDATE hintgate.approvals SET state = 'answered', approve = $2, remember = $3, answered_by = $4
                  WHERE id = $1 AND state = 'waiting' AND expires_at > $5",
-                &[&pg_i64(id), &answer.approve, &answer.remember.as_str(), &answer.by, &now],
+                &[&to_sql(id), &answer.approve, &answer.remember.as_str(), &answer.by, &now],
             )?;
             if changed > 0 {
                 // Delivered to every listener when the answer commits.
@@ -589,7 +573,7 @@ impl ApprovalQueue for PgStore {
     }
 
     fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError> {
-        let ids: Vec<i64> = ids.iter().copied().map(pg_i64).collect();
+        let ids: Vec<i64> = ids.iter().copied().map(to_sql).collect();
         self.call(move |client| {
             let rows = client.query(
                 &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = ANY($1) AND state = 'answered'"),
@@ -611,7 +595,7 @@ impl ApprovalQueue for PgStore {
         self.call(move |client| {
             let changed = client.execute(
                 "UPDATE hintgate.approvals SET state = 'withdrawn', why = $2 WHERE id = $1 AND state = 'waiting'",
-                &[&pg_i64(id), &why],
+                &[&to_sql(id), &why],
             )?;
             if changed > 0 {
                 return Ok(None);
@@ -684,14 +668,6 @@ mod tests {
         );
         assert_eq!(shown("postgres://db.example/h"), "postgres://db.example/h");
         assert!(!shown("postgresql://a:b:c@h/d").contains('b'));
-    }
-
-    #[test]
-    fn salts_round_trip_through_hex() {
-        let salt = [0u8, 1, 0xab, 0xff];
-        assert_eq!(unhex(&crate::hex(&salt)), Some(salt.to_vec()));
-        assert_eq!(unhex("abc"), None);
-        assert_eq!(unhex("zz"), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use crate::{MemoryStore, SqliteStore, StoreError};
+use crate::{MemoryStore, SqliteStore, StoreError, from_sql, to_sql};
 
 /// How far an approval may be remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -426,7 +426,7 @@ fn row_to_pending(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
     let remember: Option<String> = row.get(12)?;
     let offer: String = row.get(9)?;
     Ok(Pending {
-        id: u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+        id: from_sql(row.get(0)?),
         at: row.get(1)?,
         expires_at: row.get(2)?,
         session: row.get(3)?,
@@ -444,10 +444,6 @@ fn row_to_pending(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
             row.get(14)?,
         ),
     })
-}
-
-fn sql_id(id: u64) -> i64 {
-    i64::try_from(id).unwrap_or(i64::MAX)
 }
 
 impl ApprovalQueue for SqliteStore {
@@ -468,7 +464,7 @@ impl ApprovalQueue for SqliteStore {
                 new.offer.as_str()
             ],
         )?;
-        Ok(u64::try_from(connection.last_insert_rowid()).unwrap_or(0))
+        Ok(from_sql(connection.last_insert_rowid()))
     }
 
     fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
@@ -476,7 +472,7 @@ impl ApprovalQueue for SqliteStore {
             .lock()
             .query_row(
                 &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
-                params![sql_id(id)],
+                params![to_sql(id)],
                 row_to_pending,
             )
             .optional()?)
@@ -497,7 +493,7 @@ impl ApprovalQueue for SqliteStore {
             "UPDATE approvals SET state = 'answered', approve = ?2, remember = ?3, answered_by = ?4
              WHERE id = ?1 AND state = 'waiting' AND expires_at > ?5",
             params![
-                sql_id(id),
+                to_sql(id),
                 answer.approve,
                 answer.remember.as_str(),
                 answer.by,
@@ -510,7 +506,7 @@ impl ApprovalQueue for SqliteStore {
         let found = connection
             .query_row(
                 &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
-                params![sql_id(id)],
+                params![to_sql(id)],
                 row_to_pending,
             )
             .optional()?;
@@ -529,7 +525,7 @@ impl ApprovalQueue for SqliteStore {
         let mut answers = Vec::new();
         for &id in ids {
             if let Some(p) = statement
-                .query_row(params![sql_id(id)], row_to_pending)
+                .query_row(params![to_sql(id)], row_to_pending)
                 .optional()?
                 && let PendingState::Answered(answer) = p.state
             {
@@ -543,7 +539,7 @@ impl ApprovalQueue for SqliteStore {
         let connection = self.lock();
         let changed = connection.execute(
             "UPDATE approvals SET state = 'withdrawn', why = ?2 WHERE id = ?1 AND state = 'waiting'",
-            params![sql_id(id), why],
+            params![to_sql(id), why],
         )?;
         if changed > 0 {
             return Ok(None);
@@ -551,7 +547,7 @@ impl ApprovalQueue for SqliteStore {
         let found = connection
             .query_row(
                 &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
-                params![sql_id(id)],
+                params![to_sql(id)],
                 row_to_pending,
             )
             .optional()?;

@@ -8,20 +8,16 @@
 //! after the user looked. A pinned tool missing from a listing is recorded
 //! as removed; when it comes back unchanged the record is cleared.
 
-use hintgate_policy::pin::canonical_json;
+use hintgate_policy::pin::PinDigest;
 use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seen};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::Gateway;
 use super::tools::unix_now;
 
 /// The pin digest of an instructions text.
 fn digest_of(text: &str) -> String {
-    let canonical = canonical_json(&json!({ "instructions": text }));
-    let hash = Sha256::digest(canonical.as_bytes());
-    let hex: String = hash.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("sha256:{hex}")
+    PinDigest::of_json(&json!({ "instructions": text })).to_string()
 }
 
 impl Gateway {
