@@ -325,26 +325,14 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
     std::fs::write(dir.path().join("tools.json"), json!(tools).to_string()).unwrap();
     let upstream_log = dir.path().join("upstream.log");
     let upstream_log_text = upstream_log.display().to_string();
-    let server = fixture_server();
     // Tools whose call the host saw succeed: approved always, so never
     // asked again; and tools asked about after that (must stay empty).
     let approved: Rc<RefCell<BTreeSet<String>>> = Rc::default();
     let asked_again: Rc<RefCell<Vec<String>>> = Rc::default();
     let asked: Rc<RefCell<BTreeSet<String>>> = Rc::default();
     let start = || {
-        let args = [
-            "run",
-            "--name",
-            "fx",
-            "--trust",
-            "trusted",
-            "--",
-            "python3",
-            server.as_str(),
-            "--tools-file",
-            "tools.json",
-        ];
-        let mut host = Host::start(dir.path(), &args, &[("FIXTURE_LOG", &upstream_log_text)]);
+        let mut host =
+            crate::host::start_tools_file(dir.path(), &[("FIXTURE_LOG", &upstream_log_text)]);
         let (approved, asked_again, asked) = (approved.clone(), asked_again.clone(), asked.clone());
         host.respond_with(move |request| {
             let prompt = request["params"]["message"].as_str().unwrap_or_default();

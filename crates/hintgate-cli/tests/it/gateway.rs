@@ -863,7 +863,6 @@ fn a_sandbox_that_cannot_be_enforced_keeps_the_server_from_starting() {
 #[test]
 fn pins_and_standing_approvals_outlive_the_session() {
     let dir = tempfile::tempdir().unwrap();
-    let server = fixture_server();
     let hints = |read_only: bool| json!({"readOnlyHint": read_only, "destructiveHint": false, "idempotentHint": read_only, "openWorldHint": false});
     let write_tools = |echo_read_only: bool| {
         let tools = json!([
@@ -873,19 +872,7 @@ fn pins_and_standing_approvals_outlive_the_session() {
         std::fs::write(dir.path().join("tools.json"), tools.to_string()).unwrap();
     };
     let session = || {
-        let args = [
-            "run",
-            "--name",
-            "fx",
-            "--trust",
-            "trusted",
-            "--",
-            "python3",
-            server.as_str(),
-            "--tools-file",
-            "tools.json",
-        ];
-        let mut host = Host::start(dir.path(), &args, &[]);
+        let mut host = crate::host::start_tools_file(dir.path(), &[]);
         host.initialize(json!({"elicitation": {}}));
         host
     };

@@ -40,6 +40,25 @@ pub fn fixture_server() -> String {
         .to_string()
 }
 
+/// A wrap-mode gateway named `fx` in front of a trusted fixture server that
+/// lists exactly the tools in `dir/tools.json`.
+pub fn start_tools_file(dir: &Path, env: &[(&str, &str)]) -> Host {
+    let server = fixture_server();
+    let args = [
+        "run",
+        "--name",
+        "fx",
+        "--trust",
+        "trusted",
+        "--",
+        "python3",
+        server.as_str(),
+        "--tools-file",
+        "tools.json",
+    ];
+    Host::start(dir, &args, env)
+}
+
 impl Host {
     /// Starts `hintgate` with `args` in `dir`, with extra environment.
     pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {

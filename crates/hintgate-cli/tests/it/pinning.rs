@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::host::{Host, fixture_server};
+use crate::host::start_tools_file;
 use crate::util::{code, run, stderr, stdout};
 
 fn tool(name: &str) -> Value {
@@ -21,24 +21,7 @@ fn session(dir: &Path, tools: &[&str], instructions: &str) -> Value {
     let file = dir.join("tools.json");
     let listed: Vec<Value> = tools.iter().map(|name| tool(name)).collect();
     std::fs::write(&file, serde_json::to_string(&listed).unwrap()).unwrap();
-    let server = fixture_server();
-    let file_text = file.display().to_string();
-    let mut host = Host::start(
-        dir,
-        &[
-            "run",
-            "--name",
-            "fx",
-            "--trust",
-            "trusted",
-            "--",
-            "python3",
-            &server,
-            "--tools-file",
-            &file_text,
-        ],
-        &[("FIXTURE_INSTRUCTIONS", instructions)],
-    );
+    let mut host = start_tools_file(dir, &[("FIXTURE_INSTRUCTIONS", instructions)]);
     let init = host.initialize(json!({}));
     let list = host.request("tools/list", json!({}));
     assert_eq!(

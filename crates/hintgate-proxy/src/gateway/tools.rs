@@ -988,14 +988,7 @@ impl Gateway {
             } else {
                 "person (elicitation)"
             };
-            self.refuse_as(
-                &ask.request,
-                &server,
-                &ask.tool,
-                &ask.decision,
-                Some(why),
-                by,
-            );
+            self.refuse_unasked_by(ask, why, by);
             return;
         }
         let remember = content
@@ -1020,15 +1013,7 @@ impl Gateway {
             approved: true,
             answer: answer.to_owned(),
         });
-        self.forward_call(
-            ask.idx,
-            ask.request,
-            &ask.tool,
-            &ask.params,
-            ask.retry_eligible,
-            &ask.decision,
-            "person (elicitation)",
-        );
+        self.forward_asked(ask, "person (elicitation)");
     }
 
     /// The question for a 2026-07-28 host: an input-required result whose
