@@ -69,11 +69,11 @@ fn open(backend: &str) -> (Arc<dyn AuditLog>, Option<tempfile::TempDir>) {
 
 /// A call record as the gateway writes one (about 600 bytes of JSON).
 fn record(n: usize) -> NewEntry {
-    NewEntry {
-        at: 1_795_989_518,
-        kind: EntryKind::Call,
-        call: None,
-        body: json!({
+    NewEntry::from_value(
+        1_795_989_518,
+        EntryKind::Call,
+        None,
+        &json!({
             "session": "41234-1795989518000",
             "request": format!("\"host-{n}\""),
             "server": "fs",
@@ -85,7 +85,7 @@ fn record(n: usize) -> NewEntry {
             "approver": "read-only",
             "pin": "sha256:9a1f0c3e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a",
         }),
-    }
+    )
 }
 
 /// Commits `RECORDS` records through the writer with `concurrency` calls

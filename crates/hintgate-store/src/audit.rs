@@ -31,7 +31,7 @@ pub enum EntryKind {
 }
 
 /// An entry to append.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEntry {
     /// Seconds since the Unix epoch.
     pub at: i64,
@@ -39,9 +39,13 @@ pub struct NewEntry {
     pub kind: EntryKind,
     /// For an outcome: the sequence number of its call.
     pub call: Option<u64>,
-    /// Everything else, as JSON (server, tool, redacted arguments, verdict,
-    /// reasons, approver, pin; or outcome and duration).
-    pub body: Value,
+    /// Everything else (server, tool, redacted arguments, verdict, reasons,
+    /// approver, pin; or outcome and duration) as canonical JSON text, as
+    /// [`canonical_json`] writes it. The log hashes and stores it as given,
+    /// so the caller serialises each record once; a text that is not
+    /// canonical JSON is kept, and [`AuditLog::verify`] reports its entry as
+    /// broken. [`NewEntry::from_value`] builds one from a [`Value`].
+    pub body: String,
 }
 
 /// An entry as stored.
@@ -152,9 +156,11 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
 
 /// The hash of an entry, chained to `prev`.
 ///
-/// `canonical` is the body as canonical JSON (sorted keys, no whitespace):
-/// what the hash covers, and what the SQLite store keeps as the body, so
-/// the body is serialised once per entry.
+/// `canonical` is the body as canonical JSON (sorted keys, no whitespace),
+/// as the caller gave it in [`NewEntry::body`]: what the hash covers, and
+/// what every store keeps as the body. [`AuditLog::verify`] parses a stored
+/// body and writes it as canonical JSON again, which gives back the same
+/// text (a property test holds it to that).
 pub(crate) fn chain_hash(
     prev: &str,
     seq: u64,
@@ -187,6 +193,27 @@ pub(crate) fn kind_from(text: &str) -> EntryKind {
     }
 }
 
+// === impl NewEntry ===
+
+impl NewEntry {
+    /// An entry whose body is `body` as canonical JSON.
+    #[must_use]
+    pub fn from_value(at: i64, kind: EntryKind, call: Option<u64>, body: &Value) -> Self {
+        Self {
+            at,
+            kind,
+            call,
+            body: canonical_json(body),
+        }
+    }
+}
+
+/// A stored body as a value; one that is no longer JSON is kept as text, so
+/// verify reports its entry as broken instead of failing to read.
+pub(crate) fn parse_body(body: String) -> Value {
+    serde_json::from_str(&body).unwrap_or(Value::String(body))
+}
+
 // === impl MemoryStore ===
 
 impl AuditLog for MemoryStore {
@@ -199,14 +226,13 @@ impl AuditLog for MemoryStore {
                 .audit
                 .last()
                 .map_or_else(|| GENESIS.to_owned(), |last| last.hash.clone());
-            let canonical = canonical_json(&new.body);
-            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &canonical);
+            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
             state.audit.push(Entry {
                 seq,
                 at: new.at,
                 kind: new.kind,
                 call: new.call,
-                body: new.body.clone(),
+                body: parse_body(new.body.clone()),
                 prev,
                 hash,
             });
@@ -255,15 +281,14 @@ impl AuditLog for SqliteStore {
             )?;
             for new in entries {
                 seq += 1;
-                let canonical = canonical_json(&new.body);
-                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &canonical);
+                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
                 let kind = kind_name(new.kind);
                 insert.execute(params![
                     to_sql(seq),
                     new.at,
                     kind,
                     new.call.map(to_sql),
-                    canonical,
+                    new.body,
                     prev,
                     hash
                 ])?;
@@ -333,13 +358,77 @@ impl AuditLog for SqliteStore {
                 at,
                 kind: kind_from(&kind),
                 call: call.map(from_sql),
-                // A body that is no longer JSON is kept as text, so verify
-                // reports the entry as broken instead of failing to read.
-                body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
+                body: parse_body(body),
                 prev,
                 hash,
             });
         }
         Ok(entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{Map, Number, Value};
+
+    use super::*;
+
+    /// Any JSON value: nested arrays and objects of every scalar, with
+    /// floats (`1.0` among them), integers beyond `i64`, and strings with
+    /// escapes and characters beyond ASCII.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let number = prop_oneof![
+            any::<i64>().prop_map(Number::from),
+            any::<u64>().prop_map(Number::from),
+            Just(Number::from(12_345_678_901_234_567_890_u64)),
+            any::<f64>().prop_filter_map("JSON has no NaN or infinity", Number::from_f64),
+            prop_oneof![Just(1.0), Just(-0.0), Just(0.1), Just(1e300), Just(5e-324)]
+                .prop_filter_map("finite", Number::from_f64),
+        ];
+        let text = prop_oneof![
+            any::<String>(),
+            Just("quote \" backslash \\ newline \n tab \t nul \u{0} del \u{7f}".to_owned()),
+            Just("é ü 日本 🦀 \u{2028} \u{202e} \u{200b}".to_owned()),
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            number.prop_map(Value::Number),
+            text.prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::btree_map(any::<String>(), inner, 0..8)
+                    .prop_map(|map| Value::Object(map.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// `verify` parses a stored body and writes it as canonical JSON
+        /// again; that must give back the text that was hashed.
+        #[test]
+        fn canonical_text_survives_a_parse_and_a_rewrite(value in json_value()) {
+            let canonical = canonical_json(&value);
+            let parsed: Value = serde_json::from_str(&canonical).unwrap();
+            prop_assert_eq!(canonical_json(&parsed), canonical);
+        }
+    }
+
+    #[test]
+    fn an_entry_from_a_value_carries_its_canonical_text() {
+        let entry = NewEntry::from_value(
+            7,
+            EntryKind::Outcome,
+            Some(3),
+            &serde_json::json!({"b": 1.0, "a": [12_345_678_901_234_567_890_u64, "é\n"]}),
+        );
+        assert_eq!(entry.body, r#"{"a":[12345678901234567890,"é\n"],"b":1.0}"#);
+        assert_eq!(
+            (entry.at, entry.kind, entry.call),
+            (7, EntryKind::Outcome, Some(3))
+        );
     }
 }

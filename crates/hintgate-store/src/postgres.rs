@@ -21,7 +21,7 @@ use ::postgres::fallible_iterator::FallibleIterator;
 use ::postgres::{Client, Config, NoTls};
 use serde_json::Value;
 
-use crate::audit::{GENESIS, chain_hash, kind_from, kind_name};
+use crate::audit::{GENESIS, chain_hash, kind_from, kind_name, parse_body};
 use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
 };
@@ -413,9 +413,8 @@ impl AuditLog for PgStore {
             let mut seqs = Vec::with_capacity(entries.len());
             for new in &entries {
                 seq += 1;
-                // Stored as hashed: canonical JSON, serialised once.
-                let canonical = hintgate_policy::pin::canonical_json(&new.body);
-                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &canonical);
+                // Stored as hashed: the canonical text the caller gave.
+                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
                 tx.execute(
                     &statement,
                     &[
@@ -423,7 +422,7 @@ impl AuditLog for PgStore {
                         &new.at,
                         &kind_name(new.kind),
                         &new.call.map(to_sql),
-                        &canonical,
+                        &new.body,
                         &prev,
                         &hash,
                     ],
@@ -455,9 +454,7 @@ impl AuditLog for PgStore {
                         at: row.try_get(1)?,
                         kind: kind_from(&kind),
                         call: row.try_get::<_, Option<i64>>(3)?.map(from_sql),
-                        // A body that is no longer JSON is kept as text, so
-                        // verify reports the entry as broken.
-                        body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
+                        body: parse_body(body),
                         prev: row.try_get(5)?,
                         hash: row.try_get(6)?,
                     })

@@ -173,20 +173,22 @@ fn server_keys_hide_secrets_but_change_with_them() {
 
 fn audit_contract(log: &dyn hintgate_store::AuditLog) {
     use hintgate_store::{EntryKind, NewEntry};
-    let call = |tool: &str| NewEntry {
-        at: 1_795_000_000,
-        kind: EntryKind::Call,
-        call: None,
-        body: json!({"server": "fs", "tool": tool, "verdict": "allow"}),
+    let call = |tool: &str| {
+        NewEntry::from_value(
+            1_795_000_000,
+            EntryKind::Call,
+            None,
+            &json!({"server": "fs", "tool": tool, "verdict": "allow"}),
+        )
     };
     let seqs = log.append(&[call("read"), call("write")]).unwrap();
     assert_eq!(seqs, vec![1, 2]);
-    let outcome = NewEntry {
-        at: 1_795_000_001,
-        kind: EntryKind::Outcome,
-        call: Some(1),
-        body: json!({"outcome": "ok"}),
-    };
+    let outcome = NewEntry::from_value(
+        1_795_000_001,
+        EntryKind::Outcome,
+        Some(1),
+        &json!({"outcome": "ok"}),
+    );
     assert_eq!(log.append(&[outcome]).unwrap(), vec![3]);
     let entries = log.entries(0, 10).unwrap();
     assert_eq!(entries.len(), 3);
@@ -428,12 +430,12 @@ fn gateways_appending_at_once_to_postgres_keep_one_chain() {
         for (n, store) in stores.iter().enumerate() {
             scope.spawn(move || {
                 for i in 0..25 {
-                    let entry = NewEntry {
-                        at: 1_795_000_000,
-                        kind: EntryKind::Call,
-                        call: None,
-                        body: json!({"gateway": n, "call": i}),
-                    };
+                    let entry = NewEntry::from_value(
+                        1_795_000_000,
+                        EntryKind::Call,
+                        None,
+                        &json!({"gateway": n, "call": i}),
+                    );
                     store.append(&[entry.clone(), entry]).unwrap();
                 }
             });
@@ -533,11 +535,13 @@ fn two_writers_on_one_file_both_chain_every_entry() {
                 let log = SqliteStore::open(&path).unwrap();
                 for batch in 0..50 {
                     let entries: Vec<NewEntry> = (0..4)
-                        .map(|n| NewEntry {
-                            at: 1_795_000_000,
-                            kind: EntryKind::Call,
-                            call: None,
-                            body: json!({"writer": writer, "batch": batch, "n": n}),
+                        .map(|n| {
+                            NewEntry::from_value(
+                                1_795_000_000,
+                                EntryKind::Call,
+                                None,
+                                &json!({"writer": writer, "batch": batch, "n": n}),
+                            )
                         })
                         .collect();
                     log.append(&entries).unwrap();
@@ -562,11 +566,13 @@ fn two_writers_on_one_file_both_chain_every_entry() {
 fn waiting_for_entries_sees_another_connections_commit() {
     use hintgate_store::{AuditLog, EntryKind, NewEntry};
     use std::time::Duration;
-    let entry = || NewEntry {
-        at: 1_795_000_000,
-        kind: EntryKind::Call,
-        call: None,
-        body: json!({"tool": "read"}),
+    let entry = || {
+        NewEntry::from_value(
+            1_795_000_000,
+            EntryKind::Call,
+            None,
+            &json!({"tool": "read"}),
+        )
     };
     let memory = MemoryStore::default();
     assert!(

@@ -176,12 +176,12 @@ fn outcome_entry(
     outcome: &str,
 ) -> hintgate_store::NewEntry {
     let millis = u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    hintgate_store::NewEntry {
-        at: unix_now(),
-        kind: hintgate_store::EntryKind::Outcome,
-        call: Some(seq),
-        body: json!({"outcome": outcome, "duration_ms": millis, "attempt": request.attempt}),
-    }
+    hintgate_store::NewEntry::from_value(
+        unix_now(),
+        hintgate_store::EntryKind::Outcome,
+        Some(seq),
+        &json!({"outcome": outcome, "duration_ms": millis, "attempt": request.attempt}),
+    )
 }
 
 /// A tool result that tells the model the call failed, and why.
@@ -1243,12 +1243,12 @@ impl Gateway {
         if let Some(outcome) = outcome {
             fields.insert("outcome", Value::String(outcome.to_owned()));
         }
-        hintgate_store::NewEntry {
-            at: unix_now(),
-            kind: hintgate_store::EntryKind::Call,
-            call: None,
-            body: crate::audit::call_body(fields),
-        }
+        hintgate_store::NewEntry::from_value(
+            unix_now(),
+            hintgate_store::EntryKind::Call,
+            None,
+            &crate::audit::call_body(fields),
+        )
     }
 
     /// The record of a call that ends at the gateway, with its outcome.
