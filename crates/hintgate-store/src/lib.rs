@@ -9,14 +9,29 @@
 //!
 //! Pins and approvals are keyed by the server's identity ([`server_key`]):
 //! its command line or URL, the capabilities the gateway declared to it, and
-//! keyed hashes (never the values) of its environment and headers.
+//! keyed hashes (never the values) of its environment and headers. Each pin
+//! also keeps that identity as people read it ([`Pin::identity`]), and each
+//! held change the identity it was seen under ([`Seen::identity`]), so a
+//! prompt and `hintgate pins` can name an identity change.
 //!
-//! [`PinStore`] states the contract; [`MemoryStore`] and [`SqliteStore`]
-//! implement it and pass one contract suite (`tests/contract.rs`).
+//! A configured server whose identity changes (a new package version, other
+//! arguments or environment) gets a new key, but its tools are not new: a
+//! gateway calls [`PinStore::rekey`] when it starts the server, which moves
+//! the pins and standing approvals of the server's most recent other key to
+//! the new one and drops older ones, so every definition is compared with
+//! the last pin of the same configured server. [`PinStore::pins_of`] and
+//! [`PinStore::approvals_of`] then read one key's pins and standing
+//! approvals in bulk, for a gateway that keeps them in memory; a change to
+//! standing approvals wakes every [`QueueWatch`] of the store, so such a
+//! gateway knows when to read them again.
+//!
+//! [`PinStore`] states the contract; [`MemoryStore`], [`SqliteStore`] and
+//! [`PgStore`] implement it and pass one contract suite (`tests/contract.rs`).
 //!
 //! [`AuditLog`] is the hash-chained audit log: one record per tool call that
 //! reached the gateway, written before the call is sent, and one more for its
-//! outcome.
+//! outcome. A record's body arrives as canonical JSON text ([`NewEntry`]),
+//! which the log hashes and stores as given, so it is serialised once.
 //!
 //! [`ApprovalQueue`] holds calls that wait for a person on a host that cannot
 //! ask one; `hintgate approvals` answers them, from any process that opens
@@ -36,7 +51,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 mod audit;
 mod postgres;
@@ -61,6 +76,11 @@ pub struct Pin {
     pub server_key: String,
     /// The server's configured name when it was pinned (for people).
     pub server: String,
+    /// The server's identity as people read it when the pin was taken: its
+    /// command line and what that resolved to (executable, package version),
+    /// or its URL; never a secret. Empty for a pin written before identities
+    /// were kept.
+    pub identity: String,
     /// The server's own tool name.
     pub tool: String,
     /// The pin digest (`sha256:...`).
@@ -88,6 +108,31 @@ pub struct Seen {
     pub digest: String,
     /// The definition.
     pub definition: Value,
+    /// The server's identity (as [`Pin::identity`] reads) under which this
+    /// definition was seen; when it differs from the pin's, the change came
+    /// with a new identity. Empty when not known.
+    pub identity: String,
+}
+
+/// A standing ("always") approval of one tool, for one definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Approval {
+    /// The server's own tool name.
+    pub tool: String,
+    /// The pin digest of the definition it stands for.
+    pub digest: String,
+}
+
+/// What [`PinStore::rekey`] moved to a server's new identity key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rekeyed {
+    /// The key the pins and standing approvals were moved from.
+    pub from_key: String,
+    /// The identity (as [`Pin::identity`] reads) of the most recently pinned
+    /// of them: what the server was before.
+    pub from_identity: String,
+    /// How many pins moved.
+    pub pins: usize,
 }
 
 /// Why the store failed.
@@ -135,7 +180,30 @@ pub enum StoreError {
 /// - `see` records a definition that differs from the pin, and nothing when
 ///   there is no pin or it equals the pin;
 /// - `revoke` removes the pin and every standing approval of that tool;
-/// - an approval stands only for the digest it was given for.
+/// - an approval stands only for the digest it was given for;
+/// - every read fills [`Pin::identity`] and [`Seen::identity`] with what
+///   `put_pin` and `see` were given;
+/// - `pins_of` returns every pin of one key (tools and [`INSTRUCTIONS`]),
+///   ordered by tool, read at one point in time (one query);
+/// - `approvals_of` returns the standing approvals of one key, ordered by
+///   tool;
+/// - `rekey` is one transaction, and two rekeys never interleave, even from
+///   other processes or other gateways on the same store: when any pin
+///   exists under `to_key` it changes nothing and returns `None`; otherwise,
+///   of the other keys with pins of the configured server `server`, it takes
+///   the one whose newest `pinned_at` is greatest (on a tie, the smallest
+///   key), moves those pins (with what was `seen`) and that key's standing
+///   approvals to `to_key`, deletes the pins of that server under every
+///   other key (they are stale, so no tool is listed twice) with the
+///   standing approvals of each key left without a pin, and returns what it
+///   moved; `None` when the server has no pins. Pins of other configured
+///   servers stay where they are, even under the same key (two configured
+///   servers with one identity share a key), and so do the standing
+///   approvals of a key that keeps pins (those that moved are then copied);
+/// - a change to standing approvals (`approve_always`, `revoke`, a `rekey`
+///   that moved something) wakes every [`QueueWatch`] of the store, in this
+///   process or another, so a gateway that keeps approvals in memory knows
+///   when to read them again.
 pub trait PinStore: Send + Sync + std::fmt::Debug {
     /// The pin of a tool, if any.
     ///
@@ -181,6 +249,31 @@ pub trait PinStore: Send + Sync + std::fmt::Debug {
     ///
     /// [`StoreError`] when the store cannot be read.
     fn pins(&self) -> Result<Vec<Pin>, StoreError>;
+
+    /// Every pin of one server key (its tools and [`INSTRUCTIONS`]), ordered
+    /// by tool.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be read.
+    fn pins_of(&self, server_key: &str) -> Result<Vec<Pin>, StoreError>;
+
+    /// The standing approvals of one server key, ordered by tool.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be read.
+    fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError>;
+
+    /// Moves the pins of the configured server `server` from its most
+    /// recent other identity key to `to_key`, unless `to_key` has pins
+    /// already; see the trait's contract.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be read or written (then
+    /// nothing changed).
+    fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError>;
 
     /// Removes a tool's pin and its standing approvals; whether it had a pin.
     ///
@@ -327,17 +420,57 @@ impl PinStore for MemoryStore {
         Ok(pins)
     }
 
+    fn pins_of(&self, server_key: &str) -> Result<Vec<Pin>, StoreError> {
+        // The map is ordered by (key, tool), so one key's pins come by tool.
+        Ok(self
+            .lock()
+            .pins
+            .values()
+            .filter(|pin| pin.server_key == server_key)
+            .cloned()
+            .collect())
+    }
+
+    fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
+        Ok(self
+            .lock()
+            .always
+            .iter()
+            .filter(|((key, _), _)| key == server_key)
+            .map(|((_, tool), digest)| Approval {
+                tool: tool.clone(),
+                digest: digest.clone(),
+            })
+            .collect())
+    }
+
+    fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
+        let rekeyed = {
+            let mut state = self.lock();
+            memory_rekey(&mut state, server, to_key)
+        };
+        if rekeyed.is_some() {
+            self.bell.ring();
+        }
+        Ok(rekeyed)
+    }
+
     fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
         let key = (server_key.to_owned(), tool.to_owned());
-        let mut state = self.lock();
-        state.always.remove(&key);
-        Ok(state.pins.remove(&key).is_some())
+        let removed = {
+            let mut state = self.lock();
+            state.always.remove(&key);
+            state.pins.remove(&key).is_some()
+        };
+        self.bell.ring();
+        Ok(removed)
     }
 
     fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
         self.lock()
             .always
             .insert((server_key.to_owned(), tool.to_owned()), digest.to_owned());
+        self.bell.ring();
         Ok(())
     }
 
@@ -358,6 +491,79 @@ impl PinStore for MemoryStore {
     fn salt(&self) -> &[u8] {
         b"memory"
     }
+}
+
+/// [`PinStore::rekey`] over the memory store's maps, under its lock.
+fn memory_rekey(state: &mut MemoryState, server: &str, to_key: &str) -> Option<Rekeyed> {
+    if state.pins.keys().any(|(key, _)| key == to_key) {
+        return None;
+    }
+    // The newest pin of each other key with pins of this server.
+    let mut newest: BTreeMap<&str, (i64, &Pin)> = BTreeMap::new();
+    for pin in state.pins.values().filter(|pin| pin.server == server) {
+        let entry = newest
+            .entry(pin.server_key.as_str())
+            .or_insert((pin.pinned_at, pin));
+        // Ties between pins of one key go to the smaller tool, as in SQL.
+        if (pin.pinned_at, std::cmp::Reverse(&pin.tool))
+            > (entry.0, std::cmp::Reverse(&entry.1.tool))
+        {
+            *entry = (pin.pinned_at, pin);
+        }
+    }
+    // The greatest newest pin wins; on a tie, the smallest key (the map is
+    // ordered by key, and `max_by_key` keeps the last of equal elements).
+    let (from_key, from_identity) = newest
+        .iter()
+        .rev()
+        .max_by_key(|(_, (pinned_at, _))| *pinned_at)
+        .map(|(key, (_, pin))| ((*key).to_owned(), pin.identity.clone()))?;
+    let stale: Vec<String> = newest
+        .keys()
+        .filter(|key| **key != from_key)
+        .map(|key| (*key).to_owned())
+        .collect();
+    let ours: Vec<(String, String)> = state
+        .pins
+        .iter()
+        .filter(|(_, pin)| pin.server == server)
+        .map(|(key, _)| key.clone())
+        .collect();
+    let mut moved = 0;
+    for key in ours {
+        let Some(mut pin) = state.pins.remove(&key) else {
+            continue;
+        };
+        if pin.server_key == from_key {
+            pin.server_key = to_key.to_owned();
+            state
+                .pins
+                .insert((to_key.to_owned(), pin.tool.clone()), pin);
+            moved += 1;
+        }
+    }
+    let approvals: Vec<(String, String)> = state
+        .always
+        .iter()
+        .filter(|((key, _), _)| *key == from_key)
+        .map(|((_, tool), digest)| (tool.clone(), digest.clone()))
+        .collect();
+    for (tool, digest) in approvals {
+        state
+            .always
+            .entry((to_key.to_owned(), tool))
+            .or_insert(digest);
+    }
+    for key in std::iter::once(&from_key).chain(&stale) {
+        if !state.pins.keys().any(|(pinned, _)| pinned == key) {
+            state.always.retain(|(approved, _), _| approved != key);
+        }
+    }
+    Some(Rekeyed {
+        from_key,
+        from_identity,
+        pins: moved,
+    })
 }
 
 impl MemoryStore {
@@ -392,7 +598,7 @@ impl SqliteStore {
     /// [`StoreError`] when the file cannot be opened, or was written by a
     /// newer hintgate.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let connection = Connection::open(path)?;
+        let mut connection = Connection::open(path)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "NORMAL")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
@@ -444,6 +650,24 @@ impl SqliteStore {
                  COMMIT;",
             )?;
         }
+        if found < 4 {
+            // ALTER TABLE has no IF NOT EXISTS: the version is read again
+            // under the write lock, so two processes that open an old file at
+            // once add the columns once.
+            let transaction =
+                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let current: i64 =
+                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if current < 4 {
+                transaction.execute_batch(
+                    "ALTER TABLE pins ADD COLUMN identity TEXT NOT NULL DEFAULT '';
+                     ALTER TABLE pins ADD COLUMN seen_identity TEXT;
+                     CREATE INDEX IF NOT EXISTS pins_by_server ON pins (server);
+                     PRAGMA user_version = 4;",
+                )?;
+            }
+            transaction.commit()?;
+        }
         let salt: Option<Vec<u8>> = connection
             .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |row| {
                 row.get(0)
@@ -480,25 +704,30 @@ fn parse_json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
 }
 
-/// A pin read from a row, its definition still as text, and what was seen.
-type PinRow = (Pin, String, Option<(String, String)>);
+/// A pin read from a row, its definition still as text, and what was seen
+/// (digest, definition as text, identity).
+type PinRow = (Pin, String, Option<(String, String, String)>);
 
 fn row_to_pin(row: &rusqlite::Row<'_>) -> rusqlite::Result<PinRow> {
     let definition: String = row.get(4)?;
     let seen_digest: Option<String> = row.get(6)?;
     let seen_definition: Option<String> = row.get(7)?;
+    let seen_identity: Option<String> = row.get(9)?;
     Ok((
         Pin {
             server_key: row.get(0)?,
             tool: row.get(1)?,
             server: row.get(2)?,
+            identity: row.get(8)?,
             digest: row.get(3)?,
             definition: Value::Null,
             pinned_at: row.get(5)?,
             seen: None,
         },
         definition,
-        seen_digest.zip(seen_definition),
+        seen_digest
+            .zip(seen_definition)
+            .map(|(digest, definition)| (digest, definition, seen_identity.unwrap_or_default())),
     ))
 }
 
@@ -506,22 +735,23 @@ fn finish_pin(parts: PinRow) -> Result<Pin, StoreError> {
     let (mut pin, definition, seen) = parts;
     pin.definition = parse_json(&definition)?;
     pin.seen = match seen {
-        Some((digest, definition)) => Some(Seen {
+        Some((digest, definition, identity)) => Some(Seen {
             digest,
             definition: parse_json(&definition)?,
+            identity,
         }),
         None => None,
     };
     Ok(pin)
 }
 
-const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)
+const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL)
              ON CONFLICT (server_key, tool) DO UPDATE SET server = ?3, digest = ?4, definition = ?5,
-                 pinned_at = ?6, seen_digest = NULL, seen_definition = NULL";
+                 pinned_at = ?6, identity = ?7, seen_digest = NULL, seen_definition = NULL,
+                 seen_identity = NULL";
 
-const PIN_COLUMNS: &str =
-    "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition";
+const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
 
 impl PinStore for SqliteStore {
     fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
@@ -552,7 +782,8 @@ impl PinStore for SqliteStore {
                     pin.server,
                     pin.digest,
                     pin.definition.to_string(),
-                    pin.pinned_at
+                    pin.pinned_at,
+                    pin.identity
                 ],
             )?;
         }
@@ -562,16 +793,23 @@ impl PinStore for SqliteStore {
 
     fn see(&self, server_key: &str, tool: &str, seen: &Seen) -> Result<(), StoreError> {
         self.lock().execute(
-            "UPDATE pins SET seen_digest = ?3, seen_definition = ?4
+            "UPDATE pins SET seen_digest = ?3, seen_definition = ?4, seen_identity = ?5
              WHERE server_key = ?1 AND tool = ?2 AND digest != ?3",
-            params![server_key, tool, seen.digest, seen.definition.to_string()],
+            params![
+                server_key,
+                tool,
+                seen.digest,
+                seen.definition.to_string(),
+                seen.identity
+            ],
         )?;
         Ok(())
     }
 
     fn clear_seen(&self, server_key: &str, tool: &str) -> Result<(), StoreError> {
         self.lock().execute(
-            "UPDATE pins SET seen_digest = NULL, seen_definition = NULL WHERE server_key = ?1 AND tool = ?2",
+            "UPDATE pins SET seen_digest = NULL, seen_definition = NULL, seen_identity = NULL
+             WHERE server_key = ?1 AND tool = ?2",
             params![server_key, tool],
         )?;
         Ok(())
@@ -588,6 +826,93 @@ impl PinStore for SqliteStore {
             pins.push(finish_pin(row?)?);
         }
         Ok(pins)
+    }
+
+    fn pins_of(&self, server_key: &str) -> Result<Vec<Pin>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare_cached(&format!(
+            "SELECT {PIN_COLUMNS} FROM pins WHERE server_key = ?1 ORDER BY tool"
+        ))?;
+        let rows = statement.query_map(params![server_key], row_to_pin)?;
+        let mut pins = Vec::new();
+        for row in rows {
+            pins.push(finish_pin(row?)?);
+        }
+        Ok(pins)
+    }
+
+    fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare_cached(
+            "SELECT tool, digest FROM always WHERE server_key = ?1 ORDER BY tool",
+        )?;
+        let rows = statement.query_map(params![server_key], |row| {
+            Ok(Approval {
+                tool: row.get(0)?,
+                digest: row.get(1)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
+        let mut connection = self.lock();
+        // IMMEDIATE: the write lock is taken before the first read, so a
+        // rekey in another process waits for this one and then sees its
+        // result (the target key has pins) instead of deciding on what this
+        // one is about to change.
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let taken: bool = transaction.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pins WHERE server_key = ?1)",
+            params![to_key],
+            |row| row.get(0),
+        )?;
+        if taken {
+            return Ok(None);
+        }
+        let keys: Vec<String> = transaction
+            .prepare(
+                "SELECT server_key FROM pins WHERE server = ?1
+                 GROUP BY server_key ORDER BY MAX(pinned_at) DESC, server_key",
+            )?
+            .query_map(params![server], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
+        let Some((from_key, stale)) = keys.split_first() else {
+            return Ok(None);
+        };
+        let from_identity: String = transaction.query_row(
+            "SELECT identity FROM pins WHERE server_key = ?1 AND server = ?2
+             ORDER BY pinned_at DESC, tool LIMIT 1",
+            params![from_key, server],
+            |row| row.get(0),
+        )?;
+        let moved = transaction.execute(
+            "UPDATE pins SET server_key = ?2 WHERE server_key = ?1 AND server = ?3",
+            params![from_key, to_key, server],
+        )?;
+        transaction.execute(
+            "INSERT OR IGNORE INTO always (server_key, tool, digest)
+             SELECT ?2, tool, digest FROM always WHERE server_key = ?1",
+            params![from_key, to_key],
+        )?;
+        transaction.execute(
+            "DELETE FROM pins WHERE server = ?1 AND server_key != ?2",
+            params![server, to_key],
+        )?;
+        for key in std::iter::once(from_key).chain(stale) {
+            transaction.execute(
+                "DELETE FROM always WHERE server_key = ?1
+                 AND NOT EXISTS (SELECT 1 FROM pins WHERE server_key = ?1)",
+                params![key],
+            )?;
+        }
+        transaction.commit()?;
+        Ok(Some(Rekeyed {
+            from_key: from_key.clone(),
+            from_identity,
+            pins: moved,
+        }))
     }
 
     fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {

@@ -4,9 +4,13 @@
 //! names, so the store can share a database with other applications. Several
 //! gateways use one store at once: the schema is migrated under an advisory
 //! lock, audit appends take a transaction-level advisory lock so the hash
-//! chain stays one chain, and an answer in the approval queue is announced
+//! chain stays one chain, rekeys take one too so two gateways never move a
+//! server's pins at once, and an answer in the approval queue is announced
 //! with `NOTIFY hintgate_approvals`, which every waiting gateway `LISTEN`s
-//! for.
+//! for. A change to standing approvals (`approve_always`, `revoke`, a
+//! `rekey` that moved something) is announced on the same channel in its
+//! transaction, so a gateway that keeps standing approvals in memory wakes
+//! and reads them again.
 //!
 //! The blocking `postgres` client runs a runtime of its own, which must not
 //! be driven from inside the gateway's event loop; so the store keeps its
@@ -26,18 +30,21 @@ use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
 };
 use crate::{
-    AuditLog, Entry, NewEntry, Pin, PinStore, Remember, Seen, StoreError, from_sql, to_sql,
+    Approval, AuditLog, Entry, NewEntry, Pin, PinStore, Rekeyed, Remember, Seen, StoreError,
+    from_sql, to_sql,
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 1;
+pub const PG_SCHEMA_VERSION: i64 = 2;
 
 /// The channel that announces answers in the approval queue.
 const CHANNEL: &str = "hintgate_approvals";
 
-/// Advisory lock keys (arbitrary, fixed): migrations, and audit appends.
+/// Advisory lock keys (arbitrary, fixed): migrations, audit appends, and
+/// rekeys.
 const MIGRATE_LOCK: i64 = 0x6869_6e74_6761_7465;
 const AUDIT_LOCK: i64 = 0x6869_6e74_6175_6474;
+const REKEY_LOCK: i64 = 0x6869_6e74_7265_6b79;
 
 type Job = Box<dyn FnOnce(Result<&mut Client, StoreError>) + Send>;
 
@@ -211,6 +218,14 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
                  ON CONFLICT (key) DO UPDATE SET value = '1';",
         )?;
     }
+    if found < 2 {
+        tx.batch_execute(
+            "ALTER TABLE hintgate.pins ADD COLUMN IF NOT EXISTS identity TEXT NOT NULL DEFAULT '';
+             ALTER TABLE hintgate.pins ADD COLUMN IF NOT EXISTS seen_identity TEXT;
+             CREATE INDEX IF NOT EXISTS pins_by_server ON hintgate.pins (server);
+             UPDATE hintgate.meta SET value = '2' WHERE key = 'schema_version';",
+        )?;
+    }
     let mut salt = vec![0u8; 32];
     getrandom::fill(&mut salt).map_err(|err| StoreError::Randomness(err.to_string()))?;
     tx.execute(
@@ -228,17 +243,18 @@ fn parse_json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
 }
 
-const PIN_COLUMNS: &str =
-    "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition";
+const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
 
 fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
     let definition: String = row.try_get(4)?;
     let seen_digest: Option<String> = row.try_get(6)?;
     let seen_definition: Option<String> = row.try_get(7)?;
+    let seen_identity: Option<String> = row.try_get(9)?;
     Ok(Pin {
         server_key: row.try_get(0)?,
         tool: row.try_get(1)?,
         server: row.try_get(2)?,
+        identity: row.try_get(8)?,
         digest: row.try_get(3)?,
         definition: parse_json(&definition)?,
         pinned_at: row.try_get(5)?,
@@ -246,10 +262,75 @@ fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
             Some((digest, definition)) => Some(Seen {
                 digest,
                 definition: parse_json(&definition)?,
+                identity: seen_identity.unwrap_or_default(),
             }),
             None => None,
         },
     })
+}
+
+/// [`PinStore::rekey`] in the transaction `tx`, which holds [`REKEY_LOCK`].
+///
+/// Text is ordered by byte (`COLLATE "C"`), as in SQLite and in memory,
+/// whatever the database's collation.
+fn rekey_in(
+    tx: &mut ::postgres::Transaction<'_>,
+    server: &str,
+    to_key: &str,
+) -> Result<Option<Rekeyed>, StoreError> {
+    let taken = tx
+        .query_opt(
+            "SELECT 1 FROM hintgate.pins WHERE server_key = $1 LIMIT 1",
+            &[&to_key],
+        )?
+        .is_some();
+    if taken {
+        return Ok(None);
+    }
+    let keys: Vec<String> = tx
+        .query(
+            "SELECT server_key FROM hintgate.pins WHERE server = $1
+             GROUP BY server_key ORDER BY MAX(pinned_at) DESC, server_key COLLATE \"C\"",
+            &[&server],
+        )?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let Some((from_key, stale)) = keys.split_first() else {
+        return Ok(None);
+    };
+    let from_identity: String = tx
+        .query_one(
+            "SELECT identity FROM hintgate.pins WHERE server_key = $1 AND server = $2
+             ORDER BY pinned_at DESC, tool COLLATE \"C\" LIMIT 1",
+            &[from_key, &server],
+        )?
+        .try_get(0)?;
+    let moved = tx.execute(
+        "UPDATE hintgate.pins SET server_key = $2 WHERE server_key = $1 AND server = $3",
+        &[from_key, &to_key, &server],
+    )?;
+    tx.execute(
+        "INSERT INTO hintgate.always (server_key, tool, digest)
+         SELECT $2, tool, digest FROM hintgate.always WHERE server_key = $1
+         ON CONFLICT (server_key, tool) DO NOTHING",
+        &[from_key, &to_key],
+    )?;
+    tx.execute(
+        "DELETE FROM hintgate.pins WHERE server = $1 AND server_key != $2",
+        &[&server, &to_key],
+    )?;
+    let touched: Vec<&String> = std::iter::once(from_key).chain(stale).collect();
+    tx.execute(
+        "DELETE FROM hintgate.always a WHERE a.server_key = ANY($1)
+         AND NOT EXISTS (SELECT 1 FROM hintgate.pins p WHERE p.server_key = a.server_key)",
+        &[&touched],
+    )?;
+    Ok(Some(Rekeyed {
+        from_key: from_key.clone(),
+        from_identity,
+        pins: usize::try_from(moved).unwrap_or(usize::MAX),
+    }))
 }
 
 impl PinStore for PgStore {
@@ -275,10 +356,11 @@ impl PinStore for PgStore {
         self.call(move |client| {
             let mut tx = client.transaction()?;
             let statement = tx.prepare(
-                "INSERT INTO hintgate.pins (server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition)
-                 VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
+                "INSERT INTO hintgate.pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL)
                  ON CONFLICT (server_key, tool) DO UPDATE SET server = $3, digest = $4, definition = $5,
-                     pinned_at = $6, seen_digest = NULL, seen_definition = NULL",
+                     pinned_at = $6, identity = $7, seen_digest = NULL, seen_definition = NULL,
+                     seen_identity = NULL",
             )?;
             for pin in &pins {
                 tx.execute(
@@ -290,6 +372,7 @@ impl PinStore for PgStore {
                         &pin.digest,
                         &pin.definition.to_string(),
                         &pin.pinned_at,
+                        &pin.identity,
                     ],
                 )?;
             }
@@ -302,13 +385,14 @@ impl PinStore for PgStore {
         let (server_key, tool, seen) = (server_key.to_owned(), tool.to_owned(), seen.clone());
         self.call(move |client| {
             client.execute(
-                "UPDATE hintgate.pins SET seen_digest = $3, seen_definition = $4
+                "UPDATE hintgate.pins SET seen_digest = $3, seen_definition = $4, seen_identity = $5
                  WHERE server_key = $1 AND tool = $2 AND digest != $3",
                 &[
                     &server_key,
                     &tool,
                     &seen.digest,
                     &seen.definition.to_string(),
+                    &seen.identity,
                 ],
             )?;
             Ok(())
@@ -319,7 +403,7 @@ impl PinStore for PgStore {
         let (server_key, tool) = (server_key.to_owned(), tool.to_owned());
         self.call(move |client| {
             client.execute(
-                "UPDATE hintgate.pins SET seen_digest = NULL, seen_definition = NULL
+                "UPDATE hintgate.pins SET seen_digest = NULL, seen_definition = NULL, seen_identity = NULL
                  WHERE server_key = $1 AND tool = $2",
                 &[&server_key, &tool],
             )?;
@@ -340,6 +424,64 @@ impl PinStore for PgStore {
         })
     }
 
+    // Tools are ordered by byte (`COLLATE "C"`), as in SQLite and in
+    // memory, whatever the database's collation.
+    fn pins_of(&self, server_key: &str) -> Result<Vec<Pin>, StoreError> {
+        let server_key = server_key.to_owned();
+        self.call(move |client| {
+            client
+                .query(
+                    &format!(
+                        "SELECT {PIN_COLUMNS} FROM hintgate.pins WHERE server_key = $1 ORDER BY tool COLLATE \"C\""
+                    ),
+                    &[&server_key],
+                )?
+                .iter()
+                .map(row_to_pin)
+                .collect()
+        })
+    }
+
+    fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
+        let server_key = server_key.to_owned();
+        self.call(move |client| {
+            client
+                .query(
+                    "SELECT tool, digest FROM hintgate.always WHERE server_key = $1 ORDER BY tool COLLATE \"C\"",
+                    &[&server_key],
+                )?
+                .iter()
+                .map(|row| {
+                    Ok(Approval {
+                        tool: row.try_get(0)?,
+                        digest: row.try_get(1)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
+        let (server, to_key) = (server.to_owned(), to_key.to_owned());
+        self.call(move |client| {
+            let mut tx = client.transaction()?;
+            // Two gateways may start the same server at once. `SELECT ...
+            // FOR UPDATE` cannot lock the absence of pins under the new key,
+            // so both could pass that check and move pins under each other;
+            // a transaction-level advisory lock makes rekeys take turns, and
+            // each statement after it (READ COMMITTED) sees what the one
+            // before committed. It is released when the transaction ends.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REKEY_LOCK])?;
+            let rekeyed = rekey_in(&mut tx, &server, &to_key)?;
+            if rekeyed.is_some() {
+                // Standing approvals may have moved.
+                tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
+            }
+            tx.commit()?;
+            Ok(rekeyed)
+        })
+    }
+
     fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
         let (server_key, tool) = (server_key.to_owned(), tool.to_owned());
         self.call(move |client| {
@@ -352,6 +494,9 @@ impl PinStore for PgStore {
                 "DELETE FROM hintgate.pins WHERE server_key = $1 AND tool = $2",
                 &[&server_key, &tool],
             )?;
+            // Delivered to every listener when the revocation commits, so a
+            // gateway drops a standing approval it keeps in memory.
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
             tx.commit()?;
             Ok(removed > 0)
         })
@@ -361,11 +506,15 @@ impl PinStore for PgStore {
         let (server_key, tool, digest) =
             (server_key.to_owned(), tool.to_owned(), digest.to_owned());
         self.call(move |client| {
-            client.execute(
+            let mut tx = client.transaction()?;
+            tx.execute(
                 "INSERT INTO hintgate.always (server_key, tool, digest) VALUES ($1, $2, $3)
                  ON CONFLICT (server_key, tool) DO UPDATE SET digest = $3",
                 &[&server_key, &tool, &digest],
             )?;
+            // Delivered to every listener when the approval commits.
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
+            tx.commit()?;
             Ok(())
         })
     }

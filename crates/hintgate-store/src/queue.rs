@@ -252,7 +252,7 @@ pub(crate) struct Bell {
 }
 
 impl Bell {
-    fn ring(&self) {
+    pub(crate) fn ring(&self) {
         let mut rung = self
             .rung
             .lock()

@@ -12,6 +12,7 @@ fn pin(server_key: &str, tool: &str, digest: &str) -> Pin {
     Pin {
         server_key: server_key.to_owned(),
         server: "fs".to_owned(),
+        identity: "npx -y fs-server".to_owned(),
         tool: tool.to_owned(),
         digest: digest.to_owned(),
         definition: json!({"name": tool, "annotations": {"readOnlyHint": true}}),
@@ -34,6 +35,7 @@ fn contract(store: &dyn PinStore) {
             &Seen {
                 digest: "sha256:a".into(),
                 definition: json!({}),
+                identity: String::new(),
             },
         )
         .unwrap();
@@ -41,6 +43,7 @@ fn contract(store: &dyn PinStore) {
     let changed = Seen {
         digest: "sha256:b".into(),
         definition: json!({"name": "read", "annotations": {"readOnlyHint": false}}),
+        identity: "npx -y fs-server".into(),
     };
     store.see("k", "read", &changed).unwrap();
     assert_eq!(
@@ -121,7 +124,7 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
     assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
     assert!(
         err.to_string()
-            .contains("schema version 99, newer than this hintgate's 3")
+            .contains("schema version 99, newer than this hintgate's 4")
     );
 }
 
@@ -465,7 +468,7 @@ fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
         "{err}"
     );
     assert!(
-        err.to_string().contains("newer than this hintgate's 1"),
+        err.to_string().contains("newer than this hintgate's 2"),
         "{err}"
     );
 
@@ -482,6 +485,7 @@ fn removal_contract(store: &dyn PinStore) {
     let removed = Seen {
         digest: REMOVED.into(),
         definition: serde_json::Value::Null,
+        identity: String::new(),
     };
     store.see("k", "gone", &removed).unwrap();
     assert_eq!(store.pin("k", "gone").unwrap().unwrap().seen, Some(removed));
@@ -620,4 +624,399 @@ fn waiting_for_entries_sees_another_connections_commit() {
             .wait_for_entries(1, Duration::from_millis(1))
             .unwrap()
     );
+}
+
+// === identities, bulk reads and rekeying ===
+
+/// Runs `check` on a new memory store, a new SQLite store and, when a
+/// server is configured, a new PostgreSQL store.
+fn on_every_store(check: impl Fn(&dyn hintgate_store::Store)) {
+    check(&MemoryStore::default());
+    let dir = tempfile::tempdir().unwrap();
+    check(&SqliteStore::open(&dir.path().join("state.db")).unwrap());
+    if let Some(url) = hintgate_store::test_util::postgres_database() {
+        check(&hintgate_store::PgStore::open(&url).unwrap());
+    }
+}
+
+/// A pin of the configured server `server` under `key`, taken at `at` under
+/// `identity`.
+fn pin_of(server: &str, key: &str, tool: &str, at: i64, identity: &str) -> Pin {
+    Pin {
+        server_key: key.to_owned(),
+        server: server.to_owned(),
+        identity: identity.to_owned(),
+        tool: tool.to_owned(),
+        digest: format!("sha256:{tool}-{at}"),
+        definition: json!({"name": tool}),
+        pinned_at: at,
+        seen: None,
+    }
+}
+
+fn seen_under(identity: &str) -> Seen {
+    Seen {
+        digest: "sha256:new".into(),
+        definition: json!({"name": "read", "description": "Reads, and now writes."}),
+        identity: identity.into(),
+    }
+}
+
+#[test]
+fn identities_round_trip_on_pins_and_what_was_seen() {
+    on_every_store(|store| {
+        let old = "npx -y @acme/fs -> /usr/bin/npx, @acme/fs 1.0.0";
+        let new = "npx -y @acme/fs -> /usr/bin/npx, @acme/fs 2.0.0";
+        store.put_pin(&pin_of("fs", "k", "read", 100, old)).unwrap();
+        assert_eq!(store.pin("k", "read").unwrap().unwrap().identity, old);
+        store.see("k", "read", &seen_under(new)).unwrap();
+        let held = store.pin("k", "read").unwrap().unwrap();
+        assert_eq!(held.identity, old, "seeing keeps the pin's identity");
+        assert_eq!(held.seen, Some(seen_under(new)));
+        assert_eq!(store.pins().unwrap(), std::slice::from_ref(&held));
+        assert_eq!(store.pins_of("k").unwrap(), [held]);
+
+        // Approving the change pins it under the identity it was seen with,
+        // and forgets what was held.
+        let mut approved = pin_of("fs", "k", "read", 200, new);
+        approved.digest = "sha256:new".into();
+        store.put_pins(&[approved.clone()]).unwrap();
+        assert_eq!(store.pin("k", "read").unwrap(), Some(approved.clone()));
+        store.see("k", "read", &seen_under("")).unwrap();
+        assert_eq!(
+            store.pin("k", "read").unwrap().unwrap().seen,
+            None,
+            "the pinned definition is not a change"
+        );
+        let mut other = seen_under(old);
+        other.digest = "sha256:other".into();
+        store.see("k", "read", &other).unwrap();
+        store.clear_seen("k", "read").unwrap();
+        assert_eq!(store.pin("k", "read").unwrap(), Some(approved));
+    });
+}
+
+#[test]
+fn one_keys_pins_and_standing_approvals_are_read_in_bulk_by_tool() {
+    on_every_store(|store| {
+        assert!(store.pins_of("k").unwrap().is_empty());
+        assert!(store.approvals_of("k").unwrap().is_empty());
+        store
+            .put_pins(&[
+                pin_of("fs", "k", "write", 100, "v1"),
+                pin_of("fs", "k", "read", 100, "v1"),
+                pin_of("fs", "k", hintgate_store::INSTRUCTIONS, 100, "v1"),
+                pin_of("fs", "other", "list", 100, "v1"),
+            ])
+            .unwrap();
+        store.see("k", "write", &seen_under("v2")).unwrap();
+        let pins = store.pins_of("k").unwrap();
+        assert_eq!(
+            pins.iter().map(|pin| pin.tool.as_str()).collect::<Vec<_>>(),
+            [hintgate_store::INSTRUCTIONS, "read", "write"]
+        );
+        assert!(pins.iter().all(|pin| pin.server_key == "k"));
+        assert_eq!(pins[2].seen, Some(seen_under("v2")));
+
+        store.approve_always("k", "write", "sha256:w").unwrap();
+        store.approve_always("k", "read", "sha256:r").unwrap();
+        store.approve_always("other", "list", "sha256:l").unwrap();
+        store.approve_always("k", "read", "sha256:r2").unwrap();
+        assert_eq!(
+            store.approvals_of("k").unwrap(),
+            [
+                hintgate_store::Approval {
+                    tool: "read".into(),
+                    digest: "sha256:r2".into()
+                },
+                hintgate_store::Approval {
+                    tool: "write".into(),
+                    digest: "sha256:w".into()
+                },
+            ]
+        );
+        store.revoke("k", "write").unwrap();
+        assert_eq!(store.approvals_of("k").unwrap().len(), 1);
+        assert_eq!(store.pins_of("k").unwrap().len(), 2);
+    });
+}
+
+#[test]
+fn a_new_identity_takes_over_the_pins_of_the_servers_last_one() {
+    use hintgate_store::{Approval, Rekeyed};
+    on_every_store(|store| {
+        // Three identities of `gh` over time, and another server.
+        store
+            .put_pins(&[
+                pin_of("gh", "gh-1", "a", 100, "gh 1"),
+                pin_of("gh", "gh-1", "b", 100, "gh 1"),
+                pin_of("gh", "gh-2", "a", 150, "gh 2 early"),
+                pin_of("gh", "gh-2", "c", 200, "gh 2"),
+                pin_of("gh", "gh-2", hintgate_store::INSTRUCTIONS, 200, "gh 2"),
+                pin_of("fs", "fs-1", "read", 300, "fs"),
+            ])
+            .unwrap();
+        store.see("gh-2", "a", &seen_under("gh 2")).unwrap();
+        store.approve_always("gh-1", "b", "sha256:b-100").unwrap();
+        store.approve_always("gh-2", "c", "sha256:c-200").unwrap();
+        store
+            .approve_always("fs-1", "read", "sha256:read-300")
+            .unwrap();
+
+        assert_eq!(
+            store.rekey("nobody", "nobody-1").unwrap(),
+            None,
+            "a server never seen has nothing to take over"
+        );
+        assert!(store.pins_of("nobody-1").unwrap().is_empty());
+
+        assert_eq!(
+            store.rekey("gh", "gh-3").unwrap(),
+            Some(Rekeyed {
+                from_key: "gh-2".into(),
+                from_identity: "gh 2".into(),
+                pins: 3,
+            }),
+            "the key pinned most recently wins, and names its newest identity"
+        );
+        let moved = store.pins_of("gh-3").unwrap();
+        assert_eq!(
+            moved
+                .iter()
+                .map(|pin| (pin.tool.as_str(), pin.server_key.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (hintgate_store::INSTRUCTIONS, "gh-3"),
+                ("a", "gh-3"),
+                ("c", "gh-3")
+            ]
+        );
+        assert_eq!(
+            moved[1].seen,
+            Some(seen_under("gh 2")),
+            "a held change moves with its pin"
+        );
+        assert_eq!(moved[1].identity, "gh 2 early");
+        assert_eq!(
+            store.approvals_of("gh-3").unwrap(),
+            [Approval {
+                tool: "c".into(),
+                digest: "sha256:c-200".into()
+            }]
+        );
+        for stale in ["gh-1", "gh-2"] {
+            assert!(store.pins_of(stale).unwrap().is_empty(), "{stale}");
+            assert!(store.approvals_of(stale).unwrap().is_empty(), "{stale}");
+        }
+        assert_eq!(
+            store
+                .pins()
+                .unwrap()
+                .iter()
+                .filter(|pin| pin.server == "gh")
+                .count(),
+            3,
+            "no tool is listed twice"
+        );
+        assert!(store.approved_always("gh-3", "c", "sha256:c-200").unwrap());
+        assert!(!store.approved_always("gh-1", "b", "sha256:b-100").unwrap());
+
+        // Another server is left alone.
+        assert_eq!(store.pins_of("fs-1").unwrap().len(), 1);
+        assert_eq!(store.approvals_of("fs-1").unwrap().len(), 1);
+
+        // A key with pins is never rekeyed onto, even when the server has
+        // newer pins elsewhere.
+        store
+            .put_pin(&pin_of("gh", "gh-0", "z", 999, "gh 0"))
+            .unwrap();
+        assert_eq!(store.rekey("gh", "gh-3").unwrap(), None);
+        assert_eq!(store.pins_of("gh-3").unwrap().len(), 3);
+        assert_eq!(store.pins_of("gh-0").unwrap().len(), 1);
+    });
+}
+
+#[test]
+fn rekeying_breaks_ties_by_key_and_leaves_other_servers_on_a_shared_key_alone() {
+    on_every_store(|store| {
+        store
+            .put_pins(&[
+                pin_of("gh", "gh-b", "a", 100, "b"),
+                pin_of("gh", "gh-a", "a", 100, "a"),
+                // Another configured server with the same identity shares a
+                // key (the key does not cover the name).
+                pin_of("twin", "gh-a", "t", 50, "a"),
+            ])
+            .unwrap();
+        store.approve_always("gh-a", "a", "sha256:a-100").unwrap();
+        store.approve_always("gh-b", "a", "sha256:other").unwrap();
+        let rekeyed = store.rekey("gh", "gh-new").unwrap().unwrap();
+        assert_eq!(
+            (rekeyed.from_key.as_str(), rekeyed.pins),
+            ("gh-a", 1),
+            "on a tie, the smaller key"
+        );
+        assert_eq!(store.pins_of("gh-new").unwrap().len(), 1);
+        assert!(store.pins_of("gh-b").unwrap().is_empty());
+        assert!(store.approvals_of("gh-b").unwrap().is_empty());
+        let twin = store.pins_of("gh-a").unwrap();
+        assert_eq!(
+            twin.iter()
+                .map(|pin| pin.server.as_str())
+                .collect::<Vec<_>>(),
+            ["twin"]
+        );
+        assert!(
+            store.approved_always("gh-a", "a", "sha256:a-100").unwrap(),
+            "approvals stay with a key that still has pins"
+        );
+        assert!(
+            store
+                .approved_always("gh-new", "a", "sha256:a-100")
+                .unwrap()
+        );
+    });
+}
+
+/// A gateway keeps standing approvals in memory and watches the store; a
+/// person approves or revokes on another handle. The watch wakes.
+fn approvals_wake_watches(
+    waiter: &dyn hintgate_store::Store,
+    other: &(dyn hintgate_store::Store + Sync),
+) {
+    use std::time::{Duration, Instant};
+    const TIMEOUT: Duration = Duration::from_secs(15);
+    let mut watch = waiter.watch().unwrap();
+    // Let a first wait establish whatever the watch needs (PostgreSQL: LISTEN).
+    watch.wait(Duration::from_millis(10)).unwrap();
+    other.approve_always("k", "read", "sha256:a").unwrap();
+    let started = Instant::now();
+    watch.wait(TIMEOUT).unwrap();
+    assert!(
+        started.elapsed() < TIMEOUT,
+        "an approval wakes the watch before its timeout"
+    );
+    other.revoke("k", "read").unwrap();
+    let started = Instant::now();
+    watch.wait(TIMEOUT).unwrap();
+    assert!(
+        started.elapsed() < TIMEOUT,
+        "a revocation wakes the watch before its timeout"
+    );
+}
+
+#[test]
+fn a_change_to_standing_approvals_wakes_the_watches_of_every_store() {
+    let memory = MemoryStore::default();
+    approvals_wake_watches(&memory, &memory);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    approvals_wake_watches(
+        &SqliteStore::open(&path).unwrap(),
+        &SqliteStore::open(&path).unwrap(),
+    );
+    if let Some(url) = hintgate_store::test_util::postgres_database() {
+        approvals_wake_watches(
+            &hintgate_store::PgStore::open(&url).unwrap(),
+            &hintgate_store::PgStore::open(&url).unwrap(),
+        );
+    }
+}
+
+#[test]
+fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let connection = rusqlite_connection(&path);
+    // The tables this test reads, as versions 1 to 3 made them.
+    connection
+        .execute_batch(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+             CREATE TABLE always (
+                 server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+                 PRIMARY KEY (server_key, tool));
+             CREATE TABLE pins (
+                 server_key TEXT NOT NULL, tool TEXT NOT NULL, server TEXT NOT NULL,
+                 digest TEXT NOT NULL, definition TEXT NOT NULL, pinned_at INTEGER NOT NULL,
+                 seen_digest TEXT, seen_definition TEXT,
+                 PRIMARY KEY (server_key, tool));
+             INSERT INTO pins VALUES ('k', 'read', 'fs', 'sha256:a', '{\"name\":\"read\"}', 100,
+                 'sha256:b', '{\"name\":\"read\",\"description\":\"new\"}');
+             PRAGMA user_version = 3;",
+        )
+        .unwrap();
+    drop(connection);
+    let store = SqliteStore::open(&path).unwrap();
+    let pin = store.pin("k", "read").unwrap().unwrap();
+    assert_eq!(pin.identity, "");
+    assert_eq!(pin.seen.unwrap().identity, "");
+    drop(store);
+    let version: i64 = rusqlite_connection(&path)
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 4);
+    // Opening again does not add the columns twice.
+    drop(SqliteStore::open(&path).unwrap());
+}
+
+#[test]
+fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let store = hintgate_store::PgStore::open(&url).unwrap();
+    store
+        .put_pin(&pin_of("fs", "k", "read", 100, "v1"))
+        .unwrap();
+    store.see("k", "read", &seen_under("v2")).unwrap();
+    drop(store);
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(
+            "ALTER TABLE hintgate.pins DROP COLUMN identity, DROP COLUMN seen_identity;
+             UPDATE hintgate.meta SET value = '1' WHERE key = 'schema_version';",
+        )
+        .unwrap();
+    let store = hintgate_store::PgStore::open(&url).unwrap();
+    let pin = store.pin("k", "read").unwrap().unwrap();
+    assert_eq!(pin.identity, "");
+    assert_eq!(pin.seen.unwrap().identity, "");
+    let version: String = client
+        .query_one(
+            "SELECT value FROM hintgate.meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(version, "2");
+}
+
+#[test]
+fn gateways_rekeying_one_server_at_once_on_postgres_move_its_pins_once() {
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let stores: Vec<_> = (0..4)
+        .map(|_| hintgate_store::PgStore::open(&url).unwrap())
+        .collect();
+    stores[0]
+        .put_pins(&[
+            pin_of("gh", "gh-1", "a", 100, "gh 1"),
+            pin_of("gh", "gh-1", "b", 100, "gh 1"),
+        ])
+        .unwrap();
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = stores
+            .iter()
+            .map(|store| scope.spawn(move || store.rekey("gh", "gh-2").unwrap()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        results.iter().filter(|rekeyed| rekeyed.is_some()).count(),
+        1,
+        "one gateway moves the pins, the others find them moved: {results:?}"
+    );
+    assert_eq!(stores[0].pins_of("gh-2").unwrap().len(), 2);
+    assert!(stores[0].pins_of("gh-1").unwrap().is_empty());
 }

@@ -47,6 +47,7 @@ impl Gateway {
             Ok(None) => store.put_pin(&Pin {
                 server_key: key,
                 server: up.name.clone(),
+                identity: up.identity.clone().unwrap_or_default(),
                 tool: INSTRUCTIONS.to_owned(),
                 digest,
                 definition,
@@ -71,7 +72,16 @@ impl Gateway {
                 if let Some(info) = up.info.as_mut().and_then(Value::as_object_mut) {
                     info.insert("instructions".to_owned(), pinned);
                 }
-                store.see(&key, INSTRUCTIONS, &Seen { digest, definition })
+                let identity = up.identity.clone().unwrap_or_default();
+                store.see(
+                    &key,
+                    INSTRUCTIONS,
+                    &Seen {
+                        digest,
+                        definition,
+                        identity,
+                    },
+                )
             }
             Err(err) => Err(err),
         };
@@ -113,6 +123,7 @@ impl Gateway {
                         &Seen {
                             digest: REMOVED.to_owned(),
                             definition: Value::Null,
+                            identity: up.identity.clone().unwrap_or_default(),
                         },
                     )
                 }

@@ -145,6 +145,7 @@ pub(super) fn unix_now() -> i64 {
 fn stored_pin(
     key: &str,
     server: &str,
+    identity: Option<&str>,
     definition: &Value,
     digest: PinDigest,
 ) -> hintgate_store::Pin {
@@ -156,6 +157,7 @@ fn stored_pin(
     hintgate_store::Pin {
         server_key: key.to_owned(),
         server: server.to_owned(),
+        identity: identity.unwrap_or_default().to_owned(),
         tool: definition
             .get("name")
             .and_then(Value::as_str)
@@ -270,7 +272,13 @@ impl Gateway {
                     up.pinned_definitions
                         .insert(tool.name.clone(), tool.clone());
                     if let Some(key) = &up.key {
-                        first_seen.push(stored_pin(key, &up.name, &entry.raw, digest));
+                        first_seen.push(stored_pin(
+                            key,
+                            &up.name,
+                            up.identity.as_deref(),
+                            &entry.raw,
+                            digest,
+                        ));
                     }
                 }
                 Some(pinned) if *pinned != digest => {
@@ -279,6 +287,7 @@ impl Gateway {
                         let seen = hintgate_store::Seen {
                             digest: digest.to_string(),
                             definition: entry.raw.clone(),
+                            identity: up.identity.clone().unwrap_or_default(),
                         };
                         if let Err(err) = store.see(key, &tool.name, &seen) {
                             store_failure = Some(err.to_string());
@@ -1451,7 +1460,13 @@ impl Gateway {
         let (Some(store), Some(key), Some(entry)) = (store, up.key.clone(), entry) else {
             return;
         };
-        let mut result = store.put_pin(&stored_pin(&key, &up.name, &entry.raw, digest));
+        let mut result = store.put_pin(&stored_pin(
+            &key,
+            &up.name,
+            up.identity.as_deref(),
+            &entry.raw,
+            digest,
+        ));
         if remember == Some(ALWAYS) && may_remember && result.is_ok() {
             result = store.approve_always(&key, tool, &digest.to_string());
         }
