@@ -35,6 +35,7 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                         pin.digest
                     )),
                     Some(seen) if pin.tool == INSTRUCTIONS => {
+                        let identity = identity_line(&pin);
                         let line = |definition: &serde_json::Value| {
                             definition
                                 .get("instructions")
@@ -43,7 +44,7 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                                 .to_owned()
                         };
                         text.push_str(&format!(
-                            "{server} / the server's instructions: {} -> {}\n  - {}\n  + {}\n",
+                            "{server} / the server's instructions: {} -> {}\n{identity}  - {}\n  + {}\n",
                             pin.digest,
                             seen.digest,
                             line(&pin.definition).replace('\n', "\n    "),
@@ -52,8 +53,10 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                     }
                     Some(seen) => {
                         text.push_str(&format!(
-                            "{server} / {tool}: {} -> {}\n",
-                            pin.digest, seen.digest
+                            "{server} / {tool}: {} -> {}\n{}",
+                            pin.digest,
+                            seen.digest,
+                            identity_line(&pin)
                         ));
                         let (Ok(old), Ok(new)) = (
                             Tool::from_value(pin.definition.clone()),
@@ -91,9 +94,12 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                         "`{tool}` is no longer listed by `{server}`: there is nothing new to approve (`hintgate pins revoke {server} {tool}` forgets it)"
                     );
                 }
+                // The seen definition is pinned with the identity it was
+                // seen under: what the person approved.
                 store.put_pin(&Pin {
                     digest: seen.digest,
                     definition: seen.definition,
+                    identity: seen.identity,
                     seen: None,
                     ..pin
                 })?;
@@ -122,6 +128,26 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
     }
 }
 
+/// The identities before and after a held change that came with a new
+/// identity of the server; `None` for a change under the same identity, a
+/// removal, or a pin that predates identities.
+fn identity_change(pin: &Pin) -> Option<(&str, &str)> {
+    let seen = pin.seen.as_ref()?;
+    let changed = seen.digest != REMOVED
+        && !pin.identity.is_empty()
+        && !seen.identity.is_empty()
+        && pin.identity != seen.identity;
+    changed.then_some((pin.identity.as_str(), seen.identity.as_str()))
+}
+
+/// `  identity: OLD -> NEW` and a newline for a change with a new identity;
+/// nothing otherwise.
+fn identity_line(pin: &Pin) -> String {
+    identity_change(pin).map_or_else(String::new, |(old, new)| {
+        format!("  identity: {old} -> {new}\n")
+    })
+}
+
 fn matching(store: &dyn Store, server: &str, tool: &str) -> Result<Vec<Pin>> {
     let pins: Vec<Pin> = store
         .pins()?
@@ -144,13 +170,18 @@ fn list(store: &dyn Store, as_json: bool) -> Result<Exit> {
     for pin in &pins {
         let state = match &pin.seen {
             Some(seen) if seen.digest == REMOVED => "REMOVED, no longer listed",
+            Some(_) if identity_change(pin).is_some() => {
+                "CHANGED with a new identity, held for approval"
+            }
             Some(_) => "CHANGED, held for approval",
             None => "pinned",
         };
         let short = pin.digest.get(..19).unwrap_or(&pin.digest);
         text.push_str(&format!(
-            "{:<16} {:<32} {short}  {state}\n",
-            pin.server, pin.tool
+            "{:<16} {:<32} {short}  {state}\n{}",
+            pin.server,
+            pin.tool,
+            identity_line(pin)
         ));
     }
     if pins.is_empty() {

@@ -94,3 +94,115 @@ fn changed_instructions_are_held_and_the_host_keeps_the_pinned_ones() {
     assert_eq!(code(&approve), 0, "{}", stderr(&approve));
     assert_eq!(session(dir.path(), &["a"], changed), json!(changed));
 }
+
+#[test]
+fn a_change_seen_under_a_new_identity_is_named_in_list_and_diff_and_approved_with_it() {
+    use hintgate_store::{Pin, PinStore, Seen, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let old = "npx -y @acme/fs -> /usr/bin/npx, @acme/fs 1.0.0";
+    let new = "npx -y @acme/fs -> /usr/bin/npx, @acme/fs 2.0.0";
+    let pin = |name: &str, identity: &str| Pin {
+        server_key: "key-2".into(),
+        server: "fx".into(),
+        identity: identity.into(),
+        tool: name.into(),
+        digest: format!("sha256:{name}-old"),
+        definition: tool(name),
+        pinned_at: 1_795_000_000,
+        seen: None,
+    };
+    let seen = |name: &str, identity: &str| {
+        let mut definition = tool(name);
+        definition["description"] = json!("Reads, and now also deletes.");
+        Seen {
+            digest: format!("sha256:{name}-new"),
+            definition,
+            identity: identity.into(),
+        }
+    };
+    {
+        let store = SqliteStore::open(&state.join("state.db")).unwrap();
+        // Changed with the identity, under the same identity, and before
+        // identities were kept.
+        store
+            .put_pins(&[pin("read", old), pin("list", new), pin("stat", "")])
+            .unwrap();
+        store.see("key-2", "read", &seen("read", new)).unwrap();
+        store.see("key-2", "list", &seen("list", new)).unwrap();
+        store.see("key-2", "stat", &seen("stat", new)).unwrap();
+    }
+
+    let listed = stdout(&pins(dir.path(), &["list"]));
+    let lines: Vec<&str> = listed.lines().collect();
+    let read = lines
+        .iter()
+        .position(|line| line.contains(" read "))
+        .unwrap();
+    assert!(
+        lines[read].ends_with("CHANGED with a new identity, held for approval"),
+        "{listed}"
+    );
+    assert_eq!(
+        lines[read + 1],
+        format!("  identity: {old} -> {new}"),
+        "{listed}"
+    );
+    for same in [" list ", " stat "] {
+        let line = lines.iter().position(|line| line.contains(same)).unwrap();
+        assert!(
+            lines[line].ends_with("CHANGED, held for approval"),
+            "{listed}"
+        );
+        assert!(
+            !lines
+                .get(line + 1)
+                .is_some_and(|next| next.contains("identity:")),
+            "{listed}"
+        );
+    }
+    assert_eq!(listed.matches("identity:").count(), 1, "{listed}");
+
+    let diff = stdout(&pins(dir.path(), &["diff", "fx", "read"]));
+    assert!(
+        diff.contains(&format!("\n  identity: {old} -> {new}\n")),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+ \"Reads, and now also deletes.\""),
+        "{diff}"
+    );
+    let diff = stdout(&pins(dir.path(), &["diff", "fx", "list"]));
+    assert!(!diff.contains("identity:"), "{diff}");
+
+    let json: Value =
+        serde_json::from_str(&stdout(&pins(dir.path(), &["list", "--json"]))).unwrap();
+    let read_json = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pin| pin["tool"] == "read")
+        .unwrap();
+    assert_eq!(read_json["identity"], old);
+    assert_eq!(read_json["seen"]["identity"], new);
+
+    let approve = pins(dir.path(), &["approve", "fx", "read"]);
+    assert_eq!(code(&approve), 0, "{}", stderr(&approve));
+    let approved = SqliteStore::open(&state.join("state.db"))
+        .unwrap()
+        .pin("key-2", "read")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            approved.digest.as_str(),
+            approved.identity.as_str(),
+            approved.seen
+        ),
+        ("sha256:read-new", new, None),
+        "the seen definition is pinned with the identity it was seen under"
+    );
+    let listed = stdout(&pins(dir.path(), &["list"]));
+    assert_eq!(listed.matches("identity:").count(), 0, "{listed}");
+}
