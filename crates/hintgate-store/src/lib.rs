@@ -1021,15 +1021,128 @@ pub mod test_util {
     /// it speaks TLS.
     pub const POSTGRES_CA_VAR: &str = "HINTGATE_TEST_POSTGRES_CA";
 
+    /// What the TLS tests do, given the environment.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum TlsRequirement {
+        /// Run, verifying the server with this CA file.
+        Run(std::path::PathBuf),
+        /// Skip: no server, or no CA, is configured, and none is required.
+        Skip,
+        /// Fail: PostgreSQL is required ([`REQUIRE_POSTGRES_VAR`]) but this
+        /// variable is not set.
+        Missing(&'static str),
+    }
+
+    /// Decides what the TLS tests do from the variables `get` reads (the
+    /// environment, or a map in a test): an empty value counts as unset,
+    /// except for [`REQUIRE_POSTGRES_VAR`], which requires by being there.
+    pub fn tls_requirement(get: impl Fn(&str) -> Option<String>) -> TlsRequirement {
+        let set = |name: &str| get(name).filter(|value| !value.is_empty());
+        let required = get(REQUIRE_POSTGRES_VAR).is_some();
+        match (set(POSTGRES_URL_VAR), set(POSTGRES_CA_VAR)) {
+            (Some(_), Some(ca)) => TlsRequirement::Run(ca.into()),
+            (None, _) if required => TlsRequirement::Missing(POSTGRES_URL_VAR),
+            (Some(_), None) if required => TlsRequirement::Missing(POSTGRES_CA_VAR),
+            _ => TlsRequirement::Skip,
+        }
+    }
+
     /// A new database on the test server as a TLS address
     /// (`sslmode=require`), and the CA file that verifies the server; `None`
-    /// when no server, or no TLS, is configured.
+    /// (with a line on stderr) when no server, or no TLS, is configured.
+    ///
+    /// # Panics
+    ///
+    /// When PostgreSQL is required but the server or its CA is not
+    /// configured, or the server cannot be used.
     #[must_use]
+    #[expect(clippy::panic, reason = "test helper: a failed setup is a failed test")]
     pub fn postgres_tls_database() -> Option<(String, std::path::PathBuf)> {
-        let ca = std::env::var_os(POSTGRES_CA_VAR).map(std::path::PathBuf::from);
+        let from_env =
+            |name: &str| std::env::var_os(name).map(|value| value.to_string_lossy().into_owned());
+        let ca = match tls_requirement(from_env) {
+            TlsRequirement::Run(ca) => ca,
+            TlsRequirement::Missing(var) => {
+                panic!("{REQUIRE_POSTGRES_VAR} is set but {var} is not")
+            }
+            TlsRequirement::Skip => {
+                #[expect(
+                    clippy::disallowed_macros,
+                    reason = "a test helper tells the test output why a test did nothing"
+                )]
+                {
+                    eprintln!(
+                        "{POSTGRES_URL_VAR} or {POSTGRES_CA_VAR} is not set: the PostgreSQL store is not tested over TLS in this run (./scripts/test sets both)"
+                    );
+                }
+                return None;
+            }
+        };
         let plain = postgres_database()?;
-        let ca = ca?;
         let url = plain.replace("sslmode=disable", "sslmode=require");
         Some((url, ca))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::collections::BTreeMap;
+
+        use super::*;
+
+        fn decide(vars: &[(&str, &str)]) -> TlsRequirement {
+            let vars: BTreeMap<String, String> = vars
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect();
+            tls_requirement(|name| vars.get(name).cloned())
+        }
+
+        #[test]
+        fn a_required_postgres_without_its_ca_fails_instead_of_skipping() {
+            assert_eq!(
+                decide(&[
+                    (REQUIRE_POSTGRES_VAR, "1"),
+                    (POSTGRES_URL_VAR, "postgres://x@h/db")
+                ]),
+                TlsRequirement::Missing(POSTGRES_CA_VAR)
+            );
+            assert_eq!(
+                decide(&[
+                    (REQUIRE_POSTGRES_VAR, "1"),
+                    (POSTGRES_URL_VAR, "postgres://x@h/db"),
+                    (POSTGRES_CA_VAR, "")
+                ]),
+                TlsRequirement::Missing(POSTGRES_CA_VAR),
+                "an empty CA is no CA"
+            );
+            assert_eq!(
+                decide(&[(REQUIRE_POSTGRES_VAR, ""), (POSTGRES_CA_VAR, "/ca.pem")]),
+                TlsRequirement::Missing(POSTGRES_URL_VAR)
+            );
+        }
+
+        #[test]
+        fn the_tls_tests_run_with_a_server_and_its_ca_and_skip_only_when_not_required() {
+            assert_eq!(
+                decide(&[
+                    (REQUIRE_POSTGRES_VAR, "1"),
+                    (POSTGRES_URL_VAR, "postgres://x@h/db"),
+                    (POSTGRES_CA_VAR, "/ca.pem")
+                ]),
+                TlsRequirement::Run("/ca.pem".into())
+            );
+            assert_eq!(
+                decide(&[
+                    (POSTGRES_URL_VAR, "postgres://x@h/db"),
+                    (POSTGRES_CA_VAR, "/ca.pem")
+                ]),
+                TlsRequirement::Run("/ca.pem".into())
+            );
+            assert_eq!(
+                decide(&[(POSTGRES_URL_VAR, "postgres://x@h/db")]),
+                TlsRequirement::Skip
+            );
+            assert_eq!(decide(&[]), TlsRequirement::Skip);
+        }
     }
 }
