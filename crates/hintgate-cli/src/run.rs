@@ -54,17 +54,17 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         mode,
         observer: None,
         store: Some(store),
+        connector: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
     runtime
-        .block_on(hintgate_proxy::run(
-            settings,
-            tokio::io::stdin(),
-            tokio::io::stdout(),
-        ))
+        .block_on(async {
+            let (host_in, host_out) = hintgate_proxy::stdio::host_streams();
+            hintgate_proxy::run(settings, host_in, host_out).await
+        })
         .context("the gateway stopped")?;
     Ok(Exit::Success)
 }

@@ -132,6 +132,7 @@ pub fn explain(policy: &Policy, input: &ExplainInput<'_>) -> Explanation {
         .map_or(EffectiveHints::CAUTIOUS, |assessment| assessment.effective);
     let prompt = (decision.verdict == Verdict::Ask).then(|| {
         policy.prompt(&PromptInput {
+            previous_identity: None,
             server: input.server,
             identity: None,
             tool: &tool,

@@ -196,8 +196,19 @@ fn write_canonical(value: &Value, out: &mut String) {
 }
 
 fn write_string(text: &str, out: &mut String) {
+    write_json_string(text, out);
+}
+
+/// Writes `text` as a JSON string, escaped as `serde_json` escapes it (the
+/// form canonical JSON uses).
+pub fn write_json_string(text: &str, out: &mut String) {
     // Serializing a &str cannot fail; the fallback keeps the function total.
     out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\"")));
+}
+
+/// Writes a value as canonical JSON at the end of `out`.
+pub fn write_canonical_into(value: &Value, out: &mut String) {
+    write_canonical(value, out);
 }
 
 /// The differences between a pinned definition and the current one: each

@@ -21,6 +21,10 @@ pub struct PromptInput<'a> {
     /// Its identity as verified at start-up (command and resolved executable,
     /// or URL); `None` shows the configured command line or URL.
     pub identity: Option<&'a str>,
+    /// The identity the server's tools were pinned under, when it changed
+    /// since (a new package version, other arguments or environment); empty
+    /// when only the capabilities declared to the server changed.
+    pub previous_identity: Option<&'a str>,
     /// The tool's current definition.
     pub tool: &'a Tool,
     /// The call's arguments, shown in full.
@@ -60,6 +64,16 @@ impl Policy {
             escape_invisible(input.server),
             escape_invisible(&identity)
         ));
+        match input.previous_identity {
+            Some("") => out.push_str(
+                "  changed:   the capabilities hintgate declared to this server changed since its tools were pinned\n",
+            ),
+            Some(previous) => out.push_str(&format!(
+                "  changed:   the server's identity changed since its tools were pinned; it was {}\n",
+                escape_invisible(previous)
+            )),
+            None => {}
+        }
         let name = escape_invisible(&input.tool.name);
         let display = input.tool.display_name();
         if display == input.tool.name {

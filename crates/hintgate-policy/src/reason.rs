@@ -56,6 +56,12 @@ pub enum ReasonCode {
     /// A 2026-07-28 host returned a `requestState` the gateway cannot use
     /// (given by the gateway).
     InvalidRequestState,
+    /// The host's `tools/call` cannot be decided on as sent: it repeats a
+    /// key, has no tool name, or came without an id (given by the gateway).
+    MalformedRequest,
+    /// The host cancelled the call, or went away, before it was decided or
+    /// sent (given by the gateway).
+    Cancelled,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -71,7 +77,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 25] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -95,6 +101,8 @@ impl ReasonCode {
         Self::UnknownTool,
         Self::ServerUnavailable,
         Self::InvalidRequestState,
+        Self::MalformedRequest,
+        Self::Cancelled,
     ];
 
     /// The stable kebab-case code.
@@ -123,6 +131,8 @@ impl ReasonCode {
             Self::UnknownTool => "unknown-tool",
             Self::ServerUnavailable => "server-unavailable",
             Self::InvalidRequestState => "invalid-request-state",
+            Self::MalformedRequest => "malformed-request",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -164,6 +174,10 @@ impl ReasonCode {
             Self::InvalidRequestState => {
                 "the returned request state is altered, used, expired or for another call"
             }
+            Self::MalformedRequest => {
+                "the request cannot be decided on as sent (a repeated key, no tool name, or no id)"
+            }
+            Self::Cancelled => "the host cancelled the call, or went away, before it was sent",
         }
     }
 

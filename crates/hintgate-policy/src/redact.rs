@@ -168,6 +168,66 @@ impl Redactor {
         self.walk(arguments, &mut path)
     }
 
+    /// Writes the arguments as canonical JSON (keys sorted, no whitespace,
+    /// as [`crate::pin::canonical_json`] writes them) with every matching
+    /// value written as [`REDACTED`]: what [`Self::redact`] returns,
+    /// serialised, without building the redacted copy.
+    pub fn write_canonical(&self, arguments: &Value, out: &mut String) {
+        let mut path = Vec::new();
+        self.write(arguments, &mut path, out);
+    }
+
+    fn write(&self, value: &Value, path: &mut Vec<String>, out: &mut String) {
+        let track = !self.pointers.is_empty();
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|left, right| left.0.cmp(right.0));
+                out.push('{');
+                for (idx, (key, item)) in entries.into_iter().enumerate() {
+                    if idx > 0 {
+                        out.push(',');
+                    }
+                    crate::pin::write_json_string(key, out);
+                    out.push(':');
+                    if track {
+                        path.push(key.clone());
+                    }
+                    if self.key_matches(key) || (track && self.pointer_matches(path)) {
+                        crate::pin::write_json_string(REDACTED, out);
+                    } else {
+                        self.write(item, path, out);
+                    }
+                    if track {
+                        path.pop();
+                    }
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (idx, item) in items.iter().enumerate() {
+                    if idx > 0 {
+                        out.push(',');
+                    }
+                    if track {
+                        path.push(idx.to_string());
+                    }
+                    if track && self.pointer_matches(path) {
+                        crate::pin::write_json_string(REDACTED, out);
+                    } else {
+                        self.write(item, path, out);
+                    }
+                    if track {
+                        path.pop();
+                    }
+                }
+                out.push(']');
+            }
+            other => crate::pin::write_canonical_into(other, out),
+        }
+    }
+
     fn walk(&self, value: &Value, path: &mut Vec<String>) -> Value {
         match value {
             Value::Object(map) => Value::Object(
@@ -208,7 +268,12 @@ impl Redactor {
         if self.keys.is_empty() {
             return false;
         }
-        let key = key.to_lowercase();
+        // Most keys are lowercase already: lowercase only when needed.
+        let key: std::borrow::Cow<'_, str> = if key.chars().any(char::is_uppercase) {
+            std::borrow::Cow::Owned(key.to_lowercase())
+        } else {
+            std::borrow::Cow::Borrowed(key)
+        };
         self.keys.iter().any(|glob| glob.matches(&key))
     }
 
@@ -292,6 +357,24 @@ mod tests {
             redactor.redact(&json!({"token": "t", "a/b": {"~c": 1, "d": 2}})),
             json!({"token": "t", "a/b": {"~c": "[redacted]", "d": 2}})
         );
+    }
+
+    #[test]
+    fn canonical_writing_matches_redacting_then_serialising() {
+        let redactor = redactor(&["/accounts/*/pin", "ssn*"], true);
+        let arguments = json!({
+            "b": [1, 2.5, "x\u{e9}"],
+            "a": {"Token": "t", "keep": null},
+            "accounts": [{"pin": 1, "id": 2}],
+            "SSN_number": "078",
+        });
+        let mut written = String::new();
+        redactor.write_canonical(&arguments, &mut written);
+        assert_eq!(
+            written,
+            crate::pin::canonical_json(&redactor.redact(&arguments))
+        );
+        assert!(!written.contains("078"));
     }
 
     #[test]

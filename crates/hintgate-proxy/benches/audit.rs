@@ -1,18 +1,20 @@
-//! Audit appends with durability on, through the gateway's own writer path.
+//! Audit appends with durability on, as the gateway makes them: one commit
+//! per turn of its event loop.
 //!
-//! Each call's record must be durable before the call is sent upstream, so
-//! what matters is how many records per second the audit writer commits when
-//! many calls wait on it at once. The benchmark drives the real
-//! [`AuditWriter`]: `CONCURRENCY` submitters each hand it a call record with
-//! a token and wait for the [`Event::Audited`] that says it is durable, then
-//! submit the next one (a closed loop, as calls held for their records are),
-//! until `RECORDS` records are committed. divan reports records per second.
+//! Each call's record must be durable before the call is sent upstream; the
+//! gateway adds the records made while it handles one turn (every call that
+//! arrived together) to one batch and commits it in one transaction on its
+//! own thread, then sends those calls. What matters is how many records per
+//! second a turn's commit makes durable when `BATCH` calls arrived together:
+//! one call at a time, 16 in flight, 128 in flight. The benchmark appends
+//! `RECORDS` call records in batches of `BATCH`, each batch one `append`
+//! that must return before the next, and divan reports records per second.
 //!
 //! It is written over the [`AuditLog`] trait: each backend is one entry of
 //! `backends()` (the default SQLite store, in a fresh temporary directory per
-//! sample; the in-memory log as the writer's own ceiling; and PostgreSQL, in
-//! a fresh database per sample, when `HINTGATE_TEST_POSTGRES_URL` names a
-//! server, as `./scripts/test` and `scripts/postgres` provide).
+//! sample; the in-memory log as the ceiling; and PostgreSQL, in a fresh
+//! database per sample, when `HINTGATE_TEST_POSTGRES_URL` names a server, as
+//! `./scripts/test` and `scripts/postgres` provide).
 //!
 //! `cargo bench -p hintgate-proxy --bench audit` runs it in full; under
 //! `cargo test` each case runs once, so it stays a test that the path works.
@@ -27,11 +29,8 @@ use std::sync::Arc;
 
 use divan::Bencher;
 use divan::counter::ItemsCount;
-use hintgate_proxy::audit::AuditWriter;
-use hintgate_proxy::event::Event;
 use hintgate_store::{AuditLog, EntryKind, MemoryStore, NewEntry, PgStore, SqliteStore};
 use serde_json::json;
-use tokio::sync::mpsc;
 
 fn main() {
     divan::main();
@@ -88,39 +87,23 @@ fn record(n: usize) -> NewEntry {
     )
 }
 
-/// Commits `RECORDS` records through the writer with `concurrency` calls
-/// waiting on it at any time.
+/// Commits `RECORDS` records in turns of `BATCH` records each.
 #[divan::bench(args = backends(), consts = [1, 16, 128], sample_count = 10, sample_size = 1)]
-fn append_durably<const CONCURRENCY: usize>(bencher: Bencher<'_, '_>, backend: &str) {
+fn append_durably<const BATCH: usize>(bencher: Bencher<'_, '_>, backend: &str) {
     bencher
         .counter(ItemsCount::new(RECORDS))
         .with_inputs(|| {
+            let records: Vec<NewEntry> = (0..RECORDS).map(record).collect();
             let (log, dir) = open(backend);
-            let (tx, rx) = mpsc::unbounded_channel();
-            (AuditWriter::spawn(log, tx), rx, dir)
+            (log, records, dir)
         })
-        .bench_local_values(|(writer, mut events, dir)| {
-            let mut submitted = 0;
-            let mut durable = 0;
-            while submitted < CONCURRENCY.min(RECORDS) {
-                assert!(writer.append(record(submitted), Some(submitted as u64)));
-                submitted += 1;
+        .bench_local_values(|(log, records, dir)| {
+            for turn in records.chunks(BATCH) {
+                let seqs = log.append(turn).expect("the records are durable");
+                assert_eq!(seqs.len(), turn.len());
             }
-            while durable < RECORDS {
-                match events.blocking_recv() {
-                    Some(Event::Audited { result, .. }) => {
-                        result.expect("the record is durable");
-                        durable += 1;
-                    }
-                    other => panic!("unexpected event {other:?}"),
-                }
-                if submitted < RECORDS {
-                    assert!(writer.append(record(submitted), Some(submitted as u64)));
-                    submitted += 1;
-                }
-            }
-            // Dropped after the sample is timed: the writer thread ends and
-            // the directory is removed outside the measurement.
-            (writer, dir)
+            // Dropped after the sample is timed: the directory is removed
+            // outside the measurement.
+            (log, dir)
         });
 }

@@ -3,15 +3,22 @@
 /// One event for the gateway's single event loop.
 #[derive(Debug)]
 pub enum Event {
-    /// Something from the host.
-    Host(HostEvent),
-    /// An audit entry that holds a call is durable (its sequence number), or
-    /// could not be written.
-    Audited {
-        /// The token the entry was appended with.
-        token: u64,
-        /// The entry's sequence number, or why it failed.
-        result: Result<u64, String>,
+    /// Something from a host session.
+    Host {
+        /// The session's number.
+        session: u32,
+        /// What happened.
+        event: HostEvent,
+    },
+    /// Something from an upstream server; `generation` tells links of the
+    /// same server apart across restarts.
+    Upstream {
+        /// The server's index in the configuration.
+        server: usize,
+        /// Which start of that server.
+        generation: u64,
+        /// What happened.
+        event: UpstreamEvent,
     },
     /// A person answered a call waiting in the approval queue.
     Answered {
@@ -20,19 +27,17 @@ pub enum Event {
         /// The answer.
         answer: hintgate_store::Answer,
     },
-    /// Something from an upstream process; `generation` tells processes of
-    /// the same server apart across restarts.
-    Upstream {
-        /// The server's index.
-        idx: usize,
-        /// Which start of that server.
-        generation: u64,
-        /// What happened.
-        event: UpstreamEvent,
+    /// The standing approvals of a server identity, read anew from the store
+    /// after it changed (another process approved or revoked).
+    Approvals {
+        /// The server's identity key.
+        key: String,
+        /// Its standing approvals.
+        approvals: Vec<hintgate_store::Approval>,
     },
 }
 
-/// Something from the host.
+/// Something from a host.
 #[derive(Debug)]
 pub enum HostEvent {
     /// One line.
@@ -43,14 +48,14 @@ pub enum HostEvent {
     Closed,
 }
 
-/// Something from an upstream process.
+/// Something from an upstream server.
 #[derive(Debug)]
 pub enum UpstreamEvent {
     /// One line.
     Line(String),
-    /// The process broke the protocol (a giant line, bytes that are not
+    /// The server broke the protocol (a giant line, bytes that are not
     /// UTF-8); it is stopped and restarted on the next call.
     Broken(String),
-    /// The process closed its output (it exited or crashed).
+    /// The server closed its output (it exited or crashed).
     Closed(String),
 }

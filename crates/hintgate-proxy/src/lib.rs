@@ -23,15 +23,17 @@
 //! - [`probe`]: the small client `hintgate lint` uses to list one server's tools.
 #![forbid(unsafe_code)]
 
-pub mod audit;
 pub mod conn;
 pub mod event;
 pub mod frame;
 pub mod gateway;
 pub mod identity;
+pub mod json;
 pub mod probe;
 pub mod seal;
+pub mod stdio;
 pub mod upstream;
 pub mod upstream_http;
 
-pub use gateway::{Mode, Observed, Settings, run};
+pub use gateway::{Mode, Observed, RunError, Settings, run};
+pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

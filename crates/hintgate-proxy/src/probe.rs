@@ -222,7 +222,13 @@ impl Session {
                     env,
                     name: command,
                 };
-                Process::spawn(&spawn, 0, 1, MAX_MESSAGE, events_tx)
+                let target = crate::upstream::LinkTarget {
+                    server: 0,
+                    generation: 1,
+                    max_line: MAX_MESSAGE,
+                    events: events_tx,
+                };
+                Process::spawn(&spawn, target)
                     .map(Link::Stdio)
                     .map_err(|error| ProbeError::Connect(error.to_string()))?
             }

@@ -1,19 +1,54 @@
-//! Upstream servers as child processes speaking MCP on stdin and stdout.
+//! How the gateway reaches a server: a child process on stdio, a Streamable
+//! HTTP endpoint, or any pair of byte streams, all as one stream of lines.
 //!
-//! Each process gets a reader task (lines into the gateway's event channel,
-//! tagged with the server's index and the process's generation) and a writer
-//! task (lines from a channel, written in batches). The child is killed when
-//! its [`Process`] is dropped, so nothing outlives the gateway.
+//! A [`Connector`] makes a [`Link`] for a configured server. The
+//! [`SystemConnector`] starts child processes and reaches URLs; tests give
+//! the gateway a connector of in-memory pipes ([`Link::streams`]), so the
+//! gateway runs in-process against upstreams the test drives.
+//!
+//! Each link has a reader task (lines into the gateway's event channel,
+//! tagged with the server's index and the link's generation) and a writer
+//! task (lines from a channel, written in batches). A child process is
+//! killed when its [`Process`] is dropped, so nothing outlives the gateway.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use hintgate_policy::config::{ServerConfig, Transport};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use crate::conn::{LineRead, read_line, write_lines};
 use crate::event::{Event, UpstreamEvent};
+
+/// Where a link delivers what it reads: the gateway's event channel, with
+/// the server's index and the link's generation.
+#[derive(Debug, Clone)]
+pub struct LinkTarget {
+    /// The server's index in the configuration.
+    pub server: usize,
+    /// Which start of that server.
+    pub generation: u64,
+    /// The largest line accepted from the server.
+    pub max_line: usize,
+    /// The gateway's event channel.
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// Makes links to servers.
+pub trait Connector: Send + Sync + std::fmt::Debug {
+    /// Connects to `server` (starts it, for a process).
+    ///
+    /// # Errors
+    ///
+    /// Why the server cannot be reached, in words for the host and the log.
+    fn connect(&self, server: &ServerConfig, target: LinkTarget) -> Result<Link, String>;
+}
+
+/// The connector of `hintgate run`: child processes and HTTP.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemConnector;
 
 /// How the gateway reaches one server.
 #[derive(Debug)]
@@ -22,42 +57,21 @@ pub enum Link {
     Stdio(Process),
     /// A Streamable HTTP endpoint.
     Http(crate::upstream_http::HttpLink),
-}
-
-// === impl Link ===
-
-impl Link {
-    /// Sends one line (one message) to the server.
-    pub fn send(&self, line: String) {
-        match self {
-            Self::Stdio(process) => process.send(line),
-            Self::Http(link) => link.send(line),
-        }
-    }
-
-    /// Stops the server or ends its session.
-    pub async fn stop(self) {
-        match self {
-            Self::Stdio(process) => process.stop().await,
-            Self::Http(link) => link.stop().await,
-        }
-    }
-
-    /// The process id, for a child process.
-    pub fn pid(&self) -> Option<u32> {
-        match self {
-            Self::Stdio(process) => process.pid(),
-            Self::Http(_) => None,
-        }
-    }
+    /// A pair of streams (tests).
+    Streams(StreamLink),
 }
 
 /// A running upstream process.
 #[derive(Debug)]
 pub struct Process {
-    /// Lines to the server's stdin.
-    pub tx: mpsc::UnboundedSender<String>,
+    lines: StreamLink,
     child: Child,
+}
+
+/// Lines over a pair of byte streams.
+#[derive(Debug)]
+pub struct StreamLink {
+    tx: mpsc::UnboundedSender<String>,
 }
 
 /// What to start.
@@ -90,6 +104,97 @@ pub enum SpawnError {
     NoPipe(String),
 }
 
+// === impl SystemConnector ===
+
+impl Connector for SystemConnector {
+    fn connect(&self, server: &ServerConfig, target: LinkTarget) -> Result<Link, String> {
+        match &server.transport {
+            Transport::Stdio { command, args, env } => Process::spawn(
+                &Spawn {
+                    command,
+                    args,
+                    env,
+                    name: &server.name,
+                },
+                target,
+            )
+            .map(Link::Stdio)
+            .map_err(|err| err.to_string()),
+            Transport::Http { url, headers } => crate::upstream_http::HttpLink::connect(
+                url,
+                headers,
+                target.server,
+                target.generation,
+                target.max_line,
+                target.events,
+            )
+            .map(Link::Http)
+            .map_err(|err| err.to_string()),
+        }
+    }
+}
+
+// === impl Link ===
+
+impl Link {
+    /// A link over a pair of streams: what the server writes is read from
+    /// `from_server`, what the gateway sends is written to `to_server`.
+    pub fn streams<R, W>(from_server: R, to_server: W, target: LinkTarget) -> Self
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        Self::Streams(StreamLink::new(from_server, to_server, target))
+    }
+
+    /// Sends one line (one message) to the server.
+    pub fn send(&self, line: String) {
+        match self {
+            Self::Stdio(process) => process.lines.send(line),
+            Self::Http(link) => link.send(line),
+            Self::Streams(link) => link.send(line),
+        }
+    }
+
+    /// Stops the server or ends its session.
+    pub async fn stop(self) {
+        match self {
+            Self::Stdio(process) => process.stop().await,
+            Self::Http(link) => link.stop().await,
+            // Dropping the sender ends the writer, which closes the stream.
+            Self::Streams(link) => drop(link),
+        }
+    }
+
+    /// The process id, for a child process.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Self::Stdio(process) => process.child.id(),
+            Self::Http(_) | Self::Streams(_) => None,
+        }
+    }
+}
+
+// === impl StreamLink ===
+
+impl StreamLink {
+    fn new<R, W>(from_server: R, to_server: W, target: LinkTarget) -> Self
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_lines(to_server, rx));
+        tokio::spawn(read_lines(from_server, target));
+        Self { tx }
+    }
+
+    fn send(&self, line: String) {
+        // A closed channel means the server is gone; its reader reports that.
+        let _ = self.tx.send(line);
+    }
+}
+
 // === impl Process ===
 
 impl Process {
@@ -98,13 +203,7 @@ impl Process {
     /// # Errors
     ///
     /// [`SpawnError`] when the program cannot be run.
-    pub fn spawn(
-        spec: &Spawn<'_>,
-        idx: usize,
-        generation: u64,
-        max_line: usize,
-        events: mpsc::UnboundedSender<Event>,
-    ) -> Result<Self, SpawnError> {
+    pub fn spawn(spec: &Spawn<'_>, target: LinkTarget) -> Result<Self, SpawnError> {
         let mut command = Command::new(spec.command);
         command
             .args(spec.args)
@@ -129,9 +228,7 @@ impl Process {
             .stderr
             .take()
             .ok_or_else(|| SpawnError::NoPipe(spec.name.to_owned()))?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_lines(stdin, rx));
-        tokio::spawn(read_stdout(stdout, idx, generation, max_line, events));
+        let lines = StreamLink::new(stdout, stdin, target);
         let name = spec.name.to_owned();
         tokio::spawn(async move {
             // A server's stderr is its log: pass it on to ours, line by line.
@@ -140,41 +237,30 @@ impl Process {
                 tracing::info!(server.id = %name, "{line}");
             }
         });
-        Ok(Self { tx, child })
-    }
-
-    /// Sends one line to the server.
-    pub fn send(&self, line: String) {
-        // A closed channel means the process is gone; its reader reports that.
-        let _ = self.tx.send(line);
+        Ok(Self { lines, child })
     }
 
     /// Stops the server the way the spec asks: close its input, give it a
     /// moment to exit, then kill it.
     pub async fn stop(self) {
-        let Self { tx, mut child } = self;
-        drop(tx);
+        let Self { lines, mut child } = self;
+        drop(lines);
         let exited = tokio::time::timeout(std::time::Duration::from_secs(2), child.wait()).await;
         if exited.is_err() {
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
     }
-
-    /// The operating system's process id.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.id()
-    }
 }
 
-async fn read_stdout(
-    stdout: tokio::process::ChildStdout,
-    idx: usize,
-    generation: u64,
-    max_line: usize,
-    events: mpsc::UnboundedSender<Event>,
-) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
+    let LinkTarget {
+        server,
+        generation,
+        max_line,
+        events,
+    } = target;
+    let mut reader = BufReader::with_capacity(64 * 1024, from_server);
     let mut buf = Vec::with_capacity(4096);
     loop {
         let event = match read_line(&mut reader, &mut buf, max_line).await {
@@ -192,7 +278,7 @@ async fn read_stdout(
         let last = !matches!(event, UpstreamEvent::Line(_));
         if events
             .send(Event::Upstream {
-                idx,
+                server,
                 generation,
                 event,
             })

@@ -143,7 +143,7 @@ impl HttpLink {
 impl Shared {
     fn emit(&self, event: UpstreamEvent) {
         let _ = self.events.send(Event::Upstream {
-            idx: self.idx,
+            server: self.idx,
             generation: self.generation,
             event,
         });

@@ -71,7 +71,7 @@ fn a_call_to_an_unknown_tool_is_recorded_as_a_deny_before_the_answer() {
     assert_eq!(records[0]["outcome"], "denied");
     assert_eq!(records[0]["arguments"], json!({"password": "[redacted]"}));
     assert_eq!(records[1]["tool"], "");
-    assert_eq!(records[1]["reasons"], json!(["unknown-tool"]));
+    assert_eq!(records[1]["reasons"], json!(["malformed-request"]));
     assert_eq!(records[2]["tool"], "echo");
     assert!(host.close().success());
 }

@@ -42,6 +42,7 @@ fn prompt_for(
     });
     let changes = pinned.map(|old| diff(old, tool)).unwrap_or_default();
     policy.prompt(&PromptInput {
+        previous_identity: None,
         server: "workspace",
         identity: None,
         tool,

@@ -1,49 +1,77 @@
-//! The gateway's event loop and session state.
+//! The gateway: one event loop between host sessions and upstream servers.
 //!
-//! One task owns everything: the upstreams, the requests in flight in both
-//! directions, the held calls waiting for a person, the session's taint,
-//! remembered approvals and pins. Events arrive on one channel (host lines,
-//! upstream lines, processes ending) and timers are kept in one ordered map,
-//! so no state is shared and no lock is taken on the hot path.
+//! Every `tools/call` takes one path, `pipeline`: resolve → definition
+//! ready → decide → validate → (ask) → audit → forward. Read that file first.
 //!
-//! Ids: requests the gateway sends upstream get numeric ids from a counter
-//! per server; requests it sends the host get string ids `"hintgate-N"`. A
-//! response is routed back by those ids, and the original id is spliced back
+//! The state is split into parts, each the only owner of what it holds:
+//!
+//! | part | owns |
+//! |---|---|
+//! | `session` | a host session: its era and capabilities, its taint, the tools it approved for the session |
+//! | `upstreams` | the servers: links, phases, eras, request ids, the start-up handshake |
+//! | `inflight` | every request the gateway waits on, each with a deadline |
+//! | `catalog` | each server's tools by name, their pins, the standing approvals, the host's view |
+//! | `journal` | the audit records of the current turn |
+//! | `ask` | calls held while a person is asked, and the approval queue |
+//! | `routing` | everything that is not a tool call, and lists merged across servers |
+//!
+//! `call` holds the call context and the one place where a refusal
+//! becomes an answer; `modern` and `relay` the 2026-07-28 era and
+//! questions across eras; `watch` the thread that watches the store.
+//!
+//! **Turns.** The loop takes every event that has arrived (host lines,
+//! server lines, answers from the store watcher), handles them, and ends the
+//! turn (`Gateway::end_turn`): the turn's audit records are committed in
+//! one transaction, and only then is anything the turn produced sent, in
+//! the order it was produced. So a call's record is durable before its
+//! server sees it, an outcome before the host sees the answer, and a turn
+//! with sixteen calls commits once.
+//!
+//! Ids: requests the gateway sends a server get numeric ids from a counter
+//! per server; requests it sends a host get string ids `"hintgate-N"`. An
+//! answer is routed back by those ids, and the original id is spliced back
 //! into the original line.
 
+pub(crate) mod ask;
+pub(crate) mod call;
+pub(crate) mod catalog;
+pub(crate) mod inflight;
+pub(crate) mod journal;
 pub(crate) mod modern;
-mod pins;
-mod queue;
-mod relay;
-mod routing;
-mod tools;
+pub(crate) mod pipeline;
+pub(crate) mod relay;
+pub(crate) mod routing;
+pub(crate) mod session;
+pub(crate) mod upstreams;
+pub(crate) mod watch;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use hintgate_policy::config::{ServerConfig, Transport};
+use hintgate_policy::config::ServerConfig;
 use hintgate_policy::decide::Policy;
-use hintgate_policy::pin::PinDigest;
-use hintgate_policy::sanitize::sanitize;
-use serde_json::{Map, Value, json};
+use hintgate_store::Store;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use self::call::{CallContext, HostRequest, Method, Outcome};
+use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
+use self::session::{HostSession, SessionId};
+use self::upstreams::{ServerIdx, Upstreams};
 use crate::conn::{LineRead, read_line, write_lines};
 use crate::event::{Event, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
-use crate::upstream::{Link, Process, Spawn};
-use crate::upstream_http::HttpLink;
+use crate::json::check_unique_keys;
+use crate::upstream::{Connector, SystemConnector};
 
-pub(crate) use tools::ToolEntry;
+pub use self::upstreams::LEGACY_VERSIONS;
 
-/// How long the era probe (`server/discover`) waits before a server is taken
-/// for a legacy one.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// The protocol versions of the legacy era the gateway speaks, newest first.
-pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// The most events one turn handles before it commits and sends, so that a
+/// flood cannot hold everything back.
+const TURN_LIMIT: usize = 1024;
 
 /// How tool names are shown to the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,11 +92,16 @@ pub struct Settings {
     /// Wrap or gateway mode.
     pub mode: Mode,
     /// Where to report each decision and each answer to a question, for
-    /// whoever watches (the demo prints them; the audit log will store them).
+    /// whoever watches (the demo prints them). Nothing is built for an
+    /// observer nobody registered.
     pub observer: Option<mpsc::UnboundedSender<Observed>>,
-    /// Where pins and standing approvals outlive the session; `None` keeps
-    /// them for the session only.
-    pub store: Option<std::sync::Arc<dyn hintgate_store::Store>>,
+    /// Where pins, standing approvals, the approval queue and the audit log
+    /// outlive the session; `None` keeps pins for the session only and
+    /// records nothing.
+    pub store: Option<Arc<dyn Store>>,
+    /// How servers are reached; `None` is the system's (child processes and
+    /// HTTP). Tests pass in-memory pipes.
+    pub connector: Option<Arc<dyn Connector>>,
 }
 
 /// Something the gateway decided or was told about a tool call.
@@ -120,6 +153,78 @@ pub enum RunError {
     NoRandomness(String),
 }
 
+/// The limits the gateway runs with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// How long a request to a server may take.
+    pub call_timeout: Duration,
+    /// How long a person has to answer.
+    pub ask_timeout: Duration,
+    /// The largest line accepted.
+    pub max_line: usize,
+}
+
+/// Something that waits for a server to start or list its tools.
+#[derive(Debug)]
+pub(crate) enum Waiting {
+    /// A host request.
+    Request(Box<HostRequest>),
+    /// A tool call, with what the pipeline already read of it.
+    Call(Box<CallContext>),
+}
+
+/// Something the turn produced, sent once the turn's records are durable.
+#[derive(Debug)]
+enum Outgoing {
+    /// A line to a host.
+    Host(SessionId, String),
+    /// A line to a server (dropped when the server restarted meanwhile).
+    Upstream(ServerIdx, u64, String),
+    /// A call to send upstream once its record (at this place in the turn's
+    /// batch) is durable.
+    Call(Box<CallContext>, Option<usize>),
+}
+
+/// The gateway's state: its parts, and what ties them together.
+pub(crate) struct Gateway {
+    policy: Policy,
+    mode: Mode,
+    separator: String,
+    limits: Limits,
+    observer: Option<mpsc::UnboundedSender<Observed>>,
+    store: Option<Arc<dyn Store>>,
+    connector: Arc<dyn Connector>,
+    events: mpsc::UnboundedSender<Event>,
+    sealer: crate::seal::Sealer,
+    sessions: HashMap<SessionId, HostSession>,
+    /// What the servers were told of the host (the first session's
+    /// `initialize`): capabilities and client identity.
+    upstream_init: Option<Value>,
+    upstreams: Upstreams,
+    inflight: InFlight,
+    catalog: catalog::Catalog,
+    journal: journal::Journal,
+    asks: ask::Asks,
+    routing: routing::Routing,
+    /// A 2026-07-28 server's questions being asked of a legacy host.
+    gathers: relay::Gathers,
+    watcher: Option<watch::StoreWatcher>,
+    /// Requests and calls waiting for a server to start or list its tools.
+    waiting: Vec<Waiting>,
+    /// What this turn produced, in order.
+    outbox: Vec<Outgoing>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("mode", &self.mode)
+            .field("servers", &self.upstreams.len())
+            .field("in_flight", &self.inflight.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Runs the gateway between a host on `host_in`/`host_out` and the
 /// configured servers, until the host closes its side.
 ///
@@ -132,78 +237,39 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let servers: Vec<ServerConfig> = settings.policy.config().servers.values().cloned().collect();
-    if servers.is_empty() {
-        return Err(RunError::NoServers);
-    }
-    if settings.mode == Mode::Wrap && servers.len() != 1 {
-        return Err(RunError::WrapNeedsOne(servers.len()));
-    }
-    let gateway_settings = settings.policy.config().gateway.clone();
-    let max_line = usize::try_from(gateway_settings.max_message_bytes).unwrap_or(usize::MAX);
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let mut gateway = Gateway::new(settings, events_tx.clone())?;
     let (host_tx, host_rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_lines(host_out, host_rx));
-    tokio::spawn(read_host(host_in, max_line, events_tx.clone()));
-
-    let sealer =
-        crate::seal::Sealer::new().map_err(|err| RunError::NoRandomness(err.to_string()))?;
-    let audit = settings
-        .store
-        .clone()
-        .map(|store| crate::audit::AuditWriter::spawn(store, events_tx.clone()));
-    let session = format!(
-        "{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_millis())
-    );
-    let redactor = hintgate_policy::redact::Redactor::new(&settings.policy.config().audit);
-    let mut gateway = Gateway {
-        audit,
-        redactor,
-        held_for_audit: HashMap::new(),
-        held_lines: HashMap::new(),
-        next_token: 0,
+    let session = SessionId::FIRST;
+    gateway.sessions.insert(session, HostSession::new(host_tx));
+    tokio::spawn(read_host(
+        host_in,
+        gateway.limits.max_line,
         session,
-        sealer,
-        separator: gateway_settings.separator.clone(),
-        call_timeout: Duration::from_secs(gateway_settings.call_timeout_s),
-        ask_timeout: Duration::from_secs(gateway_settings.ask_timeout_s),
-        max_line,
-        policy: settings.policy,
-        mode: settings.mode,
-        observer: settings.observer,
-        store: settings.store,
         events_tx,
-        host_tx,
-        upstreams: servers.into_iter().map(Upstream::new).collect(),
-        host: HostSession::default(),
-        next_host_request: 0,
-        pending_up: HashMap::new(),
-        pending_host: HashMap::new(),
-        host_to_up: HashMap::new(),
-        waiting: Vec::new(),
-        aggregates: HashMap::new(),
-        gathers: HashMap::new(),
-        next_aggregate: 0,
-        deadlines: BTreeMap::new(),
-        next_deadline: 0,
-        resource_owners: HashMap::new(),
-        template_owners: HashMap::new(),
-        queued: HashMap::new(),
-        queue_watcher: None,
-        closed: false,
-    };
-    while !gateway.closed {
-        let next = gateway.deadlines.keys().next().map(|(at, _)| *at);
+    ));
+    loop {
+        let next = gateway.inflight.next_deadline();
         tokio::select! {
+            biased;
             event = events_rx.recv() => match event {
                 Some(event) => gateway.handle(event),
                 None => break,
             },
-            () = sleep_until(next) => gateway.expire(Instant::now()),
+            () = sleep_until(next) => {}
+        }
+        // The rest of the turn: whatever else has arrived meanwhile.
+        for _ in 1..TURN_LIMIT {
+            match events_rx.try_recv() {
+                Ok(event) => gateway.handle(event),
+                Err(_) => break,
+            }
+        }
+        gateway.expire(Instant::now());
+        gateway.end_turn();
+        if gateway.sessions.values().all(|session| session.closed) {
+            break;
         }
     }
     gateway.shutdown().await;
@@ -222,6 +288,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 async fn read_host<R: AsyncRead + Unpin>(
     host_in: R,
     max_line: usize,
+    session: SessionId,
     events: mpsc::UnboundedSender<Event>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, host_in);
@@ -237,266 +304,12 @@ async fn read_host<R: AsyncRead + Unpin>(
             Ok(LineRead::Eof) | Err(_) => HostEvent::Closed,
         };
         let closed = matches!(event, HostEvent::Closed);
-        if events.send(Event::Host(event)).is_err() || closed {
+        let sent = events.send(Event::Host {
+            session: session.0,
+            event,
+        });
+        if sent.is_err() || closed {
             return;
-        }
-    }
-}
-
-/// The gateway's whole state.
-struct Gateway {
-    store: Option<std::sync::Arc<dyn hintgate_store::Store>>,
-    /// The audit writer, when there is a store.
-    audit: Option<crate::audit::AuditWriter>,
-    /// What of a call's arguments the audit log leaves out.
-    redactor: hintgate_policy::redact::Redactor,
-    /// Calls waiting for their audit record to be durable, by token.
-    held_for_audit: HashMap<u64, tools::HeldCall>,
-    /// Answers to the host waiting for their call's record, by token.
-    held_lines: HashMap<u64, String>,
-    next_token: u64,
-    /// This gateway session, as the audit log names it.
-    session: String,
-    sealer: crate::seal::Sealer,
-    policy: Policy,
-    mode: Mode,
-    observer: Option<mpsc::UnboundedSender<Observed>>,
-    separator: String,
-    call_timeout: Duration,
-    ask_timeout: Duration,
-    max_line: usize,
-    events_tx: mpsc::UnboundedSender<Event>,
-    host_tx: mpsc::UnboundedSender<String>,
-    upstreams: Vec<Upstream>,
-    host: HostSession,
-    next_host_request: u64,
-    /// Requests sent upstream, by server index and the gateway's id.
-    pending_up: HashMap<(usize, u64), PendingUp>,
-    /// Requests sent to the host, by the number in `"hintgate-N"`.
-    pending_host: HashMap<u64, PendingHost>,
-    /// A host request's raw id, to the upstream request it became (for
-    /// cancellation).
-    host_to_up: HashMap<String, (usize, u64)>,
-    /// Host requests waiting for a server to start or to list its tools.
-    waiting: Vec<HostRequest>,
-    aggregates: HashMap<u64, routing::Aggregate>,
-    gathers: relay::Gathers,
-    next_aggregate: u64,
-    deadlines: BTreeMap<(Instant, u64), Deadline>,
-    next_deadline: u64,
-    /// Gateway mode: which server listed a resource URI or template.
-    resource_owners: HashMap<String, usize>,
-    template_owners: HashMap<String, usize>,
-    /// Calls waiting in the approval queue, by their number there.
-    queued: HashMap<u64, tools::Ask>,
-    /// The thread that watches the queue, once a call waits there.
-    queue_watcher: Option<queue::QueueWatcher>,
-    closed: bool,
-}
-
-/// What the host said about itself, and the session's state.
-#[derive(Debug, Default)]
-struct HostSession {
-    /// The params of the host's `initialize`.
-    init: Option<Value>,
-    /// The host's `initialize` waiting for the servers to start.
-    initialize_pending: Option<HostRequest>,
-    /// A modern host's `server/discover` waiting for the servers to start.
-    discover_pending: Option<HostRequest>,
-    /// The host speaks 2026-07-28.
-    modern: bool,
-    /// A modern host's `subscriptions/listen` request id (raw JSON).
-    listen: Option<String>,
-    /// The host declared form elicitation.
-    elicitation: bool,
-    /// The protocol version agreed with the host.
-    protocol_version: String,
-    /// A private-data tool has returned a result.
-    tainted: bool,
-    /// Tools approved for the rest of the session: (server index, tool name).
-    remembered: HashSet<(usize, String)>,
-}
-
-/// One host request, kept whole so it can be forwarded later.
-#[derive(Debug, Clone)]
-struct HostRequest {
-    line: String,
-    /// Where the id and params sit in `line`.
-    spans: frame::Spans,
-    id: String,
-    method: String,
-    /// The server this request already restarted once, so it does not
-    /// restart a server that fails at start-up again and again.
-    restarted: Option<usize>,
-    /// Attempts already made (for the retries of design §4.5).
-    attempt: u32,
-    /// The audit log's record of this call, once written.
-    audit_seq: Option<u64>,
-}
-
-// === impl HostRequest ===
-
-impl HostRequest {
-    /// The params as JSON (`null` when absent or not JSON).
-    fn params(&self) -> Value {
-        self.spans
-            .params(&self.line)
-            .and_then(|raw| serde_json::from_str(raw).ok())
-            .unwrap_or(Value::Null)
-    }
-
-    /// The request under another id.
-    fn with_id(&self, new_id: &str) -> String {
-        self.spans.with_id(&self.line, new_id)
-    }
-
-    /// The request under another id, with other params.
-    fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
-        self.spans
-            .with_id_and_params(&self.line, new_id, new_params)
-    }
-}
-
-/// One upstream server.
-#[derive(Debug)]
-struct Upstream {
-    name: String,
-    config: ServerConfig,
-    generation: u64,
-    process: Option<Link>,
-    phase: Phase,
-    next_id: u64,
-    /// The `initialize` result.
-    info: Option<Value>,
-    /// The current tool list, once listed.
-    tools: Option<Vec<ToolEntry>>,
-    /// Pages of a list in progress.
-    listing: Option<Vec<Value>>,
-    /// The session's pins, by tool name.
-    pins: HashMap<String, PinDigest>,
-    /// The definitions those pins were taken from, for the diff of a change.
-    pinned_definitions: HashMap<String, hintgate_policy::tool::Tool>,
-    /// The server answered `server/discover`: it speaks 2026-07-28.
-    modern: bool,
-    /// Since its start, the era was probed a second time after a modern
-    /// refusal of `initialize` (at most once, so probing cannot loop).
-    reprobed: bool,
-    /// Its identity key in the store (command line or URL, capabilities,
-    /// keyed hashes of secrets), set when it starts.
-    key: Option<String>,
-    /// Its identity for people: command line and what it resolved to.
-    identity: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Phase {
-    Stopped,
-    Initializing,
-    Ready,
-    Failed(String),
-}
-
-/// What a request sent upstream was for.
-#[derive(Debug)]
-enum PendingUp {
-    /// The era probe: `server/discover`.
-    Discover {
-        deadline: (Instant, u64),
-    },
-    /// The era probe after its time ran out and `initialize` was sent: a
-    /// slow 2026-07-28 server may still answer it (and then refuse the
-    /// `initialize`), so a modern answer still wins.
-    LateDiscover,
-    Initialize {
-        deadline: (Instant, u64),
-    },
-    /// A modern server's `subscriptions/listen`: open for the session.
-    Listen,
-    ListTools,
-    Forward(Forward),
-    Fanout {
-        aggregate: u64,
-        method: String,
-    },
-}
-
-/// A host request forwarded upstream.
-#[derive(Debug)]
-struct Forward {
-    request: HostRequest,
-    deadline: (Instant, u64),
-    /// For `tools/call`: the tool's own name and whether a failure may be retried.
-    call: Option<CallInfo>,
-}
-
-#[derive(Debug, Clone)]
-struct CallInfo {
-    tool: String,
-    retry_eligible: bool,
-    /// When the call was sent, for the audit log's duration.
-    started: Instant,
-}
-
-/// What a request sent to the host was for.
-#[derive(Debug)]
-enum PendingHost {
-    Ask(Box<tools::Ask>),
-    /// One question of a 2026-07-28 server, asked of a legacy host.
-    Gather {
-        gather: u64,
-        key: String,
-    },
-    Forwarded {
-        idx: usize,
-        generation: u64,
-        upstream_id: String,
-    },
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Deadline {
-    Up(usize, u64),
-    Host(u64),
-    Queue(u64),
-}
-
-/// Whether a server can take a request now.
-enum Readiness {
-    Ready,
-    Pending,
-    Failed(String),
-}
-
-// === impl Upstream ===
-
-impl Upstream {
-    fn new(config: ServerConfig) -> Self {
-        Self {
-            name: config.name.clone(),
-            config,
-            generation: 0,
-            process: None,
-            phase: Phase::Stopped,
-            next_id: 0,
-            info: None,
-            tools: None,
-            listing: None,
-            pins: HashMap::new(),
-            pinned_definitions: HashMap::new(),
-            modern: false,
-            reprobed: false,
-            key: None,
-            identity: None,
-        }
-    }
-
-    fn capability(&self, name: &str) -> Option<&Value> {
-        self.info.as_ref()?.get("capabilities")?.get(name)
-    }
-
-    fn send(&mut self, line: String) {
-        if let Some(process) = &self.process {
-            process.send(line);
         }
     }
 }
@@ -504,414 +317,491 @@ impl Upstream {
 // === impl Gateway ===
 
 impl Gateway {
+    fn new(settings: Settings, events: mpsc::UnboundedSender<Event>) -> Result<Self, RunError> {
+        let servers: Vec<ServerConfig> =
+            settings.policy.config().servers.values().cloned().collect();
+        if servers.is_empty() {
+            return Err(RunError::NoServers);
+        }
+        if settings.mode == Mode::Wrap && servers.len() != 1 {
+            return Err(RunError::WrapNeedsOne(servers.len()));
+        }
+        let gateway = settings.policy.config().gateway.clone();
+        let limits = Limits {
+            call_timeout: Duration::from_secs(gateway.call_timeout_s),
+            ask_timeout: Duration::from_secs(gateway.ask_timeout_s),
+            max_line: usize::try_from(gateway.max_message_bytes).unwrap_or(usize::MAX),
+        };
+        let sealer =
+            crate::seal::Sealer::new().map_err(|err| RunError::NoRandomness(err.to_string()))?;
+        let run_name = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_millis())
+        );
+        let redactor = hintgate_policy::redact::Redactor::new(&settings.policy.config().audit);
+        let log = settings
+            .store
+            .clone()
+            .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
+        let count = servers.len();
+        Ok(Self {
+            separator: gateway.separator.clone(),
+            limits,
+            mode: settings.mode,
+            observer: settings.observer,
+            catalog: catalog::Catalog::new(count, settings.store.clone()),
+            journal: journal::Journal::new(log, run_name.clone(), redactor),
+            asks: ask::Asks::new(run_name),
+            store: settings.store,
+            connector: settings
+                .connector
+                .unwrap_or_else(|| Arc::new(SystemConnector)),
+            events,
+            sealer,
+            sessions: HashMap::new(),
+            upstream_init: None,
+            upstreams: Upstreams::new(servers),
+            inflight: InFlight::default(),
+            routing: routing::Routing::default(),
+            gathers: relay::Gathers::new(),
+            watcher: None,
+            waiting: Vec::new(),
+            outbox: Vec::with_capacity(64),
+            policy: settings.policy,
+        })
+    }
+
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Audited { token, result } => self.on_audited(token, result),
-            Event::Answered { id, answer } => self.on_queue_answer(id, answer),
-            Event::Host(HostEvent::Line(line)) => self.on_host_line(line),
-            Event::Host(HostEvent::TooLong) => {
-                tracing::warn!("the host sent a message over the size limit; it was dropped");
-                self.send_host(frame::error_response("null", -32600, "message too large"));
-            }
-            Event::Host(HostEvent::Closed) => {
-                tracing::debug!("the host closed the session");
-                self.closed = true;
+            Event::Host { session, event } => {
+                let session = SessionId(session);
+                match event {
+                    HostEvent::Line(line) => self.on_host_line(session, line),
+                    HostEvent::TooLong => {
+                        tracing::warn!(
+                            "the host sent a message over the size limit; it was dropped"
+                        );
+                        self.send_host(
+                            session,
+                            frame::error_response("null", -32600, "message too large"),
+                        );
+                    }
+                    HostEvent::Closed => self.host_closed(session),
+                }
             }
             Event::Upstream {
-                idx,
+                server,
                 generation,
                 event,
             } => {
                 let current = self
                     .upstreams
-                    .get(idx)
-                    .is_some_and(|up| up.generation == generation);
+                    .get(server)
+                    .is_some_and(|up| up.generation() == generation);
                 if !current {
                     return;
                 }
                 match event {
-                    UpstreamEvent::Line(line) => self.on_upstream_line(idx, line),
+                    UpstreamEvent::Line(line) => self.on_upstream_line(server, &line),
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
-                        self.upstream_failed(idx, reason);
+                        self.upstream_failed(server, reason);
                     }
+                }
+            }
+            Event::Answered { id, answer } => self.on_queue_answer(id, &answer),
+            Event::Approvals { key, approvals } => self.catalog.set_approvals(&key, approvals),
+        }
+    }
+
+    /// Reports to the observer, building the report only when one listens.
+    fn observe(&self, make: impl FnOnce() -> Observed) {
+        if let Some(observer) = &self.observer {
+            let _ = observer.send(make());
+        }
+    }
+
+    // --- the turn ---
+
+    /// Ends a turn: commits its records, then sends what it produced, in order.
+    fn end_turn(&mut self) {
+        // Sending happens after the commit and produces nothing that needs
+        // one more; the loop only guards that nothing is left behind.
+        while !self.outbox.is_empty() || self.journal.pending() {
+            let committed = self.journal.commit();
+            let outbox = std::mem::take(&mut self.outbox);
+            for outgoing in outbox {
+                match outgoing {
+                    Outgoing::Host(session, line) => {
+                        if let Some(session) = self.sessions.get(&session) {
+                            session.send(line);
+                        }
+                    }
+                    Outgoing::Upstream(idx, generation, line) => {
+                        if let Some(up) = self.upstreams.get(idx)
+                            && up.generation() == generation
+                        {
+                            up.send_now(line);
+                        }
+                    }
+                    Outgoing::Call(mut cx, place) => match (&committed, place) {
+                        (Ok(seqs), Some(place)) => {
+                            cx.record = seqs.get(place).copied();
+                            self.send_call(cx);
+                        }
+                        (Ok(_), None) => self.send_call(cx),
+                        (Err(err), _) => {
+                            // INVARIANT: a call whose record is not durable
+                            // does not run. Its refusal cannot be recorded
+                            // either: the log is failing.
+                            let refusal = call::Refusal::Unrecorded(err.clone());
+                            let line = self.refusal_line(&cx, &refusal);
+                            if let Some(session) = self.sessions.get(&cx.request.session) {
+                                session.send(line);
+                            }
+                        }
+                    },
                 }
             }
         }
     }
 
-    fn observe(&self, observed: Observed) {
-        if let Some(observer) = &self.observer {
-            let _ = observer.send(observed);
+    /// A line for a host, sent at the end of the turn.
+    fn send_host(&mut self, session: SessionId, line: String) {
+        self.outbox.push(Outgoing::Host(session, line));
+    }
+
+    /// A line for every host session.
+    fn send_every_host(&mut self, line: &str) {
+        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for session in sessions {
+            self.send_host(session, line.to_owned());
         }
     }
 
-    fn send_host(&self, line: String) {
-        let _ = self.host_tx.send(line);
+    /// A line for a server, sent at the end of the turn.
+    fn send_upstream(&mut self, idx: ServerIdx, generation: u64, line: String) {
+        self.outbox.push(Outgoing::Upstream(idx, generation, line));
     }
 
-    fn reply(&self, id: &str, result: &Value) {
-        self.send_host(self.response_line(id, result));
+    /// A call to send once its record (at `place` in the turn's batch) is
+    /// durable.
+    fn call_after_commit(&mut self, cx: Box<CallContext>, place: Option<usize>) {
+        self.outbox.push(Outgoing::Call(cx, place));
     }
 
-    /// A response line, with what a 2026-07-28 host requires of a result.
-    fn response_line(&self, id: &str, result: &Value) -> String {
-        if self.host.modern && result.is_object() && result.get("resultType").is_none() {
+    /// A result for a host's request, with what a 2026-07-28 host requires.
+    fn reply(&mut self, session: SessionId, id: &str, result: &Value) {
+        let line = self.result_line(session, id, result);
+        self.send_host(session, line);
+    }
+
+    /// A result line for a host, with what a 2026-07-28 host requires.
+    fn result_line(&self, session: SessionId, id: &str, result: &Value) -> String {
+        let modern = self.sessions.get(&session).is_some_and(HostSession::modern);
+        if modern && result.is_object() && result.get("resultType").is_none() {
             let mut result = result.clone();
-            self.modernize("", &mut result);
+            modern::modernize(true, "", &mut result);
             return frame::response(id, &result);
         }
         frame::response(id, result)
     }
 
-    fn reply_error(&self, id: &str, code: i64, message: &str) {
-        self.send_host(frame::error_response(id, code, message));
-    }
-
-    fn add_deadline(&mut self, after: Duration, what: Deadline) -> (Instant, u64) {
-        self.next_deadline += 1;
-        let key = (Instant::now() + after, self.next_deadline);
-        self.deadlines.insert(key, what);
-        key
+    fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str) {
+        self.send_host(session, frame::error_response(id, code, message));
     }
 
     fn expire(&mut self, now: Instant) {
-        while let Some(entry) = self.deadlines.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let what = entry.remove();
-            match what {
-                Deadline::Up(idx, id) => self.upstream_timed_out(idx, id),
-                Deadline::Host(n) => self.host_timed_out(n),
-                Deadline::Queue(id) => self.queue_timed_out(id),
+        for expired in self.inflight.expired(now) {
+            match expired {
+                Expired::Up(idx, id) => self.upstream_timed_out(idx, id),
+                Expired::Host(session, n) => self.host_timed_out(session, n),
+                Expired::Queue(id) => self.queue_timed_out(id),
             }
         }
     }
 
-    // --- host side ---
+    /// Re-dispatches every waiting request and call after a server's state
+    /// changed.
+    fn retry_waiting(&mut self) {
+        let waiting = std::mem::take(&mut self.waiting);
+        for item in waiting {
+            match item {
+                Waiting::Request(request) => self.dispatch(*request),
+                Waiting::Call(cx) => self.run_pipeline(cx),
+            }
+        }
+        self.finish_initialize();
+    }
 
-    fn on_host_line(&mut self, line: String) {
+    // --- the host side ---
+
+    fn on_host_line(&mut self, session: SessionId, line: String) {
+        // What the gateway decides on is what every server reads: a message
+        // that repeats a key anywhere could be read two ways, so it is
+        // refused before anything else reads it.
+        if let Err(err) = check_unique_keys(&line) {
+            self.on_ambiguous_line(session, line, &err);
+            return;
+        }
         let parsed = match Message::parse(&line) {
             Ok(message) => message,
             Err(err) => {
                 tracing::warn!("the host sent a line that is not JSON-RPC: {err}");
-                self.reply_error("null", -32700, &format!("parse error: {err}"));
+                self.reply_error(session, "null", -32700, &format!("parse error: {err}"));
                 return;
             }
         };
         match parsed.kind() {
             Kind::Request => {
-                let id = parsed.id_text().to_owned();
-                let method = parsed.method().to_owned();
+                let method = Method::of(parsed.method());
                 let spans = parsed.spans();
                 drop(parsed);
                 self.dispatch(HostRequest {
-                    id,
-                    method,
-                    spans,
+                    session,
                     line,
+                    spans,
+                    method,
                     restarted: None,
-                    attempt: 0,
-                    audit_seq: None,
                 });
             }
             Kind::Notification => {
                 let method = parsed.method().to_owned();
-                let params: Value = parsed
-                    .params
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
-                    .unwrap_or(Value::Null);
-                self.on_host_notification(&method, &params, &line);
+                let spans = parsed.spans();
+                drop(parsed);
+                self.on_host_notification(session, &method, spans, line);
             }
             Kind::Response => {
                 let id = parsed.id_text().to_owned();
-                let result: Option<Value> = parsed
-                    .result
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
-                let is_error = parsed.error.is_some();
-                self.on_host_response(&id, result, is_error, &parsed);
+                self.on_host_response(session, &id, &parsed);
+            }
+        }
+    }
+
+    /// A host line that repeats a key (or is not JSON): refused. A call is
+    /// recorded as a deny; a request is answered with an error (under no id
+    /// when its id is what repeats); an answer to the gateway's own question
+    /// counts as an error answer.
+    fn on_ambiguous_line(
+        &mut self,
+        session: SessionId,
+        line: String,
+        err: &crate::json::JsonError,
+    ) {
+        let message = match err {
+            crate::json::JsonError::DuplicateKey { .. } => call::duplicate_message(err),
+            other => format!("parse error: {other}"),
+        };
+        tracing::warn!("{message}");
+        let Ok(found) = crate::json::members(&line) else {
+            self.reply_error(session, "null", -32700, &message);
+            return;
+        };
+        // The envelope's members, each read only where it is given once.
+        let once = |key: &str| {
+            let mut matching = found.iter().filter(|member| member.key == key);
+            match (matching.next(), matching.next()) {
+                (Some(member), None) => Some(member.value.clone()),
+                _ => None,
+            }
+        };
+        let id_span = once("id");
+        let id = id_span
+            .as_ref()
+            .and_then(|span| line.get(span.clone()))
+            .unwrap_or("null")
+            .to_owned();
+        let is_call = found.iter().any(|member| {
+            member.key == "method"
+                && line
+                    .get(member.value.clone())
+                    .and_then(|text| serde_json::from_str::<String>(text).ok())
+                    .is_some_and(|method| method == "tools/call")
+        });
+        let has_method = found.iter().any(|member| member.key == "method");
+        let spans = frame::Spans {
+            id: id_span,
+            params: once("params"),
+        };
+        if is_call {
+            if spans.id.is_none() && found.iter().any(|member| member.key == "id") {
+                // Its id is what repeats: the error goes under no id.
+                self.reply_error(session, "null", -32600, &message);
+            }
+            let request = HostRequest {
+                session,
+                line,
+                spans,
+                method: Method::ToolsCall,
+                restarted: None,
+            };
+            self.refuse_unparsed(request, call::Refusal::Malformed(message));
+        } else if has_method {
+            if spans.id.is_some() || found.iter().any(|member| member.key == "id") {
+                self.reply_error(session, &id, -32600, &message);
+            }
+        } else if spans.id.is_some() {
+            // An answer to the gateway's own question that can be read two
+            // ways answers nothing: it counts as an error.
+            let error = frame::error_response(&id, -32600, &message);
+            if let Ok(error) = Message::parse(&error) {
+                self.on_host_response(session, &id, &error);
             }
         }
     }
 
     fn dispatch(&mut self, request: HostRequest) {
+        let session = request.session;
         // A modern host names its protocol version on every request; one the
         // gateway does not speak is refused as the spec says.
-        if self.host.modern
+        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
+        if modern_host
             && let Some(meta) = modern::modern_meta(&request)
             && !self.begin_modern(&request, &meta)
         {
             return;
         }
-        match request.method.as_str() {
-            "initialize" => self.on_initialize(request),
-            "server/discover" => self.on_discover(request),
-            "ping" => self.reply(&request.id, &json!({})),
-            _ if self.host.init.is_none() => match modern::modern_meta(&request) {
+        let started = self
+            .sessions
+            .get(&session)
+            .is_some_and(HostSession::started);
+        match &request.method {
+            Method::Initialize => self.on_initialize(request),
+            Method::Discover => self.on_discover(request),
+            Method::Ping => self.reply(session, request.id(), &json!({})),
+            _ if !started => match modern::modern_meta(&request) {
                 // A modern host's first request starts the session.
                 Some(meta) => {
                     if self.begin_modern(&request, &meta) {
                         self.dispatch(request);
                     }
                 }
-                None => self.reply_error(&request.id, -32600, "send `initialize` first"),
+                None => self.reply_error(session, request.id(), -32600, "send `initialize` first"),
             },
-            "subscriptions/listen" if self.host.modern => self.on_listen(request),
-            "tools/list" => self.on_tools_list(request),
-            "tools/call" => self.on_tools_call(request),
+            Method::Listen if modern_host => self.on_listen(request),
+            Method::ToolsList => self.on_tools_list(request),
+            Method::ToolsCall => self.on_tools_call(request),
             _ => self.on_other_request(request),
         }
     }
 
-    /// Re-dispatches every waiting host request after a server's state changed.
-    fn retry_waiting(&mut self) {
-        let waiting = std::mem::take(&mut self.waiting);
-        for request in waiting {
-            self.dispatch(request);
-        }
-        self.finish_initialize();
-    }
-
-    fn on_initialize(&mut self, request: HostRequest) {
-        let Ok(message) = Message::parse(&request.line) else {
-            return;
-        };
-        let params: Value = message
-            .params
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or_else(|| json!({}));
-        let asked = params
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        self.host.protocol_version = if LEGACY_VERSIONS.contains(&asked) {
-            asked.to_owned()
-        } else {
-            LEGACY_VERSIONS
-                .first()
-                .copied()
-                .unwrap_or("2025-11-25")
-                .to_owned()
-        };
-        let elicitation = params.pointer("/capabilities/elicitation");
-        // `elicitation: {}` means form mode; `{form: {}}` says so; `{url: {}}` alone does not.
-        self.host.elicitation = elicitation.is_some_and(|caps| {
-            caps.as_object()
-                .is_some_and(|caps| caps.is_empty() || caps.contains_key("form"))
-        });
-        self.host.init = Some(params);
-        self.host.initialize_pending = Some(request);
-        for idx in 0..self.upstreams.len() {
-            if matches!(
-                self.upstreams.get(idx).map(|up| &up.phase),
-                Some(Phase::Stopped)
-            ) {
-                self.start(idx);
-            }
-        }
-        self.finish_initialize();
-    }
-
-    /// Answers the host's `initialize` once every server is ready or failed.
-    fn finish_initialize(&mut self) {
-        if self.host.initialize_pending.is_none() && self.host.discover_pending.is_none() {
-            return;
-        }
-        let settled = self
-            .upstreams
-            .iter()
-            .all(|up| matches!(up.phase, Phase::Ready | Phase::Failed(_)));
-        if !settled {
-            return;
-        }
-        if let Some(request) = self.host.discover_pending.take() {
-            let mut result = self.discover_result();
-            self.modernize("server/discover", &mut result);
-            self.reply(&request.id, &result);
-        }
-        let Some(request) = self.host.initialize_pending.take() else {
-            return;
-        };
-        if self.mode == Mode::Wrap
-            && let Some(Phase::Failed(reason)) = self.upstreams.first().map(|up| &up.phase)
-        {
-            let name = self
-                .upstreams
-                .first()
-                .map(|up| up.name.clone())
-                .unwrap_or_default();
-            self.reply_error(
-                &request.id,
-                -32603,
-                &format!("server `{name}` did not start: {reason}"),
-            );
-            return;
-        }
-        let result = self.initialize_result();
-        self.reply(&request.id, &result);
-    }
-
-    fn initialize_result(&self) -> Value {
-        let version = self.host.protocol_version.clone();
-        match self.mode {
-            Mode::Wrap => {
-                let info = self
-                    .upstreams
-                    .first()
-                    .and_then(|up| up.info.clone())
-                    .unwrap_or_else(|| json!({}));
-                let mut capabilities = info
-                    .get("capabilities")
-                    .cloned()
-                    .unwrap_or_else(|| json!({}));
-                if let Some(caps) = capabilities.as_object_mut() {
-                    // The gateway tells the host when what it may see changes.
-                    caps.insert("tools".to_owned(), json!({"listChanged": true}));
-                }
-                let mut result = json!({
-                    "protocolVersion": version,
-                    "capabilities": capabilities,
-                    "serverInfo": info.get("serverInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
-                });
-                if let (Some(object), Some(instructions)) = (
-                    result.as_object_mut(),
-                    info.get("instructions").and_then(Value::as_str),
-                ) {
-                    object.insert(
-                        "instructions".to_owned(),
-                        Value::String(sanitize(instructions).text),
-                    );
-                }
-                result
-            }
-            Mode::Gateway => {
-                let mut capabilities = Map::new();
-                capabilities.insert("tools".to_owned(), json!({"listChanged": true}));
-                let any = |name: &str| {
-                    self.upstreams
-                        .iter()
-                        .any(|up| up.capability(name).is_some())
-                };
-                let any_flag = |name: &str, flag: &str| {
-                    self.upstreams.iter().any(|up| {
-                        up.capability(name)
-                            .and_then(|caps| caps.get(flag))
-                            .and_then(Value::as_bool)
-                            .unwrap_or(false)
-                    })
-                };
-                if any("resources") {
-                    capabilities.insert(
-                        "resources".to_owned(),
-                        json!({"subscribe": any_flag("resources", "subscribe"), "listChanged": any_flag("resources", "listChanged")}),
-                    );
-                }
-                if any("prompts") {
-                    capabilities.insert(
-                        "prompts".to_owned(),
-                        json!({"listChanged": any_flag("prompts", "listChanged")}),
-                    );
-                }
-                if any("completions") {
-                    capabilities.insert("completions".to_owned(), json!({}));
-                }
-                if any("logging") {
-                    capabilities.insert("logging".to_owned(), json!({}));
-                }
-                let instructions: Vec<String> = self
-                    .upstreams
-                    .iter()
-                    .filter_map(|up| {
-                        let text = up.info.as_ref()?.get("instructions")?.as_str()?;
-                        Some(format!("## {}\n{}", up.name, sanitize(text).text))
-                    })
-                    .collect();
-                let mut result = json!({
-                    "protocolVersion": version,
-                    "capabilities": capabilities,
-                    "serverInfo": {"name": "hintgate", "title": "hintgate gateway", "version": env!("CARGO_PKG_VERSION")},
-                });
-                if !instructions.is_empty()
-                    && let Some(object) = result.as_object_mut()
-                {
-                    object.insert(
-                        "instructions".to_owned(),
-                        Value::String(instructions.join("\n\n")),
-                    );
-                }
-                result
-            }
-        }
-    }
-
-    fn on_host_notification(&mut self, method: &str, params: &Value, line: &str) {
+    fn on_host_notification(
+        &mut self,
+        session: SessionId,
+        method: &str,
+        spans: frame::Spans,
+        line: String,
+    ) {
         match method {
             "notifications/initialized" => {}
             "notifications/cancelled" => {
+                let params: Value = spans
+                    .params(&line)
+                    .and_then(|raw| serde_json::from_str(raw).ok())
+                    .unwrap_or(Value::Null);
                 let Some(request_id) = params.get("requestId").map(Value::to_string) else {
                     return;
                 };
-                if self.host.listen.as_deref() == Some(request_id.as_str()) {
-                    self.host.listen = None;
+                if let Some(host) = self.sessions.get_mut(&session)
+                    && host.listen.as_deref() == Some(request_id.as_str())
+                {
+                    host.listen = None;
                     return;
                 }
-                self.cancel_host_request(&request_id);
+                self.cancel_host_request(session, &request_id);
             }
-            _ => {
-                // Roots changes and anything unknown go to every running
+            "tools/call" => {
+                // A call without an id is not a request: it cannot be
+                // answered, so it cannot be asked about or refused. It is
+                // recorded and never sent on.
+                tracing::warn!(
+                    "the host sent `tools/call` as a notification (no id); it is refused and not sent to any server"
+                );
+                let request = HostRequest {
+                    session,
+                    line,
+                    spans,
+                    method: Method::ToolsCall,
+                    restarted: None,
+                };
+                self.refuse_unparsed(
+                    request,
+                    call::Refusal::Malformed(
+                        "`tools/call` must be a request with an id".to_owned(),
+                    ),
+                );
+            }
+            other if other.starts_with("notifications/") => {
+                // Roots changes and other notifications go to every running
                 // legacy server; 2026-07-28 servers take no such notifications.
-                for up in &mut self.upstreams {
-                    if up.phase == Phase::Ready && !up.modern {
-                        up.send(line.to_owned());
-                    }
+                let targets: Vec<(ServerIdx, u64)> = self
+                    .upstreams
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, up)| up.phase == upstreams::Phase::Ready && !up.modern)
+                    .map(|(idx, up)| (idx, up.generation()))
+                    .collect();
+                for (idx, generation) in targets {
+                    self.send_upstream(idx, generation, line.clone());
                 }
+            }
+            other => {
+                // A request method without an id: no server may run it
+                // unanswered and undecided.
+                tracing::warn!(
+                    "the host sent `{other}` without an id; a request method is never sent on as a notification"
+                );
             }
         }
     }
 
     /// The host gave up on one of its requests: stop it wherever it is.
-    fn cancel_host_request(&mut self, request_id: &str) {
-        self.waiting.retain(|request| request.id != request_id);
-        for id in self.queued_for(request_id) {
-            self.withdraw_queued(id, "the host cancelled the call");
+    fn cancel_host_request(&mut self, session: SessionId, request_id: &str) {
+        let mut cancelled = Vec::new();
+        let waiting = std::mem::take(&mut self.waiting);
+        for item in waiting {
+            match item {
+                Waiting::Call(cx)
+                    if cx.request.session == session && cx.request.id() == request_id =>
+                {
+                    cancelled.push(cx);
+                }
+                Waiting::Request(request)
+                    if request.session == session && request.id() == request_id => {}
+                other => self.waiting.push(other),
+            }
         }
-        let asks: Vec<u64> = self
-            .pending_host
-            .iter()
-            .filter_map(|(n, pending)| match pending {
-                PendingHost::Ask(ask) if ask.request.id == request_id => Some(*n),
-                _ => None,
-            })
-            .collect();
+        self.withdraw_queued_for(session, request_id);
+        let asks = self.inflight.host_ids(
+            session,
+            |purpose| matches!(purpose, HostPurpose::Ask(cx) if cx.request.id() == request_id),
+        );
         for n in asks {
-            if let Some(PendingHost::Ask(ask)) = self.pending_host.remove(&n) {
-                self.deadlines.remove(&ask.deadline);
-                self.send_host(frame::notification(
-                    "notifications/cancelled",
-                    &json!({"requestId": format!("hintgate-{n}"), "reason": "the host cancelled the call"}),
-                ));
+            if let Some(HostPurpose::Ask(cx)) = self.inflight.take_host(session, n) {
+                self.send_host(
+                    session,
+                    frame::notification(
+                        "notifications/cancelled",
+                        &json!({"requestId": format!("hintgate-{n}"), "reason": "the host cancelled the call"}),
+                    ),
+                );
+                cancelled.push(cx);
             }
         }
-        if let Some((idx, up_id)) = self.host_to_up.remove(request_id) {
-            if let Some(PendingUp::Forward(forward)) = self.pending_up.remove(&(idx, up_id)) {
-                self.deadlines.remove(&forward.deadline);
+        for cx in cancelled {
+            self.refuse(cx, call::Refusal::Withdrawn(Outcome::Cancelled));
+        }
+        if let Some((idx, up_id)) = self.inflight.find_host_request(session, request_id) {
+            if let Some(UpPurpose::Call(cx)) = self.inflight.take_up(idx, up_id) {
+                self.record_outcome(&cx, Outcome::Cancelled);
             }
-            if let Some(up) = self.upstreams.get_mut(idx) {
-                up.send(frame::notification(
-                    "notifications/cancelled",
-                    &json!({"requestId": up_id, "reason": "the host cancelled the request"}),
-                ));
-            }
+            self.cancel_upstream(idx, up_id, "the host cancelled the request");
         }
     }
 
-    fn on_host_response(
-        &mut self,
-        id: &str,
-        result: Option<Value>,
-        is_error: bool,
-        message: &Message<'_>,
-    ) {
+    fn on_host_response(&mut self, session: SessionId, id: &str, message: &Message<'_>) {
         let Some(n) = id
             .trim_matches('"')
             .strip_prefix("hintgate-")
@@ -920,290 +810,108 @@ impl Gateway {
             tracing::debug!("a response from the host to no request of ours: {id}");
             return;
         };
-        match self.pending_host.remove(&n) {
-            Some(PendingHost::Ask(ask)) => {
-                self.deadlines.remove(&ask.deadline);
-                self.on_ask_answer(*ask, result.as_ref(), is_error);
-            }
-            Some(PendingHost::Gather { gather, key }) => {
+        match self.inflight.take_host(session, n) {
+            Some(HostPurpose::Ask(cx)) => self.on_ask_answer(cx, message),
+            Some(HostPurpose::Gather { gather, key }) => {
+                let result: Option<Value> = message
+                    .result
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
                 let error: Option<Value> = message
                     .error
                     .and_then(|raw| serde_json::from_str(raw.get()).ok());
                 self.on_gathered(gather, key, result, error);
             }
-            Some(PendingHost::Forwarded {
-                idx,
+            Some(HostPurpose::Relay {
+                server,
                 generation,
                 upstream_id,
             }) => {
-                if let Some(up) = self.upstreams.get_mut(idx)
-                    && up.generation == generation
-                {
-                    up.send(message.with_id(&upstream_id));
-                }
+                self.send_upstream(server, generation, message.with_id(&upstream_id));
             }
             None => tracing::debug!("a late or unknown response from the host: {id}"),
         }
     }
 
-    fn host_timed_out(&mut self, n: u64) {
-        if let Some(PendingHost::Ask(ask)) = self.pending_host.remove(&n) {
-            self.send_host(frame::notification(
-                "notifications/cancelled",
-                &json!({"requestId": format!("hintgate-{n}"), "reason": "nobody answered in time"}),
-            ));
-            self.ask_timed_out(*ask);
-        }
-    }
-
-    /// A fresh number for a request to the host (`"hintgate-N"`).
-    fn next_host_id(&mut self) -> u64 {
-        self.next_host_request += 1;
-        self.next_host_request
-    }
-
-    /// Sends a request of the gateway's own to the host under number `n`.
-    fn request_host(&mut self, n: u64, method: &str, params: &Value, pending: PendingHost) {
-        self.send_host(frame::request(&format!("\"hintgate-{n}\""), method, params));
-        self.pending_host.insert(n, pending);
-    }
-
-    // --- upstream side ---
-
-    fn readiness(&mut self, idx: usize, request: &mut HostRequest) -> Readiness {
-        let Some(up) = self.upstreams.get(idx) else {
-            return Readiness::Failed("no such server".to_owned());
-        };
-        match &up.phase {
-            Phase::Ready => Readiness::Ready,
-            Phase::Initializing => Readiness::Pending,
-            Phase::Stopped => {
-                request.restarted = Some(idx);
-                self.start_for(idx)
-            }
-            Phase::Failed(reason) => {
-                if request.restarted == Some(idx) {
-                    Readiness::Failed(reason.clone())
-                } else {
-                    // A server that failed is restarted on the next call.
-                    request.restarted = Some(idx);
-                    self.start_for(idx)
-                }
-            }
-        }
-    }
-
-    /// Starts a server for a request. A start can fail at once (the program
-    /// does not exist, a sandbox cannot be enforced); then no event will ever
-    /// wake the request, so the failure is its answer now.
-    fn start_for(&mut self, idx: usize) -> Readiness {
-        self.start(idx);
-        match self.upstreams.get(idx).map(|up| &up.phase) {
-            Some(Phase::Failed(reason)) => Readiness::Failed(reason.clone()),
-            Some(Phase::Ready) => Readiness::Ready,
-            _ => Readiness::Pending,
-        }
-    }
-
-    fn start(&mut self, idx: usize) {
-        let max_line = self.max_line;
-        let events = self.events_tx.clone();
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        up.generation += 1;
-        up.process = None;
-        up.info = None;
-        up.tools = None;
-        up.listing = None;
-        // A sandbox the gateway cannot enforce must not be taken for one
-        // (design §6): the server does not start unless the user accepted
-        // that with `best_effort = true`. This version enforces none yet.
-        match &up.config.sandbox {
-            Some(sandbox) if !sandbox.best_effort => {
-                let reason = format!(
-                    "server `{}` asks for a sandbox, and this version of hintgate cannot enforce one yet; \
-                     it is not started (set `best_effort = true` in its sandbox table to run it unconfined)",
-                    up.name
+    fn host_timed_out(&mut self, session: SessionId, n: u64) {
+        match self.inflight.take_host(session, n) {
+            Some(HostPurpose::Ask(cx)) => {
+                self.send_host(
+                    session,
+                    frame::notification(
+                        "notifications/cancelled",
+                        &json!({"requestId": format!("hintgate-{n}"), "reason": "nobody answered in time"}),
+                    ),
                 );
-                tracing::error!(server.id = %up.name, "{reason}");
-                up.phase = Phase::Failed(reason);
-                return;
+                self.ask_timed_out(cx);
             }
-            Some(_) => {
-                tracing::warn!(server.id = %up.name, "sandbox not enforced (best_effort = true): the server runs unconfined");
+            Some(HostPurpose::Gather { gather, key }) => {
+                self.on_gathered(gather, key, None, None);
+            }
+            Some(HostPurpose::Relay {
+                server,
+                generation,
+                upstream_id,
+            }) => {
+                self.send_host(
+                    session,
+                    frame::notification(
+                        "notifications/cancelled",
+                        &json!({"requestId": format!("hintgate-{n}"), "reason": "the server's request timed out"}),
+                    ),
+                );
+                self.send_upstream(
+                    server,
+                    generation,
+                    frame::error_response(&upstream_id, -32603, "the host did not answer in time"),
+                );
             }
             None => {}
         }
-        let spawned = match &up.config.transport {
-            Transport::Stdio { command, args, env } => Process::spawn(
-                &Spawn {
-                    command,
-                    args,
-                    env,
-                    name: &up.name,
-                },
-                idx,
-                up.generation,
-                max_line,
-                events,
-            )
-            .map(Link::Stdio)
-            .map_err(|err| err.to_string()),
-            Transport::Http { url, headers } => {
-                HttpLink::connect(url, headers, idx, up.generation, max_line, events)
-                    .map(Link::Http)
-                    .map_err(|err| err.to_string())
-            }
-        };
-        match spawned {
-            Ok(process) => {
-                tracing::info!(server.id = %up.name, pid = ?process.pid(), "started");
-                up.process = Some(process);
-                up.phase = Phase::Initializing;
-            }
-            Err(reason) => {
-                tracing::error!(server.id = %up.name, "{reason}");
-                up.phase = Phase::Failed(reason);
-                return;
+    }
+
+    /// The host closed its side: every call it had in flight ends with the
+    /// outcome `host-gone`, and what waits for it is withdrawn.
+    fn host_closed(&mut self, session: SessionId) {
+        tracing::debug!("the host closed the session");
+        for (_, _, purpose) in self.inflight.drain_session_up(session) {
+            if let UpPurpose::Call(cx) = purpose {
+                self.record_outcome(&cx, Outcome::HostGone);
             }
         }
-        let capabilities = self
-            .host
-            .init
-            .as_ref()
-            .and_then(|init| init.get("capabilities"))
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        let store = self.store.clone();
-        if let Some(up) = self.upstreams.get_mut(idx) {
-            up.modern = false;
-            up.reprobed = false;
-            let resolved = match &up.config.transport {
-                Transport::Stdio { command, args, env } => {
-                    let path = env
-                        .get("PATH")
-                        .map(std::ffi::OsString::from)
-                        .or_else(|| std::env::var_os("PATH"));
-                    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-                    Some(crate::identity::resolve(
-                        command,
-                        args,
-                        path.as_deref(),
-                        home.as_deref(),
-                    ))
+        let waiting = std::mem::take(&mut self.waiting);
+        for item in waiting {
+            match item {
+                Waiting::Call(cx) if cx.request.session == session => {
+                    self.refuse(cx, call::Refusal::Withdrawn(Outcome::HostGone));
                 }
-                Transport::Http { .. } => None,
-            };
-            let described = resolved
-                .as_ref()
-                .and_then(crate::identity::Resolved::describe);
-            up.identity = Some(match described {
-                Some(resolved) => format!("{} -> {resolved}", up.config.identity()),
-                None => up.config.identity(),
-            });
-            tracing::info!(server.id = %up.name, identity = %up.identity.as_deref().unwrap_or(""), "identity");
-            let resolved = resolved
-                .and_then(|resolved| serde_json::to_value(resolved).ok())
-                .unwrap_or(Value::Null);
-            up.key = store.map(|store| {
-                hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
-            });
+                Waiting::Request(request) if request.session == session => {}
+                other => self.waiting.push(other),
+            }
         }
-        // The era probe (spec: a result or a recognized modern error means
-        // 2026-07-28; any other error or no answer means the legacy era).
-        let timeout = PROBE_TIMEOUT.min(self.call_timeout);
-        self.probe_era(idx, timeout);
-    }
-
-    /// Sends `server/discover`, waiting `timeout` for its answer.
-    fn probe_era(&mut self, idx: usize, timeout: Duration) {
-        let params = json!({"_meta": self.modern_meta_for_upstream()});
-        let deadline = self.add_deadline(timeout, Deadline::Up(idx, 0));
-        let id = self.request_up(idx, "server/discover", &params);
-        self.deadlines.insert(deadline, Deadline::Up(idx, id));
-        self.pending_up
-            .insert((idx, id), PendingUp::Discover { deadline });
-    }
-
-    /// The legacy handshake, after the probe found no 2026-07-28 server.
-    fn send_initialize(&mut self, idx: usize) {
-        let host_init = self.host.init.clone().unwrap_or_else(|| json!({}));
-        let asked = host_init
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let version = if LEGACY_VERSIONS.contains(&asked) {
-            asked
-        } else {
-            "2025-11-25"
-        };
-        let params = json!({
-            "protocolVersion": version,
-            "capabilities": host_init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "clientInfo": host_init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
-        });
-        let timeout = self.call_timeout;
-        let deadline = self.add_deadline(timeout, Deadline::Up(idx, 0));
-        let id = self.request_up(idx, "initialize", &params);
-        // The deadline was registered before the id existed; point it at the id.
-        self.deadlines.insert(deadline, Deadline::Up(idx, id));
-        self.pending_up
-            .insert((idx, id), PendingUp::Initialize { deadline });
-    }
-
-    /// Sends a request of the gateway's own upstream; returns its id.
-    fn request_up(&mut self, idx: usize, method: &str, params: &Value) -> u64 {
-        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
-        let params = if modern {
-            self.with_modern_meta(params.clone())
-        } else {
-            params.clone()
-        };
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return 0;
-        };
-        up.next_id += 1;
-        let id = up.next_id;
-        up.send(frame::request(&id.to_string(), method, &params));
-        id
-    }
-
-    /// Sends a host request's `line` upstream under `id`, with its deadline,
-    /// remembering where its answer goes (and, for cancellation, where it went).
-    fn send_forward(
-        &mut self,
-        idx: usize,
-        id: u64,
-        request: HostRequest,
-        call: Option<CallInfo>,
-        line: String,
-    ) {
-        let timeout = self.call_timeout;
-        let deadline = self.add_deadline(timeout, Deadline::Up(idx, id));
-        self.host_to_up.insert(request.id.clone(), (idx, id));
-        self.pending_up.insert(
-            (idx, id),
-            PendingUp::Forward(Forward {
-                request,
-                deadline,
-                call,
-            }),
-        );
-        if let Some(up) = self.upstreams.get_mut(idx) {
-            up.send(line);
+        self.withdraw_session(session);
+        if let Some(host) = self.sessions.get_mut(&session) {
+            host.closed = true;
         }
     }
 
-    fn next_up_id(&mut self, idx: usize) -> u64 {
-        self.upstreams.get_mut(idx).map_or(0, |up| {
-            up.next_id += 1;
-            up.next_id
-        })
+    /// Stops everything: what still waits is withdrawn and recorded, the
+    /// last records are committed, the servers stopped.
+    async fn shutdown(&mut self) {
+        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for session in sessions {
+            self.host_closed(session);
+        }
+        self.end_turn();
+        if let Some(watcher) = self.watcher.take() {
+            watcher.stop();
+        }
+        self.stop_servers().await;
     }
 
-    fn on_upstream_line(&mut self, idx: usize, line: String) {
-        let message = match Message::parse(&line) {
+    // --- the upstream side ---
+
+    fn on_upstream_line(&mut self, idx: ServerIdx, line: &str) {
+        let message = match Message::parse(line) {
             Ok(message) => message,
             Err(err) => {
                 let preview: String = line.chars().take(80).collect();
@@ -1220,53 +928,81 @@ impl Gateway {
                     tracing::debug!("a response upstream with an id we never sent");
                     return;
                 };
-                match self.pending_up.remove(&(idx, id)) {
-                    Some(pending) => self.on_upstream_response(idx, id, pending, &message),
+                match self.inflight.take_up(idx, id) {
+                    Some(purpose) => self.on_upstream_response(idx, id, purpose, &message),
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
-            Kind::Request if self.host.modern && self.relay_to_modern_host(idx, &message) => {}
-            Kind::Request if self.host.modern => {
-                // A 2026-07-28 host takes no requests from a server, and no
-                // single call of the host can carry this one.
-                let text = "the host speaks 2026-07-28, which takes no requests from a server; this gateway cannot relay them yet";
-                if let Some(up) = self.upstreams.get_mut(idx) {
-                    up.send(frame::error_response(message.id_text(), -32601, text));
-                }
-            }
-            Kind::Request => {
-                // A server-to-host request (elicitation, sampling, roots, ping):
-                // to the host under an id of ours, and the answer back.
-                let generation = self.upstreams.get(idx).map_or(0, |up| up.generation);
-                let n = self.next_host_id();
-                self.send_host(message.with_id(&format!("\"hintgate-{n}\"")));
-                self.pending_host.insert(
-                    n,
-                    PendingHost::Forwarded {
-                        idx,
-                        generation,
-                        upstream_id: message.id_text().to_owned(),
-                    },
-                );
-            }
+            Kind::Request => self.on_upstream_request(idx, &message),
             Kind::Notification => self.on_upstream_notification(idx, &message),
         }
     }
 
-    fn on_upstream_notification(&mut self, idx: usize, message: &Message<'_>) {
+    fn on_upstream_response(
+        &mut self,
+        idx: ServerIdx,
+        id: u64,
+        purpose: UpPurpose,
+        message: &Message<'_>,
+    ) {
+        match purpose {
+            UpPurpose::Discover => self.on_discovered(idx, message),
+            UpPurpose::LateDiscover => self.on_late_discovered(idx, message),
+            UpPurpose::Initialize => self.on_initialized(idx, message),
+            UpPurpose::ListTools => self.on_tools_page(idx, message),
+            UpPurpose::Call(cx) => self.on_call_answer(idx, cx, message),
+            UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
+            UpPurpose::Fanout { aggregate, method } => {
+                self.on_fanout_page(idx, id, aggregate, &method, message);
+            }
+            UpPurpose::Quiet => {}
+        }
+    }
+
+    fn on_upstream_request(&mut self, idx: ServerIdx, message: &Message<'_>) {
+        let Some(up) = self.upstreams.get(idx) else {
+            return;
+        };
+        let generation = up.generation();
+        // A server's own request goes to the session that has a request in
+        // flight on it (over stdio, the one session).
+        let session = self.session_for_server(idx);
+        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
+        if modern_host {
+            if !self.relay_to_modern_host(idx, message) {
+                // A 2026-07-28 host takes no requests from a server, and no
+                // single call of the host can carry this one.
+                let text = "the host speaks 2026-07-28, which takes no requests from a server; this gateway cannot relay this one (no single call of the host is in flight on this server)";
+                self.send_upstream(
+                    idx,
+                    generation,
+                    frame::error_response(message.id_text(), -32601, text),
+                );
+            }
+            return;
+        }
+        // A server-to-host request (elicitation, sampling, roots, ping): to
+        // the host under an id of ours, and the answer back.
+        let n = self.inflight.wait_host(
+            session,
+            HostPurpose::Relay {
+                server: idx,
+                generation,
+                upstream_id: message.id_text().to_owned(),
+            },
+            self.limits.ask_timeout,
+        );
+        self.send_host(session, message.with_id(&format!("\"hintgate-{n}\"")));
+    }
+
+    fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
         match message.method() {
             "notifications/tools/list_changed" => {
-                if let Some(up) = self.upstreams.get_mut(idx) {
-                    up.tools = None;
-                }
+                self.catalog.forget(idx);
                 // List again now, so a changed definition is caught and held
                 // even if the host never lists again.
                 self.list_tools(idx);
-                if self.host.modern {
-                    self.notify_modern("notifications/tools/list_changed");
-                } else {
-                    self.send_host(message.line().to_owned());
-                }
+                self.notify_hosts("notifications/tools/list_changed", message.line());
             }
             // A 2026-07-28 server confirming the gateway's own listen stream.
             "notifications/subscriptions/acknowledged" => {}
@@ -1279,285 +1015,67 @@ impl Gateway {
                     .get("requestId")
                     .map(Value::to_string)
                     .unwrap_or_default();
-                let found = self
-                    .pending_host
-                    .iter()
-                    .find_map(|(n, pending)| match pending {
-                        PendingHost::Forwarded {
-                            idx: owner,
-                            upstream_id,
-                            ..
-                        } if *owner == idx && *upstream_id == request_id => Some(*n),
-                        _ => None,
-                    });
-                if let Some(n) = found {
-                    self.pending_host.remove(&n);
-                    let mut params = params;
+                let found = self.inflight.take_host_where(|purpose| {
+                    matches!(purpose, HostPurpose::Relay { server, upstream_id, .. } if *server == idx && *upstream_id == request_id)
+                });
+                for (session, n, _) in found {
+                    let mut params = params.clone();
                     if let Some(object) = params.as_object_mut() {
                         object.insert(
                             "requestId".to_owned(),
                             Value::String(format!("hintgate-{n}")),
                         );
                     }
-                    self.send_host(message.with_params(&params.to_string()));
+                    self.send_host(session, message.with_params(&params.to_string()));
                 }
             }
             method @ ("notifications/prompts/list_changed"
-            | "notifications/resources/list_changed")
-                if self.host.modern =>
-            {
-                self.notify_modern(method);
+            | "notifications/resources/list_changed") => {
+                self.notify_hosts(method, message.line());
             }
-            _ => self.send_host(message.line().to_owned()),
+            _ => self.send_every_host(message.line()),
         }
     }
 
-    fn on_upstream_response(
-        &mut self,
-        idx: usize,
-        id: u64,
-        pending: PendingUp,
-        message: &Message<'_>,
-    ) {
-        match pending {
-            PendingUp::Discover { deadline } => {
-                self.deadlines.remove(&deadline);
-                self.on_discovered(idx, message);
-            }
-            PendingUp::LateDiscover => self.on_late_discovered(idx, message),
-            PendingUp::Listen => {}
-            PendingUp::Initialize { deadline } => {
-                self.deadlines.remove(&deadline);
-                self.on_initialized(idx, message);
-            }
-            PendingUp::ListTools => self.on_tools_page(idx, message),
-            PendingUp::Forward(forward) => {
-                self.deadlines.remove(&forward.deadline);
-                self.host_to_up.remove(&forward.request.id);
-                if !self.host.modern
-                    && let Some(result) = message
-                        .result
-                        .filter(|raw| raw.get().contains("input_required"))
-                        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-                        .filter(|result| {
-                            result.get("resultType").and_then(Value::as_str)
-                                == Some("input_required")
-                        })
-                {
-                    self.gather_for_legacy_host(idx, forward, &result);
-                    return;
-                }
-                match &forward.call {
-                    Some(call) => self.on_call_result(idx, call.clone(), &forward.request, message),
-                    None => self.send_host(self.host_response(
-                        message,
-                        &forward.request.id,
-                        &forward.request.method,
-                    )),
-                }
-            }
-            PendingUp::Fanout { aggregate, method } => {
-                self.on_fanout_page(idx, id, aggregate, &method, message)
+    /// A change notification to every host: as sent to a legacy host, on
+    /// its listen stream to a modern one.
+    fn notify_hosts(&mut self, method: &str, line: &str) {
+        let sessions: Vec<(SessionId, bool)> = self
+            .sessions
+            .iter()
+            .map(|(id, session)| (*id, session.modern()))
+            .collect();
+        for (session, modern) in sessions {
+            if modern {
+                self.notify_modern(session, method);
+            } else {
+                self.send_host(session, line.to_owned());
             }
         }
     }
 
-    fn on_initialized(&mut self, idx: usize, message: &Message<'_>) {
-        let result: Option<Value> = message
-            .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
-        let Some(up) = self.upstreams.get_mut(idx) else {
+    /// The session a server's own request belongs to: the one with a request
+    /// in flight on that server, else the first.
+    fn session_for_server(&self, idx: ServerIdx) -> SessionId {
+        self.inflight
+            .session_on(idx)
+            .or_else(|| self.sessions.keys().min().copied())
+            .unwrap_or(SessionId::FIRST)
+    }
+
+    /// Tells the store watcher which identities to watch.
+    fn watch_keys(&mut self) {
+        let Some(store) = self.store.clone() else {
             return;
         };
-        match result {
-            Some(info) => {
-                tracing::info!(server.id = %up.name, version = ?info.get("protocolVersion"), "initialized");
-                up.info = Some(info);
-                up.phase = Phase::Ready;
-                up.send(frame::notification("notifications/initialized", &json!({})));
-                if self.pin_instructions(idx) {
-                    self.list_tools(idx);
-                }
-            }
+        let keys = self.catalog.keys();
+        match &self.watcher {
+            Some(watcher) => watcher.set_keys(keys),
             None => {
-                let error = message
-                    .error
-                    .map_or("no result".to_owned(), |raw| raw.get().to_owned());
-                // A busy 2026-07-28 server may answer the era probe only
-                // after it timed out, and then refuse `initialize` with the
-                // modern "unsupported protocol version" error, a recognized
-                // modern error: probe once more, with the call timeout.
-                let modern_refusal = serde_json::from_str::<Value>(&error)
-                    .ok()
-                    .and_then(|error| error.get("code").and_then(Value::as_i64))
-                    == Some(-32022);
-                if modern_refusal && !up.reprobed {
-                    up.reprobed = true;
-                    tracing::debug!(server.id = %up.name, "refused `initialize` the 2026-07-28 way: probing its era again");
-                    let timeout = self.call_timeout;
-                    self.probe_era(idx, timeout);
-                    return;
+                self.watcher = watch::StoreWatcher::spawn(store, self.events.clone());
+                if let Some(watcher) = &self.watcher {
+                    watcher.set_keys(keys);
                 }
-                self.upstream_failed(idx, format!("refused to initialize: {error}"));
-            }
-        }
-        self.retry_waiting();
-    }
-
-    /// A server crashed, hung at start-up or broke the protocol: stop it,
-    /// fail or retry what it had in flight, and restart it on the next call.
-    fn upstream_failed(&mut self, idx: usize, reason: String) {
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        if matches!(up.phase, Phase::Failed(_) | Phase::Stopped) && up.process.is_none() {
-            return;
-        }
-        tracing::error!(server.id = %up.name, "{reason}");
-        up.phase = Phase::Failed(reason.clone());
-        up.process = None;
-        up.tools = None;
-        up.listing = None;
-        let name = up.name.clone();
-        let keys: Vec<(usize, u64)> = self
-            .pending_up
-            .keys()
-            .filter(|(owner, _)| *owner == idx)
-            .copied()
-            .collect();
-        for key in keys {
-            let Some(pending) = self.pending_up.remove(&key) else {
-                continue;
-            };
-            match pending {
-                PendingUp::Initialize { deadline } | PendingUp::Discover { deadline } => {
-                    self.deadlines.remove(&deadline);
-                }
-                PendingUp::ListTools | PendingUp::Listen | PendingUp::LateDiscover => {}
-                PendingUp::Forward(forward) => {
-                    self.deadlines.remove(&forward.deadline);
-                    self.host_to_up.remove(&forward.request.id);
-                    self.fail_forward(
-                        forward,
-                        &format!("server `{name}` stopped before answering: {reason}"),
-                    );
-                }
-                PendingUp::Fanout { aggregate, .. } => self.fanout_done(aggregate, idx, None),
-            }
-        }
-        self.pending_host.retain(|_, pending| !matches!(pending, PendingHost::Forwarded { idx: owner, .. } if *owner == idx));
-        self.retry_waiting();
-    }
-
-    fn upstream_timed_out(&mut self, idx: usize, id: u64) {
-        let name = self
-            .upstreams
-            .get(idx)
-            .map(|up| up.name.clone())
-            .unwrap_or_default();
-        let timeout = self.call_timeout.as_secs();
-        match self.pending_up.remove(&(idx, id)) {
-            Some(PendingUp::Discover { .. }) => {
-                tracing::debug!(server.id = %name, "no answer to `server/discover` in time: trying `initialize`");
-                // A slow modern server may still answer the probe.
-                self.pending_up.insert((idx, id), PendingUp::LateDiscover);
-                self.send_initialize(idx);
-            }
-            Some(PendingUp::Initialize { .. }) => {
-                self.upstream_failed(
-                    idx,
-                    format!("did not answer `initialize` within {timeout} s"),
-                );
-            }
-            Some(PendingUp::Forward(forward)) => {
-                self.host_to_up.remove(&forward.request.id);
-                if let Some(up) = self.upstreams.get_mut(idx) {
-                    up.send(frame::notification(
-                        "notifications/cancelled",
-                        &json!({"requestId": id, "reason": "timed out"}),
-                    ));
-                }
-                self.fail_forward(
-                    forward,
-                    &format!("server `{name}` did not answer within {timeout} s"),
-                );
-            }
-            Some(other) => {
-                // Internal requests have no deadline; put it back untouched.
-                self.pending_up.insert((idx, id), other);
-            }
-            None => {}
-        }
-    }
-
-    /// A forwarded request failed (timeout, crash): retry it when design
-    /// §4.5 allows, otherwise tell the host.
-    fn fail_forward(&mut self, forward: Forward, reason: &str) {
-        match &forward.call {
-            Some(call) if call.retry_eligible && forward.request.attempt == 0 => {
-                tracing::warn!(tool.name = %call.tool, "{reason}; retrying once (trusted server, read-only or idempotent tool)");
-                self.audit_outcome(&forward.request, call, "failed, retried");
-                let mut request = forward.request;
-                request.attempt = 1;
-                request.restarted = None;
-                self.waiting.push(request);
-            }
-            Some(call) => {
-                let why = if call.retry_eligible {
-                    "it already failed once".to_owned()
-                } else {
-                    "hintgate retries only read-only or idempotent tools of trusted servers"
-                        .to_owned()
-                };
-                let text = format!("{reason}. The call was not retried: {why}.");
-                let line = self.response_line(&forward.request.id, &tools::error_result(&text));
-                self.end_with_outcome(&forward.request, call, "failed", line);
-            }
-            None => self.reply_error(&forward.request.id, -32603, reason),
-        }
-    }
-
-    /// Stops every server: closes its input, waits a moment, then kills it.
-    async fn shutdown(&mut self) {
-        // Calls still waiting for a person are withdrawn and recorded.
-        let queued: Vec<u64> = self.queued.keys().copied().collect();
-        for id in queued {
-            self.withdraw_queued(id, "the session ended before anyone answered");
-        }
-        // Whatever the audit log still holds is written before the gateway ends.
-        if let Some(audit) = self.audit.take() {
-            audit.finish();
-        }
-        let processes: Vec<Link> = self
-            .upstreams
-            .iter_mut()
-            .filter_map(|up| up.process.take())
-            .collect();
-        let stops = processes.into_iter().map(Link::stop);
-        for stop in stops {
-            stop.await;
-        }
-    }
-
-    fn prefixed(&self, idx: usize, name: &str) -> String {
-        match self.mode {
-            Mode::Wrap => name.to_owned(),
-            Mode::Gateway => {
-                let server = self.upstreams.get(idx).map_or("", |up| up.name.as_str());
-                format!("{server}{}{name}", self.separator)
-            }
-        }
-    }
-
-    /// Which server a host-side (possibly prefixed) name belongs to, and the
-    /// name the server knows it by.
-    fn resolve(&self, name: &str) -> Option<(usize, String)> {
-        match self.mode {
-            Mode::Wrap => Some((0, name.to_owned())),
-            Mode::Gateway => {
-                let (server, rest) = name.split_once(self.separator.as_str())?;
-                let idx = self.upstreams.iter().position(|up| up.name == server)?;
-                Some((idx, rest.to_owned()))
             }
         }
     }

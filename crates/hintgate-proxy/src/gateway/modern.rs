@@ -1,26 +1,32 @@
-//! The 2026-07-28 ("modern") era on the host side.
+//! The 2026-07-28 ("modern") era, on both sides.
 //!
 //! A modern host sends no `initialize`: every request carries its protocol
 //! version and capabilities in `_meta`, it may first ask `server/discover`,
 //! every result must say its `resultType`, list results say how long they
 //! may be cached, and a server cannot send it requests. So the gateway:
 //!
-//! - starts its servers (always in the legacy era upstream) on the first
-//!   modern request, with the capabilities that request declares;
+//! - starts its servers on the first modern request, with the capabilities
+//!   that request declares;
 //! - answers `server/discover` itself, once the servers are up;
 //! - adds `resultType: "complete"` (and `ttlMs: 0`, `cacheScope: "private"`
 //!   on cacheable results) to what it passes back;
 //! - asks a person by returning an input-required result whose
 //!   `requestState` is sealed ([`crate::seal`]) and single-use, and runs the
-//!   call when the host retries with an approval;
-//! - answers a server's own requests (elicitation, sampling, roots) with an
-//!   error, since they cannot reach a modern host through this gateway yet;
+//!   call when the host retries with an approval (see `ask`);
 //! - sends change notifications only on a `subscriptions/listen` stream.
+//!
+//! Upstream, a server that answers the era probe with 2026-07-28 among its
+//! versions is spoken to in that era: every request carries the modern
+//! `_meta`, and change notifications come on a listen stream.
 
 use serde_json::{Map, Value, json};
 
-use super::{Gateway, HostRequest, LEGACY_VERSIONS};
-use crate::frame::Message;
+use super::Gateway;
+use super::call::{CallContext, HostRequest};
+use super::session::{Era, HostSession, SessionId, declares_form_elicitation};
+use super::upstreams::{LEGACY_VERSIONS, Phase, ServerIdx};
+use crate::frame::{self, Message};
+use crate::json::members;
 
 /// The modern protocol version the gateway speaks.
 pub const MODERN_VERSION: &str = "2026-07-28";
@@ -44,41 +50,68 @@ const CACHEABLE: [&str; 6] = [
     "server/discover",
 ];
 
-/// Whether a retried call carries the answer to the gateway's own question.
-pub(super) fn carries_our_answer(params: &Value) -> bool {
-    params
-        .get("inputResponses")
-        .and_then(Value::as_object)
-        .is_some_and(|responses| responses.contains_key(INPUT_KEY))
-        || params
-            .get("requestState")
-            .and_then(Value::as_str)
-            .is_some_and(crate::seal::is_ours)
+/// Whether a retried call carries the gateway's own answer or state.
+pub(super) fn carries_our_answer(cx: &CallContext) -> bool {
+    let state_is_ours = cx
+        .params
+        .request_state
+        .as_deref()
+        .is_some_and(crate::seal::is_ours);
+    let answers_ours = cx
+        .params
+        .input_responses
+        .as_ref()
+        .and_then(|range| cx.request.line.get(range.clone()))
+        .and_then(|text| members(text).ok())
+        .is_some_and(|found| found.iter().any(|member| member.key == INPUT_KEY));
+    state_is_ours || answers_ours
 }
 
-/// Removes the gateway's own answer and state from a call's params.
-pub(super) fn strip_our_answer(params: &mut Map<String, Value>) {
-    if let Some(responses) = params
-        .get_mut("inputResponses")
-        .and_then(Value::as_object_mut)
-    {
-        responses.remove(INPUT_KEY);
-        if responses.is_empty() {
-            params.remove("inputResponses");
+/// Whether a `requestState` value (JSON text) is one the gateway sealed.
+pub(super) fn is_our_state(value: &str) -> bool {
+    serde_json::from_str::<String>(value)
+        .ok()
+        .is_some_and(|state| crate::seal::is_ours(&state))
+}
+
+/// `inputResponses` (JSON text) without the gateway's own answer; `None`
+/// when nothing else is left.
+pub(super) fn without_our_answer(value: &str) -> Option<String> {
+    let Ok(found) = members(value) else {
+        return Some(value.to_owned());
+    };
+    let rest: Vec<&str> = found
+        .iter()
+        .filter(|member| member.key != INPUT_KEY)
+        .filter_map(|member| value.get(member.span.clone()))
+        .collect();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut writer = crate::json::ObjectWriter::with_capacity(value.len());
+    for member in rest {
+        writer.copy(member);
+    }
+    Some(writer.finish())
+}
+
+/// A request's `_meta` (JSON text) with the modern keys set to `ours`.
+pub(super) fn merged_meta(value: &str, ours: &Value) -> String {
+    let mut meta = match serde_json::from_str::<Value>(value) {
+        Ok(Value::Object(object)) => object,
+        _ => Map::new(),
+    };
+    if let Value::Object(ours) = ours {
+        for (key, item) in ours {
+            meta.insert(key.clone(), item.clone());
         }
     }
-    if params
-        .get("requestState")
-        .and_then(Value::as_str)
-        .is_some_and(crate::seal::is_ours)
-    {
-        params.remove("requestState");
-    }
+    Value::Object(meta).to_string()
 }
 
 /// The `_meta` of a request's params, when the request is modern.
 pub(super) fn modern_meta(request: &HostRequest) -> Option<Map<String, Value>> {
-    let raw = request.spans.params(&request.line)?;
+    let raw = request.params_text()?;
     // Most requests of a legacy host have no modern `_meta`: skip the parse.
     if !raw.contains(META_VERSION) {
         return None;
@@ -88,11 +121,40 @@ pub(super) fn modern_meta(request: &HostRequest) -> Option<Map<String, Value>> {
     meta.contains_key(META_VERSION).then(|| meta.clone())
 }
 
+/// Adds what a modern host requires of a result the gateway composed.
+pub(super) fn modernize(modern: bool, method: &str, result: &mut Value) {
+    if !modern {
+        return;
+    }
+    if let Some(object) = result.as_object_mut() {
+        object
+            .entry("resultType")
+            .or_insert_with(|| json!("complete"));
+        if CACHEABLE.contains(&method) {
+            object.entry("ttlMs").or_insert_with(|| json!(0));
+            object
+                .entry("cacheScope")
+                .or_insert_with(|| json!("private"));
+        }
+    }
+}
+
+fn supports_modern(result: Option<&Value>) -> bool {
+    result.is_some_and(|result| {
+        result
+            .get("supportedVersions")
+            .and_then(Value::as_array)
+            .is_some_and(|versions| versions.iter().any(|v| v == MODERN_VERSION))
+    })
+}
+
+// === impl Gateway ===
+
 impl Gateway {
     /// The `_meta` every request to a 2026-07-28 server carries: the
     /// version, and the host's capabilities and identity.
     pub(super) fn modern_meta_for_upstream(&self) -> Value {
-        let init = self.host.init.clone().unwrap_or_else(|| json!({}));
+        let init = self.upstream_init.clone().unwrap_or_else(|| json!({}));
         json!({
             META_VERSION: MODERN_VERSION,
             META_CAPABILITIES: init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
@@ -121,55 +183,15 @@ impl Gateway {
     /// The answer to the era probe: a 2026-07-28 server is ready at once
     /// (and asked for change notifications); anything else gets the legacy
     /// handshake.
-    /// The probe was answered after `initialize` went out: a modern answer
-    /// wins while the `initialize` is still unanswered (a 2026-07-28 server
-    /// refuses it); otherwise the answer comes too late and is dropped.
-    pub(super) fn on_late_discovered(&mut self, idx: usize, message: &Message<'_>) {
-        let modern = message
-            .result
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            .is_some_and(|result| {
-                result
-                    .get("supportedVersions")
-                    .and_then(Value::as_array)
-                    .is_some_and(|versions| versions.iter().any(|v| v == MODERN_VERSION))
-            });
-        let initializing = self
-            .upstreams
-            .get(idx)
-            .is_some_and(|up| up.phase == super::Phase::Initializing);
-        if !modern || !initializing {
-            return;
-        }
-        let initialize: Vec<(usize, u64)> = self
-            .pending_up
-            .iter()
-            .filter(|((at, _), pending)| {
-                *at == idx && matches!(pending, super::PendingUp::Initialize { .. })
-            })
-            .map(|(key, _)| *key)
-            .collect();
-        for key in initialize {
-            if let Some(super::PendingUp::Initialize { deadline }) = self.pending_up.remove(&key) {
-                self.deadlines.remove(&deadline);
-            }
-        }
-        tracing::debug!("a late answer to `server/discover`: a 2026-07-28 server after all");
-        self.on_discovered(idx, message);
-    }
-
-    pub(super) fn on_discovered(&mut self, idx: usize, message: &Message<'_>) {
+    pub(super) fn on_discovered(&mut self, idx: ServerIdx, message: &Message<'_>) {
         let result: Option<Value> = message
             .result
             .and_then(|raw| serde_json::from_str(raw.get()).ok());
-        let modern = result.as_ref().is_some_and(|result| {
-            result
-                .get("supportedVersions")
-                .and_then(Value::as_array)
-                .is_some_and(|versions| versions.iter().any(|v| v == MODERN_VERSION))
-        });
-        let Some(result) = result.filter(|_| modern) else {
+        if !supports_modern(result.as_ref()) {
             self.send_initialize(idx);
+            return;
+        }
+        let Some(result) = result else {
             return;
         };
         let Some(up) = self.upstreams.get_mut(idx) else {
@@ -193,36 +215,42 @@ impl Gateway {
         tracing::info!(server.id = %up.name, "speaks 2026-07-28");
         up.info = Some(info);
         up.modern = true;
-        up.phase = super::Phase::Ready;
-        // Change notifications come only on a listen stream.
-        let listen = json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}});
-        let id = self.request_up(idx, "subscriptions/listen", &listen);
-        self.pending_up.insert((idx, id), super::PendingUp::Listen);
-        if self.pin_instructions(idx) {
-            self.list_tools(idx);
-        }
-        self.retry_waiting();
+        // Change notifications come only on a listen stream. It stays open
+        // for the server's life: its answers are not waited for, so it is
+        // not in the in-flight table.
+        let id = up.next_id();
+        let generation = up.generation();
+        let listen = self.with_modern_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}}));
+        self.send_upstream(
+            idx,
+            generation,
+            frame::request(&id.to_string(), "subscriptions/listen", &listen),
+        );
+        self.server_ready(idx);
     }
 
-    /// A host request for a 2026-07-28 server: under a new id, with the
-    /// modern `_meta` added to its params (or to `params`, when given).
-    pub(super) fn modern_line(
-        &self,
-        request: &HostRequest,
-        id: u64,
-        params: Option<Value>,
-    ) -> String {
-        let has_params = request.spans.params.is_some();
-        let params = params.unwrap_or_else(|| match request.params() {
-            Value::Null => json!({}),
-            other => other,
-        });
-        let params = self.with_modern_meta(params);
-        if has_params {
-            request.with_id_and_params(&id.to_string(), &params.to_string())
-        } else {
-            crate::frame::request(&id.to_string(), &request.method, &params)
+    /// The probe was answered after `initialize` went out: a modern answer
+    /// wins while the `initialize` is still unanswered (a 2026-07-28 server
+    /// refuses it); otherwise the answer comes too late and is dropped.
+    pub(super) fn on_late_discovered(&mut self, idx: ServerIdx, message: &Message<'_>) {
+        let result: Option<Value> = message
+            .result
+            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let starting = self
+            .upstreams
+            .get(idx)
+            .is_some_and(|up| up.phase == Phase::Starting);
+        if !supports_modern(result.as_ref()) || !starting {
+            return;
         }
+        let initialize = self.inflight.up_ids(idx, |purpose| {
+            matches!(purpose, super::inflight::UpPurpose::Initialize)
+        });
+        for id in initialize {
+            self.inflight.take_up(idx, id);
+        }
+        tracing::debug!("a late answer to `server/discover`: a 2026-07-28 server after all");
+        self.on_discovered(idx, message);
     }
 
     /// Starts a modern session from a request's `_meta`. Returns false (and
@@ -232,45 +260,39 @@ impl Gateway {
         request: &HostRequest,
         meta: &Map<String, Value>,
     ) -> bool {
+        let session = request.session;
         let version = meta.get(META_VERSION).and_then(Value::as_str).unwrap_or("");
         if version != MODERN_VERSION {
             let mut supported = vec![MODERN_VERSION];
             supported.extend(LEGACY_VERSIONS);
-            self.send_host(format!(
+            let line = format!(
                 "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":-32022,\"message\":\"unsupported protocol version\",\"data\":{}}}}}",
-                request.id,
+                request.id(),
                 json!({"supported": supported, "requested": version})
-            ));
+            );
+            self.send_host(session, line);
             return false;
         }
-        if self.host.init.is_some() {
+        let Some(host) = self.sessions.get_mut(&session) else {
+            return false;
+        };
+        if host.started() {
             return true;
         }
         let capabilities = meta
             .get(META_CAPABILITIES)
             .cloned()
             .unwrap_or_else(|| json!({}));
-        self.host.elicitation = capabilities.get("elicitation").is_some_and(|caps| {
-            caps.as_object()
-                .is_some_and(|caps| caps.is_empty() || caps.contains_key("form"))
-        });
-        self.host.modern = true;
-        self.host.protocol_version = MODERN_VERSION.to_owned();
-        // The servers upstream speak the legacy era; they get the host's
-        // capabilities and identity in an ordinary `initialize`.
-        self.host.init = Some(json!({
+        host.elicitation = declares_form_elicitation(Some(&capabilities));
+        host.era = Era::Modern;
+        // The servers get the host's capabilities and identity.
+        let init = json!({
             "protocolVersion": LEGACY_VERSIONS.first().copied().unwrap_or("2025-11-25"),
             "capabilities": capabilities,
             "clientInfo": meta.get(META_CLIENT).cloned().unwrap_or_else(|| json!({"name": "modern-host", "version": "0"})),
-        }));
-        for idx in 0..self.upstreams.len() {
-            if matches!(
-                self.upstreams.get(idx).map(|up| &up.phase),
-                Some(super::Phase::Stopped)
-            ) {
-                self.start(idx);
-            }
-        }
+        });
+        host.init = Some(init.clone());
+        self.start_servers(init);
         true
     }
 
@@ -278,7 +300,8 @@ impl Gateway {
     pub(super) fn on_discover(&mut self, request: HostRequest) {
         let Some(meta) = modern_meta(&request) else {
             self.reply_error(
-                &request.id,
+                request.session,
+                request.id(),
                 -32602,
                 "`server/discover` needs `_meta` with the protocol version and client capabilities",
             );
@@ -287,13 +310,15 @@ impl Gateway {
         if !self.begin_modern(&request, &meta) {
             return;
         }
-        self.host.discover_pending = Some(request);
+        if let Some(host) = self.sessions.get_mut(&request.session) {
+            host.discover_pending = Some(request);
+        }
         self.finish_initialize();
     }
 
     /// The `server/discover` result.
-    pub(super) fn discover_result(&self) -> Value {
-        let init = self.initialize_result();
+    pub(super) fn discover_result(&self, session: SessionId) -> Value {
+        let init = self.initialize_result(session);
         let mut supported = vec![MODERN_VERSION];
         supported.extend(LEGACY_VERSIONS);
         let mut result = json!({
@@ -306,36 +331,21 @@ impl Gateway {
         {
             object.insert("instructions".to_owned(), instructions.clone());
         }
+        modernize(true, "server/discover", &mut result);
         result
-    }
-
-    /// Adds what a modern host requires of a result the gateway composed.
-    pub(super) fn modernize(&self, method: &str, result: &mut Value) {
-        if !self.host.modern {
-            return;
-        }
-        if let Some(object) = result.as_object_mut() {
-            object
-                .entry("resultType")
-                .or_insert_with(|| json!("complete"));
-            if CACHEABLE.contains(&method) {
-                object.entry("ttlMs").or_insert_with(|| json!(0));
-                object
-                    .entry("cacheScope")
-                    .or_insert_with(|| json!("private"));
-            }
-        }
     }
 
     /// A server's response passed to the host under the host's id, with
     /// what a modern host requires added to a successful result.
     pub(super) fn host_response(
         &self,
+        session: SessionId,
         message: &Message<'_>,
         host_id: &str,
         method: &str,
     ) -> String {
-        if !self.host.modern {
+        let modern = self.sessions.get(&session).is_some_and(HostSession::modern);
+        if !modern {
             // A 2026-07-28 server may answer with an input-required result;
             // a legacy host could not retry it, so it is told plainly.
             let asks_input = message.result.is_some_and(|raw| {
@@ -348,11 +358,11 @@ impl Gateway {
                         })
             });
             if asks_input {
-                let text = "the server asked for more input (a 2026-07-28 input-required result), which this gateway cannot relay to a host of the legacy era yet";
+                let text = "the server asked for more input (a 2026-07-28 input-required result), which this gateway cannot relay to a host of the legacy era for this request";
                 return if method == "tools/call" {
-                    crate::frame::response(host_id, &super::tools::error_result(text))
+                    frame::response(host_id, &super::call::error_result(text))
                 } else {
-                    crate::frame::error_response(host_id, -32603, text)
+                    frame::error_response(host_id, -32603, text)
                 };
             }
             return message.with_id(host_id);
@@ -360,31 +370,93 @@ impl Gateway {
         if message.result.is_none() {
             return message.with_id(host_id);
         }
-        let mut fields = String::from("\"resultType\":\"complete\"");
-        if CACHEABLE.contains(&method) {
-            fields.push_str(",\"ttlMs\":0,\"cacheScope\":\"private\"");
+        // Only what the result does not say already: a key added twice
+        // would be read two ways.
+        let present: Vec<String> = message
+            .result
+            .and_then(|raw| members(raw.get()).ok())
+            .map(|found| {
+                found
+                    .into_iter()
+                    .map(|member| member.key.into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let has = |key: &str| present.iter().any(|found| found == key);
+        let mut fields = Vec::new();
+        if !has("resultType") {
+            fields.push("\"resultType\":\"complete\"");
         }
-        message.with_id_and_result_fields(host_id, &fields)
+        if CACHEABLE.contains(&method) {
+            if !has("ttlMs") {
+                fields.push("\"ttlMs\":0");
+            }
+            if !has("cacheScope") {
+                fields.push("\"cacheScope\":\"private\"");
+            }
+        }
+        if fields.is_empty() {
+            return message.with_id(host_id);
+        }
+        message.with_id_and_result_fields(host_id, &fields.join(","))
     }
 
     /// `subscriptions/listen`: the stream change notifications travel on.
     pub(super) fn on_listen(&mut self, request: HostRequest) {
-        let subscription = request.id.clone();
-        self.send_host(crate::frame::notification(
-            "notifications/subscriptions/acknowledged",
-            &json!({"_meta": {META_SUBSCRIPTION: serde_json::from_str::<Value>(&subscription).unwrap_or(Value::Null)}}),
-        ));
-        self.host.listen = Some(subscription);
+        let session = request.session;
+        let subscription = request.id().to_owned();
+        self.send_host(
+            session,
+            frame::notification(
+                "notifications/subscriptions/acknowledged",
+                &json!({"_meta": {META_SUBSCRIPTION: serde_json::from_str::<Value>(&subscription).unwrap_or(Value::Null)}}),
+            ),
+        );
+        if let Some(host) = self.sessions.get_mut(&session) {
+            host.listen = Some(subscription);
+        }
     }
 
     /// Sends a change notification to a modern host on its listen stream.
-    pub(super) fn notify_modern(&self, method: &str) {
-        if let Some(subscription) = &self.host.listen {
-            let id: Value = serde_json::from_str(subscription).unwrap_or(Value::Null);
-            self.send_host(crate::frame::notification(
-                method,
-                &json!({"_meta": {META_SUBSCRIPTION: id}}),
-            ));
-        }
+    pub(super) fn notify_modern(&mut self, session: SessionId, method: &str) {
+        let Some(subscription) = self
+            .sessions
+            .get(&session)
+            .and_then(|host| host.listen.clone())
+        else {
+            return;
+        };
+        let id: Value = serde_json::from_str(&subscription).unwrap_or(Value::Null);
+        self.send_host(
+            session,
+            frame::notification(method, &json!({"_meta": {META_SUBSCRIPTION: id}})),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateways_own_answer_is_removed_and_the_rest_kept() {
+        assert_eq!(
+            without_our_answer(r#"{"hintgate/approve":{"action":"accept"},"server":{"n":1.0}}"#),
+            Some(r#"{"server":{"n":1.0}}"#.to_owned())
+        );
+        assert_eq!(without_our_answer(r#"{"hintgate/approve":{}}"#), None);
+    }
+
+    #[test]
+    fn modern_meta_overrides_only_its_own_keys() {
+        let merged: Value = serde_json::from_str(&merged_meta(
+            r#"{"progressToken":"p","io.modelcontextprotocol/protocolVersion":"x"}"#,
+            &json!({META_VERSION: MODERN_VERSION}),
+        ))
+        .unwrap();
+        assert_eq!(
+            merged,
+            json!({"progressToken": "p", META_VERSION: MODERN_VERSION})
+        );
     }
 }

@@ -8,16 +8,21 @@
 //!   question with it, and the server's result then answers the retry.
 //! - A 2026-07-28 server answers a legacy host's call with an input-required
 //!   result: the gateway asks the host each question as a request, gathers
-//!   the answers, and calls the server again with them and the server's own
-//!   state; the host's call is answered by the server's final result.
+//!   the answers, and sends the same call again with them and the server's
+//!   own state (the pipeline's continuation: recorded, then sent); the host's
+//!   call is answered by the server's final result.
 
 use std::collections::HashMap;
 
-use hintgate_policy::reason::ReasonCode;
+use hintgate_policy::decide::{Decision, RememberOffer, Verdict};
 use serde_json::{Map, Value, json};
 
-use super::{Forward, Gateway, HostRequest, PendingHost, PendingUp};
+use super::Gateway;
+use super::call::{Approver, CallContext, Channel, Outcome, Refusal, Step};
+use super::inflight::{HostPurpose, UpPurpose};
+use super::upstreams::ServerIdx;
 use crate::frame::{self, Message};
+use crate::json::members;
 
 /// The input key under which a relayed server question travels to a modern host.
 const RELAY_KEY: &str = "hintgate/server-request";
@@ -25,44 +30,33 @@ const RELAY_KEY: &str = "hintgate/server-request";
 /// A legacy host's call whose server asked for input: the answers gathered so far.
 #[derive(Debug)]
 pub(crate) struct Gather {
-    request: HostRequest,
-    idx: usize,
-    call: Option<super::CallInfo>,
-    params: Value,
+    cx: Box<CallContext>,
     server_state: Option<Value>,
     remaining: usize,
     responses: Map<String, Value>,
 }
 
+/// The gatherings in progress, by number.
+pub(crate) type Gathers = HashMap<u64, Gather>;
+
 impl Gateway {
     /// A legacy server asked the host something while a modern host waits
     /// on a call: answer that call with the question. Returns false when no
     /// single call of the host can carry it.
-    pub(super) fn relay_to_modern_host(&mut self, idx: usize, message: &Message<'_>) -> bool {
-        let in_flight: Vec<u64> = self
-            .pending_up
-            .iter()
-            .filter_map(|((owner, id), pending)| match pending {
-                PendingUp::Forward(_) if *owner == idx => Some(*id),
-                _ => None,
-            })
-            .collect();
+    pub(super) fn relay_to_modern_host(&mut self, idx: ServerIdx, message: &Message<'_>) -> bool {
+        let in_flight = self
+            .inflight
+            .up_ids(idx, |purpose| matches!(purpose, UpPurpose::Call(_)));
         let [call_id] = in_flight.as_slice() else {
             return false;
         };
         let call_id = *call_id;
-        let Some(PendingUp::Forward(forward)) = self.pending_up.get(&(idx, call_id)) else {
+        let Some(UpPurpose::Call(cx)) = self.inflight.peek_up_mut(idx, call_id) else {
             return false;
         };
-        let host_id = forward.request.id.clone();
-        let tool = Message::parse(&forward.request.line)
-            .ok()
-            .and_then(|m| {
-                m.params
-                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            })
-            .and_then(|p| p.get("name").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_default();
+        let session = cx.request.session;
+        let host_id = cx.request.id().to_owned();
+        let tool = cx.params.name.clone();
         let question = json!({
             "method": message.method(),
             "params": message.params.and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok()).unwrap_or_else(|| json!({})),
@@ -70,173 +64,174 @@ impl Gateway {
         // The state names the server's call and its question; it is sealed
         // like the gateway's own, so the host cannot point it elsewhere.
         let binding = format!("relay:{idx}:{call_id}:{}", message.id_text());
-        let state =
-            match self
-                .sealer
-                .seal(&tool, &Value::Null, &binding, self.call_timeout.as_secs())
-            {
-                Ok(state) => state,
-                Err(_) => return false,
-            };
-        self.host_to_up.remove(&host_id);
+        let Ok(state) = self.sealer.seal(
+            &tool,
+            &Value::Null,
+            &binding,
+            self.limits.call_timeout.as_secs(),
+        ) else {
+            return false;
+        };
         let result = json!({
             "resultType": "input_required",
             "inputRequests": { RELAY_KEY: question },
             "requestState": state,
         });
-        self.send_host(frame::response(&host_id, &result));
+        self.send_host(session, frame::response(&host_id, &result));
         true
     }
 
-    /// A modern host's retry that answers a relayed server question. Returns
-    /// false when the call carries no such answer.
-    pub(super) fn answer_relayed(&mut self, request: &HostRequest, params: &Value) -> bool {
-        let Some(answer) = params.get("inputResponses").and_then(|r| r.get(RELAY_KEY)) else {
-            return false;
-        };
-        let state = params
-            .get("requestState")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let tool = params.get("name").and_then(Value::as_str).unwrap_or("");
-        let binding = match self.sealer.peek(state) {
+    /// Whether a modern host's call carries the answer to a relayed server
+    /// question.
+    pub(super) fn answers_relayed_question(&self, cx: &CallContext) -> bool {
+        cx.params
+            .input_responses
+            .as_ref()
+            .and_then(|range| cx.request.line.get(range.clone()))
+            .and_then(|text| members(text).ok())
+            .is_some_and(|found| found.iter().any(|member| member.key == RELAY_KEY))
+    }
+
+    /// A modern host's retry that answers a relayed server question: the
+    /// answer goes to the server, whose result then answers this retry.
+    pub(super) fn answer_relayed(&mut self, mut cx: Box<CallContext>) -> Step {
+        let responses: Value = cx
+            .params
+            .input_responses
+            .as_ref()
+            .and_then(|range| cx.request.line.get(range.clone()))
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or(Value::Null);
+        let answer = responses.get(RELAY_KEY).cloned().unwrap_or(Value::Null);
+        let state = cx.params.request_state.clone().unwrap_or_default();
+        let tool = cx.params.name.clone();
+        let binding = match self.sealer.peek(&state) {
             Ok(claim) => claim.pin,
             Err(err) => {
                 let text = format!("The relayed answer could not be used: {err}.");
-                self.refuse_relayed(request, "", tool, &text);
-                return true;
+                return Step::Refuse(cx, Refusal::BadState(text));
             }
         };
-        if let Err(err) = self.sealer.open(state, tool, &Value::Null, &binding) {
+        if let Err(err) = self.sealer.open(&state, &tool, &Value::Null, &binding) {
             let text = format!("The relayed answer could not be used: {err}.");
-            self.refuse_relayed(request, "", tool, &text);
-            return true;
+            return Step::Refuse(cx, Refusal::BadState(text));
         }
         let mut parts = binding.splitn(4, ':');
         let (Some("relay"), Some(idx), Some(call_id), Some(question_id)) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return false;
+            return Step::Refuse(
+                cx,
+                Refusal::BadState("The relayed answer names no question.".to_owned()),
+            );
         };
-        let (Ok(idx), Ok(call_id)) = (idx.parse::<usize>(), call_id.parse::<u64>()) else {
-            return false;
+        let (Ok(idx), Ok(call_id)) = (idx.parse::<ServerIdx>(), call_id.parse::<u64>()) else {
+            return Step::Refuse(
+                cx,
+                Refusal::BadState("The relayed answer names no question.".to_owned()),
+            );
         };
-        let server = self
-            .upstreams
-            .get(idx)
-            .map(|up| up.name.clone())
-            .unwrap_or_default();
-        match self.pending_up.get_mut(&(idx, call_id)) {
-            Some(PendingUp::Forward(forward)) => {
+        cx.server = Some(idx);
+        let new_host_id = cx.request.id().to_owned();
+        let new_line = cx.request.line.clone();
+        let new_spans = cx.request.spans.clone();
+        match self.inflight.peek_up_mut(idx, call_id) {
+            Some(UpPurpose::Call(waiting)) => {
                 // The server's result now answers this retry.
-                forward.request.id = request.id.clone();
+                waiting.request.line = new_line;
+                waiting.request.spans = new_spans;
             }
             _ => {
-                let text = "The server's call this answer was for has ended.";
-                self.refuse_relayed(request, &server, tool, text);
-                return true;
+                let text = "The server's call this answer was for has ended.".to_owned();
+                return Step::Refuse(cx, Refusal::BadState(text));
             }
         }
-        // The retry is a call of its own: its record says the person's answer
-        // went to the server's question (the server's result is the outcome
-        // of the call that asked it).
-        let decision = hintgate_policy::decide::Decision {
-            verdict: hintgate_policy::decide::Verdict::Allow,
+        tracing::debug!(host.id = %new_host_id, "a relayed answer goes to the server's question");
+        // The retry is a call of its own: its record says the person's
+        // answer went to the server's question (the server's result is the
+        // outcome of the call that asked it).
+        cx.decision = Some(Decision {
+            verdict: Verdict::Allow,
             reasons: Vec::new(),
-            remember: hintgate_policy::decide::RememberOffer::NotAsked,
-        };
-        self.audit_unheld(
-            request,
-            &server,
-            tool,
-            &decision,
-            "person (relayed answer)",
-            "relayed",
-        );
-        self.host_to_up.insert(request.id.clone(), (idx, call_id));
-        if let Some(up) = self.upstreams.get_mut(idx) {
-            up.send(frame::response(question_id, answer));
+            remember: RememberOffer::NotAsked,
+        });
+        cx.approver = Approver::Person(Channel::RelayedAnswer);
+        self.record_relayed(&cx);
+        if let Some(up) = self.upstreams.get(idx) {
+            let generation = up.generation();
+            self.send_upstream(idx, generation, frame::response(question_id, &answer));
         }
-        true
+        Step::Done
     }
 
-    /// Refuses a relayed answer that cannot be used, as a deny on the record.
-    fn refuse_relayed(&mut self, request: &HostRequest, server: &str, tool: &str, text: &str) {
-        let line = self.response_line(&request.id, &super::tools::error_result(text));
-        let decision = hintgate_policy::decide::Decision::deny(ReasonCode::InvalidRequestState);
-        self.end_audited(request, server, tool, &decision, "denied", "gateway", line);
+    /// The record of a retry that carried a relayed answer.
+    fn record_relayed(&mut self, cx: &CallContext) {
+        self.record_ended(cx, Outcome::Relayed);
     }
 
-    /// A 2026-07-28 server wants input for a legacy host's request: ask the
-    /// host each question and call the server again with the answers.
-    pub(super) fn gather_for_legacy_host(&mut self, idx: usize, forward: Forward, result: &Value) {
+    /// A 2026-07-28 server wants input for a legacy host's call: ask the
+    /// host each question and send the call again with the answers.
+    pub(super) fn gather_for_legacy_host(
+        &mut self,
+        idx: ServerIdx,
+        cx: Box<CallContext>,
+        result: &Value,
+    ) {
         let requests = result
             .get("inputRequests")
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
-        let params = Message::parse(&forward.request.line)
-            .ok()
-            .and_then(|m| {
-                m.params
-                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            })
-            .unwrap_or_else(|| json!({}));
+        let session = cx.request.session;
         if requests.is_empty() {
             let line = frame::error_response(
-                &forward.request.id,
+                cx.request.id(),
                 -32603,
                 "the server asked for input but named none",
             );
-            match &forward.call {
-                Some(call) => self.end_with_outcome(&forward.request, call, "protocol-error", line),
-                None => self.send_host(line),
-            }
+            self.answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
-        self.next_aggregate += 1;
-        let gather_id = self.next_aggregate;
+        let _ = idx;
+        // The call's first send is over: its outcome says the server asked.
+        self.record_outcome(&cx, Outcome::InputRequired);
+        let gather = self.routing.next_number();
         self.gathers.insert(
-            gather_id,
+            gather,
             Gather {
-                request: forward.request,
-                idx,
-                call: forward.call,
-                params,
+                cx,
                 server_state: result.get("requestState").cloned(),
                 remaining: requests.len(),
                 responses: Map::new(),
             },
         );
+        let timeout = self.limits.ask_timeout;
         for (key, question) in requests {
             let method = question
                 .get("method")
                 .and_then(Value::as_str)
                 .unwrap_or("elicitation/create")
                 .to_owned();
-            let question_params = question.get("params").cloned().unwrap_or_else(|| json!({}));
-            let n = self.next_host_id();
-            self.request_host(
-                n,
-                &method,
-                &question_params,
-                PendingHost::Gather {
-                    gather: gather_id,
-                    key,
-                },
+            let params = question.get("params").cloned().unwrap_or_else(|| json!({}));
+            let n = self
+                .inflight
+                .wait_host(session, HostPurpose::Gather { gather, key }, timeout);
+            self.send_host(
+                session,
+                frame::request(&format!("\"hintgate-{n}\""), &method, &params),
             );
         }
     }
 
-    /// The host answered one gathered question.
+    /// The host answered one gathered question (or did not in time).
     pub(super) fn on_gathered(
         &mut self,
-        gather_id: u64,
+        gather: u64,
         key: String,
         result: Option<Value>,
         error: Option<Value>,
     ) {
-        let Some(gather) = self.gathers.get_mut(&gather_id) else {
+        let Some(state) = self.gathers.get_mut(&gather) else {
             return;
         };
         let answer = match (result, error) {
@@ -244,55 +239,57 @@ impl Gateway {
             (None, Some(error)) => json!({"action": "cancel", "_meta": {"hintgate/error": error}}),
             (None, None) => json!({"action": "cancel"}),
         };
-        gather.responses.insert(key, answer);
-        gather.remaining = gather.remaining.saturating_sub(1);
-        if gather.remaining > 0 {
+        state.responses.insert(key, answer);
+        state.remaining = state.remaining.saturating_sub(1);
+        if state.remaining > 0 {
             return;
         }
-        let Some(gather) = self.gathers.remove(&gather_id) else {
+        let Some(state) = self.gathers.remove(&gather) else {
             return;
         };
-        let mut params = match gather.params {
-            Value::Object(object) => object,
-            _ => Map::new(),
+        let mut cx = state.cx;
+        // The same call, its arguments as the host sent them, with the
+        // server's questions answered and its own state returned.
+        let params = cx.request.params_text().unwrap_or("{}");
+        let Ok(found) = members(params) else {
+            return;
         };
-        params.insert("inputResponses".to_owned(), Value::Object(gather.responses));
-        match gather.server_state {
-            Some(state) => {
-                params.insert("requestState".to_owned(), state);
-            }
-            None => {
-                params.remove("requestState");
+        let mut writer = crate::json::ObjectWriter::with_capacity(params.len() + 256);
+        for member in &found {
+            match member.key.as_ref() {
+                "inputResponses" | "requestState" => {}
+                _ => writer.copy(params.get(member.span.clone()).unwrap_or("")),
             }
         }
-        let params = Value::Object(params);
-        let tool = gather.call.as_ref().map(|call| call.tool.clone());
-        self.resend(
-            gather.idx,
-            gather.request,
-            gather.call,
-            tool.as_deref(),
-            params,
+        writer.member(
+            "inputResponses",
+            &Value::Object(state.responses).to_string(),
         );
-    }
-
-    /// Sends a host request to a server again, with new params.
-    fn resend(
-        &mut self,
-        idx: usize,
-        request: HostRequest,
-        call: Option<super::CallInfo>,
-        tool: Option<&str>,
-        mut params: Value,
-    ) {
-        if let (Some(tool), Some(object)) = (tool, params.as_object_mut()) {
-            object.insert("name".to_owned(), Value::String(tool.to_owned()));
+        if let Some(server_state) = state.server_state {
+            writer.member("requestState", &server_state.to_string());
         }
-        let id = self.next_up_id(idx);
-        let line = self.modern_line(&request, id, Some(params));
-        self.send_forward(idx, id, request, call, line);
+        let mut continued = writer.finish();
+        // A 2026-07-28 server takes the modern `_meta` on every request.
+        if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&continued) {
+            let with_meta = self.with_modern_meta(Value::Object(object));
+            // Only the `_meta` member changes; rebuild it member by member so
+            // the arguments keep their bytes.
+            let meta = with_meta.get("_meta").cloned().unwrap_or(Value::Null);
+            if let Ok(found) = members(&continued) {
+                let mut writer = crate::json::ObjectWriter::with_capacity(continued.len() + 256);
+                for member in &found {
+                    if member.key != "_meta" {
+                        writer.copy(continued.get(member.span.clone()).unwrap_or(""));
+                    }
+                }
+                writer.member("_meta", &meta.to_string());
+                continued = writer.finish();
+            }
+        }
+        cx.continuation = Some(continued);
+        cx.attempt += 1;
+        cx.record = None;
+        cx.started = None;
+        self.act(Step::Forward(cx));
     }
 }
-
-/// The gathers in progress, by id.
-pub(crate) type Gathers = HashMap<u64, Gather>;

@@ -1,5 +1,6 @@
-//! Everything that is not a tool: passed through in wrap mode, routed or
-//! merged across servers in gateway mode.
+//! Everything that is not a tool call: the host's handshake, the tool list,
+//! and requests passed through in wrap mode or routed and merged across
+//! servers in gateway mode.
 //!
 //! Gateway mode, what the host sees:
 //! - `resources/list`, `resources/templates/list` and `prompts/list` merge
@@ -15,78 +16,346 @@
 //! - any other method is answered with "method not found", since it is
 //!   not clear which server it is for.
 
-use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
 
-use super::{Gateway, HostRequest, Mode, PendingUp, Readiness};
+use hintgate_policy::sanitize::sanitize;
+use serde_json::{Map, Value, json};
+
+use super::call::HostRequest;
+use super::inflight::UpPurpose;
+use super::session::{Era, SessionId, declares_form_elicitation};
+use super::upstreams::{LEGACY_VERSIONS, Phase, Readiness, ServerIdx};
+use super::{Gateway, Mode, Waiting};
 use crate::frame::Message;
+
+/// What routing remembers between requests.
+#[derive(Debug, Default)]
+pub(crate) struct Routing {
+    /// Lists being merged, by number.
+    aggregates: HashMap<u64, Aggregate>,
+    next_aggregate: u64,
+    /// Gateway mode: which server listed a resource URI.
+    resource_owners: HashMap<String, ServerIdx>,
+    /// Gateway mode: which server listed a resource template.
+    template_owners: HashMap<String, ServerIdx>,
+}
 
 /// A host request answered by merging several servers' lists.
 #[derive(Debug)]
-pub(crate) struct Aggregate {
+struct Aggregate {
     request: HostRequest,
     /// `resources`, `resourceTemplates` or `prompts`.
     key: &'static str,
     /// Each server's items, by its index, so the merged list is in
     /// configuration order whatever order the answers come in.
-    items: std::collections::BTreeMap<usize, Vec<Value>>,
+    items: BTreeMap<ServerIdx, Vec<Value>>,
     remaining: usize,
-    failures: Vec<String>,
 }
 
+// === impl Routing ===
+
+impl Routing {
+    /// A fresh number for a merge or a gathering.
+    pub fn next_number(&mut self) -> u64 {
+        self.next_aggregate += 1;
+        self.next_aggregate
+    }
+}
+
+// === impl Gateway ===
+
 impl Gateway {
+    /// A legacy host's `initialize`: the servers start with what it declared.
+    pub(super) fn on_initialize(&mut self, request: HostRequest) {
+        let session = request.session;
+        let params = match request.params() {
+            Value::Null => json!({}),
+            other => other,
+        };
+        let asked = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let version = if LEGACY_VERSIONS.contains(&asked) {
+            asked.to_owned()
+        } else {
+            LEGACY_VERSIONS
+                .first()
+                .copied()
+                .unwrap_or("2025-11-25")
+                .to_owned()
+        };
+        let Some(host) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        host.era = Era::Legacy(version);
+        host.elicitation = declares_form_elicitation(params.get("capabilities"));
+        host.init = Some(params.clone());
+        host.initialize_pending = Some(request);
+        self.start_servers(params);
+        self.finish_initialize();
+    }
+
+    /// Starts every server that is stopped; the first session's declaration
+    /// is what the servers are told of the host.
+    pub(super) fn start_servers(&mut self, init: Value) {
+        if self.upstream_init.is_none() {
+            self.upstream_init = Some(init);
+        }
+        for idx in 0..self.upstreams.len() {
+            if self
+                .upstreams
+                .get(idx)
+                .is_some_and(|up| up.phase == Phase::Stopped)
+            {
+                self.start(idx);
+            }
+        }
+    }
+
+    /// Answers the host's `initialize` (and a modern host's
+    /// `server/discover`) once every server is ready or failed.
+    pub(super) fn finish_initialize(&mut self) {
+        if !self.upstreams.settled() {
+            return;
+        }
+        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for session in sessions {
+            let Some(host) = self.sessions.get_mut(&session) else {
+                continue;
+            };
+            let discover = host.discover_pending.take();
+            let initialize = host.initialize_pending.take();
+            if let Some(request) = discover {
+                let result = self.discover_result(session);
+                self.reply(session, request.id(), &result);
+            }
+            let Some(request) = initialize else {
+                continue;
+            };
+            if self.mode == Mode::Wrap
+                && let Some(Phase::Failed(reason)) = self.upstreams.get(0).map(|up| &up.phase)
+            {
+                let text = format!(
+                    "server `{}` did not start: {reason}",
+                    self.upstreams.name(0)
+                );
+                self.reply_error(session, request.id(), -32603, &text);
+                continue;
+            }
+            let result = self.initialize_result(session);
+            self.reply(session, request.id(), &result);
+        }
+    }
+
+    /// The `initialize` result: the server's own in wrap mode (the gateway
+    /// tells the host when its tool list changes), the gateway's in gateway
+    /// mode, with every server's capabilities and instructions.
+    pub(super) fn initialize_result(&self, session: SessionId) -> Value {
+        let version = self
+            .sessions
+            .get(&session)
+            .map(|host| host.protocol_version().to_owned())
+            .unwrap_or_default();
+        match self.mode {
+            Mode::Wrap => {
+                let info = self
+                    .upstreams
+                    .get(0)
+                    .and_then(|up| up.info.clone())
+                    .unwrap_or_else(|| json!({}));
+                let mut capabilities = info
+                    .get("capabilities")
+                    .cloned()
+                    .unwrap_or_else(|| json!({}));
+                if let Some(caps) = capabilities.as_object_mut() {
+                    caps.insert("tools".to_owned(), json!({"listChanged": true}));
+                }
+                let mut result = json!({
+                    "protocolVersion": version,
+                    "capabilities": capabilities,
+                    "serverInfo": info.get("serverInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+                });
+                if let (Some(object), Some(instructions)) = (
+                    result.as_object_mut(),
+                    info.get("instructions").and_then(Value::as_str),
+                ) {
+                    object.insert(
+                        "instructions".to_owned(),
+                        Value::String(sanitize(instructions).text),
+                    );
+                }
+                result
+            }
+            Mode::Gateway => {
+                let mut capabilities = Map::new();
+                capabilities.insert("tools".to_owned(), json!({"listChanged": true}));
+                let any = |name: &str| {
+                    self.upstreams
+                        .iter()
+                        .any(|up| up.capability(name).is_some())
+                };
+                let any_flag = |name: &str, flag: &str| {
+                    self.upstreams.iter().any(|up| {
+                        up.capability(name)
+                            .and_then(|caps| caps.get(flag))
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false)
+                    })
+                };
+                if any("resources") {
+                    capabilities.insert(
+                        "resources".to_owned(),
+                        json!({"subscribe": any_flag("resources", "subscribe"), "listChanged": any_flag("resources", "listChanged")}),
+                    );
+                }
+                if any("prompts") {
+                    capabilities.insert(
+                        "prompts".to_owned(),
+                        json!({"listChanged": any_flag("prompts", "listChanged")}),
+                    );
+                }
+                if any("completions") {
+                    capabilities.insert("completions".to_owned(), json!({}));
+                }
+                if any("logging") {
+                    capabilities.insert("logging".to_owned(), json!({}));
+                }
+                let instructions: Vec<String> = self
+                    .upstreams
+                    .iter()
+                    .filter_map(|up| {
+                        let text = up.info.as_ref()?.get("instructions")?.as_str()?;
+                        Some(format!("## {}\n{}", up.name, sanitize(text).text))
+                    })
+                    .collect();
+                let mut result = json!({
+                    "protocolVersion": version,
+                    "capabilities": capabilities,
+                    "serverInfo": {"name": "hintgate", "title": "hintgate gateway", "version": env!("CARGO_PKG_VERSION")},
+                });
+                if !instructions.is_empty()
+                    && let Some(object) = result.as_object_mut()
+                {
+                    object.insert(
+                        "instructions".to_owned(),
+                        Value::String(instructions.join("\n\n")),
+                    );
+                }
+                result
+            }
+        }
+    }
+
+    /// `tools/list`: every server's visible tools, once every server has
+    /// listed them (a server that cannot is left out, and logged).
+    pub(super) fn on_tools_list(&mut self, mut request: HostRequest) {
+        let mut pending = false;
+        for idx in 0..self.upstreams.len() {
+            match self.readiness(idx, &mut request.restarted) {
+                Readiness::Ready => match self
+                    .catalog
+                    .server(idx)
+                    .map(|server| server.listing.clone())
+                {
+                    Some(super::catalog::Listing::Listed) => {}
+                    Some(super::catalog::Listing::InProgress) => pending = true,
+                    Some(super::catalog::Listing::Failed(reason)) => {
+                        tracing::warn!(server.id = %self.upstreams.name(idx), "its tools are left out of the list: {reason}");
+                    }
+                    Some(super::catalog::Listing::Unlisted) | None => {
+                        self.list_tools(idx);
+                        pending = true;
+                    }
+                },
+                Readiness::Pending => pending = true,
+                Readiness::Failed(_) => {}
+            }
+        }
+        if pending {
+            self.waiting.push(Waiting::Request(Box::new(request)));
+            return;
+        }
+        // The host's views were built once, when each server listed.
+        let mut tools = String::from("[");
+        for idx in 0..self.upstreams.len() {
+            for view in self.catalog.host_views(idx) {
+                if tools.len() > 1 {
+                    tools.push(',');
+                }
+                tools.push_str(view);
+            }
+        }
+        tools.push(']');
+        let session = request.session;
+        let modern = self
+            .sessions
+            .get(&session)
+            .is_some_and(super::session::HostSession::modern);
+        let extra = if modern {
+            ",\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\""
+        } else {
+            ""
+        };
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"tools\":{tools}{extra}}}}}",
+            request.id()
+        );
+        self.send_host(session, line);
+    }
+
+    /// Any other request: passed through in wrap mode, routed in gateway mode.
     pub(super) fn on_other_request(&mut self, mut request: HostRequest) {
+        let session = request.session;
         if self.mode == Mode::Wrap {
-            match self.readiness(0, &mut request) {
+            match self.readiness(0, &mut request.restarted) {
                 Readiness::Ready => self.forward(0, request, None),
-                Readiness::Pending => self.waiting.push(request),
+                Readiness::Pending => self.waiting.push(Waiting::Request(Box::new(request))),
                 Readiness::Failed(reason) => self.reply_error(
-                    &request.id,
+                    session,
+                    request.id(),
                     -32603,
                     &format!("the server is not available: {reason}"),
                 ),
             }
             return;
         }
-        let params: Value = Message::parse(&request.line)
-            .ok()
-            .and_then(|message| {
-                message
-                    .params
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            })
-            .unwrap_or(Value::Null);
+        let params = request.params();
         match request.method.as_str() {
             "resources/list" => self.fan_out(request, "resources", "resources"),
             "resources/templates/list" => self.fan_out(request, "resources", "resourceTemplates"),
             "prompts/list" => self.fan_out(request, "prompts", "prompts"),
             "logging/setLevel" => {
-                let line = request.line.clone();
-                for (idx, up) in self.upstreams.iter_mut().enumerate() {
+                let timeout = self.limits.call_timeout;
+                let targets: Vec<(ServerIdx, u64)> = self
+                    .upstreams
+                    .iter_mut()
+                    .enumerate()
                     // `logging/setLevel` is gone from 2026-07-28.
-                    if up.phase == super::Phase::Ready
-                        && !up.modern
-                        && up.capability("logging").is_some()
-                    {
-                        up.next_id += 1;
-                        let id = up.next_id;
-                        if let Ok(message) = Message::parse(&line) {
-                            up.send(message.with_id(&id.to_string()));
-                        }
-                        // The answers are not waited for: each server sets its own level.
-                        let _ = idx;
-                    }
+                    .filter(|(_, up)| {
+                        up.phase == Phase::Ready && !up.modern && up.capability("logging").is_some()
+                    })
+                    .map(|(idx, up)| (idx, up.next_id()))
+                    .collect();
+                for (idx, id) in targets {
+                    let generation = self
+                        .upstreams
+                        .get(idx)
+                        .map_or(0, super::upstreams::Upstream::generation);
+                    // Each server sets its own level; the answers are not needed.
+                    self.inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
+                    self.send_upstream(idx, generation, request.with_id(&id.to_string()));
                 }
-                self.reply(&request.id, &json!({}));
+                self.reply(session, request.id(), &json!({}));
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
                 match self.resource_owner(uri) {
                     Some(idx) => self.route(idx, request, None),
-                    None => self.reply_error(
-                        &request.id,
-                        -32602,
-                        &format!("unknown resource `{uri}`; list resources first"),
-                    ),
+                    None => {
+                        let text = format!("unknown resource `{uri}`; list resources first");
+                        self.reply_error(session, request.id(), -32602, &text);
+                    }
                 }
             }
             "prompts/get" => {
@@ -100,7 +369,8 @@ impl Gateway {
                         self.route(idx, request, Some(params));
                     }
                     None => {
-                        self.reply_error(&request.id, -32602, &format!("unknown prompt `{name}`"))
+                        let text = format!("unknown prompt `{name}`");
+                        self.reply_error(session, request.id(), -32602, &text);
                     }
                 }
             }
@@ -121,7 +391,8 @@ impl Gateway {
                     }
                     Some("ref/resource") => {
                         let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                        self.template_owners
+                        self.routing
+                            .template_owners
                             .get(uri)
                             .copied()
                             .or_else(|| self.resource_owner(uri))
@@ -132,7 +403,8 @@ impl Gateway {
                 match target {
                     Some((idx, params)) => self.route(idx, request, params),
                     None => self.reply_error(
-                        &request.id,
+                        session,
+                        request.id(),
                         -32602,
                         "the completion's `ref` names no known prompt or resource",
                     ),
@@ -141,16 +413,16 @@ impl Gateway {
             other => {
                 let text =
                     format!("method `{other}` is not supported by the gateway in gateway mode");
-                self.reply_error(&request.id, -32601, &text);
+                self.reply_error(session, request.id(), -32601, &text);
             }
         }
     }
 
-    fn resource_owner(&self, uri: &str) -> Option<usize> {
-        if let Some(idx) = self.resource_owners.get(uri) {
+    fn resource_owner(&self, uri: &str) -> Option<ServerIdx> {
+        if let Some(idx) = self.routing.resource_owners.get(uri) {
             return Some(*idx);
         }
-        let with_resources: Vec<usize> = self
+        let with_resources: Vec<ServerIdx> = self
             .upstreams
             .iter()
             .enumerate()
@@ -163,36 +435,80 @@ impl Gateway {
         }
     }
 
-    fn route(&mut self, idx: usize, mut request: HostRequest, params: Option<Value>) {
-        match self.readiness(idx, &mut request) {
+    fn route(&mut self, idx: ServerIdx, mut request: HostRequest, params: Option<Value>) {
+        match self.readiness(idx, &mut request.restarted) {
             Readiness::Ready => self.forward(idx, request, params),
-            Readiness::Pending => self.waiting.push(request),
+            Readiness::Pending => self.waiting.push(Waiting::Request(Box::new(request))),
             Readiness::Failed(reason) => {
-                let server = self.upstreams.get(idx).map_or("", |up| up.name.as_str());
-                let text = format!("server `{server}` is not available: {reason}");
-                self.reply_error(&request.id, -32603, &text);
+                let text = format!(
+                    "server `{}` is not available: {reason}",
+                    self.upstreams.name(idx)
+                );
+                self.reply_error(request.session, request.id(), -32603, &text);
             }
         }
     }
 
     /// Forwards a host request to one server under a new id (and new params,
     /// when given); the answer goes back under the host's id.
-    pub(super) fn forward(&mut self, idx: usize, request: HostRequest, params: Option<Value>) {
-        let id = self.next_up_id(idx);
-        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
-        let line = match params {
-            _ if modern => self.modern_line(&request, id, params),
-            Some(params) => request.with_id_and_params(&id.to_string(), &params.to_string()),
-            None => request.with_id(&id.to_string()),
+    fn forward(&mut self, idx: ServerIdx, request: HostRequest, params: Option<Value>) {
+        let timeout = self.limits.call_timeout;
+        let modern_meta = self.modern_meta_for_upstream();
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
         };
-        self.send_forward(idx, id, request, None, line);
+        let id = up.next_id();
+        let generation = up.generation();
+        let modern = up.modern;
+        let id_text = id.to_string();
+        let line = match params {
+            Some(params) if modern => {
+                let params = with_meta(params, &modern_meta);
+                request.with_id_and_params(&id_text, &params.to_string())
+            }
+            None if modern => {
+                let params = with_meta(
+                    match request.params() {
+                        Value::Null => json!({}),
+                        other => other,
+                    },
+                    &modern_meta,
+                );
+                if request.spans.params.is_some() {
+                    request.with_id_and_params(&id_text, &params.to_string())
+                } else {
+                    crate::frame::request(&id_text, request.method.as_str(), &params)
+                }
+            }
+            Some(params) => request.with_id_and_params(&id_text, &params.to_string()),
+            None => request.with_id(&id_text),
+        };
+        self.inflight
+            .wait_up(idx, id, UpPurpose::Forward(Box::new(request)), timeout);
+        self.send_upstream(idx, generation, line);
+    }
+
+    /// A server answered a forwarded request.
+    pub(super) fn on_forward_answer(
+        &mut self,
+        _idx: ServerIdx,
+        request: &HostRequest,
+        message: &Message<'_>,
+    ) {
+        let line = self.host_response(
+            request.session,
+            message,
+            request.id(),
+            request.method.as_str(),
+        );
+        self.send_host(request.session, line);
     }
 
     fn fan_out(&mut self, mut request: HostRequest, capability: &str, key: &'static str) {
         let mut pending = false;
         let mut targets = Vec::new();
         for idx in 0..self.upstreams.len() {
-            match self.readiness(idx, &mut request) {
+            match self.readiness(idx, &mut request.restarted) {
                 Readiness::Ready => {
                     if self
                         .upstreams
@@ -207,41 +523,49 @@ impl Gateway {
             }
         }
         if pending {
-            self.waiting.push(request);
+            self.waiting.push(Waiting::Request(Box::new(request)));
             return;
         }
         if targets.is_empty() {
-            self.reply(&request.id, &json!({ key: [] }));
+            let mut result = json!({ key: [] });
+            let modern = self
+                .sessions
+                .get(&request.session)
+                .is_some_and(super::session::HostSession::modern);
+            super::modern::modernize(modern, request.method.as_str(), &mut result);
+            self.reply(request.session, request.id(), &result);
             return;
         }
-        self.next_aggregate += 1;
-        let aggregate = self.next_aggregate;
-        let method = request.method.clone();
-        self.aggregates.insert(
+        let aggregate = self.routing.next_number();
+        let method = request.method.as_str().to_owned();
+        self.routing.aggregates.insert(
             aggregate,
             Aggregate {
                 request,
                 key,
-                items: std::collections::BTreeMap::new(),
+                items: BTreeMap::new(),
                 remaining: targets.len(),
-                failures: Vec::new(),
             },
         );
+        let timeout = self.limits.call_timeout;
         for idx in targets {
-            let id = self.request_up(idx, &method, &json!({}));
-            self.pending_up.insert(
-                (idx, id),
-                PendingUp::Fanout {
+            self.request_up(
+                idx,
+                &method,
+                &json!({}),
+                UpPurpose::Fanout {
                     aggregate,
                     method: method.clone(),
                 },
+                timeout,
             );
         }
     }
 
+    /// One page of one server's part of a merged list.
     pub(super) fn on_fanout_page(
         &mut self,
-        idx: usize,
+        idx: ServerIdx,
         _id: u64,
         aggregate: u64,
         method: &str,
@@ -258,15 +582,15 @@ impl Gateway {
             self.fanout_done(aggregate, idx, Some(error));
             return;
         };
-        let server = self
-            .upstreams
-            .get(idx)
-            .map(|up| up.name.clone())
-            .unwrap_or_default();
-        let Some(state) = self.aggregates.get(&aggregate) else {
+        let server = self.upstreams.name(idx).to_owned();
+        let Some(key) = self
+            .routing
+            .aggregates
+            .get(&aggregate)
+            .map(|state| state.key)
+        else {
             return;
         };
-        let key = state.key;
         let mut items = result
             .get(key)
             .and_then(Value::as_array)
@@ -284,37 +608,40 @@ impl Gateway {
                 }
                 "resources" => {
                     if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                        match self.resource_owners.get(uri) {
+                        match self.routing.resource_owners.get(uri) {
                             Some(owner) if *owner != idx => {
                                 tracing::warn!(server.id = %server, "resource `{uri}` is listed by two servers; the first keeps it");
                             }
                             _ => {
-                                self.resource_owners.insert(uri.to_owned(), idx);
+                                self.routing.resource_owners.insert(uri.to_owned(), idx);
                             }
                         }
                     }
                 }
                 _ => {
                     if let Some(template) = item.get("uriTemplate").and_then(Value::as_str) {
-                        self.template_owners
+                        self.routing
+                            .template_owners
                             .entry(template.to_owned())
                             .or_insert(idx);
                     }
                 }
             }
         }
-        if let Some(state) = self.aggregates.get_mut(&aggregate) {
+        if let Some(state) = self.routing.aggregates.get_mut(&aggregate) {
             state.items.entry(idx).or_default().extend(items);
         }
         if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
-            let params = json!({"cursor": cursor});
-            let id = self.request_up(idx, method, &params);
-            self.pending_up.insert(
-                (idx, id),
-                PendingUp::Fanout {
+            let timeout = self.limits.call_timeout;
+            self.request_up(
+                idx,
+                method,
+                &json!({"cursor": cursor}),
+                UpPurpose::Fanout {
                     aggregate,
                     method: method.to_owned(),
                 },
+                timeout,
             );
             return;
         }
@@ -322,27 +649,45 @@ impl Gateway {
     }
 
     /// One server finished its part of a merged list (or failed it).
-    pub(super) fn fanout_done(&mut self, aggregate: u64, idx: usize, failure: Option<String>) {
-        let server = self
-            .upstreams
-            .get(idx)
-            .map(|up| up.name.clone())
-            .unwrap_or_default();
-        let Some(state) = self.aggregates.get_mut(&aggregate) else {
+    pub(super) fn fanout_done(&mut self, aggregate: u64, idx: ServerIdx, failure: Option<String>) {
+        let server = self.upstreams.name(idx).to_owned();
+        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
             return;
         };
         if let Some(failure) = failure {
-            tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method);
-            state.failures.push(server);
+            tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method.as_str());
         }
         state.remaining = state.remaining.saturating_sub(1);
         if state.remaining > 0 {
             return;
         }
-        let Some(state) = self.aggregates.remove(&aggregate) else {
+        let Some(state) = self.routing.aggregates.remove(&aggregate) else {
             return;
         };
         let items: Vec<Value> = state.items.into_values().flatten().collect();
-        self.reply(&state.request.id, &json!({ state.key: items }));
+        let mut result = json!({ state.key: items });
+        let session = state.request.session;
+        let modern = self
+            .sessions
+            .get(&session)
+            .is_some_and(super::session::HostSession::modern);
+        super::modern::modernize(modern, state.request.method.as_str(), &mut result);
+        self.reply(session, state.request.id(), &result);
     }
+}
+
+fn with_meta(params: Value, ours: &Value) -> Value {
+    let mut params = match params {
+        Value::Object(object) => object,
+        _ => Map::new(),
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let (Some(meta), Value::Object(ours)) = (meta.as_object_mut(), ours) {
+        for (key, value) in ours {
+            meta.insert(key.clone(), value.clone());
+        }
+    }
+    Value::Object(params)
 }

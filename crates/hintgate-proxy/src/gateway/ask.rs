@@ -1,0 +1,611 @@
+//! Asking a person (design §4.3), and the calls held meanwhile.
+//!
+//! The channel depends on the host:
+//! - a legacy host that declared elicitation gets `elicitation/create`, and
+//!   the call is held in the in-flight table until the answer or the
+//!   `ask_timeout_s`;
+//! - a 2026-07-28 host that declared elicitation gets an input-required
+//!   result whose `requestState` is sealed to this call; the call ends, and
+//!   the host's retry with the answer is a call of its own that the sealed
+//!   state lets through;
+//! - a host that cannot ask: the call waits in the store's approval queue
+//!   for `hintgate approvals`, held here, for `ask_timeout_s`.
+//!
+//! An approval resumes the call in the pipeline where it left off: recorded,
+//! then forwarded. Anything else refuses it.
+
+use std::collections::HashMap;
+
+use hintgate_policy::decide::RememberOffer;
+use hintgate_policy::pin::{PinStatus, diff};
+use hintgate_policy::prompt::PromptInput;
+use hintgate_policy::tool::SandboxProof;
+use hintgate_store::{Answer, NewPending, Remember};
+use serde_json::{Map, Value, json};
+
+use super::call::{Approver, CallContext, Channel, Refusal, Step};
+use super::inflight::{DeadlineKey, Expired, HostPurpose};
+use super::journal::unix_now;
+use super::session::SessionId;
+use super::{Gateway, Observed};
+use crate::frame::{self, Message};
+
+/// What the person may answer in the form.
+const APPROVE: &str = "approve";
+const REMEMBER: &str = "remember";
+const THIS_CALL: &str = "this call only";
+const THIS_SESSION: &str = "this tool for the rest of this session";
+const ALWAYS: &str = "this tool always";
+
+/// Calls waiting in the approval queue.
+#[derive(Debug)]
+pub(crate) struct Asks {
+    /// This gateway run, as the queue names it.
+    run: String,
+    queued: HashMap<u64, Queued>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    cx: Box<CallContext>,
+    deadline: DeadlineKey,
+}
+
+// === impl Asks ===
+
+impl Asks {
+    /// No call waits.
+    pub fn new(run: String) -> Self {
+        Self {
+            run,
+            queued: HashMap::new(),
+        }
+    }
+}
+
+/// A remember choice as the form names it.
+fn remember_of(choice: Option<&str>) -> Remember {
+    match choice {
+        Some(THIS_SESSION) => Remember::Session,
+        Some(ALWAYS) => Remember::Always,
+        _ => Remember::Call,
+    }
+}
+
+/// The form a person answers: approve or not, and, where a remembered
+/// approval is allowed, how far to remember it.
+fn requested_schema(offer: RememberOffer, can_remember_always: bool) -> Value {
+    let mut properties = Map::new();
+    properties.insert(
+        APPROVE.to_owned(),
+        json!({"type": "boolean", "title": "Approve this call", "default": false}),
+    );
+    if offer == RememberOffer::UpToAlways {
+        let mut choices = vec![THIS_CALL, THIS_SESSION];
+        if can_remember_always {
+            choices.push(ALWAYS);
+        }
+        properties.insert(
+            REMEMBER.to_owned(),
+            json!({"type": "string", "title": "Remember", "enum": choices, "default": THIS_CALL}),
+        );
+    }
+    json!({"type": "object", "properties": properties, "required": [APPROVE]})
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Step 5 of the pipeline: a person must approve the call.
+    pub(super) fn ask(&mut self, cx: Box<CallContext>) {
+        let session = cx.request.session;
+        let (elicitation, modern) = self
+            .sessions
+            .get(&session)
+            .map_or((false, false), |host| (host.elicitation, host.modern()));
+        if !elicitation && self.store.is_none() {
+            let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
+            self.refuse(cx, denied(extra, Approver::Gateway));
+            return;
+        }
+        let prompt = self.prompt(&cx);
+        if elicitation && modern {
+            self.ask_modern(cx, prompt);
+            return;
+        }
+        if !elicitation {
+            self.enqueue(cx, prompt);
+            return;
+        }
+        let offer = offer_of(&cx);
+        let mut elicit = json!({
+            "message": prompt,
+            "requestedSchema": requested_schema(offer, self.store.is_some()),
+        });
+        let form_mode = self
+            .sessions
+            .get(&session)
+            .is_some_and(|host| host.protocol_version() >= "2025-11-25");
+        if form_mode && let Some(object) = elicit.as_object_mut() {
+            object.insert("mode".to_owned(), json!("form"));
+        }
+        let timeout = self.limits.ask_timeout;
+        let n = self
+            .inflight
+            .wait_host(session, HostPurpose::Ask(cx), timeout);
+        self.send_host(
+            session,
+            frame::request(&format!("\"hintgate-{n}\""), "elicitation/create", &elicit),
+        );
+    }
+
+    /// The prompt for a call (design §4.3).
+    fn prompt(&self, cx: &CallContext) -> String {
+        let Some(idx) = cx.server else {
+            return String::new();
+        };
+        let Some(tool) = self
+            .catalog
+            .tool(idx, &cx.tool)
+            .and_then(|entry| entry.tool.as_ref().ok())
+        else {
+            return String::new();
+        };
+        let changes = match cx.pin {
+            PinStatus::Changed => self
+                .catalog
+                .pinned_definition(idx, &cx.tool)
+                .map(|old| diff(old, tool))
+                .unwrap_or_default(),
+            PinStatus::New | PinStatus::Unchanged => Vec::new(),
+        };
+        let decision = cx.decision_or(hintgate_policy::reason::ReasonCode::InternalError);
+        let arguments = cx.arguments_or_empty();
+        self.policy.prompt(&PromptInput {
+            server: self.upstreams.name(idx),
+            identity: self.catalog.identity(idx),
+            previous_identity: self.catalog.previous_identity(idx),
+            tool,
+            arguments: Some(&arguments),
+            decision: &decision,
+            sandbox: SandboxProof::default(),
+            changes: &changes,
+        })
+    }
+
+    /// A legacy host's person answered the elicitation: approve forwards the
+    /// call, anything else refuses it.
+    pub(super) fn on_ask_answer(&mut self, mut cx: Box<CallContext>, message: &Message<'_>) {
+        let result: Option<Value> = message
+            .result
+            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let is_error = message.error.is_some() || result.is_none();
+        let action = result
+            .as_ref()
+            .and_then(|r| r.get("action"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let content = result.as_ref().and_then(|r| r.get("content"));
+        let approved = !is_error
+            && action == "accept"
+            && content
+                .and_then(|c| c.get(APPROVE))
+                .and_then(Value::as_bool)
+                == Some(true);
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        if !approved {
+            let (why, short) = if is_error {
+                (
+                    "The host could not ask (it answered the prompt with an error).",
+                    "the host could not ask",
+                )
+            } else if action == "accept" {
+                ("The person did not approve it.", "did not approve")
+            } else if action == "decline" {
+                ("The person declined.", "declined")
+            } else {
+                ("The prompt was dismissed.", "dismissed the prompt")
+            };
+            tracing::info!(server.id = %server, tool.name = %cx.tool, "refused by the person: {why}");
+            self.observe(|| Observed::Answered {
+                server: server.clone(),
+                tool: cx.tool.clone(),
+                approved: false,
+                answer: short.to_owned(),
+            });
+            let by = if is_error {
+                Approver::Gateway
+            } else {
+                Approver::Person(Channel::Elicitation)
+            };
+            self.refuse(cx, denied(why, by));
+            return;
+        }
+        let remember = remember_of(
+            content
+                .and_then(|c| c.get(REMEMBER))
+                .and_then(Value::as_str),
+        );
+        self.record_approval(&cx, remember);
+        tracing::info!(server.id = %server, tool.name = %cx.tool, "approved by the person");
+        let may_remember = offer_of(&cx) == RememberOffer::UpToAlways;
+        let answer = match remember {
+            Remember::Session if may_remember => {
+                "approved, and remembered for the rest of this session"
+            }
+            Remember::Always if may_remember && self.store.is_some() => {
+                "approved, and remembered always"
+            }
+            _ => "approved, for this call only",
+        };
+        self.observe(|| Observed::Answered {
+            server,
+            tool: cx.tool.clone(),
+            approved: true,
+            answer: answer.to_owned(),
+        });
+        cx.approver = Approver::Person(Channel::Elicitation);
+        self.act(Step::Forward(cx));
+    }
+
+    /// Nobody answered the elicitation in time.
+    pub(super) fn ask_timed_out(&mut self, cx: Box<CallContext>) {
+        let seconds = self.limits.ask_timeout.as_secs();
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        self.observe(|| Observed::Answered {
+            server,
+            tool: cx.tool.clone(),
+            approved: false,
+            answer: format!("did not answer within {seconds} s"),
+        });
+        let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
+        self.refuse(cx, denied(&why, Approver::Gateway));
+    }
+
+    /// The question for a 2026-07-28 host: an input-required result whose
+    /// sealed state binds this call; the host retries with the answer.
+    fn ask_modern(&mut self, cx: Box<CallContext>, prompt: String) {
+        let arguments = cx.arguments_or_empty();
+        let pin_text = cx
+            .digest
+            .map(|digest| digest.to_string())
+            .unwrap_or_default();
+        let offer = offer_of(&cx);
+        let sealed = self.sealer.seal(
+            &cx.params.name,
+            &arguments,
+            &pin_text,
+            self.limits.ask_timeout.as_secs(),
+        );
+        let state = match sealed {
+            Ok(state) => state,
+            Err(err) => {
+                let extra = format!(
+                    "It needs a person's approval, and the gateway could not seal the question: {err}."
+                );
+                self.refuse(cx, denied(&extra, Approver::Gateway));
+                return;
+            }
+        };
+        let result = json!({
+            "resultType": "input_required",
+            "inputRequests": {
+                super::modern::INPUT_KEY: {
+                    "method": "elicitation/create",
+                    "params": {"mode": "form", "message": prompt, "requestedSchema": requested_schema(offer, self.store.is_some())},
+                }
+            },
+            "requestState": state,
+        });
+        self.refuse(cx, Refusal::InputRequired(result.to_string()));
+    }
+
+    /// A 2026-07-28 host retried a call with the person's answer and the
+    /// sealed state: the state must be this gateway's, unused, unexpired and
+    /// for this very call; only then does an approval let it through.
+    ///
+    /// # Errors
+    ///
+    /// The refusal when the state cannot be used or the person said no.
+    pub(super) fn open_modern_answer(&mut self, cx: &mut CallContext) -> Result<(), Refusal> {
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        let arguments = cx.arguments_or_empty();
+        let pin_text = cx
+            .digest
+            .map(|digest| digest.to_string())
+            .unwrap_or_default();
+        let state = cx.params.request_state.clone().unwrap_or_default();
+        if let Err(err) = self
+            .sealer
+            .open(&state, &cx.params.name, &arguments, &pin_text)
+        {
+            tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
+            let extra = format!("The approval could not be used: {err}.");
+            return Err(denied(&extra, Approver::Gateway));
+        }
+        let responses: Value = cx
+            .params
+            .input_responses
+            .as_ref()
+            .and_then(|range| cx.request.line.get(range.clone()))
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or(Value::Null);
+        let answer = responses.get(super::modern::INPUT_KEY);
+        let action = answer
+            .and_then(|a| a.get("action"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let content = answer.and_then(|a| a.get("content"));
+        let approved = action == "accept"
+            && content
+                .and_then(|c| c.get(APPROVE))
+                .and_then(Value::as_bool)
+                == Some(true);
+        if !approved {
+            let why = match action {
+                "accept" => "The person did not approve it.",
+                "decline" => "The person declined.",
+                _ => "The prompt was dismissed.",
+            };
+            self.observe(|| Observed::Answered {
+                server: server.clone(),
+                tool: cx.tool.clone(),
+                approved: false,
+                answer: why.to_owned(),
+            });
+            return Err(denied(why, Approver::Person(Channel::InputRequired)));
+        }
+        let remember = remember_of(
+            content
+                .and_then(|c| c.get(REMEMBER))
+                .and_then(Value::as_str),
+        );
+        self.record_approval(cx, remember);
+        self.observe(|| Observed::Answered {
+            server,
+            tool: cx.tool.clone(),
+            approved: true,
+            answer: "approved".to_owned(),
+        });
+        cx.approver = Approver::Person(Channel::InputRequired);
+        Ok(())
+    }
+
+    // --- the approval queue ---
+
+    /// Puts a call that needs a person in the approval queue and holds it.
+    fn enqueue(&mut self, cx: Box<CallContext>, prompt: String) {
+        let (Some(store), Some(idx)) = (self.store.clone(), cx.server) else {
+            self.refuse(cx, denied("It needs a person's approval, and this host cannot ask one (it did not declare elicitation).", Approver::Gateway));
+            return;
+        };
+        let server = self.upstreams.name(idx).to_owned();
+        let now = unix_now();
+        let wait = i64::try_from(self.limits.ask_timeout.as_secs()).unwrap_or(i64::MAX);
+        let pending = NewPending {
+            at: now,
+            expires_at: now.saturating_add(wait),
+            session: self.asks.run.clone(),
+            server: server.clone(),
+            server_key: self.catalog.key(idx).unwrap_or_default().to_owned(),
+            tool: cx.tool.clone(),
+            digest: cx
+                .digest
+                .map(|digest| digest.to_string())
+                .unwrap_or_default(),
+            prompt,
+            offer: match offer_of(&cx) {
+                RememberOffer::UpToAlways => Remember::Always,
+                RememberOffer::ThisCallOnly | RememberOffer::NotAsked => Remember::Call,
+            },
+        };
+        let id = match store.enqueue(&pending) {
+            Ok(id) => id,
+            Err(err) => {
+                tracing::error!(server.id = %server, tool.name = %cx.tool, "the approval queue could not be written: {err}");
+                let extra = format!(
+                    "It needs a person's approval; this host cannot ask one, and the approval queue could not be written ({err})."
+                );
+                self.refuse(cx, denied(&extra, Approver::Gateway));
+                return;
+            }
+        };
+        self.watch_keys();
+        let Some(watcher) = &self.watcher else {
+            let _ = store.withdraw(id, "the gateway cannot watch the queue");
+            self.refuse(
+                cx,
+                denied(
+                    "It needs a person's approval, and the approval queue cannot be watched.",
+                    Approver::Gateway,
+                ),
+            );
+            return;
+        };
+        watcher.watch_queue(id);
+        tracing::warn!(
+            server.id = %server, tool.name = %cx.tool,
+            "call #{id} waits for a person: `hintgate approvals approve {id}` or `hintgate approvals deny {id}` (within {} s)",
+            self.limits.ask_timeout.as_secs()
+        );
+        self.observe(|| Observed::Queued {
+            id,
+            server,
+            tool: cx.tool.clone(),
+        });
+        let deadline = self
+            .inflight
+            .deadline(self.limits.ask_timeout, Expired::Queue(id));
+        self.asks.queued.insert(id, Queued { cx, deadline });
+    }
+
+    /// A person answered a queued call.
+    pub(super) fn on_queue_answer(&mut self, id: u64, answer: &Answer) {
+        let Some(queued) = self.asks.queued.remove(&id) else {
+            return;
+        };
+        self.inflight.cancel_deadline(&queued.deadline);
+        self.apply_queue_answer(queued.cx, answer);
+    }
+
+    /// A queued call's time is up: withdraw it, unless a person was first.
+    pub(super) fn queue_timed_out(&mut self, id: u64) {
+        let Some(queued) = self.asks.queued.remove(&id) else {
+            return;
+        };
+        if let Some(watcher) = &self.watcher {
+            watcher.unwatch_queue(id);
+        }
+        match self
+            .store
+            .as_ref()
+            .map(|store| store.withdraw(id, "nobody answered in time"))
+        {
+            Some(Ok(Some(answer))) => self.apply_queue_answer(queued.cx, &answer),
+            Some(Err(err)) => {
+                tracing::error!("the approval queue could not be written: {err}");
+                self.queued_unanswered(queued.cx, id);
+            }
+            Some(Ok(None)) | None => self.queued_unanswered(queued.cx, id),
+        }
+    }
+
+    fn queued_unanswered(&mut self, cx: Box<CallContext>, id: u64) {
+        let seconds = self.limits.ask_timeout.as_secs();
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        self.observe(|| Observed::Answered {
+            server,
+            tool: cx.tool.clone(),
+            approved: false,
+            answer: format!("nobody answered within {seconds} s"),
+        });
+        let why = format!(
+            "It needs a person's approval, and this host cannot ask one (it did not declare elicitation): it waited in the approval queue as #{id} and nobody answered within {seconds} s (`hintgate approvals approve {id}` answers; `ask_timeout_s` sets the wait)."
+        );
+        self.refuse(cx, denied(&why, Approver::Gateway));
+    }
+
+    /// The host cancelled a queued call: withdraw it and record it refused.
+    pub(super) fn withdraw_queued_for(&mut self, session: SessionId, request_id: &str) {
+        let ids: Vec<u64> = self
+            .asks
+            .queued
+            .iter()
+            .filter(|(_, queued)| {
+                queued.cx.request.session == session && queued.cx.request.id() == request_id
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.withdraw_queued(id, "the host cancelled the call");
+        }
+    }
+
+    /// A session ends: what it left waiting for a person is withdrawn and
+    /// recorded as refused.
+    pub(super) fn withdraw_session(&mut self, session: SessionId) {
+        let ids: Vec<u64> = self
+            .asks
+            .queued
+            .iter()
+            .filter(|(_, queued)| queued.cx.request.session == session)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.withdraw_queued(id, "the session ended before anyone answered");
+        }
+        let asks = self.inflight.take_host_where(
+            |purpose| matches!(purpose, HostPurpose::Ask(cx) if cx.request.session == session),
+        );
+        for (_, _, purpose) in asks {
+            if let HostPurpose::Ask(cx) = purpose {
+                self.refuse(
+                    cx,
+                    denied(
+                        "The session ended before anyone answered.",
+                        Approver::Gateway,
+                    ),
+                );
+            }
+        }
+    }
+
+    fn withdraw_queued(&mut self, id: u64, why: &str) {
+        let Some(queued) = self.asks.queued.remove(&id) else {
+            return;
+        };
+        self.inflight.cancel_deadline(&queued.deadline);
+        if let Some(watcher) = &self.watcher {
+            watcher.unwatch_queue(id);
+        }
+        if let Some(store) = &self.store
+            && let Err(err) = store.withdraw(id, why)
+        {
+            tracing::error!("the approval queue could not be written: {err}");
+        }
+        let extra = format!("It waited in the approval queue as #{id}; {why}.");
+        self.refuse(queued.cx, denied(&extra, Approver::Gateway));
+    }
+
+    fn apply_queue_answer(&mut self, mut cx: Box<CallContext>, answer: &Answer) {
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        let by = hintgate_policy::sanitize::sanitize(&answer.by).text;
+        if !answer.approve {
+            tracing::info!(server.id = %server, tool.name = %cx.tool, "denied in the approval queue by {by}");
+            self.observe(|| Observed::Answered {
+                server: server.clone(),
+                tool: cx.tool.clone(),
+                approved: false,
+                answer: format!("denied by {by} (hintgate approvals)"),
+            });
+            let extra = format!("It was denied in the approval queue by {by}.");
+            self.refuse(cx, denied(&extra, Approver::Person(Channel::Queue(by))));
+            return;
+        }
+        // The offer is checked again (in `record_approval`): the queue is
+        // only as trusted as whoever can write the store.
+        self.record_approval(&cx, answer.remember);
+        tracing::info!(server.id = %server, tool.name = %cx.tool, "approved in the approval queue by {by}");
+        self.observe(|| Observed::Answered {
+            server,
+            tool: cx.tool.clone(),
+            approved: true,
+            answer: format!(
+                "approved by {by} (hintgate approvals, remember: {})",
+                answer.remember.as_str()
+            ),
+        });
+        cx.approver = Approver::Person(Channel::Queue(by));
+        self.act(Step::Forward(cx));
+    }
+}
+
+/// The remember choices the prompt may offer for this call.
+fn offer_of(cx: &CallContext) -> RememberOffer {
+    cx.decision
+        .as_ref()
+        .map_or(RememberOffer::NotAsked, |decision| decision.remember)
+}
+
+/// A refusal that says why.
+fn denied(extra: &str, by: Approver) -> Refusal {
+    Refusal::Denied {
+        extra: Some(extra.to_owned()),
+        by,
+    }
+}

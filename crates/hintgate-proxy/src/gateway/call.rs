@@ -1,0 +1,760 @@
+//! One tool call as the pipeline carries it, the steps it can take, and the
+//! one place where a refusal becomes an answer to the host.
+//!
+//! A [`CallContext`] is made once from the host's line (parsed once: the
+//! tool's name and where the name, the arguments and the gateway's own
+//! answer sit in the line) and travels through every step: it waits for a
+//! server, is decided, is asked about, is recorded and is sent, and its
+//! answer ends it. [`Refusal`] names every way a call ends at the gateway;
+//! [`Refusal::answer`] is the only code that turns one into a JSON-RPC error
+//! or an `isError` result.
+
+use std::ops::Range;
+
+use hintgate_policy::decide::{Decision, Verdict};
+use hintgate_policy::pin::{PinDigest, PinStatus};
+use hintgate_policy::reason::ReasonCode;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::session::SessionId;
+use super::upstreams::ServerIdx;
+use crate::frame::{self, Spans};
+use crate::json::{JsonError, span_in, string_literal};
+
+/// A host request, kept whole so that it can be forwarded later as the
+/// bytes it arrived as.
+#[derive(Debug)]
+pub(crate) struct HostRequest {
+    /// The session it came from.
+    pub session: SessionId,
+    /// The line as received.
+    pub line: String,
+    /// Where its id and params sit in `line`.
+    pub spans: Spans,
+    /// What it asks for.
+    pub method: Method,
+    /// The server this request already restarted once, so that a server
+    /// failing at start-up is not restarted again and again for it.
+    pub restarted: Option<ServerIdx>,
+}
+
+/// The methods the gateway treats on their own; every other one is routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Method {
+    /// `initialize` (legacy hosts).
+    Initialize,
+    /// `server/discover` (2026-07-28 hosts).
+    Discover,
+    /// `ping`.
+    Ping,
+    /// `tools/list`.
+    ToolsList,
+    /// `tools/call`: the pipeline.
+    ToolsCall,
+    /// `subscriptions/listen` (2026-07-28 hosts).
+    Listen,
+    /// Anything else.
+    Other(Box<str>),
+}
+
+/// A host's `tools/call` on its way through the pipeline.
+#[derive(Debug)]
+pub(crate) struct CallContext {
+    /// The request, as received.
+    pub request: HostRequest,
+    /// Its params, parsed once.
+    pub params: CallParams,
+    /// The arguments, parsed once the tool is known (the schema check, the
+    /// prompt, the seal and the audit record read them; the server gets the
+    /// host's bytes).
+    pub arguments: Option<Value>,
+    /// The server, once resolved.
+    pub server: Option<ServerIdx>,
+    /// The server's own name of the tool, once resolved.
+    pub tool: String,
+    /// The policy's decision, once decided.
+    pub decision: Option<Decision>,
+    /// The pin digest of the definition decided on.
+    pub digest: Option<PinDigest>,
+    /// How that definition compares with its pin.
+    pub pin: PinStatus,
+    /// Whether a failure may be retried (design §4.5).
+    pub retry_eligible: bool,
+    /// Who let it through, once someone did.
+    pub approver: Approver,
+    /// Attempts made before this one (design §4.5 retries once).
+    pub attempt: u32,
+    /// The server's tool list was asked for once for this call, so a server
+    /// that cannot list its tools answers the call instead of holding it.
+    pub relisted: bool,
+    /// The sequence number of its audit record, once durable.
+    pub record: Option<u64>,
+    /// When it was sent upstream, for the record's duration.
+    pub started: Option<Instant>,
+    /// For a server's input-required continuation: the params to send
+    /// instead of the host's (the host's arguments, bytes unchanged, with the
+    /// server's questions answered).
+    pub continuation: Option<String>,
+}
+
+/// What the gateway reads of a `tools/call`'s params.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallParams {
+    /// The tool's name as the host wrote it, decoded.
+    pub name: String,
+    /// Where the params object sits in the line.
+    pub span: Range<usize>,
+    /// Where the arguments sit in the line.
+    pub arguments: Option<Range<usize>>,
+    /// The `requestState` a 2026-07-28 host returned, when it is a string.
+    pub request_state: Option<String>,
+    /// Where `inputResponses` sits in the line.
+    pub input_responses: Option<Range<usize>>,
+}
+
+/// What the pipeline does with a call next.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Record it; send it once the record is durable.
+    Forward(Box<CallContext>),
+    /// A person must answer first.
+    Ask(Box<CallContext>),
+    /// It ends at the gateway.
+    Refuse(Box<CallContext>, Refusal),
+    /// Its server is starting or listing its tools: try again then.
+    Wait(Box<CallContext>),
+    /// It was handled otherwise (it answered a question of another call).
+    Done,
+}
+
+/// Every way a call ends at the gateway.
+#[derive(Debug, Clone)]
+pub(crate) enum Refusal {
+    /// The request is not one the gateway can decide on (no `name`, a
+    /// repeated key, params that are not an object): a JSON-RPC error.
+    Malformed(String),
+    /// No server lists a tool of that name: a JSON-RPC error.
+    UnknownTool,
+    /// The tool's server cannot be started or did not list its tools.
+    ServerUnavailable(String),
+    /// The decision (or a person, or nobody answering) refused it.
+    Denied {
+        /// What more to say (why nobody could answer, what the person did).
+        extra: Option<String>,
+        /// Who refused.
+        by: Approver,
+    },
+    /// The arguments do not match the tool's input schema.
+    InvalidArguments(Vec<String>),
+    /// The call was asked about through an input-required result: the host
+    /// retries with the answer (a 2026-07-28 host). Not a refusal to the
+    /// host; the call ends here and its retry is a call of its own.
+    InputRequired(String),
+    /// The audit log could not record the call, so it does not run.
+    Unrecorded(String),
+    /// A returned `requestState` or relayed answer cannot be used.
+    BadState(String),
+    /// The host cancelled the call, or went away, before it was sent: it is
+    /// recorded with this outcome and not answered.
+    Withdrawn(Outcome),
+}
+
+/// Who let a call through, or who ended it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Approver {
+    /// Nobody yet.
+    Nobody,
+    /// The policy: the decision's first reason (a rule, the profile, a
+    /// remembered approval).
+    Policy(Option<ReasonCode>),
+    /// A person, and how they answered.
+    Person(Channel),
+    /// The gateway itself.
+    Gateway,
+}
+
+/// How a person answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// A legacy host's elicitation.
+    Elicitation,
+    /// A 2026-07-28 host's input-required retry.
+    InputRequired,
+    /// `hintgate approvals`, by this user.
+    Queue(String),
+    /// An answer to a server's own question, relayed.
+    RelayedAnswer,
+}
+
+/// How a call ended, as the audit log records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The server answered with a result.
+    Ok,
+    /// The server answered with a result that says `isError: true`.
+    ToolError,
+    /// The server answered with a JSON-RPC error, or a malformed result.
+    ProtocolError,
+    /// The result's `structuredContent` does not match the output schema.
+    OutputSchemaMismatch,
+    /// The server failed (a crash, a hang past the call timeout).
+    Failed,
+    /// The server failed, and the call is tried once more.
+    FailedRetried,
+    /// The gateway refused it.
+    Denied,
+    /// Its arguments do not match the input schema.
+    InvalidArguments,
+    /// It was asked about through an input-required result.
+    InputRequired,
+    /// It carried an answer to a server's own question.
+    Relayed,
+    /// The host cancelled it.
+    Cancelled,
+    /// The host went away before it was answered.
+    HostGone,
+}
+
+// === impl HostRequest ===
+
+impl HostRequest {
+    /// The request's id as raw JSON text (`null` when it has none).
+    pub fn id(&self) -> &str {
+        self.spans
+            .id
+            .as_ref()
+            .and_then(|range| self.line.get(range.clone()))
+            .unwrap_or("null")
+    }
+
+    /// The params as raw JSON text.
+    pub fn params_text(&self) -> Option<&str> {
+        self.spans.params(&self.line)
+    }
+
+    /// The params as JSON (`null` when absent or not JSON).
+    pub fn params(&self) -> Value {
+        self.params_text()
+            .and_then(|raw| serde_json::from_str(raw).ok())
+            .unwrap_or(Value::Null)
+    }
+
+    /// The request under another id.
+    pub fn with_id(&self, new_id: &str) -> String {
+        self.spans.with_id(&self.line, new_id)
+    }
+
+    /// The request under another id, with other params.
+    pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
+        self.spans
+            .with_id_and_params(&self.line, new_id, new_params)
+    }
+}
+
+// === impl Method ===
+
+impl Method {
+    /// The method of a name.
+    pub fn of(name: &str) -> Self {
+        match name {
+            "initialize" => Self::Initialize,
+            "server/discover" => Self::Discover,
+            "ping" => Self::Ping,
+            "tools/list" => Self::ToolsList,
+            "tools/call" => Self::ToolsCall,
+            "subscriptions/listen" => Self::Listen,
+            other => Self::Other(other.into()),
+        }
+    }
+
+    /// The method's name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Initialize => "initialize",
+            Self::Discover => "server/discover",
+            Self::Ping => "ping",
+            Self::ToolsList => "tools/list",
+            Self::ToolsCall => "tools/call",
+            Self::Listen => "subscriptions/listen",
+            Self::Other(name) => name,
+        }
+    }
+}
+
+// === impl CallContext ===
+
+#[derive(Deserialize)]
+struct RawParams<'a> {
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(rename = "requestState", borrow, default)]
+    request_state: Option<&'a RawValue>,
+    #[serde(rename = "inputResponses", borrow, default)]
+    input_responses: Option<&'a RawValue>,
+}
+
+impl CallContext {
+    /// The context of a host's `tools/call`, its params parsed once.
+    ///
+    /// # Errors
+    ///
+    /// The request back with [`Refusal::Malformed`] when its params are not
+    /// an object with a string `name`.
+    pub fn parse(request: HostRequest) -> Result<Self, (Box<HostRequest>, Refusal)> {
+        match parse_params(&request) {
+            Ok(params) => Ok(Self::new(request, params)),
+            Err(text) => Err((Box::new(request), Refusal::Malformed(text))),
+        }
+    }
+
+    fn new(request: HostRequest, params: CallParams) -> Self {
+        Self {
+            request,
+            params,
+            arguments: None,
+            server: None,
+            tool: String::new(),
+            decision: None,
+            digest: None,
+            pin: PinStatus::New,
+            retry_eligible: false,
+            approver: Approver::Nobody,
+            attempt: 0,
+            relisted: false,
+            record: None,
+            started: None,
+            continuation: None,
+        }
+    }
+
+    /// The context of a call that could not be read: its name when one can
+    /// be found, for the record.
+    pub fn unread(request: HostRequest) -> Self {
+        let name = request
+            .params()
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let params = CallParams {
+            name,
+            ..CallParams::default()
+        };
+        Self::new(request, params)
+    }
+
+    /// The host's arguments as text (`None` when the call has none).
+    pub fn arguments_text(&self) -> Option<&str> {
+        self.params
+            .arguments
+            .as_ref()
+            .and_then(|range| self.request.line.get(range.clone()))
+    }
+
+    /// Parses the arguments once; a call without arguments has none.
+    ///
+    /// # Errors
+    ///
+    /// A message when the arguments are not JSON (they were checked with the
+    /// line, so this does not happen in practice).
+    pub fn parse_arguments(&mut self) -> Result<(), String> {
+        if self.arguments.is_some() {
+            return Ok(());
+        }
+        if let Some(text) = self.arguments_text() {
+            let value: Value = serde_json::from_str(text)
+                .map_err(|err| format!("the call's `arguments` are not JSON: {err}"))?;
+            self.arguments = Some(value);
+        }
+        Ok(())
+    }
+
+    /// The arguments, or an empty object for a call without them (what a
+    /// schema check and a seal see).
+    pub fn arguments_or_empty(&self) -> Value {
+        self.arguments
+            .clone()
+            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
+    }
+
+    /// The decision, or a deny with `code` when none was made.
+    pub fn decision_or(&self, code: ReasonCode) -> Decision {
+        self.decision
+            .clone()
+            .unwrap_or_else(|| Decision::deny(code))
+    }
+}
+
+fn parse_params(request: &HostRequest) -> Result<CallParams, String> {
+    let Some(range) = request.spans.params.clone() else {
+        return Err("`tools/call` needs params with a tool `name`".to_owned());
+    };
+    let line = request.line.as_str();
+    let text = line.get(range.clone()).unwrap_or("");
+    if !text.trim_start().starts_with('{') {
+        return Err("the params of `tools/call` must be an object".to_owned());
+    }
+    let raw: RawParams<'_> = serde_json::from_str(text)
+        .map_err(|err| format!("the params of `tools/call` cannot be read: {err}"))?;
+    let Some(name_raw) = raw.name else {
+        return Err("`tools/call` needs a tool `name`".to_owned());
+    };
+    let name: String = serde_json::from_str(name_raw.get())
+        .map_err(|_| "the tool `name` of `tools/call` must be a string".to_owned())?;
+    let span = |raw: &RawValue| span_in(line, raw.get());
+    Ok(CallParams {
+        name,
+        span: range,
+        arguments: raw.arguments.and_then(span),
+        request_state: raw
+            .request_state
+            .and_then(|state| serde_json::from_str::<String>(state.get()).ok()),
+        input_responses: raw.input_responses.and_then(span),
+    })
+}
+
+// === impl Refusal ===
+
+impl Refusal {
+    /// How the audit log records a call that ended this way.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::InvalidArguments(_) => Outcome::InvalidArguments,
+            Self::InputRequired(_) => Outcome::InputRequired,
+            Self::Withdrawn(outcome) => *outcome,
+            Self::Malformed(_)
+            | Self::UnknownTool
+            | Self::ServerUnavailable(_)
+            | Self::Denied { .. }
+            | Self::Unrecorded(_)
+            | Self::BadState(_) => Outcome::Denied,
+        }
+    }
+
+    /// The decision the record shows: the call's own, or a deny that says
+    /// why the gateway could not decide.
+    pub fn decision(&self, call_decision: Option<&Decision>) -> Decision {
+        let fallback = |code| {
+            call_decision
+                .cloned()
+                .unwrap_or_else(|| Decision::deny(code))
+        };
+        match self {
+            Self::Malformed(_) => Decision::deny(ReasonCode::MalformedRequest),
+            Self::UnknownTool => Decision::deny(ReasonCode::UnknownTool),
+            Self::ServerUnavailable(_) => Decision::deny(ReasonCode::ServerUnavailable),
+            Self::BadState(_) => Decision::deny(ReasonCode::InvalidRequestState),
+            Self::Denied { .. } | Self::InvalidArguments(_) | Self::InputRequired(_) => {
+                fallback(ReasonCode::InternalError)
+            }
+            Self::Unrecorded(_) => fallback(ReasonCode::InternalError),
+            Self::Withdrawn(_) => fallback(ReasonCode::Cancelled),
+        }
+    }
+
+    /// Who the record names as having ended the call.
+    pub fn approver(&self) -> Approver {
+        match self {
+            Self::Denied { by, .. } => by.clone(),
+            _ => Approver::Gateway,
+        }
+    }
+
+    /// The answer the host gets: a JSON-RPC error for a request the gateway
+    /// could not read or route, an input-required result for a question,
+    /// and otherwise an `isError` result that says what was refused, why
+    /// and how to allow it (a refusal is never dressed as success).
+    pub fn answer(&self, cx: Refused<'_>) -> Answer {
+        match self {
+            Self::Malformed(text) => Answer::Error(-32602, text.clone()),
+            Self::UnknownTool => Answer::Error(-32602, format!("unknown tool `{}`", cx.host_name)),
+            Self::ServerUnavailable(reason) => Answer::Result(error_result(&format!(
+                "server `{}` is not available: {reason}",
+                cx.server
+            ))),
+            Self::InvalidArguments(problems) => Answer::Result(error_result(&format!(
+                "hintgate did not send this call to `{}`: its arguments do not match the tool's input schema: {}",
+                cx.server,
+                problems.join("; ")
+            ))),
+            Self::Unrecorded(err) => Answer::Result(error_result(&format!(
+                "hintgate did not send this call: the audit log could not be written ({err})."
+            ))),
+            Self::BadState(text) => Answer::Result(error_result(text)),
+            Self::Withdrawn(_) => Answer::Error(-32800, "the request was cancelled".to_owned()),
+            Self::InputRequired(result) => Answer::Raw(result.clone()),
+            Self::Denied { extra, .. } => Answer::Result(denial(cx, extra.as_deref())),
+        }
+    }
+}
+
+/// What a refusal's text names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refused<'a> {
+    /// The name the host called.
+    pub host_name: &'a str,
+    /// The server's configured name.
+    pub server: &'a str,
+    /// The server's own tool name.
+    pub tool: &'a str,
+    /// The decision.
+    pub decision: &'a Decision,
+    /// The policy, for the rules' own reasons.
+    pub policy: &'a hintgate_policy::decide::Policy,
+}
+
+/// A refusal as the host gets it.
+#[derive(Debug, Clone)]
+pub(crate) enum Answer {
+    /// A JSON-RPC error: code and message.
+    Error(i64, String),
+    /// A result (an `isError` tool result).
+    Result(Value),
+    /// A result already written as JSON text.
+    Raw(String),
+}
+
+fn denial(cx: Refused<'_>, extra: Option<&str>) -> Value {
+    let decision = cx.decision;
+    let reasons: Vec<String> = decision
+        .reasons
+        .iter()
+        .map(|reason| {
+            let mut text = reason.code.description().to_owned();
+            if let Some(rule_reason) = reason
+                .rule
+                .and_then(|idx| cx.policy.config().rules.get(idx))
+                .and_then(|rule| rule.reason.as_deref())
+            {
+                text.push_str(&format!(" (\"{rule_reason}\")"));
+            }
+            text
+        })
+        .collect();
+    let first = decision.reasons.first();
+    let how = match first.map(|reason| reason.code) {
+        Some(ReasonCode::RuleDeny) => {
+            let rule = first.and_then(|reason| reason.rule).unwrap_or(0);
+            format!("change or remove rule {rule} in the configuration's `[[rules]]` (counted from 0)")
+        }
+        Some(ReasonCode::ProfileHideWrites) => {
+            "add an allow or ask rule for this tool, or set `profile = \"ask-writes\"`".to_owned()
+        }
+        Some(ReasonCode::Unattended) => {
+            "run hintgate with a person to answer (`unattended = false`), or add an allow rule for this tool".to_owned()
+        }
+        Some(ReasonCode::InvalidDefinition) => {
+            "the server must send a valid tool definition".to_owned()
+        }
+        _ => "approve it when asked, add an allow rule for this tool, or trust the server"
+            .to_owned(),
+    };
+    let why = if decision.verdict == Verdict::Ask {
+        "It needed a person's approval because"
+    } else {
+        "Why"
+    };
+    let mut text = format!(
+        "hintgate refused to run `{}` on server `{}`.\n{why}: {}.",
+        cx.tool,
+        cx.server,
+        reasons.join("; ")
+    );
+    if let Some(extra) = extra {
+        text.push_str(&format!("\n{extra}"));
+    }
+    text.push_str(&format!("\nTo allow it: {how}."));
+    let mut result = error_result(&text);
+    if let Some(object) = result.as_object_mut() {
+        object.insert(
+            "_meta".to_owned(),
+            json!({"hintgate/decision": {
+                "verdict": "deny",
+                "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
+            }}),
+        );
+    }
+    result
+}
+
+/// A tool result that tells the model the call failed, and why.
+pub(crate) fn error_result(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The JSON-RPC line of an answer, under the host's `id`; `modernize` adds
+/// what a 2026-07-28 host requires of a result.
+pub(crate) fn answer_line(id: &str, answer: &Answer, modernize: impl Fn(&mut Value)) -> String {
+    match answer {
+        Answer::Error(code, message) => frame::error_response(id, *code, message),
+        Answer::Result(result) => {
+            let mut result = result.clone();
+            modernize(&mut result);
+            frame::response(id, &result)
+        }
+        Answer::Raw(result) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}"),
+    }
+}
+
+// === impl Approver ===
+
+impl std::fmt::Display for Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Nobody | Self::Gateway => f.write_str("gateway"),
+            Self::Policy(Some(code)) => f.write_str(code.as_str()),
+            Self::Policy(None) => f.write_str("policy"),
+            Self::Person(Channel::Elicitation) => f.write_str("person (elicitation)"),
+            Self::Person(Channel::InputRequired) => f.write_str("person (input-required)"),
+            Self::Person(Channel::Queue(by)) => write!(f, "person (hintgate approvals, {by})"),
+            Self::Person(Channel::RelayedAnswer) => f.write_str("person (relayed answer)"),
+        }
+    }
+}
+
+// === impl Outcome ===
+
+impl Outcome {
+    /// The stable name the audit log keeps.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool-error",
+            Self::ProtocolError => "protocol-error",
+            Self::OutputSchemaMismatch => "output-schema-mismatch",
+            Self::Failed => "failed",
+            Self::FailedRetried => "failed, retried",
+            Self::Denied => "denied",
+            Self::InvalidArguments => "invalid-arguments",
+            Self::InputRequired => "input-required",
+            Self::Relayed => "relayed",
+            Self::Cancelled => "cancelled",
+            Self::HostGone => "host-gone",
+        }
+    }
+}
+
+/// What the gateway reads of a `tools/call` result: whether it reports an
+/// error, and its structured content. A result that repeats one of these
+/// keys cannot be read one way only, and is a protocol error.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CallResultView<'a> {
+    /// `isError`.
+    #[serde(rename = "isError", default)]
+    pub is_error: Option<bool>,
+    /// `structuredContent`, as text.
+    #[serde(rename = "structuredContent", borrow, default)]
+    pub structured: Option<&'a RawValue>,
+    /// `resultType` (2026-07-28).
+    #[serde(rename = "resultType", borrow, default)]
+    pub result_type: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Reads a result for its outcome.
+///
+/// # Errors
+///
+/// A message when the result is not an object these fields can be read
+/// from (a field of the wrong type, or repeated).
+pub(crate) fn read_result(raw: &str) -> Result<CallResultView<'_>, String> {
+    serde_json::from_str(raw).map_err(|err| err.to_string())
+}
+
+/// The message for a host line whose keys repeat.
+pub(crate) fn duplicate_message(err: &JsonError) -> String {
+    format!(
+        "hintgate refuses this message: {err}; a repeated key can be read two ways, so what the gateway decides and what the server runs could differ"
+    )
+}
+
+/// `name` as a JSON string, for splicing into params.
+pub(crate) fn name_literal(name: &str) -> String {
+    string_literal(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(line: &str) -> HostRequest {
+        let message = crate::frame::Message::parse(line).unwrap();
+        HostRequest {
+            session: SessionId::FIRST,
+            spans: message.spans(),
+            method: Method::of(message.method()),
+            line: line.to_owned(),
+            restarted: None,
+        }
+    }
+
+    #[test]
+    fn params_are_read_once_as_spans_of_the_line() {
+        let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fs__read","arguments":{"b":1,"a":12345678901234567890},"requestState":"s","inputResponses":{"k":{}}}}"#;
+        let cx = CallContext::parse(request(line)).unwrap();
+        assert_eq!(cx.params.name, "fs__read");
+        assert_eq!(
+            cx.arguments_text(),
+            Some(r#"{"b":1,"a":12345678901234567890}"#)
+        );
+        assert_eq!(cx.params.request_state.as_deref(), Some("s"));
+        assert_eq!(
+            &line[cx.params.input_responses.clone().unwrap()],
+            r#"{"k":{}}"#
+        );
+        assert_eq!(cx.request.id(), "7");
+    }
+
+    #[test]
+    fn params_without_a_string_name_are_malformed() {
+        for params in [r#"{}"#, r#"{"name":3}"#, r#"[]"#, r#""x""#] {
+            let line =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#);
+            let (_, refusal) = CallContext::parse(request(&line)).unwrap_err();
+            assert!(matches!(refusal, Refusal::Malformed(_)), "{params}");
+        }
+        let (_, refusal) =
+            CallContext::parse(request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#))
+                .unwrap_err();
+        assert!(matches!(refusal, Refusal::Malformed(_)));
+    }
+
+    #[test]
+    fn the_result_view_reads_is_error_however_it_is_spaced() {
+        assert_eq!(
+            read_result(r#"{"isError": true}"#).unwrap().is_error,
+            Some(true)
+        );
+        assert_eq!(
+            read_result(r#"{ "isError" :true }"#).unwrap().is_error,
+            Some(true)
+        );
+        assert_eq!(
+            read_result(r#"{"content":[{"text":"\"isError\":true"}]}"#)
+                .unwrap()
+                .is_error,
+            None
+        );
+        assert!(read_result(r#"{"isError":false,"isError":true}"#).is_err());
+        assert!(read_result(r#"{"isError":"yes"}"#).is_err());
+    }
+
+    #[test]
+    fn approvers_and_outcomes_keep_their_stable_names() {
+        assert_eq!(
+            Approver::Policy(Some(ReasonCode::ReadOnly)).to_string(),
+            "read-only"
+        );
+        assert_eq!(
+            Approver::Person(Channel::Queue("ann".into())).to_string(),
+            "person (hintgate approvals, ann)"
+        );
+        assert_eq!(Approver::Gateway.to_string(), "gateway");
+        assert_eq!(Outcome::FailedRetried.as_str(), "failed, retried");
+        assert_eq!(Outcome::HostGone.as_str(), "host-gone");
+    }
+}

@@ -1,0 +1,737 @@
+//! The tool catalog: every server's tools by name, their pins, the standing
+//! approvals, and what the host is shown.
+//!
+//! When a server starts, its pins and standing approvals are read from the
+//! store once, for its identity key; when the server's identity changed
+//! (a new package version, other arguments or environment), the pins of its
+//! last identity are moved to the new key first ([`PinStore::rekey`]), so a
+//! changed definition is held for approval whether the server is trusted or
+//! not, and the prompt names the change. When the server lists its tools,
+//! each definition is parsed, digested, compared with its pin and turned into
+//! the host's view once; a call then finds its tool by name in a map, and its
+//! pin and standing approval in memory: the call path never reads the store.
+//! Standing approvals given or revoked by another process reach the catalog
+//! through the store watcher ([`super::watch`]).
+//!
+//! [`PinStore::rekey`]: hintgate_store::PinStore::rekey
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use hintgate_policy::decide::{Policy, Remembered};
+use hintgate_policy::pin::{PinDigest, PinStatus};
+use hintgate_policy::sanitize::sanitize;
+use hintgate_policy::tool::{EffectiveHints, SandboxProof, Tool, Trust};
+use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seen, Store, StoreError};
+use serde_json::{Map, Value, json};
+
+use super::upstreams::ServerIdx;
+
+/// Where a server's tool list stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Listing {
+    /// Not asked for since the server started.
+    Unlisted,
+    /// Pages are coming.
+    InProgress,
+    /// Complete.
+    Listed,
+    /// The server did not list them (no answer in time, an error).
+    Failed(String),
+}
+
+/// One tool as a server listed it, prepared once.
+#[derive(Debug)]
+pub(crate) struct ToolEntry {
+    /// The definition as sent.
+    pub raw: Value,
+    /// The definition parsed, or why it is invalid.
+    pub tool: Result<Tool, String>,
+    /// Its pin digest (for a valid definition).
+    pub digest: Option<PinDigest>,
+    /// Its input schema, compiled.
+    pub input: Option<Arc<jsonschema::Validator>>,
+    /// Its output schema, compiled.
+    pub output: Option<Arc<jsonschema::Validator>>,
+    /// What `tools/list` shows the host, or `None` when it is hidden.
+    pub host_view: Option<String>,
+    /// Whether a failed call may be retried (design §4.5).
+    pub retry_eligible: bool,
+    /// Whether its results taint the session (design §4.4).
+    pub taints: bool,
+}
+
+/// A pin as the catalog keeps it.
+#[derive(Debug, Clone)]
+struct Pinned {
+    digest: PinDigest,
+    /// The definition pinned, for the diff of a change.
+    definition: Option<Tool>,
+    /// The identity it was pinned under.
+    identity: String,
+    /// The digest of what was seen since, when it differs (or `removed`).
+    seen: Option<String>,
+}
+
+/// One server's part of the catalog.
+#[derive(Debug)]
+pub(crate) struct ServerTools {
+    /// Where its list stands.
+    pub listing: Listing,
+    /// Pages of a list in progress.
+    pages: Vec<Value>,
+    tools: HashMap<String, ToolEntry>,
+    /// The listing's order, for `tools/list`.
+    order: Vec<String>,
+    pins: HashMap<String, Pinned>,
+    /// Standing ("always") approvals: the digest each was given for.
+    always: HashMap<String, PinDigest>,
+    /// Its identity key in the store.
+    key: Option<String>,
+    /// Its identity for people.
+    identity: Option<String>,
+    /// The identity its pins were taken under, when that was another one.
+    previous_identity: Option<String>,
+}
+
+/// What the host-facing names look like.
+#[derive(Debug, Clone)]
+pub(crate) struct Naming {
+    /// Gateway mode: `server` + separator + tool; wrap mode: the tool's name.
+    pub prefix: Option<String>,
+}
+
+/// What a finished listing found that the gateway acts on.
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    /// The store failed: the server must be stopped (fail closed).
+    pub store_failure: Option<String>,
+}
+
+/// The catalog of every server.
+#[derive(Debug)]
+pub(crate) struct Catalog {
+    servers: Vec<ServerTools>,
+    store: Option<Arc<dyn Store>>,
+}
+
+// === impl Catalog ===
+
+impl Catalog {
+    /// An empty catalog for `count` servers.
+    pub fn new(count: usize, store: Option<Arc<dyn Store>>) -> Self {
+        Self {
+            servers: (0..count).map(|_| ServerTools::new()).collect(),
+            store,
+        }
+    }
+
+    /// One server's part.
+    pub fn server(&self, idx: ServerIdx) -> Option<&ServerTools> {
+        self.servers.get(idx)
+    }
+
+    fn server_mut(&mut self, idx: ServerIdx) -> Option<&mut ServerTools> {
+        self.servers.get_mut(idx)
+    }
+
+    /// A server starts: forget its tools and load its pins and standing
+    /// approvals for its identity, moving those of its last identity over
+    /// when this one is new.
+    ///
+    /// # Errors
+    ///
+    /// The store's error: a server whose pins cannot be read does not run.
+    pub fn open(
+        &mut self,
+        idx: ServerIdx,
+        name: &str,
+        key: Option<String>,
+        identity: String,
+    ) -> Result<(), StoreError> {
+        let store = self.store.clone();
+        let Some(server) = self.server_mut(idx) else {
+            return Ok(());
+        };
+        *server = ServerTools::new();
+        server.identity = Some(identity.clone());
+        let (Some(store), Some(key)) = (store, key) else {
+            return Ok(());
+        };
+        if let Some(moved) = store.rekey(name, &key)? {
+            tracing::warn!(
+                server.id = %name,
+                was = %moved.from_identity,
+                now = %identity,
+                "the server's identity changed: its {} pin(s) are compared with what it lists now",
+                moved.pins
+            );
+            if moved.from_identity != identity && !moved.from_identity.is_empty() {
+                server.previous_identity = Some(moved.from_identity);
+            } else {
+                server.previous_identity = Some(String::new());
+            }
+        }
+        for pin in store.pins_of(&key)? {
+            let Some(digest) = PinDigest::parse(&pin.digest) else {
+                continue;
+            };
+            server.pins.insert(
+                pin.tool.clone(),
+                Pinned {
+                    digest,
+                    definition: Tool::from_value(pin.definition).ok(),
+                    identity: pin.identity,
+                    seen: pin.seen.map(|seen| seen.digest),
+                },
+            );
+        }
+        server.always = store
+            .approvals_of(&key)?
+            .into_iter()
+            .filter_map(|approval| Some((approval.tool, PinDigest::parse(&approval.digest)?)))
+            .collect();
+        server.key = Some(key);
+        Ok(())
+    }
+
+    /// The server's instructions as the host may see them: pinned on first
+    /// sight; when they changed, the new text is held and the pinned one
+    /// given (design §5).
+    ///
+    /// # Errors
+    ///
+    /// The store's error (the server is then stopped).
+    pub fn pin_instructions(
+        &mut self,
+        idx: ServerIdx,
+        server_name: &str,
+        text: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let store = self.store.clone();
+        let Some(server) = self.server_mut(idx) else {
+            return Ok(None);
+        };
+        let (Some(store), Some(key)) = (store, server.key.clone()) else {
+            return Ok(None);
+        };
+        let definition = json!({ "instructions": text });
+        let digest = PinDigest::of_json(&definition);
+        let identity = server.identity.clone().unwrap_or_default();
+        match server.pins.get(INSTRUCTIONS) {
+            None => {
+                store.put_pin(&Pin {
+                    server_key: key,
+                    server: server_name.to_owned(),
+                    identity: identity.clone(),
+                    tool: INSTRUCTIONS.to_owned(),
+                    digest: digest.to_string(),
+                    definition,
+                    pinned_at: now,
+                    seen: None,
+                })?;
+                server.pins.insert(
+                    INSTRUCTIONS.to_owned(),
+                    Pinned {
+                        digest,
+                        definition: None,
+                        identity,
+                        seen: None,
+                    },
+                );
+                Ok(None)
+            }
+            Some(pinned) if pinned.digest == digest => {
+                if pinned.seen.is_some() {
+                    store.clear_seen(&key, INSTRUCTIONS)?;
+                }
+                Ok(None)
+            }
+            Some(_) => {
+                tracing::warn!(
+                    server.id = %server_name,
+                    "the server's instructions changed since they were pinned: the host gets the pinned ones until `hintgate pins approve {server_name} '{INSTRUCTIONS}'`"
+                );
+                store.see(
+                    &key,
+                    INSTRUCTIONS,
+                    &Seen {
+                        digest: digest.to_string(),
+                        definition,
+                        identity,
+                    },
+                )?;
+                // The host keeps the text that was pinned.
+                let pinned = store
+                    .pin(&key, INSTRUCTIONS)?
+                    .and_then(|pin| pin.definition.get("instructions").cloned())
+                    .and_then(|text| text.as_str().map(str::to_owned));
+                Ok(Some(pinned.unwrap_or_default()))
+            }
+        }
+    }
+
+    /// Starts a listing.
+    pub fn begin_listing(&mut self, idx: ServerIdx) {
+        if let Some(server) = self.server_mut(idx) {
+            server.listing = Listing::InProgress;
+            server.pages.clear();
+        }
+    }
+
+    /// Adds one page of tools to the listing in progress.
+    pub fn add_page(&mut self, idx: ServerIdx, tools: Vec<Value>) {
+        if let Some(server) = self.server_mut(idx) {
+            server.pages.extend(tools);
+        }
+    }
+
+    /// The listing failed.
+    pub fn listing_failed(&mut self, idx: ServerIdx, reason: String) {
+        if let Some(server) = self.server_mut(idx) {
+            server.pages.clear();
+            server.listing = Listing::Failed(reason);
+        }
+    }
+
+    /// Forgets a server's tools (it stopped, or said its list changed).
+    pub fn forget(&mut self, idx: ServerIdx) {
+        if let Some(server) = self.server_mut(idx) {
+            server.tools.clear();
+            server.order.clear();
+            server.pages.clear();
+            server.listing = Listing::Unlisted;
+        }
+    }
+
+    /// Completes a listing: prepares each tool once, compares it with its
+    /// pin (pinning a trusted server's new tools on first sight, holding a
+    /// changed definition for approval), and records the pinned tools the
+    /// server no longer lists.
+    pub fn finish_listing(
+        &mut self,
+        idx: ServerIdx,
+        server_name: &str,
+        policy: &Policy,
+        naming: &Naming,
+        now: i64,
+    ) -> Listed {
+        let store = self.store.clone();
+        let Some(server) = self.server_mut(idx) else {
+            return Listed::default();
+        };
+        let trusted = policy
+            .server(server_name)
+            .is_some_and(|config| config.trust == Trust::Trusted);
+        let identity = server.identity.clone().unwrap_or_default();
+        let pages = std::mem::take(&mut server.pages);
+        server.tools.clear();
+        server.order.clear();
+        let mut failure = None;
+        let mut first_seen = Vec::new();
+        let mut reidentified = Vec::new();
+        for raw in pages {
+            let entry = ToolEntry::new(raw, server_name, policy, naming);
+            let name = entry
+                .raw
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            match (&entry.tool, entry.digest) {
+                (Ok(tool), Some(digest)) => match server.pins.get(&tool.name) {
+                    // A trusted server's new tools are pinned on first sight.
+                    None if trusted => {
+                        server.pins.insert(
+                            tool.name.clone(),
+                            Pinned {
+                                digest,
+                                definition: Some(tool.clone()),
+                                identity: identity.clone(),
+                                seen: None,
+                            },
+                        );
+                        if let Some(key) = &server.key {
+                            first_seen.push(stored_pin(
+                                key,
+                                server_name,
+                                &identity,
+                                &entry.raw,
+                                digest,
+                                now,
+                            ));
+                        }
+                    }
+                    None => {}
+                    Some(pinned) if pinned.digest != digest => {
+                        tracing::warn!(server.id = %server_name, tool.name = %tool.name, "definition changed since it was approved; held for approval");
+                        let seen_digest = digest.to_string();
+                        if pinned.seen.as_deref() != Some(seen_digest.as_str())
+                            && let (Some(store), Some(key)) = (&store, &server.key)
+                        {
+                            let seen = Seen {
+                                digest: seen_digest.clone(),
+                                definition: entry.raw.clone(),
+                                identity: identity.clone(),
+                            };
+                            if let Err(err) = store.see(key, &tool.name, &seen) {
+                                failure = Some(err.to_string());
+                            }
+                        }
+                        if let Some(pinned) = server.pins.get_mut(&tool.name) {
+                            pinned.seen = Some(seen_digest);
+                        }
+                    }
+                    Some(pinned) => {
+                        // Unchanged, under a new identity: the pin now names
+                        // the identity it was confirmed under.
+                        if pinned.identity != identity
+                            && pinned.seen.is_none()
+                            && let Some(key) = &server.key
+                        {
+                            reidentified.push(stored_pin(
+                                key,
+                                server_name,
+                                &identity,
+                                &entry.raw,
+                                digest,
+                                now,
+                            ));
+                        }
+                    }
+                },
+                (Err(err), _) => {
+                    tracing::warn!(server.id = %server_name, tool.name = %name, "invalid tool definition: {err}");
+                }
+                (Ok(_), None) => {}
+            }
+            if server.tools.insert(name.clone(), entry).is_none() {
+                server.order.push(name);
+            } else {
+                tracing::warn!(server.id = %server_name, tool.name = %name, "the server lists two tools of one name; the last one counts");
+            }
+        }
+        if let Some(store) = &store {
+            first_seen.extend(reidentified.iter().cloned());
+            if !first_seen.is_empty()
+                && let Err(err) = store.put_pins(&first_seen)
+            {
+                failure = Some(err.to_string());
+            }
+            for pin in &reidentified {
+                if let Some(pinned) = server.pins.get_mut(&pin.tool) {
+                    pinned.identity = identity.clone();
+                }
+            }
+            if let Err(err) = server.record_removed(store.as_ref(), server_name, &identity) {
+                failure = Some(err.to_string());
+            }
+        }
+        server.listing = Listing::Listed;
+        Listed {
+            store_failure: failure,
+        }
+    }
+
+    /// A tool of a server, by its own name.
+    pub fn tool(&self, idx: ServerIdx, name: &str) -> Option<&ToolEntry> {
+        self.server(idx)?.tools.get(name)
+    }
+
+    /// How a tool's current definition compares with its pin.
+    pub fn pin_status(&self, idx: ServerIdx, name: &str, digest: PinDigest) -> PinStatus {
+        match self.server(idx).and_then(|server| server.pins.get(name)) {
+            None => PinStatus::New,
+            Some(pinned) if pinned.digest == digest => PinStatus::Unchanged,
+            Some(_) => PinStatus::Changed,
+        }
+    }
+
+    /// Whether a tool stands approved always, for this definition.
+    pub fn approved_always(&self, idx: ServerIdx, name: &str, digest: PinDigest) -> Remembered {
+        match self.server(idx).and_then(|server| server.always.get(name)) {
+            Some(approved) if *approved == digest => Remembered::Always,
+            _ => Remembered::None,
+        }
+    }
+
+    /// The pinned definition of a tool, for the diff of a change.
+    pub fn pinned_definition(&self, idx: ServerIdx, name: &str) -> Option<&Tool> {
+        self.server(idx)?.pins.get(name)?.definition.as_ref()
+    }
+
+    /// The identity a server's pins were taken under, when it changed.
+    pub fn previous_identity(&self, idx: ServerIdx) -> Option<&str> {
+        self.server(idx)?.previous_identity.as_deref()
+    }
+
+    /// A server's identity key.
+    pub fn key(&self, idx: ServerIdx) -> Option<&str> {
+        self.server(idx)?.key.as_deref()
+    }
+
+    /// A server's identity for people.
+    pub fn identity(&self, idx: ServerIdx) -> Option<&str> {
+        self.server(idx)?.identity.as_deref()
+    }
+
+    /// The host's views of a server's tools, in listing order.
+    pub fn host_views(&self, idx: ServerIdx) -> impl Iterator<Item = &str> {
+        self.server(idx).into_iter().flat_map(|server| {
+            server
+                .order
+                .iter()
+                .filter_map(|name| server.tools.get(name)?.host_view.as_deref())
+        })
+    }
+
+    /// A person approved a call: pin the definition they saw, and stand the
+    /// approval always when asked to.
+    ///
+    /// # Errors
+    ///
+    /// The store's error (the approval then holds for this call only).
+    pub fn approve(
+        &mut self,
+        idx: ServerIdx,
+        server_name: &str,
+        tool: &str,
+        digest: PinDigest,
+        always: bool,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let store = self.store.clone();
+        let Some(server) = self.server_mut(idx) else {
+            return Ok(());
+        };
+        let identity = server.identity.clone().unwrap_or_default();
+        let Some(entry) = server.tools.get(tool) else {
+            return Ok(());
+        };
+        let definition = entry.tool.as_ref().ok().cloned();
+        let raw = entry.raw.clone();
+        server.pins.insert(
+            tool.to_owned(),
+            Pinned {
+                digest,
+                definition,
+                identity: identity.clone(),
+                seen: None,
+            },
+        );
+        if always {
+            server.always.insert(tool.to_owned(), digest);
+        }
+        let (Some(store), Some(key)) = (store, server.key.clone()) else {
+            return Ok(());
+        };
+        store.put_pin(&stored_pin(&key, server_name, &identity, &raw, digest, now))?;
+        if always {
+            store.approve_always(&key, tool, &digest.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The standing approvals of a key, read anew from the store.
+    pub fn set_approvals(&mut self, key: &str, approvals: Vec<hintgate_store::Approval>) {
+        let approvals: HashMap<String, PinDigest> = approvals
+            .into_iter()
+            .filter_map(|approval| Some((approval.tool, PinDigest::parse(&approval.digest)?)))
+            .collect();
+        for server in &mut self.servers {
+            if server.key.as_deref() == Some(key) {
+                server.always = approvals.clone();
+            }
+        }
+    }
+
+    /// The identity keys of every started server (for the store watcher).
+    pub fn keys(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter_map(|server| server.key.clone())
+            .collect()
+    }
+}
+
+// === impl ServerTools ===
+
+impl ServerTools {
+    fn new() -> Self {
+        Self {
+            listing: Listing::Unlisted,
+            pages: Vec::new(),
+            tools: HashMap::new(),
+            order: Vec::new(),
+            pins: HashMap::new(),
+            always: HashMap::new(),
+            key: None,
+            identity: None,
+            previous_identity: None,
+        }
+    }
+
+    /// Records the pinned tools the listing no longer has as removed, and
+    /// clears that record for those that came back unchanged.
+    fn record_removed(
+        &mut self,
+        store: &dyn Store,
+        server_name: &str,
+        identity: &str,
+    ) -> Result<(), StoreError> {
+        let Some(key) = self.key.clone() else {
+            return Ok(());
+        };
+        for (name, pinned) in &mut self.pins {
+            if name == INSTRUCTIONS {
+                continue;
+            }
+            let listed = self.tools.get(name).and_then(|entry| entry.digest);
+            match (listed, pinned.seen.as_deref()) {
+                (None, Some(REMOVED)) => {}
+                (None, _) => {
+                    tracing::info!(server.id = %server_name, tool.name = %name, "a pinned tool is no longer listed; recorded as removed");
+                    store.see(
+                        &key,
+                        name,
+                        &Seen {
+                            digest: REMOVED.to_owned(),
+                            definition: Value::Null,
+                            identity: identity.to_owned(),
+                        },
+                    )?;
+                    pinned.seen = Some(REMOVED.to_owned());
+                }
+                (Some(digest), Some(_)) if digest == pinned.digest => {
+                    store.clear_seen(&key, name)?;
+                    pinned.seen = None;
+                }
+                (Some(_), _) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+// === impl ToolEntry ===
+
+impl ToolEntry {
+    fn new(raw: Value, server_name: &str, policy: &Policy, naming: &Naming) -> Self {
+        let tool = Tool::from_value(raw.clone()).map_err(|err| err.to_string());
+        let digest = tool.as_ref().ok().map(PinDigest::of);
+        let compile = |schema: Option<&Value>| {
+            let schema = schema?;
+            match jsonschema::validator_for(schema) {
+                Ok(validator) => Some(Arc::new(validator)),
+                Err(err) => {
+                    tracing::warn!(
+                        server.id = %server_name,
+                        "a tool's schema cannot be compiled, so it is not checked: {err}"
+                    );
+                    None
+                }
+            }
+        };
+        let (input, output) = match &tool {
+            Ok(tool) => (
+                compile(tool.input_schema.as_ref()),
+                compile(tool.output_schema.as_ref()),
+            ),
+            Err(_) => (None, None),
+        };
+        let (host_view, retry_eligible, taints) = match &tool {
+            Ok(tool) => (
+                host_view(&raw, tool, server_name, policy, naming),
+                policy.retry_eligible(server_name, tool, SandboxProof::default()),
+                policy.taints_session(server_name, &tool.name),
+            ),
+            Err(_) => (None, false, false),
+        };
+        Self {
+            raw,
+            tool,
+            digest,
+            input,
+            output,
+            host_view,
+            retry_eligible,
+            taints,
+        }
+    }
+}
+
+/// A tool as the host sees it, or `None` when it is hidden: the host-facing
+/// name, sanitized title and description, the vouched annotations, and the
+/// server's own claims under `_meta["hintgate/declared"]`.
+fn host_view(
+    raw: &Value,
+    tool: &Tool,
+    server_name: &str,
+    policy: &Policy,
+    naming: &Naming,
+) -> Option<String> {
+    if !policy.visible(server_name, tool, SandboxProof::default()) {
+        return None;
+    }
+    let effective = policy
+        .assess(server_name, tool, SandboxProof::default())
+        .map_or(EffectiveHints::CAUTIOUS, |assessment| assessment.effective);
+    let mut view = raw.clone();
+    let object = view.as_object_mut()?;
+    let name = match &naming.prefix {
+        Some(prefix) => format!("{prefix}{}", tool.name),
+        None => tool.name.clone(),
+    };
+    object.insert("name".to_owned(), Value::String(name));
+    for field in ["title", "description"] {
+        if let Some(text) = object.get(field).and_then(Value::as_str) {
+            let clean = sanitize(text);
+            if !clean.is_clean() {
+                tracing::warn!(server.id = %server_name, tool.name = %tool.name, removed = ?clean.removed, "sanitized the tool's {field}");
+            }
+            object.insert(field.to_owned(), Value::String(clean.text));
+        }
+    }
+    let mut annotations = serde_json::to_value(effective).unwrap_or_else(|_| json!({}));
+    if let (Some(map), Some(title)) = (
+        annotations.as_object_mut(),
+        tool.annotations.as_ref().and_then(|a| a.title.as_deref()),
+    ) {
+        map.insert("title".to_owned(), Value::String(sanitize(title).text));
+    }
+    let declared = object.get("annotations").cloned().unwrap_or(Value::Null);
+    object.insert("annotations".to_owned(), annotations);
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert("hintgate/declared".to_owned(), declared);
+    }
+    Some(view.to_string())
+}
+
+/// A pin as the store keeps it.
+fn stored_pin(
+    key: &str,
+    server: &str,
+    identity: &str,
+    definition: &Value,
+    digest: PinDigest,
+    now: i64,
+) -> Pin {
+    Pin {
+        server_key: key.to_owned(),
+        server: server.to_owned(),
+        identity: identity.to_owned(),
+        tool: definition
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        digest: digest.to_string(),
+        definition: definition.clone(),
+        pinned_at: now,
+        seen: None,
+    }
+}

@@ -1,0 +1,302 @@
+//! The audit records of one turn of the event loop, committed together.
+//!
+//! Every call that reaches the gateway gets a record; a call that is sent
+//! on gets one more with its outcome. The pipeline adds records to the turn's
+//! batch as it goes; at the end of the turn the batch is appended in one
+//! transaction (one commit for sixteen calls in flight, not sixteen), and
+//! only then are the turn's calls sent and its answers released (see
+//! `Gateway::end_turn`). So a call's record is durable before its server sees
+//! it, and an outcome before the host sees the answer, without a thread
+//! round trip per call: the commit runs on the loop's own thread, where a
+//! SQLite commit in WAL mode costs a write, not an fsync.
+//!
+//! Records are written as canonical JSON (sorted keys, no whitespace, the
+//! form the hash chain covers) straight from the call's typed values, once.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use hintgate_policy::decide::{Decision, Verdict};
+use hintgate_policy::pin::PinDigest;
+use hintgate_policy::redact::Redactor;
+use hintgate_store::{AuditLog, EntryKind, NewEntry};
+use serde_json::Value;
+
+use super::call::{Approver, Outcome};
+use crate::json::string_literal;
+
+/// This turn's records, and where they go.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    log: Option<Arc<dyn AuditLog>>,
+    /// This gateway run, as the records name it.
+    session: String,
+    redactor: Redactor,
+    batch: Vec<NewEntry>,
+}
+
+/// What a call record says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallFields<'a> {
+    /// The host's request id, as raw JSON text.
+    pub request_id: &'a str,
+    /// The server's configured name ("" when none was resolved).
+    pub server: &'a str,
+    /// The server's identity key.
+    pub identity: Option<&'a str>,
+    /// The server's own tool name (or the name the host called).
+    pub tool: &'a str,
+    /// The arguments (redacted as they are written).
+    pub arguments: Option<&'a Value>,
+    /// The decision and its reasons.
+    pub decision: &'a Decision,
+    /// Who let it through, or who ended it.
+    pub approver: &'a Approver,
+    /// The pin digest of the definition decided on.
+    pub pin: Option<PinDigest>,
+    /// For a call that ends at the gateway: how.
+    pub outcome: Option<Outcome>,
+}
+
+// === impl Journal ===
+
+impl Journal {
+    /// A journal writing to `log` (none: nothing is recorded).
+    pub fn new(log: Option<Arc<dyn AuditLog>>, session: String, redactor: Redactor) -> Self {
+        Self {
+            log,
+            session,
+            redactor,
+            batch: Vec::with_capacity(64),
+        }
+    }
+
+    /// Whether records are kept at all.
+    pub fn enabled(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Adds a call's record to this turn's batch; returns its place in the
+    /// batch (`None` without a log).
+    pub fn call(&mut self, fields: &CallFields<'_>) -> Option<usize> {
+        self.log.as_ref()?;
+        let mut body = String::with_capacity(384);
+        self.write_call(fields, &mut body);
+        self.batch.push(NewEntry {
+            at: unix_now(),
+            kind: EntryKind::Call,
+            call: None,
+            body,
+        });
+        Some(self.batch.len() - 1)
+    }
+
+    /// Adds the outcome of the call recorded as `call_seq`.
+    pub fn outcome(&mut self, call_seq: u64, outcome: Outcome, duration_ms: u64, attempt: u32) {
+        if self.log.is_none() {
+            return;
+        }
+        let mut body = String::with_capacity(64);
+        let _ = write!(
+            body,
+            "{{\"attempt\":{attempt},\"duration_ms\":{duration_ms},\"outcome\":{}}}",
+            string_literal(outcome.as_str())
+        );
+        self.batch.push(NewEntry {
+            at: unix_now(),
+            kind: EntryKind::Outcome,
+            call: Some(call_seq),
+            body,
+        });
+    }
+
+    /// Whether this turn has records to commit.
+    pub fn pending(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    /// Commits this turn's records in one transaction; their sequence
+    /// numbers, in the order they were added.
+    ///
+    /// # Errors
+    ///
+    /// The store's error, in words: none of the batch was written.
+    pub fn commit(&mut self) -> Result<Vec<u64>, String> {
+        let Some(log) = &self.log else {
+            return Ok(Vec::new());
+        };
+        if self.batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let result = log.append(&self.batch).map_err(|err| err.to_string());
+        self.batch.clear();
+        if let Err(err) = &result {
+            tracing::error!("the audit log could not be written: {err}");
+        }
+        result
+    }
+
+    /// The record body, keys in sorted order: canonical JSON.
+    fn write_call(&self, fields: &CallFields<'_>, out: &mut String) {
+        out.push_str("{\"approver\":");
+        out.push_str(&string_literal(&fields.approver.to_string()));
+        out.push_str(",\"arguments\":");
+        match fields.arguments {
+            Some(arguments) => self.redactor.write_canonical(arguments, out),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"identity\":");
+        match fields.identity {
+            Some(key) => out.push_str(&string_literal(key)),
+            None => out.push_str("null"),
+        }
+        if let Some(outcome) = fields.outcome {
+            out.push_str(",\"outcome\":");
+            out.push_str(&string_literal(outcome.as_str()));
+        }
+        out.push_str(",\"pin\":");
+        match fields.pin {
+            Some(digest) => {
+                let _ = write!(out, "\"{digest}\"");
+            }
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"reasons\":[");
+        for (idx, code) in fields.decision.codes().enumerate() {
+            if idx > 0 {
+                out.push(',');
+            }
+            out.push_str(&string_literal(code.as_str()));
+        }
+        out.push_str("],\"request\":");
+        out.push_str(&string_literal(fields.request_id));
+        out.push_str(",\"server\":");
+        out.push_str(&string_literal(fields.server));
+        out.push_str(",\"session\":");
+        out.push_str(&string_literal(&self.session));
+        out.push_str(",\"tool\":");
+        out.push_str(&string_literal(fields.tool));
+        out.push_str(",\"verdict\":");
+        out.push_str(match fields.decision.verdict {
+            Verdict::Allow => "\"allow\"",
+            Verdict::Ask => "\"ask\"",
+            Verdict::Deny => "\"deny\"",
+        });
+        out.push('}');
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hintgate_policy::pin::canonical_json;
+    use hintgate_policy::reason::ReasonCode;
+    use hintgate_store::MemoryStore;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn journal() -> (Journal, Arc<MemoryStore>) {
+        let store = Arc::new(MemoryStore::default());
+        let log: Arc<dyn AuditLog> = store.clone();
+        (
+            Journal::new(Some(log), "s-1".into(), Redactor::default()),
+            store,
+        )
+    }
+
+    fn record_of(arguments: &Value) -> String {
+        let (mut journal, _) = journal();
+        let decision = Decision::deny(ReasonCode::RuleDeny);
+        journal.call(&CallFields {
+            request_id: "\"r\\\"1\"",
+            server: "fs",
+            identity: Some("k"),
+            tool: "write",
+            arguments: Some(arguments),
+            decision: &decision,
+            approver: &Approver::Gateway,
+            pin: None,
+            outcome: Some(Outcome::Denied),
+        });
+        journal.batch[0].body.clone()
+    }
+
+    #[test]
+    fn records_are_canonical_and_redacted_as_written() {
+        let body = record_of(&json!({"z": 1, "a": {"password": "hunter2", "n": 1.0}}));
+        let parsed: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(canonical_json(&parsed), body);
+        assert_eq!(parsed["arguments"]["a"]["password"], "[redacted]");
+        assert_eq!(parsed["request"], "\"r\\\"1\"");
+        assert_eq!(parsed["outcome"], "denied");
+        assert_eq!(parsed["reasons"], json!(["rule-deny"]));
+        assert!(!body.contains("hunter2"));
+    }
+
+    #[test]
+    fn a_turn_commits_its_records_in_order_in_one_append() {
+        let (mut journal, store) = journal();
+        let decision = Decision::deny(ReasonCode::UnknownTool);
+        let fields = CallFields {
+            request_id: "1",
+            server: "",
+            identity: None,
+            tool: "x",
+            arguments: None,
+            decision: &decision,
+            approver: &Approver::Gateway,
+            pin: None,
+            outcome: Some(Outcome::Denied),
+        };
+        assert_eq!(journal.call(&fields), Some(0));
+        assert_eq!(journal.call(&fields), Some(1));
+        journal.outcome(1, Outcome::Ok, 3, 0);
+        assert!(journal.pending());
+        assert_eq!(journal.commit(), Ok(vec![1, 2, 3]));
+        assert!(!journal.pending());
+        let entries = store.entries(0, 10).unwrap();
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[2].call, Some(1));
+        assert_eq!(
+            entries[2].body,
+            json!({"attempt": 0, "duration_ms": 3, "outcome": "ok"})
+        );
+        assert!(store.verify().unwrap().first_broken.is_none());
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            (-1.0e6f64..1.0e6).prop_map(|n| json!(n)),
+            "[a-zA-Z\\u{e9}\\u{1f600}\"\\\\/\\n]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-zA-Z_]{1,8}", inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_is_canonical_json(arguments in json_value()) {
+            let body = record_of(&arguments);
+            let parsed: Value = serde_json::from_str(&body).unwrap();
+            prop_assert_eq!(canonical_json(&parsed), body);
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! The interception pipeline: the one path of every `tools/call`.
+//!
+//! A host's call is read once into a [`CallContext`] and goes, in this
+//! order, through [`Gateway::intercept`]:
+//!
+//! 1. **resolve**: the host's name to a server and the server's own name;
+//! 2. **definition ready**: the server runs and its tools are listed (else
+//!    the call waits, and comes back here when that changes);
+//! 3. **decide**: [`Policy::decide`] on the definition, its pin, the
+//!    session's taint and the approvals that stand; a deny ends here;
+//! 4. **validate**: the arguments against the tool's input schema;
+//! 5. **ask**, when the decision says so: a person answers through the host
+//!    (elicitation, or an input-required result) or the approval queue;
+//! 6. **audit, then forward**: the call's record joins the turn's batch, and
+//!    the call is sent once that batch is durable ([`Gateway::end_turn`]).
+//!
+//! Two more entries join the same path partway, never around it: a person's
+//! approval resumes a held call at step 6 (it was decided and validated
+//! before it was asked about), and so does a 2026-07-28 server's
+//! input-required continuation (the same call, decided before, sent again
+//! with the server's questions answered). A call never reaches a server but
+//! through [`Gateway::send_call`], which only the end of a turn calls, for
+//! calls the pipeline forwarded.
+//!
+//! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
+
+use hintgate_policy::decide::{Call, Decision, RememberOffer, Remembered, SessionState, Verdict};
+use hintgate_policy::tool::SandboxProof;
+use hintgate_store::Remember;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::call::{
+    Answer, Approver, CallContext, HostRequest, Outcome, Refusal, Refused, Step, answer_line,
+    error_result, name_literal, read_result,
+};
+use super::catalog::Listing;
+use super::inflight::UpPurpose;
+use super::journal::{CallFields, unix_now};
+use super::session::HostSession;
+use super::upstreams::{Readiness, ServerIdx};
+use super::{Gateway, Observed, Waiting};
+use crate::frame::Message;
+use crate::json::{ObjectWriter, members};
+
+/// Whether a server can take a call for this tool now.
+enum Ready {
+    Yes,
+    NotYet,
+    No(String),
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// A host's `tools/call`: read once, then the pipeline.
+    pub(super) fn on_tools_call(&mut self, request: HostRequest) {
+        match CallContext::parse(request) {
+            Ok(cx) => self.run_pipeline(Box::new(cx)),
+            Err((request, refusal)) => self.refuse_unparsed(*request, refusal),
+        }
+    }
+
+    /// Runs a call through the pipeline and acts on where it ends.
+    pub(super) fn run_pipeline(&mut self, cx: Box<CallContext>) {
+        let step = self.intercept(cx);
+        self.act(step);
+    }
+
+    /// The pipeline, top to bottom (see the module's documentation).
+    pub(super) fn intercept(&mut self, mut cx: Box<CallContext>) -> Step {
+        let session = cx.request.session;
+        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
+
+        // 0. A 2026-07-28 retry that answers a server's own question is no
+        //    new call: it resumes the call that asked (see `relay`).
+        if modern_host && self.answers_relayed_question(&cx) {
+            return self.answer_relayed(cx);
+        }
+
+        // 1. Resolve the host's name to a server and its own tool name.
+        let Some((idx, tool)) = self.resolve(&cx.params.name) else {
+            return Step::Refuse(cx, Refusal::UnknownTool);
+        };
+        cx.server = Some(idx);
+        cx.tool = tool;
+
+        // 2. The definition is ready: the server runs, its tools are listed.
+        match self.definition_ready(&mut cx, idx) {
+            Ready::Yes => {}
+            Ready::NotYet => return Step::Wait(cx),
+            Ready::No(reason) => return Step::Refuse(cx, Refusal::ServerUnavailable(reason)),
+        }
+        let Some(entry) = self.catalog.tool(idx, &cx.tool) else {
+            return Step::Refuse(cx, Refusal::UnknownTool);
+        };
+
+        // 3. Decide.
+        let decision = match (&entry.tool, entry.digest) {
+            (Ok(tool), Some(digest)) => {
+                cx.digest = Some(digest);
+                cx.pin = self.catalog.pin_status(idx, &cx.tool, digest);
+                cx.retry_eligible = entry.retry_eligible;
+                let remembered = if self
+                    .sessions
+                    .get(&session)
+                    .is_some_and(|host| host.remembers(idx, &cx.tool))
+                {
+                    Remembered::Session
+                } else {
+                    self.catalog.approved_always(idx, &cx.tool, digest)
+                };
+                let tainted = self.sessions.get(&session).is_some_and(|host| host.tainted);
+                self.policy.decide(&Call {
+                    server: self.upstreams.name(idx),
+                    tool,
+                    pin: cx.pin,
+                    session: SessionState {
+                        tainted,
+                        remembered,
+                    },
+                    sandbox: SandboxProof::default(),
+                })
+            }
+            _ => Decision::invalid_definition(),
+        };
+        let input = entry.input.clone();
+        tracing::debug!(
+            server.id = %self.upstreams.name(idx),
+            tool.name = %cx.tool,
+            decision.verdict = ?decision.verdict,
+            decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
+            "tools/call"
+        );
+        self.observe(|| Observed::Decided {
+            server: self.upstreams.name(idx).to_owned(),
+            tool: cx.tool.clone(),
+            decision: decision.clone(),
+        });
+        let verdict = decision.verdict;
+        cx.decision = Some(decision);
+        if verdict == Verdict::Deny {
+            return Step::Refuse(
+                cx,
+                Refusal::Denied {
+                    extra: None,
+                    by: Approver::Gateway,
+                },
+            );
+        }
+
+        // 4. Validate the arguments against the tool's input schema.
+        if let Err(problem) = cx.parse_arguments() {
+            return Step::Refuse(cx, Refusal::Malformed(problem));
+        }
+        if let Some(validator) = input {
+            let arguments = cx.arguments_or_empty();
+            if !validator.is_valid(&arguments) {
+                let problems = validator
+                    .iter_errors(&arguments)
+                    .take(5)
+                    .map(|err| format!("{err} (at `{}`)", err.instance_path()))
+                    .collect();
+                return Step::Refuse(cx, Refusal::InvalidArguments(problems));
+            }
+        }
+
+        // 5. Ask a person, where the decision says so. A 2026-07-28 host's
+        //    retry may carry the person's answer to the gateway's question.
+        if modern_host && super::modern::carries_our_answer(&cx) {
+            return match self.open_modern_answer(&mut cx) {
+                Ok(()) => Step::Forward(cx),
+                Err(refusal) => Step::Refuse(cx, refusal),
+            };
+        }
+        match verdict {
+            Verdict::Ask => return Step::Ask(cx),
+            Verdict::Allow | Verdict::Deny => {}
+        }
+        cx.approver = Approver::Policy(
+            cx.decision
+                .as_ref()
+                .and_then(|decision| decision.reasons.first())
+                .map(|reason| reason.code),
+        );
+
+        // 6. Audit, then forward (once this turn's records are durable).
+        Step::Forward(cx)
+    }
+
+    /// Acts on where the pipeline left a call.
+    pub(super) fn act(&mut self, step: Step) {
+        match step {
+            Step::Forward(cx) => self.record_and_forward(cx),
+            Step::Ask(cx) => self.ask(cx),
+            Step::Refuse(cx, refusal) => self.refuse(cx, refusal),
+            Step::Wait(cx) => self.waiting.push(Waiting::Call(cx)),
+            Step::Done => {}
+        }
+    }
+
+    /// Step 2: the server runs and has listed its tools. Starts it, or lists
+    /// them, when needed (once per call each, so a server that keeps failing
+    /// answers the call instead of holding it).
+    fn definition_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Ready {
+        match self.readiness(idx, &mut cx.request.restarted) {
+            Readiness::Ready => {}
+            Readiness::Pending => return Ready::NotYet,
+            Readiness::Failed(reason) => return Ready::No(reason),
+        }
+        match self
+            .catalog
+            .server(idx)
+            .map(|server| server.listing.clone())
+        {
+            Some(Listing::Listed) => Ready::Yes,
+            Some(Listing::InProgress) => Ready::NotYet,
+            Some(Listing::Failed(reason)) if cx.relisted => Ready::No(reason),
+            Some(Listing::Unlisted | Listing::Failed(_)) => {
+                cx.relisted = true;
+                self.list_tools(idx);
+                // A server without tools is listed at once.
+                match self.catalog.server(idx).map(|server| &server.listing) {
+                    Some(Listing::Listed) => Ready::Yes,
+                    _ => Ready::NotYet,
+                }
+            }
+            None => Ready::No("no such server".to_owned()),
+        }
+    }
+
+    /// Step 6: the call's record joins the turn's batch; the call is sent at
+    /// the end of the turn, once the batch is durable.
+    pub(super) fn record_and_forward(&mut self, cx: Box<CallContext>) {
+        let place = self.record_call(&cx, None);
+        self.call_after_commit(cx, place);
+    }
+
+    /// Sends a call whose record is durable. Called only by the end of a
+    /// turn, for calls the pipeline forwarded.
+    pub(super) fn send_call(&mut self, mut cx: Box<CallContext>) {
+        let Some(idx) = cx.server else {
+            return;
+        };
+        let timeout = self.limits.call_timeout;
+        let modern_meta = self.modern_meta_for_upstream();
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        let id = up.next_id();
+        let line = call_line(
+            &cx,
+            self.mode == super::Mode::Wrap,
+            up.modern,
+            &modern_meta,
+            id,
+        );
+        cx.started = Some(Instant::now());
+        up.send_now(line);
+        self.inflight.wait_up(idx, id, UpPurpose::Call(cx), timeout);
+    }
+
+    /// A server answered a call.
+    pub(super) fn on_call_answer(
+        &mut self,
+        idx: ServerIdx,
+        cx: Box<CallContext>,
+        message: &Message<'_>,
+    ) {
+        let session = cx.request.session;
+        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
+        let outcome = match message.result {
+            None => Outcome::ProtocolError,
+            Some(raw) => match read_result(raw.get()) {
+                Err(err) => {
+                    let text = format!(
+                        "hintgate did not pass on the answer of `{}`: its result cannot be read one way only ({err})",
+                        self.upstreams.name(idx)
+                    );
+                    tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+                    let line = self.result_line(session, cx.request.id(), &error_result(&text));
+                    self.answer_call(&cx, line, Outcome::ProtocolError);
+                    return;
+                }
+                Ok(view) => {
+                    // A 2026-07-28 server asks a legacy host for input: the
+                    // gateway asks the host and calls the server again.
+                    if !modern_host && view.result_type.as_deref() == Some("input_required") {
+                        let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                        self.gather_for_legacy_host(idx, cx, &result);
+                        return;
+                    }
+                    let entry = self.catalog.tool(idx, &cx.tool);
+                    if entry.is_some_and(|entry| entry.taints)
+                        && let Some(host) = self.sessions.get_mut(&session)
+                        && !host.tainted
+                    {
+                        tracing::info!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "the session has read private data: open-world tools now ask");
+                        host.tainted = true;
+                    }
+                    let is_error = view.is_error == Some(true);
+                    let output = self
+                        .catalog
+                        .tool(idx, &cx.tool)
+                        .and_then(|entry| entry.output.clone());
+                    if let (false, Some(validator), Some(structured)) =
+                        (is_error, output, view.structured)
+                    {
+                        let structured: Value =
+                            serde_json::from_str(structured.get()).unwrap_or(Value::Null);
+                        let problems: Vec<String> = validator
+                            .iter_errors(&structured)
+                            .take(5)
+                            .map(|err| err.to_string())
+                            .collect();
+                        if !problems.is_empty() {
+                            let text = format!(
+                                "`{}` returned structured content that does not match the tool's output schema: {}",
+                                self.upstreams.name(idx),
+                                problems.join("; ")
+                            );
+                            tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+                            let line =
+                                self.result_line(session, cx.request.id(), &error_result(&text));
+                            self.answer_call(&cx, line, Outcome::OutputSchemaMismatch);
+                            return;
+                        }
+                    }
+                    if is_error {
+                        Outcome::ToolError
+                    } else {
+                        Outcome::Ok
+                    }
+                }
+            },
+        };
+        let line = self.host_response(session, message, cx.request.id(), "tools/call");
+        self.answer_call(&cx, line, outcome);
+    }
+
+    /// Ends a forwarded call: its outcome joins the turn's records, and its
+    /// answer goes to the host at the end of the turn, after them.
+    pub(super) fn answer_call(&mut self, cx: &CallContext, line: String, outcome: Outcome) {
+        self.record_outcome(cx, outcome);
+        self.send_host(cx.request.session, line);
+    }
+
+    /// Records how a forwarded call ended.
+    pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
+        let Some(seq) = cx.record else {
+            return;
+        };
+        let millis = cx.started.map_or(0, |started| {
+            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+        });
+        self.journal.outcome(seq, outcome, millis, cx.attempt);
+    }
+
+    /// The call's record (with its outcome, for a call that ends at the
+    /// gateway); its place in the turn's batch.
+    fn record_call(
+        &mut self,
+        cx: &CallContext,
+        ended: Option<(Outcome, &Decision, Approver)>,
+    ) -> Option<usize> {
+        if !self.journal.enabled() {
+            return None;
+        }
+        let (decision, outcome, approver) = match ended {
+            Some((outcome, decision, approver)) => (decision, Some(outcome), approver),
+            None => match &cx.decision {
+                Some(decision) => (decision, None, cx.approver.clone()),
+                None => return None,
+            },
+        };
+        let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
+        let identity = cx.server.and_then(|idx| self.catalog.key(idx));
+        let tool = if cx.tool.is_empty() {
+            cx.params.name.as_str()
+        } else {
+            cx.tool.as_str()
+        };
+        // The arguments as the host sent them, when they parse.
+        let parsed;
+        let arguments = match &cx.arguments {
+            Some(arguments) => Some(arguments),
+            None => {
+                parsed = cx
+                    .arguments_text()
+                    .and_then(|text| serde_json::from_str::<Value>(text).ok());
+                parsed.as_ref()
+            }
+        };
+        let fields = CallFields {
+            request_id: cx.request.id(),
+            server,
+            identity,
+            tool,
+            arguments,
+            decision,
+            approver: &approver,
+            pin: cx.digest,
+            outcome,
+        };
+        self.journal.call(&fields)
+    }
+
+    /// The record of a call that ends here, with `outcome`, as decided.
+    pub(super) fn record_ended(&mut self, cx: &CallContext, outcome: Outcome) {
+        let decision = cx.decision_or(hintgate_policy::reason::ReasonCode::InternalError);
+        let approver = cx.approver.clone();
+        self.record_call(cx, Some((outcome, &decision, approver)));
+    }
+
+    /// A call ends at the gateway: its record, and its answer after it (a
+    /// call the host withdrew gets no answer).
+    pub(super) fn refuse(&mut self, cx: Box<CallContext>, refusal: Refusal) {
+        let decision = refusal.decision(cx.decision.as_ref());
+        self.record_call(
+            &cx,
+            Some((refusal.outcome(), &decision, refusal.approver())),
+        );
+        if matches!(refusal, Refusal::Withdrawn(_)) {
+            return;
+        }
+        let line = self.refusal_line_with(&cx, &refusal, &decision);
+        self.send_host(cx.request.session, line);
+    }
+
+    /// A `tools/call` the gateway could not read ends here: recorded as a
+    /// deny, answered with a JSON-RPC error when it has an id.
+    pub(super) fn refuse_unparsed(&mut self, request: HostRequest, refusal: Refusal) {
+        let has_id = request.spans.id.is_some();
+        let cx = CallContext::unread(request);
+        let decision = refusal.decision(None);
+        self.record_call(
+            &cx,
+            Some((refusal.outcome(), &decision, refusal.approver())),
+        );
+        if has_id {
+            let line = self.refusal_line_with(&cx, &refusal, &decision);
+            self.send_host(cx.request.session, line);
+        }
+    }
+
+    /// The line that answers a refused call (the one mapping, [`Refusal::answer`]).
+    pub(super) fn refusal_line(&self, cx: &CallContext, refusal: &Refusal) -> String {
+        let decision = refusal.decision(cx.decision.as_ref());
+        self.refusal_line_with(cx, refusal, &decision)
+    }
+
+    fn refusal_line_with(
+        &self,
+        cx: &CallContext,
+        refusal: &Refusal,
+        decision: &Decision,
+    ) -> String {
+        let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
+        let answer = refusal.answer(Refused {
+            host_name: &cx.params.name,
+            server,
+            tool: if cx.tool.is_empty() {
+                &cx.params.name
+            } else {
+                &cx.tool
+            },
+            decision,
+            policy: &self.policy,
+        });
+        let modern = self
+            .sessions
+            .get(&cx.request.session)
+            .is_some_and(HostSession::modern);
+        match answer {
+            Answer::Raw(_) | Answer::Error(..) => answer_line(cx.request.id(), &answer, |_| {}),
+            Answer::Result(_) => answer_line(cx.request.id(), &answer, |result| {
+                super::modern::modernize(modern, "", result);
+            }),
+        }
+    }
+
+    /// A person approved a call: pin the definition they saw, and remember
+    /// the approval for the session or always where the decision allows it.
+    pub(super) fn record_approval(&mut self, cx: &CallContext, remember: Remember) {
+        let Some(idx) = cx.server else {
+            return;
+        };
+        let may_remember = cx
+            .decision
+            .as_ref()
+            .is_some_and(|decision| decision.remember == RememberOffer::UpToAlways);
+        if remember == Remember::Session
+            && may_remember
+            && let Some(host) = self.sessions.get_mut(&cx.request.session)
+        {
+            host.remembered.insert((idx, cx.tool.clone()));
+        }
+        let Some(digest) = cx.digest else {
+            return;
+        };
+        let always = remember == Remember::Always && may_remember && self.store.is_some();
+        let name = self.upstreams.name(idx).to_owned();
+        if let Err(err) = self
+            .catalog
+            .approve(idx, &name, &cx.tool, digest, always, unix_now())
+        {
+            tracing::error!(server.id = %name, tool.name = %cx.tool, "the approval could not be stored: {err}");
+        }
+    }
+}
+
+/// The line a call goes upstream as: the host's line under the gateway's
+/// id, with only what must change changed. The arguments are never
+/// re-serialised: in wrap mode to a legacy server the line is the host's
+/// with a new id; otherwise the params are rebuilt member by member, the
+/// tool's name replaced by the server's own, the gateway's own question and
+/// answer removed, and the modern `_meta` added for a 2026-07-28 server.
+fn call_line(cx: &CallContext, wrap: bool, modern: bool, modern_meta: &Value, id: u64) -> String {
+    let id_text = id.to_string();
+    if let Some(params) = &cx.continuation {
+        return cx.request.with_id_and_params(&id_text, params);
+    }
+    let ours = super::modern::carries_our_answer(cx);
+    if wrap && !modern && !ours {
+        return cx.request.with_id(&id_text);
+    }
+    let line = cx.request.line.as_str();
+    let Some(params) = line.get(cx.params.span.clone()) else {
+        return cx.request.with_id(&id_text);
+    };
+    let Ok(found) = members(params) else {
+        return cx.request.with_id(&id_text);
+    };
+    let mut writer = ObjectWriter::with_capacity(params.len() + 256);
+    let mut meta_done = false;
+    for member in &found {
+        let text = params.get(member.span.clone()).unwrap_or("");
+        let value = params.get(member.value.clone()).unwrap_or("null");
+        match member.key.as_ref() {
+            "name" => writer.member("name", &name_literal(&cx.tool)),
+            "requestState" if ours && super::modern::is_our_state(value) => {}
+            "inputResponses" if ours => {
+                if let Some(rest) = super::modern::without_our_answer(value) {
+                    writer.member("inputResponses", &rest);
+                }
+            }
+            "_meta" if modern => {
+                writer.member("_meta", &super::modern::merged_meta(value, modern_meta));
+                meta_done = true;
+            }
+            _ => writer.copy(text),
+        }
+    }
+    if modern && !meta_done {
+        writer.member("_meta", &modern_meta.to_string());
+    }
+    cx.request.with_id_and_params(&id_text, &writer.finish())
+}

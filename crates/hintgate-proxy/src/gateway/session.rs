@@ -1,0 +1,123 @@
+//! A host session: who the host is (its era and capabilities) and what it
+//! has done (its taint and the tools it approved for the session).
+//!
+//! The gateway keeps its sessions apart from its upstreams: several
+//! sessions may share one set of servers (the HTTP host side serves many),
+//! and each keeps its own taint, remembered approvals and questions. Over
+//! stdio there is one session, [`SessionId::FIRST`].
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::call::HostRequest;
+use super::upstreams::ServerIdx;
+
+/// A host session's number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct SessionId(pub u32);
+
+/// The protocol era a host speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// Not known yet: neither `initialize` nor a modern request came.
+    Unknown,
+    /// The legacy era, at this protocol version.
+    Legacy(String),
+    /// 2026-07-28.
+    Modern,
+}
+
+/// One host session.
+#[derive(Debug)]
+pub(crate) struct HostSession {
+    /// Lines to the host.
+    out: mpsc::UnboundedSender<String>,
+    /// The era it speaks.
+    pub era: Era,
+    /// What it said of itself: the params of its `initialize` (for a modern
+    /// host, the same made from its first request's `_meta`).
+    pub init: Option<Value>,
+    /// It declared form elicitation: the gateway can ask it a person.
+    pub elicitation: bool,
+    /// A modern host's `subscriptions/listen` request id (raw JSON).
+    pub listen: Option<String>,
+    /// A private-data tool has returned a result (design §4.4).
+    pub tainted: bool,
+    /// Tools approved for the rest of the session.
+    pub remembered: HashSet<(ServerIdx, String)>,
+    /// Its `initialize`, waiting for the servers to start.
+    pub initialize_pending: Option<HostRequest>,
+    /// A modern host's `server/discover`, waiting for the servers to start.
+    pub discover_pending: Option<HostRequest>,
+    /// The host closed its side.
+    pub closed: bool,
+}
+
+// === impl SessionId ===
+
+impl SessionId {
+    /// The first session (the only one over stdio).
+    pub const FIRST: Self = Self(0);
+}
+
+// === impl HostSession ===
+
+impl HostSession {
+    /// A new session writing to `out`.
+    pub fn new(out: mpsc::UnboundedSender<String>) -> Self {
+        Self {
+            out,
+            era: Era::Unknown,
+            init: None,
+            elicitation: false,
+            listen: None,
+            tainted: false,
+            remembered: HashSet::new(),
+            initialize_pending: None,
+            discover_pending: None,
+            closed: false,
+        }
+    }
+
+    /// Sends one line to the host.
+    pub fn send(&self, line: String) {
+        // A closed channel means the host is gone; its reader says so.
+        let _ = self.out.send(line);
+    }
+
+    /// The host speaks 2026-07-28.
+    pub fn modern(&self) -> bool {
+        self.era == Era::Modern
+    }
+
+    /// The session started (an `initialize` or a first modern request).
+    pub fn started(&self) -> bool {
+        self.init.is_some()
+    }
+
+    /// The protocol version agreed with the host.
+    pub fn protocol_version(&self) -> &str {
+        match &self.era {
+            Era::Legacy(version) => version,
+            Era::Modern => super::modern::MODERN_VERSION,
+            Era::Unknown => "",
+        }
+    }
+
+    /// Whether the tool was approved for the rest of the session.
+    pub fn remembers(&self, server: ServerIdx, tool: &str) -> bool {
+        // Most sessions remember nothing: skip building the key.
+        !self.remembered.is_empty() && self.remembered.contains(&(server, tool.to_owned()))
+    }
+}
+
+/// Whether a host's declared elicitation capability includes form mode
+/// (`elicitation: {}` means form; `{url: {}}` alone does not).
+pub(crate) fn declares_form_elicitation(capabilities: Option<&Value>) -> bool {
+    capabilities
+        .and_then(|caps| caps.get("elicitation"))
+        .and_then(Value::as_object)
+        .is_some_and(|caps| caps.is_empty() || caps.contains_key("form"))
+}

@@ -1,0 +1,731 @@
+//! The upstream servers: their links, phases and eras, the ids of the
+//! requests sent to them, and the start-up handshake.
+//!
+//! A server starts on the first request that needs it (or with the host's
+//! session). Its era is probed with `server/discover` (design: a result
+//! means 2026-07-28; an error or no answer within the probe's time means the
+//! legacy era and an `initialize`). Once ready, its `instructions` are
+//! pinned and its tools listed. A server that crashes, hangs at start-up,
+//! breaks the protocol or whose pins cannot be read fails; what it had in
+//! flight fails (or is retried, design §4.5), and it is started again on its
+//! next request.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hintgate_policy::config::{ServerConfig, Transport};
+use serde_json::{Value, json};
+
+use super::Gateway;
+use super::call::CallContext;
+use super::catalog::Listing;
+use super::inflight::UpPurpose;
+use super::journal::unix_now;
+use crate::frame::{self, Message};
+use crate::upstream::{Link, LinkTarget};
+
+/// A server's index in the configuration.
+pub(crate) type ServerIdx = usize;
+
+/// How long the era probe (`server/discover`) waits before a server is taken
+/// for a legacy one.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The protocol versions of the legacy era the gateway speaks, newest first.
+pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// Where a server stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Not started.
+    Stopped,
+    /// Started; the handshake is under way.
+    Starting,
+    /// Ready for requests.
+    Ready,
+    /// It failed, for this reason; it is started again on its next request.
+    Failed(String),
+}
+
+/// One upstream server.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    /// Its configured name.
+    pub name: String,
+    /// Its configuration.
+    pub config: ServerConfig,
+    generation: u64,
+    link: Option<Link>,
+    /// Where it stands.
+    pub phase: Phase,
+    next_id: u64,
+    /// Its `initialize` result (for a 2026-07-28 server, the same made from
+    /// its `server/discover` result).
+    pub info: Option<Value>,
+    /// It speaks 2026-07-28.
+    pub modern: bool,
+    /// Since its start, its era was probed a second time after a modern
+    /// refusal of `initialize` (at most once, so probing cannot loop).
+    pub reprobed: bool,
+}
+
+/// Every upstream server, in configuration order.
+#[derive(Debug)]
+pub(crate) struct Upstreams {
+    list: Vec<Upstream>,
+    by_name: HashMap<String, ServerIdx>,
+}
+
+/// Whether a server can take a request now.
+#[derive(Debug)]
+pub(crate) enum Readiness {
+    /// Yes.
+    Ready,
+    /// It is starting: the request waits.
+    Pending,
+    /// It failed (again, for this request).
+    Failed(String),
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    fn new(config: ServerConfig) -> Self {
+        Self {
+            name: config.name.clone(),
+            config,
+            generation: 0,
+            link: None,
+            phase: Phase::Stopped,
+            next_id: 0,
+            info: None,
+            modern: false,
+            reprobed: false,
+        }
+    }
+
+    /// Which start of the server this is.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A capability the server declared.
+    pub fn capability(&self, name: &str) -> Option<&Value> {
+        self.info.as_ref()?.get("capabilities")?.get(name)
+    }
+
+    /// A fresh id for a request to the server.
+    pub fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Sends one line to the server now (callers go through the outbox).
+    pub(super) fn send_now(&self, line: String) {
+        if let Some(link) = &self.link {
+            link.send(line);
+        }
+    }
+
+    /// The link, taken (to stop it).
+    pub fn take_link(&mut self) -> Option<Link> {
+        self.link.take()
+    }
+}
+
+// === impl Upstreams ===
+
+impl Upstreams {
+    /// The servers of a configuration.
+    pub fn new(configs: Vec<ServerConfig>) -> Self {
+        let by_name = configs
+            .iter()
+            .enumerate()
+            .map(|(idx, config)| (config.name.clone(), idx))
+            .collect();
+        Self {
+            list: configs.into_iter().map(Upstream::new).collect(),
+            by_name,
+        }
+    }
+
+    /// One server.
+    pub fn get(&self, idx: ServerIdx) -> Option<&Upstream> {
+        self.list.get(idx)
+    }
+
+    /// One server, to change.
+    pub fn get_mut(&mut self, idx: ServerIdx) -> Option<&mut Upstream> {
+        self.list.get_mut(idx)
+    }
+
+    /// A server by its configured name.
+    pub fn find(&self, name: &str) -> Option<ServerIdx> {
+        self.by_name.get(name).copied()
+    }
+
+    /// A server's configured name ("" for none).
+    pub fn name(&self, idx: ServerIdx) -> &str {
+        self.list.get(idx).map_or("", |up| up.name.as_str())
+    }
+
+    /// How many servers there are.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Every server.
+    pub fn iter(&self) -> impl Iterator<Item = &Upstream> {
+        self.list.iter()
+    }
+
+    /// Every server, to change.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Upstream> {
+        self.list.iter_mut()
+    }
+
+    /// Whether every server is ready or failed (the host's `initialize` is
+    /// answered then).
+    pub fn settled(&self) -> bool {
+        self.list
+            .iter()
+            .all(|up| matches!(up.phase, Phase::Ready | Phase::Failed(_)))
+    }
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Whether server `idx` can take a request now; starts it when it is
+    /// stopped, or failed before (once per request: `restarted` remembers).
+    pub(super) fn readiness(
+        &mut self,
+        idx: ServerIdx,
+        restarted: &mut Option<ServerIdx>,
+    ) -> Readiness {
+        let Some(up) = self.upstreams.get(idx) else {
+            return Readiness::Failed("no such server".to_owned());
+        };
+        match &up.phase {
+            Phase::Ready => Readiness::Ready,
+            Phase::Starting => Readiness::Pending,
+            Phase::Failed(reason) if *restarted == Some(idx) => Readiness::Failed(reason.clone()),
+            Phase::Stopped | Phase::Failed(_) => {
+                *restarted = Some(idx);
+                self.start(idx);
+                // A start can fail at once (the program does not exist, a
+                // sandbox cannot be enforced): then no event will ever wake
+                // the request, so the failure is its answer now.
+                match self.upstreams.get(idx).map(|up| &up.phase) {
+                    Some(Phase::Failed(reason)) => Readiness::Failed(reason.clone()),
+                    Some(Phase::Ready) => Readiness::Ready,
+                    _ => Readiness::Pending,
+                }
+            }
+        }
+    }
+
+    /// Starts a server: connects, resolves its identity, loads its pins, and
+    /// probes its era.
+    pub(super) fn start(&mut self, idx: ServerIdx) {
+        let target_events = self.events.clone();
+        let max_line = self.limits.max_line;
+        let connector = self.connector.clone();
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        up.generation += 1;
+        up.link = None;
+        up.info = None;
+        up.modern = false;
+        up.reprobed = false;
+        // A sandbox the gateway cannot enforce must not be taken for one
+        // (design §6): the server does not start unless the user accepted
+        // that with `best_effort = true`. This version enforces none yet.
+        match &up.config.sandbox {
+            Some(sandbox) if !sandbox.best_effort => {
+                let reason = format!(
+                    "server `{}` asks for a sandbox, and this version of hintgate cannot enforce one yet; \
+                     it is not started (set `best_effort = true` in its sandbox table to run it unconfined)",
+                    up.name
+                );
+                tracing::error!(server.id = %up.name, "{reason}");
+                up.phase = Phase::Failed(reason);
+                return;
+            }
+            Some(_) => {
+                tracing::warn!(server.id = %up.name, "sandbox not enforced (best_effort = true): the server runs unconfined");
+            }
+            None => {}
+        }
+        let target = LinkTarget {
+            server: idx,
+            generation: up.generation,
+            max_line,
+            events: target_events,
+        };
+        match connector.connect(&up.config, target) {
+            Ok(link) => {
+                tracing::info!(server.id = %up.name, pid = ?link.pid(), "started");
+                up.link = Some(link);
+                up.phase = Phase::Starting;
+            }
+            Err(reason) => {
+                tracing::error!(server.id = %up.name, "{reason}");
+                up.phase = Phase::Failed(reason);
+                return;
+            }
+        }
+        let (identity, resolved) = identity_of(&up.config);
+        let name = up.name.clone();
+        tracing::info!(server.id = %name, identity = %identity, "identity");
+        let capabilities = self
+            .upstream_init
+            .as_ref()
+            .and_then(|init| init.get("capabilities"))
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let key = self.store.as_ref().map(|store| {
+            hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
+        });
+        if let Err(err) = self.catalog.open(idx, &name, key, identity) {
+            self.upstream_failed(idx, format!("the pin store failed: {err}"));
+            return;
+        }
+        self.watch_keys();
+        let timeout = PROBE_TIMEOUT.min(self.limits.call_timeout);
+        self.probe_era(idx, timeout);
+    }
+
+    /// Sends `server/discover`, waiting `timeout` for its answer.
+    pub(super) fn probe_era(&mut self, idx: ServerIdx, timeout: Duration) {
+        let params = json!({"_meta": self.modern_meta_for_upstream()});
+        self.request_up(
+            idx,
+            "server/discover",
+            &params,
+            UpPurpose::Discover,
+            timeout,
+        );
+    }
+
+    /// The legacy handshake, after the probe found no 2026-07-28 server.
+    pub(super) fn send_initialize(&mut self, idx: ServerIdx) {
+        let init = self.upstream_init.clone().unwrap_or_else(|| json!({}));
+        let asked = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let version = if LEGACY_VERSIONS.contains(&asked) {
+            asked
+        } else {
+            "2025-11-25"
+        };
+        let params = json!({
+            "protocolVersion": version,
+            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+            "clientInfo": init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+        });
+        let timeout = self.limits.call_timeout;
+        self.request_up(idx, "initialize", &params, UpPurpose::Initialize, timeout);
+    }
+
+    /// Sends a request of the gateway's own to a server, waiting `timeout`
+    /// for its answer; returns its id.
+    pub(super) fn request_up(
+        &mut self,
+        idx: ServerIdx,
+        method: &str,
+        params: &Value,
+        purpose: UpPurpose,
+        timeout: Duration,
+    ) -> u64 {
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        let params = if modern {
+            self.with_modern_meta(params.clone())
+        } else {
+            params.clone()
+        };
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return 0;
+        };
+        let id = up.next_id();
+        let generation = up.generation;
+        self.inflight.wait_up(idx, id, purpose, timeout);
+        self.send_upstream(
+            idx,
+            generation,
+            frame::request(&id.to_string(), method, &params),
+        );
+        id
+    }
+
+    /// The answer to `initialize`.
+    pub(super) fn on_initialized(&mut self, idx: ServerIdx, message: &Message<'_>) {
+        let result: Option<Value> = message
+            .result
+            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+        match result {
+            Some(info) => {
+                let Some(up) = self.upstreams.get_mut(idx) else {
+                    return;
+                };
+                tracing::info!(server.id = %up.name, version = ?info.get("protocolVersion"), "initialized");
+                up.info = Some(info);
+                let generation = up.generation;
+                self.send_upstream(
+                    idx,
+                    generation,
+                    frame::notification("notifications/initialized", &json!({})),
+                );
+                self.server_ready(idx);
+            }
+            None => {
+                let error = message
+                    .error
+                    .map_or("no result".to_owned(), |raw| raw.get().to_owned());
+                // A busy 2026-07-28 server may answer the era probe only
+                // after it timed out, and then refuse `initialize` with the
+                // modern "unsupported protocol version" error, a recognized
+                // modern error: probe once more, with the call timeout.
+                let modern_refusal = serde_json::from_str::<Value>(&error)
+                    .ok()
+                    .and_then(|error| error.get("code").and_then(Value::as_i64))
+                    == Some(-32022);
+                let Some(up) = self.upstreams.get_mut(idx) else {
+                    return;
+                };
+                if modern_refusal && !up.reprobed {
+                    up.reprobed = true;
+                    tracing::debug!(server.id = %up.name, "refused `initialize` the 2026-07-28 way: probing its era again");
+                    let timeout = self.limits.call_timeout;
+                    self.probe_era(idx, timeout);
+                    return;
+                }
+                self.upstream_failed(idx, format!("refused to initialize: {error}"));
+            }
+        }
+    }
+
+    /// A server finished its handshake: pin its instructions, list its tools.
+    pub(super) fn server_ready(&mut self, idx: ServerIdx) {
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        up.phase = Phase::Ready;
+        let name = up.name.clone();
+        let instructions = up
+            .info
+            .as_ref()
+            .and_then(|info| info.get("instructions"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(text) = instructions {
+            match self.catalog.pin_instructions(idx, &name, &text, unix_now()) {
+                Ok(Some(pinned)) => {
+                    if let Some(info) = self
+                        .upstreams
+                        .get_mut(idx)
+                        .and_then(|up| up.info.as_mut())
+                        .and_then(Value::as_object_mut)
+                    {
+                        info.insert("instructions".to_owned(), Value::String(pinned));
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    self.upstream_failed(idx, format!("the pin store failed: {err}"));
+                    return;
+                }
+            }
+        }
+        self.list_tools(idx);
+        self.retry_waiting();
+    }
+
+    /// Starts listing a server's tools, unless a list is already running.
+    pub(super) fn list_tools(&mut self, idx: ServerIdx) {
+        let Some(up) = self.upstreams.get(idx) else {
+            return;
+        };
+        if up.phase != Phase::Ready {
+            return;
+        }
+        let has_tools = up.capability("tools").is_some();
+        if self
+            .catalog
+            .server(idx)
+            .is_some_and(|server| server.listing == Listing::InProgress)
+        {
+            return;
+        }
+        self.catalog.begin_listing(idx);
+        if !has_tools {
+            // Nothing to ask: the list is complete (and empty) at once; the
+            // caller looks again.
+            self.finish_listing(idx);
+            return;
+        }
+        let timeout = self.limits.call_timeout;
+        self.request_up(idx, "tools/list", &json!({}), UpPurpose::ListTools, timeout);
+    }
+
+    /// One page of a server's tool list; the next one is asked for, or the
+    /// list is complete.
+    pub(super) fn on_tools_page(&mut self, idx: ServerIdx, message: &Message<'_>) {
+        let result: Value = message
+            .result
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        if let Some(error) = message.error {
+            let reason = format!("`tools/list` failed: {}", error.get());
+            tracing::warn!(server.id = %self.upstreams.name(idx), "{reason}");
+        }
+        let tools = match result.get("tools").and_then(Value::as_array) {
+            Some(tools) => tools.clone(),
+            None => Vec::new(),
+        };
+        self.catalog.add_page(idx, tools);
+        if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
+            let timeout = self.limits.call_timeout;
+            self.request_up(
+                idx,
+                "tools/list",
+                &json!({"cursor": cursor}),
+                UpPurpose::ListTools,
+                timeout,
+            );
+            return;
+        }
+        self.finish_listing(idx);
+        self.retry_waiting();
+    }
+
+    /// Completes a listing (without waking what waits: the caller does).
+    fn finish_listing(&mut self, idx: ServerIdx) {
+        let name = self.upstreams.name(idx).to_owned();
+        let listed =
+            self.catalog
+                .finish_listing(idx, &name, &self.policy, &self.naming(idx), unix_now());
+        if let Some(reason) = listed.store_failure {
+            // Without its pins the gateway cannot tell a changed definition
+            // from a new one: it fails closed, and stops the server.
+            self.upstream_failed(idx, format!("the pin store failed: {reason}"));
+        }
+    }
+
+    /// A server crashed, hung, broke the protocol or lost its pins: stop it,
+    /// fail or retry what it had in flight, and restart it on its next request.
+    pub(super) fn upstream_failed(&mut self, idx: ServerIdx, reason: String) {
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        if matches!(up.phase, Phase::Failed(_) | Phase::Stopped) && up.link.is_none() {
+            return;
+        }
+        tracing::error!(server.id = %up.name, "{reason}");
+        up.phase = Phase::Failed(reason.clone());
+        up.link = None;
+        let name = up.name.clone();
+        self.catalog.forget(idx);
+        for (_, purpose) in self.inflight.drain_up(idx) {
+            let why = format!("server `{name}` stopped before answering: {reason}");
+            self.give_up(idx, purpose, &why);
+        }
+        // The server's own requests relayed to a host cannot be answered now.
+        self.inflight.take_host_where(|purpose| {
+            matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
+        });
+        self.retry_waiting();
+    }
+
+    /// A request to a server will not be answered (the server failed, or
+    /// its deadline passed): tell whoever waits on it.
+    pub(super) fn give_up(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
+        match purpose {
+            UpPurpose::Discover | UpPurpose::LateDiscover | UpPurpose::Initialize => {}
+            UpPurpose::Quiet => {}
+            UpPurpose::ListTools => {
+                self.catalog.listing_failed(idx, why.to_owned());
+            }
+            UpPurpose::Forward(request) => {
+                self.reply_error(request.session, request.id(), -32603, why);
+            }
+            UpPurpose::Call(cx) => self.call_failed(cx, why),
+            UpPurpose::Fanout { aggregate, .. } => {
+                self.fanout_done(aggregate, idx, Some(why.to_owned()));
+            }
+        }
+    }
+
+    /// A request's deadline passed.
+    pub(super) fn upstream_timed_out(&mut self, idx: ServerIdx, id: u64) {
+        let name = self.upstreams.name(idx).to_owned();
+        let timeout = self.limits.call_timeout.as_secs();
+        let Some(purpose) = self.inflight.take_up(idx, id) else {
+            return;
+        };
+        match purpose {
+            UpPurpose::Discover => {
+                tracing::debug!(server.id = %name, "no answer to `server/discover` in time: trying `initialize`");
+                // A slow modern server may still answer the probe, until the
+                // `initialize` is answered.
+                let after = self.limits.call_timeout;
+                self.inflight
+                    .wait_up(idx, id, UpPurpose::LateDiscover, after);
+                self.send_initialize(idx);
+            }
+            UpPurpose::Initialize => {
+                self.upstream_failed(
+                    idx,
+                    format!("did not answer `initialize` within {timeout} s"),
+                );
+            }
+            UpPurpose::LateDiscover | UpPurpose::Quiet => {}
+            UpPurpose::ListTools => {
+                let why = format!("server `{name}` did not answer `tools/list` within {timeout} s");
+                tracing::warn!(server.id = %name, "{why}");
+                self.catalog.listing_failed(idx, why);
+                self.retry_waiting();
+            }
+            UpPurpose::Call(cx) => {
+                self.cancel_upstream(idx, id, "timed out");
+                let why = format!("server `{name}` did not answer within {timeout} s");
+                self.call_failed(cx, &why);
+            }
+            UpPurpose::Forward(request) => {
+                self.cancel_upstream(idx, id, "timed out");
+                let why = format!(
+                    "server `{name}` did not answer `{}` within {timeout} s",
+                    request.method.as_str()
+                );
+                self.reply_error(request.session, request.id(), -32603, &why);
+            }
+            UpPurpose::Fanout { aggregate, method } => {
+                self.cancel_upstream(idx, id, "timed out");
+                let why = format!("did not answer `{method}` within {timeout} s");
+                self.fanout_done(aggregate, idx, Some(why));
+            }
+        }
+    }
+
+    /// Tells a server that the gateway no longer waits for request `id`.
+    pub(super) fn cancel_upstream(&mut self, idx: ServerIdx, id: u64, reason: &str) {
+        let Some(up) = self.upstreams.get(idx) else {
+            return;
+        };
+        let generation = up.generation;
+        self.send_upstream(
+            idx,
+            generation,
+            frame::notification(
+                "notifications/cancelled",
+                &json!({"requestId": id, "reason": reason}),
+            ),
+        );
+    }
+
+    /// A forwarded call failed (a timeout, a crash): retry it when design
+    /// §4.5 allows, otherwise tell the host.
+    pub(super) fn call_failed(&mut self, mut cx: Box<CallContext>, reason: &str) {
+        if cx.retry_eligible && cx.attempt == 0 {
+            tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, read-only or idempotent tool)");
+            self.record_outcome(&cx, super::call::Outcome::FailedRetried);
+            cx.attempt = 1;
+            cx.request.restarted = None;
+            cx.record = None;
+            cx.started = None;
+            cx.decision = None;
+            self.waiting.push(super::Waiting::Call(cx));
+            return;
+        }
+        let why = if cx.retry_eligible {
+            "it already failed once"
+        } else {
+            "hintgate retries only read-only or idempotent tools of trusted servers"
+        };
+        let text = format!("{reason}. The call was not retried: {why}.");
+        let line = self.result_line(
+            cx.request.session,
+            cx.request.id(),
+            &super::call::error_result(&text),
+        );
+        self.answer_call(&cx, line, super::call::Outcome::Failed);
+    }
+
+    /// Stops every server: closes its input, waits a moment, then kills it.
+    pub(super) async fn stop_servers(&mut self) {
+        let links: Vec<Link> = self
+            .upstreams
+            .iter_mut()
+            .filter_map(Upstream::take_link)
+            .collect();
+        for link in links {
+            link.stop().await;
+        }
+    }
+
+    /// Which server a host-facing name belongs to, and the name the server
+    /// knows it by.
+    pub(super) fn resolve(&self, name: &str) -> Option<(ServerIdx, String)> {
+        match self.mode {
+            super::Mode::Wrap => Some((0, name.to_owned())),
+            super::Mode::Gateway => {
+                let (server, rest) = name.split_once(self.separator.as_str())?;
+                let idx = self.upstreams.find(server)?;
+                Some((idx, rest.to_owned()))
+            }
+        }
+    }
+
+    /// A server's name as the host sees it for `name` (prompts and tools).
+    pub(super) fn prefixed(&self, idx: ServerIdx, name: &str) -> String {
+        match self.mode {
+            super::Mode::Wrap => name.to_owned(),
+            super::Mode::Gateway => format!("{}{}{name}", self.upstreams.name(idx), self.separator),
+        }
+    }
+
+    fn naming(&self, idx: ServerIdx) -> super::catalog::Naming {
+        super::catalog::Naming {
+            prefix: match self.mode {
+                super::Mode::Wrap => None,
+                super::Mode::Gateway => {
+                    Some(format!("{}{}", self.upstreams.name(idx), self.separator))
+                }
+            },
+        }
+    }
+}
+
+/// A server's identity for people, and what its command line resolves to
+/// (for the identity key).
+fn identity_of(config: &ServerConfig) -> (String, Value) {
+    let resolved = match &config.transport {
+        Transport::Stdio { command, args, env } => {
+            let path = env
+                .get("PATH")
+                .map(std::ffi::OsString::from)
+                .or_else(|| std::env::var_os("PATH"));
+            let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+            Some(crate::identity::resolve(
+                command,
+                args,
+                path.as_deref(),
+                home.as_deref(),
+            ))
+        }
+        Transport::Http { .. } => None,
+    };
+    let described = resolved
+        .as_ref()
+        .and_then(crate::identity::Resolved::describe);
+    let identity = match described {
+        Some(resolved) => format!("{} -> {resolved}", config.identity()),
+        None => config.identity(),
+    };
+    let resolved = resolved
+        .and_then(|resolved| serde_json::to_value(resolved).ok())
+        .unwrap_or(Value::Null);
+    (identity, resolved)
+}

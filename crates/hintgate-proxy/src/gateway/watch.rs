@@ -1,0 +1,177 @@
+//! The thread that watches the store for what other processes change: a
+//! person's answer to a call waiting in the approval queue, and standing
+//! approvals given or revoked (by `hintgate approvals`, `hintgate pins
+//! revoke`, or another gateway on the same PostgreSQL store).
+//!
+//! It sleeps on the store's [`QueueWatch`] (SQLite: the database's change
+//! counter, looked at every few milliseconds on a connection of its own;
+//! PostgreSQL: `LISTEN`), and turns what it reads into events for the loop:
+//! [`Event::Answered`] for each answer, and [`Event::Approvals`] with the
+//! whole set of standing approvals of each watched identity, read at most
+//! every 100 ms (and at least every 250 ms) while the server runs. So the
+//! call path never reads the store: the catalog's copy is kept current from
+//! here. A standing approval revoked by another process stops answering
+//! within about a quarter of a second; one the gateway itself writes counts
+//! at once (and a read taken just before it can hide it for one interval,
+//! which only ever asks once more, never once less).
+//!
+//! [`QueueWatch`]: hintgate_store::QueueWatch
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use hintgate_store::Store;
+use tokio::sync::mpsc;
+
+use crate::event::Event;
+
+/// How long the thread sleeps on the store before it looks again anyway (a
+/// change normally wakes it at once).
+const WATCH_SLICE: Duration = Duration::from_millis(500);
+
+/// The least time between two reads of the standing approvals: a burst of
+/// commits (the audit log's own, which also wake a SQLite watch) costs one
+/// read per interval, not one per commit.
+const APPROVALS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What the thread watches.
+#[derive(Debug, Default)]
+struct Watched {
+    queue: BTreeSet<u64>,
+    keys: BTreeSet<String>,
+}
+
+/// A handle to the watching thread.
+#[derive(Debug)]
+pub(crate) struct StoreWatcher {
+    watched: Arc<Mutex<Watched>>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::Thread,
+}
+
+// === impl StoreWatcher ===
+
+impl StoreWatcher {
+    /// Starts the thread.
+    pub fn spawn(store: Arc<dyn Store>, events: mpsc::UnboundedSender<Event>) -> Option<Self> {
+        let watched: Arc<Mutex<Watched>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (shared, stopped) = (Arc::clone(&watched), Arc::clone(&stop));
+        let handle = std::thread::Builder::new()
+            .name("hintgate-watch".to_owned())
+            .spawn(move || watch_loop(&*store, &shared, &stopped, &events))
+            .map_err(|err| tracing::error!("cannot start the store watcher: {err}"))
+            .ok()?;
+        Some(Self {
+            watched,
+            stop,
+            thread: handle.thread().clone(),
+        })
+    }
+
+    /// Watches the queue for an answer to call `id`.
+    pub fn watch_queue(&self, id: u64) {
+        lock(&self.watched).queue.insert(id);
+        self.thread.unpark();
+    }
+
+    /// Stops watching for an answer to call `id`.
+    pub fn unwatch_queue(&self, id: u64) {
+        lock(&self.watched).queue.remove(&id);
+    }
+
+    /// Watches the standing approvals of these identities (and no others).
+    pub fn set_keys(&self, keys: Vec<String>) {
+        lock(&self.watched).keys = keys.into_iter().collect();
+        self.thread.unpark();
+    }
+
+    /// Ends the thread (it notices within one slice).
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.unpark();
+    }
+}
+
+fn lock(watched: &Mutex<Watched>) -> std::sync::MutexGuard<'_, Watched> {
+    watched.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn watch_loop(
+    store: &dyn Store,
+    watched: &Mutex<Watched>,
+    stop: &AtomicBool,
+    events: &mpsc::UnboundedSender<Event>,
+) {
+    let mut watch = None;
+    let mut last_read: Option<Instant> = None;
+    while !events.is_closed() && !stop.load(Ordering::Relaxed) {
+        let (queue, keys): (Vec<u64>, Vec<String>) = {
+            let watched = lock(watched);
+            (
+                watched.queue.iter().copied().collect(),
+                watched.keys.iter().cloned().collect(),
+            )
+        };
+        if queue.is_empty() && keys.is_empty() {
+            std::thread::park_timeout(WATCH_SLICE);
+            continue;
+        }
+        // Look first: an answer may have come before the watch began.
+        if !queue.is_empty() {
+            match store.answers(&queue) {
+                Ok(answers) => {
+                    for (id, answer) in answers {
+                        if lock(watched).queue.remove(&id) {
+                            let _ = events.send(Event::Answered { id, answer });
+                        }
+                    }
+                }
+                Err(err) => tracing::warn!("cannot read the approval queue: {err}"),
+            }
+        }
+        let due = last_read.is_none_or(|at| at.elapsed() >= APPROVALS_INTERVAL);
+        if due && !keys.is_empty() {
+            last_read = Some(Instant::now());
+            for key in keys {
+                // The whole set goes to the loop each time, not only when it
+                // differs from the last read: between two reads the gateway
+                // may have approved, and another process revoked, the same
+                // tool, and only the loop knows what its copy holds.
+                match store.approvals_of(&key) {
+                    Ok(approvals) => {
+                        let _ = events.send(Event::Approvals { key, approvals });
+                    }
+                    Err(err) => tracing::warn!("cannot read the standing approvals: {err}"),
+                }
+            }
+        }
+        let ready = match &mut watch {
+            Some(watch) => watch,
+            None => match store.watch() {
+                Ok(new) => watch.insert(new),
+                Err(err) => {
+                    tracing::warn!("cannot watch the store: {err}");
+                    std::thread::park_timeout(WATCH_SLICE);
+                    continue;
+                }
+            },
+        };
+        let slice = if queue_is_watched(watched) {
+            WATCH_SLICE
+        } else {
+            APPROVALS_INTERVAL.max(Duration::from_millis(250))
+        };
+        if let Err(err) = ready.wait(slice) {
+            tracing::warn!("lost the store's watch: {err}");
+            watch = None;
+            std::thread::park_timeout(WATCH_SLICE);
+        }
+    }
+}
+
+fn queue_is_watched(watched: &Mutex<Watched>) -> bool {
+    !lock(watched).queue.is_empty()
+}

@@ -1,0 +1,547 @@
+//! JSON text, checked and edited without re-serialising what the gateway
+//! does not decide on.
+//!
+//! - [`check_unique_keys`] refuses a text that repeats a key in any object.
+//!   Parsers disagree about such a text (serde keeps the last of two keys,
+//!   many others the first), so a gateway that decided on one reading while
+//!   the server acted on the other would decide one call and send another.
+//! - [`members`] finds the members of one object as byte ranges of its text,
+//!   so that one member can be replaced, removed or added with
+//!   [`ObjectWriter`] while every other member keeps its bytes: a host's
+//!   `arguments` reach the server exactly as the host wrote them.
+//!
+//! This module does no I/O.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// Above this many keys in one object, duplicates are found with a hash set
+/// instead of by comparing with every key before.
+const LINEAR_KEYS: usize = 16;
+
+/// Why a JSON text was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JsonError {
+    /// The text is not JSON.
+    #[error("not valid JSON: {0}")]
+    Syntax(String),
+    /// An object repeats a key.
+    #[error("the key `{key}` appears twice in one object{}", path_suffix(.path))]
+    DuplicateKey {
+        /// The repeated key, decoded.
+        key: String,
+        /// Where the object is, as a JSON pointer (empty for the top level).
+        path: String,
+    },
+    /// The text is JSON, but not an object.
+    #[error("not a JSON object")]
+    NotObject,
+}
+
+fn path_suffix(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!(" (at `{path}`)")
+    }
+}
+
+/// One member of an object, as ranges of the object's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member<'a> {
+    /// The key, decoded.
+    pub key: Cow<'a, str>,
+    /// The whole member as written: from the key's opening quote to the end
+    /// of its value.
+    pub span: Range<usize>,
+    /// The value as written.
+    pub value: Range<usize>,
+}
+
+/// Writes an object member by member: members copied as written, or new.
+#[derive(Debug)]
+pub struct ObjectWriter {
+    out: String,
+    empty: bool,
+}
+
+/// Checks that `text` is one JSON value in which no object repeats a key
+/// (keys compared after decoding their escapes, so `"a"` and `"\u0061"` are
+/// the same key).
+///
+/// # Errors
+///
+/// [`JsonError::Syntax`] for a text that is not JSON (or nests deeper than
+/// 128 levels), [`JsonError::DuplicateKey`] for a repeated key.
+pub fn check_unique_keys(text: &str) -> Result<(), JsonError> {
+    let mut state = UniqueState::default();
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let checked = Unique { state: &mut state }
+        .deserialize(&mut deserializer)
+        .and_then(|()| deserializer.end());
+    match (checked, state.duplicate) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(key)) => Err(JsonError::DuplicateKey {
+            path: duplicate_path(text, &key).unwrap_or_default(),
+            key,
+        }),
+        (Err(err), None) => Err(JsonError::Syntax(err.to_string())),
+    }
+}
+
+/// The members of the object `object`, in order.
+///
+/// # Errors
+///
+/// [`JsonError::NotObject`] when the text is not an object, and
+/// [`JsonError::Syntax`] when it is not JSON. Repeated keys are not
+/// checked here (see [`check_unique_keys`]).
+pub fn members(object: &str) -> Result<Vec<Member<'_>>, JsonError> {
+    let bytes = object.as_bytes();
+    let mut pos = skip_whitespace(bytes, 0);
+    if bytes.get(pos) != Some(&b'{') {
+        return Err(JsonError::NotObject);
+    }
+    pos = skip_whitespace(bytes, pos + 1);
+    let mut found = Vec::new();
+    if bytes.get(pos) == Some(&b'}') {
+        return trailing(bytes, pos + 1).map(|()| found);
+    }
+    loop {
+        let key_start = pos;
+        let key_end = string_end(bytes, pos).ok_or_else(|| syntax("a key that is not a string"))?;
+        let key_text = object
+            .get(key_start..key_end)
+            .ok_or_else(|| syntax("a cut key"))?;
+        let key = decode_key(key_text)?;
+        pos = skip_whitespace(bytes, key_end);
+        if bytes.get(pos) != Some(&b':') {
+            return Err(syntax("a key without `:`"));
+        }
+        pos = skip_whitespace(bytes, pos + 1);
+        let rest = object
+            .get(pos..)
+            .ok_or_else(|| syntax("a member without a value"))?;
+        let mut deserializer = serde_json::Deserializer::from_str(rest);
+        let raw = <&RawValue>::deserialize(&mut deserializer)
+            .map_err(|err| JsonError::Syntax(err.to_string()))?;
+        let value = span_in(object, raw.get()).ok_or_else(|| syntax("a value outside the text"))?;
+        found.push(Member {
+            key,
+            span: key_start..value.end,
+            value: value.clone(),
+        });
+        pos = skip_whitespace(bytes, value.end);
+        match bytes.get(pos) {
+            Some(b',') => pos = skip_whitespace(bytes, pos + 1),
+            Some(b'}') => return trailing(bytes, pos + 1).map(|()| found),
+            _ => return Err(syntax("a member not followed by `,` or `}`")),
+        }
+    }
+}
+
+/// The byte range of `part` inside `text`, when `part` is a slice of it.
+pub fn span_in(text: &str, part: &str) -> Option<Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= text.len()).then_some(start..end)
+}
+
+/// A JSON string literal for `text`.
+pub fn string_literal(text: &str) -> String {
+    // Serialising a `&str` cannot fail; the fallback keeps this total.
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+// === impl ObjectWriter ===
+
+impl ObjectWriter {
+    /// An empty object, with room for about `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let mut out = String::with_capacity(capacity + 2);
+        out.push('{');
+        Self { out, empty: true }
+    }
+
+    /// Adds a member copied as written (`"key":value`).
+    pub fn copy(&mut self, member_text: &str) {
+        self.separate();
+        self.out.push_str(member_text);
+    }
+
+    /// Adds a member: `key` is encoded here, `value` is JSON text.
+    pub fn member(&mut self, key: &str, value: &str) {
+        self.separate();
+        self.out.push_str(&string_literal(key));
+        self.out.push(':');
+        self.out.push_str(value);
+    }
+
+    /// The object's text.
+    pub fn finish(mut self) -> String {
+        self.out.push('}');
+        self.out
+    }
+
+    fn separate(&mut self) {
+        if !self.empty {
+            self.out.push(',');
+        }
+        self.empty = false;
+    }
+}
+
+// --- the duplicate check ---
+
+#[derive(Default)]
+struct UniqueState<'de> {
+    /// The keys of every object being read, innermost last.
+    keys: Vec<Cow<'de, str>>,
+    duplicate: Option<String>,
+}
+
+struct Unique<'s, 'de> {
+    state: &'s mut UniqueState<'de>,
+}
+
+impl<'de> DeserializeSeed<'de> for Unique<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unique<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq
+            .next_element_seed(Unique {
+                state: &mut *self.state,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let start = self.state.keys.len();
+        let mut many: Option<HashSet<Cow<'de, str>>> = None;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let repeated = match &mut many {
+                Some(set) => !set.insert(key.clone()),
+                None => self
+                    .state
+                    .keys
+                    .get(start..)
+                    .is_some_and(|seen| seen.contains(&key)),
+            };
+            if repeated {
+                self.state.duplicate = Some(key.into_owned());
+                return Err(de::Error::custom("repeated key"));
+            }
+            let count = self.state.keys.len() - start;
+            if many.is_none() && count >= LINEAR_KEYS {
+                let set: HashSet<Cow<'de, str>> = self
+                    .state
+                    .keys
+                    .get(start..)
+                    .unwrap_or_default()
+                    .iter()
+                    .cloned()
+                    .chain(std::iter::once(key.clone()))
+                    .collect();
+                many = Some(set);
+            }
+            // The key stays on the stack while its value is read; the value's
+            // own objects push above it and pop back.
+            self.state.keys.push(key);
+            map.next_value_seed(Unique {
+                state: &mut *self.state,
+            })?;
+        }
+        self.state.keys.truncate(start);
+        Ok(())
+    }
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(key))
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(key.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, key: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(key))
+    }
+}
+
+/// Where the first object that repeats `key` is, as a JSON pointer; only
+/// computed once a duplicate was found, so the common path keeps no path.
+fn duplicate_path(text: &str, key: &str) -> Option<String> {
+    // A parsed value would have lost the duplicate, so the objects of the
+    // text are walked member by member instead.
+    find_repeating(text, key, "")
+}
+
+fn find_repeating(text: &str, key: &str, path: &str) -> Option<String> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') {
+        let found = members(text).ok()?;
+        if found.iter().filter(|member| member.key == key).count() > 1 {
+            return Some(path.to_owned());
+        }
+        for member in &found {
+            let inner = text.get(member.value.clone())?;
+            let step = member.key.replace('~', "~0").replace('/', "~1");
+            if let Some(hit) = find_repeating(inner, key, &format!("{path}/{step}")) {
+                return Some(hit);
+            }
+        }
+        None
+    } else if trimmed.starts_with('[') {
+        let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+        items
+            .iter()
+            .enumerate()
+            .find_map(|(idx, item)| find_repeating(item.get(), key, &format!("{path}/{idx}")))
+    } else {
+        None
+    }
+}
+
+// --- the member scanner ---
+
+fn syntax(what: &str) -> JsonError {
+    JsonError::Syntax(format!("an object with {what}"))
+}
+
+fn skip_whitespace(bytes: &[u8], mut pos: usize) -> usize {
+    while matches!(bytes.get(pos), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        pos += 1;
+    }
+    pos
+}
+
+/// The end (one past the closing quote) of the string that starts at `pos`.
+fn string_end(bytes: &[u8], pos: usize) -> Option<usize> {
+    if bytes.get(pos) != Some(&b'"') {
+        return None;
+    }
+    let mut idx = pos + 1;
+    loop {
+        match bytes.get(idx)? {
+            b'\\' => idx += 2,
+            b'"' => return Some(idx + 1),
+            _ => idx += 1,
+        }
+    }
+}
+
+fn decode_key(literal: &str) -> Result<Cow<'_, str>, JsonError> {
+    match literal
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        Some(inner) if !inner.contains('\\') => Ok(Cow::Borrowed(inner)),
+        _ => serde_json::from_str::<String>(literal)
+            .map(Cow::Owned)
+            .map_err(|err| JsonError::Syntax(err.to_string())),
+    }
+}
+
+fn trailing(bytes: &[u8], pos: usize) -> Result<(), JsonError> {
+    if skip_whitespace(bytes, pos) == bytes.len() {
+        Ok(())
+    } else {
+        Err(syntax("text after its end"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    #[test]
+    fn repeated_keys_are_found_at_any_depth_after_decoding() {
+        assert_eq!(
+            check_unique_keys(r#"{"a":1,"b":{"c":[1,{"d":2}]}}"#),
+            Ok(())
+        );
+        assert_eq!(
+            check_unique_keys(r#"{"name":"read","name":"delete"}"#),
+            Err(JsonError::DuplicateKey {
+                key: "name".into(),
+                path: String::new()
+            })
+        );
+        let nested =
+            check_unique_keys(r#"{"params":{"arguments":{"path":"/a","p\u0061th":"/b"}}}"#);
+        assert_eq!(
+            nested,
+            Err(JsonError::DuplicateKey {
+                key: "path".into(),
+                path: "/params/arguments".into()
+            })
+        );
+        assert!(
+            nested
+                .unwrap_err()
+                .to_string()
+                .contains("`path` appears twice in one object (at `/params/arguments`)")
+        );
+        let in_array = check_unique_keys(r#"[{"x":1},{"x":1,"x":2}]"#);
+        assert!(matches!(in_array, Err(JsonError::DuplicateKey { ref path, .. }) if path == "/1"));
+        // Sibling objects may use the same keys.
+        assert_eq!(check_unique_keys(r#"[{"x":1},{"x":2}]"#), Ok(()));
+        assert_eq!(check_unique_keys(r#"{"a":{"x":1},"b":{"x":1}}"#), Ok(()));
+        assert!(matches!(
+            check_unique_keys(r#"{"a":1"#),
+            Err(JsonError::Syntax(_))
+        ));
+        assert!(matches!(
+            check_unique_keys(r#"{"a":1} x"#),
+            Err(JsonError::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn large_objects_are_checked_with_a_set() {
+        let mut object = serde_json::Map::new();
+        for idx in 0..200 {
+            object.insert(format!("k{idx}"), json!(idx));
+        }
+        let text = Value::Object(object).to_string();
+        assert_eq!(check_unique_keys(&text), Ok(()));
+        let repeated = text.replacen('}', r#","k150":0}"#, 1);
+        assert!(matches!(
+            check_unique_keys(&repeated),
+            Err(JsonError::DuplicateKey { ref key, .. }) if key == "k150"
+        ));
+    }
+
+    #[test]
+    fn members_keep_their_bytes_and_can_be_rewritten() {
+        let text = r#" { "name" : "fs__read" , "arguments":{"b":1, "a":12345678901234567890,"f":1.0,"s":"\u00e9"},"_meta":{}} "#;
+        let found = members(text).unwrap();
+        let keys: Vec<&str> = found.iter().map(|member| member.key.as_ref()).collect();
+        assert_eq!(keys, ["name", "arguments", "_meta"]);
+        assert_eq!(&text[found[0].value.clone()], r#""fs__read""#);
+        assert_eq!(
+            &text[found[1].value.clone()],
+            r#"{"b":1, "a":12345678901234567890,"f":1.0,"s":"\u00e9"}"#
+        );
+        let mut writer = ObjectWriter::with_capacity(text.len());
+        for member in &found {
+            if member.key == "name" {
+                writer.member("name", &string_literal("read"));
+            } else {
+                writer.copy(&text[member.span.clone()]);
+            }
+        }
+        assert_eq!(
+            writer.finish(),
+            r#"{"name":"read","arguments":{"b":1, "a":12345678901234567890,"f":1.0,"s":"\u00e9"},"_meta":{}}"#
+        );
+        assert_eq!(members("{ }").unwrap(), Vec::new());
+        assert_eq!(members("[1]"), Err(JsonError::NotObject));
+        assert!(members(r#"{"a":1,}"#).is_err());
+        assert!(members(r#"{"a" 1}"#).is_err());
+        let escaped = members(r#"{"n\u0061me":1}"#).unwrap();
+        assert_eq!(escaped[0].key, "name");
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[a-z\\u{e9}\"\\\\]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-c]{1,2}", inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn serialised_values_have_unique_keys_and_their_members(value in json_value()) {
+            let text = value.to_string();
+            prop_assert_eq!(check_unique_keys(&text), Ok(()));
+            if let Value::Object(map) = &value {
+                let found = members(&text).unwrap();
+                prop_assert_eq!(found.len(), map.len());
+                for member in found {
+                    let parsed: Value = serde_json::from_str(&text[member.value.clone()]).unwrap();
+                    prop_assert_eq!(Some(&parsed), map.get(member.key.as_ref()));
+                }
+            }
+        }
+
+        #[test]
+        fn checking_never_panics(text in "\\PC{0,64}") {
+            let _ = check_unique_keys(&text);
+            let _ = members(&text);
+        }
+    }
+}

@@ -1,0 +1,619 @@
+//! The gateway in-process: a scripted host and scripted servers over
+//! in-memory pipes, and a store the test can make fail or stall.
+//!
+//! The gateway runs as in `hintgate run`: on a thread of its own, in a
+//! current-thread runtime. The host and the servers run on the test's
+//! runtime, so they see what the gateway sends as it sends it, and a store
+//! that stalls the gateway's thread does not stall them. Every observable
+//! step (a server receiving a line, the store appending records) goes on
+//! one [`Timeline`], so a test can check their order.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use hintgate_policy::config::{ServerConfig, parse_str};
+use hintgate_policy::decide::Policy;
+use hintgate_proxy::{Connector, Link, LinkTarget, Mode, Settings};
+use hintgate_store::{
+    Answer, Answered, Approval, ApprovalQueue, AuditLog, Entry, MemoryStore, NewEntry, NewPending,
+    Pending, Pin, PinStore, QueueWatch, Rekeyed, Seen, Store, StoreError,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::mpsc;
+
+/// How long any one wait may take before the test fails instead of hanging.
+/// It bounds a broken test; no test asserts on time.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// What happened, in order, across the gateway, the store and the servers.
+#[derive(Debug, Default, Clone)]
+pub struct Timeline(Arc<Mutex<Vec<String>>>);
+
+impl Timeline {
+    pub fn push(&self, event: String) {
+        self.0.lock().unwrap().push(event);
+    }
+
+    pub fn events(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The position of the first event that contains `needle`.
+    pub fn position(&self, needle: &str) -> Option<usize> {
+        self.events()
+            .iter()
+            .position(|event| event.contains(needle))
+    }
+}
+
+/// How a scripted server answers a call to one of its tools.
+#[derive(Debug, Clone)]
+pub enum Behaviour {
+    /// A text result with the arguments as the server read them.
+    Echo,
+    /// This exact result (JSON text, written as is).
+    Raw(String),
+    /// No answer, ever.
+    Hang,
+}
+
+/// One scripted server.
+#[derive(Debug, Clone)]
+pub struct ServerScript {
+    /// Its tools, as listed.
+    pub tools: Vec<Value>,
+    /// How each tool answers (by name; `Echo` when absent).
+    pub behaviour: HashMap<String, Behaviour>,
+    /// It never answers `tools/list`.
+    pub silent_list: bool,
+    /// It never answers these methods.
+    pub silent: Vec<String>,
+}
+
+impl ServerScript {
+    pub fn with_tools(tools: Vec<Value>) -> Self {
+        Self {
+            tools,
+            behaviour: HashMap::new(),
+            silent_list: false,
+            silent: Vec::new(),
+        }
+    }
+
+    pub fn answering(mut self, tool: &str, behaviour: Behaviour) -> Self {
+        self.behaviour.insert(tool.to_owned(), behaviour);
+        self
+    }
+}
+
+/// A tool definition with these hints.
+pub fn tool(name: &str, read_only: bool) -> Value {
+    json!({
+        "name": name,
+        "description": format!("the {name} tool"),
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": read_only, "destructiveHint": !read_only, "idempotentHint": read_only, "openWorldHint": false},
+    })
+}
+
+/// The connector of the tests: each start of a server is a scripted server
+/// task on the test's runtime, connected by in-memory pipes.
+#[derive(Debug)]
+pub struct ScriptedConnector {
+    scripts: HashMap<String, ServerScript>,
+    runtime: tokio::runtime::Handle,
+    timeline: Timeline,
+    /// Every line each server received, by server name.
+    pub received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
+    /// How many times each server was started.
+    pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+impl Connector for ScriptedConnector {
+    fn connect(&self, server: &ServerConfig, target: LinkTarget) -> Result<Link, String> {
+        let script = self
+            .scripts
+            .get(&server.name)
+            .cloned()
+            .ok_or_else(|| format!("no script for `{}`", server.name))?;
+        *self
+            .starts
+            .lock()
+            .unwrap()
+            .entry(server.name.clone())
+            .or_default() += 1;
+        let (gateway_end, server_end) = tokio::io::duplex(1 << 20);
+        let (from_server, to_server) = tokio::io::split(gateway_end);
+        self.runtime.spawn(serve(
+            server.name.clone(),
+            script,
+            server_end,
+            self.timeline.clone(),
+            Arc::clone(&self.received),
+        ));
+        Ok(Link::streams(from_server, to_server, target))
+    }
+}
+
+async fn serve(
+    name: String,
+    script: ServerScript,
+    end: DuplexStream,
+    timeline: Timeline,
+    received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
+) {
+    let (reader, mut writer) = tokio::io::split(end);
+    let mut lines = BufReader::new(reader).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        received
+            .lock()
+            .unwrap()
+            .entry(name.clone())
+            .or_default()
+            .push(line.clone());
+        let message: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let method = message["method"].as_str().unwrap_or("").to_owned();
+        if method == "tools/call" {
+            timeline.push(format!(
+                "server {name} received call {}",
+                message["params"]["arguments"]["n"]
+            ));
+        }
+        let Some(id) = message.get("id").cloned() else {
+            continue;
+        };
+        if message.get("method").is_none() || script.silent.contains(&method) {
+            continue;
+        }
+        let result = match method.as_str() {
+            "server/discover" => {
+                let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}});
+                write(&mut writer, &reply.to_string()).await;
+                continue;
+            }
+            "initialize" => json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {"listChanged": true}, "resources": {}},
+                "serverInfo": {"name": name, "version": "1"},
+            })
+            .to_string(),
+            "tools/list" if script.silent_list => continue,
+            "tools/list" => json!({"tools": script.tools}).to_string(),
+            "resources/list" => json!({"resources": []}).to_string(),
+            "tools/call" => {
+                let tool = message["params"]["name"].as_str().unwrap_or("");
+                match script.behaviour.get(tool).unwrap_or(&Behaviour::Echo) {
+                    Behaviour::Hang => continue,
+                    Behaviour::Raw(result) => result.clone(),
+                    Behaviour::Echo => {
+                        // The arguments exactly as they arrived, as text.
+                        let raw = raw_arguments(&line);
+                        json!({"content": [{"type": "text", "text": raw}]}).to_string()
+                    }
+                }
+            }
+            _ => json!({}).to_string(),
+        };
+        let reply = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}");
+        write(&mut writer, &reply).await;
+    }
+}
+
+/// The `arguments` of a call line as their bytes.
+pub fn raw_arguments(line: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        arguments: Option<&'a serde_json::value::RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    serde_json::from_str::<Call<'_>>(line)
+        .ok()
+        .and_then(|call| call.params.arguments.map(|raw| raw.get().to_owned()))
+        .unwrap_or_default()
+}
+
+async fn write(writer: &mut (impl AsyncWriteExt + Unpin), line: &str) {
+    let _ = writer.write_all(line.as_bytes()).await;
+    let _ = writer.write_all(b"\n").await;
+    let _ = writer.flush().await;
+}
+
+/// What the store does when the gateway appends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendMode {
+    /// Appends.
+    Normal,
+    /// Refuses every append.
+    Fail,
+    /// Blocks until [`TestStore::release`].
+    Stall,
+}
+
+/// A memory store whose appends the test can fail or stall, and which
+/// puts every append on the timeline.
+#[derive(Debug)]
+pub struct TestStore {
+    pub inner: MemoryStore,
+    mode: Mutex<AppendMode>,
+    stalled: Condvar,
+    /// How many appends are blocked right now.
+    pub waiting: Mutex<usize>,
+    timeline: Timeline,
+}
+
+impl TestStore {
+    pub fn new(timeline: Timeline) -> Self {
+        Self {
+            inner: MemoryStore::default(),
+            mode: Mutex::new(AppendMode::Normal),
+            stalled: Condvar::new(),
+            waiting: Mutex::new(0),
+            timeline,
+        }
+    }
+
+    pub fn set_mode(&self, mode: AppendMode) {
+        *self.mode.lock().unwrap() = mode;
+        self.stalled.notify_all();
+    }
+
+    /// Lets stalled appends go on, and later ones append at once.
+    pub fn release(&self) {
+        self.set_mode(AppendMode::Normal);
+    }
+
+    /// Every record, parsed.
+    pub fn records(&self) -> Vec<Entry> {
+        self.inner.entries(0, 100_000).unwrap()
+    }
+}
+
+impl PinStore for TestStore {
+    fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
+        self.inner.pin(server_key, tool)
+    }
+    fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
+        self.inner.put_pin(pin)
+    }
+    fn put_pins(&self, pins: &[Pin]) -> Result<(), StoreError> {
+        self.inner.put_pins(pins)
+    }
+    fn see(&self, server_key: &str, tool: &str, seen: &Seen) -> Result<(), StoreError> {
+        self.inner.see(server_key, tool, seen)
+    }
+    fn clear_seen(&self, server_key: &str, tool: &str) -> Result<(), StoreError> {
+        self.inner.clear_seen(server_key, tool)
+    }
+    fn pins(&self) -> Result<Vec<Pin>, StoreError> {
+        self.inner.pins()
+    }
+    fn pins_of(&self, server_key: &str) -> Result<Vec<Pin>, StoreError> {
+        self.inner.pins_of(server_key)
+    }
+    fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
+        self.inner.approvals_of(server_key)
+    }
+    fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
+        self.inner.rekey(server, to_key)
+    }
+    fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
+        self.inner.revoke(server_key, tool)
+    }
+    fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
+        self.inner.approve_always(server_key, tool, digest)
+    }
+    fn approved_always(
+        &self,
+        server_key: &str,
+        tool: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError> {
+        self.inner.approved_always(server_key, tool, digest)
+    }
+    fn salt(&self) -> &[u8] {
+        self.inner.salt()
+    }
+}
+
+impl AuditLog for TestStore {
+    fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
+        let mut mode = self.mode.lock().unwrap();
+        if *mode == AppendMode::Stall {
+            *self.waiting.lock().unwrap() += 1;
+            self.timeline.push("store stalled".to_owned());
+            while *mode == AppendMode::Stall {
+                mode = self.stalled.wait(mode).unwrap();
+            }
+            *self.waiting.lock().unwrap() -= 1;
+        }
+        if *mode == AppendMode::Fail {
+            self.timeline.push("store refused an append".to_owned());
+            return Err(StoreError::Address(
+                "the test store refuses appends".to_owned(),
+            ));
+        }
+        drop(mode);
+        let seqs = self.inner.append(entries)?;
+        for entry in entries {
+            let body: Value = serde_json::from_str(&entry.body).unwrap_or(Value::Null);
+            self.timeline.push(format!(
+                "store appended {:?} {}",
+                entry.kind, body["arguments"]["n"]
+            ));
+        }
+        Ok(seqs)
+    }
+    fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        self.inner.entries(after, limit)
+    }
+}
+
+impl ApprovalQueue for TestStore {
+    fn enqueue(&self, pending: &NewPending) -> Result<u64, StoreError> {
+        self.inner.enqueue(pending)
+    }
+    fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
+        self.inner.pending(id)
+    }
+    fn waiting(&self, now: i64) -> Result<Vec<Pending>, StoreError> {
+        self.inner.waiting(now)
+    }
+    fn answer(&self, id: u64, answer: &Answer, now: i64) -> Result<Answered, StoreError> {
+        self.inner.answer(id, answer, now)
+    }
+    fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError> {
+        self.inner.answers(ids)
+    }
+    fn withdraw(&self, id: u64, why: &str) -> Result<Option<Answer>, StoreError> {
+        self.inner.withdraw(id, why)
+    }
+    fn watch(&self) -> Result<Box<dyn QueueWatch>, StoreError> {
+        self.inner.watch()
+    }
+}
+
+/// Answers a request of the gateway's with the `result`, as JSON text.
+pub type Responder = Box<dyn FnMut(&Value) -> String + Send>;
+
+/// A running gateway with its host and servers.
+pub struct Harness {
+    host_tx: tokio::io::WriteHalf<DuplexStream>,
+    host_rx: mpsc::UnboundedReceiver<Value>,
+    next_id: u64,
+    gateway: Option<std::thread::JoinHandle<()>>,
+    /// Everything the gateway sent the host that was not the answer waited for.
+    pub notes: Vec<Value>,
+    /// The requests the gateway sent the host (questions), as received.
+    pub requests: Vec<Value>,
+    /// Answers a request of the gateway's: the `result` as JSON text.
+    responder: Option<Responder>,
+    pub store: Arc<TestStore>,
+    pub timeline: Timeline,
+    pub received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
+}
+
+/// How to start a harness.
+pub struct Setup {
+    /// `hintgate.toml` text.
+    pub config: String,
+    pub mode: Mode,
+    pub scripts: HashMap<String, ServerScript>,
+    /// The store to use (a fresh one when `None`).
+    pub store: Option<Arc<TestStore>>,
+}
+
+impl Setup {
+    /// Wrap mode: one server `fx` with these tools, trusted or not.
+    pub fn wrap(script: ServerScript, trusted: bool) -> Self {
+        let trust = if trusted { "trusted" } else { "untrusted" };
+        Self {
+            config: format!(
+                "[gateway]\ncall_timeout_s = 1\nask_timeout_s = 2\n\n[servers.fx]\ncommand = \"scripted\"\ntrust = \"{trust}\"\n"
+            ),
+            mode: Mode::Wrap,
+            scripts: HashMap::from([("fx".to_owned(), script)]),
+            store: None,
+        }
+    }
+}
+
+impl Harness {
+    pub async fn start(setup: Setup) -> Self {
+        // The gateway's log goes with the test's output, shown when it fails.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_test_writer()
+            .try_init();
+        let (config, diagnostics) = parse_str(&setup.config);
+        let config = config.unwrap_or_else(|| panic!("bad test config: {diagnostics:?}"));
+        let timeline = Timeline::default();
+        let store = setup
+            .store
+            .unwrap_or_else(|| Arc::new(TestStore::new(timeline.clone())));
+        let timeline = store.timeline.clone();
+        let connector = Arc::new(ScriptedConnector {
+            scripts: setup.scripts,
+            runtime: tokio::runtime::Handle::current(),
+            timeline: timeline.clone(),
+            received: Arc::default(),
+            starts: Arc::default(),
+        });
+        let received = Arc::clone(&connector.received);
+        let as_store: Arc<dyn Store> = store.clone();
+        let settings = Settings {
+            policy: Policy::new(config),
+            mode: setup.mode,
+            observer: None,
+            store: Some(as_store),
+            connector: Some(connector),
+        };
+        let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
+        let gateway = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let (gateway_in, gateway_out) = tokio::io::split(gateway_end);
+            runtime
+                .block_on(hintgate_proxy::run(settings, gateway_in, gateway_out))
+                .unwrap();
+        });
+        let (host_read, host_tx) = tokio::io::split(host_end);
+        let (tx, host_rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(host_read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let value: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|err| json!({"unparseable": line, "error": err.to_string()}));
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            host_tx,
+            host_rx,
+            next_id: 0,
+            gateway: Some(gateway),
+            notes: Vec::new(),
+            requests: Vec::new(),
+            responder: None,
+            store,
+            timeline,
+            received,
+        }
+    }
+
+    /// Sends one line as it is.
+    pub async fn send_raw(&mut self, line: &str) {
+        write(&mut self.host_tx, line).await;
+    }
+
+    /// The next message from the gateway.
+    pub async fn next(&mut self) -> Value {
+        tokio::time::timeout(PATIENCE, self.host_rx.recv())
+            .await
+            .expect("the gateway answered in time")
+            .expect("the gateway's output is open")
+    }
+
+    /// Sets how the host answers the gateway's requests: the `result`, as
+    /// JSON text (so a test can send text no serializer would write).
+    pub fn respond_with(&mut self, responder: impl FnMut(&Value) -> String + Send + 'static) {
+        self.responder = Some(Box::new(responder));
+    }
+
+    /// Waits for the response with this id (raw JSON), answering the
+    /// gateway's requests on the way and keeping everything else.
+    pub async fn response(&mut self, id: &Value) -> Value {
+        loop {
+            let message = self.next().await;
+            if message.get("id") == Some(id) && message.get("method").is_none() {
+                return message;
+            }
+            if message.get("method").is_some() && message.get("id").is_some() {
+                self.requests.push(message.clone());
+                if let Some(responder) = &mut self.responder {
+                    let result = responder(&message);
+                    let line = format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{result}}}",
+                        message["id"]
+                    );
+                    self.send_raw(&line).await;
+                }
+                continue;
+            }
+            self.notes.push(message);
+        }
+    }
+
+    /// A request, and its response.
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = json!(format!("h{}", self.next_id));
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(&line.to_string()).await;
+        self.response(&id).await
+    }
+
+    /// The legacy handshake, with these host capabilities.
+    pub async fn initialize(&mut self, capabilities: Value) -> Value {
+        let init = self
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "test-host", "version": "1"}}),
+            )
+            .await;
+        self.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        init
+    }
+
+    /// A tool call's whole response.
+    pub async fn call(&mut self, name: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await
+    }
+
+    /// What a server received so far.
+    pub fn received_by(&self, server: &str) -> Vec<String> {
+        self.received
+            .lock()
+            .unwrap()
+            .get(server)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The calls a server received.
+    pub fn calls_received(&self, server: &str) -> Vec<Value> {
+        self.received_by(server)
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|message| message["method"] == "tools/call")
+            .collect()
+    }
+
+    /// Closes the host's side and waits for the gateway to end.
+    pub async fn close(mut self) -> Arc<TestStore> {
+        let _ = self.host_tx.shutdown().await;
+        drop(self.host_tx);
+        let gateway = self.gateway.take().unwrap();
+        tokio::task::spawn_blocking(move || gateway.join().unwrap())
+            .await
+            .unwrap();
+        self.store
+    }
+}
+
+/// The text of a tool result.
+pub fn text(response: &Value) -> String {
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether a response is a tool result with `isError: true`.
+pub fn is_error(response: &Value) -> bool {
+    response["result"]["isError"] == true
+}
+
+/// Waits (a little at a time, within [`PATIENCE`]) until `ready` holds.
+pub async fn eventually(mut ready: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !ready() {
+        assert!(tokio::time::Instant::now() < deadline, "gave up waiting");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -1,0 +1,329 @@
+//! Attacks on the path around the decision, each a test that failed before
+//! the fix: a call sent as a notification, a key given twice, arguments
+//! re-serialised on their way, and a server whose identity changed.
+
+use std::collections::HashMap;
+
+use hintgate_policy::pin::PinDigest;
+use hintgate_policy::tool::Tool;
+use hintgate_proxy::Mode;
+use hintgate_store::{EntryKind, Pin, PinStore};
+use serde_json::{Value, json};
+
+use crate::harness::{
+    Harness, ServerScript, Setup, TestStore, Timeline, is_error, raw_arguments, text, tool,
+};
+
+fn tools() -> ServerScript {
+    ServerScript::with_tools(vec![tool("read", true), tool("delete", false)])
+}
+
+/// A gateway-mode setup: servers `fs` (untrusted) and `ok` (trusted).
+fn gateway_setup() -> Setup {
+    Setup {
+        config: "[gateway]\ncall_timeout_s = 5\n\n[servers.fs]\ncommand = \"x\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[[rules]]\nserver = \"fs\"\ntool = \"delete\"\naction = \"deny\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([("fs".to_owned(), tools()), ("ok".to_owned(), tools())]),
+        store: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_a_call_without_an_id_never_reaches_a_server() {
+    let mut gateway = Harness::start(gateway_setup()).await;
+    gateway.initialize(json!({})).await;
+    // Both servers are up and listed.
+    let list = gateway.request("tools/list", json!({})).await;
+    assert!(list["result"]["tools"].as_array().unwrap().len() >= 2);
+    // A deny rule forbids `fs__delete`; as a notification it is neither
+    // decided nor answered, so it must not be sent at all.
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fs__delete","arguments":{}}}"#)
+        .await;
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"ok__read","arguments":{}}}"#)
+        .await;
+    // Another request after them: once it is answered, both were handled.
+    gateway.request("ping", json!({})).await;
+    assert!(gateway.calls_received("fs").is_empty());
+    assert!(gateway.calls_received("ok").is_empty());
+    // Nor is any other request method passed on without an id.
+    gateway
+        .send_raw(
+            r#"{"jsonrpc":"2.0","method":"resources/read","params":{"uri":"file:///etc/passwd"}}"#,
+        )
+        .await;
+    gateway.request("ping", json!({})).await;
+    for server in ["fs", "ok"] {
+        assert!(
+            !gateway
+                .received_by(server)
+                .iter()
+                .any(|line| line.contains("resources/read")),
+            "{server}"
+        );
+    }
+    let store = gateway.close().await;
+    let records = store.records();
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|entry| entry.kind == EntryKind::Call)
+        .map(|entry| &entry.body)
+        .collect();
+    assert_eq!(
+        refused.len(),
+        2,
+        "each reached the gateway and has its record"
+    );
+    for record in refused {
+        assert_eq!(record["verdict"], "deny");
+        assert_eq!(record["reasons"], json!(["malformed-request"]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_a_key_given_twice_is_refused_wherever_it_is() {
+    for mode in [Mode::Wrap, Mode::Gateway] {
+        let (setup, read, delete) = match mode {
+            Mode::Wrap => (Setup::wrap(tools(), true), "read", "delete"),
+            Mode::Gateway => (gateway_setup(), "ok__read", "ok__delete"),
+        };
+        let mut gateway = Harness::start(setup).await;
+        gateway.initialize(json!({})).await;
+        let attacks = [
+            // The name twice: decided on one, run as the other.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{read}","name":"{delete}","arguments":{{}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{delete}","name":"{read}","arguments":{{}}}}}}"#
+            ),
+            // An argument twice: shown and logged one way, run the other.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"{read}","arguments":{{"path":"/tmp/a","path":"/etc/shadow"}}}}}}"#
+            ),
+            // The same key, once spelled with an escape.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"{read}","arguments":{{"nested":{{"p":1,"\u0070":2}}}}}}}}"#
+            ),
+            // The envelope's id twice.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":5,"id":6,"method":"tools/call","params":{{"name":"{read}","arguments":{{}}}}}}"#
+            ),
+        ];
+        for (idx, attack) in attacks.iter().enumerate() {
+            gateway.send_raw(attack).await;
+            if idx < 4 {
+                let refused = gateway.response(&json!(idx + 1)).await;
+                assert_eq!(
+                    refused["error"]["code"], -32602,
+                    "{mode:?} {attack}: {refused}"
+                );
+                assert!(
+                    refused["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("appears twice in one object"),
+                    "{refused}"
+                );
+            }
+        }
+        gateway.request("ping", json!({})).await;
+        let servers: Vec<&str> = match mode {
+            Mode::Wrap => vec!["fx"],
+            Mode::Gateway => vec!["fs", "ok"],
+        };
+        for server in servers {
+            assert!(
+                gateway.calls_received(server).is_empty(),
+                "{mode:?} {server}"
+            );
+        }
+        let store = gateway.close().await;
+        let calls = store
+            .records()
+            .into_iter()
+            .filter(|entry| entry.kind == EntryKind::Call)
+            .count();
+        assert_eq!(calls, 5, "{mode:?}: every attempt is on the record");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_an_answer_to_the_gateways_question_given_twice_approves_nothing() {
+    let mut gateway = Harness::start(Setup::wrap(tools(), true)).await;
+    gateway.respond_with(|_| {
+        r#"{"action":"accept","content":{"approve":false,"approve":true}}"#.to_owned()
+    });
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let refused = gateway.call("delete", json!({})).await;
+    assert!(is_error(&refused), "{refused}");
+    assert_eq!(gateway.requests.len(), 1, "the person was asked");
+    assert!(gateway.calls_received("fx").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_arguments_reach_the_server_as_the_bytes_the_host_sent() {
+    let arguments = r#"{"b":1, "a":12345678901234567890,"f":1.0,"s":"\u00e9\n","z":[1.50,{"y":null}],"big":1e400}"#;
+    let arguments = arguments.replace(",\"big\":1e400", "");
+    for mode in [Mode::Wrap, Mode::Gateway] {
+        let (setup, name, server) = match mode {
+            Mode::Wrap => (Setup::wrap(tools(), true), "read", "fx"),
+            Mode::Gateway => (gateway_setup(), "ok__read", "ok"),
+        };
+        let mut gateway = Harness::start(setup).await;
+        gateway.initialize(json!({})).await;
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{{"_meta":{{"progressToken":7}},"name":"{name}","arguments":{arguments},"extra":[1.0]}}}}"#
+        );
+        gateway.send_raw(&line).await;
+        let answer = gateway.response(&json!("b")).await;
+        assert_eq!(text(&answer), arguments, "{mode:?}: {answer}");
+        let received = gateway.calls_received(server);
+        let sent = gateway
+            .received_by(server)
+            .into_iter()
+            .find(|line| line.contains("tools/call"))
+            .unwrap();
+        assert_eq!(raw_arguments(&sent), arguments, "{mode:?}");
+        // Only the name changed (gateway mode), and unknown members kept
+        // their bytes too.
+        assert!(sent.contains(r#""extra":[1.0]"#), "{sent}");
+        assert_eq!(received[0]["params"]["name"], "read");
+        assert_eq!(received[0]["params"]["_meta"]["progressToken"], 7);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_a_changed_identity_holds_what_changed_and_says_so() {
+    let timeline = Timeline::default();
+    let store = std::sync::Arc::new(TestStore::new(timeline));
+    // What an earlier version of the server listed, pinned under its old
+    // identity: `read` said something else then; `read2` is the same.
+    let mut old_read = tool("read", true);
+    old_read["description"] = json!("reads one file");
+    let read2 = tool("read2", true);
+    for definition in [&old_read, &read2] {
+        let parsed = Tool::from_value(definition.clone()).unwrap();
+        store
+            .put_pin(&Pin {
+                server_key: "key-of-version-1".to_owned(),
+                server: "fx".to_owned(),
+                identity: "npx -y server@1.0".to_owned(),
+                tool: parsed.name.clone(),
+                digest: PinDigest::of(&parsed).to_string(),
+                definition: definition.clone(),
+                pinned_at: 1,
+                seen: None,
+            })
+            .unwrap();
+    }
+    let script = ServerScript::with_tools(vec![tool("read", true), read2.clone()]);
+    let mut setup = Setup::wrap(script, true);
+    setup.store = Some(store.clone());
+    let mut gateway = Harness::start(setup).await;
+    gateway.respond_with(|_| r#"{"action":"decline"}"#.to_owned());
+    gateway.initialize(json!({"elicitation": {}})).await;
+
+    // Unchanged: a trusted read runs without a question.
+    let ran = gateway.call("read2", json!({"n": 1})).await;
+    assert!(!is_error(&ran), "{ran}");
+    assert!(gateway.requests.is_empty());
+
+    // Changed under the new identity: held for a person, trusted or not,
+    // and the prompt names the identity change and the diff.
+    let held = gateway.call("read", json!({"n": 2})).await;
+    assert!(is_error(&held), "{held}");
+    assert_eq!(
+        held["result"]["_meta"]["hintgate/decision"]["reasons"][0],
+        "definition-changed"
+    );
+    let prompt = gateway.requests[0]["params"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        prompt.contains(
+            "the server's identity changed since its tools were pinned; it was npx -y server@1.0"
+        ),
+        "{prompt}"
+    );
+    assert!(prompt.contains("description"), "{prompt}");
+    assert_eq!(gateway.calls_received("fx").len(), 1);
+
+    let store = gateway.close().await;
+    // The pins moved to the new identity: each tool is listed once, the
+    // changed one with what was seen held beside it.
+    let pins = store.pins().unwrap();
+    assert_eq!(pins.len(), 2, "{pins:#?}");
+    assert!(pins.iter().all(|pin| pin.server_key != "key-of-version-1"));
+    let read = pins.iter().find(|pin| pin.tool == "read").unwrap();
+    let seen = read.seen.as_ref().expect("the new definition is held");
+    assert_eq!(read.identity, "npx -y server@1.0");
+    assert_ne!(seen.identity, read.identity);
+    let read2_pin = pins.iter().find(|pin| pin.tool == "read2").unwrap();
+    assert!(read2_pin.seen.is_none());
+    assert_ne!(
+        read2_pin.identity, "npx -y server@1.0",
+        "confirmed under the new identity"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_a_result_that_says_is_error_twice_is_not_passed_on() {
+    let script = tools().answering(
+        "read",
+        crate::harness::Behaviour::Raw(
+            r#"{"content":[],"isError":false,"isError":true}"#.to_owned(),
+        ),
+    );
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    let answer = gateway.call("read", json!({"n": 1})).await;
+    assert!(is_error(&answer), "{answer}");
+    assert!(
+        text(&answer).contains("cannot be read one way only"),
+        "{answer}"
+    );
+    let store = gateway.close().await;
+    let outcome = store
+        .records()
+        .into_iter()
+        .find(|entry| entry.kind == EntryKind::Outcome)
+        .unwrap();
+    assert_eq!(outcome.body["outcome"], "protocol-error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_approval_revoked_elsewhere_stops_answering() {
+    // A trusted additive write: it may be approved "always".
+    let mut note = tool("note", false);
+    note["annotations"]["destructiveHint"] = json!(false);
+    let script = ServerScript::with_tools(vec![note]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.respond_with(|_| {
+        r#"{"action":"accept","content":{"approve":true,"remember":"this tool always"}}"#.to_owned()
+    });
+    gateway.initialize(json!({"elicitation": {}})).await;
+    assert!(!is_error(&gateway.call("note", json!({"n": 1})).await));
+    assert_eq!(gateway.requests.len(), 1);
+    // Approved always: the next call is not asked about, and the gateway
+    // did not read the store for it.
+    assert!(!is_error(&gateway.call("note", json!({"n": 2})).await));
+    assert_eq!(gateway.requests.len(), 1);
+
+    // Another process revokes it.
+    let key = gateway.store.inner.pins().unwrap()[0].server_key.clone();
+    assert!(gateway.store.inner.revoke(&key, "note").unwrap());
+    // The store watcher brings the change to the gateway: soon a call is
+    // asked about again.
+    let mut n = 3;
+    while gateway.requests.len() == 1 {
+        assert!(n < 400, "the revocation never reached the gateway");
+        gateway.call("note", json!({"n": n})).await;
+        n += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(gateway.requests.len(), 2);
+    let _ = gateway.close().await;
+}

@@ -1,0 +1,13 @@
+//! The gateway in-process: its pipeline tested against scripted hosts,
+//! servers and stores over in-memory pipes.
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: a failed unwrap, index or panic is a failed test"
+)]
+
+mod harness;
+mod hostile;
+mod pipeline;

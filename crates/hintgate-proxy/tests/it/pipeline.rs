@@ -1,0 +1,332 @@
+//! The pipeline's order, tested directly: audit before forward (with a
+//! store that fails or stalls), refusals, deadlines, and a session that ends
+//! mid-call.
+
+use std::collections::HashMap;
+
+use hintgate_proxy::Mode;
+use hintgate_store::{AuditLog, EntryKind};
+use serde_json::{Value, json};
+
+use crate::harness::{
+    AppendMode, Behaviour, Harness, ServerScript, Setup, eventually, is_error, text, tool,
+};
+
+fn reader() -> ServerScript {
+    ServerScript::with_tools(vec![tool("read", true), tool("write", false)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_reaches_its_server_before_its_record_is_durable() {
+    let mut gateway = Harness::start(Setup::wrap(reader(), true)).await;
+    gateway.initialize(json!({})).await;
+    // The tool list and one call first, so the server is up and listed.
+    assert_eq!(
+        text(&gateway.call("read", json!({"n": 0})).await),
+        r#"{"n":0}"#
+    );
+
+    gateway.store.set_mode(AppendMode::Stall);
+    gateway
+        .send_raw(&json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
+        .await;
+    let store = gateway.store.clone();
+    eventually(|| *store.waiting.lock().unwrap() == 1).await;
+    // The gateway is inside the commit of the call's record: the server has
+    // not seen the call, and cannot until the commit returns.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert_eq!(gateway.calls_received("fx").len(), 1, "only the first call");
+
+    gateway.store.release();
+    let answer = gateway.response(&json!("c1")).await;
+    assert_eq!(text(&answer), r#"{"n":1}"#);
+    let appended = gateway.timeline.position("store appended Call 1").unwrap();
+    let received = gateway
+        .timeline
+        .position("server fx received call 1")
+        .unwrap();
+    assert!(appended < received, "{:?}", gateway.timeline.events());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_record_cannot_be_written_never_runs() {
+    let mut gateway = Harness::start(Setup::wrap(reader(), true)).await;
+    gateway.initialize(json!({})).await;
+    assert!(!is_error(&gateway.call("read", json!({"n": 0})).await));
+
+    gateway.store.set_mode(AppendMode::Fail);
+    let refused = gateway.call("read", json!({"n": 1})).await;
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        text(&refused).contains("the audit log could not be written"),
+        "{refused}"
+    );
+    assert_eq!(
+        gateway.calls_received("fx").len(),
+        1,
+        "the second call never ran"
+    );
+
+    // The log works again: so do calls.
+    gateway.store.release();
+    assert!(!is_error(&gateway.call("read", json!({"n": 2})).await));
+    assert_eq!(gateway.calls_received("fx").len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_decided_in_one_turn_share_one_commit() {
+    let mut gateway = Harness::start(Setup::wrap(reader(), true)).await;
+    gateway.initialize(json!({})).await;
+    assert!(!is_error(&gateway.call("read", json!({"n": 0})).await));
+    // Hold the log, send sixteen calls, let it go: the calls that queued
+    // behind the stall are decided in the next turn and committed together.
+    gateway.store.set_mode(AppendMode::Stall);
+    let mut burst = String::new();
+    for n in 1..=16 {
+        burst.push_str(
+            &json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "read", "arguments": {"n": n}}})
+                .to_string(),
+        );
+        burst.push('\n');
+    }
+    gateway.send_raw(burst.trim_end()).await;
+    let store = gateway.store.clone();
+    eventually(|| *store.waiting.lock().unwrap() == 1).await;
+    gateway.store.release();
+    for n in 1..=16 {
+        let answer = gateway.response(&json!(n)).await;
+        assert!(!is_error(&answer), "{answer}");
+    }
+    let appends: Vec<String> = gateway
+        .timeline
+        .events()
+        .into_iter()
+        .filter(|event| event.starts_with("store appended Call"))
+        .collect();
+    assert_eq!(appends.len(), 17);
+    // Every call record is durable before its call reaches the server.
+    for n in 1..=16 {
+        let appended = gateway
+            .timeline
+            .position(&format!("store appended Call {n}"))
+            .unwrap();
+        let received = gateway
+            .timeline
+            .position(&format!("server fx received call {n}"))
+            .unwrap();
+        assert!(
+            appended < received,
+            "call {n}: {:?}",
+            gateway.timeline.events()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_gets_one_record_and_a_forwarded_one_its_outcome() {
+    let script = reader().answering(
+        "write",
+        Behaviour::Raw(r#"{"content":[],"isError": true}"#.to_owned()),
+    );
+    let mut setup = Setup::wrap(script, true);
+    setup
+        .config
+        .push_str("\n[[rules]]\nserver = \"fx\"\ntool = \"write\"\naction = \"allow\"\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    gateway.call("read", json!({"n": 1})).await;
+    // An error result written as Python writes JSON (a space after the
+    // colon) is a tool error all the same.
+    let failed = gateway.call("write", json!({"n": 2})).await;
+    assert!(is_error(&failed), "{failed}");
+    let unknown = gateway.call("nope", json!({"n": 3})).await;
+    assert_eq!(unknown["error"]["code"], -32602);
+    let store = gateway.close().await;
+    let records = store.records();
+    let calls: Vec<_> = records
+        .iter()
+        .filter(|entry| entry.kind == EntryKind::Call)
+        .collect();
+    assert_eq!(calls.len(), 3, "{records:#?}");
+    let outcome_of = |n: i64| {
+        let call = calls
+            .iter()
+            .find(|entry| entry.body["arguments"]["n"] == n)
+            .unwrap();
+        records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+            .map(|entry| entry.body["outcome"].clone())
+            .or_else(|| call.body.get("outcome").cloned())
+            .unwrap()
+    };
+    assert_eq!(outcome_of(1), "ok");
+    assert_eq!(outcome_of(2), "tool-error");
+    assert_eq!(outcome_of(3), "denied");
+    assert!(store.inner.verify().unwrap().first_broken.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_rule_refuses_before_the_server_and_says_how_to_allow() {
+    let mut setup = Setup::wrap(reader(), true);
+    setup.config.push_str(
+        "\n[[rules]]\nserver = \"fx\"\ntool = \"write\"\naction = \"deny\"\nreason = \"writes are done by hand\"\n",
+    );
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let refused = gateway.call("write", json!({"n": 1})).await;
+    assert!(is_error(&refused));
+    assert!(
+        text(&refused).contains("writes are done by hand"),
+        "{refused}"
+    );
+    assert!(
+        text(&refused).contains("To allow it: change or remove rule 0"),
+        "{refused}"
+    );
+    assert_eq!(
+        refused["result"]["_meta"]["hintgate/decision"]["reasons"],
+        json!(["rule-deny"])
+    );
+    assert!(gateway.calls_received("fx").is_empty());
+    let store = gateway.close().await;
+    let record = &store.records()[0];
+    assert_eq!(record.body["verdict"], "deny");
+    assert_eq!(record.body["outcome"], "denied");
+    assert_eq!(record.body["approver"], "gateway");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_lists_its_tools_fails_the_call_with_a_clear_error() {
+    let mut script = reader();
+    script.silent_list = true;
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    let failed = gateway.call("read", json!({"n": 1})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("did not answer `tools/list` within 1 s"),
+        "{failed}"
+    );
+    // The host's own `tools/list` is answered too, without that server's tools.
+    let list = gateway.request("tools/list", json!({})).await;
+    assert_eq!(list["result"]["tools"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_server_never_answers_ends_at_the_deadline_and_is_not_replayed() {
+    let script = reader().answering("write", Behaviour::Hang);
+    let mut setup = Setup::wrap(script, true);
+    setup
+        .config
+        .push_str("\n[[rules]]\nserver = \"fx\"\ntool = \"write\"\naction = \"allow\"\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let failed = gateway.call("write", json!({"n": 1})).await;
+    assert!(is_error(&failed));
+    assert!(
+        text(&failed).contains("did not answer within 1 s"),
+        "{failed}"
+    );
+    assert!(text(&failed).contains("was not retried"), "{failed}");
+    assert_eq!(gateway.calls_received("fx").len(), 1);
+    let cancelled = gateway
+        .received_by("fx")
+        .iter()
+        .any(|line| line.contains("notifications/cancelled"));
+    assert!(cancelled, "the server is told the gateway gave up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_list_a_server_never_answers_is_answered_at_the_deadline() {
+    let mut quiet = reader();
+    quiet.silent = vec!["resources/list".to_owned()];
+    let setup = Setup {
+        config: "[gateway]\ncall_timeout_s = 1\n\n[servers.a]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.b]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([("a".to_owned(), reader()), ("b".to_owned(), quiet)]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("resources/list", json!({})).await;
+    assert_eq!(list["result"]["resources"], json!([]), "{list}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_ends_mid_call_leaves_no_call_without_an_ending() {
+    let script = reader().answering("read", Behaviour::Hang);
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("call_timeout_s = 1", "call_timeout_s = 60");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    gateway
+        .send_raw(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
+        .await;
+    let received = gateway.received.clone();
+    eventually(|| {
+        received
+            .lock()
+            .unwrap()
+            .get("fx")
+            .is_some_and(|lines| lines.iter().any(|line| line.contains("tools/call")))
+    })
+    .await;
+    let store = gateway.close().await;
+    let records = store.records();
+    let call = records
+        .iter()
+        .find(|entry| entry.kind == EntryKind::Call)
+        .unwrap();
+    let outcome = records
+        .iter()
+        .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+        .expect("an outcome record");
+    assert_eq!(outcome.body["outcome"], "host-gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_is_recorded_as_cancelled_and_the_server_told() {
+    let script = reader().answering("read", Behaviour::Hang);
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("call_timeout_s = 1", "call_timeout_s = 60");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    gateway
+        .send_raw(&json!({"jsonrpc": "2.0", "id": "x", "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
+        .await;
+    let received = gateway.received.clone();
+    eventually(|| {
+        received
+            .lock()
+            .unwrap()
+            .get("fx")
+            .is_some_and(|lines| lines.iter().any(|line| line.contains("tools/call")))
+    })
+    .await;
+    gateway
+        .send_raw(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x"}}"#,
+        )
+        .await;
+    eventually(|| {
+        received.lock().unwrap().get("fx").is_some_and(|lines| {
+            lines
+                .iter()
+                .any(|line| line.contains("notifications/cancelled"))
+        })
+    })
+    .await;
+    let store = gateway.close().await;
+    let outcomes: Vec<Value> = store
+        .records()
+        .iter()
+        .filter(|entry| entry.kind == EntryKind::Outcome)
+        .map(|entry| entry.body["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, vec![json!("cancelled")]);
+}
