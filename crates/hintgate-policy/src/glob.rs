@@ -18,13 +18,15 @@ pub struct Glob {
 }
 
 /// The common shapes, matched without the general algorithm: rules are
-/// mostly a literal name, `prefix*`, `*suffix` or `*`.
+/// mostly a literal name, `prefix*`, `*suffix` or `*`, and redaction
+/// patterns `*infix*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Shape {
     Any,
     Literal(String),
     Prefix(String),
     Suffix(String),
+    Infix(String),
     General,
 }
 
@@ -153,6 +155,7 @@ impl Glob {
             Shape::Literal(literal) => name == literal,
             Shape::Prefix(prefix) => name.starts_with(prefix.as_str()),
             Shape::Suffix(suffix) => name.ends_with(suffix.as_str()),
+            Shape::Infix(infix) => name.contains(infix.as_str()),
             Shape::General => self.matches_tokens(name),
         }
     }
@@ -218,6 +221,9 @@ impl Shape {
         };
         match tokens {
             [Token::AnyRun] => Self::Any,
+            [Token::AnyRun, middle @ .., Token::AnyRun] => {
+                literal(middle).map_or(Self::General, Self::Infix)
+            }
             [Token::AnyRun, rest @ ..] => literal(rest).map_or(Self::General, Self::Suffix),
             [rest @ .., Token::AnyRun] => literal(rest).map_or(Self::General, Self::Prefix),
             all => literal(all).map_or(Self::General, Self::Literal),

@@ -34,6 +34,8 @@ pub enum Event {
         key: String,
         /// Its standing approvals.
         approvals: Vec<hintgate_store::Approval>,
+        /// When the read began (an approval given after it is not in it).
+        read_at: std::time::Instant,
     },
 }
 

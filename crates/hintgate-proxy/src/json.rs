@@ -95,6 +95,195 @@ pub fn check_unique_keys(text: &str) -> Result<(), JsonError> {
     }
 }
 
+/// The first repeated key of a JSON text, found by scanning its bytes once
+/// (keys compared after decoding, as [`check_unique_keys`] does). Cheaper
+/// than [`check_unique_keys`], which parses every value: it is made for
+/// text that is parsed anyway, and does not itself validate what is not a
+/// key (numbers, literals). A text it cannot follow is handed to
+/// [`check_unique_keys`] for a precise error.
+///
+/// # Errors
+///
+/// [`JsonError::DuplicateKey`] for a repeated key; [`JsonError::Syntax`]
+/// for a text whose structure is broken.
+pub fn find_duplicate_key(text: &str) -> Result<(), JsonError> {
+    match scan_keys(text.as_bytes()) {
+        Scan::Unique => Ok(()),
+        Scan::Repeated(key) => Err(JsonError::DuplicateKey {
+            path: duplicate_path(text, &key).unwrap_or_default(),
+            key,
+        }),
+        Scan::Broken => check_unique_keys(text).and(Err(JsonError::Syntax(
+            "the text's structure cannot be followed".to_owned(),
+        ))),
+    }
+}
+
+/// What [`scan_keys`] found.
+enum Scan {
+    Unique,
+    Repeated(String),
+    Broken,
+}
+
+/// Containers deeper than this are refused, as serde refuses them.
+const MAX_DEPTH: usize = 128;
+
+/// One open container while scanning.
+struct Open {
+    object: bool,
+    /// Where this object's keys start on the key stack.
+    keys_from: usize,
+    /// The next string is a key.
+    expect_key: bool,
+    /// This object's keys in a set, once it has many.
+    many: Option<HashSet<Cow<'static, str>>>,
+}
+
+fn scan_keys(bytes: &[u8]) -> Scan {
+    let mut stack: Vec<Open> = Vec::new();
+    // The keys of every open object, innermost last: byte ranges (keys
+    // without escapes) or decoded text (keys with them).
+    let mut keys: Vec<KeyText> = Vec::new();
+    let mut idx = 0;
+    while let Some(&byte) = bytes.get(idx) {
+        match byte {
+            b'"' => {
+                let Some(end) = string_end_fast(bytes, idx) else {
+                    return Scan::Broken;
+                };
+                let is_key = stack
+                    .last()
+                    .is_some_and(|open| open.object && open.expect_key);
+                if is_key {
+                    let Some(key) = KeyText::of(bytes, idx, end) else {
+                        return Scan::Broken;
+                    };
+                    let Some(open) = stack.last_mut() else {
+                        return Scan::Broken;
+                    };
+                    open.expect_key = false;
+                    let seen = keys.get(open.keys_from..).unwrap_or_default();
+                    let repeated = match &mut open.many {
+                        Some(set) => !set.insert(Cow::Owned(key.decoded(bytes).into_owned())),
+                        None => seen.iter().any(|other| other.same(&key, bytes)),
+                    };
+                    if repeated {
+                        return Scan::Repeated(key.decoded(bytes).into_owned());
+                    }
+                    if open.many.is_none() && seen.len() >= LINEAR_KEYS {
+                        let mut set: HashSet<Cow<'static, str>> = seen
+                            .iter()
+                            .map(|other| Cow::Owned(other.decoded(bytes).into_owned()))
+                            .collect();
+                        set.insert(Cow::Owned(key.decoded(bytes).into_owned()));
+                        open.many = Some(set);
+                    }
+                    keys.push(key);
+                }
+                idx = end;
+            }
+            b'{' | b'[' => {
+                if stack.len() >= MAX_DEPTH {
+                    return Scan::Broken;
+                }
+                stack.push(Open {
+                    object: byte == b'{',
+                    keys_from: keys.len(),
+                    expect_key: byte == b'{',
+                    many: None,
+                });
+                idx += 1;
+            }
+            b'}' | b']' => {
+                let Some(open) = stack.pop() else {
+                    return Scan::Broken;
+                };
+                if open.object != (byte == b'}') {
+                    return Scan::Broken;
+                }
+                keys.truncate(open.keys_from);
+                idx += 1;
+            }
+            b',' => {
+                if let Some(open) = stack.last_mut() {
+                    open.expect_key = open.object;
+                }
+                idx += 1;
+            }
+            _ => idx += 1,
+        }
+    }
+    if stack.is_empty() {
+        Scan::Unique
+    } else {
+        Scan::Broken
+    }
+}
+
+/// The end (one past the closing quote) of the string that starts at `pos`,
+/// skipping to the next quote or backslash at a time.
+fn string_end_fast(bytes: &[u8], pos: usize) -> Option<usize> {
+    let mut idx = pos + 1;
+    loop {
+        let rest = bytes.get(idx..)?;
+        let found = rest
+            .iter()
+            .position(|byte| *byte == b'"' || *byte == b'\\')?;
+        idx += found;
+        match bytes.get(idx)? {
+            b'"' => return Some(idx + 1),
+            _ => idx += 2,
+        }
+    }
+}
+
+/// A key found while scanning.
+enum KeyText {
+    /// The bytes between its quotes (it has no escape).
+    Raw(usize, usize),
+    /// Decoded (it had escapes).
+    Decoded(String),
+}
+
+impl KeyText {
+    /// The key of the string literal at `start..end`.
+    fn of(bytes: &[u8], start: usize, end: usize) -> Option<Self> {
+        let inner = bytes.get(start + 1..end.checked_sub(1)?)?;
+        if !inner.contains(&b'\\') {
+            return Some(Self::Raw(start + 1, end - 1));
+        }
+        let literal = std::str::from_utf8(bytes.get(start..end)?).ok()?;
+        serde_json::from_str::<String>(literal)
+            .ok()
+            .map(Self::Decoded)
+    }
+
+    fn raw<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        match self {
+            Self::Raw(start, end) => bytes.get(*start..*end),
+            Self::Decoded(_) => None,
+        }
+    }
+
+    /// Whether two keys are the same once decoded.
+    fn same(&self, other: &Self, bytes: &[u8]) -> bool {
+        match (self.raw(bytes), other.raw(bytes)) {
+            (Some(left), Some(right)) => left == right,
+            _ => self.decoded(bytes) == other.decoded(bytes),
+        }
+    }
+
+    fn decoded<'a>(&'a self, bytes: &'a [u8]) -> Cow<'a, str> {
+        match self {
+            Self::Raw(start, end) => bytes
+                .get(*start..*end)
+                .map_or(Cow::Borrowed(""), String::from_utf8_lossy),
+            Self::Decoded(text) => Cow::Borrowed(text),
+        }
+    }
+}
+
 /// The members of the object `object`, in order.
 ///
 /// # Errors
@@ -155,8 +344,23 @@ pub fn span_in(text: &str, part: &str) -> Option<Range<usize>> {
 
 /// A JSON string literal for `text`.
 pub fn string_literal(text: &str) -> String {
-    // Serialising a `&str` cannot fail; the fallback keeps this total.
-    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned())
+    let mut out = String::with_capacity(text.len() + 2);
+    push_string(&mut out, text);
+    out
+}
+
+/// Writes `text` as a JSON string literal at the end of `out`, escaped as
+/// `serde_json` escapes it (so canonical JSON stays canonical). Most text
+/// needs no escape and is copied as it is.
+pub fn push_string(out: &mut String, text: &str) {
+    if !needs_escape(text.as_bytes()) {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        // Serialising a `&str` cannot fail; the fallback keeps this total.
+        out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned()));
+    }
 }
 
 // === impl ObjectWriter ===
@@ -195,6 +399,30 @@ impl ObjectWriter {
         }
         self.empty = false;
     }
+}
+
+/// Whether any byte is a control character, `"` or `\\`: eight bytes at a
+/// time (bytes of multi-byte characters have their top bit set and never
+/// match).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH != 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = u64::from_le_bytes(<[u8; 8]>::try_from(chunk).unwrap_or([0; 8]));
+        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
+        if control
+            || has_zero(word ^ (ONES * u64::from(b'"')))
+            || has_zero(word ^ (ONES * u64::from(b'\\')))
+        {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|byte| *byte < 0x20 || *byte == b'"' || *byte == b'\\')
 }
 
 // --- the duplicate check ---
@@ -461,6 +689,13 @@ mod tests {
         ));
     }
 
+    proptest! {
+        #[test]
+        fn strings_are_written_as_serde_json_writes_them(text in "\\PC{0,12}|[\\x00-\\x7f]{0,12}") {
+            prop_assert_eq!(string_literal(&text), serde_json::to_string(&text).unwrap());
+        }
+    }
+
     #[test]
     fn large_objects_are_checked_with_a_set() {
         let mut object = serde_json::Map::new();
@@ -541,7 +776,31 @@ mod tests {
         #[test]
         fn checking_never_panics(text in "\\PC{0,64}") {
             let _ = check_unique_keys(&text);
+            let _ = find_duplicate_key(&text);
             let _ = members(&text);
+        }
+
+        #[test]
+        fn the_scan_and_the_parse_agree_on_repeated_keys(value in json_value(), key in "[a-c]{1,2}", escape in any::<bool>()) {
+            let text = value.to_string();
+            prop_assert_eq!(find_duplicate_key(&text), Ok(()));
+            // Repeat a key in the first object of the text, possibly spelled
+            // with an escape.
+            if let Some(brace) = text.find('{') {
+                let spelled = if escape {
+                    key.chars().map(|ch| format!("\\u{:04x}", ch as u32)).collect::<String>()
+                } else {
+                    key.clone()
+                };
+                let inject = format!("\"{key}\":1,\"{spelled}\":2");
+                let rest = &text[brace + 1..];
+                let sep = if rest.starts_with('}') { "" } else { "," };
+                let repeated = format!("{}{inject}{sep}{rest}", &text[..=brace]);
+                let parsed = check_unique_keys(&repeated);
+                let scanned = find_duplicate_key(&repeated);
+                prop_assert!(matches!(scanned, Err(JsonError::DuplicateKey { .. })), "{repeated}");
+                prop_assert_eq!(parsed.is_err(), scanned.is_err());
+            }
         }
     }
 }

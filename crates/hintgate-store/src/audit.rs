@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use rusqlite::{TransactionBehavior, params};
+use rusqlite::params;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -169,12 +169,49 @@ pub(crate) fn chain_hash(
     call: Option<u64>,
     canonical: &str,
 ) -> String {
-    let kind = kind_name(kind);
-    let call = call.map_or(String::new(), |call| call.to_string());
+    // The same bytes as `format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n")`
+    // followed by the body, fed to the hasher piece by piece: this runs for
+    // every record on the gateway's call path, so nothing is formatted.
+    let mut number = [0u8; 20];
     let mut hasher = Sha256::new();
-    hasher.update(format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n").as_bytes());
+    hasher.update(prev.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(decimal(seq, &mut number));
+    hasher.update(b"\n");
+    if at < 0 {
+        hasher.update(b"-");
+    }
+    hasher.update(decimal(at.unsigned_abs(), &mut number));
+    hasher.update(b"\n");
+    hasher.update(kind_name(kind).as_bytes());
+    hasher.update(b"\n");
+    if let Some(call) = call {
+        hasher.update(decimal(call, &mut number));
+    }
+    hasher.update(b"\n");
     hasher.update(canonical.as_bytes());
-    hex::encode(hasher.finalize())
+    let mut text = [0u8; 64];
+    match hex::encode_to_slice(hasher.finalize(), &mut text) {
+        Ok(()) => String::from_utf8_lossy(&text).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
+/// `n` in decimal, written into `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        if let Some(digit) = buf.get_mut(start) {
+            // `n % 10` is below 10: the cast cannot truncate.
+            *digit = b'0' + (n % 10) as u8;
+        }
+        n /= 10;
+        if n == 0 || start == 0 {
+            break;
+        }
+    }
+    buf.get(start..).unwrap_or_default()
 }
 
 /// The stored name of an entry kind.
@@ -212,6 +249,46 @@ impl NewEntry {
 /// verify reports its entry as broken instead of failing to read.
 pub(crate) fn parse_body(body: String) -> Value {
     serde_json::from_str(&body).unwrap_or(Value::String(body))
+}
+
+/// The inserts of one append, inside its transaction.
+fn append_in_transaction(
+    connection: &rusqlite::Connection,
+    entries: &[NewEntry],
+) -> Result<Vec<u64>, StoreError> {
+    // Cached: the tail is read once per group, and parsing it each time
+    // showed in profiles.
+    let (mut seq, mut prev): (u64, String) = connection
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })
+        .map(|(seq, hash)| (from_sql(seq), hash))
+        .or_else(|err| match err {
+            rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS.to_owned())),
+            other => Err(other),
+        })?;
+    let mut seqs = Vec::with_capacity(entries.len());
+    let mut insert = connection.prepare_cached(
+        "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for new in entries {
+        seq += 1;
+        let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+        let kind = kind_name(new.kind);
+        insert.execute(params![
+            to_sql(seq),
+            new.at,
+            kind,
+            new.call.map(to_sql),
+            new.body,
+            prev,
+            hash
+        ])?;
+        seqs.push(seq);
+        prev = hash;
+    }
+    Ok(seqs)
 }
 
 // === impl MemoryStore ===
@@ -257,47 +334,23 @@ impl AuditLog for MemoryStore {
 
 impl AuditLog for SqliteStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
-        let mut connection = self.lock();
+        let connection = self.lock();
         // IMMEDIATE: the write lock is taken before the tail is read, so
         // another process appending to the same file waits (busy timeout)
-        // instead of failing the upgrade from reader to writer.
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // Cached: the tail is read once per group, and parsing it each time
-        // showed in profiles.
-        let (mut seq, mut prev): (u64, String) = transaction
-            .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
-            .query_row([], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-            })
-            .map(|(seq, hash)| (from_sql(seq), hash))
-            .or_else(|err| match err {
-                rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS.to_owned())),
-                other => Err(other),
-            })?;
-        let mut seqs = Vec::with_capacity(entries.len());
-        {
-            let mut insert = transaction.prepare_cached(
-                "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?;
-            for new in entries {
-                seq += 1;
-                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
-                let kind = kind_name(new.kind);
-                insert.execute(params![
-                    to_sql(seq),
-                    new.at,
-                    kind,
-                    new.call.map(to_sql),
-                    new.body,
-                    prev,
-                    hash
-                ])?;
-                seqs.push(seq);
-                prev = hash;
-            }
+        // instead of failing the upgrade from reader to writer. `BEGIN` and
+        // `COMMIT` are cached statements like the rest: the gateway commits
+        // once per turn of its loop, and preparing them each time showed in
+        // instruction counts.
+        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        let appended = append_in_transaction(&connection, entries).and_then(|seqs| {
+            connection.prepare_cached("COMMIT")?.execute([])?;
+            Ok(seqs)
+        });
+        if appended.is_err() && !connection.is_autocommit() {
+            // Nothing of the group is kept.
+            let _ = connection.execute_batch("ROLLBACK");
         }
-        transaction.commit()?;
-        Ok(seqs)
+        appended
     }
 
     /// Looks at `PRAGMA data_version` every 50 ms, which changes when
@@ -369,6 +422,28 @@ impl AuditLog for SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_chain_hash_covers_the_same_bytes_as_the_formatted_header() {
+        use sha2::{Digest, Sha256};
+        for (seq, at, call) in [
+            (1, 0, None),
+            (42, -1_795_989_518, Some(7)),
+            (u64::MAX, i64::MIN, Some(u64::MAX)),
+        ] {
+            for kind in [EntryKind::Call, EntryKind::Outcome] {
+                let call_text = call.map_or(String::new(), |call: u64| call.to_string());
+                let header = format!("prev\n{seq}\n{at}\n{}\n{call_text}\n", kind_name(kind));
+                let mut hasher = Sha256::new();
+                hasher.update(header.as_bytes());
+                hasher.update(b"{}");
+                assert_eq!(
+                    chain_hash("prev", seq, at, kind, call, "{}"),
+                    hex::encode(hasher.finalize())
+                );
+            }
+        }
+    }
+
     use proptest::prelude::*;
     use serde_json::{Map, Number, Value};
 

@@ -210,6 +210,17 @@ fn follow_prints_each_record_as_it_is_committed() {
     host.initialize(json!({"elicitation": {}}));
     host.call("echo", json!({"text": "before"}));
 
+    // Outcomes ride in the next commit, at most 50 ms later: wait until the
+    // first call's is on record, so both followers begin with it.
+    let mut waited = Duration::ZERO;
+    while log_json(dir.path(), &[])
+        .first()
+        .is_none_or(|record| record["outcome"] == "pending")
+    {
+        assert!(waited < PATIENCE, "the first outcome was never committed");
+        std::thread::sleep(Duration::from_millis(10));
+        waited += Duration::from_millis(10);
+    }
     let json_follow = Follower::start(dir.path(), &["--json", "--tool", "echo"]);
     let table_follow = Follower::start(dir.path(), &[]);
     // What was there already, with its outcome.
@@ -400,7 +411,15 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
     let mut host = start();
     let mut n = 0;
     let mut kills = 0;
+    // Outcome records ride in the next commit (or a flush 50 ms later), so a
+    // kill can lose the outcomes of the calls answered just before it: those
+    // of the burst it cut, and of the burst before that one. Which burst
+    // each answered call was in, and which bursts ended in a kill:
+    let mut burst_of: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut killed_bursts: Vec<u64> = Vec::new();
+    let mut burst_index = 0u64;
     while n < CALLS {
+        burst_index += 1;
         let burst = (1 + rng.below(12)).min(CALLS - n);
         let mut sent = BTreeMap::new();
         for _ in 0..burst {
@@ -425,12 +444,14 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
                 "seed {seed}: {response}"
             );
             answered.insert(call, tool.to_owned());
+            burst_of.insert(call, burst_index);
             if tool != "read_note" {
                 approved.borrow_mut().insert(tool.to_owned());
             }
         }
         if kill {
             kill_at.remove(0);
+            killed_bursts.push(burst_index);
             host.kill();
             kills += 1;
             host = start();
@@ -502,11 +523,26 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
         // never a call that ended at the gateway.
         assert_ne!(record["approver"], "gateway", "seed {seed}: {record}");
     }
+    let mut lost = 0;
     for (n, tool) in &answered {
         let record = recorded[n];
         assert_eq!(record["tool"], tool.as_str(), "seed {seed}");
+        let burst = burst_of[n];
+        let near_a_kill = killed_bursts
+            .iter()
+            .any(|killed| burst == *killed || burst + 1 == *killed);
+        if record["outcome"] == "pending" && near_a_kill {
+            // Answered just before a kill: its outcome may not have been
+            // committed yet. Never a wrong one, though.
+            lost += 1;
+            continue;
+        }
         assert_eq!(record["outcome"], "ok", "seed {seed}: call {n}: {record}");
     }
+    assert!(
+        lost <= KILLS * 2 * 12,
+        "seed {seed}: {lost} outcomes lost in {KILLS} kills"
+    );
 }
 
 #[test]

@@ -160,7 +160,7 @@ impl Gateway {
             PinStatus::New | PinStatus::Unchanged => Vec::new(),
         };
         let decision = cx.decision_or(hintgate_policy::reason::ReasonCode::InternalError);
-        let arguments = cx.arguments_or_empty();
+        let arguments = cx.arguments_or_empty().clone();
         self.policy.prompt(&PromptInput {
             server: self.upstreams.name(idx),
             identity: self.catalog.identity(idx),
@@ -271,7 +271,7 @@ impl Gateway {
     /// The question for a 2026-07-28 host: an input-required result whose
     /// sealed state binds this call; the host retries with the answer.
     fn ask_modern(&mut self, cx: Box<CallContext>, prompt: String) {
-        let arguments = cx.arguments_or_empty();
+        let arguments = cx.arguments_or_empty().clone();
         let pin_text = cx
             .digest
             .map(|digest| digest.to_string())
@@ -318,7 +318,7 @@ impl Gateway {
             .server
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
-        let arguments = cx.arguments_or_empty();
+        let arguments = cx.arguments_or_empty().clone();
         let pin_text = cx
             .digest
             .map(|digest| digest.to_string())

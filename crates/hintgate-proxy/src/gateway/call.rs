@@ -79,10 +79,16 @@ pub(crate) struct CallContext {
     pub decision: Option<Decision>,
     /// The pin digest of the definition decided on.
     pub digest: Option<PinDigest>,
+    /// The same, as the audit log writes it.
+    pub digest_text: Option<std::sync::Arc<str>>,
     /// How that definition compares with its pin.
     pub pin: PinStatus,
     /// Whether a failure may be retried (design §4.5).
     pub retry_eligible: bool,
+    /// Whether its result taints the session (design §4.4).
+    pub taints: bool,
+    /// The tool's output schema, compiled, to check its result against.
+    pub output: Option<std::sync::Arc<jsonschema::Validator>>,
     /// Who let it through, once someone did.
     pub approver: Approver,
     /// Attempts made before this one (design §4.5 retries once).
@@ -321,8 +327,11 @@ impl CallContext {
             tool: String::new(),
             decision: None,
             digest: None,
+            digest_text: None,
             pin: PinStatus::New,
             retry_eligible: false,
+            taints: false,
+            output: None,
             approver: Approver::Nobody,
             attempt: 0,
             relisted: false,
@@ -376,10 +385,12 @@ impl CallContext {
 
     /// The arguments, or an empty object for a call without them (what a
     /// schema check and a seal see).
-    pub fn arguments_or_empty(&self) -> Value {
-        self.arguments
-            .clone()
-            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
+    pub fn arguments_or_empty(&self) -> &Value {
+        static EMPTY: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+        match &self.arguments {
+            Some(arguments) => arguments,
+            None => EMPTY.get_or_init(|| Value::Object(serde_json::Map::new())),
+        }
     }
 
     /// The decision, or a deny with `code` when none was made.

@@ -16,8 +16,9 @@
 //! [`PinStore::rekey`]: hintgate_store::PinStore::rekey
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use foldhash::fast::RandomState;
 use hintgate_policy::decide::{Policy, Remembered};
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::sanitize::sanitize;
@@ -49,10 +50,13 @@ pub(crate) struct ToolEntry {
     pub tool: Result<Tool, String>,
     /// Its pin digest (for a valid definition).
     pub digest: Option<PinDigest>,
-    /// Its input schema, compiled.
-    pub input: Option<Arc<jsonschema::Validator>>,
-    /// Its output schema, compiled.
-    pub output: Option<Arc<jsonschema::Validator>>,
+    /// The same, as the audit log writes it (`sha256:...`), made once.
+    pub digest_text: Option<Arc<str>>,
+    /// Its input schema, compiled when first needed (most tools listed are
+    /// never called, and compiling a schema costs more than a call).
+    input: OnceLock<Option<Arc<jsonschema::Validator>>>,
+    /// Its output schema, compiled when first needed.
+    output: OnceLock<Option<Arc<jsonschema::Validator>>>,
     /// What `tools/list` shows the host, or `None` when it is hidden.
     pub host_view: Option<String>,
     /// Whether a failed call may be retried (design §4.5).
@@ -80,12 +84,13 @@ pub(crate) struct ServerTools {
     pub listing: Listing,
     /// Pages of a list in progress.
     pages: Vec<Value>,
-    tools: HashMap<String, ToolEntry>,
+    tools: HashMap<String, ToolEntry, RandomState>,
     /// The listing's order, for `tools/list`.
     order: Vec<String>,
     pins: HashMap<String, Pinned>,
-    /// Standing ("always") approvals: the digest each was given for.
-    always: HashMap<String, PinDigest>,
+    /// Standing ("always") approvals: the digest each was given for, and
+    /// when this gateway gave it (for one it read from the store, `None`).
+    always: HashMap<String, (PinDigest, Option<std::time::Instant>)>,
     /// Its identity key in the store.
     key: Option<String>,
     /// Its identity for people.
@@ -189,7 +194,9 @@ impl Catalog {
         server.always = store
             .approvals_of(&key)?
             .into_iter()
-            .filter_map(|approval| Some((approval.tool, PinDigest::parse(&approval.digest)?)))
+            .filter_map(|approval| {
+                Some((approval.tool, (PinDigest::parse(&approval.digest)?, None)))
+            })
             .collect();
         server.key = Some(key);
         Ok(())
@@ -451,7 +458,7 @@ impl Catalog {
     /// Whether a tool stands approved always, for this definition.
     pub fn approved_always(&self, idx: ServerIdx, name: &str, digest: PinDigest) -> Remembered {
         match self.server(idx).and_then(|server| server.always.get(name)) {
-            Some(approved) if *approved == digest => Remembered::Always,
+            Some((approved, _)) if *approved == digest => Remembered::Always,
             _ => Remembered::None,
         }
     }
@@ -521,7 +528,9 @@ impl Catalog {
             },
         );
         if always {
-            server.always.insert(tool.to_owned(), digest);
+            server
+                .always
+                .insert(tool.to_owned(), (digest, Some(std::time::Instant::now())));
         }
         let (Some(store), Some(key)) = (store, server.key.clone()) else {
             return Ok(());
@@ -533,16 +542,34 @@ impl Catalog {
         Ok(())
     }
 
-    /// The standing approvals of a key, read anew from the store.
-    pub fn set_approvals(&mut self, key: &str, approvals: Vec<hintgate_store::Approval>) {
-        let approvals: HashMap<String, PinDigest> = approvals
+    /// The standing approvals of a key, as read from the store by a read
+    /// that began at `read_at`. They replace the catalog's copy, but for an
+    /// approval this gateway gave after that read began: the read could not
+    /// see it yet, and dropping it would ask the person again.
+    pub fn set_approvals(
+        &mut self,
+        key: &str,
+        approvals: Vec<hintgate_store::Approval>,
+        read_at: std::time::Instant,
+    ) {
+        let read: HashMap<String, PinDigest> = approvals
             .into_iter()
             .filter_map(|approval| Some((approval.tool, PinDigest::parse(&approval.digest)?)))
             .collect();
         for server in &mut self.servers {
-            if server.key.as_deref() == Some(key) {
-                server.always = approvals.clone();
+            if server.key.as_deref() != Some(key) {
+                continue;
             }
+            let mut fresh: HashMap<String, (PinDigest, Option<std::time::Instant>)> = read
+                .iter()
+                .map(|(tool, digest)| (tool.clone(), (*digest, None)))
+                .collect();
+            for (tool, (digest, given)) in &server.always {
+                if given.is_some_and(|given| given >= read_at) {
+                    fresh.insert(tool.clone(), (*digest, *given));
+                }
+            }
+            server.always = fresh;
         }
     }
 
@@ -562,7 +589,7 @@ impl ServerTools {
         Self {
             listing: Listing::Unlisted,
             pages: Vec::new(),
-            tools: HashMap::new(),
+            tools: HashMap::default(),
             order: Vec::new(),
             pins: HashMap::new(),
             always: HashMap::new(),
@@ -620,26 +647,6 @@ impl ToolEntry {
     fn new(raw: Value, server_name: &str, policy: &Policy, naming: &Naming) -> Self {
         let tool = Tool::from_value(raw.clone()).map_err(|err| err.to_string());
         let digest = tool.as_ref().ok().map(PinDigest::of);
-        let compile = |schema: Option<&Value>| {
-            let schema = schema?;
-            match jsonschema::validator_for(schema) {
-                Ok(validator) => Some(Arc::new(validator)),
-                Err(err) => {
-                    tracing::warn!(
-                        server.id = %server_name,
-                        "a tool's schema cannot be compiled, so it is not checked: {err}"
-                    );
-                    None
-                }
-            }
-        };
-        let (input, output) = match &tool {
-            Ok(tool) => (
-                compile(tool.input_schema.as_ref()),
-                compile(tool.output_schema.as_ref()),
-            ),
-            Err(_) => (None, None),
-        };
         let (host_view, retry_eligible, taints) = match &tool {
             Ok(tool) => (
                 host_view(&raw, tool, server_name, policy, naming),
@@ -651,12 +658,40 @@ impl ToolEntry {
         Self {
             raw,
             tool,
+            digest_text: digest.map(|digest| Arc::from(digest.to_string())),
             digest,
-            input,
-            output,
+            input: OnceLock::new(),
+            output: OnceLock::new(),
             host_view,
             retry_eligible,
             taints,
+        }
+    }
+
+    /// The input schema's validator (compiled on first use).
+    pub fn input_validator(&self) -> Option<Arc<jsonschema::Validator>> {
+        self.input
+            .get_or_init(|| compile(self.tool.as_ref().ok()?.input_schema.as_ref()))
+            .clone()
+    }
+
+    /// The output schema's validator (compiled on first use).
+    pub fn output_validator(&self) -> Option<Arc<jsonschema::Validator>> {
+        self.output
+            .get_or_init(|| compile(self.tool.as_ref().ok()?.output_schema.as_ref()))
+            .clone()
+    }
+}
+
+/// A schema's validator; a schema that does not compile is not checked (and
+/// said so, once).
+fn compile(schema: Option<&Value>) -> Option<Arc<jsonschema::Validator>> {
+    let schema = schema?;
+    match jsonschema::validator_for(schema) {
+        Ok(validator) => Some(Arc::new(validator)),
+        Err(err) => {
+            tracing::warn!("a tool's schema cannot be compiled, so it is not checked: {err}");
+            None
         }
     }
 }
@@ -733,5 +768,71 @@ fn stored_pin(
         definition: definition.clone(),
         pinned_at: now,
         seen: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hintgate_policy::config::parse_str;
+    use hintgate_store::MemoryStore;
+    use std::time::Instant;
+
+    fn catalog() -> (Catalog, Policy, PinDigest) {
+        let (config, _) = parse_str("[servers.fx]\ncommand = \"x\"\ntrust = \"trusted\"\n");
+        let policy = Policy::new(config.unwrap());
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        let mut catalog = Catalog::new(1, Some(store));
+        catalog
+            .open(0, "fx", Some("key".to_owned()), "x".to_owned())
+            .unwrap();
+        catalog.begin_listing(0);
+        let tool = json!({"name": "note", "inputSchema": {"type": "object"}});
+        catalog.add_page(0, vec![tool.clone()]);
+        let naming = Naming { prefix: None };
+        let listed = catalog.finish_listing(0, "fx", &policy, &naming, 1);
+        assert!(listed.store_failure.is_none());
+        let digest = PinDigest::of(&Tool::from_value(tool).unwrap());
+        (catalog, policy, digest)
+    }
+
+    #[test]
+    fn a_read_older_than_the_gateways_own_approval_does_not_take_it_away() {
+        let (mut catalog, _, digest) = catalog();
+        let before = Instant::now();
+        catalog.approve(0, "fx", "note", digest, true, 2).unwrap();
+        assert_eq!(
+            catalog.approved_always(0, "note", digest),
+            Remembered::Always
+        );
+        // A read that began before the approval, without it: kept.
+        catalog.set_approvals("key", Vec::new(), before);
+        assert_eq!(
+            catalog.approved_always(0, "note", digest),
+            Remembered::Always
+        );
+        // A read that began after it, without it (revoked elsewhere): gone.
+        catalog.set_approvals("key", Vec::new(), Instant::now());
+        assert_eq!(catalog.approved_always(0, "note", digest), Remembered::None);
+        // Given elsewhere: it stands.
+        let approval = hintgate_store::Approval {
+            tool: "note".to_owned(),
+            digest: digest.to_string(),
+        };
+        catalog.set_approvals("key", vec![approval], Instant::now());
+        assert_eq!(
+            catalog.approved_always(0, "note", digest),
+            Remembered::Always
+        );
+    }
+
+    #[test]
+    fn a_tool_is_found_by_name_with_its_pin_and_view() {
+        let (catalog, _, digest) = catalog();
+        let entry = catalog.tool(0, "note").unwrap();
+        assert_eq!(entry.digest, Some(digest));
+        assert_eq!(catalog.pin_status(0, "note", digest), PinStatus::Unchanged);
+        assert_eq!(catalog.host_views(0).count(), 1);
+        assert!(catalog.tool(0, "other").is_none());
     }
 }

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use foldhash::fast::RandomState;
 use tokio::time::Instant;
 
 use super::call::{CallContext, HostRequest};
@@ -91,8 +92,8 @@ struct Waiting<P> {
 /// The in-flight table.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    up: HashMap<(ServerIdx, u64), Waiting<UpPurpose>>,
-    host: HashMap<(SessionId, u64), Waiting<HostPurpose>>,
+    up: HashMap<(ServerIdx, u64), Waiting<UpPurpose>, RandomState>,
+    host: HashMap<(SessionId, u64), Waiting<HostPurpose>, RandomState>,
     deadlines: BTreeMap<DeadlineKey, Expired>,
     next_deadline: u64,
     next_host_id: u64,

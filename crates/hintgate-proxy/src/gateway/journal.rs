@@ -2,37 +2,54 @@
 //!
 //! Every call that reaches the gateway gets a record; a call that is sent
 //! on gets one more with its outcome. The pipeline adds records to the turn's
-//! batch as it goes; at the end of the turn the batch is appended in one
-//! transaction (one commit for sixteen calls in flight, not sixteen), and
-//! only then are the turn's calls sent and its answers released (see
-//! `Gateway::end_turn`). So a call's record is durable before its server sees
-//! it, and an outcome before the host sees the answer, without a thread
-//! round trip per call: the commit runs on the loop's own thread, where a
-//! SQLite commit in WAL mode costs a write, not an fsync.
+//! batch as it goes; at the end of a turn that made a call record, the batch
+//! is appended in one transaction (one commit for sixteen calls in flight,
+//! not sixteen), and only then are the turn's calls sent and its answers
+//! released (see `Gateway::end_turn`). So a call's record is durable before
+//! its server sees it, without a thread round trip per call: the commit runs
+//! on the loop's own thread, where a SQLite commit in WAL mode costs a
+//! write, not an fsync.
+//!
+//! Outcome records ride in the next commit: a turn that made only outcomes
+//! does not commit for them, and the host gets its answers at once. The next
+//! call's commit carries them, or, when no call comes, the flush at most
+//! [`OUTCOME_FLUSH`] later. A crash can lose the outcomes of that last
+//! moment, never a call record (design §8).
 //!
 //! Records are written as canonical JSON (sorted keys, no whitespace, the
 //! form the hash chain covers) straight from the call's typed values, once.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hintgate_policy::decide::{Decision, Verdict};
-use hintgate_policy::pin::PinDigest;
 use hintgate_policy::redact::Redactor;
 use hintgate_store::{AuditLog, EntryKind, NewEntry};
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::call::{Approver, Outcome};
-use crate::json::string_literal;
+use crate::json::{push_string, string_literal};
+
+/// How long an outcome record waits for the next commit before it is
+/// committed on its own.
+pub(crate) const OUTCOME_FLUSH: Duration = Duration::from_millis(50);
 
 /// This turn's records, and where they go.
 #[derive(Debug)]
 pub(crate) struct Journal {
     log: Option<Arc<dyn AuditLog>>,
-    /// This gateway run, as the records name it.
+    /// This gateway run, as the records name it, as a JSON string.
     session: String,
     redactor: Redactor,
     batch: Vec<NewEntry>,
+    /// The batch holds a call record, which something waits on.
+    urgent: bool,
+    /// When the oldest record of the batch was added.
+    since: Option<Instant>,
+    /// Records and commits so far, for the log at the end.
+    counts: (u64, u64),
 }
 
 /// What a call record says.
@@ -52,8 +69,8 @@ pub(crate) struct CallFields<'a> {
     pub decision: &'a Decision,
     /// Who let it through, or who ended it.
     pub approver: &'a Approver,
-    /// The pin digest of the definition decided on.
-    pub pin: Option<PinDigest>,
+    /// The pin digest of the definition decided on (`sha256:...`).
+    pub pin: Option<&'a str>,
     /// For a call that ends at the gateway: how.
     pub outcome: Option<Outcome>,
 }
@@ -65,9 +82,12 @@ impl Journal {
     pub fn new(log: Option<Arc<dyn AuditLog>>, session: String, redactor: Redactor) -> Self {
         Self {
             log,
-            session,
+            session: string_literal(&session),
             redactor,
             batch: Vec::with_capacity(64),
+            urgent: false,
+            since: None,
+            counts: (0, 0),
         }
     }
 
@@ -88,6 +108,8 @@ impl Journal {
             call: None,
             body,
         });
+        self.urgent = true;
+        self.since.get_or_insert_with(Instant::now);
         Some(self.batch.len() - 1)
     }
 
@@ -99,8 +121,8 @@ impl Journal {
         let mut body = String::with_capacity(64);
         let _ = write!(
             body,
-            "{{\"attempt\":{attempt},\"duration_ms\":{duration_ms},\"outcome\":{}}}",
-            string_literal(outcome.as_str())
+            "{{\"attempt\":{attempt},\"duration_ms\":{duration_ms},\"outcome\":\"{}\"}}",
+            outcome.as_str()
         );
         self.batch.push(NewEntry {
             at: unix_now(),
@@ -108,9 +130,30 @@ impl Journal {
             call: Some(call_seq),
             body,
         });
+        self.since.get_or_insert_with(Instant::now);
     }
 
-    /// Whether this turn has records to commit.
+    /// Whether the batch must be committed now: it holds a call record, or
+    /// its oldest outcome has waited [`OUTCOME_FLUSH`].
+    pub fn due(&self, now: Instant) -> bool {
+        self.urgent
+            || self
+                .since
+                .is_some_and(|since| now.saturating_duration_since(since) >= OUTCOME_FLUSH)
+    }
+
+    /// Records written and commits made so far.
+    pub fn counts(&self) -> (u64, u64) {
+        self.counts
+    }
+
+    /// When the batch's outcomes must be committed even if no call comes.
+    pub fn flush_at(&self) -> Option<Instant> {
+        self.since.map(|since| since + OUTCOME_FLUSH)
+    }
+
+    /// Whether records wait to be committed.
+    #[cfg(test)]
     pub fn pending(&self) -> bool {
         !self.batch.is_empty()
     }
@@ -129,7 +172,11 @@ impl Journal {
             return Ok(Vec::new());
         }
         let result = log.append(&self.batch).map_err(|err| err.to_string());
+        self.counts.0 += self.batch.len() as u64;
+        self.counts.1 += 1;
         self.batch.clear();
+        self.urgent = false;
+        self.since = None;
         if let Err(err) = &result {
             tracing::error!("the audit log could not be written: {err}");
         }
@@ -139,7 +186,10 @@ impl Journal {
     /// The record body, keys in sorted order: canonical JSON.
     fn write_call(&self, fields: &CallFields<'_>, out: &mut String) {
         out.push_str("{\"approver\":");
-        out.push_str(&string_literal(&fields.approver.to_string()));
+        match fields.approver {
+            Approver::Policy(Some(code)) => push_string(out, code.as_str()),
+            other => push_string(out, &other.to_string()),
+        }
         out.push_str(",\"arguments\":");
         match fields.arguments {
             Some(arguments) => self.redactor.write_canonical(arguments, out),
@@ -147,18 +197,16 @@ impl Journal {
         }
         out.push_str(",\"identity\":");
         match fields.identity {
-            Some(key) => out.push_str(&string_literal(key)),
+            Some(key) => push_string(out, key),
             None => out.push_str("null"),
         }
         if let Some(outcome) = fields.outcome {
             out.push_str(",\"outcome\":");
-            out.push_str(&string_literal(outcome.as_str()));
+            push_string(out, outcome.as_str());
         }
         out.push_str(",\"pin\":");
         match fields.pin {
-            Some(digest) => {
-                let _ = write!(out, "\"{digest}\"");
-            }
+            Some(digest) => push_string(out, digest),
             None => out.push_str("null"),
         }
         out.push_str(",\"reasons\":[");
@@ -166,16 +214,16 @@ impl Journal {
             if idx > 0 {
                 out.push(',');
             }
-            out.push_str(&string_literal(code.as_str()));
+            push_string(out, code.as_str());
         }
         out.push_str("],\"request\":");
-        out.push_str(&string_literal(fields.request_id));
+        push_string(out, fields.request_id);
         out.push_str(",\"server\":");
-        out.push_str(&string_literal(fields.server));
+        push_string(out, fields.server);
         out.push_str(",\"session\":");
-        out.push_str(&string_literal(&self.session));
+        out.push_str(&self.session);
         out.push_str(",\"tool\":");
-        out.push_str(&string_literal(fields.tool));
+        push_string(out, fields.tool);
         out.push_str(",\"verdict\":");
         out.push_str(match fields.decision.verdict {
             Verdict::Allow => "\"allow\"",

@@ -45,7 +45,6 @@ pub(crate) mod session;
 pub(crate) mod upstreams;
 pub(crate) mod watch;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +63,7 @@ use self::upstreams::{ServerIdx, Upstreams};
 use crate::conn::{LineRead, read_line, write_lines};
 use crate::event::{Event, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
-use crate::json::check_unique_keys;
+use crate::json::find_duplicate_key;
 use crate::upstream::{Connector, SystemConnector};
 
 pub use self::upstreams::LEGACY_VERSIONS;
@@ -196,7 +195,7 @@ pub(crate) struct Gateway {
     connector: Arc<dyn Connector>,
     events: mpsc::UnboundedSender<Event>,
     sealer: crate::seal::Sealer,
-    sessions: HashMap<SessionId, HostSession>,
+    sessions: session::Sessions,
     /// What the servers were told of the host (the first session's
     /// `initialize`): capabilities and client identity.
     upstream_init: Option<Value>,
@@ -250,7 +249,10 @@ where
         events_tx,
     ));
     loop {
-        let next = gateway.inflight.next_deadline();
+        let next = match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
+            (Some(deadline), Some(flush)) => Some(deadline.min(flush)),
+            (deadline, flush) => deadline.or(flush),
+        };
         tokio::select! {
             biased;
             event = events_rx.recv() => match event {
@@ -361,7 +363,7 @@ impl Gateway {
                 .unwrap_or_else(|| Arc::new(SystemConnector)),
             events,
             sealer,
-            sessions: HashMap::new(),
+            sessions: session::Sessions::default(),
             upstream_init: None,
             upstreams: Upstreams::new(servers),
             inflight: InFlight::default(),
@@ -412,7 +414,11 @@ impl Gateway {
                 }
             }
             Event::Answered { id, answer } => self.on_queue_answer(id, &answer),
-            Event::Approvals { key, approvals } => self.catalog.set_approvals(&key, approvals),
+            Event::Approvals {
+                key,
+                approvals,
+                read_at,
+            } => self.catalog.set_approvals(&key, approvals, read_at),
         }
     }
 
@@ -425,12 +431,18 @@ impl Gateway {
 
     // --- the turn ---
 
-    /// Ends a turn: commits its records, then sends what it produced, in order.
+    /// Ends a turn: commits its records when a call waits on them (or its
+    /// outcomes have waited long enough), then sends what the turn
+    /// produced, in order.
     fn end_turn(&mut self) {
         // Sending happens after the commit and produces nothing that needs
         // one more; the loop only guards that nothing is left behind.
-        while !self.outbox.is_empty() || self.journal.pending() {
-            let committed = self.journal.commit();
+        while !self.outbox.is_empty() || self.journal.due(Instant::now()) {
+            let committed = if self.journal.due(Instant::now()) {
+                self.journal.commit()
+            } else {
+                Ok(Vec::new())
+            };
             let outbox = std::mem::take(&mut self.outbox);
             for outgoing in outbox {
                 match outgoing {
@@ -447,16 +459,20 @@ impl Gateway {
                         }
                     }
                     Outgoing::Call(mut cx, place) => match (&committed, place) {
-                        (Ok(seqs), Some(place)) => {
+                        (Ok(seqs), Some(place)) if seqs.get(place).is_some() => {
                             cx.record = seqs.get(place).copied();
                             self.send_call(cx);
                         }
                         (Ok(_), None) => self.send_call(cx),
-                        (Err(err), _) => {
+                        (result, _) => {
                             // INVARIANT: a call whose record is not durable
                             // does not run. Its refusal cannot be recorded
                             // either: the log is failing.
-                            let refusal = call::Refusal::Unrecorded(err.clone());
+                            let err = match result {
+                                Err(err) => err.clone(),
+                                Ok(_) => "the record was not committed".to_owned(),
+                            };
+                            let refusal = call::Refusal::Unrecorded(err);
                             let line = self.refusal_line(&cx, &refusal);
                             if let Some(session) = self.sessions.get(&cx.request.session) {
                                 session.send(line);
@@ -475,7 +491,7 @@ impl Gateway {
 
     /// A line for every host session.
     fn send_every_host(&mut self, line: &str) {
-        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        let sessions: Vec<SessionId> = self.sessions.keys().collect();
         for session in sessions {
             self.send_host(session, line.to_owned());
         }
@@ -542,7 +558,7 @@ impl Gateway {
         // What the gateway decides on is what every server reads: a message
         // that repeats a key anywhere could be read two ways, so it is
         // refused before anything else reads it.
-        if let Err(err) = check_unique_keys(&line) {
+        if let Err(err) = find_duplicate_key(&line) {
             self.on_ambiguous_line(session, line, &err);
             return;
         }
@@ -897,11 +913,19 @@ impl Gateway {
     /// Stops everything: what still waits is withdrawn and recorded, the
     /// last records are committed, the servers stopped.
     async fn shutdown(&mut self) {
-        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        let sessions: Vec<SessionId> = self.sessions.keys().collect();
         for session in sessions {
             self.host_closed(session);
         }
         self.end_turn();
+        // The last outcomes, whatever their age.
+        let _ = self.journal.commit();
+        let (records, commits) = self.journal.counts();
+        tracing::debug!(
+            records,
+            commits,
+            "the audit log: records written in commits"
+        );
         if let Some(watcher) = self.watcher.take() {
             watcher.stop();
         }
@@ -1042,8 +1066,8 @@ impl Gateway {
     fn notify_hosts(&mut self, method: &str, line: &str) {
         let sessions: Vec<(SessionId, bool)> = self
             .sessions
-            .iter()
-            .map(|(id, session)| (*id, session.modern()))
+            .keys()
+            .map(|id| (id, self.sessions.get(&id).is_some_and(HostSession::modern)))
             .collect();
         for (session, modern) in sessions {
             if modern {
@@ -1059,7 +1083,7 @@ impl Gateway {
     fn session_for_server(&self, idx: ServerIdx) -> SessionId {
         self.inflight
             .session_on(idx)
-            .or_else(|| self.sessions.keys().min().copied())
+            .or_else(|| self.sessions.keys().min())
             .unwrap_or(SessionId::FIRST)
     }
 

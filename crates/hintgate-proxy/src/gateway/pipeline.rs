@@ -99,8 +99,11 @@ impl Gateway {
         let decision = match (&entry.tool, entry.digest) {
             (Ok(tool), Some(digest)) => {
                 cx.digest = Some(digest);
+                cx.digest_text.clone_from(&entry.digest_text);
                 cx.pin = self.catalog.pin_status(idx, &cx.tool, digest);
                 cx.retry_eligible = entry.retry_eligible;
+                cx.taints = entry.taints;
+                cx.output = entry.output_validator();
                 let remembered = if self
                     .sessions
                     .get(&session)
@@ -124,7 +127,7 @@ impl Gateway {
             }
             _ => Decision::invalid_definition(),
         };
-        let input = entry.input.clone();
+        let input = entry.input_validator();
         tracing::debug!(
             server.id = %self.upstreams.name(idx),
             tool.name = %cx.tool,
@@ -155,9 +158,9 @@ impl Gateway {
         }
         if let Some(validator) = input {
             let arguments = cx.arguments_or_empty();
-            if !validator.is_valid(&arguments) {
+            if !validator.is_valid(arguments) {
                 let problems = validator
-                    .iter_errors(&arguments)
+                    .iter_errors(arguments)
                     .take(5)
                     .map(|err| format!("{err} (at `{}`)", err.instance_path()))
                     .collect();
@@ -243,7 +246,12 @@ impl Gateway {
             return;
         };
         let timeout = self.limits.call_timeout;
-        let modern_meta = self.modern_meta_for_upstream();
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        let modern_meta = if modern {
+            self.modern_meta_for_upstream()
+        } else {
+            Value::Null
+        };
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
@@ -290,8 +298,7 @@ impl Gateway {
                         self.gather_for_legacy_host(idx, cx, &result);
                         return;
                     }
-                    let entry = self.catalog.tool(idx, &cx.tool);
-                    if entry.is_some_and(|entry| entry.taints)
+                    if cx.taints
                         && let Some(host) = self.sessions.get_mut(&session)
                         && !host.tainted
                     {
@@ -299,12 +306,8 @@ impl Gateway {
                         host.tainted = true;
                     }
                     let is_error = view.is_error == Some(true);
-                    let output = self
-                        .catalog
-                        .tool(idx, &cx.tool)
-                        .and_then(|entry| entry.output.clone());
                     if let (false, Some(validator), Some(structured)) =
-                        (is_error, output, view.structured)
+                        (is_error, &cx.output, view.structured)
                     {
                         let structured: Value =
                             serde_json::from_str(structured.get()).unwrap_or(Value::Null);
@@ -399,7 +402,7 @@ impl Gateway {
             arguments,
             decision,
             approver: &approver,
-            pin: cx.digest,
+            pin: cx.digest_text.as_deref(),
             outcome,
         };
         self.journal.call(&fields)

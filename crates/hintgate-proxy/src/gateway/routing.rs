@@ -119,7 +119,7 @@ impl Gateway {
         if !self.upstreams.settled() {
             return;
         }
-        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        let sessions: Vec<SessionId> = self.sessions.keys().collect();
         for session in sessions {
             let Some(host) = self.sessions.get_mut(&session) else {
                 continue;

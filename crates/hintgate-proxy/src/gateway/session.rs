@@ -18,6 +18,12 @@ use super::upstreams::ServerIdx;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct SessionId(pub u32);
 
+/// Every host session, by number.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    list: Vec<Option<HostSession>>,
+}
+
 /// The protocol era a host speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Era {
@@ -53,6 +59,45 @@ pub(crate) struct HostSession {
     pub discover_pending: Option<HostRequest>,
     /// The host closed its side.
     pub closed: bool,
+}
+
+// === impl Sessions ===
+
+impl Sessions {
+    /// Adds a session under its number.
+    pub fn insert(&mut self, id: SessionId, session: HostSession) {
+        let idx = id.0 as usize;
+        if self.list.len() <= idx {
+            self.list.resize_with(idx + 1, || None);
+        }
+        if let Some(slot) = self.list.get_mut(idx) {
+            *slot = Some(session);
+        }
+    }
+
+    /// A session.
+    pub fn get(&self, id: &SessionId) -> Option<&HostSession> {
+        self.list.get(id.0 as usize)?.as_ref()
+    }
+
+    /// A session, to change.
+    pub fn get_mut(&mut self, id: &SessionId) -> Option<&mut HostSession> {
+        self.list.get_mut(id.0 as usize)?.as_mut()
+    }
+
+    /// The numbers of every session.
+    pub fn keys(&self) -> impl Iterator<Item = SessionId> + '_ {
+        self.list
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.is_some())
+            .filter_map(|(idx, _)| u32::try_from(idx).ok().map(SessionId))
+    }
+
+    /// Every session.
+    pub fn values(&self) -> impl Iterator<Item = &HostSession> {
+        self.list.iter().flatten()
+    }
 }
 
 // === impl SessionId ===

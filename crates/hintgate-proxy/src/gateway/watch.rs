@@ -11,9 +11,8 @@
 //! every 100 ms (and at least every 250 ms) while the server runs. So the
 //! call path never reads the store: the catalog's copy is kept current from
 //! here. A standing approval revoked by another process stops answering
-//! within about a quarter of a second; one the gateway itself writes counts
-//! at once (and a read taken just before it can hide it for one interval,
-//! which only ever asks once more, never once less).
+//! within about a quarter of a second; one the gateway itself gives counts
+//! at once, and a read that began before it cannot take it away.
 //!
 //! [`QueueWatch`]: hintgate_store::QueueWatch
 
@@ -140,9 +139,14 @@ fn watch_loop(
                 // differs from the last read: between two reads the gateway
                 // may have approved, and another process revoked, the same
                 // tool, and only the loop knows what its copy holds.
+                let read_at = Instant::now();
                 match store.approvals_of(&key) {
                     Ok(approvals) => {
-                        let _ = events.send(Event::Approvals { key, approvals });
+                        let _ = events.send(Event::Approvals {
+                            key,
+                            approvals,
+                            read_at,
+                        });
                     }
                     Err(err) => tracing::warn!("cannot read the standing approvals: {err}"),
                 }
