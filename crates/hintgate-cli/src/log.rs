@@ -47,7 +47,7 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
             break;
         };
         after = last.seq;
-        for entry in batch {
+        for entry in batch.into_iter().flat_map(Entry::expand) {
             match (entry.kind, entry.call) {
                 (EntryKind::Outcome, Some(call)) => outcomes.entry(call).or_default().push(entry),
                 _ => {
@@ -75,7 +75,11 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
         }
         out.clear();
         store.wait_for_entries(after, FOLLOW_WAIT)?;
-        for entry in store.entries(after, 1000)? {
+        for entry in store
+            .entries(after, 1000)?
+            .into_iter()
+            .flat_map(Entry::expand)
+        {
             after = entry.seq;
             match (entry.kind, entry.call) {
                 (EntryKind::Outcome, Some(call)) => view.outcome(&entry, call, &mut out),

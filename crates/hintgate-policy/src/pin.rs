@@ -165,6 +165,47 @@ pub fn canonical_json(value: &Value) -> String {
 }
 
 fn write_canonical(value: &Value, out: &mut String) {
+    write_canonical_replacing(value, out, &mut Canonical::plain());
+}
+
+/// What [`write_canonical_replacing`] writes instead of some values.
+pub struct Canonical<'a> {
+    /// Whether the value under `key` (`None` for an array item), at `path`,
+    /// is written as [`Self::replacement`] instead of itself.
+    pub replace: &'a dyn Fn(Option<&str>, &[String]) -> bool,
+    /// What a replaced value is written as (a JSON string).
+    pub replacement: &'a str,
+    /// Whether `replace` reads the path (when not, none is kept).
+    pub track_path: bool,
+    /// The steps to the value being written.
+    pub path: Vec<String>,
+}
+
+impl Canonical<'_> {
+    /// Nothing replaced.
+    pub fn plain() -> Canonical<'static> {
+        Canonical {
+            replace: &|_, _| false,
+            replacement: "",
+            track_path: false,
+            path: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Canonical<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Canonical")
+            .field("replacement", &self.replacement)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes `value` as canonical JSON (keys sorted by code point, no
+/// whitespace), writing `how.replacement` in place of every member or item
+/// `how.replace` names: canonical JSON of a redacted copy, without the copy.
+pub fn write_canonical_replacing(value: &Value, out: &mut String, how: &mut Canonical<'_>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
@@ -176,7 +217,12 @@ fn write_canonical(value: &Value, out: &mut String) {
                 }
                 write_string(key, out);
                 out.push(':');
-                write_canonical(item, out);
+                let step = if how.track_path {
+                    key.clone()
+                } else {
+                    String::new()
+                };
+                write_step(item, Some(key), step, out, how);
             }
             out.push('}');
         }
@@ -186,12 +232,37 @@ fn write_canonical(value: &Value, out: &mut String) {
                 if idx > 0 {
                     out.push(',');
                 }
-                write_canonical(item, out);
+                let step = if how.track_path {
+                    idx.to_string()
+                } else {
+                    String::new()
+                };
+                write_step(item, None, step, out, how);
             }
             out.push(']');
         }
         Value::String(text) => write_string(text, out),
         scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+fn write_step(
+    item: &Value,
+    key: Option<&str>,
+    step: String,
+    out: &mut String,
+    how: &mut Canonical<'_>,
+) {
+    if how.track_path {
+        how.path.push(step);
+    }
+    if (how.replace)(key, &how.path) {
+        write_string(how.replacement, out);
+    } else {
+        write_canonical_replacing(item, out, how);
+    }
+    if how.track_path {
+        how.path.pop();
     }
 }
 
@@ -204,11 +275,6 @@ fn write_string(text: &str, out: &mut String) {
 pub fn write_json_string(text: &str, out: &mut String) {
     // Serializing a &str cannot fail; the fallback keeps the function total.
     out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\"")));
-}
-
-/// Writes a value as canonical JSON at the end of `out`.
-pub fn write_canonical_into(value: &Value, out: &mut String) {
-    write_canonical(value, out);
 }
 
 /// The differences between a pinned definition and the current one: each

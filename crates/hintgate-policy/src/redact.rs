@@ -173,59 +173,18 @@ impl Redactor {
     /// value written as [`REDACTED`]: what [`Self::redact`] returns,
     /// serialised, without building the redacted copy.
     pub fn write_canonical(&self, arguments: &Value, out: &mut String) {
-        let mut path = Vec::new();
-        self.write(arguments, &mut path, out);
-    }
-
-    fn write(&self, value: &Value, path: &mut Vec<String>, out: &mut String) {
-        let track = !self.pointers.is_empty();
-        match value {
-            Value::Object(map) => {
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                entries.sort_by(|left, right| left.0.cmp(right.0));
-                out.push('{');
-                for (idx, (key, item)) in entries.into_iter().enumerate() {
-                    if idx > 0 {
-                        out.push(',');
-                    }
-                    crate::pin::write_json_string(key, out);
-                    out.push(':');
-                    if track {
-                        path.push(key.clone());
-                    }
-                    if self.key_matches(key) || (track && self.pointer_matches(path)) {
-                        crate::pin::write_json_string(REDACTED, out);
-                    } else {
-                        self.write(item, path, out);
-                    }
-                    if track {
-                        path.pop();
-                    }
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (idx, item) in items.iter().enumerate() {
-                    if idx > 0 {
-                        out.push(',');
-                    }
-                    if track {
-                        path.push(idx.to_string());
-                    }
-                    if track && self.pointer_matches(path) {
-                        crate::pin::write_json_string(REDACTED, out);
-                    } else {
-                        self.write(item, path, out);
-                    }
-                    if track {
-                        path.pop();
-                    }
-                }
-                out.push(']');
-            }
-            other => crate::pin::write_canonical_into(other, out),
-        }
+        let track_path = !self.pointers.is_empty();
+        let replace = |key: Option<&str>, path: &[String]| {
+            key.is_some_and(|key| self.key_matches(key))
+                || (track_path && self.pointer_matches(path))
+        };
+        let mut how = crate::pin::Canonical {
+            replace: &replace,
+            replacement: REDACTED,
+            track_path,
+            path: Vec::new(),
+        };
+        crate::pin::write_canonical_replacing(arguments, out, &mut how);
     }
 
     fn walk(&self, value: &Value, path: &mut Vec<String>) -> Value {

@@ -1,26 +1,34 @@
 //! The hintgate gateway: an MCP proxy that decides every tool call.
 //!
-//! The host talks to the gateway on one line-delimited stream (stdio); the
-//! gateway talks to each upstream server, a child process, on another. One
-//! event loop ([`gateway`]) owns all session state: it routes every message,
-//! answers `tools/list` with the visible tools only, and puts every
-//! `tools/call` through [`hintgate_policy::Policy::decide`] before it may
-//! reach a server.
+//! A host talks to the gateway on a line-delimited stream (stdio); the
+//! gateway talks to each upstream server on another (a child process, a
+//! Streamable HTTP endpoint, or in tests an in-memory pipe). One event loop
+//! ([`gateway`]) routes every message, answers `tools/list` with the visible
+//! tools only, and puts every `tools/call` through one pipeline (resolve,
+//! definition ready, [`hintgate_policy::decide::Policy::decide`], validate,
+//! ask, audit, forward) before it may reach a server. With a store, each
+//! call's audit record is durable before the server sees the call.
 //!
-//! What it is not: it makes no decisions of its own (the policy core does),
-//! and it stores nothing across runs yet (the store comes later). It speaks
-//! both protocol eras to the host (legacy `initialize` up to 2025-11-25, and
-//! 2026-07-28) and the legacy era to its servers.
+//! What it is not: it makes no decision of its own (the policy core does),
+//! and it keeps nothing across runs itself (`hintgate-store` does: pins,
+//! standing approvals, the approval queue and the audit log). It speaks both
+//! protocol eras on both sides (legacy `initialize` up to 2025-11-25, and
+//! 2026-07-28).
 //!
 //! Layout:
 //! - [`frame`]: parsing a line just far enough to route it, and splicing a
 //!   new id or params into it so that everything else passes byte for byte;
+//! - [`json`]: repeated keys found in one scan, and objects rewritten member
+//!   by member so that every other member keeps its bytes;
 //! - [`conn`]: reading lines under a size limit and writing them in batches;
-//! - [`upstream`]: child processes and their reader and writer tasks;
+//! - [`upstream`]: how a server is reached ([`Connector`], [`Link`]);
 //! - [`upstream_http`]: Streamable HTTP servers, as the same stream of lines;
-//! - [`gateway`]: the event loop and the session state;
+//! - [`stdio`]: the host's stdin and stdout, read from the event loop;
+//! - [`gateway`]: the event loop, its parts and the pipeline;
+//! - [`identity`]: what a server's command line resolves to;
 //! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions;
-//! - [`probe`]: the small client `hintgate lint` uses to list one server's tools.
+//! - [`probe`]: the small client `hintgate lint` and `scan` use to list one
+//!   server's tools.
 #![forbid(unsafe_code)]
 
 pub mod conn;

@@ -264,7 +264,8 @@ async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
     let mut buf = Vec::with_capacity(4096);
     loop {
         let event = match read_line(&mut reader, &mut buf, max_line).await {
-            Ok(LineRead::Line) => match String::from_utf8(std::mem::take(&mut buf)) {
+            // A copy of the line, so the buffer keeps its size for the next.
+            Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
                 Ok(line) if line.trim().is_empty() => continue,
                 Ok(line) => UpstreamEvent::Line(line),
                 Err(_) => UpstreamEvent::Broken("wrote bytes that are not UTF-8".to_owned()),

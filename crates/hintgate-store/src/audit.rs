@@ -28,6 +28,11 @@ pub enum EntryKind {
     Call,
     /// How a call ended.
     Outcome,
+    /// How several calls ended, in one record: a turn of the gateway that
+    /// saw several calls end writes one record, not one each. Its body is
+    /// `{"outcomes": [{"call": SEQ, "outcome": ..., ...}, ...]}`;
+    /// [`Entry::expand`] gives one [`EntryKind::Outcome`] entry per call.
+    Outcomes,
 }
 
 /// An entry to append.
@@ -192,7 +197,7 @@ pub(crate) fn chain_hash(
     hasher.update(canonical.as_bytes());
     let mut text = [0u8; 64];
     match hex::encode_to_slice(hasher.finalize(), &mut text) {
-        Ok(()) => String::from_utf8_lossy(&text).into_owned(),
+        Ok(()) => std::str::from_utf8(&text).map_or_else(|_| String::new(), str::to_owned),
         Err(_) => String::new(),
     }
 }
@@ -219,14 +224,48 @@ pub(crate) const fn kind_name(kind: EntryKind) -> &'static str {
     match kind {
         EntryKind::Call => "call",
         EntryKind::Outcome => "outcome",
+        EntryKind::Outcomes => "outcomes",
     }
 }
 
 pub(crate) fn kind_from(text: &str) -> EntryKind {
-    if text == "outcome" {
-        EntryKind::Outcome
-    } else {
-        EntryKind::Call
+    match text {
+        "outcome" => EntryKind::Outcome,
+        "outcomes" => EntryKind::Outcomes,
+        _ => EntryKind::Call,
+    }
+}
+
+// === impl Entry ===
+
+impl Entry {
+    /// The entry as readers take it: one [`EntryKind::Outcome`] entry for
+    /// each call an [`EntryKind::Outcomes`] entry ends (each keeps the
+    /// record's sequence number, time and hashes, and gets its call and its
+    /// own outcome as body); any other entry as it is.
+    #[must_use]
+    pub fn expand(self) -> Vec<Self> {
+        if self.kind != EntryKind::Outcomes {
+            return vec![self];
+        }
+        let items = self
+            .body
+            .get("outcomes")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        items
+            .into_iter()
+            .map(|item| Self {
+                seq: self.seq,
+                at: self.at,
+                kind: EntryKind::Outcome,
+                call: item.get("call").and_then(Value::as_u64),
+                body: item,
+                prev: self.prev.clone(),
+                hash: self.hash.clone(),
+            })
+            .collect()
     }
 }
 

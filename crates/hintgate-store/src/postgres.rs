@@ -819,6 +819,10 @@ mod tests {
     #[test]
     fn entry_kinds_have_stable_names() {
         assert_eq!(kind_from(kind_name(EntryKind::Outcome)), EntryKind::Outcome);
+        assert_eq!(
+            kind_from(kind_name(EntryKind::Outcomes)),
+            EntryKind::Outcomes
+        );
         assert_eq!(kind_from(kind_name(EntryKind::Call)), EntryKind::Call);
     }
 }

@@ -208,6 +208,35 @@ fn audit_contract(log: &dyn hintgate_store::AuditLog) {
             first_broken: None
         }
     );
+    // A turn of many calls is one append: every record in order, chained.
+    let many: Vec<NewEntry> = (0..40).map(|n| call(&format!("tool-{n}"))).collect();
+    assert_eq!(log.append(&many).unwrap(), (4..44).collect::<Vec<u64>>());
+    let entries = log.entries(3, 100).unwrap();
+    assert_eq!(entries.len(), 40);
+    for (n, entry) in entries.iter().enumerate() {
+        assert_eq!(entry.body["tool"], format!("tool-{n}"));
+    }
+    assert_eq!(log.verify().unwrap().first_broken, None);
+    assert_eq!(log.verify().unwrap().checked, 43);
+    // The outcomes of several calls in one record, read back one per call.
+    let outcomes = NewEntry::from_value(
+        1_795_000_002,
+        EntryKind::Outcomes,
+        None,
+        &json!({"outcomes": [{"call": 4, "outcome": "ok"}, {"call": 5, "outcome": "tool-error"}]}),
+    );
+    assert_eq!(log.append(&[outcomes]).unwrap(), vec![44]);
+    let stored = log.entries(43, 10).unwrap().remove(0);
+    assert_eq!(stored.kind, EntryKind::Outcomes);
+    let expanded = stored.expand();
+    assert_eq!(expanded.len(), 2);
+    assert_eq!(
+        (expanded[0].kind, expanded[0].call, expanded[0].seq),
+        (EntryKind::Outcome, Some(4), 44)
+    );
+    assert_eq!(expanded[1].call, Some(5));
+    assert_eq!(expanded[1].body["outcome"], "tool-error");
+    assert_eq!(log.verify().unwrap().first_broken, None);
 }
 
 #[test]

@@ -1015,21 +1015,31 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
 
     // Someone turns the refusal into an allow behind the gateway's back.
     let connection = rusqlite::Connection::open(dir.path().join("state/state.db")).unwrap();
-    let body: String = connection
-        .query_row("SELECT body FROM audit WHERE seq = 3", [], |row| row.get(0))
+    let (seq, body): (i64, String) = connection
+        .query_row(
+            "SELECT seq, body FROM audit WHERE body LIKE '%\"verdict\":\"ask\"%'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
         .unwrap();
     connection
         .execute(
-            "UPDATE audit SET body = ?1 WHERE seq = 3",
-            [body
-                .replace("\"deny\"", "\"allow\"")
-                .replace("\"ask\"", "\"allow\"")],
+            "UPDATE audit SET body = ?1 WHERE seq = ?2",
+            rusqlite::params![
+                body.replace("\"deny\"", "\"allow\"")
+                    .replace("\"ask\"", "\"allow\""),
+                seq
+            ],
         )
         .unwrap();
     drop(connection);
     let broken = crate::util::run(dir.path(), &["log", "--state-dir", &state, "verify"]);
     assert_eq!(broken.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&broken.stdout).contains("broken at record 3"));
+    assert!(
+        String::from_utf8_lossy(&broken.stdout).contains(&format!("broken at record {seq}")),
+        "{}",
+        String::from_utf8_lossy(&broken.stdout)
+    );
 }
 
 #[test]

@@ -254,18 +254,22 @@ impl Gateway {
     /// Nobody answered the elicitation in time.
     pub(super) fn ask_timed_out(&mut self, cx: Box<CallContext>) {
         let seconds = self.limits.ask_timeout.as_secs();
-        let server = cx
-            .server
-            .map_or("", |idx| self.upstreams.name(idx))
-            .to_owned();
-        self.observe(|| Observed::Answered {
-            server,
-            tool: cx.tool.clone(),
-            approved: false,
-            answer: format!("did not answer within {seconds} s"),
-        });
+        self.observe_unanswered(&cx, format!("did not answer within {seconds} s"));
         let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
         self.refuse(cx, denied(&why, Approver::Gateway));
+    }
+
+    /// Reports a question nobody answered to the observer.
+    fn observe_unanswered(&self, cx: &CallContext, answer: String) {
+        self.observe(|| Observed::Answered {
+            server: cx
+                .server
+                .map_or("", |idx| self.upstreams.name(idx))
+                .to_owned(),
+            tool: cx.tool.clone(),
+            approved: false,
+            answer,
+        });
     }
 
     /// The question for a 2026-07-28 host: an input-required result whose
@@ -332,14 +336,8 @@ impl Gateway {
             let extra = format!("The approval could not be used: {err}.");
             return Err(denied(&extra, Approver::Gateway));
         }
-        let responses: Value = cx
-            .params
-            .input_responses
-            .as_ref()
-            .and_then(|range| cx.request.line.get(range.clone()))
-            .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or(Value::Null);
-        let answer = responses.get(super::modern::INPUT_KEY);
+        let responses = cx.answer_to(super::modern::INPUT_KEY);
+        let answer = Some(&responses).filter(|answer| !answer.is_null());
         let action = answer
             .and_then(|a| a.get("action"))
             .and_then(Value::as_str)
@@ -481,16 +479,7 @@ impl Gateway {
 
     fn queued_unanswered(&mut self, cx: Box<CallContext>, id: u64) {
         let seconds = self.limits.ask_timeout.as_secs();
-        let server = cx
-            .server
-            .map_or("", |idx| self.upstreams.name(idx))
-            .to_owned();
-        self.observe(|| Observed::Answered {
-            server,
-            tool: cx.tool.clone(),
-            approved: false,
-            answer: format!("nobody answered within {seconds} s"),
-        });
+        self.observe_unanswered(&cx, format!("nobody answered within {seconds} s"));
         let why = format!(
             "It needs a person's approval, and this host cannot ask one (it did not declare elicitation): it waited in the approval queue as #{id} and nobody answered within {seconds} s (`hintgate approvals approve {id}` answers; `ask_timeout_s` sets the wait)."
         );

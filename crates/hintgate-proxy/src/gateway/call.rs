@@ -365,6 +365,29 @@ impl CallContext {
             .and_then(|range| self.request.line.get(range.clone()))
     }
 
+    /// The `inputResponses` of a 2026-07-28 retry, as text.
+    pub fn input_responses_text(&self) -> Option<&str> {
+        self.params
+            .input_responses
+            .as_ref()
+            .and_then(|range| self.request.line.get(range.clone()))
+    }
+
+    /// Whether the retry answers the question under `key`.
+    pub fn answers(&self, key: &str) -> bool {
+        self.input_responses_text()
+            .and_then(|text| crate::json::members(text).ok())
+            .is_some_and(|found| found.iter().any(|member| member.key == key))
+    }
+
+    /// The answer to the question under `key`, parsed (`null` without one).
+    pub fn answer_to(&self, key: &str) -> Value {
+        self.input_responses_text()
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+            .and_then(|mut responses| responses.get_mut(key).map(Value::take))
+            .unwrap_or(Value::Null)
+    }
+
     /// Parses the arguments once; a call without arguments has none.
     ///
     /// # Errors
@@ -673,6 +696,16 @@ pub(crate) struct CallResultView<'a> {
 /// A message when the result is not an object these fields can be read
 /// from (a field of the wrong type, or repeated).
 pub(crate) fn read_result(raw: &str) -> Result<CallResultView<'_>, String> {
+    // Most results name none of these keys anywhere, not even spelled with
+    // an escape (`\u`): then there is nothing to read, and the second parse
+    // of the result is skipped.
+    let plain = !raw.contains("isError")
+        && !raw.contains("structuredContent")
+        && !raw.contains("resultType")
+        && !raw.contains("\\u");
+    if plain && raw.trim_start().starts_with('{') {
+        return Ok(CallResultView::default());
+    }
     serde_json::from_str(raw).map_err(|err| err.to_string())
 }
 
@@ -752,6 +785,12 @@ mod tests {
         );
         assert!(read_result(r#"{"isError":false,"isError":true}"#).is_err());
         assert!(read_result(r#"{"isError":"yes"}"#).is_err());
+        // Spelled with an escape, it is still read.
+        assert_eq!(
+            read_result(r#"{"\u0069sError":true}"#).unwrap().is_error,
+            Some(true)
+        );
+        assert_eq!(read_result(r#"{"content":[]}"#).unwrap().is_error, None);
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub(crate) struct Journal {
     session: String,
     redactor: Redactor,
     batch: Vec<NewEntry>,
+    /// The outcomes waiting for the next commit: (call, outcome, duration in
+    /// milliseconds, attempt).
+    outcomes: Vec<(u64, Outcome, u64, u32)>,
     /// The batch holds a call record, which something waits on.
     urgent: bool,
     /// When the oldest record of the batch was added.
@@ -85,6 +88,7 @@ impl Journal {
             session: string_literal(&session),
             redactor,
             batch: Vec::with_capacity(64),
+            outcomes: Vec::with_capacity(64),
             urgent: false,
             since: None,
             counts: (0, 0),
@@ -118,19 +122,49 @@ impl Journal {
         if self.log.is_none() {
             return;
         }
-        let mut body = String::with_capacity(64);
-        let _ = write!(
-            body,
-            "{{\"attempt\":{attempt},\"duration_ms\":{duration_ms},\"outcome\":\"{}\"}}",
-            outcome.as_str()
-        );
-        self.batch.push(NewEntry {
-            at: unix_now(),
-            kind: EntryKind::Outcome,
-            call: Some(call_seq),
-            body,
-        });
+        self.outcomes
+            .push((call_seq, outcome, duration_ms, attempt));
         self.since.get_or_insert_with(Instant::now);
+    }
+
+    /// The record of the outcomes waiting: one outcome on its own, several
+    /// in one record (a turn that ended sixteen calls writes one).
+    fn outcomes_entry(&mut self) -> Option<NewEntry> {
+        let entry = match self.outcomes.as_slice() {
+            [] => return None,
+            [(call, outcome, millis, attempt)] => NewEntry {
+                at: unix_now(),
+                kind: EntryKind::Outcome,
+                call: Some(*call),
+                body: format!(
+                    "{{\"attempt\":{attempt},\"duration_ms\":{millis},\"outcome\":\"{}\"}}",
+                    outcome.as_str()
+                ),
+            },
+            several => {
+                let mut body = String::with_capacity(16 + several.len() * 80);
+                body.push_str("{\"outcomes\":[");
+                for (idx, (call, outcome, millis, attempt)) in several.iter().enumerate() {
+                    if idx > 0 {
+                        body.push(',');
+                    }
+                    let _ = write!(
+                        body,
+                        "{{\"attempt\":{attempt},\"call\":{call},\"duration_ms\":{millis},\"outcome\":\"{}\"}}",
+                        outcome.as_str()
+                    );
+                }
+                body.push_str("]}");
+                NewEntry {
+                    at: unix_now(),
+                    kind: EntryKind::Outcomes,
+                    call: None,
+                    body,
+                }
+            }
+        };
+        self.outcomes.clear();
+        Some(entry)
     }
 
     /// Whether the batch must be committed now: it holds a call record, or
@@ -155,7 +189,7 @@ impl Journal {
     /// Whether records wait to be committed.
     #[cfg(test)]
     pub fn pending(&self) -> bool {
-        !self.batch.is_empty()
+        !self.batch.is_empty() || !self.outcomes.is_empty()
     }
 
     /// Commits this turn's records in one transaction; their sequence
@@ -168,6 +202,12 @@ impl Journal {
         let Some(log) = &self.log else {
             return Ok(Vec::new());
         };
+        let log = Arc::clone(log);
+        // The outcomes go last, after this turn's calls: their places in the
+        // batch are the calls' own.
+        if let Some(outcomes) = self.outcomes_entry() {
+            self.batch.push(outcomes);
+        }
         if self.batch.is_empty() {
             return Ok(Vec::new());
         }
@@ -318,6 +358,24 @@ mod tests {
             entries[2].body,
             json!({"attempt": 0, "duration_ms": 3, "outcome": "ok"})
         );
+        assert!(store.verify().unwrap().first_broken.is_none());
+    }
+
+    #[test]
+    fn the_outcomes_of_one_turn_are_one_record() {
+        let (mut journal, store) = journal();
+        journal.outcome(7, Outcome::Ok, 1, 0);
+        journal.outcome(9, Outcome::ToolError, 2, 1);
+        assert_eq!(journal.commit(), Ok(vec![1]));
+        let entries = store.entries(0, 10).unwrap();
+        assert_eq!(entries[0].kind, EntryKind::Outcomes);
+        let expanded = entries[0].clone().expand();
+        assert_eq!(
+            expanded.iter().map(|entry| entry.call).collect::<Vec<_>>(),
+            vec![Some(7), Some(9)]
+        );
+        assert_eq!(expanded[1].body["outcome"], "tool-error");
+        assert_eq!(expanded[1].body["attempt"], 1);
         assert!(store.verify().unwrap().first_broken.is_none());
     }
 

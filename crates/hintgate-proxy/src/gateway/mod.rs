@@ -297,7 +297,8 @@ async fn read_host<R: AsyncRead + Unpin>(
     let mut buf = Vec::with_capacity(4096);
     loop {
         let event = match read_line(&mut reader, &mut buf, max_line).await {
-            Ok(LineRead::Line) => match String::from_utf8(std::mem::take(&mut buf)) {
+            // A copy of the line, so the buffer keeps its size for the next.
+            Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
                 Ok(line) if line.trim().is_empty() => continue,
                 Ok(line) => HostEvent::Line(line),
                 Err(_) => HostEvent::TooLong,

@@ -57,14 +57,7 @@ pub(super) fn carries_our_answer(cx: &CallContext) -> bool {
         .request_state
         .as_deref()
         .is_some_and(crate::seal::is_ours);
-    let answers_ours = cx
-        .params
-        .input_responses
-        .as_ref()
-        .and_then(|range| cx.request.line.get(range.clone()))
-        .and_then(|text| members(text).ok())
-        .is_some_and(|found| found.iter().any(|member| member.key == INPUT_KEY));
-    state_is_ours || answers_ours
+    state_is_ours || cx.answers(INPUT_KEY)
 }
 
 /// Whether a `requestState` value (JSON text) is one the gateway sealed.
@@ -107,6 +100,24 @@ pub(super) fn merged_meta(value: &str, ours: &Value) -> String {
         }
     }
     Value::Object(meta).to_string()
+}
+
+/// `params` with the keys of `ours` set in its `_meta` (its own `_meta`
+/// entries, such as a progress token, are kept).
+pub(super) fn with_meta(params: Value, ours: &Value) -> Value {
+    let mut params = match params {
+        Value::Object(object) => object,
+        _ => Map::new(),
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let (Some(meta), Value::Object(ours)) = (meta.as_object_mut(), ours) {
+        for (key, value) in ours {
+            meta.insert(key.clone(), value.clone());
+        }
+    }
+    Value::Object(params)
 }
 
 /// The `_meta` of a request's params, when the request is modern.
@@ -165,19 +176,7 @@ impl Gateway {
     /// `params` with the modern `_meta` keys added (the request's own
     /// `_meta` entries, such as a progress token, are kept).
     pub(super) fn with_modern_meta(&self, params: Value) -> Value {
-        let mut params = match params {
-            Value::Object(object) => object,
-            _ => Map::new(),
-        };
-        let meta = params
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let (Some(meta), Value::Object(ours)) =
-            (meta.as_object_mut(), self.modern_meta_for_upstream())
-        {
-            meta.extend(ours);
-        }
-        Value::Object(params)
+        with_meta(params, &self.modern_meta_for_upstream())
     }
 
     /// The answer to the era probe: a 2026-07-28 server is ready at once

@@ -84,25 +84,13 @@ impl Gateway {
     /// Whether a modern host's call carries the answer to a relayed server
     /// question.
     pub(super) fn answers_relayed_question(&self, cx: &CallContext) -> bool {
-        cx.params
-            .input_responses
-            .as_ref()
-            .and_then(|range| cx.request.line.get(range.clone()))
-            .and_then(|text| members(text).ok())
-            .is_some_and(|found| found.iter().any(|member| member.key == RELAY_KEY))
+        cx.answers(RELAY_KEY)
     }
 
     /// A modern host's retry that answers a relayed server question: the
     /// answer goes to the server, whose result then answers this retry.
     pub(super) fn answer_relayed(&mut self, mut cx: Box<CallContext>) -> Step {
-        let responses: Value = cx
-            .params
-            .input_responses
-            .as_ref()
-            .and_then(|range| cx.request.line.get(range.clone()))
-            .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or(Value::Null);
-        let answer = responses.get(RELAY_KEY).cloned().unwrap_or(Value::Null);
+        let answer = cx.answer_to(RELAY_KEY);
         let state = cx.params.request_state.clone().unwrap_or_default();
         let tool = cx.params.name.clone();
         let binding = match self.sealer.peek(&state) {

@@ -454,6 +454,7 @@ impl Gateway {
     fn forward(&mut self, idx: ServerIdx, request: HostRequest, params: Option<Value>) {
         let timeout = self.limits.call_timeout;
         let modern_meta = self.modern_meta_for_upstream();
+        let with_meta = |params: Value, ours: Value| super::modern::with_meta(params, &ours);
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
@@ -463,7 +464,7 @@ impl Gateway {
         let id_text = id.to_string();
         let line = match params {
             Some(params) if modern => {
-                let params = with_meta(params, &modern_meta);
+                let params = with_meta(params, modern_meta);
                 request.with_id_and_params(&id_text, &params.to_string())
             }
             None if modern => {
@@ -472,7 +473,7 @@ impl Gateway {
                         Value::Null => json!({}),
                         other => other,
                     },
-                    &modern_meta,
+                    modern_meta,
                 );
                 if request.spans.params.is_some() {
                     request.with_id_and_params(&id_text, &params.to_string())
@@ -674,20 +675,4 @@ impl Gateway {
         super::modern::modernize(modern, state.request.method.as_str(), &mut result);
         self.reply(session, state.request.id(), &result);
     }
-}
-
-fn with_meta(params: Value, ours: &Value) -> Value {
-    let mut params = match params {
-        Value::Object(object) => object,
-        _ => Map::new(),
-    };
-    let meta = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let (Some(meta), Value::Object(ours)) = (meta.as_object_mut(), ours) {
-        for (key, value) in ours {
-            meta.insert(key.clone(), value.clone());
-        }
-    }
-    Value::Object(params)
 }

@@ -105,7 +105,9 @@ fn watch_loop(
     events: &mpsc::UnboundedSender<Event>,
 ) {
     let mut watch = None;
-    let mut last_read: Option<Instant> = None;
+    // The catalog has just read the approvals itself: the first read can
+    // wait an interval, off the start of the session.
+    let mut last_read: Option<Instant> = Some(Instant::now());
     while !events.is_closed() && !stop.load(Ordering::Relaxed) {
         let (queue, keys): (Vec<u64>, Vec<String>) = {
             let watched = lock(watched);

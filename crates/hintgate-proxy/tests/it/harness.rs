@@ -269,9 +269,14 @@ impl TestStore {
         self.set_mode(AppendMode::Normal);
     }
 
-    /// Every record, parsed.
+    /// Every record, parsed, the outcomes of several calls one per call.
     pub fn records(&self) -> Vec<Entry> {
-        self.inner.entries(0, 100_000).unwrap()
+        self.inner
+            .entries(0, 100_000)
+            .unwrap()
+            .into_iter()
+            .flat_map(Entry::expand)
+            .collect()
     }
 }
 
@@ -573,6 +578,19 @@ impl Harness {
             .get(server)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Waits until a server received a line that contains `needle`.
+    pub async fn received_eventually(&self, server: &str, needle: &str) {
+        let received = Arc::clone(&self.received);
+        eventually(|| {
+            received
+                .lock()
+                .unwrap()
+                .get(server)
+                .is_some_and(|lines| lines.iter().any(|line| line.contains(needle)))
+        })
+        .await;
     }
 
     /// The calls a server received.

@@ -265,15 +265,7 @@ async fn a_session_that_ends_mid_call_leaves_no_call_without_an_ending() {
     gateway
         .send_raw(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
         .await;
-    let received = gateway.received.clone();
-    eventually(|| {
-        received
-            .lock()
-            .unwrap()
-            .get("fx")
-            .is_some_and(|lines| lines.iter().any(|line| line.contains("tools/call")))
-    })
-    .await;
+    gateway.received_eventually("fx", "tools/call").await;
     let store = gateway.close().await;
     let records = store.records();
     let call = records
@@ -299,28 +291,15 @@ async fn a_cancelled_call_is_recorded_as_cancelled_and_the_server_told() {
     gateway
         .send_raw(&json!({"jsonrpc": "2.0", "id": "x", "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
         .await;
-    let received = gateway.received.clone();
-    eventually(|| {
-        received
-            .lock()
-            .unwrap()
-            .get("fx")
-            .is_some_and(|lines| lines.iter().any(|line| line.contains("tools/call")))
-    })
-    .await;
+    gateway.received_eventually("fx", "tools/call").await;
     gateway
         .send_raw(
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x"}}"#,
         )
         .await;
-    eventually(|| {
-        received.lock().unwrap().get("fx").is_some_and(|lines| {
-            lines
-                .iter()
-                .any(|line| line.contains("notifications/cancelled"))
-        })
-    })
-    .await;
+    gateway
+        .received_eventually("fx", "notifications/cancelled")
+        .await;
     let store = gateway.close().await;
     let outcomes: Vec<Value> = store
         .records()
