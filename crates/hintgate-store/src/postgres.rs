@@ -37,6 +37,10 @@ use crate::{
 /// The schema version this build reads and writes in PostgreSQL.
 pub const PG_SCHEMA_VERSION: i64 = 2;
 
+/// How long connecting, a silent connection or one statement may take
+/// before it fails (unless the address sets its own).
+const STORE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The channel that announces answers in the approval queue.
 const CHANNEL: &str = "hintgate_approvals";
 
@@ -106,9 +110,26 @@ impl PgStore {
     /// reached, or the schema is newer than this hintgate knows.
     pub fn open(url: &str) -> Result<Self, StoreError> {
         let shown = shown(url);
-        let config: Config = url.parse().map_err(|err| {
+        let mut config: Config = url.parse().map_err(|err| {
             StoreError::Address(format!("`{shown}` is not a PostgreSQL address: {err}"))
         })?;
+        // A gateway commits its records on its own loop: a server that stops
+        // answering must fail the commit (the calls are refused) rather than
+        // hold the loop. Unless the address says otherwise, connecting, a
+        // silent connection and a statement are each bounded.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(STORE_TIMEOUT);
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(STORE_TIMEOUT);
+        }
+        config.keepalives(true);
+        if config.get_options().is_none() {
+            config.options(&format!(
+                "-c statement_timeout={}",
+                STORE_TIMEOUT.as_millis()
+            ));
+        }
         let (ready_tx, ready_rx) = sync_channel(1);
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
         let worker_config = config.clone();
