@@ -42,6 +42,7 @@ pub mod seal;
 pub mod stdio;
 pub mod upstream;
 pub mod upstream_http;
+pub mod versions;
 
 pub use gateway::{Mode, Observed, RunError, Settings, run};
 pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

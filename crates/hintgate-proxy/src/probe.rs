@@ -26,10 +26,9 @@ use tokio::time::Instant;
 
 use crate::event::{Event, UpstreamEvent};
 use crate::frame;
-use crate::gateway::LEGACY_VERSIONS;
-use crate::gateway::modern::MODERN_VERSION;
 use crate::upstream::{Link, Process, Spawn};
 use crate::upstream_http::HttpLink;
+use crate::versions::{LEGACY_VERSIONS, MODERN_VERSION};
 
 /// How long the era probe may take before the server is taken for a legacy one.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(3);

@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use super::call::{Approver, CallContext, Channel, Refusal, Step};
 use super::inflight::{DeadlineKey, Expired, HostPurpose};
 use super::journal::unix_now;
-use super::session::SessionId;
+use super::request::SessionId;
 use super::{Gateway, Observed};
 use crate::frame::{self, Message};
 

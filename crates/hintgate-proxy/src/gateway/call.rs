@@ -19,46 +19,9 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::session::SessionId;
-use super::upstreams::ServerIdx;
-use crate::frame::{self, Spans};
+use super::request::{HostRequest, ServerIdx};
+use crate::frame;
 use crate::json::{JsonError, span_in, string_literal};
-
-/// A host request, kept whole so that it can be forwarded later as the
-/// bytes it arrived as.
-#[derive(Debug)]
-pub(crate) struct HostRequest {
-    /// The session it came from.
-    pub session: SessionId,
-    /// The line as received.
-    pub line: String,
-    /// Where its id and params sit in `line`.
-    pub spans: Spans,
-    /// What it asks for.
-    pub method: Method,
-    /// The server this request already restarted once, so that a server
-    /// failing at start-up is not restarted again and again for it.
-    pub restarted: Option<ServerIdx>,
-}
-
-/// The methods the gateway treats on their own; every other one is routed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Method {
-    /// `initialize` (legacy hosts).
-    Initialize,
-    /// `server/discover` (2026-07-28 hosts).
-    Discover,
-    /// `ping`.
-    Ping,
-    /// `tools/list`.
-    ToolsList,
-    /// `tools/call`: the pipeline.
-    ToolsCall,
-    /// `subscriptions/listen` (2026-07-28 hosts).
-    Listen,
-    /// Anything else.
-    Other(Box<str>),
-}
 
 /// A host's `tools/call` on its way through the pipeline.
 #[derive(Debug)]
@@ -222,72 +185,6 @@ pub(crate) enum Outcome {
     Cancelled,
     /// The host went away before it was answered.
     HostGone,
-}
-
-// === impl HostRequest ===
-
-impl HostRequest {
-    /// The request's id as raw JSON text (`null` when it has none).
-    pub fn id(&self) -> &str {
-        self.spans
-            .id
-            .as_ref()
-            .and_then(|range| self.line.get(range.clone()))
-            .unwrap_or("null")
-    }
-
-    /// The params as raw JSON text.
-    pub fn params_text(&self) -> Option<&str> {
-        self.spans.params(&self.line)
-    }
-
-    /// The params as JSON (`null` when absent or not JSON).
-    pub fn params(&self) -> Value {
-        self.params_text()
-            .and_then(|raw| serde_json::from_str(raw).ok())
-            .unwrap_or(Value::Null)
-    }
-
-    /// The request under another id.
-    pub fn with_id(&self, new_id: &str) -> String {
-        self.spans.with_id(&self.line, new_id)
-    }
-
-    /// The request under another id, with other params.
-    pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
-        self.spans
-            .with_id_and_params(&self.line, new_id, new_params)
-    }
-}
-
-// === impl Method ===
-
-impl Method {
-    /// The method of a name.
-    pub fn of(name: &str) -> Self {
-        match name {
-            "initialize" => Self::Initialize,
-            "server/discover" => Self::Discover,
-            "ping" => Self::Ping,
-            "tools/list" => Self::ToolsList,
-            "tools/call" => Self::ToolsCall,
-            "subscriptions/listen" => Self::Listen,
-            other => Self::Other(other.into()),
-        }
-    }
-
-    /// The method's name.
-    pub fn as_str(&self) -> &str {
-        match self {
-            Self::Initialize => "initialize",
-            Self::Discover => "server/discover",
-            Self::Ping => "ping",
-            Self::ToolsList => "tools/list",
-            Self::ToolsCall => "tools/call",
-            Self::Listen => "subscriptions/listen",
-            Self::Other(name) => name,
-        }
-    }
 }
 
 // === impl CallContext ===
@@ -724,6 +621,7 @@ pub(crate) fn name_literal(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::request::{Method, SessionId};
 
     fn request(line: &str) -> HostRequest {
         let message = crate::frame::Message::parse(line).unwrap();

@@ -26,7 +26,7 @@ use hintgate_policy::tool::{EffectiveHints, SandboxProof, Tool, Trust};
 use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seen, Store, StoreError};
 use serde_json::{Map, Value, json};
 
-use super::upstreams::ServerIdx;
+use super::request::ServerIdx;
 
 /// Where a server's tool list stands.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,9 +15,8 @@ use std::time::Duration;
 use foldhash::fast::RandomState;
 use tokio::time::Instant;
 
-use super::call::{CallContext, HostRequest};
-use super::session::SessionId;
-use super::upstreams::ServerIdx;
+use super::call::CallContext;
+use super::request::{HostRequest, ServerIdx, SessionId};
 
 /// A deadline's key in the ordered map.
 pub(crate) type DeadlineKey = (Instant, u64);

@@ -40,6 +40,7 @@ pub(crate) mod journal;
 pub(crate) mod modern;
 pub(crate) mod pipeline;
 pub(crate) mod relay;
+pub(crate) mod request;
 pub(crate) mod routing;
 pub(crate) mod session;
 pub(crate) mod upstreams;
@@ -56,17 +57,18 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use self::call::{CallContext, HostRequest, Method, Outcome};
+use self::call::{CallContext, Outcome};
 use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
-use self::session::{HostSession, SessionId};
-use self::upstreams::{ServerIdx, Upstreams};
+use self::request::{HostRequest, Method, ServerIdx, SessionId};
+use self::session::HostSession;
+use self::upstreams::Upstreams;
 use crate::conn::{LineRead, read_line, write_lines};
 use crate::event::{Event, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
 use crate::json::find_duplicate_key;
 use crate::upstream::{Connector, SystemConnector};
 
-pub use self::upstreams::LEGACY_VERSIONS;
+pub use crate::versions::LEGACY_VERSIONS;
 
 /// The most events one turn handles before it commits and sends, so that a
 /// flood cannot hold everything back.

@@ -22,14 +22,13 @@
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
-use super::call::{CallContext, HostRequest};
-use super::session::{Era, HostSession, SessionId, declares_form_elicitation};
-use super::upstreams::{LEGACY_VERSIONS, Phase, ServerIdx};
+use super::call::CallContext;
+use super::request::{HostRequest, ServerIdx, SessionId};
+use super::session::{Era, HostSession, declares_form_elicitation};
+use super::upstreams::Phase;
 use crate::frame::{self, Message};
 use crate::json::members;
-
-/// The modern protocol version the gateway speaks.
-pub const MODERN_VERSION: &str = "2026-07-28";
+use crate::versions::{LEGACY_VERSIONS, MODERN_VERSION};
 
 /// The `_meta` keys of a modern request.
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";

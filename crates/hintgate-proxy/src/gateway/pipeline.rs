@@ -31,14 +31,15 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::call::{
-    Answer, Approver, CallContext, HostRequest, Outcome, Refusal, Refused, Step, answer_line,
-    error_result, name_literal, read_result,
+    Answer, Approver, CallContext, Outcome, Refusal, Refused, Step, answer_line, error_result,
+    name_literal, read_result,
 };
 use super::catalog::Listing;
 use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
+use super::request::{HostRequest, ServerIdx};
 use super::session::HostSession;
-use super::upstreams::{Readiness, ServerIdx};
+use super::upstreams::Readiness;
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members};

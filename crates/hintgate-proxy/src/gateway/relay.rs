@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use super::Gateway;
 use super::call::{Approver, CallContext, Channel, Outcome, Refusal, Step};
 use super::inflight::{HostPurpose, UpPurpose};
-use super::upstreams::ServerIdx;
+use super::request::ServerIdx;
 use crate::frame::{self, Message};
 use crate::json::members;
 

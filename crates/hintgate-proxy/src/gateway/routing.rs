@@ -21,12 +21,13 @@ use std::collections::{BTreeMap, HashMap};
 use hintgate_policy::sanitize::sanitize;
 use serde_json::{Map, Value, json};
 
-use super::call::HostRequest;
 use super::inflight::UpPurpose;
-use super::session::{Era, SessionId, declares_form_elicitation};
-use super::upstreams::{LEGACY_VERSIONS, Phase, Readiness, ServerIdx};
+use super::request::{HostRequest, ServerIdx, SessionId};
+use super::session::{Era, declares_form_elicitation};
+use super::upstreams::{Phase, Readiness};
 use super::{Gateway, Mode, Waiting};
 use crate::frame::Message;
+use crate::versions::LEGACY_VERSIONS;
 
 /// What routing remembers between requests.
 #[derive(Debug, Default)]

@@ -11,12 +11,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::call::HostRequest;
-use super::upstreams::ServerIdx;
-
-/// A host session's number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct SessionId(pub u32);
+use super::request::{HostRequest, ServerIdx, SessionId};
 
 /// Every host session, by number.
 #[derive(Debug, Default)]
@@ -100,13 +95,6 @@ impl Sessions {
     }
 }
 
-// === impl SessionId ===
-
-impl SessionId {
-    /// The first session (the only one over stdio).
-    pub const FIRST: Self = Self(0);
-}
-
 // === impl HostSession ===
 
 impl HostSession {
@@ -146,7 +134,7 @@ impl HostSession {
     pub fn protocol_version(&self) -> &str {
         match &self.era {
             Era::Legacy(version) => version,
-            Era::Modern => super::modern::MODERN_VERSION,
+            Era::Modern => crate::versions::MODERN_VERSION,
             Era::Unknown => "",
         }
     }

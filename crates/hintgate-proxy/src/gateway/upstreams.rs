@@ -21,18 +21,14 @@ use super::call::CallContext;
 use super::catalog::Listing;
 use super::inflight::UpPurpose;
 use super::journal::unix_now;
+use super::request::ServerIdx;
 use crate::frame::{self, Message};
 use crate::upstream::{Link, LinkTarget};
-
-/// A server's index in the configuration.
-pub(crate) type ServerIdx = usize;
+use crate::versions::LEGACY_VERSIONS;
 
 /// How long the era probe (`server/discover`) waits before a server is taken
 /// for a legacy one.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// The protocol versions of the legacy era the gateway speaks, newest first.
-pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// Where a server stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
