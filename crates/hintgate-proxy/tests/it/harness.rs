@@ -427,6 +427,14 @@ impl Setup {
             store: None,
         }
     }
+
+    /// The same, with the gateway's `call_timeout_s` set to `seconds`.
+    pub fn with_call_timeout(mut self, seconds: u32) -> Self {
+        self.config = self
+            .config
+            .replace("call_timeout_s = 1", &format!("call_timeout_s = {seconds}"));
+        self
+    }
 }
 
 impl Harness {

@@ -253,19 +253,22 @@ async fn a_merged_list_a_server_never_answers_is_answered_at_the_deadline() {
     assert_eq!(list["result"]["resources"], json!([]), "{list}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_that_ends_mid_call_leaves_no_call_without_an_ending() {
+/// A gateway whose server holds a `read` call under `id`: the call was
+/// decided, recorded and sent, and has not been answered.
+async fn read_in_flight(id: Value) -> Harness {
     let script = reader().answering("read", Behaviour::Hang);
-    let mut setup = Setup::wrap(script, true);
-    setup.config = setup
-        .config
-        .replace("call_timeout_s = 1", "call_timeout_s = 60");
-    let mut gateway = Harness::start(setup).await;
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(60)).await;
     gateway.initialize(json!({})).await;
     gateway
-        .send_raw(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
+        .send_raw(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
         .await;
     gateway.received_eventually("fx", "tools/call").await;
+    gateway
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_ends_mid_call_leaves_no_call_without_an_ending() {
+    let gateway = read_in_flight(json!(1)).await;
     let store = gateway.close().await;
     let records = store.records();
     let call = records
@@ -281,17 +284,7 @@ async fn a_session_that_ends_mid_call_leaves_no_call_without_an_ending() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_is_recorded_as_cancelled_and_the_server_told() {
-    let script = reader().answering("read", Behaviour::Hang);
-    let mut setup = Setup::wrap(script, true);
-    setup.config = setup
-        .config
-        .replace("call_timeout_s = 1", "call_timeout_s = 60");
-    let mut gateway = Harness::start(setup).await;
-    gateway.initialize(json!({})).await;
-    gateway
-        .send_raw(&json!({"jsonrpc": "2.0", "id": "x", "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
-        .await;
-    gateway.received_eventually("fx", "tools/call").await;
+    let mut gateway = read_in_flight(json!("x")).await;
     gateway
         .send_raw(
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x"}}"#,
