@@ -50,6 +50,11 @@ pub enum FrameError {
     /// A JSON object that is neither request, notification nor response.
     #[error("a JSON object that is not a JSON-RPC message")]
     NotJsonRpc,
+    /// JSON that is not one object: an array (a JSON-RPC batch) or a bare
+    /// value. A batch could carry a call inside what reads as one message, so
+    /// none is accepted (the protocol since 2025-06-18 has no batches).
+    #[error("a JSON-RPC message is one JSON object per line; batches (arrays) are not accepted")]
+    NotObject,
 }
 
 #[derive(Deserialize)]
@@ -75,6 +80,14 @@ impl<'a> Message<'a> {
     ///
     /// [`FrameError`] when the line is not a JSON-RPC message.
     pub fn parse(line: &'a str) -> Result<Self, FrameError> {
+        // serde fills a struct from an array too (field by field, in
+        // order), so an array must be refused before it is read.
+        if !line
+            .trim_start_matches([' ', '\t', '\n', '\r'])
+            .starts_with('{')
+        {
+            return Err(FrameError::NotObject);
+        }
         let envelope: Envelope<'a> =
             serde_json::from_str(line).map_err(|err| FrameError::NotJson(err.to_string()))?;
         let message = Self {
@@ -346,6 +359,26 @@ mod tests {
             Message::parse(r#"{"id":1}"#).unwrap_err(),
             FrameError::NotJsonRpc
         );
+    }
+
+    #[test]
+    fn a_batch_or_a_bare_value_is_not_a_message() {
+        // serde would read these arrays as a notification and a request,
+        // field by field: each hides a call behind what it seems to be.
+        for line in [
+            r#"[null,"notifications/initialized",{},{"jsonrpc":"2.0","id":9,"method":"tools/call"}]"#,
+            r#" [1,"tools/call",{"name":"read"}]"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}]"#,
+            "7",
+            r#""tools/call""#,
+        ] {
+            assert_eq!(
+                Message::parse(line).unwrap_err(),
+                FrameError::NotObject,
+                "{line}"
+            );
+        }
+        assert!(Message::parse("\t\r\n {\"id\":1,\"method\":\"ping\"}").is_ok());
     }
 
     #[test]

@@ -596,11 +596,16 @@ pub(crate) fn read_result(raw: &str) -> Result<CallResultView<'_>, String> {
     // Most results name none of these keys anywhere, not even spelled with
     // an escape (`\u`): then there is nothing to read, and the second parse
     // of the result is skipped.
+    // serde would read an array field by field, in order: a result that is
+    // not an object is refused before it is read.
+    if !raw.trim_start().starts_with('{') {
+        return Err("a tool result must be a JSON object".to_owned());
+    }
     let plain = !raw.contains("isError")
         && !raw.contains("structuredContent")
         && !raw.contains("resultType")
         && !raw.contains("\\u");
-    if plain && raw.trim_start().starts_with('{') {
+    if plain {
         return Ok(CallResultView::default());
     }
     serde_json::from_str(raw).map_err(|err| err.to_string())
@@ -689,6 +694,9 @@ mod tests {
             Some(true)
         );
         assert_eq!(read_result(r#"{"content":[]}"#).unwrap().is_error, None);
+        // An array would be read field by field: `isError` first.
+        assert!(read_result(r#"[true]"#).is_err());
+        assert!(read_result(r#"[]"#).is_err());
     }
 
     #[test]

@@ -569,7 +569,11 @@ impl Gateway {
             Ok(message) => message,
             Err(err) => {
                 tracing::warn!("the host sent a line that is not JSON-RPC: {err}");
-                self.reply_error(session, "null", -32700, &format!("parse error: {err}"));
+                let (code, what) = match err {
+                    frame::FrameError::NotJson(_) => (-32700, "parse error"),
+                    _ => (-32600, "invalid request"),
+                };
+                self.reply_error(session, "null", code, &format!("{what}: {err}"));
                 return;
             }
         };

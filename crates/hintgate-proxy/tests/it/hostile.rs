@@ -82,6 +82,47 @@ async fn issue_9_a_call_without_an_id_never_reaches_a_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_a_call_hidden_in_a_batch_never_reaches_a_server() {
+    let mut gateway = Harness::start(gateway_setup()).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    assert!(list["result"]["tools"].as_array().unwrap().len() >= 2);
+    let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete","arguments":{}}}"#;
+    let attacks = [
+        // Read field by field, this is a notification, passed to every
+        // server as it is; a server that takes batches runs the call.
+        format!(r#"[null,"notifications/roots/list_changed",{{}},{call}]"#),
+        // Read field by field, an allowed call, with a denied one behind it.
+        format!(r#"[1,"tools/call",{{"name":"ok__read","arguments":{{}}}},{call}]"#),
+        // A plain batch.
+        format!("[{call}]"),
+    ];
+    for attack in &attacks {
+        gateway.send_raw(attack).await;
+        let refused = gateway.response(&Value::Null).await;
+        assert_eq!(refused["error"]["code"], -32600, "{attack}: {refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("batches (arrays) are not accepted"),
+            "{refused}"
+        );
+    }
+    gateway.request("ping", json!({})).await;
+    for server in ["fs", "ok"] {
+        let received = gateway.received_by(server);
+        assert!(
+            !received.iter().any(|line| line.contains("delete")
+                || line.starts_with('[')
+                || line.contains("roots/list_changed")),
+            "{server}: {received:?}"
+        );
+        assert!(gateway.calls_received(server).is_empty(), "{server}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_9_a_key_given_twice_is_refused_wherever_it_is() {
     for mode in [Mode::Wrap, Mode::Gateway] {
         let (setup, read, delete) = match mode {
