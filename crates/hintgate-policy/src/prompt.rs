@@ -23,7 +23,9 @@ pub struct PromptInput<'a> {
     pub identity: Option<&'a str>,
     /// The identity the server's tools were pinned under, when it changed
     /// since (a new package version, other arguments or environment); empty
-    /// when only the capabilities declared to the server changed.
+    /// when the identity people read is the same and what changed is kept
+    /// only as a hash (environment and header values) or is the
+    /// capabilities declared to the server.
     pub previous_identity: Option<&'a str>,
     /// The tool's current definition.
     pub tool: &'a Tool,
@@ -66,7 +68,7 @@ impl Policy {
         ));
         match input.previous_identity {
             Some("") => out.push_str(
-                "  changed:   the capabilities hintgate declared to this server changed since its tools were pinned\n",
+                "  changed:   the server's identity changed since its tools were pinned (its environment, its headers or the capabilities hintgate declares to it)\n",
             ),
             Some(previous) => out.push_str(&format!(
                 "  changed:   the server's identity changed since its tools were pinned; it was {}\n",

@@ -221,6 +221,38 @@ fn scan_keys(bytes: &[u8]) -> Scan {
     }
 }
 
+/// The first integer of a JSON text (one that serde has read) that does not
+/// fit 64 bits, as written. serde reads such an integer as the nearest
+/// float, while many servers read it exactly: the gateway would check and
+/// record another number than the one the server acts on. Numbers with a
+/// fraction or an exponent are floats to every reader alike.
+pub fn inexact_integer(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let mut pos = 0;
+    while let Some(byte) = bytes.get(pos) {
+        match byte {
+            b'"' => pos = string_end_fast(bytes, pos)?,
+            b'-' | b'0'..=b'9' => {
+                let start = pos;
+                pos += 1;
+                while matches!(
+                    bytes.get(pos),
+                    Some(b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                ) {
+                    pos += 1;
+                }
+                let number = text.get(start..pos)?;
+                let integer = !number.contains(['.', 'e', 'E']);
+                if integer && number.parse::<i64>().is_err() && number.parse::<u64>().is_err() {
+                    return Some(number);
+                }
+            }
+            _ => pos += 1,
+        }
+    }
+    None
+}
+
 /// The end (one past the closing quote) of the string that starts at `pos`,
 /// skipping to the next quote or backslash at a time.
 fn string_end_fast(bytes: &[u8], pos: usize) -> Option<usize> {
@@ -709,6 +741,26 @@ mod tests {
             check_unique_keys(&repeated),
             Err(JsonError::DuplicateKey { ref key, .. }) if key == "k150"
         ));
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_are_found_outside_strings_only() {
+        assert_eq!(inexact_integer(r#"{"a":12345678901234567890}"#), None);
+        assert_eq!(inexact_integer(r#"{"a":-9223372036854775808}"#), None);
+        assert_eq!(
+            inexact_integer(r#"{"a":[1, 100000000000000000001]}"#),
+            Some("100000000000000000001")
+        );
+        assert_eq!(
+            inexact_integer(r#"{"a":-9223372036854775809}"#),
+            Some("-9223372036854775809")
+        );
+        assert_eq!(inexact_integer(r#"{"a":1e400,"b":1.5,"c":1E+2}"#), None);
+        assert_eq!(
+            inexact_integer(r#"{"s":"100000000000000000001 \" 99999999999999999999"}"#),
+            None
+        );
+        assert_eq!(inexact_integer(r#"{"k100000000000000000001":0}"#), None);
     }
 
     #[test]

@@ -839,6 +839,33 @@ fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
 }
 
 #[test]
+fn issue_9_a_continuation_in_gateway_mode_calls_the_servers_own_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    let config = format!(
+        "[servers.m]\ncommand = \"python3\"\nargs = [{server:?}, \"--modern-only\"]\ntrust = \"trusted\"\n"
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "accept", "content": {"name": "Grace"}}));
+    // The second send, with the server's question answered, names the tool
+    // as the server knows it, as the first one did: never the host's name.
+    let needs = host.call("m__needs_input", json!({}));
+    let seen: Value = serde_json::from_str(&text(&needs)).unwrap_or_else(|_| panic!("{needs}"));
+    assert_eq!(seen["name"], "needs_input", "{needs}");
+    assert_eq!(seen["state"], "server-own-state");
+    assert_eq!(
+        seen["responses"]["fixture/name"]["content"]["name"],
+        "Grace"
+    );
+    assert_eq!(
+        seen["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28",
+        "{needs}"
+    );
+}
+
+#[test]
 fn a_sandbox_that_cannot_be_enforced_keeps_the_server_from_starting() {
     let dir = tempfile::tempdir().unwrap();
     let server = fixture_server();

@@ -11,8 +11,10 @@
 //! - a host that cannot ask: the call waits in the store's approval queue
 //!   for `hintgate approvals`, held here, for `ask_timeout_s`.
 //!
-//! An approval resumes the call in the pipeline where it left off: recorded,
-//! then forwarded. Anything else refuses it.
+//! An approval sends the call through the pipeline again, the approved
+//! definition noted: it is recorded and forwarded if that is still the
+//! definition the server lists, and asked about anew if not. Anything else
+//! refuses it.
 
 use std::collections::HashMap;
 
@@ -23,7 +25,7 @@ use hintgate_policy::tool::SandboxProof;
 use hintgate_store::{Answer, NewPending, Remember};
 use serde_json::{Map, Value, json};
 
-use super::call::{Approver, CallContext, Channel, Refusal, Step};
+use super::call::{Approver, CallContext, Channel, Refusal};
 use super::inflight::{DeadlineKey, Expired, HostPurpose};
 use super::journal::unix_now;
 use super::request::SessionId;
@@ -175,7 +177,7 @@ impl Gateway {
 
     /// A legacy host's person answered the elicitation: approve forwards the
     /// call, anything else refuses it.
-    pub(super) fn on_ask_answer(&mut self, mut cx: Box<CallContext>, message: &Message<'_>) {
+    pub(super) fn on_ask_answer(&mut self, cx: Box<CallContext>, message: &Message<'_>) {
         let result: Option<Value> = message
             .result
             .and_then(|raw| serde_json::from_str(raw.get()).ok());
@@ -247,8 +249,17 @@ impl Gateway {
             approved: true,
             answer: answer.to_owned(),
         });
-        cx.approver = Approver::Person(Channel::Elicitation);
-        self.act(Step::Forward(cx));
+        self.resume_approved(cx, Approver::Person(Channel::Elicitation));
+    }
+
+    /// A person approved a held call: it goes through the pipeline again
+    /// with the approved definition noted, so that it is sent only if the
+    /// server still lists that definition (a change while the person was
+    /// asked is asked about anew), to the start of the server it lists it.
+    fn resume_approved(&mut self, mut cx: Box<CallContext>, approver: Approver) {
+        cx.approver = approver;
+        cx.approved = cx.digest;
+        self.run_pipeline(cx);
     }
 
     /// Nobody answered the elicitation in time.
@@ -375,6 +386,7 @@ impl Gateway {
             answer: "approved".to_owned(),
         });
         cx.approver = Approver::Person(Channel::InputRequired);
+        cx.approved = cx.digest;
         Ok(())
     }
 
@@ -548,7 +560,7 @@ impl Gateway {
         self.refuse(queued.cx, denied(&extra, Approver::Gateway));
     }
 
-    fn apply_queue_answer(&mut self, mut cx: Box<CallContext>, answer: &Answer) {
+    fn apply_queue_answer(&mut self, cx: Box<CallContext>, answer: &Answer) {
         let server = cx
             .server
             .map_or("", |idx| self.upstreams.name(idx))
@@ -579,8 +591,7 @@ impl Gateway {
                 answer.remember.as_str()
             ),
         });
-        cx.approver = Approver::Person(Channel::Queue(by));
-        self.act(Step::Forward(cx));
+        self.resume_approved(cx, Approver::Person(Channel::Queue(by)));
     }
 }
 

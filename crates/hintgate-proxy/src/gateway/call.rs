@@ -63,10 +63,25 @@ pub(crate) struct CallContext {
     pub record: Option<u64>,
     /// When it was sent upstream, for the record's duration.
     pub started: Option<Instant>,
-    /// For a server's input-required continuation: the params to send
-    /// instead of the host's (the host's arguments, bytes unchanged, with the
-    /// server's questions answered).
-    pub continuation: Option<String>,
+    /// For a server's input-required continuation: the server's questions
+    /// answered, and its own state, sent with the host's params.
+    pub continuation: Option<Continuation>,
+    /// Which start of its server the definition decided on belongs to: a
+    /// call is sent only to that start (a restarted server lists anew).
+    pub generation: Option<u64>,
+    /// A person approved the call for this definition: asked about again
+    /// only if the definition changed before it was sent.
+    pub approved: Option<PinDigest>,
+}
+
+/// What a 2026-07-28 server's input-required continuation adds to the
+/// host's params (as JSON text).
+#[derive(Debug, Clone)]
+pub(crate) struct Continuation {
+    /// `inputResponses`: the host's answers to the server's questions.
+    pub responses: String,
+    /// `requestState`: the server's own state, returned.
+    pub state: Option<String>,
 }
 
 /// What the gateway reads of a `tools/call`'s params.
@@ -173,6 +188,9 @@ pub(crate) enum Outcome {
     Failed,
     /// The server failed, and the call is tried once more.
     FailedRetried,
+    /// Its server stopped or started again between the decision and the
+    /// send: it was not sent, and goes through the pipeline again.
+    Unsent,
     /// The gateway refused it.
     Denied,
     /// Its arguments do not match the input schema.
@@ -235,7 +253,24 @@ impl CallContext {
             record: None,
             started: None,
             continuation: None,
+            generation: None,
+            approved: None,
         }
+    }
+
+    /// The same call, to go through the pipeline once more (a retry, or a
+    /// call whose server changed before it was sent): decided again on what
+    /// the server lists then. What a person approved, and the server's
+    /// questions answered, stay with it.
+    pub fn next_attempt(&mut self) {
+        self.attempt += 1;
+        self.request.restarted = None;
+        self.request.wait_until = None;
+        self.decision = None;
+        self.record = None;
+        self.started = None;
+        self.generation = None;
+        self.relisted = false;
     }
 
     /// The context of a call that could not be read: its name when one can
@@ -298,6 +333,14 @@ impl CallContext {
         if let Some(text) = self.arguments_text() {
             let value: Value = serde_json::from_str(text)
                 .map_err(|err| format!("the call's `arguments` are not JSON: {err}"))?;
+            // What is checked, shown and logged must be what the server
+            // reads: an integer beyond 64 bits would be read here rounded,
+            // and exactly by many servers.
+            if let Some(number) = crate::json::inexact_integer(text) {
+                return Err(format!(
+                    "the call's `arguments` hold the integer {number}, too large for hintgate to read exactly; what it checks and records could differ from what the server reads"
+                ));
+            }
             self.arguments = Some(value);
         }
         Ok(())
@@ -560,6 +603,7 @@ impl Outcome {
             Self::OutputSchemaMismatch => "output-schema-mismatch",
             Self::Failed => "failed",
             Self::FailedRetried => "failed, retried",
+            Self::Unsent => "unsent",
             Self::Denied => "denied",
             Self::InvalidArguments => "invalid-arguments",
             Self::InputRequired => "input-required",
@@ -630,13 +674,12 @@ mod tests {
 
     fn request(line: &str) -> HostRequest {
         let message = crate::frame::Message::parse(line).unwrap();
-        HostRequest {
-            session: SessionId::FIRST,
-            spans: message.spans(),
-            method: Method::of(message.method()),
-            line: line.to_owned(),
-            restarted: None,
-        }
+        HostRequest::new(
+            SessionId::FIRST,
+            line.to_owned(),
+            message.spans(),
+            Method::of(message.method()),
+        )
     }
 
     #[test]
@@ -712,5 +755,6 @@ mod tests {
         assert_eq!(Approver::Gateway.to_string(), "gateway");
         assert_eq!(Outcome::FailedRetried.as_str(), "failed, retried");
         assert_eq!(Outcome::HostGone.as_str(), "host-gone");
+        assert_eq!(Outcome::Unsent.as_str(), "unsent");
     }
 }

@@ -178,8 +178,18 @@ impl Catalog {
             }
         }
         for pin in store.pins_of(&key)? {
-            let Some(digest) = PinDigest::parse(&pin.digest) else {
+            // A tool the server stopped listing is pinned as removed: should
+            // it come back, it is new.
+            if pin.digest == REMOVED {
                 continue;
+            }
+            // A pin that cannot be read cannot be compared: taking the tool
+            // for a new one would pin whatever the server lists now.
+            let Some(digest) = PinDigest::parse(&pin.digest) else {
+                return Err(StoreError::Corrupt(format!(
+                    "the pin of `{}` has an unreadable digest `{}`; `hintgate pins revoke` removes it",
+                    pin.tool, pin.digest
+                )));
             };
             server.pins.insert(
                 pin.tool.clone(),
@@ -494,11 +504,13 @@ impl Catalog {
     }
 
     /// A person approved a call: pin the definition they saw, and stand the
-    /// approval always when asked to.
+    /// approval always when asked to. Nothing is pinned unless the server
+    /// still lists that very definition (`digest`).
     ///
     /// # Errors
     ///
-    /// The store's error (the approval then holds for this call only).
+    /// The store's error: then nothing is pinned or stands approved, and the
+    /// approval holds for this call only.
     pub fn approve(
         &mut self,
         idx: ServerIdx,
@@ -513,31 +525,42 @@ impl Catalog {
             return Ok(());
         };
         let identity = server.identity.clone().unwrap_or_default();
-        let Some(entry) = server.tools.get(tool) else {
+        let Some(entry) = server
+            .tools
+            .get(tool)
+            .filter(|entry| entry.digest == Some(digest))
+        else {
             return Ok(());
         };
         let definition = entry.tool.as_ref().ok().cloned();
-        let raw = entry.raw.clone();
+        if let (Some(store), Some(key)) = (store, &server.key) {
+            store.put_pin(&stored_pin(
+                key,
+                server_name,
+                &identity,
+                &entry.raw,
+                digest,
+                now,
+            ))?;
+            if always {
+                store.approve_always(key, tool, &digest.to_string())?;
+            }
+        }
         server.pins.insert(
             tool.to_owned(),
             Pinned {
                 digest,
                 definition,
-                identity: identity.clone(),
+                identity,
                 seen: None,
             },
         );
         if always {
+            // Stamped once it is stored: a read of the store that began
+            // before this moment may not see it, one that began after does.
             server
                 .always
                 .insert(tool.to_owned(), (digest, Some(std::time::Instant::now())));
-        }
-        let (Some(store), Some(key)) = (store, server.key.clone()) else {
-            return Ok(());
-        };
-        store.put_pin(&stored_pin(&key, server_name, &identity, &raw, digest, now))?;
-        if always {
-            store.approve_always(&key, tool, &digest.to_string())?;
         }
         Ok(())
     }

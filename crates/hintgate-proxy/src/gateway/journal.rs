@@ -36,6 +36,11 @@ use crate::json::{push_string, string_literal};
 /// committed on its own.
 pub(crate) const OUTCOME_FLUSH: Duration = Duration::from_millis(50);
 
+/// The most records kept for the next commit while the log fails (the
+/// records of calls that ended at the gateway, and outcomes): beyond this,
+/// the oldest are given up, and the loss is logged.
+const MAX_HELD: usize = 10_000;
+
 /// This turn's records, and where they go.
 #[derive(Debug)]
 pub(crate) struct Journal {
@@ -44,6 +49,10 @@ pub(crate) struct Journal {
     session: String,
     redactor: Redactor,
     batch: Vec<NewEntry>,
+    /// For each record of the batch: whether it is kept for the next commit
+    /// when this one fails. A call that ended at the gateway keeps its
+    /// record; a call to forward does not (it is refused, and never runs).
+    held: Vec<bool>,
     /// The outcomes waiting for the next commit: (call, outcome, duration in
     /// milliseconds, attempt).
     outcomes: Vec<(u64, Outcome, u64, u32)>,
@@ -88,6 +97,7 @@ impl Journal {
             session: string_literal(&session),
             redactor,
             batch: Vec::with_capacity(64),
+            held: Vec::with_capacity(64),
             outcomes: Vec::with_capacity(64),
             urgent: false,
             since: None,
@@ -112,6 +122,7 @@ impl Journal {
             call: None,
             body,
         });
+        self.held.push(fields.outcome.is_some());
         self.urgent = true;
         self.since.get_or_insert_with(Instant::now);
         Some(self.batch.len() - 1)
@@ -128,8 +139,9 @@ impl Journal {
     }
 
     /// The record of the outcomes waiting: one outcome on its own, several
-    /// in one record (a turn that ended sixteen calls writes one).
-    fn outcomes_entry(&mut self) -> Option<NewEntry> {
+    /// in one record (a turn that ended sixteen calls writes one). The
+    /// outcomes stay until the record is committed.
+    fn outcomes_entry(&self) -> Option<NewEntry> {
         let entry = match self.outcomes.as_slice() {
             [] => return None,
             [(call, outcome, millis, attempt)] => NewEntry {
@@ -163,7 +175,6 @@ impl Journal {
                 }
             }
         };
-        self.outcomes.clear();
         Some(entry)
     }
 
@@ -176,7 +187,7 @@ impl Journal {
                 .is_some_and(|since| now.saturating_duration_since(since) >= OUTCOME_FLUSH)
     }
 
-    /// Records written and commits made so far.
+    /// Records committed and commits made so far.
     pub fn counts(&self) -> (u64, u64) {
         self.counts
     }
@@ -197,7 +208,11 @@ impl Journal {
     ///
     /// # Errors
     ///
-    /// The store's error, in words: none of the batch was written.
+    /// The store's error, in words: none of the batch was written. The
+    /// outcomes and the records of calls that ended at the gateway are kept
+    /// for the next commit (tried again at the latest [`OUTCOME_FLUSH`]
+    /// later); the records of calls to forward are dropped, as those calls
+    /// are refused and never run.
     pub fn commit(&mut self) -> Result<Vec<u64>, String> {
         let Some(log) = &self.log else {
             return Ok(Vec::new());
@@ -205,22 +220,58 @@ impl Journal {
         let log = Arc::clone(log);
         // The outcomes go last, after this turn's calls: their places in the
         // batch are the calls' own.
-        if let Some(outcomes) = self.outcomes_entry() {
+        let outcomes = self.outcomes_entry();
+        let with_outcomes = outcomes.is_some();
+        if let Some(outcomes) = outcomes {
             self.batch.push(outcomes);
         }
         if self.batch.is_empty() {
             return Ok(Vec::new());
         }
-        let result = log.append(&self.batch).map_err(|err| err.to_string());
-        self.counts.0 += self.batch.len() as u64;
-        self.counts.1 += 1;
-        self.batch.clear();
         self.urgent = false;
-        self.since = None;
-        if let Err(err) = &result {
-            tracing::error!("the audit log could not be written: {err}");
+        match log.append(&self.batch) {
+            Ok(seqs) => {
+                self.counts.0 += self.batch.len() as u64;
+                self.counts.1 += 1;
+                self.batch.clear();
+                self.held.clear();
+                self.outcomes.clear();
+                self.since = None;
+                Ok(seqs)
+            }
+            Err(err) => {
+                let err = err.to_string();
+                tracing::error!("the audit log could not be written: {err}");
+                if with_outcomes {
+                    self.batch.pop();
+                }
+                let mut held = std::mem::take(&mut self.held).into_iter();
+                self.batch.retain(|_| held.next().unwrap_or(false));
+                self.held = vec![true; self.batch.len()];
+                self.give_up_beyond(MAX_HELD);
+                // Tried again at the next commit, or the flush after this one.
+                self.since =
+                    (!self.batch.is_empty() || !self.outcomes.is_empty()).then(Instant::now);
+                Err(err)
+            }
         }
-        result
+    }
+
+    /// Keeps at most `limit` records waiting (ended calls and outcomes),
+    /// giving up the oldest.
+    fn give_up_beyond(&mut self, limit: usize) {
+        let over = (self.batch.len() + self.outcomes.len()).saturating_sub(limit);
+        if over == 0 {
+            return;
+        }
+        let from_batch = over.min(self.batch.len());
+        self.batch.drain(..from_batch);
+        self.held.drain(..from_batch);
+        self.outcomes
+            .drain(..(over - from_batch).min(self.outcomes.len()));
+        tracing::error!(
+            "the audit log has failed for a while: {over} record(s) waiting for it were given up"
+        );
     }
 
     /// The record body, keys in sorted order: canonical JSON.
@@ -359,6 +410,106 @@ mod tests {
             json!({"attempt": 0, "duration_ms": 3, "outcome": "ok"})
         );
         assert!(store.verify().unwrap().first_broken.is_none());
+    }
+
+    /// A log whose appends fail while `failing` is set.
+    #[derive(Debug, Default)]
+    struct Flaky {
+        inner: MemoryStore,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl AuditLog for Flaky {
+        fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, hintgate_store::StoreError> {
+            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(hintgate_store::StoreError::Address(
+                    "the disk is full".into(),
+                ));
+            }
+            self.inner.append(entries)
+        }
+
+        fn entries(
+            &self,
+            after: u64,
+            limit: usize,
+        ) -> Result<Vec<hintgate_store::Entry>, hintgate_store::StoreError> {
+            self.inner.entries(after, limit)
+        }
+    }
+
+    #[test]
+    fn a_failed_commit_keeps_outcomes_and_ended_calls_for_the_next() {
+        let flaky = Arc::new(Flaky::default());
+        let log: Arc<dyn AuditLog> = flaky.clone();
+        let mut journal = Journal::new(Some(log), "s-1".into(), Redactor::default());
+        let denied = Decision::deny(ReasonCode::RuleDeny);
+        let allowed = Decision {
+            verdict: Verdict::Allow,
+            reasons: Vec::new(),
+            remember: hintgate_policy::decide::RememberOffer::NotAsked,
+        };
+        let ended = CallFields {
+            request_id: "1",
+            server: "fs",
+            identity: None,
+            tool: "x",
+            arguments: None,
+            decision: &denied,
+            approver: &Approver::Gateway,
+            pin: None,
+            outcome: Some(Outcome::Denied),
+        };
+        let to_forward = CallFields {
+            request_id: "2",
+            decision: &allowed,
+            outcome: None,
+            ..ended
+        };
+        // Call 7 ran (its record is durable); its outcome is due now.
+        journal.outcome(7, Outcome::Ok, 5, 0);
+        journal.call(&ended);
+        journal.call(&to_forward);
+        flaky
+            .failing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(journal.commit().unwrap_err().contains("the disk is full"));
+        assert!(journal.pending(), "what must not be lost waits");
+        assert!(!journal.due(Instant::now()), "no retry in the same moment");
+        assert!(journal.flush_at().is_some(), "a retry is planned");
+
+        flaky
+            .failing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(journal.commit(), Ok(vec![1, 2]));
+        let entries = flaky.inner.entries(0, 10).unwrap();
+        assert_eq!(entries.len(), 2, "{entries:#?}");
+        assert_eq!(entries[0].body["request"], "1");
+        assert_eq!(entries[0].body["outcome"], "denied");
+        assert_eq!(entries[1].call, Some(7));
+        assert_eq!(entries[1].body["outcome"], "ok");
+        assert!(!journal.pending());
+        assert_eq!(journal.counts(), (2, 1), "only what was committed counts");
+    }
+
+    #[test]
+    fn a_log_that_keeps_failing_holds_a_bounded_number_of_records() {
+        let flaky = Arc::new(Flaky::default());
+        flaky
+            .failing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let log: Arc<dyn AuditLog> = flaky.clone();
+        let mut journal = Journal::new(Some(log), "s-1".into(), Redactor::default());
+        for call in 0..(MAX_HELD as u64 + 50) {
+            journal.outcome(call, Outcome::Ok, 1, 0);
+        }
+        assert!(journal.commit().is_err());
+        assert_eq!(journal.outcomes.len(), MAX_HELD);
+        // The newest are kept.
+        assert_eq!(
+            journal.outcomes.last().map(|held| held.0),
+            Some(MAX_HELD as u64 + 49)
+        );
     }
 
     #[test]

@@ -165,6 +165,17 @@ pub(crate) struct Limits {
     pub max_line: usize,
 }
 
+impl Limits {
+    /// How long a request may wait in all for its server to be ready: the
+    /// era probe, `initialize` and the tool list, each within its own
+    /// deadline. A server whose start or listing never completes (one that
+    /// keeps relisting, or always sends another page) cannot hold a
+    /// request longer.
+    pub fn wait_timeout(&self) -> Duration {
+        upstreams::PROBE_TIMEOUT + self.call_timeout * 2
+    }
+}
+
 /// Something that waits for a server to start or list its tools.
 #[derive(Debug)]
 pub(crate) enum Waiting {
@@ -438,8 +449,9 @@ impl Gateway {
     /// outcomes have waited long enough), then sends what the turn
     /// produced, in order.
     fn end_turn(&mut self) {
-        // Sending happens after the commit and produces nothing that needs
-        // one more; the loop only guards that nothing is left behind.
+        // Sending a call can send it through the pipeline again (its server
+        // restarted since it was decided), which may record and forward it
+        // anew: the loop commits and sends until nothing is left.
         while !self.outbox.is_empty() || self.journal.due(Instant::now()) {
             let committed = if self.journal.due(Instant::now()) {
                 self.journal.commit()
@@ -538,6 +550,55 @@ impl Gateway {
                 Expired::Up(idx, id) => self.upstream_timed_out(idx, id),
                 Expired::Host(session, n) => self.host_timed_out(session, n),
                 Expired::Queue(id) => self.queue_timed_out(id),
+                Expired::Waiting => self.waited_too_long(now),
+            }
+        }
+    }
+
+    /// Something must wait for a server to start or list its tools: it is
+    /// tried again whenever a server's state changes, and answered with an
+    /// error once it has waited [`Limits::wait_timeout`] in all.
+    fn park(&mut self, mut item: Waiting) {
+        let request = match &mut item {
+            Waiting::Request(request) => &mut **request,
+            Waiting::Call(cx) => &mut cx.request,
+        };
+        if request.wait_until.is_none() {
+            let wait = self.limits.wait_timeout();
+            request.wait_until = Some(Instant::now() + wait);
+            self.inflight.deadline(wait, Expired::Waiting);
+        }
+        self.waiting.push(item);
+    }
+
+    /// Answers what has waited for its server too long.
+    fn waited_too_long(&mut self, now: Instant) {
+        let seconds = self.limits.wait_timeout().as_secs();
+        let waiting = std::mem::take(&mut self.waiting);
+        for item in waiting {
+            let until = match &item {
+                Waiting::Request(request) => request.wait_until,
+                Waiting::Call(cx) => cx.request.wait_until,
+            };
+            if until.is_none_or(|until| until > now) {
+                self.waiting.push(item);
+                continue;
+            }
+            match item {
+                Waiting::Call(cx) => {
+                    let name = cx.server.map_or("", |idx| self.upstreams.name(idx));
+                    let why = format!(
+                        "server `{name}` was not ready to take the call within {seconds} s (it did not finish starting or listing its tools)"
+                    );
+                    self.refuse(cx, call::Refusal::ServerUnavailable(why));
+                }
+                Waiting::Request(request) => {
+                    let why = format!(
+                        "the servers were not ready to answer `{}` within {seconds} s",
+                        request.method.as_str()
+                    );
+                    self.reply_error(request.session, request.id(), -32603, &why);
+                }
             }
         }
     }
@@ -582,13 +643,7 @@ impl Gateway {
                 let method = Method::of(parsed.method());
                 let spans = parsed.spans();
                 drop(parsed);
-                self.dispatch(HostRequest {
-                    session,
-                    line,
-                    spans,
-                    method,
-                    restarted: None,
-                });
+                self.dispatch(HostRequest::new(session, line, spans, method));
             }
             Kind::Notification => {
                 let method = parsed.method().to_owned();
@@ -653,13 +708,7 @@ impl Gateway {
                 // Its id is what repeats: the error goes under no id.
                 self.reply_error(session, "null", -32600, &message);
             }
-            let request = HostRequest {
-                session,
-                line,
-                spans,
-                method: Method::ToolsCall,
-                restarted: None,
-            };
+            let request = HostRequest::new(session, line, spans, Method::ToolsCall);
             self.refuse_unparsed(request, call::Refusal::Malformed(message));
         } else if has_method {
             if spans.id.is_some() || found.iter().any(|member| member.key == "id") {
@@ -742,13 +791,7 @@ impl Gateway {
                 tracing::warn!(
                     "the host sent `tools/call` as a notification (no id); it is refused and not sent to any server"
                 );
-                let request = HostRequest {
-                    session,
-                    line,
-                    spans,
-                    method: Method::ToolsCall,
-                    restarted: None,
-                };
+                let request = HostRequest::new(session, line, spans, Method::ToolsCall);
                 self.refuse_unparsed(
                     request,
                     call::Refusal::Malformed(

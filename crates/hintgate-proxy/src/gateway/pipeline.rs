@@ -14,13 +14,19 @@
 //! 6. **audit, then forward**: the call's record joins the turn's batch, and
 //!    the call is sent once that batch is durable ([`Gateway::end_turn`]).
 //!
-//! Two more entries join the same path partway, never around it: a person's
-//! approval resumes a held call at step 6 (it was decided and validated
-//! before it was asked about), and so does a 2026-07-28 server's
-//! input-required continuation (the same call, decided before, sent again
-//! with the server's questions answered). A call never reaches a server but
-//! through [`Gateway::send_call`], which only the end of a turn calls, for
-//! calls the pipeline forwarded.
+//! Before step 1, a 2026-07-28 host's retry that answers a server's own
+//! question (step 0) is no new call: it resumes the call that asked.
+//!
+//! A person's approval sends the held call through the pipeline again from
+//! the top, with the approved definition noted: step 5 lets it through when
+//! the definition decided on is still that one, and asks again when the
+//! server changed it meanwhile. A retry (design §4.5) takes the same path.
+//! One entry joins partway: a 2026-07-28 server's input-required
+//! continuation (the same call, decided and recorded before) is recorded
+//! and sent again with the server's questions answered. A call never
+//! reaches a server but through [`Gateway::send_call`], which only the end
+//! of a turn calls, for calls the pipeline forwarded, and which sends one
+//! only to the start of its server whose definitions were decided on.
 //!
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
 
@@ -88,7 +94,10 @@ impl Gateway {
 
         // 2. The definition is ready: the server runs, its tools are listed.
         match self.definition_ready(&mut cx, idx) {
-            Ready::Yes => {}
+            Ready::Yes => {
+                cx.generation = self.upstreams.get(idx).map(|up| up.generation());
+                cx.request.wait_until = None;
+            }
             Ready::NotYet => return Step::Wait(cx),
             Ready::No(reason) => return Step::Refuse(cx, Refusal::ServerUnavailable(reason)),
         }
@@ -169,8 +178,13 @@ impl Gateway {
             }
         }
 
-        // 5. Ask a person, where the decision says so. A 2026-07-28 host's
-        //    retry may carry the person's answer to the gateway's question.
+        // 5. Ask a person, where the decision says so. A call a person
+        //    approved goes on if this is the definition they approved; a
+        //    2026-07-28 host's retry may carry the person's answer to the
+        //    gateway's question.
+        if cx.approved.is_some() && cx.approved == cx.digest {
+            return Step::Forward(cx);
+        }
         if modern_host && super::modern::carries_our_answer(&cx) {
             return match self.open_modern_answer(&mut cx) {
                 Ok(()) => Step::Forward(cx),
@@ -198,7 +212,7 @@ impl Gateway {
             Step::Forward(cx) => self.record_and_forward(cx),
             Step::Ask(cx) => self.ask(cx),
             Step::Refuse(cx, refusal) => self.refuse(cx, refusal),
-            Step::Wait(cx) => self.waiting.push(Waiting::Call(cx)),
+            Step::Wait(cx) => self.park(Waiting::Call(cx)),
             Step::Done => {}
         }
     }
@@ -237,6 +251,12 @@ impl Gateway {
     /// the end of the turn, once the batch is durable.
     pub(super) fn record_and_forward(&mut self, cx: Box<CallContext>) {
         let place = self.record_call(&cx, None);
+        if place.is_none() && self.journal.enabled() {
+            // INVARIANT: with a log, no call is sent without its record.
+            let refusal = Refusal::Unrecorded("no record could be made of it".to_owned());
+            self.refuse(cx, refusal);
+            return;
+        }
         self.call_after_commit(cx, place);
     }
 
@@ -246,6 +266,19 @@ impl Gateway {
         let Some(idx) = cx.server else {
             return;
         };
+        // The server failed or started again since the call was decided:
+        // what it lists now was not decided on, and the call never left.
+        let current = self.upstreams.get(idx).is_some_and(|up| {
+            up.phase == super::upstreams::Phase::Ready && Some(up.generation()) == cx.generation
+        });
+        if !current {
+            let why = format!(
+                "server `{}` stopped or started again before the call was sent",
+                self.upstreams.name(idx)
+            );
+            self.call_unsent(cx, &why);
+            return;
+        }
         let timeout = self.limits.call_timeout;
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         let modern_meta = if modern {
@@ -257,13 +290,20 @@ impl Gateway {
             return;
         };
         let id = up.next_id();
-        let line = call_line(
+        let Some(line) = call_line(
             &cx,
             self.mode == super::Mode::Wrap,
             up.modern,
             &modern_meta,
             id,
-        );
+        ) else {
+            // The params were read before, so this does not happen; if it
+            // did, nothing but the decided call may go out.
+            let text = "hintgate could not rebuild the call's params; it was not sent";
+            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(text));
+            self.answer_call(&cx, line, Outcome::Failed);
+            return;
+        };
         cx.started = Some(Instant::now());
         up.send_now(line);
         self.inflight.wait_up(idx, id, UpPurpose::Call(cx), timeout);
@@ -518,23 +558,24 @@ impl Gateway {
 /// re-serialised: in wrap mode to a legacy server the line is the host's
 /// with a new id; otherwise the params are rebuilt member by member, the
 /// tool's name replaced by the server's own, the gateway's own question and
-/// answer removed, and the modern `_meta` added for a 2026-07-28 server.
-fn call_line(cx: &CallContext, wrap: bool, modern: bool, modern_meta: &Value, id: u64) -> String {
+/// answer removed, a continuation's answers and state put in, and the
+/// modern `_meta` added for a 2026-07-28 server. `None` when the params
+/// cannot be read (never the host's line instead).
+fn call_line(
+    cx: &CallContext,
+    wrap: bool,
+    modern: bool,
+    modern_meta: &Value,
+    id: u64,
+) -> Option<String> {
     let id_text = id.to_string();
-    if let Some(params) = &cx.continuation {
-        return cx.request.with_id_and_params(&id_text, params);
-    }
     let ours = super::modern::carries_our_answer(cx);
-    if wrap && !modern && !ours {
-        return cx.request.with_id(&id_text);
+    let continuation = cx.continuation.as_ref();
+    if wrap && !modern && !ours && continuation.is_none() {
+        return Some(cx.request.with_id(&id_text));
     }
-    let line = cx.request.line.as_str();
-    let Some(params) = line.get(cx.params.span.clone()) else {
-        return cx.request.with_id(&id_text);
-    };
-    let Ok(found) = members(params) else {
-        return cx.request.with_id(&id_text);
-    };
+    let params = cx.request.line.get(cx.params.span.clone())?;
+    let found = members(params).ok()?;
     let mut writer = ObjectWriter::with_capacity(params.len() + 256);
     let mut meta_done = false;
     for member in &found {
@@ -542,6 +583,7 @@ fn call_line(cx: &CallContext, wrap: bool, modern: bool, modern_meta: &Value, id
         let value = params.get(member.value.clone()).unwrap_or("null");
         match member.key.as_ref() {
             "name" => writer.member("name", &name_literal(&cx.tool)),
+            "requestState" | "inputResponses" if continuation.is_some() => {}
             "requestState" if ours && super::modern::is_our_state(value) => {}
             "inputResponses" if ours => {
                 if let Some(rest) = super::modern::without_our_answer(value) {
@@ -555,8 +597,14 @@ fn call_line(cx: &CallContext, wrap: bool, modern: bool, modern_meta: &Value, id
             _ => writer.copy(text),
         }
     }
+    if let Some(continuation) = continuation {
+        writer.member("inputResponses", &continuation.responses);
+        if let Some(state) = &continuation.state {
+            writer.member("requestState", state);
+        }
+    }
     if modern && !meta_done {
         writer.member("_meta", &modern_meta.to_string());
     }
-    cx.request.with_id_and_params(&id_text, &writer.finish())
+    Some(cx.request.with_id_and_params(&id_text, &writer.finish()))
 }

@@ -18,11 +18,10 @@ use hintgate_policy::decide::{Decision, RememberOffer, Verdict};
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
-use super::call::{Approver, CallContext, Channel, Outcome, Refusal, Step};
+use super::call::{Approver, CallContext, Channel, Continuation, Outcome, Refusal, Step};
 use super::inflight::{HostPurpose, UpPurpose};
 use super::request::ServerIdx;
 use crate::frame::{self, Message};
-use crate::json::members;
 
 /// The input key under which a relayed server question travels to a modern host.
 const RELAY_KEY: &str = "hintgate/server-request";
@@ -121,13 +120,11 @@ impl Gateway {
         };
         cx.server = Some(idx);
         let new_host_id = cx.request.id().to_owned();
-        let new_line = cx.request.line.clone();
-        let new_spans = cx.request.spans.clone();
         match self.inflight.peek_up_mut(idx, call_id) {
-            Some(UpPurpose::Call(waiting)) => {
-                // The server's result now answers this retry.
-                waiting.request.line = new_line;
-                waiting.request.spans = new_spans;
+            Some(UpPurpose::Call(waiting)) if waiting.request.session == cx.request.session => {
+                // The server's result now answers this retry; the call
+                // itself stays the one that was decided and sent.
+                waiting.request.answer_as = Some(new_host_id.clone().into());
             }
             _ => {
                 let text = "The server's call this answer was for has ended.".to_owned();
@@ -236,45 +233,13 @@ impl Gateway {
             return;
         };
         let mut cx = state.cx;
-        // The same call, its arguments as the host sent them, with the
-        // server's questions answered and its own state returned.
-        let params = cx.request.params_text().unwrap_or("{}");
-        let Ok(found) = members(params) else {
-            return;
-        };
-        let mut writer = crate::json::ObjectWriter::with_capacity(params.len() + 256);
-        for member in &found {
-            match member.key.as_ref() {
-                "inputResponses" | "requestState" => {}
-                _ => writer.copy(params.get(member.span.clone()).unwrap_or("")),
-            }
-        }
-        writer.member(
-            "inputResponses",
-            &Value::Object(state.responses).to_string(),
-        );
-        if let Some(server_state) = state.server_state {
-            writer.member("requestState", &server_state.to_string());
-        }
-        let mut continued = writer.finish();
-        // A 2026-07-28 server takes the modern `_meta` on every request.
-        if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&continued) {
-            let with_meta = self.with_modern_meta(Value::Object(object));
-            // Only the `_meta` member changes; rebuild it member by member so
-            // the arguments keep their bytes.
-            let meta = with_meta.get("_meta").cloned().unwrap_or(Value::Null);
-            if let Ok(found) = members(&continued) {
-                let mut writer = crate::json::ObjectWriter::with_capacity(continued.len() + 256);
-                for member in &found {
-                    if member.key != "_meta" {
-                        writer.copy(continued.get(member.span.clone()).unwrap_or(""));
-                    }
-                }
-                writer.member("_meta", &meta.to_string());
-                continued = writer.finish();
-            }
-        }
-        cx.continuation = Some(continued);
+        // The same call, its params as the host sent them, with the server's
+        // questions answered and its own state returned (`call_line` puts
+        // them in, with the server's own tool name and the modern `_meta`).
+        cx.continuation = Some(Continuation {
+            responses: Value::Object(state.responses).to_string(),
+            state: state.server_state.map(|state| state.to_string()),
+        });
         cx.attempt += 1;
         cx.record = None;
         cx.started = None;

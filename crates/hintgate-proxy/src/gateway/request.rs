@@ -6,6 +6,7 @@
 //! other.
 
 use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::frame::Spans;
 
@@ -31,6 +32,13 @@ pub(crate) struct HostRequest {
     /// The server this request already restarted once, so that a server
     /// failing at start-up is not restarted again and again for it.
     pub restarted: Option<ServerIdx>,
+    /// The id to answer under instead of the line's own (raw JSON): a
+    /// 2026-07-28 host's retry that answered a server's question takes over
+    /// the answer of the call that asked, whose line stays as it was decided.
+    pub answer_as: Option<Box<str>>,
+    /// How long it may wait for its server to start or list its tools, once
+    /// it first had to.
+    pub wait_until: Option<Instant>,
 }
 
 /// The methods the gateway treats on their own; every other one is routed.
@@ -62,8 +70,25 @@ impl SessionId {
 // === impl HostRequest ===
 
 impl HostRequest {
-    /// The request's id as raw JSON text (`null` when it has none).
+    /// A request as it arrived.
+    pub fn new(session: SessionId, line: String, spans: Spans, method: Method) -> Self {
+        Self {
+            session,
+            line,
+            spans,
+            method,
+            restarted: None,
+            answer_as: None,
+            wait_until: None,
+        }
+    }
+
+    /// The id its answer goes under, as raw JSON text (`null` when it has
+    /// none).
     pub fn id(&self) -> &str {
+        if let Some(id) = &self.answer_as {
+            return id;
+        }
         self.spans
             .id
             .as_ref()

@@ -274,7 +274,7 @@ impl Gateway {
             }
         }
         if pending {
-            self.waiting.push(Waiting::Request(Box::new(request)));
+            self.park(Waiting::Request(Box::new(request)));
             return;
         }
         // The host's views were built once, when each server listed.
@@ -311,7 +311,7 @@ impl Gateway {
         if self.mode == Mode::Wrap {
             match self.readiness(0, &mut request.restarted) {
                 Readiness::Ready => self.forward(0, request, None),
-                Readiness::Pending => self.waiting.push(Waiting::Request(Box::new(request))),
+                Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
                 Readiness::Failed(reason) => self.reply_error(
                     session,
                     request.id(),
@@ -439,7 +439,7 @@ impl Gateway {
     fn route(&mut self, idx: ServerIdx, mut request: HostRequest, params: Option<Value>) {
         match self.readiness(idx, &mut request.restarted) {
             Readiness::Ready => self.forward(idx, request, params),
-            Readiness::Pending => self.waiting.push(Waiting::Request(Box::new(request))),
+            Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
             Readiness::Failed(reason) => {
                 let text = format!(
                     "server `{}` is not available: {reason}",
@@ -525,7 +525,7 @@ impl Gateway {
             }
         }
         if pending {
-            self.waiting.push(Waiting::Request(Box::new(request)));
+            self.park(Waiting::Request(Box::new(request)));
             return;
         }
         if targets.is_empty() {

@@ -28,7 +28,7 @@ use crate::versions::LEGACY_VERSIONS;
 
 /// How long the era probe (`server/discover`) waits before a server is taken
 /// for a legacy one.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Where a server stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -627,12 +627,8 @@ impl Gateway {
         if cx.retry_eligible && cx.attempt == 0 {
             tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, read-only or idempotent tool)");
             self.record_outcome(&cx, super::call::Outcome::FailedRetried);
-            cx.attempt = 1;
-            cx.request.restarted = None;
-            cx.record = None;
-            cx.started = None;
-            cx.decision = None;
-            self.waiting.push(super::Waiting::Call(cx));
+            cx.next_attempt();
+            self.run_pipeline(cx);
             return;
         }
         let why = if cx.retry_eligible {
@@ -647,6 +643,30 @@ impl Gateway {
             &super::call::error_result(&text),
         );
         self.answer_call(&cx, line, super::call::Outcome::Failed);
+    }
+
+    /// A decided call could not be sent: its server stopped or started
+    /// again since. It never reached the server, so it goes through the
+    /// pipeline again (decided on what the server lists now), a few times
+    /// at most, whatever design §4.5 says of retries.
+    pub(super) fn call_unsent(&mut self, mut cx: Box<CallContext>, reason: &str) {
+        /// A server that restarts this often between a decision and its send
+        /// is not going to take the call.
+        const MAX_UNSENT: u32 = 3;
+        self.record_outcome(&cx, super::call::Outcome::Unsent);
+        if cx.attempt >= MAX_UNSENT {
+            let text = format!("{reason}. The call was not sent.");
+            let line = self.result_line(
+                cx.request.session,
+                cx.request.id(),
+                &super::call::error_result(&text),
+            );
+            self.send_host(cx.request.session, line);
+            return;
+        }
+        tracing::debug!(tool.name = %cx.tool, "{reason}; the call goes through the pipeline again");
+        cx.next_attempt();
+        self.run_pipeline(cx);
     }
 
     /// Stops every server: closes its input, waits a moment, then kills it.

@@ -57,6 +57,8 @@ pub enum Behaviour {
     Raw(String),
     /// No answer, ever.
     Hang,
+    /// No answer the first time (in each start of the server), then `Echo`.
+    HangOnce,
 }
 
 /// One scripted server.
@@ -70,6 +72,8 @@ pub struct ServerScript {
     pub silent_list: bool,
     /// It never answers these methods.
     pub silent: Vec<String>,
+    /// Every page of its tool list names a next one.
+    pub endless_pages: bool,
 }
 
 impl ServerScript {
@@ -79,6 +83,7 @@ impl ServerScript {
             behaviour: HashMap::new(),
             silent_list: false,
             silent: Vec::new(),
+            endless_pages: false,
         }
     }
 
@@ -109,6 +114,10 @@ pub struct ScriptedConnector {
     pub received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
     /// How many times each server was started.
     pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// Each server's tools, when a test changed them.
+    pub tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
+    /// Lines each server's current start sends of its own accord.
+    pub pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
 }
 
 impl Connector for ScriptedConnector {
@@ -126,52 +135,87 @@ impl Connector for ScriptedConnector {
             .or_default() += 1;
         let (gateway_end, server_end) = tokio::io::duplex(1 << 20);
         let (from_server, to_server) = tokio::io::split(gateway_end);
+        let (push, pushed) = mpsc::unbounded_channel();
+        self.pushes
+            .lock()
+            .unwrap()
+            .insert(server.name.clone(), push);
         self.runtime.spawn(serve(
-            server.name.clone(),
-            script,
+            Served {
+                name: server.name.clone(),
+                script,
+                timeline: self.timeline.clone(),
+                received: Arc::clone(&self.received),
+                tools_now: Arc::clone(&self.tools_now),
+            },
             server_end,
-            self.timeline.clone(),
-            Arc::clone(&self.received),
+            pushed,
         ));
         Ok(Link::streams(from_server, to_server, target))
     }
 }
 
-async fn serve(
+/// One start of a scripted server, and what it shares with the test.
+struct Served {
     name: String,
     script: ServerScript,
-    end: DuplexStream,
     timeline: Timeline,
     received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
-) {
+    tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
+}
+
+async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedReceiver<String>) {
     let (reader, mut writer) = tokio::io::split(end);
     let mut lines = BufReader::new(reader).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        received
+    let mut hung_once = std::collections::HashSet::new();
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => line,
+                _ => return,
+            },
+            Some(push) = pushed.recv() => {
+                write(&mut writer, &push).await;
+                continue;
+            }
+        };
+        if let Some(reply) = served.answer(&line, &mut hung_once) {
+            write(&mut writer, &reply).await;
+        }
+    }
+}
+
+impl Served {
+    /// The answer to one line the gateway sent, if any.
+    fn answer(
+        &self,
+        line: &str,
+        hung_once: &mut std::collections::HashSet<String>,
+    ) -> Option<String> {
+        let name = &self.name;
+        let script = &self.script;
+        self.received
             .lock()
             .unwrap()
             .entry(name.clone())
             .or_default()
-            .push(line.clone());
-        let message: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            .push(line.to_owned());
+        let message: Value = serde_json::from_str(line).unwrap_or(Value::Null);
         let method = message["method"].as_str().unwrap_or("").to_owned();
         if method == "tools/call" {
-            timeline.push(format!(
+            self.timeline.push(format!(
                 "server {name} received call {}",
                 message["params"]["arguments"]["n"]
             ));
         }
-        let Some(id) = message.get("id").cloned() else {
-            continue;
-        };
+        let id = message.get("id").cloned()?;
         if message.get("method").is_none() || script.silent.contains(&method) {
-            continue;
+            return None;
         }
         let result = match method.as_str() {
             "server/discover" => {
                 let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}});
-                write(&mut writer, &reply.to_string()).await;
-                continue;
+                return Some(reply.to_string());
             }
             "initialize" => json!({
                 "protocolVersion": "2025-11-25",
@@ -179,25 +223,40 @@ async fn serve(
                 "serverInfo": {"name": name, "version": "1"},
             })
             .to_string(),
-            "tools/list" if script.silent_list => continue,
-            "tools/list" => json!({"tools": script.tools}).to_string(),
+            "tools/list" if script.silent_list => return None,
+            "tools/list" => {
+                let tools = self
+                    .tools_now
+                    .lock()
+                    .unwrap()
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| script.tools.clone());
+                let mut page = json!({"tools": tools});
+                if script.endless_pages {
+                    page["nextCursor"] = json!("more");
+                }
+                page.to_string()
+            }
             "resources/list" => json!({"resources": []}).to_string(),
             "tools/call" => {
                 let tool = message["params"]["name"].as_str().unwrap_or("");
                 match script.behaviour.get(tool).unwrap_or(&Behaviour::Echo) {
-                    Behaviour::Hang => continue,
+                    Behaviour::Hang => return None,
+                    Behaviour::HangOnce if hung_once.insert(tool.to_owned()) => return None,
                     Behaviour::Raw(result) => result.clone(),
-                    Behaviour::Echo => {
+                    Behaviour::Echo | Behaviour::HangOnce => {
                         // The arguments exactly as they arrived, as text.
-                        let raw = raw_arguments(&line);
+                        let raw = raw_arguments(line);
                         json!({"content": [{"type": "text", "text": raw}]}).to_string()
                     }
                 }
             }
             _ => json!({}).to_string(),
         };
-        let reply = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}");
-        write(&mut writer, &reply).await;
+        Some(format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}"
+        ))
     }
 }
 
@@ -402,6 +461,8 @@ pub struct Harness {
     pub store: Arc<TestStore>,
     pub timeline: Timeline,
     pub received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
+    tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
+    pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
 }
 
 /// How to start a harness.
@@ -460,8 +521,12 @@ impl Harness {
             timeline: timeline.clone(),
             received: Arc::default(),
             starts: Arc::default(),
+            tools_now: Arc::default(),
+            pushes: Arc::default(),
         });
         let received = Arc::clone(&connector.received);
+        let tools_now = Arc::clone(&connector.tools_now);
+        let pushes = Arc::clone(&connector.pushes);
         let as_store: Arc<dyn Store> = store.clone();
         let settings = Settings {
             policy: Policy::new(config),
@@ -504,6 +569,8 @@ impl Harness {
             store,
             timeline,
             received,
+            tools_now,
+            pushes,
         }
     }
 
@@ -576,6 +643,39 @@ impl Harness {
     pub async fn call(&mut self, name: &str, arguments: Value) -> Value {
         self.request("tools/call", json!({"name": name, "arguments": arguments}))
             .await
+    }
+
+    /// A server now lists `tools`, and says so (`list_changed`).
+    pub fn change_tools(&self, server: &str, tools: Vec<Value>) {
+        self.tools_now
+            .lock()
+            .unwrap()
+            .insert(server.to_owned(), tools);
+        let push = self.pushes.lock().unwrap().get(server).cloned();
+        push.expect("the server runs")
+            .send(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned())
+            .unwrap();
+    }
+
+    /// The next request the gateway sends the host (what comes before it is
+    /// kept).
+    pub async fn next_request(&mut self) -> Value {
+        loop {
+            let message = self.next().await;
+            if message.get("method").is_some() && message.get("id").is_some() {
+                self.requests.push(message.clone());
+                return message;
+            }
+            self.notes.push(message);
+        }
+    }
+
+    /// How many lines a server received that contain `needle`.
+    pub fn count_received(&self, server: &str, needle: &str) -> usize {
+        self.received_by(server)
+            .iter()
+            .filter(|line| line.contains(needle))
+            .count()
     }
 
     /// What a server received so far.

@@ -238,6 +238,52 @@ async fn a_call_the_server_never_answers_ends_at_the_deadline_and_is_not_replaye
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_left_unanswered_is_retried_once_and_its_answer_reaches_the_host() {
+    // `read` is read-only and idempotent on a trusted server: design §4.5
+    // retries it once.
+    let script = reader().answering("read", Behaviour::HangOnce);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    let answer = gateway.call("read", json!({"n": 4})).await;
+    assert_eq!(text(&answer), r#"{"n":4}"#, "{answer}");
+    assert_eq!(gateway.calls_received("fx").len(), 2, "sent twice");
+    let store = gateway.close().await;
+    let records = store.records();
+    let calls: Vec<u64> = records
+        .iter()
+        .filter(|entry| entry.kind == EntryKind::Call)
+        .map(|entry| entry.seq)
+        .collect();
+    assert_eq!(calls.len(), 2, "each attempt has its record");
+    let outcome_of = |seq: u64| {
+        records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(seq))
+            .map(|entry| entry.body["outcome"].clone())
+    };
+    assert_eq!(outcome_of(calls[0]), Some(json!("failed, retried")));
+    assert_eq!(outcome_of(calls[1]), Some(json!("ok")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_tool_list_never_ends_cannot_hold_a_call() {
+    let mut endless = reader();
+    endless.endless_pages = true;
+    let mut gateway = Harness::start(Setup::wrap(endless, true)).await;
+    gateway.initialize(json!({})).await;
+    // Each page comes in time, so no page's deadline passes; the call's own
+    // wait for the list to end does.
+    let failed = gateway.call("read", json!({"n": 1})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("was not ready to take the call within"),
+        "{failed}"
+    );
+    assert!(gateway.calls_received("fx").is_empty());
+    assert!(gateway.count_received("fx", "tools/list") > 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merged_list_a_server_never_answers_is_answered_at_the_deadline() {
     let mut quiet = reader();
     quiet.silent = vec!["resources/list".to_owned()];
