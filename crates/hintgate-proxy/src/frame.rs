@@ -9,9 +9,12 @@
 //! This module does no I/O; `conn` owns the buffers.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::json::{span_in, string_literal};
 
 /// One JSON-RPC message, borrowed from its line.
 #[derive(Debug)]
@@ -134,8 +137,8 @@ impl<'a> Message<'a> {
     /// The same message under another id (raw JSON text such as `7` or
     /// `"hintgate-3"`), spliced into the original line.
     pub fn with_id(&self, new_id: &str) -> String {
-        match self.id.and_then(|id| span_of(self.line, id.get())) {
-            Some((start, end)) => splice(self.line, start, end, new_id),
+        match self.id.and_then(|id| span_in(self.line, id.get())) {
+            Some(id) => splice(self.line, id, new_id),
             // A message without an id gets one inserted after the brace.
             None => match self.line.find('{') {
                 Some(brace) => {
@@ -159,9 +162,9 @@ impl<'a> Message<'a> {
     pub fn with_params(&self, new_params: &str) -> String {
         match self
             .params
-            .and_then(|params| span_of(self.line, params.get()))
+            .and_then(|params| span_in(self.line, params.get()))
         {
-            Some((start, end)) => splice(self.line, start, end, new_params),
+            Some(params) => splice(self.line, params, new_params),
             None => self.line.to_owned(),
         }
     }
@@ -169,23 +172,15 @@ impl<'a> Message<'a> {
     /// The same message with both a new id and new params.
     pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
         let (Some(id), Some(params)) = (
-            self.id.and_then(|id| span_of(self.line, id.get())),
+            self.id.and_then(|id| span_in(self.line, id.get())),
             self.params
-                .and_then(|params| span_of(self.line, params.get())),
+                .and_then(|params| span_in(self.line, params.get())),
         ) else {
             return Message::parse(&self.with_params(new_params))
                 .map(|message| message.with_id(new_id))
                 .unwrap_or_else(|_| self.with_id(new_id));
         };
-        // Splice the later span first so the earlier offsets stay valid.
-        let ((first_start, first_end, first), (second_start, second_end, second)) =
-            if id.0 < params.0 {
-                ((id.0, id.1, new_id), (params.0, params.1, new_params))
-            } else {
-                ((params.0, params.1, new_params), (id.0, id.1, new_id))
-            };
-        let tail_done = splice(self.line, second_start, second_end, second);
-        splice(&tail_done, first_start, first_end, first)
+        splice_two(self.line, (id, new_id), (params, new_params))
     }
 }
 
@@ -197,7 +192,7 @@ impl Message<'_> {
         let Some(result) = self.result else {
             return self.with_id(new_id);
         };
-        let Some((start, end)) = span_of(self.line, result.get()) else {
+        let Some(span) = span_in(self.line, result.get()) else {
             return self.with_id(new_id);
         };
         let body = result.get();
@@ -214,7 +209,7 @@ impl Message<'_> {
             object.push(',');
         }
         object.push_str(body.get(1..).unwrap_or("}"));
-        let with_result = splice(self.line, start, end, &object);
+        let with_result = splice(self.line, span, &object);
         // Splice the id into the new line (the id comes before the result
         // in practice, but do not rely on it).
         Message::parse(&with_result)
@@ -236,10 +231,7 @@ pub struct Spans {
 impl Message<'_> {
     /// Where the id and params sit in the line.
     pub fn spans(&self) -> Spans {
-        let range = |raw: Option<&RawValue>| {
-            raw.and_then(|raw| span_of(self.line, raw.get()))
-                .map(|(start, end)| start..end)
-        };
+        let range = |raw: Option<&RawValue>| raw.and_then(|raw| span_in(self.line, raw.get()));
         Spans {
             id: range(self.id),
             params: range(self.params),
@@ -251,7 +243,7 @@ impl Spans {
     /// `line` with the id replaced (or inserted).
     pub fn with_id(&self, line: &str, new_id: &str) -> String {
         match &self.id {
-            Some(id) => splice(line, id.start, id.end, new_id),
+            Some(id) => splice(line, id.clone(), new_id),
             None => Message::parse(line)
                 .map_or_else(|_| line.to_owned(), |message| message.with_id(new_id)),
         }
@@ -261,13 +253,7 @@ impl Spans {
     pub fn with_id_and_params(&self, line: &str, new_id: &str, new_params: &str) -> String {
         match (&self.id, &self.params) {
             (Some(id), Some(params)) => {
-                let (first, second) = if id.start < params.start {
-                    ((id, new_id), (params, new_params))
-                } else {
-                    ((params, new_params), (id, new_id))
-                };
-                let tail_done = splice(line, second.0.start, second.0.end, second.1);
-                splice(&tail_done, first.0.start, first.0.end, first.1)
+                splice_two(line, (id.clone(), new_id), (params.clone(), new_params))
             }
             _ => Message::parse(line).map_or_else(
                 |_| line.to_owned(),
@@ -284,15 +270,20 @@ impl Spans {
     }
 }
 
-/// The byte range of `part` inside `line`, when `part` is a slice of it.
-fn span_of(line: &str, part: &str) -> Option<(usize, usize)> {
-    let start = (part.as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
-    let end = start.checked_add(part.len())?;
-    (end <= line.len()).then_some((start, end))
+/// Two spans of `line` replaced (in either order; they do not overlap).
+fn splice_two(line: &str, a: (Range<usize>, &str), b: (Range<usize>, &str)) -> String {
+    // The later span first, so that the earlier one's offsets stay valid.
+    let (first, second) = if a.0.start < b.0.start {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let tail_done = splice(line, second.0, second.1);
+    splice(&tail_done, first.0, first.1)
 }
 
-fn splice(line: &str, start: usize, end: usize, replacement: &str) -> String {
-    let (Some(before), Some(after)) = (line.get(..start), line.get(end..)) else {
+fn splice(line: &str, span: Range<usize>, replacement: &str) -> String {
+    let (Some(before), Some(after)) = (line.get(..span.start), line.get(span.end..)) else {
         return line.to_owned();
     };
     let mut out = String::with_capacity(before.len() + replacement.len() + after.len());
@@ -306,7 +297,7 @@ fn splice(line: &str, start: usize, end: usize, replacement: &str) -> String {
 pub fn request(id: &str, method: &str, params: &serde_json::Value) -> String {
     format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{},\"params\":{params}}}",
-        json_string(method)
+        string_literal(method)
     )
 }
 
@@ -314,7 +305,7 @@ pub fn request(id: &str, method: &str, params: &serde_json::Value) -> String {
 pub fn notification(method: &str, params: &serde_json::Value) -> String {
     format!(
         "{{\"jsonrpc\":\"2.0\",\"method\":{},\"params\":{params}}}",
-        json_string(method)
+        string_literal(method)
     )
 }
 
@@ -327,12 +318,8 @@ pub fn response(id: &str, result: &serde_json::Value) -> String {
 pub fn error_response(id: &str, code: i64, message: &str) -> String {
     format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":{code},\"message\":{}}}}}",
-        json_string(message)
+        string_literal(message)
     )
-}
-
-fn json_string(text: &str) -> String {
-    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
 #[cfg(test)]

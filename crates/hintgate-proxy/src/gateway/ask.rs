@@ -286,16 +286,11 @@ impl Gateway {
     /// The question for a 2026-07-28 host: an input-required result whose
     /// sealed state binds this call; the host retries with the answer.
     fn ask_modern(&mut self, cx: Box<CallContext>, prompt: String) {
-        let arguments = cx.arguments_or_empty().clone();
-        let pin_text = cx
-            .digest
-            .map(|digest| digest.to_string())
-            .unwrap_or_default();
         let offer = offer_of(&cx);
         let sealed = self.sealer.seal(
             &cx.params.name,
-            &arguments,
-            &pin_text,
+            cx.arguments_or_empty(),
+            cx.digest_text.as_deref().unwrap_or_default(),
             self.limits.ask_timeout.as_secs(),
         );
         let state = match sealed {
@@ -333,16 +328,13 @@ impl Gateway {
             .server
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
-        let arguments = cx.arguments_or_empty().clone();
-        let pin_text = cx
-            .digest
-            .map(|digest| digest.to_string())
-            .unwrap_or_default();
-        let state = cx.params.request_state.clone().unwrap_or_default();
-        if let Err(err) = self
-            .sealer
-            .open(&state, &cx.params.name, &arguments, &pin_text)
-        {
+        let state = cx.params.request_state.as_deref().unwrap_or_default();
+        if let Err(err) = self.sealer.open(
+            state,
+            &cx.params.name,
+            cx.arguments_or_empty(),
+            cx.digest_text.as_deref().unwrap_or_default(),
+        ) {
             tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
             let extra = format!("The approval could not be used: {err}.");
             return Err(denied(&extra, Approver::Gateway));
@@ -408,10 +400,7 @@ impl Gateway {
             server: server.clone(),
             server_key: self.catalog.key(idx).unwrap_or_default().to_owned(),
             tool: cx.tool.clone(),
-            digest: cx
-                .digest
-                .map(|digest| digest.to_string())
-                .unwrap_or_default(),
+            digest: cx.digest_text.as_deref().unwrap_or_default().to_owned(),
             prompt,
             offer: match offer_of(&cx) {
                 RememberOffer::UpToAlways => Remember::Always,

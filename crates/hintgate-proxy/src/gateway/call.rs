@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::request::{HostRequest, ServerIdx};
 use crate::frame;
-use crate::json::{JsonError, span_in, string_literal};
+use crate::json::{JsonError, span_in};
 
 /// A host's `tools/call` on its way through the pipeline.
 #[derive(Debug)]
@@ -423,10 +423,10 @@ impl Refusal {
             Self::UnknownTool => Decision::deny(ReasonCode::UnknownTool),
             Self::ServerUnavailable(_) => Decision::deny(ReasonCode::ServerUnavailable),
             Self::BadState(_) => Decision::deny(ReasonCode::InvalidRequestState),
-            Self::Denied { .. } | Self::InvalidArguments(_) | Self::InputRequired(_) => {
-                fallback(ReasonCode::InternalError)
-            }
-            Self::Unrecorded(_) => fallback(ReasonCode::InternalError),
+            Self::Denied { .. }
+            | Self::InvalidArguments(_)
+            | Self::InputRequired(_)
+            | Self::Unrecorded(_) => fallback(ReasonCode::InternalError),
             Self::Withdrawn(_) => fallback(ReasonCode::Cancelled),
         }
     }
@@ -563,11 +563,10 @@ pub(crate) fn error_result(text: &str) -> Value {
 
 /// The JSON-RPC line of an answer, under the host's `id`; `modernize` adds
 /// what a 2026-07-28 host requires of a result.
-pub(crate) fn answer_line(id: &str, answer: &Answer, modernize: impl Fn(&mut Value)) -> String {
+pub(crate) fn answer_line(id: &str, answer: Answer, modernize: impl Fn(&mut Value)) -> String {
     match answer {
-        Answer::Error(code, message) => frame::error_response(id, *code, message),
-        Answer::Result(result) => {
-            let mut result = result.clone();
+        Answer::Error(code, message) => frame::error_response(id, code, &message),
+        Answer::Result(mut result) => {
             modernize(&mut result);
             frame::response(id, &result)
         }
@@ -660,11 +659,6 @@ pub(crate) fn duplicate_message(err: &JsonError) -> String {
     format!(
         "hintgate refuses this message: {err}; a repeated key can be read two ways, so what the gateway decides and what the server runs could differ"
     )
-}
-
-/// `name` as a JSON string, for splicing into params.
-pub(crate) fn name_literal(name: &str) -> String {
-    string_literal(name)
 }
 
 #[cfg(test)]

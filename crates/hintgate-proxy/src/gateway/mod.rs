@@ -21,11 +21,12 @@
 //!
 //! **Turns.** The loop takes every event that has arrived (host lines,
 //! server lines, answers from the store watcher), handles them, and ends the
-//! turn (`Gateway::end_turn`): the turn's audit records are committed in
+//! turn (`Gateway::end_turn`): the turn's call records are committed in
 //! one transaction, and only then is anything the turn produced sent, in
 //! the order it was produced. So a call's record is durable before its
-//! server sees it, an outcome before the host sees the answer, and a turn
-//! with sixteen calls commits once.
+//! server sees it, and a turn with sixteen calls commits once. Outcome
+//! records ride in the next commit (at most `journal::OUTCOME_FLUSH`
+//! later), so an answer does not wait for its own.
 //!
 //! Ids: requests the gateway sends a server get numeric ids from a counter
 //! per server; requests it sends a host get string ids `"hintgate-N"`. An
@@ -212,6 +213,9 @@ pub(crate) struct Gateway {
     /// What the servers were told of the host (the first session's
     /// `initialize`): capabilities and client identity.
     upstream_init: Option<Value>,
+    /// The `_meta` every request to a 2026-07-28 server carries, made from
+    /// `upstream_init` once.
+    upstream_meta: Value,
     upstreams: Upstreams,
     inflight: InFlight,
     catalog: catalog::Catalog,
@@ -379,6 +383,7 @@ impl Gateway {
             sealer,
             sessions: session::Sessions::default(),
             upstream_init: None,
+            upstream_meta: modern::upstream_meta(None),
             upstreams: Upstreams::new(servers),
             inflight: InFlight::default(),
             routing: routing::Routing::default(),
@@ -1025,7 +1030,7 @@ impl Gateway {
             UpPurpose::Initialize => self.on_initialized(idx, message),
             UpPurpose::ListTools => self.on_tools_page(idx, message),
             UpPurpose::Call(cx) => self.on_call_answer(idx, cx, message),
-            UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
+            UpPurpose::Forward(request) => self.on_forward_answer(&request, message),
             UpPurpose::Fanout { aggregate, method } => {
                 self.on_fanout_page(idx, id, aggregate, &method, message);
             }

@@ -119,16 +119,32 @@ pub(super) fn with_meta(params: Value, ours: &Value) -> Value {
     Value::Object(params)
 }
 
-/// The `_meta` of a request's params, when the request is modern.
+/// The `_meta` every request to a 2026-07-28 server carries: the version,
+/// and the host's capabilities and identity (from what the first session
+/// declared, `init`).
+pub(super) fn upstream_meta(init: Option<&Value>) -> Value {
+    let field = |name: &str| init.and_then(|init| init.get(name)).cloned();
+    json!({
+        META_VERSION: MODERN_VERSION,
+        META_CAPABILITIES: field("capabilities").unwrap_or_else(|| json!({})),
+        META_CLIENT: field("clientInfo").unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+    })
+}
+
+/// The `_meta` of a request's params, when the request is modern. Only
+/// `_meta` is read: the rest of the params (a call's arguments) is skipped.
 pub(super) fn modern_meta(request: &HostRequest) -> Option<Map<String, Value>> {
-    let raw = request.params_text()?;
-    // Most requests of a legacy host have no modern `_meta`: skip the parse.
-    if !raw.contains(META_VERSION) {
-        return None;
+    #[derive(serde::Deserialize)]
+    struct MetaOnly {
+        #[serde(rename = "_meta", default)]
+        meta: Option<Map<String, Value>>,
     }
-    let params: Value = serde_json::from_str(raw).ok()?;
-    let meta = params.get("_meta")?.as_object()?;
-    meta.contains_key(META_VERSION).then(|| meta.clone())
+    // serde would read an array field by field: only an object has `_meta`.
+    let raw = request
+        .params_text()
+        .filter(|raw| raw.trim_start().starts_with('{'))?;
+    let meta = serde_json::from_str::<MetaOnly>(raw).ok()?.meta?;
+    meta.contains_key(META_VERSION).then_some(meta)
 }
 
 /// Adds what a modern host requires of a result the gateway composed.
@@ -161,21 +177,10 @@ fn supports_modern(result: Option<&Value>) -> bool {
 // === impl Gateway ===
 
 impl Gateway {
-    /// The `_meta` every request to a 2026-07-28 server carries: the
-    /// version, and the host's capabilities and identity.
-    pub(super) fn modern_meta_for_upstream(&self) -> Value {
-        let init = self.upstream_init.clone().unwrap_or_else(|| json!({}));
-        json!({
-            META_VERSION: MODERN_VERSION,
-            META_CAPABILITIES: init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            META_CLIENT: init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
-        })
-    }
-
     /// `params` with the modern `_meta` keys added (the request's own
     /// `_meta` entries, such as a progress token, are kept).
     pub(super) fn with_modern_meta(&self, params: Value) -> Value {
-        with_meta(params, &self.modern_meta_for_upstream())
+        with_meta(params, &self.upstream_meta)
     }
 
     /// The answer to the era probe: a 2026-07-28 server is ready at once
@@ -370,17 +375,11 @@ impl Gateway {
         }
         // Only what the result does not say already: a key added twice
         // would be read two ways.
-        let present: Vec<String> = message
+        let present = message
             .result
             .and_then(|raw| members(raw.get()).ok())
-            .map(|found| {
-                found
-                    .into_iter()
-                    .map(|member| member.key.into_owned())
-                    .collect()
-            })
             .unwrap_or_default();
-        let has = |key: &str| present.iter().any(|found| found == key);
+        let has = |key: &str| present.iter().any(|member| member.key == key);
         let mut fields = Vec::new();
         if !has("resultType") {
             fields.push("\"resultType\":\"complete\"");

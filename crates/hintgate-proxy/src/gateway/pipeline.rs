@@ -37,8 +37,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::call::{
-    Answer, Approver, CallContext, Outcome, Refusal, Refused, Step, answer_line, error_result,
-    name_literal, read_result,
+    Approver, CallContext, Outcome, Refusal, Refused, Step, answer_line, error_result, read_result,
 };
 use super::catalog::Listing;
 use super::inflight::UpPurpose;
@@ -48,7 +47,7 @@ use super::session::HostSession;
 use super::upstreams::Readiness;
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
-use crate::json::{ObjectWriter, members};
+use crate::json::{ObjectWriter, members, string_literal};
 
 /// Whether a server can take a call for this tool now.
 enum Ready {
@@ -226,14 +225,10 @@ impl Gateway {
             Readiness::Pending => return Ready::NotYet,
             Readiness::Failed(reason) => return Ready::No(reason),
         }
-        match self
-            .catalog
-            .server(idx)
-            .map(|server| server.listing.clone())
-        {
+        match self.catalog.server(idx).map(|server| &server.listing) {
             Some(Listing::Listed) => Ready::Yes,
             Some(Listing::InProgress) => Ready::NotYet,
-            Some(Listing::Failed(reason)) if cx.relisted => Ready::No(reason),
+            Some(Listing::Failed(reason)) if cx.relisted => Ready::No(reason.clone()),
             Some(Listing::Unlisted | Listing::Failed(_)) => {
                 cx.relisted = true;
                 self.list_tools(idx);
@@ -280,21 +275,16 @@ impl Gateway {
             return;
         }
         let timeout = self.limits.call_timeout;
-        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
-        let modern_meta = if modern {
-            self.modern_meta_for_upstream()
-        } else {
-            Value::Null
-        };
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
         let id = up.next_id();
+        let modern = up.modern;
         let Some(line) = call_line(
             &cx,
             self.mode == super::Mode::Wrap,
-            up.modern,
-            &modern_meta,
+            modern,
+            &self.upstream_meta,
             id,
         ) else {
             // The params were read before, so this does not happen; if it
@@ -305,7 +295,9 @@ impl Gateway {
             return;
         };
         cx.started = Some(Instant::now());
-        up.send_now(line);
+        if let Some(up) = self.upstreams.get(idx) {
+            up.send_now(line);
+        }
         self.inflight.wait_up(idx, id, UpPurpose::Call(cx), timeout);
     }
 
@@ -336,7 +328,7 @@ impl Gateway {
                     // gateway asks the host and calls the server again.
                     if !modern_host && view.result_type.as_deref() == Some("input_required") {
                         let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
-                        self.gather_for_legacy_host(idx, cx, &result);
+                        self.gather_for_legacy_host(cx, &result);
                         return;
                     }
                     if cx.taints
@@ -515,12 +507,9 @@ impl Gateway {
             .sessions
             .get(&cx.request.session)
             .is_some_and(HostSession::modern);
-        match answer {
-            Answer::Raw(_) | Answer::Error(..) => answer_line(cx.request.id(), &answer, |_| {}),
-            Answer::Result(_) => answer_line(cx.request.id(), &answer, |result| {
-                super::modern::modernize(modern, "", result);
-            }),
-        }
+        answer_line(cx.request.id(), answer, |result| {
+            super::modern::modernize(modern, "", result);
+        })
     }
 
     /// A person approved a call: pin the definition they saw, and remember
@@ -582,7 +571,7 @@ fn call_line(
         let text = params.get(member.span.clone()).unwrap_or("");
         let value = params.get(member.value.clone()).unwrap_or("null");
         match member.key.as_ref() {
-            "name" => writer.member("name", &name_literal(&cx.tool)),
+            "name" => writer.member("name", &string_literal(&cx.tool)),
             "requestState" | "inputResponses" if continuation.is_some() => {}
             "requestState" if ours && super::modern::is_our_state(value) => {}
             "inputResponses" if ours => {

@@ -156,12 +156,7 @@ impl Gateway {
 
     /// A 2026-07-28 server wants input for a legacy host's call: ask the
     /// host each question and send the call again with the answers.
-    pub(super) fn gather_for_legacy_host(
-        &mut self,
-        idx: ServerIdx,
-        cx: Box<CallContext>,
-        result: &Value,
-    ) {
+    pub(super) fn gather_for_legacy_host(&mut self, cx: Box<CallContext>, result: &Value) {
         let requests = result
             .get("inputRequests")
             .and_then(Value::as_object)
@@ -177,7 +172,6 @@ impl Gateway {
             self.answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
-        let _ = idx;
         // The call's first send is over: its outcome says the server asked.
         self.record_outcome(&cx, Outcome::InputRequired);
         let gather = self.routing.next_number();

@@ -101,6 +101,7 @@ impl Gateway {
     /// is what the servers are told of the host.
     pub(super) fn start_servers(&mut self, init: Value) {
         if self.upstream_init.is_none() {
+            self.upstream_meta = super::modern::upstream_meta(Some(&init));
             self.upstream_init = Some(init);
         }
         for idx in 0..self.upstreams.len() {
@@ -454,8 +455,8 @@ impl Gateway {
     /// when given); the answer goes back under the host's id.
     fn forward(&mut self, idx: ServerIdx, request: HostRequest, params: Option<Value>) {
         let timeout = self.limits.call_timeout;
-        let modern_meta = self.modern_meta_for_upstream();
-        let with_meta = |params: Value, ours: Value| super::modern::with_meta(params, &ours);
+        let modern_meta = &self.upstream_meta;
+        let with_meta = |params: Value, ours: &Value| super::modern::with_meta(params, ours);
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
@@ -491,12 +492,7 @@ impl Gateway {
     }
 
     /// A server answered a forwarded request.
-    pub(super) fn on_forward_answer(
-        &mut self,
-        _idx: ServerIdx,
-        request: &HostRequest,
-        message: &Message<'_>,
-    ) {
+    pub(super) fn on_forward_answer(&mut self, request: &HostRequest, message: &Message<'_>) {
         let line = self.host_response(
             request.session,
             message,

@@ -295,7 +295,7 @@ impl Gateway {
 
     /// Sends `server/discover`, waiting `timeout` for its answer.
     pub(super) fn probe_era(&mut self, idx: ServerIdx, timeout: Duration) {
-        let params = json!({"_meta": self.modern_meta_for_upstream()});
+        let params = json!({"_meta": self.upstream_meta.clone()});
         self.request_up(
             idx,
             "server/discover",
@@ -696,9 +696,9 @@ impl Gateway {
 
     /// A server's name as the host sees it for `name` (prompts and tools).
     pub(super) fn prefixed(&self, idx: ServerIdx, name: &str) -> String {
-        match self.mode {
-            super::Mode::Wrap => name.to_owned(),
-            super::Mode::Gateway => format!("{}{}{name}", self.upstreams.name(idx), self.separator),
+        match self.naming(idx).prefix {
+            Some(prefix) => prefix + name,
+            None => name.to_owned(),
         }
     }
 

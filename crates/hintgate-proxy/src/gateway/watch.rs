@@ -30,6 +30,11 @@ use crate::event::Event;
 /// change normally wakes it at once).
 const WATCH_SLICE: Duration = Duration::from_millis(500);
 
+/// The most time between two reads of the standing approvals while a
+/// server runs, so that one revoked elsewhere stops answering soon even
+/// when nothing woke the watch.
+const APPROVALS_AT_LEAST: Duration = Duration::from_millis(250);
+
 /// The least time between two reads of the standing approvals: a burst of
 /// commits (the audit log's own, which also wake a SQLite watch) costs one
 /// read per interval, not one per commit.
@@ -107,7 +112,7 @@ fn watch_loop(
     let mut watch = None;
     // The catalog has just read the approvals itself: the first read can
     // wait an interval, off the start of the session.
-    let mut last_read: Option<Instant> = Some(Instant::now());
+    let mut last_read = Instant::now();
     while !events.is_closed() && !stop.load(Ordering::Relaxed) {
         let (queue, keys): (Vec<u64>, Vec<String>) = {
             let watched = lock(watched);
@@ -133,9 +138,9 @@ fn watch_loop(
                 Err(err) => tracing::warn!("cannot read the approval queue: {err}"),
             }
         }
-        let due = last_read.is_none_or(|at| at.elapsed() >= APPROVALS_INTERVAL);
-        if due && !keys.is_empty() {
-            last_read = Some(Instant::now());
+        let watching_keys = !keys.is_empty();
+        if watching_keys && last_read.elapsed() >= APPROVALS_INTERVAL {
+            last_read = Instant::now();
             for key in keys {
                 // The whole set goes to the loop each time, not only when it
                 // differs from the last read: between two reads the gateway
@@ -165,10 +170,12 @@ fn watch_loop(
                 }
             },
         };
-        let slice = if queue_is_watched(watched) {
-            WATCH_SLICE
+        // Standing approvals are read again at least every
+        // `APPROVALS_AT_LEAST`, whether or not a change woke the watch.
+        let slice = if watching_keys {
+            APPROVALS_AT_LEAST
         } else {
-            APPROVALS_INTERVAL.max(Duration::from_millis(250))
+            WATCH_SLICE
         };
         if let Err(err) = ready.wait(slice) {
             tracing::warn!("lost the store's watch: {err}");
@@ -176,8 +183,4 @@ fn watch_loop(
             std::thread::park_timeout(WATCH_SLICE);
         }
     }
-}
-
-fn queue_is_watched(watched: &Mutex<Watched>) -> bool {
-    !lock(watched).queue.is_empty()
 }
