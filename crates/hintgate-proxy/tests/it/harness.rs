@@ -304,6 +304,8 @@ pub struct TestStore {
     stalled: Condvar,
     /// How many appends are blocked right now.
     pub waiting: Mutex<usize>,
+    /// Each append that was made: the `n` argument of each call record in it.
+    pub commits: Mutex<Vec<Vec<Value>>>,
     timeline: Timeline,
 }
 
@@ -314,6 +316,7 @@ impl TestStore {
             mode: Mutex::new(AppendMode::Normal),
             stalled: Condvar::new(),
             waiting: Mutex::new(0),
+            commits: Mutex::default(),
             timeline,
         }
     }
@@ -405,13 +408,18 @@ impl AuditLog for TestStore {
         }
         drop(mode);
         let seqs = self.inner.append(entries)?;
+        let mut calls = Vec::new();
         for entry in entries {
             let body: Value = serde_json::from_str(&entry.body).unwrap_or(Value::Null);
             self.timeline.push(format!(
                 "store appended {:?} {}",
                 entry.kind, body["arguments"]["n"]
             ));
+            if entry.kind == hintgate_store::EntryKind::Call {
+                calls.push(body["arguments"]["n"].clone());
+            }
         }
+        self.commits.lock().unwrap().push(calls);
         Ok(seqs)
     }
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {

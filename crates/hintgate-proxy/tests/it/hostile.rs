@@ -437,8 +437,7 @@ async fn a_standing_approval_revoked_elsewhere_stops_answering() {
     gateway.initialize(json!({"elicitation": {}})).await;
     assert!(!is_error(&gateway.call("note", json!({"n": 1})).await));
     assert_eq!(gateway.requests.len(), 1);
-    // Approved always: the next call is not asked about, and the gateway
-    // did not read the store for it.
+    // Approved always: the next call is not asked about.
     assert!(!is_error(&gateway.call("note", json!({"n": 2})).await));
     assert_eq!(gateway.requests.len(), 1);
 

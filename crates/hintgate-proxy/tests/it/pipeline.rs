@@ -104,6 +104,20 @@ async fn calls_decided_in_one_turn_share_one_commit() {
         .filter(|event| event.starts_with("store appended Call"))
         .collect();
     assert_eq!(appends.len(), 17);
+    // Sixteen call records, at most two commits: the one the log held (it
+    // has the calls of the turn that began it) and the one after it.
+    let commits: Vec<Vec<Value>> = gateway
+        .store
+        .commits
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|calls| calls.iter().any(|n| n.as_i64().is_some_and(|n| n >= 1)))
+        .cloned()
+        .collect();
+    assert!(commits.len() <= 2, "{commits:?}");
+    let committed: usize = commits.iter().map(Vec::len).sum();
+    assert_eq!(committed, 16, "{commits:?}");
     // Every call record is durable before its call reaches the server.
     for n in 1..=16 {
         let appended = gateway
