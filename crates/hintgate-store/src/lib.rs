@@ -17,9 +17,13 @@
 //! A configured server whose identity changes (a new package version, other
 //! arguments or environment) gets a new key, but its tools are not new: a
 //! gateway calls [`PinStore::rekey`] when it starts the server, which moves
-//! the pins and standing approvals of the server's most recent other key to
-//! the new one and drops older ones, so every definition is compared with
-//! the last pin of the same configured server. [`PinStore::pins_of`] and
+//! the pins of the server's most recent other key to the new one and drops
+//! older ones, so every definition is compared with the last pin of the same
+//! configured server. Standing approvals are not moved: one was given for
+//! one identity, and a configured name does not make two identities the same
+//! server (two hosts may each have a `filesystem` with other roots, and a new
+//! identity may reach more than the old one), so the new identity's tools
+//! are approved anew. [`PinStore::pins_of`] and
 //! [`PinStore::approvals_of`] then read one key's pins and standing
 //! approvals in bulk, for a gateway that keeps them in memory; a change to
 //! standing approvals wakes every [`QueueWatch`] of the store, so such a
@@ -126,7 +130,7 @@ pub struct Approval {
 /// What [`PinStore::rekey`] moved to a server's new identity key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rekeyed {
-    /// The key the pins and standing approvals were moved from.
+    /// The key the pins were moved from.
     pub from_key: String,
     /// The identity (as [`Pin::identity`] reads) of the most recently pinned
     /// of them: what the server was before.
@@ -192,14 +196,15 @@ pub enum StoreError {
 ///   exists under `to_key` it changes nothing and returns `None`; otherwise,
 ///   of the other keys with pins of the configured server `server`, it takes
 ///   the one whose newest `pinned_at` is greatest (on a tie, the smallest
-///   key), moves those pins (with what was `seen`) and that key's standing
-///   approvals to `to_key`, deletes the pins of that server under every
-///   other key (they are stale, so no tool is listed twice) with the
-///   standing approvals of each key left without a pin, and returns what it
-///   moved; `None` when the server has no pins. Pins of other configured
-///   servers stay where they are, even under the same key (two configured
-///   servers with one identity share a key), and so do the standing
-///   approvals of a key that keeps pins (those that moved are then copied);
+///   key), moves those pins (with what was `seen`) to `to_key`, deletes the
+///   pins of that server under every other key (they are stale, so no tool
+///   is listed twice) with the standing approvals of each key left without a
+///   pin, and returns what it moved; `None` when the server has no pins.
+///   Standing approvals are never moved or copied to `to_key`: an approval
+///   answers only for the identity it was given for. Pins of other
+///   configured servers stay where they are, even under the same key (two
+///   configured servers with one identity share a key), and so do the
+///   standing approvals of a key that keeps pins;
 /// - a change to standing approvals (`approve_always`, `revoke`, a `rekey`
 ///   that moved something) wakes every [`QueueWatch`] of the store, in this
 ///   process or another, so a gateway that keeps approvals in memory knows
@@ -267,7 +272,7 @@ pub trait PinStore: Send + Sync + std::fmt::Debug {
 
     /// Moves the pins of the configured server `server` from its most
     /// recent other identity key to `to_key`, unless `to_key` has pins
-    /// already; see the trait's contract.
+    /// already; standing approvals are not moved. See the trait's contract.
     ///
     /// # Errors
     ///
@@ -541,18 +546,6 @@ fn memory_rekey(state: &mut MemoryState, server: &str, to_key: &str) -> Option<R
                 .insert((to_key.to_owned(), pin.tool.clone()), pin);
             moved += 1;
         }
-    }
-    let approvals: Vec<(String, String)> = state
-        .always
-        .iter()
-        .filter(|((key, _), _)| *key == from_key)
-        .map(|((_, tool), digest)| (tool.clone(), digest.clone()))
-        .collect();
-    for (tool, digest) in approvals {
-        state
-            .always
-            .entry((to_key.to_owned(), tool))
-            .or_insert(digest);
     }
     for key in std::iter::once(&from_key).chain(&stale) {
         if !state.pins.keys().any(|(pinned, _)| pinned == key) {
@@ -890,11 +883,6 @@ impl PinStore for SqliteStore {
         let moved = transaction.execute(
             "UPDATE pins SET server_key = ?2 WHERE server_key = ?1 AND server = ?3",
             params![from_key, to_key, server],
-        )?;
-        transaction.execute(
-            "INSERT OR IGNORE INTO always (server_key, tool, digest)
-             SELECT ?2, tool, digest FROM always WHERE server_key = ?1",
-            params![from_key, to_key],
         )?;
         transaction.execute(
             "DELETE FROM pins WHERE server = ?1 AND server_key != ?2",

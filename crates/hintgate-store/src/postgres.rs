@@ -332,12 +332,6 @@ fn rekey_in(
         &[from_key, &to_key, &server],
     )?;
     tx.execute(
-        "INSERT INTO hintgate.always (server_key, tool, digest)
-         SELECT $2, tool, digest FROM hintgate.always WHERE server_key = $1
-         ON CONFLICT (server_key, tool) DO NOTHING",
-        &[from_key, &to_key],
-    )?;
-    tx.execute(
         "DELETE FROM hintgate.pins WHERE server = $1 AND server_key != $2",
         &[&server, &to_key],
     )?;
@@ -495,7 +489,8 @@ impl PinStore for PgStore {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REKEY_LOCK])?;
             let rekeyed = rekey_in(&mut tx, &server, &to_key)?;
             if rekeyed.is_some() {
-                // Standing approvals may have moved.
+                // The standing approvals of a key left without pins may be
+                // gone.
                 tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
             }
             tx.commit()?;

@@ -828,10 +828,8 @@ fn a_new_identity_takes_over_the_pins_of_the_servers_last_one() {
         assert_eq!(moved[1].identity, "gh 2 early");
         assert_eq!(
             store.approvals_of("gh-3").unwrap(),
-            [Approval {
-                tool: "c".into(),
-                digest: "sha256:c-200".into()
-            }]
+            Vec::<Approval>::new(),
+            "a standing approval answers only for the identity it was given for"
         );
         for stale in ["gh-1", "gh-2"] {
             assert!(store.pins_of(stale).unwrap().is_empty(), "{stale}");
@@ -847,7 +845,11 @@ fn a_new_identity_takes_over_the_pins_of_the_servers_last_one() {
             3,
             "no tool is listed twice"
         );
-        assert!(store.approved_always("gh-3", "c", "sha256:c-200").unwrap());
+        assert!(
+            !store.approved_always("gh-3", "c", "sha256:c-200").unwrap(),
+            "the new identity's tools are approved anew"
+        );
+        assert!(!store.approved_always("gh-2", "c", "sha256:c-200").unwrap());
         assert!(!store.approved_always("gh-1", "b", "sha256:b-100").unwrap());
 
         // Another server is left alone.
@@ -900,10 +902,12 @@ fn rekeying_breaks_ties_by_key_and_leaves_other_servers_on_a_shared_key_alone() 
             "approvals stay with a key that still has pins"
         );
         assert!(
-            store
+            !store
                 .approved_always("gh-new", "a", "sha256:a-100")
-                .unwrap()
+                .unwrap(),
+            "an approval given for one identity does not answer for another"
         );
+        assert!(store.approvals_of("gh-new").unwrap().is_empty());
     });
 }
 
