@@ -371,25 +371,53 @@ impl AuditLog for MemoryStore {
 
 // === impl SqliteStore ===
 
+/// A `BEGIN IMMEDIATE` transaction that rolls back when it is dropped
+/// uncommitted, as rusqlite's `Transaction` does, but whose `BEGIN` and
+/// `COMMIT` are cached statements like the rest of an append: the gateway
+/// commits once per turn of its loop, and preparing them each time showed in
+/// instruction counts.
+///
+/// IMMEDIATE: the write lock is taken before the tail is read, so another
+/// process appending to the same file waits (busy timeout) instead of
+/// failing the upgrade from reader to writer.
+struct Immediate<'c> {
+    connection: &'c rusqlite::Connection,
+}
+
+impl<'c> Immediate<'c> {
+    /// Begins the transaction, waiting for the write lock.
+    fn begin(connection: &'c rusqlite::Connection) -> rusqlite::Result<Self> {
+        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self { connection })
+    }
+
+    /// Commits; when the commit fails, dropping `self` rolls back.
+    fn commit(self) -> rusqlite::Result<()> {
+        self.connection.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        // After a commit, or an error on which SQLite rolled back by itself,
+        // the connection is out of the transaction already. Otherwise (an
+        // insert or the commit failed, or a panic unwinds) nothing of the
+        // group is kept, and the connection leaves the transaction, so the
+        // next append can begin one.
+        if !self.connection.is_autocommit() {
+            let _ = self.connection.execute_batch("ROLLBACK");
+        }
+    }
+}
+
 impl AuditLog for SqliteStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let connection = self.lock();
-        // IMMEDIATE: the write lock is taken before the tail is read, so
-        // another process appending to the same file waits (busy timeout)
-        // instead of failing the upgrade from reader to writer. `BEGIN` and
-        // `COMMIT` are cached statements like the rest: the gateway commits
-        // once per turn of its loop, and preparing them each time showed in
-        // instruction counts.
-        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let appended = append_in_transaction(&connection, entries).and_then(|seqs| {
-            connection.prepare_cached("COMMIT")?.execute([])?;
-            Ok(seqs)
-        });
-        if appended.is_err() && !connection.is_autocommit() {
-            // Nothing of the group is kept.
-            let _ = connection.execute_batch("ROLLBACK");
-        }
-        appended
+        let transaction = Immediate::begin(&connection)?;
+        let seqs = append_in_transaction(transaction.connection, entries)?;
+        transaction.commit()?;
+        Ok(seqs)
     }
 
     /// Looks at `PRAGMA data_version` every 50 ms, which changes when

@@ -247,6 +247,49 @@ fn the_audit_log_keeps_its_contract_in_memory_and_in_sqlite() {
 }
 
 #[test]
+fn a_failed_sqlite_append_keeps_nothing_and_the_next_append_works() {
+    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    let entry = |tool: &str| {
+        NewEntry::from_value(1_795_000_000, EntryKind::Call, None, &json!({"tool": tool}))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let log = SqliteStore::open(&path).unwrap();
+    assert_eq!(log.append(&[entry("first")]).unwrap(), [1]);
+    // Another connection makes one insert fail inside the append's
+    // transaction: a statement aborted by a trigger leaves the transaction
+    // open, so only the append's own rollback ends it.
+    rusqlite_connection(&path)
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON audit WHEN NEW.body LIKE '%refused%'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        )
+        .unwrap();
+    let err = log
+        .append(&[entry("kept-only-with-the-group"), entry("refused")])
+        .unwrap_err();
+    assert!(err.to_string().contains("refused by the test"), "{err}");
+    for _ in 0..2 {
+        log.append(&[entry("after")]).unwrap();
+    }
+    let entries = log.entries(0, 10).unwrap();
+    assert_eq!(
+        entries
+            .iter()
+            .map(|entry| (entry.seq, entry.body["tool"].as_str().unwrap()))
+            .collect::<Vec<_>>(),
+        [(1, "first"), (2, "after"), (3, "after")],
+        "nothing of the failed group is kept"
+    );
+    assert_eq!(log.verify().unwrap().first_broken, None);
+    // Another connection takes the write lock while this one is open: no
+    // transaction was left behind.
+    let other = SqliteStore::open(&path).unwrap();
+    assert_eq!(other.append(&[entry("elsewhere")]).unwrap(), [4]);
+    assert_eq!(log.append(&[entry("here")]).unwrap(), [5]);
+}
+
+#[test]
 fn an_edited_entry_breaks_the_chain_where_it_was_edited() {
     use hintgate_store::AuditLog;
     let dir = tempfile::tempdir().unwrap();
