@@ -290,6 +290,28 @@ pub(crate) fn parse_body(body: String) -> Value {
     serde_json::from_str(&body).unwrap_or(Value::String(body))
 }
 
+/// Numbers and chains `entries` after the log's tail (the sequence number
+/// and hash of its last entry; 0 and [`GENESIS`] when it is empty), the
+/// same way in every store: `store` gets each entry in order with its
+/// sequence number, the hash of the entry before it and its own hash, and
+/// the first error stops the append. Returns the sequence numbers.
+pub(crate) fn chain(
+    tail: (u64, String),
+    entries: &[NewEntry],
+    mut store: impl FnMut(&NewEntry, u64, String, &str) -> Result<(), StoreError>,
+) -> Result<Vec<u64>, StoreError> {
+    let (mut seq, mut prev) = tail;
+    let mut seqs = Vec::with_capacity(entries.len());
+    for new in entries {
+        seq += 1;
+        let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+        store(new, seq, prev, &hash)?;
+        seqs.push(seq);
+        prev = hash;
+    }
+    Ok(seqs)
+}
+
 /// The inserts of one append, inside its transaction.
 fn append_in_transaction(
     connection: &rusqlite::Connection,
@@ -297,7 +319,7 @@ fn append_in_transaction(
 ) -> Result<Vec<u64>, StoreError> {
     // Cached: the tail is read once per group, and parsing it each time
     // showed in profiles.
-    let (mut seq, mut prev): (u64, String) = connection
+    let tail: (u64, String) = connection
         .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
         .query_row([], |row| {
             Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
@@ -307,27 +329,21 @@ fn append_in_transaction(
             rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS.to_owned())),
             other => Err(other),
         })?;
-    let mut seqs = Vec::with_capacity(entries.len());
     let mut insert = connection.prepare_cached(
         "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
-    for new in entries {
-        seq += 1;
-        let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
-        let kind = kind_name(new.kind);
+    chain(tail, entries, |new, seq, prev, hash| {
         insert.execute(params![
             to_sql(seq),
             new.at,
-            kind,
+            kind_name(new.kind),
             new.call.map(to_sql),
             new.body,
             prev,
             hash
         ])?;
-        seqs.push(seq);
-        prev = hash;
-    }
-    Ok(seqs)
+        Ok(())
+    })
 }
 
 // === impl MemoryStore ===
@@ -335,14 +351,11 @@ fn append_in_transaction(
 impl AuditLog for MemoryStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let mut state = self.lock();
-        let mut seqs = Vec::with_capacity(entries.len());
-        for new in entries {
-            let seq = state.audit.len() as u64 + 1;
-            let prev = state
-                .audit
-                .last()
-                .map_or_else(|| GENESIS.to_owned(), |last| last.hash.clone());
-            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+        let tail = state.audit.last().map_or_else(
+            || (0, GENESIS.to_owned()),
+            |last| (last.seq, last.hash.clone()),
+        );
+        chain(tail, entries, |new, seq, prev, hash| {
             state.audit.push(Entry {
                 seq,
                 at: new.at,
@@ -350,11 +363,10 @@ impl AuditLog for MemoryStore {
                 call: new.call,
                 body: parse_body(new.body.clone()),
                 prev,
-                hash,
+                hash: hash.to_owned(),
             });
-            seqs.push(seq);
-        }
-        Ok(seqs)
+            Ok(())
+        })
     }
 
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {

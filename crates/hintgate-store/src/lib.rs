@@ -697,45 +697,65 @@ fn parse_json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
 }
 
-/// A pin read from a row, its definition still as text, and what was seen
-/// (digest, definition as text, identity).
-type PinRow = (Pin, String, Option<(String, String, String)>);
+/// The columns every pin query selects, in the order [`PinColumns`] reads
+/// them (SQLite and PostgreSQL name them alike).
+pub(crate) const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
 
-fn row_to_pin(row: &rusqlite::Row<'_>) -> rusqlite::Result<PinRow> {
-    let definition: String = row.get(4)?;
-    let seen_digest: Option<String> = row.get(6)?;
-    let seen_definition: Option<String> = row.get(7)?;
-    let seen_identity: Option<String> = row.get(9)?;
-    Ok((
-        Pin {
-            server_key: row.get(0)?,
-            tool: row.get(1)?,
-            server: row.get(2)?,
-            identity: row.get(8)?,
-            digest: row.get(3)?,
-            definition: Value::Null,
-            pinned_at: row.get(5)?,
-            seen: None,
-        },
-        definition,
-        seen_digest
-            .zip(seen_definition)
-            .map(|(digest, definition)| (digest, definition, seen_identity.unwrap_or_default())),
-    ))
+/// A pin's row as read from SQL ([`PIN_COLUMNS`]), its definitions still
+/// text: each store reads the columns, and [`PinColumns::into_pin`] makes
+/// the pin, so a row becomes a pin the same way in both.
+pub(crate) struct PinColumns {
+    pub(crate) server_key: String,
+    pub(crate) tool: String,
+    pub(crate) server: String,
+    pub(crate) digest: String,
+    pub(crate) definition: String,
+    pub(crate) pinned_at: i64,
+    pub(crate) seen_digest: Option<String>,
+    pub(crate) seen_definition: Option<String>,
+    pub(crate) identity: String,
+    pub(crate) seen_identity: Option<String>,
 }
 
-fn finish_pin(parts: PinRow) -> Result<Pin, StoreError> {
-    let (mut pin, definition, seen) = parts;
-    pin.definition = parse_json(&definition)?;
-    pin.seen = match seen {
-        Some((digest, definition, identity)) => Some(Seen {
-            digest,
-            definition: parse_json(&definition)?,
-            identity,
-        }),
-        None => None,
-    };
-    Ok(pin)
+impl PinColumns {
+    /// The pin, its definitions parsed; a held change needs both its digest
+    /// and its definition.
+    pub(crate) fn into_pin(self) -> Result<Pin, StoreError> {
+        let seen = match self.seen_digest.zip(self.seen_definition) {
+            Some((digest, definition)) => Some(Seen {
+                digest,
+                definition: parse_json(&definition)?,
+                identity: self.seen_identity.unwrap_or_default(),
+            }),
+            None => None,
+        };
+        Ok(Pin {
+            server_key: self.server_key,
+            server: self.server,
+            identity: self.identity,
+            tool: self.tool,
+            digest: self.digest,
+            definition: parse_json(&self.definition)?,
+            pinned_at: self.pinned_at,
+            seen,
+        })
+    }
+}
+
+/// A SQLite row of [`PIN_COLUMNS`].
+fn pin_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<PinColumns> {
+    Ok(PinColumns {
+        server_key: row.get(0)?,
+        tool: row.get(1)?,
+        server: row.get(2)?,
+        digest: row.get(3)?,
+        definition: row.get(4)?,
+        pinned_at: row.get(5)?,
+        seen_digest: row.get(6)?,
+        seen_definition: row.get(7)?,
+        identity: row.get(8)?,
+        seen_identity: row.get(9)?,
+    })
 }
 
 const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity)
@@ -744,8 +764,6 @@ const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, defin
                  pinned_at = ?6, identity = ?7, seen_digest = NULL, seen_definition = NULL,
                  seen_identity = NULL";
 
-const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
-
 impl PinStore for SqliteStore {
     fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
         let connection = self.lock();
@@ -753,10 +771,10 @@ impl PinStore for SqliteStore {
             .query_row(
                 &format!("SELECT {PIN_COLUMNS} FROM pins WHERE server_key = ?1 AND tool = ?2"),
                 params![server_key, tool],
-                row_to_pin,
+                pin_columns,
             )
             .optional()?;
-        parts.map(finish_pin).transpose()
+        parts.map(PinColumns::into_pin).transpose()
     }
 
     fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
@@ -813,10 +831,10 @@ impl PinStore for SqliteStore {
         let mut statement = connection.prepare(&format!(
             "SELECT {PIN_COLUMNS} FROM pins ORDER BY server, tool"
         ))?;
-        let rows = statement.query_map([], row_to_pin)?;
+        let rows = statement.query_map([], pin_columns)?;
         let mut pins = Vec::new();
         for row in rows {
-            pins.push(finish_pin(row?)?);
+            pins.push(row?.into_pin()?);
         }
         Ok(pins)
     }
@@ -826,10 +844,10 @@ impl PinStore for SqliteStore {
         let mut statement = connection.prepare_cached(&format!(
             "SELECT {PIN_COLUMNS} FROM pins WHERE server_key = ?1 ORDER BY tool"
         ))?;
-        let rows = statement.query_map(params![server_key], row_to_pin)?;
+        let rows = statement.query_map(params![server_key], pin_columns)?;
         let mut pins = Vec::new();
         for row in rows {
-            pins.push(finish_pin(row?)?);
+            pins.push(row?.into_pin()?);
         }
         Ok(pins)
     }

@@ -23,15 +23,14 @@ use std::time::Duration;
 
 use ::postgres::fallible_iterator::FallibleIterator;
 use ::postgres::{Client, Config, NoTls};
-use serde_json::Value;
 
-use crate::audit::{GENESIS, chain_hash, kind_from, kind_name, parse_body};
+use crate::audit::{GENESIS, chain, kind_from, kind_name, parse_body};
 use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
 };
 use crate::{
-    Approval, AuditLog, Entry, NewEntry, Pin, PinStore, Rekeyed, Remember, Seen, StoreError,
-    from_sql, to_sql,
+    Approval, AuditLog, Entry, NewEntry, PIN_COLUMNS, Pin, PinColumns, PinStore, Rekeyed, Remember,
+    Seen, StoreError, from_sql, to_sql,
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
@@ -260,34 +259,21 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
     hex::decode(&stored).map_err(|_| StoreError::Corrupt("the stored salt is not hex".to_owned()))
 }
 
-fn parse_json(text: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
-}
-
-const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
-
+/// A pin from a PostgreSQL row of [`PIN_COLUMNS`].
 fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
-    let definition: String = row.try_get(4)?;
-    let seen_digest: Option<String> = row.try_get(6)?;
-    let seen_definition: Option<String> = row.try_get(7)?;
-    let seen_identity: Option<String> = row.try_get(9)?;
-    Ok(Pin {
+    PinColumns {
         server_key: row.try_get(0)?,
         tool: row.try_get(1)?,
         server: row.try_get(2)?,
-        identity: row.try_get(8)?,
         digest: row.try_get(3)?,
-        definition: parse_json(&definition)?,
+        definition: row.try_get(4)?,
         pinned_at: row.try_get(5)?,
-        seen: match seen_digest.zip(seen_definition) {
-            Some((digest, definition)) => Some(Seen {
-                digest,
-                definition: parse_json(&definition)?,
-                identity: seen_identity.unwrap_or_default(),
-            }),
-            None => None,
-        },
-    })
+        seen_digest: row.try_get(6)?,
+        seen_definition: row.try_get(7)?,
+        identity: row.try_get(8)?,
+        seen_identity: row.try_get(9)?,
+    }
+    .into_pin()
 }
 
 /// [`PinStore::rekey`] in the transaction `tx`, which holds [`REKEY_LOCK`].
@@ -564,7 +550,7 @@ impl AuditLog for PgStore {
             let mut tx = client.transaction()?;
             // One chain for every gateway on this store: appends take turns.
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
-            let (mut seq, mut prev) = match tx.query_opt(
+            let tail = match tx.query_opt(
                 "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
                 &[],
             )? {
@@ -575,11 +561,8 @@ impl AuditLog for PgStore {
                 "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
             )?;
-            let mut seqs = Vec::with_capacity(entries.len());
-            for new in &entries {
-                seq += 1;
-                // Stored as hashed: the canonical text the caller gave.
-                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+            // Stored as hashed: the canonical text the caller gave.
+            let seqs = chain(tail, &entries, |new, seq, prev, hash| {
                 tx.execute(
                     &statement,
                     &[
@@ -592,9 +575,8 @@ impl AuditLog for PgStore {
                         &hash,
                     ],
                 )?;
-                seqs.push(seq);
-                prev = hash;
-            }
+                Ok(())
+            })?;
             tx.commit()?;
             Ok(seqs)
         })
