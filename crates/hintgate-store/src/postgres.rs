@@ -49,7 +49,52 @@ const MIGRATE_LOCK: i64 = 0x6869_6e74_6761_7465;
 const AUDIT_LOCK: i64 = 0x6869_6e74_6175_6474;
 const REKEY_LOCK: i64 = 0x6869_6e74_7265_6b79;
 
-type Job = Box<dyn FnOnce(Result<&mut Client, StoreError>) + Send>;
+type Job = Box<dyn FnOnce(Result<&mut Connection, StoreError>) + Send>;
+
+/// The store's connection, with the statements of an audit append once they
+/// are prepared: preparing one is a round trip to the server, and the
+/// gateway appends once per turn of its loop. A statement belongs to the
+/// connection it was prepared on, so a new connection starts without them.
+struct Connection {
+    client: Client,
+    append: Option<AppendStatements>,
+}
+
+/// The statements of [`AuditLog::append`], prepared on one connection.
+#[derive(Clone)]
+struct AppendStatements {
+    lock: ::postgres::Statement,
+    tail: ::postgres::Statement,
+    insert: ::postgres::Statement,
+}
+
+impl Connection {
+    fn new(client: Client) -> Self {
+        Self {
+            client,
+            append: None,
+        }
+    }
+
+    /// The statements of an append, prepared on first use.
+    fn append_statements(&mut self) -> Result<AppendStatements, StoreError> {
+        if let Some(prepared) = &self.append {
+            return Ok(prepared.clone());
+        }
+        let prepared = AppendStatements {
+            lock: self.client.prepare("SELECT pg_advisory_xact_lock($1)")?,
+            tail: self
+                .client
+                .prepare("SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1")?,
+            insert: self.client.prepare(
+                "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )?,
+        };
+        self.append = Some(prepared.clone());
+        Ok(prepared)
+    }
+}
 
 /// The PostgreSQL store (`postgres://user@host/db`).
 pub struct PgStore {
@@ -136,13 +181,13 @@ impl PgStore {
         std::thread::Builder::new()
             .name("hintgate-postgres".to_owned())
             .spawn(move || {
-                let mut client = match connect(&worker_config).and_then(|mut client| {
+                let mut connection = match connect(&worker_config).and_then(|mut client| {
                     let salt = migrate(&mut client, &worker_shown)?;
                     Ok((client, salt))
                 }) {
                     Ok((client, salt)) => {
                         let _ = ready_tx.send(Ok(salt));
-                        Some(client)
+                        Some(Connection::new(client))
                     }
                     Err(err) => {
                         let _ = ready_tx.send(Err(err));
@@ -150,11 +195,14 @@ impl PgStore {
                     }
                 };
                 for job in jobs_rx {
-                    if client.as_ref().is_none_or(Client::is_closed) {
-                        client = connect(&worker_config).ok();
+                    if connection
+                        .as_ref()
+                        .is_none_or(|connection| connection.client.is_closed())
+                    {
+                        connection = connect(&worker_config).ok().map(Connection::new);
                     }
-                    match client.as_mut() {
-                        Some(client) => job(Ok(client)),
+                    match connection.as_mut() {
+                        Some(connection) => job(Ok(connection)),
                         None => job(Err(StoreError::Address(format!(
                             "`{worker_shown}` cannot be reached"
                         )))),
@@ -173,14 +221,23 @@ impl PgStore {
         })
     }
 
-    /// Runs `work` on the store's connection and waits for its result.
+    /// Runs `work` on the store's client and waits for its result.
     fn call<R: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Client) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
+        self.call_on(move |connection| work(&mut connection.client))
+    }
+
+    /// Runs `work` on the store's connection (its client and the statements
+    /// prepared on it) and waits for its result.
+    fn call_on<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
         let (tx, rx) = sync_channel(1);
-        let job: Job = Box::new(move |client| {
-            let _ = tx.send(client.and_then(work));
+        let job: Job = Box::new(move |connection| {
+            let _ = tx.send(connection.and_then(work));
         });
         self.jobs
             .lock()
@@ -545,26 +602,22 @@ impl PinStore for PgStore {
 
 impl AuditLog for PgStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
+        // The job runs on the store's thread, which outlives this call, so
+        // it owns what it writes.
         let entries = entries.to_vec();
-        self.call(move |client| {
-            let mut tx = client.transaction()?;
+        self.call_on(move |connection| {
+            let statements = connection.append_statements()?;
+            let mut tx = connection.client.transaction()?;
             // One chain for every gateway on this store: appends take turns.
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
-            let tail = match tx.query_opt(
-                "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
-                &[],
-            )? {
+            tx.execute(&statements.lock, &[&AUDIT_LOCK])?;
+            let tail = match tx.query_opt(&statements.tail, &[])? {
                 Some(row) => (from_sql(row.try_get(0)?), row.try_get::<_, String>(1)?),
                 None => (0, GENESIS.to_owned()),
             };
-            let statement = tx.prepare(
-                "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )?;
             // Stored as hashed: the canonical text the caller gave.
             let seqs = chain(tail, &entries, |new, seq, prev, hash| {
                 tx.execute(
-                    &statement,
+                    &statements.insert,
                     &[
                         &to_sql(seq),
                         &new.at,

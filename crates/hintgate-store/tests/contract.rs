@@ -522,6 +522,44 @@ fn gateways_appending_at_once_to_postgres_keep_one_chain() {
 }
 
 #[test]
+fn a_postgres_store_appends_again_on_a_new_connection_after_losing_its_own() {
+    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let entry =
+        |n: u64| NewEntry::from_value(1_795_000_000, EntryKind::Call, None, &json!({"call": n}));
+    let store = hintgate_store::PgStore::open(&url).unwrap();
+    // The statements of an append are prepared on the first one.
+    assert_eq!(store.append(&[entry(1)]).unwrap(), [1]);
+    assert_eq!(store.append(&[entry(2)]).unwrap(), [2]);
+    // The server ends the store's connection, and with it the statements
+    // prepared on it.
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    assert!(!ended.is_empty(), "the store's connection was found");
+    // An append that finds the connection gone fails; a later one runs on
+    // a new connection, with its statements prepared anew (a statement of
+    // the old connection would not be found).
+    let mut seqs = Vec::new();
+    for n in 3..8 {
+        if let Ok(appended) = store.append(&[entry(n)]) {
+            seqs.extend(appended);
+        }
+    }
+    assert!(seqs.len() >= 3, "appends work again: {seqs:?}");
+    let expected: Vec<u64> = (3..).take(seqs.len()).collect();
+    assert_eq!(seqs, expected, "nothing of a failed append was kept");
+    assert_eq!(store.verify().unwrap().first_broken, None);
+}
+
+#[test]
 fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
