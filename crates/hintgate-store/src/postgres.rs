@@ -144,6 +144,43 @@ fn connect(config: &Config) -> Result<Client, StoreError> {
     Ok(config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))?)
 }
 
+/// Bounds connecting, a silent connection and each statement to
+/// [`STORE_TIMEOUT`], where the address does not bound them itself.
+///
+/// A gateway commits its records on its own loop: a server that stops
+/// answering must fail the commit (the calls are refused) rather than hold
+/// the loop. The statement timeout joins any other `options` the address
+/// gives, unless they name `statement_timeout` themselves.
+fn bound(config: &mut Config) {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(STORE_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(STORE_TIMEOUT);
+    }
+    let timeout = format!("-c statement_timeout={}", STORE_TIMEOUT.as_millis());
+    match config.get_options() {
+        None => {
+            config.options(&timeout);
+        }
+        Some(options) if !names_statement_timeout(options) => {
+            let options = format!("{options} {timeout}");
+            config.options(&options);
+        }
+        Some(_) => {}
+    }
+}
+
+/// Whether server `options` set `statement_timeout`: as `-c name=value`
+/// or `--name=value`, where PostgreSQL reads names without regard to case
+/// and a `-` in the name as `_`.
+fn names_statement_timeout(options: &str) -> bool {
+    options
+        .to_ascii_lowercase()
+        .replace('-', "_")
+        .contains("statement_timeout")
+}
+
 impl PgStore {
     /// Connects to the store at `url` (`postgres://` or `postgresql://`),
     /// creating or migrating its schema.
@@ -157,23 +194,7 @@ impl PgStore {
         let mut config: Config = url.parse().map_err(|err| {
             StoreError::Address(format!("`{shown}` is not a PostgreSQL address: {err}"))
         })?;
-        // A gateway commits its records on its own loop: a server that stops
-        // answering must fail the commit (the calls are refused) rather than
-        // hold the loop. Unless the address says otherwise, connecting, a
-        // silent connection and a statement are each bounded.
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(STORE_TIMEOUT);
-        }
-        if config.get_tcp_user_timeout().is_none() {
-            config.tcp_user_timeout(STORE_TIMEOUT);
-        }
-        config.keepalives(true);
-        if config.get_options().is_none() {
-            config.options(&format!(
-                "-c statement_timeout={}",
-                STORE_TIMEOUT.as_millis()
-            ));
-        }
+        bound(&mut config);
         let (ready_tx, ready_rx) = sync_channel(1);
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
         let worker_config = config.clone();
@@ -865,6 +886,53 @@ mod tests {
         );
         assert_eq!(shown("postgres://db.example/h"), "postgres://db.example/h");
         assert!(!shown("postgresql://a:b:c@h/d").contains('b'));
+    }
+
+    fn bounded(url: &str) -> Config {
+        let mut config: Config = url.parse().unwrap();
+        bound(&mut config);
+        config
+    }
+
+    #[test]
+    fn the_store_bounds_what_the_address_leaves_open_and_keeps_what_it_sets() {
+        let ten_s = "-c statement_timeout=10000";
+        let open = bounded("postgres://gate@db/h");
+        assert_eq!(open.get_connect_timeout(), Some(&STORE_TIMEOUT));
+        assert_eq!(open.get_tcp_user_timeout(), Some(&STORE_TIMEOUT));
+        assert_eq!(open.get_options(), Some(ten_s));
+        assert!(open.get_keepalives(), "keepalives are on by default");
+
+        // Options that set something else keep it, and get the bound too.
+        let other = bounded("postgres://gate@db/h?options=-c%20search_path%3Dgate");
+        assert_eq!(
+            other.get_options(),
+            Some(format!("-c search_path=gate {ten_s}").as_str())
+        );
+
+        // Options that set the statement timeout, however spelled, win.
+        for (url, options) in [
+            (
+                "postgres://gate@db/h?options=-c%20statement_timeout%3D0",
+                "-c statement_timeout=0",
+            ),
+            (
+                "postgres://gate@db/h?options=--statement-timeout%3D500",
+                "--statement-timeout=500",
+            ),
+            (
+                "postgres://gate@db/h?options=-c%20search_path%3Dgate%20-c%20Statement_Timeout%3D5s",
+                "-c search_path=gate -c Statement_Timeout=5s",
+            ),
+        ] {
+            assert_eq!(bounded(url).get_options(), Some(options), "{url}");
+        }
+
+        // The address's own bounds and keepalive choice stand.
+        let own = bounded("postgres://gate@db/h?connect_timeout=3&tcp_user_timeout=4&keepalives=0");
+        assert_eq!(own.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        assert_eq!(own.get_tcp_user_timeout(), Some(&Duration::from_secs(4)));
+        assert!(!own.get_keepalives());
     }
 
     #[test]
