@@ -1,5 +1,8 @@
-//! The audit log: one record per tool call that reached the gateway, and
-//! one more for its outcome, in a hash chain.
+//! The audit log, a hash chain: one record per tool call that reached the
+//! gateway, and the outcome of each call that was sent on, in a record of
+//! its own ([`EntryKind::Outcome`]) or, with the outcomes of the other calls
+//! that ended in the same turn of the gateway, in one shared record
+//! ([`EntryKind::Outcomes`]).
 //!
 //! Each entry carries the hash of the one before; the hash covers the
 //! entry's sequence number, time, kind, the call it belongs to and its body.
@@ -24,9 +27,10 @@ pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EntryKind {
-    /// A call and the decision on it, written before it reaches the server.
+    /// A call and the decision on it, written before the call is sent (a
+    /// call that is refused is never sent).
     Call,
-    /// How a call ended.
+    /// How one call ended; [`NewEntry::call`] names the call.
     Outcome,
     /// How several calls ended, in one record: a turn of the gateway that
     /// saw several calls end writes one record, not one each. Its body is
@@ -40,12 +44,15 @@ pub enum EntryKind {
 pub struct NewEntry {
     /// Seconds since the Unix epoch.
     pub at: i64,
-    /// Call or outcome.
+    /// A call, one call's outcome, or the outcomes of several calls.
     pub kind: EntryKind,
-    /// For an outcome: the sequence number of its call.
+    /// For an [`EntryKind::Outcome`]: the sequence number of its call.
+    /// `None` for a call, and for an [`EntryKind::Outcomes`] record, whose
+    /// items each name their call.
     pub call: Option<u64>,
     /// Everything else (server, tool, redacted arguments, verdict, reasons,
-    /// approver, pin; or outcome and duration) as canonical JSON text, as
+    /// approver, pin; or outcome and duration; or the list of outcomes) as
+    /// canonical JSON text, as
     /// [`canonical_json`] writes it. The log hashes and stores it as given,
     /// so the caller serialises each record once; a text that is not
     /// canonical JSON is kept, and [`AuditLog::verify`] reports its entry as
@@ -60,9 +67,12 @@ pub struct Entry {
     pub seq: u64,
     /// Seconds since the Unix epoch.
     pub at: i64,
-    /// Call or outcome.
+    /// A call, one call's outcome, or the outcomes of several calls.
     pub kind: EntryKind,
-    /// For an outcome: its call.
+    /// For an [`EntryKind::Outcome`] (also one that [`Entry::expand`] made
+    /// from an [`EntryKind::Outcomes`] record): its call. `None` for a call
+    /// and for an [`EntryKind::Outcomes`] record, whose items each name
+    /// their call.
     pub call: Option<u64>,
     /// The recorded facts.
     pub body: Value,

@@ -33,9 +33,12 @@
 //! [`PgStore`] implement it and pass one contract suite (`tests/contract.rs`).
 //!
 //! [`AuditLog`] is the hash-chained audit log: one record per tool call that
-//! reached the gateway, written before the call is sent, and one more for its
-//! outcome. A record's body arrives as canonical JSON text ([`NewEntry`]),
-//! which the log hashes and stores as given, so it is serialised once.
+//! reached the gateway, written before the call is sent, and the outcome of
+//! each call that was sent on, in a record of its own or shared with the
+//! other outcomes of the same turn of the gateway ([`EntryKind::Outcomes`];
+//! [`Entry::expand`] gives one outcome per call). A record's body arrives as
+//! canonical JSON text ([`NewEntry`]), which the log hashes and stores as
+//! given, so it is serialised once.
 //!
 //! [`ApprovalQueue`] holds calls that wait for a person on a host that cannot
 //! ask one; `hintgate approvals` answers them, from any process that opens
