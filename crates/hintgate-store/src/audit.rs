@@ -234,29 +234,55 @@ impl Entry {
     /// each call an [`EntryKind::Outcomes`] entry ends (each keeps the
     /// record's sequence number, time and hashes, and gets its call and its
     /// own outcome as body); any other entry as it is.
+    ///
+    /// An [`EntryKind::Outcomes`] entry that is not a non-empty list of
+    /// outcomes each naming its call (`{"outcomes": [{"call": SEQ, ...}]}`)
+    /// is also given back as it is, whole, rather than split into outcomes
+    /// that name no call or into nothing: a reader shows it as a record it
+    /// cannot read instead of losing it or taking it for a call.
     #[must_use]
     pub fn expand(self) -> Vec<Self> {
-        if self.kind != EntryKind::Outcomes {
+        if self.kind != EntryKind::Outcomes || !self.splits_into_outcomes() {
             return vec![self];
         }
-        let items = self
-            .body
-            .get("outcomes")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let Self {
+            seq,
+            at,
+            mut body,
+            prev,
+            hash,
+            ..
+        } = self;
+        let items = match body.get_mut("outcomes").map(Value::take) {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
         items
             .into_iter()
             .map(|item| Self {
-                seq: self.seq,
-                at: self.at,
+                seq,
+                at,
                 kind: EntryKind::Outcome,
                 call: item.get("call").and_then(Value::as_u64),
                 body: item,
-                prev: self.prev.clone(),
-                hash: self.hash.clone(),
+                prev: prev.clone(),
+                hash: hash.clone(),
             })
             .collect()
+    }
+
+    /// Whether the body is a non-empty list of outcomes that each name
+    /// their call.
+    fn splits_into_outcomes(&self) -> bool {
+        self.body
+            .get("outcomes")
+            .and_then(Value::as_array)
+            .is_some_and(|items| {
+                !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|item| item.get("call").and_then(Value::as_u64).is_some())
+            })
     }
 }
 
@@ -600,6 +626,59 @@ mod tests {
             let parsed: Value = serde_json::from_str(&canonical).unwrap();
             prop_assert_eq!(canonical_json(&parsed), canonical);
         }
+    }
+
+    fn outcomes_record(body: Value) -> Entry {
+        Entry {
+            seq: 9,
+            at: 7,
+            kind: EntryKind::Outcomes,
+            call: None,
+            body,
+            prev: "prev".into(),
+            hash: "hash".into(),
+        }
+    }
+
+    #[test]
+    fn an_outcomes_record_splits_into_one_outcome_per_call() {
+        let expanded = outcomes_record(serde_json::json!({"outcomes": [
+            {"call": 3, "outcome": "ok"},
+            {"call": 4, "outcome": "failed"},
+        ]}))
+        .expand();
+        assert_eq!(
+            expanded
+                .iter()
+                .map(|entry| (entry.seq, entry.kind, entry.call, entry.hash.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (9, EntryKind::Outcome, Some(3), "hash"),
+                (9, EntryKind::Outcome, Some(4), "hash")
+            ]
+        );
+        assert_eq!(expanded[1].body["outcome"], "failed");
+    }
+
+    #[test]
+    fn an_outcomes_record_that_cannot_be_split_is_given_back_whole() {
+        for body in [
+            // An item that names no call (or not as a sequence number).
+            serde_json::json!({"outcomes": [{"call": 3, "outcome": "ok"}, {"outcome": "ok"}]}),
+            serde_json::json!({"outcomes": [{"call": "3", "outcome": "ok"}]}),
+            // Not a list, an empty one, or none at all.
+            serde_json::json!({"outcomes": {"call": 3, "outcome": "ok"}}),
+            serde_json::json!({"outcomes": []}),
+            serde_json::json!({"outcome": "ok"}),
+            Value::String("not JSON any more".into()),
+        ] {
+            let record = outcomes_record(body);
+            assert_eq!(record.clone().expand(), [record]);
+        }
+        // Any other record is always given back as it is.
+        let mut call = outcomes_record(serde_json::json!({"tool": "read"}));
+        call.kind = EntryKind::Call;
+        assert_eq!(call.clone().expand(), [call]);
     }
 
     #[test]
