@@ -1000,9 +1000,23 @@ fn approvals_wake_watches(
 ) {
     use std::time::{Duration, Instant};
     const TIMEOUT: Duration = Duration::from_secs(15);
+    // The control: with nothing changed, a wait sleeps (about) its whole
+    // timeout, so the wakes below are the changes' doing, not a watch that
+    // never sleeps. Only a lower bound, which a busy machine cannot break.
+    const QUIET: Duration = Duration::from_millis(400);
+    let sleeps_when_nothing_changes = |watch: &mut Box<dyn hintgate_store::QueueWatch>| {
+        let started = Instant::now();
+        watch.wait(QUIET).unwrap();
+        assert!(
+            started.elapsed() >= QUIET / 2,
+            "a wait with nothing changed returned after {:?}",
+            started.elapsed()
+        );
+    };
     let mut watch = waiter.watch().unwrap();
     // Let a first wait establish whatever the watch needs (PostgreSQL: LISTEN).
     watch.wait(Duration::from_millis(10)).unwrap();
+    sleeps_when_nothing_changes(&mut watch);
     other.approve_always("k", "read", "sha256:a").unwrap();
     let started = Instant::now();
     watch.wait(TIMEOUT).unwrap();
@@ -1017,6 +1031,8 @@ fn approvals_wake_watches(
         started.elapsed() < TIMEOUT,
         "a revocation wakes the watch before its timeout"
     );
+    // A wake is used up by the wait it ends.
+    sleeps_when_nothing_changes(&mut watch);
 }
 
 #[test]
