@@ -39,28 +39,19 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
         shown: HashMap::new(),
     };
     let mut after = 0;
-    let mut calls: BTreeMap<u64, Entry> = BTreeMap::new();
-    let mut outcomes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
+    let mut grouped = Grouped::default();
     loop {
         let batch = store.entries(after, 1000)?;
         let Some(last) = batch.last() else {
             break;
         };
         after = last.seq;
-        for entry in batch.into_iter().flat_map(Entry::expand) {
-            match (entry.kind, entry.call) {
-                (EntryKind::Outcome, Some(call)) => outcomes.entry(call).or_default().push(entry),
-                _ => {
-                    calls.insert(entry.seq, entry);
-                }
-            }
+        for record in batch {
+            grouped.add(record);
         }
     }
     let mut out = String::new();
-    for call in calls.values() {
-        let ended = outcomes.get(&call.seq).and_then(|list| list.last());
-        view.call(call, ended, &mut out);
-    }
+    grouped.render(&mut view, &mut out);
     if !args.follow {
         output::out(&out)?;
         return Ok(Exit::Success);
@@ -75,15 +66,76 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
         }
         out.clear();
         store.wait_for_entries(after, FOLLOW_WAIT)?;
-        for entry in store
-            .entries(after, 1000)?
-            .into_iter()
-            .flat_map(Entry::expand)
-        {
-            after = entry.seq;
-            match (entry.kind, entry.call) {
-                (EntryKind::Outcome, Some(call)) => view.outcome(&entry, call, &mut out),
-                _ => view.call(&entry, None, &mut out),
+        for record in store.entries(after, 1000)? {
+            after = record.seq;
+            view.followed(record, &mut out);
+        }
+    }
+}
+
+/// What a record is to `hintgate log`, once [`Entry::expand`] has split the
+/// records that hold several outcomes.
+enum Filed {
+    /// A call.
+    Call,
+    /// The outcome of the call with this sequence number.
+    Outcome(u64),
+    /// Neither: an outcome that names no call, or a record of outcomes that
+    /// `expand` gave back whole because it is not a list of outcomes that
+    /// each name their call. The gateway writes none; shown as it is stored,
+    /// so that it is neither lost nor taken for a call.
+    Unreadable,
+}
+
+fn filed(entry: &Entry) -> Filed {
+    match (entry.kind, entry.call) {
+        (EntryKind::Call, _) => Filed::Call,
+        (EntryKind::Outcome, Some(call)) => Filed::Outcome(call),
+        (EntryKind::Outcome, None) | (EntryKind::Outcomes, _) => Filed::Unreadable,
+    }
+}
+
+/// The log as printed without `--follow`: each call once, with its last
+/// outcome, and every record that cannot be read as a call or an outcome,
+/// in the order of the log.
+#[derive(Default)]
+struct Grouped {
+    /// Calls and unreadable records, by sequence number.
+    rows: BTreeMap<u64, Row>,
+    /// The outcomes of each call, by the call's sequence number.
+    outcomes: BTreeMap<u64, Vec<Entry>>,
+}
+
+enum Row {
+    Call(Entry),
+    Unreadable(Entry),
+}
+
+impl Grouped {
+    /// Files one stored record.
+    fn add(&mut self, record: Entry) {
+        for entry in record.expand() {
+            match filed(&entry) {
+                Filed::Outcome(call) => self.outcomes.entry(call).or_default().push(entry),
+                Filed::Call => {
+                    self.rows.insert(entry.seq, Row::Call(entry));
+                }
+                Filed::Unreadable => {
+                    self.rows.insert(entry.seq, Row::Unreadable(entry));
+                }
+            }
+        }
+    }
+
+    /// Prints what the filters keep.
+    fn render(&self, view: &mut View<'_>, out: &mut String) {
+        for row in self.rows.values() {
+            match row {
+                Row::Call(call) => {
+                    let ended = self.outcomes.get(&call.seq).and_then(|list| list.last());
+                    view.call(call, ended, out);
+                }
+                Row::Unreadable(entry) => view.unreadable(entry, out),
             }
         }
     }
@@ -105,6 +157,49 @@ struct View<'a> {
 }
 
 impl View<'_> {
+    /// Prints one stored record as `--follow` shows it: a call, the outcome
+    /// of a call printed before, or a record it cannot read.
+    fn followed(&mut self, record: Entry, out: &mut String) {
+        for entry in record.expand() {
+            match filed(&entry) {
+                Filed::Call => self.call(&entry, None, out),
+                Filed::Outcome(call) => self.outcome(&entry, call, out),
+                Filed::Unreadable => self.unreadable(&entry, out),
+            }
+        }
+    }
+
+    /// Prints a record that cannot be read as a call or as outcomes, as it
+    /// is stored. The server, tool and verdict filters cannot be matched
+    /// against it, so it is printed whatever they say (it may concern the
+    /// calls they keep); `--since` applies.
+    fn unreadable(&mut self, entry: &Entry, out: &mut String) {
+        if self.since.is_some_and(|since| entry.at < since) {
+            return;
+        }
+        let kind = match entry.kind {
+            EntryKind::Call => "call",
+            EntryKind::Outcome => "outcome",
+            EntryKind::Outcomes => "outcomes",
+        };
+        if self.args.json {
+            let record = serde_json::json!({
+                "seq": entry.seq,
+                "at": entry.at,
+                "kind": "malformed",
+                "record": {"kind": kind, "call": entry.call, "body": entry.body},
+            });
+            out.push_str(&format!("{record}\n"));
+        } else {
+            out.push_str(&format!(
+                "{:>6}  {}  malformed {kind} record, shown as stored: {}\n",
+                entry.seq,
+                utc(entry.at),
+                entry.body,
+            ));
+        }
+    }
+
     /// Prints a call (with its outcome, when known) if the filters keep it.
     fn call(&mut self, call: &Entry, ended: Option<&Entry>, out: &mut String) {
         let args = self.args;
@@ -389,6 +484,158 @@ pub(crate) fn utc(seconds: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
+    use hintgate_store::{Entry, EntryKind};
+    use serde_json::{Value, json};
+
+    use super::{Grouped, View};
+    use crate::args::{LogArgs, StoreArgs};
+
+    fn log_args(json: bool, follow: bool) -> LogArgs {
+        LogArgs {
+            at: StoreArgs {
+                state_dir: None,
+                store: None,
+                config: None,
+            },
+            // Records that cannot be read are shown whatever this says.
+            server: Some("fs".into()),
+            tool: None,
+            verdict: None,
+            since: None,
+            follow,
+            json,
+            command: None,
+        }
+    }
+
+    fn record(seq: u64, kind: EntryKind, call: Option<u64>, body: Value) -> Entry {
+        Entry {
+            seq,
+            at: 1_795_989_518,
+            kind,
+            call,
+            body,
+            prev: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    /// Two calls, a record of outcomes that ends the first, and three
+    /// records that cannot be read as calls and outcomes.
+    fn records() -> Vec<Entry> {
+        let call = |seq| {
+            record(
+                seq,
+                EntryKind::Call,
+                None,
+                json!({"server": "fs", "tool": "read", "verdict": "allow", "reasons": [], "approver": "rule"}),
+            )
+        };
+        vec![
+            call(1),
+            call(2),
+            record(
+                3,
+                EntryKind::Outcomes,
+                None,
+                json!({"outcomes": [{"call": 1, "outcome": "ok", "duration_ms": 4}]}),
+            ),
+            // An item that names no call.
+            record(
+                4,
+                EntryKind::Outcomes,
+                None,
+                json!({"outcomes": [{"call": 2, "outcome": "ok"}, {"outcome": "failed"}]}),
+            ),
+            // Outcomes that are not a list.
+            record(5, EntryKind::Outcomes, None, json!({"outcomes": "ok"})),
+            // An outcome of no call.
+            record(6, EntryKind::Outcome, None, json!({"outcome": "ok"})),
+        ]
+    }
+
+    fn grouped(json: bool) -> Vec<String> {
+        let args = log_args(json, false);
+        let mut view = View {
+            args: &args,
+            since: None,
+            shown: HashMap::new(),
+        };
+        let mut grouped = Grouped::default();
+        for entry in records() {
+            grouped.add(entry);
+        }
+        let mut out = String::new();
+        grouped.render(&mut view, &mut out);
+        out.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_record_of_outcomes_that_cannot_be_read_is_shown_not_dropped_or_filed_as_a_call() {
+        let lines = grouped(false);
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert!(lines[0].starts_with("     1  ") && lines[0].ends_with("-> ok"));
+        assert!(
+            lines[1].starts_with("     2  ") && lines[1].ends_with("-> pending"),
+            "an outcome in a record that cannot be read ends no call: {lines:#?}"
+        );
+        assert_eq!(
+            lines[2],
+            r#"     4  2026-11-29T21:58:38Z  malformed outcomes record, shown as stored: {"outcomes":[{"call":2,"outcome":"ok"},{"outcome":"failed"}]}"#
+        );
+        assert_eq!(
+            lines[3],
+            r#"     5  2026-11-29T21:58:38Z  malformed outcomes record, shown as stored: {"outcomes":"ok"}"#
+        );
+        assert_eq!(
+            lines[4],
+            r#"     6  2026-11-29T21:58:38Z  malformed outcome record, shown as stored: {"outcome":"ok"}"#
+        );
+
+        let json: Vec<Value> = grouped(true)
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(
+            json.iter()
+                .map(|line| line["kind"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["call", "call", "malformed", "malformed", "malformed"]
+        );
+        assert_eq!(json[0]["outcome"], "ok");
+        assert_eq!(json[1]["outcome"], "pending");
+        assert_eq!(
+            json[3],
+            json!({"seq": 5, "at": 1_795_989_518, "kind": "malformed",
+                   "record": {"kind": "outcomes", "call": null, "body": {"outcomes": "ok"}}})
+        );
+    }
+
+    #[test]
+    fn follow_shows_a_record_of_outcomes_that_cannot_be_read() {
+        let args = log_args(false, true);
+        let mut view = View {
+            args: &args,
+            since: None,
+            shown: HashMap::new(),
+        };
+        let mut out = String::new();
+        for entry in records() {
+            view.followed(entry, &mut out);
+        }
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 6, "{lines:#?}");
+        assert!(lines[2].ends_with("fs / read  call 1 ended  -> ok (4 ms)"));
+        for (line, seq) in lines[3..].iter().zip(["4", "5", "6"]) {
+            assert!(
+                line.trim_start().starts_with(seq) && line.contains("malformed"),
+                "{line}"
+            );
+        }
+    }
+
     #[test]
     fn times_are_shown_in_utc() {
         assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");

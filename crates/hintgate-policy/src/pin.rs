@@ -272,7 +272,7 @@ fn write_string(text: &str, out: &mut String) {
 
 /// Writes `text` as a JSON string, escaped as `serde_json` escapes it (the
 /// form canonical JSON uses).
-pub fn write_json_string(text: &str, out: &mut String) {
+fn write_json_string(text: &str, out: &mut String) {
     // Serializing a &str cannot fail; the fallback keeps the function total.
     out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\"")));
 }

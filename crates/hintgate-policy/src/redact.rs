@@ -162,16 +162,10 @@ impl Redactor {
         Self { keys, pointers }
     }
 
-    /// The arguments with every matching value replaced by [`REDACTED`].
-    pub fn redact(&self, arguments: &Value) -> Value {
-        let mut path = Vec::new();
-        self.walk(arguments, &mut path)
-    }
-
     /// Writes the arguments as canonical JSON (keys sorted, no whitespace,
     /// as [`crate::pin::canonical_json`] writes them) with every matching
-    /// value written as [`REDACTED`]: what [`Self::redact`] returns,
-    /// serialised, without building the redacted copy.
+    /// value, objects and arrays included, written as [`REDACTED`]: the
+    /// canonical JSON of a redacted copy, without building the copy.
     pub fn write_canonical(&self, arguments: &Value, out: &mut String) {
         let track_path = !self.pointers.is_empty();
         let replace = |key: Option<&str>, path: &[String]| {
@@ -185,42 +179,6 @@ impl Redactor {
             path: Vec::new(),
         };
         crate::pin::write_canonical_replacing(arguments, out, &mut how);
-    }
-
-    fn walk(&self, value: &Value, path: &mut Vec<String>) -> Value {
-        match value {
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(key, item)| {
-                        path.push(key.clone());
-                        let redacted = if self.key_matches(key) || self.pointer_matches(path) {
-                            Value::String(REDACTED.to_owned())
-                        } else {
-                            self.walk(item, path)
-                        };
-                        path.pop();
-                        (key.clone(), redacted)
-                    })
-                    .collect(),
-            ),
-            Value::Array(items) => Value::Array(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(idx, item)| {
-                        path.push(idx.to_string());
-                        let redacted = if self.pointer_matches(path) {
-                            Value::String(REDACTED.to_owned())
-                        } else {
-                            self.walk(item, path)
-                        };
-                        path.pop();
-                        redacted
-                    })
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
     }
 
     fn key_matches(&self, key: &str) -> bool {
@@ -254,92 +212,4 @@ impl Default for Redactor {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn redactor(patterns: &[&str], defaults: bool) -> Redactor {
-        Redactor::new(&AuditSettings {
-            redact: patterns
-                .iter()
-                .map(|p| Pattern::parse(p).unwrap())
-                .collect(),
-            redact_defaults: defaults,
-        })
-    }
-
-    #[test]
-    fn secret_looking_keys_are_redacted_at_any_depth_by_default() {
-        let redacted = Redactor::default().redact(
-            &json!({"path": "/x", "apiKey": "k", "nested": [{"Authorization": "Bearer t", "ok": 1}]}),
-        );
-        assert_eq!(
-            redacted,
-            json!({"path": "/x", "apiKey": "[redacted]", "nested": [{"Authorization": "[redacted]", "ok": 1}]})
-        );
-    }
-
-    #[test]
-    fn pointers_name_one_place_and_globs_any_key_case_insensitively() {
-        let redactor = redactor(
-            &[
-                "/credentials/password",
-                "/accounts/*/pin",
-                "/list/1",
-                "SSN*",
-            ],
-            false,
-        );
-        let redacted = redactor.redact(&json!({
-            "credentials": {"user": "me", "password": {"nested": "whole"}},
-            "password": "not at the pointer",
-            "accounts": [{"pin": 1234, "id": 1}, {"pin": 5678, "id": 2}],
-            "list": ["a", "b", "c"],
-            "person": {"ssn_number": "078-05-1120", "name": "x"},
-        }));
-        assert_eq!(
-            redacted,
-            json!({
-                "credentials": {"user": "me", "password": "[redacted]"},
-                "password": "not at the pointer",
-                "accounts": [{"pin": "[redacted]", "id": 1}, {"pin": "[redacted]", "id": 2}],
-                "list": ["a", "[redacted]", "c"],
-                "person": {"ssn_number": "[redacted]", "name": "x"},
-            })
-        );
-    }
-
-    #[test]
-    fn defaults_can_be_turned_off_and_pointers_unescape() {
-        let redactor = redactor(&["/a~1b/~0c"], false);
-        assert_eq!(
-            redactor.redact(&json!({"token": "t", "a/b": {"~c": 1, "d": 2}})),
-            json!({"token": "t", "a/b": {"~c": "[redacted]", "d": 2}})
-        );
-    }
-
-    #[test]
-    fn canonical_writing_matches_redacting_then_serialising() {
-        let redactor = redactor(&["/accounts/*/pin", "ssn*"], true);
-        let arguments = json!({
-            "b": [1, 2.5, "x\u{e9}"],
-            "a": {"Token": "t", "keep": null},
-            "accounts": [{"pin": 1, "id": 2}],
-            "SSN_number": "078",
-        });
-        let mut written = String::new();
-        redactor.write_canonical(&arguments, &mut written);
-        assert_eq!(
-            written,
-            crate::pin::canonical_json(&redactor.redact(&arguments))
-        );
-        assert!(!written.contains("078"));
-    }
-
-    #[test]
-    fn bad_patterns_are_refused() {
-        assert_eq!(Pattern::parse("/a~2"), Err(PatternError::BadEscape));
-        assert!(matches!(Pattern::parse("[a-"), Err(PatternError::Glob(_))));
-        assert!(matches!(Pattern::parse(""), Err(PatternError::Glob(_))));
-    }
-}
+mod tests;

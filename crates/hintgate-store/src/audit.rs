@@ -1,5 +1,8 @@
-//! The audit log: one record per tool call that reached the gateway, and
-//! one more for its outcome, in a hash chain.
+//! The audit log, a hash chain: one record per tool call that reached the
+//! gateway, and the outcome of each call that was sent on, in a record of
+//! its own ([`EntryKind::Outcome`]) or, with the outcomes of the other calls
+//! that ended in the same turn of the gateway, in one shared record
+//! ([`EntryKind::Outcomes`]).
 //!
 //! Each entry carries the hash of the one before; the hash covers the
 //! entry's sequence number, time, kind, the call it belongs to and its body.
@@ -24,9 +27,10 @@ pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EntryKind {
-    /// A call and the decision on it, written before it reaches the server.
+    /// A call and the decision on it, written before the call is sent (a
+    /// call that is refused is never sent).
     Call,
-    /// How a call ended.
+    /// How one call ended; [`NewEntry::call`] names the call.
     Outcome,
     /// How several calls ended, in one record: a turn of the gateway that
     /// saw several calls end writes one record, not one each. Its body is
@@ -40,12 +44,15 @@ pub enum EntryKind {
 pub struct NewEntry {
     /// Seconds since the Unix epoch.
     pub at: i64,
-    /// Call or outcome.
+    /// A call, one call's outcome, or the outcomes of several calls.
     pub kind: EntryKind,
-    /// For an outcome: the sequence number of its call.
+    /// For an [`EntryKind::Outcome`]: the sequence number of its call.
+    /// `None` for a call, and for an [`EntryKind::Outcomes`] record, whose
+    /// items each name their call.
     pub call: Option<u64>,
     /// Everything else (server, tool, redacted arguments, verdict, reasons,
-    /// approver, pin; or outcome and duration) as canonical JSON text, as
+    /// approver, pin; or outcome and duration; or the list of outcomes) as
+    /// canonical JSON text, as
     /// [`canonical_json`] writes it. The log hashes and stores it as given,
     /// so the caller serialises each record once; a text that is not
     /// canonical JSON is kept, and [`AuditLog::verify`] reports its entry as
@@ -60,9 +67,12 @@ pub struct Entry {
     pub seq: u64,
     /// Seconds since the Unix epoch.
     pub at: i64,
-    /// Call or outcome.
+    /// A call, one call's outcome, or the outcomes of several calls.
     pub kind: EntryKind,
-    /// For an outcome: its call.
+    /// For an [`EntryKind::Outcome`] (also one that [`Entry::expand`] made
+    /// from an [`EntryKind::Outcomes`] record): its call. `None` for a call
+    /// and for an [`EntryKind::Outcomes`] record, whose items each name
+    /// their call.
     pub call: Option<u64>,
     /// The recorded facts.
     pub body: Value,
@@ -176,47 +186,28 @@ pub(crate) fn chain_hash(
 ) -> String {
     // The same bytes as `format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n")`
     // followed by the body, fed to the hasher piece by piece: this runs for
-    // every record on the gateway's call path, so nothing is formatted.
-    let mut number = [0u8; 20];
+    // every record on the gateway's call path, so the numbers are written
+    // with `itoa` (the same digits as `Display`) into a buffer on the stack
+    // instead of through the formatting machinery into a new string.
+    let mut number = itoa::Buffer::new();
     let mut hasher = Sha256::new();
     hasher.update(prev.as_bytes());
     hasher.update(b"\n");
-    hasher.update(decimal(seq, &mut number));
+    hasher.update(number.format(seq).as_bytes());
     hasher.update(b"\n");
-    if at < 0 {
-        hasher.update(b"-");
-    }
-    hasher.update(decimal(at.unsigned_abs(), &mut number));
+    hasher.update(number.format(at).as_bytes());
     hasher.update(b"\n");
     hasher.update(kind_name(kind).as_bytes());
     hasher.update(b"\n");
     if let Some(call) = call {
-        hasher.update(decimal(call, &mut number));
+        hasher.update(number.format(call).as_bytes());
     }
     hasher.update(b"\n");
     hasher.update(canonical.as_bytes());
-    let mut text = [0u8; 64];
-    match hex::encode_to_slice(hasher.finalize(), &mut text) {
-        Ok(()) => std::str::from_utf8(&text).map_or_else(|_| String::new(), str::to_owned),
-        Err(_) => String::new(),
-    }
-}
-
-/// `n` in decimal, written into `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut start = buf.len();
-    loop {
-        start -= 1;
-        if let Some(digit) = buf.get_mut(start) {
-            // `n % 10` is below 10: the cast cannot truncate.
-            *digit = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 || start == 0 {
-            break;
-        }
-    }
-    buf.get(start..).unwrap_or_default()
+    // The digest's own lower-case hex (written through a buffer on the
+    // stack): `hex::encode` builds the string a character at a time, which
+    // costs about 100 ns a record more.
+    format!("{:x}", hasher.finalize())
 }
 
 /// The stored name of an entry kind.
@@ -243,29 +234,55 @@ impl Entry {
     /// each call an [`EntryKind::Outcomes`] entry ends (each keeps the
     /// record's sequence number, time and hashes, and gets its call and its
     /// own outcome as body); any other entry as it is.
+    ///
+    /// An [`EntryKind::Outcomes`] entry that is not a non-empty list of
+    /// outcomes each naming its call (`{"outcomes": [{"call": SEQ, ...}]}`)
+    /// is also given back as it is, whole, rather than split into outcomes
+    /// that name no call or into nothing: a reader shows it as a record it
+    /// cannot read instead of losing it or taking it for a call.
     #[must_use]
     pub fn expand(self) -> Vec<Self> {
-        if self.kind != EntryKind::Outcomes {
+        if self.kind != EntryKind::Outcomes || !self.splits_into_outcomes() {
             return vec![self];
         }
-        let items = self
-            .body
-            .get("outcomes")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let Self {
+            seq,
+            at,
+            mut body,
+            prev,
+            hash,
+            ..
+        } = self;
+        let items = match body.get_mut("outcomes").map(Value::take) {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
         items
             .into_iter()
             .map(|item| Self {
-                seq: self.seq,
-                at: self.at,
+                seq,
+                at,
                 kind: EntryKind::Outcome,
                 call: item.get("call").and_then(Value::as_u64),
                 body: item,
-                prev: self.prev.clone(),
-                hash: self.hash.clone(),
+                prev: prev.clone(),
+                hash: hash.clone(),
             })
             .collect()
+    }
+
+    /// Whether the body is a non-empty list of outcomes that each name
+    /// their call.
+    fn splits_into_outcomes(&self) -> bool {
+        self.body
+            .get("outcomes")
+            .and_then(Value::as_array)
+            .is_some_and(|items| {
+                !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|item| item.get("call").and_then(Value::as_u64).is_some())
+            })
     }
 }
 
@@ -290,6 +307,28 @@ pub(crate) fn parse_body(body: String) -> Value {
     serde_json::from_str(&body).unwrap_or(Value::String(body))
 }
 
+/// Numbers and chains `entries` after the log's tail (the sequence number
+/// and hash of its last entry; 0 and [`GENESIS`] when it is empty), the
+/// same way in every store: `store` gets each entry in order with its
+/// sequence number, the hash of the entry before it and its own hash, and
+/// the first error stops the append. Returns the sequence numbers.
+pub(crate) fn chain(
+    tail: (u64, String),
+    entries: &[NewEntry],
+    mut store: impl FnMut(&NewEntry, u64, String, &str) -> Result<(), StoreError>,
+) -> Result<Vec<u64>, StoreError> {
+    let (mut seq, mut prev) = tail;
+    let mut seqs = Vec::with_capacity(entries.len());
+    for new in entries {
+        seq += 1;
+        let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+        store(new, seq, prev, &hash)?;
+        seqs.push(seq);
+        prev = hash;
+    }
+    Ok(seqs)
+}
+
 /// The inserts of one append, inside its transaction.
 fn append_in_transaction(
     connection: &rusqlite::Connection,
@@ -297,7 +336,7 @@ fn append_in_transaction(
 ) -> Result<Vec<u64>, StoreError> {
     // Cached: the tail is read once per group, and parsing it each time
     // showed in profiles.
-    let (mut seq, mut prev): (u64, String) = connection
+    let tail: (u64, String) = connection
         .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
         .query_row([], |row| {
             Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
@@ -307,27 +346,21 @@ fn append_in_transaction(
             rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS.to_owned())),
             other => Err(other),
         })?;
-    let mut seqs = Vec::with_capacity(entries.len());
     let mut insert = connection.prepare_cached(
         "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
-    for new in entries {
-        seq += 1;
-        let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
-        let kind = kind_name(new.kind);
+    chain(tail, entries, |new, seq, prev, hash| {
         insert.execute(params![
             to_sql(seq),
             new.at,
-            kind,
+            kind_name(new.kind),
             new.call.map(to_sql),
             new.body,
             prev,
             hash
         ])?;
-        seqs.push(seq);
-        prev = hash;
-    }
-    Ok(seqs)
+        Ok(())
+    })
 }
 
 // === impl MemoryStore ===
@@ -335,14 +368,11 @@ fn append_in_transaction(
 impl AuditLog for MemoryStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let mut state = self.lock();
-        let mut seqs = Vec::with_capacity(entries.len());
-        for new in entries {
-            let seq = state.audit.len() as u64 + 1;
-            let prev = state
-                .audit
-                .last()
-                .map_or_else(|| GENESIS.to_owned(), |last| last.hash.clone());
-            let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+        let tail = state.audit.last().map_or_else(
+            || (0, GENESIS.to_owned()),
+            |last| (last.seq, last.hash.clone()),
+        );
+        chain(tail, entries, |new, seq, prev, hash| {
             state.audit.push(Entry {
                 seq,
                 at: new.at,
@@ -350,11 +380,10 @@ impl AuditLog for MemoryStore {
                 call: new.call,
                 body: parse_body(new.body.clone()),
                 prev,
-                hash,
+                hash: hash.to_owned(),
             });
-            seqs.push(seq);
-        }
-        Ok(seqs)
+            Ok(())
+        })
     }
 
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
@@ -371,25 +400,53 @@ impl AuditLog for MemoryStore {
 
 // === impl SqliteStore ===
 
+/// A `BEGIN IMMEDIATE` transaction that rolls back when it is dropped
+/// uncommitted, as rusqlite's `Transaction` does, but whose `BEGIN` and
+/// `COMMIT` are cached statements like the rest of an append: the gateway
+/// commits once per turn of its loop, and preparing them each time showed in
+/// instruction counts.
+///
+/// IMMEDIATE: the write lock is taken before the tail is read, so another
+/// process appending to the same file waits (busy timeout) instead of
+/// failing the upgrade from reader to writer.
+struct Immediate<'c> {
+    connection: &'c rusqlite::Connection,
+}
+
+impl<'c> Immediate<'c> {
+    /// Begins the transaction, waiting for the write lock.
+    fn begin(connection: &'c rusqlite::Connection) -> rusqlite::Result<Self> {
+        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self { connection })
+    }
+
+    /// Commits; when the commit fails, dropping `self` rolls back.
+    fn commit(self) -> rusqlite::Result<()> {
+        self.connection.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        // After a commit, or an error on which SQLite rolled back by itself,
+        // the connection is out of the transaction already. Otherwise (an
+        // insert or the commit failed, or a panic unwinds) nothing of the
+        // group is kept, and the connection leaves the transaction, so the
+        // next append can begin one.
+        if !self.connection.is_autocommit() {
+            let _ = self.connection.execute_batch("ROLLBACK");
+        }
+    }
+}
+
 impl AuditLog for SqliteStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let connection = self.lock();
-        // IMMEDIATE: the write lock is taken before the tail is read, so
-        // another process appending to the same file waits (busy timeout)
-        // instead of failing the upgrade from reader to writer. `BEGIN` and
-        // `COMMIT` are cached statements like the rest: the gateway commits
-        // once per turn of its loop, and preparing them each time showed in
-        // instruction counts.
-        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let appended = append_in_transaction(&connection, entries).and_then(|seqs| {
-            connection.prepare_cached("COMMIT")?.execute([])?;
-            Ok(seqs)
-        });
-        if appended.is_err() && !connection.is_autocommit() {
-            // Nothing of the group is kept.
-            let _ = connection.execute_batch("ROLLBACK");
-        }
-        appended
+        let transaction = Immediate::begin(&connection)?;
+        let seqs = append_in_transaction(transaction.connection, entries)?;
+        transaction.commit()?;
+        Ok(seqs)
     }
 
     /// Looks at `PRAGMA data_version` every 50 ms, which changes when
@@ -469,7 +526,7 @@ mod tests {
             (42, -1_795_989_518, Some(7)),
             (u64::MAX, i64::MIN, Some(u64::MAX)),
         ] {
-            for kind in [EntryKind::Call, EntryKind::Outcome] {
+            for kind in [EntryKind::Call, EntryKind::Outcome, EntryKind::Outcomes] {
                 let call_text = call.map_or(String::new(), |call: u64| call.to_string());
                 let header = format!("prev\n{seq}\n{at}\n{}\n{call_text}\n", kind_name(kind));
                 let mut hasher = Sha256::new();
@@ -487,6 +544,24 @@ mod tests {
     use serde_json::{Map, Number, Value};
 
     use super::*;
+
+    /// A hash computed elsewhere (Python's `hashlib`) over the documented
+    /// bytes: a change to how the chain hash is computed breaks every
+    /// stored log, and this test.
+    #[test]
+    fn the_chain_hash_is_the_sha256_of_the_documented_bytes() {
+        assert_eq!(
+            chain_hash(
+                GENESIS,
+                42,
+                -1_795_989_518,
+                EntryKind::Outcomes,
+                Some(7),
+                r#"{"outcomes":[{"call":7,"outcome":"ok"}]}"#
+            ),
+            "3b5a7185be77d675b5feded919dcc569c7e2452632912573a8d86d7041a49e04"
+        );
+    }
 
     /// Any JSON value: nested arrays and objects of every scalar, with
     /// floats (`1.0` among them), integers beyond `i64`, and strings with
@@ -521,6 +596,28 @@ mod tests {
     }
 
     proptest! {
+        /// Every sequence number, time and call is written as `Display`
+        /// writes it.
+        #[test]
+        fn the_chain_hash_covers_the_formatted_header_for_any_numbers(
+            seq in any::<u64>(),
+            at in any::<i64>(),
+            call in any::<Option<u64>>(),
+        ) {
+            use sha2::{Digest, Sha256};
+            let call_text = call.map_or(String::new(), |call| call.to_string());
+            let header = format!("{GENESIS}\n{seq}\n{at}\ncall\n{call_text}\n");
+            let mut hasher = Sha256::new();
+            hasher.update(header.as_bytes());
+            hasher.update(b"[1]");
+            prop_assert_eq!(
+                chain_hash(GENESIS, seq, at, EntryKind::Call, call, "[1]"),
+                hex::encode(hasher.finalize())
+            );
+        }
+    }
+
+    proptest! {
         /// `verify` parses a stored body and writes it as canonical JSON
         /// again; that must give back the text that was hashed.
         #[test]
@@ -529,6 +626,59 @@ mod tests {
             let parsed: Value = serde_json::from_str(&canonical).unwrap();
             prop_assert_eq!(canonical_json(&parsed), canonical);
         }
+    }
+
+    fn outcomes_record(body: Value) -> Entry {
+        Entry {
+            seq: 9,
+            at: 7,
+            kind: EntryKind::Outcomes,
+            call: None,
+            body,
+            prev: "prev".into(),
+            hash: "hash".into(),
+        }
+    }
+
+    #[test]
+    fn an_outcomes_record_splits_into_one_outcome_per_call() {
+        let expanded = outcomes_record(serde_json::json!({"outcomes": [
+            {"call": 3, "outcome": "ok"},
+            {"call": 4, "outcome": "failed"},
+        ]}))
+        .expand();
+        assert_eq!(
+            expanded
+                .iter()
+                .map(|entry| (entry.seq, entry.kind, entry.call, entry.hash.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (9, EntryKind::Outcome, Some(3), "hash"),
+                (9, EntryKind::Outcome, Some(4), "hash")
+            ]
+        );
+        assert_eq!(expanded[1].body["outcome"], "failed");
+    }
+
+    #[test]
+    fn an_outcomes_record_that_cannot_be_split_is_given_back_whole() {
+        for body in [
+            // An item that names no call (or not as a sequence number).
+            serde_json::json!({"outcomes": [{"call": 3, "outcome": "ok"}, {"outcome": "ok"}]}),
+            serde_json::json!({"outcomes": [{"call": "3", "outcome": "ok"}]}),
+            // Not a list, an empty one, or none at all.
+            serde_json::json!({"outcomes": {"call": 3, "outcome": "ok"}}),
+            serde_json::json!({"outcomes": []}),
+            serde_json::json!({"outcome": "ok"}),
+            Value::String("not JSON any more".into()),
+        ] {
+            let record = outcomes_record(body);
+            assert_eq!(record.clone().expand(), [record]);
+        }
+        // Any other record is always given back as it is.
+        let mut call = outcomes_record(serde_json::json!({"tool": "read"}));
+        call.kind = EntryKind::Call;
+        assert_eq!(call.clone().expand(), [call]);
     }
 
     #[test]

@@ -17,9 +17,13 @@
 //! A configured server whose identity changes (a new package version, other
 //! arguments or environment) gets a new key, but its tools are not new: a
 //! gateway calls [`PinStore::rekey`] when it starts the server, which moves
-//! the pins and standing approvals of the server's most recent other key to
-//! the new one and drops older ones, so every definition is compared with
-//! the last pin of the same configured server. [`PinStore::pins_of`] and
+//! the pins of the server's most recent other key to the new one and drops
+//! older ones, so every definition is compared with the last pin of the same
+//! configured server. Standing approvals are not moved: one was given for
+//! one identity, and a configured name does not make two identities the same
+//! server (two hosts may each have a `filesystem` with other roots, and a new
+//! identity may reach more than the old one), so the new identity's tools
+//! are approved anew. [`PinStore::pins_of`] and
 //! [`PinStore::approvals_of`] then read one key's pins and standing
 //! approvals in bulk, for a gateway that keeps them in memory; a change to
 //! standing approvals wakes every [`QueueWatch`] of the store, so such a
@@ -29,9 +33,12 @@
 //! [`PgStore`] implement it and pass one contract suite (`tests/contract.rs`).
 //!
 //! [`AuditLog`] is the hash-chained audit log: one record per tool call that
-//! reached the gateway, written before the call is sent, and one more for its
-//! outcome. A record's body arrives as canonical JSON text ([`NewEntry`]),
-//! which the log hashes and stores as given, so it is serialised once.
+//! reached the gateway, written before the call is sent, and the outcome of
+//! each call that was sent on, in a record of its own or shared with the
+//! other outcomes of the same turn of the gateway ([`EntryKind::Outcomes`];
+//! [`Entry::expand`] gives one outcome per call). A record's body arrives as
+//! canonical JSON text ([`NewEntry`]), which the log hashes and stores as
+//! given, so it is serialised once.
 //!
 //! [`ApprovalQueue`] holds calls that wait for a person on a host that cannot
 //! ask one; `hintgate approvals` answers them, from any process that opens
@@ -126,7 +133,7 @@ pub struct Approval {
 /// What [`PinStore::rekey`] moved to a server's new identity key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rekeyed {
-    /// The key the pins and standing approvals were moved from.
+    /// The key the pins were moved from.
     pub from_key: String,
     /// The identity (as [`Pin::identity`] reads) of the most recently pinned
     /// of them: what the server was before.
@@ -192,14 +199,15 @@ pub enum StoreError {
 ///   exists under `to_key` it changes nothing and returns `None`; otherwise,
 ///   of the other keys with pins of the configured server `server`, it takes
 ///   the one whose newest `pinned_at` is greatest (on a tie, the smallest
-///   key), moves those pins (with what was `seen`) and that key's standing
-///   approvals to `to_key`, deletes the pins of that server under every
-///   other key (they are stale, so no tool is listed twice) with the
-///   standing approvals of each key left without a pin, and returns what it
-///   moved; `None` when the server has no pins. Pins of other configured
-///   servers stay where they are, even under the same key (two configured
-///   servers with one identity share a key), and so do the standing
-///   approvals of a key that keeps pins (those that moved are then copied);
+///   key), moves those pins (with what was `seen`) to `to_key`, deletes the
+///   pins of that server under every other key (they are stale, so no tool
+///   is listed twice) with the standing approvals of each key left without a
+///   pin, and returns what it moved; `None` when the server has no pins.
+///   Standing approvals are never moved or copied to `to_key`: an approval
+///   answers only for the identity it was given for. Pins of other
+///   configured servers stay where they are, even under the same key (two
+///   configured servers with one identity share a key), and so do the
+///   standing approvals of a key that keeps pins;
 /// - a change to standing approvals (`approve_always`, `revoke`, a `rekey`
 ///   that moved something) wakes every [`QueueWatch`] of the store, in this
 ///   process or another, so a gateway that keeps approvals in memory knows
@@ -267,7 +275,7 @@ pub trait PinStore: Send + Sync + std::fmt::Debug {
 
     /// Moves the pins of the configured server `server` from its most
     /// recent other identity key to `to_key`, unless `to_key` has pins
-    /// already; see the trait's contract.
+    /// already; standing approvals are not moved. See the trait's contract.
     ///
     /// # Errors
     ///
@@ -542,18 +550,6 @@ fn memory_rekey(state: &mut MemoryState, server: &str, to_key: &str) -> Option<R
             moved += 1;
         }
     }
-    let approvals: Vec<(String, String)> = state
-        .always
-        .iter()
-        .filter(|((key, _), _)| *key == from_key)
-        .map(|((_, tool), digest)| (tool.clone(), digest.clone()))
-        .collect();
-    for (tool, digest) in approvals {
-        state
-            .always
-            .entry((to_key.to_owned(), tool))
-            .or_insert(digest);
-    }
     for key in std::iter::once(&from_key).chain(&stale) {
         if !state.pins.keys().any(|(pinned, _)| pinned == key) {
             state.always.retain(|(approved, _), _| approved != key);
@@ -704,45 +700,65 @@ fn parse_json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
 }
 
-/// A pin read from a row, its definition still as text, and what was seen
-/// (digest, definition as text, identity).
-type PinRow = (Pin, String, Option<(String, String, String)>);
+/// The columns every pin query selects, in the order [`PinColumns`] reads
+/// them (SQLite and PostgreSQL name them alike).
+pub(crate) const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
 
-fn row_to_pin(row: &rusqlite::Row<'_>) -> rusqlite::Result<PinRow> {
-    let definition: String = row.get(4)?;
-    let seen_digest: Option<String> = row.get(6)?;
-    let seen_definition: Option<String> = row.get(7)?;
-    let seen_identity: Option<String> = row.get(9)?;
-    Ok((
-        Pin {
-            server_key: row.get(0)?,
-            tool: row.get(1)?,
-            server: row.get(2)?,
-            identity: row.get(8)?,
-            digest: row.get(3)?,
-            definition: Value::Null,
-            pinned_at: row.get(5)?,
-            seen: None,
-        },
-        definition,
-        seen_digest
-            .zip(seen_definition)
-            .map(|(digest, definition)| (digest, definition, seen_identity.unwrap_or_default())),
-    ))
+/// A pin's row as read from SQL ([`PIN_COLUMNS`]), its definitions still
+/// text: each store reads the columns, and [`PinColumns::into_pin`] makes
+/// the pin, so a row becomes a pin the same way in both.
+pub(crate) struct PinColumns {
+    pub(crate) server_key: String,
+    pub(crate) tool: String,
+    pub(crate) server: String,
+    pub(crate) digest: String,
+    pub(crate) definition: String,
+    pub(crate) pinned_at: i64,
+    pub(crate) seen_digest: Option<String>,
+    pub(crate) seen_definition: Option<String>,
+    pub(crate) identity: String,
+    pub(crate) seen_identity: Option<String>,
 }
 
-fn finish_pin(parts: PinRow) -> Result<Pin, StoreError> {
-    let (mut pin, definition, seen) = parts;
-    pin.definition = parse_json(&definition)?;
-    pin.seen = match seen {
-        Some((digest, definition, identity)) => Some(Seen {
-            digest,
-            definition: parse_json(&definition)?,
-            identity,
-        }),
-        None => None,
-    };
-    Ok(pin)
+impl PinColumns {
+    /// The pin, its definitions parsed; a held change needs both its digest
+    /// and its definition.
+    pub(crate) fn into_pin(self) -> Result<Pin, StoreError> {
+        let seen = match self.seen_digest.zip(self.seen_definition) {
+            Some((digest, definition)) => Some(Seen {
+                digest,
+                definition: parse_json(&definition)?,
+                identity: self.seen_identity.unwrap_or_default(),
+            }),
+            None => None,
+        };
+        Ok(Pin {
+            server_key: self.server_key,
+            server: self.server,
+            identity: self.identity,
+            tool: self.tool,
+            digest: self.digest,
+            definition: parse_json(&self.definition)?,
+            pinned_at: self.pinned_at,
+            seen,
+        })
+    }
+}
+
+/// A SQLite row of [`PIN_COLUMNS`].
+fn pin_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<PinColumns> {
+    Ok(PinColumns {
+        server_key: row.get(0)?,
+        tool: row.get(1)?,
+        server: row.get(2)?,
+        digest: row.get(3)?,
+        definition: row.get(4)?,
+        pinned_at: row.get(5)?,
+        seen_digest: row.get(6)?,
+        seen_definition: row.get(7)?,
+        identity: row.get(8)?,
+        seen_identity: row.get(9)?,
+    })
 }
 
 const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity)
@@ -751,8 +767,6 @@ const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, defin
                  pinned_at = ?6, identity = ?7, seen_digest = NULL, seen_definition = NULL,
                  seen_identity = NULL";
 
-const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
-
 impl PinStore for SqliteStore {
     fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
         let connection = self.lock();
@@ -760,10 +774,10 @@ impl PinStore for SqliteStore {
             .query_row(
                 &format!("SELECT {PIN_COLUMNS} FROM pins WHERE server_key = ?1 AND tool = ?2"),
                 params![server_key, tool],
-                row_to_pin,
+                pin_columns,
             )
             .optional()?;
-        parts.map(finish_pin).transpose()
+        parts.map(PinColumns::into_pin).transpose()
     }
 
     fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
@@ -820,10 +834,10 @@ impl PinStore for SqliteStore {
         let mut statement = connection.prepare(&format!(
             "SELECT {PIN_COLUMNS} FROM pins ORDER BY server, tool"
         ))?;
-        let rows = statement.query_map([], row_to_pin)?;
+        let rows = statement.query_map([], pin_columns)?;
         let mut pins = Vec::new();
         for row in rows {
-            pins.push(finish_pin(row?)?);
+            pins.push(row?.into_pin()?);
         }
         Ok(pins)
     }
@@ -833,10 +847,10 @@ impl PinStore for SqliteStore {
         let mut statement = connection.prepare_cached(&format!(
             "SELECT {PIN_COLUMNS} FROM pins WHERE server_key = ?1 ORDER BY tool"
         ))?;
-        let rows = statement.query_map(params![server_key], row_to_pin)?;
+        let rows = statement.query_map(params![server_key], pin_columns)?;
         let mut pins = Vec::new();
         for row in rows {
-            pins.push(finish_pin(row?)?);
+            pins.push(row?.into_pin()?);
         }
         Ok(pins)
     }
@@ -890,11 +904,6 @@ impl PinStore for SqliteStore {
         let moved = transaction.execute(
             "UPDATE pins SET server_key = ?2 WHERE server_key = ?1 AND server = ?3",
             params![from_key, to_key, server],
-        )?;
-        transaction.execute(
-            "INSERT OR IGNORE INTO always (server_key, tool, digest)
-             SELECT ?2, tool, digest FROM always WHERE server_key = ?1",
-            params![from_key, to_key],
         )?;
         transaction.execute(
             "DELETE FROM pins WHERE server = ?1 AND server_key != ?2",

@@ -23,15 +23,14 @@ use std::time::Duration;
 
 use ::postgres::fallible_iterator::FallibleIterator;
 use ::postgres::{Client, Config, NoTls};
-use serde_json::Value;
 
-use crate::audit::{GENESIS, chain_hash, kind_from, kind_name, parse_body};
+use crate::audit::{GENESIS, chain, kind_from, kind_name, parse_body};
 use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
 };
 use crate::{
-    Approval, AuditLog, Entry, NewEntry, Pin, PinStore, Rekeyed, Remember, Seen, StoreError,
-    from_sql, to_sql,
+    Approval, AuditLog, Entry, NewEntry, PIN_COLUMNS, Pin, PinColumns, PinStore, Rekeyed, Remember,
+    Seen, StoreError, from_sql, to_sql,
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
@@ -50,7 +49,52 @@ const MIGRATE_LOCK: i64 = 0x6869_6e74_6761_7465;
 const AUDIT_LOCK: i64 = 0x6869_6e74_6175_6474;
 const REKEY_LOCK: i64 = 0x6869_6e74_7265_6b79;
 
-type Job = Box<dyn FnOnce(Result<&mut Client, StoreError>) + Send>;
+type Job = Box<dyn FnOnce(Result<&mut Connection, StoreError>) + Send>;
+
+/// The store's connection, with the statements of an audit append once they
+/// are prepared: preparing one is a round trip to the server, and the
+/// gateway appends once per turn of its loop. A statement belongs to the
+/// connection it was prepared on, so a new connection starts without them.
+struct Connection {
+    client: Client,
+    append: Option<AppendStatements>,
+}
+
+/// The statements of [`AuditLog::append`], prepared on one connection.
+#[derive(Clone)]
+struct AppendStatements {
+    lock: ::postgres::Statement,
+    tail: ::postgres::Statement,
+    insert: ::postgres::Statement,
+}
+
+impl Connection {
+    fn new(client: Client) -> Self {
+        Self {
+            client,
+            append: None,
+        }
+    }
+
+    /// The statements of an append, prepared on first use.
+    fn append_statements(&mut self) -> Result<AppendStatements, StoreError> {
+        if let Some(prepared) = &self.append {
+            return Ok(prepared.clone());
+        }
+        let prepared = AppendStatements {
+            lock: self.client.prepare("SELECT pg_advisory_xact_lock($1)")?,
+            tail: self
+                .client
+                .prepare("SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1")?,
+            insert: self.client.prepare(
+                "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )?,
+        };
+        self.append = Some(prepared.clone());
+        Ok(prepared)
+    }
+}
 
 /// The PostgreSQL store (`postgres://user@host/db`).
 pub struct PgStore {
@@ -100,6 +144,43 @@ fn connect(config: &Config) -> Result<Client, StoreError> {
     Ok(config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))?)
 }
 
+/// Bounds connecting, a silent connection and each statement to
+/// [`STORE_TIMEOUT`], where the address does not bound them itself.
+///
+/// A gateway commits its records on its own loop: a server that stops
+/// answering must fail the commit (the calls are refused) rather than hold
+/// the loop. The statement timeout joins any other `options` the address
+/// gives, unless they name `statement_timeout` themselves.
+fn bound(config: &mut Config) {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(STORE_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(STORE_TIMEOUT);
+    }
+    let timeout = format!("-c statement_timeout={}", STORE_TIMEOUT.as_millis());
+    match config.get_options() {
+        None => {
+            config.options(&timeout);
+        }
+        Some(options) if !names_statement_timeout(options) => {
+            let options = format!("{options} {timeout}");
+            config.options(&options);
+        }
+        Some(_) => {}
+    }
+}
+
+/// Whether server `options` set `statement_timeout`: as `-c name=value`
+/// or `--name=value`, where PostgreSQL reads names without regard to case
+/// and a `-` in the name as `_`.
+fn names_statement_timeout(options: &str) -> bool {
+    options
+        .to_ascii_lowercase()
+        .replace('-', "_")
+        .contains("statement_timeout")
+}
+
 impl PgStore {
     /// Connects to the store at `url` (`postgres://` or `postgresql://`),
     /// creating or migrating its schema.
@@ -113,23 +194,7 @@ impl PgStore {
         let mut config: Config = url.parse().map_err(|err| {
             StoreError::Address(format!("`{shown}` is not a PostgreSQL address: {err}"))
         })?;
-        // A gateway commits its records on its own loop: a server that stops
-        // answering must fail the commit (the calls are refused) rather than
-        // hold the loop. Unless the address says otherwise, connecting, a
-        // silent connection and a statement are each bounded.
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(STORE_TIMEOUT);
-        }
-        if config.get_tcp_user_timeout().is_none() {
-            config.tcp_user_timeout(STORE_TIMEOUT);
-        }
-        config.keepalives(true);
-        if config.get_options().is_none() {
-            config.options(&format!(
-                "-c statement_timeout={}",
-                STORE_TIMEOUT.as_millis()
-            ));
-        }
+        bound(&mut config);
         let (ready_tx, ready_rx) = sync_channel(1);
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
         let worker_config = config.clone();
@@ -137,13 +202,13 @@ impl PgStore {
         std::thread::Builder::new()
             .name("hintgate-postgres".to_owned())
             .spawn(move || {
-                let mut client = match connect(&worker_config).and_then(|mut client| {
+                let mut connection = match connect(&worker_config).and_then(|mut client| {
                     let salt = migrate(&mut client, &worker_shown)?;
                     Ok((client, salt))
                 }) {
                     Ok((client, salt)) => {
                         let _ = ready_tx.send(Ok(salt));
-                        Some(client)
+                        Some(Connection::new(client))
                     }
                     Err(err) => {
                         let _ = ready_tx.send(Err(err));
@@ -151,11 +216,14 @@ impl PgStore {
                     }
                 };
                 for job in jobs_rx {
-                    if client.as_ref().is_none_or(Client::is_closed) {
-                        client = connect(&worker_config).ok();
+                    if connection
+                        .as_ref()
+                        .is_none_or(|connection| connection.client.is_closed())
+                    {
+                        connection = connect(&worker_config).ok().map(Connection::new);
                     }
-                    match client.as_mut() {
-                        Some(client) => job(Ok(client)),
+                    match connection.as_mut() {
+                        Some(connection) => job(Ok(connection)),
                         None => job(Err(StoreError::Address(format!(
                             "`{worker_shown}` cannot be reached"
                         )))),
@@ -174,14 +242,23 @@ impl PgStore {
         })
     }
 
-    /// Runs `work` on the store's connection and waits for its result.
+    /// Runs `work` on the store's client and waits for its result.
     fn call<R: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Client) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
+        self.call_on(move |connection| work(&mut connection.client))
+    }
+
+    /// Runs `work` on the store's connection (its client and the statements
+    /// prepared on it) and waits for its result.
+    fn call_on<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
         let (tx, rx) = sync_channel(1);
-        let job: Job = Box::new(move |client| {
-            let _ = tx.send(client.and_then(work));
+        let job: Job = Box::new(move |connection| {
+            let _ = tx.send(connection.and_then(work));
         });
         self.jobs
             .lock()
@@ -260,34 +337,21 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
     hex::decode(&stored).map_err(|_| StoreError::Corrupt("the stored salt is not hex".to_owned()))
 }
 
-fn parse_json(text: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
-}
-
-const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
-
+/// A pin from a PostgreSQL row of [`PIN_COLUMNS`].
 fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
-    let definition: String = row.try_get(4)?;
-    let seen_digest: Option<String> = row.try_get(6)?;
-    let seen_definition: Option<String> = row.try_get(7)?;
-    let seen_identity: Option<String> = row.try_get(9)?;
-    Ok(Pin {
+    PinColumns {
         server_key: row.try_get(0)?,
         tool: row.try_get(1)?,
         server: row.try_get(2)?,
-        identity: row.try_get(8)?,
         digest: row.try_get(3)?,
-        definition: parse_json(&definition)?,
+        definition: row.try_get(4)?,
         pinned_at: row.try_get(5)?,
-        seen: match seen_digest.zip(seen_definition) {
-            Some((digest, definition)) => Some(Seen {
-                digest,
-                definition: parse_json(&definition)?,
-                identity: seen_identity.unwrap_or_default(),
-            }),
-            None => None,
-        },
-    })
+        seen_digest: row.try_get(6)?,
+        seen_definition: row.try_get(7)?,
+        identity: row.try_get(8)?,
+        seen_identity: row.try_get(9)?,
+    }
+    .into_pin()
 }
 
 /// [`PinStore::rekey`] in the transaction `tx`, which holds [`REKEY_LOCK`].
@@ -330,12 +394,6 @@ fn rekey_in(
     let moved = tx.execute(
         "UPDATE hintgate.pins SET server_key = $2 WHERE server_key = $1 AND server = $3",
         &[from_key, &to_key, &server],
-    )?;
-    tx.execute(
-        "INSERT INTO hintgate.always (server_key, tool, digest)
-         SELECT $2, tool, digest FROM hintgate.always WHERE server_key = $1
-         ON CONFLICT (server_key, tool) DO NOTHING",
-        &[from_key, &to_key],
     )?;
     tx.execute(
         "DELETE FROM hintgate.pins WHERE server = $1 AND server_key != $2",
@@ -495,7 +553,8 @@ impl PinStore for PgStore {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REKEY_LOCK])?;
             let rekeyed = rekey_in(&mut tx, &server, &to_key)?;
             if rekeyed.is_some() {
-                // Standing approvals may have moved.
+                // The standing approvals of a key left without pins may be
+                // gone.
                 tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
             }
             tx.commit()?;
@@ -564,29 +623,22 @@ impl PinStore for PgStore {
 
 impl AuditLog for PgStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
+        // The job runs on the store's thread, which outlives this call, so
+        // it owns what it writes.
         let entries = entries.to_vec();
-        self.call(move |client| {
-            let mut tx = client.transaction()?;
+        self.call_on(move |connection| {
+            let statements = connection.append_statements()?;
+            let mut tx = connection.client.transaction()?;
             // One chain for every gateway on this store: appends take turns.
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
-            let (mut seq, mut prev) = match tx.query_opt(
-                "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
-                &[],
-            )? {
+            tx.execute(&statements.lock, &[&AUDIT_LOCK])?;
+            let tail = match tx.query_opt(&statements.tail, &[])? {
                 Some(row) => (from_sql(row.try_get(0)?), row.try_get::<_, String>(1)?),
                 None => (0, GENESIS.to_owned()),
             };
-            let statement = tx.prepare(
-                "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )?;
-            let mut seqs = Vec::with_capacity(entries.len());
-            for new in &entries {
-                seq += 1;
-                // Stored as hashed: the canonical text the caller gave.
-                let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
+            // Stored as hashed: the canonical text the caller gave.
+            let seqs = chain(tail, &entries, |new, seq, prev, hash| {
                 tx.execute(
-                    &statement,
+                    &statements.insert,
                     &[
                         &to_sql(seq),
                         &new.at,
@@ -597,9 +649,8 @@ impl AuditLog for PgStore {
                         &hash,
                     ],
                 )?;
-                seqs.push(seq);
-                prev = hash;
-            }
+                Ok(())
+            })?;
             tx.commit()?;
             Ok(seqs)
         })
@@ -835,6 +886,53 @@ mod tests {
         );
         assert_eq!(shown("postgres://db.example/h"), "postgres://db.example/h");
         assert!(!shown("postgresql://a:b:c@h/d").contains('b'));
+    }
+
+    fn bounded(url: &str) -> Config {
+        let mut config: Config = url.parse().unwrap();
+        bound(&mut config);
+        config
+    }
+
+    #[test]
+    fn the_store_bounds_what_the_address_leaves_open_and_keeps_what_it_sets() {
+        let ten_s = "-c statement_timeout=10000";
+        let open = bounded("postgres://gate@db/h");
+        assert_eq!(open.get_connect_timeout(), Some(&STORE_TIMEOUT));
+        assert_eq!(open.get_tcp_user_timeout(), Some(&STORE_TIMEOUT));
+        assert_eq!(open.get_options(), Some(ten_s));
+        assert!(open.get_keepalives(), "keepalives are on by default");
+
+        // Options that set something else keep it, and get the bound too.
+        let other = bounded("postgres://gate@db/h?options=-c%20search_path%3Dgate");
+        assert_eq!(
+            other.get_options(),
+            Some(format!("-c search_path=gate {ten_s}").as_str())
+        );
+
+        // Options that set the statement timeout, however spelled, win.
+        for (url, options) in [
+            (
+                "postgres://gate@db/h?options=-c%20statement_timeout%3D0",
+                "-c statement_timeout=0",
+            ),
+            (
+                "postgres://gate@db/h?options=--statement-timeout%3D500",
+                "--statement-timeout=500",
+            ),
+            (
+                "postgres://gate@db/h?options=-c%20search_path%3Dgate%20-c%20Statement_Timeout%3D5s",
+                "-c search_path=gate -c Statement_Timeout=5s",
+            ),
+        ] {
+            assert_eq!(bounded(url).get_options(), Some(options), "{url}");
+        }
+
+        // The address's own bounds and keepalive choice stand.
+        let own = bounded("postgres://gate@db/h?connect_timeout=3&tcp_user_timeout=4&keepalives=0");
+        assert_eq!(own.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        assert_eq!(own.get_tcp_user_timeout(), Some(&Duration::from_secs(4)));
+        assert!(!own.get_keepalives());
     }
 
     #[test]

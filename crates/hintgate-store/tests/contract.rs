@@ -247,6 +247,49 @@ fn the_audit_log_keeps_its_contract_in_memory_and_in_sqlite() {
 }
 
 #[test]
+fn a_failed_sqlite_append_keeps_nothing_and_the_next_append_works() {
+    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    let entry = |tool: &str| {
+        NewEntry::from_value(1_795_000_000, EntryKind::Call, None, &json!({"tool": tool}))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let log = SqliteStore::open(&path).unwrap();
+    assert_eq!(log.append(&[entry("first")]).unwrap(), [1]);
+    // Another connection makes one insert fail inside the append's
+    // transaction: a statement aborted by a trigger leaves the transaction
+    // open, so only the append's own rollback ends it.
+    rusqlite_connection(&path)
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON audit WHEN NEW.body LIKE '%refused%'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        )
+        .unwrap();
+    let err = log
+        .append(&[entry("kept-only-with-the-group"), entry("refused")])
+        .unwrap_err();
+    assert!(err.to_string().contains("refused by the test"), "{err}");
+    for _ in 0..2 {
+        log.append(&[entry("after")]).unwrap();
+    }
+    let entries = log.entries(0, 10).unwrap();
+    assert_eq!(
+        entries
+            .iter()
+            .map(|entry| (entry.seq, entry.body["tool"].as_str().unwrap()))
+            .collect::<Vec<_>>(),
+        [(1, "first"), (2, "after"), (3, "after")],
+        "nothing of the failed group is kept"
+    );
+    assert_eq!(log.verify().unwrap().first_broken, None);
+    // Another connection takes the write lock while this one is open: no
+    // transaction was left behind.
+    let other = SqliteStore::open(&path).unwrap();
+    assert_eq!(other.append(&[entry("elsewhere")]).unwrap(), [4]);
+    assert_eq!(log.append(&[entry("here")]).unwrap(), [5]);
+}
+
+#[test]
 fn an_edited_entry_breaks_the_chain_where_it_was_edited() {
     use hintgate_store::AuditLog;
     let dir = tempfile::tempdir().unwrap();
@@ -476,6 +519,44 @@ fn gateways_appending_at_once_to_postgres_keep_one_chain() {
     let verification = stores[0].verify().unwrap();
     assert_eq!(verification.checked, 200);
     assert_eq!(verification.first_broken, None);
+}
+
+#[test]
+fn a_postgres_store_appends_again_on_a_new_connection_after_losing_its_own() {
+    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let entry =
+        |n: u64| NewEntry::from_value(1_795_000_000, EntryKind::Call, None, &json!({"call": n}));
+    let store = hintgate_store::PgStore::open(&url).unwrap();
+    // The statements of an append are prepared on the first one.
+    assert_eq!(store.append(&[entry(1)]).unwrap(), [1]);
+    assert_eq!(store.append(&[entry(2)]).unwrap(), [2]);
+    // The server ends the store's connection, and with it the statements
+    // prepared on it.
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    assert!(!ended.is_empty(), "the store's connection was found");
+    // An append that finds the connection gone fails; a later one runs on
+    // a new connection, with its statements prepared anew (a statement of
+    // the old connection would not be found).
+    let mut seqs = Vec::new();
+    for n in 3..8 {
+        if let Ok(appended) = store.append(&[entry(n)]) {
+            seqs.extend(appended);
+        }
+    }
+    assert!(seqs.len() >= 3, "appends work again: {seqs:?}");
+    let expected: Vec<u64> = (3..).take(seqs.len()).collect();
+    assert_eq!(seqs, expected, "nothing of a failed append was kept");
+    assert_eq!(store.verify().unwrap().first_broken, None);
 }
 
 #[test]
@@ -828,10 +909,8 @@ fn a_new_identity_takes_over_the_pins_of_the_servers_last_one() {
         assert_eq!(moved[1].identity, "gh 2 early");
         assert_eq!(
             store.approvals_of("gh-3").unwrap(),
-            [Approval {
-                tool: "c".into(),
-                digest: "sha256:c-200".into()
-            }]
+            Vec::<Approval>::new(),
+            "a standing approval answers only for the identity it was given for"
         );
         for stale in ["gh-1", "gh-2"] {
             assert!(store.pins_of(stale).unwrap().is_empty(), "{stale}");
@@ -847,7 +926,11 @@ fn a_new_identity_takes_over_the_pins_of_the_servers_last_one() {
             3,
             "no tool is listed twice"
         );
-        assert!(store.approved_always("gh-3", "c", "sha256:c-200").unwrap());
+        assert!(
+            !store.approved_always("gh-3", "c", "sha256:c-200").unwrap(),
+            "the new identity's tools are approved anew"
+        );
+        assert!(!store.approved_always("gh-2", "c", "sha256:c-200").unwrap());
         assert!(!store.approved_always("gh-1", "b", "sha256:b-100").unwrap());
 
         // Another server is left alone.
@@ -900,10 +983,12 @@ fn rekeying_breaks_ties_by_key_and_leaves_other_servers_on_a_shared_key_alone() 
             "approvals stay with a key that still has pins"
         );
         assert!(
-            store
+            !store
                 .approved_always("gh-new", "a", "sha256:a-100")
-                .unwrap()
+                .unwrap(),
+            "an approval given for one identity does not answer for another"
         );
+        assert!(store.approvals_of("gh-new").unwrap().is_empty());
     });
 }
 
@@ -915,9 +1000,23 @@ fn approvals_wake_watches(
 ) {
     use std::time::{Duration, Instant};
     const TIMEOUT: Duration = Duration::from_secs(15);
+    // The control: with nothing changed, a wait sleeps (about) its whole
+    // timeout, so the wakes below are the changes' doing, not a watch that
+    // never sleeps. Only a lower bound, which a busy machine cannot break.
+    const QUIET: Duration = Duration::from_millis(400);
+    let sleeps_when_nothing_changes = |watch: &mut Box<dyn hintgate_store::QueueWatch>| {
+        let started = Instant::now();
+        watch.wait(QUIET).unwrap();
+        assert!(
+            started.elapsed() >= QUIET / 2,
+            "a wait with nothing changed returned after {:?}",
+            started.elapsed()
+        );
+    };
     let mut watch = waiter.watch().unwrap();
     // Let a first wait establish whatever the watch needs (PostgreSQL: LISTEN).
     watch.wait(Duration::from_millis(10)).unwrap();
+    sleeps_when_nothing_changes(&mut watch);
     other.approve_always("k", "read", "sha256:a").unwrap();
     let started = Instant::now();
     watch.wait(TIMEOUT).unwrap();
@@ -932,6 +1031,8 @@ fn approvals_wake_watches(
         started.elapsed() < TIMEOUT,
         "a revocation wakes the watch before its timeout"
     );
+    // A wake is used up by the wait it ends.
+    sleeps_when_nothing_changes(&mut watch);
 }
 
 #[test]

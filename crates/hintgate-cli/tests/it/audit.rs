@@ -412,11 +412,12 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
     let mut n = 0;
     let mut kills = 0;
     // Outcome records ride in the next commit (or a flush 50 ms later), so a
-    // kill can lose the outcomes of the calls answered just before it: those
-    // of the burst it cut, and of the burst before that one. Which burst
-    // each answered call was in, and which bursts ended in a kill:
+    // kill can lose the outcomes of the calls answered just before it; see
+    // the check at the end for which. Which burst each answered call was
+    // in, and for each burst that ended in a kill, how many of its answers
+    // the host read before the kill:
     let mut burst_of: BTreeMap<i64, u64> = BTreeMap::new();
-    let mut killed_bursts: Vec<u64> = Vec::new();
+    let mut killed_bursts: BTreeMap<u64, u64> = BTreeMap::new();
     let mut burst_index = 0u64;
     while n < CALLS {
         burst_index += 1;
@@ -451,7 +452,7 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
         }
         if kill {
             kill_at.remove(0);
-            killed_bursts.push(burst_index);
+            killed_bursts.insert(burst_index, to_read);
             host.kill();
             kills += 1;
             host = start();
@@ -523,26 +524,45 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
         // never a call that ended at the gateway.
         assert_ne!(record["approver"], "gateway", "seed {seed}: {record}");
     }
+    // Which outcomes a kill may lose. The gateway adds a call's outcome to
+    // its journal in the turn the server's answer arrives, before it sends
+    // the answer to the host; every commit carries all the outcomes the
+    // journal holds, and a call is sent only after a commit that holds its
+    // record. The host sends a burst only after reading every answer of the
+    // burst before (unless that one was cut by a kill). So:
+    // - the outcomes of a burst's calls are durable once any call of the
+    //   next burst has reached the server, which is certain when the host
+    //   read one of its answers: only the outcomes of the burst a kill cut
+    //   (those the host read before it) may be lost, and those of the burst
+    //   before it only when the host read no answer of the cut burst (its
+    //   calls may not have been read by the gateway at all, leaving only the
+    //   50 ms flush, which the kill can beat);
+    // - an outcome anywhere else is never lost (the gateway that ran it
+    //   ended with a commit of a later burst's calls, or a clean close).
+    // This is stricter than "the cut burst and the one before": a gateway
+    // whose call commits leave outcomes behind (only the flush carries them,
+    // or they ride one commit late) loses those of the burst before a cut
+    // the host read from, which fails here.
+    let may_be_lost = |burst: u64| {
+        killed_bursts.contains_key(&burst) || killed_bursts.get(&(burst + 1)) == Some(&0)
+    };
     let mut lost = 0;
     for (n, tool) in &answered {
         let record = recorded[n];
         assert_eq!(record["tool"], tool.as_str(), "seed {seed}");
         let burst = burst_of[n];
-        let near_a_kill = killed_bursts
-            .iter()
-            .any(|killed| burst == *killed || burst + 1 == *killed);
-        if record["outcome"] == "pending" && near_a_kill {
-            // Answered just before a kill: its outcome may not have been
-            // committed yet. Never a wrong one, though.
+        if record["outcome"] == "pending" {
+            assert!(
+                may_be_lost(burst),
+                "seed {seed}: the outcome of call {n} (burst {burst}) was lost, but the kills cut bursts {killed_bursts:?} (burst: answers read)"
+            );
             lost += 1;
             continue;
         }
+        // Never a wrong outcome.
         assert_eq!(record["outcome"], "ok", "seed {seed}: call {n}: {record}");
     }
-    assert!(
-        lost <= KILLS * 2 * 12,
-        "seed {seed}: {lost} outcomes lost in {KILLS} kills"
-    );
+    eprintln!("crash test: {lost} outcomes lost in {KILLS} kills");
 }
 
 #[test]

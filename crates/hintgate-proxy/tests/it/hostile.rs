@@ -400,6 +400,60 @@ async fn issue_9_a_changed_identity_holds_what_changed_and_says_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_9_a_standing_approval_does_not_answer_for_a_new_identity() {
+    let timeline = Timeline::default();
+    let store = std::sync::Arc::new(TestStore::new(timeline));
+    // A trusted additive write, pinned and approved "always" under the
+    // server's old identity. Another server may carry the same configured
+    // name, and a new identity may reach more than the old one.
+    let mut note = tool("note", false);
+    note["annotations"]["destructiveHint"] = json!(false);
+    let parsed = Tool::from_value(note.clone()).unwrap();
+    let digest = PinDigest::of(&parsed).to_string();
+    store
+        .put_pin(&Pin {
+            server_key: "key-of-version-1".to_owned(),
+            server: "fx".to_owned(),
+            identity: "npx -y server@1.0".to_owned(),
+            tool: "note".to_owned(),
+            digest: digest.clone(),
+            definition: note.clone(),
+            pinned_at: 1,
+            seen: None,
+        })
+        .unwrap();
+    store
+        .approve_always("key-of-version-1", "note", &digest)
+        .unwrap();
+    let mut setup = Setup::wrap(ServerScript::with_tools(vec![note]), true);
+    setup.store = Some(store.clone());
+    let mut gateway = Harness::start(setup).await;
+    gateway.respond_with(|_| r#"{"action":"decline"}"#.to_owned());
+    gateway.initialize(json!({"elicitation": {}})).await;
+
+    // The definition is unchanged, so its pin holds; but the approval was
+    // given for the old identity, so a person is asked again.
+    let asked = gateway.call("note", json!({"n": 1})).await;
+    assert!(is_error(&asked), "{asked}");
+    assert_eq!(gateway.requests.len(), 1, "the new identity is asked");
+    assert!(gateway.calls_received("fx").is_empty());
+
+    let store = gateway.close().await;
+    let pins = store.pins().unwrap();
+    assert_eq!(pins.len(), 1, "{pins:#?}");
+    assert_ne!(pins[0].server_key, "key-of-version-1", "the pin moved");
+    assert!(pins[0].seen.is_none(), "and still matches");
+    assert!(
+        store
+            .inner
+            .approvals_of(&pins[0].server_key)
+            .unwrap()
+            .is_empty(),
+        "the standing approval did not move with the pin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_9_a_result_that_says_is_error_twice_is_not_passed_on() {
     let script = tools().answering(
         "read",
