@@ -175,6 +175,56 @@ pub fn escape_invisible(text: &str) -> String {
     out
 }
 
+/// Escapes, for text shown on one line of its own (a name, a title, an
+/// identity), everything [`escape_invisible`] escapes and also line breaks,
+/// tabs and the other characters that show as nothing or as blank space:
+/// newline, carriage return and tab as `\n`, `\r` and `\t`, the rest as
+/// `\u{XXXX}`. What the text holds can then neither start a line of its own
+/// nor hide, so it cannot pass for a line the program wrote.
+pub fn escape_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            _ if ch == '\u{1b}' || classify(ch).is_some() || blank_or_invisible(ch) => {
+                out.push_str(&format!("\\u{{{:04x}}}", u32::from(ch)));
+            }
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+/// Characters beyond the sanitizer's classes that show as blank space or as
+/// nothing: every white space but the ASCII space (line and paragraph
+/// separators included), and the invisible format and filler characters
+/// (soft hyphen, combining grapheme joiner, Hangul and Khmer fillers,
+/// Mongolian and other variation selectors, interlinear annotations,
+/// shorthand format controls, musical formatting, braille blank).
+fn blank_or_invisible(ch: char) -> bool {
+    (ch.is_whitespace() && ch != ' ')
+        || matches!(
+            ch,
+            '\u{ad}'
+                | '\u{34f}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{17b4}'
+                | '\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{2800}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{ffa0}'
+                | '\u{fff9}'..='\u{fffb}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0100}'..='\u{e01ef}'
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,7 +267,23 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_line_escaped_stays_one_line_and_shows_what_is_hidden() {
+        assert_eq!(
+            escape_line("a\nb\r\tc\u{2028}d\u{a0}e\u{3164}f\u{202e}g h"),
+            "a\\nb\\r\\tc\\u{2028}d\\u{00a0}e\\u{3164}f\\u{202e}g h"
+        );
+    }
+
     proptest! {
+        #[test]
+        fn an_escaped_line_has_no_line_break_and_nothing_invisible(text in "\\PC*|[\\x00-\\x7f\\u{80}-\\u{9f}\\u{2000}-\\u{206f}\\u{e0000}-\\u{e007f}]*") {
+            let line = escape_line(&text);
+            prop_assert_eq!(line.lines().count(), usize::from(!line.is_empty()));
+            prop_assert!(line.chars().all(|c| c == ' ' || !(c.is_whitespace() || c == '\x1b' || classify(c).is_some() || blank_or_invisible(c))));
+        }
+
+
         #[test]
         fn output_is_clean_and_sanitizing_is_idempotent(text in "\\PC*|[\\x00-\\x7f\\u{80}-\\u{9f}\\u{200b}-\\u{202e}]*") {
             let once = sanitize(&text);
