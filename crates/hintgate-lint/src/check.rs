@@ -24,7 +24,7 @@ use crate::words;
 pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 
 /// The longest tool name the spec allows.
-pub const MAX_NAME_CHARS: usize = 128;
+pub const MAX_NAME_CHARS: usize = hintgate_policy::name::MAX_CHARS;
 
 /// Everything lint knows about one server: its tools and what calling them showed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -208,37 +208,13 @@ fn check_tool(value: &Value, findings: &mut Vec<Finding>) {
 }
 
 fn check_name(tool: &Tool, findings: &mut Vec<Finding>) {
-    let name = tool.name.as_str();
-    let length = name.chars().count();
-    let bad: Vec<char> = name
-        .chars()
-        .filter(|ch| !(ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.')))
-        .collect();
-    let problem = if length == 0 {
-        Some("the name is empty".to_owned())
-    } else if length > MAX_NAME_CHARS {
-        Some(format!(
-            "the name is {length} characters long, over the spec's {MAX_NAME_CHARS}"
-        ))
-    } else if !bad.is_empty() {
-        let shown: String = bad
-            .iter()
-            .take(5)
-            .map(|ch| hintgate_policy::sanitize::escape_invisible(&ch.to_string()))
-            .map(|ch| format!("`{ch}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        Some(format!(
-            "the name holds characters outside the spec's set: {shown}"
-        ))
-    } else {
-        None
-    };
-    if let Some(problem) = problem {
+    // The gateway's own rule: a name that breaks it is neither listed nor
+    // called through hintgate.
+    if let Some(problem) = hintgate_policy::name::problem(&tool.name) {
         findings.push(Finding::new(
             Code::InvalidToolName,
-            Some(name),
-            problem,
+            Some(tool.name.as_str()),
+            format!("the name {problem}"),
             "use 1 to 128 characters of A-Z, a-z, 0-9, `_`, `-` and `.`",
         ));
     }

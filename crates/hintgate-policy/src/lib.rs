@@ -9,6 +9,7 @@
 //!   every problem with its position ([`diag`]);
 //! - [`decide`]: [`Policy::decide`], the verdict and its [`reason`]s, tool
 //!   visibility and retry eligibility;
+//! - [`name`]: the rule for the tool names the gateway lists and routes;
 //! - [`pin`]: the digest of an approved definition and the diff of a changed one;
 //! - [`prompt`]: the text a person sees when asked;
 //! - [`sanitize`]: the cleaner for descriptions and titles;
@@ -51,6 +52,7 @@ pub mod decide;
 pub mod diag;
 pub mod explain;
 pub mod glob;
+pub mod name;
 pub mod pin;
 pub mod prompt;
 pub mod reason;

@@ -62,6 +62,13 @@ pub enum ReasonCode {
     /// The host cancelled the call, or went away, before it was decided or
     /// sent (given by the gateway).
     Cancelled,
+    /// The tool's name is not plain: empty, too long, or with characters
+    /// beyond `A-Z a-z 0-9 _ - .` (given by the gateway).
+    InvalidToolName,
+    /// The name could mean more than one tool: two servers' prefixes fit it,
+    /// or the server lists tools whose names look the same (given by the
+    /// gateway).
+    AmbiguousToolName,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -77,7 +84,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 27] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -103,6 +110,8 @@ impl ReasonCode {
         Self::InvalidRequestState,
         Self::MalformedRequest,
         Self::Cancelled,
+        Self::InvalidToolName,
+        Self::AmbiguousToolName,
     ];
 
     /// The stable kebab-case code.
@@ -133,6 +142,8 @@ impl ReasonCode {
             Self::InvalidRequestState => "invalid-request-state",
             Self::MalformedRequest => "malformed-request",
             Self::Cancelled => "cancelled",
+            Self::InvalidToolName => "invalid-tool-name",
+            Self::AmbiguousToolName => "ambiguous-tool-name",
         }
     }
 
@@ -178,6 +189,12 @@ impl ReasonCode {
                 "the request cannot be decided on as sent (a repeated key, no tool name, or no id)"
             }
             Self::Cancelled => "the host cancelled the call, or went away, before it was sent",
+            Self::InvalidToolName => {
+                "the tool's name is empty, too long, or holds characters beyond `A-Z a-z 0-9 _ - .`"
+            }
+            Self::AmbiguousToolName => {
+                "the name could mean more than one tool (two servers, or tools whose names look the same)"
+            }
         }
     }
 

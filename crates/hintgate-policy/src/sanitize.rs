@@ -175,6 +175,18 @@ pub fn escape_invisible(text: &str) -> String {
     out
 }
 
+/// Text made one line: line breaks, tabs and the line and paragraph
+/// separators become spaces. For a sanitized title, which names a tool on
+/// one line wherever a host shows it.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|ch| match ch {
+            '\n' | '\r' | '\t' | '\u{85}' | '\u{2028}' | '\u{2029}' => ' ',
+            other => other,
+        })
+        .collect()
+}
+
 /// Escapes, for text shown on one line of its own (a name, a title, an
 /// identity), everything [`escape_invisible`] escapes and also line breaks,
 /// tabs and the other characters that show as nothing or as blank space:

@@ -251,7 +251,7 @@ impl Walker<'_> {
             settings.unattended = unattended;
         }
         if let Some((separator, span)) = self.string(table, "gateway", "separator") {
-            if separator.is_empty() || !separator.chars().all(is_tool_name_char) {
+            if separator.is_empty() || !separator.chars().all(crate::name::is_plain_char) {
                 self.push(
                     Diagnostic::error(
                         DiagCode::InvalidValue,
@@ -977,11 +977,6 @@ fn lowercase_first(text: &str) -> String {
         Some(first) => first.to_lowercase().chain(chars).collect(),
         None => String::new(),
     }
-}
-
-/// Characters the spec allows in tool names (SEP-986).
-pub(crate) fn is_tool_name_char(ch: char) -> bool {
-    ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.')
 }
 
 fn server_name_problem(name: &str, separator: &str) -> Option<String> {

@@ -14,6 +14,7 @@ use std::ops::Range;
 use hintgate_policy::decide::{Decision, Verdict};
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
+use hintgate_policy::sanitize::escape_line;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -144,6 +145,10 @@ pub(crate) enum Refusal {
     /// The host cancelled the call, or went away, before it was sent: it is
     /// recorded with this outcome and not answered.
     Withdrawn(Outcome),
+    /// The tool's name keeps it from being listed or called (it is not
+    /// plain, or it looks like another): the reason code, and what is wrong
+    /// with the name.
+    Name(ReasonCode, String),
 }
 
 /// Who let a call through, or who ended it.
@@ -406,7 +411,8 @@ impl Refusal {
             | Self::ServerUnavailable(_)
             | Self::Denied { .. }
             | Self::Unrecorded(_)
-            | Self::BadState(_) => Outcome::Denied,
+            | Self::BadState(_)
+            | Self::Name(..) => Outcome::Denied,
         }
     }
 
@@ -423,6 +429,7 @@ impl Refusal {
             Self::UnknownTool => Decision::deny(ReasonCode::UnknownTool),
             Self::ServerUnavailable(_) => Decision::deny(ReasonCode::ServerUnavailable),
             Self::BadState(_) => Decision::deny(ReasonCode::InvalidRequestState),
+            Self::Name(code, _) => Decision::deny(*code),
             Self::Denied { .. }
             | Self::InvalidArguments(_)
             | Self::InputRequired(_)
@@ -460,6 +467,11 @@ impl Refusal {
                 "hintgate did not send this call: the audit log could not be written ({err})."
             ))),
             Self::BadState(text) => Answer::Result(error_result(text)),
+            Self::Name(_, why) => Answer::Result(error_result(&format!(
+                "hintgate does not list or run `{}` of server `{}`: {why}.",
+                escape_line(cx.tool),
+                cx.server
+            ))),
             Self::Withdrawn(_) => Answer::Error(-32800, "the request was cancelled".to_owned()),
             Self::InputRequired(result) => Answer::Raw(result.clone()),
             Self::Denied { extra, .. } => Answer::Result(denial(cx, extra.as_deref())),

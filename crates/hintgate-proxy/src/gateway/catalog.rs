@@ -21,7 +21,8 @@ use std::sync::{Arc, OnceLock};
 use foldhash::fast::RandomState;
 use hintgate_policy::decide::{Policy, Remembered};
 use hintgate_policy::pin::{PinDigest, PinStatus};
-use hintgate_policy::sanitize::sanitize;
+use hintgate_policy::reason::ReasonCode;
+use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use hintgate_policy::tool::{EffectiveHints, SandboxProof, Tool, Trust};
 use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seen, Store, StoreError};
 use serde_json::{Map, Value, json};
@@ -59,10 +60,23 @@ pub(crate) struct ToolEntry {
     output: OnceLock<Option<Arc<jsonschema::Validator>>>,
     /// What `tools/list` shows the host, or `None` when it is hidden.
     pub host_view: Option<String>,
+    /// Why its name keeps it from being listed or called, if it does.
+    pub name_trouble: Option<NameTrouble>,
     /// Whether a failed call may be retried (design §4.5).
     pub retry_eligible: bool,
     /// Whether its results taint the session (design §4.4).
     pub taints: bool,
+}
+
+/// Why a tool's name keeps it from being listed or called (the rule of
+/// [`hintgate_policy::name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NameTrouble {
+    /// The name is not plain: this is what is wrong with it.
+    NotPlain(String),
+    /// The server lists other tools whose names look the same (or this very
+    /// name again): their names.
+    LooksLike(Vec<String>),
 }
 
 /// A pin as the catalog keeps it.
@@ -348,15 +362,14 @@ impl Catalog {
         let mut failure = None;
         let mut first_seen = Vec::new();
         let mut reidentified = Vec::new();
-        for raw in pages {
-            let entry = ToolEntry::new(raw, server_name, policy, naming);
-            let name = entry
-                .raw
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
+        for (name, entry) in prepare(pages, server_name, policy, naming) {
+            if let Some(trouble) = &entry.name_trouble {
+                // Never listed, called or pinned: a person could not tell
+                // what they approve by its name.
+                tracing::warn!(server.id = %server_name, tool.name = %escape_line(&name), "{}; the tool is not listed, and a call to it is refused", trouble.describe());
+            }
             match (&entry.tool, entry.digest) {
+                (Ok(_), Some(_)) if entry.name_trouble.is_some() => {}
                 (Ok(tool), Some(digest)) => match server.pins.get(&tool.name) {
                     // A trusted server's new tools are pinned on first sight.
                     None if trusted => {
@@ -419,14 +432,14 @@ impl Catalog {
                     }
                 },
                 (Err(err), _) => {
-                    tracing::warn!(server.id = %server_name, tool.name = %name, "invalid tool definition: {err}");
+                    tracing::warn!(server.id = %server_name, tool.name = %escape_line(&name), "invalid tool definition: {err}");
                 }
                 (Ok(_), None) => {}
             }
+            // The same name twice looks alike: both are refused, so which
+            // one the map keeps does not matter.
             if server.tools.insert(name.clone(), entry).is_none() {
                 server.order.push(name);
-            } else {
-                tracing::warn!(server.id = %server_name, tool.name = %name, "the server lists two tools of one name; the last one counts");
             }
         }
         if let Some(store) = &store {
@@ -667,12 +680,21 @@ impl ServerTools {
 // === impl ToolEntry ===
 
 impl ToolEntry {
-    fn new(raw: Value, server_name: &str, policy: &Policy, naming: &Naming) -> Self {
+    fn new(
+        raw: Value,
+        server_name: &str,
+        policy: &Policy,
+        naming: &Naming,
+        name_trouble: Option<NameTrouble>,
+    ) -> Self {
         let tool = Tool::from_value(raw.clone()).map_err(|err| err.to_string());
         let digest = tool.as_ref().ok().map(PinDigest::of);
         let (host_view, retry_eligible, taints) = match &tool {
             Ok(tool) => (
-                host_view(&raw, tool, server_name, policy, naming),
+                name_trouble
+                    .is_none()
+                    .then(|| host_view(&raw, tool, server_name, policy, naming))
+                    .flatten(),
                 policy.retry_eligible(server_name, tool, SandboxProof::default()),
                 policy.taints_session(server_name, &tool.name),
             ),
@@ -686,6 +708,7 @@ impl ToolEntry {
             input: OnceLock::new(),
             output: OnceLock::new(),
             host_view,
+            name_trouble,
             retry_eligible,
             taints,
         }
@@ -703,6 +726,99 @@ impl ToolEntry {
         self.output
             .get_or_init(|| compile(self.tool.as_ref().ok()?.output_schema.as_ref()))
             .clone()
+    }
+}
+
+/// A listing's tools, each with its name, prepared once, and marked when its
+/// name breaks the rule of [`hintgate_policy::name`]: a name that is not
+/// plain, or one that looks like another plain name of the listing (the
+/// same name twice included). Names that are not plain are never listed, so
+/// they make no other name ambiguous.
+fn prepare(
+    pages: Vec<Value>,
+    server_name: &str,
+    policy: &Policy,
+    naming: &Naming,
+) -> Vec<(String, ToolEntry)> {
+    let names: Vec<String> = pages
+        .iter()
+        .map(|raw| {
+            raw.get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    let problems: Vec<Option<String>> = names
+        .iter()
+        .map(|name| hintgate_policy::name::problem(name))
+        .collect();
+    let mut by_look: HashMap<String, Vec<&str>> = HashMap::new();
+    for (name, problem) in names.iter().zip(&problems) {
+        if problem.is_none() {
+            by_look
+                .entry(hintgate_policy::name::look_alike(name))
+                .or_default()
+                .push(name);
+        }
+    }
+    let troubles: Vec<Option<NameTrouble>> = names
+        .iter()
+        .zip(&problems)
+        .map(|(name, problem)| match problem {
+            Some(problem) => Some(NameTrouble::NotPlain(problem.clone())),
+            None => {
+                let alike = by_look.get(&hintgate_policy::name::look_alike(name))?;
+                (alike.len() > 1).then(|| {
+                    let mut others: Vec<String> = alike
+                        .iter()
+                        .filter(|other| **other != name.as_str())
+                        .map(|other| (*other).to_owned())
+                        .collect();
+                    if others.is_empty() {
+                        others.push(name.clone());
+                    }
+                    others.dedup();
+                    NameTrouble::LooksLike(others)
+                })
+            }
+        })
+        .collect();
+    pages
+        .into_iter()
+        .zip(names)
+        .zip(troubles)
+        .map(|((raw, name), trouble)| {
+            let entry = ToolEntry::new(raw, server_name, policy, naming, trouble);
+            (name, entry)
+        })
+        .collect()
+}
+
+// === impl NameTrouble ===
+
+impl NameTrouble {
+    /// What is wrong with the name, in words that follow "its name".
+    pub fn describe(&self) -> String {
+        match self {
+            Self::NotPlain(problem) => format!("its name {problem}"),
+            Self::LooksLike(others) => format!(
+                "its name looks the same as {} of the same server, so a person could take one for the other",
+                others
+                    .iter()
+                    .map(|other| format!("`{}`", escape_line(other)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// The reason code a refused call records.
+    pub fn code(&self) -> ReasonCode {
+        match self {
+            Self::NotPlain(_) => ReasonCode::InvalidToolName,
+            Self::LooksLike(_) => ReasonCode::AmbiguousToolName,
+        }
     }
 }
 
@@ -748,7 +864,12 @@ fn host_view(
             if !clean.is_clean() {
                 tracing::warn!(server.id = %server_name, tool.name = %tool.name, removed = ?clean.removed, "sanitized the tool's {field}");
             }
-            object.insert(field.to_owned(), Value::String(clean.text));
+            // A title names the tool: one line, as hosts show it.
+            let text = match field {
+                "title" => one_line(&clean.text),
+                _ => clean.text,
+            };
+            object.insert(field.to_owned(), Value::String(text));
         }
     }
     let mut annotations = serde_json::to_value(effective).unwrap_or_else(|_| json!({}));
@@ -756,7 +877,10 @@ fn host_view(
         annotations.as_object_mut(),
         tool.annotations.as_ref().and_then(|a| a.title.as_deref()),
     ) {
-        map.insert("title".to_owned(), Value::String(sanitize(title).text));
+        map.insert(
+            "title".to_owned(),
+            Value::String(one_line(&sanitize(title).text)),
+        );
     }
     let declared = object.get("annotations").cloned().unwrap_or(Value::Null);
     object.insert("annotations".to_owned(), annotations);

@@ -103,6 +103,12 @@ impl Gateway {
         let Some(entry) = self.catalog.tool(idx, &cx.tool) else {
             return Step::Refuse(cx, Refusal::UnknownTool);
         };
+        // A name a person could misread is never decided on (see
+        // `hintgate_policy::name`): the tool is not listed either.
+        if let Some(trouble) = &entry.name_trouble {
+            let refusal = Refusal::Name(trouble.code(), trouble.describe());
+            return Step::Refuse(cx, refusal);
+        }
 
         // 3. Decide.
         let decision = match (&entry.tool, entry.digest) {

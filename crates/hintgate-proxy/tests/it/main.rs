@@ -10,4 +10,5 @@
 
 mod harness;
 mod hostile;
+mod names;
 mod pipeline;

@@ -1,0 +1,134 @@
+//! The rule for tool names the gateway lists and routes (issue 11).
+//!
+//! A person approves a call by reading its tool's name, and a model calls a
+//! tool by its name, so a name must read one way only:
+//!
+//! - **Plain.** A name is 1 to 128 characters of `A-Z`, `a-z`, `0-9`, `_`,
+//!   `-` and `.`, the spec's tool-name rule (SEP-986). That one rule leaves
+//!   out every character that controls a terminal or the layout of a line
+//!   (control characters, line breaks, tabs), every one that shows as
+//!   nothing or as blank space (bidi controls, zero-width and tag
+//!   characters, other format characters, white space), and every letter
+//!   of another script that looks like a Latin one (a Cyrillic `а` in
+//!   `rеad`). Listing "printable" names instead would need the Unicode
+//!   tables of what is invisible and what is confusable, and would still
+//!   let `read` and `rеad` look the same.
+//! - **Unlike the server's others.** Two plain names of one server that
+//!   [`look_alike`] (the same but for case, or for `I`, `i`, `l` and `1`,
+//!   `O` and `0`, `rn` and `m`, `vv` and `w`) could be taken for each other in a
+//!   prompt, so neither is listed or called. The same name listed twice is
+//!   the extreme case.
+//!
+//! A name that breaks the rule is not listed, and a call to it is refused
+//! (`invalid-tool-name`, `ambiguous-tool-name`); wherever the gateway's
+//! tools show a name the server sent, it is escaped (see
+//! [`crate::sanitize::escape_line`]).
+
+/// The most characters a tool name may have (the spec's limit).
+pub const MAX_CHARS: usize = 128;
+
+/// Whether a character may appear in a tool name (the spec's set).
+pub fn is_plain_char(ch: char) -> bool {
+    ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.')
+}
+
+/// Why `name` is not a plain tool name, in words that follow "the name",
+/// or `None` when it is one.
+pub fn problem(name: &str) -> Option<String> {
+    let length = name.chars().count();
+    if length == 0 {
+        return Some("is empty".to_owned());
+    }
+    if length > MAX_CHARS {
+        return Some(format!(
+            "is {length} characters long, over the spec's {MAX_CHARS}"
+        ));
+    }
+    let mut bad: Vec<char> = name.chars().filter(|ch| !is_plain_char(*ch)).collect();
+    if bad.is_empty() {
+        return None;
+    }
+    bad.dedup();
+    let shown: Vec<String> = bad
+        .iter()
+        .take(5)
+        .map(|ch| format!("`{}`", crate::sanitize::escape_line(&ch.to_string())))
+        .collect();
+    Some(format!(
+        "holds characters outside the spec's set `A-Z a-z 0-9 _ - .`: {}",
+        shown.join(", ")
+    ))
+}
+
+/// What a name looks like to a reader: case folded, and the ASCII
+/// characters that are drawn alike in common fonts made one (`I`, `i`, `l`
+/// and `1` as `l`; `O` and `0` as `o`; `rn` as `m`; `vv` as `w`). Two names
+/// with the same key can be taken for each other.
+pub fn look_alike(name: &str) -> String {
+    let folded: String = name
+        .chars()
+        .map(|ch| match ch {
+            'I' | 'i' | 'L' | 'l' | '1' => 'l',
+            'O' | 'o' | '0' => 'o',
+            other => other.to_ascii_lowercase(),
+        })
+        .collect();
+    folded.replace("rn", "m").replace("vv", "w")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn plain_names_follow_the_spec() {
+        for name in ["read_file", "a", "fs.read-v2", &"x".repeat(128)] {
+            assert_eq!(problem(name), None, "{name}");
+        }
+        assert_eq!(problem("").as_deref(), Some("is empty"));
+        assert!(
+            problem(&"x".repeat(129))
+                .unwrap()
+                .contains("129 characters")
+        );
+        let shown = problem("read\n\nok\u{202e}").unwrap();
+        assert!(shown.ends_with("`\\n`, `\\u{202e}`"), "{shown}");
+        for name in ["rеad", "with space", "ｒｅａｄ", "tag\u{e0041}", "a\u{ad}b"] {
+            assert!(problem(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn names_drawn_alike_share_a_key() {
+        let alike = [
+            ("notes", "Notes"),
+            ("list_items", "Iist_items"),
+            ("file1", "filel"),
+            ("b0ot", "boot"),
+            ("rm_cache", "rrn_cache"),
+            ("vvrite", "write"),
+        ];
+        for (one, other) in alike {
+            assert_eq!(look_alike(one), look_alike(other), "{one} {other}");
+        }
+        for (one, other) in [("read", "reads"), ("read-file", "read_file"), ("a.b", "ab")] {
+            assert_ne!(look_alike(one), look_alike(other), "{one} {other}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_plain_name_holds_nothing_that_hides_or_breaks_a_line(name in "\\PC{1,40}|[ -~\\t\\n]{1,40}") {
+            if problem(&name).is_none() {
+                prop_assert_eq!(crate::sanitize::escape_line(&name), name.clone());
+                prop_assert!(name.is_ascii());
+            }
+        }
+
+        #[test]
+        fn names_that_differ_only_in_case_look_alike(name in "[A-Za-z0-9_.-]{1,20}") {
+            prop_assert_eq!(look_alike(&name), look_alike(&name.to_ascii_uppercase()));
+        }
+    }
+}
