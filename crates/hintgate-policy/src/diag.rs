@@ -51,6 +51,8 @@ pub enum DiagCode {
     UnsetVariable,
     /// A JSON pointer that cannot be used (an `[audit] redact` pattern).
     BadPointer,
+    /// Two servers whose prefixes make one host-facing tool name.
+    CollidingServerNames,
 }
 
 /// One problem in a configuration.
@@ -99,7 +101,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -115,6 +117,7 @@ impl DiagCode {
         Self::RelativePath,
         Self::UnsetVariable,
         Self::BadPointer,
+        Self::CollidingServerNames,
     ];
 
     /// The stable kebab-case code.
@@ -135,6 +138,7 @@ impl DiagCode {
             Self::RelativePath => "relative-path",
             Self::UnsetVariable => "unset-variable",
             Self::BadPointer => "bad-pointer",
+            Self::CollidingServerNames => "colliding-server-names",
         }
     }
 }

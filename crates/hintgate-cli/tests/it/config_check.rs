@@ -107,3 +107,22 @@ fn unset_variables_are_warned_about_at_their_position() {
         .unwrap();
     assert_eq!(stdout(&set), "c.toml: ok\n");
 }
+
+#[test]
+fn issue_11_servers_whose_tool_names_collide_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        "[servers.docs]\ncommand = \"a\"\n\n[servers.docs_]\ncommand = \"b\"\n",
+    )
+    .unwrap();
+    let output = run(dir.path(), &["config", "check", "hintgate.toml"]);
+    assert_eq!(code(&output), 64, "{}", stdout(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("error[colliding-server-names]: servers `docs` and `docs_`"),
+        "{text}"
+    );
+    assert!(text.contains("--> hintgate.toml:4:10"), "{text}");
+    assert!(text.contains("`docs` is at line 1"), "{text}");
+}

@@ -79,6 +79,7 @@ fn parse_with_vars(
 ) -> (Option<ValidConfig>, Vec<Diagnostic>) {
     let (document, syntax_errors) = DeTable::parse_recoverable(source);
     let mut walker = Walker {
+        source,
         diagnostics: Vec::new(),
         vars,
         declared_servers: Vec::new(),
@@ -128,6 +129,8 @@ fn parse_with_vars(
 
 #[derive(Default)]
 struct Walker<'v> {
+    /// The text walked, to name a line in a message.
+    source: &'v str,
     diagnostics: Vec<Diagnostic>,
     /// When given, `${VAR}` references to unset variables are warned about.
     vars: Option<&'v dyn Vars>,
@@ -323,11 +326,16 @@ impl Walker<'_> {
 
     fn servers(&mut self, table: &DeTable<'_>, separator: &str) -> BTreeMap<String, ServerConfig> {
         let mut servers = BTreeMap::new();
+        let mut prefixes = Vec::new();
         for (key, value) in table.iter() {
             let name = key.get_ref().as_ref();
             self.declared_servers.push(name.to_owned());
             let path = join("servers", name);
-            if let Some(problem) = server_name_problem(name, separator) {
+            let problem = server_name_problem(name, separator);
+            if problem.is_none() {
+                prefixes.push((name.to_owned(), key.span()));
+            }
+            if let Some(problem) = problem {
                 self.push(
                     Diagnostic::error(
                         DiagCode::InvalidServerName,
@@ -351,7 +359,43 @@ impl Walker<'_> {
                 other => self.wrong_value_type(value, &path, "a table", other),
             }
         }
+        self.colliding_servers(prefixes, separator);
         servers
+    }
+
+    /// Two servers whose prefixes make one host-facing name: `docs` and
+    /// `docs_` with the separator `__` both give `docs___x` (`_x` of one,
+    /// `x` of the other). Each such pair is an error at the later server.
+    fn colliding_servers(&mut self, mut names: Vec<(String, Range<usize>)>, separator: &str) {
+        if separator.is_empty() {
+            return;
+        }
+        names.sort_by_key(|(_, span)| span.start);
+        for (later, (second, second_span)) in names.iter().enumerate() {
+            for (first, first_span) in names.iter().take(later) {
+                let Some((shorter, longer)) = colliding(first, second, separator) else {
+                    continue;
+                };
+                let example = format!("{longer}{separator}x");
+                let as_shorter = example
+                    .get(shorter.len() + separator.len()..)
+                    .unwrap_or_default();
+                let line = crate::diag::position(self.source, first_span.start).line;
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::CollidingServerNames,
+                        join("servers", second),
+                        format!(
+                            "servers `{first}` and `{second}` make tool names that collide: `{example}` is `{as_shorter}` of `{shorter}` and `x` of `{longer}`"
+                        ),
+                    )
+                    .at(second_span.clone())
+                    .with_help(format!(
+                        "`{first}` is at line {line}; rename one of them, or choose a `gateway.separator` that neither name runs into"
+                    )),
+                );
+            }
+        }
     }
 
     fn server(
@@ -998,6 +1042,19 @@ fn server_name_problem(name: &str, separator: &str) -> Option<String> {
         ));
     }
     None
+}
+
+/// The two servers, shorter prefix first, when a host-facing name could
+/// belong to both: one's name and separator begin the other's.
+fn colliding<'a>(one: &'a str, other: &'a str, separator: &str) -> Option<(&'a str, &'a str)> {
+    let (shorter, longer) = if one.len() <= other.len() {
+        (one, other)
+    } else {
+        (other, one)
+    };
+    let longer_prefix = format!("{longer}{separator}");
+    let shorter_prefix = format!("{shorter}{separator}");
+    (one != other && longer_prefix.starts_with(&shorter_prefix)).then_some((shorter, longer))
 }
 
 /// "did you mean" for a near miss, else the list of what is allowed.

@@ -128,3 +128,55 @@ fn audit_redaction_patterns_are_checked_where_they_are_written() {
             .redact_defaults
     );
 }
+
+#[test]
+fn server_names_whose_prefixed_tool_names_collide_are_refused() {
+    // `docs___x` is `_x` of `docs` and `x` of `docs_`.
+    let source = "[servers.docs]\ncommand = \"x\"\n\n[servers.docs_]\ncommand = \"x\"\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none(), "{diagnostics:?}");
+    let found: Vec<(&str, &str)> = diagnostics
+        .iter()
+        .map(|d| (d.code.as_str(), d.key.as_str()))
+        .collect();
+    assert_eq!(found, [("colliding-server-names", "servers.docs_")]);
+    let diagnostic = &diagnostics[0];
+    assert!(diagnostic.is_error());
+    assert!(
+        diagnostic.message.contains("`docs`")
+            && diagnostic.message.contains("`docs_`")
+            && diagnostic.message.contains("`docs___x`"),
+        "{}",
+        diagnostic.message
+    );
+    // It points at the second server and names the first one's line.
+    let rendered = diagnostic.render("hintgate.toml", source);
+    assert!(rendered.contains("hintgate.toml:4:10"), "{rendered}");
+    assert!(rendered.contains("line 1"), "{rendered}");
+
+    // Another separator, or a name that does not run into it, is fine.
+    for clean in [
+        "[gateway]\nseparator = \"-\"\n[servers.docs]\ncommand = \"x\"\n[servers.docs_]\ncommand = \"x\"\n",
+        "[servers.docs]\ncommand = \"x\"\n[servers.docs-a]\ncommand = \"x\"\n",
+        "[servers.docs_]\ncommand = \"x\"\n",
+        "[servers.a]\ncommand = \"x\"\n[servers.b]\ncommand = \"x\"\n",
+    ] {
+        let (config, diagnostics) = parse_str(clean);
+        assert!(config.is_some(), "{clean}: {diagnostics:?}");
+    }
+    // Each pair that collides is named once.
+    let three = "[servers.a]\ncommand = \"x\"\n[servers.a_]\ncommand = \"x\"\n[servers.a__]\ncommand = \"x\"\n";
+    let (_, diagnostics) = parse_str(three);
+    let colliding = diagnostics
+        .iter()
+        .filter(|d| d.code.as_str() == "colliding-server-names")
+        .count();
+    assert_eq!(colliding, 1, "`a__` holds the separator: {diagnostics:?}");
+    let three = "[gateway]\nseparator = \"___\"\n[servers.a]\ncommand = \"x\"\n[servers.a_]\ncommand = \"x\"\n[servers.a__]\ncommand = \"x\"\n";
+    let (_, diagnostics) = parse_str(three);
+    let colliding = diagnostics
+        .iter()
+        .filter(|d| d.code.as_str() == "colliding-server-names")
+        .count();
+    assert_eq!(colliding, 3, "{diagnostics:?}");
+}

@@ -149,6 +149,9 @@ pub(crate) enum Refusal {
     /// plain, or it looks like another): the reason code, and what is wrong
     /// with the name.
     Name(ReasonCode, String),
+    /// The host's name fits more than one server's prefix: why it is not
+    /// routed by guess.
+    AmbiguousName(String),
 }
 
 /// Who let a call through, or who ended it.
@@ -412,7 +415,8 @@ impl Refusal {
             | Self::Denied { .. }
             | Self::Unrecorded(_)
             | Self::BadState(_)
-            | Self::Name(..) => Outcome::Denied,
+            | Self::Name(..)
+            | Self::AmbiguousName(_) => Outcome::Denied,
         }
     }
 
@@ -430,6 +434,7 @@ impl Refusal {
             Self::ServerUnavailable(_) => Decision::deny(ReasonCode::ServerUnavailable),
             Self::BadState(_) => Decision::deny(ReasonCode::InvalidRequestState),
             Self::Name(code, _) => Decision::deny(*code),
+            Self::AmbiguousName(_) => Decision::deny(ReasonCode::AmbiguousToolName),
             Self::Denied { .. }
             | Self::InvalidArguments(_)
             | Self::InputRequired(_)
@@ -471,6 +476,10 @@ impl Refusal {
                 "hintgate does not list or run `{}` of server `{}`: {why}.",
                 escape_line(cx.tool),
                 cx.server
+            ))),
+            Self::AmbiguousName(why) => Answer::Result(error_result(&format!(
+                "hintgate does not run `{}`: {why}.",
+                escape_line(cx.host_name)
             ))),
             Self::Withdrawn(_) => Answer::Error(-32800, "the request was cancelled".to_owned()),
             Self::InputRequired(result) => Answer::Raw(result.clone()),

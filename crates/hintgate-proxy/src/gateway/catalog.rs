@@ -506,13 +506,14 @@ impl Catalog {
         self.server(idx)?.identity.as_deref()
     }
 
-    /// The host's views of a server's tools, in listing order.
-    pub fn host_views(&self, idx: ServerIdx) -> impl Iterator<Item = &str> {
+    /// The host's views of a server's tools, in listing order, each with
+    /// the server's own name of the tool.
+    pub fn host_views(&self, idx: ServerIdx) -> impl Iterator<Item = (&str, &str)> {
         self.server(idx).into_iter().flat_map(|server| {
-            server
-                .order
-                .iter()
-                .filter_map(|name| server.tools.get(name)?.host_view.as_deref())
+            server.order.iter().filter_map(|name| {
+                let view = server.tools.get(name)?.host_view.as_deref()?;
+                Some((name.as_str(), view))
+            })
         })
     }
 

@@ -229,6 +229,9 @@ pub(crate) struct Gateway {
     waiting: Vec<Waiting>,
     /// What this turn produced, in order.
     outbox: Vec<Outgoing>,
+    /// Two servers' prefixes begin one another, so a host-facing name may
+    /// fit several (a configuration validation would refuse).
+    prefixes_overlap: bool,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -367,7 +370,7 @@ impl Gateway {
             .clone()
             .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
         let count = servers.len();
-        Ok(Self {
+        let mut gateway = Self {
             separator: gateway.separator.clone(),
             limits,
             mode: settings.mode,
@@ -392,7 +395,16 @@ impl Gateway {
             waiting: Vec::new(),
             outbox: Vec::with_capacity(64),
             policy: settings.policy,
-        })
+            prefixes_overlap: false,
+        };
+        gateway.prefixes_overlap = gateway.prefixes_overlap();
+        if gateway.prefixes_overlap {
+            tracing::error!(
+                "two servers' names run into the separator `{}`: a tool name either could own is neither listed nor routed (`hintgate config check` names them)",
+                gateway.separator
+            );
+        }
+        Ok(gateway)
     }
 
     fn handle(&mut self, event: Event) {

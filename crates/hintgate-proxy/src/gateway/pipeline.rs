@@ -44,7 +44,7 @@ use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
 use super::request::{HostRequest, ServerIdx};
 use super::session::HostSession;
-use super::upstreams::Readiness;
+use super::upstreams::{Readiness, Unresolved};
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members, string_literal};
@@ -85,8 +85,13 @@ impl Gateway {
         }
 
         // 1. Resolve the host's name to a server and its own tool name.
-        let Some((idx, tool)) = self.resolve(&cx.params.name) else {
-            return Step::Refuse(cx, Refusal::UnknownTool);
+        let (idx, tool) = match self.resolve(&cx.params.name) {
+            Ok(found) => found,
+            Err(Unresolved::Unknown) => return Step::Refuse(cx, Refusal::UnknownTool),
+            Err(Unresolved::Ambiguous(found)) => {
+                let why = self.ambiguity(&found);
+                return Step::Refuse(cx, Refusal::AmbiguousName(why));
+            }
         };
         cx.server = Some(idx);
         cx.tool = tool;

@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 use super::inflight::UpPurpose;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use super::session::{Era, declares_form_elicitation};
-use super::upstreams::{Phase, Readiness};
+use super::upstreams::{Phase, Readiness, Unresolved};
 use super::{Gateway, Mode, Waiting};
 use crate::frame::Message;
 use crate::versions::LEGACY_VERSIONS;
@@ -281,7 +281,13 @@ impl Gateway {
         // The host's views were built once, when each server listed.
         let mut tools = String::from("[");
         for idx in 0..self.upstreams.len() {
-            for view in self.catalog.host_views(idx) {
+            for (name, view) in self.catalog.host_views(idx) {
+                // A name another server's prefix also fits would not be
+                // routed: it is not listed either.
+                if self.prefixes_overlap && self.resolve(&self.prefixed(idx, name)).is_err() {
+                    tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %name, "left out of the tool list: another server's prefix fits its name too");
+                    continue;
+                }
                 if tools.len() > 1 {
                     tools.push(',');
                 }
@@ -363,15 +369,19 @@ impl Gateway {
             "prompts/get" => {
                 let name = params.get("name").and_then(Value::as_str).unwrap_or("");
                 match self.resolve(name) {
-                    Some((idx, own)) => {
+                    Ok((idx, own)) => {
                         let mut params = params.clone();
                         if let Some(object) = params.as_object_mut() {
                             object.insert("name".to_owned(), Value::String(own));
                         }
                         self.route(idx, request, Some(params));
                     }
-                    None => {
+                    Err(Unresolved::Unknown) => {
                         let text = format!("unknown prompt `{name}`");
+                        self.reply_error(session, request.id(), -32602, &text);
+                    }
+                    Err(Unresolved::Ambiguous(found)) => {
+                        let text = format!("prompt `{name}`: {}", self.ambiguity(&found));
                         self.reply_error(session, request.id(), -32602, &text);
                     }
                 }
@@ -381,7 +391,7 @@ impl Gateway {
                 let target = match reference.get("type").and_then(Value::as_str) {
                     Some("ref/prompt") => {
                         let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                        self.resolve(name).map(|(idx, own)| {
+                        self.resolve(name).ok().map(|(idx, own)| {
                             let mut params = params.clone();
                             if let Some(object) =
                                 params.pointer_mut("/ref").and_then(Value::as_object_mut)

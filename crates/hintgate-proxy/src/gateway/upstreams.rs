@@ -30,6 +30,16 @@ use crate::versions::LEGACY_VERSIONS;
 /// for a legacy one.
 pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why a host-facing name names no one tool of one server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unresolved {
+    /// No server's prefix fits it.
+    Unknown,
+    /// Several servers' prefixes fit it: each server, with the name it would
+    /// know the tool by.
+    Ambiguous(Vec<(ServerIdx, String)>),
+}
+
 /// Where a server stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -683,15 +693,73 @@ impl Gateway {
 
     /// Which server a host-facing name belongs to, and the name the server
     /// knows it by.
-    pub(super) fn resolve(&self, name: &str) -> Option<(ServerIdx, String)> {
+    ///
+    /// In gateway mode every place where the separator begins is tried, not
+    /// only the first: `docs___x` is `x` of a server `docs_`. A name that two
+    /// servers' prefixes fit (`docs` and `docs_`, which validation refuses)
+    /// is never routed by guess.
+    ///
+    /// # Errors
+    ///
+    /// [`Unresolved`]: no server's prefix fits the name, or several do.
+    pub(super) fn resolve(&self, name: &str) -> Result<(ServerIdx, String), Unresolved> {
         match self.mode {
-            super::Mode::Wrap => Some((0, name.to_owned())),
+            super::Mode::Wrap => Ok((0, name.to_owned())),
             super::Mode::Gateway => {
-                let (server, rest) = name.split_once(self.separator.as_str())?;
-                let idx = self.upstreams.find(server)?;
-                Some((idx, rest.to_owned()))
+                let separator = self.separator.as_str();
+                let mut found: Vec<(ServerIdx, String)> = name
+                    .char_indices()
+                    .filter_map(|(at, _)| {
+                        let rest = name.get(at..)?.strip_prefix(separator)?;
+                        let idx = self.upstreams.find(name.get(..at)?)?;
+                        Some((idx, rest.to_owned()))
+                    })
+                    .collect();
+                match found.len() {
+                    0 => Err(Unresolved::Unknown),
+                    1 => found.pop().ok_or(Unresolved::Unknown),
+                    _ => Err(Unresolved::Ambiguous(found)),
+                }
             }
         }
+    }
+
+    /// Why a name is not routed: the servers and tool names it could be.
+    pub(super) fn ambiguity(&self, found: &[(ServerIdx, String)]) -> String {
+        let readings: Vec<String> = found
+            .iter()
+            .map(|(idx, own)| {
+                format!(
+                    "`{}` of server `{}`",
+                    hintgate_policy::sanitize::escape_line(own),
+                    self.upstreams.name(*idx)
+                )
+            })
+            .collect();
+        format!(
+            "the name could be {}, so hintgate does not guess which (rename one of the servers, or choose another `gateway.separator`)",
+            readings.join(" or ")
+        )
+    }
+
+    /// Whether two servers' prefixes begin one another (`docs__` and
+    /// `docs___`): then a host-facing name may fit several, and the tool list
+    /// leaves such names out.
+    pub(super) fn prefixes_overlap(&self) -> bool {
+        if self.mode != super::Mode::Gateway {
+            return false;
+        }
+        let prefixes: Vec<String> = self
+            .upstreams
+            .iter()
+            .map(|up| format!("{}{}", up.name, self.separator))
+            .collect();
+        prefixes.iter().enumerate().any(|(one, prefix)| {
+            prefixes
+                .iter()
+                .enumerate()
+                .any(|(other, longer)| one != other && longer.starts_with(prefix.as_str()))
+        })
     }
 
     /// A server's name as the host sees it for `name` (prompts and tools).

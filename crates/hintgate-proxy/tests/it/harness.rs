@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use hintgate_policy::config::{ServerConfig, parse_str};
+use hintgate_policy::config::{ServerConfig, ValidConfig, parse_str};
 use hintgate_policy::decide::Policy;
 use hintgate_proxy::{Connector, Link, LinkTarget, Mode, Settings};
 use hintgate_store::{
@@ -508,6 +508,13 @@ impl Setup {
 
 impl Harness {
     pub async fn start(setup: Setup) -> Self {
+        Self::start_with(setup, |_| {}).await
+    }
+
+    /// Starts a harness whose configuration `edit` changes after it was
+    /// validated (a configuration built in code, which validation does not
+    /// see).
+    pub async fn start_with(setup: Setup, edit: impl FnOnce(&mut ValidConfig)) -> Self {
         // The gateway's log goes with the test's output, shown when it fails.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -517,7 +524,8 @@ impl Harness {
             .with_test_writer()
             .try_init();
         let (config, diagnostics) = parse_str(&setup.config);
-        let config = config.unwrap_or_else(|| panic!("bad test config: {diagnostics:?}"));
+        let mut config = config.unwrap_or_else(|| panic!("bad test config: {diagnostics:?}"));
+        edit(&mut config);
         let timeline = Timeline::default();
         let store = setup
             .store

@@ -192,3 +192,75 @@ async fn issue_11_names_in_gateway_mode_are_checked_without_the_prefix() {
     assert!(gateway.calls_received("fs").is_empty());
     assert!(!is_error(&gateway.call("fs__ok", json!({})).await));
 }
+
+/// Gateway mode with servers `docs` and `docs_`, each trusted and listing
+/// `tools`: a configuration validation refuses, built in code.
+async fn colliding(docs: Vec<Value>, docs_: Vec<Value>) -> Harness {
+    let setup = Setup {
+        config: "[servers.docs]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.other]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: std::collections::HashMap::from([
+            ("docs".to_owned(), ServerScript::with_tools(docs)),
+            ("docs_".to_owned(), ServerScript::with_tools(docs_)),
+        ]),
+        store: None,
+    };
+    Harness::start_with(setup, |config| {
+        let mut server = config.servers.remove("other").unwrap();
+        server.name = "docs_".to_owned();
+        config.servers.insert("docs_".to_owned(), server);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_name_two_servers_could_own_is_refused_not_guessed() {
+    let mut gateway = colliding(
+        vec![tool("_x", true), tool("y", true)],
+        vec![tool("x", true)],
+    )
+    .await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    // `docs___x` is `_x` of `docs` or `x` of `docs_`: listed for neither.
+    assert_eq!(listed(&list), ["docs__y"], "{list}");
+    let refused = gateway.call("docs___x", json!({})).await;
+    assert!(is_error(&refused), "{refused}");
+    let why = refused.to_string();
+    assert!(
+        why.contains("`docs`") && why.contains("`docs_`"),
+        "{refused}"
+    );
+    assert!(gateway.calls_received("docs").is_empty());
+    assert!(gateway.calls_received("docs_").is_empty());
+    assert!(!is_error(&gateway.call("docs__y", json!({})).await));
+    let store = gateway.close().await;
+    let records = refusals(&store);
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(
+        records[0],
+        ("docs___x".to_owned(), json!(["ambiguous-tool-name"]))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_server_whose_name_runs_into_the_separator_is_reached() {
+    // `docs_` + `__` + `x`: the first `__` of `docs___x` is not the one
+    // that ends the server's name.
+    let setup = Setup {
+        config: "[servers.docs_]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: std::collections::HashMap::from([(
+            "docs_".to_owned(),
+            ServerScript::with_tools(vec![tool("x", true)]),
+        )]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    assert_eq!(listed(&list), ["docs___x"], "{list}");
+    let ran = gateway.call("docs___x", json!({})).await;
+    assert!(!is_error(&ran) && ran.get("error").is_none(), "{ran}");
+    assert_eq!(gateway.calls_received("docs_").len(), 1);
+}
