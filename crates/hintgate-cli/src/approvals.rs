@@ -6,6 +6,7 @@
 //! refuses the call.
 
 use anyhow::Result;
+use hintgate_policy::sanitize::{escape_invisible, escape_line};
 use hintgate_store::{Answer, Answered, PendingState, Remember, Store};
 
 use crate::args::{ApprovalsArgs, ApprovalsCommand, RememberArg};
@@ -60,14 +61,16 @@ fn list(store: &dyn Store, json: bool) -> Result<Exit> {
             Remember::Session => "--remember call|session",
             Remember::Call => "this call only",
         };
+        // The queue is only as trusted as whoever can write the store: what
+        // it holds is shown escaped, the prompt line by line.
         text.push_str(&format!(
             "#{id}  {server} / {tool}  waits {left} s more  (approve: {remember})\n",
             id = pending.id,
-            server = pending.server,
-            tool = pending.tool,
+            server = escape_line(&pending.server),
+            tool = escape_line(&pending.tool),
             left = pending.expires_at.saturating_sub(now),
         ));
-        for line in pending.prompt.lines() {
+        for line in escape_invisible(&pending.prompt).lines() {
             text.push_str(&format!("    {line}\n"));
         }
         text.push_str(&format!(
@@ -106,7 +109,11 @@ fn answer(store: &dyn Store, id: u64, approve: bool, remember: Remember) -> Resu
         remember,
         by: who(),
     };
-    let what = format!("#{id} ({} / {})", pending.server, pending.tool);
+    let what = format!(
+        "#{id} ({} / {})",
+        escape_line(&pending.server),
+        escape_line(&pending.tool)
+    );
     match store.answer(id, &given, now())? {
         Answered::Released => {
             let text = if approve {

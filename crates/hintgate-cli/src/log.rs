@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use anyhow::Result;
+use hintgate_policy::sanitize::escape_line;
 use hintgate_store::{Entry, EntryKind};
 use serde_json::Value;
 
@@ -195,7 +196,7 @@ impl View<'_> {
                 "{:>6}  {}  malformed {kind} record, shown as stored: {}\n",
                 entry.seq,
                 utc(entry.at),
-                entry.body,
+                escape_line(&entry.body.to_string()),
             ));
         }
     }
@@ -256,20 +257,28 @@ impl View<'_> {
             }
             out.push_str(&format!("{record}\n"));
         } else {
-            let reasons: Vec<&str> = call
+            let reasons: Vec<String> = call
                 .body
                 .get("reasons")
                 .and_then(Value::as_array)
-                .map(|list| list.iter().filter_map(Value::as_str).collect())
+                .map(|list| {
+                    list.iter()
+                        .filter_map(Value::as_str)
+                        .map(escape_line)
+                        .collect()
+                })
                 .unwrap_or_default();
+            // What the log holds came from hosts and servers: each field on
+            // its line, escaped, so no name can write a line of its own.
             out.push_str(&format!(
-                "{seq:>6}  {}  {} / {}  {}  ({})  by {}  -> {outcome}\n",
+                "{seq:>6}  {}  {} / {}  {}  ({})  by {}  -> {}\n",
                 utc(call.at),
-                text_of(call, "server"),
-                text_of(call, "tool"),
-                text_of(call, "verdict"),
+                escape_line(&text_of(call, "server")),
+                escape_line(&text_of(call, "tool")),
+                escape_line(&text_of(call, "verdict")),
                 reasons.join(", "),
-                text_of(call, "approver"),
+                escape_line(&text_of(call, "approver")),
+                escape_line(&outcome),
             ));
         }
     }
@@ -299,9 +308,13 @@ impl View<'_> {
             out.push_str(&format!("{record}\n"));
         } else {
             out.push_str(&format!(
-                "{:>6}  {}  {server} / {tool}  call {call} ended  -> {outcome} ({duration} ms)\n",
+                "{:>6}  {}  {} / {}  call {call} ended  -> {} ({} ms)\n",
                 entry.seq,
                 utc(entry.at),
+                escape_line(server),
+                escape_line(tool),
+                escape_line(&outcome),
+                escape_line(&duration.to_string()),
             ));
         }
     }
@@ -632,6 +645,57 @@ mod tests {
             assert!(
                 line.trim_start().starts_with(seq) && line.contains("malformed"),
                 "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn issue_11_names_from_the_log_are_shown_escaped_on_one_line() {
+        let forged = "read\n\n     9  2026-11-29T21:58:38Z  fs / read  allow  ()  by rule  -> ok";
+        let tool = format!("\u{1b}[2J{forged}\u{202e}");
+        let body = json!({"server": "fs", "tool": tool, "verdict": "deny",
+                          "reasons": ["unknown-tool"], "approver": "gateway\nby person"});
+        let malformed = json!({"outcome": "ok\u{202e}\u{200b}"});
+        for follow in [false, true] {
+            let args = log_args(false, follow);
+            let mut view = View {
+                args: &args,
+                since: None,
+                shown: HashMap::new(),
+            };
+            let mut out = String::new();
+            view.call(
+                &record(1, EntryKind::Call, None, body.clone()),
+                None,
+                &mut out,
+            );
+            view.outcome(
+                &record(
+                    2,
+                    EntryKind::Outcome,
+                    Some(1),
+                    json!({"outcome": "shutdown", "duration_ms": 1}),
+                ),
+                1,
+                &mut out,
+            );
+            view.unreadable(
+                &record(3, EntryKind::Outcome, None, malformed.clone()),
+                &mut out,
+            );
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines.len(), 2 + usize::from(follow), "{out}");
+            assert!(
+                !out.contains('\u{1b}') && !out.contains('\u{202e}') && !out.contains('\u{200b}'),
+                "{out:?}"
+            );
+            assert!(
+                lines[0].contains("fs / \\u{001b}[2Jread\\n\\n     9"),
+                "{out}"
+            );
+            assert!(
+                lines[0].ends_with("by gateway\\nby person  -> pending"),
+                "{out}"
             );
         }
     }

@@ -2,6 +2,7 @@
 
 use anyhow::{Result, bail};
 use hintgate_policy::pin::diff;
+use hintgate_policy::sanitize::{escape_invisible, escape_line};
 use hintgate_policy::tool::Tool;
 use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Store};
 
@@ -24,62 +25,7 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
             Ok(Exit::Success)
         }
         PinsCommand::Diff { server, tool } => {
-            let mut text = String::new();
-            for pin in matching(store.as_ref(), server, tool)? {
-                match &pin.seen {
-                    None => {
-                        text.push_str(&format!("{server} / {tool}: no change held for approval\n"))
-                    }
-                    Some(seen) if seen.digest == REMOVED => text.push_str(&format!(
-                        "{server} / {tool}: no longer listed by the server (pinned {})\n",
-                        pin.digest
-                    )),
-                    Some(seen) if pin.tool == INSTRUCTIONS => {
-                        let identity = identity_line(&pin);
-                        let line = |definition: &serde_json::Value| {
-                            definition
-                                .get("instructions")
-                                .and_then(serde_json::Value::as_str)
-                                .unwrap_or("")
-                                .to_owned()
-                        };
-                        text.push_str(&format!(
-                            "{server} / the server's instructions: {} -> {}\n{identity}  - {}\n  + {}\n",
-                            pin.digest,
-                            seen.digest,
-                            line(&pin.definition).replace('\n', "\n    "),
-                            line(&seen.definition).replace('\n', "\n    ")
-                        ));
-                    }
-                    Some(seen) => {
-                        text.push_str(&format!(
-                            "{server} / {tool}: {} -> {}\n{}",
-                            pin.digest,
-                            seen.digest,
-                            identity_line(&pin)
-                        ));
-                        let (Ok(old), Ok(new)) = (
-                            Tool::from_value(pin.definition.clone()),
-                            Tool::from_value(seen.definition.clone()),
-                        ) else {
-                            bail!("a stored definition of `{tool}` is not a valid tool");
-                        };
-                        for change in diff(&old, &new) {
-                            let hint = if change.field.starts_with("annotations.") {
-                                "  (hint)"
-                            } else {
-                                ""
-                            };
-                            text.push_str(&format!(
-                                "  {}:{hint}\n    - {}\n    + {}\n",
-                                change.field,
-                                change.old.as_deref().unwrap_or("(absent)"),
-                                change.new.as_deref().unwrap_or("(absent)")
-                            ));
-                        }
-                    }
-                }
-            }
+            let text = diff_text(&matching(store.as_ref(), server, tool)?, server, tool)?;
             output::out(&text)?;
             Ok(Exit::Success)
         }
@@ -128,6 +74,68 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
     }
 }
 
+/// What `hintgate pins diff SERVER TOOL` prints for the pins that match.
+fn diff_text(pins: &[Pin], server: &str, tool: &str) -> Result<String> {
+    // Names, identities and definitions came from servers: each shown with
+    // what would break its line or hide escaped.
+    let (server, tool) = (escape_line(server), escape_line(tool));
+    let mut text = String::new();
+    for pin in pins {
+        match &pin.seen {
+            None => text.push_str(&format!("{server} / {tool}: no change held for approval\n")),
+            Some(seen) if seen.digest == REMOVED => text.push_str(&format!(
+                "{server} / {tool}: no longer listed by the server (pinned {})\n",
+                pin.digest
+            )),
+            Some(seen) if pin.tool == INSTRUCTIONS => {
+                let identity = identity_line(pin);
+                let line = |definition: &serde_json::Value| {
+                    definition
+                        .get("instructions")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                text.push_str(&format!(
+                    "{server} / the server's instructions: {} -> {}\n{identity}  - {}\n  + {}\n",
+                    pin.digest,
+                    seen.digest,
+                    escape_invisible(&line(&pin.definition)).replace('\n', "\n    "),
+                    escape_invisible(&line(&seen.definition)).replace('\n', "\n    ")
+                ));
+            }
+            Some(seen) => {
+                text.push_str(&format!(
+                    "{server} / {tool}: {} -> {}\n{}",
+                    pin.digest,
+                    seen.digest,
+                    identity_line(pin)
+                ));
+                let (Ok(old), Ok(new)) = (
+                    Tool::from_value(pin.definition.clone()),
+                    Tool::from_value(seen.definition.clone()),
+                ) else {
+                    bail!("a stored definition of `{tool}` is not a valid tool");
+                };
+                for change in diff(&old, &new) {
+                    let hint = if change.field.starts_with("annotations.") {
+                        "  (hint)"
+                    } else {
+                        ""
+                    };
+                    text.push_str(&format!(
+                        "  {}:{hint}\n    - {}\n    + {}\n",
+                        escape_line(&change.field),
+                        escape_line(change.old.as_deref().unwrap_or("(absent)")),
+                        escape_line(change.new.as_deref().unwrap_or("(absent)"))
+                    ));
+                }
+            }
+        }
+    }
+    Ok(text)
+}
+
 /// The identities before and after a held change that came with a new
 /// identity of the server; `None` for a change under the same identity, a
 /// removal, or a pin that predates identities.
@@ -144,7 +152,7 @@ fn identity_change(pin: &Pin) -> Option<(&str, &str)> {
 /// nothing otherwise.
 fn identity_line(pin: &Pin) -> String {
     identity_change(pin).map_or_else(String::new, |(old, new)| {
-        format!("  identity: {old} -> {new}\n")
+        format!("  identity: {} -> {}\n", escape_line(old), escape_line(new))
     })
 }
 
@@ -166,8 +174,14 @@ fn list(store: &dyn Store, as_json: bool) -> Result<Exit> {
         output::out(&format!("{}\n", serde_json::to_string_pretty(&pins)?))?;
         return Ok(Exit::Success);
     }
+    output::out(&list_text(&pins))?;
+    Ok(Exit::Success)
+}
+
+/// The table `hintgate pins list` prints.
+fn list_text(pins: &[Pin]) -> String {
     let mut text = String::new();
-    for pin in &pins {
+    for pin in pins {
         let state = match &pin.seen {
             Some(seen) if seen.digest == REMOVED => "REMOVED, no longer listed",
             Some(_) if identity_change(pin).is_some() => {
@@ -178,15 +192,69 @@ fn list(store: &dyn Store, as_json: bool) -> Result<Exit> {
         };
         let short = pin.digest.get(..19).unwrap_or(&pin.digest);
         text.push_str(&format!(
-            "{:<16} {:<32} {short}  {state}\n{}",
-            pin.server,
-            pin.tool,
+            "{:<16} {:<32} {}  {state}\n{}",
+            escape_line(&pin.server),
+            escape_line(&pin.tool),
+            escape_line(short),
             identity_line(pin)
         ));
     }
     if pins.is_empty() {
         text.push_str("no pins yet\n");
     }
-    output::out(&text)?;
-    Ok(Exit::Success)
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use hintgate_store::{Pin, Seen};
+    use serde_json::json;
+
+    use super::{diff_text, list_text};
+
+    const FORGED: &str =
+        "\n\nfs               read                             sha256:0000000000  pinned";
+
+    fn pin(tool: &str, title: &str, seen_title: Option<&str>) -> Pin {
+        Pin {
+            server_key: "k".into(),
+            server: "fs".into(),
+            identity: format!("x (1.0){FORGED}"),
+            tool: tool.into(),
+            digest: "sha256:1111111111111111".into(),
+            definition: json!({"name": tool, "title": title}),
+            pinned_at: 1,
+            seen: seen_title.map(|title| Seen {
+                digest: "sha256:2222222222222222".into(),
+                definition: json!({"name": tool, "title": title}),
+                identity: "x (2.0)\u{202e}".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn issue_11_pins_show_server_supplied_text_escaped_on_its_line() {
+        let name = format!("\u{1b}[2Jread{FORGED}");
+        let pins = [pin(&name, "Read", Some("Read\u{202e}"))];
+        let listed = list_text(&pins);
+        assert_eq!(
+            listed.lines().count(),
+            2,
+            "the pin and its identity line: {listed}"
+        );
+        let diffed = diff_text(&pins, "fs", &name).unwrap();
+        for text in [&listed, &diffed] {
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{202e}'),
+                "{text:?}"
+            );
+            for line in text.lines() {
+                assert!(
+                    !line.starts_with("fs               read"),
+                    "a forged line:\n{text}"
+                );
+            }
+        }
+        assert!(listed.contains("\\u{001b}[2Jread\\n\\n"), "{listed}");
+    }
 }

@@ -1,6 +1,7 @@
 //! The three reports: a table for people, JSON for scripts, SARIF 2.1.0 for
 //! code-scanning services.
 
+use hintgate_policy::sanitize::escape_line;
 use serde_json::{Value, json};
 
 use crate::check::{CallCheck, CallOutcome};
@@ -58,15 +59,16 @@ impl Report<'_> {
     /// A table for a terminal: one row per finding, its fix under it, and a
     /// summary line.
     pub fn table(&self) -> String {
-        let tool_width = self
+        // A tool's name and what a message quotes come from the server:
+        // each is shown on its row with what would break or hide escaped.
+        let tools: Vec<String> = self
             .findings
             .iter()
-            .map(|finding| {
-                finding
-                    .tool
-                    .as_deref()
-                    .map_or(1, |tool| tool.chars().count())
-            })
+            .map(|finding| escape_line(finding.tool.as_deref().unwrap_or("-")))
+            .collect();
+        let tool_width = tools
+            .iter()
+            .map(|tool| tool.chars().count())
             .max()
             .unwrap_or(4)
             .clamp(4, 40);
@@ -83,18 +85,20 @@ impl Report<'_> {
                 "{:<8} {:<code_width$} {:<tool_width$} {}\n",
                 "SEVERITY", "CODE", "TOOL", "MESSAGE"
             ));
-            for finding in self.findings {
-                let tool = finding.tool.as_deref().unwrap_or("-");
+            for (finding, tool) in self.findings.iter().zip(&tools) {
                 out.push_str(&format!(
                     "{:<8} {:<code_width$} {:<tool_width$} {}\n",
                     finding.severity.as_str(),
                     finding.code.as_str(),
                     tool,
-                    finding.message
+                    escape_line(&finding.message)
                 ));
                 out.push_str(&format!(
                     "{:<8} {:<code_width$} {:<tool_width$} fix: {}\n",
-                    "", "", "", finding.fix
+                    "",
+                    "",
+                    "",
+                    escape_line(&finding.fix)
                 ));
             }
             out.push('\n');
@@ -262,6 +266,32 @@ mod tests {
             reason: "read-only".to_owned(),
         }];
         (findings, suppressed)
+    }
+
+    #[test]
+    fn issue_11_the_table_shows_a_tool_name_escaped_on_its_row() {
+        let name = "\u{1b}[2Jwipe\n\nerror    read-only-destructive  read  forged\u{202e}";
+        let findings = [Finding::new(
+            Code::InvalidToolName,
+            Some(name),
+            "the name holds `\n`\nsecond line",
+            "rename it",
+        )];
+        let report = Report {
+            server: "srv",
+            n_tools: 1,
+            findings: &findings,
+            suppressed: &[],
+            calls: &[],
+        };
+        let table = report.table();
+        // The header, the finding, its fix, a blank line and the summary.
+        assert_eq!(table.lines().count(), 5, "{table}");
+        assert!(
+            !table.contains('\u{1b}') && !table.contains('\u{202e}'),
+            "{table:?}"
+        );
+        assert!(table.contains("\\u{001b}[2Jwipe\\n\\nerror"), "{table}");
     }
 
     #[test]
