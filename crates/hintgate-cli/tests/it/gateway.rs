@@ -363,7 +363,16 @@ fn a_server_request_to_the_host_is_relayed_and_answered() {
     let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
     host.respond_with(|request| {
         assert_eq!(request["method"], "elicitation/create");
-        assert_eq!(request["params"]["message"], "What is your name?");
+        // Marked as the server's question (the server is named after its
+        // command in wrap mode).
+        assert_eq!(
+            request["params"]["message"],
+            "[server python3 asks] What is your name?"
+        );
+        assert_eq!(
+            request["params"]["requestedSchema"]["properties"]["name"]["title"],
+            "[python3] name"
+        );
         json!({"action": "accept", "content": {"name": "Ada"}})
     });
     host.initialize(json!({"elicitation": {}}));
@@ -644,7 +653,10 @@ fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
     assert_eq!(result["resultType"], "input_required", "{relayed}");
     let question = &result["inputRequests"]["hintgate/server-request"];
     assert_eq!(question["method"], "elicitation/create");
-    assert_eq!(question["params"]["message"], "What is your name?");
+    assert_eq!(
+        question["params"]["message"],
+        "[server python3 asks] What is your name?"
+    );
     let state = result["requestState"].as_str().unwrap().to_owned();
     let answer =
         json!({"hintgate/server-request": {"action": "accept", "content": {"name": "Ada"}}});
@@ -809,7 +821,10 @@ fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
     // The server's input-required result becomes a question to this legacy
     // host, and the server is called again with the answer and its state.
     host.respond_with(|request| {
-        assert_eq!(request["params"]["message"], "Your name?");
+        assert_eq!(
+            request["params"]["message"],
+            "[server python3 asks] Your name?"
+        );
         json!({"action": "accept", "content": {"name": "Grace"}})
     });
     let needs = host.call("needs_input", json!({}));
@@ -826,6 +841,12 @@ fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
     let asked = modern_call(&mut modern, "needs_input", json!({}), json!({}));
     assert_eq!(asked["result"]["resultType"], "input_required");
     assert_eq!(asked["result"]["requestState"], "server-own-state");
+    let question = &asked["result"]["inputRequests"]["fixture/name"]["params"];
+    assert_eq!(question["message"], "[server python3 asks] Your name?");
+    assert_eq!(
+        question["requestedSchema"]["properties"]["name"]["title"],
+        "[python3] name"
+    );
     let answer = json!({"fixture/name": {"action": "accept", "content": {"name": "Ada"}}});
     let answered = modern_call(
         &mut modern,

@@ -16,8 +16,9 @@
 //! | `routing` | everything that is not a tool call, and lists merged across servers |
 //!
 //! `call` holds the call context and the one place where a refusal
-//! becomes an answer; `modern` and `relay` the 2026-07-28 era and
-//! questions across eras; `watch` the thread that watches the store.
+//! becomes an answer; `modern` the 2026-07-28 era; `relay` a server's own
+//! questions, marked as the server's, and questions across eras; `watch`
+//! the thread that watches the store.
 //!
 //! **Turns.** The loop takes every event that has arrived (host lines,
 //! server lines, answers from the store watcher), handles them, and ends the
@@ -1042,7 +1043,7 @@ impl Gateway {
             UpPurpose::Initialize => self.on_initialized(idx, message),
             UpPurpose::ListTools => self.on_tools_page(idx, message),
             UpPurpose::Call(cx) => self.on_call_answer(idx, cx, message),
-            UpPurpose::Forward(request) => self.on_forward_answer(&request, message),
+            UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
             UpPurpose::Fanout { aggregate, method } => {
                 self.on_fanout_page(idx, id, aggregate, &method, message);
             }
@@ -1073,7 +1074,24 @@ impl Gateway {
             return;
         }
         // A server-to-host request (elicitation, sampling, roots, ping): to
-        // the host under an id of ours, and the answer back.
+        // the host under an id of ours, and the answer back. A question a
+        // person reads is marked as the server's first.
+        let marked = if message.method() == relay::ELICITATION {
+            let mut params: Value = message
+                .params
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .unwrap_or(Value::Null);
+            match relay::mark_question(self.upstreams.name(idx), message.method(), &mut params) {
+                Ok(()) => Some(params),
+                Err(why) => {
+                    let line = frame::error_response(message.id_text(), -32602, &why);
+                    self.send_upstream(idx, generation, line);
+                    return;
+                }
+            }
+        } else {
+            None
+        };
         let n = self.inflight.wait_host(
             session,
             HostPurpose::Relay {
@@ -1083,7 +1101,12 @@ impl Gateway {
             },
             self.limits.ask_timeout,
         );
-        self.send_host(session, message.with_id(&format!("\"hintgate-{n}\"")));
+        let id = format!("\"hintgate-{n}\"");
+        let line = match marked {
+            Some(params) => frame::request(&id, message.method(), &params),
+            None => message.with_id(&id),
+        };
+        self.send_host(session, line);
     }
 
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {

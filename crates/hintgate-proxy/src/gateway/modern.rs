@@ -339,9 +339,11 @@ impl Gateway {
     }
 
     /// A server's response passed to the host under the host's id, with
-    /// what a modern host requires added to a successful result.
+    /// what a modern host requires added to a successful result, and the
+    /// questions of an input-required result marked as the server's.
     pub(super) fn host_response(
         &self,
+        idx: ServerIdx,
         session: SessionId,
         message: &Message<'_>,
         host_id: &str,
@@ -370,8 +372,22 @@ impl Gateway {
             }
             return message.with_id(host_id);
         }
-        if message.result.is_none() {
+        let Some(raw) = message.result else {
             return message.with_id(host_id);
+        };
+        // A server's questions reach the person marked as the server's.
+        match self.marked_input_required(idx, raw.get()) {
+            None => {}
+            Some(Ok(result)) => return frame::response(host_id, &result),
+            Some(Err(why)) => {
+                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+                let text = format!("hintgate did not pass on the server's question: {why}");
+                return if method == "tools/call" {
+                    frame::response(host_id, &super::call::error_result(&text))
+                } else {
+                    frame::error_response(host_id, -32603, &text)
+                };
+            }
         }
         // Only what the result does not say already: a key added twice
         // would be read two ways.

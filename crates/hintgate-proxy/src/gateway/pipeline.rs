@@ -342,6 +342,32 @@ impl Gateway {
                         self.gather_for_legacy_host(cx, &result);
                         return;
                     }
+                    // A 2026-07-28 host gets the server's questions marked
+                    // as the server's; the host's retry is a call of its own.
+                    if let Some(marked) = view
+                        .result_type
+                        .as_deref()
+                        .filter(|kind| *kind == "input_required")
+                        .and_then(|_| self.marked_input_required(idx, raw.get()))
+                    {
+                        let (line, outcome) = match marked {
+                            Ok(result) => (
+                                crate::frame::response(cx.request.id(), &result),
+                                Outcome::InputRequired,
+                            ),
+                            Err(why) => {
+                                tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
+                                let text = format!(
+                                    "hintgate did not pass on the server's question: {why}"
+                                );
+                                let result = error_result(&text);
+                                let line = self.result_line(session, cx.request.id(), &result);
+                                (line, Outcome::ProtocolError)
+                            }
+                        };
+                        self.answer_call(&cx, line, outcome);
+                        return;
+                    }
                     if cx.taints
                         && let Some(host) = self.sessions.get_mut(&session)
                         && !host.tainted
@@ -381,7 +407,7 @@ impl Gateway {
                 }
             },
         };
-        let line = self.host_response(session, message, cx.request.id(), "tools/call");
+        let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
         self.answer_call(&cx, line, outcome);
     }
 

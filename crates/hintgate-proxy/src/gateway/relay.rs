@@ -1,4 +1,13 @@
-//! A server's questions to a host of the other era.
+//! A server's questions to a host, marked as the server's, and questions
+//! across eras.
+//!
+//! Every `elicitation/create` a server sends reaches the person marked as
+//! the server's ([`mark_question`]), whichever era either side speaks: each
+//! line of its message starts with `[server NAME asks]` (its line breaks kept,
+//! everything else that would break or hide a line escaped), and each field
+//! of its form is titled `[NAME] ...`. A server cannot make its question
+//! read as the gateway's own (`hintgate: approve this tool call?`, with an
+//! `approve` box titled `Approve this call`).
 //!
 //! - A legacy server asks (elicitation, sampling, roots) while a 2026-07-28
 //!   host's call is in flight: the host takes no requests, so its call is
@@ -15,6 +24,7 @@
 use std::collections::HashMap;
 
 use hintgate_policy::decide::{Decision, RememberOffer, Verdict};
+use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
@@ -25,6 +35,106 @@ use crate::frame::{self, Message};
 
 /// The input key under which a relayed server question travels to a modern host.
 const RELAY_KEY: &str = "hintgate/server-request";
+
+/// The method of a server's question that a person reads and answers.
+pub(super) const ELICITATION: &str = "elicitation/create";
+
+/// Marks a server's question as the server's before a host shows it: the
+/// message and the form of an `elicitation/create` (see the module's
+/// documentation). Other methods (sampling, roots) are left as they are.
+///
+/// # Errors
+///
+/// Why the question cannot be relayed: its params are not an object.
+pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> Result<(), String> {
+    if method != ELICITATION {
+        return Ok(());
+    }
+    let Some(object) = params.as_object_mut() else {
+        return Err(format!(
+            "hintgate relays `{ELICITATION}` from a server only with params that are an object"
+        ));
+    };
+    let text = object.get("message").and_then(Value::as_str).unwrap_or("");
+    let message = marked_message(server, text);
+    object.insert("message".to_owned(), Value::String(message));
+    if let Some(schema) = object.get_mut("requestedSchema") {
+        clean_texts(schema);
+        mark_form(server, schema);
+    }
+    Ok(())
+}
+
+/// Each line of a server's message after `[server NAME asks]`, with what
+/// would break or hide it escaped (a `\r\n` ends a line like a `\n`).
+fn marked_message(server: &str, text: &str) -> String {
+    let prefix = format!("[server {server} asks]");
+    text.split('\n')
+        .map(|line| escape_line(line.strip_suffix('\r').unwrap_or(line)))
+        .map(|line| {
+            if line.is_empty() {
+                prefix.clone()
+            } else {
+                format!("{prefix} {line}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `title` and `description` of a form without invisible characters,
+/// titles and option names on one line.
+fn clean_texts(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            for (key, item) in object.iter_mut() {
+                match (key.as_str(), &mut *item) {
+                    ("title", Value::String(text)) => *text = one_line(&sanitize(text).text),
+                    ("description", Value::String(text)) => *text = sanitize(text).text,
+                    // Option labels only: `enum` values are what the
+                    // server gets back, and stay as sent.
+                    ("enumNames", Value::Array(names)) => {
+                        for name in names.iter_mut() {
+                            if let Value::String(text) = name {
+                                *text = one_line(&sanitize(text).text);
+                            }
+                        }
+                    }
+                    _ => clean_texts(item),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(clean_texts),
+        _ => {}
+    }
+}
+
+/// Titles the form, and each of its fields, `[NAME] ...` (a field without a
+/// title is titled by its key, which is what a host would show).
+fn mark_form(server: &str, schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::String(title)) = object.get_mut("title") {
+        *title = format!("[{server}] {title}");
+    }
+    let Some(Value::Object(properties)) = object.get_mut("properties") else {
+        return;
+    };
+    for (key, property) in properties.iter_mut() {
+        let Some(field) = property.as_object_mut() else {
+            continue;
+        };
+        let title = match field.get("title") {
+            Some(Value::String(title)) => title.clone(),
+            _ => escape_line(key),
+        };
+        field.insert(
+            "title".to_owned(),
+            Value::String(format!("[{server}] {title}")),
+        );
+    }
+}
 
 /// A legacy host's call whose server asked for input: the answers gathered so far.
 #[derive(Debug)]
@@ -56,9 +166,22 @@ impl Gateway {
         let session = cx.request.session;
         let host_id = cx.request.id().to_owned();
         let tool = cx.params.name.clone();
+        let mut params = message
+            .params
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .unwrap_or_else(|| json!({}));
+        let server = self.upstreams.name(idx).to_owned();
+        if let Err(why) = mark_question(&server, message.method(), &mut params) {
+            if let Some(up) = self.upstreams.get(idx) {
+                let generation = up.generation();
+                let line = frame::error_response(message.id_text(), -32602, &why);
+                self.send_upstream(idx, generation, line);
+            }
+            return true;
+        }
         let question = json!({
             "method": message.method(),
-            "params": message.params.and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok()).unwrap_or_else(|| json!({})),
+            "params": params,
         });
         // The state names the server's call and its question; it is sealed
         // like the gateway's own, so the host cannot point it elsewhere.
@@ -78,6 +201,55 @@ impl Gateway {
         });
         self.send_host(session, frame::response(&host_id, &result));
         true
+    }
+
+    /// A 2026-07-28 server's input-required result for a 2026-07-28 host,
+    /// its questions marked as the server's; `None` when the result asks
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// Why the result cannot be passed on: a question under a key the
+    /// gateway keeps for its own (which would read as the gateway's, and
+    /// whose answer the gateway would take), or params that are not an
+    /// object.
+    pub(super) fn marked_input_required(
+        &self,
+        idx: ServerIdx,
+        raw: &str,
+    ) -> Option<Result<Value, String>> {
+        if !raw.contains("input_required") {
+            return None;
+        }
+        let mut result: Value = serde_json::from_str(raw).ok()?;
+        if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return None;
+        }
+        let server = self.upstreams.name(idx);
+        let Some(requests) = result
+            .get_mut("inputRequests")
+            .and_then(Value::as_object_mut)
+        else {
+            return Some(Ok(result));
+        };
+        for (key, question) in requests.iter_mut() {
+            if key == super::modern::INPUT_KEY || key == RELAY_KEY {
+                return Some(Err(format!(
+                    "server `{server}` asked under `{key}`, a key hintgate keeps for its own questions"
+                )));
+            }
+            let method = question
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or(ELICITATION)
+                .to_owned();
+            if let Some(params) = question.get_mut("params")
+                && let Err(why) = mark_question(server, &method, params)
+            {
+                return Some(Err(why));
+            }
+        }
+        Some(Ok(result))
     }
 
     /// Whether a modern host's call carries the answer to a relayed server
@@ -172,6 +344,27 @@ impl Gateway {
             self.answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
+        // Each question a person reads is marked as the server's.
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        let mut questions = Vec::with_capacity(requests.len());
+        for (key, question) in requests {
+            let method = question
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or(ELICITATION)
+                .to_owned();
+            let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
+            if let Err(why) = mark_question(&server, &method, &mut params) {
+                let text = format!("the server asked for input hintgate cannot relay: {why}");
+                let line = frame::error_response(cx.request.id(), -32603, &text);
+                self.answer_call(&cx, line, Outcome::ProtocolError);
+                return;
+            }
+            questions.push((key, method, params));
+        }
         // The call's first send is over: its outcome says the server asked.
         self.record_outcome(&cx, Outcome::InputRequired);
         let gather = self.routing.next_number();
@@ -180,18 +373,12 @@ impl Gateway {
             Gather {
                 cx,
                 server_state: result.get("requestState").cloned(),
-                remaining: requests.len(),
+                remaining: questions.len(),
                 responses: Map::new(),
             },
         );
         let timeout = self.limits.ask_timeout;
-        for (key, question) in requests {
-            let method = question
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or("elicitation/create")
-                .to_owned();
-            let params = question.get("params").cloned().unwrap_or_else(|| json!({}));
+        for (key, method, params) in questions {
             let n = self
                 .inflight
                 .wait_host(session, HostPurpose::Gather { gather, key }, timeout);
@@ -238,5 +425,64 @@ impl Gateway {
         cx.record = None;
         cx.started = None;
         self.act(Step::Forward(cx));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_question_is_marked_line_by_line_and_field_by_field() {
+        let mut params = json!({
+            "message": "Deploy?\r\n\nhintgate: approve this tool call?\u{202e}",
+            "requestedSchema": {
+                "type": "object",
+                "title": "Confirm",
+                "properties": {
+                    "approve": {"type": "boolean", "title": "Approve this call\n", "description": "hid\u{200b}den"},
+                    "target": {"type": "string", "enum": ["prod\tA", "dev"], "enumNames": ["Prod\nA", "Dev"]},
+                },
+            },
+        });
+        mark_question("docs", ELICITATION, &mut params).unwrap();
+        assert_eq!(
+            params["message"],
+            "[server docs asks] Deploy?\n[server docs asks]\n[server docs asks] hintgate: approve this tool call?\\u{202e}"
+        );
+        let schema = &params["requestedSchema"];
+        assert_eq!(schema["title"], "[docs] Confirm");
+        assert_eq!(
+            schema["properties"]["approve"]["title"],
+            "[docs] Approve this call "
+        );
+        assert_eq!(schema["properties"]["approve"]["description"], "hidden");
+        assert_eq!(schema["properties"]["target"]["title"], "[docs] target");
+        // What the server gets back stays as it sent it; only labels change.
+        assert_eq!(
+            schema["properties"]["target"]["enum"],
+            json!(["prod\tA", "dev"])
+        );
+        assert_eq!(
+            schema["properties"]["target"]["enumNames"],
+            json!(["Prod A", "Dev"])
+        );
+    }
+
+    #[test]
+    fn only_questions_a_person_reads_are_marked() {
+        let mut sampling =
+            json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]});
+        let before = sampling.clone();
+        mark_question("docs", "sampling/createMessage", &mut sampling).unwrap();
+        assert_eq!(sampling, before);
+        let mut url = json!({"mode": "url", "message": "Sign in", "url": "https://example.org/a\nb", "elicitationId": "e"});
+        mark_question("docs", ELICITATION, &mut url).unwrap();
+        assert_eq!(url["message"], "[server docs asks] Sign in");
+        assert_eq!(
+            url["url"], "https://example.org/a\nb",
+            "the URL is the host's to show in full"
+        );
+        assert!(mark_question("docs", ELICITATION, &mut json!(["not", "an", "object"])).is_err());
     }
 }

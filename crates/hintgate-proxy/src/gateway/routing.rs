@@ -502,8 +502,14 @@ impl Gateway {
     }
 
     /// A server answered a forwarded request.
-    pub(super) fn on_forward_answer(&mut self, request: &HostRequest, message: &Message<'_>) {
+    pub(super) fn on_forward_answer(
+        &mut self,
+        idx: ServerIdx,
+        request: &HostRequest,
+        message: &Message<'_>,
+    ) {
         let line = self.host_response(
+            idx,
             request.session,
             message,
             request.id(),

@@ -673,6 +673,15 @@ impl Harness {
             .unwrap();
     }
 
+    /// A server sends `line` of its own accord (a request to the host, a
+    /// notification).
+    pub fn push(&self, server: &str, line: &str) {
+        let push = self.pushes.lock().unwrap().get(server).cloned();
+        push.expect("the server runs")
+            .send(line.to_owned())
+            .unwrap();
+    }
+
     /// The next request the gateway sends the host (what comes before it is
     /// kept).
     pub async fn next_request(&mut self) -> Value {
