@@ -69,6 +69,9 @@ pub enum ReasonCode {
     /// or the server lists tools whose names look the same (given by the
     /// gateway).
     AmbiguousToolName,
+    /// The gateway shut down before the call was sent (given by the
+    /// gateway).
+    Shutdown,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -84,7 +87,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 27] = [
+    pub const ALL: [Self; 28] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -112,6 +115,7 @@ impl ReasonCode {
         Self::Cancelled,
         Self::InvalidToolName,
         Self::AmbiguousToolName,
+        Self::Shutdown,
     ];
 
     /// The stable kebab-case code.
@@ -144,6 +148,7 @@ impl ReasonCode {
             Self::Cancelled => "cancelled",
             Self::InvalidToolName => "invalid-tool-name",
             Self::AmbiguousToolName => "ambiguous-tool-name",
+            Self::Shutdown => "shutdown",
         }
     }
 
@@ -195,6 +200,7 @@ impl ReasonCode {
             Self::AmbiguousToolName => {
                 "the name could mean more than one tool (two servers, or tools whose names look the same)"
             }
+            Self::Shutdown => "the gateway shut down before the call was sent",
         }
     }
 

@@ -37,6 +37,9 @@ pub enum Event {
         /// When the read began (an approval given after it is not in it).
         read_at: std::time::Instant,
     },
+    /// The gateway is asked to stop (a signal): every call in flight ends,
+    /// on record, before it exits.
+    Stop,
 }
 
 /// Something from a host.

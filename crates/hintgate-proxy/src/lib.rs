@@ -44,5 +44,5 @@ pub mod upstream;
 pub mod upstream_http;
 pub mod versions;
 
-pub use gateway::{Mode, Observed, RunError, Settings, run};
+pub use gateway::{Mode, Observed, RunError, Settings, run, run_until};
 pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

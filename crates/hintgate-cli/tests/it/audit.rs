@@ -16,10 +16,21 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A wrap-mode session in front of the fixture server, state in `dir/state`.
 fn session(dir: &std::path::Path, flags: &[&str], env: &[(&str, &str)]) -> Host {
+    session_with(dir, flags, &[], env)
+}
+
+/// The same, with flags for the fixture server.
+fn session_with(
+    dir: &std::path::Path,
+    flags: &[&str],
+    server_flags: &[&str],
+    env: &[(&str, &str)],
+) -> Host {
     let server = fixture_server();
     let mut args = vec!["run", "--name", "fx"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["--", "python3", server.as_str()]);
+    args.extend_from_slice(server_flags);
     Host::start(dir, &args, env)
 }
 
@@ -109,6 +120,53 @@ fn a_call_to_a_server_that_cannot_start_is_recorded_as_a_deny() {
         (Some("echo"), Some("deny"), Some("denied"))
     );
     assert_eq!(records[0]["reasons"], json!(["server-unavailable"]));
+}
+
+#[test]
+fn a_call_in_flight_when_the_gateway_is_stopped_ends_with_shutdown_on_record() {
+    for signal in ["TERM", "INT", "HUP"] {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = dir.path().join("calls.log");
+        let calls_text = calls.display().to_string();
+        let mut host = session_with(
+            dir.path(),
+            &["--trust", "trusted"],
+            &["--slow"],
+            &[("FIXTURE_LOG", &calls_text)],
+        );
+        host.initialize(json!({}));
+        host.send(
+            &json!({"jsonrpc": "2.0", "id": "slow-1", "method": "tools/call",
+                          "params": {"name": "slow", "arguments": {"seconds": 60}}}),
+        );
+        // The call reached the server (its record is durable by then).
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while !std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .contains("call slow")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the call never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host.signal(signal);
+        // The host is told, and the gateway exits cleanly.
+        let answer = host.next_response();
+        assert_eq!(answer["id"], "slow-1", "{signal}: {answer}");
+        assert!(is_error(&answer["result"]), "{signal}: {answer}");
+        assert!(
+            text(&answer["result"]).contains("shut down"),
+            "{signal}: {answer}"
+        );
+        let status = host.wait();
+        assert_eq!(status.code(), Some(0), "{signal}: {status:?}");
+        let records = log_json(dir.path(), &[]);
+        assert_eq!(records.len(), 1, "{signal}: {records:?}");
+        assert_eq!(records[0]["tool"], "slow");
+        assert_eq!(records[0]["outcome"], "shutdown", "{signal}: {records:?}");
+    }
 }
 
 #[test]

@@ -224,6 +224,21 @@ impl Host {
         self.child.wait().unwrap();
     }
 
+    /// Sends the gateway a signal (`TERM`, `INT`, `HUP`), as a host or a
+    /// service manager that stops it would.
+    pub fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name}");
+    }
+
+    /// Waits for the gateway to exit, with the host's side still open.
+    pub fn wait(mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
+    }
+
     /// Closes the host's side and waits for the gateway to exit.
     pub fn close(mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());

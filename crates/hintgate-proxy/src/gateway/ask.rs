@@ -504,8 +504,9 @@ impl Gateway {
     }
 
     /// A session ends: what it left waiting for a person is withdrawn and
-    /// recorded as refused.
-    pub(super) fn withdraw_session(&mut self, session: SessionId) {
+    /// recorded as refused; when the gateway shuts down, with the outcome
+    /// `shutdown`, and the host's open questions are cancelled.
+    pub(super) fn withdraw_session(&mut self, session: SessionId, shutdown: bool) {
         let ids: Vec<u64> = self
             .asks
             .queued
@@ -514,13 +515,28 @@ impl Gateway {
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            self.withdraw_queued(id, "the session ended before anyone answered");
+            if shutdown {
+                self.withdraw_queued_as(id, "the gateway shut down", Refusal::Shutdown);
+            } else {
+                self.withdraw_queued(id, "the session ended before anyone answered");
+            }
         }
         let asks = self.inflight.take_host_where(
             |purpose| matches!(purpose, HostPurpose::Ask(cx) if cx.request.session == session),
         );
-        for (_, _, purpose) in asks {
+        for (_, n, purpose) in asks {
             if let HostPurpose::Ask(cx) = purpose {
+                if shutdown {
+                    self.send_host(
+                        session,
+                        frame::notification(
+                            "notifications/cancelled",
+                            &json!({"requestId": format!("hintgate-{n}"), "reason": "the gateway shut down"}),
+                        ),
+                    );
+                    self.refuse(cx, Refusal::Shutdown);
+                    continue;
+                }
                 self.refuse(
                     cx,
                     denied(
@@ -533,6 +549,13 @@ impl Gateway {
     }
 
     fn withdraw_queued(&mut self, id: u64, why: &str) {
+        let extra = format!("It waited in the approval queue as #{id}; {why}.");
+        self.withdraw_queued_as(id, why, denied(&extra, Approver::Gateway));
+    }
+
+    /// Withdraws a queued call from the queue (`why` is what the queue
+    /// records) and ends it with `refusal`.
+    fn withdraw_queued_as(&mut self, id: u64, why: &str, refusal: Refusal) {
         let Some(queued) = self.asks.queued.remove(&id) else {
             return;
         };
@@ -545,8 +568,7 @@ impl Gateway {
         {
             tracing::error!("the approval queue could not be written: {err}");
         }
-        let extra = format!("It waited in the approval queue as #{id}; {why}.");
-        self.refuse(queued.cx, denied(&extra, Approver::Gateway));
+        self.refuse(queued.cx, refusal);
     }
 
     fn apply_queue_answer(&mut self, cx: Box<CallContext>, answer: &Answer) {

@@ -152,6 +152,9 @@ pub(crate) enum Refusal {
     /// The host's name fits more than one server's prefix: why it is not
     /// routed by guess.
     AmbiguousName(String),
+    /// The gateway shut down before the call was sent (it waited for its
+    /// server, or for a person).
+    Shutdown,
 }
 
 /// Who let a call through, or who ended it.
@@ -211,6 +214,9 @@ pub(crate) enum Outcome {
     Cancelled,
     /// The host went away before it was answered.
     HostGone,
+    /// The gateway shut down (it was asked to stop, or a fatal error ended
+    /// its loop) before the call was answered.
+    Shutdown,
 }
 
 // === impl CallContext ===
@@ -409,6 +415,7 @@ impl Refusal {
             Self::InvalidArguments(_) => Outcome::InvalidArguments,
             Self::InputRequired(_) => Outcome::InputRequired,
             Self::Withdrawn(outcome) => *outcome,
+            Self::Shutdown => Outcome::Shutdown,
             Self::Malformed(_)
             | Self::UnknownTool
             | Self::ServerUnavailable(_)
@@ -440,6 +447,7 @@ impl Refusal {
             | Self::InputRequired(_)
             | Self::Unrecorded(_) => fallback(ReasonCode::InternalError),
             Self::Withdrawn(_) => fallback(ReasonCode::Cancelled),
+            Self::Shutdown => fallback(ReasonCode::Shutdown),
         }
     }
 
@@ -475,6 +483,10 @@ impl Refusal {
             Self::Name(_, why) => Answer::Result(error_result(&format!(
                 "hintgate does not list or run `{}` of server `{}`: {why}.",
                 escape_line(cx.tool),
+                cx.server
+            ))),
+            Self::Shutdown => Answer::Result(error_result(&format!(
+                "hintgate shut down before it sent this call to `{}`; it did not run.",
                 cx.server
             ))),
             Self::AmbiguousName(why) => Answer::Result(error_result(&format!(
@@ -630,6 +642,7 @@ impl Outcome {
             Self::Relayed => "relayed",
             Self::Cancelled => "cancelled",
             Self::HostGone => "host-gone",
+            Self::Shutdown => "shutdown",
         }
     }
 }
@@ -770,6 +783,7 @@ mod tests {
         assert_eq!(Approver::Gateway.to_string(), "gateway");
         assert_eq!(Outcome::FailedRetried.as_str(), "failed, retried");
         assert_eq!(Outcome::HostGone.as_str(), "host-gone");
+        assert_eq!(Outcome::Shutdown.as_str(), "shutdown");
         assert_eq!(Outcome::Unsent.as_str(), "unsent");
     }
 }

@@ -233,6 +233,51 @@ pub(crate) struct Gateway {
     /// Two servers' prefixes begin one another, so a host-facing name may
     /// fit several (a configuration validation would refuse).
     prefixes_overlap: bool,
+    /// The gateway was asked to stop: the loop ends after this turn.
+    stopping: bool,
+    /// The shutdown ran to its end: the calls in flight have their endings
+    /// on record. Until then, dropping the gateway (a fatal error unwinding
+    /// through the loop) records them as `shutdown`.
+    finished: bool,
+}
+
+/// Why a host session ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The host closed its side: nobody is left to answer.
+    HostGone,
+    /// The gateway shuts down: the host is still there, and is answered.
+    Shutdown,
+}
+
+impl Drop for Gateway {
+    /// A gateway dropped before its shutdown ran to its end (a fatal error
+    /// unwinding through the loop): the calls it forwarded end on record
+    /// with the outcome `shutdown`, and what the journal holds is committed.
+    /// Nothing is sent: the loop is gone.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut ended = 0;
+        for idx in 0..self.upstreams.len() {
+            for (_, purpose) in self.inflight.drain_up(idx) {
+                if let UpPurpose::Call(cx) = purpose {
+                    self.record_outcome(&cx, Outcome::Shutdown);
+                    ended += 1;
+                }
+            }
+        }
+        match self.journal.commit() {
+            Ok(_) if ended == 0 => {}
+            Ok(_) => tracing::error!(
+                "the gateway stopped on a fatal error; {ended} call(s) in flight end on record as `shutdown`"
+            ),
+            Err(err) => tracing::error!(
+                "the gateway stopped on a fatal error, and the audit log could not be written: {err}"
+            ),
+        }
+    }
 }
 
 impl std::fmt::Debug for Gateway {
@@ -257,8 +302,36 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    run_until(settings, host_in, host_out, std::future::pending()).await
+}
+
+/// Runs the gateway like [`run`], and also stops when `stop` completes (the
+/// process was asked to end, by a signal): every call in flight is answered
+/// and ends on record with the outcome `shutdown`, what waits for a server
+/// or a person is refused and recorded, the last records are committed, and
+/// only then are the servers stopped.
+///
+/// # Errors
+///
+/// [`RunError`] when the settings cannot run at all.
+pub async fn run_until<R, W, S>(
+    settings: Settings,
+    host_in: R,
+    host_out: W,
+    stop: S,
+) -> Result<(), RunError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+    S: Future<Output = ()> + Send + 'static,
+{
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut gateway = Gateway::new(settings, events_tx.clone())?;
+    let stop_events = events_tx.clone();
+    tokio::spawn(async move {
+        stop.await;
+        let _ = stop_events.send(Event::Stop);
+    });
     let (host_tx, host_rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_lines(host_out, host_rx));
     let session = SessionId::FIRST;
@@ -291,7 +364,7 @@ where
         }
         gateway.expire(Instant::now());
         gateway.end_turn();
-        if gateway.sessions.values().all(|session| session.closed) {
+        if gateway.stopping || gateway.sessions.values().all(|session| session.closed) {
             break;
         }
     }
@@ -397,6 +470,8 @@ impl Gateway {
             outbox: Vec::with_capacity(64),
             policy: settings.policy,
             prefixes_overlap: false,
+            stopping: false,
+            finished: false,
         };
         gateway.prefixes_overlap = gateway.prefixes_overlap();
         if gateway.prefixes_overlap {
@@ -451,6 +526,12 @@ impl Gateway {
                 approvals,
                 read_at,
             } => self.catalog.set_approvals(&key, approvals, read_at),
+            Event::Stop => {
+                tracing::info!(
+                    "asked to stop: the calls in flight end on record, then the servers stop"
+                );
+                self.stopping = true;
+            }
         }
     }
 
@@ -957,37 +1038,83 @@ impl Gateway {
     /// outcome `host-gone`, and what waits for it is withdrawn.
     fn host_closed(&mut self, session: SessionId) {
         tracing::debug!("the host closed the session");
-        for (_, _, purpose) in self.inflight.drain_session_up(session) {
-            if let UpPurpose::Call(cx) = purpose {
-                self.record_outcome(&cx, Outcome::HostGone);
+        self.end_session(session, Ending::HostGone);
+    }
+
+    /// A session ends. Every call it had in flight ends on record: with the
+    /// outcome `host-gone` when the host went away, with `shutdown` (and an
+    /// answer that says so) when the gateway shuts down. What waits for a
+    /// server or a person is refused and recorded the same way.
+    fn end_session(&mut self, session: SessionId, ending: Ending) {
+        for (idx, _, purpose) in self.inflight.drain_session_up(session) {
+            match (purpose, ending) {
+                (UpPurpose::Call(cx), Ending::HostGone) => {
+                    self.record_outcome(&cx, Outcome::HostGone);
+                }
+                (UpPurpose::Call(cx), Ending::Shutdown) => {
+                    let text = format!(
+                        "hintgate shut down before `{}` answered this call; the server may have run it.",
+                        self.upstreams.name(idx)
+                    );
+                    let result = call::error_result(&text);
+                    let line = self.result_line(session, cx.request.id(), &result);
+                    self.answer_call(&cx, line, Outcome::Shutdown);
+                }
+                (UpPurpose::Forward(request), Ending::Shutdown) => {
+                    let text = "hintgate shut down before the server answered";
+                    self.reply_error(session, request.id(), -32603, text);
+                }
+                _ => {}
             }
         }
         let waiting = std::mem::take(&mut self.waiting);
         for item in waiting {
             match item {
                 Waiting::Call(cx) if cx.request.session == session => {
-                    self.refuse(cx, call::Refusal::Withdrawn(Outcome::HostGone));
+                    let refusal = match ending {
+                        Ending::HostGone => call::Refusal::Withdrawn(Outcome::HostGone),
+                        Ending::Shutdown => call::Refusal::Shutdown,
+                    };
+                    self.refuse(cx, refusal);
                 }
-                Waiting::Request(request) if request.session == session => {}
+                Waiting::Request(request) if request.session == session => {
+                    if ending == Ending::Shutdown {
+                        let text = "hintgate shut down before the servers were ready";
+                        self.reply_error(session, request.id(), -32603, text);
+                    }
+                }
                 other => self.waiting.push(other),
             }
         }
-        self.withdraw_session(session);
+        self.withdraw_session(session, ending == Ending::Shutdown);
+        if ending == Ending::Shutdown {
+            self.end_gathers(session);
+        }
         if let Some(host) = self.sessions.get_mut(&session) {
             host.closed = true;
         }
     }
 
-    /// Stops everything: what still waits is withdrawn and recorded, the
-    /// last records are committed, the servers stopped.
+    /// Stops everything: what is in flight or still waits ends on record
+    /// (`shutdown` when the gateway was asked to stop while a host was
+    /// there), the last records are committed, and only then are the
+    /// answers sent and the servers stopped.
     async fn shutdown(&mut self) {
-        let sessions: Vec<SessionId> = self.sessions.keys().collect();
+        let sessions: Vec<SessionId> = self
+            .sessions
+            .keys()
+            .filter(|session| self.sessions.get(session).is_some_and(|host| !host.closed))
+            .collect();
         for session in sessions {
-            self.host_closed(session);
+            self.end_session(session, Ending::Shutdown);
+        }
+        // The last outcomes, whatever their age, before the host reads an
+        // answer and before a server is stopped.
+        if let Err(err) = self.journal.commit() {
+            tracing::error!("the last audit records could not be written: {err}");
         }
         self.end_turn();
-        // The last outcomes, whatever their age.
-        let _ = self.journal.commit();
+        self.finished = true;
         let (records, commits) = self.journal.counts();
         tracing::debug!(
             records,

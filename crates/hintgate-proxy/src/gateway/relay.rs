@@ -389,6 +389,27 @@ impl Gateway {
         }
     }
 
+    /// The gateway shuts down while a session's calls wait for the host's
+    /// answers to a server's questions: each is answered with an error. Their
+    /// first sends already ended on record (`input-required`), and their
+    /// continuations were never sent.
+    pub(super) fn end_gathers(&mut self, session: super::request::SessionId) {
+        let ended: Vec<u64> = self
+            .gathers
+            .iter()
+            .filter(|(_, gather)| gather.cx.request.session == session)
+            .map(|(number, _)| *number)
+            .collect();
+        for number in ended {
+            if let Some(gather) = self.gathers.remove(&number) {
+                let text = "hintgate shut down before the server's questions were answered; the call was not sent again";
+                let line =
+                    frame::response(gather.cx.request.id(), &super::call::error_result(text));
+                self.send_host(session, line);
+            }
+        }
+    }
+
     /// The host answered one gathered question (or did not in time).
     pub(super) fn on_gathered(
         &mut self,

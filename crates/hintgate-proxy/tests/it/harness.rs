@@ -306,6 +306,9 @@ pub struct TestStore {
     pub waiting: Mutex<usize>,
     /// Each append that was made: the `n` argument of each call record in it.
     pub commits: Mutex<Vec<Vec<Value>>>,
+    /// Putting a call in the approval queue panics, as a broken store
+    /// might: a fatal error in the gateway's loop.
+    pub panic_on_enqueue: std::sync::atomic::AtomicBool,
     timeline: Timeline,
 }
 
@@ -317,6 +320,7 @@ impl TestStore {
             stalled: Condvar::new(),
             waiting: Mutex::new(0),
             commits: Mutex::default(),
+            panic_on_enqueue: std::sync::atomic::AtomicBool::new(false),
             timeline,
         }
     }
@@ -429,6 +433,12 @@ impl AuditLog for TestStore {
 
 impl ApprovalQueue for TestStore {
     fn enqueue(&self, pending: &NewPending) -> Result<u64, StoreError> {
+        if self
+            .panic_on_enqueue
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("the test store breaks down");
+        }
         self.inner.enqueue(pending)
     }
     fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
@@ -460,6 +470,8 @@ pub struct Harness {
     host_rx: mpsc::UnboundedReceiver<Value>,
     next_id: u64,
     gateway: Option<std::thread::JoinHandle<()>>,
+    /// Asks the gateway to stop, as a signal does in `hintgate run`.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// Everything the gateway sent the host that was not the answer waited for.
     pub notes: Vec<Value>,
     /// The requests the gateway sent the host (questions), as received.
@@ -552,14 +564,26 @@ impl Harness {
             connector: Some(connector),
         };
         let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let gateway = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             let (gateway_in, gateway_out) = tokio::io::split(gateway_end);
+            // A dropped sender is no stop: only `Harness::stop` is.
+            let stop = async move {
+                if stop_rx.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
             runtime
-                .block_on(hintgate_proxy::run(settings, gateway_in, gateway_out))
+                .block_on(hintgate_proxy::run_until(
+                    settings,
+                    gateway_in,
+                    gateway_out,
+                    stop,
+                ))
                 .unwrap();
         });
         let (host_read, host_tx) = tokio::io::split(host_end);
@@ -579,6 +603,7 @@ impl Harness {
             host_rx,
             next_id: 0,
             gateway: Some(gateway),
+            stop: Some(stop_tx),
             notes: Vec::new(),
             requests: Vec::new(),
             responder: None,
@@ -733,6 +758,27 @@ impl Harness {
             .filter_map(|line| serde_json::from_str::<Value>(line).ok())
             .filter(|message| message["method"] == "tools/call")
             .collect()
+    }
+
+    /// Asks the gateway to stop (as SIGTERM does), the host's side still
+    /// open: what it answers on the way out can still be read.
+    pub fn stop(&mut self) {
+        let _ = self.stop.take().expect("stopped once").send(());
+    }
+
+    /// Waits for the gateway's thread to end with a panic (a fatal error in
+    /// its loop), and hands back the store.
+    pub async fn crashed(mut self) -> Arc<TestStore> {
+        let gateway = self.gateway.take().unwrap();
+        let ended = tokio::time::timeout(
+            PATIENCE,
+            tokio::task::spawn_blocking(move || gateway.join()),
+        )
+        .await
+        .expect("the gateway ended in time")
+        .unwrap();
+        assert!(ended.is_err(), "the gateway's thread panicked");
+        self.store
     }
 
     /// Closes the host's side and waits for the gateway to end.

@@ -343,6 +343,91 @@ async fn a_session_that_ends_mid_call_leaves_no_call_without_an_ending() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_held_for_a_person_when_the_gateway_is_asked_to_stop_ends_as_shutdown() {
+    let mut gateway = Harness::start(Setup::wrap(reader(), false)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":"late","method":"tools/call","params":{"name":"write","arguments":{"n":2}}}"#)
+        .await;
+    let question = gateway.next_request().await;
+    assert_eq!(question["method"], "elicitation/create");
+    gateway.stop();
+    let refused = gateway.response(&json!("late")).await;
+    // The host's question is withdrawn.
+    assert!(
+        gateway
+            .notes
+            .iter()
+            .any(|note| note["method"] == "notifications/cancelled"
+                && note["params"]["requestId"] == question["id"]),
+        "{:?}",
+        gateway.notes
+    );
+    assert!(is_error(&refused), "{refused}");
+    assert!(text(&refused).contains("shut down"), "{refused}");
+    let store = gateway.close().await;
+    let records = store.records();
+    let call = records
+        .iter()
+        .find(|entry| entry.kind == EntryKind::Call)
+        .unwrap();
+    // Never sent: its decision (ask) with the outcome `shutdown`.
+    assert_eq!(call.body["verdict"], "ask", "{:?}", call.body);
+    assert_eq!(call.body["outcome"], "shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_when_the_gateway_is_asked_to_stop_ends_as_shutdown() {
+    let mut gateway = read_in_flight(json!(1)).await;
+    gateway.stop();
+    let answer = gateway.response(&json!(1)).await;
+    assert!(is_error(&answer), "{answer}");
+    assert!(text(&answer).contains("shut down"), "{answer}");
+    let store = gateway.close().await;
+    let records = store.records();
+    let call = records
+        .iter()
+        .find(|entry| entry.kind == EntryKind::Call)
+        .unwrap();
+    let outcome = records
+        .iter()
+        .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+        .expect("an outcome record");
+    assert_eq!(outcome.body["outcome"], "shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_error_in_the_loop_still_ends_the_calls_in_flight_on_record() {
+    let script = reader().answering("read", Behaviour::Hang);
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(60)).await;
+    gateway.initialize(json!({})).await;
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","arguments":{"n":1}}}"#)
+        .await;
+    gateway.received_eventually("fx", "tools/call").await;
+    // The host cannot ask, so `write` goes to the approval queue, whose
+    // store panics: the loop unwinds.
+    gateway
+        .store
+        .panic_on_enqueue
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write","arguments":{"n":2}}}"#)
+        .await;
+    let store = gateway.crashed().await;
+    let records = store.records();
+    let call = records
+        .iter()
+        .find(|entry| entry.kind == EntryKind::Call)
+        .unwrap();
+    let outcome = records
+        .iter()
+        .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+        .expect("an outcome record");
+    assert_eq!(outcome.body["outcome"], "shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_is_recorded_as_cancelled_and_the_server_told() {
     let mut gateway = read_in_flight(json!("x")).await;
     gateway
