@@ -74,8 +74,8 @@ pub(crate) struct ToolEntry {
 pub(crate) enum NameTrouble {
     /// The name is not plain: this is what is wrong with it.
     NotPlain(String),
-    /// The server lists other tools whose names look the same (or this very
-    /// name again): their names.
+    /// The server lists other tools whose names look the same: their names
+    /// (none when it lists this very name more than once).
     LooksLike(Vec<String>),
 }
 
@@ -771,14 +771,13 @@ fn prepare(
             None => {
                 let alike = by_look.get(&hintgate_policy::name::look_alike(name))?;
                 (alike.len() > 1).then(|| {
+                    // Empty when the server lists this very name again.
                     let mut others: Vec<String> = alike
                         .iter()
                         .filter(|other| **other != name.as_str())
                         .map(|other| (*other).to_owned())
                         .collect();
-                    if others.is_empty() {
-                        others.push(name.clone());
-                    }
+                    others.sort();
                     others.dedup();
                     NameTrouble::LooksLike(others)
                 })
@@ -803,6 +802,9 @@ impl NameTrouble {
     pub fn describe(&self) -> String {
         match self {
             Self::NotPlain(problem) => format!("its name {problem}"),
+            Self::LooksLike(others) if others.is_empty() => {
+                "its name is listed more than once by the server, so which definition would run is not clear".to_owned()
+            }
             Self::LooksLike(others) => format!(
                 "its name looks the same as {} of the same server, so a person could take one for the other",
                 others

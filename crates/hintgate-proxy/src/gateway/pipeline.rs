@@ -78,6 +78,12 @@ impl Gateway {
         let session = cx.request.session;
         let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
 
+        // A gateway asked to stop sends nothing new: a call read in the
+        // same turn as the stop ends here, on record.
+        if self.stopping {
+            return Step::Refuse(cx, Refusal::Shutdown);
+        }
+
         // 0. A 2026-07-28 retry that answers a server's own question is no
         //    new call: it resumes the call that asked (see `relay`).
         if modern_host && self.answers_relayed_question(&cx) {
