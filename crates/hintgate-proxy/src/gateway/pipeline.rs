@@ -3,9 +3,12 @@
 //! A host's call is read once into a [`CallContext`] and goes, in this
 //! order, through [`Gateway::intercept`]:
 //!
-//! 1. **resolve**: the host's name to a server and the server's own name;
+//! 1. **resolve**: the host's name to a server and the server's own name
+//!    (a name two servers' prefixes fit is refused, never guessed);
 //! 2. **definition ready**: the server runs and its tools are listed (else
-//!    the call waits, and comes back here when that changes);
+//!    the call waits, and comes back here when that changes); a tool whose
+//!    name is not plain, or looks like another of its server's, is refused
+//!    (`hintgate_policy::name`);
 //! 3. **decide**: [`Policy::decide`] on the definition, its pin, the
 //!    session's taint and the approvals that stand; a deny ends here;
 //! 4. **validate**: the arguments against the tool's input schema;
@@ -15,7 +18,8 @@
 //!    the call is sent once that batch is durable ([`Gateway::end_turn`]).
 //!
 //! Before step 1, a 2026-07-28 host's retry that answers a server's own
-//! question (step 0) is no new call: it resumes the call that asked.
+//! question (step 0) is no new call: it resumes the call that asked. And
+//! before anything, a gateway asked to stop refuses the call (`shutdown`).
 //!
 //! A person's approval sends the held call through the pipeline again from
 //! the top, with the approved definition noted: step 5 lets it through when
