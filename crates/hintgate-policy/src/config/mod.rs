@@ -227,6 +227,14 @@ impl ServerConfig {
             PrivateData::Tools(globs) => globs.iter().any(|glob| glob.matches(tool)),
         }
     }
+
+    /// Whether everything the server returns counts as private data
+    /// (`private_data = true`): what it returns besides tool results (a
+    /// resource read, a resource update, a prompt) as well. A list of tool
+    /// globs names those tools only.
+    pub fn serves_private_data(&self) -> bool {
+        self.private_data == PrivateData::All
+    }
 }
 
 /// Whether a configured sandbox is taken as enforced, for `explain` and tests.

@@ -65,6 +65,11 @@ fn private_data_takes_a_flag_or_globs() {
     assert!(server.returns_private_data("read_inbox"));
     assert!(server.returns_private_data("get_mail"));
     assert!(!server.returns_private_data("send_mail"));
+    // The globs name tools; the server's resources and prompts are private
+    // data only when the whole server is.
+    assert!(!server.serves_private_data());
+    let (config, _) = parse_str("[servers.a]\ncommand = \"x\"\nprivate_data = true\n");
+    assert!(config.unwrap().servers["a"].serves_private_data());
 }
 
 #[test]

@@ -1030,7 +1030,7 @@ impl Gateway {
             UpPurpose::Initialize => self.on_initialized(idx, message),
             UpPurpose::ListTools => self.on_tools_page(idx, message),
             UpPurpose::Call(cx) => self.on_call_answer(idx, cx, message),
-            UpPurpose::Forward(request) => self.on_forward_answer(&request, message),
+            UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
             UpPurpose::Fanout { aggregate, method } => {
                 self.on_fanout_page(idx, id, aggregate, &method, message);
             }
@@ -1111,6 +1111,17 @@ impl Gateway {
             method @ ("notifications/prompts/list_changed"
             | "notifications/resources/list_changed") => {
                 self.notify_hosts(method, message.line());
+            }
+            // An update of a private-data server's resource is its data
+            // reaching the host (design §4.4).
+            "notifications/resources/updated" => {
+                if self.policy.data_taints_session(self.upstreams.name(idx)) {
+                    let sessions: Vec<SessionId> = self.sessions.keys().collect();
+                    for session in sessions {
+                        self.taint(session, idx, "`notifications/resources/updated`");
+                    }
+                }
+                self.send_every_host(message.line());
             }
             _ => self.send_every_host(message.line()),
         }

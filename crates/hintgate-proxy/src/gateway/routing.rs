@@ -491,14 +491,24 @@ impl Gateway {
         self.send_upstream(idx, generation, line);
     }
 
-    /// A server answered a forwarded request.
-    pub(super) fn on_forward_answer(&mut self, request: &HostRequest, message: &Message<'_>) {
-        let line = self.host_response(
-            request.session,
-            message,
-            request.id(),
-            request.method.as_str(),
-        );
+    /// A server answered a forwarded request. A resource or a prompt of a
+    /// private-data server taints the session once it reaches the host
+    /// (design §4.4); an error carries no data.
+    pub(super) fn on_forward_answer(
+        &mut self,
+        idx: ServerIdx,
+        request: &HostRequest,
+        message: &Message<'_>,
+    ) {
+        let method = request.method.as_str();
+        let line = self.host_response(request.session, message, request.id(), method);
+        let reads = matches!(method, "resources/read" | "prompts/get");
+        if reads
+            && message.result.is_some_and(super::session::carries_data)
+            && self.policy.data_taints_session(self.upstreams.name(idx))
+        {
+            self.taint(request.session, idx, &format!("`{method}`"));
+        }
         self.send_host(request.session, line);
     }
 

@@ -11,6 +11,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::Gateway;
 use super::request::{HostRequest, ServerIdx, SessionId};
 
 /// Every host session, by number.
@@ -44,7 +45,9 @@ pub(crate) struct HostSession {
     pub elicitation: bool,
     /// A modern host's `subscriptions/listen` request id (raw JSON).
     pub listen: Option<String>,
-    /// A private-data tool has returned a result (design §4.4).
+    /// Private data reached the host: a result of a private-data tool, or a
+    /// resource, resource update or prompt of a private-data server (design
+    /// §4.4).
     pub tainted: bool,
     /// Tools approved for the rest of the session.
     pub remembered: HashSet<(ServerIdx, String)>,
@@ -144,6 +147,32 @@ impl HostSession {
         // Most sessions remember nothing: skip building the key.
         !self.remembered.is_empty() && self.remembered.contains(&(server, tool.to_owned()))
     }
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Private data from server `idx` (`what` says how it came) reached the
+    /// host of `session`: from now on, open-world tools ask (design §4.4).
+    pub(super) fn taint(&mut self, session: SessionId, idx: ServerIdx, what: &str) {
+        let server = self.upstreams.name(idx);
+        if let Some(host) = self.sessions.get_mut(&session)
+            && !host.tainted
+        {
+            tracing::info!(server.id = %server, "the session has read private data ({what}): open-world tools now ask");
+            host.tainted = true;
+        }
+    }
+}
+
+/// Whether a server's result carries data to the host: every result but a
+/// 2026-07-28 input-required one, which only asks for more input. A result
+/// that cannot be read counts as data.
+pub(crate) fn carries_data(result: &serde_json::value::RawValue) -> bool {
+    !matches!(
+        super::call::read_result(result.get()),
+        Ok(view) if view.result_type.as_deref() == Some("input_required")
+    )
 }
 
 /// Whether a host's declared elicitation capability includes form mode

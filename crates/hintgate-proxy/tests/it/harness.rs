@@ -74,6 +74,11 @@ pub struct ServerScript {
     pub silent: Vec<String>,
     /// Every page of its tool list names a next one.
     pub endless_pages: bool,
+    /// It speaks 2026-07-28: it answers the era probe.
+    pub modern: bool,
+    /// The resources `resources/list` gives (a `uri` containing `missing`
+    /// is answered with an error when read).
+    pub resources: Vec<Value>,
 }
 
 impl ServerScript {
@@ -84,6 +89,8 @@ impl ServerScript {
             silent_list: false,
             silent: Vec::new(),
             endless_pages: false,
+            modern: false,
+            resources: Vec::new(),
         }
     }
 
@@ -213,13 +220,21 @@ impl Served {
             return None;
         }
         let result = match method.as_str() {
+            "server/discover" if script.modern => json!({
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {"listChanged": true}, "resources": {}, "prompts": {}},
+                "serverInfo": {"name": name, "version": "1"},
+            })
+            .to_string(),
             "server/discover" => {
                 let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}});
                 return Some(reply.to_string());
             }
+            // The stream stays open: its notifications come when pushed.
+            "subscriptions/listen" => return None,
             "initialize" => json!({
                 "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {"listChanged": true}, "resources": {}},
+                "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}, "prompts": {}},
                 "serverInfo": {"name": name, "version": "1"},
             })
             .to_string(),
@@ -238,7 +253,22 @@ impl Served {
                 }
                 page.to_string()
             }
-            "resources/list" => json!({"resources": []}).to_string(),
+            "resources/list" => json!({"resources": script.resources}).to_string(),
+            "resources/read" => {
+                let uri = message["params"]["uri"].as_str().unwrap_or("");
+                if uri.contains("missing") {
+                    let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002, "message": "resource not found"}});
+                    return Some(reply.to_string());
+                }
+                json!({"contents": [{"uri": uri, "text": format!("the private contents of {uri}")}]})
+                    .to_string()
+            }
+            "prompts/list" => json!({"prompts": []}).to_string(),
+            "prompts/get" => {
+                let prompt = message["params"]["name"].as_str().unwrap_or("");
+                json!({"messages": [{"role": "user", "content": {"type": "text", "text": format!("{name} filled in prompt {prompt} with private data")}}]})
+                    .to_string()
+            }
             "tools/call" => {
                 let tool = message["params"]["name"].as_str().unwrap_or("");
                 match script.behaviour.get(tool).unwrap_or(&Behaviour::Echo) {
@@ -632,6 +662,30 @@ impl Harness {
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send_raw(&line.to_string()).await;
         self.response(&id).await
+    }
+
+    /// A 2026-07-28 request (the modern `_meta`, with these host
+    /// capabilities, added to `params`), and its response.
+    pub async fn modern_request(
+        &mut self,
+        method: &str,
+        mut params: Value,
+        capabilities: Value,
+    ) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "modern-test-host", "version": "1"},
+        });
+        self.request(method, params).await
+    }
+
+    /// A server sends this line of its own accord.
+    pub fn push(&self, server: &str, line: &str) {
+        let push = self.pushes.lock().unwrap().get(server).cloned();
+        push.expect("the server runs")
+            .send(line.to_owned())
+            .unwrap();
     }
 
     /// The legacy handshake, with these host capabilities.

@@ -11,3 +11,4 @@
 mod harness;
 mod hostile;
 mod pipeline;
+mod taint;
