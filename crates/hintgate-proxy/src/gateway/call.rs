@@ -654,6 +654,13 @@ pub(crate) fn read_result(raw: &str) -> Result<CallResultView<'_>, String> {
     serde_json::from_str(raw).map_err(|err| err.to_string())
 }
 
+/// The message for a line that nests deeper than `max_json_depth`.
+pub(crate) fn too_deep_message(err: &JsonError) -> String {
+    format!(
+        "hintgate refuses this message: {err} (the limit is `max_json_depth` in `[gateway]`); a host or server may not be able to read it"
+    )
+}
+
 /// The message for a host line whose keys repeat.
 pub(crate) fn duplicate_message(err: &JsonError) -> String {
     format!(

@@ -66,7 +66,7 @@ use self::upstreams::Upstreams;
 use crate::conn::{LineRead, read_line, write_lines};
 use crate::event::{Event, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
-use crate::json::find_duplicate_key;
+use crate::json::find_duplicate_key_within;
 use crate::upstream::{Connector, SystemConnector};
 
 pub use crate::versions::LEGACY_VERSIONS;
@@ -164,6 +164,8 @@ pub(crate) struct Limits {
     pub ask_timeout: Duration,
     /// The largest line accepted.
     pub max_line: usize,
+    /// How deeply a message may nest (`max_json_depth`).
+    pub max_depth: usize,
 }
 
 impl Limits {
@@ -351,6 +353,7 @@ impl Gateway {
             call_timeout: Duration::from_secs(gateway.call_timeout_s),
             ask_timeout: Duration::from_secs(gateway.ask_timeout_s),
             max_line: usize::try_from(gateway.max_message_bytes).unwrap_or(usize::MAX),
+            max_depth: usize::try_from(gateway.max_json_depth).unwrap_or(64),
         };
         let sealer =
             crate::seal::Sealer::new().map_err(|err| RunError::NoRandomness(err.to_string()))?;
@@ -626,8 +629,9 @@ impl Gateway {
     fn on_host_line(&mut self, session: SessionId, line: String) {
         // What the gateway decides on is what every server reads: a message
         // that repeats a key anywhere could be read two ways, so it is
-        // refused before anything else reads it.
-        if let Err(err) = find_duplicate_key(&line) {
+        // refused before anything else reads it; and so is one nested deeper
+        // than a server may be able to read.
+        if let Err(err) = find_duplicate_key_within(&line, self.limits.max_depth) {
             self.on_ambiguous_line(session, line, &err);
             return;
         }
@@ -675,6 +679,7 @@ impl Gateway {
     ) {
         let message = match err {
             crate::json::JsonError::DuplicateKey { .. } => call::duplicate_message(err),
+            crate::json::JsonError::TooDeep { .. } => call::too_deep_message(err),
             other => format!("parse error: {other}"),
         };
         tracing::warn!("{message}");
@@ -990,6 +995,12 @@ impl Gateway {
     // --- the upstream side ---
 
     fn on_upstream_line(&mut self, idx: ServerIdx, line: &str) {
+        // A line is passed on as its text, which no parser of the gateway
+        // reads whole: its depth is checked here, before anything else.
+        if let Err(err) = crate::json::check_depth(line, self.limits.max_depth) {
+            self.on_too_deep_upstream(idx, line, &err);
+            return;
+        }
         let message = match Message::parse(line) {
             Ok(message) => message,
             Err(err) => {

@@ -535,6 +535,78 @@ impl Gateway {
         self.retry_waiting();
     }
 
+    /// A server sent a line that nests deeper than `max_json_depth`. It is
+    /// not passed on, and only what it was fails: the answer to one request
+    /// fails that request (a call with the outcome `protocol-error`), a
+    /// request of the server's own is answered with an error, and a
+    /// notification is dropped. The server goes on.
+    pub(super) fn on_too_deep_upstream(
+        &mut self,
+        idx: ServerIdx,
+        line: &str,
+        err: &crate::json::JsonError,
+    ) {
+        let name = self.upstreams.name(idx).to_owned();
+        let Ok(found) = crate::json::members(line) else {
+            self.upstream_failed(idx, format!("wrote a line that is not JSON-RPC and {err}"));
+            return;
+        };
+        let member = |key: &str| {
+            let mut matching = found.iter().filter(|member| member.key == key);
+            match (matching.next(), matching.next()) {
+                (Some(member), None) => line.get(member.value.clone()),
+                _ => None,
+            }
+        };
+        let why = format!(
+            "server `{name}` sent a message that {err} (the limit is `max_json_depth` in `[gateway]`); hintgate did not pass it on"
+        );
+        tracing::warn!(server.id = %name, "{why}");
+        match (member("method"), member("id")) {
+            (Some(_), Some(id)) => {
+                let generation = self.upstreams.get(idx).map_or(0, Upstream::generation);
+                let text = super::call::too_deep_message(err);
+                self.send_upstream(idx, generation, frame::error_response(id, -32600, &text));
+            }
+            (Some(_), None) => {}
+            (None, Some(id)) => {
+                let Some(purpose) = id
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|id| self.inflight.take_up(idx, id))
+                else {
+                    return;
+                };
+                self.too_deep_answer(idx, purpose, &why);
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// The answer to a request of the gateway's nests too deep: the request
+    /// fails as if the server had answered with an error.
+    fn too_deep_answer(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
+        match purpose {
+            UpPurpose::Call(cx) => {
+                let line = self.result_line(
+                    cx.request.session,
+                    cx.request.id(),
+                    &super::call::error_result(why),
+                );
+                self.answer_call(&cx, line, super::call::Outcome::ProtocolError);
+            }
+            // Its start cannot complete without the answer.
+            UpPurpose::Discover | UpPurpose::LateDiscover | UpPurpose::Initialize => {
+                self.upstream_failed(idx, why.to_owned());
+            }
+            UpPurpose::ListTools => {
+                self.catalog.listing_failed(idx, why.to_owned());
+                self.retry_waiting();
+            }
+            other => self.give_up(idx, other, why),
+        }
+    }
+
     /// A request to a server will not be answered (the server failed, or
     /// its deadline passed): tell whoever waits on it.
     pub(super) fn give_up(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {

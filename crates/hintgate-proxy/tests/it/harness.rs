@@ -59,6 +59,8 @@ pub enum Behaviour {
     Hang,
     /// No answer the first time (in each start of the server), then `Echo`.
     HangOnce,
+    /// These lines first (notifications, requests of its own), then `Echo`.
+    LinesThenEcho(Vec<String>),
 }
 
 /// One scripted server.
@@ -279,6 +281,15 @@ impl Served {
                         // The arguments exactly as they arrived, as text.
                         let raw = raw_arguments(line);
                         json!({"content": [{"type": "text", "text": raw}]}).to_string()
+                    }
+                    Behaviour::LinesThenEcho(lines) => {
+                        let raw = raw_arguments(line);
+                        let result = json!({"content": [{"type": "text", "text": raw}]});
+                        let mut out = lines.join("\n");
+                        out.push_str(&format!(
+                            "\n{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}"
+                        ));
+                        return Some(out);
                     }
                 }
             }
@@ -501,6 +512,8 @@ pub struct Harness {
     pub received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
     tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
     pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
+    /// How many times each server was started.
+    pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
 }
 
 /// How to start a harness.
@@ -565,6 +578,7 @@ impl Harness {
         let received = Arc::clone(&connector.received);
         let tools_now = Arc::clone(&connector.tools_now);
         let pushes = Arc::clone(&connector.pushes);
+        let starts = Arc::clone(&connector.starts);
         let as_store: Arc<dyn Store> = store.clone();
         let settings = Settings {
             policy: Policy::new(config),
@@ -609,6 +623,7 @@ impl Harness {
             received,
             tools_now,
             pushes,
+            starts,
         }
     }
 

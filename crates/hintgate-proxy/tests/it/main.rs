@@ -8,6 +8,7 @@
     reason = "test code: a failed unwrap, index or panic is a failed test"
 )]
 
+mod bounds;
 mod harness;
 mod hostile;
 mod pipeline;

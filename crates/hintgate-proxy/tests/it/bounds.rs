@@ -1,0 +1,214 @@
+//! Nothing a host or a server sends can make the gateway hold, or pass on,
+//! more than its limits: JSON nested too deeply, a tool list that never
+//! ends, a flood of `list_changed`, a host that stops reading.
+
+use std::collections::HashMap;
+
+use hintgate_proxy::Mode;
+use hintgate_store::EntryKind;
+use serde_json::{Value, json};
+
+use crate::harness::{Behaviour, Harness, ServerScript, Setup, is_error, text, tool};
+
+/// JSON text: `depth` arrays, one inside the other.
+fn nested(depth: usize) -> String {
+    format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// A tool result whose `structuredContent`-free body holds `depth` nested
+/// arrays (the line that carries it nests three levels more).
+fn deep_result(depth: usize) -> String {
+    format!(
+        r#"{{"content":[{{"type":"text","text":"deep"}}],"nested":{}}}"#,
+        nested(depth)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_over_deep_answer_fails_only_its_call_and_is_recorded() {
+    let deep_note = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":{}}}}}"#,
+        nested(10_000)
+    );
+    let deep_question = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep-ask","method":"elicitation/create","params":{{"message":"?","requestedSchema":{}}}}}"#,
+        nested(10_000)
+    );
+    let script = ServerScript::with_tools(vec![
+        tool("read", true),
+        tool("deep", true),
+        tool("nested", true),
+        tool("chatty", true),
+    ])
+    .answering("deep", Behaviour::Raw(deep_result(10_000)))
+    .answering("nested", Behaviour::Raw(deep_result(50)))
+    .answering(
+        "chatty",
+        Behaviour::LinesThenEcho(vec![deep_note, deep_question]),
+    );
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+
+    // A result a host's parser may choke on (serde_json stops at 128
+    // levels) is not passed on: the call fails, and says why.
+    let refused = gateway.call("deep", json!({"n": 1})).await;
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        text(&refused).contains("nests deeper than 64 levels"),
+        "{refused}"
+    );
+    // Within the limit, a nested result passes as it is.
+    let passed = gateway.call("nested", json!({"n": 2})).await;
+    assert_eq!(
+        passed["result"]["nested"].to_string(),
+        nested(50),
+        "{passed}"
+    );
+    // The server's own over-deep notification is dropped, and its over-deep
+    // request answered with an error, never relayed to the host.
+    let chatty = gateway.call("chatty", json!({"n": 3})).await;
+    assert!(!is_error(&chatty), "{chatty}");
+    gateway.received_eventually("fx", "deep-ask").await;
+    let answered: Value = gateway
+        .received_by("fx")
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|message| message["id"] == "deep-ask")
+        .unwrap();
+    assert_eq!(answered["error"]["code"], -32600, "{answered}");
+    // Only that call failed: the server was not restarted, and still works.
+    let read = gateway.call("read", json!({"n": 4})).await;
+    assert_eq!(text(&read), r#"{"n":4}"#, "{read}");
+    assert_eq!(gateway.starts.lock().unwrap()["fx"], 1);
+    assert!(
+        gateway.requests.is_empty(),
+        "nothing was relayed: {:?}",
+        gateway.requests
+    );
+    assert!(
+        gateway
+            .notes
+            .iter()
+            .all(|note| note.get("unparseable").is_none()
+                && note["method"] != "notifications/message"),
+        "{:?}",
+        gateway.notes
+    );
+
+    let store = gateway.close().await;
+    let records = store.records();
+    let outcome_of = |n: i64| {
+        let call = records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Call && entry.body["arguments"]["n"] == n)
+            .unwrap();
+        records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+            .map(|entry| entry.body["outcome"].clone())
+            .unwrap()
+    };
+    assert_eq!(outcome_of(1), "protocol-error");
+    assert_eq!(outcome_of(2), "ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_over_deep_host_request_is_refused() {
+    let script = ServerScript::with_tools(vec![tool("read", true)]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    // Within what serde reads (128 levels), deeper than the gateway's limit.
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep-call","method":"tools/call","params":{{"name":"read","arguments":{{"n":{}}}}}}}"#,
+        nested(100)
+    );
+    gateway.send_raw(&call).await;
+    let refused = gateway.response(&json!("deep-call")).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("nests deeper than 64 levels"), "{refused}");
+    assert!(message.contains("max_json_depth"), "{refused}");
+    // Any other request too, before it is forwarded.
+    let other = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep-other","method":"custom/method","params":{{"x":{}}}}}"#,
+        nested(100)
+    );
+    gateway.send_raw(&other).await;
+    let refused = gateway.response(&json!("deep-other")).await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    // And far past serde's own limit, with the same clear error.
+    let abyss = format!(
+        r#"{{"jsonrpc":"2.0","id":"abyss","method":"custom/method","params":{}}}"#,
+        nested(100_000)
+    );
+    gateway.send_raw(&abyss).await;
+    let refused = gateway.response(&json!("abyss")).await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nests deeper than 64 levels"),
+        "{refused}"
+    );
+    gateway.request("ping", json!({})).await;
+    assert!(gateway.calls_received("fx").is_empty());
+    assert_eq!(gateway.count_received("fx", "custom/method"), 0);
+    let store = gateway.close().await;
+    let record = store
+        .records()
+        .into_iter()
+        .find(|entry| entry.kind == EntryKind::Call)
+        .unwrap();
+    assert_eq!(record.body["reasons"], json!(["malformed-request"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_the_depth_limit_is_the_configured_one() {
+    let script = ServerScript::with_tools(vec![tool("thirty", true), tool("ten", true)])
+        .answering("thirty", Behaviour::Raw(deep_result(30)))
+        .answering("ten", Behaviour::Raw(deep_result(10)));
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_json_depth = 20\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let refused = gateway.call("thirty", json!({})).await;
+    assert!(
+        text(&refused).contains("nests deeper than 20 levels"),
+        "{refused}"
+    );
+    let passed = gateway.call("ten", json!({})).await;
+    assert_eq!(passed["result"]["nested"].to_string(), nested(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_over_deep_tool_list_leaves_out_only_its_server() {
+    let mut deep_tool = tool("deep", true);
+    deep_tool["inputSchema"]["x-nested"] = serde_json::from_str(&nested(100)).unwrap();
+    let setup = Setup {
+        config: "[gateway]\ncall_timeout_s = 2\n\n[servers.deep]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([
+            ("deep".to_owned(), ServerScript::with_tools(vec![deep_tool, tool("read", true)])),
+            ("ok".to_owned(), ServerScript::with_tools(vec![tool("read", true)])),
+        ]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ok__read"], "{list}");
+    let failed = gateway.call("deep__read", json!({})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("nests deeper than 64 levels"),
+        "{failed}"
+    );
+    assert!(!is_error(&gateway.call("ok__read", json!({})).await));
+}
