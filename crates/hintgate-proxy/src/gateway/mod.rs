@@ -75,6 +75,11 @@ pub use crate::versions::LEGACY_VERSIONS;
 /// flood cannot hold everything back.
 const TURN_LIMIT: usize = 1024;
 
+/// The most pages of one server's list the gateway follows (a tool list,
+/// or its part of a merged list): a server whose list names a next page
+/// after that many has its list fail, and only its entries are left out.
+pub(crate) const MAX_LIST_PAGES: usize = 100;
+
 /// How tool names are shown to the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
@@ -749,6 +754,10 @@ impl Gateway {
             .sessions
             .get(&session)
             .is_some_and(HostSession::started);
+        if started && let Some(host) = self.sessions.get_mut(&session) {
+            // It asks for a list: the next change to that list is told.
+            host.told.listed(request.method.as_str());
+        }
         match &request.method {
             Method::Initialize => self.on_initialize(request),
             Method::Discover => self.on_discover(request),
@@ -1088,10 +1097,7 @@ impl Gateway {
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
         match message.method() {
             "notifications/tools/list_changed" => {
-                self.catalog.forget(idx);
-                // List again now, so a changed definition is caught and held
-                // even if the host never lists again.
-                self.list_tools(idx);
+                self.tools_changed(idx);
                 self.notify_hosts("notifications/tools/list_changed", message.line());
             }
             // A 2026-07-28 server confirming the gateway's own listen stream.
@@ -1139,7 +1145,8 @@ impl Gateway {
     }
 
     /// A change notification to every host: as sent to a legacy host, on
-    /// its listen stream to a modern one.
+    /// its listen stream to a modern one; not to a host told of a change to
+    /// that list since it last asked for it.
     fn notify_hosts(&mut self, method: &str, line: &str) {
         let sessions: Vec<(SessionId, bool)> = self
             .sessions
@@ -1147,6 +1154,14 @@ impl Gateway {
             .map(|id| (id, self.sessions.get(&id).is_some_and(HostSession::modern)))
             .collect();
         for (session, modern) in sessions {
+            // A modern host without a listen stream cannot be told yet.
+            let tell = self
+                .sessions
+                .get_mut(&session)
+                .is_some_and(|host| (!modern || host.listen.is_some()) && host.told.tell(method));
+            if !tell {
+                continue;
+            }
             if modern {
                 self.notify_modern(session, method);
             } else {

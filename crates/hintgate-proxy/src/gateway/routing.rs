@@ -50,6 +50,8 @@ struct Aggregate {
     /// Each server's items, by its index, so the merged list is in
     /// configuration order whatever order the answers come in.
     items: BTreeMap<ServerIdx, Vec<Value>>,
+    /// How many pages each server has sent.
+    pages: BTreeMap<ServerIdx, usize>,
     remaining: usize,
 }
 
@@ -552,6 +554,7 @@ impl Gateway {
                 request,
                 key,
                 items: BTreeMap::new(),
+                pages: BTreeMap::new(),
                 remaining: targets.len(),
             },
         );
@@ -636,10 +639,23 @@ impl Gateway {
                 }
             }
         }
+        let mut pages = 0;
         if let Some(state) = self.routing.aggregates.get_mut(&aggregate) {
             state.items.entry(idx).or_default().extend(items);
+            let seen = state.pages.entry(idx).or_default();
+            *seen += 1;
+            pages = *seen;
         }
         if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
+            if pages >= super::MAX_LIST_PAGES {
+                // Only this server's entries are left out.
+                if let Some(state) = self.routing.aggregates.get_mut(&aggregate) {
+                    state.items.remove(&idx);
+                }
+                let why = super::upstreams::too_many_pages(&server, method);
+                self.fanout_done(aggregate, idx, Some(why));
+                return;
+            }
             let timeout = self.limits.call_timeout;
             self.request_up(
                 idx,

@@ -31,6 +31,17 @@ pub(crate) enum Era {
     Modern,
 }
 
+/// Which lists a host was told changed and has not asked for since. A
+/// host is told once, however many changes the servers announce until it
+/// lists again: a server's flood of `list_changed` is not a flood for the
+/// host.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Told {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+}
+
 /// One host session.
 #[derive(Debug)]
 pub(crate) struct HostSession {
@@ -51,6 +62,8 @@ pub(crate) struct HostSession {
     pub tainted: bool,
     /// Tools approved for the rest of the session.
     pub remembered: HashSet<(ServerIdx, String)>,
+    /// The lists it was told changed and has not asked for since.
+    pub told: Told,
     /// Its `initialize`, waiting for the servers to start.
     pub initialize_pending: Option<HostRequest>,
     /// A modern host's `server/discover`, waiting for the servers to start.
@@ -111,6 +124,7 @@ impl HostSession {
             listen: None,
             tainted: false,
             remembered: HashSet::new(),
+            told: Told::default(),
             initialize_pending: None,
             discover_pending: None,
             closed: false,
@@ -149,6 +163,38 @@ impl HostSession {
     }
 }
 
+// === impl Told ===
+
+impl Told {
+    fn slot(&mut self, method: &str) -> Option<&mut bool> {
+        match method {
+            "notifications/tools/list_changed" | "tools/list" => Some(&mut self.tools),
+            "notifications/prompts/list_changed" | "prompts/list" => Some(&mut self.prompts),
+            "notifications/resources/list_changed"
+            | "resources/list"
+            | "resources/templates/list" => Some(&mut self.resources),
+            _ => None,
+        }
+    }
+
+    /// A change notified with `method` is to be told: returns whether it
+    /// must be sent (the host was not told of a change to that list since
+    /// it last asked for it), and notes that it was.
+    pub fn tell(&mut self, method: &str) -> bool {
+        match self.slot(method) {
+            Some(told) => !std::mem::replace(told, true),
+            None => true,
+        }
+    }
+
+    /// The host asks for a list (`method`): the next change to it is told.
+    pub fn listed(&mut self, method: &str) {
+        if let Some(told) = self.slot(method) {
+            *told = false;
+        }
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
@@ -182,4 +228,27 @@ pub(crate) fn declares_form_elicitation(capabilities: Option<&Value>) -> bool {
         .and_then(|caps| caps.get("elicitation"))
         .and_then(Value::as_object)
         .is_some_and(|caps| caps.is_empty() || caps.contains_key("form"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_told_of_a_change_once_until_it_lists_again() {
+        let mut told = Told::default();
+        assert!(told.tell("notifications/tools/list_changed"));
+        assert!(!told.tell("notifications/tools/list_changed"));
+        // Each list on its own.
+        assert!(told.tell("notifications/prompts/list_changed"));
+        assert!(told.tell("notifications/resources/list_changed"));
+        told.listed("tools/list");
+        assert!(told.tell("notifications/tools/list_changed"));
+        assert!(!told.tell("notifications/resources/list_changed"));
+        told.listed("resources/templates/list");
+        assert!(told.tell("notifications/resources/list_changed"));
+        // Other notifications are never held back.
+        assert!(told.tell("notifications/message"));
+        assert!(told.tell("notifications/message"));
+    }
 }

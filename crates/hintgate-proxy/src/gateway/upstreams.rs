@@ -481,8 +481,15 @@ impl Gateway {
             Some(tools) => tools.clone(),
             None => Vec::new(),
         };
-        self.catalog.add_page(idx, tools);
+        let pages = self.catalog.add_page(idx, tools);
         if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
+            if pages >= super::MAX_LIST_PAGES {
+                let why = too_many_pages(self.upstreams.name(idx), "tools/list");
+                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+                self.catalog.listing_failed(idx, why);
+                self.retry_waiting();
+                return;
+            }
             let timeout = self.limits.call_timeout;
             self.request_up(
                 idx,
@@ -493,8 +500,27 @@ impl Gateway {
             );
             return;
         }
+        if self.catalog.take_stale(idx) {
+            // The server announced a change while this list came: what it
+            // lists may be from before, so it is listed once more (the
+            // calls waiting for it wait for that one).
+            self.catalog.begin_listing(idx);
+            let timeout = self.limits.call_timeout;
+            self.request_up(idx, "tools/list", &json!({}), UpPurpose::ListTools, timeout);
+            return;
+        }
         self.finish_listing(idx);
         self.retry_waiting();
+    }
+
+    /// The server said its tool list changed: list it again, unless a
+    /// listing runs (then once more after it).
+    pub(super) fn tools_changed(&mut self, idx: ServerIdx) {
+        if self.catalog.changed(idx) {
+            // Now, so a changed definition is caught and held even if the
+            // host never lists again.
+            self.list_tools(idx);
+        }
     }
 
     /// Completes a listing (without waking what waits: the caller does).
@@ -784,6 +810,15 @@ impl Gateway {
             },
         }
     }
+}
+
+/// Why a server's list was cut off: it named a next page after
+/// [`super::MAX_LIST_PAGES`] pages.
+pub(super) fn too_many_pages(server: &str, method: &str) -> String {
+    format!(
+        "server `{server}` sent more than {} pages of `{method}` (the most hintgate follows); its entries are left out",
+        super::MAX_LIST_PAGES
+    )
 }
 
 /// A server's identity for people, and what its command line resolves to

@@ -212,3 +212,136 @@ async fn issue_11_an_over_deep_tool_list_leaves_out_only_its_server() {
     );
     assert!(!is_error(&gateway.call("ok__read", json!({})).await));
 }
+
+/// The most pages of one list the gateway follows (`MAX_LIST_PAGES`).
+const MAX_PAGES: usize = 100;
+
+/// Gateway mode: server `endless`, every page of whose lists names a next
+/// one, and server `ok`, which lists one of each.
+fn endless_and_ok() -> Setup {
+    let mut endless = ServerScript::with_tools(vec![tool("read", true)]);
+    endless.endless_pages = true;
+    endless.resources = vec![json!({"uri": "endless://r", "name": "r"})];
+    endless.templates = vec![json!({"uriTemplate": "endless://{x}", "name": "t"})];
+    endless.prompts = vec![json!({"name": "p"})];
+    let mut ok = ServerScript::with_tools(vec![tool("read", true)]);
+    ok.resources = vec![json!({"uri": "ok://r", "name": "r"})];
+    ok.templates = vec![json!({"uriTemplate": "ok://{x}", "name": "t"})];
+    ok.prompts = vec![json!({"name": "p"})];
+    Setup {
+        config: "[gateway]\ncall_timeout_s = 1\n\n[servers.endless]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([("endless".to_owned(), endless), ("ok".to_owned(), ok)]),
+        store: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_tool_list_that_never_ends_is_cut_off_and_the_others_still_list() {
+    let mut gateway = Harness::start(endless_and_ok()).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ok__read"], "{list}");
+    assert_eq!(
+        gateway.count_received("endless", "tools/list"),
+        MAX_PAGES,
+        "the gateway follows so many pages, and no more"
+    );
+    let failed = gateway.call("endless__read", json!({})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("more than 100 pages of `tools/list`"),
+        "{failed}"
+    );
+    assert!(!is_error(&gateway.call("ok__read", json!({})).await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_merged_list_that_never_ends_leaves_out_only_that_server() {
+    let mut gateway = Harness::start(endless_and_ok()).await;
+    gateway.initialize(json!({})).await;
+    let lists = [
+        ("resources/list", "resources", "uri", "ok://r"),
+        (
+            "resources/templates/list",
+            "resourceTemplates",
+            "uriTemplate",
+            "ok://{x}",
+        ),
+        ("prompts/list", "prompts", "name", "ok__p"),
+    ];
+    for (method, key, field, only) in lists {
+        let before = gateway.count_received("endless", method);
+        let list = gateway.request(method, json!({})).await;
+        let items: Vec<&str> = list["result"][key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{list}"))
+            .iter()
+            .map(|item| item[field].as_str().unwrap())
+            .collect();
+        assert_eq!(items, [only], "{method}: {list}");
+        assert_eq!(
+            gateway.count_received("endless", method) - before,
+            MAX_PAGES,
+            "{method}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_list_changed_flood_is_coalesced() {
+    let script = ServerScript::with_tools(vec![tool("read", true), tool("write", false)]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    let listed = gateway.request("tools/list", json!({})).await;
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 2);
+    let before = gateway.count_received("fx", "tools/list");
+
+    // Five thousand notifications in one write, then a marker: once the
+    // host sees the marker, the gateway has handled every notification.
+    let changed = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+    let mut flood = vec![changed; 5_000];
+    let marker = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"end of flood"}}"#;
+    flood.push(marker);
+    gateway.push("fx", &flood.join("\n"));
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/message" {
+            break;
+        }
+        gateway.notes.push(message);
+    }
+    let told = gateway
+        .notes
+        .iter()
+        .filter(|note| note["method"] == "notifications/tools/list_changed")
+        .count();
+    assert_eq!(told, 1, "the host is told once until it lists again");
+
+    // The list the host gets next is the one after the flood; the gateway
+    // listed at most twice for it (once, and once more for the changes
+    // announced while that listing ran).
+    let listed = gateway.request("tools/list", json!({})).await;
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 2);
+    let relisted = gateway.count_received("fx", "tools/list") - before;
+    assert!(
+        (1..=2).contains(&relisted),
+        "listed {relisted} times for 5000 notifications"
+    );
+
+    // Once the host has listed, the next change is told again.
+    gateway.push("fx", changed);
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/tools/list_changed" {
+            break;
+        }
+        gateway.notes.push(message);
+    }
+}

@@ -74,13 +74,20 @@ pub struct ServerScript {
     pub silent_list: bool,
     /// It never answers these methods.
     pub silent: Vec<String>,
-    /// Every page of its tool list names a next one.
+    /// Every page of its lists (tools, resources, templates, prompts)
+    /// names a next one.
     pub endless_pages: bool,
+    /// Every answer to `tools/list` comes after a `list_changed`.
+    pub changes_on_list: bool,
     /// It speaks 2026-07-28: it answers the era probe.
     pub modern: bool,
     /// The resources `resources/list` gives (a `uri` containing `missing`
     /// is answered with an error when read).
     pub resources: Vec<Value>,
+    /// The resource templates `resources/templates/list` gives.
+    pub templates: Vec<Value>,
+    /// The prompts `prompts/list` gives.
+    pub prompts: Vec<Value>,
 }
 
 impl ServerScript {
@@ -91,8 +98,11 @@ impl ServerScript {
             silent_list: false,
             silent: Vec::new(),
             endless_pages: false,
+            changes_on_list: false,
             modern: false,
             resources: Vec::new(),
+            templates: Vec::new(),
+            prompts: Vec::new(),
         }
     }
 
@@ -253,9 +263,25 @@ impl Served {
                 if script.endless_pages {
                     page["nextCursor"] = json!("more");
                 }
+                if script.changes_on_list {
+                    return Some(format!(
+                        "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}}\n{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{page}}}"
+                    ));
+                }
                 page.to_string()
             }
-            "resources/list" => json!({"resources": script.resources}).to_string(),
+            list @ ("resources/list" | "resources/templates/list" | "prompts/list") => {
+                let (key, items) = match list {
+                    "resources/list" => ("resources", &script.resources),
+                    "resources/templates/list" => ("resourceTemplates", &script.templates),
+                    _ => ("prompts", &script.prompts),
+                };
+                let mut page = json!({ key: items });
+                if script.endless_pages {
+                    page["nextCursor"] = json!("more");
+                }
+                page.to_string()
+            }
             "resources/read" => {
                 let uri = message["params"]["uri"].as_str().unwrap_or("");
                 if uri.contains("missing") {
@@ -265,7 +291,6 @@ impl Served {
                 json!({"contents": [{"uri": uri, "text": format!("the private contents of {uri}")}]})
                     .to_string()
             }
-            "prompts/list" => json!({"prompts": []}).to_string(),
             "prompts/get" => {
                 let prompt = message["params"]["name"].as_str().unwrap_or("");
                 json!({"messages": [{"role": "user", "content": {"type": "text", "text": format!("{name} filled in prompt {prompt} with private data")}}]})
