@@ -63,7 +63,7 @@ use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
 use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
 use self::upstreams::Upstreams;
-use crate::conn::{LineRead, read_line, write_lines};
+use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
 use crate::event::{Event, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
 use crate::json::find_duplicate_key_within;
@@ -196,8 +196,11 @@ pub(crate) enum Waiting {
 /// Something the turn produced, sent once the turn's records are durable.
 #[derive(Debug)]
 enum Outgoing {
-    /// A line to a host.
+    /// A line to a host that it must get (an answer, a question).
     Host(SessionId, String),
+    /// A notification to a host, dropped when the host is not reading; a
+    /// change to a list (`Some` of its notification) is told later then.
+    HostNote(SessionId, String, Option<&'static str>),
     /// A line to a server (dropped when the server restarted meanwhile).
     Upstream(ServerIdx, u64, String),
     /// A call to send upstream once its record (at this place in the turn's
@@ -260,17 +263,57 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    run_with_gauge(settings, host_in, host_out, Arc::default()).await
+}
+
+/// [`run`], counting in `gauge` what waits to be written to the host (for
+/// tests and monitoring: a host that stops reading shows there).
+///
+/// # Errors
+///
+/// As [`run`].
+pub async fn run_with_gauge<R, W>(
+    settings: Settings,
+    host_in: R,
+    host_out: W,
+    gauge: Arc<QueueGauge>,
+) -> Result<(), RunError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut gateway = Gateway::new(settings, events_tx.clone())?;
-    let (host_tx, host_rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_lines(host_out, host_rx));
     let session = SessionId::FIRST;
-    gateway.sessions.insert(session, HostSession::new(host_tx));
+    // INVARIANT: what waits for the host stays bounded. Past the soft
+    // limit, notifications are dropped and the host's own lines are not
+    // read; past the hard one, nothing is queued whole (see `HostSession`).
+    gauge.set_limits(
+        session::HOST_QUEUE_BYTES,
+        session::HOST_QUEUE_BYTES.saturating_add(gateway.limits.max_line),
+    );
+    let (host_tx, host_rx) = mpsc::unbounded_channel();
+    let drained = events_tx.clone();
+    let writer = tokio::spawn(write_counted_lines(
+        host_out,
+        host_rx,
+        Arc::clone(&gauge),
+        move || {
+            let _ = drained.send(Event::Host {
+                session: session.0,
+                event: HostEvent::Drained,
+            });
+        },
+    ));
+    gateway
+        .sessions
+        .insert(session, HostSession::new(host_tx, Arc::clone(&gauge)));
     tokio::spawn(read_host(
         host_in,
         gateway.limits.max_line,
         session,
         events_tx,
+        gauge,
     ));
     loop {
         let next = match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
@@ -316,10 +359,14 @@ async fn read_host<R: AsyncRead + Unpin>(
     max_line: usize,
     session: SessionId,
     events: mpsc::UnboundedSender<Event>,
+    queue: Arc<QueueGauge>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, host_in);
     let mut buf = Vec::with_capacity(4096);
     loop {
+        // A host that does not read what waits for it is not read either:
+        // its requests would only add answers to the wait.
+        queue.within_soft_limit().await;
         let event = match read_line(&mut reader, &mut buf, max_line).await {
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
@@ -419,6 +466,7 @@ impl Gateway {
                         );
                     }
                     HostEvent::Closed => self.host_closed(session),
+                    HostEvent::Drained => self.host_drained(session),
                 }
             }
             Event::Upstream {
@@ -479,6 +527,14 @@ impl Gateway {
                             session.send(line);
                         }
                     }
+                    Outgoing::HostNote(session, line, list) => {
+                        if let Some(host) = self.sessions.get_mut(&session)
+                            && !host.notify(line)
+                            && let Some(method) = list
+                        {
+                            host.told.dropped(method);
+                        }
+                    }
                     Outgoing::Upstream(idx, generation, line) => {
                         if let Some(up) = self.upstreams.get(idx)
                             && up.generation() == generation
@@ -517,11 +573,17 @@ impl Gateway {
         self.outbox.push(Outgoing::Host(session, line));
     }
 
-    /// A line for every host session.
+    /// A notification for a host, sent at the end of the turn unless the
+    /// host is not reading.
+    fn send_host_note(&mut self, session: SessionId, line: String) {
+        self.outbox.push(Outgoing::HostNote(session, line, None));
+    }
+
+    /// A notification for every host session.
     fn send_every_host(&mut self, line: &str) {
         let sessions: Vec<SessionId> = self.sessions.keys().collect();
         for session in sessions {
-            self.send_host(session, line.to_owned());
+            self.send_host_note(session, line.to_owned());
         }
     }
 
@@ -865,7 +927,7 @@ impl Gateway {
         );
         for n in asks {
             if let Some(HostPurpose::Ask(cx)) = self.inflight.take_host(session, n) {
-                self.send_host(
+                self.send_host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
@@ -920,7 +982,7 @@ impl Gateway {
     fn host_timed_out(&mut self, session: SessionId, n: u64) {
         match self.inflight.take_host(session, n) {
             Some(HostPurpose::Ask(cx)) => {
-                self.send_host(
+                self.send_host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
@@ -937,7 +999,7 @@ impl Gateway {
                 generation,
                 upstream_id,
             }) => {
-                self.send_host(
+                self.send_host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
@@ -1122,7 +1184,7 @@ impl Gateway {
                             Value::String(format!("hintgate-{n}")),
                         );
                     }
-                    self.send_host(session, message.with_params(&params.to_string()));
+                    self.send_host_note(session, message.with_params(&params.to_string()));
                 }
             }
             method @ ("notifications/prompts/list_changed"
@@ -1154,19 +1216,48 @@ impl Gateway {
             .map(|id| (id, self.sessions.get(&id).is_some_and(HostSession::modern)))
             .collect();
         for (session, modern) in sessions {
-            // A modern host without a listen stream cannot be told yet.
-            let tell = self
-                .sessions
-                .get_mut(&session)
-                .is_some_and(|host| (!modern || host.listen.is_some()) && host.told.tell(method));
-            if !tell {
-                continue;
-            }
-            if modern {
-                self.notify_modern(session, method);
-            } else {
-                self.send_host(session, line.to_owned());
-            }
+            self.notify_host(session, modern, method, line);
+        }
+    }
+
+    /// A change notification to one host, unless it was told already.
+    fn notify_host(&mut self, session: SessionId, modern: bool, method: &str, line: &str) {
+        // A modern host without a listen stream cannot be told yet.
+        let tell = self
+            .sessions
+            .get_mut(&session)
+            .is_some_and(|host| (!modern || host.listen.is_some()) && host.told.tell(method));
+        if !tell {
+            return;
+        }
+        if modern {
+            self.notify_modern(session, method);
+        } else {
+            let list = session::Told::list_changed(method);
+            self.outbox
+                .push(Outgoing::HostNote(session, line.to_owned(), list));
+        }
+    }
+
+    /// The host reads again after its queue was past its bound: the count
+    /// of what was dropped is logged, and the changes it was not told of
+    /// are told now.
+    fn host_drained(&mut self, session: SessionId) {
+        let Some(host) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        let dropped = std::mem::take(&mut host.dropped_notes);
+        let owed = host.told.take_owed();
+        let modern = host.modern();
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "the host reads again: {dropped} notification(s) to it were dropped while it was not reading"
+            );
+        }
+        for method in owed {
+            let line = frame::notification(method, &json!({}));
+            self.notify_host(session, modern, method, &line);
         }
     }
 

@@ -7,12 +7,14 @@
 //! stdio there is one session, [`SessionId::FIRST`].
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Gateway;
 use super::request::{HostRequest, ServerIdx, SessionId};
+use crate::conn::QueueGauge;
 
 /// Every host session, by number.
 #[derive(Debug, Default)]
@@ -40,13 +42,32 @@ pub(crate) struct Told {
     tools: bool,
     prompts: bool,
     resources: bool,
+    /// Changes whose notification was dropped (the host was not reading):
+    /// told once it reads again.
+    owed: [bool; 3],
 }
+
+/// The change notifications [`Told`] keeps track of, in its order.
+const LIST_CHANGED: [&str; 3] = [
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+];
+
+/// How much may wait for a host before notifications to it are dropped
+/// and the host's own messages are not read: a host that stops reading
+/// holds this much, and what it must get (answers, questions) up to one
+/// message more (`max_message_bytes`); an answer beyond that is replaced by
+/// an error that says why, and a question is dropped (it then times out).
+pub(crate) const HOST_QUEUE_BYTES: usize = 1024 * 1024;
 
 /// One host session.
 #[derive(Debug)]
 pub(crate) struct HostSession {
     /// Lines to the host.
     out: mpsc::UnboundedSender<String>,
+    /// What waits in `out` for the host to read.
+    gauge: Arc<QueueGauge>,
     /// The era it speaks.
     pub era: Era,
     /// What it said of itself: the params of its `initialize` (for a modern
@@ -64,6 +85,8 @@ pub(crate) struct HostSession {
     pub remembered: HashSet<(ServerIdx, String)>,
     /// The lists it was told changed and has not asked for since.
     pub told: Told,
+    /// Notifications dropped since it last drained its queue.
+    pub dropped_notes: u64,
     /// Its `initialize`, waiting for the servers to start.
     pub initialize_pending: Option<HostRequest>,
     /// A modern host's `server/discover`, waiting for the servers to start.
@@ -114,10 +137,11 @@ impl Sessions {
 // === impl HostSession ===
 
 impl HostSession {
-    /// A new session writing to `out`.
-    pub fn new(out: mpsc::UnboundedSender<String>) -> Self {
+    /// A new session writing to `out`, counting what waits in `gauge`.
+    pub fn new(out: mpsc::UnboundedSender<String>, gauge: Arc<QueueGauge>) -> Self {
         Self {
             out,
+            gauge,
             era: Era::Unknown,
             init: None,
             elicitation: false,
@@ -125,16 +149,67 @@ impl HostSession {
             tainted: false,
             remembered: HashSet::new(),
             told: Told::default(),
+            dropped_notes: 0,
             initialize_pending: None,
             discover_pending: None,
             closed: false,
         }
     }
 
-    /// Sends one line to the host.
+    /// Sends a line the host must get: an answer, or a question. Past the
+    /// queue's hard bound (the host has not been reading), an answer is
+    /// replaced by an error that says why, and a question is dropped (it
+    /// then times out, and its call is refused).
     pub fn send(&self, line: String) {
+        let waiting = self.gauge.bytes();
+        if waiting + line.len() < self.gauge.hard_limit() {
+            self.queue(line);
+            return;
+        }
+        self.gauge.count_dropped();
+        let message = crate::frame::Message::parse(&line).ok();
+        match message
+            .as_ref()
+            .map(|message| (message.kind(), message.id_text()))
+        {
+            Some((crate::frame::Kind::Response, id)) => {
+                let text = format!(
+                    "hintgate dropped this answer ({} bytes): the host was not reading what hintgate wrote to it ({waiting} bytes were waiting)",
+                    line.len()
+                );
+                tracing::warn!("{text}");
+                self.queue(crate::frame::error_response(id, -32603, &text));
+            }
+            _ => tracing::warn!(
+                "the host was not reading what hintgate wrote to it ({waiting} bytes were waiting): a message to it was dropped"
+            ),
+        }
+    }
+
+    /// Sends a notification, unless the host's queue is past its soft
+    /// bound: then it is dropped (and counted). Returns whether it was sent.
+    pub fn notify(&mut self, line: String) -> bool {
+        if self.gauge.bytes() + line.len() < self.gauge.soft_limit() {
+            self.queue(line);
+            return true;
+        }
+        self.gauge.count_dropped();
+        self.dropped_notes += 1;
+        if self.dropped_notes == 1 {
+            tracing::warn!(
+                "the host is not reading what hintgate writes to it: notifications to it are dropped until it reads again"
+            );
+        }
+        false
+    }
+
+    fn queue(&self, line: String) {
+        let len = line.len();
+        self.gauge.queued(len);
         // A closed channel means the host is gone; its reader says so.
-        let _ = self.out.send(line);
+        if self.out.send(line).is_err() {
+            self.gauge.withdrawn(len);
+        }
     }
 
     /// The host speaks 2026-07-28.
@@ -166,6 +241,36 @@ impl HostSession {
 // === impl Told ===
 
 impl Told {
+    /// The change notification that `method` is, in the gateway's own
+    /// spelling.
+    pub fn list_changed(method: &str) -> Option<&'static str> {
+        LIST_CHANGED.iter().copied().find(|known| *known == method)
+    }
+
+    /// The notification of a change, `method`, was dropped: the host was
+    /// not told, and is once it reads again.
+    pub fn dropped(&mut self, method: &str) {
+        if let Some(idx) = LIST_CHANGED.iter().position(|known| *known == method)
+            && let Some(owed) = self.owed.get_mut(idx)
+        {
+            *owed = true;
+            if let Some(told) = self.slot(method) {
+                *told = false;
+            }
+        }
+    }
+
+    /// The changes whose notification was dropped, to tell now; forgotten.
+    pub fn take_owed(&mut self) -> Vec<&'static str> {
+        let owed = std::mem::take(&mut self.owed);
+        LIST_CHANGED
+            .iter()
+            .zip(owed)
+            .filter(|(_, owed)| *owed)
+            .map(|(method, _)| *method)
+            .collect()
+    }
+
     fn slot(&mut self, method: &str) -> Option<&mut bool> {
         match method {
             "notifications/tools/list_changed" | "tools/list" => Some(&mut self.tools),

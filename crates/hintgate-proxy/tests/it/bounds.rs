@@ -345,3 +345,125 @@ async fn issue_11_a_list_changed_flood_is_coalesced() {
         gateway.notes.push(message);
     }
 }
+
+/// What the gateway lets wait for a host that does not read, beyond which
+/// it drops notifications (`HOST_QUEUE_BYTES`).
+const HOST_QUEUE_BYTES: usize = 1024 * 1024;
+
+/// Wrap mode with the smallest message limit (64 KiB), so the queue's
+/// bounds are reached with little data.
+fn small_messages(script: ServerScript) -> Setup {
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_message_bytes = 65536\n");
+    setup
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_host_that_stops_reading_holds_a_bounded_queue() {
+    // Thirty thousand notifications, about 3 MB, and a change of the tool
+    // list last, all before the call's answer.
+    let mut flood: Vec<String> = (0..30_000)
+        .map(|n| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"note {n:05} {}"}}}}"#,
+                "x".repeat(20)
+            )
+        })
+        .collect();
+    flood.push(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned());
+    let script = ServerScript::with_tools(vec![tool("read", true), tool("chatty", true)])
+        .answering("chatty", Behaviour::LinesThenEcho(flood));
+    // Whatever the machine's load, the answer comes in time: the deadline
+    // is not what this test is about.
+    let mut gateway = Harness::start(small_messages(script).with_call_timeout(60)).await;
+    gateway.initialize(json!({})).await;
+    gateway.request("tools/list", json!({})).await;
+
+    gateway.pause_reading();
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":"flood","method":"tools/call","params":{"name":"chatty","arguments":{"n":1}}}"#)
+        .await;
+    // The call's outcome is on record once the gateway has read its answer,
+    // and so every notification the server sent before it.
+    let store = std::sync::Arc::clone(&gateway.store);
+    crate::harness::eventually(|| {
+        store
+            .records()
+            .iter()
+            .any(|entry| entry.kind == EntryKind::Outcome && entry.body["outcome"] == "ok")
+    })
+    .await;
+    let peak = gateway.gauge.peak_bytes();
+    assert!(
+        peak <= HOST_QUEUE_BYTES + 1024,
+        "{peak} bytes waited for a host that does not read"
+    );
+    assert!(gateway.gauge.dropped() > 0, "notifications were dropped");
+
+    // The host reads again: the answer it waits for is there, and the
+    // change of the tool list, dropped with the flood, is told after it.
+    gateway.resume_reading();
+    let answer = gateway.response(&json!("flood")).await;
+    assert_eq!(text(&answer), r#"{"n":1}"#, "{answer}");
+    let delivered = gateway
+        .notes
+        .iter()
+        .filter(|note| note["method"] == "notifications/message")
+        .count();
+    assert!(delivered > 0 && delivered < 30_000, "{delivered}");
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/tools/list_changed" {
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_answers_past_the_bound_are_replaced_by_an_error_that_says_so() {
+    let big = format!(
+        r#"{{"content":[{{"type":"text","text":"{}"}}]}}"#,
+        "y".repeat(60_000)
+    );
+    let script =
+        ServerScript::with_tools(vec![tool("big", true)]).answering("big", Behaviour::Raw(big));
+    let mut gateway = Harness::start(small_messages(script)).await;
+    gateway.initialize(json!({})).await;
+    gateway.request("tools/list", json!({})).await;
+
+    gateway.pause_reading();
+    let calls: Vec<String> = (0..60)
+        .map(|n| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"big","arguments":{{"n":{n}}}}}}}"#
+            )
+        })
+        .collect();
+    gateway.send_raw(&calls.join("\n")).await;
+    let gauge = std::sync::Arc::clone(&gateway.gauge);
+    crate::harness::eventually(|| gauge.dropped() > 0).await;
+    // At most one message past the soft bound, and a short error for each
+    // answer replaced.
+    assert!(
+        gateway.gauge.peak_bytes() <= HOST_QUEUE_BYTES + 65_536 + 60 * 512,
+        "{} bytes waited",
+        gateway.gauge.peak_bytes()
+    );
+
+    // Every call is answered: with its result, or with an error that says
+    // the result was dropped and why.
+    gateway.resume_reading();
+    let mut dropped = 0;
+    for n in 0..60 {
+        let answer = gateway.response(&json!(n)).await;
+        if let Some(message) = answer["error"]["message"].as_str() {
+            assert!(message.contains("was not reading"), "{answer}");
+            dropped += 1;
+        } else {
+            assert_eq!(text(&answer).len(), 60_000, "call {n}");
+        }
+    }
+    assert!(dropped > 0);
+}

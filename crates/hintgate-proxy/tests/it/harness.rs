@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hintgate_policy::config::{ServerConfig, parse_str};
 use hintgate_policy::decide::Policy;
-use hintgate_proxy::{Connector, Link, LinkTarget, Mode, Settings};
+use hintgate_proxy::{Connector, Link, LinkTarget, Mode, QueueGauge, Settings};
 use hintgate_store::{
     Answer, Answered, Approval, ApprovalQueue, AuditLog, Entry, MemoryStore, NewEntry, NewPending,
     Pending, Pin, PinStore, QueueWatch, Rekeyed, Seen, Store, StoreError,
@@ -539,6 +539,10 @@ pub struct Harness {
     pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
     /// How many times each server was started.
     pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// What waits in the gateway for the host to read.
+    pub gauge: Arc<QueueGauge>,
+    /// Whether the host reads what the gateway writes.
+    reading: tokio::sync::watch::Sender<bool>,
 }
 
 /// How to start a harness.
@@ -613,6 +617,8 @@ impl Harness {
             connector: Some(connector),
         };
         let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
+        let gauge = Arc::new(QueueGauge::default());
+        let gateway_gauge = Arc::clone(&gauge);
         let gateway = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -620,14 +626,29 @@ impl Harness {
                 .unwrap();
             let (gateway_in, gateway_out) = tokio::io::split(gateway_end);
             runtime
-                .block_on(hintgate_proxy::run(settings, gateway_in, gateway_out))
+                .block_on(hintgate_proxy::run_with_gauge(
+                    settings,
+                    gateway_in,
+                    gateway_out,
+                    gateway_gauge,
+                ))
                 .unwrap();
         });
         let (host_read, host_tx) = tokio::io::split(host_end);
         let (tx, host_rx) = mpsc::unbounded_channel();
+        let (reading, mut may_read) = tokio::sync::watch::channel(true);
         tokio::spawn(async move {
             let mut lines = BufReader::new(host_read).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            loop {
+                // A paused host reads nothing, so its pipe fills up.
+                while !*may_read.borrow_and_update() {
+                    if may_read.changed().await.is_err() {
+                        return;
+                    }
+                }
+                let Ok(Some(line)) = lines.next_line().await else {
+                    return;
+                };
                 let value: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|err| json!({"unparseable": line, "error": err.to_string()}));
                 if tx.send(value).is_err() {
@@ -636,6 +657,8 @@ impl Harness {
             }
         });
         Self {
+            gauge,
+            reading,
             host_tx,
             host_rx,
             next_id: 0,
@@ -650,6 +673,16 @@ impl Harness {
             pushes,
             starts,
         }
+    }
+
+    /// The host stops reading what the gateway writes (it keeps writing).
+    pub fn pause_reading(&self) {
+        self.reading.send_replace(false);
+    }
+
+    /// The host reads again.
+    pub fn resume_reading(&self) {
+        self.reading.send_replace(true);
     }
 
     /// Sends one line as it is.
