@@ -78,7 +78,8 @@ const TURN_LIMIT: usize = 1024;
 /// The most pages of one server's list the gateway follows (a tool list,
 /// or its part of a merged list): a server whose list names a next page
 /// after that many has its list fail, and only its entries are left out.
-pub(crate) const MAX_LIST_PAGES: usize = 100;
+/// The same number of pages as `hintgate lint` reads (`probe`).
+pub(crate) const MAX_LIST_PAGES: usize = 1000;
 
 /// How tool names are shown to the host.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -286,11 +286,11 @@ async fn a_server_whose_tool_list_never_ends_cannot_hold_a_call() {
     let mut gateway = Harness::start(Setup::wrap(endless, true)).await;
     gateway.initialize(json!({})).await;
     // Each page comes in time, so no page's deadline passes; the gateway
-    // follows 100 pages and no more.
+    // follows 1000 pages and no more.
     let failed = gateway.call("read", json!({"n": 1})).await;
     assert!(is_error(&failed), "{failed}");
     assert!(
-        text(&failed).contains("sent more than 100 pages of `tools/list`"),
+        text(&failed).contains("sent more than 1000 pages of `tools/list`"),
         "{failed}"
     );
     assert!(gateway.calls_received("fx").is_empty());
