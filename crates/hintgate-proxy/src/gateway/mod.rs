@@ -7,7 +7,7 @@
 //!
 //! | part | owns |
 //! |---|---|
-//! | `session` | a host session: its era and capabilities, its taint, the tools it approved for the session |
+//! | `session` | a host session: its era and capabilities, its taint, the tools it approved for the session, the lists it was told changed, its bounded queue of lines |
 //! | `upstreams` | the servers: links, phases, eras, request ids, the start-up handshake |
 //! | `inflight` | every request the gateway waits on, each with a deadline |
 //! | `catalog` | each server's tools by name, their pins, the standing approvals, the host's view |

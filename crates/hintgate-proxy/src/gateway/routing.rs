@@ -506,7 +506,7 @@ impl Gateway {
         let line = self.host_response(request.session, message, request.id(), method);
         let reads = matches!(method, "resources/read" | "prompts/get");
         if reads
-            && message.result.is_some_and(super::session::carries_data)
+            && message.result.is_some_and(super::call::carries_data)
             && self.policy.data_taints_session(self.upstreams.name(idx))
         {
             self.taint(request.session, idx, &format!("`{method}`"));

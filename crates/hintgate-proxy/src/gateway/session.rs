@@ -5,6 +5,11 @@
 //! sessions may share one set of servers (the HTTP host side serves many),
 //! and each keeps its own taint, remembered approvals and questions. Over
 //! stdio there is one session, [`SessionId::FIRST`].
+//!
+//! Each session's lines to its host wait in a queue whose size is counted
+//! ([`QueueGauge`]) and bounded ([`HOST_QUEUE_BYTES`]): a host that stops
+//! reading loses notifications (counted, and a missed list change told
+//! later), never an answer without being told.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -314,16 +319,6 @@ impl Gateway {
             host.tainted = true;
         }
     }
-}
-
-/// Whether a server's result carries data to the host: every result but a
-/// 2026-07-28 input-required one, which only asks for more input. A result
-/// that cannot be read counts as data.
-pub(crate) fn carries_data(result: &serde_json::value::RawValue) -> bool {
-    !matches!(
-        super::call::read_result(result.get()),
-        Ok(view) if view.result_type.as_deref() == Some("input_required")
-    )
 }
 
 /// Whether a host's declared elicitation capability includes form mode
