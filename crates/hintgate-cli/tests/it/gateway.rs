@@ -447,6 +447,45 @@ fn gateway_mode_prefixes_names_and_routes_everything() {
 }
 
 #[test]
+fn issue_11_a_private_resource_makes_open_world_tools_ask() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    // `web` has one trusted read-only tool that reaches the web; `mail`
+    // holds private data, among it a resource.
+    let fetch = json!([{
+        "name": "fetch",
+        "description": "Fetches a URL.",
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": true},
+    }]);
+    std::fs::write(dir.path().join("web.json"), fetch.to_string()).unwrap();
+    let config = format!(
+        "[servers.mail]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"mail\", \"--resources\"]\ntrust = \"trusted\"\nprivate_data = true\n\n[servers.web]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"web\", \"--tools-file\", \"web.json\"]\ntrust = \"trusted\"\n"
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.respond_with(|_| json!({"action": "decline"}));
+    host.initialize(json!({"elicitation": {}}));
+    assert_eq!(text(&host.call("web__fetch", json!({}))), "ran fetch");
+    assert!(host.requests.is_empty(), "nothing private read yet");
+
+    let read = host.request("resources/read", json!({"uri": "fixture://mail/readme"}));
+    assert_eq!(read["result"]["contents"][0]["text"], "read from mail");
+    let asked = host.call("web__fetch", json!({}));
+    assert!(is_error(&asked), "{asked}");
+    assert_eq!(host.requests.len(), 1, "a person was asked");
+    assert_eq!(
+        asked["_meta"]["hintgate/decision"]["reasons"][0], "open-world-after-private-data",
+        "{asked}"
+    );
+    assert!(
+        host.log().contains("the session has read private data"),
+        "{}",
+        host.log()
+    );
+}
+
+#[test]
 fn a_server_that_cannot_start_fails_initialize_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let mut host = wrap(dir.path(), &[], &["--crash-at-start"], &[]);
