@@ -105,6 +105,14 @@ impl Journal {
         }
     }
 
+    /// `arguments` as the log keeps them: redacted as a record's are.
+    pub fn redacted(&self, arguments: &Value) -> Value {
+        let mut out = String::new();
+        self.redactor.write_canonical(arguments, &mut out);
+        // The canonical writer writes JSON; a value it could not is kept out.
+        serde_json::from_str(&out).unwrap_or(Value::Null)
+    }
+
     /// Whether records are kept at all.
     pub fn enabled(&self) -> bool {
         self.log.is_some()
