@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::host::{Host, fixture_server, is_error, text};
+use crate::util::Rng;
 
 /// Bounds a wait that should end; no test asserts on time.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -301,22 +302,6 @@ fn follow_prints_each_record_as_it_is_committed() {
 }
 
 /// A small seeded generator (splitmix64), so a run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
-
 /// The tools of the crash test: one that reads, and writes a person
 /// approves "always" the first time each is asked.
 const NOTES: [&str; 4] = ["note_1", "note_2", "note_3", "note_4"];
