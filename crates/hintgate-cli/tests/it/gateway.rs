@@ -1036,7 +1036,13 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
     );
     host.respond_with(|_| json!({"action": "decline"}));
     host.initialize(json!({"elicitation": {}}));
-    assert!(text(&host.call("echo", json!({"text": "hi", "api_token": "s3cret"}))).contains("hi"));
+    assert!(
+        text(&host.call(
+            "echo",
+            json!({"text": "hi", "api_token": "s3cret", "key": "xoxb-123456789012-abcdefghijkl"})
+        ))
+        .contains("hi")
+    );
     assert!(is_error(&host.call("write_note", json!({"text": "x"}))));
     // Ending the session writes what the audit log still holds.
     assert!(host.close().success());
@@ -1056,9 +1062,17 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
         ),
         (Some("allow"), Some("ok"))
     );
-    assert_eq!(
-        records[0]["arguments"],
-        json!({"text": "hi", "api_token": "[redacted]"})
+    // The argument's name does not redact it; its value does not look
+    // like a credential.
+    assert_eq!(records[0]["arguments"]["text"], "hi");
+    assert_eq!(records[0]["arguments"]["api_token"], "s3cret");
+    assert!(
+        records[0]["arguments"]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("[redacted len=30 hmac="),
+        "{}",
+        records[0]["arguments"]
     );
     assert_eq!(records[0]["approver"], "read-only");
     assert!(records[0]["pin"].as_str().unwrap().starts_with("sha256:"));
@@ -1069,7 +1083,7 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
         ),
         (Some("ask"), Some("denied"))
     );
-    assert!(!String::from_utf8_lossy(&log.stdout).contains("s3cret"));
+    assert!(!String::from_utf8_lossy(&log.stdout).contains("xoxb-1234"));
 
     let verify = crate::util::run(dir.path(), &["log", "--state-dir", &state, "verify"]);
     assert_eq!(

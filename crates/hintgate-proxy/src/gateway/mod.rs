@@ -417,7 +417,14 @@ impl Gateway {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |elapsed| elapsed.as_millis())
         );
-        let redactor = hintgate_policy::redact::Redactor::new(&settings.policy.config().audit);
+        // The digests redaction markers keep are keyed per run until the
+        // store keeps a key of its own for them.
+        let mut digest_key = [0u8; 32];
+        getrandom::fill(&mut digest_key).map_err(|err| RunError::NoRandomness(err.to_string()))?;
+        let redactor = hintgate_policy::redact::Redactor::new(
+            &settings.policy.config().audit,
+            hintgate_policy::redact::DigestKey::new(digest_key),
+        );
         let log = settings
             .store
             .clone()
