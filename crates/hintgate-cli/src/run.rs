@@ -64,7 +64,8 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         .block_on(async {
             let stop = stop_signal();
             let (host_in, host_out) = hintgate_proxy::stdio::host_streams();
-            hintgate_proxy::run_until(settings, host_in, host_out, stop).await
+            let gauge = std::sync::Arc::default();
+            hintgate_proxy::run_until(settings, host_in, host_out, gauge, stop).await
         })
         .context("the gateway stopped")?;
     Ok(Exit::Success)

@@ -332,6 +332,14 @@ impl Policy {
             .is_some_and(|config| config.returns_private_data(tool))
     }
 
+    /// Whether data the server returns outside a tool call (a
+    /// `resources/read` or `prompts/get` result, a resource update) taints
+    /// the session (design §4.4): for a server marked `private_data = true`.
+    pub fn data_taints_session(&self, server: &str) -> bool {
+        self.server(server)
+            .is_some_and(ServerConfig::serves_private_data)
+    }
+
     fn rule_matches(&self, server: &str, tool: &str) -> RuleMatches {
         let mut found = RuleMatches::default();
         let Some(indices) = self.server_rules.get(server) else {

@@ -168,13 +168,17 @@ fn write_canonical(value: &Value, out: &mut String) {
     write_canonical_replacing(value, out, &mut Canonical::plain());
 }
 
+/// Whether a value, under a key (`None` for an array item), at a path, is
+/// replaced.
+pub type ReplaceFn<'a> = &'a dyn Fn(Option<&str>, &[String], &Value) -> bool;
+
 /// What [`write_canonical_replacing`] writes instead of some values.
 pub struct Canonical<'a> {
-    /// Whether the value under `key` (`None` for an array item), at `path`,
-    /// is written as [`Self::replacement`] instead of itself.
-    pub replace: &'a dyn Fn(Option<&str>, &[String]) -> bool,
-    /// What a replaced value is written as (a JSON string).
-    pub replacement: &'a str,
+    /// Whether `value`, under `key` (`None` for an array item), at `path`,
+    /// is written by [`Self::replacement`] instead of as itself.
+    pub replace: ReplaceFn<'a>,
+    /// Writes what a replaced value is written as (one JSON value).
+    pub replacement: &'a dyn Fn(&Value, &mut String),
     /// Whether `replace` reads the path (when not, none is kept).
     pub track_path: bool,
     /// The steps to the value being written.
@@ -185,8 +189,8 @@ impl Canonical<'_> {
     /// Nothing replaced.
     pub fn plain() -> Canonical<'static> {
         Canonical {
-            replace: &|_, _| false,
-            replacement: "",
+            replace: &|_, _, _| false,
+            replacement: &|_, _| {},
             track_path: false,
             path: Vec::new(),
         }
@@ -196,15 +200,15 @@ impl Canonical<'_> {
 impl std::fmt::Debug for Canonical<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Canonical")
-            .field("replacement", &self.replacement)
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
 }
 
 /// Writes `value` as canonical JSON (keys sorted by code point, no
-/// whitespace), writing `how.replacement` in place of every member or item
-/// `how.replace` names: canonical JSON of a redacted copy, without the copy.
+/// whitespace), writing what `how.replacement` writes in place of every
+/// member or item `how.replace` names: canonical JSON of a redacted copy,
+/// without the copy.
 pub fn write_canonical_replacing(value: &Value, out: &mut String, how: &mut Canonical<'_>) {
     match value {
         Value::Object(map) => {
@@ -256,8 +260,8 @@ fn write_step(
     if how.track_path {
         how.path.push(step);
     }
-    if (how.replace)(key, &how.path) {
-        write_string(how.replacement, out);
+    if (how.replace)(key, &how.path, item) {
+        (how.replacement)(item, out);
     } else {
         write_canonical_replacing(item, out, how);
     }
@@ -272,7 +276,7 @@ fn write_string(text: &str, out: &mut String) {
 
 /// Writes `text` as a JSON string, escaped as `serde_json` escapes it (the
 /// form canonical JSON uses).
-fn write_json_string(text: &str, out: &mut String) {
+pub(crate) fn write_json_string(text: &str, out: &mut String) {
     // Serializing a &str cannot fail; the fallback keeps the function total.
     out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\"")));
 }

@@ -1,38 +1,43 @@
 //! Redaction of tool-call arguments before they are written to the audit log.
 //!
-//! Two kinds of pattern, configured under `[audit] redact` (design §8):
+//! What is left out is decided by the user and by the values, never by a
+//! name a server picked (design §8): a server names its tools' arguments,
+//! so a default rule on names would let it keep an approved call's payload
+//! out of the log.
 //!
-//! - a JSON pointer (RFC 6901, starting with `/`) names one place in the
-//!   arguments, such as `/credentials/password`; a `*` token stands for any
-//!   key or array index at its depth (`/accounts/*/pin`);
-//! - anything else is a glob over key names, matched case-insensitively at any
-//!   depth (`*token*`, `ssn`).
+//! - By default ([`AuditSettings::redact_defaults`]), every string that
+//!   looks like a credential, wherever it is: a known format (a private
+//!   key, a password in a URL, an `Authorization` value, a vendor's token,
+//!   a JWT) or a token that looks random ([`looks_like_secret`]).
+//! - Under `[audit] redact`, what the user names: a JSON pointer (RFC 6901,
+//!   starting with `/`) names one place in the arguments, such as
+//!   `/credentials/password`, a `*` token standing for any key or array
+//!   index at its depth (`/accounts/*/pin`); anything else is a glob over
+//!   key names, matched case-insensitively at any depth (`*token*`, `ssn`).
 //!
 //! The value at a matching place is replaced whole, objects and arrays
-//! included, by [`REDACTED`]. Unless `redact_defaults = false`, keys that look
-//! like secrets ([`DEFAULT_KEY_PATTERNS`]) are redacted too.
+//! included, by a marker that keeps its length and a keyed digest
+//! (`[redacted len=40 hmac=3f2a9c0d11e4b7a8]`), so two records that hold
+//! the same secret can be matched by someone who holds the key, and no one
+//! without it can test a guess against the log.
 
+use hmac::{Hmac, Mac};
 use serde_json::Value;
+use sha2::Sha256;
 
 use crate::glob::{Glob, GlobError};
 
-/// What a redacted value is replaced by.
-pub const REDACTED: &str = "[redacted]";
+mod detect;
 
-/// The built-in patterns: keys that look like secrets, case-insensitively.
-pub const DEFAULT_KEY_PATTERNS: [&str; 11] = [
-    "*password*",
-    "*passwd*",
-    "*secret*",
-    "*token*",
-    "*apikey*",
-    "*api_key*",
-    "*api-key*",
-    "*authorization*",
-    "*cookie*",
-    "*credential*",
-    "*private_key*",
-];
+pub use detect::looks_like_secret;
+
+/// How every redaction marker starts; the rest is
+/// `len=LENGTH hmac=DIGEST]`.
+pub const REDACTED_PREFIX: &str = "[redacted ";
+
+/// Hexadecimal digits of the keyed digest a marker keeps (64 bits: enough
+/// to match records, too few to say much about the value).
+const DIGEST_HEX_DIGITS: usize = 16;
 
 /// One redaction pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,15 +72,23 @@ pub enum PatternError {
 pub struct AuditSettings {
     /// The configured patterns, in file order.
     pub redact: Vec<Pattern>,
-    /// Whether [`DEFAULT_KEY_PATTERNS`] apply as well (default: yes).
+    /// Whether strings that look like credentials are redacted wherever
+    /// they are ([`looks_like_secret`]; default: yes).
     pub redact_defaults: bool,
 }
 
-/// Redacts arguments by a set of patterns.
+/// The key of the digests redaction markers keep. Its `Debug` shows none
+/// of it.
+#[derive(Clone)]
+pub struct DigestKey([u8; 32]);
+
+/// Redacts arguments by the user's patterns and by what values look like.
 #[derive(Debug, Clone)]
 pub struct Redactor {
     keys: Vec<Glob>,
     pointers: Vec<Vec<String>>,
+    by_value: bool,
+    digest_key: DigestKey,
 }
 
 // === impl Pattern ===
@@ -141,17 +154,24 @@ impl Default for AuditSettings {
 
 // === impl Redactor ===
 
+impl DigestKey {
+    /// A key from its bytes.
+    pub fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+}
+
+impl std::fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DigestKey(..)")
+    }
+}
+
 impl Redactor {
-    /// The redactor for these settings.
-    pub fn new(settings: &AuditSettings) -> Self {
+    /// The redactor for these settings, whose markers keep digests under
+    /// `digest_key`.
+    pub fn new(settings: &AuditSettings, digest_key: DigestKey) -> Self {
         let mut keys = Vec::new();
-        if settings.redact_defaults {
-            keys.extend(
-                DEFAULT_KEY_PATTERNS
-                    .iter()
-                    .filter_map(|pattern| Glob::new(pattern).ok()),
-            );
-        }
         let mut pointers = Vec::new();
         for pattern in &settings.redact {
             match pattern {
@@ -159,26 +179,67 @@ impl Redactor {
                 Pattern::Pointer { tokens, .. } => pointers.push(tokens.clone()),
             }
         }
-        Self { keys, pointers }
+        Self {
+            keys,
+            pointers,
+            by_value: settings.redact_defaults,
+            digest_key,
+        }
     }
 
     /// Writes the arguments as canonical JSON (keys sorted, no whitespace,
-    /// as [`crate::pin::canonical_json`] writes them) with every matching
-    /// value, objects and arrays included, written as [`REDACTED`]: the
+    /// as [`crate::pin::canonical_json`] writes them) with every value to
+    /// redact, objects and arrays included, written as its marker: the
     /// canonical JSON of a redacted copy, without building the copy.
     pub fn write_canonical(&self, arguments: &Value, out: &mut String) {
         let track_path = !self.pointers.is_empty();
-        let replace = |key: Option<&str>, path: &[String]| {
-            key.is_some_and(|key| self.key_matches(key))
-                || (track_path && self.pointer_matches(path))
+        let replace =
+            |key: Option<&str>, path: &[String], value: &Value| self.redacts(key, path, value);
+        let replacement = |value: &Value, out: &mut String| {
+            crate::pin::write_json_string(&self.marker(value), out);
         };
         let mut how = crate::pin::Canonical {
             replace: &replace,
-            replacement: REDACTED,
+            replacement: &replacement,
             track_path,
             path: Vec::new(),
         };
         crate::pin::write_canonical_replacing(arguments, out, &mut how);
+    }
+
+    /// Whether the value under `key` (`None` for an array item), at `path`,
+    /// is redacted.
+    fn redacts(&self, key: Option<&str>, path: &[String], value: &Value) -> bool {
+        key.is_some_and(|key| self.key_matches(key))
+            || (!self.pointers.is_empty() && self.pointer_matches(path))
+            || (self.by_value && matches!(value, Value::String(text) if looks_like_secret(text)))
+    }
+
+    /// The marker a redacted value is written as: its length (a string's
+    /// characters, or the characters of any other value's canonical JSON)
+    /// and the first hexadecimal digits of an HMAC-SHA-256 of its
+    /// canonical JSON under the digest key.
+    pub fn marker(&self, value: &Value) -> String {
+        let canonical = crate::pin::canonical_json(value);
+        let length = match value {
+            Value::String(text) => text.chars().count(),
+            _ => canonical.chars().count(),
+        };
+        let digest = match Hmac::<Sha256>::new_from_slice(&self.digest_key.0) {
+            Ok(mut mac) => {
+                mac.update(canonical.as_bytes());
+                let bytes = mac.finalize().into_bytes();
+                let mut hex = String::with_capacity(DIGEST_HEX_DIGITS);
+                for byte in bytes.iter().take(DIGEST_HEX_DIGITS / 2) {
+                    use std::fmt::Write as _;
+                    let _ = write!(hex, "{byte:02x}");
+                }
+                hex
+            }
+            // HMAC takes a key of any length; a 32-byte key cannot fail.
+            Err(_) => String::from("?"),
+        };
+        format!("{REDACTED_PREFIX}len={length} hmac={digest}]")
     }
 
     fn key_matches(&self, key: &str) -> bool {
@@ -202,12 +263,6 @@ impl Redactor {
                     .zip(path)
                     .all(|(token, step)| token == "*" || token == step)
         })
-    }
-}
-
-impl Default for Redactor {
-    fn default() -> Self {
-        Self::new(&AuditSettings::default())
     }
 }
 

@@ -51,6 +51,9 @@ pub enum HostEvent {
     TooLong,
     /// The host closed its side: the session is over.
     Closed,
+    /// The host read enough of what waited for it to be within the queue's
+    /// bound again, after it was past it.
+    Drained,
 }
 
 /// Something from an upstream server.

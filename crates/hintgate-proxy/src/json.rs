@@ -5,6 +5,10 @@
 //!   Parsers disagree about such a text (serde keeps the last of two keys,
 //!   many others the first), so a gateway that decided on one reading while
 //!   the server acted on the other would decide one call and send another.
+//! - [`check_depth`] refuses a text that nests objects and arrays deeper than
+//!   a limit, in one scan of its bytes: a line the gateway passes on as raw
+//!   text is never parsed into values, so no parser's own limit guards it,
+//!   while the host or server it reaches may crash on it.
 //! - [`members`] finds the members of one object as byte ranges of its text,
 //!   so that one member can be replaced, removed or added with
 //!   [`ObjectWriter`] while every other member keeps its bytes: a host's
@@ -42,6 +46,13 @@ pub enum JsonError {
     /// The text is JSON, but not an object.
     #[error("not a JSON object")]
     NotObject,
+    /// The text nests objects and arrays deeper than the limit.
+    #[error("it nests deeper than {limit} levels of objects and arrays")]
+    TooDeep {
+        /// The limit: how many levels are allowed (the outermost value is
+        /// level 1).
+        limit: usize,
+    },
 }
 
 fn path_suffix(path: &str) -> String {
@@ -104,25 +115,85 @@ pub fn check_unique_keys(text: &str) -> Result<(), JsonError> {
 ///
 /// # Errors
 ///
-/// [`JsonError::DuplicateKey`] for a repeated key; [`JsonError::Syntax`]
-/// for a text whose structure is broken.
+/// [`JsonError::DuplicateKey`] for a repeated key; [`JsonError::TooDeep`]
+/// for a text that nests deeper than 128 levels (serde's own limit);
+/// [`JsonError::Syntax`] for a text whose structure is broken.
 pub fn find_duplicate_key(text: &str) -> Result<(), JsonError> {
-    match scan_keys(text.as_bytes()) {
+    find_duplicate_key_within(text, MAX_DEPTH)
+}
+
+/// [`find_duplicate_key`], refusing in the same scan a text that nests
+/// objects and arrays deeper than `max_depth` levels (at most 128, serde's
+/// own limit; the outermost value is level 1).
+///
+/// # Errors
+///
+/// [`JsonError::DuplicateKey`] for a repeated key found before the text
+/// goes too deep; [`JsonError::TooDeep`] for a text deeper than the limit;
+/// [`JsonError::Syntax`] for a text whose structure is broken.
+pub fn find_duplicate_key_within(text: &str, max_depth: usize) -> Result<(), JsonError> {
+    let limit = max_depth.min(MAX_DEPTH);
+    match scan_keys(text.as_bytes(), limit) {
         Scan::Unique => Ok(()),
         Scan::Repeated(key) => Err(JsonError::DuplicateKey {
             path: duplicate_path(text, &key).unwrap_or_default(),
             key,
         }),
+        Scan::TooDeep => Err(JsonError::TooDeep { limit }),
         Scan::Broken => check_unique_keys(text).and(Err(JsonError::Syntax(
             "the text's structure cannot be followed".to_owned(),
         ))),
     }
 }
 
+/// Checks that `text` nests objects and arrays at most `max_depth` levels
+/// deep (the outermost value is level 1), in one scan of its bytes that
+/// skips strings and stops at the first level too deep. It validates
+/// nothing else: a text that is not JSON may pass, and is refused by
+/// whatever parses it next.
+///
+/// # Errors
+///
+/// [`JsonError::TooDeep`] for a text that nests deeper.
+pub fn check_depth(text: &str, max_depth: usize) -> Result<(), JsonError> {
+    let bytes = text.as_bytes();
+    let mut depth: usize = 0;
+    let mut idx = 0;
+    while let Some(found) = bytes
+        .get(idx..)
+        .and_then(|rest| rest.iter().position(|byte| STRUCTURE.contains(byte)))
+    {
+        idx += found;
+        match bytes.get(idx) {
+            Some(b'"') => match string_end_fast(bytes, idx) {
+                Some(end) => idx = end,
+                // An unterminated string: nothing after it is structure.
+                None => return Ok(()),
+            },
+            Some(b'{' | b'[') => {
+                depth += 1;
+                if depth > max_depth {
+                    return Err(JsonError::TooDeep { limit: max_depth });
+                }
+                idx += 1;
+            }
+            _ => {
+                depth = depth.saturating_sub(1);
+                idx += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bytes [`check_depth`] stops at.
+const STRUCTURE: [u8; 5] = [b'"', b'{', b'[', b'}', b']'];
+
 /// What [`scan_keys`] found.
 enum Scan {
     Unique,
     Repeated(String),
+    TooDeep,
     Broken,
 }
 
@@ -140,7 +211,7 @@ struct Open {
     many: Option<HashSet<Cow<'static, str>>>,
 }
 
-fn scan_keys(bytes: &[u8]) -> Scan {
+fn scan_keys(bytes: &[u8], max_depth: usize) -> Scan {
     let mut stack: Vec<Open> = Vec::new();
     // The keys of every open object, innermost last: byte ranges (keys
     // without escapes) or decoded text (keys with them).
@@ -184,8 +255,8 @@ fn scan_keys(bytes: &[u8]) -> Scan {
                 idx = end;
             }
             b'{' | b'[' => {
-                if stack.len() >= MAX_DEPTH {
-                    return Scan::Broken;
+                if stack.len() >= max_depth {
+                    return Scan::TooDeep;
                 }
                 stack.push(Open {
                     object: byte == b'{',
@@ -721,7 +792,62 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn depth_is_counted_from_the_outermost_value_outside_strings() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        assert_eq!(check_depth(&nested(3), 3), Ok(()));
+        assert_eq!(
+            check_depth(&nested(4), 3),
+            Err(JsonError::TooDeep { limit: 3 })
+        );
+        // Siblings do not add up; brackets in strings and escaped quotes
+        // are no structure.
+        assert_eq!(check_depth(r#"{"a":[1],"b":{"c":[2]}}"#, 3), Ok(()));
+        assert_eq!(check_depth(r#"{"s":"[[[[[\"{{{{","t":[]}"#, 2), Ok(()));
+        assert_eq!(check_depth("7", 1), Ok(()));
+        // Far past any parser's limit, found without recursion.
+        assert_eq!(
+            check_depth(&nested(1_000_000), 128),
+            Err(JsonError::TooDeep { limit: 128 })
+        );
+        // The key scan refuses the same texts, with the same error.
+        assert_eq!(find_duplicate_key_within(&nested(3), 3), Ok(()));
+        assert_eq!(
+            find_duplicate_key_within(&nested(4), 3),
+            Err(JsonError::TooDeep { limit: 3 })
+        );
+        assert_eq!(
+            find_duplicate_key(&nested(1_000_000)),
+            Err(JsonError::TooDeep { limit: 128 })
+        );
+        assert!(
+            JsonError::TooDeep { limit: 64 }
+                .to_string()
+                .contains("nests deeper than 64 levels")
+        );
+    }
+
     proptest! {
+        #[test]
+        fn the_depth_check_agrees_with_the_nesting_of_values(value in json_value(), limit in 1usize..6) {
+            fn depth(value: &Value) -> usize {
+                match value {
+                    Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+                    Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+                    _ => 0,
+                }
+            }
+            let text = value.to_string();
+            let deep = depth(&value) > limit;
+            prop_assert_eq!(check_depth(&text, limit).is_err(), deep, "{}", text);
+            prop_assert_eq!(
+                matches!(find_duplicate_key_within(&text, limit), Err(JsonError::TooDeep { .. })),
+                deep,
+                "{}",
+                text
+            );
+        }
+
         #[test]
         fn strings_are_written_as_serde_json_writes_them(text in "\\PC{0,12}|[\\x00-\\x7f]{0,12}") {
             prop_assert_eq!(string_literal(&text), serde_json::to_string(&text).unwrap());

@@ -20,7 +20,8 @@
 //!   new id or params into it so that everything else passes byte for byte;
 //! - [`json`]: repeated keys found in one scan, and objects rewritten member
 //!   by member so that every other member keeps its bytes;
-//! - [`conn`]: reading lines under a size limit and writing them in batches;
+//! - [`conn`]: reading lines under a size limit and writing them in batches,
+//!   counting what waits to be written ([`QueueGauge`]);
 //! - [`upstream`]: how a server is reached ([`Connector`], [`Link`]);
 //! - [`upstream_http`]: Streamable HTTP servers, as the same stream of lines;
 //! - [`stdio`]: the host's stdin and stdout, read from the event loop;
@@ -44,5 +45,6 @@ pub mod upstream;
 pub mod upstream_http;
 pub mod versions;
 
-pub use gateway::{Mode, Observed, RunError, Settings, run, run_until};
+pub use conn::QueueGauge;
+pub use gateway::{Mode, Observed, RunError, Settings, run, run_until, run_with_gauge};
 pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

@@ -155,6 +155,41 @@ fn a_person_at_another_terminal_approves_or_denies_a_waiting_call() {
     assert_eq!(approvers[3], "remembered-approval");
 }
 
+#[test]
+fn a_credential_in_a_waiting_call_reaches_the_person_redacted_and_never_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = gateway(dir.path(), &["--trust", "trusted", "--ask-timeout", "600"]);
+    let secret = "ghp_ZW1EBspxf6wDDsAwfqtxKrSHMetJ1afJAYFV";
+    send_call(
+        &mut host,
+        "c1",
+        "write_note",
+        json!({"text": format!("token {secret}"), "title": "visible-title"}),
+    );
+    let waiting = listed(dir.path(), &[], 1);
+    let prompt = waiting[0]["prompt"].as_str().unwrap();
+    assert!(prompt.contains("visible-title"), "{prompt}");
+    assert!(prompt.contains("[redacted len=46 hmac="), "{prompt}");
+    assert!(!prompt.contains(secret), "{prompt}");
+    let id = waiting[0]["id"].to_string();
+    assert_eq!(code(&approvals(dir.path(), &[], &["approve", &id])), 0);
+    assert_eq!(text(&the_call(&mut host, "c1")), "noted");
+    assert!(host.close().success());
+    let mut bytes = Vec::new();
+    for file in std::fs::read_dir(dir.path().join("state")).unwrap() {
+        let path = file.unwrap().path();
+        if path.is_file() {
+            bytes.extend(std::fs::read(path).unwrap());
+        }
+    }
+    assert!(
+        !bytes
+            .windows(secret.len())
+            .any(|window| window == secret.as_bytes()),
+        "the secret reached the store"
+    );
+}
+
 fn listed_now(dir: &Path) -> Vec<Value> {
     let out = approvals(dir, &[], &["list", "--json"]);
     stdout(&out)

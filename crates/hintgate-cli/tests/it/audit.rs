@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::host::{Host, fixture_server, is_error, text};
+use crate::util::Rng;
 
 /// Bounds a wait that should end; no test asserts on time.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -52,6 +53,19 @@ fn log_json(dir: &std::path::Path, extra: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// Asserts that `value` is a redaction marker for a value of `length`
+/// characters: `[redacted len=LENGTH hmac=` and 16 hexadecimal digits.
+fn assert_marker(value: &Value, length: usize) {
+    let text = value.as_str().unwrap_or_default();
+    let digest = text
+        .strip_prefix(&format!("[redacted len={length} hmac="))
+        .and_then(|rest| rest.strip_suffix(']'));
+    assert!(
+        digest.is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())),
+        "not a marker for {length} characters: {value}"
+    );
+}
+
 #[test]
 fn a_call_to_an_unknown_tool_is_recorded_as_a_deny_before_the_answer() {
     let dir = tempfile::tempdir().unwrap();
@@ -59,7 +73,7 @@ fn a_call_to_an_unknown_tool_is_recorded_as_a_deny_before_the_answer() {
     host.initialize(json!({}));
     let unknown = host.request(
         "tools/call",
-        json!({"name": "no_such_tool", "arguments": {"password": "hunter2"}}),
+        json!({"name": "no_such_tool", "arguments": {"password": "hunter2", "key": "AKIAIOSFODNN7EXAMPLE"}}),
     );
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
     assert!(
@@ -80,7 +94,10 @@ fn a_call_to_an_unknown_tool_is_recorded_as_a_deny_before_the_answer() {
     assert_eq!(records[0]["verdict"], "deny");
     assert_eq!(records[0]["reasons"], json!(["unknown-tool"]));
     assert_eq!(records[0]["outcome"], "denied");
-    assert_eq!(records[0]["arguments"], json!({"password": "[redacted]"}));
+    // A credential is redacted by its value, whatever its name; a name alone
+    // keeps nothing out of the log.
+    assert_eq!(records[0]["arguments"]["password"], "hunter2");
+    assert_marker(&records[0]["arguments"]["key"], 20);
     assert_eq!(records[1]["tool"], "");
     assert_eq!(records[1]["reasons"], json!(["malformed-request"]));
     assert_eq!(records[2]["tool"], "echo");
@@ -343,22 +360,6 @@ fn follow_prints_each_record_as_it_is_committed() {
 }
 
 /// A small seeded generator (splitmix64), so a run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
-
 /// The tools of the crash test: one that reads, and writes a person
 /// approves "always" the first time each is asked.
 const NOTES: [&str; 4] = ["note_1", "note_2", "note_3", "note_4"];
@@ -647,22 +648,27 @@ redact = ["/account/pin", "/cards/*/number", "SSN*"]
         "cards": [{"number": "card-value-1111", "kind": "visa"}, {"number": "card-value-2222"}],
         "person": {"Ssn_Number": "ssn-value-078", "nested": [{"api_token": "token-value-77"}]},
         "pin": "top-level-pin-is-kept",
+        "note": "deploy with ghp_ZW1EBspxf6wDDsAwfqtxKrSHMetJ1afJAYFV please",
     });
     // The server still gets the real values; only the log leaves them out.
     assert!(text(&host.call("fx__echo", arguments)).contains("pin-value-4921"));
     assert!(host.close().success());
 
     let records = log_json(dir.path(), &[]);
-    assert_eq!(
-        records[0]["arguments"],
-        json!({
-            "text": "visible-text",
-            "account": {"pin": "[redacted]", "owner": "visible-owner"},
-            "cards": [{"number": "[redacted]", "kind": "visa"}, {"number": "[redacted]"}],
-            "person": {"Ssn_Number": "[redacted]", "nested": [{"api_token": "[redacted]"}]},
-            "pin": "top-level-pin-is-kept",
-        })
-    );
+    let logged = &records[0]["arguments"];
+    assert_eq!(logged["text"], "visible-text");
+    assert_eq!(logged["account"]["owner"], "visible-owner");
+    assert_eq!(logged["cards"][0]["kind"], "visa");
+    assert_eq!(logged["pin"], "top-level-pin-is-kept");
+    // A name the server picked is not a reason to leave a value out.
+    assert_eq!(logged["person"]["nested"][0]["api_token"], "token-value-77");
+    assert_marker(&logged["account"]["pin"], "pin-value-4921".len());
+    assert_marker(&logged["cards"][0]["number"], "card-value-1111".len());
+    assert_marker(&logged["cards"][1]["number"], "card-value-2222".len());
+    assert_marker(&logged["person"]["Ssn_Number"], "ssn-value-078".len());
+    assert_marker(&logged["note"], 59);
+    // Two values, two digests: records can be matched, values told apart.
+    assert_ne!(logged["cards"][0]["number"], logged["cards"][1]["number"]);
     // Not a byte of a redacted value in the store's files (database, WAL).
     let mut bytes = Vec::new();
     for file in std::fs::read_dir(dir.path().join("state")).unwrap() {
@@ -679,7 +685,7 @@ redact = ["/account/pin", "/cards/*/number", "SSN*"]
         "card-value-1111",
         "card-value-2222",
         "ssn-value-078",
-        "token-value-77",
+        "ZW1EBspxf6wDDsAwfqtxKrSHMetJ1afJAYFV",
     ] {
         assert!(!contains(secret), "`{secret}` reached the store");
     }

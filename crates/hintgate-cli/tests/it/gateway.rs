@@ -456,6 +456,45 @@ fn gateway_mode_prefixes_names_and_routes_everything() {
 }
 
 #[test]
+fn issue_11_a_private_resource_makes_open_world_tools_ask() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    // `web` has one trusted read-only tool that reaches the web; `mail`
+    // holds private data, among it a resource.
+    let fetch = json!([{
+        "name": "fetch",
+        "description": "Fetches a URL.",
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": true},
+    }]);
+    std::fs::write(dir.path().join("web.json"), fetch.to_string()).unwrap();
+    let config = format!(
+        "[servers.mail]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"mail\", \"--resources\"]\ntrust = \"trusted\"\nprivate_data = true\n\n[servers.web]\ncommand = \"python3\"\nargs = [{server:?}, \"--name\", \"web\", \"--tools-file\", \"web.json\"]\ntrust = \"trusted\"\n"
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.respond_with(|_| json!({"action": "decline"}));
+    host.initialize(json!({"elicitation": {}}));
+    assert_eq!(text(&host.call("web__fetch", json!({}))), "ran fetch");
+    assert!(host.requests.is_empty(), "nothing private read yet");
+
+    let read = host.request("resources/read", json!({"uri": "fixture://mail/readme"}));
+    assert_eq!(read["result"]["contents"][0]["text"], "read from mail");
+    let asked = host.call("web__fetch", json!({}));
+    assert!(is_error(&asked), "{asked}");
+    assert_eq!(host.requests.len(), 1, "a person was asked");
+    assert_eq!(
+        asked["_meta"]["hintgate/decision"]["reasons"][0], "open-world-after-private-data",
+        "{asked}"
+    );
+    assert!(
+        host.log().contains("the session has read private data"),
+        "{}",
+        host.log()
+    );
+}
+
+#[test]
 fn a_server_that_cannot_start_fails_initialize_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let mut host = wrap(dir.path(), &[], &["--crash-at-start"], &[]);
@@ -1018,7 +1057,13 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
     );
     host.respond_with(|_| json!({"action": "decline"}));
     host.initialize(json!({"elicitation": {}}));
-    assert!(text(&host.call("echo", json!({"text": "hi", "api_token": "s3cret"}))).contains("hi"));
+    assert!(
+        text(&host.call(
+            "echo",
+            json!({"text": "hi", "api_token": "s3cret", "key": "xoxb-123456789012-abcdefghijkl"})
+        ))
+        .contains("hi")
+    );
     assert!(is_error(&host.call("write_note", json!({"text": "x"}))));
     // Ending the session writes what the audit log still holds.
     assert!(host.close().success());
@@ -1038,9 +1083,17 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
         ),
         (Some("allow"), Some("ok"))
     );
-    assert_eq!(
-        records[0]["arguments"],
-        json!({"text": "hi", "api_token": "[redacted]"})
+    // The argument's name does not redact it; its value does not look
+    // like a credential.
+    assert_eq!(records[0]["arguments"]["text"], "hi");
+    assert_eq!(records[0]["arguments"]["api_token"], "s3cret");
+    assert!(
+        records[0]["arguments"]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("[redacted len=30 hmac="),
+        "{}",
+        records[0]["arguments"]
     );
     assert_eq!(records[0]["approver"], "read-only");
     assert!(records[0]["pin"].as_str().unwrap().starts_with("sha256:"));
@@ -1051,7 +1104,7 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
         ),
         (Some("ask"), Some("denied"))
     );
-    assert!(!String::from_utf8_lossy(&log.stdout).contains("s3cret"));
+    assert!(!String::from_utf8_lossy(&log.stdout).contains("xoxb-1234"));
 
     let verify = crate::util::run(dir.path(), &["log", "--state-dir", &state, "verify"]);
     assert_eq!(

@@ -19,6 +19,7 @@ mod lint;
 mod peers;
 mod pinning;
 mod scan;
+mod soak;
 mod store;
 mod util;
 mod wrap;

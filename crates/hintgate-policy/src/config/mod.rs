@@ -71,6 +71,12 @@ pub struct GatewaySettings {
     /// The largest message a server may send, in bytes; a longer line fails
     /// the server's calls and restarts it.
     pub max_message_bytes: u64,
+    /// How deeply a message may nest objects and arrays, counted from the
+    /// message itself (level 1). A server's deeper answer fails its request,
+    /// a deeper host request is refused, and neither is passed on: a host
+    /// or server whose parser stops at some depth (`serde_json` stops at
+    /// 128) could crash on it.
+    pub max_json_depth: u64,
     /// Where pins, approvals, the queue and the audit log are kept:
     /// `postgres://...` or `sqlite:PATH`; `None` is SQLite in the state
     /// directory. May hold `${VAR}` references (a password), expanded at
@@ -168,6 +174,7 @@ impl Default for GatewaySettings {
             ask_timeout_s: 120,
             call_timeout_s: 60,
             max_message_bytes: 16 * 1024 * 1024,
+            max_json_depth: 64,
             store: None,
         }
     }
@@ -226,6 +233,14 @@ impl ServerConfig {
             PrivateData::All => true,
             PrivateData::Tools(globs) => globs.iter().any(|glob| glob.matches(tool)),
         }
+    }
+
+    /// Whether everything the server returns counts as private data
+    /// (`private_data = true`): what it returns besides tool results (a
+    /// resource read, a resource update, a prompt) as well. A list of tool
+    /// globs names those tools only.
+    pub fn serves_private_data(&self) -> bool {
+        self.private_data == PrivateData::All
     }
 }
 

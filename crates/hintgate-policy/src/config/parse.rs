@@ -33,6 +33,7 @@ const GATEWAY_KEYS: &[&str] = &[
     "ask_timeout_s",
     "call_timeout_s",
     "max_message_bytes",
+    "max_json_depth",
     "store",
 ];
 const SERVER_KEYS: &[&str] = &[
@@ -54,6 +55,12 @@ const MAX_TIMEOUT_S: u64 = 86_400;
 const MIN_MESSAGE_BYTES: u64 = 64 * 1024;
 /// The largest message limit accepted: 1 GiB.
 const MAX_MESSAGE_BYTES: u64 = 1024 * 1024 * 1024;
+/// The smallest nesting limit accepted: a tool list with a nested input
+/// schema already takes about ten levels.
+const MIN_JSON_DEPTH: u64 = 16;
+/// The largest nesting limit accepted: the gateway reads messages with
+/// `serde_json`, which stops at 128 levels.
+const MAX_JSON_DEPTH: u64 = 128;
 
 /// Parses and validates a configuration.
 ///
@@ -301,6 +308,9 @@ impl Walker<'_> {
             MAX_MESSAGE_BYTES,
         ) {
             settings.max_message_bytes = bytes;
+        }
+        if let Some(depth) = self.bounded(table, "max_json_depth", MIN_JSON_DEPTH, MAX_JSON_DEPTH) {
+            settings.max_json_depth = depth;
         }
         settings
     }

@@ -65,25 +65,46 @@ fn private_data_takes_a_flag_or_globs() {
     assert!(server.returns_private_data("read_inbox"));
     assert!(server.returns_private_data("get_mail"));
     assert!(!server.returns_private_data("send_mail"));
+    // The globs name tools; the server's resources and prompts are private
+    // data only when the whole server is.
+    assert!(!server.serves_private_data());
+    let (config, _) = parse_str("[servers.a]\ncommand = \"x\"\nprivate_data = true\n");
+    assert!(config.unwrap().servers["a"].serves_private_data());
 }
 
 #[test]
 fn timeouts_and_limits_are_bounded() {
-    let (config, _) = parse_str("[gateway]\ncall_timeout_s = 5\nmax_message_bytes = 1048576\n");
+    let (config, _) = parse_str(
+        "[gateway]\ncall_timeout_s = 5\nmax_message_bytes = 1048576\nmax_json_depth = 32\n",
+    );
     let gateway = config.unwrap().gateway;
     assert_eq!(
-        (gateway.call_timeout_s, gateway.max_message_bytes),
-        (5, 1_048_576)
+        (
+            gateway.call_timeout_s,
+            gateway.max_message_bytes,
+            gateway.max_json_depth
+        ),
+        (5, 1_048_576, 32)
     );
     assert_eq!(
-        codes("[gateway]\ncall_timeout_s = 0\nmax_message_bytes = 10\n"),
+        parse_str("").0.unwrap().gateway.max_json_depth,
+        64,
+        "the default"
+    );
+    assert_eq!(
+        codes("[gateway]\ncall_timeout_s = 0\nmax_message_bytes = 10\nmax_json_depth = 129\n"),
         vec![
             (DiagCode::InvalidValue, "gateway.call_timeout_s".to_owned()),
             (
                 DiagCode::InvalidValue,
                 "gateway.max_message_bytes".to_owned()
             ),
+            (DiagCode::InvalidValue, "gateway.max_json_depth".to_owned()),
         ]
+    );
+    assert_eq!(
+        codes("[gateway]\nmax_json_depth = 15\n"),
+        vec![(DiagCode::InvalidValue, "gateway.max_json_depth".to_owned())]
     );
 }
 

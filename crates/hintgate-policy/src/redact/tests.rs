@@ -5,13 +5,16 @@ use super::*;
 use crate::pin::canonical_json;
 
 fn redactor(patterns: &[&str], defaults: bool) -> Redactor {
-    Redactor::new(&AuditSettings {
-        redact: patterns
-            .iter()
-            .map(|p| Pattern::parse(p).unwrap())
-            .collect(),
-        redact_defaults: defaults,
-    })
+    Redactor::new(
+        &AuditSettings {
+            redact: patterns
+                .iter()
+                .map(|p| Pattern::parse(p).unwrap())
+                .collect(),
+            redact_defaults: defaults,
+        },
+        DigestKey::new([7; 32]),
+    )
 }
 
 /// What the audit log stores for `arguments`: the production path.
@@ -29,8 +32,8 @@ fn redacted_copy(redactor: &Redactor, value: &Value, path: &mut Vec<String>) -> 
             map.iter()
                 .map(|(key, item)| {
                     path.push(key.clone());
-                    let redacted = if redactor.key_matches(key) || redactor.pointer_matches(path) {
-                        Value::String(REDACTED.to_owned())
+                    let redacted = if redactor.redacts(Some(key), path, item) {
+                        Value::String(redactor.marker(item))
                     } else {
                         redacted_copy(redactor, item, path)
                     };
@@ -45,8 +48,8 @@ fn redacted_copy(redactor: &Redactor, value: &Value, path: &mut Vec<String>) -> 
                 .enumerate()
                 .map(|(idx, item)| {
                     path.push(idx.to_string());
-                    let redacted = if redactor.pointer_matches(path) {
-                        Value::String(REDACTED.to_owned())
+                    let redacted = if redactor.redacts(None, path, item) {
+                        Value::String(redactor.marker(item))
                     } else {
                         redacted_copy(redactor, item, path)
                     };
@@ -59,15 +62,69 @@ fn redacted_copy(redactor: &Redactor, value: &Value, path: &mut Vec<String>) -> 
     }
 }
 
+/// The marker `redactor` writes for `value`.
+fn marker(redactor: &Redactor, value: Value) -> Value {
+    Value::String(redactor.marker(&value))
+}
+
 #[test]
-fn secret_looking_keys_are_redacted_at_any_depth_by_default() {
-    let arguments =
-        json!({"path": "/x", "apiKey": "k", "nested": [{"Authorization": "Bearer t", "ok": 1}]});
+fn a_name_the_server_picked_keeps_nothing_out_of_the_log_by_default() {
+    // A server that calls its argument `api_token` does not get to keep what
+    // the person approved out of the record.
+    let arguments = json!({"api_token": "rm -rf / --no-preserve-root", "password": "hunter2"});
     assert_eq!(
-        written(&Redactor::default(), &arguments),
-        canonical_json(
-            &json!({"path": "/x", "apiKey": "[redacted]", "nested": [{"Authorization": "[redacted]", "ok": 1}]})
-        )
+        written(&redactor(&[], true), &arguments),
+        canonical_json(&arguments)
+    );
+}
+
+#[test]
+fn values_that_look_like_credentials_are_redacted_wherever_they_are_by_default() {
+    let redactor = redactor(&[], true);
+    let token = "ghp_ZW1EBspxf6wDDsAwfqtxKrSHMetJ1afJAYFV";
+    let dsn = "postgres://app:hunter2@db.internal/prod";
+    let arguments = json!({"path": "/x", "note": token, "nested": [{"url": dsn, "ok": 1}]});
+    assert_eq!(
+        written(&redactor, &arguments),
+        canonical_json(&json!({
+            "path": "/x",
+            "note": marker(&redactor, json!(token)),
+            "nested": [{"url": marker(&redactor, json!(dsn)), "ok": 1}],
+        }))
+    );
+    // Off, only what the config names is redacted.
+    let off = super::tests::redactor(&[], false);
+    assert_eq!(written(&off, &arguments), canonical_json(&arguments));
+}
+
+#[test]
+fn a_marker_keeps_the_length_and_a_digest_under_the_key() {
+    let redactor = redactor(&["secret"], false);
+    let one = redactor.marker(&json!("héllo wörld"));
+    assert!(one.starts_with("[redacted len=11 hmac="), "{one}");
+    assert_eq!(one.len(), "[redacted len=11 hmac=]".len() + 16);
+    // The same value gives the same marker, so records can be matched; any
+    // other value, or the same under another key, another.
+    assert_eq!(one, redactor.marker(&json!("héllo wörld")));
+    assert_ne!(one, redactor.marker(&json!("héllo wörle")));
+    let other_key = Redactor::new(
+        &AuditSettings {
+            redact: vec![Pattern::parse("secret").unwrap()],
+            redact_defaults: false,
+        },
+        DigestKey::new([8; 32]),
+    );
+    assert_ne!(one, other_key.marker(&json!("héllo wörld")));
+    // A string and the number it spells are different values.
+    assert_ne!(
+        redactor.marker(&json!("1234")),
+        redactor.marker(&json!(1234))
+    );
+    // An object is measured by its canonical text.
+    assert!(
+        redactor
+            .marker(&json!({"a": 1}))
+            .starts_with("[redacted len=7 ")
     );
 }
 
@@ -95,21 +152,21 @@ fn pointers_name_one_place_and_globs_any_key_case_insensitively() {
     assert_eq!(
         redacted,
         canonical_json(&json!({
-            "credentials": {"user": "me", "password": "[redacted]"},
+            "credentials": {"user": "me", "password": marker(&redactor, json!({"nested": "whole"}))},
             "password": "not at the pointer",
-            "accounts": [{"pin": "[redacted]", "id": 1}, {"pin": "[redacted]", "id": 2}],
-            "list": ["a", "[redacted]", "c"],
-            "person": {"ssn_number": "[redacted]", "name": "x"},
+            "accounts": [{"pin": marker(&redactor, json!(1234)), "id": 1}, {"pin": marker(&redactor, json!(5678)), "id": 2}],
+            "list": ["a", marker(&redactor, json!("b")), "c"],
+            "person": {"ssn_number": marker(&redactor, json!("078-05-1120")), "name": "x"},
         }))
     );
 }
 
 #[test]
-fn defaults_can_be_turned_off_and_pointers_unescape() {
+fn pointers_unescape() {
     let redactor = redactor(&["/a~1b/~0c"], false);
     assert_eq!(
         written(&redactor, &json!({"token": "t", "a/b": {"~c": 1, "d": 2}})),
-        canonical_json(&json!({"token": "t", "a/b": {"~c": "[redacted]", "d": 2}}))
+        canonical_json(&json!({"token": "t", "a/b": {"~c": marker(&redactor, json!(1)), "d": 2}}))
     );
 }
 
@@ -117,7 +174,7 @@ fn defaults_can_be_turned_off_and_pointers_unescape() {
 fn canonical_writing_matches_redacting_then_serialising() {
     let redactor = redactor(&["/accounts/*/pin", "ssn*"], true);
     let arguments = json!({
-        "b": [1, 2.5, "x\u{e9}"],
+        "b": [1, 2.5, "x\u{e9}", "AKIAIOSFODNN7EXAMPLE"],
         "a": {"Token": "t", "keep": null},
         "accounts": [{"pin": 1, "id": 2}],
         "SSN_number": "078",
@@ -127,9 +184,14 @@ fn canonical_writing_matches_redacting_then_serialising() {
         written,
         canonical_json(&redacted_copy(&redactor, &arguments, &mut Vec::new()))
     );
+    let pin = redactor.marker(&json!(1));
+    let ssn = redactor.marker(&json!("078"));
+    let key = redactor.marker(&json!("AKIAIOSFODNN7EXAMPLE"));
     assert_eq!(
         written,
-        r#"{"SSN_number":"[redacted]","a":{"Token":"[redacted]","keep":null},"accounts":[{"id":2,"pin":"[redacted]"}],"b":[1,2.5,"xé"]}"#
+        format!(
+            r#"{{"SSN_number":"{ssn}","a":{{"Token":"t","keep":null}},"accounts":[{{"id":2,"pin":"{pin}"}}],"b":[1,2.5,"xé","{key}"]}}"#
+        )
     );
 }
 
@@ -166,6 +228,7 @@ fn arguments() -> impl Strategy<Value = Value> {
         any::<f64>().prop_filter_map("finite", |n| serde_json::Number::from_f64(n)
             .map(Value::Number)),
         ".{0,8}".prop_map(Value::String),
+        Just(Value::String("AKIAIOSFODNN7EXAMPLE".to_owned())),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
         prop_oneof![

@@ -110,7 +110,9 @@ impl Gateway {
             self.refuse(cx, denied(extra, Approver::Gateway));
             return;
         }
-        let prompt = self.prompt(&cx);
+        // A prompt that goes to the store (the approval queue) shows the
+        // arguments as the audit log keeps them: no secret reaches the store.
+        let prompt = self.prompt(&cx, !elicitation);
         if elicitation && modern {
             self.ask_modern(cx, prompt);
             return;
@@ -142,7 +144,7 @@ impl Gateway {
     }
 
     /// The prompt for a call (design §4.3).
-    fn prompt(&self, cx: &CallContext) -> String {
+    fn prompt(&self, cx: &CallContext, redacted: bool) -> String {
         let Some(idx) = cx.server else {
             return String::new();
         };
@@ -162,7 +164,11 @@ impl Gateway {
             PinStatus::New | PinStatus::Unchanged => Vec::new(),
         };
         let decision = cx.decision_or(hintgate_policy::reason::ReasonCode::InternalError);
-        let arguments = cx.arguments_or_empty().clone();
+        let arguments = if redacted {
+            self.journal.redacted(cx.arguments_or_empty())
+        } else {
+            cx.arguments_or_empty().clone()
+        };
         self.policy.prompt(&PromptInput {
             server: self.upstreams.name(idx),
             identity: self.catalog.identity(idx),

@@ -688,6 +688,23 @@ pub(crate) fn read_result(raw: &str) -> Result<CallResultView<'_>, String> {
     serde_json::from_str(raw).map_err(|err| err.to_string())
 }
 
+/// Whether a server's result carries data to the host: every result but a
+/// 2026-07-28 input-required one, which only asks for more input. A result
+/// that cannot be read counts as data.
+pub(crate) fn carries_data(result: &RawValue) -> bool {
+    !matches!(
+        read_result(result.get()),
+        Ok(view) if view.result_type.as_deref() == Some("input_required")
+    )
+}
+
+/// The message for a line that nests deeper than `max_json_depth`.
+pub(crate) fn too_deep_message(err: &JsonError) -> String {
+    format!(
+        "hintgate refuses this message: {err} (the limit is `max_json_depth` in `[gateway]`); a host or server may not be able to read it"
+    )
+}
+
 /// The message for a host line whose keys repeat.
 pub(crate) fn duplicate_message(err: &JsonError) -> String {
     format!(

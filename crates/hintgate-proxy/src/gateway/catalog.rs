@@ -98,6 +98,11 @@ pub(crate) struct ServerTools {
     pub listing: Listing,
     /// Pages of a list in progress.
     pages: Vec<Value>,
+    /// How many pages the list in progress has had.
+    pages_seen: usize,
+    /// The server said its list changed while a listing was in progress,
+    /// which may hold the list from before: it is listed once more.
+    stale: bool,
     tools: HashMap<String, ToolEntry, RandomState>,
     /// The listing's order, for `tools/list`.
     order: Vec<String>,
@@ -308,13 +313,21 @@ impl Catalog {
         if let Some(server) = self.server_mut(idx) {
             server.listing = Listing::InProgress;
             server.pages.clear();
+            server.pages_seen = 0;
+            server.stale = false;
         }
     }
 
-    /// Adds one page of tools to the listing in progress.
-    pub fn add_page(&mut self, idx: ServerIdx, tools: Vec<Value>) {
-        if let Some(server) = self.server_mut(idx) {
-            server.pages.extend(tools);
+    /// Adds one page of tools to the listing in progress; returns how many
+    /// pages it has had.
+    pub fn add_page(&mut self, idx: ServerIdx, tools: Vec<Value>) -> usize {
+        match self.server_mut(idx) {
+            Some(server) => {
+                server.pages.extend(tools);
+                server.pages_seen += 1;
+                server.pages_seen
+            }
+            None => 0,
         }
     }
 
@@ -322,6 +335,7 @@ impl Catalog {
     pub fn listing_failed(&mut self, idx: ServerIdx, reason: String) {
         if let Some(server) = self.server_mut(idx) {
             server.pages.clear();
+            server.stale = false;
             server.listing = Listing::Failed(reason);
         }
     }
@@ -332,8 +346,34 @@ impl Catalog {
             server.tools.clear();
             server.order.clear();
             server.pages.clear();
+            server.stale = false;
             server.listing = Listing::Unlisted;
         }
+    }
+
+    /// The server said its list changed. Returns whether it must be listed
+    /// now: not while a listing is in progress, which is marked stale and
+    /// followed by one more when it ends, however many changes are
+    /// announced meanwhile.
+    pub fn changed(&mut self, idx: ServerIdx) -> bool {
+        match self.server_mut(idx) {
+            Some(server) if server.listing == Listing::InProgress => {
+                server.stale = true;
+                false
+            }
+            Some(_) => {
+                self.forget(idx);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A listing's last page came: whether a change was announced while it
+    /// ran (then it is listed again, and the flag is cleared).
+    pub fn take_stale(&mut self, idx: ServerIdx) -> bool {
+        self.server_mut(idx)
+            .is_some_and(|server| std::mem::take(&mut server.stale))
     }
 
     /// Completes a listing: prepares each tool once, compares it with its
@@ -626,6 +666,8 @@ impl ServerTools {
         Self {
             listing: Listing::Unlisted,
             pages: Vec::new(),
+            pages_seen: 0,
+            stale: false,
             tools: HashMap::default(),
             order: Vec::new(),
             pins: HashMap::new(),
@@ -974,6 +1016,26 @@ mod tests {
             catalog.approved_always(0, "note", digest),
             Remembered::Always
         );
+    }
+
+    #[test]
+    fn changes_announced_during_a_listing_make_one_more() {
+        let (mut catalog, _, _) = catalog();
+        // Listed: a change forgets the tools and asks for a listing now.
+        assert!(catalog.changed(0));
+        assert_eq!(catalog.server(0).unwrap().listing, Listing::Unlisted);
+        catalog.begin_listing(0);
+        // While it runs, any number of changes ask for nothing now...
+        for _ in 0..1000 {
+            assert!(!catalog.changed(0));
+        }
+        // ...and for one listing more when it ends.
+        assert!(catalog.take_stale(0));
+        assert!(!catalog.take_stale(0));
+        assert_eq!(catalog.add_page(0, Vec::new()), 1);
+        assert_eq!(catalog.add_page(0, Vec::new()), 2);
+        catalog.begin_listing(0);
+        assert_eq!(catalog.add_page(0, Vec::new()), 1, "counted per listing");
     }
 
     #[test]

@@ -105,6 +105,14 @@ impl Journal {
         }
     }
 
+    /// `arguments` as the log keeps them: redacted as a record's are.
+    pub fn redacted(&self, arguments: &Value) -> Value {
+        let mut out = String::new();
+        self.redactor.write_canonical(arguments, &mut out);
+        // The canonical writer writes JSON; a value it could not is kept out.
+        serde_json::from_str(&out).unwrap_or(Value::Null)
+    }
+
     /// Whether records are kept at all.
     pub fn enabled(&self) -> bool {
         self.log.is_some()
@@ -343,11 +351,19 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    /// The default redaction, under a fixed digest key.
+    fn test_redactor() -> Redactor {
+        Redactor::new(
+            &hintgate_policy::redact::AuditSettings::default(),
+            hintgate_policy::redact::DigestKey::new([1; 32]),
+        )
+    }
+
     fn journal() -> (Journal, Arc<MemoryStore>) {
         let store = Arc::new(MemoryStore::default());
         let log: Arc<dyn AuditLog> = store.clone();
         (
-            Journal::new(Some(log), "s-1".into(), Redactor::default()),
+            Journal::new(Some(log), "s-1".into(), test_redactor()),
             store,
         )
     }
@@ -371,10 +387,15 @@ mod tests {
 
     #[test]
     fn records_are_canonical_and_redacted_as_written() {
-        let body = record_of(&json!({"z": 1, "a": {"password": "hunter2", "n": 1.0}}));
+        let secret = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789";
+        let body = record_of(&json!({"z": 1, "a": {"key": secret, "n": 1.0}}));
         let parsed: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(canonical_json(&parsed), body);
-        assert_eq!(parsed["arguments"]["a"]["password"], "[redacted]");
+        assert_eq!(
+            parsed["arguments"]["a"]["key"],
+            test_redactor().marker(&json!(secret))
+        );
+        assert!(!body.contains(secret));
         assert_eq!(parsed["request"], "\"r\\\"1\"");
         assert_eq!(parsed["outcome"], "denied");
         assert_eq!(parsed["reasons"], json!(["rule-deny"]));
@@ -442,7 +463,7 @@ mod tests {
     fn a_failed_commit_keeps_outcomes_and_ended_calls_for_the_next() {
         let flaky = Arc::new(Flaky::default());
         let log: Arc<dyn AuditLog> = flaky.clone();
-        let mut journal = Journal::new(Some(log), "s-1".into(), Redactor::default());
+        let mut journal = Journal::new(Some(log), "s-1".into(), test_redactor());
         let denied = Decision::deny(ReasonCode::RuleDeny);
         let allowed = Decision {
             verdict: Verdict::Allow,
@@ -499,7 +520,7 @@ mod tests {
             .failing
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let log: Arc<dyn AuditLog> = flaky.clone();
-        let mut journal = Journal::new(Some(log), "s-1".into(), Redactor::default());
+        let mut journal = Journal::new(Some(log), "s-1".into(), test_redactor());
         for call in 0..(MAX_HELD as u64 + 50) {
             journal.outcome(call, Outcome::Ok, 1, 0);
         }

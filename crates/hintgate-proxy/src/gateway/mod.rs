@@ -7,7 +7,7 @@
 //!
 //! | part | owns |
 //! |---|---|
-//! | `session` | a host session: its era and capabilities, its taint, the tools it approved for the session |
+//! | `session` | a host session: its era and capabilities, its taint, the tools it approved for the session, the lists it was told changed, its bounded queue of lines |
 //! | `upstreams` | the servers: links, phases, eras, request ids, the start-up handshake |
 //! | `inflight` | every request the gateway waits on, each with a deadline |
 //! | `catalog` | each server's tools by name, their pins, the standing approvals, the host's view |
@@ -64,10 +64,10 @@ use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
 use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
 use self::upstreams::Upstreams;
-use crate::conn::{LineRead, read_line, write_lines};
+use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
 use crate::event::{Event, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
-use crate::json::find_duplicate_key;
+use crate::json::find_duplicate_key_within;
 use crate::upstream::{Connector, SystemConnector};
 
 pub use crate::versions::LEGACY_VERSIONS;
@@ -75,6 +75,12 @@ pub use crate::versions::LEGACY_VERSIONS;
 /// The most events one turn handles before it commits and sends, so that a
 /// flood cannot hold everything back.
 const TURN_LIMIT: usize = 1024;
+
+/// The most pages of one server's list the gateway follows (a tool list,
+/// or its part of a merged list): a server whose list names a next page
+/// after that many has its list fail, and only its entries are left out.
+/// The same number of pages as `hintgate lint` reads (`probe`).
+pub(crate) const MAX_LIST_PAGES: usize = 1000;
 
 /// How tool names are shown to the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +171,8 @@ pub(crate) struct Limits {
     pub ask_timeout: Duration,
     /// The largest line accepted.
     pub max_line: usize,
+    /// How deeply a message may nest (`max_json_depth`).
+    pub max_depth: usize,
 }
 
 impl Limits {
@@ -190,8 +198,11 @@ pub(crate) enum Waiting {
 /// Something the turn produced, sent once the turn's records are durable.
 #[derive(Debug)]
 enum Outgoing {
-    /// A line to a host.
+    /// A line to a host that it must get (an answer, a question).
     Host(SessionId, String),
+    /// A notification to a host, dropped when the host is not reading; a
+    /// change to a list (`Some` of its notification) is told later then.
+    HostNote(SessionId, String, Option<&'static str>),
     /// A line to a server (dropped when the server restarted meanwhile).
     Upstream(ServerIdx, u64, String),
     /// A call to send upstream once its record (at this place in the turn's
@@ -302,14 +313,33 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    run_until(settings, host_in, host_out, std::future::pending()).await
+    run_with_gauge(settings, host_in, host_out, Arc::default()).await
 }
 
-/// Runs the gateway like [`run`], and also stops when `stop` completes (the
-/// process was asked to end, by a signal): every call in flight is answered
-/// and ends on record with the outcome `shutdown`, what waits for a server
-/// or a person is refused and recorded, the last records are committed, and
-/// only then are the servers stopped.
+/// [`run`], counting in `gauge` what waits to be written to the host (for
+/// tests and monitoring: a host that stops reading shows there).
+///
+/// # Errors
+///
+/// As [`run`].
+pub async fn run_with_gauge<R, W>(
+    settings: Settings,
+    host_in: R,
+    host_out: W,
+    gauge: Arc<QueueGauge>,
+) -> Result<(), RunError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    run_until(settings, host_in, host_out, gauge, std::future::pending()).await
+}
+
+/// Runs the gateway like [`run_with_gauge`], and also stops when `stop`
+/// completes (the process was asked to end, by a signal): every call in
+/// flight is answered and ends on record with the outcome `shutdown`, what
+/// waits for a server or a person is refused and recorded, the last records
+/// are committed, and only then are the servers stopped.
 ///
 /// # Errors
 ///
@@ -318,6 +348,7 @@ pub async fn run_until<R, W, S>(
     settings: Settings,
     host_in: R,
     host_out: W,
+    gauge: Arc<QueueGauge>,
     stop: S,
 ) -> Result<(), RunError>
 where
@@ -332,15 +363,36 @@ where
         stop.await;
         let _ = stop_events.send(Event::Stop);
     });
-    let (host_tx, host_rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_lines(host_out, host_rx));
     let session = SessionId::FIRST;
-    gateway.sessions.insert(session, HostSession::new(host_tx));
+    // INVARIANT: what waits for the host stays bounded. Past the soft
+    // limit, notifications are dropped and the host's own lines are not
+    // read; past the hard one, nothing is queued whole (see `HostSession`).
+    gauge.set_limits(
+        session::HOST_QUEUE_BYTES,
+        session::HOST_QUEUE_BYTES.saturating_add(gateway.limits.max_line),
+    );
+    let (host_tx, host_rx) = mpsc::unbounded_channel();
+    let drained = events_tx.clone();
+    let writer = tokio::spawn(write_counted_lines(
+        host_out,
+        host_rx,
+        Arc::clone(&gauge),
+        move || {
+            let _ = drained.send(Event::Host {
+                session: session.0,
+                event: HostEvent::Drained,
+            });
+        },
+    ));
+    gateway
+        .sessions
+        .insert(session, HostSession::new(host_tx, Arc::clone(&gauge)));
     tokio::spawn(read_host(
         host_in,
         gateway.limits.max_line,
         session,
         events_tx,
+        gauge,
     ));
     loop {
         let next = match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
@@ -386,10 +438,14 @@ async fn read_host<R: AsyncRead + Unpin>(
     max_line: usize,
     session: SessionId,
     events: mpsc::UnboundedSender<Event>,
+    queue: Arc<QueueGauge>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, host_in);
     let mut buf = Vec::with_capacity(4096);
     loop {
+        // A host that does not read what waits for it is not read either:
+        // its requests would only add answers to the wait.
+        queue.within_soft_limit().await;
         let event = match read_line(&mut reader, &mut buf, max_line).await {
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
@@ -428,6 +484,7 @@ impl Gateway {
             call_timeout: Duration::from_secs(gateway.call_timeout_s),
             ask_timeout: Duration::from_secs(gateway.ask_timeout_s),
             max_line: usize::try_from(gateway.max_message_bytes).unwrap_or(usize::MAX),
+            max_depth: usize::try_from(gateway.max_json_depth).unwrap_or(64),
         };
         let sealer =
             crate::seal::Sealer::new().map_err(|err| RunError::NoRandomness(err.to_string()))?;
@@ -438,7 +495,14 @@ impl Gateway {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |elapsed| elapsed.as_millis())
         );
-        let redactor = hintgate_policy::redact::Redactor::new(&settings.policy.config().audit);
+        // The digests redaction markers keep are keyed per run until the
+        // store keeps a key of its own for them.
+        let mut digest_key = [0u8; 32];
+        getrandom::fill(&mut digest_key).map_err(|err| RunError::NoRandomness(err.to_string()))?;
+        let redactor = hintgate_policy::redact::Redactor::new(
+            &settings.policy.config().audit,
+            hintgate_policy::redact::DigestKey::new(digest_key),
+        );
         let log = settings
             .store
             .clone()
@@ -499,6 +563,7 @@ impl Gateway {
                         );
                     }
                     HostEvent::Closed => self.host_closed(session),
+                    HostEvent::Drained => self.host_drained(session),
                 }
             }
             Event::Upstream {
@@ -565,6 +630,14 @@ impl Gateway {
                             session.send(line);
                         }
                     }
+                    Outgoing::HostNote(session, line, list) => {
+                        if let Some(host) = self.sessions.get_mut(&session)
+                            && !host.notify(line)
+                            && let Some(method) = list
+                        {
+                            host.told.dropped(method);
+                        }
+                    }
                     Outgoing::Upstream(idx, generation, line) => {
                         if let Some(up) = self.upstreams.get(idx)
                             && up.generation() == generation
@@ -603,11 +676,17 @@ impl Gateway {
         self.outbox.push(Outgoing::Host(session, line));
     }
 
-    /// A line for every host session.
+    /// A notification for a host, sent at the end of the turn unless the
+    /// host is not reading.
+    fn send_host_note(&mut self, session: SessionId, line: String) {
+        self.outbox.push(Outgoing::HostNote(session, line, None));
+    }
+
+    /// A notification for every host session.
     fn send_every_host(&mut self, line: &str) {
         let sessions: Vec<SessionId> = self.sessions.keys().collect();
         for session in sessions {
-            self.send_host(session, line.to_owned());
+            self.send_host_note(session, line.to_owned());
         }
     }
 
@@ -720,8 +799,9 @@ impl Gateway {
     fn on_host_line(&mut self, session: SessionId, line: String) {
         // What the gateway decides on is what every server reads: a message
         // that repeats a key anywhere could be read two ways, so it is
-        // refused before anything else reads it.
-        if let Err(err) = find_duplicate_key(&line) {
+        // refused before anything else reads it; and so is one nested deeper
+        // than a server may be able to read.
+        if let Err(err) = find_duplicate_key_within(&line, self.limits.max_depth) {
             self.on_ambiguous_line(session, line, &err);
             return;
         }
@@ -769,6 +849,7 @@ impl Gateway {
     ) {
         let message = match err {
             crate::json::JsonError::DuplicateKey { .. } => call::duplicate_message(err),
+            crate::json::JsonError::TooDeep { .. } => call::too_deep_message(err),
             other => format!("parse error: {other}"),
         };
         tracing::warn!("{message}");
@@ -838,6 +919,10 @@ impl Gateway {
             .sessions
             .get(&session)
             .is_some_and(HostSession::started);
+        if started && let Some(host) = self.sessions.get_mut(&session) {
+            // It asks for a list: the next change to that list is told.
+            host.told.listed(request.method.as_str());
+        }
         match &request.method {
             Method::Initialize => self.on_initialize(request),
             Method::Discover => self.on_discover(request),
@@ -945,7 +1030,7 @@ impl Gateway {
         );
         for n in asks {
             if let Some(HostPurpose::Ask(cx)) = self.inflight.take_host(session, n) {
-                self.send_host(
+                self.send_host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
@@ -1000,7 +1085,7 @@ impl Gateway {
     fn host_timed_out(&mut self, session: SessionId, n: u64) {
         match self.inflight.take_host(session, n) {
             Some(HostPurpose::Ask(cx)) => {
-                self.send_host(
+                self.send_host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
@@ -1017,7 +1102,7 @@ impl Gateway {
                 generation,
                 upstream_id,
             }) => {
-                self.send_host(
+                self.send_host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
@@ -1130,6 +1215,12 @@ impl Gateway {
     // --- the upstream side ---
 
     fn on_upstream_line(&mut self, idx: ServerIdx, line: &str) {
+        // A line is passed on as its text, which no parser of the gateway
+        // reads whole: its depth is checked here, before anything else.
+        if let Err(err) = crate::json::check_depth(line, self.limits.max_depth) {
+            self.on_too_deep_upstream(idx, line, &err);
+            return;
+        }
         let message = match Message::parse(line) {
             Ok(message) => message,
             Err(err) => {
@@ -1239,10 +1330,7 @@ impl Gateway {
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
         match message.method() {
             "notifications/tools/list_changed" => {
-                self.catalog.forget(idx);
-                // List again now, so a changed definition is caught and held
-                // even if the host never lists again.
-                self.list_tools(idx);
+                self.tools_changed(idx);
                 self.notify_hosts("notifications/tools/list_changed", message.line());
             }
             // A 2026-07-28 server confirming the gateway's own listen stream.
@@ -1267,19 +1355,31 @@ impl Gateway {
                             Value::String(format!("hintgate-{n}")),
                         );
                     }
-                    self.send_host(session, message.with_params(&params.to_string()));
+                    self.send_host_note(session, message.with_params(&params.to_string()));
                 }
             }
             method @ ("notifications/prompts/list_changed"
             | "notifications/resources/list_changed") => {
                 self.notify_hosts(method, message.line());
             }
+            // An update of a private-data server's resource is its data
+            // reaching the host (design §4.4).
+            "notifications/resources/updated" => {
+                if self.policy.data_taints_session(self.upstreams.name(idx)) {
+                    let sessions: Vec<SessionId> = self.sessions.keys().collect();
+                    for session in sessions {
+                        self.taint(session, idx, "`notifications/resources/updated`");
+                    }
+                }
+                self.send_every_host(message.line());
+            }
             _ => self.send_every_host(message.line()),
         }
     }
 
     /// A change notification to every host: as sent to a legacy host, on
-    /// its listen stream to a modern one.
+    /// its listen stream to a modern one; not to a host told of a change to
+    /// that list since it last asked for it.
     fn notify_hosts(&mut self, method: &str, line: &str) {
         let sessions: Vec<(SessionId, bool)> = self
             .sessions
@@ -1287,11 +1387,48 @@ impl Gateway {
             .map(|id| (id, self.sessions.get(&id).is_some_and(HostSession::modern)))
             .collect();
         for (session, modern) in sessions {
-            if modern {
-                self.notify_modern(session, method);
-            } else {
-                self.send_host(session, line.to_owned());
-            }
+            self.notify_host(session, modern, method, line);
+        }
+    }
+
+    /// A change notification to one host, unless it was told already.
+    fn notify_host(&mut self, session: SessionId, modern: bool, method: &str, line: &str) {
+        // A modern host without a listen stream cannot be told yet.
+        let tell = self
+            .sessions
+            .get_mut(&session)
+            .is_some_and(|host| (!modern || host.listen.is_some()) && host.told.tell(method));
+        if !tell {
+            return;
+        }
+        if modern {
+            self.notify_modern(session, method);
+        } else {
+            let list = session::Told::list_changed(method);
+            self.outbox
+                .push(Outgoing::HostNote(session, line.to_owned(), list));
+        }
+    }
+
+    /// The host reads again after its queue was past its bound: the count
+    /// of what was dropped is logged, and the changes it was not told of
+    /// are told now.
+    fn host_drained(&mut self, session: SessionId) {
+        let Some(host) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        let dropped = std::mem::take(&mut host.dropped_notes);
+        let owed = host.told.take_owed();
+        let modern = host.modern();
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "the host reads again: {dropped} notification(s) to it were dropped while it was not reading"
+            );
+        }
+        for method in owed {
+            let line = frame::notification(method, &json!({}));
+            self.notify_host(session, modern, method, &line);
         }
     }
 

@@ -440,10 +440,10 @@ impl Gateway {
             return;
         };
         let id: Value = serde_json::from_str(&subscription).unwrap_or(Value::Null);
-        self.send_host(
-            session,
-            frame::notification(method, &json!({"_meta": {META_SUBSCRIPTION: id}})),
-        );
+        let line = frame::notification(method, &json!({"_meta": {META_SUBSCRIPTION: id}}));
+        let list = super::session::Told::list_changed(method);
+        self.outbox
+            .push(super::Outgoing::HostNote(session, line, list));
     }
 }
 

@@ -378,12 +378,9 @@ impl Gateway {
                         self.answer_call(&cx, line, outcome);
                         return;
                     }
-                    if cx.taints
-                        && let Some(host) = self.sessions.get_mut(&session)
-                        && !host.tainted
-                    {
-                        tracing::info!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "the session has read private data: open-world tools now ask");
-                        host.tainted = true;
+                    if cx.taints {
+                        let what = format!("a result of `{}`", cx.tool);
+                        self.taint(session, idx, &what);
                     }
                     let is_error = view.is_error == Some(true);
                     if let (false, Some(validator), Some(structured)) =

@@ -50,6 +50,8 @@ struct Aggregate {
     /// Each server's items, by its index, so the merged list is in
     /// configuration order whatever order the answers come in.
     items: BTreeMap<ServerIdx, Vec<Value>>,
+    /// How many pages each server has sent.
+    pages: BTreeMap<ServerIdx, usize>,
     remaining: usize,
 }
 
@@ -501,20 +503,24 @@ impl Gateway {
         self.send_upstream(idx, generation, line);
     }
 
-    /// A server answered a forwarded request.
+    /// A server answered a forwarded request. A resource or a prompt of a
+    /// private-data server taints the session once it reaches the host
+    /// (design §4.4); an error carries no data.
     pub(super) fn on_forward_answer(
         &mut self,
         idx: ServerIdx,
         request: &HostRequest,
         message: &Message<'_>,
     ) {
-        let line = self.host_response(
-            idx,
-            request.session,
-            message,
-            request.id(),
-            request.method.as_str(),
-        );
+        let method = request.method.as_str();
+        let line = self.host_response(idx, request.session, message, request.id(), method);
+        let reads = matches!(method, "resources/read" | "prompts/get");
+        if reads
+            && message.result.is_some_and(super::call::carries_data)
+            && self.policy.data_taints_session(self.upstreams.name(idx))
+        {
+            self.taint(request.session, idx, &format!("`{method}`"));
+        }
         self.send_host(request.session, line);
     }
 
@@ -558,6 +564,7 @@ impl Gateway {
                 request,
                 key,
                 items: BTreeMap::new(),
+                pages: BTreeMap::new(),
                 remaining: targets.len(),
             },
         );
@@ -642,10 +649,23 @@ impl Gateway {
                 }
             }
         }
+        let mut pages = 0;
         if let Some(state) = self.routing.aggregates.get_mut(&aggregate) {
             state.items.entry(idx).or_default().extend(items);
+            let seen = state.pages.entry(idx).or_default();
+            *seen += 1;
+            pages = *seen;
         }
         if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
+            if pages >= super::MAX_LIST_PAGES {
+                // Only this server's entries are left out.
+                if let Some(state) = self.routing.aggregates.get_mut(&aggregate) {
+                    state.items.remove(&idx);
+                }
+                let why = super::upstreams::too_many_pages(&server, method);
+                self.fanout_done(aggregate, idx, Some(why));
+                return;
+            }
             let timeout = self.limits.call_timeout;
             self.request_up(
                 idx,

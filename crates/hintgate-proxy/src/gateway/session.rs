@@ -5,13 +5,21 @@
 //! sessions may share one set of servers (the HTTP host side serves many),
 //! and each keeps its own taint, remembered approvals and questions. Over
 //! stdio there is one session, [`SessionId::FIRST`].
+//!
+//! Each session's lines to its host wait in a queue whose size is counted
+//! ([`QueueGauge`]) and bounded ([`HOST_QUEUE_BYTES`]): a host that stops
+//! reading loses notifications (counted, and a missed list change told
+//! later), never an answer without being told.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::Gateway;
 use super::request::{HostRequest, ServerIdx, SessionId};
+use crate::conn::QueueGauge;
 
 /// Every host session, by number.
 #[derive(Debug, Default)]
@@ -30,11 +38,41 @@ pub(crate) enum Era {
     Modern,
 }
 
+/// Which lists a host was told changed and has not asked for since. A
+/// host is told once, however many changes the servers announce until it
+/// lists again: a server's flood of `list_changed` is not a flood for the
+/// host.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Told {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    /// Changes whose notification was dropped (the host was not reading):
+    /// told once it reads again.
+    owed: [bool; 3],
+}
+
+/// The change notifications [`Told`] keeps track of, in its order.
+const LIST_CHANGED: [&str; 3] = [
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+];
+
+/// How much may wait for a host before notifications to it are dropped
+/// and the host's own messages are not read: a host that stops reading
+/// holds this much, and what it must get (answers, questions) up to one
+/// message more (`max_message_bytes`); an answer beyond that is replaced by
+/// an error that says why, and a question is dropped (it then times out).
+pub(crate) const HOST_QUEUE_BYTES: usize = 1024 * 1024;
+
 /// One host session.
 #[derive(Debug)]
 pub(crate) struct HostSession {
     /// Lines to the host.
     out: mpsc::UnboundedSender<String>,
+    /// What waits in `out` for the host to read.
+    gauge: Arc<QueueGauge>,
     /// The era it speaks.
     pub era: Era,
     /// What it said of itself: the params of its `initialize` (for a modern
@@ -44,10 +82,16 @@ pub(crate) struct HostSession {
     pub elicitation: bool,
     /// A modern host's `subscriptions/listen` request id (raw JSON).
     pub listen: Option<String>,
-    /// A private-data tool has returned a result (design §4.4).
+    /// Private data reached the host: a result of a private-data tool, or a
+    /// resource, resource update or prompt of a private-data server (design
+    /// §4.4).
     pub tainted: bool,
     /// Tools approved for the rest of the session.
     pub remembered: HashSet<(ServerIdx, String)>,
+    /// The lists it was told changed and has not asked for since.
+    pub told: Told,
+    /// Notifications dropped since it last drained its queue.
+    pub dropped_notes: u64,
     /// Its `initialize`, waiting for the servers to start.
     pub initialize_pending: Option<HostRequest>,
     /// A modern host's `server/discover`, waiting for the servers to start.
@@ -98,26 +142,79 @@ impl Sessions {
 // === impl HostSession ===
 
 impl HostSession {
-    /// A new session writing to `out`.
-    pub fn new(out: mpsc::UnboundedSender<String>) -> Self {
+    /// A new session writing to `out`, counting what waits in `gauge`.
+    pub fn new(out: mpsc::UnboundedSender<String>, gauge: Arc<QueueGauge>) -> Self {
         Self {
             out,
+            gauge,
             era: Era::Unknown,
             init: None,
             elicitation: false,
             listen: None,
             tainted: false,
             remembered: HashSet::new(),
+            told: Told::default(),
+            dropped_notes: 0,
             initialize_pending: None,
             discover_pending: None,
             closed: false,
         }
     }
 
-    /// Sends one line to the host.
+    /// Sends a line the host must get: an answer, or a question. Past the
+    /// queue's hard bound (the host has not been reading), an answer is
+    /// replaced by an error that says why, and a question is dropped (it
+    /// then times out, and its call is refused).
     pub fn send(&self, line: String) {
+        let waiting = self.gauge.bytes();
+        if waiting + line.len() < self.gauge.hard_limit() {
+            self.queue(line);
+            return;
+        }
+        self.gauge.count_dropped();
+        let message = crate::frame::Message::parse(&line).ok();
+        match message
+            .as_ref()
+            .map(|message| (message.kind(), message.id_text()))
+        {
+            Some((crate::frame::Kind::Response, id)) => {
+                let text = format!(
+                    "hintgate dropped this answer ({} bytes): the host was not reading what hintgate wrote to it ({waiting} bytes were waiting)",
+                    line.len()
+                );
+                tracing::warn!("{text}");
+                self.queue(crate::frame::error_response(id, -32603, &text));
+            }
+            _ => tracing::warn!(
+                "the host was not reading what hintgate wrote to it ({waiting} bytes were waiting): a message to it was dropped"
+            ),
+        }
+    }
+
+    /// Sends a notification, unless the host's queue is past its soft
+    /// bound: then it is dropped (and counted). Returns whether it was sent.
+    pub fn notify(&mut self, line: String) -> bool {
+        if self.gauge.bytes() + line.len() < self.gauge.soft_limit() {
+            self.queue(line);
+            return true;
+        }
+        self.gauge.count_dropped();
+        self.dropped_notes += 1;
+        if self.dropped_notes == 1 {
+            tracing::warn!(
+                "the host is not reading what hintgate writes to it: notifications to it are dropped until it reads again"
+            );
+        }
+        false
+    }
+
+    fn queue(&self, line: String) {
+        let len = line.len();
+        self.gauge.queued(len);
         // A closed channel means the host is gone; its reader says so.
-        let _ = self.out.send(line);
+        if self.out.send(line).is_err() {
+            self.gauge.withdrawn(len);
+        }
     }
 
     /// The host speaks 2026-07-28.
@@ -146,6 +243,84 @@ impl HostSession {
     }
 }
 
+// === impl Told ===
+
+impl Told {
+    /// The change notification that `method` is, in the gateway's own
+    /// spelling.
+    pub fn list_changed(method: &str) -> Option<&'static str> {
+        LIST_CHANGED.iter().copied().find(|known| *known == method)
+    }
+
+    /// The notification of a change, `method`, was dropped: the host was
+    /// not told, and is once it reads again.
+    pub fn dropped(&mut self, method: &str) {
+        if let Some(idx) = LIST_CHANGED.iter().position(|known| *known == method)
+            && let Some(owed) = self.owed.get_mut(idx)
+        {
+            *owed = true;
+            if let Some(told) = self.slot(method) {
+                *told = false;
+            }
+        }
+    }
+
+    /// The changes whose notification was dropped, to tell now; forgotten.
+    pub fn take_owed(&mut self) -> Vec<&'static str> {
+        let owed = std::mem::take(&mut self.owed);
+        LIST_CHANGED
+            .iter()
+            .zip(owed)
+            .filter(|(_, owed)| *owed)
+            .map(|(method, _)| *method)
+            .collect()
+    }
+
+    fn slot(&mut self, method: &str) -> Option<&mut bool> {
+        match method {
+            "notifications/tools/list_changed" | "tools/list" => Some(&mut self.tools),
+            "notifications/prompts/list_changed" | "prompts/list" => Some(&mut self.prompts),
+            "notifications/resources/list_changed"
+            | "resources/list"
+            | "resources/templates/list" => Some(&mut self.resources),
+            _ => None,
+        }
+    }
+
+    /// A change notified with `method` is to be told: returns whether it
+    /// must be sent (the host was not told of a change to that list since
+    /// it last asked for it), and notes that it was.
+    pub fn tell(&mut self, method: &str) -> bool {
+        match self.slot(method) {
+            Some(told) => !std::mem::replace(told, true),
+            None => true,
+        }
+    }
+
+    /// The host asks for a list (`method`): the next change to it is told.
+    pub fn listed(&mut self, method: &str) {
+        if let Some(told) = self.slot(method) {
+            *told = false;
+        }
+    }
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Private data from server `idx` (`what` says how it came) reached the
+    /// host of `session`: from now on, open-world tools ask (design §4.4).
+    pub(super) fn taint(&mut self, session: SessionId, idx: ServerIdx, what: &str) {
+        let server = self.upstreams.name(idx);
+        if let Some(host) = self.sessions.get_mut(&session)
+            && !host.tainted
+        {
+            tracing::info!(server.id = %server, "the session has read private data ({what}): open-world tools now ask");
+            host.tainted = true;
+        }
+    }
+}
+
 /// Whether a host's declared elicitation capability includes form mode
 /// (`elicitation: {}` means form; `{url: {}}` alone does not).
 pub(crate) fn declares_form_elicitation(capabilities: Option<&Value>) -> bool {
@@ -153,4 +328,27 @@ pub(crate) fn declares_form_elicitation(capabilities: Option<&Value>) -> bool {
         .and_then(|caps| caps.get("elicitation"))
         .and_then(Value::as_object)
         .is_some_and(|caps| caps.is_empty() || caps.contains_key("form"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_told_of_a_change_once_until_it_lists_again() {
+        let mut told = Told::default();
+        assert!(told.tell("notifications/tools/list_changed"));
+        assert!(!told.tell("notifications/tools/list_changed"));
+        // Each list on its own.
+        assert!(told.tell("notifications/prompts/list_changed"));
+        assert!(told.tell("notifications/resources/list_changed"));
+        told.listed("tools/list");
+        assert!(told.tell("notifications/tools/list_changed"));
+        assert!(!told.tell("notifications/resources/list_changed"));
+        told.listed("resources/templates/list");
+        assert!(told.tell("notifications/resources/list_changed"));
+        // Other notifications are never held back.
+        assert!(told.tell("notifications/message"));
+        assert!(told.tell("notifications/message"));
+    }
 }

@@ -491,8 +491,15 @@ impl Gateway {
             Some(tools) => tools.clone(),
             None => Vec::new(),
         };
-        self.catalog.add_page(idx, tools);
+        let pages = self.catalog.add_page(idx, tools);
         if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
+            if pages >= super::MAX_LIST_PAGES {
+                let why = too_many_pages(self.upstreams.name(idx), "tools/list");
+                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+                self.catalog.listing_failed(idx, why);
+                self.retry_waiting();
+                return;
+            }
             let timeout = self.limits.call_timeout;
             self.request_up(
                 idx,
@@ -503,8 +510,27 @@ impl Gateway {
             );
             return;
         }
+        if self.catalog.take_stale(idx) {
+            // The server announced a change while this list came: what it
+            // lists may be from before, so it is listed once more (the
+            // calls waiting for it wait for that one).
+            self.catalog.begin_listing(idx);
+            let timeout = self.limits.call_timeout;
+            self.request_up(idx, "tools/list", &json!({}), UpPurpose::ListTools, timeout);
+            return;
+        }
         self.finish_listing(idx);
         self.retry_waiting();
+    }
+
+    /// The server said its tool list changed: list it again, unless a
+    /// listing runs (then once more after it).
+    pub(super) fn tools_changed(&mut self, idx: ServerIdx) {
+        if self.catalog.changed(idx) {
+            // Now, so a changed definition is caught and held even if the
+            // host never lists again.
+            self.list_tools(idx);
+        }
     }
 
     /// Completes a listing (without waking what waits: the caller does).
@@ -543,6 +569,78 @@ impl Gateway {
             matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
         });
         self.retry_waiting();
+    }
+
+    /// A server sent a line that nests deeper than `max_json_depth`. It is
+    /// not passed on, and only what it was fails: the answer to one request
+    /// fails that request (a call with the outcome `protocol-error`), a
+    /// request of the server's own is answered with an error, and a
+    /// notification is dropped. The server goes on.
+    pub(super) fn on_too_deep_upstream(
+        &mut self,
+        idx: ServerIdx,
+        line: &str,
+        err: &crate::json::JsonError,
+    ) {
+        let name = self.upstreams.name(idx).to_owned();
+        let Ok(found) = crate::json::members(line) else {
+            self.upstream_failed(idx, format!("wrote a line that is not JSON-RPC and {err}"));
+            return;
+        };
+        let member = |key: &str| {
+            let mut matching = found.iter().filter(|member| member.key == key);
+            match (matching.next(), matching.next()) {
+                (Some(member), None) => line.get(member.value.clone()),
+                _ => None,
+            }
+        };
+        let why = format!(
+            "server `{name}` sent a message that {err} (the limit is `max_json_depth` in `[gateway]`); hintgate did not pass it on"
+        );
+        tracing::warn!(server.id = %name, "{why}");
+        match (member("method"), member("id")) {
+            (Some(_), Some(id)) => {
+                let generation = self.upstreams.get(idx).map_or(0, Upstream::generation);
+                let text = super::call::too_deep_message(err);
+                self.send_upstream(idx, generation, frame::error_response(id, -32600, &text));
+            }
+            (Some(_), None) => {}
+            (None, Some(id)) => {
+                let Some(purpose) = id
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|id| self.inflight.take_up(idx, id))
+                else {
+                    return;
+                };
+                self.too_deep_answer(idx, purpose, &why);
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// The answer to a request of the gateway's nests too deep: the request
+    /// fails as if the server had answered with an error.
+    fn too_deep_answer(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
+        match purpose {
+            UpPurpose::Call(cx) => {
+                let line = self.result_line(
+                    cx.request.session,
+                    cx.request.id(),
+                    &super::call::error_result(why),
+                );
+                self.answer_call(&cx, line, super::call::Outcome::ProtocolError);
+            }
+            // Its start cannot complete without the answer.
+            UpPurpose::Discover | UpPurpose::LateDiscover | UpPurpose::Initialize => {
+                self.upstream_failed(idx, why.to_owned());
+            }
+            UpPurpose::ListTools => {
+                self.catalog.listing_failed(idx, why.to_owned());
+                self.retry_waiting();
+            }
+            other => self.give_up(idx, other, why),
+        }
     }
 
     /// A request to a server will not be answered (the server failed, or
@@ -780,6 +878,15 @@ impl Gateway {
             },
         }
     }
+}
+
+/// Why a server's list was cut off: it named a next page after
+/// [`super::MAX_LIST_PAGES`] pages.
+pub(super) fn too_many_pages(server: &str, method: &str) -> String {
+    format!(
+        "server `{server}` sent more than {} pages of `{method}` (the most hintgate follows); its entries are left out",
+        super::MAX_LIST_PAGES
+    )
 }
 
 /// A server's identity for people, and what its command line resolves to

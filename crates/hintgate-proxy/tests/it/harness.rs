@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hintgate_policy::config::{ServerConfig, ValidConfig, parse_str};
 use hintgate_policy::decide::Policy;
-use hintgate_proxy::{Connector, Link, LinkTarget, Mode, Settings};
+use hintgate_proxy::{Connector, Link, LinkTarget, Mode, QueueGauge, Settings};
 use hintgate_store::{
     Answer, Answered, Approval, ApprovalQueue, AuditLog, Entry, MemoryStore, NewEntry, NewPending,
     Pending, Pin, PinStore, QueueWatch, Rekeyed, Seen, Store, StoreError,
@@ -59,6 +59,8 @@ pub enum Behaviour {
     Hang,
     /// No answer the first time (in each start of the server), then `Echo`.
     HangOnce,
+    /// These lines first (notifications, requests of its own), then `Echo`.
+    LinesThenEcho(Vec<String>),
 }
 
 /// One scripted server.
@@ -72,8 +74,20 @@ pub struct ServerScript {
     pub silent_list: bool,
     /// It never answers these methods.
     pub silent: Vec<String>,
-    /// Every page of its tool list names a next one.
+    /// Every page of its lists (tools, resources, templates, prompts)
+    /// names a next one.
     pub endless_pages: bool,
+    /// Every answer to `tools/list` comes after a `list_changed`.
+    pub changes_on_list: bool,
+    /// It speaks 2026-07-28: it answers the era probe.
+    pub modern: bool,
+    /// The resources `resources/list` gives (a `uri` containing `missing`
+    /// is answered with an error when read).
+    pub resources: Vec<Value>,
+    /// The resource templates `resources/templates/list` gives.
+    pub templates: Vec<Value>,
+    /// The prompts `prompts/list` gives.
+    pub prompts: Vec<Value>,
 }
 
 impl ServerScript {
@@ -84,6 +98,11 @@ impl ServerScript {
             silent_list: false,
             silent: Vec::new(),
             endless_pages: false,
+            changes_on_list: false,
+            modern: false,
+            resources: Vec::new(),
+            templates: Vec::new(),
+            prompts: Vec::new(),
         }
     }
 
@@ -213,13 +232,21 @@ impl Served {
             return None;
         }
         let result = match method.as_str() {
+            "server/discover" if script.modern => json!({
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {"listChanged": true}, "resources": {}, "prompts": {}},
+                "serverInfo": {"name": name, "version": "1"},
+            })
+            .to_string(),
             "server/discover" => {
                 let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}});
                 return Some(reply.to_string());
             }
+            // The stream stays open: its notifications come when pushed.
+            "subscriptions/listen" => return None,
             "initialize" => json!({
                 "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {"listChanged": true}, "resources": {}},
+                "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}, "prompts": {}},
                 "serverInfo": {"name": name, "version": "1"},
             })
             .to_string(),
@@ -236,9 +263,39 @@ impl Served {
                 if script.endless_pages {
                     page["nextCursor"] = json!("more");
                 }
+                if script.changes_on_list {
+                    return Some(format!(
+                        "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}}\n{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{page}}}"
+                    ));
+                }
                 page.to_string()
             }
-            "resources/list" => json!({"resources": []}).to_string(),
+            list @ ("resources/list" | "resources/templates/list" | "prompts/list") => {
+                let (key, items) = match list {
+                    "resources/list" => ("resources", &script.resources),
+                    "resources/templates/list" => ("resourceTemplates", &script.templates),
+                    _ => ("prompts", &script.prompts),
+                };
+                let mut page = json!({ key: items });
+                if script.endless_pages {
+                    page["nextCursor"] = json!("more");
+                }
+                page.to_string()
+            }
+            "resources/read" => {
+                let uri = message["params"]["uri"].as_str().unwrap_or("");
+                if uri.contains("missing") {
+                    let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002, "message": "resource not found"}});
+                    return Some(reply.to_string());
+                }
+                json!({"contents": [{"uri": uri, "text": format!("the private contents of {uri}")}]})
+                    .to_string()
+            }
+            "prompts/get" => {
+                let prompt = message["params"]["name"].as_str().unwrap_or("");
+                json!({"messages": [{"role": "user", "content": {"type": "text", "text": format!("{name} filled in prompt {prompt} with private data")}}]})
+                    .to_string()
+            }
             "tools/call" => {
                 let tool = message["params"]["name"].as_str().unwrap_or("");
                 match script.behaviour.get(tool).unwrap_or(&Behaviour::Echo) {
@@ -249,6 +306,15 @@ impl Served {
                         // The arguments exactly as they arrived, as text.
                         let raw = raw_arguments(line);
                         json!({"content": [{"type": "text", "text": raw}]}).to_string()
+                    }
+                    Behaviour::LinesThenEcho(lines) => {
+                        let raw = raw_arguments(line);
+                        let result = json!({"content": [{"type": "text", "text": raw}]});
+                        let mut out = lines.join("\n");
+                        out.push_str(&format!(
+                            "\n{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}"
+                        ));
+                        return Some(out);
                     }
                 }
             }
@@ -483,6 +549,12 @@ pub struct Harness {
     pub received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
     tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
     pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
+    /// How many times each server was started.
+    pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// What waits in the gateway for the host to read.
+    pub gauge: Arc<QueueGauge>,
+    /// Whether the host reads what the gateway writes.
+    reading: tokio::sync::watch::Sender<bool>,
 }
 
 /// How to start a harness.
@@ -555,6 +627,7 @@ impl Harness {
         let received = Arc::clone(&connector.received);
         let tools_now = Arc::clone(&connector.tools_now);
         let pushes = Arc::clone(&connector.pushes);
+        let starts = Arc::clone(&connector.starts);
         let as_store: Arc<dyn Store> = store.clone();
         let settings = Settings {
             policy: Policy::new(config),
@@ -565,6 +638,8 @@ impl Harness {
         };
         let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let gauge = Arc::new(QueueGauge::default());
+        let gateway_gauge = Arc::clone(&gauge);
         let gateway = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -582,15 +657,26 @@ impl Harness {
                     settings,
                     gateway_in,
                     gateway_out,
+                    gateway_gauge,
                     stop,
                 ))
                 .unwrap();
         });
         let (host_read, host_tx) = tokio::io::split(host_end);
         let (tx, host_rx) = mpsc::unbounded_channel();
+        let (reading, mut may_read) = tokio::sync::watch::channel(true);
         tokio::spawn(async move {
             let mut lines = BufReader::new(host_read).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            loop {
+                // A paused host reads nothing, so its pipe fills up.
+                while !*may_read.borrow_and_update() {
+                    if may_read.changed().await.is_err() {
+                        return;
+                    }
+                }
+                let Ok(Some(line)) = lines.next_line().await else {
+                    return;
+                };
                 let value: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|err| json!({"unparseable": line, "error": err.to_string()}));
                 if tx.send(value).is_err() {
@@ -599,6 +685,8 @@ impl Harness {
             }
         });
         Self {
+            gauge,
+            reading,
             host_tx,
             host_rx,
             next_id: 0,
@@ -612,7 +700,18 @@ impl Harness {
             received,
             tools_now,
             pushes,
+            starts,
         }
+    }
+
+    /// The host stops reading what the gateway writes (it keeps writing).
+    pub fn pause_reading(&self) {
+        self.reading.send_replace(false);
+    }
+
+    /// The host reads again.
+    pub fn resume_reading(&self) {
+        self.reading.send_replace(true);
     }
 
     /// Sends one line as it is.
@@ -667,6 +766,30 @@ impl Harness {
         self.response(&id).await
     }
 
+    /// A 2026-07-28 request (the modern `_meta`, with these host
+    /// capabilities, added to `params`), and its response.
+    pub async fn modern_request(
+        &mut self,
+        method: &str,
+        mut params: Value,
+        capabilities: Value,
+    ) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "modern-test-host", "version": "1"},
+        });
+        self.request(method, params).await
+    }
+
+    /// A server sends this line of its own accord.
+    pub fn push(&self, server: &str, line: &str) {
+        let push = self.pushes.lock().unwrap().get(server).cloned();
+        push.expect("the server runs")
+            .send(line.to_owned())
+            .unwrap();
+    }
+
     /// The legacy handshake, with these host capabilities.
     pub async fn initialize(&mut self, capabilities: Value) -> Value {
         let init = self
@@ -695,15 +818,6 @@ impl Harness {
         let push = self.pushes.lock().unwrap().get(server).cloned();
         push.expect("the server runs")
             .send(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned())
-            .unwrap();
-    }
-
-    /// A server sends `line` of its own accord (a request to the host, a
-    /// notification).
-    pub fn push(&self, server: &str, line: &str) {
-        let push = self.pushes.lock().unwrap().get(server).cloned();
-        push.expect("the server runs")
-            .send(line.to_owned())
             .unwrap();
     }
 

@@ -8,7 +8,9 @@
     reason = "test code: a failed unwrap, index or panic is a failed test"
 )]
 
+mod bounds;
 mod harness;
 mod hostile;
 mod names;
 mod pipeline;
+mod taint;

@@ -244,11 +244,11 @@ async fn a_call_the_server_never_answers_ends_at_the_deadline_and_is_not_replaye
     );
     assert!(text(&failed).contains("was not retried"), "{failed}");
     assert_eq!(gateway.calls_received("fx").len(), 1);
-    let cancelled = gateway
-        .received_by("fx")
-        .iter()
-        .any(|line| line.contains("notifications/cancelled"));
-    assert!(cancelled, "the server is told the gateway gave up");
+    // The server is told the gateway gave up. It is told in the turn that
+    // answers the host, on another pipe, so it may hear it just after.
+    gateway
+        .received_eventually("fx", "notifications/cancelled")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,8 +285,26 @@ async fn a_server_whose_tool_list_never_ends_cannot_hold_a_call() {
     endless.endless_pages = true;
     let mut gateway = Harness::start(Setup::wrap(endless, true)).await;
     gateway.initialize(json!({})).await;
-    // Each page comes in time, so no page's deadline passes; the call's own
-    // wait for the list to end does.
+    // Each page comes in time, so no page's deadline passes; the gateway
+    // follows 1000 pages and no more.
+    let failed = gateway.call("read", json!({"n": 1})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("sent more than 1000 pages of `tools/list`"),
+        "{failed}"
+    );
+    assert!(gateway.calls_received("fx").is_empty());
+    assert!(gateway.count_received("fx", "tools/list") > 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_keeps_relisting_cannot_hold_a_call() {
+    let mut relisting = reader();
+    relisting.changes_on_list = true;
+    let mut gateway = Harness::start(Setup::wrap(relisting, true)).await;
+    gateway.initialize(json!({})).await;
+    // Every list comes with the news that it changed again, so the list
+    // never settles; the call's own wait for it ends.
     let failed = gateway.call("read", json!({"n": 1})).await;
     assert!(is_error(&failed), "{failed}");
     assert!(

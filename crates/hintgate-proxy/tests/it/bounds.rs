@@ -1,0 +1,469 @@
+//! Nothing a host or a server sends can make the gateway hold, or pass on,
+//! more than its limits: JSON nested too deeply, a tool list that never
+//! ends, a flood of `list_changed`, a host that stops reading.
+
+use std::collections::HashMap;
+
+use hintgate_proxy::Mode;
+use hintgate_store::EntryKind;
+use serde_json::{Value, json};
+
+use crate::harness::{Behaviour, Harness, ServerScript, Setup, is_error, text, tool};
+
+/// JSON text: `depth` arrays, one inside the other.
+fn nested(depth: usize) -> String {
+    format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// A tool result whose `structuredContent`-free body holds `depth` nested
+/// arrays (the line that carries it nests three levels more).
+fn deep_result(depth: usize) -> String {
+    format!(
+        r#"{{"content":[{{"type":"text","text":"deep"}}],"nested":{}}}"#,
+        nested(depth)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_over_deep_answer_fails_only_its_call_and_is_recorded() {
+    let deep_note = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":{}}}}}"#,
+        nested(10_000)
+    );
+    let deep_question = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep-ask","method":"elicitation/create","params":{{"message":"?","requestedSchema":{}}}}}"#,
+        nested(10_000)
+    );
+    let script = ServerScript::with_tools(vec![
+        tool("read", true),
+        tool("deep", true),
+        tool("nested", true),
+        tool("chatty", true),
+    ])
+    .answering("deep", Behaviour::Raw(deep_result(10_000)))
+    .answering("nested", Behaviour::Raw(deep_result(50)))
+    .answering(
+        "chatty",
+        Behaviour::LinesThenEcho(vec![deep_note, deep_question]),
+    );
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+
+    // A result a host's parser may choke on (serde_json stops at 128
+    // levels) is not passed on: the call fails, and says why.
+    let refused = gateway.call("deep", json!({"n": 1})).await;
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        text(&refused).contains("nests deeper than 64 levels"),
+        "{refused}"
+    );
+    // Within the limit, a nested result passes as it is.
+    let passed = gateway.call("nested", json!({"n": 2})).await;
+    assert_eq!(
+        passed["result"]["nested"].to_string(),
+        nested(50),
+        "{passed}"
+    );
+    // The server's own over-deep notification is dropped, and its over-deep
+    // request answered with an error, never relayed to the host.
+    let chatty = gateway.call("chatty", json!({"n": 3})).await;
+    assert!(!is_error(&chatty), "{chatty}");
+    gateway.received_eventually("fx", "deep-ask").await;
+    let answered: Value = gateway
+        .received_by("fx")
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|message| message["id"] == "deep-ask")
+        .unwrap();
+    assert_eq!(answered["error"]["code"], -32600, "{answered}");
+    // Only that call failed: the server was not restarted, and still works.
+    let read = gateway.call("read", json!({"n": 4})).await;
+    assert_eq!(text(&read), r#"{"n":4}"#, "{read}");
+    assert_eq!(gateway.starts.lock().unwrap()["fx"], 1);
+    assert!(
+        gateway.requests.is_empty(),
+        "nothing was relayed: {:?}",
+        gateway.requests
+    );
+    assert!(
+        gateway
+            .notes
+            .iter()
+            .all(|note| note.get("unparseable").is_none()
+                && note["method"] != "notifications/message"),
+        "{:?}",
+        gateway.notes
+    );
+
+    let store = gateway.close().await;
+    let records = store.records();
+    let outcome_of = |n: i64| {
+        let call = records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Call && entry.body["arguments"]["n"] == n)
+            .unwrap();
+        records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+            .map(|entry| entry.body["outcome"].clone())
+            .unwrap()
+    };
+    assert_eq!(outcome_of(1), "protocol-error");
+    assert_eq!(outcome_of(2), "ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_over_deep_host_request_is_refused() {
+    let script = ServerScript::with_tools(vec![tool("read", true)]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    // Within what serde reads (128 levels), deeper than the gateway's limit.
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep-call","method":"tools/call","params":{{"name":"read","arguments":{{"n":{}}}}}}}"#,
+        nested(100)
+    );
+    gateway.send_raw(&call).await;
+    let refused = gateway.response(&json!("deep-call")).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("nests deeper than 64 levels"), "{refused}");
+    assert!(message.contains("max_json_depth"), "{refused}");
+    // Any other request too, before it is forwarded.
+    let other = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep-other","method":"custom/method","params":{{"x":{}}}}}"#,
+        nested(100)
+    );
+    gateway.send_raw(&other).await;
+    let refused = gateway.response(&json!("deep-other")).await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    // And far past serde's own limit, with the same clear error.
+    let abyss = format!(
+        r#"{{"jsonrpc":"2.0","id":"abyss","method":"custom/method","params":{}}}"#,
+        nested(100_000)
+    );
+    gateway.send_raw(&abyss).await;
+    let refused = gateway.response(&json!("abyss")).await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nests deeper than 64 levels"),
+        "{refused}"
+    );
+    gateway.request("ping", json!({})).await;
+    assert!(gateway.calls_received("fx").is_empty());
+    assert_eq!(gateway.count_received("fx", "custom/method"), 0);
+    let store = gateway.close().await;
+    let record = store
+        .records()
+        .into_iter()
+        .find(|entry| entry.kind == EntryKind::Call)
+        .unwrap();
+    assert_eq!(record.body["reasons"], json!(["malformed-request"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_the_depth_limit_is_the_configured_one() {
+    let script = ServerScript::with_tools(vec![tool("thirty", true), tool("ten", true)])
+        .answering("thirty", Behaviour::Raw(deep_result(30)))
+        .answering("ten", Behaviour::Raw(deep_result(10)));
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_json_depth = 20\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let refused = gateway.call("thirty", json!({})).await;
+    assert!(
+        text(&refused).contains("nests deeper than 20 levels"),
+        "{refused}"
+    );
+    let passed = gateway.call("ten", json!({})).await;
+    assert_eq!(passed["result"]["nested"].to_string(), nested(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_over_deep_tool_list_leaves_out_only_its_server() {
+    let mut deep_tool = tool("deep", true);
+    deep_tool["inputSchema"]["x-nested"] = serde_json::from_str(&nested(100)).unwrap();
+    let setup = Setup {
+        config: "[gateway]\ncall_timeout_s = 2\n\n[servers.deep]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([
+            ("deep".to_owned(), ServerScript::with_tools(vec![deep_tool, tool("read", true)])),
+            ("ok".to_owned(), ServerScript::with_tools(vec![tool("read", true)])),
+        ]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ok__read"], "{list}");
+    let failed = gateway.call("deep__read", json!({})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("nests deeper than 64 levels"),
+        "{failed}"
+    );
+    assert!(!is_error(&gateway.call("ok__read", json!({})).await));
+}
+
+/// The most pages of one list the gateway follows (`MAX_LIST_PAGES`).
+const MAX_PAGES: usize = 1000;
+
+/// Gateway mode: server `endless`, every page of whose lists names a next
+/// one, and server `ok`, which lists one of each.
+fn endless_and_ok() -> Setup {
+    let mut endless = ServerScript::with_tools(vec![tool("read", true)]);
+    endless.endless_pages = true;
+    endless.resources = vec![json!({"uri": "endless://r", "name": "r"})];
+    endless.templates = vec![json!({"uriTemplate": "endless://{x}", "name": "t"})];
+    endless.prompts = vec![json!({"name": "p"})];
+    let mut ok = ServerScript::with_tools(vec![tool("read", true)]);
+    ok.resources = vec![json!({"uri": "ok://r", "name": "r"})];
+    ok.templates = vec![json!({"uriTemplate": "ok://{x}", "name": "t"})];
+    ok.prompts = vec![json!({"name": "p"})];
+    Setup {
+        config: "[gateway]\ncall_timeout_s = 1\n\n[servers.endless]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([("endless".to_owned(), endless), ("ok".to_owned(), ok)]),
+        store: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_tool_list_that_never_ends_is_cut_off_and_the_others_still_list() {
+    let mut gateway = Harness::start(endless_and_ok()).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ok__read"], "{list}");
+    assert_eq!(
+        gateway.count_received("endless", "tools/list"),
+        MAX_PAGES,
+        "the gateway follows so many pages, and no more"
+    );
+    let failed = gateway.call("endless__read", json!({})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("more than 1000 pages of `tools/list`"),
+        "{failed}"
+    );
+    assert!(!is_error(&gateway.call("ok__read", json!({})).await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_merged_list_that_never_ends_leaves_out_only_that_server() {
+    let mut gateway = Harness::start(endless_and_ok()).await;
+    gateway.initialize(json!({})).await;
+    let lists = [
+        ("resources/list", "resources", "uri", "ok://r"),
+        (
+            "resources/templates/list",
+            "resourceTemplates",
+            "uriTemplate",
+            "ok://{x}",
+        ),
+        ("prompts/list", "prompts", "name", "ok__p"),
+    ];
+    for (method, key, field, only) in lists {
+        let before = gateway.count_received("endless", method);
+        let list = gateway.request(method, json!({})).await;
+        let items: Vec<&str> = list["result"][key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{list}"))
+            .iter()
+            .map(|item| item[field].as_str().unwrap())
+            .collect();
+        assert_eq!(items, [only], "{method}: {list}");
+        assert_eq!(
+            gateway.count_received("endless", method) - before,
+            MAX_PAGES,
+            "{method}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_list_changed_flood_is_coalesced() {
+    let script = ServerScript::with_tools(vec![tool("read", true), tool("write", false)]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    let listed = gateway.request("tools/list", json!({})).await;
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 2);
+    let before = gateway.count_received("fx", "tools/list");
+
+    // Five thousand notifications in one write, then a marker: once the
+    // host sees the marker, the gateway has handled every notification.
+    let changed = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+    let mut flood = vec![changed; 5_000];
+    let marker = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"end of flood"}}"#;
+    flood.push(marker);
+    gateway.push("fx", &flood.join("\n"));
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/message" {
+            break;
+        }
+        gateway.notes.push(message);
+    }
+    let told = gateway
+        .notes
+        .iter()
+        .filter(|note| note["method"] == "notifications/tools/list_changed")
+        .count();
+    assert_eq!(told, 1, "the host is told once until it lists again");
+
+    // The list the host gets next is the one after the flood; the gateway
+    // listed at most twice for it (once, and once more for the changes
+    // announced while that listing ran).
+    let listed = gateway.request("tools/list", json!({})).await;
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 2);
+    let relisted = gateway.count_received("fx", "tools/list") - before;
+    assert!(
+        (1..=2).contains(&relisted),
+        "listed {relisted} times for 5000 notifications"
+    );
+
+    // Once the host has listed, the next change is told again.
+    gateway.push("fx", changed);
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/tools/list_changed" {
+            break;
+        }
+        gateway.notes.push(message);
+    }
+}
+
+/// What the gateway lets wait for a host that does not read, beyond which
+/// it drops notifications (`HOST_QUEUE_BYTES`).
+const HOST_QUEUE_BYTES: usize = 1024 * 1024;
+
+/// Wrap mode with the smallest message limit (64 KiB), so the queue's
+/// bounds are reached with little data.
+fn small_messages(script: ServerScript) -> Setup {
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_message_bytes = 65536\n");
+    setup
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_host_that_stops_reading_holds_a_bounded_queue() {
+    // Thirty thousand notifications, about 3 MB, and a change of the tool
+    // list last, all before the call's answer.
+    let mut flood: Vec<String> = (0..30_000)
+        .map(|n| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"note {n:05} {}"}}}}"#,
+                "x".repeat(20)
+            )
+        })
+        .collect();
+    flood.push(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned());
+    let script = ServerScript::with_tools(vec![tool("read", true), tool("chatty", true)])
+        .answering("chatty", Behaviour::LinesThenEcho(flood));
+    // Whatever the machine's load, the answer comes in time: the deadline
+    // is not what this test is about.
+    let mut gateway = Harness::start(small_messages(script).with_call_timeout(60)).await;
+    gateway.initialize(json!({})).await;
+    gateway.request("tools/list", json!({})).await;
+
+    gateway.pause_reading();
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":"flood","method":"tools/call","params":{"name":"chatty","arguments":{"n":1}}}"#)
+        .await;
+    // The call's outcome is on record once the gateway has read its answer,
+    // and so every notification the server sent before it.
+    let store = std::sync::Arc::clone(&gateway.store);
+    crate::harness::eventually(|| {
+        store
+            .records()
+            .iter()
+            .any(|entry| entry.kind == EntryKind::Outcome && entry.body["outcome"] == "ok")
+    })
+    .await;
+    let peak = gateway.gauge.peak_bytes();
+    assert!(
+        peak <= HOST_QUEUE_BYTES + 1024,
+        "{peak} bytes waited for a host that does not read"
+    );
+    assert!(gateway.gauge.dropped() > 0, "notifications were dropped");
+
+    // The host reads again: the answer it waits for is there, and the
+    // change of the tool list, dropped with the flood, is told after it.
+    gateway.resume_reading();
+    let answer = gateway.response(&json!("flood")).await;
+    assert_eq!(text(&answer), r#"{"n":1}"#, "{answer}");
+    let delivered = gateway
+        .notes
+        .iter()
+        .filter(|note| note["method"] == "notifications/message")
+        .count();
+    assert!(delivered > 0 && delivered < 30_000, "{delivered}");
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/tools/list_changed" {
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_answers_past_the_bound_are_replaced_by_an_error_that_says_so() {
+    let big = format!(
+        r#"{{"content":[{{"type":"text","text":"{}"}}]}}"#,
+        "y".repeat(60_000)
+    );
+    let script =
+        ServerScript::with_tools(vec![tool("big", true)]).answering("big", Behaviour::Raw(big));
+    let mut gateway = Harness::start(small_messages(script)).await;
+    gateway.initialize(json!({})).await;
+    gateway.request("tools/list", json!({})).await;
+
+    gateway.pause_reading();
+    let calls: Vec<String> = (0..60)
+        .map(|n| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"big","arguments":{{"n":{n}}}}}}}"#
+            )
+        })
+        .collect();
+    gateway.send_raw(&calls.join("\n")).await;
+    let gauge = std::sync::Arc::clone(&gateway.gauge);
+    crate::harness::eventually(|| gauge.dropped() > 0).await;
+    // At most one message past the soft bound, and a short error for each
+    // answer replaced.
+    assert!(
+        gateway.gauge.peak_bytes() <= HOST_QUEUE_BYTES + 65_536 + 60 * 512,
+        "{} bytes waited",
+        gateway.gauge.peak_bytes()
+    );
+
+    // Every call is answered: with its result, or with an error that says
+    // the result was dropped and why.
+    gateway.resume_reading();
+    let mut dropped = 0;
+    for n in 0..60 {
+        let answer = gateway.response(&json!(n)).await;
+        if let Some(message) = answer["error"]["message"].as_str() {
+            assert!(message.contains("was not reading"), "{answer}");
+            dropped += 1;
+        } else {
+            assert_eq!(text(&answer).len(), 60_000, "call {n}");
+        }
+    }
+    assert!(dropped > 0);
+}
