@@ -14,7 +14,9 @@
 //!   arguments, and the audit log must hold a record that let it through);
 //! - no malformed call reaches a server at all;
 //! - every call that reached the gateway has its record and its ending;
-//! - `hintgate log verify` passes, and the gateway exits cleanly.
+//! - `hintgate log verify` passes, and the gateway exits cleanly, whether
+//!   its host goes away or it is told to stop (SIGTERM) with calls in
+//!   flight.
 //!
 //! The run is seeded (`HINTGATE_SOAK_SEED`, default fixed) and bounded
 //! (`HINTGATE_SOAK_STEPS`), so a failure can be replayed.
@@ -520,7 +522,21 @@ fn hostile_peers_cannot_bypass_a_decision_shorten_the_log_or_exhaust_the_gateway
         stderr()
     );
 
-    // The host goes away; the gateway ends cleanly.
+    // The run ends with calls in flight: the host goes away (even seeds) or
+    // the gateway is told to stop (odd seeds); either way it ends cleanly
+    // and every call gets its ending on record.
+    for step in steps..steps + 12 {
+        soak.call(step);
+    }
+    if seed % 2 == 1 {
+        let pause = soak.rng.below(50);
+        soak.drain(Duration::from_millis(pause));
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
     drop(soak.stdin);
     let mut status = None;
     let until = Instant::now() + PATIENCE;
