@@ -16,7 +16,7 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
     let store = crate::state::open_store_of(&args.at)?;
     if let Some(LogCommand::Verify) = args.command {
         let verification = store.verify()?;
-        return Ok(match verification.first_broken {
+        return Ok(match verification.first_broken() {
             None => {
                 output::out(&format!(
                     "the audit log holds: {} records checked\n",
@@ -88,10 +88,15 @@ enum Filed {
 }
 
 fn filed(entry: &Entry) -> Filed {
+    if entry.malformed.is_some() {
+        return Filed::Unreadable;
+    }
     match (entry.kind, entry.call) {
-        (EntryKind::Call, _) => Filed::Call,
-        (EntryKind::Outcome, Some(call)) => Filed::Outcome(call),
-        (EntryKind::Outcome, None) | (EntryKind::Outcomes, _) => Filed::Unreadable,
+        (Some(EntryKind::Call), _) => Filed::Call,
+        (Some(EntryKind::Outcome), Some(call)) => Filed::Outcome(call),
+        (Some(EntryKind::Outcome), None) | (Some(EntryKind::Outcomes) | None, _) => {
+            Filed::Unreadable
+        }
     }
 }
 
@@ -177,11 +182,7 @@ impl View<'_> {
         if self.since.is_some_and(|since| entry.at < since) {
             return;
         }
-        let kind = match entry.kind {
-            EntryKind::Call => "call",
-            EntryKind::Outcome => "outcome",
-            EntryKind::Outcomes => "outcomes",
-        };
+        let kind = entry.stored_kind.as_str();
         if self.args.json {
             let record = serde_json::json!({
                 "seq": entry.seq,
@@ -511,15 +512,20 @@ mod tests {
     }
 
     fn record(seq: u64, kind: EntryKind, call: Option<u64>, body: Value) -> Entry {
-        Entry {
+        let kind = match kind {
+            EntryKind::Call => "call",
+            EntryKind::Outcome => "outcome",
+            EntryKind::Outcomes => "outcomes",
+        };
+        Entry::from_stored(
             seq,
-            at: 1_795_989_518,
-            kind,
+            1_795_989_518,
+            kind.to_owned(),
             call,
-            body,
-            prev: String::new(),
-            hash: String::new(),
-        }
+            hintgate_policy::pin::canonical_json(&body),
+            String::new(),
+            String::new(),
+        )
     }
 
     /// Two calls, a record of outcomes that ends the first, and three

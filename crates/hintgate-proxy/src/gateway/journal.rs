@@ -409,7 +409,7 @@ mod tests {
             entries[2].body,
             json!({"attempt": 0, "duration_ms": 3, "outcome": "ok"})
         );
-        assert!(store.verify().unwrap().first_broken.is_none());
+        assert!(store.verify().unwrap().complete());
     }
 
     /// A log whose appends fail while `failing` is set.
@@ -519,7 +519,7 @@ mod tests {
         journal.outcome(9, Outcome::ToolError, 2, 1);
         assert_eq!(journal.commit(), Ok(vec![1]));
         let entries = store.entries(0, 10).unwrap();
-        assert_eq!(entries[0].kind, EntryKind::Outcomes);
+        assert_eq!(entries[0].kind, Some(EntryKind::Outcomes));
         let expanded = entries[0].clone().expand();
         assert_eq!(
             expanded.iter().map(|entry| entry.call).collect::<Vec<_>>(),
@@ -527,7 +527,7 @@ mod tests {
         );
         assert_eq!(expanded[1].body["outcome"], "tool-error");
         assert_eq!(expanded[1].body["attempt"], 1);
-        assert!(store.verify().unwrap().first_broken.is_none());
+        assert!(store.verify().unwrap().complete());
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
