@@ -69,6 +69,11 @@ pub struct AuditSettings {
     pub redact: Vec<Pattern>,
     /// Whether [`DEFAULT_KEY_PATTERNS`] apply as well (default: yes).
     pub redact_defaults: bool,
+    /// The audit key's file (`key_file`), an absolute path that may hold
+    /// `${VAR}` references, expanded at start-up; `None`: the default (for
+    /// SQLite, `audit.key` beside the database; a PostgreSQL store needs
+    /// one, the same on every gateway).
+    pub key_file: Option<String>,
 }
 
 /// Redacts arguments by a set of patterns.
@@ -135,6 +140,7 @@ impl Default for AuditSettings {
         Self {
             redact: Vec::new(),
             redact_defaults: true,
+            key_file: None,
         }
     }
 }

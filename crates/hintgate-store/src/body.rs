@@ -37,6 +37,20 @@ pub enum Malformed {
     NotCanonical,
 }
 
+impl Malformed {
+    /// Its stable code, the same as the [`Problem`](crate::Problem) that
+    /// `verify` reports for it.
+    #[must_use]
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::UnknownKind { .. } => "unknown-kind",
+            Self::NotJson => "not-json",
+            Self::DuplicateKey { .. } => "duplicate-key",
+            Self::NotCanonical => "not-canonical",
+        }
+    }
+}
+
 impl std::fmt::Display for Malformed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

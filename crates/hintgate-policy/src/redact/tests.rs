@@ -11,6 +11,7 @@ fn redactor(patterns: &[&str], defaults: bool) -> Redactor {
             .map(|p| Pattern::parse(p).unwrap())
             .collect(),
         redact_defaults: defaults,
+        key_file: None,
     })
 }
 
