@@ -356,7 +356,34 @@ pub enum LogCommand {
     /// cut off the end.
     #[command(after_help = LOG_VERIFY_HELP)]
     Verify(VerifyArgs),
+    /// Set up a witness: the gateway appends forward-secure checkpoints of
+    /// the log to FILE; prints the verification key, once.
+    #[command(after_help = SETUP_WITNESS_HELP)]
+    SetupWitness(SetupWitnessArgs),
 }
+
+/// `hintgate log setup-witness`
+#[derive(Debug, Args)]
+pub struct SetupWitnessArgs {
+    /// The witness: a new or empty file outside the state directory,
+    /// ideally on another volume or machine, that the gateway can append to
+    /// but not rewrite.
+    #[arg(value_name = "FILE")]
+    pub witness: PathBuf,
+}
+
+const SETUP_WITNESS_HELP: &str = "\
+The gateway keeps only the current epoch's key (beside the head, mode 0600)
+and, after a commit, every 1000 records or 60 s (and at the first commit of
+each run), derives the next key, erases the old one and appends a checkpoint
+sealed with it. Whoever takes the machine later cannot make a checkpoint of
+an earlier epoch, so the records up to the last checkpoint cannot be
+rewritten unseen. Restart running gateways to start the checkpoints.
+
+Exit codes:
+  0   set up; the verification key is printed
+  1   error (a witness is set up already, the file is not empty)
+  64  bad usage (the witness is in the state directory)";
 
 /// `hintgate log verify`
 #[derive(Debug, Args)]
@@ -369,6 +396,14 @@ pub struct VerifyArgs {
     /// Print the findings as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Check the checkpoints in this witness file against the log too
+    /// (`hintgate log setup-witness`).
+    #[arg(long, value_name = "FILE")]
+    pub witness: Option<PathBuf>,
+    /// The witness's verification key, as `setup-witness` printed it
+    /// (default: `$HINTGATE_WITNESS_KEY`).
+    #[arg(long, value_name = "KEY", requires = "witness")]
+    pub verification_key: Option<String>,
 }
 
 const LOG_VERIFY_HELP: &str = "\

@@ -3,19 +3,21 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use anyhow::Result;
-use hintgate_store::{Entry, EntryKind, HeadState, Span, Verification};
+use anyhow::{Context, Result};
+use hintgate_store::{Entry, EntryKind, HeadState, Span, Verification, WitnessKey};
 use serde_json::Value;
 
-use crate::args::{LogArgs, LogCommand, VerifyArgs};
+use crate::args::{LogArgs, LogCommand, SetupWitnessArgs, VerifyArgs};
 use crate::exit::Exit;
 use crate::output;
 use crate::state::{KeyFile, Use};
 
 /// Runs `hintgate log`.
 pub fn run(args: &LogArgs) -> Result<Exit> {
-    if let Some(LogCommand::Verify(verify)) = &args.command {
-        return run_verify(args, verify);
+    match &args.command {
+        Some(LogCommand::Verify(verify)) => return run_verify(args, verify),
+        Some(LogCommand::SetupWitness(setup)) => return run_setup_witness(args, setup),
+        None => {}
     }
     // Reading the records needs no key.
     let store = crate::state::open_store_of(&args.at, None, &Use::Other)?.store;
@@ -311,7 +313,23 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
             head: verify.head.clone(),
         },
     )?;
-    let verification = opened.store.verify()?;
+    let verification = match &verify.witness {
+        Some(witness) => {
+            let key = match &verify.verification_key {
+                Some(key) => key.clone(),
+                None => std::env::var(WITNESS_KEY_VAR).map_err(|_| {
+                    crate::load::InputError(format!(
+                        "give the witness's verification key with `--verification-key KEY` or `{WITNESS_KEY_VAR}`"
+                    ))
+                })?,
+            };
+            let key: WitnessKey = key
+                .parse()
+                .map_err(|err| crate::load::InputError(format!("--verification-key: {err}")))?;
+            opened.store.verify_with_witness(witness, &key)?
+        }
+        None => opened.store.verify()?,
+    };
     if args.json || verify.json {
         output::out(&format!(
             "{}\n",
@@ -327,6 +345,49 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
     } else {
         Exit::Success
     })
+}
+
+/// The variable that holds the witness's verification key when no
+/// `--verification-key` does.
+const WITNESS_KEY_VAR: &str = "HINTGATE_WITNESS_KEY";
+
+/// Runs `hintgate log setup-witness`.
+fn run_setup_witness(args: &LogArgs, setup: &SetupWitnessArgs) -> Result<Exit> {
+    let opened = crate::state::open_store_of(&args.at, None, &Use::Log { head: None })?;
+    let Some(head) = opened.store.head_path() else {
+        anyhow::bail!("this store keeps no head, so it has no witness");
+    };
+    let witness = std::path::absolute(&setup.witness)
+        .with_context(|| format!("cannot resolve `{}`", setup.witness.display()))?;
+    // A witness beside the head falls with the state directory; it is
+    // meant to outlive it.
+    let same_dir = |a: &std::path::Path, b: &std::path::Path| match (
+        a.parent().and_then(|dir| std::fs::canonicalize(dir).ok()),
+        b.parent().and_then(|dir| std::fs::canonicalize(dir).ok()),
+    ) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    };
+    if same_dir(&witness, head) {
+        return Err(crate::load::InputError(format!(
+            "the witness `{}` is in the directory of the log's head: put it elsewhere, ideally on another volume or machine, so that it outlives the state directory",
+            witness.display()
+        ))
+        .into());
+    }
+    let key = hintgate_store::setup_witness(&hintgate_store::witness_state_path(head), &witness)?;
+    output::out(&format!(
+        "the witness is set up: gateways on this log append a checkpoint to `{}` every {} records or {} s after a commit, and at the first commit of each run (restart those running)\n\
+         verification key, shown once; keep it offline, away from this machine (whoever holds it can make checkpoints):\n\
+         {}\n\
+         check with: hintgate log verify --witness {} --verification-key KEY\n",
+        witness.display(),
+        hintgate_store::WITNESS_EVERY_RECORDS,
+        hintgate_store::WITNESS_EVERY.as_secs(),
+        key.to_hex(),
+        witness.display(),
+    ))?;
+    Ok(Exit::Success)
 }
 
 /// What `log verify --json` prints: the findings, whether the log holds
@@ -402,6 +463,22 @@ fn render_verification(verification: &Verification, key: &KeyFile) -> String {
         )),
         HeadState::Failed { path } => {
             out.push_str(&format!("  head `{path}`: does not hold\n"));
+        }
+    }
+    if let Some(witness) = &verification.witness {
+        match witness.last {
+            Some(last) => out.push_str(&format!(
+                "  witness `{}`: {} checkpoints, the last that holds at record {} (epoch {})\n",
+                witness.path, witness.checkpoints, last.seq, last.epoch
+            )),
+            None if witness.checkpoints == 0 => out.push_str(&format!(
+                "  witness `{}`: no checkpoint yet\n",
+                witness.path
+            )),
+            None => out.push_str(&format!(
+                "  witness `{}`: {} checkpoints, none that holds\n",
+                witness.path, witness.checkpoints
+            )),
         }
     }
     for problem in &verification.problems {

@@ -134,6 +134,7 @@ pub fn open_store(choice: &Choice<'_>, usage: &Use) -> Result<Opened> {
             AuditSetup {
                 key: KeySource::File(key_path.clone()),
                 head: HeadPlace::File(SqliteStore::head_path(&db)),
+                checkpoints: true,
             },
             None,
         ),
@@ -145,6 +146,7 @@ pub fn open_store(choice: &Choice<'_>, usage: &Use) -> Result<Opened> {
                     head: HeadPlace::File(
                         head.clone().unwrap_or_else(|| SqliteStore::head_path(&db)),
                     ),
+                    checkpoints: false,
                 },
                 Some(key),
             )
@@ -188,6 +190,7 @@ fn open_postgres(
                 AuditSetup {
                     key: KeySource::File(path.clone()),
                     head: HeadPlace::Directory(dir),
+                    checkpoints: true,
                 },
                 KeyFile::Read(path, String::new()),
             )
@@ -203,7 +206,14 @@ fn open_postgres(
                 Some(file) => HeadPlace::File(file.clone()),
                 None => state_dir(choice.state_dir).map_or(HeadPlace::None, HeadPlace::Directory),
             };
-            (AuditSetup { key: source, head }, key)
+            (
+                AuditSetup {
+                    key: source,
+                    head,
+                    checkpoints: false,
+                },
+                key,
+            )
         }
         Use::Other => (AuditSetup::default(), KeyFile::NotNamed),
     };

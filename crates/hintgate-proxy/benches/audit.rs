@@ -71,6 +71,7 @@ fn open(backend: &str) -> (Arc<dyn AuditLog>, Option<tempfile::TempDir>) {
             let audit = AuditSetup {
                 key: KeySource::Given(AuditKey::generate().unwrap()),
                 head: HeadPlace::Directory(dir.path().to_owned()),
+                checkpoints: true,
             };
             (
                 Arc::new(PgStore::open_with(&url, audit).unwrap()),

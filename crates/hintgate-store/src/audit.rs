@@ -34,6 +34,7 @@ use hintgate_policy::pin::canonical_json;
 use crate::body::{self, Malformed};
 use crate::head::{self, HeadRead, HeadWriter};
 use crate::key::AuditKey;
+use crate::witness::{self, Checker, WitnessKey, WitnessWriter};
 use crate::{MemoryStore, SqliteStore, StoreError, from_sql, to_sql};
 
 /// The link before the first record.
@@ -141,10 +142,33 @@ pub struct Verification {
     pub key_id: Option<String>,
     /// What became of the head.
     pub head: HeadState,
+    /// What the witness holds, when one was checked.
+    pub witness: Option<WitnessState>,
     /// What is wrong, in the order found (at most 100).
     pub problems: Vec<Problem>,
     /// Problems found beyond those listed.
     pub more_problems: u64,
+}
+
+/// What [`AuditLog::verify_with_witness`] found in the witness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WitnessState {
+    /// The witness file.
+    pub path: String,
+    /// Checkpoints read.
+    pub checkpoints: u64,
+    /// The last checkpoint that holds: its record's sequence number and its
+    /// epoch.
+    pub last: Option<Checkpointed>,
+}
+
+/// A checkpoint that holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Checkpointed {
+    /// The record it names.
+    pub seq: u64,
+    /// Its epoch.
+    pub epoch: u64,
 }
 
 /// What [`AuditLog::verify`] found of the head.
@@ -270,6 +294,46 @@ pub enum Problem {
         /// What the operating system said.
         error: String,
     },
+    /// The witness cannot be read.
+    WitnessUnreadable {
+        /// The witness file.
+        path: String,
+        /// What the operating system said.
+        error: String,
+    },
+    /// A line of the witness is not a checkpoint.
+    WitnessDamaged {
+        /// The line's number, from 1.
+        line: u64,
+    },
+    /// A checkpoint's MAC does not match the key of its epoch: it was
+    /// forged (by someone holding a later key), or the verification key is
+    /// not this witness's.
+    WitnessForged {
+        /// The line's number, from 1.
+        line: u64,
+    },
+    /// A checkpoint's epoch is not above the one before, or its record is
+    /// before the one before's.
+    WitnessOutOfOrder {
+        /// The line's number, from 1.
+        line: u64,
+    },
+    /// The record a checkpoint names has another link now: the log was
+    /// rewritten after the checkpoint, even if it verifies under the key.
+    WitnessMismatch {
+        /// The record.
+        seq: u64,
+        /// The checkpoint's line, from 1.
+        line: u64,
+    },
+    /// The log ends before a record a checkpoint names.
+    WitnessCutOff {
+        /// The last sequence number in the log (0 when it is empty).
+        log_end: u64,
+        /// The record the checkpoint names.
+        seq: u64,
+    },
 }
 
 /// Where a store keeps its head file.
@@ -308,6 +372,11 @@ pub struct AuditSetup {
     pub key: KeySource,
     /// Where the head is kept.
     pub head: HeadPlace,
+    /// Whether this store makes the witness checkpoints, when a witness is
+    /// set up beside the head (see
+    /// [`witness_state_path`](crate::witness_state_path)): a gateway does;
+    /// a command that reads the log does not.
+    pub checkpoints: bool,
 }
 
 /// A store's key and head, resolved when it opens.
@@ -316,6 +385,7 @@ pub(crate) struct Keying {
     pub(crate) key: Option<AuditKey>,
     pub(crate) head_path: Option<PathBuf>,
     pub(crate) head: Option<HeadWriter>,
+    pub(crate) witness: Option<WitnessWriter>,
 }
 
 /// The audit log.
@@ -382,7 +452,28 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     ///
     /// [`StoreError`] when the log cannot be read.
     fn verify(&self) -> Result<Verification, StoreError> {
-        verify(self, self.audit_key(), self.head_path())
+        verify(self, self.audit_key(), self.head_path(), None)
+    }
+
+    /// Checks the log as [`AuditLog::verify`] does, and every checkpoint in
+    /// the witness file at `witness` with the verification key `key`: each
+    /// sealed with the key of its epoch, epochs going up, and each naming a
+    /// record that is still in the log with the link it names.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn verify_with_witness(
+        &self,
+        witness: &Path,
+        key: &WitnessKey,
+    ) -> Result<Verification, StoreError> {
+        verify(
+            self,
+            self.audit_key(),
+            self.head_path(),
+            Some((witness, key)),
+        )
     }
 }
 
@@ -666,6 +757,12 @@ impl Problem {
             Self::HeadMissing { .. } => "head-missing",
             Self::HeadDamaged { .. } => "head-damaged",
             Self::HeadUnreadable { .. } => "head-unreadable",
+            Self::WitnessUnreadable { .. } => "witness-unreadable",
+            Self::WitnessDamaged { .. } => "witness-damaged",
+            Self::WitnessForged { .. } => "witness-forged",
+            Self::WitnessOutOfOrder { .. } => "witness-out-of-order",
+            Self::WitnessMismatch { .. } => "witness-mismatch",
+            Self::WitnessCutOff { .. } => "witness-cut-off",
         }
     }
 
@@ -681,12 +778,19 @@ impl Problem {
             | Self::DuplicateKey { seq, .. }
             | Self::NotCanonical { seq }
             | Self::NotJson { seq }
-            | Self::HeadMismatch { seq } => Some(*seq),
+            | Self::HeadMismatch { seq }
+            | Self::WitnessMismatch { seq, .. } => Some(*seq),
             Self::MissingRecords { first, .. } => Some(*first),
-            Self::CutOff { log_end, .. } => Some(*log_end + 1),
-            Self::HeadMissing { .. } | Self::HeadDamaged { .. } | Self::HeadUnreadable { .. } => {
-                None
+            Self::CutOff { log_end, .. } | Self::WitnessCutOff { log_end, .. } => {
+                Some(*log_end + 1)
             }
+            Self::HeadMissing { .. }
+            | Self::HeadDamaged { .. }
+            | Self::HeadUnreadable { .. }
+            | Self::WitnessUnreadable { .. }
+            | Self::WitnessDamaged { .. }
+            | Self::WitnessForged { .. }
+            | Self::WitnessOutOfOrder { .. } => None,
         }
     }
 }
@@ -750,6 +854,28 @@ impl std::fmt::Display for Problem {
             Self::HeadUnreadable { path, error } => {
                 write!(f, "the head file `{path}` cannot be read: {error}")
             }
+            Self::WitnessUnreadable { path, error } => {
+                write!(f, "the witness `{path}` cannot be read: {error}")
+            }
+            Self::WitnessDamaged { line } => {
+                write!(f, "line {line} of the witness is not a checkpoint")
+            }
+            Self::WitnessForged { line } => write!(
+                f,
+                "the checkpoint on line {line} of the witness was not sealed with the key of its epoch: it was forged, or the verification key is not this witness's"
+            ),
+            Self::WitnessOutOfOrder { line } => write!(
+                f,
+                "the checkpoint on line {line} of the witness does not come after the one before it"
+            ),
+            Self::WitnessMismatch { seq, line } => write!(
+                f,
+                "record {seq} is not the one the checkpoint on line {line} of the witness names: the log was rewritten after that checkpoint"
+            ),
+            Self::WitnessCutOff { log_end, seq } => write!(
+                f,
+                "the log ends at record {log_end} but the witness has a checkpoint of record {seq}: records were cut off the end"
+            ),
         }
     }
 }
@@ -778,17 +904,31 @@ fn verify<L: AuditLog + ?Sized>(
     log: &L,
     key: Option<&AuditKey>,
     head_path: Option<&Path>,
+    witness: Option<(&Path, &WitnessKey)>,
 ) -> Result<Verification, StoreError> {
     let mut findings = Findings {
         problems: Vec::new(),
         more: 0,
     };
+    // The head and the witness are read before the log: they only name
+    // committed records, so records appended meanwhile never make them look
+    // ahead of it.
     let head = head_path.map(|path| (path, head::read(path, key)));
-    let head_seq = match &head {
-        Some((_, Ok(HeadRead::Head { seq, .. }))) => Some(*seq),
-        _ => None,
-    };
-    let mut at_head_seq: Option<String> = None;
+    let checkpoints = witness.map(|(path, _)| (path, witness::read(path)));
+    // The links of the records the head and the checkpoints name.
+    let mut wanted: std::collections::BTreeMap<u64, Option<String>> =
+        std::collections::BTreeMap::new();
+    if let Some((_, Ok(HeadRead::Head { seq, .. }))) = &head {
+        wanted.insert(*seq, None);
+    }
+    if let Some((_, Ok(lines))) = &checkpoints {
+        for checkpoint in lines
+            .iter()
+            .filter_map(|(_, checkpoint)| checkpoint.as_ref())
+        {
+            wanted.insert(checkpoint.seq, None);
+        }
+    }
     let mut walk = Walk::default();
     let mut after = 0;
     loop {
@@ -798,15 +938,33 @@ fn verify<L: AuditLog + ?Sized>(
         }
         for entry in batch {
             walk.check(&entry, key, &mut findings);
-            if Some(entry.seq) == head_seq {
-                at_head_seq = Some(entry.hash.clone());
+            if let Some(link) = wanted.get_mut(&entry.seq) {
+                *link = Some(entry.hash.clone());
             }
             after = entry.seq;
         }
     }
+    let link_at = |seq: u64| wanted.get(&seq).and_then(Option::as_deref);
     let head = match head {
         None => HeadState::NotKept,
-        Some((path, read)) => check_head(path, read, &walk, at_head_seq.as_deref(), &mut findings),
+        Some((path, read)) => {
+            let at_head_seq = match &read {
+                Ok(HeadRead::Head { seq, .. }) => link_at(*seq),
+                _ => None,
+            };
+            check_head(path, read, &walk, at_head_seq, &mut findings)
+        }
+    };
+    let witness = match (checkpoints, witness) {
+        (Some((path, read)), Some((_, witness_key))) => Some(check_witness(
+            path,
+            read,
+            witness_key,
+            walk.last_seq,
+            &link_at,
+            &mut findings,
+        )),
+        _ => None,
     };
     Ok(Verification {
         checked: walk.checked,
@@ -816,9 +974,73 @@ fn verify<L: AuditLog + ?Sized>(
             .filter(|_| walk.keyed.is_some())
             .map(|key| key.id().to_owned()),
         head,
+        witness,
         problems: findings.problems,
         more_problems: findings.more,
     })
+}
+
+/// Checks the checkpoints read from the witness at `path` against the log
+/// walked (its last record `log_end`, and the links of the records they
+/// name).
+fn check_witness<'a>(
+    path: &Path,
+    read: std::io::Result<Vec<(u64, Option<witness::Checkpoint>)>>,
+    key: &WitnessKey,
+    log_end: u64,
+    link_at: &dyn Fn(u64) -> Option<&'a str>,
+    findings: &mut Findings,
+) -> WitnessState {
+    let mut state = WitnessState {
+        path: path.display().to_string(),
+        checkpoints: 0,
+        last: None,
+    };
+    let lines = match read {
+        Ok(lines) => lines,
+        Err(err) => {
+            findings.push(Problem::WitnessUnreadable {
+                path: state.path.clone(),
+                error: err.to_string(),
+            });
+            return state;
+        }
+    };
+    let mut checker = Checker::new(key);
+    let mut before: Option<(u64, u64)> = None;
+    for (line, checkpoint) in lines {
+        let Some(checkpoint) = checkpoint else {
+            findings.push(Problem::WitnessDamaged { line });
+            continue;
+        };
+        state.checkpoints += 1;
+        if !checker.sealed(&checkpoint) {
+            findings.push(Problem::WitnessForged { line });
+            continue;
+        }
+        if before.is_some_and(|(epoch, seq)| checkpoint.epoch <= epoch || checkpoint.seq < seq) {
+            findings.push(Problem::WitnessOutOfOrder { line });
+            continue;
+        }
+        before = Some((checkpoint.epoch, checkpoint.seq));
+        if checkpoint.seq > log_end {
+            findings.push(Problem::WitnessCutOff {
+                log_end,
+                seq: checkpoint.seq,
+            });
+        } else if link_at(checkpoint.seq) != Some(checkpoint.link.as_str()) {
+            findings.push(Problem::WitnessMismatch {
+                seq: checkpoint.seq,
+                line,
+            });
+        } else {
+            state.last = Some(Checkpointed {
+                seq: checkpoint.seq,
+                epoch: checkpoint.epoch,
+            });
+        }
+    }
+    state
 }
 
 /// The walk along the log.
@@ -1086,17 +1308,26 @@ impl Keying {
             .as_ref()
             .zip(head_path.as_ref())
             .map(|(key, path)| HeadWriter::new(path.clone(), key));
+        let witness = match (&head_path, setup.checkpoints && key.is_some()) {
+            (Some(path), true) => WitnessWriter::open(&witness::state_path(path))?,
+            _ => None,
+        };
         Ok(Self {
             key,
             head_path,
             head,
+            witness,
         })
     }
 
-    /// Records the new tail in the head file, if one is kept.
+    /// Records the new tail in the head file, if one is kept, then in the
+    /// witness when a checkpoint is due.
     pub(crate) fn committed(&self, tail: &(u64, String)) {
         if let Some(head) = &self.head {
             head.record(tail.0, &tail.1);
+        }
+        if let Some(witness) = &self.witness {
+            witness.committed(tail.0, &tail.1);
         }
     }
 }

@@ -73,16 +73,21 @@ mod head;
 mod key;
 mod postgres;
 mod queue;
+mod witness;
 
 pub use audit::{
-    AuditLog, AuditSetup, Entry, EntryKind, HeadPlace, HeadState, KeySource, NewEntry, Problem,
-    Span, Verification,
+    AuditLog, AuditSetup, Checkpointed, Entry, EntryKind, HeadPlace, HeadState, KeySource,
+    NewEntry, Problem, Span, Verification, WitnessState,
 };
 pub use body::Malformed;
 pub use key::{AuditKey, KeyError};
 pub use postgres::PgStore;
 pub use queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
+};
+pub use witness::{
+    EVERY as WITNESS_EVERY, EVERY_RECORDS as WITNESS_EVERY_RECORDS, WitnessError, WitnessKey,
+    setup as setup_witness, state_path as witness_state_path,
 };
 
 /// Everything the gateway keeps: pins, standing approvals, the audit log and
@@ -204,6 +209,9 @@ pub enum StoreError {
         /// The id of the key at hand.
         ours: String,
     },
+    /// The witness state could not be read.
+    #[error("store: the audit witness: {0}")]
+    Witness(#[from] WitnessError),
     /// The key file is gone, but the log is chained under a key.
     #[error(
         "store: the audit key `{path}` is missing, but the log is chained under the key `{key_id}`: restore that file (a new key cannot continue the chain)"
@@ -668,6 +676,7 @@ impl SqliteStore {
             AuditSetup {
                 key: KeySource::File(Self::key_path(path)),
                 head: HeadPlace::File(Self::head_path(path)),
+                checkpoints: true,
             },
         )
     }

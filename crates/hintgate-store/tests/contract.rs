@@ -145,6 +145,7 @@ fn keyed_pg(url: &str) -> hintgate_store::PgStore {
         hintgate_store::AuditSetup {
             key: hintgate_store::KeySource::Given(shared_key()),
             head: hintgate_store::HeadPlace::None,
+            checkpoints: false,
         },
     )
     .unwrap()

@@ -862,3 +862,150 @@ fn log_verify_names_each_attack_in_words_and_in_json() {
         crate::util::stderr(&run)
     );
 }
+
+#[test]
+fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let calls = |n: usize| {
+        let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+        host.initialize(json!({}));
+        for i in 0..n {
+            assert!(
+                text(&host.call("echo", json!({"text": format!("call {i}")}))).contains("call")
+            );
+        }
+        assert!(host.close().success());
+    };
+    calls(2);
+    let state_text = state.display().to_string();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let witness = elsewhere.path().join("witness.log");
+    let witness_text = witness.display().to_string();
+
+    // A witness beside the state is refused.
+    let beside = state.join("witness.log").display().to_string();
+    let refused = crate::util::run(
+        dir.path(),
+        &["log", "--state-dir", &state_text, "setup-witness", &beside],
+    );
+    assert_eq!(
+        crate::util::code(&refused),
+        64,
+        "{}",
+        crate::util::stderr(&refused)
+    );
+
+    let setup = crate::util::run(
+        dir.path(),
+        &[
+            "log",
+            "--state-dir",
+            &state_text,
+            "setup-witness",
+            &witness_text,
+        ],
+    );
+    assert_eq!(
+        crate::util::code(&setup),
+        0,
+        "{}",
+        crate::util::stderr(&setup)
+    );
+    let printed = crate::util::stdout(&setup);
+    let key = printed
+        .lines()
+        .find(|line| line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("the verification key is printed: {printed}"))
+        .to_owned();
+    // Shown once: written nowhere in the state directory.
+    for file in std::fs::read_dir(&state).unwrap() {
+        let bytes = std::fs::read(file.unwrap().path()).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(&key));
+    }
+    // Set up once.
+    let again = crate::util::run(
+        dir.path(),
+        &[
+            "log",
+            "--state-dir",
+            &state_text,
+            "setup-witness",
+            &witness_text,
+        ],
+    );
+    assert_eq!(crate::util::code(&again), 1);
+
+    // The next run checkpoints at its first commit.
+    calls(1);
+    let checked = verify(
+        dir.path(),
+        &state,
+        &["--witness", &witness_text, "--verification-key", &key],
+    );
+    let out = crate::util::stdout(&checked);
+    assert_eq!(crate::util::code(&checked), 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "witness `{witness_text}`: 1 checkpoints, the last that holds at record 5 (epoch 1)"
+        )),
+        "{out}"
+    );
+
+    // The key's holder deletes the log and writes another through the
+    // store, with the key: links and head are right, so verify alone
+    // finds nothing.
+    let db = state.join("state.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("DELETE FROM audit", [])
+        .unwrap();
+    let forger = hintgate_store::SqliteStore::open_with(
+        &db,
+        hintgate_store::AuditSetup {
+            key: hintgate_store::KeySource::File(hintgate_store::SqliteStore::key_path(&db)),
+            head: hintgate_store::HeadPlace::File(hintgate_store::SqliteStore::head_path(&db)),
+            checkpoints: false,
+        },
+    )
+    .unwrap();
+    let forged: Vec<hintgate_store::NewEntry> = (0..6)
+        .map(|n| {
+            hintgate_store::NewEntry::from_value(
+                1_795_000_000,
+                hintgate_store::EntryKind::Call,
+                None,
+                &json!({"server": "fx", "tool": "echo", "n": n}),
+            )
+        })
+        .collect();
+    hintgate_store::AuditLog::append(&forger, &forged).unwrap();
+    drop(forger);
+    let fooled = verify(dir.path(), &state, &[]);
+    assert_eq!(
+        crate::util::code(&fooled),
+        0,
+        "{}",
+        crate::util::stdout(&fooled)
+    );
+    let caught = verify(
+        dir.path(),
+        &state,
+        &["--witness", &witness_text, "--verification-key", &key],
+    );
+    let out = crate::util::stdout(&caught);
+    assert_eq!(crate::util::code(&caught), 2, "{out}");
+    assert!(
+        out.contains("record 5 is not the one the checkpoint on line 1 of the witness names: the log was rewritten after that checkpoint"),
+        "{out}"
+    );
+
+    // Without the verification key, the witness cannot be checked.
+    let keyless = verify(dir.path(), &state, &["--witness", &witness_text]);
+    assert_eq!(
+        crate::util::code(&keyless),
+        64,
+        "{}",
+        crate::util::stderr(&keyless)
+    );
+}

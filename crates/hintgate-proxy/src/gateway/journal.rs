@@ -17,7 +17,11 @@
 //! moment, never a call record (design §8).
 //!
 //! Records are written as canonical JSON (sorted keys, no whitespace, the
-//! form the hash chain covers) straight from the call's typed values, once.
+//! form the keyed chain covers byte for byte) straight from the call's typed
+//! values, once. The store chains them under the audit key and, after the
+//! commit, writes the log's head (and, when a witness is set up, a
+//! checkpoint now and then) outside the database; the journal sees none of
+//! it.
 
 use std::fmt::Write as _;
 use std::sync::Arc;

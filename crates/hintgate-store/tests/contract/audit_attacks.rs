@@ -358,6 +358,7 @@ fn gateway_on_postgres(dir: &std::path::Path) -> Option<hintgate_store::PgStore>
             AuditSetup {
                 key: KeySource::Given(super::shared_key()),
                 head: HeadPlace::Directory(dir.to_owned()),
+                checkpoints: true,
             },
         )
         .unwrap(),
@@ -525,6 +526,7 @@ fn a_missing_key_of_a_keyed_log_is_named_and_not_replaced() {
         AuditSetup {
             key: KeySource::None,
             head: HeadPlace::File(SqliteStore::head_path(&path)),
+            checkpoints: false,
         },
     )
     .unwrap();
@@ -625,6 +627,7 @@ fn a_postgres_log_takes_no_record_without_the_shared_key() {
         AuditSetup {
             key: KeySource::Given(other_key.clone()),
             head: HeadPlace::None,
+            checkpoints: false,
         },
     )
     .unwrap();
@@ -717,4 +720,164 @@ proptest::proptest! {
         let verification = SqliteStore::open(&path).unwrap().verify().unwrap();
         proptest::prop_assert!(!verification.holds(), "{record} {column}: {verification:#?}");
     }
+}
+
+// === the witness ===
+
+/// HMAC-SHA-256 of `text` under `key`.
+fn hmac(key: &[u8], text: &[u8]) -> [u8; 32] {
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(text);
+    mac.finalize().into_bytes().into()
+}
+
+/// What the audit key's holder can do, from the documented derivation:
+/// chain the rows from `from` (an index) on again under the key, and write
+/// a head for the last one.
+fn rechain_keyed(rows: &mut [Row], from: usize, secret: &[u8; 32], head: &std::path::Path) {
+    let chain = hmac(secret, b"hintgate audit chain v1");
+    let id = hex::encode(&hmac(secret, b"hintgate audit key id v1")[..8]);
+    let mut prev = rows[from - 1].hash.clone();
+    for row in &mut rows[from..] {
+        let call = row.call.map_or(String::new(), |call| call.to_string());
+        let covered = format!(
+            "{prev}\n{}\n{}\n{}\n{call}\n{}",
+            row.seq, row.at, row.kind, row.body
+        );
+        row.prev = prev;
+        row.hash = format!(
+            "hmac-sha256:{id}:{}",
+            hex::encode(hmac(&chain, covered.as_bytes()))
+        );
+        prev = row.hash.clone();
+    }
+    let last = rows.last().unwrap();
+    let sealed = format!("hintgate-audit-head v1 {:020} {}", last.seq, last.hash);
+    let mac = hex::encode(hmac(
+        &hmac(secret, b"hintgate audit head v1"),
+        sealed.as_bytes(),
+    ));
+    std::fs::write(head, format!("{sealed} {mac}\n")).unwrap();
+}
+
+/// A witness catches what `verify` alone cannot: a rewrite by the audit
+/// key's holder, who also holds the current witness key but not the ones
+/// of the epochs already checkpointed.
+fn the_witness_finds_a_rewrite_by_the_keys_holder<S: AuditLog>(
+    dir: &std::path::Path,
+    open: impl Fn(&std::path::Path) -> S,
+    database: &mut dyn Database,
+    secret: [u8; 32],
+) {
+    let head = open(dir).head_path().unwrap().to_owned();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let witness = elsewhere.path().join("witness.log");
+    let state = hintgate_store::witness_state_path(&head);
+    let k0 = hintgate_store::setup_witness(&state, &witness).unwrap();
+    // Two runs of the gateway: each checkpoints at its first commit.
+    fill(&open(dir));
+    open(dir)
+        .append(&[NewEntry::from_value(
+            1_795_000_100,
+            EntryKind::Call,
+            None,
+            &json!({"tool": "late"}),
+        )])
+        .unwrap();
+    let log = open(dir);
+    let verification = log.verify_with_witness(&witness, &k0).unwrap();
+    assert!(verification.complete(), "{verification:#?}");
+    let found = verification.witness.unwrap();
+    assert_eq!(found.checkpoints, 2);
+    assert_eq!(
+        found.last,
+        Some(hintgate_store::Checkpointed { seq: 41, epoch: 2 }),
+        "epochs start at 1: epoch 0's key is the verification key"
+    );
+    // The wrong verification key checks nothing.
+    let wrong: hintgate_store::WitnessKey = "07".repeat(32).parse().unwrap();
+    assert_eq!(
+        codes(&log.verify_with_witness(&witness, &wrong).unwrap()),
+        ["witness-forged"]
+    );
+    drop(log);
+
+    // The key's holder turns the second call into a deny and chains the
+    // log again under the key, with a new head: the log verifies.
+    let mut rows = database.rows();
+    rows[1].body = rows[1].body.replace("\"allow\"", "\"deny\"");
+    rechain_keyed(&mut rows, 1, &secret, &head);
+    database.replace_all(&rows);
+    let rewritten = open(dir).verify().unwrap();
+    assert!(
+        rewritten.complete(),
+        "the key's holder beats verify alone: {rewritten:#?}"
+    );
+    // The witness does not move.
+    let verification = open(dir).verify_with_witness(&witness, &k0).unwrap();
+    assert_eq!(
+        verification.problems,
+        [
+            Problem::WitnessMismatch { seq: 4, line: 1 },
+            Problem::WitnessMismatch { seq: 41, line: 2 },
+        ],
+        "{verification:#?}"
+    );
+
+    // With the current witness key from the state file, old checkpoints
+    // cannot be made again: one sealed for epoch 1 does not check.
+    let stolen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(stolen["epoch"], 3);
+    let stolen_key = hex::decode(stolen["key"].as_str().unwrap()).unwrap();
+    let sealed = format!(
+        "hintgate-witness v1 epoch=1 seq=4 at=0 link={}",
+        rows[3].hash
+    );
+    let forged = format!(
+        "{sealed} mac={}\n",
+        hex::encode(hmac(&stolen_key, sealed.as_bytes()))
+    );
+    let text = std::fs::read_to_string(&witness).unwrap();
+    let second = text.lines().nth(1).unwrap();
+    std::fs::write(&witness, format!("{forged}{second}\n")).unwrap();
+    let verification = open(dir).verify_with_witness(&witness, &k0).unwrap();
+    assert_eq!(codes(&verification), ["witness-forged", "witness-mismatch"]);
+}
+
+#[test]
+fn the_witness_finds_a_rewrite_of_a_sqlite_log_by_the_keys_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let secret: [u8; 32] = hex::decode(
+        std::fs::read_to_string(SqliteStore::key_path(&path))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    the_witness_finds_a_rewrite_by_the_keys_holder(
+        dir.path(),
+        |dir| SqliteStore::open(&dir.join("state.db")).unwrap(),
+        &mut Sqlite(rusqlite::Connection::open(&path).unwrap()),
+        secret,
+    );
+}
+
+#[test]
+fn the_witness_finds_a_rewrite_of_a_postgres_log_by_the_keys_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    if gateway_on_postgres(dir.path()).is_none() {
+        return;
+    }
+    let url = database_of(dir.path()).unwrap();
+    the_witness_finds_a_rewrite_by_the_keys_holder(
+        dir.path(),
+        |dir| gateway_on_postgres(dir).unwrap(),
+        &mut Postgres(postgres::Client::connect(&url, postgres::NoTls).unwrap()),
+        [9; 32],
+    );
 }
