@@ -15,7 +15,7 @@ use crate::output;
 
 /// Runs `hintgate approvals`.
 pub fn run(args: &ApprovalsArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(&args.at)?;
+    let store = crate::state::open_store_of(&args.at, None, &crate::state::Use::Other)?.store;
     match &args.command {
         ApprovalsCommand::List { json } => list(store.as_ref(), *json),
         ApprovalsCommand::Approve { id, remember } => {

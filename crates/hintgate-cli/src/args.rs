@@ -40,9 +40,9 @@ pub enum Command {
     },
     /// List, show, diff, approve and revoke pinned tool definitions.
     Pins(PinsArgs),
-    /// Query the audit log, or verify its hash chain.
+    /// Query the audit log, or verify it.
     #[command(
-        after_help = "Exit codes: 0 ok (verify: the chain holds), 1 error, 2 verify found a broken record"
+        after_help = "Exit codes: 0 ok (verify: the log holds), 1 error (verify: no key to check the MACs), 2 verify found something wrong"
     )]
     Log(LogArgs),
     /// Check one server's tool definitions: hints, descriptions, schemas.
@@ -338,7 +338,12 @@ pub struct LogArgs {
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
-    /// `verify`: check the hash chain and name the first broken record.
+    /// The audit key's file (default: `$HINTGATE_AUDIT_KEY_FILE`, else the
+    /// `[audit] key_file` of `--config`, else `audit.key` beside the SQLite
+    /// store). Read, never made.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub audit_key: Option<PathBuf>,
+    /// `verify`: check every record and the head, and name what is wrong.
     #[command(subcommand)]
     pub command: Option<LogCommand>,
 }
@@ -346,9 +351,66 @@ pub struct LogArgs {
 /// `hintgate log ...`
 #[derive(Debug, Subcommand)]
 pub enum LogCommand {
-    /// Check the hash chain; name the first record that does not follow.
-    Verify,
+    /// Check every record's link (with the key), the sequence, every body
+    /// and the head; name every record edited, inserted, deleted, moved or
+    /// cut off the end.
+    #[command(after_help = LOG_VERIFY_HELP)]
+    Verify(VerifyArgs),
+    /// Set up a witness: the gateway appends forward-secure checkpoints of
+    /// the log to FILE; prints the verification key, once.
+    #[command(after_help = SETUP_WITNESS_HELP)]
+    SetupWitness(SetupWitnessArgs),
 }
+
+/// `hintgate log setup-witness`
+#[derive(Debug, Args)]
+pub struct SetupWitnessArgs {
+    /// The witness: a new or empty file outside the state directory,
+    /// ideally on another volume or machine, that the gateway can append to
+    /// but not rewrite.
+    #[arg(value_name = "FILE")]
+    pub witness: PathBuf,
+}
+
+const SETUP_WITNESS_HELP: &str = "\
+The gateway keeps only the current epoch's key (beside the head, mode 0600)
+and, after a commit, every 1000 records or 60 s (and at the first commit of
+each run), derives the next key, erases the old one and appends a checkpoint
+sealed with it. Whoever takes the machine later cannot make a checkpoint of
+an earlier epoch, so the records up to the last checkpoint cannot be
+rewritten unseen. Restart running gateways to start the checkpoints.
+
+Exit codes:
+  0   set up; the verification key is printed
+  1   error (a witness is set up already, the file is not empty)
+  64  bad usage (the witness is in the state directory)";
+
+/// `hintgate log verify`
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The head file to check the log's end against (default: where the
+    /// gateway writes it: beside the SQLite store, or, for PostgreSQL, in
+    /// the state directory).
+    #[arg(long, value_name = "FILE")]
+    pub head: Option<PathBuf>,
+    /// Print the findings as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Check the checkpoints in this witness file against the log too
+    /// (`hintgate log setup-witness`).
+    #[arg(long, value_name = "FILE")]
+    pub witness: Option<PathBuf>,
+    /// The witness's verification key, as `setup-witness` printed it
+    /// (default: `$HINTGATE_WITNESS_KEY`).
+    #[arg(long, value_name = "KEY", requires = "witness")]
+    pub verification_key: Option<String>,
+}
+
+const LOG_VERIFY_HELP: &str = "\
+Exit codes:
+  0   the log holds, every keyed record's MAC checked
+  1   error; also: no key, so the keyed records' MACs could not be checked
+  2   something is wrong: a record edited, inserted, deleted, moved or cut off";
 
 /// `hintgate pins`
 #[derive(Debug, Args)]
@@ -455,6 +517,12 @@ pub struct RunArgs {
     /// SQLite in the state directory.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+    /// The audit key's file (default: `$HINTGATE_AUDIT_KEY_FILE`, else the
+    /// config's `[audit] key_file`, else `audit.key` beside the SQLite
+    /// store, made on first use; a PostgreSQL store needs one, the same file
+    /// on every gateway).
+    #[arg(long, value_name = "FILE")]
+    pub audit_key: Option<PathBuf>,
     /// Wrap mode: the server's command line.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

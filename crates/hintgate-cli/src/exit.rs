@@ -13,6 +13,8 @@ pub enum Exit {
     Denied,
     /// 2: `lint` found problems at or above `--fail-on`.
     Findings,
+    /// 2: `log verify` found the audit log broken.
+    Broken,
     /// 64: bad usage, or a configuration or input file with errors.
     Usage,
 }
@@ -23,7 +25,7 @@ impl Exit {
         match self {
             Self::Success => 0,
             Self::Error => 1,
-            Self::Denied | Self::Findings => 2,
+            Self::Denied | Self::Findings | Self::Broken => 2,
             Self::Usage => 64,
         }
     }

@@ -3,36 +3,25 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use hintgate_policy::sanitize::escape_line;
-use hintgate_store::{Entry, EntryKind};
+use hintgate_store::{Entry, EntryKind, HeadState, Span, Verification, WitnessKey};
 use serde_json::Value;
 
-use crate::args::{LogArgs, LogCommand};
+use crate::args::{LogArgs, LogCommand, SetupWitnessArgs, VerifyArgs};
 use crate::exit::Exit;
 use crate::output;
+use crate::state::{KeyFile, Use};
 
 /// Runs `hintgate log`.
 pub fn run(args: &LogArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(&args.at)?;
-    if let Some(LogCommand::Verify) = args.command {
-        let verification = store.verify()?;
-        return Ok(match verification.first_broken {
-            None => {
-                output::out(&format!(
-                    "the audit log holds: {} records checked\n",
-                    verification.checked
-                ))?;
-                Exit::Success
-            }
-            Some(seq) => {
-                output::out(&format!(
-                    "the audit log is broken at record {seq}: its hash does not follow from the record before (edited, inserted or deleted)\n"
-                ))?;
-                Exit::Denied
-            }
-        });
+    match &args.command {
+        Some(LogCommand::Verify(verify)) => return run_verify(args, verify),
+        Some(LogCommand::SetupWitness(setup)) => return run_setup_witness(args, setup),
+        None => {}
     }
+    // Reading the records needs no key.
+    let store = crate::state::open_store_of(&args.at, None, &Use::Other)?.store;
     let since = args.since.map(|since| since.resolve(unix_now()));
     let mut view = View {
         args,
@@ -89,10 +78,15 @@ enum Filed {
 }
 
 fn filed(entry: &Entry) -> Filed {
+    if entry.malformed.is_some() {
+        return Filed::Unreadable;
+    }
     match (entry.kind, entry.call) {
-        (EntryKind::Call, _) => Filed::Call,
-        (EntryKind::Outcome, Some(call)) => Filed::Outcome(call),
-        (EntryKind::Outcome, None) | (EntryKind::Outcomes, _) => Filed::Unreadable,
+        (Some(EntryKind::Call), _) => Filed::Call,
+        (Some(EntryKind::Outcome), Some(call)) => Filed::Outcome(call),
+        (Some(EntryKind::Outcome), None) | (Some(EntryKind::Outcomes) | None, _) => {
+            Filed::Unreadable
+        }
     }
 }
 
@@ -178,25 +172,28 @@ impl View<'_> {
         if self.since.is_some_and(|since| entry.at < since) {
             return;
         }
-        let kind = match entry.kind {
-            EntryKind::Call => "call",
-            EntryKind::Outcome => "outcome",
-            EntryKind::Outcomes => "outcomes",
-        };
+        let kind = entry.stored_kind.as_str();
         if self.args.json {
-            let record = serde_json::json!({
+            let mut record = serde_json::json!({
                 "seq": entry.seq,
                 "at": entry.at,
                 "kind": "malformed",
                 "record": {"kind": kind, "call": entry.call, "body": entry.body},
             });
+            if let (Some(problem), Some(object)) = (&entry.malformed, record.as_object_mut()) {
+                object.insert("problem".into(), Value::from(problem.code()));
+            }
             out.push_str(&format!("{record}\n"));
         } else {
+            let why = entry
+                .malformed
+                .as_ref()
+                .map_or_else(String::new, |problem| format!(" ({problem})"));
             out.push_str(&format!(
-                "{:>6}  {}  malformed {kind} record, shown as stored: {}\n",
+                "{:>6}  {}  malformed {kind} record{why}, shown as stored: {}\n",
                 entry.seq,
                 utc(entry.at),
-                escape_line(&entry.body.to_string()),
+                escape_line(&entry.stored_body),
             ));
         }
     }
@@ -317,6 +314,217 @@ impl View<'_> {
                 escape_line(&duration.to_string()),
             ));
         }
+    }
+}
+
+/// Runs `hintgate log verify`.
+fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
+    let opened = crate::state::open_store_of(
+        &args.at,
+        args.audit_key.as_deref(),
+        &Use::Log {
+            head: verify.head.clone(),
+        },
+    )?;
+    let verification = match &verify.witness {
+        Some(witness) => {
+            let key = match &verify.verification_key {
+                Some(key) => key.clone(),
+                None => std::env::var(WITNESS_KEY_VAR).map_err(|_| {
+                    crate::load::InputError(format!(
+                        "give the witness's verification key with `--verification-key KEY` or `{WITNESS_KEY_VAR}`"
+                    ))
+                })?,
+            };
+            let key: WitnessKey = key
+                .parse()
+                .map_err(|err| crate::load::InputError(format!("--verification-key: {err}")))?;
+            opened.store.verify_with_witness(witness, &key)?
+        }
+        None => opened.store.verify()?,
+    };
+    if args.json || verify.json {
+        output::out(&format!(
+            "{}\n",
+            verification_json(&verification, &opened.key)
+        ))?;
+    } else {
+        output::out(&render_verification(&verification, &opened.key))?;
+    }
+    Ok(if !verification.holds() {
+        Exit::Broken
+    } else if !verification.complete() {
+        Exit::Error
+    } else {
+        Exit::Success
+    })
+}
+
+/// The variable that holds the witness's verification key when no
+/// `--verification-key` does.
+const WITNESS_KEY_VAR: &str = "HINTGATE_WITNESS_KEY";
+
+/// Runs `hintgate log setup-witness`.
+fn run_setup_witness(args: &LogArgs, setup: &SetupWitnessArgs) -> Result<Exit> {
+    let opened = crate::state::open_store_of(&args.at, None, &Use::Log { head: None })?;
+    let Some(head) = opened.store.head_path() else {
+        anyhow::bail!("this store keeps no head, so it has no witness");
+    };
+    let witness = std::path::absolute(&setup.witness)
+        .with_context(|| format!("cannot resolve `{}`", setup.witness.display()))?;
+    // A witness beside the head falls with the state directory; it is
+    // meant to outlive it.
+    let same_dir = |a: &std::path::Path, b: &std::path::Path| match (
+        a.parent().and_then(|dir| std::fs::canonicalize(dir).ok()),
+        b.parent().and_then(|dir| std::fs::canonicalize(dir).ok()),
+    ) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    };
+    if same_dir(&witness, head) {
+        return Err(crate::load::InputError(format!(
+            "the witness `{}` is in the directory of the log's head: put it elsewhere, ideally on another volume or machine, so that it outlives the state directory",
+            witness.display()
+        ))
+        .into());
+    }
+    let key = hintgate_store::setup_witness(&hintgate_store::witness_state_path(head), &witness)?;
+    output::out(&format!(
+        "the witness is set up: gateways on this log append a checkpoint to `{}` every {} records or {} s after a commit, and at the first commit of each run (restart those running)\n\
+         verification key, shown once; keep it offline, away from this machine (whoever holds it can make checkpoints):\n\
+         {}\n\
+         check with: hintgate log verify --witness {} --verification-key KEY\n",
+        witness.display(),
+        hintgate_store::WITNESS_EVERY_RECORDS,
+        hintgate_store::WITNESS_EVERY.as_secs(),
+        key.to_hex(),
+        witness.display(),
+    ))?;
+    Ok(Exit::Success)
+}
+
+/// What `log verify --json` prints: the findings, whether the log holds
+/// and whether every MAC was checked, the key file, and each problem with
+/// its stable code and in words.
+fn verification_json(verification: &Verification, key: &KeyFile) -> Value {
+    let mut json = serde_json::to_value(verification).unwrap_or(Value::Null);
+    if let Some(object) = json.as_object_mut() {
+        object.insert("holds".into(), Value::from(verification.holds()));
+        object.insert("complete".into(), Value::from(verification.complete()));
+        let key_file = match key {
+            KeyFile::Read(path, _) | KeyFile::Missing(path) => {
+                Value::from(path.display().to_string())
+            }
+            KeyFile::NotNamed => Value::Null,
+        };
+        object.insert("key_file".into(), key_file);
+        if let Some(Value::Array(problems)) = object.get_mut("problems") {
+            for (json, problem) in problems.iter_mut().zip(&verification.problems) {
+                if let Some(json) = json.as_object_mut() {
+                    json.insert("message".into(), Value::from(problem.to_string()));
+                }
+            }
+        }
+    }
+    json
+}
+
+/// `log verify`'s findings in words.
+fn render_verification(verification: &Verification, key: &KeyFile) -> String {
+    let mut out = format!("{} records checked\n", verification.checked);
+    if let Some(span) = verification.unkeyed {
+        out.push_str(&format!(
+            "  {}: chained without a key (written before the log was keyed); anyone who can write the database could have rewritten them\n",
+            records(span)
+        ));
+    }
+    if let Some(span) = verification.keyed {
+        match (&verification.key_id, key) {
+            (Some(id), KeyFile::Read(path, _)) => out.push_str(&format!(
+                "  {}: chained under the key `{id}` (`{}`), every link checked with it\n",
+                records(span),
+                path.display()
+            )),
+            (Some(id), _) => out.push_str(&format!(
+                "  {}: chained under the key `{id}`, every link checked with it\n",
+                records(span)
+            )),
+            (None, KeyFile::Missing(path)) => out.push_str(&format!(
+                "  {}: chained under a key, but the key file `{}` is not there: their links cannot be checked, only their order\n",
+                records(span),
+                path.display()
+            )),
+            (None, _) => out.push_str(&format!(
+                "  {}: chained under a key, but no key file was named (`--audit-key`, `{}` or `[audit] key_file`): their links cannot be checked, only their order\n",
+                records(span),
+                crate::state::AUDIT_KEY_VAR
+            )),
+        }
+    }
+    match &verification.head {
+        HeadState::NotKept => {}
+        HeadState::NotYet { path } => out.push_str(&format!(
+            "  head `{path}`: none yet (it is written with the first keyed record)\n"
+        )),
+        HeadState::Reached { path, seq, sealed } => out.push_str(&format!(
+            "  head `{path}`: record {seq}, {}, reached\n",
+            if *sealed {
+                "its seal checked with the key"
+            } else {
+                "its seal not checked (no key)"
+            }
+        )),
+        HeadState::Failed { path } => {
+            out.push_str(&format!("  head `{path}`: does not hold\n"));
+        }
+    }
+    if let Some(witness) = &verification.witness {
+        match witness.last {
+            Some(last) => out.push_str(&format!(
+                "  witness `{}`: {} checkpoints, the last that holds at record {} (epoch {})\n",
+                witness.path, witness.checkpoints, last.seq, last.epoch
+            )),
+            None if witness.checkpoints == 0 => out.push_str(&format!(
+                "  witness `{}`: no checkpoint yet\n",
+                witness.path
+            )),
+            None => out.push_str(&format!(
+                "  witness `{}`: {} checkpoints, none that holds\n",
+                witness.path, witness.checkpoints
+            )),
+        }
+    }
+    for problem in &verification.problems {
+        out.push_str(&format!("{problem}\n"));
+    }
+    if verification.more_problems > 0 {
+        out.push_str(&format!(
+            "and {} more problems\n",
+            verification.more_problems
+        ));
+    }
+    let found = verification.problems.len() as u64 + verification.more_problems;
+    if found > 0 {
+        out.push_str(&format!(
+            "the log does not hold: {found} problem{} found\n",
+            if found == 1 { "" } else { "s" }
+        ));
+    } else if !verification.complete() {
+        out.push_str(
+            "no problem found, but the keyed records cannot be checked without their key\n",
+        );
+    } else {
+        out.push_str("the log holds\n");
+    }
+    out
+}
+
+/// A run of records in words.
+fn records(span: Span) -> String {
+    if span.first == span.last {
+        format!("record {}", span.first)
+    } else {
+        format!("records {} to {}", span.first, span.last)
     }
 }
 
@@ -519,20 +727,26 @@ mod tests {
             since: None,
             follow,
             json,
+            audit_key: None,
             command: None,
         }
     }
 
     fn record(seq: u64, kind: EntryKind, call: Option<u64>, body: Value) -> Entry {
-        Entry {
+        let kind = match kind {
+            EntryKind::Call => "call",
+            EntryKind::Outcome => "outcome",
+            EntryKind::Outcomes => "outcomes",
+        };
+        Entry::from_stored(
             seq,
-            at: 1_795_989_518,
-            kind,
+            1_795_989_518,
+            kind.to_owned(),
             call,
-            body,
-            prev: String::new(),
-            hash: String::new(),
-        }
+            hintgate_policy::pin::canonical_json(&body),
+            String::new(),
+            String::new(),
+        )
     }
 
     /// Two calls, a record of outcomes that ends the first, and three
@@ -646,6 +860,86 @@ mod tests {
                 line.trim_start().starts_with(seq) && line.contains("malformed"),
                 "{line}"
             );
+        }
+    }
+
+    /// A record whose kind hintgate does not write, or whose body repeats
+    /// a key, is shown as stored with what is wrong with it, never as a
+    /// call.
+    #[test]
+    fn a_record_with_an_unknown_kind_or_a_repeated_key_is_shown_as_malformed() {
+        let stored = |seq, kind: &str, body: &str| {
+            Entry::from_stored(
+                seq,
+                1_795_989_518,
+                kind.to_owned(),
+                None,
+                body.to_owned(),
+                String::new(),
+                String::new(),
+            )
+        };
+        let entries = [
+            stored(
+                1,
+                "call",
+                r#"{"verdict":"deny","approver":"rule","reasons":[],"server":"fs","tool":"read","verdict":"allow"}"#,
+            ),
+            stored(
+                2,
+                "note",
+                r#"{"approver":"rule","reasons":[],"server":"fs","tool":"read","verdict":"allow"}"#,
+            ),
+            stored(3, "call", "{\"server\":\"fs\"}\n\u{1b}[2J"),
+        ];
+        for json in [false, true] {
+            let args = log_args(json, false);
+            let mut view = View {
+                args: &args,
+                since: None,
+                shown: HashMap::new(),
+            };
+            let mut grouped = Grouped::default();
+            for entry in entries.clone() {
+                grouped.add(entry);
+            }
+            let mut out = String::new();
+            grouped.render(&mut view, &mut out);
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines.len(), 3, "{out}");
+            if json {
+                let problems: Vec<Value> = lines
+                    .iter()
+                    .map(|line| serde_json::from_str::<Value>(line).unwrap())
+                    .inspect(|line| assert_eq!(line["kind"], "malformed"))
+                    .map(|line| line["problem"].clone())
+                    .collect();
+                assert_eq!(
+                    problems,
+                    [
+                        json!("duplicate-key"),
+                        json!("unknown-kind"),
+                        json!("not-json")
+                    ]
+                );
+            } else {
+                assert_eq!(
+                    lines[0],
+                    r#"     1  2026-11-29T21:58:38Z  malformed call record (its body repeats the key `verdict`), shown as stored: {"verdict":"deny","approver":"rule","reasons":[],"server":"fs","tool":"read","verdict":"allow"}"#
+                );
+                assert!(
+                    lines[1].contains(
+                        "malformed note record (its kind `note` is not one hintgate writes)"
+                    ),
+                    "{}",
+                    lines[1]
+                );
+                assert!(
+                    lines[2].ends_with(r#"{"server":"fs"}\n\u{1b}[2J"#),
+                    "control characters are shown escaped: {}",
+                    lines[2]
+                );
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use crate::output;
 
 /// Runs `hintgate pins`.
 pub fn run(args: &PinsArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(&args.at)?;
+    let store = crate::state::open_store_of(&args.at, None, &crate::state::Use::Other)?.store;
     match &args.command {
         PinsCommand::List { json } => list(store.as_ref(), *json),
         PinsCommand::Show { server, tool } => {

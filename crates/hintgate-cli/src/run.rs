@@ -44,11 +44,24 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         .map(|text| vars::expand(text, &ProcessEnv))
         .transpose()
         .map_err(|err| InputError(format!("gateway.store: {err}")))?;
+    let configured_key = config
+        .audit
+        .key_file
+        .as_deref()
+        .map(|text| vars::expand(text, &ProcessEnv))
+        .transpose()
+        .map_err(|err| InputError(format!("audit.key_file: {err}")))?;
     let store = crate::state::open_store(
-        args.state_dir.as_deref(),
-        args.store.as_deref(),
-        configured.as_deref(),
-    )?;
+        &crate::state::Choice {
+            state_dir: args.state_dir.as_deref(),
+            store: args.store.as_deref(),
+            configured_store: configured.as_deref(),
+            key: args.audit_key.as_deref(),
+            configured_key: configured_key.as_deref(),
+        },
+        &crate::state::Use::Gateway,
+    )?
+    .store;
     let settings = Settings {
         policy: Policy::new(config),
         mode,

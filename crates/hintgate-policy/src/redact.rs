@@ -75,6 +75,11 @@ pub struct AuditSettings {
     /// Whether strings that look like credentials are redacted wherever
     /// they are ([`looks_like_secret`]; default: yes).
     pub redact_defaults: bool,
+    /// The audit key's file (`key_file`), an absolute path that may hold
+    /// `${VAR}` references, expanded at start-up; `None`: the default (for
+    /// SQLite, `audit.key` beside the database; a PostgreSQL store needs
+    /// one, the same on every gateway).
+    pub key_file: Option<String>,
 }
 
 /// The key of the digests redaction markers keep. Its `Debug` shows none
@@ -148,6 +153,7 @@ impl Default for AuditSettings {
         Self {
             redact: Vec::new(),
             redact_defaults: true,
+            key_file: None,
         }
     }
 }

@@ -12,9 +12,13 @@
 //!
 //! It is written over the [`AuditLog`] trait: each backend is one entry of
 //! `backends()` (the default SQLite store, in a fresh temporary directory per
-//! sample; the in-memory log as the ceiling; and PostgreSQL, in a fresh
-//! database per sample, when `HINTGATE_TEST_POSTGRES_URL` names a server, as
-//! `./scripts/test` and `scripts/postgres` provide).
+//! sample, with its key and head file beside the database as a gateway
+//! opens it; the in-memory log as the ceiling; and PostgreSQL, in a fresh
+//! database per sample, with a key and a head file in a temporary directory,
+//! when `HINTGATE_TEST_POSTGRES_URL` names a server, as `./scripts/test` and
+//! `scripts/postgres` provide). Every append chains its records with the
+//! keyed MAC and, where the store keeps one, writes the head after its
+//! commit.
 //!
 //! `cargo bench -p hintgate-proxy --bench audit` runs it in full; under
 //! `cargo test` each case runs once, so it stays a test that the path works.
@@ -29,7 +33,10 @@ use std::sync::Arc;
 
 use divan::Bencher;
 use divan::counter::ItemsCount;
-use hintgate_store::{AuditLog, EntryKind, MemoryStore, NewEntry, PgStore, SqliteStore};
+use hintgate_store::{
+    AuditKey, AuditLog, AuditSetup, EntryKind, HeadPlace, KeySource, MemoryStore, NewEntry,
+    PgStore, SqliteStore,
+};
 use serde_json::json;
 
 fn main() {
@@ -58,9 +65,18 @@ fn open(backend: &str) -> (Arc<dyn AuditLog>, Option<tempfile::TempDir>) {
         }
         "memory" => (Arc::new(MemoryStore::default()), None),
         "postgres" => {
+            let dir = tempfile::tempdir().unwrap();
             let url = hintgate_store::test_util::postgres_database()
                 .expect("a PostgreSQL server is configured");
-            (Arc::new(PgStore::open(&url).unwrap()), None)
+            let audit = AuditSetup {
+                key: KeySource::Given(AuditKey::generate().unwrap()),
+                head: HeadPlace::Directory(dir.path().to_owned()),
+                checkpoints: true,
+            };
+            (
+                Arc::new(PgStore::open_with(&url, audit).unwrap()),
+                Some(dir),
+            )
         }
         other => panic!("unknown backend `{other}`"),
     }

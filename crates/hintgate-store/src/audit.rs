@@ -1,16 +1,29 @@
-//! The audit log, a hash chain: one record per tool call that reached the
+//! The audit log, a keyed chain: one record per tool call that reached the
 //! gateway, and the outcome of each call that was sent on, in a record of
 //! its own ([`EntryKind::Outcome`]) or, with the outcomes of the other calls
 //! that ended in the same turn of the gateway, in one shared record
 //! ([`EntryKind::Outcomes`]).
 //!
-//! Each entry carries the hash of the one before; the hash covers the
-//! entry's sequence number, time, kind, the call it belongs to and its body.
-//! [`AuditLog::verify`] walks the chain and names the first entry whose hash
-//! does not follow, so an edited, inserted or deleted entry is found.
+//! Each record carries the link of the one before (`prev`) and its own
+//! (`hash`): HMAC-SHA-256, under the chain subkey of the audit key
+//! ([`AuditKey`]), of the link before, the record's sequence number, time,
+//! kind, call and body, each as stored, so someone who can write the
+//! database but not read the key can neither edit a record nor make a new
+//! chain. A keyed link reads `hmac-sha256:KEYID:MAC`, naming the key it was
+//! made with. Logs written before the chain was keyed hold records whose link
+//! is the plain SHA-256 of the same bytes (64 hexadecimal digits); they stay
+//! readable, and [`AuditLog::verify`] says which part of a log is only
+//! hash-chained. Appending after them continues the chain, keyed.
+//!
+//! After each commit, a store that keeps a head file writes the last
+//! sequence number and link there, sealed with the key (see `head.rs`), so
+//! records cut off the end of the log are found too.
 
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use hmac::Mac;
 use rusqlite::params;
 use serde::Serialize;
 use serde_json::Value;
@@ -18,10 +31,20 @@ use sha2::{Digest, Sha256};
 
 use hintgate_policy::pin::canonical_json;
 
+use crate::body::{self, Malformed};
+use crate::head::{self, HeadRead, HeadWriter};
+use crate::key::AuditKey;
+use crate::witness::{self, Checker, WitnessKey, WitnessWriter};
 use crate::{MemoryStore, SqliteStore, StoreError, from_sql, to_sql};
 
-/// The hash before the first entry.
+/// The link before the first record.
 pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What a keyed link starts with; the key's id and the MAC follow.
+pub(crate) const KEYED_PREFIX: &str = "hmac-sha256:";
+
+/// The most problems [`AuditLog::verify`] lists; it counts the rest.
+const MAX_PROBLEMS: usize = 100;
 
 /// What an entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -52,11 +75,11 @@ pub struct NewEntry {
     pub call: Option<u64>,
     /// Everything else (server, tool, redacted arguments, verdict, reasons,
     /// approver, pin; or outcome and duration; or the list of outcomes) as
-    /// canonical JSON text, as
-    /// [`canonical_json`] writes it. The log hashes and stores it as given,
-    /// so the caller serialises each record once; a text that is not
-    /// canonical JSON is kept, and [`AuditLog::verify`] reports its entry as
-    /// broken. [`NewEntry::from_value`] builds one from a [`Value`].
+    /// canonical JSON text, as [`canonical_json`] writes it. The log chains
+    /// and stores it as given, so the caller serialises each record once; a
+    /// text that is not canonical JSON is kept, and [`AuditLog::verify`]
+    /// reports its entry, and readers show it as malformed.
+    /// [`NewEntry::from_value`] builds one from a [`Value`].
     pub body: String,
 }
 
@@ -67,41 +90,318 @@ pub struct Entry {
     pub seq: u64,
     /// Seconds since the Unix epoch.
     pub at: i64,
-    /// A call, one call's outcome, or the outcomes of several calls.
-    pub kind: EntryKind,
+    /// A call, one call's outcome, or the outcomes of several calls; `None`
+    /// for a kind this hintgate does not know (see [`Entry::stored_kind`]),
+    /// which is never taken for a call.
+    pub kind: Option<EntryKind>,
     /// For an [`EntryKind::Outcome`] (also one that [`Entry::expand`] made
     /// from an [`EntryKind::Outcomes`] record): its call. `None` for a call
     /// and for an [`EntryKind::Outcomes`] record, whose items each name
     /// their call.
     pub call: Option<u64>,
-    /// The recorded facts.
+    /// The recorded facts. A body that cannot be read strictly (see
+    /// [`Entry::malformed`]) is its stored text, as a JSON string.
     pub body: Value,
-    /// The hash of the entry before.
+    /// The link of the entry before.
     pub prev: String,
-    /// This entry's hash.
+    /// This entry's link.
     pub hash: String,
+    /// The kind as stored.
+    pub stored_kind: String,
+    /// The body as stored: the text the link covers.
+    pub stored_body: String,
+    /// Why the record cannot be read as the gateway writes records: a kind
+    /// it does not know, or a body that is not JSON, repeats a key or is
+    /// not canonical. Readers show such a record as malformed, as stored.
+    pub malformed: Option<Malformed>,
+}
+
+/// A run of records, by sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Span {
+    /// The first record's sequence number.
+    pub first: u64,
+    /// The last record's sequence number.
+    pub last: u64,
 }
 
 /// What [`AuditLog::verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verification {
-    /// Entries checked.
+    /// Records read.
     pub checked: u64,
-    /// The first entry whose hash does not follow from the one before.
-    pub first_broken: Option<u64>,
+    /// The records chained only with the plain hash (written before the
+    /// log was keyed): anyone who can write the database could have
+    /// rewritten them and their chain.
+    pub unkeyed: Option<Span>,
+    /// The records chained under a key.
+    pub keyed: Option<Span>,
+    /// The id of the key their links were checked with; `None` when no key
+    /// was at hand, so the keyed records' MACs were not checked (their
+    /// order and links were).
+    pub key_id: Option<String>,
+    /// What became of the head.
+    pub head: HeadState,
+    /// What the witness holds, when one was checked.
+    pub witness: Option<WitnessState>,
+    /// What is wrong, in the order found (at most 100).
+    pub problems: Vec<Problem>,
+    /// Problems found beyond those listed.
+    pub more_problems: u64,
+}
+
+/// What [`AuditLog::verify_with_witness`] found in the witness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WitnessState {
+    /// The witness file.
+    pub path: String,
+    /// Checkpoints read.
+    pub checkpoints: u64,
+    /// The last checkpoint that holds: its record's sequence number and its
+    /// epoch.
+    pub last: Option<Checkpointed>,
+}
+
+/// A checkpoint that holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Checkpointed {
+    /// The record it names.
+    pub seq: u64,
+    /// Its epoch.
+    pub epoch: u64,
+}
+
+/// What [`AuditLog::verify`] found of the head.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum HeadState {
+    /// This log keeps no head (an in-memory log).
+    NotKept,
+    /// No head file yet, and no keyed record that would have written one.
+    NotYet {
+        /// Where it would be.
+        path: String,
+    },
+    /// The chain reaches the head, and the record at its sequence number
+    /// has its link.
+    Reached {
+        /// The head file.
+        path: String,
+        /// The head's sequence number.
+        seq: u64,
+        /// Whether its seal was checked with the key (without the key,
+        /// anyone who can write the file could have written it).
+        sealed: bool,
+    },
+    /// The head does not hold; [`Verification::problems`] says how.
+    Failed {
+        /// The head file.
+        path: String,
+    },
+}
+
+/// One thing [`AuditLog::verify`] found wrong. Each has a stable kebab-case
+/// code ([`Problem::code`]), listed in `docs/diagnostics.md`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "problem", rename_all = "kebab-case")]
+pub enum Problem {
+    /// The record's link does not match its content: it was edited (or
+    /// moved from another place, or its link was made without the key).
+    Edited {
+        /// The record.
+        seq: u64,
+    },
+    /// Sequence numbers are missing: records were deleted.
+    MissingRecords {
+        /// The first missing sequence number.
+        first: u64,
+        /// The last.
+        last: u64,
+    },
+    /// The record's `prev` is not the link of the record before it: a
+    /// record was inserted, deleted or moved before it.
+    BrokenLink {
+        /// The record.
+        seq: u64,
+    },
+    /// A record chained with the plain hash after keyed records: the log
+    /// was rewritten without the key.
+    UnkeyedAfterKeyed {
+        /// The record.
+        seq: u64,
+    },
+    /// The record was chained under another key than the one checked with
+    /// (or than the records before it); the first of each such run.
+    OtherKey {
+        /// The record.
+        seq: u64,
+        /// The id of the key its link names.
+        key_id: String,
+    },
+    /// The record's kind is not one hintgate writes.
+    UnknownKind {
+        /// The record.
+        seq: u64,
+        /// Its stored kind.
+        kind: String,
+    },
+    /// The record's body repeats a key.
+    DuplicateKey {
+        /// The record.
+        seq: u64,
+        /// The repeated key.
+        key: String,
+    },
+    /// The record's body is JSON but not canonical.
+    NotCanonical {
+        /// The record.
+        seq: u64,
+    },
+    /// The record's body is not JSON.
+    NotJson {
+        /// The record.
+        seq: u64,
+    },
+    /// The log ends before its head: records were cut off the end.
+    CutOff {
+        /// The last sequence number in the log (0 when it is empty).
+        log_end: u64,
+        /// The head's sequence number.
+        head_seq: u64,
+    },
+    /// The record at the head's sequence number does not have the head's
+    /// link: the end of the log was replaced.
+    HeadMismatch {
+        /// The head's sequence number.
+        seq: u64,
+    },
+    /// Keyed records but no head file: it was removed.
+    HeadMissing {
+        /// Where it should be.
+        path: String,
+    },
+    /// The head file is not a head, or its seal does not match the key.
+    HeadDamaged {
+        /// The head file.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The head file is there but cannot be read.
+    HeadUnreadable {
+        /// The head file.
+        path: String,
+        /// What the operating system said.
+        error: String,
+    },
+    /// The witness cannot be read.
+    WitnessUnreadable {
+        /// The witness file.
+        path: String,
+        /// What the operating system said.
+        error: String,
+    },
+    /// A line of the witness is not a checkpoint.
+    WitnessDamaged {
+        /// The line's number, from 1.
+        line: u64,
+    },
+    /// A checkpoint's MAC does not match the key of its epoch: it was
+    /// forged (by someone holding a later key), or the verification key is
+    /// not this witness's.
+    WitnessForged {
+        /// The line's number, from 1.
+        line: u64,
+    },
+    /// A checkpoint's epoch is not above the one before, or its record is
+    /// before the one before's.
+    WitnessOutOfOrder {
+        /// The line's number, from 1.
+        line: u64,
+    },
+    /// The record a checkpoint names has another link now: the log was
+    /// rewritten after the checkpoint, even if it verifies under the key.
+    WitnessMismatch {
+        /// The record.
+        seq: u64,
+        /// The checkpoint's line, from 1.
+        line: u64,
+    },
+    /// The log ends before a record a checkpoint names.
+    WitnessCutOff {
+        /// The last sequence number in the log (0 when it is empty).
+        log_end: u64,
+        /// The record the checkpoint names.
+        seq: u64,
+    },
+}
+
+/// Where a store keeps its head file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum HeadPlace {
+    /// No head file.
+    #[default]
+    None,
+    /// This file.
+    File(PathBuf),
+    /// A file in this directory, named by the store after its log (a
+    /// PostgreSQL store: `audit-LOGID.head`, one per log, kept by each
+    /// gateway on its own machine).
+    Directory(PathBuf),
+}
+
+/// Where a store's audit key comes from.
+#[derive(Debug, Clone, Default)]
+pub enum KeySource {
+    /// No key: the log can be read and verified (its MACs unchecked), but
+    /// nothing can be appended.
+    #[default]
+    None,
+    /// This key.
+    Given(AuditKey),
+    /// The key file at this path, made on first use, but only while the
+    /// log holds no record chained under a key (a new key could not
+    /// continue that chain; the store refuses to open, naming the file).
+    File(PathBuf),
+}
+
+/// How a store chains, seals and checks its audit log.
+#[derive(Debug, Clone, Default)]
+pub struct AuditSetup {
+    /// The audit key.
+    pub key: KeySource,
+    /// Where the head is kept.
+    pub head: HeadPlace,
+    /// Whether this store makes the witness checkpoints, when a witness is
+    /// set up beside the head (see
+    /// [`witness_state_path`](crate::witness_state_path)): a gateway does;
+    /// a command that reads the log does not.
+    pub checkpoints: bool,
+}
+
+/// A store's key and head, resolved when it opens.
+#[derive(Debug, Default)]
+pub(crate) struct Keying {
+    pub(crate) key: Option<AuditKey>,
+    pub(crate) head_path: Option<PathBuf>,
+    pub(crate) head: Option<HeadWriter>,
+    pub(crate) witness: Option<WitnessWriter>,
 }
 
 /// The audit log.
 ///
 /// Contract: `append` writes its entries in order, each chained to the one
-/// before, all or none, and they are durable when it returns; entries are
-/// never changed or removed by the log itself.
+/// before under the log's key (it fails without a key, and when the last
+/// record was chained under another key), all or none, and they are durable
+/// when it returns; then, when the log keeps a head, the head names the last
+/// of them. Entries are never changed or removed by the log itself.
 pub trait AuditLog: Send + Sync + std::fmt::Debug {
     /// Appends entries; returns their sequence numbers.
     ///
     /// # Errors
     ///
-    /// [`StoreError`] when the log cannot be written.
+    /// [`StoreError`] when the log cannot be written, has no key, or its
+    /// last record was chained under another key.
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError>;
 
     /// Entries after sequence number `after`, oldest first, at most `limit`.
@@ -129,85 +429,150 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
         Ok(!self.entries(after, 1)?.is_empty())
     }
 
-    /// Checks the whole chain.
+    /// The key the log is chained under, when the store has it.
+    fn audit_key(&self) -> Option<&AuditKey> {
+        None
+    }
+
+    /// The head file, when the log keeps one.
+    fn head_path(&self) -> Option<&Path> {
+        None
+    }
+
+    /// The subkey for keyed digests of redacted values in records
+    /// ([`AuditKey::redaction_key`]); `None` when the store has no key.
+    fn redaction_key(&self) -> Option<[u8; 32]> {
+        self.audit_key().map(AuditKey::redaction_key)
+    }
+
+    /// Checks the whole log: every link (with the log's key, when it has
+    /// it), the sequence numbers, every body and kind, and the head.
     ///
     /// # Errors
     ///
     /// [`StoreError`] when the log cannot be read.
     fn verify(&self) -> Result<Verification, StoreError> {
-        let mut prev = GENESIS.to_owned();
-        let mut checked = 0;
-        let mut after = 0;
-        loop {
-            let batch = self.entries(after, 1000)?;
-            if batch.is_empty() {
-                return Ok(Verification {
-                    checked,
-                    first_broken: None,
-                });
-            }
-            for entry in batch {
-                checked += 1;
-                let expected = chain_hash(
-                    &prev,
-                    entry.seq,
-                    entry.at,
-                    entry.kind,
-                    entry.call,
-                    &canonical_json(&entry.body),
-                );
-                if entry.prev != prev || entry.hash != expected {
-                    return Ok(Verification {
-                        checked,
-                        first_broken: Some(entry.seq),
-                    });
-                }
-                prev = entry.hash;
-                after = entry.seq;
-            }
-        }
+        verify(self, self.audit_key(), self.head_path(), None)
+    }
+
+    /// Checks the log as [`AuditLog::verify`] does, and every checkpoint in
+    /// the witness file at `witness` with the verification key `key`: each
+    /// sealed with the key of its epoch, epochs going up, and each naming a
+    /// record that is still in the log with the link it names.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn verify_with_witness(
+        &self,
+        witness: &Path,
+        key: &WitnessKey,
+    ) -> Result<Verification, StoreError> {
+        verify(
+            self,
+            self.audit_key(),
+            self.head_path(),
+            Some((witness, key)),
+        )
     }
 }
 
-/// The hash of an entry, chained to `prev`.
-///
-/// `canonical` is the body as canonical JSON (sorted keys, no whitespace),
-/// as the caller gave it in [`NewEntry::body`]: what the hash covers, and
-/// what every store keeps as the body. [`AuditLog::verify`] parses a stored
-/// body and writes it as canonical JSON again, which gives back the same
-/// text (a property test holds it to that).
-pub(crate) fn chain_hash(
+// === links ===
+
+/// Feeds the bytes a link covers to `digest`: the link before, the
+/// sequence number, time, kind and call, each followed by a newline, then
+/// the body; the same bytes as `format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n{body}")`
+/// with an absent call as nothing. Numbers are written with `itoa` (the
+/// same digits as `Display`) into a buffer on the stack: this runs for
+/// every record on the gateway's call path.
+fn feed(
+    digest: &mut impl hmac::digest::Update,
     prev: &str,
     seq: u64,
     at: i64,
-    kind: EntryKind,
+    kind: &str,
     call: Option<u64>,
-    canonical: &str,
-) -> String {
-    // The same bytes as `format!("{prev}\n{seq}\n{at}\n{kind}\n{call}\n")`
-    // followed by the body, fed to the hasher piece by piece: this runs for
-    // every record on the gateway's call path, so the numbers are written
-    // with `itoa` (the same digits as `Display`) into a buffer on the stack
-    // instead of through the formatting machinery into a new string.
+    body: &str,
+) {
     let mut number = itoa::Buffer::new();
-    let mut hasher = Sha256::new();
-    hasher.update(prev.as_bytes());
-    hasher.update(b"\n");
-    hasher.update(number.format(seq).as_bytes());
-    hasher.update(b"\n");
-    hasher.update(number.format(at).as_bytes());
-    hasher.update(b"\n");
-    hasher.update(kind_name(kind).as_bytes());
-    hasher.update(b"\n");
+    digest.update(prev.as_bytes());
+    digest.update(b"\n");
+    digest.update(number.format(seq).as_bytes());
+    digest.update(b"\n");
+    digest.update(number.format(at).as_bytes());
+    digest.update(b"\n");
+    digest.update(kind.as_bytes());
+    digest.update(b"\n");
     if let Some(call) = call {
-        hasher.update(number.format(call).as_bytes());
+        digest.update(number.format(call).as_bytes());
     }
-    hasher.update(b"\n");
-    hasher.update(canonical.as_bytes());
+    digest.update(b"\n");
+    digest.update(body.as_bytes());
+}
+
+/// The plain link of a record, as logs written before the chain was keyed
+/// hold: the SHA-256 of the covered bytes, in hexadecimal.
+pub(crate) fn plain_link(
+    prev: &str,
+    seq: u64,
+    at: i64,
+    kind: &str,
+    call: Option<u64>,
+    body: &str,
+) -> String {
+    let mut hasher = Sha256::new();
+    feed(&mut hasher, prev, seq, at, kind, call, body);
     // The digest's own lower-case hex (written through a buffer on the
-    // stack): `hex::encode` builds the string a character at a time, which
-    // costs about 100 ns a record more.
+    // stack): `hex::encode` builds the string a character at a time.
     format!("{:x}", hasher.finalize())
+}
+
+/// The keyed link of a record: `hmac-sha256:KEYID:MAC`, the MAC under the
+/// chain subkey over the covered bytes.
+pub(crate) fn keyed_link(
+    key: &AuditKey,
+    prev: &str,
+    seq: u64,
+    at: i64,
+    kind: &str,
+    call: Option<u64>,
+    body: &str,
+) -> String {
+    let mut mac = key.chain_mac();
+    feed(&mut mac, prev, seq, at, kind, call, body);
+    let mut link = String::with_capacity(KEYED_PREFIX.len() + 16 + 1 + 64);
+    link.push_str(KEYED_PREFIX);
+    link.push_str(key.id());
+    link.push(':');
+    let _ = write!(link, "{:x}", mac.finalize().into_bytes());
+    link
+}
+
+/// What a stored link is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link<'a> {
+    /// A plain SHA-256 link (or the genesis link).
+    Plain,
+    /// A keyed link: the key's id and the MAC's hex.
+    Keyed { key_id: &'a str, mac: &'a str },
+    /// Neither.
+    Unknown,
+}
+
+fn link_of(text: &str) -> Link<'_> {
+    let is_hex = |part: &str, len: usize| {
+        part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    if is_hex(text, 64) {
+        return Link::Plain;
+    }
+    match text
+        .strip_prefix(KEYED_PREFIX)
+        .and_then(|rest| rest.split_once(':'))
+    {
+        Some((key_id, mac)) if is_hex(key_id, 16) && is_hex(mac, 64) => Link::Keyed { key_id, mac },
+        _ => Link::Unknown,
+    }
 }
 
 /// The stored name of an entry kind.
@@ -219,30 +584,72 @@ pub(crate) const fn kind_name(kind: EntryKind) -> &'static str {
     }
 }
 
-pub(crate) fn kind_from(text: &str) -> EntryKind {
+/// An entry kind from its stored name; `None` for a name this hintgate
+/// does not write.
+pub(crate) fn kind_from(text: &str) -> Option<EntryKind> {
     match text {
-        "outcome" => EntryKind::Outcome,
-        "outcomes" => EntryKind::Outcomes,
-        _ => EntryKind::Call,
+        "call" => Some(EntryKind::Call),
+        "outcome" => Some(EntryKind::Outcome),
+        "outcomes" => Some(EntryKind::Outcomes),
+        _ => None,
     }
 }
 
 // === impl Entry ===
 
 impl Entry {
+    /// An entry from its stored columns: its kind read by name, its body
+    /// read strictly, and [`Entry::malformed`] set when either is not what
+    /// hintgate writes.
+    #[must_use]
+    pub fn from_stored(
+        seq: u64,
+        at: i64,
+        stored_kind: String,
+        call: Option<u64>,
+        stored_body: String,
+        prev: String,
+        hash: String,
+    ) -> Self {
+        let kind = kind_from(&stored_kind);
+        let (body, body_problem) = body::read(&stored_body);
+        let malformed = match kind {
+            None => Some(Malformed::UnknownKind {
+                kind: stored_kind.clone(),
+            }),
+            Some(_) => body_problem,
+        };
+        Self {
+            seq,
+            at,
+            kind,
+            call,
+            body,
+            prev,
+            hash,
+            stored_kind,
+            stored_body,
+            malformed,
+        }
+    }
+
     /// The entry as readers take it: one [`EntryKind::Outcome`] entry for
     /// each call an [`EntryKind::Outcomes`] entry ends (each keeps the
-    /// record's sequence number, time and hashes, and gets its call and its
-    /// own outcome as body); any other entry as it is.
+    /// record's sequence number, time, links and stored text, and gets its
+    /// call and its own outcome as body); any other entry as it is.
     ///
-    /// An [`EntryKind::Outcomes`] entry that is not a non-empty list of
-    /// outcomes each naming its call (`{"outcomes": [{"call": SEQ, ...}]}`)
-    /// is also given back as it is, whole, rather than split into outcomes
-    /// that name no call or into nothing: a reader shows it as a record it
-    /// cannot read instead of losing it or taking it for a call.
+    /// An [`EntryKind::Outcomes`] entry that is malformed, or not a
+    /// non-empty list of outcomes each naming its call
+    /// (`{"outcomes": [{"call": SEQ, ...}]}`), is also given back as it is,
+    /// whole, rather than split into outcomes that name no call or into
+    /// nothing: a reader shows it as a record it cannot read instead of
+    /// losing it or taking it for a call.
     #[must_use]
     pub fn expand(self) -> Vec<Self> {
-        if self.kind != EntryKind::Outcomes || !self.splits_into_outcomes() {
+        if self.kind != Some(EntryKind::Outcomes)
+            || self.malformed.is_some()
+            || !self.splits_into_outcomes()
+        {
             return vec![self];
         }
         let Self {
@@ -251,6 +658,8 @@ impl Entry {
             mut body,
             prev,
             hash,
+            stored_kind,
+            stored_body,
             ..
         } = self;
         let items = match body.get_mut("outcomes").map(Value::take) {
@@ -262,11 +671,14 @@ impl Entry {
             .map(|item| Self {
                 seq,
                 at,
-                kind: EntryKind::Outcome,
+                kind: Some(EntryKind::Outcome),
                 call: item.get("call").and_then(Value::as_u64),
                 body: item,
                 prev: prev.clone(),
                 hash: hash.clone(),
+                stored_kind: stored_kind.clone(),
+                stored_body: stored_body.clone(),
+                malformed: None,
             })
             .collect()
     }
@@ -301,39 +713,658 @@ impl NewEntry {
     }
 }
 
-/// A stored body as a value; one that is no longer JSON is kept as text, so
-/// verify reports its entry as broken instead of failing to read.
-pub(crate) fn parse_body(body: String) -> Value {
-    serde_json::from_str(&body).unwrap_or(Value::String(body))
+// === impl Verification ===
+
+impl Verification {
+    /// Whether nothing is wrong (a keyed part unchecked for want of the key
+    /// is not wrong; see [`Verification::complete`]).
+    #[must_use]
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Whether nothing is wrong and every keyed record's MAC was checked.
+    #[must_use]
+    pub fn complete(&self) -> bool {
+        self.holds() && (self.keyed.is_none() || self.key_id.is_some())
+    }
+
+    /// The first record a problem names, if any.
+    #[must_use]
+    pub fn first_broken(&self) -> Option<u64> {
+        self.problems.iter().filter_map(Problem::seq).min()
+    }
 }
 
+// === impl Problem ===
+
+impl Problem {
+    /// The problem's stable code.
+    #[must_use]
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::Edited { .. } => "edited",
+            Self::MissingRecords { .. } => "missing-records",
+            Self::BrokenLink { .. } => "broken-link",
+            Self::UnkeyedAfterKeyed { .. } => "unkeyed-after-keyed",
+            Self::OtherKey { .. } => "other-key",
+            Self::UnknownKind { .. } => "unknown-kind",
+            Self::DuplicateKey { .. } => "duplicate-key",
+            Self::NotCanonical { .. } => "not-canonical",
+            Self::NotJson { .. } => "not-json",
+            Self::CutOff { .. } => "cut-off",
+            Self::HeadMismatch { .. } => "head-mismatch",
+            Self::HeadMissing { .. } => "head-missing",
+            Self::HeadDamaged { .. } => "head-damaged",
+            Self::HeadUnreadable { .. } => "head-unreadable",
+            Self::WitnessUnreadable { .. } => "witness-unreadable",
+            Self::WitnessDamaged { .. } => "witness-damaged",
+            Self::WitnessForged { .. } => "witness-forged",
+            Self::WitnessOutOfOrder { .. } => "witness-out-of-order",
+            Self::WitnessMismatch { .. } => "witness-mismatch",
+            Self::WitnessCutOff { .. } => "witness-cut-off",
+        }
+    }
+
+    /// The record it names, if one.
+    #[must_use]
+    pub const fn seq(&self) -> Option<u64> {
+        match self {
+            Self::Edited { seq }
+            | Self::BrokenLink { seq }
+            | Self::UnkeyedAfterKeyed { seq }
+            | Self::OtherKey { seq, .. }
+            | Self::UnknownKind { seq, .. }
+            | Self::DuplicateKey { seq, .. }
+            | Self::NotCanonical { seq }
+            | Self::NotJson { seq }
+            | Self::HeadMismatch { seq }
+            | Self::WitnessMismatch { seq, .. } => Some(*seq),
+            Self::MissingRecords { first, .. } => Some(*first),
+            Self::CutOff { log_end, .. } | Self::WitnessCutOff { log_end, .. } => {
+                Some(*log_end + 1)
+            }
+            Self::HeadMissing { .. }
+            | Self::HeadDamaged { .. }
+            | Self::HeadUnreadable { .. }
+            | Self::WitnessUnreadable { .. }
+            | Self::WitnessDamaged { .. }
+            | Self::WitnessForged { .. }
+            | Self::WitnessOutOfOrder { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Edited { seq } => write!(
+                f,
+                "record {seq} was edited: its link does not match its content"
+            ),
+            Self::MissingRecords { first, last } if first == last => {
+                write!(f, "record {first} is missing: it was deleted")
+            }
+            Self::MissingRecords { first, last } => {
+                write!(
+                    f,
+                    "records {first} to {last} are missing: they were deleted"
+                )
+            }
+            Self::BrokenLink { seq } => write!(
+                f,
+                "record {seq} does not follow the record before it: a record was inserted, deleted or moved before it"
+            ),
+            Self::UnkeyedAfterKeyed { seq } => write!(
+                f,
+                "record {seq} is chained without the key after keyed records: the log was rewritten"
+            ),
+            Self::OtherKey { seq, key_id } => write!(
+                f,
+                "record {seq} is chained under another key (`{key_id}`): it was not written with this log's key"
+            ),
+            Self::UnknownKind { seq, kind } => write!(
+                f,
+                "record {seq} has the kind `{kind}`, which hintgate does not write"
+            ),
+            Self::DuplicateKey { seq, key } => write!(
+                f,
+                "record {seq} repeats the key `{key}` in its body, so readers may disagree on what it says"
+            ),
+            Self::NotCanonical { seq } => write!(
+                f,
+                "record {seq} is not stored as canonical JSON, as hintgate writes records"
+            ),
+            Self::NotJson { seq } => write!(f, "record {seq} is not JSON"),
+            Self::CutOff { log_end, head_seq } => write!(
+                f,
+                "the log ends at record {log_end} but its head was record {head_seq}: records were cut off the end"
+            ),
+            Self::HeadMismatch { seq } => write!(
+                f,
+                "record {seq} is not the one the head names: the end of the log was replaced"
+            ),
+            Self::HeadMissing { path } => write!(
+                f,
+                "the head file `{path}` is missing, so records cut off the end cannot be ruled out (it is written after every commit; it was removed, or the log was verified where no gateway writes it: give it with `--head`)"
+            ),
+            Self::HeadDamaged { path, why } => {
+                write!(f, "the head file `{path}` is damaged: {why}")
+            }
+            Self::HeadUnreadable { path, error } => {
+                write!(f, "the head file `{path}` cannot be read: {error}")
+            }
+            Self::WitnessUnreadable { path, error } => {
+                write!(f, "the witness `{path}` cannot be read: {error}")
+            }
+            Self::WitnessDamaged { line } => {
+                write!(f, "line {line} of the witness is not a checkpoint")
+            }
+            Self::WitnessForged { line } => write!(
+                f,
+                "the checkpoint on line {line} of the witness was not sealed with the key of its epoch: it was forged, or the verification key is not this witness's"
+            ),
+            Self::WitnessOutOfOrder { line } => write!(
+                f,
+                "the checkpoint on line {line} of the witness does not come after the one before it"
+            ),
+            Self::WitnessMismatch { seq, line } => write!(
+                f,
+                "record {seq} is not the one the checkpoint on line {line} of the witness names: the log was rewritten after that checkpoint"
+            ),
+            Self::WitnessCutOff { log_end, seq } => write!(
+                f,
+                "the log ends at record {log_end} but the witness has a checkpoint of record {seq}: records were cut off the end"
+            ),
+        }
+    }
+}
+
+// === verification ===
+
+/// What [`verify`] has found so far.
+struct Findings {
+    problems: Vec<Problem>,
+    more: u64,
+}
+
+impl Findings {
+    fn push(&mut self, problem: Problem) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(problem);
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+/// Checks `log`: see [`AuditLog::verify`]. The head is read before the log,
+/// so records appended meanwhile never make it look ahead of the log.
+fn verify<L: AuditLog + ?Sized>(
+    log: &L,
+    key: Option<&AuditKey>,
+    head_path: Option<&Path>,
+    witness: Option<(&Path, &WitnessKey)>,
+) -> Result<Verification, StoreError> {
+    let mut findings = Findings {
+        problems: Vec::new(),
+        more: 0,
+    };
+    // The head and the witness are read before the log: they only name
+    // committed records, so records appended meanwhile never make them look
+    // ahead of it.
+    let head = head_path.map(|path| (path, head::read(path, key)));
+    let checkpoints = witness.map(|(path, _)| (path, witness::read(path)));
+    // The links of the records the head and the checkpoints name.
+    let mut wanted: std::collections::BTreeMap<u64, Option<String>> =
+        std::collections::BTreeMap::new();
+    if let Some((_, Ok(HeadRead::Head { seq, .. }))) = &head {
+        wanted.insert(*seq, None);
+    }
+    if let Some((_, Ok(lines))) = &checkpoints {
+        for checkpoint in lines
+            .iter()
+            .filter_map(|(_, checkpoint)| checkpoint.as_ref())
+        {
+            wanted.insert(checkpoint.seq, None);
+        }
+    }
+    let mut walk = Walk::default();
+    let mut after = 0;
+    loop {
+        let batch = log.entries(after, 1000)?;
+        if batch.is_empty() {
+            break;
+        }
+        for entry in batch {
+            walk.check(&entry, key, &mut findings);
+            if let Some(link) = wanted.get_mut(&entry.seq) {
+                *link = Some(entry.hash.clone());
+            }
+            after = entry.seq;
+        }
+    }
+    let link_at = |seq: u64| wanted.get(&seq).and_then(Option::as_deref);
+    let head = match head {
+        None => HeadState::NotKept,
+        Some((path, read)) => {
+            let at_head_seq = match &read {
+                Ok(HeadRead::Head { seq, .. }) => link_at(*seq),
+                _ => None,
+            };
+            check_head(path, read, &walk, at_head_seq, &mut findings)
+        }
+    };
+    let witness = match (checkpoints, witness) {
+        (Some((path, read)), Some((_, witness_key))) => Some(check_witness(
+            path,
+            read,
+            witness_key,
+            walk.last_seq,
+            &link_at,
+            &mut findings,
+        )),
+        _ => None,
+    };
+    Ok(Verification {
+        checked: walk.checked,
+        unkeyed: walk.unkeyed,
+        keyed: walk.keyed,
+        key_id: key
+            .filter(|_| walk.keyed.is_some())
+            .map(|key| key.id().to_owned()),
+        head,
+        witness,
+        problems: findings.problems,
+        more_problems: findings.more,
+    })
+}
+
+/// Checks the checkpoints read from the witness at `path` against the log
+/// walked (its last record `log_end`, and the links of the records they
+/// name).
+fn check_witness<'a>(
+    path: &Path,
+    read: std::io::Result<Vec<(u64, Option<witness::Checkpoint>)>>,
+    key: &WitnessKey,
+    log_end: u64,
+    link_at: &dyn Fn(u64) -> Option<&'a str>,
+    findings: &mut Findings,
+) -> WitnessState {
+    let mut state = WitnessState {
+        path: path.display().to_string(),
+        checkpoints: 0,
+        last: None,
+    };
+    let lines = match read {
+        Ok(lines) => lines,
+        Err(err) => {
+            findings.push(Problem::WitnessUnreadable {
+                path: state.path.clone(),
+                error: err.to_string(),
+            });
+            return state;
+        }
+    };
+    let mut checker = Checker::new(key);
+    let mut before: Option<(u64, u64)> = None;
+    for (line, checkpoint) in lines {
+        let Some(checkpoint) = checkpoint else {
+            findings.push(Problem::WitnessDamaged { line });
+            continue;
+        };
+        state.checkpoints += 1;
+        if !checker.sealed(&checkpoint) {
+            findings.push(Problem::WitnessForged { line });
+            continue;
+        }
+        if before.is_some_and(|(epoch, seq)| checkpoint.epoch <= epoch || checkpoint.seq < seq) {
+            findings.push(Problem::WitnessOutOfOrder { line });
+            continue;
+        }
+        before = Some((checkpoint.epoch, checkpoint.seq));
+        if checkpoint.seq > log_end {
+            findings.push(Problem::WitnessCutOff {
+                log_end,
+                seq: checkpoint.seq,
+            });
+        } else if link_at(checkpoint.seq) != Some(checkpoint.link.as_str()) {
+            findings.push(Problem::WitnessMismatch {
+                seq: checkpoint.seq,
+                line,
+            });
+        } else {
+            state.last = Some(Checkpointed {
+                seq: checkpoint.seq,
+                epoch: checkpoint.epoch,
+            });
+        }
+    }
+    state
+}
+
+/// The walk along the log.
+#[derive(Default)]
+struct Walk {
+    checked: u64,
+    last_seq: u64,
+    last_link: Option<String>,
+    unkeyed: Option<Span>,
+    keyed: Option<Span>,
+    /// The key id of the keyed record before (to report each run of
+    /// records under another key once).
+    last_key_id: Option<String>,
+}
+
+impl Walk {
+    fn check(&mut self, entry: &Entry, key: Option<&AuditKey>, findings: &mut Findings) {
+        let seq = entry.seq;
+        self.checked += 1;
+        // A sequence number at or below the one before cannot come from
+        // the log's own numbering (a negative one in the database reads as
+        // 0): a record was put there.
+        let out_of_order = seq <= self.last_seq;
+        let gap = seq > self.last_seq + 1;
+        if out_of_order {
+            findings.push(Problem::BrokenLink { seq });
+        } else if gap {
+            findings.push(Problem::MissingRecords {
+                first: self.last_seq + 1,
+                last: seq - 1,
+            });
+        }
+        let expected_prev = self.last_link.as_deref().unwrap_or(GENESIS);
+        // After a gap the link cannot follow; the gap says why.
+        if !gap && !out_of_order && entry.prev != expected_prev {
+            findings.push(Problem::BrokenLink { seq });
+        }
+        let covered = |link: fn(&str, u64, i64, &str, Option<u64>, &str) -> String| {
+            link(
+                &entry.prev,
+                seq,
+                entry.at,
+                &entry.stored_kind,
+                entry.call,
+                &entry.stored_body,
+            )
+        };
+        match link_of(&entry.hash) {
+            Link::Plain => {
+                extend(&mut self.unkeyed, seq);
+                if self.keyed.is_some() {
+                    findings.push(Problem::UnkeyedAfterKeyed { seq });
+                } else if covered(plain_link) != entry.hash {
+                    findings.push(Problem::Edited { seq });
+                }
+            }
+            Link::Keyed { key_id, mac } => {
+                extend(&mut self.keyed, seq);
+                let expected_id = key
+                    .map(AuditKey::id)
+                    .or(self.last_key_id.as_deref())
+                    .unwrap_or(key_id);
+                if key_id != expected_id {
+                    if self.last_key_id.as_deref() != Some(key_id) {
+                        findings.push(Problem::OtherKey {
+                            seq,
+                            key_id: key_id.to_owned(),
+                        });
+                    }
+                } else if let Some(key) = key
+                    && !mac_matches(key, entry, mac)
+                {
+                    findings.push(Problem::Edited { seq });
+                }
+                self.last_key_id = Some(key_id.to_owned());
+            }
+            Link::Unknown => findings.push(Problem::Edited { seq }),
+        }
+        match &entry.malformed {
+            None => {}
+            Some(Malformed::UnknownKind { kind }) => findings.push(Problem::UnknownKind {
+                seq,
+                kind: kind.clone(),
+            }),
+            Some(Malformed::DuplicateKey { key }) => findings.push(Problem::DuplicateKey {
+                seq,
+                key: key.clone(),
+            }),
+            Some(Malformed::NotCanonical) => findings.push(Problem::NotCanonical { seq }),
+            Some(Malformed::NotJson) => findings.push(Problem::NotJson { seq }),
+        }
+        self.last_seq = seq;
+        self.last_link = Some(entry.hash.clone());
+    }
+}
+
+/// Whether a keyed record's MAC is the one `key` makes of its content, in
+/// constant time.
+fn mac_matches(key: &AuditKey, entry: &Entry, mac_hex: &str) -> bool {
+    let Ok(stored) = hex::decode(mac_hex) else {
+        return false;
+    };
+    let mut mac = key.chain_mac();
+    feed(
+        &mut mac,
+        &entry.prev,
+        entry.seq,
+        entry.at,
+        &entry.stored_kind,
+        entry.call,
+        &entry.stored_body,
+    );
+    mac.verify_slice(&stored).is_ok()
+}
+
+fn extend(span: &mut Option<Span>, seq: u64) {
+    match span {
+        Some(span) => span.last = seq,
+        None => {
+            *span = Some(Span {
+                first: seq,
+                last: seq,
+            })
+        }
+    }
+}
+
+/// Checks the head against the log walked.
+fn check_head(
+    path: &Path,
+    read: std::io::Result<HeadRead>,
+    walk: &Walk,
+    at_head_seq: Option<&str>,
+    findings: &mut Findings,
+) -> HeadState {
+    let shown = path.display().to_string();
+    let failed = |findings: &mut Findings, problem| {
+        findings.push(problem);
+        HeadState::Failed {
+            path: shown.clone(),
+        }
+    };
+    match read {
+        Err(err) => failed(
+            findings,
+            Problem::HeadUnreadable {
+                path: shown.clone(),
+                error: err.to_string(),
+            },
+        ),
+        Ok(HeadRead::Missing) if walk.keyed.is_none() => HeadState::NotYet {
+            path: shown.clone(),
+        },
+        Ok(HeadRead::Missing) => failed(
+            findings,
+            Problem::HeadMissing {
+                path: shown.clone(),
+            },
+        ),
+        Ok(HeadRead::Damaged(why)) => failed(
+            findings,
+            Problem::HeadDamaged {
+                path: shown.clone(),
+                why: why.to_owned(),
+            },
+        ),
+        Ok(HeadRead::Head { seq, .. }) if seq > walk.last_seq => failed(
+            findings,
+            Problem::CutOff {
+                log_end: walk.last_seq,
+                head_seq: seq,
+            },
+        ),
+        Ok(HeadRead::Head { seq, link, .. }) if at_head_seq != Some(link.as_str()) => {
+            failed(findings, Problem::HeadMismatch { seq })
+        }
+        Ok(HeadRead::Head { seq, sealed, .. }) => HeadState::Reached {
+            path: shown.clone(),
+            seq,
+            sealed,
+        },
+    }
+}
+
+// === appending ===
+
 /// Numbers and chains `entries` after the log's tail (the sequence number
-/// and hash of its last entry; 0 and [`GENESIS`] when it is empty), the
-/// same way in every store: `store` gets each entry in order with its
-/// sequence number, the hash of the entry before it and its own hash, and
-/// the first error stops the append. Returns the sequence numbers.
+/// and link of its last entry; 0 and [`GENESIS`] when it is empty) under
+/// `key`, the same way in every store: `store` gets each entry in order with
+/// its sequence number, the link before it and its own link, and the first
+/// error stops the append. Returns the sequence numbers and the new tail.
+///
+/// # Errors
+///
+/// [`StoreError::NoKey`] without a key; [`StoreError::OtherKey`] when the
+/// tail was chained under another key (continuing would leave a chain no
+/// one key verifies); `store`'s error.
 pub(crate) fn chain(
     tail: (u64, String),
     entries: &[NewEntry],
+    key: Option<&AuditKey>,
     mut store: impl FnMut(&NewEntry, u64, String, &str) -> Result<(), StoreError>,
-) -> Result<Vec<u64>, StoreError> {
+) -> Result<(Vec<u64>, (u64, String)), StoreError> {
+    let key = key.ok_or(StoreError::NoKey)?;
+    if let Link::Keyed { key_id, .. } = link_of(&tail.1)
+        && key_id != key.id()
+    {
+        return Err(StoreError::OtherKey {
+            found: key_id.to_owned(),
+            ours: key.id().to_owned(),
+        });
+    }
     let (mut seq, mut prev) = tail;
     let mut seqs = Vec::with_capacity(entries.len());
     for new in entries {
         seq += 1;
-        let hash = chain_hash(&prev, seq, new.at, new.kind, new.call, &new.body);
-        store(new, seq, prev, &hash)?;
+        let link = keyed_link(
+            key,
+            &prev,
+            seq,
+            new.at,
+            kind_name(new.kind),
+            new.call,
+            &new.body,
+        );
+        store(new, seq, prev, &link)?;
         seqs.push(seq);
-        prev = hash;
+        prev = link;
     }
-    Ok(seqs)
+    Ok((seqs, (seq, prev)))
+}
+
+/// The link of the log's last record, when it was chained under a key: the
+/// key's id. A store opening its key file uses it to refuse making a new key
+/// for a log that an old one chained.
+pub(crate) fn keyed_tail(tail_link: Option<&str>) -> Option<String> {
+    match tail_link.map(link_of) {
+        Some(Link::Keyed { key_id, .. }) => Some(key_id.to_owned()),
+        _ => None,
+    }
+}
+
+// === impl Keying ===
+
+impl Keying {
+    /// Resolves `setup` for a log whose last link is `tail_link`; `log_id`
+    /// names the head file in a [`HeadPlace::Directory`] (and `head_name`
+    /// is the file's name there).
+    pub(crate) fn resolve(
+        setup: AuditSetup,
+        tail_link: Option<&str>,
+        head_name: impl FnOnce() -> String,
+    ) -> Result<Self, StoreError> {
+        let key = match setup.key {
+            KeySource::None => None,
+            KeySource::Given(key) => Some(key),
+            KeySource::File(path) => Some(open_key_file(&path, tail_link)?),
+        };
+        let head_path = match setup.head {
+            HeadPlace::None => None,
+            HeadPlace::File(path) => Some(path),
+            HeadPlace::Directory(dir) => Some(dir.join(head_name())),
+        };
+        let head = key
+            .as_ref()
+            .zip(head_path.as_ref())
+            .map(|(key, path)| HeadWriter::new(path.clone(), key));
+        let witness = match (&head_path, setup.checkpoints && key.is_some()) {
+            (Some(path), true) => WitnessWriter::open(&witness::state_path(path))?,
+            _ => None,
+        };
+        Ok(Self {
+            key,
+            head_path,
+            head,
+            witness,
+        })
+    }
+
+    /// Records the new tail in the head file, if one is kept, then in the
+    /// witness when a checkpoint is due.
+    pub(crate) fn committed(&self, tail: &(u64, String)) {
+        if let Some(head) = &self.head {
+            head.record(tail.0, &tail.1);
+        }
+        if let Some(witness) = &self.witness {
+            witness.committed(tail.0, &tail.1);
+        }
+    }
+}
+
+/// Reads the key file at `path`, making it when there is none, unless the
+/// log (its last link `tail_link`) is chained under a key already.
+fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<AuditKey, StoreError> {
+    match AuditKey::load(path) {
+        Err(crate::KeyError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            if let Some(key_id) = keyed_tail(tail_link) {
+                return Err(StoreError::KeyMissing {
+                    path: path.display().to_string(),
+                    key_id,
+                });
+            }
+            let (key, created) = AuditKey::load_or_create(path)?;
+            if created {
+                tracing::info!(
+                    "made the audit key `{}` (key `{}`); keep it, or the log cannot be verified",
+                    path.display(),
+                    key.id()
+                );
+            }
+            Ok(key)
+        }
+        other => Ok(other?),
+    }
 }
 
 /// The inserts of one append, inside its transaction.
 fn append_in_transaction(
     connection: &rusqlite::Connection,
     entries: &[NewEntry],
-) -> Result<Vec<u64>, StoreError> {
+    key: Option<&AuditKey>,
+) -> Result<(Vec<u64>, (u64, String)), StoreError> {
     // Cached: the tail is read once per group, and parsing it each time
     // showed in profiles.
     let tail: (u64, String) = connection
@@ -349,7 +1380,7 @@ fn append_in_transaction(
     let mut insert = connection.prepare_cached(
         "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
-    chain(tail, entries, |new, seq, prev, hash| {
+    chain(tail, entries, key, |new, seq, prev, hash| {
         insert.execute(params![
             to_sql(seq),
             new.at,
@@ -365,6 +1396,18 @@ fn append_in_transaction(
 
 // === impl MemoryStore ===
 
+/// A record as the memory store keeps it: its columns, as a database would.
+#[derive(Debug, Clone)]
+pub(crate) struct MemoryRecord {
+    seq: u64,
+    at: i64,
+    kind: String,
+    call: Option<u64>,
+    body: String,
+    prev: String,
+    hash: String,
+}
+
 impl AuditLog for MemoryStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let mut state = self.lock();
@@ -372,18 +1415,19 @@ impl AuditLog for MemoryStore {
             || (0, GENESIS.to_owned()),
             |last| (last.seq, last.hash.clone()),
         );
-        chain(tail, entries, |new, seq, prev, hash| {
-            state.audit.push(Entry {
+        let (seqs, _) = chain(tail, entries, Some(&self.key), |new, seq, prev, hash| {
+            state.audit.push(MemoryRecord {
                 seq,
                 at: new.at,
-                kind: new.kind,
+                kind: kind_name(new.kind).to_owned(),
                 call: new.call,
-                body: parse_body(new.body.clone()),
+                body: new.body.clone(),
                 prev,
                 hash: hash.to_owned(),
             });
             Ok(())
-        })
+        })?;
+        Ok(seqs)
     }
 
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
@@ -391,10 +1435,24 @@ impl AuditLog for MemoryStore {
             .lock()
             .audit
             .iter()
-            .filter(|entry| entry.seq > after)
+            .filter(|record| record.seq > after)
             .take(limit)
-            .cloned()
+            .map(|record| {
+                Entry::from_stored(
+                    record.seq,
+                    record.at,
+                    record.kind.clone(),
+                    record.call,
+                    record.body.clone(),
+                    record.prev.clone(),
+                    record.hash.clone(),
+                )
+            })
             .collect())
+    }
+
+    fn audit_key(&self) -> Option<&AuditKey> {
+        Some(&self.key)
     }
 }
 
@@ -444,8 +1502,12 @@ impl AuditLog for SqliteStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let connection = self.lock();
         let transaction = Immediate::begin(&connection)?;
-        let seqs = append_in_transaction(transaction.connection, entries)?;
+        let (seqs, tail) =
+            append_in_transaction(transaction.connection, entries, self.keying.key.as_ref())?;
         transaction.commit()?;
+        // After the commit, never before; under the connection's lock, so
+        // this process's heads are written in the order of its commits.
+        self.keying.committed(&tail);
         Ok(seqs)
     }
 
@@ -502,71 +1564,51 @@ impl AuditLog for SqliteStore {
         let mut entries = Vec::new();
         for row in rows {
             let (seq, at, kind, call, body, prev, hash) = row?;
-            entries.push(Entry {
-                seq: from_sql(seq),
+            entries.push(Entry::from_stored(
+                from_sql(seq),
                 at,
-                kind: kind_from(&kind),
-                call: call.map(from_sql),
-                body: parse_body(body),
+                kind,
+                call.map(from_sql),
+                body,
                 prev,
                 hash,
-            });
+            ));
         }
         Ok(entries)
     }
+
+    fn audit_key(&self) -> Option<&AuditKey> {
+        self.keying.key.as_ref()
+    }
+
+    fn head_path(&self) -> Option<&Path> {
+        self.keying.head_path.as_deref()
+    }
+}
+
+/// The link of a SQLite log's last record, if any.
+pub(crate) fn sqlite_tail_link(
+    connection: &rusqlite::Connection,
+) -> Result<Option<String>, StoreError> {
+    use rusqlite::OptionalExtension as _;
+    Ok(connection
+        .query_row(
+            "SELECT hash FROM audit ORDER BY seq DESC LIMIT 1",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?)
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn the_chain_hash_covers_the_same_bytes_as_the_formatted_header() {
-        use sha2::{Digest, Sha256};
-        for (seq, at, call) in [
-            (1, 0, None),
-            (42, -1_795_989_518, Some(7)),
-            (u64::MAX, i64::MIN, Some(u64::MAX)),
-        ] {
-            for kind in [EntryKind::Call, EntryKind::Outcome, EntryKind::Outcomes] {
-                let call_text = call.map_or(String::new(), |call: u64| call.to_string());
-                let header = format!("prev\n{seq}\n{at}\n{}\n{call_text}\n", kind_name(kind));
-                let mut hasher = Sha256::new();
-                hasher.update(header.as_bytes());
-                hasher.update(b"{}");
-                assert_eq!(
-                    chain_hash("prev", seq, at, kind, call, "{}"),
-                    hex::encode(hasher.finalize())
-                );
-            }
-        }
-    }
-
+pub(crate) mod test_values {
     use proptest::prelude::*;
     use serde_json::{Map, Number, Value};
-
-    use super::*;
-
-    /// A hash computed elsewhere (Python's `hashlib`) over the documented
-    /// bytes: a change to how the chain hash is computed breaks every
-    /// stored log, and this test.
-    #[test]
-    fn the_chain_hash_is_the_sha256_of_the_documented_bytes() {
-        assert_eq!(
-            chain_hash(
-                GENESIS,
-                42,
-                -1_795_989_518,
-                EntryKind::Outcomes,
-                Some(7),
-                r#"{"outcomes":[{"call":7,"outcome":"ok"}]}"#
-            ),
-            "3b5a7185be77d675b5feded919dcc569c7e2452632912573a8d86d7041a49e04"
-        );
-    }
 
     /// Any JSON value: nested arrays and objects of every scalar, with
     /// floats (`1.0` among them), integers beyond `i64`, and strings with
     /// escapes and characters beyond ASCII.
-    fn json_value() -> impl Strategy<Value = Value> {
+    pub(crate) fn json_value() -> impl Strategy<Value = Value> {
         let number = prop_oneof![
             any::<i64>().prop_map(Number::from),
             any::<u64>().prop_map(Number::from),
@@ -594,58 +1636,147 @@ mod tests {
             ]
         })
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[test]
+    fn the_plain_link_covers_the_same_bytes_as_the_formatted_header() {
+        for (seq, at, call) in [
+            (1, 0, None),
+            (42, -1_795_989_518, Some(7)),
+            (u64::MAX, i64::MIN, Some(u64::MAX)),
+        ] {
+            for kind in ["call", "outcome", "outcomes", "anything"] {
+                let call_text = call.map_or(String::new(), |call: u64| call.to_string());
+                let header = format!("prev\n{seq}\n{at}\n{kind}\n{call_text}\n");
+                let mut hasher = Sha256::new();
+                hasher.update(header.as_bytes());
+                hasher.update(b"{}");
+                assert_eq!(
+                    plain_link("prev", seq, at, kind, call, "{}"),
+                    hex::encode(hasher.finalize())
+                );
+            }
+        }
+    }
+
+    /// A link computed elsewhere (Python's `hashlib`) over the documented
+    /// bytes: logs written before the chain was keyed must still verify.
+    #[test]
+    fn the_plain_link_is_the_sha256_of_the_documented_bytes() {
+        assert_eq!(
+            plain_link(
+                GENESIS,
+                42,
+                -1_795_989_518,
+                "outcomes",
+                Some(7),
+                r#"{"outcomes":[{"call":7,"outcome":"ok"}]}"#
+            ),
+            "3b5a7185be77d675b5feded919dcc569c7e2452632912573a8d86d7041a49e04"
+        );
+    }
+
+    /// A link computed elsewhere (Python's `hmac`) from the documented
+    /// derivation: a change to how links are made orphans every keyed log,
+    /// and breaks this test.
+    #[test]
+    fn the_keyed_link_is_the_hmac_of_the_documented_bytes_under_the_chain_subkey() {
+        let key = AuditKey::from_secret([7u8; 32]);
+        assert_eq!(
+            keyed_link(
+                &key,
+                GENESIS,
+                42,
+                -1_795_989_518,
+                "outcomes",
+                Some(7),
+                r#"{"outcomes":[{"call":7,"outcome":"ok"}]}"#
+            ),
+            "hmac-sha256:1f3c6afee770e663:3826d6e464e397e85067b9b3a25eb049449e02922fb31d8fb874084695fed249"
+        );
+    }
 
     proptest! {
         /// Every sequence number, time and call is written as `Display`
         /// writes it.
         #[test]
-        fn the_chain_hash_covers_the_formatted_header_for_any_numbers(
+        fn the_links_cover_the_formatted_header_for_any_numbers(
             seq in any::<u64>(),
             at in any::<i64>(),
             call in any::<Option<u64>>(),
         ) {
-            use sha2::{Digest, Sha256};
             let call_text = call.map_or(String::new(), |call| call.to_string());
-            let header = format!("{GENESIS}\n{seq}\n{at}\ncall\n{call_text}\n");
-            let mut hasher = Sha256::new();
-            hasher.update(header.as_bytes());
-            hasher.update(b"[1]");
+            let covered = format!("{GENESIS}\n{seq}\n{at}\ncall\n{call_text}\n[1]");
             prop_assert_eq!(
-                chain_hash(GENESIS, seq, at, EntryKind::Call, call, "[1]"),
-                hex::encode(hasher.finalize())
+                plain_link(GENESIS, seq, at, "call", call, "[1]"),
+                hex::encode(Sha256::digest(covered.as_bytes()))
+            );
+            let key = AuditKey::from_secret([3u8; 32]);
+            let mut mac = key.chain_mac();
+            mac.update(covered.as_bytes());
+            prop_assert_eq!(
+                keyed_link(&key, GENESIS, seq, at, "call", call, "[1]"),
+                format!("hmac-sha256:{}:{}", key.id(), hex::encode(mac.finalize().into_bytes()))
             );
         }
     }
 
     proptest! {
-        /// `verify` parses a stored body and writes it as canonical JSON
-        /// again; that must give back the text that was hashed.
+        /// `verify` reads a stored body strictly and requires it canonical;
+        /// whatever the gateway writes must pass.
         #[test]
-        fn canonical_text_survives_a_parse_and_a_rewrite(value in json_value()) {
+        fn canonical_text_survives_a_parse_and_a_rewrite(value in test_values::json_value()) {
             let canonical = canonical_json(&value);
             let parsed: Value = serde_json::from_str(&canonical).unwrap();
             prop_assert_eq!(canonical_json(&parsed), canonical);
         }
     }
 
-    fn outcomes_record(body: Value) -> Entry {
-        Entry {
-            seq: 9,
-            at: 7,
-            kind: EntryKind::Outcomes,
-            call: None,
-            body,
-            prev: "prev".into(),
-            hash: "hash".into(),
+    #[test]
+    fn links_are_told_apart_by_their_form() {
+        let key = AuditKey::from_secret([1u8; 32]);
+        let keyed = keyed_link(&key, GENESIS, 1, 0, "call", None, "{}");
+        assert!(matches!(link_of(&keyed), Link::Keyed { key_id, .. } if key_id == key.id()));
+        assert_eq!(link_of(GENESIS), Link::Plain);
+        assert_eq!(
+            link_of(&plain_link(GENESIS, 1, 0, "call", None, "{}")),
+            Link::Plain
+        );
+        for unknown in [
+            "",
+            "ABC",
+            "hmac-sha256:",
+            "hmac-sha256:00:00",
+            &keyed.to_uppercase(),
+        ] {
+            assert_eq!(link_of(unknown), Link::Unknown, "{unknown}");
         }
+    }
+
+    fn outcomes_record(body: &str) -> Entry {
+        Entry::from_stored(
+            9,
+            7,
+            "outcomes".into(),
+            None,
+            body.into(),
+            "prev".into(),
+            "hash".into(),
+        )
     }
 
     #[test]
     fn an_outcomes_record_splits_into_one_outcome_per_call() {
-        let expanded = outcomes_record(serde_json::json!({"outcomes": [
-            {"call": 3, "outcome": "ok"},
-            {"call": 4, "outcome": "failed"},
-        ]}))
+        let expanded = outcomes_record(
+            r#"{"outcomes":[{"call":3,"outcome":"ok"},{"call":4,"outcome":"failed"}]}"#,
+        )
         .expand();
         assert_eq!(
             expanded
@@ -653,8 +1784,8 @@ mod tests {
                 .map(|entry| (entry.seq, entry.kind, entry.call, entry.hash.as_str()))
                 .collect::<Vec<_>>(),
             [
-                (9, EntryKind::Outcome, Some(3), "hash"),
-                (9, EntryKind::Outcome, Some(4), "hash")
+                (9, Some(EntryKind::Outcome), Some(3), "hash"),
+                (9, Some(EntryKind::Outcome), Some(4), "hash")
             ]
         );
         assert_eq!(expanded[1].body["outcome"], "failed");
@@ -664,21 +1795,51 @@ mod tests {
     fn an_outcomes_record_that_cannot_be_split_is_given_back_whole() {
         for body in [
             // An item that names no call (or not as a sequence number).
-            serde_json::json!({"outcomes": [{"call": 3, "outcome": "ok"}, {"outcome": "ok"}]}),
-            serde_json::json!({"outcomes": [{"call": "3", "outcome": "ok"}]}),
+            r#"{"outcomes":[{"call":3,"outcome":"ok"},{"outcome":"ok"}]}"#,
+            r#"{"outcomes":[{"call":"3","outcome":"ok"}]}"#,
             // Not a list, an empty one, or none at all.
-            serde_json::json!({"outcomes": {"call": 3, "outcome": "ok"}}),
-            serde_json::json!({"outcomes": []}),
-            serde_json::json!({"outcome": "ok"}),
-            Value::String("not JSON any more".into()),
+            r#"{"outcomes":{"call":3,"outcome":"ok"}}"#,
+            r#"{"outcomes":[]}"#,
+            r#"{"outcome":"ok"}"#,
+            "not JSON any more",
+            // A list that repeats a key: malformed, never split.
+            r#"{"outcomes":[{"call":3,"call":4,"outcome":"ok"}]}"#,
         ] {
             let record = outcomes_record(body);
             assert_eq!(record.clone().expand(), [record]);
         }
         // Any other record is always given back as it is.
-        let mut call = outcomes_record(serde_json::json!({"tool": "read"}));
-        call.kind = EntryKind::Call;
+        let call = Entry::from_stored(
+            9,
+            7,
+            "call".into(),
+            None,
+            r#"{"tool":"read"}"#.into(),
+            "p".into(),
+            "h".into(),
+        );
         assert_eq!(call.clone().expand(), [call]);
+    }
+
+    #[test]
+    fn a_kind_hintgate_does_not_write_is_malformed_never_a_call() {
+        let entry = Entry::from_stored(
+            1,
+            0,
+            "note".into(),
+            None,
+            r#"{"tool":"read"}"#.into(),
+            "p".into(),
+            "h".into(),
+        );
+        assert_eq!(entry.kind, None);
+        assert_eq!(
+            entry.malformed,
+            Some(Malformed::UnknownKind {
+                kind: "note".into()
+            })
+        );
+        assert_eq!(entry.clone().expand(), [entry]);
     }
 
     #[test]
@@ -687,12 +1848,46 @@ mod tests {
             7,
             EntryKind::Outcome,
             Some(3),
-            &serde_json::json!({"b": 1.0, "a": [12_345_678_901_234_567_890_u64, "é\n"]}),
+            &json!({"b": 1.0, "a": [12_345_678_901_234_567_890_u64, "é\n"]}),
         );
         assert_eq!(entry.body, r#"{"a":[12345678901234567890,"é\n"],"b":1.0}"#);
         assert_eq!(
             (entry.at, entry.kind, entry.call),
             (7, EntryKind::Outcome, Some(3))
         );
+    }
+
+    #[test]
+    fn an_append_refuses_to_chain_after_another_keys_record_or_without_a_key() {
+        let ours = AuditKey::from_secret([1u8; 32]);
+        let theirs = AuditKey::from_secret([2u8; 32]);
+        let entry = NewEntry::from_value(0, EntryKind::Call, None, &json!({}));
+        let their_tail = (3, keyed_link(&theirs, GENESIS, 3, 0, "call", None, "{}"));
+        let err = chain(
+            their_tail,
+            std::slice::from_ref(&entry),
+            Some(&ours),
+            |_, _, _, _| Ok(()),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::OtherKey { found, ours: mine } if found == theirs.id() && mine == ours.id()),
+            "{err}"
+        );
+        assert!(matches!(
+            chain(
+                (0, GENESIS.into()),
+                std::slice::from_ref(&entry),
+                None,
+                |_, _, _, _| Ok(())
+            ),
+            Err(StoreError::NoKey)
+        ));
+        // After a plain (older) tail, the chain goes on, keyed.
+        let plain_tail = (5, plain_link(GENESIS, 5, 0, "call", None, "{}"));
+        let (seqs, (last, link)) =
+            chain(plain_tail, &[entry], Some(&ours), |_, _, _, _| Ok(())).unwrap();
+        assert_eq!((seqs, last), (vec![6], 6));
+        assert!(link.starts_with(&format!("hmac-sha256:{}:", ours.id())));
     }
 }

@@ -32,13 +32,20 @@
 //! [`PinStore`] states the contract; [`MemoryStore`], [`SqliteStore`] and
 //! [`PgStore`] implement it and pass one contract suite (`tests/contract.rs`).
 //!
-//! [`AuditLog`] is the hash-chained audit log: one record per tool call that
-//! reached the gateway, written before the call is sent, and the outcome of
-//! each call that was sent on, in a record of its own or shared with the
-//! other outcomes of the same turn of the gateway ([`EntryKind::Outcomes`];
-//! [`Entry::expand`] gives one outcome per call). A record's body arrives as
-//! canonical JSON text ([`NewEntry`]), which the log hashes and stores as
-//! given, so it is serialised once.
+//! [`AuditLog`] is the audit log, a chain keyed with the [`AuditKey`]: one
+//! record per tool call that reached the gateway, written before the call is
+//! sent, and the outcome of each call that was sent on, in a record of its
+//! own or shared with the other outcomes of the same turn of the gateway
+//! ([`EntryKind::Outcomes`]; [`Entry::expand`] gives one outcome per call). A
+//! record's body arrives as canonical JSON text ([`NewEntry`]), which the log
+//! chains and stores as given, so it is serialised once. The key lives
+//! outside the store (a file readable only by its user); after each commit
+//! the log's head is written to a file outside the database too
+//! ([`HeadPlace`]), and [`AuditLog::verify`] names every record edited,
+//! inserted, deleted, moved or cut off the end ([`Problem`]). The key also
+//! gives subkeys for other keyed digests ([`AuditKey::redaction_key`],
+//! [`AuditKey::subkey`]); [`AuditLog::redaction_key`] hands the gateway the
+//! one for redacted values.
 //!
 //! [`ApprovalQueue`] holds calls that wait for a person on a host that cannot
 //! ask one; `hintgate approvals` answers them, from any process that opens
@@ -61,13 +68,26 @@ use sha2::{Digest, Sha256};
 pub const SCHEMA_VERSION: i64 = 4;
 
 mod audit;
+mod body;
+mod head;
+mod key;
 mod postgres;
 mod queue;
+mod witness;
 
-pub use audit::{AuditLog, Entry, EntryKind, NewEntry, Verification};
+pub use audit::{
+    AuditLog, AuditSetup, Checkpointed, Entry, EntryKind, HeadPlace, HeadState, KeySource,
+    NewEntry, Problem, Span, Verification, WitnessState,
+};
+pub use body::Malformed;
+pub use key::{AuditKey, KeyError};
 pub use postgres::PgStore;
 pub use queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
+};
+pub use witness::{
+    EVERY as WITNESS_EVERY, EVERY_RECORDS as WITNESS_EVERY_RECORDS, WitnessError, WitnessKey,
+    setup as setup_witness, state_path as witness_state_path,
 };
 
 /// Everything the gateway keeps: pins, standing approvals, the audit log and
@@ -173,6 +193,35 @@ pub enum StoreError {
     /// The operating system gave no randomness for the key salt.
     #[error("store: no randomness for the key salt: {0}")]
     Randomness(String),
+    /// The audit key could not be read or made.
+    #[error("store: {0}")]
+    Key(#[from] KeyError),
+    /// The audit log has no key, so nothing can be appended to it.
+    #[error("store: the audit log has no key, and its records are never chained without one")]
+    NoKey,
+    /// The log's last record was chained under another key.
+    #[error(
+        "store: the audit log's last record was chained under the key `{found}`, not this key `{ours}`: every gateway on one log must use the same key file"
+    )]
+    OtherKey {
+        /// The id of the key the last record names.
+        found: String,
+        /// The id of the key at hand.
+        ours: String,
+    },
+    /// The witness state could not be read.
+    #[error("store: the audit witness: {0}")]
+    Witness(#[from] WitnessError),
+    /// The key file is gone, but the log is chained under a key.
+    #[error(
+        "store: the audit key `{path}` is missing, but the log is chained under the key `{key_id}`: restore that file (a new key cannot continue the chain)"
+    )]
+    KeyMissing {
+        /// Where the key file should be.
+        path: String,
+        /// The id of the key the log's last record names.
+        key_id: String,
+    },
 }
 
 /// Pinned definitions and standing approvals.
@@ -366,19 +415,43 @@ pub(crate) fn from_sql(n: i64) -> u64 {
 
 // === MemoryStore ===
 
-/// A store that lives as long as the process (tests, the demo).
-#[derive(Debug, Default)]
+/// A store that lives as long as the process (tests, the demo). Its audit
+/// log is chained under a key of its own, drawn when it is made, and keeps
+/// no head.
+#[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<MemoryState>,
     bell: std::sync::Arc<queue::Bell>,
+    key: AuditKey,
 }
 
 #[derive(Debug, Default)]
 struct MemoryState {
     pins: BTreeMap<(String, String), Pin>,
     always: BTreeMap<(String, String), String>,
-    audit: Vec<Entry>,
+    audit: Vec<audit::MemoryRecord>,
     queue: Vec<Pending>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        // A log that lives and dies with the process is only ever verified
+        // in it; should the system give no randomness, a fixed key is no
+        // worse for it than none.
+        Self::with_key(AuditKey::generate().unwrap_or_else(|_| AuditKey::from_secret([0; 32])))
+    }
+}
+
+impl MemoryStore {
+    /// A memory store whose audit log is chained under `key`.
+    #[must_use]
+    pub fn with_key(key: AuditKey) -> Self {
+        Self {
+            state: Mutex::default(),
+            bell: std::sync::Arc::default(),
+            key,
+        }
+    }
 }
 
 impl PinStore for MemoryStore {
@@ -584,16 +657,54 @@ pub struct SqliteStore {
     salt: Vec<u8>,
     /// The database file (an approval watch opens its own connection).
     path: std::path::PathBuf,
+    /// The audit key and head.
+    keying: audit::Keying,
 }
 
 impl SqliteStore {
-    /// Opens (or creates) the store at `path`, running its migrations.
+    /// Opens (or creates) the store at `path`, running its migrations, with
+    /// its audit key in [`SqliteStore::key_path`] (made on first use) and its
+    /// head in [`SqliteStore::head_path`]: what a gateway opens.
     ///
     /// # Errors
     ///
-    /// [`StoreError`] when the file cannot be opened, or was written by a
-    /// newer hintgate.
+    /// [`StoreError`] when the file cannot be opened, was written by a
+    /// newer hintgate, or its key cannot be read or made.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(
+            path,
+            AuditSetup {
+                key: KeySource::File(Self::key_path(path)),
+                head: HeadPlace::File(Self::head_path(path)),
+                checkpoints: true,
+            },
+        )
+    }
+
+    /// The audit key of the store at `path`, by default: `audit.key` in the
+    /// database's directory (the state directory).
+    #[must_use]
+    pub fn key_path(path: &Path) -> std::path::PathBuf {
+        path.with_file_name(AuditKey::FILE_NAME)
+    }
+
+    /// The head file of the store at `path`, by default: beside the
+    /// database, its name and `.audit-head` (`state.db.audit-head`).
+    #[must_use]
+    pub fn head_path(path: &Path) -> std::path::PathBuf {
+        let mut name = path.file_name().unwrap_or_default().to_owned();
+        name.push(".audit-head");
+        path.with_file_name(name)
+    }
+
+    /// Opens (or creates) the store at `path`, running its migrations, with
+    /// the audit key and head `audit` names.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the file cannot be opened, was written by a
+    /// newer hintgate, or its key cannot be read or made.
+    pub fn open_with(path: &Path, audit: AuditSetup) -> Result<Self, StoreError> {
         let mut connection = Connection::open(path)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "NORMAL")?;
@@ -682,10 +793,13 @@ impl SqliteStore {
                 salt
             }
         };
+        let tail_link = audit::sqlite_tail_link(&connection)?;
+        let keying = audit::Keying::resolve(audit, tail_link.as_deref(), String::new)?;
         Ok(Self {
             connection: Mutex::new(connection),
             salt,
             path: path.to_path_buf(),
+            keying,
         })
     }
 

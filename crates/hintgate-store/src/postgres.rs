@@ -24,13 +24,17 @@ use std::time::Duration;
 use ::postgres::fallible_iterator::FallibleIterator;
 use ::postgres::{Client, Config, NoTls};
 
-use crate::audit::{GENESIS, chain, kind_from, kind_name, parse_body};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::audit::{GENESIS, Keying, chain, kind_name};
 use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
 };
 use crate::{
-    Approval, AuditLog, Entry, NewEntry, PIN_COLUMNS, Pin, PinColumns, PinStore, Rekeyed, Remember,
-    Seen, StoreError, from_sql, to_sql,
+    Approval, AuditKey, AuditLog, AuditSetup, Entry, NewEntry, PIN_COLUMNS, Pin, PinColumns,
+    PinStore, Rekeyed, Remember, Seen, StoreError, from_sql, to_sql,
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
@@ -103,6 +107,9 @@ pub struct PgStore {
     config: Config,
     /// The address without its password, for messages.
     shown: String,
+    /// The audit key and this gateway's head, shared with the store's
+    /// thread, which writes the head after each commit.
+    keying: Arc<Keying>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -183,13 +190,31 @@ fn names_statement_timeout(options: &str) -> bool {
 
 impl PgStore {
     /// Connects to the store at `url` (`postgres://` or `postgresql://`),
-    /// creating or migrating its schema.
+    /// creating or migrating its schema, without an audit key: pins,
+    /// approvals and the queue work, and the log can be read and verified
+    /// (its MACs unchecked), but nothing can be appended to it
+    /// ([`StoreError::NoKey`]). A gateway opens it with
+    /// [`PgStore::open_with`].
     ///
     /// # Errors
     ///
     /// [`StoreError`] when the address is not usable, the server cannot be
     /// reached, or the schema is newer than this hintgate knows.
     pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, AuditSetup::default())
+    }
+
+    /// Connects as [`PgStore::open`] does, with the audit key and head
+    /// `audit` names. Several gateways share one log, so they must share
+    /// one key (an append after a record chained under another key fails,
+    /// [`StoreError::OtherKey`]); each keeps its own head, in
+    /// [`HeadPlace::Directory`](crate::HeadPlace::Directory) named
+    /// `audit-LOGID.head` after the log.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::open`], and when the key cannot be read or made.
+    pub fn open_with(url: &str, audit: AuditSetup) -> Result<Self, StoreError> {
         let shown = shown(url);
         let mut config: Config = url.parse().map_err(|err| {
             StoreError::Address(format!("`{shown}` is not a PostgreSQL address: {err}"))
@@ -204,10 +229,17 @@ impl PgStore {
             .spawn(move || {
                 let mut connection = match connect(&worker_config).and_then(|mut client| {
                     let salt = migrate(&mut client, &worker_shown)?;
-                    Ok((client, salt))
+                    let tail_link: Option<String> = client
+                        .query_opt(
+                            "SELECT hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
+                            &[],
+                        )?
+                        .map(|row| row.try_get(0))
+                        .transpose()?;
+                    Ok((client, (salt, tail_link)))
                 }) {
-                    Ok((client, salt)) => {
-                        let _ = ready_tx.send(Ok(salt));
+                    Ok((client, opened)) => {
+                        let _ = ready_tx.send(Ok(opened));
                         Some(Connection::new(client))
                     }
                     Err(err) => {
@@ -231,14 +263,18 @@ impl PgStore {
                 }
             })
             .map_err(|err| StoreError::Address(format!("no thread for the store: {err}")))?;
-        let salt = ready_rx
+        let (salt, tail_link) = ready_rx
             .recv()
             .map_err(|_| StoreError::Address("the store's thread ended".to_owned()))??;
+        let keying = Keying::resolve(audit, tail_link.as_deref(), || {
+            format!("audit-{}.head", log_id(&salt))
+        })?;
         Ok(Self {
             jobs: Mutex::new(jobs_tx),
             salt,
             config,
             shown,
+            keying: Arc::new(keying),
         })
     }
 
@@ -268,6 +304,16 @@ impl PgStore {
         rx.recv()
             .map_err(|_| StoreError::Address("the store's thread ended".to_owned()))?
     }
+}
+
+/// The id of a PostgreSQL log, from the store's salt (random, made once,
+/// shared by every gateway on the store): 16 hexadecimal digits that name
+/// each gateway's head file of that log.
+fn log_id(salt: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"hintgate audit log id\n");
+    hasher.update(salt);
+    hex::encode(hasher.finalize().get(..8).unwrap_or_default())
 }
 
 /// Creates or migrates the schema; returns the salt.
@@ -626,6 +672,7 @@ impl AuditLog for PgStore {
         // The job runs on the store's thread, which outlives this call, so
         // it owns what it writes.
         let entries = entries.to_vec();
+        let keying = Arc::clone(&self.keying);
         self.call_on(move |connection| {
             let statements = connection.append_statements()?;
             let mut tx = connection.client.transaction()?;
@@ -635,23 +682,31 @@ impl AuditLog for PgStore {
                 Some(row) => (from_sql(row.try_get(0)?), row.try_get::<_, String>(1)?),
                 None => (0, GENESIS.to_owned()),
             };
-            // Stored as hashed: the canonical text the caller gave.
-            let seqs = chain(tail, &entries, |new, seq, prev, hash| {
-                tx.execute(
-                    &statements.insert,
-                    &[
-                        &to_sql(seq),
-                        &new.at,
-                        &kind_name(new.kind),
-                        &new.call.map(to_sql),
-                        &new.body,
-                        &prev,
-                        &hash,
-                    ],
-                )?;
-                Ok(())
-            })?;
+            // Stored as chained: the canonical text the caller gave.
+            let (seqs, tail) = chain(
+                tail,
+                &entries,
+                keying.key.as_ref(),
+                |new, seq, prev, hash| {
+                    tx.execute(
+                        &statements.insert,
+                        &[
+                            &to_sql(seq),
+                            &new.at,
+                            &kind_name(new.kind),
+                            &new.call.map(to_sql),
+                            &new.body,
+                            &prev,
+                            &hash,
+                        ],
+                    )?;
+                    Ok(())
+                },
+            )?;
             tx.commit()?;
+            // After the commit, on the store's one thread, so this
+            // gateway's heads are written in the order of its commits.
+            keying.committed(&tail);
             Ok(seqs)
         })
     }
@@ -668,20 +723,26 @@ impl AuditLog for PgStore {
             )?;
             rows.iter()
                 .map(|row| {
-                    let body: String = row.try_get(4)?;
-                    let kind: String = row.try_get(2)?;
-                    Ok(Entry {
-                        seq: from_sql(row.try_get(0)?),
-                        at: row.try_get(1)?,
-                        kind: kind_from(&kind),
-                        call: row.try_get::<_, Option<i64>>(3)?.map(from_sql),
-                        body: parse_body(body),
-                        prev: row.try_get(5)?,
-                        hash: row.try_get(6)?,
-                    })
+                    Ok(Entry::from_stored(
+                        from_sql(row.try_get(0)?),
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get::<_, Option<i64>>(3)?.map(from_sql),
+                        row.try_get(4)?,
+                        row.try_get(5)?,
+                        row.try_get(6)?,
+                    ))
                 })
                 .collect()
         })
+    }
+
+    fn audit_key(&self) -> Option<&AuditKey> {
+        self.keying.key.as_ref()
+    }
+
+    fn head_path(&self) -> Option<&std::path::Path> {
+        self.keying.head_path.as_deref()
     }
 }
 
@@ -937,11 +998,15 @@ mod tests {
 
     #[test]
     fn entry_kinds_have_stable_names() {
-        assert_eq!(kind_from(kind_name(EntryKind::Outcome)), EntryKind::Outcome);
-        assert_eq!(
-            kind_from(kind_name(EntryKind::Outcomes)),
-            EntryKind::Outcomes
-        );
-        assert_eq!(kind_from(kind_name(EntryKind::Call)), EntryKind::Call);
+        use crate::audit::kind_from;
+        for (kind, name) in [
+            (EntryKind::Call, "call"),
+            (EntryKind::Outcome, "outcome"),
+            (EntryKind::Outcomes, "outcomes"),
+        ] {
+            assert_eq!(kind_name(kind), name);
+            assert_eq!(kind_from(name), Some(kind));
+        }
+        assert_eq!(kind_from("note"), None);
     }
 }

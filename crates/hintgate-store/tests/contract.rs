@@ -132,6 +132,25 @@ fn rusqlite_connection(path: &std::path::Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).unwrap()
 }
 
+/// The key every gateway of a PostgreSQL test shares.
+fn shared_key() -> hintgate_store::AuditKey {
+    hintgate_store::AuditKey::from_secret([9; 32])
+}
+
+/// A PostgreSQL store as a gateway opens it: with the shared key (and no
+/// head file).
+fn keyed_pg(url: &str) -> hintgate_store::PgStore {
+    hintgate_store::PgStore::open_with(
+        url,
+        hintgate_store::AuditSetup {
+            key: hintgate_store::KeySource::Given(shared_key()),
+            head: hintgate_store::HeadPlace::None,
+            checkpoints: false,
+        },
+    )
+    .unwrap()
+}
+
 #[test]
 fn server_keys_hide_secrets_but_change_with_them() {
     use hintgate_policy::config::{PrivateData, ServerConfig, Transport};
@@ -201,12 +220,19 @@ fn audit_contract(log: &dyn hintgate_store::AuditLog) {
     );
     assert_eq!(entries[2].call, Some(1));
     assert_eq!(log.entries(2, 10).unwrap().len(), 1);
+    let verification = log.verify().unwrap();
+    assert!(verification.holds(), "{verification:?}");
+    assert_eq!(verification.checked, 3);
     assert_eq!(
-        log.verify().unwrap(),
-        hintgate_store::Verification {
-            checked: 3,
-            first_broken: None
-        }
+        verification.keyed,
+        Some(hintgate_store::Span { first: 1, last: 3 }),
+        "every record is chained under the key"
+    );
+    assert_eq!(verification.unkeyed, None);
+    assert_eq!(
+        verification.key_id.as_deref(),
+        log.audit_key().map(hintgate_store::AuditKey::id),
+        "checked with the log's key"
     );
     // A turn of many calls is one append: every record in order, chained.
     let many: Vec<NewEntry> = (0..40).map(|n| call(&format!("tool-{n}"))).collect();
@@ -216,7 +242,7 @@ fn audit_contract(log: &dyn hintgate_store::AuditLog) {
     for (n, entry) in entries.iter().enumerate() {
         assert_eq!(entry.body["tool"], format!("tool-{n}"));
     }
-    assert_eq!(log.verify().unwrap().first_broken, None);
+    assert_eq!(log.verify().unwrap().first_broken(), None);
     assert_eq!(log.verify().unwrap().checked, 43);
     // The outcomes of several calls in one record, read back one per call.
     let outcomes = NewEntry::from_value(
@@ -227,16 +253,16 @@ fn audit_contract(log: &dyn hintgate_store::AuditLog) {
     );
     assert_eq!(log.append(&[outcomes]).unwrap(), vec![44]);
     let stored = log.entries(43, 10).unwrap().remove(0);
-    assert_eq!(stored.kind, EntryKind::Outcomes);
+    assert_eq!(stored.kind, Some(EntryKind::Outcomes));
     let expanded = stored.expand();
     assert_eq!(expanded.len(), 2);
     assert_eq!(
         (expanded[0].kind, expanded[0].call, expanded[0].seq),
-        (EntryKind::Outcome, Some(4), 44)
+        (Some(EntryKind::Outcome), Some(4), 44)
     );
     assert_eq!(expanded[1].call, Some(5));
     assert_eq!(expanded[1].body["outcome"], "tool-error");
-    assert_eq!(log.verify().unwrap().first_broken, None);
+    assert_eq!(log.verify().unwrap().first_broken(), None);
 }
 
 #[test]
@@ -281,7 +307,7 @@ fn a_failed_sqlite_append_keeps_nothing_and_the_next_append_works() {
         [(1, "first"), (2, "after"), (3, "after")],
         "nothing of the failed group is kept"
     );
-    assert_eq!(log.verify().unwrap().first_broken, None);
+    assert_eq!(log.verify().unwrap().first_broken(), None);
     // Another connection takes the write lock while this one is open: no
     // transaction was left behind.
     let other = SqliteStore::open(&path).unwrap();
@@ -303,9 +329,9 @@ fn an_edited_entry_breaks_the_chain_where_it_was_edited() {
         .unwrap();
     drop(connection);
     let log = SqliteStore::open(&path).unwrap();
-    assert_eq!(log.verify().unwrap().first_broken, Some(2));
+    assert_eq!(log.verify().unwrap().first_broken(), Some(2));
 
-    // A deleted entry breaks the chain at the one after it.
+    // A deleted entry is named.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
     audit_contract(&SqliteStore::open(&path).unwrap());
@@ -313,12 +339,8 @@ fn an_edited_entry_breaks_the_chain_where_it_was_edited() {
         .execute("DELETE FROM audit WHERE seq = 2", [])
         .unwrap();
     assert_eq!(
-        SqliteStore::open(&path)
-            .unwrap()
-            .verify()
-            .unwrap()
-            .first_broken,
-        Some(3)
+        SqliteStore::open(&path).unwrap().verify().unwrap().problems,
+        [hintgate_store::Problem::MissingRecords { first: 2, last: 2 }]
     );
 }
 
@@ -464,7 +486,7 @@ fn the_postgres_store_keeps_every_contract_and_its_data_across_connections() {
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
     };
-    let store = hintgate_store::PgStore::open(&url).unwrap();
+    let store = keyed_pg(&url);
     contract(&store);
     audit_contract(&store);
     queue_contract(&store);
@@ -498,9 +520,7 @@ fn gateways_appending_at_once_to_postgres_keep_one_chain() {
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
     };
-    let stores: Vec<_> = (0..4)
-        .map(|_| hintgate_store::PgStore::open(&url).unwrap())
-        .collect();
+    let stores: Vec<_> = (0..4).map(|_| keyed_pg(&url)).collect();
     std::thread::scope(|scope| {
         for (n, store) in stores.iter().enumerate() {
             scope.spawn(move || {
@@ -518,7 +538,7 @@ fn gateways_appending_at_once_to_postgres_keep_one_chain() {
     });
     let verification = stores[0].verify().unwrap();
     assert_eq!(verification.checked, 200);
-    assert_eq!(verification.first_broken, None);
+    assert_eq!(verification.first_broken(), None);
 }
 
 #[test]
@@ -529,7 +549,7 @@ fn a_postgres_store_appends_again_on_a_new_connection_after_losing_its_own() {
     };
     let entry =
         |n: u64| NewEntry::from_value(1_795_000_000, EntryKind::Call, None, &json!({"call": n}));
-    let store = hintgate_store::PgStore::open(&url).unwrap();
+    let store = keyed_pg(&url);
     // The statements of an append are prepared on the first one.
     assert_eq!(store.append(&[entry(1)]).unwrap(), [1]);
     assert_eq!(store.append(&[entry(2)]).unwrap(), [2]);
@@ -556,7 +576,7 @@ fn a_postgres_store_appends_again_on_a_new_connection_after_losing_its_own() {
     assert!(seqs.len() >= 3, "appends work again: {seqs:?}");
     let expected: Vec<u64> = (3..).take(seqs.len()).collect();
     assert_eq!(seqs, expected, "nothing of a failed append was kept");
-    assert_eq!(store.verify().unwrap().first_broken, None);
+    assert_eq!(store.verify().unwrap().first_broken(), None);
 }
 
 #[test]
@@ -633,7 +653,7 @@ fn reordered_entries_break_the_chain_at_the_first_moved() {
         .unwrap();
     drop(connection);
     let verification = SqliteStore::open(&path).unwrap().verify().unwrap();
-    assert_eq!(verification.first_broken, Some(1));
+    assert_eq!(verification.first_broken(), Some(1));
 }
 
 #[test]
@@ -667,13 +687,9 @@ fn two_writers_on_one_file_both_chain_every_entry() {
         writer.join().unwrap();
     }
     let log = SqliteStore::open(&path).unwrap();
-    assert_eq!(
-        log.verify().unwrap(),
-        hintgate_store::Verification {
-            checked: 400,
-            first_broken: None
-        }
-    );
+    let verification = log.verify().unwrap();
+    assert!(verification.holds(), "{verification:?}");
+    assert_eq!(verification.checked, 400);
 }
 
 #[test]
@@ -1058,10 +1074,14 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
     let connection = rusqlite_connection(&path);
-    // The tables this test reads, as versions 1 to 3 made them.
+    // The tables the store reads when it opens, as versions 1 to 3 made
+    // them.
     connection
         .execute_batch(
             "CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+             CREATE TABLE audit (
+                 seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, kind TEXT NOT NULL,
+                 call_seq INTEGER, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);
              CREATE TABLE always (
                  server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
                  PRIMARY KEY (server_key, tool));
@@ -1150,3 +1170,6 @@ fn gateways_rekeying_one_server_at_once_on_postgres_move_its_pins_once() {
     assert_eq!(stores[0].pins_of("gh-2").unwrap().len(), 2);
     assert!(stores[0].pins_of("gh-1").unwrap().is_empty());
 }
+
+#[path = "contract/audit_attacks.rs"]
+mod audit_attacks;

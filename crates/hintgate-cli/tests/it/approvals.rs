@@ -256,6 +256,11 @@ fn an_approval_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() 
         return;
     };
     let store = ["--store", url.as_str()];
+    // The audit key every gateway on the store shares: the first gateway
+    // makes it; the others get a copy (here, the same file).
+    let team = tempfile::tempdir().unwrap();
+    let key = team.path().join("audit.key");
+    let key_text = key.display().to_string();
     let waiting_dir = tempfile::tempdir().unwrap();
     let mut host = gateway(
         waiting_dir.path(),
@@ -266,6 +271,8 @@ fn an_approval_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() 
             "600",
             "--store",
             &url,
+            "--audit-key",
+            &key_text,
         ],
     );
     send_call(&mut host, "c1", "write_note", json!({"text": "team"}));
@@ -282,33 +289,79 @@ fn an_approval_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() 
     let result = the_call(&mut host, "c1");
     assert!(!is_error(&result), "{result}");
     host.close();
+    // With PostgreSQL, the state directory keeps only this gateway's head
+    // of the shared log.
+    let kept: Vec<String> = std::fs::read_dir(waiting_dir.path().join("state"))
+        .unwrap()
+        .map(|file| file.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
     assert!(
-        !waiting_dir.path().join("state").exists(),
-        "with PostgreSQL nothing is kept in the state directory"
+        kept[0].starts_with("audit-") && kept[0].ends_with(".head"),
+        "{kept:?}"
+    );
+
+    // A gateway that names no key does not start: it would chain the
+    // shared log under a key no other gateway has.
+    let keyless = hintgate()
+        .current_dir(waiting_dir.path())
+        .env("HINTGATE_STATE_DIR", waiting_dir.path().join("state"))
+        .args(["run", "--store", &url, "--", "python3", &fixture_server()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&keyless), 64, "{}", stderr(&keyless));
+    assert!(
+        stderr(&keyless)
+            .contains("a PostgreSQL store needs the audit key that every gateway on it shares"),
+        "{}",
+        stderr(&keyless)
     );
 
     // A second gateway on the same store knows the standing approval.
     let second_dir = tempfile::tempdir().unwrap();
     let mut second = gateway(
         second_dir.path(),
-        &["--trust", "trusted", "--ask-timeout", "1", "--store", &url],
+        &[
+            "--trust",
+            "trusted",
+            "--ask-timeout",
+            "1",
+            "--store",
+            &url,
+            "--audit-key",
+            &key_text,
+        ],
     );
     assert!(!is_error(
         &second.call("write_note", json!({"text": "shared"}))
     ));
     second.close();
 
-    // One log for both gateways, and it verifies; a gateway config that
-    // names the store (its address from the environment) finds it too.
+    // One log for both gateways, and it verifies, with the shared key and
+    // the head the second gateway wrote; a gateway config that names the
+    // store and the key (from the environment) finds them too.
     let config = second_dir.path().join("hintgate.toml");
-    std::fs::write(&config, "[gateway]\nstore = \"${TEAM_STORE}\"\n").unwrap();
+    std::fs::write(
+        &config,
+        "[gateway]\nstore = \"${TEAM_STORE}\"\n\n[audit]\nkey_file = \"${TEAM_KEY}\"\n",
+    )
+    .unwrap();
     let verify = hintgate()
         .args(["log", "verify", "--config"])
         .arg(&config)
+        .arg("--state-dir")
+        .arg(second_dir.path().join("state"))
         .env("TEAM_STORE", &url)
+        .env("TEAM_KEY", &key)
         .output()
         .unwrap();
     assert_eq!(code(&verify), 0, "{}{}", stdout(&verify), stderr(&verify));
+    assert!(
+        stdout(&verify).contains("its seal checked with the key, reached"),
+        "{}",
+        stdout(&verify)
+    );
     let log = hintgate()
         .args(["log", "--store", &url, "--json"])
         .output()

@@ -625,6 +625,35 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
 }
 
 #[test]
+fn a_redacted_value_has_the_same_digest_in_every_run_under_the_same_key() {
+    let secret = "AKIAIOSFODNN7EXAMPLE";
+    let marker_of_runs = |dir: &std::path::Path, runs: usize| -> Vec<Value> {
+        for _ in 0..runs {
+            let mut host = session(dir, &["--trust", "trusted"], &[]);
+            host.initialize(json!({}));
+            assert!(text(&host.call("echo", json!({"text": secret}))).contains(secret));
+            assert!(host.close().success());
+        }
+        log_json(dir, &[])
+            .iter()
+            .map(|record| record["arguments"]["text"].clone())
+            .collect()
+    };
+    let one = tempfile::tempdir().unwrap();
+    let markers = marker_of_runs(one.path(), 2);
+    assert_eq!(markers.len(), 2);
+    assert_marker(&markers[0], secret.len());
+    // Two runs, one key (the state directory's): the same digest, so the
+    // records can be matched.
+    assert_eq!(markers[0], markers[1]);
+    // Another state directory has another key: another digest.
+    let other = tempfile::tempdir().unwrap();
+    let elsewhere = marker_of_runs(other.path(), 1);
+    assert_marker(&elsewhere[0], secret.len());
+    assert_ne!(markers[0], elsewhere[0]);
+}
+
+#[test]
 fn configured_redaction_keeps_values_out_of_the_database_file() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
@@ -689,4 +718,387 @@ redact = ["/account/pin", "/cards/*/number", "SSN*"]
     ] {
         assert!(!contains(secret), "`{secret}` reached the store");
     }
+}
+
+// === verify ===
+
+/// `hintgate log verify [extra]` on the state directory `state`.
+fn verify(dir: &std::path::Path, state: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let state = state.display().to_string();
+    let mut args = vec!["log", "--state-dir", state.as_str(), "verify"];
+    args.extend_from_slice(extra);
+    crate::util::run(dir, &args)
+}
+
+/// `hintgate run` on the state directory `state`, with no host (stdin
+/// closed): it ends at once, or fails to start.
+fn run_gateway(dir: &std::path::Path, state: &std::path::Path) -> std::process::Output {
+    crate::util::hintgate()
+        .current_dir(dir)
+        .env("HINTGATE_STATE_DIR", state)
+        .args(["run", "--name", "fx", "--", "python3", &fixture_server()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A copy of a state directory, to attack one way.
+fn copy_state(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for file in std::fs::read_dir(from).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+    }
+}
+
+/// Runs SQL on the database of a state directory.
+fn sql(state: &std::path::Path, statements: &str) {
+    rusqlite::Connection::open(state.join("state.db"))
+        .unwrap()
+        .execute_batch(statements)
+        .unwrap();
+}
+
+#[test]
+fn log_verify_names_each_attack_in_words_and_in_json() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+    host.initialize(json!({}));
+    for n in 0..3 {
+        assert!(text(&host.call("echo", json!({"text": format!("call {n}")}))).contains("call"));
+    }
+    assert!(host.close().success());
+    let state = dir.path().join("state");
+    // The key was made on first use, readable only by its user.
+    let key = state.join("audit.key");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let holds = verify(dir.path(), &state, &[]);
+    let out = crate::util::stdout(&holds);
+    assert_eq!(crate::util::code(&holds), 0, "{out}");
+    let last = log_json(dir.path(), &[]).len();
+    assert!(out.contains("chained under the key `"), "{out}");
+    assert!(out.contains("every link checked with it"), "{out}");
+    assert!(
+        out.contains("state.db.audit-head`: record ")
+            && out.contains("its seal checked with the key, reached"),
+        "{out}"
+    );
+    assert!(out.ends_with("the log holds\n"), "{out}");
+    assert!(last >= 3, "{last}");
+
+    // Each attack on a copy of the state directory: how it is done, what
+    // `verify` must say, and the problem's code in `--json`.
+    type Attack = fn(&std::path::Path);
+    let attacks: [(&str, Attack, &str, &str); 7] = [
+        (
+            "edit a body",
+            |state| {
+                sql(
+                    state,
+                    "UPDATE audit SET body = replace(body, '\"allow\"', '\"deny\"') WHERE seq = 1",
+                )
+            },
+            "record 1 was edited",
+            "edited",
+        ),
+        (
+            "delete the last records",
+            |state| sql(state, "DELETE FROM audit WHERE seq > 1"),
+            "the log ends at record 1 but its head was record",
+            "cut-off",
+        ),
+        (
+            "delete every record",
+            |state| sql(state, "DELETE FROM audit"),
+            "the log ends at record 0 but its head was record",
+            "cut-off",
+        ),
+        (
+            "delete a record in the middle",
+            |state| sql(state, "DELETE FROM audit WHERE seq = 2"),
+            "record 2 is missing: it was deleted",
+            "missing-records",
+        ),
+        (
+            "prepend a duplicate key",
+            |state| {
+                sql(
+                    state,
+                    "UPDATE audit SET body = '{\"verdict\":\"deny\",' || substr(body, 2) WHERE seq = 1",
+                )
+            },
+            "record 1 repeats the key `verdict` in its body",
+            "duplicate-key",
+        ),
+        (
+            "give a record a kind hintgate does not write",
+            |state| sql(state, "UPDATE audit SET kind = 'note' WHERE seq = 1"),
+            "record 1 has the kind `note`, which hintgate does not write",
+            "unknown-kind",
+        ),
+        (
+            "cut the head file short",
+            |state| {
+                let head = state.join("state.db.audit-head");
+                let text = std::fs::read(&head).unwrap();
+                std::fs::write(&head, &text[..20]).unwrap();
+            },
+            "state.db.audit-head` is damaged",
+            "head-damaged",
+        ),
+    ];
+    for (n, (name, attack, says, code)) in attacks.iter().enumerate() {
+        let copy = dir.path().join(format!("attacked-{n}"));
+        copy_state(&state, &copy);
+        attack(&copy);
+        let broken = verify(dir.path(), &copy, &[]);
+        let out = crate::util::stdout(&broken);
+        assert_eq!(crate::util::code(&broken), 2, "{name}: {out}");
+        assert!(out.contains(says), "{name}: {out}");
+        assert!(out.contains("the log does not hold"), "{name}: {out}");
+        let json = verify(dir.path(), &copy, &["--json"]);
+        assert_eq!(crate::util::code(&json), 2, "{name}");
+        let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(report["holds"], false, "{name}: {report}");
+        let codes: Vec<&str> = report["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|problem| problem["problem"].as_str().unwrap())
+            .collect();
+        assert!(codes.contains(code), "{name}: {report}");
+        assert!(
+            report["problems"][0]["message"].as_str().unwrap().len() > 10,
+            "{name}: every problem is said in words too: {report}"
+        );
+    }
+
+    // `hintgate log` shows a record with a repeated key or an unknown kind
+    // as malformed, never as a call.
+    let copy = dir.path().join("malformed");
+    copy_state(&state, &copy);
+    sql(
+        &copy,
+        "UPDATE audit SET body = '{\"verdict\":\"deny\",' || substr(body, 2) WHERE seq = 1;
+         UPDATE audit SET kind = 'note' WHERE seq = 2;",
+    );
+    let shown = crate::util::run(
+        dir.path(),
+        &["log", "--state-dir", copy.to_str().unwrap(), "--json"],
+    );
+    let records: Vec<Value> = crate::util::stdout(&shown)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(records[0]["kind"], "malformed", "{records:?}");
+    assert_eq!(records[0]["problem"], "duplicate-key");
+    assert_eq!(records[1]["kind"], "malformed", "{records:?}");
+    assert_eq!(records[1]["problem"], "unknown-kind");
+
+    // Without the key, the keyed part cannot be checked, and verify says
+    // so (exit 1), but finds what it can.
+    let copy = dir.path().join("keyless");
+    copy_state(&state, &copy);
+    std::fs::remove_file(copy.join("audit.key")).unwrap();
+    let keyless = verify(dir.path(), &copy, &[]);
+    let out = crate::util::stdout(&keyless);
+    assert_eq!(crate::util::code(&keyless), 1, "{out}");
+    assert!(
+        out.contains("audit.key` is not there: their links cannot be checked"),
+        "{out}"
+    );
+    assert!(out.contains("its seal not checked (no key)"), "{out}");
+    let json: Value =
+        serde_json::from_slice(&verify(dir.path(), &copy, &["--json"]).stdout).unwrap();
+    assert_eq!(
+        (json["holds"].as_bool(), json["complete"].as_bool()),
+        (Some(true), Some(false))
+    );
+    // The gateway does not make a new key for a log an old one chained: it
+    // does not start, and says which key is missing.
+    let refused = run_gateway(dir.path(), &copy);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        crate::util::stderr(&refused)
+            .contains("audit.key` is missing, but the log is chained under the key `"),
+        "{}",
+        crate::util::stderr(&refused)
+    );
+    assert!(
+        !copy.join("audit.key").exists(),
+        "no new key replaced the lost one"
+    );
+
+    // A key file others may read is refused, naming it, by the gateway and
+    // by verify.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let exposed = verify(dir.path(), &state, &[]);
+    assert_eq!(crate::util::code(&exposed), 1);
+    let err = crate::util::stderr(&exposed);
+    assert!(
+        err.contains(&format!(
+            "the audit key `{}` may be read or written by others",
+            key.display()
+        )),
+        "{err}"
+    );
+    let run = run_gateway(dir.path(), &state);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(
+        crate::util::stderr(&run).contains("may be read or written by others"),
+        "{}",
+        crate::util::stderr(&run)
+    );
+}
+
+#[test]
+fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let calls = |n: usize| {
+        let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+        host.initialize(json!({}));
+        for i in 0..n {
+            assert!(
+                text(&host.call("echo", json!({"text": format!("call {i}")}))).contains("call")
+            );
+        }
+        assert!(host.close().success());
+    };
+    calls(2);
+    let state_text = state.display().to_string();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let witness = elsewhere.path().join("witness.log");
+    let witness_text = witness.display().to_string();
+
+    // A witness beside the state is refused.
+    let beside = state.join("witness.log").display().to_string();
+    let refused = crate::util::run(
+        dir.path(),
+        &["log", "--state-dir", &state_text, "setup-witness", &beside],
+    );
+    assert_eq!(
+        crate::util::code(&refused),
+        64,
+        "{}",
+        crate::util::stderr(&refused)
+    );
+
+    let setup = crate::util::run(
+        dir.path(),
+        &[
+            "log",
+            "--state-dir",
+            &state_text,
+            "setup-witness",
+            &witness_text,
+        ],
+    );
+    assert_eq!(
+        crate::util::code(&setup),
+        0,
+        "{}",
+        crate::util::stderr(&setup)
+    );
+    let printed = crate::util::stdout(&setup);
+    let key = printed
+        .lines()
+        .find(|line| line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("the verification key is printed: {printed}"))
+        .to_owned();
+    // Shown once: written nowhere in the state directory.
+    for file in std::fs::read_dir(&state).unwrap() {
+        let bytes = std::fs::read(file.unwrap().path()).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(&key));
+    }
+    // Set up once.
+    let again = crate::util::run(
+        dir.path(),
+        &[
+            "log",
+            "--state-dir",
+            &state_text,
+            "setup-witness",
+            &witness_text,
+        ],
+    );
+    assert_eq!(crate::util::code(&again), 1);
+
+    // The next run checkpoints at its first commit.
+    calls(1);
+    let checked = verify(
+        dir.path(),
+        &state,
+        &["--witness", &witness_text, "--verification-key", &key],
+    );
+    let out = crate::util::stdout(&checked);
+    assert_eq!(crate::util::code(&checked), 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "witness `{witness_text}`: 1 checkpoints, the last that holds at record 5 (epoch 1)"
+        )),
+        "{out}"
+    );
+
+    // The key's holder deletes the log and writes another through the
+    // store, with the key: links and head are right, so verify alone
+    // finds nothing.
+    let db = state.join("state.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("DELETE FROM audit", [])
+        .unwrap();
+    let forger = hintgate_store::SqliteStore::open_with(
+        &db,
+        hintgate_store::AuditSetup {
+            key: hintgate_store::KeySource::File(hintgate_store::SqliteStore::key_path(&db)),
+            head: hintgate_store::HeadPlace::File(hintgate_store::SqliteStore::head_path(&db)),
+            checkpoints: false,
+        },
+    )
+    .unwrap();
+    let forged: Vec<hintgate_store::NewEntry> = (0..6)
+        .map(|n| {
+            hintgate_store::NewEntry::from_value(
+                1_795_000_000,
+                hintgate_store::EntryKind::Call,
+                None,
+                &json!({"server": "fx", "tool": "echo", "n": n}),
+            )
+        })
+        .collect();
+    hintgate_store::AuditLog::append(&forger, &forged).unwrap();
+    drop(forger);
+    let fooled = verify(dir.path(), &state, &[]);
+    assert_eq!(
+        crate::util::code(&fooled),
+        0,
+        "{}",
+        crate::util::stdout(&fooled)
+    );
+    let caught = verify(
+        dir.path(),
+        &state,
+        &["--witness", &witness_text, "--verification-key", &key],
+    );
+    let out = crate::util::stdout(&caught);
+    assert_eq!(crate::util::code(&caught), 2, "{out}");
+    assert!(
+        out.contains("record 5 is not the one the checkpoint on line 1 of the witness names: the log was rewritten after that checkpoint"),
+        "{out}"
+    );
+
+    // Without the verification key, the witness cannot be checked.
+    let keyless = verify(dir.path(), &state, &["--witness", &witness_text]);
+    assert_eq!(
+        crate::util::code(&keyless),
+        64,
+        "{}",
+        crate::util::stderr(&keyless)
+    );
 }

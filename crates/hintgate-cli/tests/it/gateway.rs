@@ -1137,7 +1137,7 @@ fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
     let broken = crate::util::run(dir.path(), &["log", "--state-dir", &state, "verify"]);
     assert_eq!(broken.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&broken.stdout).contains(&format!("broken at record {seq}")),
+        String::from_utf8_lossy(&broken.stdout).contains(&format!("record {seq} was edited")),
         "{}",
         String::from_utf8_lossy(&broken.stdout)
     );

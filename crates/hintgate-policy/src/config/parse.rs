@@ -25,7 +25,7 @@ type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
 const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit"];
-const AUDIT_KEYS: &[&str] = &["redact", "redact_defaults"];
+const AUDIT_KEYS: &[&str] = &["redact", "redact_defaults", "key_file"];
 const GATEWAY_KEYS: &[&str] = &[
     "profile",
     "unattended",
@@ -232,6 +232,21 @@ impl Walker<'_> {
             }
         });
         settings.redact = patterns;
+        if let Some((path, span)) = self.string(table, "audit", "key_file") {
+            if !path.starts_with("${") && !path.starts_with('/') {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::RelativePath,
+                        "audit.key_file",
+                        format!("audit key path `{path}` is not absolute"),
+                    )
+                    .at(span.clone())
+                    .with_help("write the full path, starting with `/`"),
+                );
+            }
+            self.check_template(&path, span, "audit.key_file");
+            settings.key_file = Some(path);
+        }
         settings
     }
 

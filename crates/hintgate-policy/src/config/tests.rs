@@ -201,3 +201,35 @@ fn server_names_whose_prefixed_tool_names_collide_are_refused() {
         .count();
     assert_eq!(colliding, 3, "{diagnostics:?}");
 }
+
+#[test]
+fn the_audit_key_file_is_an_absolute_path_or_a_variable() {
+    let (config, diagnostics) = parse_str("[audit]\nkey_file = \"/etc/hintgate/audit.key\"\n");
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    assert_eq!(
+        config.unwrap().audit.key_file.as_deref(),
+        Some("/etc/hintgate/audit.key")
+    );
+    let (config, diagnostics) = parse_str("[audit]\nkey_file = \"${TEAM_AUDIT_KEY}\"\n");
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    assert_eq!(
+        config.unwrap().audit.key_file.as_deref(),
+        Some("${TEAM_AUDIT_KEY}")
+    );
+    assert_eq!(
+        codes("[audit]\nkey_file = \"audit.key\"\n"),
+        vec![(DiagCode::RelativePath, "audit.key_file".to_owned())]
+    );
+    assert_eq!(
+        codes("[audit]\nkey_file = 3\n"),
+        vec![(DiagCode::WrongType, "audit.key_file".to_owned())]
+    );
+    assert_eq!(
+        parse_str("[servers.fs]\ncommand = \"x\"\n")
+            .0
+            .unwrap()
+            .audit
+            .key_file,
+        None
+    );
+}

@@ -17,7 +17,11 @@
 //! moment, never a call record (design §8).
 //!
 //! Records are written as canonical JSON (sorted keys, no whitespace, the
-//! form the hash chain covers) straight from the call's typed values, once.
+//! form the keyed chain covers byte for byte) straight from the call's typed
+//! values, once. The store chains them under the audit key and, after the
+//! commit, writes the log's head (and, when a witness is set up, a
+//! checkpoint now and then) outside the database; the journal sees none of
+//! it.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -430,7 +434,7 @@ mod tests {
             entries[2].body,
             json!({"attempt": 0, "duration_ms": 3, "outcome": "ok"})
         );
-        assert!(store.verify().unwrap().first_broken.is_none());
+        assert!(store.verify().unwrap().complete());
     }
 
     /// A log whose appends fail while `failing` is set.
@@ -540,7 +544,7 @@ mod tests {
         journal.outcome(9, Outcome::ToolError, 2, 1);
         assert_eq!(journal.commit(), Ok(vec![1]));
         let entries = store.entries(0, 10).unwrap();
-        assert_eq!(entries[0].kind, EntryKind::Outcomes);
+        assert_eq!(entries[0].kind, Some(EntryKind::Outcomes));
         let expanded = entries[0].clone().expand();
         assert_eq!(
             expanded.iter().map(|entry| entry.call).collect::<Vec<_>>(),
@@ -548,7 +552,7 @@ mod tests {
         );
         assert_eq!(expanded[1].body["outcome"], "tool-error");
         assert_eq!(expanded[1].body["attempt"], 1);
-        assert!(store.verify().unwrap().first_broken.is_none());
+        assert!(store.verify().unwrap().complete());
     }
 
     fn json_value() -> impl Strategy<Value = Value> {

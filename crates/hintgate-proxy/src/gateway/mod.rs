@@ -495,10 +495,21 @@ impl Gateway {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |elapsed| elapsed.as_millis())
         );
-        // The digests redaction markers keep are keyed per run until the
-        // store keeps a key of its own for them.
-        let mut digest_key = [0u8; 32];
-        getrandom::fill(&mut digest_key).map_err(|err| RunError::NoRandomness(err.to_string()))?;
+        // The digests redaction markers keep are keyed with the audit key's
+        // subkey for them, so records of any run can be matched; a log
+        // without a key (none, or one kept in memory) gets a key per run.
+        let stored_key = settings
+            .store
+            .as_ref()
+            .and_then(|store| store.redaction_key());
+        let digest_key = match stored_key {
+            Some(key) => key,
+            None => {
+                let mut key = [0u8; 32];
+                getrandom::fill(&mut key).map_err(|err| RunError::NoRandomness(err.to_string()))?;
+                key
+            }
+        };
         let redactor = hintgate_policy::redact::Redactor::new(
             &settings.policy.config().audit,
             hintgate_policy::redact::DigestKey::new(digest_key),

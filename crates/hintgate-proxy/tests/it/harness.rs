@@ -495,6 +495,9 @@ impl AuditLog for TestStore {
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
         self.inner.entries(after, limit)
     }
+    fn audit_key(&self) -> Option<&hintgate_store::AuditKey> {
+        self.inner.audit_key()
+    }
 }
 
 impl ApprovalQueue for TestStore {

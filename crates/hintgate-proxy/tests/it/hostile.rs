@@ -67,7 +67,7 @@ async fn issue_9_a_call_without_an_id_never_reaches_a_server() {
     let records = store.records();
     let refused: Vec<&Value> = records
         .iter()
-        .filter(|entry| entry.kind == EntryKind::Call)
+        .filter(|entry| entry.kind == Some(EntryKind::Call))
         .map(|entry| &entry.body)
         .collect();
     assert_eq!(
@@ -184,7 +184,7 @@ async fn issue_9_a_key_given_twice_is_refused_wherever_it_is() {
         let calls = store
             .records()
             .into_iter()
-            .filter(|entry| entry.kind == EntryKind::Call)
+            .filter(|entry| entry.kind == Some(EntryKind::Call))
             .count();
         assert_eq!(calls, 5, "{mode:?}: every attempt is on the record");
     }
@@ -252,7 +252,7 @@ async fn issue_9_a_definition_changed_while_the_person_is_asked_is_asked_about_a
     let records = store.records();
     let calls: Vec<&Value> = records
         .iter()
-        .filter(|entry| entry.kind == EntryKind::Call)
+        .filter(|entry| entry.kind == Some(EntryKind::Call))
         .map(|entry| &entry.body)
         .collect();
     assert_eq!(calls.len(), 1, "{calls:#?}");
@@ -473,7 +473,7 @@ async fn issue_9_a_result_that_says_is_error_twice_is_not_passed_on() {
     let outcome = store
         .records()
         .into_iter()
-        .find(|entry| entry.kind == EntryKind::Outcome)
+        .find(|entry| entry.kind == Some(EntryKind::Outcome))
         .unwrap();
     assert_eq!(outcome.body["outcome"], "protocol-error");
 }

@@ -159,7 +159,7 @@ async fn every_call_gets_one_record_and_a_forwarded_one_its_outcome() {
     let records = store.records();
     let calls: Vec<_> = records
         .iter()
-        .filter(|entry| entry.kind == EntryKind::Call)
+        .filter(|entry| entry.kind == Some(EntryKind::Call))
         .collect();
     assert_eq!(calls.len(), 3, "{records:#?}");
     let outcome_of = |n: i64| {
@@ -169,7 +169,7 @@ async fn every_call_gets_one_record_and_a_forwarded_one_its_outcome() {
             .unwrap();
         records
             .iter()
-            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+            .find(|entry| entry.kind == Some(EntryKind::Outcome) && entry.call == Some(call.seq))
             .map(|entry| entry.body["outcome"].clone())
             .or_else(|| call.body.get("outcome").cloned())
             .unwrap()
@@ -177,7 +177,7 @@ async fn every_call_gets_one_record_and_a_forwarded_one_its_outcome() {
     assert_eq!(outcome_of(1), "ok");
     assert_eq!(outcome_of(2), "tool-error");
     assert_eq!(outcome_of(3), "denied");
-    assert!(store.inner.verify().unwrap().first_broken.is_none());
+    assert!(store.inner.verify().unwrap().complete());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,14 +265,14 @@ async fn a_read_left_unanswered_is_retried_once_and_its_answer_reaches_the_host(
     let records = store.records();
     let calls: Vec<u64> = records
         .iter()
-        .filter(|entry| entry.kind == EntryKind::Call)
+        .filter(|entry| entry.kind == Some(EntryKind::Call))
         .map(|entry| entry.seq)
         .collect();
     assert_eq!(calls.len(), 2, "each attempt has its record");
     let outcome_of = |seq: u64| {
         records
             .iter()
-            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(seq))
+            .find(|entry| entry.kind == Some(EntryKind::Outcome) && entry.call == Some(seq))
             .map(|entry| entry.body["outcome"].clone())
     };
     assert_eq!(outcome_of(calls[0]), Some(json!("failed, retried")));
@@ -351,11 +351,11 @@ async fn a_session_that_ends_mid_call_leaves_no_call_without_an_ending() {
     let records = store.records();
     let call = records
         .iter()
-        .find(|entry| entry.kind == EntryKind::Call)
+        .find(|entry| entry.kind == Some(EntryKind::Call))
         .unwrap();
     let outcome = records
         .iter()
-        .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+        .find(|entry| entry.kind == Some(EntryKind::Outcome) && entry.call == Some(call.seq))
         .expect("an outcome record");
     assert_eq!(outcome.body["outcome"], "host-gone");
 }
@@ -460,7 +460,7 @@ async fn a_cancelled_call_is_recorded_as_cancelled_and_the_server_told() {
     let outcomes: Vec<Value> = store
         .records()
         .iter()
-        .filter(|entry| entry.kind == EntryKind::Outcome)
+        .filter(|entry| entry.kind == Some(EntryKind::Outcome))
         .map(|entry| entry.body["outcome"].clone())
         .collect();
     assert_eq!(outcomes, vec![json!("cancelled")]);
