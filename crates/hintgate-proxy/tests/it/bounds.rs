@@ -100,11 +100,11 @@ async fn issue_11_an_over_deep_answer_fails_only_its_call_and_is_recorded() {
     let outcome_of = |n: i64| {
         let call = records
             .iter()
-            .find(|entry| entry.kind == EntryKind::Call && entry.body["arguments"]["n"] == n)
+            .find(|entry| entry.kind == Some(EntryKind::Call) && entry.body["arguments"]["n"] == n)
             .unwrap();
         records
             .iter()
-            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+            .find(|entry| entry.kind == Some(EntryKind::Outcome) && entry.call == Some(call.seq))
             .map(|entry| entry.body["outcome"].clone())
             .unwrap()
     };
@@ -156,7 +156,7 @@ async fn issue_11_an_over_deep_host_request_is_refused() {
     let record = store
         .records()
         .into_iter()
-        .find(|entry| entry.kind == EntryKind::Call)
+        .find(|entry| entry.kind == Some(EntryKind::Call))
         .unwrap();
     assert_eq!(record.body["reasons"], json!(["malformed-request"]));
 }
@@ -392,7 +392,7 @@ async fn issue_11_a_host_that_stops_reading_holds_a_bounded_queue() {
         store
             .records()
             .iter()
-            .any(|entry| entry.kind == EntryKind::Outcome && entry.body["outcome"] == "ok")
+            .any(|entry| entry.kind == Some(EntryKind::Outcome) && entry.body["outcome"] == "ok")
     })
     .await;
     let peak = gateway.gauge.peak_bytes();

@@ -26,7 +26,7 @@ fn refusals(store: &crate::harness::TestStore) -> Vec<(String, Value)> {
     store
         .records()
         .into_iter()
-        .filter(|entry| entry.kind == EntryKind::Call)
+        .filter(|entry| entry.kind == Some(EntryKind::Call))
         .map(|entry| {
             (
                 entry.body["tool"].as_str().unwrap().to_owned(),

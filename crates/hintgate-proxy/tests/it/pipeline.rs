@@ -387,7 +387,7 @@ async fn a_call_held_for_a_person_when_the_gateway_is_asked_to_stop_ends_as_shut
     let records = store.records();
     let call = records
         .iter()
-        .find(|entry| entry.kind == EntryKind::Call)
+        .find(|entry| entry.kind == Some(EntryKind::Call))
         .unwrap();
     // Never sent: its decision (ask) with the outcome `shutdown`.
     assert_eq!(call.body["verdict"], "ask", "{:?}", call.body);
@@ -405,11 +405,11 @@ async fn a_call_in_flight_when_the_gateway_is_asked_to_stop_ends_as_shutdown() {
     let records = store.records();
     let call = records
         .iter()
-        .find(|entry| entry.kind == EntryKind::Call)
+        .find(|entry| entry.kind == Some(EntryKind::Call))
         .unwrap();
     let outcome = records
         .iter()
-        .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+        .find(|entry| entry.kind == Some(EntryKind::Outcome) && entry.call == Some(call.seq))
         .expect("an outcome record");
     assert_eq!(outcome.body["outcome"], "shutdown");
 }
@@ -436,11 +436,11 @@ async fn a_fatal_error_in_the_loop_still_ends_the_calls_in_flight_on_record() {
     let records = store.records();
     let call = records
         .iter()
-        .find(|entry| entry.kind == EntryKind::Call)
+        .find(|entry| entry.kind == Some(EntryKind::Call))
         .unwrap();
     let outcome = records
         .iter()
-        .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+        .find(|entry| entry.kind == Some(EntryKind::Outcome) && entry.call == Some(call.seq))
         .expect("an outcome record");
     assert_eq!(outcome.body["outcome"], "shutdown");
 }
