@@ -54,7 +54,7 @@ use std::time::Duration;
 use hintgate_policy::config::ServerConfig;
 use hintgate_policy::decide::Policy;
 use hintgate_store::Store;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -1302,9 +1302,28 @@ impl Gateway {
             }
             return;
         }
-        // A server-to-host request (elicitation, sampling, roots, ping): to
-        // the host under an id of ours, and the answer back. A question a
-        // person reads is marked as the server's first.
+        // A server-to-host request the host said it takes (elicitation,
+        // sampling, roots): to the host under an id of ours, and the answer
+        // back. A question a person reads is marked as the server's first.
+        let capabilities = self
+            .sessions
+            .get(&session)
+            .and_then(|host| host.init.as_ref())
+            .and_then(|init| init.get("capabilities"));
+        match relay::server_request(message.method(), capabilities) {
+            relay::ServerRequest::Relay => {}
+            relay::ServerRequest::Pong => {
+                let line = frame::response(message.id_text(), &Value::Object(Map::new()));
+                self.send_upstream(idx, generation, line);
+                return;
+            }
+            relay::ServerRequest::Refuse(why) => {
+                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+                let line = frame::error_response(message.id_text(), -32601, &why);
+                self.send_upstream(idx, generation, line);
+                return;
+            }
+        }
         let marked = if message.method() == relay::ELICITATION {
             let mut params: Value = message
                 .params

@@ -39,6 +39,48 @@ const RELAY_KEY: &str = "hintgate/server-request";
 /// The method of a server's question that a person reads and answers.
 pub(super) const ELICITATION: &str = "elicitation/create";
 
+/// What becomes of a server's own request to a legacy host.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum ServerRequest {
+    /// A request the host said it takes: relayed to it.
+    Relay,
+    /// `ping`: the server's peer is the gateway, which answers it.
+    Pong,
+    /// Refused with "method not found" and why: a method a server may not
+    /// send a client, or one whose capability the host did not declare.
+    Refuse(String),
+}
+
+/// What becomes of a server's request `method` to a legacy host that
+/// declared `capabilities` in its `initialize`: a server may ask a client
+/// only for what the client said it takes (the spec's `elicitation`,
+/// `sampling` and `roots`), and `ping`. Anything else would reach a host
+/// whose person or model might act on it.
+pub(super) fn server_request(method: &str, capabilities: Option<&Value>) -> ServerRequest {
+    let capability = match method {
+        "ping" => return ServerRequest::Pong,
+        ELICITATION => "elicitation",
+        "sampling/createMessage" => "sampling",
+        "roots/list" => "roots",
+        other => {
+            return ServerRequest::Refuse(format!(
+                "`{}` is not a request a server may send a client; hintgate does not pass it to the host",
+                escape_line(other)
+            ));
+        }
+    };
+    let declared = capabilities
+        .and_then(|caps| caps.get(capability))
+        .is_some_and(Value::is_object);
+    if declared {
+        ServerRequest::Relay
+    } else {
+        ServerRequest::Refuse(format!(
+            "the host did not declare the `{capability}` capability, so hintgate does not pass it `{method}`"
+        ))
+    }
+}
+
 /// Marks a server's question as the server's before a host shows it: the
 /// message and the form of an `elicitation/create` (see the module's
 /// documentation). Other methods (sampling, roots) are left as they are.

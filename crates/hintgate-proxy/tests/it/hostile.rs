@@ -510,3 +510,62 @@ async fn a_standing_approval_revoked_elsewhere_stops_answering() {
     assert_eq!(gateway.requests.len(), 2);
     let _ = gateway.close().await;
 }
+
+/// A server may ask a client only what the client said it takes
+/// (elicitation, sampling, roots) and `ping`; anything else a server sends
+/// as a request is not passed to the host, whose person or model would act
+/// on it, and a ping is the gateway's to answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_server_asks_the_host_only_what_the_host_said_it_takes() {
+    let mut gateway = Harness::start(Setup::wrap(
+        ServerScript::with_tools(vec![tool("read", true)]),
+        true,
+    ))
+    .await;
+    // The host takes roots, not sampling, not elicitation.
+    gateway.initialize(json!({"roots": {}})).await;
+    let asks = [
+        (
+            "s-sampling",
+            r#"{"jsonrpc":"2.0","id":"s-sampling","method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}"#,
+        ),
+        (
+            "s-elicit",
+            r#"{"jsonrpc":"2.0","id":"s-elicit","method":"elicitation/create","params":{"message":"x","requestedSchema":{"type":"object","properties":{}}}}"#,
+        ),
+        (
+            "s-call",
+            r#"{"jsonrpc":"2.0","id":"s-call","method":"tools/call","params":{"name":"rm","arguments":{}}}"#,
+        ),
+        (
+            "s-made-up",
+            r#"{"jsonrpc":"2.0","id":"s-made-up","method":"hintgate/approve","params":{}}"#,
+        ),
+    ];
+    for (_, line) in asks {
+        gateway.push("fx", line);
+    }
+    for (id, _) in asks {
+        gateway
+            .received_eventually("fx", &format!(r#""id":"{id}","error":{{"code":-32601"#))
+            .await;
+    }
+    // A ping is answered by the gateway, not passed on.
+    gateway.push("fx", r#"{"jsonrpc":"2.0","id":"s-ping","method":"ping"}"#);
+    gateway
+        .received_eventually("fx", r#""id":"s-ping","result":{}"#)
+        .await;
+    // What the host takes still reaches it.
+    gateway.push(
+        "fx",
+        r#"{"jsonrpc":"2.0","id":"s-roots","method":"roots/list"}"#,
+    );
+    let relayed = gateway.next_request().await;
+    assert_eq!(relayed["method"], "roots/list", "{relayed}");
+    assert_eq!(
+        gateway.requests.len(),
+        1,
+        "only roots/list reached the host: {:?}",
+        gateway.requests
+    );
+}
