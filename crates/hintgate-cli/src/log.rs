@@ -935,7 +935,7 @@ mod tests {
                     lines[1]
                 );
                 assert!(
-                    lines[2].ends_with(r#"{"server":"fs"}\n\u{1b}[2J"#),
+                    lines[2].ends_with(r#"{"server":"fs"}\n\u{001b}[2J"#),
                     "control characters are shown escaped: {}",
                     lines[2]
                 );
