@@ -764,7 +764,8 @@ fn a_modern_question_is_sealed_single_use_and_bound_to_its_call() {
 fn pages_progress_and_cancellation_pass_through() {
     let dir = tempfile::tempdir().unwrap();
     let (mut host, log) = logged(dir.path(), &["--trust", "trusted"], &["--paginate"]);
-    host.initialize(json!({}));
+    // The host takes elicitation, so a server may ask it a question.
+    host.initialize(json!({"elicitation": {}}));
     // The server lists three tools a page; the host gets all of them.
     let list = host.request("tools/list", json!({}));
     assert_eq!(
