@@ -105,9 +105,11 @@ impl QueueGauge {
         self.dropped.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A line of `len` bytes (without its newline) was written. Returns
-    /// whether the queue just went from past its soft limit to within it.
-    fn written(&self, len: usize) -> bool {
+    /// A line of `len` bytes (without its newline) left the queue: it was
+    /// written, or its reader took it. Returns whether the queue just went
+    /// from past its soft limit to within it (whoever waits for that is
+    /// woken).
+    pub fn written(&self, len: usize) -> bool {
         let size = len + 1;
         let before = self.bytes.fetch_sub(size, Ordering::AcqRel);
         self.lines.fetch_sub(1, Ordering::AcqRel);
@@ -122,6 +124,11 @@ impl QueueGauge {
     /// Waits until the queue holds no more than its soft limit, or its
     /// writer is gone.
     pub async fn within_soft_limit(&self) {
+        // The common case costs one load: nothing needs to be registered
+        // to return at once.
+        if self.bytes() <= self.soft_limit() {
+            return;
+        }
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
@@ -135,9 +142,9 @@ impl QueueGauge {
         }
     }
 
-    /// The writer ended: whoever waits for the queue to drain goes on (what
-    /// is left will never be written).
-    fn close(&self) {
+    /// The writer (or reader) of the queue ended: whoever waits for it to
+    /// drain goes on (what is left will never be taken off).
+    pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.drained.notify_waiters();
     }

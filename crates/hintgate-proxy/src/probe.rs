@@ -213,6 +213,15 @@ impl Session {
         timeout_s: u64,
     ) -> Result<Self, ProbeError> {
         let (events_tx, events) = mpsc::unbounded_channel();
+        // The probe sends one request at a time and waits for its answer:
+        // what waits for the server is one message at most.
+        let link_target = crate::upstream::LinkTarget {
+            server: 0,
+            generation: 1,
+            max_line: MAX_MESSAGE,
+            events: events_tx,
+            queue: std::sync::Arc::default(),
+        };
         let link = match target {
             Target::Stdio { command, args, env } => {
                 let spawn = Spawn {
@@ -221,21 +230,13 @@ impl Session {
                     env,
                     name: command,
                 };
-                let target = crate::upstream::LinkTarget {
-                    server: 0,
-                    generation: 1,
-                    max_line: MAX_MESSAGE,
-                    events: events_tx,
-                };
-                Process::spawn(&spawn, target)
+                Process::spawn(&spawn, link_target)
                     .map(Link::Stdio)
                     .map_err(|error| ProbeError::Connect(error.to_string()))?
             }
-            Target::Http { url, headers } => {
-                HttpLink::connect(url, headers, 0, 1, MAX_MESSAGE, events_tx)
-                    .map(Link::Http)
-                    .map_err(|error| ProbeError::Connect(error.to_string()))?
-            }
+            Target::Http { url, headers } => HttpLink::connect(url, headers, link_target)
+                .map(Link::Http)
+                .map_err(|error| ProbeError::Connect(error.to_string()))?,
         };
         let mut session = Self {
             link: Some(link),
@@ -508,6 +509,8 @@ impl Session {
 
     fn send(&self, line: String) {
         if let Some(link) = &self.link {
+            // One request waits at a time: a server that does not read its
+            // input fails the probe at its deadline.
             link.send(line);
         }
     }

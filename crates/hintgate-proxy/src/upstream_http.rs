@@ -10,6 +10,14 @@
 //! server sends on its own. An HTTP failure of a request becomes a JSON-RPC
 //! error for that request; an expired session ends the link, and the server
 //! is started again on its next call.
+//!
+//! What waits for the server is a message whose POST it has not answered
+//! yet (not even with the headers of a stream): those are counted in the
+//! link's queue, which the gateway bounds like a stdio server's unread
+//! input, so a server that takes requests and never answers them cannot
+//! make the gateway hold them without end. Every exchange runs in a set the link owns, so when
+//! the link is dropped (the server failed or was stopped), what still waits
+//! on the server is aborted with it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,9 +25,12 @@ use std::sync::{Arc, Mutex};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
+use crate::conn::QueueGauge;
 use crate::event::{Event, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
+use crate::upstream::LinkTarget;
 
 /// A link to a Streamable HTTP server.
 #[derive(Debug)]
@@ -37,6 +48,8 @@ struct Shared {
     generation: u64,
     max_message: usize,
     events: mpsc::UnboundedSender<Event>,
+    /// Messages whose POST the server has not answered yet.
+    queue: Arc<QueueGauge>,
     session: Mutex<Session>,
 }
 
@@ -75,10 +88,7 @@ impl HttpLink {
     pub fn connect(
         url: &str,
         headers: &BTreeMap<String, String>,
-        idx: usize,
-        generation: u64,
-        max_message: usize,
-        events: mpsc::UnboundedSender<Event>,
+        target: LinkTarget,
     ) -> Result<Self, HttpError> {
         install_tls_provider();
         let mut header_map = HeaderMap::new();
@@ -97,25 +107,43 @@ impl HttpLink {
             client,
             url: url.to_owned(),
             headers: header_map,
-            idx,
-            generation,
-            max_message,
-            events,
+            idx: target.server,
+            generation: target.generation,
+            max_message: target.max_line,
+            events: target.events,
+            queue: target.queue,
             session: Mutex::new(Session::default()),
         });
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let worker = Arc::clone(&shared);
         tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
-                tokio::spawn(Arc::clone(&worker).post(line));
+            // When the link is dropped the channel closes, this task ends,
+            // and dropping the set aborts every exchange still under way.
+            let mut exchanges = JoinSet::new();
+            loop {
+                tokio::select! {
+                    line = rx.recv() => match line {
+                        Some(line) => {
+                            exchanges.spawn(Arc::clone(&worker).post(line));
+                        }
+                        None => break,
+                    },
+                    // Finished exchanges are reaped as they end.
+                    Some(_) = exchanges.join_next(), if !exchanges.is_empty() => {}
+                }
             }
         });
         Ok(Self { tx, shared })
     }
 
-    /// Sends one message.
+    /// Sends one message, counted in the link's queue until the server
+    /// answers its POST.
     pub fn send(&self, line: String) {
-        let _ = self.tx.send(line);
+        let len = line.len();
+        self.shared.queue.queued(len);
+        if self.tx.send(line).is_err() {
+            self.shared.queue.withdrawn(len);
+        }
     }
 
     /// Ends the session on the server (DELETE), when it has one.
@@ -214,13 +242,14 @@ impl Shared {
             .map(|session| (session.id.clone(), session.version.clone()))
             .unwrap_or_default();
         let version = meta_version.clone().or(version);
+        let len = line.len();
         let mut request = self
             .client
             .post(&self.url)
             .headers(self.headers.clone())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .body(line.clone());
+            .body(line);
         if let Some(session_id) = &session_id {
             request = request.header("mcp-session-id", session_id);
         }
@@ -238,7 +267,11 @@ impl Shared {
                 request = request.header("mcp-name", value);
             }
         }
-        let response = match request.send().await {
+        let sent = request.send().await;
+        // The server answered (or the exchange failed): the message no
+        // longer waits for it.
+        self.queue.written(len);
+        let response = match sent {
             Ok(response) => response,
             Err(err) => {
                 self.fail_request(
@@ -378,8 +411,10 @@ impl Shared {
         self.emit_message(&data);
     }
 
-    /// Opens the GET stream for messages the server sends on its own.
-    async fn listen(self: &Arc<Self>) {
+    /// Reads the GET stream for messages the server sends on its own, for
+    /// as long as it is open (in the exchange that opened the session, so
+    /// it ends with the link).
+    async fn listen(&self) {
         let (session_id, version) = match self.session.lock() {
             Ok(mut session) if !session.listening => {
                 session.listening = true;
@@ -387,24 +422,21 @@ impl Shared {
             }
             _ => return,
         };
-        let shared = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut request = shared
-                .client
-                .get(&shared.url)
-                .headers(shared.headers.clone())
-                .header("accept", "text/event-stream");
-            if let Some(session_id) = &session_id {
-                request = request.header("mcp-session-id", session_id);
-            }
-            if let Some(version) = &version {
-                request = request.header("mcp-protocol-version", version);
-            }
-            match request.send().await {
-                Ok(response) if response.status().is_success() => shared.read_sse(response).await,
-                // 405 and the like: the server has no such stream.
-                Ok(_) | Err(_) => {}
-            }
-        });
+        let mut request = self
+            .client
+            .get(&self.url)
+            .headers(self.headers.clone())
+            .header("accept", "text/event-stream");
+        if let Some(session_id) = &session_id {
+            request = request.header("mcp-session-id", session_id);
+        }
+        if let Some(version) = &version {
+            request = request.header("mcp-protocol-version", version);
+        }
+        match request.send().await {
+            Ok(response) if response.status().is_success() => self.read_sse(response).await,
+            // 405 and the like: the server has no such stream.
+            Ok(_) | Err(_) => {}
+        }
     }
 }

@@ -240,6 +240,9 @@ pub(crate) struct Gateway {
     waiting: Vec<Waiting>,
     /// What this turn produced, in order.
     outbox: Vec<Outgoing>,
+    /// The number of the turn being sent (what a server was sent in this
+    /// turn is not held against it as unread).
+    turn: u64,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -341,6 +344,10 @@ where
         if gateway.sessions.values().all(|session| session.closed) {
             break;
         }
+        // The writers write what the turn queued before the next turn
+        // looks at what waits: what a server leaves unread is then what
+        // did not fit in its pipe, not what the loop has not let out yet.
+        tokio::task::yield_now().await;
     }
     gateway.shutdown().await;
     drop(gateway);
@@ -454,6 +461,7 @@ impl Gateway {
             watcher: None,
             waiting: Vec::new(),
             outbox: Vec::with_capacity(64),
+            turn: 0,
             policy: settings.policy,
         })
     }
@@ -518,6 +526,7 @@ impl Gateway {
     /// outcomes have waited long enough), then sends what the turn
     /// produced, in order.
     fn end_turn(&mut self) {
+        self.turn += 1;
         // Sending a call can send it through the pipeline again (its server
         // restarted since it was decided), which may record and forward it
         // anew: the loop commits and sends until nothing is left.
@@ -544,10 +553,13 @@ impl Gateway {
                         }
                     }
                     Outgoing::Upstream(idx, generation, line) => {
-                        if let Some(up) = self.upstreams.get(idx)
-                            && up.generation() == generation
-                        {
-                            up.send_now(line);
+                        let turn = self.turn;
+                        let sent = match self.upstreams.get_mut(idx) {
+                            Some(up) if up.generation() == generation => up.send_now(line, turn),
+                            _ => Ok(()),
+                        };
+                        if let Err(err) = sent {
+                            self.not_reading(idx, err);
                         }
                     }
                     Outgoing::Call(mut cx, place) => match (&committed, place) {

@@ -3,6 +3,7 @@
 //! ends, a flood of `list_changed`, a host that stops reading.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use hintgate_proxy::Mode;
 use hintgate_store::EntryKind;
@@ -466,4 +467,133 @@ async fn issue_11_answers_past_the_bound_are_replaced_by_an_error_that_says_so()
         }
     }
     assert!(dropped > 0);
+}
+
+/// What the gateway lets a server leave unread before it takes the server
+/// for one that does not read (`SERVER_QUEUE_MESSAGES` times
+/// `max_message_bytes`), with the 64 KiB message limit of `small_messages`.
+const SERVER_QUEUE_BYTES: usize = 4 * 65_536;
+
+/// A call of `put` with about 60 KB of arguments.
+fn put(n: usize) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"put","arguments":{{"n":{n},"data":"{}"}}}}}}"#,
+        "z".repeat(60_000)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_server_that_stops_reading_fails_the_next_call_at_once_and_is_restarted() {
+    // Neither tool is retried (design §4.5): each call is sent once.
+    let script = ServerScript::with_tools(vec![tool("stop", false), tool("put", false)])
+        .answering("stop", Behaviour::StopReading);
+    // The calls in flight wait for their answers far longer than the test.
+    let mut setup = small_messages(script).with_call_timeout(60);
+    setup
+        .config
+        .push_str("\n[[rules]]\nserver = \"fx\"\ntool = \"*\"\naction = \"allow\"\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    gateway.request("tools/list", json!({})).await;
+
+    // The server stops reading its input, and stays up.
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":"stop","method":"tools/call","params":{"name":"stop","arguments":{}}}"#)
+        .await;
+    gateway.received_eventually("fx", r#""stop""#).await;
+    let first = Arc::clone(&gateway.queues.lock().unwrap()["fx"][0]);
+    // Calls of 60 KB, one at a time (each decided before the next comes),
+    // until the gateway refuses one: the pipe to the server (1 MiB in the
+    // tests) fills, then what the gateway holds for it.
+    let mut last = None;
+    for n in 0..60 {
+        gateway.send_raw(&put(n)).await;
+        let store = Arc::clone(&gateway.store);
+        let counted = Arc::clone(&first);
+        crate::harness::eventually(|| {
+            counted.dropped() > 0
+                || store
+                    .records()
+                    .iter()
+                    .any(|entry| entry.kind == EntryKind::Call && entry.body["arguments"]["n"] == n)
+        })
+        .await;
+        if first.dropped() > 0 {
+            last = Some(n);
+            break;
+        }
+    }
+    let last = last.expect("the gateway stopped sending to a server that does not read");
+
+    // The call that found the server not reading fails at once (not at the
+    // call timeout of 60 s) and says why; so do the calls the server had in
+    // flight, and the server is stopped. A call that came after it went to
+    // the server's next start.
+    let mut refused = None;
+    for n in 0..=last {
+        let answer = gateway.response(&json!(n)).await;
+        match refused {
+            Some(_) => assert_eq!(
+                text(&answer),
+                format!(r#"{{"n":{n},"data":"{}"}}"#, "z".repeat(60_000)),
+                "call {n}"
+            ),
+            None if text(&answer).contains("was not sent") => {
+                assert!(
+                    text(&answer).contains("is not reading its input"),
+                    "{answer}"
+                );
+                refused = Some(n);
+            }
+            None => assert!(
+                text(&answer).contains("stopped before answering: is not reading its input"),
+                "call {n}: {answer}"
+            ),
+        }
+    }
+    let refused = refused.expect("one call was refused");
+    assert!(
+        refused > 10,
+        "the calls that fit in the pipe were sent: {refused}"
+    );
+    // The first call in flight, answered while the others were awaited.
+    let stop = gateway
+        .notes
+        .iter()
+        .find(|note| note["id"] == "stop")
+        .expect("the call that stopped the server is answered");
+    assert!(text(stop).contains("is not reading its input"), "{stop}");
+    // What waited for it stayed within the bound, but for the last call
+    // sent, and nothing more was queued after the refusal.
+    assert!(
+        first.peak_bytes() <= SERVER_QUEUE_BYTES + 65_536,
+        "{} bytes waited for a server that does not read",
+        first.peak_bytes()
+    );
+    assert_eq!(first.dropped(), 1, "one line was refused");
+
+    // The next call starts the server again, and runs.
+    let next = gateway.call("put", json!({"n": 100})).await;
+    assert_eq!(text(&next), r#"{"n":100}"#, "{next}");
+    assert_eq!(gateway.starts.lock().unwrap()["fx"], 2);
+
+    // Every call has its record and its outcome: `failed` for each call
+    // that ended with the server that does not read.
+    let store = gateway.close().await;
+    let records = store.records();
+    let outcome_of = |n: usize| {
+        let call = records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Call && entry.body["arguments"]["n"] == n)
+            .unwrap_or_else(|| panic!("call {n} has a record"));
+        records
+            .iter()
+            .find(|entry| entry.kind == EntryKind::Outcome && entry.call == Some(call.seq))
+            .map(|entry| entry.body["outcome"].clone())
+    };
+    for n in 0..=last {
+        let outcome = if n <= refused { "failed" } else { "ok" };
+        assert_eq!(outcome_of(n), Some(json!(outcome)), "call {n}");
+    }
+    assert_eq!(outcome_of(100), Some(json!("ok")));
 }

@@ -61,6 +61,9 @@ pub enum Behaviour {
     HangOnce,
     /// These lines first (notifications, requests of its own), then `Echo`.
     LinesThenEcho(Vec<String>),
+    /// No answer, and the server never reads its input again (it stays
+    /// up, and still sends what the test pushes).
+    StopReading,
 }
 
 /// One scripted server.
@@ -137,6 +140,9 @@ pub struct ScriptedConnector {
     pub tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
     /// Lines each server's current start sends of its own accord.
     pub pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
+    /// What waits for each start of each server to read it, as the gateway
+    /// counts it.
+    pub queues: Arc<Mutex<BTreeMap<String, Vec<Arc<QueueGauge>>>>>,
 }
 
 impl Connector for ScriptedConnector {
@@ -152,6 +158,12 @@ impl Connector for ScriptedConnector {
             .unwrap()
             .entry(server.name.clone())
             .or_default() += 1;
+        self.queues
+            .lock()
+            .unwrap()
+            .entry(server.name.clone())
+            .or_default()
+            .push(Arc::clone(&target.queue));
         let (gateway_end, server_end) = tokio::io::duplex(1 << 20);
         let (from_server, to_server) = tokio::io::split(gateway_end);
         let (push, pushed) = mpsc::unbounded_channel();
@@ -166,6 +178,7 @@ impl Connector for ScriptedConnector {
                 timeline: self.timeline.clone(),
                 received: Arc::clone(&self.received),
                 tools_now: Arc::clone(&self.tools_now),
+                stopped: std::sync::atomic::AtomicBool::new(false),
             },
             server_end,
             pushed,
@@ -181,6 +194,8 @@ struct Served {
     timeline: Timeline,
     received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
     tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
+    /// It stopped reading its input (`Behaviour::StopReading`).
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedReceiver<String>) {
@@ -188,6 +203,14 @@ async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedRec
     let mut lines = BufReader::new(reader).lines();
     let mut hung_once = std::collections::HashSet::new();
     loop {
+        if served.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            // Its input is never read again, but stays open.
+            match pushed.recv().await {
+                Some(push) => write(&mut writer, &push).await,
+                None => std::future::pending().await,
+            }
+            continue;
+        }
         let line = tokio::select! {
             line = lines.next_line() => match line {
                 Ok(Some(line)) => line,
@@ -300,6 +323,10 @@ impl Served {
                 let tool = message["params"]["name"].as_str().unwrap_or("");
                 match script.behaviour.get(tool).unwrap_or(&Behaviour::Echo) {
                     Behaviour::Hang => return None,
+                    Behaviour::StopReading => {
+                        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                        return None;
+                    }
                     Behaviour::HangOnce if hung_once.insert(tool.to_owned()) => return None,
                     Behaviour::Raw(result) => result.clone(),
                     Behaviour::Echo | Behaviour::HangOnce => {
@@ -539,6 +566,8 @@ pub struct Harness {
     pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
     /// How many times each server was started.
     pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// What waits in the gateway for each start of each server to read it.
+    pub queues: Arc<Mutex<BTreeMap<String, Vec<Arc<QueueGauge>>>>>,
     /// What waits in the gateway for the host to read.
     pub gauge: Arc<QueueGauge>,
     /// Whether the host reads what the gateway writes.
@@ -603,11 +632,13 @@ impl Harness {
             starts: Arc::default(),
             tools_now: Arc::default(),
             pushes: Arc::default(),
+            queues: Arc::default(),
         });
         let received = Arc::clone(&connector.received);
         let tools_now = Arc::clone(&connector.tools_now);
         let pushes = Arc::clone(&connector.pushes);
         let starts = Arc::clone(&connector.starts);
+        let queues = Arc::clone(&connector.queues);
         let as_store: Arc<dyn Store> = store.clone();
         let settings = Settings {
             policy: Policy::new(config),
@@ -672,6 +703,7 @@ impl Harness {
             tools_now,
             pushes,
             starts,
+            queues,
         }
     }
 
