@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use hintgate_lint::{CallCheck, CallOutcome, Listing};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+
 use tokio::time::Instant;
 
 use crate::event::{Event, UpstreamEvent};
@@ -118,7 +118,7 @@ pub enum ProbeError {
 /// One connection, with the requests of the probe in flight one at a time.
 struct Session {
     link: Option<Link>,
-    events: mpsc::UnboundedReceiver<Event>,
+    events: crate::event::EventReceiver,
     next_id: u64,
     deadline: Instant,
     timeout_s: u64,
@@ -212,7 +212,7 @@ impl Session {
         deadline: Instant,
         timeout_s: u64,
     ) -> Result<Self, ProbeError> {
-        let (events_tx, events) = mpsc::unbounded_channel();
+        let (events_tx, events) = crate::event::channel(std::sync::Arc::default());
         // The probe sends one request at a time and waits for its answer:
         // what waits for the server is one message at most.
         let link_target = crate::upstream::LinkTarget {

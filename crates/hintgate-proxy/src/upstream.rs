@@ -23,7 +23,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
-use crate::event::{Event, UpstreamEvent};
+use crate::event::{Event, EventSender, UpstreamEvent};
 
 /// Where a link delivers what it reads (the gateway's event channel, with
 /// the server's index and the link's generation), and how much it may hold
@@ -37,7 +37,7 @@ pub struct LinkTarget {
     /// The largest line accepted from the server.
     pub max_line: usize,
     /// The gateway's event channel.
-    pub events: mpsc::UnboundedSender<Event>,
+    pub events: EventSender,
     /// What waits for the server, counted as lines are sent and taken off
     /// as they are written (for an HTTP server: as their POST is
     /// answered). Whoever sends keeps it bounded.
@@ -195,7 +195,7 @@ impl StreamLink {
             to_server,
             rx,
             Arc::clone(&queue),
-            || {},
+            || async {},
         ));
         tokio::spawn(read_lines(from_server, target));
         Self { tx, queue }
@@ -280,6 +280,9 @@ async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
     let mut reader = BufReader::with_capacity(64 * 1024, from_server);
     let mut buf = Vec::with_capacity(4096);
     loop {
+        // While the loop has more lines waiting than it holds, the server's
+        // output stays in its pipe: the kernel stops the server.
+        events.room().await;
         let event = match read_line(&mut reader, &mut buf, max_line).await {
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
@@ -300,6 +303,7 @@ async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
                 generation,
                 event,
             })
+            .await
             .is_err()
             || last
         {

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::conn::QueueGauge;
-use crate::event::{Event, UpstreamEvent};
+use crate::event::{Event, EventSender, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
 use crate::upstream::LinkTarget;
 
@@ -47,7 +47,7 @@ struct Shared {
     idx: usize,
     generation: u64,
     max_message: usize,
-    events: mpsc::UnboundedSender<Event>,
+    events: EventSender,
     /// Messages whose POST the server has not answered yet.
     queue: Arc<QueueGauge>,
     session: Mutex<Session>,
@@ -169,16 +169,24 @@ impl HttpLink {
 // === impl Shared ===
 
 impl Shared {
-    fn emit(&self, event: UpstreamEvent) {
-        let _ = self.events.send(Event::Upstream {
-            server: self.idx,
-            generation: self.generation,
-            event,
-        });
+    /// Sends an event to the loop; a line waits for room there first, so
+    /// a server that floods the loop is held in this exchange.
+    async fn emit(&self, event: UpstreamEvent) {
+        if matches!(event, UpstreamEvent::Line(_)) {
+            self.events.room().await;
+        }
+        let _ = self
+            .events
+            .send(Event::Upstream {
+                server: self.idx,
+                generation: self.generation,
+                event,
+            })
+            .await;
     }
 
     /// One line to the gateway, as a single line of JSON.
-    fn emit_message(&self, text: &str) {
+    async fn emit_message(&self, text: &str) {
         let text = text.trim();
         if text.is_empty() {
             return;
@@ -187,25 +195,32 @@ impl Shared {
             self.emit(UpstreamEvent::Broken(format!(
                 "sent a message larger than the limit of {} bytes",
                 self.max_message
-            )));
+            )))
+            .await;
             return;
         }
         if text.contains('\n') {
             // Line framing towards the gateway: re-serialise compactly.
             match serde_json::from_str::<Value>(text) {
-                Ok(value) => self.emit(UpstreamEvent::Line(value.to_string())),
-                Err(_) => self.emit(UpstreamEvent::Line(text.replace('\n', " "))),
+                Ok(value) => self.emit(UpstreamEvent::Line(value.to_string())).await,
+                Err(_) => {
+                    self.emit(UpstreamEvent::Line(text.replace('\n', " ")))
+                        .await
+                }
             }
         } else {
-            self.emit(UpstreamEvent::Line(text.to_owned()));
+            self.emit(UpstreamEvent::Line(text.to_owned())).await;
         }
     }
 
-    fn fail_request(&self, id: Option<&str>, message: &str) {
+    async fn fail_request(&self, id: Option<&str>, message: &str) {
         match id {
-            Some(id) => self.emit(UpstreamEvent::Line(frame::error_response(
-                id, -32603, message,
-            ))),
+            Some(id) => {
+                self.emit(UpstreamEvent::Line(frame::error_response(
+                    id, -32603, message,
+                )))
+                .await
+            }
             None => tracing::warn!("an HTTP notification to `{}` failed: {message}", self.url),
         }
     }
@@ -277,7 +292,8 @@ impl Shared {
                 self.fail_request(
                     id.as_deref().filter(|_| is_request),
                     &format!("cannot reach `{}`: {err}", self.url),
-                );
+                )
+                .await;
                 return;
             }
         };
@@ -294,7 +310,8 @@ impl Shared {
         if status.as_u16() == 404 && session_id.is_some() {
             self.emit(UpstreamEvent::Closed(
                 "ended the HTTP session (404)".to_owned(),
-            ));
+            ))
+            .await;
             return;
         }
         let is_sse = response
@@ -306,25 +323,29 @@ impl Shared {
             self.read_sse(response).await;
         } else {
             match self.read_body(response).await {
-                Ok(body) if status.is_success() => self.emit_body(&body, method.as_deref()),
+                Ok(body) if status.is_success() => self.emit_body(&body, method.as_deref()).await,
                 Ok(body) => {
                     let reply = Message::parse(body.trim())
                         .ok()
                         .filter(|m| m.error.is_some());
                     match (reply, id.as_deref().filter(|_| is_request)) {
                         (Some(reply), Some(id)) => {
-                            self.emit(UpstreamEvent::Line(reply.with_id(id)))
+                            self.emit(UpstreamEvent::Line(reply.with_id(id))).await
                         }
                         (_, id) => {
                             let excerpt: String = body.chars().take(200).collect();
                             self.fail_request(
                                 id,
                                 &format!("HTTP {status} from `{}`: {excerpt}", self.url),
-                            );
+                            )
+                            .await;
                         }
                     }
                 }
-                Err(err) => self.fail_request(id.as_deref().filter(|_| is_request), &err),
+                Err(err) => {
+                    self.fail_request(id.as_deref().filter(|_| is_request), &err)
+                        .await
+                }
             }
         }
         if method.as_deref() == Some("notifications/initialized") {
@@ -332,7 +353,7 @@ impl Shared {
         }
     }
 
-    fn emit_body(&self, body: &str, method: Option<&str>) {
+    async fn emit_body(&self, body: &str, method: Option<&str>) {
         let body = body.trim();
         if body.is_empty() {
             return;
@@ -340,7 +361,7 @@ impl Shared {
         if body.starts_with('[') {
             if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(body) {
                 for item in items {
-                    self.emit_message(&item.to_string());
+                    self.emit_message(&item.to_string()).await;
                 }
             }
             return;
@@ -354,7 +375,7 @@ impl Shared {
         {
             state.version = Some(version.to_owned());
         }
-        self.emit_message(body);
+        self.emit_message(body).await;
     }
 
     async fn read_body(&self, mut response: reqwest::Response) -> Result<String, String> {
@@ -390,7 +411,7 @@ impl Shared {
                 let line = String::from_utf8_lossy(&raw);
                 let line = line.trim_end_matches(['\n', '\r']);
                 if line.is_empty() {
-                    self.emit_message(&data);
+                    self.emit_message(&data).await;
                     data.clear();
                 } else if let Some(value) = line.strip_prefix("data:") {
                     if !data.is_empty() {
@@ -401,14 +422,15 @@ impl Shared {
                         self.emit(UpstreamEvent::Broken(format!(
                             "sent an event larger than the limit of {} bytes",
                             self.max_message
-                        )));
+                        )))
+                        .await;
                         return;
                     }
                 }
                 // `id:`, `event:`, `retry:` and comments need no handling here.
             }
         }
-        self.emit_message(&data);
+        self.emit_message(&data).await;
     }
 
     /// Reads the GET stream for messages the server sends on its own, for

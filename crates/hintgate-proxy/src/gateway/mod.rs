@@ -64,7 +64,7 @@ use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
 use self::upstreams::Upstreams;
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
-use crate::event::{Event, HostEvent, UpstreamEvent};
+use crate::event::{Event, EventSender, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
 use crate::json::find_duplicate_key_within;
 use crate::upstream::{Connector, SystemConnector};
@@ -72,8 +72,8 @@ use crate::upstream::{Connector, SystemConnector};
 pub use crate::versions::LEGACY_VERSIONS;
 
 /// The most events one turn handles before it commits and sends, so that a
-/// flood cannot hold everything back.
-const TURN_LIMIT: usize = 1024;
+/// flood cannot hold everything back: as many as the event channel holds.
+const TURN_LIMIT: usize = crate::event::CAPACITY;
 
 /// The most pages of one server's list the gateway follows (a tool list,
 /// or its part of a merged list): a server whose list names a next page
@@ -218,7 +218,7 @@ pub(crate) struct Gateway {
     observer: Option<mpsc::UnboundedSender<Observed>>,
     store: Option<Arc<dyn Store>>,
     connector: Arc<dyn Connector>,
-    events: mpsc::UnboundedSender<Event>,
+    events: EventSender,
     sealer: crate::seal::Sealer,
     sessions: session::Sessions,
     /// What the servers were told of the host (the first session's
@@ -286,7 +286,49 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let gauges = Gauges {
+        host: gauge,
+        events: Arc::default(),
+    };
+    run_with_gauges(settings, host_in, host_out, gauges).await
+}
+
+/// What the gateway counts of its queues, for tests and monitoring.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    /// What waits to be written to the host: a host that stops reading
+    /// shows here.
+    pub host: Arc<QueueGauge>,
+    /// The lines read from the host and the servers that wait for the
+    /// event loop: a loop held up (a store commit that stalls) shows here,
+    /// and the readers it holds back in [`QueueGauge::held`].
+    pub events: Arc<QueueGauge>,
+}
+
+/// [`run`], counting in `gauges` what waits for the host and for the event
+/// loop.
+///
+/// # Errors
+///
+/// As [`run`].
+pub async fn run_with_gauges<R, W>(
+    settings: Settings,
+    host_in: R,
+    host_out: W,
+    gauges: Gauges,
+) -> Result<(), RunError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Gauges {
+        host: gauge,
+        events,
+    } = gauges;
+    // INVARIANT: what waits for the loop is bounded, by count and by the
+    // bytes of its lines; the loop never sends into it (it would wait for
+    // itself), only the readers, the host's writer and the store watcher.
+    let (events_tx, mut events_rx) = crate::event::channel(events);
     let mut gateway = Gateway::new(settings, events_tx.clone())?;
     let session = SessionId::FIRST;
     // INVARIANT: what waits for the host stays bounded. Past the soft
@@ -303,10 +345,15 @@ where
         host_rx,
         Arc::clone(&gauge),
         move || {
-            let _ = drained.send(Event::Host {
-                session: session.0,
-                event: HostEvent::Drained,
-            });
+            let drained = drained.clone();
+            async move {
+                let _ = drained
+                    .send(Event::Host {
+                        session: session.0,
+                        event: HostEvent::Drained,
+                    })
+                    .await;
+            }
         },
     ));
     gateway
@@ -335,8 +382,8 @@ where
         // The rest of the turn: whatever else has arrived meanwhile.
         for _ in 1..TURN_LIMIT {
             match events_rx.try_recv() {
-                Ok(event) => gateway.handle(event),
-                Err(_) => break,
+                Some(event) => gateway.handle(event),
+                None => break,
             }
         }
         gateway.expire(Instant::now());
@@ -349,6 +396,10 @@ where
         // did not fit in its pipe, not what the loop has not let out yet.
         tokio::task::yield_now().await;
     }
+    // Nothing is received any more: whoever waits to send (a reader held
+    // back, the host's writer, the store watcher) goes on, so the host's
+    // writer can finish and the servers' readers end.
+    events_rx.close();
     gateway.shutdown().await;
     drop(gateway);
     let _ = writer.await;
@@ -366,7 +417,7 @@ async fn read_host<R: AsyncRead + Unpin>(
     host_in: R,
     max_line: usize,
     session: SessionId,
-    events: mpsc::UnboundedSender<Event>,
+    events: EventSender,
     queue: Arc<QueueGauge>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, host_in);
@@ -375,6 +426,8 @@ async fn read_host<R: AsyncRead + Unpin>(
         // A host that does not read what waits for it is not read either:
         // its requests would only add answers to the wait.
         queue.within_soft_limit().await;
+        // Nor while the loop has more lines waiting than it holds.
+        events.room().await;
         let event = match read_line(&mut reader, &mut buf, max_line).await {
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
@@ -386,10 +439,12 @@ async fn read_host<R: AsyncRead + Unpin>(
             Ok(LineRead::Eof) | Err(_) => HostEvent::Closed,
         };
         let closed = matches!(event, HostEvent::Closed);
-        let sent = events.send(Event::Host {
-            session: session.0,
-            event,
-        });
+        let sent = events
+            .send(Event::Host {
+                session: session.0,
+                event,
+            })
+            .await;
         if sent.is_err() || closed {
             return;
         }
@@ -399,7 +454,7 @@ async fn read_host<R: AsyncRead + Unpin>(
 // === impl Gateway ===
 
 impl Gateway {
-    fn new(settings: Settings, events: mpsc::UnboundedSender<Event>) -> Result<Self, RunError> {
+    fn new(settings: Settings, events: EventSender) -> Result<Self, RunError> {
         let servers: Vec<ServerConfig> =
             settings.policy.config().servers.values().cloned().collect();
         if servers.is_empty() {

@@ -9,7 +9,7 @@ use hintgate_proxy::Mode;
 use hintgate_store::EntryKind;
 use serde_json::{Value, json};
 
-use crate::harness::{Behaviour, Harness, ServerScript, Setup, is_error, text, tool};
+use crate::harness::{AppendMode, Behaviour, Harness, ServerScript, Setup, is_error, text, tool};
 
 /// JSON text: `depth` arrays, one inside the other.
 fn nested(depth: usize) -> String {
@@ -596,4 +596,69 @@ async fn issue_11_a_server_that_stops_reading_fails_the_next_call_at_once_and_is
         assert_eq!(outcome_of(n), Some(json!(outcome)), "call {n}");
     }
     assert_eq!(outcome_of(100), Some(json!("ok")));
+}
+
+/// The bytes of lines that may wait for the gateway's event loop before
+/// its readers wait (`event::LINE_BYTES`).
+const EVENT_LINE_BYTES: usize = 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_flood_while_the_loop_is_held_up_waits_in_the_servers_pipe() {
+    // A pipe to the gateway that holds the whole flood (8 MiB), so all of
+    // it is there for the gateway to read the moment its loop goes on.
+    let mut script = ServerScript::with_tools(vec![tool("read", true)]);
+    script.pipe_bytes = 8 << 20;
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(60)).await;
+    gateway.initialize(json!({})).await;
+    gateway.request("tools/list", json!({})).await;
+
+    // The call's commit stalls the loop, as a store that stops answering
+    // does until its statement timeout.
+    gateway.store.set_mode(AppendMode::Stall);
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"read","arguments":{"n":1}}}"#)
+        .await;
+    let store = Arc::clone(&gateway.store);
+    crate::harness::eventually(|| *store.waiting.lock().unwrap() == 1).await;
+    // Meanwhile the server floods: two hundred and fifty notifications of 16 KB, 4 MB
+    // in all (few enough that the loop's count of events is not what
+    // holds them back).
+    for n in 0..250 {
+        gateway.push(
+            "fx",
+            &format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"note {n:03} {}"}}}}"#,
+                "x".repeat(16_000)
+            ),
+        );
+    }
+    let pushed = Arc::clone(&gateway.pushed);
+    crate::harness::eventually(|| pushed.load(std::sync::atomic::Ordering::SeqCst) == 250).await;
+
+    // The store answers again: the loop goes on, the call is answered.
+    gateway.store.release();
+    let answer = gateway.response(&json!("held")).await;
+    assert_eq!(text(&answer), r#"{"n":1}"#, "{answer}");
+
+    // The server's reader took no more than the loop holds (and one line
+    // past it, read before it had to wait), and left the rest in its pipe
+    // until the loop had taken what it held.
+    let peak = gateway.events.peak_bytes();
+    assert!(
+        peak <= EVENT_LINE_BYTES + 16_384,
+        "{peak} bytes of lines waited for the loop"
+    );
+    assert!(
+        gateway.events.held() > 0,
+        "the server's reader waited (peak {peak})"
+    );
+    // Everything the server sent was read in the end.
+    let marker = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"end of flood"}}"#;
+    gateway.push("fx", marker);
+    loop {
+        let message = gateway.next().await;
+        if message["params"]["data"] == "end of flood" {
+            break;
+        }
+    }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hintgate_policy::config::{ServerConfig, parse_str};
 use hintgate_policy::decide::Policy;
-use hintgate_proxy::{Connector, Link, LinkTarget, Mode, QueueGauge, Settings};
+use hintgate_proxy::{Connector, Gauges, Link, LinkTarget, Mode, QueueGauge, Settings};
 use hintgate_store::{
     Answer, Answered, Approval, ApprovalQueue, AuditLog, Entry, MemoryStore, NewEntry, NewPending,
     Pending, Pin, PinStore, QueueWatch, Rekeyed, Seen, Store, StoreError,
@@ -91,6 +91,9 @@ pub struct ServerScript {
     pub templates: Vec<Value>,
     /// The prompts `prompts/list` gives.
     pub prompts: Vec<Value>,
+    /// How many bytes the pipe between the gateway and the server holds
+    /// each way (1 MiB unless set).
+    pub pipe_bytes: usize,
 }
 
 impl ServerScript {
@@ -106,6 +109,7 @@ impl ServerScript {
             resources: Vec::new(),
             templates: Vec::new(),
             prompts: Vec::new(),
+            pipe_bytes: 1 << 20,
         }
     }
 
@@ -143,6 +147,8 @@ pub struct ScriptedConnector {
     /// What waits for each start of each server to read it, as the gateway
     /// counts it.
     pub queues: Arc<Mutex<BTreeMap<String, Vec<Arc<QueueGauge>>>>>,
+    /// How many pushed lines the servers have written so far.
+    pub pushed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Connector for ScriptedConnector {
@@ -164,7 +170,7 @@ impl Connector for ScriptedConnector {
             .entry(server.name.clone())
             .or_default()
             .push(Arc::clone(&target.queue));
-        let (gateway_end, server_end) = tokio::io::duplex(1 << 20);
+        let (gateway_end, server_end) = tokio::io::duplex(script.pipe_bytes);
         let (from_server, to_server) = tokio::io::split(gateway_end);
         let (push, pushed) = mpsc::unbounded_channel();
         self.pushes
@@ -179,6 +185,7 @@ impl Connector for ScriptedConnector {
                 received: Arc::clone(&self.received),
                 tools_now: Arc::clone(&self.tools_now),
                 stopped: std::sync::atomic::AtomicBool::new(false),
+                pushed: Arc::clone(&self.pushed),
             },
             server_end,
             pushed,
@@ -196,6 +203,8 @@ struct Served {
     tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
     /// It stopped reading its input (`Behaviour::StopReading`).
     stopped: std::sync::atomic::AtomicBool,
+    /// How many pushed lines the servers have written so far.
+    pushed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedReceiver<String>) {
@@ -206,7 +215,12 @@ async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedRec
         if served.stopped.load(std::sync::atomic::Ordering::SeqCst) {
             // Its input is never read again, but stays open.
             match pushed.recv().await {
-                Some(push) => write(&mut writer, &push).await,
+                Some(push) => {
+                    write(&mut writer, &push).await;
+                    served
+                        .pushed
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 None => std::future::pending().await,
             }
             continue;
@@ -218,6 +232,7 @@ async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedRec
             },
             Some(push) = pushed.recv() => {
                 write(&mut writer, &push).await;
+                served.pushed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 continue;
             }
         };
@@ -568,8 +583,12 @@ pub struct Harness {
     pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
     /// What waits in the gateway for each start of each server to read it.
     pub queues: Arc<Mutex<BTreeMap<String, Vec<Arc<QueueGauge>>>>>,
+    /// How many pushed lines the servers have written so far.
+    pub pushed: Arc<std::sync::atomic::AtomicUsize>,
     /// What waits in the gateway for the host to read.
     pub gauge: Arc<QueueGauge>,
+    /// The lines that wait in the gateway for its event loop.
+    pub events: Arc<QueueGauge>,
     /// Whether the host reads what the gateway writes.
     reading: tokio::sync::watch::Sender<bool>,
 }
@@ -633,12 +652,14 @@ impl Harness {
             tools_now: Arc::default(),
             pushes: Arc::default(),
             queues: Arc::default(),
+            pushed: Arc::default(),
         });
         let received = Arc::clone(&connector.received);
         let tools_now = Arc::clone(&connector.tools_now);
         let pushes = Arc::clone(&connector.pushes);
         let starts = Arc::clone(&connector.starts);
         let queues = Arc::clone(&connector.queues);
+        let pushed = Arc::clone(&connector.pushed);
         let as_store: Arc<dyn Store> = store.clone();
         let settings = Settings {
             policy: Policy::new(config),
@@ -648,8 +669,8 @@ impl Harness {
             connector: Some(connector),
         };
         let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
-        let gauge = Arc::new(QueueGauge::default());
-        let gateway_gauge = Arc::clone(&gauge);
+        let gauges = Gauges::default();
+        let (gauge, events) = (Arc::clone(&gauges.host), Arc::clone(&gauges.events));
         let gateway = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -657,11 +678,11 @@ impl Harness {
                 .unwrap();
             let (gateway_in, gateway_out) = tokio::io::split(gateway_end);
             runtime
-                .block_on(hintgate_proxy::run_with_gauge(
+                .block_on(hintgate_proxy::run_with_gauges(
                     settings,
                     gateway_in,
                     gateway_out,
-                    gateway_gauge,
+                    gauges,
                 ))
                 .unwrap();
         });
@@ -689,6 +710,8 @@ impl Harness {
         });
         Self {
             gauge,
+            events,
+            pushed,
             reading,
             host_tx,
             host_rx,
