@@ -284,6 +284,11 @@ impl Gateway {
         up.info = None;
         up.modern = false;
         up.reprobed = false;
+        // What it listed before is not what this start will list.
+        self.routing.forget(idx);
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
         // A sandbox the gateway cannot enforce must not be taken for one
         // (design §6): the server does not start unless the user accepted
         // that with `best_effort = true`. This version enforces none yet.

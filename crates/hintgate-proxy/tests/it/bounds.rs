@@ -662,3 +662,139 @@ async fn issue_11_a_flood_while_the_loop_is_held_up_waits_in_the_servers_pipe() 
         }
     }
 }
+
+/// Gateway mode: server `a` with these resources (or, with `rotating`,
+/// that many new ones at each listing), and server `b` with one resource
+/// (two servers offer resources, so a read goes only where a URI was
+/// listed).
+fn resources_of_a(resources: Vec<Value>, rotating: usize) -> Setup {
+    // `break` writes a line that is not JSON-RPC (and is not retried).
+    let mut a = ServerScript::with_tools(vec![tool("read", true), tool("break", false)]).answering(
+        "break",
+        Behaviour::LinesThenEcho(vec!["this is not JSON-RPC".to_owned()]),
+    );
+    a.resources = resources;
+    a.rotating_resources = rotating;
+    let mut b = ServerScript::with_tools(vec![tool("read", true)]);
+    b.resources = vec![json!({"uri": "b://r", "name": "r"})];
+    Setup {
+        config: "[gateway]\ncall_timeout_s = 5\n\n[servers.a]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.b]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[[rules]]\nserver = \"a\"\ntool = \"break\"\naction = \"allow\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([("a".to_owned(), a), ("b".to_owned(), b)]),
+        store: None,
+    }
+}
+
+/// The URIs of a `resources/list` answer.
+fn uris(list: &Value) -> Vec<String> {
+    list["result"]["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .map(|resource| resource["uri"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Whether `resources/read` of `uri` reached a server (and not "unknown
+/// resource").
+async fn readable(gateway: &mut Harness, uri: &str) -> bool {
+    let read = gateway.request("resources/read", json!({"uri": uri})).await;
+    match read["error"]["message"].as_str() {
+        Some(message) => {
+            assert!(message.contains("unknown resource"), "{read}");
+            false
+        }
+        None => {
+            assert_eq!(read["result"]["contents"][0]["uri"], uri, "{read}");
+            true
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_servers_resources_are_replaced_by_each_listing_and_forgotten_at_restart() {
+    let mut gateway = Harness::start(resources_of_a(Vec::new(), 3)).await;
+    gateway.initialize(json!({})).await;
+    let first = gateway.request("resources/list", json!({})).await;
+    assert_eq!(
+        uris(&first),
+        ["rot://1/0", "rot://1/1", "rot://1/2", "b://r"]
+    );
+    assert!(readable(&mut gateway, "rot://1/0").await);
+
+    // Each listing names new resources: what the server listed before is
+    // no longer routed to it, so what the gateway remembers does not grow
+    // with the listings.
+    for listing in 2..=20 {
+        let list = gateway.request("resources/list", json!({})).await;
+        assert_eq!(uris(&list).len(), 4, "{list}");
+        assert!(uris(&list).contains(&format!("rot://{listing}/2")));
+    }
+    assert!(!readable(&mut gateway, "rot://1/0").await);
+    assert!(!readable(&mut gateway, "rot://19/1").await);
+    assert!(readable(&mut gateway, "rot://20/1").await);
+    assert!(readable(&mut gateway, "b://r").await);
+
+    // The server breaks and starts again on its next request: what it
+    // listed before its restart is forgotten until it lists again.
+    let broken = gateway.call("a__break", json!({})).await;
+    assert!(text(&broken).contains("not JSON-RPC"), "{broken}");
+    assert!(
+        readable(&mut gateway, "rot://20/1").await,
+        "the read that restarts it"
+    );
+    assert_eq!(gateway.starts.lock().unwrap()["a"], 2);
+    assert!(!readable(&mut gateway, "rot://20/2").await);
+    let list = gateway.request("resources/list", json!({})).await;
+    assert_eq!(
+        uris(&list),
+        ["rot://1/0", "rot://1/1", "rot://1/2", "b://r"]
+    );
+    assert!(readable(&mut gateway, "rot://1/2").await);
+}
+
+/// The most entries of one server's part of a merged list (`MAX_LISTED`).
+const MAX_LISTED: usize = 10_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_server_that_lists_too_many_resources_has_the_rest_left_out() {
+    let many: Vec<Value> = (0..MAX_LISTED + 5)
+        .map(|n| json!({"uri": format!("big://{n}"), "name": format!("r{n}")}))
+        .collect();
+    let mut gateway = Harness::start(resources_of_a(many, 0)).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("resources/list", json!({})).await;
+    let listed = uris(&list);
+    assert_eq!(listed.len(), MAX_LISTED + 1, "so many of `a`'s, and `b`'s");
+    assert_eq!(listed[MAX_LISTED - 1], format!("big://{}", MAX_LISTED - 1));
+    assert_eq!(listed[MAX_LISTED], "b://r");
+    // What was left out of the list is not routed either.
+    assert!(readable(&mut gateway, &format!("big://{}", MAX_LISTED - 1)).await);
+    assert!(!readable(&mut gateway, &format!("big://{MAX_LISTED}")).await);
+    assert!(readable(&mut gateway, "b://r").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_servers_part_of_a_merged_list_holds_at_most_one_message() {
+    // Pages of 20 resources of about 500 bytes, without end, under the
+    // smallest message limit (64 KiB).
+    let resources: Vec<Value> = (0..20)
+        .map(|n| json!({"uri": format!("page://{n}"), "name": format!("r{n}"), "description": "d".repeat(480)}))
+        .collect();
+    let mut setup = resources_of_a(resources, 0);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_message_bytes = 65536\n");
+    setup.scripts.get_mut("a").unwrap().endless_pages = true;
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("resources/list", json!({})).await;
+    let listed = uris(&list);
+    // The pages that fit in one message are kept (the one that went past
+    // it is not), and no page more is asked for.
+    let pages = gateway.count_received("a", "resources/list");
+    assert!((2..20).contains(&pages), "{pages} pages asked for");
+    assert_eq!(listed.len(), (pages - 1) * 20 + 1, "{pages} pages");
+    assert_eq!(listed.last().map(String::as_str), Some("b://r"));
+    assert!(readable(&mut gateway, "page://19").await);
+}

@@ -94,6 +94,9 @@ pub struct ServerScript {
     /// How many bytes the pipe between the gateway and the server holds
     /// each way (1 MiB unless set).
     pub pipe_bytes: usize,
+    /// Each `resources/list` of this start lists this many resources of its
+    /// own, new each time: `rot://LISTING/N` (LISTING counts from 1).
+    pub rotating_resources: usize,
 }
 
 impl ServerScript {
@@ -110,6 +113,7 @@ impl ServerScript {
             templates: Vec::new(),
             prompts: Vec::new(),
             pipe_bytes: 1 << 20,
+            rotating_resources: 0,
         }
     }
 
@@ -186,6 +190,7 @@ impl Connector for ScriptedConnector {
                 tools_now: Arc::clone(&self.tools_now),
                 stopped: std::sync::atomic::AtomicBool::new(false),
                 pushed: Arc::clone(&self.pushed),
+                listings: std::sync::atomic::AtomicUsize::new(0),
             },
             server_end,
             pushed,
@@ -205,6 +210,8 @@ struct Served {
     stopped: std::sync::atomic::AtomicBool,
     /// How many pushed lines the servers have written so far.
     pushed: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many times this start listed its resources.
+    listings: std::sync::atomic::AtomicUsize,
 }
 
 async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedReceiver<String>) {
@@ -309,7 +316,18 @@ impl Served {
                 page.to_string()
             }
             list @ ("resources/list" | "resources/templates/list" | "prompts/list") => {
+                let rotating: Vec<Value>;
                 let (key, items) = match list {
+                    "resources/list" if script.rotating_resources > 0 => {
+                        let listing = self
+                            .listings
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                            + 1;
+                        rotating = (0..script.rotating_resources)
+                            .map(|n| json!({"uri": format!("rot://{listing}/{n}"), "name": format!("r{n}")}))
+                            .collect();
+                        ("resources", &rotating)
+                    }
                     "resources/list" => ("resources", &script.resources),
                     "resources/templates/list" => ("resourceTemplates", &script.templates),
                     _ => ("prompts", &script.prompts),
