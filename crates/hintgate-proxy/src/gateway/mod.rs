@@ -81,6 +81,17 @@ const TURN_LIMIT: usize = crate::event::CAPACITY;
 /// The same number of pages as `hintgate lint` reads (`probe`).
 pub(crate) const MAX_LIST_PAGES: usize = 1000;
 
+/// The most of one server's own requests (elicitation, sampling, roots)
+/// that wait for a host at once: each waits up to `ask_timeout_s`, so a
+/// server that floods requests would otherwise fill the in-flight table.
+/// Past it, the server's request is answered with an error at once.
+pub(crate) const MAX_RELAYED: usize = 64;
+
+/// The most questions one input-required result of a 2026-07-28 server
+/// may ask a legacy host at once (each is a request to the host that
+/// waits up to `ask_timeout_s`); a result that asks more fails its call.
+pub(crate) const MAX_QUESTIONS: usize = 16;
+
 /// How tool names are shown to the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
@@ -1215,6 +1226,19 @@ impl Gateway {
                     frame::error_response(message.id_text(), -32601, text),
                 );
             }
+            return;
+        }
+        // INVARIANT: what a server asks of the host at once is bounded.
+        if self.inflight.relays_from(idx) >= MAX_RELAYED {
+            let text = format!(
+                "hintgate relays at most {MAX_RELAYED} of a server's requests to the host at a time; this one was not relayed"
+            );
+            tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
+            self.send_upstream(
+                idx,
+                generation,
+                frame::error_response(message.id_text(), -32603, &text),
+            );
             return;
         }
         // A server-to-host request (elicitation, sampling, roots, ping): to

@@ -172,6 +172,18 @@ impl Gateway {
             self.answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
+        // INVARIANT: what a server asks of the host at once is bounded.
+        if requests.len() > super::MAX_QUESTIONS {
+            let text = format!(
+                "the server asked {} questions at once; hintgate asks a host at most {}",
+                requests.len(),
+                super::MAX_QUESTIONS
+            );
+            tracing::warn!(tool.name = %cx.tool, "{text}");
+            let line = frame::error_response(cx.request.id(), -32603, &text);
+            self.answer_call(&cx, line, Outcome::ProtocolError);
+            return;
+        }
         // The call's first send is over: its outcome says the server asked.
         self.record_outcome(&cx, Outcome::InputRequired);
         let gather = self.routing.next_number();

@@ -798,3 +798,85 @@ async fn issue_11_a_servers_part_of_a_merged_list_holds_at_most_one_message() {
     assert_eq!(listed.last().map(String::as_str), Some("b://r"));
     assert!(readable(&mut gateway, "page://19").await);
 }
+
+/// The most of one server's own requests that wait for a host at once
+/// (`MAX_RELAYED`).
+const MAX_RELAYED: usize = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_server_flooding_requests_has_only_so_many_relayed_at_once() {
+    let script = ServerScript::with_tools(vec![tool("read", true)]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    gateway.request("tools/list", json!({})).await;
+    // A hundred questions to a host that answers none of them, then a
+    // marker: once the host sees it, the gateway has handled them all.
+    let questions: Vec<String> = (0..100)
+        .map(|n| format!(r#"{{"jsonrpc":"2.0","id":"q{n}","method":"elicitation/create","params":{{"message":"?","requestedSchema":{{"type":"object"}}}}}}"#))
+        .collect();
+    gateway.push("fx", &questions.join("\n"));
+    gateway.push(
+        "fx",
+        r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"end"}}"#,
+    );
+    let mut relayed = 0;
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "elicitation/create" {
+            relayed += 1;
+        }
+        if message["params"]["data"] == "end" {
+            break;
+        }
+    }
+    assert_eq!(relayed, MAX_RELAYED, "so many wait for the host at once");
+    // The rest were answered at once, with an error that says why.
+    let received = Arc::clone(&gateway.received);
+    crate::harness::eventually(|| {
+        received.lock().unwrap()["fx"]
+            .iter()
+            .filter(|line| line.contains("relays at most 64"))
+            .count()
+            == 100 - MAX_RELAYED
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_input_required_result_that_asks_too_much_fails_its_call() {
+    let questions: serde_json::Map<String, Value> = (0..20)
+        .map(|n| {
+            (
+                format!("q{n}"),
+                json!({"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}),
+            )
+        })
+        .collect();
+    let result = json!({"resultType": "input_required", "inputRequests": questions}).to_string();
+    let script =
+        ServerScript::with_tools(vec![tool("ask", true)]).answering("ask", Behaviour::Raw(result));
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    gateway.request("tools/list", json!({})).await;
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":"ask","method":"tools/call","params":{"name":"ask","arguments":{}}}"#)
+        .await;
+    // The call is answered before the host is asked anything.
+    let answer = loop {
+        let message = gateway.next().await;
+        assert!(
+            message["method"] != "elicitation/create",
+            "the host was asked the server's questions: {message}"
+        );
+        if message["id"] == "ask" {
+            break message;
+        }
+    };
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("asked 20 questions at once; hintgate asks a host at most 16"),
+        "{answer}"
+    );
+}
