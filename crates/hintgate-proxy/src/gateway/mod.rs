@@ -299,7 +299,7 @@ where
 {
     let gauges = Gauges {
         host: gauge,
-        events: Arc::default(),
+        ..Gauges::default()
     };
     run_with_gauges(settings, host_in, host_out, gauges).await
 }
@@ -314,6 +314,10 @@ pub struct Gauges {
     /// event loop: a loop held up (a store commit that stalls) shows here,
     /// and the readers it holds back in [`QueueGauge::held`].
     pub events: Arc<QueueGauge>,
+    /// The host's requests the gateway holds (waiting for a server, a
+    /// person or a question), each counted as its line and a kilobyte; a
+    /// host held back for sending more shows in [`QueueGauge::held`].
+    pub requests: Arc<QueueGauge>,
 }
 
 /// [`run`], counting in `gauges` what waits for the host and for the event
@@ -335,6 +339,7 @@ where
     let Gauges {
         host: gauge,
         events,
+        requests,
     } = gauges;
     // INVARIANT: what waits for the loop is bounded, by count and by the
     // bytes of its lines; the loop never sends into it (it would wait for
@@ -349,6 +354,13 @@ where
         session::HOST_QUEUE_BYTES,
         session::HOST_QUEUE_BYTES.saturating_add(gateway.limits.max_line),
     );
+    // INVARIANT: what the gateway holds of the host's requests is bounded;
+    // past it, the host is not read until some of them end.
+    let held = gateway
+        .limits
+        .max_line
+        .saturating_mul(session::HOST_HELD_MESSAGES);
+    requests.set_limits(held, held);
     let (host_tx, host_rx) = mpsc::unbounded_channel();
     let drained = events_tx.clone();
     let writer = tokio::spawn(write_counted_lines(
@@ -367,15 +379,16 @@ where
             }
         },
     ));
-    gateway
-        .sessions
-        .insert(session, HostSession::new(host_tx, Arc::clone(&gauge)));
+    gateway.sessions.insert(
+        session,
+        HostSession::new(host_tx, Arc::clone(&gauge), Arc::clone(&requests)),
+    );
     tokio::spawn(read_host(
         host_in,
         gateway.limits.max_line,
         session,
         events_tx,
-        gauge,
+        [gauge, requests],
     ));
     loop {
         let next = match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
@@ -429,7 +442,7 @@ async fn read_host<R: AsyncRead + Unpin>(
     max_line: usize,
     session: SessionId,
     events: EventSender,
-    queue: Arc<QueueGauge>,
+    [queue, requests]: [Arc<QueueGauge>; 2],
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, host_in);
     let mut buf = Vec::with_capacity(4096);
@@ -437,13 +450,21 @@ async fn read_host<R: AsyncRead + Unpin>(
         // A host that does not read what waits for it is not read either:
         // its requests would only add answers to the wait.
         queue.within_soft_limit().await;
+        // Nor one whose requests the gateway holds as many of as it may:
+        // each ends by its deadline at the latest.
+        requests.within_soft_limit().await;
         // Nor while the loop has more lines waiting than it holds.
         events.room().await;
         let event = match read_line(&mut reader, &mut buf, max_line).await {
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
                 Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => HostEvent::Line(line),
+                Ok(line) => {
+                    // Counted as it is read, so the wait above holds the
+                    // host to the bound whatever waits for the loop.
+                    requests.queued(request::Held::cost(line.len()));
+                    HostEvent::Line(line)
+                }
                 Err(_) => HostEvent::TooLong,
             },
             Ok(LineRead::TooLong) => HostEvent::TooLong,
@@ -780,6 +801,14 @@ impl Gateway {
     // --- the host side ---
 
     fn on_host_line(&mut self, session: SessionId, line: String) {
+        // The line was counted in what the gateway holds of the host's
+        // requests when it was read: a request keeps that count until it
+        // ends; any other line gives it back when it has been handled.
+        let held = self
+            .sessions
+            .get(&session)
+            .map(|host| request::Held::counted(&host.requests, line.len()))
+            .unwrap_or_default();
         // What the gateway decides on is what every server reads: a message
         // that repeats a key anywhere could be read two ways, so it is
         // refused before anything else reads it; and so is one nested deeper
@@ -805,7 +834,9 @@ impl Gateway {
                 let method = Method::of(parsed.method());
                 let spans = parsed.spans();
                 drop(parsed);
-                self.dispatch(HostRequest::new(session, line, spans, method));
+                let mut request = HostRequest::new(session, line, spans, method);
+                request.hold(held);
+                self.dispatch(request);
             }
             Kind::Notification => {
                 let method = parsed.method().to_owned();

@@ -484,9 +484,11 @@ fn put(n: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_11_a_server_that_stops_reading_fails_the_next_call_at_once_and_is_restarted() {
-    // Neither tool is retried (design §4.5): each call is sent once.
-    let script = ServerScript::with_tools(vec![tool("stop", false), tool("put", false)])
+    // Neither tool is retried (design §4.5): each call is sent once. The
+    // pipe to the server holds 64 KiB, as a Linux pipe does.
+    let mut script = ServerScript::with_tools(vec![tool("stop", false), tool("put", false)])
         .answering("stop", Behaviour::StopReading);
+    script.pipe_bytes = 64 << 10;
     // The calls in flight wait for their answers far longer than the test.
     let mut setup = small_messages(script).with_call_timeout(60);
     setup
@@ -503,8 +505,8 @@ async fn issue_11_a_server_that_stops_reading_fails_the_next_call_at_once_and_is
     gateway.received_eventually("fx", r#""stop""#).await;
     let first = Arc::clone(&gateway.queues.lock().unwrap()["fx"][0]);
     // Calls of 60 KB, one at a time (each decided before the next comes),
-    // until the gateway refuses one: the pipe to the server (1 MiB in the
-    // tests) fills, then what the gateway holds for it.
+    // until the gateway refuses one: the pipe to the server fills, then
+    // what the gateway holds for it.
     let mut last = None;
     for n in 0..60 {
         gateway.send_raw(&put(n)).await;
@@ -553,8 +555,8 @@ async fn issue_11_a_server_that_stops_reading_fails_the_next_call_at_once_and_is
     }
     let refused = refused.expect("one call was refused");
     assert!(
-        refused > 10,
-        "the calls that fit in the pipe were sent: {refused}"
+        refused >= 4,
+        "the calls that fit in the pipe and the bound were sent: {refused}"
     );
     // The first call in flight, answered while the others were awaited.
     let stop = gateway
@@ -879,4 +881,55 @@ async fn issue_11_an_input_required_result_that_asks_too_much_fails_its_call() {
             .contains("asked 20 questions at once; hintgate asks a host at most 16"),
         "{answer}"
     );
+}
+
+/// What the gateway holds of a host's requests before it stops reading the
+/// host (`HOST_HELD_MESSAGES` times `max_message_bytes`), with the 64 KiB
+/// message limit of `small_messages`.
+const HOST_HELD_BYTES: usize = 8 * 65_536;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_host_whose_requests_pile_up_is_not_read_until_some_end() {
+    // `slow` never answers (and is not retried), so each call is held
+    // until its deadline (1 s).
+    let script =
+        ServerScript::with_tools(vec![tool("slow", false)]).answering("slow", Behaviour::Hang);
+    let mut setup = small_messages(script);
+    setup
+        .config
+        .push_str("\n[[rules]]\nserver = \"fx\"\ntool = \"slow\"\naction = \"allow\"\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    gateway.request("tools/list", json!({})).await;
+
+    // Twenty calls of 60 KB at once, 1.2 MB in all.
+    let calls: Vec<String> = (0..20)
+        .map(|n| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"slow","arguments":{{"n":{n},"data":"{}"}}}}}}"#,
+                "s".repeat(60_000)
+            )
+        })
+        .collect();
+    gateway.send_raw(&calls.join("\n")).await;
+    let held = Arc::clone(&gateway.held);
+    crate::harness::eventually(|| held.held() > 0).await;
+
+    // Every call ends (at its deadline), and the host is read again as
+    // they do: each gets its answer.
+    for n in 0..20 {
+        let answer = gateway.response(&json!(n)).await;
+        assert!(
+            text(&answer).contains("did not answer within 1 s"),
+            "call {n}: {answer}"
+        );
+    }
+    // What the gateway held of them at once stayed within the bound, and
+    // one call past it (read before the host had to wait).
+    let peak = gateway.held.peak_bytes();
+    assert!(
+        peak <= HOST_HELD_BYTES + 62 * 1024,
+        "{peak} bytes of the host's requests were held"
+    );
+    assert_eq!(gateway.held.bytes(), 0, "nothing is held once they end");
 }

@@ -607,6 +607,8 @@ pub struct Harness {
     pub gauge: Arc<QueueGauge>,
     /// The lines that wait in the gateway for its event loop.
     pub events: Arc<QueueGauge>,
+    /// The host's requests the gateway holds.
+    pub held: Arc<QueueGauge>,
     /// Whether the host reads what the gateway writes.
     reading: tokio::sync::watch::Sender<bool>,
 }
@@ -688,7 +690,11 @@ impl Harness {
         };
         let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
         let gauges = Gauges::default();
-        let (gauge, events) = (Arc::clone(&gauges.host), Arc::clone(&gauges.events));
+        let (gauge, events, held) = (
+            Arc::clone(&gauges.host),
+            Arc::clone(&gauges.events),
+            Arc::clone(&gauges.requests),
+        );
         let gateway = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -729,6 +735,7 @@ impl Harness {
         Self {
             gauge,
             events,
+            held,
             pushed,
             reading,
             host_tx,
