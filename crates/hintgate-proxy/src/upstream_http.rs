@@ -15,9 +15,9 @@
 //! yet (not even with the headers of a stream): those are counted in the
 //! link's queue, which the gateway bounds like a stdio server's unread
 //! input, so a server that takes requests and never answers them cannot
-//! make the gateway hold them without end. Every exchange runs in a set the link owns, so when
-//! the link is dropped (the server failed or was stopped), what still waits
-//! on the server is aborted with it.
+//! make the gateway hold them without end. Every exchange runs in a set
+//! the link owns, so when the link is dropped (the server failed or was
+//! stopped), what still waits on the server is aborted with it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -320,8 +320,8 @@ pub struct Gauges {
     pub requests: Arc<QueueGauge>,
 }
 
-/// [`run`], counting in `gauges` what waits for the host and for the event
-/// loop.
+/// [`run`], counting in `gauges` what waits for the host, what waits for
+/// the event loop, and what the gateway holds of the host's requests.
 ///
 /// # Errors
 ///
