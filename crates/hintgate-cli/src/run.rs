@@ -77,8 +77,8 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         .block_on(async {
             let stop = stop_signal();
             let (host_in, host_out) = hintgate_proxy::stdio::host_streams();
-            let gauge = std::sync::Arc::default();
-            hintgate_proxy::run_until(settings, host_in, host_out, gauge, stop).await
+            let gauges = hintgate_proxy::Gauges::default();
+            hintgate_proxy::run_until(settings, host_in, host_out, gauges, stop).await
         })
         .context("the gateway stopped")?;
     Ok(Exit::Success)

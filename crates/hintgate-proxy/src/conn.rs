@@ -30,6 +30,7 @@ pub struct QueueGauge {
     lines: AtomicUsize,
     peak: AtomicUsize,
     dropped: AtomicU64,
+    held: AtomicU64,
     soft: AtomicUsize,
     hard: AtomicUsize,
     /// The writer is gone (the peer closed its side): nothing waits for it
@@ -59,6 +60,12 @@ impl QueueGauge {
     /// How many lines were dropped instead of queued.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Acquire)
+    }
+
+    /// How many times someone had to wait for the queue to drain (a reader
+    /// held back, [`QueueGauge::within_soft_limit`]).
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
     }
 
     /// Past this many bytes waiting, only what must reach the peer is
@@ -105,9 +112,11 @@ impl QueueGauge {
         self.dropped.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A line of `len` bytes (without its newline) was written. Returns
-    /// whether the queue just went from past its soft limit to within it.
-    fn written(&self, len: usize) -> bool {
+    /// A line of `len` bytes (without its newline) left the queue: it was
+    /// written, or its reader took it. Returns whether the queue just went
+    /// from past its soft limit to within it (whoever waits for that is
+    /// woken).
+    pub fn written(&self, len: usize) -> bool {
         let size = len + 1;
         let before = self.bytes.fetch_sub(size, Ordering::AcqRel);
         self.lines.fetch_sub(1, Ordering::AcqRel);
@@ -122,6 +131,12 @@ impl QueueGauge {
     /// Waits until the queue holds no more than its soft limit, or its
     /// writer is gone.
     pub async fn within_soft_limit(&self) {
+        // The common case costs one load: nothing needs to be registered
+        // to return at once.
+        if self.bytes() <= self.soft_limit() || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        self.held.fetch_add(1, Ordering::AcqRel);
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
@@ -135,9 +150,9 @@ impl QueueGauge {
         }
     }
 
-    /// The writer ended: whoever waits for the queue to drain goes on (what
-    /// is left will never be written).
-    fn close(&self) {
+    /// The writer (or reader) of the queue ended: whoever waits for it to
+    /// drain goes on (what is left will never be taken off).
+    pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.drained.notify_waiters();
     }
@@ -198,43 +213,54 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
 /// flushing only when no further line is waiting, so a burst is written with
 /// one flush. Ends when the channel closes or the sink fails.
 pub async fn write_lines<W: AsyncWrite + Unpin>(sink: W, lines: mpsc::UnboundedReceiver<String>) {
-    write_all_lines(sink, lines, |_| {}).await;
+    write_all_lines(sink, lines, |_| async {}).await;
 }
 
-/// [`write_lines`], taking each line off `gauge` once written, and calling
+/// [`write_lines`], taking each line off `gauge` once written, and awaiting
 /// `on_drained` each time the queue goes from past its soft limit to
 /// within it.
-pub async fn write_counted_lines<W: AsyncWrite + Unpin>(
+pub async fn write_counted_lines<W, F, Fut>(
     sink: W,
     lines: mpsc::UnboundedReceiver<String>,
     gauge: std::sync::Arc<QueueGauge>,
-    on_drained: impl Fn(),
-) {
+    mut on_drained: F,
+) where
+    W: AsyncWrite + Unpin,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
     write_all_lines(sink, lines, |len| {
-        if gauge.written(len) {
-            on_drained();
+        let drained = gauge.written(len).then(&mut on_drained);
+        async move {
+            if let Some(drained) = drained {
+                drained.await;
+            }
         }
     })
     .await;
     gauge.close();
 }
 
-async fn write_all_lines<W: AsyncWrite + Unpin>(
+async fn write_all_lines<W, F, Fut>(
     sink: W,
     mut lines: mpsc::UnboundedReceiver<String>,
-    mut written: impl FnMut(usize),
-) {
+    mut written: F,
+) where
+    W: AsyncWrite + Unpin,
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let mut writer = BufWriter::with_capacity(64 * 1024, sink);
     while let Some(line) = lines.recv().await {
         if write_one(&mut writer, &line).await.is_err() {
             return;
         }
-        written(line.len());
+        written(line.len()).await;
         while let Ok(line) = lines.try_recv() {
             if write_one(&mut writer, &line).await.is_err() {
                 return;
             }
-            written(line.len());
+            written(line.len()).await;
         }
         if writer.flush().await.is_err() {
             return;
@@ -275,6 +301,7 @@ mod tests {
             Arc::clone(&gauge),
             move || {
                 counted.fetch_add(1, Ordering::SeqCst);
+                async {}
             },
         ));
         // 150,000 bytes wait (with the newline), for a peer that does not
@@ -328,7 +355,12 @@ mod tests {
         gauge.set_limits(100_000, 200_000);
         let (sink, peer) = tokio::io::duplex(16);
         let (tx, rx) = mpsc::unbounded_channel();
-        let writer = tokio::spawn(write_counted_lines(sink, rx, Arc::clone(&gauge), || {}));
+        let writer = tokio::spawn(write_counted_lines(
+            sink,
+            rx,
+            Arc::clone(&gauge),
+            || async {},
+        ));
         let line = "x".repeat(149_999);
         gauge.queued(line.len());
         tx.send(line).unwrap();

@@ -1,4 +1,18 @@
-//! What the gateway's event loop receives.
+//! What the gateway's event loop receives, and the channel it comes on.
+//!
+//! The channel is bounded twice: by count ([`channel`]'s `capacity`, which
+//! also bounds the events that are not lines: a server's end, a host's
+//! drain, the store watcher's news), and by the bytes of the lines in it
+//! ([`EventSender::room`]): a reader waits for room before it reads its
+//! next line, so while the loop is busy (a store commit that stalls) a
+//! flooding peer's lines stay in its pipe, where the kernel stops it,
+//! instead of in the gateway's memory.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::conn::QueueGauge;
 
 /// One event for the gateway's single event loop.
 #[derive(Debug)]
@@ -66,4 +80,155 @@ pub enum UpstreamEvent {
     Broken(String),
     /// The server closed its output (it exited or crashed).
     Closed(String),
+}
+
+/// The sending half of the event channel; each reader, the host's writer
+/// and the store watcher hold a clone. The loop itself never sends: it
+/// would wait for itself.
+#[derive(Debug, Clone)]
+pub struct EventSender {
+    tx: mpsc::Sender<Event>,
+    lines: Arc<QueueGauge>,
+}
+
+/// The receiving half, the loop's.
+#[derive(Debug)]
+pub struct EventReceiver {
+    rx: mpsc::Receiver<Event>,
+    lines: Arc<QueueGauge>,
+}
+
+/// The loop is gone: nothing more is received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the gateway's event loop has ended")]
+pub struct Closed;
+
+/// The most events the channel holds: as many as one turn of the loop
+/// takes.
+pub const CAPACITY: usize = 1024;
+
+/// The bytes of lines waiting for the loop past which readers wait. Each
+/// reader adds at most one line past it (it waited before reading that
+/// line), so the lines in the channel take at most this much plus one
+/// message (`max_message_bytes`) per reader: a host session, a stdio
+/// server, an HTTP exchange. A bound by count alone would allow
+/// [`CAPACITY`] times `max_message_bytes` (16 GiB by default).
+pub const LINE_BYTES: usize = 1024 * 1024;
+
+/// An event channel of [`CAPACITY`] events, whose lines are counted in
+/// `lines` (its limits set to [`LINE_BYTES`]) and held there by readers
+/// that wait for [`EventSender::room`].
+pub fn channel(lines: Arc<QueueGauge>) -> (EventSender, EventReceiver) {
+    lines.set_limits(LINE_BYTES, LINE_BYTES);
+    let (tx, rx) = mpsc::channel(CAPACITY);
+    (
+        EventSender {
+            tx,
+            lines: Arc::clone(&lines),
+        },
+        EventReceiver { rx, lines },
+    )
+}
+
+// === impl Event ===
+
+impl Event {
+    /// The length of the line the event carries, if it is one.
+    fn line_len(&self) -> Option<usize> {
+        match self {
+            Self::Host {
+                event: HostEvent::Line(line),
+                ..
+            }
+            | Self::Upstream {
+                event: UpstreamEvent::Line(line),
+                ..
+            } => Some(line.len()),
+            _ => None,
+        }
+    }
+}
+
+// === impl EventSender ===
+
+impl EventSender {
+    /// Waits until the lines waiting for the loop are within their bound (or
+    /// the loop has ended). A reader calls it before it reads each line, so
+    /// that a reader held here leaves the rest in its pipe.
+    pub async fn room(&self) {
+        self.lines.within_soft_limit().await;
+    }
+
+    /// Sends an event, waiting while the channel is full.
+    ///
+    /// # Errors
+    ///
+    /// [`Closed`] when the loop has ended.
+    pub async fn send(&self, event: Event) -> Result<(), Closed> {
+        let len = event.line_len();
+        if let Some(len) = len {
+            self.lines.queued(len);
+        }
+        self.tx.send(event).await.map_err(|_| {
+            if let Some(len) = len {
+                self.lines.withdrawn(len);
+            }
+            Closed
+        })
+    }
+
+    /// Sends an event from a thread outside the runtime (the store
+    /// watcher), blocking it while the channel is full.
+    ///
+    /// # Errors
+    ///
+    /// [`Closed`] when the loop has ended.
+    pub fn blocking_send(&self, event: Event) -> Result<(), Closed> {
+        let len = event.line_len();
+        if let Some(len) = len {
+            self.lines.queued(len);
+        }
+        self.tx.blocking_send(event).map_err(|_| {
+            if let Some(len) = len {
+                self.lines.withdrawn(len);
+            }
+            Closed
+        })
+    }
+
+    /// Whether the loop has ended.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+// === impl EventReceiver ===
+
+impl EventReceiver {
+    /// The next event, waiting for one; `None` once every sender is gone.
+    pub async fn recv(&mut self) -> Option<Event> {
+        let event = self.rx.recv().await?;
+        self.taken(&event);
+        Some(event)
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_recv(&mut self) -> Option<Event> {
+        let event = self.rx.try_recv().ok()?;
+        self.taken(&event);
+        Some(event)
+    }
+
+    /// Ends the channel: senders waiting for room or for a slot go on (and
+    /// fail), so nothing waits for a loop that is gone.
+    pub fn close(&mut self) {
+        self.rx.close();
+        self.lines.close();
+    }
+
+    fn taken(&self, event: &Event) {
+        if let Some(len) = event.line_len() {
+            self.lines.written(len);
+        }
+    }
 }

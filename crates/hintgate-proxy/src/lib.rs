@@ -46,5 +46,7 @@ pub mod upstream_http;
 pub mod versions;
 
 pub use conn::QueueGauge;
-pub use gateway::{Mode, Observed, RunError, Settings, run, run_until, run_with_gauge};
+pub use gateway::{
+    Gauges, Mode, Observed, RunError, Settings, run, run_until, run_with_gauge, run_with_gauges,
+};
 pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use hintgate_lint::{CallCheck, CallOutcome, Listing};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+
 use tokio::time::Instant;
 
 use crate::event::{Event, UpstreamEvent};
@@ -118,7 +118,7 @@ pub enum ProbeError {
 /// One connection, with the requests of the probe in flight one at a time.
 struct Session {
     link: Option<Link>,
-    events: mpsc::UnboundedReceiver<Event>,
+    events: crate::event::EventReceiver,
     next_id: u64,
     deadline: Instant,
     timeout_s: u64,
@@ -212,7 +212,16 @@ impl Session {
         deadline: Instant,
         timeout_s: u64,
     ) -> Result<Self, ProbeError> {
-        let (events_tx, events) = mpsc::unbounded_channel();
+        let (events_tx, events) = crate::event::channel(std::sync::Arc::default());
+        // The probe sends one request at a time and waits for its answer:
+        // what waits for the server is one message at most.
+        let link_target = crate::upstream::LinkTarget {
+            server: 0,
+            generation: 1,
+            max_line: MAX_MESSAGE,
+            events: events_tx,
+            queue: std::sync::Arc::default(),
+        };
         let link = match target {
             Target::Stdio { command, args, env } => {
                 let spawn = Spawn {
@@ -221,21 +230,13 @@ impl Session {
                     env,
                     name: command,
                 };
-                let target = crate::upstream::LinkTarget {
-                    server: 0,
-                    generation: 1,
-                    max_line: MAX_MESSAGE,
-                    events: events_tx,
-                };
-                Process::spawn(&spawn, target)
+                Process::spawn(&spawn, link_target)
                     .map(Link::Stdio)
                     .map_err(|error| ProbeError::Connect(error.to_string()))?
             }
-            Target::Http { url, headers } => {
-                HttpLink::connect(url, headers, 0, 1, MAX_MESSAGE, events_tx)
-                    .map(Link::Http)
-                    .map_err(|error| ProbeError::Connect(error.to_string()))?
-            }
+            Target::Http { url, headers } => HttpLink::connect(url, headers, link_target)
+                .map(Link::Http)
+                .map_err(|error| ProbeError::Connect(error.to_string()))?,
         };
         let mut session = Self {
             link: Some(link),
@@ -508,6 +509,8 @@ impl Session {
 
     fn send(&self, line: String) {
         if let Some(link) = &self.link {
+            // One request waits at a time: a server that does not read its
+            // input fails the probe at its deadline.
             link.send(line);
         }
     }

@@ -8,22 +8,26 @@
 //!
 //! Each link has a reader task (lines into the gateway's event channel,
 //! tagged with the server's index and the link's generation) and a writer
-//! task (lines from a channel, written in batches). A child process is
+//! task (lines from a channel, written in batches). What waits to be written
+//! is counted ([`LinkTarget::queue`]), so the gateway can see a server that
+//! does not read its input and stop sending to it. A child process is
 //! killed when its [`Process`] is dropped, so nothing outlives the gateway.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use hintgate_policy::config::{ServerConfig, Transport};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use crate::conn::{LineRead, read_line, write_lines};
-use crate::event::{Event, UpstreamEvent};
+use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
+use crate::event::{Event, EventSender, UpstreamEvent};
 
-/// Where a link delivers what it reads: the gateway's event channel, with
-/// the server's index and the link's generation.
+/// Where a link delivers what it reads (the gateway's event channel, with
+/// the server's index and the link's generation), and how much it may hold
+/// for the server.
 #[derive(Debug, Clone)]
 pub struct LinkTarget {
     /// The server's index in the configuration.
@@ -33,7 +37,11 @@ pub struct LinkTarget {
     /// The largest line accepted from the server.
     pub max_line: usize,
     /// The gateway's event channel.
-    pub events: mpsc::UnboundedSender<Event>,
+    pub events: EventSender,
+    /// What waits for the server, counted as lines are sent and taken off
+    /// as they are written (for an HTTP server: as their POST is
+    /// answered). Whoever sends keeps it bounded.
+    pub queue: Arc<QueueGauge>,
 }
 
 /// Makes links to servers.
@@ -72,6 +80,8 @@ pub struct Process {
 #[derive(Debug)]
 pub struct StreamLink {
     tx: mpsc::UnboundedSender<String>,
+    /// What waits in `tx` and the writer's buffer.
+    queue: Arc<QueueGauge>,
 }
 
 /// What to start.
@@ -120,16 +130,11 @@ impl Connector for SystemConnector {
             )
             .map(Link::Stdio)
             .map_err(|err| err.to_string()),
-            Transport::Http { url, headers } => crate::upstream_http::HttpLink::connect(
-                url,
-                headers,
-                target.server,
-                target.generation,
-                target.max_line,
-                target.events,
-            )
-            .map(Link::Http)
-            .map_err(|err| err.to_string()),
+            Transport::Http { url, headers } => {
+                crate::upstream_http::HttpLink::connect(url, headers, target)
+                    .map(Link::Http)
+                    .map_err(|err| err.to_string())
+            }
         }
     }
 }
@@ -147,7 +152,8 @@ impl Link {
         Self::Streams(StreamLink::new(from_server, to_server, target))
     }
 
-    /// Sends one line (one message) to the server.
+    /// Sends one line (one message) to the server, counted in the link's
+    /// queue until it is written.
     pub fn send(&self, line: String) {
         match self {
             Self::Stdio(process) => process.lines.send(line),
@@ -184,14 +190,24 @@ impl StreamLink {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_lines(to_server, rx));
+        let queue = Arc::clone(&target.queue);
+        tokio::spawn(write_counted_lines(
+            to_server,
+            rx,
+            Arc::clone(&queue),
+            || async {},
+        ));
         tokio::spawn(read_lines(from_server, target));
-        Self { tx }
+        Self { tx, queue }
     }
 
     fn send(&self, line: String) {
+        let len = line.len();
+        self.queue.queued(len);
         // A closed channel means the server is gone; its reader reports that.
-        let _ = self.tx.send(line);
+        if self.tx.send(line).is_err() {
+            self.queue.withdrawn(len);
+        }
     }
 }
 
@@ -259,10 +275,14 @@ async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
         generation,
         max_line,
         events,
+        queue: _,
     } = target;
     let mut reader = BufReader::with_capacity(64 * 1024, from_server);
     let mut buf = Vec::with_capacity(4096);
     loop {
+        // While the loop has more lines waiting than it holds, the server's
+        // output stays in its pipe: the kernel stops the server.
+        events.room().await;
         let event = match read_line(&mut reader, &mut buf, max_line).await {
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
@@ -283,6 +303,7 @@ async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
                 generation,
                 event,
             })
+            .await
             .is_err()
             || last
         {

@@ -10,6 +10,14 @@
 //! server sends on its own. An HTTP failure of a request becomes a JSON-RPC
 //! error for that request; an expired session ends the link, and the server
 //! is started again on its next call.
+//!
+//! What waits for the server is a message whose POST it has not answered
+//! yet (not even with the headers of a stream): those are counted in the
+//! link's queue, which the gateway bounds like a stdio server's unread
+//! input, so a server that takes requests and never answers them cannot
+//! make the gateway hold them without end. Every exchange runs in a set
+//! the link owns, so when the link is dropped (the server failed or was
+//! stopped), what still waits on the server is aborted with it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,9 +25,12 @@ use std::sync::{Arc, Mutex};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
-use crate::event::{Event, UpstreamEvent};
+use crate::conn::QueueGauge;
+use crate::event::{Event, EventSender, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
+use crate::upstream::LinkTarget;
 
 /// A link to a Streamable HTTP server.
 #[derive(Debug)]
@@ -36,7 +47,9 @@ struct Shared {
     idx: usize,
     generation: u64,
     max_message: usize,
-    events: mpsc::UnboundedSender<Event>,
+    events: EventSender,
+    /// Messages whose POST the server has not answered yet.
+    queue: Arc<QueueGauge>,
     session: Mutex<Session>,
 }
 
@@ -75,10 +88,7 @@ impl HttpLink {
     pub fn connect(
         url: &str,
         headers: &BTreeMap<String, String>,
-        idx: usize,
-        generation: u64,
-        max_message: usize,
-        events: mpsc::UnboundedSender<Event>,
+        target: LinkTarget,
     ) -> Result<Self, HttpError> {
         install_tls_provider();
         let mut header_map = HeaderMap::new();
@@ -97,25 +107,43 @@ impl HttpLink {
             client,
             url: url.to_owned(),
             headers: header_map,
-            idx,
-            generation,
-            max_message,
-            events,
+            idx: target.server,
+            generation: target.generation,
+            max_message: target.max_line,
+            events: target.events,
+            queue: target.queue,
             session: Mutex::new(Session::default()),
         });
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let worker = Arc::clone(&shared);
         tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
-                tokio::spawn(Arc::clone(&worker).post(line));
+            // When the link is dropped the channel closes, this task ends,
+            // and dropping the set aborts every exchange still under way.
+            let mut exchanges = JoinSet::new();
+            loop {
+                tokio::select! {
+                    line = rx.recv() => match line {
+                        Some(line) => {
+                            exchanges.spawn(Arc::clone(&worker).post(line));
+                        }
+                        None => break,
+                    },
+                    // Finished exchanges are reaped as they end.
+                    Some(_) = exchanges.join_next(), if !exchanges.is_empty() => {}
+                }
             }
         });
         Ok(Self { tx, shared })
     }
 
-    /// Sends one message.
+    /// Sends one message, counted in the link's queue until the server
+    /// answers its POST.
     pub fn send(&self, line: String) {
-        let _ = self.tx.send(line);
+        let len = line.len();
+        self.shared.queue.queued(len);
+        if self.tx.send(line).is_err() {
+            self.shared.queue.withdrawn(len);
+        }
     }
 
     /// Ends the session on the server (DELETE), when it has one.
@@ -141,16 +169,24 @@ impl HttpLink {
 // === impl Shared ===
 
 impl Shared {
-    fn emit(&self, event: UpstreamEvent) {
-        let _ = self.events.send(Event::Upstream {
-            server: self.idx,
-            generation: self.generation,
-            event,
-        });
+    /// Sends an event to the loop; a line waits for room there first, so
+    /// a server that floods the loop is held in this exchange.
+    async fn emit(&self, event: UpstreamEvent) {
+        if matches!(event, UpstreamEvent::Line(_)) {
+            self.events.room().await;
+        }
+        let _ = self
+            .events
+            .send(Event::Upstream {
+                server: self.idx,
+                generation: self.generation,
+                event,
+            })
+            .await;
     }
 
     /// One line to the gateway, as a single line of JSON.
-    fn emit_message(&self, text: &str) {
+    async fn emit_message(&self, text: &str) {
         let text = text.trim();
         if text.is_empty() {
             return;
@@ -159,25 +195,32 @@ impl Shared {
             self.emit(UpstreamEvent::Broken(format!(
                 "sent a message larger than the limit of {} bytes",
                 self.max_message
-            )));
+            )))
+            .await;
             return;
         }
         if text.contains('\n') {
             // Line framing towards the gateway: re-serialise compactly.
             match serde_json::from_str::<Value>(text) {
-                Ok(value) => self.emit(UpstreamEvent::Line(value.to_string())),
-                Err(_) => self.emit(UpstreamEvent::Line(text.replace('\n', " "))),
+                Ok(value) => self.emit(UpstreamEvent::Line(value.to_string())).await,
+                Err(_) => {
+                    self.emit(UpstreamEvent::Line(text.replace('\n', " ")))
+                        .await
+                }
             }
         } else {
-            self.emit(UpstreamEvent::Line(text.to_owned()));
+            self.emit(UpstreamEvent::Line(text.to_owned())).await;
         }
     }
 
-    fn fail_request(&self, id: Option<&str>, message: &str) {
+    async fn fail_request(&self, id: Option<&str>, message: &str) {
         match id {
-            Some(id) => self.emit(UpstreamEvent::Line(frame::error_response(
-                id, -32603, message,
-            ))),
+            Some(id) => {
+                self.emit(UpstreamEvent::Line(frame::error_response(
+                    id, -32603, message,
+                )))
+                .await
+            }
             None => tracing::warn!("an HTTP notification to `{}` failed: {message}", self.url),
         }
     }
@@ -214,13 +257,14 @@ impl Shared {
             .map(|session| (session.id.clone(), session.version.clone()))
             .unwrap_or_default();
         let version = meta_version.clone().or(version);
+        let len = line.len();
         let mut request = self
             .client
             .post(&self.url)
             .headers(self.headers.clone())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .body(line.clone());
+            .body(line);
         if let Some(session_id) = &session_id {
             request = request.header("mcp-session-id", session_id);
         }
@@ -238,13 +282,18 @@ impl Shared {
                 request = request.header("mcp-name", value);
             }
         }
-        let response = match request.send().await {
+        let sent = request.send().await;
+        // The server answered (or the exchange failed): the message no
+        // longer waits for it.
+        self.queue.written(len);
+        let response = match sent {
             Ok(response) => response,
             Err(err) => {
                 self.fail_request(
                     id.as_deref().filter(|_| is_request),
                     &format!("cannot reach `{}`: {err}", self.url),
-                );
+                )
+                .await;
                 return;
             }
         };
@@ -261,7 +310,8 @@ impl Shared {
         if status.as_u16() == 404 && session_id.is_some() {
             self.emit(UpstreamEvent::Closed(
                 "ended the HTTP session (404)".to_owned(),
-            ));
+            ))
+            .await;
             return;
         }
         let is_sse = response
@@ -273,25 +323,29 @@ impl Shared {
             self.read_sse(response).await;
         } else {
             match self.read_body(response).await {
-                Ok(body) if status.is_success() => self.emit_body(&body, method.as_deref()),
+                Ok(body) if status.is_success() => self.emit_body(&body, method.as_deref()).await,
                 Ok(body) => {
                     let reply = Message::parse(body.trim())
                         .ok()
                         .filter(|m| m.error.is_some());
                     match (reply, id.as_deref().filter(|_| is_request)) {
                         (Some(reply), Some(id)) => {
-                            self.emit(UpstreamEvent::Line(reply.with_id(id)))
+                            self.emit(UpstreamEvent::Line(reply.with_id(id))).await
                         }
                         (_, id) => {
                             let excerpt: String = body.chars().take(200).collect();
                             self.fail_request(
                                 id,
                                 &format!("HTTP {status} from `{}`: {excerpt}", self.url),
-                            );
+                            )
+                            .await;
                         }
                     }
                 }
-                Err(err) => self.fail_request(id.as_deref().filter(|_| is_request), &err),
+                Err(err) => {
+                    self.fail_request(id.as_deref().filter(|_| is_request), &err)
+                        .await
+                }
             }
         }
         if method.as_deref() == Some("notifications/initialized") {
@@ -299,7 +353,7 @@ impl Shared {
         }
     }
 
-    fn emit_body(&self, body: &str, method: Option<&str>) {
+    async fn emit_body(&self, body: &str, method: Option<&str>) {
         let body = body.trim();
         if body.is_empty() {
             return;
@@ -307,7 +361,7 @@ impl Shared {
         if body.starts_with('[') {
             if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(body) {
                 for item in items {
-                    self.emit_message(&item.to_string());
+                    self.emit_message(&item.to_string()).await;
                 }
             }
             return;
@@ -321,7 +375,7 @@ impl Shared {
         {
             state.version = Some(version.to_owned());
         }
-        self.emit_message(body);
+        self.emit_message(body).await;
     }
 
     async fn read_body(&self, mut response: reqwest::Response) -> Result<String, String> {
@@ -357,7 +411,7 @@ impl Shared {
                 let line = String::from_utf8_lossy(&raw);
                 let line = line.trim_end_matches(['\n', '\r']);
                 if line.is_empty() {
-                    self.emit_message(&data);
+                    self.emit_message(&data).await;
                     data.clear();
                 } else if let Some(value) = line.strip_prefix("data:") {
                     if !data.is_empty() {
@@ -368,18 +422,21 @@ impl Shared {
                         self.emit(UpstreamEvent::Broken(format!(
                             "sent an event larger than the limit of {} bytes",
                             self.max_message
-                        )));
+                        )))
+                        .await;
                         return;
                     }
                 }
                 // `id:`, `event:`, `retry:` and comments need no handling here.
             }
         }
-        self.emit_message(&data);
+        self.emit_message(&data).await;
     }
 
-    /// Opens the GET stream for messages the server sends on its own.
-    async fn listen(self: &Arc<Self>) {
+    /// Reads the GET stream for messages the server sends on its own, for
+    /// as long as it is open (in the exchange that opened the session, so
+    /// it ends with the link).
+    async fn listen(&self) {
         let (session_id, version) = match self.session.lock() {
             Ok(mut session) if !session.listening => {
                 session.listening = true;
@@ -387,24 +444,21 @@ impl Shared {
             }
             _ => return,
         };
-        let shared = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut request = shared
-                .client
-                .get(&shared.url)
-                .headers(shared.headers.clone())
-                .header("accept", "text/event-stream");
-            if let Some(session_id) = &session_id {
-                request = request.header("mcp-session-id", session_id);
-            }
-            if let Some(version) = &version {
-                request = request.header("mcp-protocol-version", version);
-            }
-            match request.send().await {
-                Ok(response) if response.status().is_success() => shared.read_sse(response).await,
-                // 405 and the like: the server has no such stream.
-                Ok(_) | Err(_) => {}
-            }
-        });
+        let mut request = self
+            .client
+            .get(&self.url)
+            .headers(self.headers.clone())
+            .header("accept", "text/event-stream");
+        if let Some(session_id) = &session_id {
+            request = request.header("mcp-session-id", session_id);
+        }
+        if let Some(version) = &version {
+            request = request.header("mcp-protocol-version", version);
+        }
+        match request.send().await {
+            Ok(response) if response.status().is_success() => self.read_sse(response).await,
+            // 405 and the like: the server has no such stream.
+            Ok(_) | Err(_) => {}
+        }
     }
 }

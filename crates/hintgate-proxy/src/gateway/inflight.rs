@@ -99,6 +99,9 @@ pub(crate) struct InFlight {
     deadlines: BTreeMap<DeadlineKey, Expired>,
     next_deadline: u64,
     next_host_id: u64,
+    /// How many of each server's own requests wait for a host (kept as
+    /// entries come and go, so the bound on them costs no scan).
+    relays: HashMap<ServerIdx, usize>,
 }
 
 // === impl InFlight ===
@@ -204,6 +207,9 @@ impl InFlight {
         self.next_host_id += 1;
         let n = self.next_host_id;
         let deadline = self.deadline(timeout, Expired::Host(session, n));
+        if let HostPurpose::Relay { server, .. } = &purpose {
+            *self.relays.entry(*server).or_default() += 1;
+        }
         self.host
             .insert((session, n), Waiting { deadline, purpose });
         n
@@ -213,7 +219,17 @@ impl InFlight {
     pub fn take_host(&mut self, session: SessionId, n: u64) -> Option<HostPurpose> {
         let waiting = self.host.remove(&(session, n))?;
         self.deadlines.remove(&waiting.deadline);
+        if let HostPurpose::Relay { server, .. } = &waiting.purpose
+            && let Some(count) = self.relays.get_mut(server)
+        {
+            *count = count.saturating_sub(1);
+        }
         Some(waiting.purpose)
+    }
+
+    /// How many of `server`'s own requests wait for a host.
+    pub fn relays_from(&self, server: ServerIdx) -> usize {
+        self.relays.get(&server).copied().unwrap_or(0)
     }
 
     /// The numbers of the requests to a host whose purpose matches.

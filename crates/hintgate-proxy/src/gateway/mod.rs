@@ -65,7 +65,7 @@ use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
 use self::upstreams::Upstreams;
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
-use crate::event::{Event, HostEvent, UpstreamEvent};
+use crate::event::{Event, EventSender, HostEvent, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
 use crate::json::find_duplicate_key_within;
 use crate::upstream::{Connector, SystemConnector};
@@ -73,14 +73,25 @@ use crate::upstream::{Connector, SystemConnector};
 pub use crate::versions::LEGACY_VERSIONS;
 
 /// The most events one turn handles before it commits and sends, so that a
-/// flood cannot hold everything back.
-const TURN_LIMIT: usize = 1024;
+/// flood cannot hold everything back: as many as the event channel holds.
+const TURN_LIMIT: usize = crate::event::CAPACITY;
 
 /// The most pages of one server's list the gateway follows (a tool list,
 /// or its part of a merged list): a server whose list names a next page
 /// after that many has its list fail, and only its entries are left out.
 /// The same number of pages as `hintgate lint` reads (`probe`).
 pub(crate) const MAX_LIST_PAGES: usize = 1000;
+
+/// The most of one server's own requests (elicitation, sampling, roots)
+/// that wait for a host at once: each waits up to `ask_timeout_s`, so a
+/// server that floods requests would otherwise fill the in-flight table.
+/// Past it, the server's request is answered with an error at once.
+pub(crate) const MAX_RELAYED: usize = 64;
+
+/// The most questions one input-required result of a 2026-07-28 server
+/// may ask a legacy host at once (each is a request to the host that
+/// waits up to `ask_timeout_s`); a result that asks more fails its call.
+pub(crate) const MAX_QUESTIONS: usize = 16;
 
 /// How tool names are shown to the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,7 +230,7 @@ pub(crate) struct Gateway {
     observer: Option<mpsc::UnboundedSender<Observed>>,
     store: Option<Arc<dyn Store>>,
     connector: Arc<dyn Connector>,
-    events: mpsc::UnboundedSender<Event>,
+    events: EventSender,
     sealer: crate::seal::Sealer,
     sessions: session::Sessions,
     /// What the servers were told of the host (the first session's
@@ -250,6 +261,9 @@ pub(crate) struct Gateway {
     /// on record. Until then, dropping the gateway (a fatal error unwinding
     /// through the loop) records them as `shutdown`.
     finished: bool,
+    /// The number of the turn being sent (what a server was sent in this
+    /// turn is not held against it as unread).
+    turn: u64,
 }
 
 /// Why a host session ends.
@@ -332,10 +346,49 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    run_until(settings, host_in, host_out, gauge, std::future::pending()).await
+    let gauges = Gauges {
+        host: gauge,
+        ..Gauges::default()
+    };
+    run_with_gauges(settings, host_in, host_out, gauges).await
 }
 
-/// Runs the gateway like [`run_with_gauge`], and also stops when `stop`
+/// What the gateway counts of its queues, for tests and monitoring.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    /// What waits to be written to the host: a host that stops reading
+    /// shows here.
+    pub host: Arc<QueueGauge>,
+    /// The lines read from the host and the servers that wait for the
+    /// event loop: a loop held up (a store commit that stalls) shows here,
+    /// and the readers it holds back in [`QueueGauge::held`].
+    pub events: Arc<QueueGauge>,
+    /// The host's requests the gateway holds (waiting for a server, a
+    /// person or a question), each counted as its line and a kilobyte; a
+    /// host held back for sending more shows in [`QueueGauge::held`].
+    pub requests: Arc<QueueGauge>,
+}
+
+/// [`run`], counting in `gauges` what waits for the host, what waits for
+/// the event loop, and what the gateway holds of the host's requests.
+///
+/// # Errors
+///
+/// As [`run`].
+pub async fn run_with_gauges<R, W>(
+    settings: Settings,
+    host_in: R,
+    host_out: W,
+    gauges: Gauges,
+) -> Result<(), RunError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    run_until(settings, host_in, host_out, gauges, std::future::pending()).await
+}
+
+/// Runs the gateway like [`run_with_gauges`], and also stops when `stop`
 /// completes (the process was asked to end, by a signal): every call in
 /// flight is answered and ends on record with the outcome `shutdown`, what
 /// waits for a server or a person is refused and recorded, the last records
@@ -348,7 +401,7 @@ pub async fn run_until<R, W, S>(
     settings: Settings,
     host_in: R,
     host_out: W,
-    gauge: Arc<QueueGauge>,
+    gauges: Gauges,
     stop: S,
 ) -> Result<(), RunError>
 where
@@ -356,12 +409,20 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
     S: Future<Output = ()> + Send + 'static,
 {
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let Gauges {
+        host: gauge,
+        events,
+        requests,
+    } = gauges;
+    // INVARIANT: what waits for the loop is bounded, by count and by the
+    // bytes of its lines; the loop never sends into it (it would wait for
+    // itself), only the readers, the host's writer and the store watcher.
+    let (events_tx, mut events_rx) = crate::event::channel(events);
     let mut gateway = Gateway::new(settings, events_tx.clone())?;
     let stop_events = events_tx.clone();
     tokio::spawn(async move {
         stop.await;
-        let _ = stop_events.send(Event::Stop);
+        let _ = stop_events.send(Event::Stop).await;
     });
     let session = SessionId::FIRST;
     // INVARIANT: what waits for the host stays bounded. Past the soft
@@ -371,6 +432,13 @@ where
         session::HOST_QUEUE_BYTES,
         session::HOST_QUEUE_BYTES.saturating_add(gateway.limits.max_line),
     );
+    // INVARIANT: what the gateway holds of the host's requests is bounded;
+    // past it, the host is not read until some of them end.
+    let held = gateway
+        .limits
+        .max_line
+        .saturating_mul(session::HOST_HELD_MESSAGES);
+    requests.set_limits(held, held);
     let (host_tx, host_rx) = mpsc::unbounded_channel();
     let drained = events_tx.clone();
     let writer = tokio::spawn(write_counted_lines(
@@ -378,21 +446,27 @@ where
         host_rx,
         Arc::clone(&gauge),
         move || {
-            let _ = drained.send(Event::Host {
-                session: session.0,
-                event: HostEvent::Drained,
-            });
+            let drained = drained.clone();
+            async move {
+                let _ = drained
+                    .send(Event::Host {
+                        session: session.0,
+                        event: HostEvent::Drained,
+                    })
+                    .await;
+            }
         },
     ));
-    gateway
-        .sessions
-        .insert(session, HostSession::new(host_tx, Arc::clone(&gauge)));
+    gateway.sessions.insert(
+        session,
+        HostSession::new(host_tx, Arc::clone(&gauge), Arc::clone(&requests)),
+    );
     tokio::spawn(read_host(
         host_in,
         gateway.limits.max_line,
         session,
         events_tx,
-        gauge,
+        [gauge, requests],
     ));
     loop {
         let next = match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
@@ -410,8 +484,8 @@ where
         // The rest of the turn: whatever else has arrived meanwhile.
         for _ in 1..TURN_LIMIT {
             match events_rx.try_recv() {
-                Ok(event) => gateway.handle(event),
-                Err(_) => break,
+                Some(event) => gateway.handle(event),
+                None => break,
             }
         }
         gateway.expire(Instant::now());
@@ -419,7 +493,15 @@ where
         if gateway.stopping || gateway.sessions.values().all(|session| session.closed) {
             break;
         }
+        // The writers write what the turn queued before the next turn
+        // looks at what waits: what a server leaves unread is then what
+        // did not fit in its pipe, not what the loop has not let out yet.
+        tokio::task::yield_now().await;
     }
+    // Nothing is received any more: whoever waits to send (a reader held
+    // back, the host's writer, the store watcher) goes on, so the host's
+    // writer can finish and the servers' readers end.
+    events_rx.close();
     gateway.shutdown().await;
     drop(gateway);
     let _ = writer.await;
@@ -437,8 +519,8 @@ async fn read_host<R: AsyncRead + Unpin>(
     host_in: R,
     max_line: usize,
     session: SessionId,
-    events: mpsc::UnboundedSender<Event>,
-    queue: Arc<QueueGauge>,
+    events: EventSender,
+    [queue, requests]: [Arc<QueueGauge>; 2],
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, host_in);
     let mut buf = Vec::with_capacity(4096);
@@ -446,21 +528,33 @@ async fn read_host<R: AsyncRead + Unpin>(
         // A host that does not read what waits for it is not read either:
         // its requests would only add answers to the wait.
         queue.within_soft_limit().await;
+        // Nor one whose requests the gateway holds as many of as it may:
+        // each ends by its deadline at the latest.
+        requests.within_soft_limit().await;
+        // Nor while the loop has more lines waiting than it holds.
+        events.room().await;
         let event = match read_line(&mut reader, &mut buf, max_line).await {
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
                 Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => HostEvent::Line(line),
+                Ok(line) => {
+                    // Counted as it is read, so the wait above holds the
+                    // host to the bound whatever waits for the loop.
+                    requests.queued(request::Held::cost(line.len()));
+                    HostEvent::Line(line)
+                }
                 Err(_) => HostEvent::TooLong,
             },
             Ok(LineRead::TooLong) => HostEvent::TooLong,
             Ok(LineRead::Eof) | Err(_) => HostEvent::Closed,
         };
         let closed = matches!(event, HostEvent::Closed);
-        let sent = events.send(Event::Host {
-            session: session.0,
-            event,
-        });
+        let sent = events
+            .send(Event::Host {
+                session: session.0,
+                event,
+            })
+            .await;
         if sent.is_err() || closed {
             return;
         }
@@ -470,7 +564,7 @@ async fn read_host<R: AsyncRead + Unpin>(
 // === impl Gateway ===
 
 impl Gateway {
-    fn new(settings: Settings, events: mpsc::UnboundedSender<Event>) -> Result<Self, RunError> {
+    fn new(settings: Settings, events: EventSender) -> Result<Self, RunError> {
         let servers: Vec<ServerConfig> =
             settings.policy.config().servers.values().cloned().collect();
         if servers.is_empty() {
@@ -543,6 +637,7 @@ impl Gateway {
             watcher: None,
             waiting: Vec::new(),
             outbox: Vec::with_capacity(64),
+            turn: 0,
             policy: settings.policy,
             prefixes_overlap: false,
             stopping: false,
@@ -624,6 +719,7 @@ impl Gateway {
     /// outcomes have waited long enough), then sends what the turn
     /// produced, in order.
     fn end_turn(&mut self) {
+        self.turn += 1;
         // Sending a call can send it through the pipeline again (its server
         // restarted since it was decided), which may record and forward it
         // anew: the loop commits and sends until nothing is left.
@@ -650,10 +746,13 @@ impl Gateway {
                         }
                     }
                     Outgoing::Upstream(idx, generation, line) => {
-                        if let Some(up) = self.upstreams.get(idx)
-                            && up.generation() == generation
-                        {
-                            up.send_now(line);
+                        let turn = self.turn;
+                        let sent = match self.upstreams.get_mut(idx) {
+                            Some(up) if up.generation() == generation => up.send_now(line, turn),
+                            _ => Ok(()),
+                        };
+                        if let Err(err) = sent {
+                            self.not_reading(idx, err);
                         }
                     }
                     Outgoing::Call(mut cx, place) => match (&committed, place) {
@@ -808,6 +907,14 @@ impl Gateway {
     // --- the host side ---
 
     fn on_host_line(&mut self, session: SessionId, line: String) {
+        // The line was counted in what the gateway holds of the host's
+        // requests when it was read: a request keeps that count until it
+        // ends; any other line gives it back when it has been handled.
+        let held = self
+            .sessions
+            .get(&session)
+            .map(|host| request::Held::counted(&host.requests, line.len()))
+            .unwrap_or_default();
         // What the gateway decides on is what every server reads: a message
         // that repeats a key anywhere could be read two ways, so it is
         // refused before anything else reads it; and so is one nested deeper
@@ -833,7 +940,9 @@ impl Gateway {
                 let method = Method::of(parsed.method());
                 let spans = parsed.spans();
                 drop(parsed);
-                self.dispatch(HostRequest::new(session, line, spans, method));
+                let mut request = HostRequest::new(session, line, spans, method);
+                request.hold(held);
+                self.dispatch(request);
             }
             Kind::Notification => {
                 let method = parsed.method().to_owned();
@@ -1323,6 +1432,19 @@ impl Gateway {
                 self.send_upstream(idx, generation, line);
                 return;
             }
+        }
+        // INVARIANT: what a server asks of the host at once is bounded.
+        if self.inflight.relays_from(idx) >= MAX_RELAYED {
+            let text = format!(
+                "hintgate relays at most {MAX_RELAYED} of a server's requests to the host at a time; this one was not relayed"
+            );
+            tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
+            self.send_upstream(
+                idx,
+                generation,
+                frame::error_response(message.id_text(), -32603, &text),
+            );
+            return;
         }
         let marked = if message.method() == relay::ELICITATION {
             let mut params: Value = message

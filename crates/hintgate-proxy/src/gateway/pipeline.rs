@@ -316,8 +316,22 @@ impl Gateway {
             return;
         };
         cx.started = Some(Instant::now());
-        if let Some(up) = self.upstreams.get(idx) {
-            up.send_now(line);
+        let turn = self.turn;
+        let sent = self
+            .upstreams
+            .get_mut(idx)
+            .map_or(Ok(()), |up| up.send_now(line, turn));
+        if let Err(err) = sent {
+            // The server has left too much unread: the call is not queued
+            // behind it; it fails now, with its outcome recorded (or is
+            // retried on the server's next start, where design §4.5 allows).
+            let reason = self.not_reading(idx, err);
+            let why = format!(
+                "server `{}` {reason}: the call was not sent, and the server is started again on its next request",
+                self.upstreams.name(idx)
+            );
+            self.call_failed(cx, &why);
+            return;
         }
         self.inflight.wait_up(idx, id, UpPurpose::Call(cx), timeout);
     }

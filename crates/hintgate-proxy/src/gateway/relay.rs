@@ -386,6 +386,18 @@ impl Gateway {
             self.answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
+        // INVARIANT: what a server asks of the host at once is bounded.
+        if requests.len() > super::MAX_QUESTIONS {
+            let text = format!(
+                "the server asked {} questions at once; hintgate asks a host at most {}",
+                requests.len(),
+                super::MAX_QUESTIONS
+            );
+            tracing::warn!(tool.name = %cx.tool, "{text}");
+            let line = frame::error_response(cx.request.id(), -32603, &text);
+            self.answer_call(&cx, line, Outcome::ProtocolError);
+            return;
+        }
         // Each question a person reads is marked as the server's.
         let server = cx
             .server

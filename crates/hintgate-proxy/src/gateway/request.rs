@@ -5,10 +5,18 @@
 //! can name a request, a session or a server without depending on each
 //! other.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::conn::QueueGauge;
 use crate::frame::Spans;
+
+/// What the gateway keeps of a host request besides its line (its context,
+/// its entry in a table), counted with the line in what it holds of a
+/// host's requests.
+pub(crate) const REQUEST_OVERHEAD: usize = 1024;
 
 /// A host session's number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,7 +47,18 @@ pub(crate) struct HostRequest {
     /// How long it may wait for its server to start or list its tools, once
     /// it first had to.
     pub wait_until: Option<Instant>,
+    /// What it counts for in its session's held requests, until it is
+    /// dropped.
+    held: Held,
 }
+
+/// A host line's part of what the gateway holds of its host's requests,
+/// counted by the reader that read it: taken off the gauge when this is
+/// dropped (with the line, or with the request made of it once that is
+/// answered, refused, timed out or withdrawn), whichever way that happens,
+/// so no path can forget it.
+#[derive(Debug, Default)]
+pub(crate) struct Held(Option<(Arc<QueueGauge>, usize)>);
 
 /// The methods the gateway treats on their own; every other one is routed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +99,14 @@ impl HostRequest {
             restarted: None,
             answer_as: None,
             wait_until: None,
+            held: Held::default(),
         }
+    }
+
+    /// Keeps the line's count in what the gateway holds of its host's
+    /// requests for as long as the request lives.
+    pub fn hold(&mut self, held: Held) {
+        self.held = held;
     }
 
     /// The id its answer goes under, as raw JSON text (`null` when it has
@@ -117,6 +143,30 @@ impl HostRequest {
     pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
         self.spans
             .with_id_and_params(&self.line, new_id, new_params)
+    }
+}
+
+// === impl Held ===
+
+impl Held {
+    /// What a host line of `len` bytes counts for while it, or the request
+    /// made of it, is held.
+    pub fn cost(len: usize) -> usize {
+        len.saturating_add(REQUEST_OVERHEAD)
+    }
+
+    /// The count of a line of `len` bytes its reader added to `gauge`
+    /// ([`Held::cost`]), to take off when this drops.
+    pub fn counted(gauge: &Arc<QueueGauge>, len: usize) -> Self {
+        Self(Some((Arc::clone(gauge), Self::cost(len))))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some((gauge, cost)) = self.0.take() {
+            gauge.written(cost);
+        }
     }
 }
 

@@ -7,8 +7,13 @@
 //!   every server's list (following each server's cursors) into one page;
 //! - resource URIs are global, so they are not renamed: `resources/read`,
 //!   `subscribe` and `unsubscribe` go to the server that listed the URI (or
-//!   the template it matches); when two servers list the same URI, the first
-//!   in the configuration keeps it, and the clash is logged;
+//!   the template it matches) in its last complete listing; when two
+//!   servers list the same URI, the first in the configuration keeps it,
+//!   and the clash is logged;
+//! - a server's part of a merged list holds at most [`MAX_LISTED`] entries
+//!   and `max_message_bytes` of pages: past either, the rest is left out
+//!   (logged), so what the gateway remembers of a server's resources is
+//!   bounded, and replaced by each complete listing;
 //! - prompt names are prefixed like tool names and routed by the prefix;
 //! - `completion/complete` is routed by the prompt's prefix or the
 //!   resource template's owner;
@@ -16,7 +21,7 @@
 //! - any other method is answered with "method not found", since it is
 //!   not clear which server it is for.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use hintgate_policy::sanitize::sanitize;
 use serde_json::{Map, Value, json};
@@ -29,16 +34,27 @@ use super::{Gateway, Mode, Waiting};
 use crate::frame::Message;
 use crate::versions::LEGACY_VERSIONS;
 
+/// The most entries of one server's part of a merged list (resources,
+/// resource templates, prompts): the rest is left out, and logged. It
+/// bounds what the gateway remembers of a server's resources for routing.
+pub(crate) const MAX_LISTED: usize = 10_000;
+
 /// What routing remembers between requests.
 #[derive(Debug, Default)]
 pub(crate) struct Routing {
     /// Lists being merged, by number.
     aggregates: HashMap<u64, Aggregate>,
     next_aggregate: u64,
-    /// Gateway mode: which server listed a resource URI.
-    resource_owners: HashMap<String, ServerIdx>,
-    /// Gateway mode: which server listed a resource template.
-    template_owners: HashMap<String, ServerIdx>,
+    /// Gateway mode: what each server (by index) listed in its last
+    /// complete listing of resources and resource templates.
+    listed: Vec<Listed>,
+}
+
+/// The resource URIs and templates one server listed last.
+#[derive(Debug, Default)]
+struct Listed {
+    resources: HashSet<String>,
+    templates: HashSet<String>,
 }
 
 /// A host request answered by merging several servers' lists.
@@ -50,8 +66,8 @@ struct Aggregate {
     /// Each server's items, by its index, so the merged list is in
     /// configuration order whatever order the answers come in.
     items: BTreeMap<ServerIdx, Vec<Value>>,
-    /// How many pages each server has sent.
-    pages: BTreeMap<ServerIdx, usize>,
+    /// How many pages each server has sent, and their bytes.
+    pages: BTreeMap<ServerIdx, (usize, usize)>,
     remaining: usize,
 }
 
@@ -62,6 +78,55 @@ impl Routing {
     pub fn next_number(&mut self) -> u64 {
         self.next_aggregate += 1;
         self.next_aggregate
+    }
+
+    /// The server whose last listing has resource `uri` (the first in the
+    /// configuration, when several do).
+    fn resource_listed_by(&self, uri: &str) -> Option<ServerIdx> {
+        self.listed
+            .iter()
+            .position(|listed| listed.resources.contains(uri))
+    }
+
+    /// The server whose last listing has resource template `template`.
+    fn template_listed_by(&self, template: &str) -> Option<ServerIdx> {
+        self.listed
+            .iter()
+            .position(|listed| listed.templates.contains(template))
+    }
+
+    /// A server's complete listing of `key` (`resources` or
+    /// `resourceTemplates`): what it listed before is replaced. Returns how
+    /// many of them an earlier server in the configuration lists too (it
+    /// keeps those).
+    fn replace(&mut self, idx: ServerIdx, key: &str, names: HashSet<String>) -> usize {
+        if self.listed.len() <= idx {
+            self.listed.resize_with(idx + 1, Listed::default);
+        }
+        let clashes = names
+            .iter()
+            .filter(|name| {
+                self.listed.iter().take(idx).any(|listed| match key {
+                    "resources" => listed.resources.contains(*name),
+                    _ => listed.templates.contains(*name),
+                })
+            })
+            .count();
+        if let Some(listed) = self.listed.get_mut(idx) {
+            match key {
+                "resources" => listed.resources = names,
+                "resourceTemplates" => listed.templates = names,
+                _ => {}
+            }
+        }
+        clashes
+    }
+
+    /// Forgets what a server listed (it starts again, and will list anew).
+    pub fn forget(&mut self, idx: ServerIdx) {
+        if let Some(listed) = self.listed.get_mut(idx) {
+            *listed = Listed::default();
+        }
     }
 }
 
@@ -360,7 +425,9 @@ impl Gateway {
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
-                match self.resource_owner(uri) {
+                // A request that started its server again (which forgot what
+                // it listed) still goes where it was routed.
+                match self.resource_owner(uri).or(request.restarted) {
                     Some(idx) => self.route(idx, request, None),
                     None => {
                         let text = format!("unknown resource `{uri}`; list resources first");
@@ -406,9 +473,7 @@ impl Gateway {
                     Some("ref/resource") => {
                         let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
                         self.routing
-                            .template_owners
-                            .get(uri)
-                            .copied()
+                            .template_listed_by(uri)
                             .or_else(|| self.resource_owner(uri))
                             .map(|idx| (idx, None))
                     }
@@ -433,8 +498,8 @@ impl Gateway {
     }
 
     fn resource_owner(&self, uri: &str) -> Option<ServerIdx> {
-        if let Some(idx) = self.routing.resource_owners.get(uri) {
-            return Some(*idx);
+        if let Some(idx) = self.routing.resource_listed_by(uri) {
+            return Some(idx);
         }
         let with_resources: Vec<ServerIdx> = self
             .upstreams
@@ -604,6 +669,7 @@ impl Gateway {
             return;
         };
         let server = self.upstreams.name(idx).to_owned();
+        let page_bytes = message.result.map_or(0, |raw| raw.get().len());
         let Some(key) = self
             .routing
             .aggregates
@@ -617,44 +683,46 @@ impl Gateway {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        for item in &mut items {
-            match key {
-                "prompts" => {
-                    if let Some(name) = item.get("name").and_then(Value::as_str) {
-                        let prefixed = self.prefixed(idx, name);
-                        if let Some(object) = item.as_object_mut() {
-                            object.insert("name".to_owned(), Value::String(prefixed));
-                        }
-                    }
-                }
-                "resources" => {
-                    if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                        match self.routing.resource_owners.get(uri) {
-                            Some(owner) if *owner != idx => {
-                                tracing::warn!(server.id = %server, "resource `{uri}` is listed by two servers; the first keeps it");
-                            }
-                            _ => {
-                                self.routing.resource_owners.insert(uri.to_owned(), idx);
-                            }
-                        }
-                    }
-                }
-                _ => {
-                    if let Some(template) = item.get("uriTemplate").and_then(Value::as_str) {
-                        self.routing
-                            .template_owners
-                            .entry(template.to_owned())
-                            .or_insert(idx);
+        if key == "prompts" {
+            for item in &mut items {
+                if let Some(name) = item.get("name").and_then(Value::as_str) {
+                    let prefixed = self.prefixed(idx, name);
+                    if let Some(object) = item.as_object_mut() {
+                        object.insert("name".to_owned(), Value::String(prefixed));
                     }
                 }
             }
         }
+        let max_bytes = self.limits.max_line;
         let mut pages = 0;
+        let mut cut = None;
         if let Some(state) = self.routing.aggregates.get_mut(&aggregate) {
-            state.items.entry(idx).or_default().extend(items);
-            let seen = state.pages.entry(idx).or_default();
+            let (seen, bytes) = state.pages.entry(idx).or_default();
             *seen += 1;
+            *bytes = bytes.saturating_add(page_bytes);
             pages = *seen;
+            let kept = state.items.entry(idx).or_default();
+            // INVARIANT: a server's part of a merged list is bounded, by
+            // entries and by bytes; the rest is left out.
+            if *bytes > max_bytes {
+                cut = Some(format!(
+                    "its pages of `{method}` came to more than `max_message_bytes` ({max_bytes} bytes)"
+                ));
+            } else {
+                let room = MAX_LISTED.saturating_sub(kept.len());
+                if items.len() > room {
+                    items.truncate(room);
+                    cut = Some(format!(
+                        "it lists more than {MAX_LISTED} entries in `{method}`"
+                    ));
+                }
+                kept.extend(items);
+            }
+        }
+        if let Some(why) = cut {
+            tracing::warn!(server.id = %server, "{why}: the rest is left out of the list, and cannot be routed to it");
+            self.fanout_done(aggregate, idx, None);
+            return;
         }
         if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
             if pages >= super::MAX_LIST_PAGES {
@@ -690,7 +758,30 @@ impl Gateway {
         };
         if let Some(failure) = failure {
             tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method.as_str());
+        } else if let Some(field) = match state.key {
+            "resources" => Some("uri"),
+            "resourceTemplates" => Some("uriTemplate"),
+            _ => None,
+        } {
+            // A complete listing: what the server listed before is
+            // replaced by what it lists now.
+            let names: HashSet<String> = state
+                .items
+                .get(&idx)
+                .into_iter()
+                .flatten()
+                .filter_map(|item| item.get(field).and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect();
+            let key = state.key;
+            let clashes = self.routing.replace(idx, key, names);
+            if clashes > 0 {
+                tracing::warn!(server.id = %server, "{clashes} of the entries of `{key}` it lists are listed by a server before it in the configuration, which keeps them");
+            }
         }
+        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
+            return;
+        };
         state.remaining = state.remaining.saturating_sub(1);
         if state.remaining > 0 {
             return;

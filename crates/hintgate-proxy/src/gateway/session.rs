@@ -66,6 +66,17 @@ const LIST_CHANGED: [&str; 3] = [
 /// an error that says why, and a question is dropped (it then times out).
 pub(crate) const HOST_QUEUE_BYTES: usize = 1024 * 1024;
 
+/// How much of a host's requests the gateway holds at once (waiting for a
+/// server, a person or a question), in messages of the largest size
+/// (`max_message_bytes`), each request counted as its line and
+/// [`REQUEST_OVERHEAD`](super::request::REQUEST_OVERHEAD): past it, the
+/// host's own lines are not read until some of its requests end (every one
+/// has a deadline), so a host that sends requests faster than they end
+/// cannot fill the in-flight table. Twice what a server may leave unread
+/// ([`SERVER_QUEUE_MESSAGES`](super::upstreams::SERVER_QUEUE_MESSAGES)), so
+/// that a server that does not read is found out before its host is held.
+pub(crate) const HOST_HELD_MESSAGES: usize = 8;
+
 /// One host session.
 #[derive(Debug)]
 pub(crate) struct HostSession {
@@ -73,6 +84,8 @@ pub(crate) struct HostSession {
     out: mpsc::UnboundedSender<String>,
     /// What waits in `out` for the host to read.
     gauge: Arc<QueueGauge>,
+    /// What the gateway holds of the host's requests.
+    pub requests: Arc<QueueGauge>,
     /// The era it speaks.
     pub era: Era,
     /// What it said of itself: the params of its `initialize` (for a modern
@@ -142,11 +155,17 @@ impl Sessions {
 // === impl HostSession ===
 
 impl HostSession {
-    /// A new session writing to `out`, counting what waits in `gauge`.
-    pub fn new(out: mpsc::UnboundedSender<String>, gauge: Arc<QueueGauge>) -> Self {
+    /// A new session writing to `out`, counting what waits in `gauge` and
+    /// the requests held in `requests`.
+    pub fn new(
+        out: mpsc::UnboundedSender<String>,
+        gauge: Arc<QueueGauge>,
+        requests: Arc<QueueGauge>,
+    ) -> Self {
         Self {
             out,
             gauge,
+            requests,
             era: Era::Unknown,
             init: None,
             elicitation: false,

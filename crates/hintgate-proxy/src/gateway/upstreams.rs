@@ -11,6 +11,7 @@
 //! next request.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hintgate_policy::config::{ServerConfig, Transport};
@@ -22,6 +23,7 @@ use super::catalog::Listing;
 use super::inflight::UpPurpose;
 use super::journal::unix_now;
 use super::request::ServerIdx;
+use crate::conn::QueueGauge;
 use crate::frame::{self, Message};
 use crate::upstream::{Link, LinkTarget};
 use crate::versions::LEGACY_VERSIONS;
@@ -39,6 +41,12 @@ pub(crate) enum Unresolved {
     /// know the tool by.
     Ambiguous(Vec<(ServerIdx, String)>),
 }
+
+/// How much a server may leave unread, in messages of the largest size
+/// (`max_message_bytes`), beyond what its pipe holds: a server that reads
+/// its input slowly fits; one that leaves more unread is not reading it,
+/// and is stopped (see [`Gateway::not_reading`]).
+pub(crate) const SERVER_QUEUE_MESSAGES: usize = 4;
 
 /// Where a server stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +81,19 @@ pub(crate) struct Upstream {
     /// Since its start, its era was probed a second time after a modern
     /// refusal of `initialize` (at most once, so probing cannot loop).
     pub reprobed: bool,
+    /// What waits for its current start to read (the link counts it).
+    queue: Arc<QueueGauge>,
+    /// The turn it was last sent something in, and how many bytes that
+    /// turn sent it.
+    sent: (u64, usize),
+}
+
+/// A line for a server was not sent: the server left more unread, from
+/// before this turn, than the gateway holds for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NotReading {
+    /// The bytes the server left unread.
+    pub unread: usize,
 }
 
 /// Every upstream server, in configuration order.
@@ -107,6 +128,8 @@ impl Upstream {
             info: None,
             modern: false,
             reprobed: false,
+            queue: Arc::default(),
+            sent: (0, 0),
         }
     }
 
@@ -126,11 +149,37 @@ impl Upstream {
         self.next_id
     }
 
-    /// Sends one line to the server now (callers go through the outbox).
-    pub(super) fn send_now(&self, line: String) {
-        if let Some(link) = &self.link {
-            link.send(line);
+    /// Sends one line to the server now, in turn `turn` (callers go
+    /// through the outbox, which the end of a turn sends).
+    ///
+    /// What the server left unread is what still waits from earlier turns:
+    /// the loop lets the link's writer run after every turn, so that much
+    /// did not fit in the server's pipe. What one turn sends is not held
+    /// against it, so a burst of calls to a server that reads is not taken
+    /// for a server that does not.
+    ///
+    /// # Errors
+    ///
+    /// [`NotReading`] when the line would not fit on top of what the server
+    /// left unread within the queue's bound: the line is not sent (see
+    /// [`Gateway::not_reading`]).
+    pub(super) fn send_now(&mut self, line: String, turn: u64) -> Result<(), NotReading> {
+        let Some(link) = &self.link else {
+            return Ok(());
+        };
+        if self.sent.0 != turn {
+            self.sent = (turn, 0);
         }
+        let unread = self.queue.bytes().saturating_sub(self.sent.1);
+        // INVARIANT: what a server leaves unread stays within its bound;
+        // what waits for it is at most that plus what one turn sends it.
+        if unread.saturating_add(line.len() + 1) > self.queue.hard_limit() {
+            self.queue.count_dropped();
+            return Err(NotReading { unread });
+        }
+        self.sent.1 = self.sent.1.saturating_add(line.len() + 1);
+        link.send(line);
+        Ok(())
     }
 
     /// The link, taken (to stop it).
@@ -245,6 +294,11 @@ impl Gateway {
         up.info = None;
         up.modern = false;
         up.reprobed = false;
+        // What it listed before is not what this start will list.
+        self.routing.forget(idx);
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
         // A sandbox the gateway cannot enforce must not be taken for one
         // (design §6): the server does not start unless the user accepted
         // that with `best_effort = true`. This version enforces none yet.
@@ -264,11 +318,18 @@ impl Gateway {
             }
             None => {}
         }
+        // INVARIANT: what waits for a server is bounded; past the bound
+        // the server is taken for one that does not read its input.
+        let queue = Arc::new(QueueGauge::default());
+        let bound = max_line.saturating_mul(SERVER_QUEUE_MESSAGES);
+        queue.set_limits(bound, bound);
+        up.queue = Arc::clone(&queue);
         let target = LinkTarget {
             server: idx,
             generation: up.generation,
             max_line,
             events: target_events,
+            queue,
         };
         match connector.connect(&up.config, target) {
             Ok(link) => {
@@ -569,6 +630,23 @@ impl Gateway {
             matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
         });
         self.retry_waiting();
+    }
+
+    /// A server left so much of its input unread that the next line for it
+    /// did not fit in what the gateway holds for it
+    /// ([`SERVER_QUEUE_MESSAGES`] messages of `max_message_bytes`). A
+    /// server that does not read is broken, and holding more for it would
+    /// only grow without end: it is stopped like a server that breaks the
+    /// protocol (what it had in flight fails, and what waited for it is
+    /// dropped with its pipe) and started again on its next request. The
+    /// line is not sent. Returns why, in words.
+    pub(super) fn not_reading(&mut self, idx: ServerIdx, err: NotReading) -> String {
+        let reason = format!(
+            "is not reading its input: it left {} bytes unread, and hintgate holds at most {SERVER_QUEUE_MESSAGES} times `max_message_bytes` for a server",
+            err.unread
+        );
+        self.upstream_failed(idx, reason.clone());
+        reason
     }
 
     /// A server sent a line that nests deeper than `max_json_depth`. It is

@@ -22,9 +22,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use hintgate_store::Store;
-use tokio::sync::mpsc;
 
-use crate::event::Event;
+use crate::event::{Event, EventSender};
 
 /// How long the thread sleeps on the store before it looks again anyway (a
 /// change normally wakes it at once).
@@ -59,7 +58,7 @@ pub(crate) struct StoreWatcher {
 
 impl StoreWatcher {
     /// Starts the thread.
-    pub fn spawn(store: Arc<dyn Store>, events: mpsc::UnboundedSender<Event>) -> Option<Self> {
+    pub fn spawn(store: Arc<dyn Store>, events: EventSender) -> Option<Self> {
         let watched: Arc<Mutex<Watched>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (shared, stopped) = (Arc::clone(&watched), Arc::clone(&stop));
@@ -107,7 +106,7 @@ fn watch_loop(
     store: &dyn Store,
     watched: &Mutex<Watched>,
     stop: &AtomicBool,
-    events: &mpsc::UnboundedSender<Event>,
+    events: &EventSender,
 ) {
     let mut watch = None;
     // The catalog has just read the approvals itself: the first read can
@@ -131,7 +130,10 @@ fn watch_loop(
                 Ok(answers) => {
                     for (id, answer) in answers {
                         if lock(watched).queue.remove(&id) {
-                            let _ = events.send(Event::Answered { id, answer });
+                            // Blocks while the loop's channel is full (this
+                            // thread is outside the runtime); the loop
+                            // never waits for this thread.
+                            let _ = events.blocking_send(Event::Answered { id, answer });
                         }
                     }
                 }
@@ -149,7 +151,7 @@ fn watch_loop(
                 let read_at = Instant::now();
                 match store.approvals_of(&key) {
                     Ok(approvals) => {
-                        let _ = events.send(Event::Approvals {
+                        let _ = events.blocking_send(Event::Approvals {
                             key,
                             approvals,
                             read_at,

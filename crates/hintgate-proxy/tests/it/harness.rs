@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hintgate_policy::config::{ServerConfig, ValidConfig, parse_str};
 use hintgate_policy::decide::Policy;
-use hintgate_proxy::{Connector, Link, LinkTarget, Mode, QueueGauge, Settings};
+use hintgate_proxy::{Connector, Gauges, Link, LinkTarget, Mode, QueueGauge, Settings};
 use hintgate_store::{
     Answer, Answered, Approval, ApprovalQueue, AuditLog, Entry, MemoryStore, NewEntry, NewPending,
     Pending, Pin, PinStore, QueueWatch, Rekeyed, Seen, Store, StoreError,
@@ -61,6 +61,9 @@ pub enum Behaviour {
     HangOnce,
     /// These lines first (notifications, requests of its own), then `Echo`.
     LinesThenEcho(Vec<String>),
+    /// No answer, and the server never reads its input again (it stays
+    /// up, and still sends what the test pushes).
+    StopReading,
 }
 
 /// One scripted server.
@@ -88,6 +91,12 @@ pub struct ServerScript {
     pub templates: Vec<Value>,
     /// The prompts `prompts/list` gives.
     pub prompts: Vec<Value>,
+    /// How many bytes the pipe between the gateway and the server holds
+    /// each way (1 MiB unless set).
+    pub pipe_bytes: usize,
+    /// Each `resources/list` of this start lists this many resources of its
+    /// own, new each time: `rot://LISTING/N` (LISTING counts from 1).
+    pub rotating_resources: usize,
 }
 
 impl ServerScript {
@@ -103,6 +112,8 @@ impl ServerScript {
             resources: Vec::new(),
             templates: Vec::new(),
             prompts: Vec::new(),
+            pipe_bytes: 1 << 20,
+            rotating_resources: 0,
         }
     }
 
@@ -137,6 +148,11 @@ pub struct ScriptedConnector {
     pub tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
     /// Lines each server's current start sends of its own accord.
     pub pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
+    /// What waits for each start of each server to read it, as the gateway
+    /// counts it.
+    pub queues: Arc<Mutex<BTreeMap<String, Vec<Arc<QueueGauge>>>>>,
+    /// How many pushed lines the servers have written so far.
+    pub pushed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Connector for ScriptedConnector {
@@ -152,7 +168,13 @@ impl Connector for ScriptedConnector {
             .unwrap()
             .entry(server.name.clone())
             .or_default() += 1;
-        let (gateway_end, server_end) = tokio::io::duplex(1 << 20);
+        self.queues
+            .lock()
+            .unwrap()
+            .entry(server.name.clone())
+            .or_default()
+            .push(Arc::clone(&target.queue));
+        let (gateway_end, server_end) = tokio::io::duplex(script.pipe_bytes);
         let (from_server, to_server) = tokio::io::split(gateway_end);
         let (push, pushed) = mpsc::unbounded_channel();
         self.pushes
@@ -166,6 +188,9 @@ impl Connector for ScriptedConnector {
                 timeline: self.timeline.clone(),
                 received: Arc::clone(&self.received),
                 tools_now: Arc::clone(&self.tools_now),
+                stopped: std::sync::atomic::AtomicBool::new(false),
+                pushed: Arc::clone(&self.pushed),
+                listings: std::sync::atomic::AtomicUsize::new(0),
             },
             server_end,
             pushed,
@@ -181,6 +206,12 @@ struct Served {
     timeline: Timeline,
     received: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
     tools_now: Arc<Mutex<BTreeMap<String, Vec<Value>>>>,
+    /// It stopped reading its input (`Behaviour::StopReading`).
+    stopped: std::sync::atomic::AtomicBool,
+    /// How many pushed lines the servers have written so far.
+    pushed: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many times this start listed its resources.
+    listings: std::sync::atomic::AtomicUsize,
 }
 
 async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedReceiver<String>) {
@@ -188,6 +219,19 @@ async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedRec
     let mut lines = BufReader::new(reader).lines();
     let mut hung_once = std::collections::HashSet::new();
     loop {
+        if served.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            // Its input is never read again, but stays open.
+            match pushed.recv().await {
+                Some(push) => {
+                    write(&mut writer, &push).await;
+                    served
+                        .pushed
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                None => std::future::pending().await,
+            }
+            continue;
+        }
         let line = tokio::select! {
             line = lines.next_line() => match line {
                 Ok(Some(line)) => line,
@@ -195,6 +239,7 @@ async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedRec
             },
             Some(push) = pushed.recv() => {
                 write(&mut writer, &push).await;
+                served.pushed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 continue;
             }
         };
@@ -271,7 +316,18 @@ impl Served {
                 page.to_string()
             }
             list @ ("resources/list" | "resources/templates/list" | "prompts/list") => {
+                let rotating: Vec<Value>;
                 let (key, items) = match list {
+                    "resources/list" if script.rotating_resources > 0 => {
+                        let listing = self
+                            .listings
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                            + 1;
+                        rotating = (0..script.rotating_resources)
+                            .map(|n| json!({"uri": format!("rot://{listing}/{n}"), "name": format!("r{n}")}))
+                            .collect();
+                        ("resources", &rotating)
+                    }
                     "resources/list" => ("resources", &script.resources),
                     "resources/templates/list" => ("resourceTemplates", &script.templates),
                     _ => ("prompts", &script.prompts),
@@ -300,6 +356,10 @@ impl Served {
                 let tool = message["params"]["name"].as_str().unwrap_or("");
                 match script.behaviour.get(tool).unwrap_or(&Behaviour::Echo) {
                     Behaviour::Hang => return None,
+                    Behaviour::StopReading => {
+                        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                        return None;
+                    }
                     Behaviour::HangOnce if hung_once.insert(tool.to_owned()) => return None,
                     Behaviour::Raw(result) => result.clone(),
                     Behaviour::Echo | Behaviour::HangOnce => {
@@ -554,8 +614,16 @@ pub struct Harness {
     pushes: Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<String>>>>,
     /// How many times each server was started.
     pub starts: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// What waits in the gateway for each start of each server to read it.
+    pub queues: Arc<Mutex<BTreeMap<String, Vec<Arc<QueueGauge>>>>>,
+    /// How many pushed lines the servers have written so far.
+    pub pushed: Arc<std::sync::atomic::AtomicUsize>,
     /// What waits in the gateway for the host to read.
     pub gauge: Arc<QueueGauge>,
+    /// The lines that wait in the gateway for its event loop.
+    pub events: Arc<QueueGauge>,
+    /// The host's requests the gateway holds.
+    pub held: Arc<QueueGauge>,
     /// Whether the host reads what the gateway writes.
     reading: tokio::sync::watch::Sender<bool>,
 }
@@ -626,11 +694,15 @@ impl Harness {
             starts: Arc::default(),
             tools_now: Arc::default(),
             pushes: Arc::default(),
+            queues: Arc::default(),
+            pushed: Arc::default(),
         });
         let received = Arc::clone(&connector.received);
         let tools_now = Arc::clone(&connector.tools_now);
         let pushes = Arc::clone(&connector.pushes);
         let starts = Arc::clone(&connector.starts);
+        let queues = Arc::clone(&connector.queues);
+        let pushed = Arc::clone(&connector.pushed);
         let as_store: Arc<dyn Store> = store.clone();
         let settings = Settings {
             policy: Policy::new(config),
@@ -641,8 +713,12 @@ impl Harness {
         };
         let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let gauge = Arc::new(QueueGauge::default());
-        let gateway_gauge = Arc::clone(&gauge);
+        let gauges = Gauges::default();
+        let (gauge, events, held) = (
+            Arc::clone(&gauges.host),
+            Arc::clone(&gauges.events),
+            Arc::clone(&gauges.requests),
+        );
         let gateway = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -660,7 +736,7 @@ impl Harness {
                     settings,
                     gateway_in,
                     gateway_out,
-                    gateway_gauge,
+                    gauges,
                     stop,
                 ))
                 .unwrap();
@@ -689,6 +765,9 @@ impl Harness {
         });
         Self {
             gauge,
+            events,
+            held,
+            pushed,
             reading,
             host_tx,
             host_rx,
@@ -704,6 +783,7 @@ impl Harness {
             tools_now,
             pushes,
             starts,
+            queues,
         }
     }
 
