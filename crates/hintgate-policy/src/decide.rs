@@ -187,7 +187,8 @@ impl Policy {
 
     /// Decides one call, following design §4.2 step by step:
     ///
-    /// 1. a matching deny rule: deny;
+    /// 1. a matching deny rule: deny; and a tool `hide-writes` does not
+    ///    list (not effectively read-only, no ask or allow rule): deny;
     /// 2. a changed definition: ask;
     /// 3. a matching ask rule: ask;
     /// 4. a matching allow rule: allow;
@@ -207,6 +208,13 @@ impl Policy {
                 reasons: vec![Reason::from_rule(ReasonCode::RuleDeny, rule)],
                 remember: RememberOffer::NotAsked,
             };
+        }
+        // INVARIANT: a tool the host is not shown is refused when it is
+        // called anyway, before anything that asks: a changed definition or
+        // session taint adds friction to a listed tool, and must not turn
+        // `hide-writes`' refusal into a question.
+        if self.hidden_by_profile(&rules, &assessment) {
+            return hide_writes_deny();
         }
         let mut decision = if call.pin == PinStatus::Changed {
             ask(
@@ -265,16 +273,8 @@ impl Policy {
             };
         }
         let first = match self.config.gateway.profile {
-            Profile::HideWrites => {
-                return Decision {
-                    verdict: Verdict::Deny,
-                    reasons: vec![
-                        Reason::new(ReasonCode::ProfileHideWrites),
-                        Reason::new(ReasonCode::NotReadOnly),
-                    ],
-                    remember: RememberOffer::NotAsked,
-                };
-            }
+            // Refused before step 2 already (`hidden_by_profile`).
+            Profile::HideWrites => return hide_writes_deny(),
             Profile::AskWrites => ReasonCode::NotReadOnly,
             Profile::AskAll => ReasonCode::ProfileAskAll,
         };
@@ -306,13 +306,16 @@ impl Policy {
         if rules.deny.is_some() {
             return false;
         }
-        if self.config.gateway.profile != Profile::HideWrites || rules.ask.or(rules.allow).is_some()
-        {
-            return true;
-        }
-        EffectiveHints::derive(tool.declared(), config.trust, sandbox)
-            .effective
-            .read_only
+        let assessment = EffectiveHints::derive(tool.declared(), config.trust, sandbox);
+        !self.hidden_by_profile(&rules, &assessment)
+    }
+
+    /// Whether `hide-writes` leaves the tool out of the list: it is not
+    /// effectively read-only, and no ask or allow rule lets it through.
+    fn hidden_by_profile(&self, rules: &RuleMatches, assessment: &HintAssessment) -> bool {
+        self.config.gateway.profile == Profile::HideWrites
+            && rules.ask.or(rules.allow).is_none()
+            && !assessment.effective.read_only
     }
 
     /// Whether a failed call may be retried automatically (design §4.5): only
@@ -359,6 +362,18 @@ impl Policy {
             }
         }
         found
+    }
+}
+
+/// The refusal of a tool `hide-writes` does not list.
+fn hide_writes_deny() -> Decision {
+    Decision {
+        verdict: Verdict::Deny,
+        reasons: vec![
+            Reason::new(ReasonCode::ProfileHideWrites),
+            Reason::new(ReasonCode::NotReadOnly),
+        ],
+        remember: RememberOffer::NotAsked,
     }
 }
 

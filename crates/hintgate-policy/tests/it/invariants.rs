@@ -4,6 +4,7 @@
 //!   verdict towards less friction or makes a hidden tool visible.
 //! - Adding a deny rule never yields allow; deny beats ask beats allow.
 //! - An allow rule never beats a deny rule or a changed definition.
+//! - A tool that is not listed is refused when it is called anyway.
 //! - `unattended` never leaves an ask.
 //! - Deciding never panics, whatever the input; broken input denies.
 //! - The pin digest ignores key order and whitespace and changes with any
@@ -268,6 +269,19 @@ proptest! {
         let (claimed, _, claimed_visible) = scenario.decide(&policy, &tool_named(scenario.tool, claims, None));
         prop_assert!(friction(claimed) >= friction(bare));
         prop_assert!(bare_visible || !claimed_visible);
+    }
+
+    /// A tool the host is not shown is refused when it is called anyway,
+    /// whatever the state of the call (a changed definition, session taint
+    /// or a remembered approval never makes it a question). Found by
+    /// fuzzing: under `hide-writes` both asked.
+    #[test]
+    fn issue_11_a_tool_that_is_not_listed_is_refused(scenario in scenario(), claims in annotations()) {
+        let policy = Policy::new(scenario.config.clone());
+        let (verdict, codes, visible) = scenario.decide(&policy, &tool_named(scenario.tool, claims, None));
+        if !visible {
+            prop_assert_eq!(verdict, Verdict::Deny, "{:?}", codes);
+        }
     }
 
     /// Adding a deny rule anywhere never lowers friction, and when it matches
