@@ -28,6 +28,14 @@ use serde_json::value::RawValue;
 /// instead of by comparing with every key before.
 const LINEAR_KEYS: usize = 16;
 
+/// The key serde_json reads as "the JSON text in this string" (the token of
+/// its `raw_value` feature, which the gateway needs to borrow params and
+/// results): an object whose first key it is parses as the JSON in that
+/// key's string, so the gateway would decide on the inner value while every
+/// other reader sees an object with one odd key. Refused wherever it
+/// appears in a host's message.
+pub const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
+
 /// Why a JSON text was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -46,6 +54,13 @@ pub enum JsonError {
     /// The text is JSON, but not an object.
     #[error("not a JSON object")]
     NotObject,
+    /// An object has the key serde_json reads as raw JSON text
+    /// ([`RAW_VALUE_KEY`]).
+    #[error(
+        "the key `{}` is reserved: serde_json reads it as the JSON text in its string",
+        RAW_VALUE_KEY
+    )]
+    ReservedKey,
     /// The text nests objects and arrays deeper than the limit.
     #[error("it nests deeper than {limit} levels of objects and arrays")]
     TooDeep {
@@ -98,11 +113,21 @@ pub fn check_unique_keys(text: &str) -> Result<(), JsonError> {
         .and_then(|()| deserializer.end());
     match (checked, state.duplicate) {
         (Ok(()), _) => Ok(()),
-        (Err(_), Some(key)) => Err(JsonError::DuplicateKey {
+        (Err(_), Some(key)) => Err(found_key(text, key)),
+        (Err(err), None) => Err(JsonError::Syntax(err.to_string())),
+    }
+}
+
+/// The error for `key`, found repeated, or reserved ([`RAW_VALUE_KEY`]), in
+/// `text`.
+fn found_key(text: &str, key: String) -> JsonError {
+    if key == RAW_VALUE_KEY {
+        JsonError::ReservedKey
+    } else {
+        JsonError::DuplicateKey {
             path: duplicate_path(text, &key).unwrap_or_default(),
             key,
-        }),
-        (Err(err), None) => Err(JsonError::Syntax(err.to_string())),
+        }
     }
 }
 
@@ -135,10 +160,7 @@ pub fn find_duplicate_key_within(text: &str, max_depth: usize) -> Result<(), Jso
     let limit = max_depth.min(MAX_DEPTH);
     match scan_keys(text.as_bytes(), limit) {
         Scan::Unique => Ok(()),
-        Scan::Repeated(key) => Err(JsonError::DuplicateKey {
-            path: duplicate_path(text, &key).unwrap_or_default(),
-            key,
-        }),
+        Scan::Repeated(key) => Err(found_key(text, key)),
         Scan::TooDeep => Err(JsonError::TooDeep { limit }),
         Scan::Broken => check_unique_keys(text).and(Err(JsonError::Syntax(
             "the text's structure cannot be followed".to_owned(),
@@ -234,6 +256,9 @@ fn scan_keys(bytes: &[u8], max_depth: usize) -> Scan {
                         return Scan::Broken;
                     };
                     open.expect_key = false;
+                    if key.decoded(bytes) == RAW_VALUE_KEY {
+                        return Scan::Repeated(RAW_VALUE_KEY.to_owned());
+                    }
                     let seen = keys.get(open.keys_from..).unwrap_or_default();
                     let repeated = match &mut open.many {
                         Some(set) => !set.insert(Cow::Owned(key.decoded(bytes).into_owned())),
@@ -594,6 +619,10 @@ impl<'de> Visitor<'de> for Unique<'_, 'de> {
         let start = self.state.keys.len();
         let mut many: Option<HashSet<Cow<'de, str>>> = None;
         while let Some(key) = map.next_key_seed(KeySeed)? {
+            if key == RAW_VALUE_KEY {
+                self.state.duplicate = Some(key.into_owned());
+                return Err(de::Error::custom("reserved key"));
+            }
             let repeated = match &mut many {
                 Some(set) => !set.insert(key.clone()),
                 None => self

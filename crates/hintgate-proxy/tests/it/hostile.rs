@@ -569,3 +569,41 @@ async fn issue_11_a_server_asks_the_host_only_what_the_host_said_it_takes() {
         gateway.requests
     );
 }
+
+/// Found by fuzzing: serde_json (with `raw_value`, which the gateway
+/// uses) reads an object whose first key is `$serde_json::private::RawValue`
+/// as the JSON text in that key's string. A host could send arguments the
+/// gateway checked, showed and logged as `{"path":"/tmp/a"}` while the
+/// server received an object with one odd key; the key is refused
+/// wherever it is, in any spelling, as a repeated key is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_the_key_serde_reads_as_raw_json_is_refused() {
+    let mut gateway = Harness::start(Setup::wrap(tools(), true)).await;
+    gateway.initialize(json!({})).await;
+    let attacks = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","arguments":{"$serde_json::private::RawValue":"{\"path\":\"/tmp/a\"}"}}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read","arguments":{"$serde_json::private::Raw\u0056alue":"{\"path\":\"/tmp/a\"}"}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read","arguments":{"deep":[{"$serde_json::private::RawValue":"1"}]}}}"#,
+    ];
+    for (idx, attack) in attacks.iter().enumerate() {
+        gateway.send_raw(attack).await;
+        let refused = gateway.response(&json!(idx + 1)).await;
+        assert_eq!(refused["error"]["code"], -32602, "{attack}: {refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("`$serde_json::private::RawValue`"),
+            "{refused}"
+        );
+    }
+    gateway.request("ping", json!({})).await;
+    assert!(gateway.calls_received("fx").is_empty());
+    let store = gateway.close().await;
+    let calls = store
+        .records()
+        .into_iter()
+        .filter(|entry| entry.kind == Some(EntryKind::Call))
+        .count();
+    assert_eq!(calls, 3, "every attempt is on the record");
+}
