@@ -20,8 +20,10 @@ use crate::json::{span_in, string_literal};
 #[derive(Debug)]
 pub struct Message<'a> {
     line: &'a str,
-    /// The id, for requests and responses.
+    /// The id, for requests and responses; `None` for an `"id": null`.
     pub id: Option<&'a RawValue>,
+    /// The id as written, `null` included: where a new id is spliced in.
+    raw_id: Option<&'a RawValue>,
     /// The method, for requests and notifications.
     pub method: Option<Cow<'a, str>>,
     /// The params, when present.
@@ -62,7 +64,9 @@ pub enum FrameError {
 
 #[derive(Deserialize)]
 struct Envelope<'a> {
-    #[serde(borrow, default)]
+    // An `"id": null` is kept (as the text `null`), not read as no id: it
+    // is how a peer answers a message it could not read.
+    #[serde(borrow, default, deserialize_with = "present")]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
@@ -72,6 +76,14 @@ struct Envelope<'a> {
     result: Option<&'a RawValue>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
+}
+
+/// A member that is present, `null` included, as its raw text.
+fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&'de RawValue>::deserialize(deserializer).map(Some)
 }
 
 // === impl Message ===
@@ -93,15 +105,21 @@ impl<'a> Message<'a> {
         }
         let envelope: Envelope<'a> =
             serde_json::from_str(line).map_err(|err| FrameError::NotJson(err.to_string()))?;
+        let null_id = envelope.id.is_some_and(|id| id.get() == "null");
         let message = Self {
             line,
-            id: envelope.id,
+            id: envelope.id.filter(|_| !null_id),
+            raw_id: envelope.id,
             method: envelope.method,
             params: envelope.params,
             result: envelope.result,
             error: envelope.error,
         };
-        if message.method.is_none() && message.id.is_none() {
+        // An error under `"id": null` is a peer's answer to a message it
+        // could not read (JSON-RPC 2.0 §5): a response that answers no
+        // request.
+        let null_error = null_id && message.method.is_none() && message.error.is_some();
+        if message.method.is_none() && message.id.is_none() && !null_error {
             return Err(FrameError::NotJsonRpc);
         }
         if message.method.is_none() && message.result.is_none() && message.error.is_none() {
@@ -134,10 +152,16 @@ impl<'a> Message<'a> {
         self.id.map_or("null", RawValue::get)
     }
 
+    /// Whether this is an error response under `"id": null`: the peer's
+    /// answer to a message it could not read, which answers no request.
+    pub fn answers_nothing(&self) -> bool {
+        self.kind() == Kind::Response && self.id.is_none()
+    }
+
     /// The same message under another id (raw JSON text such as `7` or
     /// `"hintgate-3"`), spliced into the original line.
     pub fn with_id(&self, new_id: &str) -> String {
-        match self.id.and_then(|id| span_in(self.line, id.get())) {
+        match self.raw_id.and_then(|id| span_in(self.line, id.get())) {
             Some(id) => splice(self.line, id, new_id),
             // A message without an id gets one inserted after the brace.
             None => match self.line.find('{') {
@@ -172,7 +196,7 @@ impl<'a> Message<'a> {
     /// The same message with both a new id and new params.
     pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
         let (Some(id), Some(params)) = (
-            self.id.and_then(|id| span_in(self.line, id.get())),
+            self.raw_id.and_then(|id| span_in(self.line, id.get())),
             self.params
                 .and_then(|params| span_in(self.line, params.get())),
         ) else {
@@ -346,6 +370,32 @@ mod tests {
             Message::parse(r#"{"id":1}"#).unwrap_err(),
             FrameError::NotJsonRpc
         );
+    }
+
+    #[test]
+    fn an_error_under_a_null_id_answers_nothing() {
+        let line = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+        let message = Message::parse(line).unwrap();
+        assert_eq!(message.kind(), Kind::Response);
+        assert!(message.answers_nothing());
+        assert_eq!(message.id_text(), "null");
+        // Matched to a request, it gets that request's id in place of the
+        // null, not a second id.
+        assert_eq!(
+            message.with_id("7"),
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32700,"message":"Parse error"}}"#
+        );
+        // A request under a null id is still no request, and a result
+        // under a null id is not JSON-RPC.
+        let note = Message::parse(r#"{"id":null,"method":"tools/call"}"#).unwrap();
+        assert_eq!(note.kind(), Kind::Notification);
+        assert!(!note.answers_nothing());
+        assert_eq!(
+            Message::parse(r#"{"id":null,"result":{}}"#).unwrap_err(),
+            FrameError::NotJsonRpc
+        );
+        let answer = Message::parse(r#"{"id":3,"error":{}}"#).unwrap();
+        assert!(!answer.answers_nothing());
     }
 
     #[test]

@@ -323,7 +323,20 @@ impl Shared {
             self.read_sse(response).await;
         } else {
             match self.read_body(response).await {
-                Ok(body) if status.is_success() => self.emit_body(&body, method.as_deref()).await,
+                Ok(body) if status.is_success() => {
+                    // The body of a request's POST answers that request: an
+                    // error under `"id": null` (the server could not read it)
+                    // is matched to it here, where it can be.
+                    let unmatched = Message::parse(body.trim())
+                        .ok()
+                        .filter(Message::answers_nothing);
+                    match (unmatched, id.as_deref().filter(|_| is_request)) {
+                        (Some(reply), Some(id)) => {
+                            self.emit(UpstreamEvent::Line(reply.with_id(id))).await
+                        }
+                        _ => self.emit_body(&body, method.as_deref()).await,
+                    }
+                }
                 Ok(body) => {
                     let reply = Message::parse(body.trim())
                         .ok()

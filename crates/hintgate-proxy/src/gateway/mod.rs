@@ -1353,6 +1353,20 @@ impl Gateway {
             }
         };
         match message.kind() {
+            Kind::Response if message.answers_nothing() => {
+                // The server could not read something it was sent: which
+                // request it was, it does not say, so its error answers none
+                // (what it could not read fails on its own deadline). It is
+                // not passed on, and the server is not stopped for it.
+                let error: String = message
+                    .error
+                    .map(|raw| raw.get().chars().take(200).collect())
+                    .unwrap_or_default();
+                tracing::warn!(
+                    server.id = %self.upstreams.name(idx),
+                    "the server answered with an error under no id (it could not read something it was sent); dropped: {error}"
+                );
+            }
             Kind::Response => {
                 let Some(id) = message.id.and_then(|raw| raw.get().parse::<u64>().ok()) else {
                     tracing::debug!("a response upstream with an id we never sent");

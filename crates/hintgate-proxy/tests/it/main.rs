@@ -13,4 +13,5 @@ mod harness;
 mod hostile;
 mod names;
 mod pipeline;
+mod runtime;
 mod taint;
