@@ -187,6 +187,50 @@ fn a_call_in_flight_when_the_gateway_is_stopped_ends_with_shutdown_on_record() {
 }
 
 #[test]
+fn a_second_signal_while_the_gateway_stops_loses_no_ending() {
+    // A service manager that sends TERM and then INT, or a person who
+    // presses Ctrl-C twice: the second comes while the endings are being
+    // written, and must neither kill the gateway nor cut them short.
+    for (first, second) in [("TERM", "INT"), ("INT", "INT"), ("HUP", "TERM")] {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = dir.path().join("calls.log");
+        let calls_text = calls.display().to_string();
+        let mut host = session_with(
+            dir.path(),
+            &["--trust", "trusted"],
+            &["--slow"],
+            &[("FIXTURE_LOG", &calls_text)],
+        );
+        host.initialize(json!({}));
+        host.send(
+            &json!({"jsonrpc": "2.0", "id": "slow-1", "method": "tools/call",
+                          "params": {"name": "slow", "arguments": {"seconds": 60}}}),
+        );
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while !std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .contains("call slow")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the call never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host.signal(first);
+        host.signal(second);
+        let status = host.wait();
+        assert_eq!(status.code(), Some(0), "{first} {second}: {status:?}");
+        let records = log_json(dir.path(), &[]);
+        assert_eq!(records.len(), 1, "{first} {second}: {records:?}");
+        assert_eq!(
+            records[0]["outcome"], "shutdown",
+            "{first} {second}: {records:?}"
+        );
+    }
+}
+
+#[test]
 fn since_leaves_out_older_calls() {
     let dir = tempfile::tempdir().unwrap();
     let mut host = session(dir.path(), &["--trust", "trusted"], &[]);

@@ -277,27 +277,62 @@ enum Ending {
 
 impl Drop for Gateway {
     /// A gateway dropped before its shutdown ran to its end (a fatal error
-    /// unwinding through the loop): the calls it forwarded end on record
-    /// with the outcome `shutdown`, and what the journal holds is committed.
+    /// unwinding through the loop): every call it forwarded or held ends on
+    /// record with the outcome `shutdown` (those forwarded in the failed
+    /// turn were never sent), and what the journal holds is committed.
     /// Nothing is sent: the loop is gone.
     fn drop(&mut self) {
         if self.finished {
             return;
         }
-        let mut ended = 0;
+        let (written, _) = self.journal.counts();
+        // The calls the failed turn forwarded: their records wait in the
+        // turn's batch, and they were never sent. Committed, they end as
+        // `shutdown`; if the log fails, they have no record and never ran.
+        let unsent: Vec<(Box<CallContext>, usize)> = std::mem::take(&mut self.outbox)
+            .into_iter()
+            .filter_map(|outgoing| match outgoing {
+                Outgoing::Call(cx, Some(place)) => Some((cx, place)),
+                _ => None,
+            })
+            .collect();
+        if !unsent.is_empty()
+            && let Ok(seqs) = self.journal.commit()
+        {
+            for (mut cx, place) in unsent {
+                cx.record = seqs.get(place).copied();
+                self.record_outcome(&cx, Outcome::Shutdown);
+            }
+        }
+        // What each session holds (calls waiting for their server, for a
+        // person, in the approval queue) and has in flight ends as it does
+        // when the gateway is asked to stop. Nothing is sent: the loop is
+        // gone.
+        let sessions: Vec<SessionId> = self
+            .sessions
+            .keys()
+            .filter(|session| self.sessions.get(session).is_some_and(|host| !host.closed))
+            .collect();
+        for session in sessions {
+            self.end_session(session, Ending::Shutdown);
+        }
+        self.outbox.clear();
         for idx in 0..self.upstreams.len() {
             for (_, purpose) in self.inflight.drain_up(idx) {
                 if let UpPurpose::Call(cx) = purpose {
                     self.record_outcome(&cx, Outcome::Shutdown);
-                    ended += 1;
                 }
             }
         }
         match self.journal.commit() {
-            Ok(_) if ended == 0 => {}
-            Ok(_) => tracing::error!(
-                "the gateway stopped on a fatal error; {ended} call(s) in flight end on record as `shutdown`"
-            ),
+            Ok(_) => {
+                let ended = self.journal.counts().0.saturating_sub(written);
+                if ended > 0 {
+                    tracing::error!(
+                        "the gateway stopped on a fatal error; the calls it held or had in flight end on record as `shutdown` ({ended} record(s))"
+                    );
+                }
+            }
             Err(err) => tracing::error!(
                 "the gateway stopped on a fatal error, and the audit log could not be written: {err}"
             ),
@@ -1319,6 +1354,11 @@ impl Gateway {
             tracing::error!("the last audit records could not be written: {err}");
         }
         self.end_turn();
+        // A call the last turn forwarded ends as it is sent out (it is not
+        // sent): its outcome too.
+        if let Err(err) = self.journal.commit() {
+            tracing::error!("the last audit records could not be written: {err}");
+        }
         self.finished = true;
         let (records, commits) = self.journal.counts();
         tracing::debug!(

@@ -282,6 +282,26 @@ impl Gateway {
         let Some(idx) = cx.server else {
             return;
         };
+        // Its host went away, or the gateway was asked to stop, in the turn
+        // that forwarded it: nothing new starts now. Its record is durable,
+        // so it ends on record, and was never sent.
+        let host_gone = self
+            .sessions
+            .get(&cx.request.session)
+            .is_none_or(|host| host.closed);
+        if host_gone {
+            self.record_outcome(&cx, Outcome::HostGone);
+            return;
+        }
+        if self.stopping {
+            let text = format!(
+                "hintgate shut down before it sent this call to `{}`; it did not run.",
+                self.upstreams.name(idx)
+            );
+            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+            self.answer_call(&cx, line, Outcome::Shutdown);
+            return;
+        }
         // The server failed or started again since the call was decided:
         // what it lists now was not decided on, and the call never left.
         let current = self.upstreams.get(idx).is_some_and(|up| {

@@ -978,6 +978,12 @@ impl Harness {
         self.store
     }
 
+    /// Closes the host's side without waiting for the gateway (it may be
+    /// held up): [`Harness::close`] or [`Harness::crashed`] waits later.
+    pub async fn hang_up(&mut self) {
+        let _ = self.host_tx.shutdown().await;
+    }
+
     /// Closes the host's side and waits for the gateway to end.
     pub async fn close(mut self) -> Arc<TestStore> {
         let _ = self.host_tx.shutdown().await;

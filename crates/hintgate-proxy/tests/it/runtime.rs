@@ -2,9 +2,16 @@
 //! request, calls that must end on record however the gateway ends, a tool
 //! list that never stops growing, lines the gateway composes.
 
+use std::collections::HashMap;
+
+use hintgate_proxy::Mode;
 use serde_json::{Value, json};
 
-use crate::harness::{Behaviour, Harness, ServerScript, Setup, text, tool};
+use hintgate_store::{ApprovalQueue, EntryKind};
+
+use crate::harness::{
+    AppendMode, Behaviour, Harness, ServerScript, Setup, eventually, is_error, text, tool,
+};
 
 /// A server's answer to a line it could not read (JSON-RPC 2.0 §5).
 const NULL_ID_ERROR: &str =
@@ -40,11 +47,232 @@ async fn issue_11_an_error_under_a_null_id_is_dropped_and_the_server_goes_on() {
     let outcomes: Vec<Value> = store
         .records()
         .into_iter()
-        .filter(|entry| entry.kind == Some(hintgate_store::EntryKind::Outcome))
+        .filter(|entry| entry.kind == Some(EntryKind::Outcome))
         .map(|entry| entry.body["outcome"].clone())
         .collect();
     assert!(
         outcomes.iter().all(|outcome| outcome == "ok"),
         "{outcomes:?}"
+    );
+}
+
+/// A line of a `tools/call` with `n` as its only argument.
+fn call_line(id: &str, name: &str, n: u64) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {"n": n}}}).to_string()
+}
+
+/// Each call record's `n`, with the outcome that ended it (its own
+/// `outcome` for a call that ended at the gateway, else its outcome
+/// record's; `None` when it has no ending on record).
+fn endings(store: &crate::harness::TestStore) -> Vec<(u64, Option<String>)> {
+    let records = store.records();
+    records
+        .iter()
+        .filter(|entry| entry.kind == Some(EntryKind::Call))
+        .map(|call| {
+            let ending = call.body["outcome"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| {
+                    records
+                        .iter()
+                        .filter(|entry| {
+                            entry.kind == Some(EntryKind::Outcome) && entry.call == Some(call.seq)
+                        })
+                        .filter_map(|entry| entry.body["outcome"].as_str())
+                        .last()
+                        .map(str::to_owned)
+                });
+            (call.body["arguments"]["n"].as_u64().unwrap_or(0), ending)
+        })
+        .collect()
+}
+
+/// The gateway's loop is held in a commit (the store stalls, on the record
+/// of a call `n` 100) while the host sends `lines` and `then` runs; then the
+/// store lets go. The host's reader runs on the loop's thread, so it reads
+/// what waits in its pipe only after that commit, all at once: the loop
+/// takes it in one turn.
+async fn while_the_loop_is_held(
+    gateway: &mut Harness,
+    read: &str,
+    lines: &[String],
+    then: impl AsyncFnOnce(&mut Harness),
+) {
+    gateway.store.set_mode(AppendMode::Stall);
+    gateway.send_raw(&call_line("held", read, 100)).await;
+    let store = gateway.store.clone();
+    eventually(|| *store.waiting.lock().unwrap() == 1).await;
+    gateway.send_raw(&lines.join("\n")).await;
+    then(gateway).await;
+    gateway.store.release();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_call_forwarded_as_its_host_goes_away_ends_on_record_unsent() {
+    let script = ServerScript::with_tools(vec![tool("read", true)]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    assert_eq!(
+        text(&gateway.call("read", json!({"n": 1})).await),
+        r#"{"n":1}"#
+    );
+    // The call and the end of the host's side reach the loop in one turn.
+    while_the_loop_is_held(
+        &mut gateway,
+        "read",
+        &[call_line("late", "read", 2)],
+        async |gateway| {
+            gateway.hang_up().await;
+        },
+    )
+    .await;
+    let received = std::sync::Arc::clone(&gateway.received);
+    let store = gateway.close().await;
+    let mut endings = endings(&store);
+    endings.sort();
+    assert_eq!(
+        endings,
+        vec![
+            (1, Some("ok".to_owned())),
+            (2, Some("host-gone".to_owned())),
+            (100, Some("host-gone".to_owned())),
+        ]
+    );
+    // It was never sent: nobody was left to get its answer.
+    let received = received.lock().unwrap();
+    assert!(
+        !received["fx"].iter().any(|line| line.contains(r#""n":2"#)),
+        "{received:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_call_forwarded_as_the_gateway_is_asked_to_stop_is_not_sent() {
+    let script = ServerScript::with_tools(vec![tool("read", true)]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    assert_eq!(
+        text(&gateway.call("read", json!({"n": 1})).await),
+        r#"{"n":1}"#
+    );
+    while_the_loop_is_held(
+        &mut gateway,
+        "read",
+        &[call_line("late", "read", 2)],
+        async |gateway| {
+            gateway.stop();
+        },
+    )
+    .await;
+    let answer = gateway.response(&json!("late")).await;
+    assert!(is_error(&answer), "{answer}");
+    assert!(text(&answer).contains("shut down"), "{answer}");
+    let received = std::sync::Arc::clone(&gateway.received);
+    let store = gateway.close().await;
+    let endings = endings(&store);
+    assert!(
+        endings.contains(&(2, Some("shutdown".to_owned()))),
+        "{endings:?}"
+    );
+    assert!(
+        endings.iter().all(|(_, ending)| ending.is_some()),
+        "{endings:?}"
+    );
+    let received = received.lock().unwrap();
+    assert!(
+        !received["fx"].iter().any(|line| line.contains(r#""n":2"#)),
+        "{received:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_fatal_error_ends_every_held_call_on_record() {
+    let fs = ServerScript::with_tools(vec![
+        tool("read", true),
+        tool("write", false),
+        tool("slow", true),
+    ])
+    .answering("slow", Behaviour::Hang);
+    let cold = ServerScript {
+        silent_list: true,
+        ..ServerScript::with_tools(vec![tool("read", true)])
+    };
+    let setup = Setup {
+        config: "[gateway]\ncall_timeout_s = 60\nask_timeout_s = 60\n\n[servers.fs]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.cold]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: HashMap::from([("fs".to_owned(), fs), ("cold".to_owned(), cold)]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    // A host that cannot ask a person: a call to ask about waits in the
+    // approval queue.
+    gateway.initialize(json!({})).await;
+    assert_eq!(
+        text(&gateway.call("fs__read", json!({"n": 1})).await),
+        r#"{"n":1}"#
+    );
+    gateway.send_raw(&call_line("queued", "fs__write", 2)).await;
+    let store = gateway.store.clone();
+    eventually(|| {
+        store
+            .inner
+            .waiting(0)
+            .is_ok_and(|waiting| waiting.len() == 1)
+    })
+    .await;
+    // One waits for its server to list its tools, one for its server's
+    // answer.
+    gateway
+        .send_raw(&call_line("waiting", "cold__read", 3))
+        .await;
+    gateway.received_eventually("cold", "tools/list").await;
+    gateway.send_raw(&call_line("slow", "fs__slow", 4)).await;
+    gateway.received_eventually("fs", r#""n":4"#).await;
+    // In one turn: a call is forwarded, then the store breaks down under
+    // the next one, and the loop unwinds before the first is sent.
+    while_the_loop_is_held(
+        &mut gateway,
+        "fs__read",
+        &[
+            call_line("late", "fs__read", 5),
+            call_line("fatal", "fs__write", 6),
+        ],
+        async |gateway| {
+            gateway
+                .store
+                .panic_on_enqueue
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        },
+    )
+    .await;
+    let received = std::sync::Arc::clone(&gateway.received);
+    let store = gateway.crashed().await;
+    let mut endings = endings(&store);
+    endings.sort();
+    let shutdown = Some("shutdown".to_owned());
+    // The call the store broke down on never got as far as a record.
+    assert_eq!(
+        endings
+            .iter()
+            .filter(|(n, _)| *n != 100)
+            .cloned()
+            .collect::<Vec<_>>(),
+        vec![
+            (1, Some("ok".to_owned())),
+            (2, shutdown.clone()),
+            (3, shutdown.clone()),
+            (4, shutdown.clone()),
+            (5, shutdown.clone()),
+        ]
+    );
+    assert!(
+        endings.iter().all(|(_, ending)| ending.is_some()),
+        "{endings:?}"
+    );
+    let received = received.lock().unwrap();
+    assert!(
+        !received["fs"].iter().any(|line| line.contains(r#""n":5"#)),
+        "{received:?}"
     );
 }
