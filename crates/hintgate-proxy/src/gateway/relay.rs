@@ -241,7 +241,20 @@ impl Gateway {
             "inputRequests": { RELAY_KEY: question },
             "requestState": state,
         });
-        self.send_host(session, frame::response(&host_id, &result));
+        let line = frame::response(&host_id, &result);
+        // The question sits three levels deeper in the host's line than in
+        // the server's: a question within the limit there may not be here.
+        if let Err(err) = crate::json::check_depth(&line, self.limits.max_depth) {
+            let text = super::call::too_deep_message(&err);
+            tracing::warn!(server.id = %server, "the server's question, put in an input-required result for the host, {err}; it was not passed on");
+            if let Some(up) = self.upstreams.get(idx) {
+                let generation = up.generation();
+                let line = frame::error_response(message.id_text(), -32600, &text);
+                self.send_upstream(idx, generation, line);
+            }
+            return true;
+        }
+        self.send_host(session, line);
         true
     }
 
@@ -489,11 +502,22 @@ impl Gateway {
             return;
         };
         let mut cx = state.cx;
+        let responses = Value::Object(state.responses).to_string();
+        // The host's answers sit deeper in the server's line than in the
+        // host's (`params.inputResponses.KEY`, not `result`): what fit there
+        // may not fit here, and the server is not sent what nests too deep.
+        let placed = format!("{{\"params\":{{\"inputResponses\":{responses}}}}}");
+        if let Err(err) = crate::json::check_depth(&placed, self.limits.max_depth) {
+            let text = super::call::too_deep_message(&err);
+            tracing::warn!(tool.name = %cx.tool, "the host's answers to the server's questions, put in the call's params, {err}; the call was not sent again");
+            self.refuse(cx, super::call::Refusal::Malformed(text));
+            return;
+        }
         // The same call, its params as the host sent them, with the server's
         // questions answered and its own state returned (`call_line` puts
         // them in, with the server's own tool name and the modern `_meta`).
         cx.continuation = Some(Continuation {
-            responses: Value::Object(state.responses).to_string(),
+            responses,
             state: state.server_state.map(|state| state.to_string()),
         });
         cx.attempt += 1;

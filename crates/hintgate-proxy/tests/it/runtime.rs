@@ -276,3 +276,123 @@ async fn issue_11_a_fatal_error_ends_every_held_call_on_record() {
         "{received:?}"
     );
 }
+
+/// How deeply a value nests objects and arrays (a scalar is 0).
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// `levels` arrays, one inside the other.
+fn nested(levels: usize) -> Value {
+    (0..levels)
+        .fold(json!([]), |inner, _| json!([inner]))
+        .get(0)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Wrap mode, `max_json_depth = 20`.
+fn shallow(script: ServerScript) -> Setup {
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_json_depth = 20\n");
+    setup
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_servers_question_put_deeper_for_a_modern_host_is_not_passed_on() {
+    // Within the limit as the server sends it (its line nests 20 levels);
+    // put in an input-required result for a 2026-07-28 host, 23.
+    let question = json!({"jsonrpc": "2.0", "id": "q1", "method": "elicitation/create", "params": {
+        "mode": "form", "message": "?",
+        "requestedSchema": {"type": "object", "properties": {"a": {"type": "string", "x": nested(15)}}},
+    }});
+    assert_eq!(depth(&question), 20);
+    let script = ServerScript::with_tools(vec![tool("asks", true)])
+        .answering("asks", Behaviour::LinesThenEcho(vec![question.to_string()]));
+    let mut gateway = Harness::start(shallow(script)).await;
+    let answer = gateway
+        .modern_request(
+            "tools/call",
+            json!({"name": "asks", "arguments": {"n": 1}}),
+            json!({"elicitation": {"form": {}}}),
+        )
+        .await;
+    assert!(depth(&answer) <= 20, "{answer}");
+    assert_eq!(text(&answer), r#"{"n":1}"#, "{answer}");
+    // The server's question was answered with an error that says why.
+    gateway.received_eventually("fx", "q1").await;
+    let refused: Value = gateway
+        .received_by("fx")
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|message| message["id"] == "q1")
+        .unwrap();
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    for note in &gateway.notes {
+        assert!(depth(note) <= 20, "{note}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_hosts_answers_put_deeper_for_a_modern_server_are_not_sent() {
+    let asks = json!({
+        "resultType": "input_required",
+        "inputRequests": {"q": {"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Your name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+        }}},
+        "requestState": "server-state",
+    });
+    let mut script = ServerScript::with_tools(vec![tool("asks", true)])
+        .answering("asks", Behaviour::Raw(asks.to_string()));
+    script.modern = true;
+    let mut gateway = Harness::start(shallow(script)).await;
+    // The host's answer nests 20 levels in its line; in the server's
+    // params, 22.
+    let content = json!({"name": nested(17)});
+    gateway.respond_with(move |_| json!({"action": "accept", "content": content}).to_string());
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let refused = gateway.call("asks", json!({"n": 1})).await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("nests deeper than 20 levels")),
+        "{refused}"
+    );
+    assert_eq!(gateway.requests.len(), 1, "the host was asked");
+    assert_eq!(
+        gateway.calls_received("fx").len(),
+        1,
+        "sent once, not again"
+    );
+    for line in gateway.received_by("fx") {
+        let message: Value = serde_json::from_str(&line).unwrap();
+        assert!(depth(&message) <= 20, "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_hosts_capabilities_put_deeper_for_a_modern_server_are_left_out() {
+    let mut script = ServerScript::with_tools(vec![tool("read", true)]);
+    script.modern = true;
+    let mut gateway = Harness::start(shallow(script)).await;
+    // The host's `initialize` nests 20 levels; its capabilities in a
+    // 2026-07-28 request's `params._meta`, 21.
+    gateway
+        .initialize(json!({"experimental": {"x": nested(16)}}))
+        .await;
+    let answer = gateway.call("read", json!({"n": 1})).await;
+    assert_eq!(text(&answer), r#"{"n":1}"#, "{answer}");
+    let received = gateway.received_by("fx");
+    assert!(received.iter().any(|line| line.contains("tools/call")));
+    for line in received {
+        let message: Value = serde_json::from_str(&line).unwrap();
+        assert!(depth(&message) <= 20, "{line}");
+    }
+}
