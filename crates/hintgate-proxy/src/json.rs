@@ -118,6 +118,34 @@ pub fn check_unique_keys(text: &str) -> Result<(), JsonError> {
     }
 }
 
+/// Checks that no object of `text` has the key [`RAW_VALUE_KEY`], in any
+/// spelling; keys may repeat (a server's message is not refused for that).
+/// Only a text that names `RawValue` or holds an escape (`\u`) is parsed
+/// for it: any other cannot spell the key.
+///
+/// # Errors
+///
+/// [`JsonError::ReservedKey`] when an object has the key;
+/// [`JsonError::Syntax`] for a text that is not JSON.
+pub fn find_reserved_key(text: &str) -> Result<(), JsonError> {
+    if !text.contains("RawValue") && !text.contains("\\u") {
+        return Ok(());
+    }
+    let mut state = UniqueState {
+        reserved_only: true,
+        ..UniqueState::default()
+    };
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let checked = Unique { state: &mut state }
+        .deserialize(&mut deserializer)
+        .and_then(|()| deserializer.end());
+    match (checked, state.duplicate) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(_)) => Err(JsonError::ReservedKey),
+        (Err(err), None) => Err(JsonError::Syntax(err.to_string())),
+    }
+}
+
 /// The error for `key`, found repeated, or reserved ([`RAW_VALUE_KEY`]), in
 /// `text`.
 fn found_key(text: &str, key: String) -> JsonError {
@@ -560,6 +588,8 @@ struct UniqueState<'de> {
     /// The keys of every object being read, innermost last.
     keys: Vec<Cow<'de, str>>,
     duplicate: Option<String>,
+    /// Only the reserved key is looked for; keys may repeat.
+    reserved_only: bool,
 }
 
 struct Unique<'s, 'de> {
@@ -622,6 +652,12 @@ impl<'de> Visitor<'de> for Unique<'_, 'de> {
             if key == RAW_VALUE_KEY {
                 self.state.duplicate = Some(key.into_owned());
                 return Err(de::Error::custom("reserved key"));
+            }
+            if self.state.reserved_only {
+                map.next_value_seed(Unique {
+                    state: &mut *self.state,
+                })?;
+                continue;
             }
             let repeated = match &mut many {
                 Some(set) => !set.insert(key.clone()),
@@ -777,6 +813,23 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::{Value, json};
+
+    #[test]
+    fn the_reserved_key_is_found_in_any_object_and_spelling_and_repeats_pass() {
+        for text in [
+            r#"{"a":{"$serde_json::private::RawValue":"{}"}}"#,
+            r#"[1,{"b":[{"$serde_json::private::Raw\u0056alue":"1"}]}]"#,
+            r#"{"a":1,"a":2,"c":{"$serde_json::private::RawValue":"1"}}"#,
+        ] {
+            assert_eq!(
+                find_reserved_key(text),
+                Err(JsonError::ReservedKey),
+                "{text}"
+            );
+        }
+        assert_eq!(find_reserved_key(r#"{"a":1,"a":2,"s":"\u00e9"}"#), Ok(()));
+        assert_eq!(find_reserved_key(r#"{"s":"RawValue"}"#), Ok(()));
+    }
 
     #[test]
     fn repeated_keys_are_found_at_any_depth_after_decoding() {

@@ -1381,6 +1381,16 @@ impl Gateway {
             self.on_too_deep_upstream(idx, line, &err);
             return;
         }
+        // Nor is a message with the key serde_json reads as the JSON text in
+        // its string: the gateway would check, mark or rewrite the inner
+        // value while the host reads the outer one (a result's
+        // `structuredContent` checked against its schema, a question marked
+        // as the server's). Refused like a host's.
+        if let Err(err @ crate::json::JsonError::ReservedKey) = crate::json::find_reserved_key(line)
+        {
+            self.on_too_deep_upstream(idx, line, &err);
+            return;
+        }
         let message = match Message::parse(line) {
             Ok(message) => message,
             Err(err) => {

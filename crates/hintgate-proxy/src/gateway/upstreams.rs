@@ -649,8 +649,9 @@ impl Gateway {
         reason
     }
 
-    /// A server sent a line that nests deeper than `max_json_depth`. It is
-    /// not passed on, and only what it was fails: the answer to one request
+    /// A server sent a line that nests deeper than `max_json_depth`, or has
+    /// the key serde_json reads as raw JSON text. It is not passed on, and
+    /// only what it was fails: the answer to one request
     /// fails that request (a call with the outcome `protocol-error`), a
     /// request of the server's own is answered with an error, and a
     /// notification is dropped. The server goes on.
@@ -672,14 +673,20 @@ impl Gateway {
                 _ => None,
             }
         };
-        let why = format!(
-            "server `{name}` sent a message that {err} (the limit is `max_json_depth` in `[gateway]`); hintgate did not pass it on"
-        );
+        let why = match err {
+            crate::json::JsonError::TooDeep { .. } => format!(
+                "server `{name}` sent a message that {err} (the limit is `max_json_depth` in `[gateway]`); hintgate did not pass it on"
+            ),
+            other => format!("server `{name}` sent a message hintgate does not pass on: {other}"),
+        };
         tracing::warn!(server.id = %name, "{why}");
         match (member("method"), member("id")) {
             (Some(_), Some(id)) => {
                 let generation = self.upstreams.get(idx).map_or(0, Upstream::generation);
-                let text = super::call::too_deep_message(err);
+                let text = match err {
+                    crate::json::JsonError::TooDeep { .. } => super::call::too_deep_message(err),
+                    other => format!("hintgate refuses this message: {other}"),
+                };
                 self.send_upstream(idx, generation, frame::error_response(id, -32600, &text));
             }
             (Some(_), None) => {}

@@ -396,3 +396,63 @@ async fn issue_11_a_hosts_capabilities_put_deeper_for_a_modern_server_are_left_o
         assert!(depth(&message) <= 20, "{line}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_servers_result_with_serde_jsons_raw_value_key_is_refused() {
+    // With serde_json's `raw_value` feature, this object parses as the JSON
+    // text in its string: the gateway would check `{"n":1}` against the
+    // output schema while the host reads an object with one odd key.
+    let mut shaped = tool("shaped", true);
+    shaped["outputSchema"] =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let results = [
+        r#"{"content":[{"type":"text","text":"1"}],"structuredContent":{"$serde_json::private::RawValue":"{\"n\":1}"}}"#,
+        r#"{"content":[{"type":"text","text":"1"}],"structuredContent":{"$serde_json::private::Raw\u0056alue":"{\"n\":1}"}}"#,
+        r#"{"content":[{"type":"text","text":"1","_meta":{"$serde_json::private::RawValue":"{}"}}]}"#,
+    ];
+    let question = r#"{"jsonrpc":"2.0","id":"q1","method":"elicitation/create","params":{"message":"?","requestedSchema":{"$serde_json::private::RawValue":"{\"type\":\"object\",\"properties\":{}}"}}}"#;
+    let script = ServerScript::with_tools(vec![
+        shaped,
+        tool("escaped", true),
+        tool("meta", true),
+        tool("asks", true),
+    ])
+    .answering("shaped", Behaviour::Raw(results[0].to_owned()))
+    .answering("escaped", Behaviour::Raw(results[1].to_owned()))
+    .answering("meta", Behaviour::Raw(results[2].to_owned()))
+    .answering("asks", Behaviour::LinesThenEcho(vec![question.to_owned()]));
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    for (n, name) in ["shaped", "escaped", "meta"].into_iter().enumerate() {
+        let refused = gateway.call(name, json!({"n": n})).await;
+        assert!(is_error(&refused), "{name}: {refused}");
+        assert!(text(&refused).contains("is reserved"), "{name}: {refused}");
+    }
+    // The server's own question with it is answered with an error, not
+    // relayed; the call it came with goes on.
+    let asked = gateway.call("asks", json!({"n": 9})).await;
+    assert_eq!(text(&asked), r#"{"n":9}"#, "{asked}");
+    gateway.received_eventually("fx", "q1").await;
+    let refused: Value = gateway
+        .received_by("fx")
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|message| message["id"] == "q1")
+        .unwrap();
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(gateway.requests.is_empty(), "{:?}", gateway.requests);
+    assert_eq!(gateway.starts.lock().unwrap()["fx"], 1);
+    let store = gateway.close().await;
+    let mut endings = endings(&store);
+    endings.sort();
+    let protocol_error = Some("protocol-error".to_owned());
+    assert_eq!(
+        endings,
+        vec![
+            (0, protocol_error.clone()),
+            (1, protocol_error.clone()),
+            (2, protocol_error),
+            (9, Some("ok".to_owned())),
+        ]
+    );
+}
