@@ -77,6 +77,10 @@ pub struct GatewaySettings {
     /// or server whose parser stops at some depth (`serde_json` stops at
     /// 128) could crash on it.
     pub max_json_depth: u64,
+    /// The most tools of one server the gateway lists and pins: a listing's
+    /// tools past it, and new tools once the server has that many pins
+    /// (its removed tools' included), are not listed, with a warning.
+    pub max_tools_per_server: u64,
     /// Where pins, approvals, the queue and the audit log are kept:
     /// `postgres://...` or `sqlite:PATH`; `None` is SQLite in the state
     /// directory. May hold `${VAR}` references (a password), expanded at
@@ -175,6 +179,7 @@ impl Default for GatewaySettings {
             call_timeout_s: 60,
             max_message_bytes: 16 * 1024 * 1024,
             max_json_depth: 64,
+            max_tools_per_server: 10_000,
             store: None,
         }
     }

@@ -34,6 +34,7 @@ const GATEWAY_KEYS: &[&str] = &[
     "call_timeout_s",
     "max_message_bytes",
     "max_json_depth",
+    "max_tools_per_server",
     "store",
 ];
 const SERVER_KEYS: &[&str] = &[
@@ -61,6 +62,8 @@ const MIN_JSON_DEPTH: u64 = 16;
 /// The largest nesting limit accepted: the gateway reads messages with
 /// `serde_json`, which stops at 128 levels.
 const MAX_JSON_DEPTH: u64 = 128;
+/// The largest per-server tool limit accepted.
+const MAX_TOOLS_PER_SERVER: u64 = 1_000_000;
 
 /// Parses and validates a configuration.
 ///
@@ -326,6 +329,9 @@ impl Walker<'_> {
         }
         if let Some(depth) = self.bounded(table, "max_json_depth", MIN_JSON_DEPTH, MAX_JSON_DEPTH) {
             settings.max_json_depth = depth;
+        }
+        if let Some(tools) = self.bounded(table, "max_tools_per_server", 1, MAX_TOOLS_PER_SERVER) {
+            settings.max_tools_per_server = tools;
         }
         settings
     }

@@ -106,6 +106,20 @@ fn timeouts_and_limits_are_bounded() {
         codes("[gateway]\nmax_json_depth = 15\n"),
         vec![(DiagCode::InvalidValue, "gateway.max_json_depth".to_owned())]
     );
+    let (config, _) = parse_str("[gateway]\nmax_tools_per_server = 50\n");
+    assert_eq!(config.unwrap().gateway.max_tools_per_server, 50);
+    assert_eq!(
+        parse_str("").0.unwrap().gateway.max_tools_per_server,
+        10_000,
+        "the default"
+    );
+    assert_eq!(
+        codes("[gateway]\nmax_tools_per_server = 0\n"),
+        vec![(
+            DiagCode::InvalidValue,
+            "gateway.max_tools_per_server".to_owned()
+        )]
+    );
 }
 
 #[test]

@@ -396,13 +396,38 @@ impl Catalog {
             .server(server_name)
             .is_some_and(|config| config.trust == Trust::Trusted);
         let identity = server.identity.clone().unwrap_or_default();
-        let pages = std::mem::take(&mut server.pages);
+        let mut pages = std::mem::take(&mut server.pages);
+        // INVARIANT: what a server can make the gateway keep of its tools
+        // is bounded: one listing's tools, and the pins new names add.
+        let cap =
+            usize::try_from(policy.config().gateway.max_tools_per_server).unwrap_or(usize::MAX);
+        if pages.len() > cap {
+            tracing::warn!(
+                server.id = %server_name,
+                "the server listed {} tools; hintgate lists at most {cap} of one server (`max_tools_per_server` in `[gateway]`), and left the rest out",
+                pages.len()
+            );
+            pages.truncate(cap);
+        }
         server.tools.clear();
         server.order.clear();
         let mut failure = None;
         let mut first_seen = Vec::new();
         let mut reidentified = Vec::new();
+        let mut unpinned = 0usize;
         for (name, entry) in prepare(pages, server_name, policy, naming) {
+            // A trusted server's new tool is pinned on first sight, and a
+            // pin is kept when its tool is gone: a server that lists new
+            // names every time would grow the pins without end. Past the
+            // cap, a new tool is not pinned, and so not listed.
+            let new_past_cap = trusted
+                && server.pins.len() >= cap
+                && entry.name_trouble.is_none()
+                && matches!((&entry.tool, entry.digest), (Ok(tool), Some(_)) if !server.pins.contains_key(&tool.name));
+            if new_past_cap {
+                unpinned += 1;
+                continue;
+            }
             if let Some(trouble) = &entry.name_trouble {
                 // Never listed, called or pinned: a person could not tell
                 // what they approve by its name.
@@ -481,6 +506,13 @@ impl Catalog {
             if server.tools.insert(name.clone(), entry).is_none() {
                 server.order.push(name);
             }
+        }
+        if unpinned > 0 {
+            tracing::warn!(
+                server.id = %server_name,
+                "the server has {} pinned tools, as many as hintgate keeps of one server (`max_tools_per_server` in `[gateway]`): {unpinned} new tool(s) were not pinned, and are not listed (`hintgate pins revoke` removes pins of tools it no longer has)",
+                server.pins.len()
+            );
         }
         if let Some(store) = &store {
             first_seen.extend(reidentified.iter().cloned());

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use hintgate_proxy::Mode;
 use serde_json::{Value, json};
 
-use hintgate_store::{ApprovalQueue, EntryKind};
+use hintgate_store::{ApprovalQueue, EntryKind, PinStore};
 
 use crate::harness::{
     AppendMode, Behaviour, Harness, ServerScript, Setup, eventually, is_error, text, tool,
@@ -455,4 +455,89 @@ async fn issue_11_a_servers_result_with_serde_jsons_raw_value_key_is_refused() {
             (9, Some("ok".to_owned())),
         ]
     );
+}
+
+/// The names a `tools/list` answer lists.
+fn names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = list["result"]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_server_that_lists_new_names_every_time_is_held_to_its_cap() {
+    let script = ServerScript::with_tools(vec![tool("a", true), tool("b", true)]);
+    let mut setup = Setup::wrap(script, true);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_tools_per_server = 3\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    assert_eq!(names(&list), ["a", "b"]);
+    // Two new names: one more pin fits, the other is left out.
+    gateway.change_tools("fx", vec![tool("c", true), tool("d", true)]);
+    gateway.received_eventually("fx", "notifications").await;
+    let mut listed = Vec::new();
+    for _ in 0..100 {
+        listed = names(&gateway.request("tools/list", json!({})).await);
+        if listed != ["a", "b"] {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let kept = listed[0].clone();
+    assert!(kept == "c" || kept == "d", "{listed:?}");
+    // A call to the one left out is refused as unknown; the kept one runs.
+    let left_out = if kept == "c" { "d" } else { "c" };
+    let refused = gateway.call(left_out, json!({"n": 1})).await;
+    assert!(
+        refused.get("error").is_some() || is_error(&refused),
+        "{refused}"
+    );
+    let ran = gateway.call(&kept, json!({"n": 2})).await;
+    assert_eq!(text(&ran), r#"{"n":2}"#, "{ran}");
+    // However many new names follow, nothing more is pinned or listed.
+    for round in 0..5 {
+        let fresh: Vec<Value> = (0..10)
+            .map(|n| tool(&format!("new{round}_{n}"), true))
+            .collect();
+        gateway.change_tools("fx", fresh);
+        let list = gateway.request("tools/list", json!({})).await;
+        assert!(
+            names(&list).iter().all(|name| !name.starts_with("new")),
+            "{list}"
+        );
+    }
+    let pinned: Vec<String> = gateway
+        .store
+        .inner
+        .pins()
+        .unwrap()
+        .into_iter()
+        .map(|pin| pin.tool)
+        .collect();
+    assert_eq!(pinned.len(), 3, "{pinned:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_one_listing_past_the_cap_lists_only_the_cap() {
+    let tools: Vec<Value> = (0..8).map(|n| tool(&format!("t{n}"), true)).collect();
+    let mut setup = Setup::wrap(ServerScript::with_tools(tools), false);
+    setup.config = setup
+        .config
+        .replace("[gateway]\n", "[gateway]\nmax_tools_per_server = 5\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let list = gateway.request("tools/list", json!({})).await;
+    assert_eq!(names(&list), ["t0", "t1", "t2", "t3", "t4"]);
 }
