@@ -18,8 +18,13 @@
 //!   its host goes away or it is told to stop (SIGTERM) with calls in
 //!   flight.
 //!
-//! The run is seeded (`HINTGATE_SOAK_SEED`, default fixed) and bounded
-//! (`HINTGATE_SOAK_STEPS`), so a failure can be replayed.
+//! The host speaks the legacy era (`initialize`, questions as elicitation
+//! requests) or 2026-07-28 (`_meta` on every request, questions as
+//! input-required results it retries with its answer), by the seed.
+//!
+//! The run is seeded (`HINTGATE_SOAK_SEED`, default two fixed seeds, one of
+//! each era) and bounded (`HINTGATE_SOAK_STEPS`), so a failure can be
+//! replayed.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
@@ -72,10 +77,23 @@ struct Soak {
     unparseable: Vec<String>,
     answered: u64,
     questions: u64,
+    /// The host speaks 2026-07-28.
+    modern: bool,
+    /// The params of each well-formed call still owed, for a 2026-07-28
+    /// host's retry with its answer.
+    params_of: HashMap<String, Value>,
 }
 
+/// Whether a seed's host speaks 2026-07-28: two seeds in four.
+fn modern_seed(seed: u64) -> bool {
+    seed % 4 >= 2
+}
+
+/// The key of the gateway's own question in an input-required result.
+const APPROVE_KEY: &str = "hintgate/approve";
+
 impl Soak {
-    fn start(dir: &Path, seed: u64) -> (Self, u32) {
+    fn start(dir: &Path, seed: u64, modern: bool) -> (Self, u32) {
         let config = format!(
             r#"
 [gateway]
@@ -157,6 +175,8 @@ reason = "the soak's deny rule"
             unparseable: Vec::new(),
             answered: 0,
             questions: 0,
+            modern,
+            params_of: HashMap::new(),
         };
         (soak, pid)
     }
@@ -168,9 +188,34 @@ reason = "the soak's deny rule"
     }
 
     fn send(&mut self, message: &Value) {
-        let mut line = serde_json::to_vec(message).unwrap();
+        let message = self.with_meta(message);
+        let mut line = serde_json::to_vec(&message).unwrap();
         line.push(b'\n');
         self.write(&line);
+    }
+
+    /// A request as this host sends it: a 2026-07-28 host names its
+    /// version, capabilities and identity in every request's `_meta`.
+    fn with_meta(&self, message: &Value) -> Value {
+        let mut message = message.clone();
+        let request = message.get("method").is_some() && message.get("id").is_some();
+        if self.modern
+            && request
+            && let Some(object) = message.as_object_mut()
+        {
+            let params = object.entry("params").or_insert_with(|| json!({}));
+            if let Some(params) = params.as_object_mut() {
+                params.insert(
+                    "_meta".to_owned(),
+                    json!({
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+                        "io.modelcontextprotocol/clientInfo": {"name": "soak", "version": "1"},
+                    }),
+                );
+            }
+        }
+        message
     }
 
     fn fresh_id(&mut self) -> String {
@@ -197,9 +242,11 @@ reason = "the soak's deny rule"
     fn call(&mut self, step: u64) -> String {
         let id = self.fresh_id();
         let tool = self.any_tool();
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": {"nonce": format!("n{step}"), "text": "soak"}}}));
+        let params =
+            json!({"name": tool, "arguments": {"nonce": format!("n{step}"), "text": "soak"}});
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
         self.owed.insert(id.clone(), tool.to_owned());
+        self.params_of.insert(id.clone(), params);
         id
     }
 
@@ -290,10 +337,11 @@ reason = "the soak's deny rule"
                 // A well-formed call in two parts, with a stall between.
                 let id = self.fresh_id();
                 let tool = self.any_tool();
-                let mut line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id,
-                    "method": "tools/call",
-                    "params": {"name": tool, "arguments": {"nonce": format!("n{step}")}}}))
-                .unwrap();
+                let params = json!({"name": tool, "arguments": {"nonce": format!("n{step}")}});
+                let message = self.with_meta(&json!({"jsonrpc": "2.0", "id": id,
+                    "method": "tools/call", "params": params}));
+                let mut line = serde_json::to_vec(&message).unwrap();
+                self.params_of.insert(id.clone(), params);
                 line.push(b'\n');
                 let cut = 1 + usize::try_from(self.rng.below(line.len() as u64 - 2)).unwrap();
                 self.write(&line[..cut]);
@@ -366,7 +414,46 @@ reason = "the soak's deny rule"
         };
         if self.owed.remove(&id).is_some() {
             self.answered += 1;
+            let params = self.params_of.remove(&id);
+            let result = object.get("result").unwrap_or(&Value::Null);
+            if result["resultType"] == "input_required" {
+                self.questions += 1;
+                if let Some(params) = params {
+                    self.retry_with_answer(params, result);
+                }
+            }
         }
+    }
+
+    /// A 2026-07-28 host's answer to the gateway's question: the same call
+    /// again, with the person's answer and the gateway's state; approve,
+    /// decline, a state that is not the gateway's, or no retry at all. A
+    /// server's own question (relayed under another key) is not answered:
+    /// it times out.
+    fn retry_with_answer(&mut self, mut params: Value, result: &Value) {
+        if result["inputRequests"].get(APPROVE_KEY).is_none() {
+            return;
+        }
+        let answer = match self.rng.below(100) {
+            0..=49 => json!({"action": "accept", "content": {"approve": true}}),
+            50..=79 => json!({"action": "decline"}),
+            80..=89 => json!({"action": "accept", "content": {"approve": "yes"}}),
+            _ => return,
+        };
+        let state = if self.rng.chance(10) {
+            json!("a state the gateway never sealed")
+        } else {
+            result["requestState"].clone()
+        };
+        if let Some(object) = params.as_object_mut() {
+            object.insert("inputResponses".to_owned(), json!({ APPROVE_KEY: answer }));
+            object.insert("requestState".to_owned(), state);
+        }
+        let id = self.fresh_id();
+        let tool = params["name"].as_str().unwrap_or("retry").to_owned();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+        self.owed.insert(id.clone(), tool);
+        self.params_of.insert(id, params);
     }
 
     /// Answers a request from the gateway: approve, decline, answer twice,
@@ -442,25 +529,39 @@ fn received(dir: &Path) -> Vec<(String, String)> {
 }
 
 #[test]
+fn hostile_peers_cannot_bypass_a_decision_shorten_the_log_or_exhaust_the_gateway() {
+    let seed: Option<u64> = std::env::var("HINTGATE_SOAK_SEED")
+        .ok()
+        .and_then(|text| text.parse().ok());
+    let steps: Option<u64> = std::env::var("HINTGATE_SOAK_STEPS")
+        .ok()
+        .and_then(|text| text.parse().ok());
+    // By default two runs, together as long as one of 500 steps: a legacy
+    // host told to stop (SIGTERM), and a 2026-07-28 host that goes away.
+    let runs = match seed {
+        Some(seed) => vec![(seed, steps.unwrap_or(500))],
+        None => vec![
+            (20_261_201, steps.unwrap_or(300)),
+            (20_261_202, steps.unwrap_or(200)),
+        ],
+    };
+    for (seed, steps) in runs {
+        soak(seed, steps);
+    }
+}
+
 #[expect(
     clippy::disallowed_macros,
     reason = "the soak prints its seed and what it did, so a run can be replayed and read"
 )]
-fn hostile_peers_cannot_bypass_a_decision_shorten_the_log_or_exhaust_the_gateway() {
-    let seed: u64 = std::env::var("HINTGATE_SOAK_SEED")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or(20_261_201);
-    let steps: u64 = std::env::var("HINTGATE_SOAK_STEPS")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or(500);
+fn soak(seed: u64, steps: u64) {
+    let modern = modern_seed(seed);
     let dir = tempfile::tempdir().unwrap();
     if std::env::var_os("HINTGATE_SOAK_KEEP").is_some() {
         // For a replay: the gateway's log, the servers' logs and the store stay.
         eprintln!("soak: keeping {}", dir.path().display());
     }
-    let (mut soak, pid) = Soak::start(dir.path(), seed);
+    let (mut soak, pid) = Soak::start(dir.path(), seed, modern);
 
     let peak = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -477,14 +578,20 @@ fn hostile_peers_cannot_bypass_a_decision_shorten_the_log_or_exhaust_the_gateway
     };
 
     let id = soak.fresh_id();
-    soak.send(
-        &json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
-        "clientInfo": {"name": "soak", "version": "1"}}}),
-    );
-    soak.owed.insert(id, "initialize".to_owned());
-    soak.drain(Duration::from_secs(5));
-    soak.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    if modern {
+        soak.send(&json!({"jsonrpc": "2.0", "id": id, "method": "server/discover"}));
+        soak.owed.insert(id, "server/discover".to_owned());
+        soak.drain(Duration::from_secs(5));
+    } else {
+        soak.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "soak", "version": "1"}}}),
+        );
+        soak.owed.insert(id, "initialize".to_owned());
+        soak.drain(Duration::from_secs(5));
+        soak.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
 
     for step in 0..steps {
         soak.step(step);
@@ -624,7 +731,8 @@ fn hostile_peers_cannot_bypass_a_decision_shorten_the_log_or_exhaust_the_gateway
         );
     }
     eprintln!(
-        "soak: seed {seed}, {steps} steps, {} answers, {} questions, {} records, {} calls received, {} server starts, peak {peak} KiB",
+        "soak: seed {seed} ({} host), {steps} steps, {} answers, {} questions, {} records, {} calls received, {} server starts, peak {peak} KiB",
+        if modern { "2026-07-28" } else { "legacy" },
         soak.answered,
         soak.questions,
         records.len(),
