@@ -76,11 +76,11 @@ fn endings(store: &crate::harness::TestStore) -> Vec<(u64, Option<String>)> {
                 .or_else(|| {
                     records
                         .iter()
+                        .rev()
                         .filter(|entry| {
                             entry.kind == Some(EntryKind::Outcome) && entry.call == Some(call.seq)
                         })
-                        .filter_map(|entry| entry.body["outcome"].as_str())
-                        .last()
+                        .find_map(|entry| entry.body["outcome"].as_str())
                         .map(str::to_owned)
                 });
             (call.body["arguments"]["n"].as_u64().unwrap_or(0), ending)
