@@ -93,6 +93,13 @@ pub(crate) const MAX_RELAYED: usize = 64;
 /// waits up to `ask_timeout_s`); a result that asks more fails its call.
 pub(crate) const MAX_QUESTIONS: usize = 16;
 
+/// The most times one call of a legacy host is sent to a 2026-07-28 server
+/// (its first send, its continuations with the host's answers, a retry):
+/// a server that answers every continuation with another input-required
+/// result, and a host that answers every question, would otherwise send
+/// and record the call without end. Past it, the call fails.
+pub(crate) const MAX_SENDS: u32 = 16;
+
 /// How tool names are shown to the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {

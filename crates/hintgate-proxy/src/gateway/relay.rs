@@ -390,6 +390,18 @@ impl Gateway {
             .cloned()
             .unwrap_or_default();
         let session = cx.request.session;
+        // INVARIANT: one call asks the host only so many rounds of questions.
+        if cx.attempt + 1 >= super::MAX_SENDS {
+            let text = format!(
+                "the server asked for more input again after {} sends of this call; hintgate sends one call at most {} times",
+                cx.attempt + 1,
+                super::MAX_SENDS
+            );
+            tracing::warn!(tool.name = %cx.tool, "{text}");
+            let line = frame::error_response(cx.request.id(), -32603, &text);
+            self.answer_call(&cx, line, Outcome::ProtocolError);
+            return;
+        }
         if requests.is_empty() {
             let line = frame::error_response(
                 cx.request.id(),

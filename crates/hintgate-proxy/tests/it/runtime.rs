@@ -541,3 +541,39 @@ async fn issue_11_one_listing_past_the_cap_lists_only_the_cap() {
     let list = gateway.request("tools/list", json!({})).await;
     assert_eq!(names(&list), ["t0", "t1", "t2", "t3", "t4"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_modern_server_that_always_asks_again_fails_the_call_in_the_end() {
+    let asks = json!({
+        "resultType": "input_required",
+        "inputRequests": {"q": {"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Again?",
+            "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        }}},
+    });
+    let mut script = ServerScript::with_tools(vec![tool("asks", true)])
+        .answering("asks", Behaviour::Raw(asks.to_string()));
+    script.modern = true;
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    // A host that answers every question.
+    gateway.respond_with(|_| json!({"action": "accept", "content": {"ok": true}}).to_string());
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let failed = gateway.call("asks", json!({"n": 1})).await;
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("at most 16 times")),
+        "{failed}"
+    );
+    assert_eq!(gateway.calls_received("fx").len(), 16);
+    let store = gateway.close().await;
+    let endings = endings(&store);
+    assert_eq!(endings.len(), 16, "{endings:?}");
+    assert_eq!(
+        endings
+            .last()
+            .and_then(|(_, ending)| ending.clone())
+            .as_deref(),
+        Some("protocol-error")
+    );
+}
