@@ -18,6 +18,7 @@ mod log;
 mod output;
 mod pins;
 mod run;
+mod sandbox;
 mod scan;
 mod state;
 mod wrap;
@@ -25,7 +26,7 @@ mod wrap;
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command, ConfigCommand};
+use crate::args::{Cli, Command, ConfigCommand, SandboxCommand};
 use crate::exit::Exit;
 
 fn main() -> Exit {
@@ -54,6 +55,8 @@ fn main() -> Exit {
         Command::Approvals(args) => approvals::run(args),
         Command::Wrap(args) => wrap::wrap(args),
         Command::Unwrap(args) => wrap::unwrap(args),
+        Command::Sandbox(SandboxCommand::Check(args)) => sandbox::check(args),
+        Command::Sandbox(SandboxCommand::Explain(args)) => sandbox::explain(args),
     };
     match result {
         Ok(exit) => exit,

@@ -43,7 +43,7 @@ mod plan;
 )]
 mod sys;
 
-pub use plan::{Access, Limits, Plan, PathRule};
+pub use plan::{Access, Limits, PathRule, Plan};
 
 /// What this kernel can enforce, found by asking it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -173,6 +173,13 @@ impl Kernel {
         }
     }
 
+    /// This kernel, probed once per process (what a kernel offers does not
+    /// change while the gateway runs).
+    pub fn current() -> &'static Self {
+        static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        KERNEL.get_or_init(Self::probe)
+    }
+
     /// What a sandbox as `sandbox` asks would enforce on this kernel.
     pub fn report(&self, sandbox: &SandboxConfig) -> Report {
         let mut report = Report::default();
@@ -289,7 +296,9 @@ impl Property {
     pub fn describe(self) -> &'static str {
         match self {
             Self::FilesRead => "reads only under the allowed paths (Landlock)",
-            Self::FilesWrite => "writes only under the writable paths and its private home (Landlock)",
+            Self::FilesWrite => {
+                "writes only under the writable paths and its private home (Landlock)"
+            }
             Self::NetworkNamespace => {
                 "no network: its own user and network namespace, loopback down"
             }

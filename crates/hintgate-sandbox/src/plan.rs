@@ -198,7 +198,11 @@ impl Plan {
             }
         }
         for exe in &programs {
-            add(exe.clone(), Access::ReadExec, "the program and its interpreter");
+            add(
+                exe.clone(),
+                Access::ReadExec,
+                "the program and its interpreter",
+            );
             if let Ok(real) = exe.canonicalize() {
                 if let Some(prefix) = runtime_prefix(&real) {
                     add(prefix, Access::ReadExec, "the interpreter's installation");
@@ -211,10 +215,12 @@ impl Plan {
                 Some(root) => add(root, Access::ReadExec, "the script's environment"),
                 None => add(script.clone(), Access::Read, "the script"),
             }
-            if let Ok(real) = script.canonicalize() {
-                if let Some(root) = environment_root(&real) {
-                    add(root, Access::ReadExec, "the script's environment");
-                }
+            if let Some(root) = script
+                .canonicalize()
+                .ok()
+                .and_then(|real| environment_root(&real))
+            {
+                add(root, Access::ReadExec, "the script's environment");
             }
         }
         for path in &sandbox.read {
@@ -259,7 +265,8 @@ fn resolve(command: &str, search: &str) -> Option<PathBuf> {
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
 /// The interpreter of a `#!` script and its one optional argument.
@@ -366,8 +373,14 @@ mod tests {
             read: vec!["/srv/data".into()],
             ..SandboxConfig::default()
         };
-        let plan = Plan::new(script.to_str().unwrap(), &[], &BTreeMap::new(), &sandbox, &inherited())
-            .unwrap();
+        let plan = Plan::new(
+            script.to_str().unwrap(),
+            &[],
+            &BTreeMap::new(),
+            &sandbox,
+            &inherited(),
+        )
+        .unwrap();
         let has = |path: &Path, access: Access| {
             plan.rules
                 .iter()
@@ -377,7 +390,11 @@ mod tests {
         assert!(has(Path::new("/usr/bin/env"), Access::ReadExec));
         // Nothing of the user's home, nothing writable.
         assert!(!has(Path::new("/home/someone"), Access::Read));
-        assert!(plan.rules.iter().all(|rule| rule.access != Access::ReadWrite));
+        assert!(
+            plan.rules
+                .iter()
+                .all(|rule| rule.access != Access::ReadWrite)
+        );
         // `/srv/data` does not exist here, so it gets no rule.
         assert!(!has(Path::new("/srv/data"), Access::Read));
     }

@@ -366,9 +366,13 @@ fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
     let mut clone_rules = Vec::new();
     for flag in namespaces {
         let flag = u64::try_from(flag).map_err(|err| build(&err))?;
-        let condition =
-            SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)
-                .map_err(|err| build(&err))?;
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .map_err(|err| build(&err))?;
         clone_rules.push(SeccompRule::new(vec![condition]).map_err(|err| build(&err))?);
     }
     rules.insert(libc::SYS_clone, clone_rules);

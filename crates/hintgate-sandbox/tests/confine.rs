@@ -3,6 +3,12 @@
 //!
 //! A test skips, saying why, only where this kernel lacks the feature it
 //! needs; each prints what the sandbox enforced.
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::disallowed_macros,
+    reason = "test code: a failed unwrap, index or panic is a failed test; it prints what was enforced"
+)]
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
@@ -32,9 +38,16 @@ fn inherited() -> BTreeMap<String, String> {
     vars
 }
 
+/// What each attempt came to: whether it succeeded, and what it said.
+type Outcomes = BTreeMap<String, (bool, String)>;
+
 /// Runs the probe confined by `sandbox`; `None` (with the reason printed)
 /// when this kernel cannot hold `needs`.
-fn probe(sandbox: &SandboxConfig, args: &[String], needs: &[Property]) -> Option<(BTreeMap<String, (bool, String)>, Report, PathBuf)> {
+fn probe(
+    sandbox: &SandboxConfig,
+    args: &[String],
+    needs: &[Property],
+) -> Option<(Outcomes, Report, PathBuf)> {
     let kernel = Kernel::probe();
     let Some(python) = python() else {
         println!("skipped: no system python3 to run the fixture");
@@ -43,8 +56,15 @@ fn probe(sandbox: &SandboxConfig, args: &[String], needs: &[Property]) -> Option
     let report = kernel.report(sandbox);
     for need in needs {
         if !report.holds(*need) {
-            let why = report.missing.iter().find(|m| m.property == *need).map(|m| m.why.clone());
-            println!("skipped: this kernel cannot enforce {need}: {}", why.unwrap_or_default());
+            let why = report
+                .missing
+                .iter()
+                .find(|m| m.property == *need)
+                .map(|m| m.why.clone());
+            println!(
+                "skipped: this kernel cannot enforce {need}: {}",
+                why.unwrap_or_default()
+            );
             return None;
         }
     }
@@ -73,18 +93,21 @@ fn probe(sandbox: &SandboxConfig, args: &[String], needs: &[Property]) -> Option
         println!("  {line}");
         outcomes.insert(
             value["attempt"].as_str().unwrap().to_owned(),
-            (value["ok"].as_bool().unwrap(), value["detail"].as_str().unwrap().to_owned()),
+            (
+                value["ok"].as_bool().unwrap(),
+                value["detail"].as_str().unwrap().to_owned(),
+            ),
         );
     }
     Some((outcomes, report, home))
 }
 
-fn refused(outcomes: &BTreeMap<String, (bool, String)>, attempt: &str) {
+fn refused(outcomes: &Outcomes, attempt: &str) {
     let (ok, detail) = &outcomes[attempt];
     assert!(!ok, "{attempt} succeeded inside the sandbox: {detail}");
 }
 
-fn succeeded(outcomes: &BTreeMap<String, (bool, String)>, attempt: &str) {
+fn succeeded(outcomes: &Outcomes, attempt: &str) {
     let (ok, detail) = &outcomes[attempt];
     assert!(ok, "{attempt} failed inside the sandbox: {detail}");
 }
@@ -114,7 +137,11 @@ fn a_hostile_program_fails_at_every_escape() {
         format!("port={port}"),
         "forks=300".to_owned(),
     ];
-    let needs = [Property::FilesRead, Property::FilesWrite, Property::NetworkNamespace];
+    let needs = [
+        Property::FilesRead,
+        Property::FilesWrite,
+        Property::NetworkNamespace,
+    ];
     let Some((outcomes, report, home)) = probe(&sandbox, &args, &needs) else {
         return;
     };
@@ -154,7 +181,9 @@ fn a_hostile_program_fails_at_every_escape() {
             .find(|m| m.property == Property::ProcessLimit)
             .map(|m| m.why.clone())
             .unwrap_or_default();
-        println!("not checked: a fork bomb is stopped only with a process limit, which does not hold here: {why}");
+        println!(
+            "not checked: a fork bomb is stopped only with a process limit, which does not hold here: {why}"
+        );
     }
     // The private home went with the sandbox.
     assert!(!home.exists(), "the private home outlived the server");
@@ -194,7 +223,9 @@ fn with_the_network_allowed_the_same_program_reaches_the_listener() {
         network: true,
         ..SandboxConfig::default()
     };
-    let Some((outcomes, report, _)) = probe(&sandbox, &[format!("port={port}")], &[Property::FilesRead]) else {
+    let Some((outcomes, report, _)) =
+        probe(&sandbox, &[format!("port={port}")], &[Property::FilesRead])
+    else {
         return;
     };
     succeeded(&outcomes, "connect-loopback");
