@@ -35,6 +35,8 @@ use hintgate_policy::config::SandboxConfig;
 use hintgate_policy::tool::SandboxProof;
 use serde::Serialize;
 
+#[cfg(target_os = "linux")]
+mod cgroup;
 mod plan;
 #[cfg(target_os = "linux")]
 #[expect(
@@ -60,8 +62,12 @@ pub struct Kernel {
     /// The kernel has seccomp filters.
     pub seccomp: bool,
     /// The gateway runs as root: the kernel does not count root's processes
-    /// against `RLIMIT_NPROC`, so the process limit cannot hold.
+    /// against `RLIMIT_NPROC`, so the process limit needs a cgroup.
     pub root: bool,
+    /// A `pids` cgroup the gateway may make children in (root, or a
+    /// delegated one): the process limit where `RLIMIT_NPROC` cannot hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids_cgroup: Option<PathBuf>,
 }
 
 /// One property a running sandbox may enforce.
@@ -146,6 +152,8 @@ pub enum SandboxError {
 #[derive(Debug)]
 pub struct Confinement {
     report: Report,
+    #[cfg(target_os = "linux")]
+    pids: Option<cgroup::PidsGroup>,
     home: Option<tempfile::TempDir>,
     group: Option<u32>,
 }
@@ -169,6 +177,7 @@ impl Kernel {
                 user_namespaces_error: Some("not Linux".to_owned()),
                 seccomp: false,
                 root: false,
+                pids_cgroup: None,
             }
         }
     }
@@ -178,6 +187,13 @@ impl Kernel {
     pub fn current() -> &'static Self {
         static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
         KERNEL.get_or_init(Self::probe)
+    }
+
+    /// Whether `RLIMIT_NPROC`, counted in the server's own user namespace,
+    /// holds the process limit (not for root, whose processes the kernel
+    /// does not count).
+    pub fn process_limit_by_rlimit(&self) -> bool {
+        self.user_namespaces && !self.root
     }
 
     /// What a sandbox as `sandbox` asks would enforce on this kernel.
@@ -244,13 +260,15 @@ impl Kernel {
         check(Property::NoNewPrivs, true, true, "");
         check(Property::ResourceLimits, true, true, "");
         let process_why = if self.root {
-            "the gateway runs as root, and the kernel does not count root's processes against a limit".to_owned()
+            "the gateway runs as root, whose processes the kernel does not count against a limit, and it cannot make a pids cgroup".to_owned()
         } else {
-            format!("the process limit needs the server's own user namespace: {userns_why}")
+            format!(
+                "the process limit needs the server's own user namespace or a delegated pids cgroup: {userns_why}"
+            )
         };
         check(
             Property::ProcessLimit,
-            self.user_namespaces && !self.root,
+            self.process_limit_by_rlimit() || self.pids_cgroup.is_some(),
             sandbox.max_processes.is_some(),
             &process_why,
         );
@@ -390,8 +408,11 @@ impl Confinement {
 impl Drop for Confinement {
     fn drop(&mut self) {
         #[cfg(target_os = "linux")]
-        if let Some(group) = self.group.take() {
-            sys::kill_group(group);
+        {
+            if let Some(group) = self.group.take() {
+                sys::kill_group(group);
+            }
+            drop(self.pids.take());
         }
         // The private home goes with the server (TempDir removes it).
         drop(self.home.take());
@@ -442,11 +463,32 @@ pub fn command(
         command.process_group(0);
     }
     #[cfg(target_os = "linux")]
-    sys::confine(&mut command, plan, kernel, &report, home.path())?;
+    let pids = match (&kernel.pids_cgroup, report.holds(Property::ProcessLimit)) {
+        (Some(parent), true) if !kernel.process_limit_by_rlimit() => Some(
+            cgroup::PidsGroup::make(parent, plan.limits.processes).map_err(|source| {
+                SandboxError::Path {
+                    path: parent.clone(),
+                    source,
+                }
+            })?,
+        ),
+        _ => None,
+    };
+    #[cfg(target_os = "linux")]
+    sys::confine(
+        &mut command,
+        plan,
+        kernel,
+        &report,
+        home.path(),
+        pids.as_ref().map(cgroup::PidsGroup::procs),
+    )?;
     Ok((
         command,
         Confinement {
             report,
+            #[cfg(target_os = "linux")]
+            pids,
             home: Some(home),
             group: None,
         },
@@ -481,6 +523,7 @@ mod tests {
             user_namespaces_error: None,
             seccomp: true,
             root: false,
+            pids_cgroup: None,
         }
     }
 
@@ -543,5 +586,8 @@ mod tests {
         let missing = kernel.report(&sandbox).missing_required();
         assert_eq!(missing.len(), 1);
         assert_eq!(missing[0].property, Property::ProcessLimit);
+        // A pids cgroup it may make holds the limit instead.
+        kernel.pids_cgroup = Some(PathBuf::from("/sys/fs/cgroup/pids"));
+        assert!(kernel.report(&sandbox).holds(Property::ProcessLimit));
     }
 }

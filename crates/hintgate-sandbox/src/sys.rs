@@ -48,12 +48,19 @@ pub(crate) fn probe() -> Kernel {
     };
     // SAFETY: geteuid cannot fail and touches no memory.
     let root = unsafe { libc::geteuid() } == 0;
+    // The cgroup is only needed where the rlimit cannot hold the limit.
+    let pids_cgroup = if user_namespaces && !root {
+        None
+    } else {
+        crate::cgroup::writable_parent()
+    };
     Kernel {
         landlock_abi: u32::try_from(abi).unwrap_or(0),
         user_namespaces,
         user_namespaces_error,
         seccomp,
         root,
+        pids_cgroup,
     }
 }
 
@@ -116,6 +123,8 @@ struct Prepared {
     unshare: libc::c_int,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    /// The `cgroup.procs` of the server's own pids cgroup, if it has one.
+    cgroup_procs: Option<std::ffi::CString>,
     limits: [(libc::__rlimit_resource_t, libc::rlim_t); 3],
 }
 
@@ -126,7 +135,18 @@ pub(crate) fn confine(
     kernel: &Kernel,
     report: &Report,
     home: &Path,
+    cgroup_procs: Option<std::path::PathBuf>,
 ) -> Result<(), SandboxError> {
+    let cgroup_procs = match cgroup_procs {
+        Some(path) => {
+            use std::os::unix::ffi::OsStrExt;
+            Some(
+                std::ffi::CString::new(path.as_os_str().as_bytes())
+                    .map_err(|err| SandboxError::Build(format!("cgroup path: {err}")))?,
+            )
+        }
+        None => None,
+    };
     let ruleset = if report.holds(Property::FilesRead) {
         Some(ruleset(plan, kernel, report, home)?)
     } else {
@@ -152,6 +172,7 @@ pub(crate) fn confine(
         unshare,
         uid_map: format!("{uid} {uid} 1\n").into_bytes(),
         gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        cgroup_procs,
         limits: [
             (libc::RLIMIT_NOFILE, plan.limits.open_files),
             (libc::RLIMIT_NPROC, plan.limits.processes),
@@ -169,11 +190,15 @@ pub(crate) fn confine(
 }
 
 impl Prepared {
-    /// Runs in the child: namespaces, limits, Landlock, seccomp, in that
+    /// Runs in the child: cgroup, namespaces, limits, Landlock, seccomp, in that
     /// order (seccomp last, since it refuses `unshare`).
     fn apply(&mut self) -> io::Result<()> {
         // SAFETY: prctl(PR_SET_PDEATHSIG) takes no pointer.
         check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+        // Joined before the user namespace, while the file's owner is ours.
+        if let Some(procs) = &self.cgroup_procs {
+            write_file(procs, b"0")?;
+        }
         if self.unshare != 0 {
             // SAFETY: unshare(2) takes no pointer; the child is single-threaded.
             check(unsafe { libc::unshare(self.unshare) })?;
