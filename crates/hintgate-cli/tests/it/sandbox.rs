@@ -334,3 +334,143 @@ fn explain_auto_asks_the_kernel_and_sandbox_explain_lists_the_paths() {
         json!(Kernel::current().landlock_abi)
     );
 }
+
+/// A page on this machine's loopback, outside any server's namespace: it
+/// counts the connections it accepts and answers each with a small page.
+fn loopback_page() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/page",
+        listener.local_addr().unwrap().port()
+    );
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut request = [0_u8; 4096];
+            let _ = stream.read(&mut request);
+            let body = "the page on the loopback";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+fn fetch_config(dir: &Path, network: bool) {
+    let config = format!(
+        "[servers.fetch]\ncommand = {:?}\nargs = [\"--allow-private-ips\", \"--ignore-robots-txt\"]\ntrust = \"untrusted\"\n\n\
+         [servers.fetch.sandbox]\nnetwork = {network}\n",
+        crate::peers::venv_bin("mcp-server-fetch"),
+    );
+    std::fs::write(dir.join("hintgate.toml"), config).unwrap();
+}
+
+#[test]
+fn the_fetch_server_without_network_cannot_reach_this_machines_loopback() {
+    use std::sync::atomic::Ordering;
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (url, seen) = loopback_page();
+    // The control: with the network allowed, the same server fetches it.
+    fetch_config(dir.path(), true);
+    let mut open = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    open.initialize(json!({"elicitation": {}}));
+    open.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    let fetched = open.call("fetch__fetch", json!({"url": url, "raw": true}));
+    assert!(
+        text(&fetched).contains("the page on the loopback"),
+        "{fetched}"
+    );
+    open.close();
+    let reached = seen.load(Ordering::SeqCst);
+    assert!(reached >= 1);
+
+    fetch_config(dir.path(), false);
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+    let list = host.request("tools/list", json!({}));
+    // The sandbox proves the world closed, whatever the server says.
+    assert_eq!(
+        tool(&list, "fetch__fetch")["annotations"]["openWorldHint"],
+        false,
+        "{list}"
+    );
+    let fetched = host.call("fetch__fetch", json!({"url": url, "raw": true}));
+    assert!(is_error(&fetched), "{fetched}");
+    println!("fetch answered: {}", text(&fetched));
+    assert!(
+        !text(&fetched).contains("the page on the loopback"),
+        "{fetched}"
+    );
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        reached,
+        "the listener was reached from the sandbox"
+    );
+    // Read-only and closed-world by proof: nobody was asked.
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+    host.close();
+}
+
+#[test]
+fn the_memory_server_keeps_its_file_in_its_one_writable_directory_across_a_restart() {
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("memory");
+    std::fs::create_dir(&store).unwrap();
+    let file = store.join("memory.jsonl");
+    let config = format!(
+        "[servers.memory]\ncommand = {:?}\nenv = {{ MEMORY_FILE_PATH = {:?} }}\ntrust = \"trusted\"\n\n\
+         [servers.memory.sandbox]\nwrite = [{:?}]\nnetwork = false\n\n\
+         [[rules]]\nserver = \"memory\"\naction = \"allow\"\n",
+        npm_bin("mcp-server-memory"),
+        file.display().to_string(),
+        store.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let session = || {
+        let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+        host.initialize(json!({}));
+        host
+    };
+    let mut first = session();
+    let created = first.call(
+        "memory__create_entities",
+        json!({"entities": [{"name": "hintgate", "entityType": "project", "observations": ["confined"]}]}),
+    );
+    assert!(!is_error(&created), "{created}");
+    first.close();
+    assert!(
+        std::fs::read_to_string(&file).unwrap().contains("hintgate"),
+        "the memory file is in its writable directory"
+    );
+    // A new gateway, a new sandbox, a new private home: the file remains.
+    let mut second = session();
+    let graph = second.call("memory__read_graph", json!({}));
+    assert!(text(&graph).contains("confined"), "{graph}");
+    second.close();
+    let others: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    // Nothing else of the server's landed next to it.
+    for name in &others {
+        assert!(
+            ["memory", "hintgate.toml", "hintgate.stderr", "state"].contains(&name.as_str()),
+            "unexpected {name} in {others:?}"
+        );
+    }
+}
