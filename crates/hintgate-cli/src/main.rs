@@ -2,6 +2,7 @@
 //!
 //! `main` only parses and dispatches; each command lives in its own module,
 //! reads its files at the edge (`load`) and writes only through `output`.
+#![forbid(unsafe_code)]
 
 mod approvals;
 mod args;
