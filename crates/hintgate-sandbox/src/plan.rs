@@ -129,7 +129,11 @@ impl Plan {
     ///
     /// # Errors
     ///
-    /// [`SandboxError::NotFound`] when the program is not on `PATH`.
+    /// [`SandboxError::NotFound`] when the program is not on `PATH`;
+    /// [`SandboxError::Path`] when a path of the table does not exist (a
+    /// rule cannot be made for it, and silently dropping it would confine
+    /// the server to less than the table says, or make the user think it
+    /// may write where it cannot).
     pub fn new(
         command: &str,
         args: &[String],
@@ -147,6 +151,14 @@ impl Plan {
         // The private home replaces whatever the table or the gateway says.
         vars.remove("HOME");
         vars.remove("TMPDIR");
+        for path in sandbox.read.iter().chain(&sandbox.write) {
+            if let Err(source) = std::fs::metadata(path) {
+                return Err(SandboxError::Path {
+                    path: PathBuf::from(path),
+                    source,
+                });
+            }
+        }
         let search = vars.get("PATH").cloned().unwrap_or_default();
         let program =
             resolve(command, &search).ok_or_else(|| SandboxError::NotFound(command.to_owned()))?;
@@ -370,7 +382,7 @@ mod tests {
         let script = venv.join("bin/server");
         std::fs::write(&script, "#!/usr/bin/env sh\necho hi\n").unwrap();
         let sandbox = SandboxConfig {
-            read: vec!["/srv/data".into()],
+            read: vec![dir.path().display().to_string()],
             ..SandboxConfig::default()
         };
         let plan = Plan::new(
@@ -395,8 +407,21 @@ mod tests {
                 .iter()
                 .all(|rule| rule.access != Access::ReadWrite)
         );
-        // `/srv/data` does not exist here, so it gets no rule.
-        assert!(!has(Path::new("/srv/data"), Access::Read));
+        assert!(has(dir.path(), Access::Read));
+        assert!(!has(dir.path(), Access::ReadWrite));
+    }
+
+    #[test]
+    fn a_table_path_that_does_not_exist_is_named() {
+        let sandbox = SandboxConfig {
+            write: vec!["/no/such/directory/anywhere".into()],
+            ..SandboxConfig::default()
+        };
+        let err = Plan::new("sh", &[], &BTreeMap::new(), &sandbox, &inherited()).unwrap_err();
+        assert!(
+            err.to_string().contains("/no/such/directory/anywhere"),
+            "{err}"
+        );
     }
 
     #[test]
