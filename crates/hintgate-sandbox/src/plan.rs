@@ -180,10 +180,8 @@ impl Plan {
                 add(PathBuf::from(path), Access::Read, why);
             }
         }
-        for path in ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"] {
-            if path != "/dev/tty" {
-                add(PathBuf::from(path), Access::Device, "standard devices");
-            }
+        for path in ["/dev/null", "/dev/zero", "/dev/full"] {
+            add(PathBuf::from(path), Access::Device, "standard devices");
         }
         // The program, what runs it (a `#!` line, through `env`), and the
         // environments they live in (a Python virtual environment, a
