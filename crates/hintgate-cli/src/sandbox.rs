@@ -139,6 +139,7 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
         let value = json!({
             "server": args.server,
             "plan": plan,
+            "env": plan.env.iter().map(|(key, _)| key).collect::<Vec<_>>(),
             "private_home": "a new directory under the system's temporary directory, removed when the server stops (HOME; TMPDIR is its tmp/)",
             "properties": properties(&report),
             "starts": starts,
@@ -172,7 +173,12 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
     );
     out.push_str("  nothing else\n\nEnvironment:\n");
     for (key, value) in &plan.env {
-        let _ = writeln!(out, "  {key}={value}");
+        // The server's own variables may hold secrets: only their names.
+        if key == "PATH" || key == "LANG" {
+            let _ = writeln!(out, "  {key}={value}");
+        } else {
+            let _ = writeln!(out, "  {key} (from the server's env)");
+        }
     }
     out.push_str("  HOME, TMPDIR: the private home\n");
     let _ = writeln!(

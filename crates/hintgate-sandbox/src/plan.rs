@@ -59,6 +59,8 @@ pub struct Plan {
     /// The paths it may use, beside its private home.
     pub rules: Vec<PathRule>,
     /// Its environment, beside `HOME` and `TMPDIR` (its private home).
+    /// Not serialized: the server's `env` may hold secrets.
+    #[serde(skip)]
     pub env: Vec<(String, String)>,
     /// Its limits.
     pub limits: Limits,
