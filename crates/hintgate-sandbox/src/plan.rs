@@ -166,8 +166,10 @@ impl Plan {
             resolve(command, &search).ok_or_else(|| SandboxError::NotFound(command.to_owned()))?;
 
         let mut rules = Vec::new();
+        // Landlock acts on what a path names, not on the name: each rule is
+        // for the path with its symbolic links resolved, as listed.
         let mut add = |path: PathBuf, access: Access, why: &'static str| {
-            if path.exists() {
+            if let Ok(path) = path.canonicalize() {
                 rules.push(PathRule { path, access, why });
             }
         };
