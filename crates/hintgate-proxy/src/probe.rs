@@ -229,6 +229,7 @@ impl Session {
                     args,
                     env,
                     name: command,
+                    sandbox: None,
                 };
                 Process::spawn(&spawn, link_target)
                     .map(Link::Stdio)

@@ -46,7 +46,15 @@ const SERVER_KEYS: &[&str] = &[
     "private_data",
     "sandbox",
 ];
-const SANDBOX_KEYS: &[&str] = &["read", "write", "network", "best_effort"];
+const SANDBOX_KEYS: &[&str] = &[
+    "read",
+    "write",
+    "network",
+    "best_effort",
+    "max_open_files",
+    "max_processes",
+    "max_memory_mb",
+];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
 
 /// The longest timeout accepted: one day.
@@ -332,14 +340,25 @@ impl Walker<'_> {
 
     /// An integer `[gateway]` setting within `min..=max`.
     fn bounded(&mut self, table: &DeTable<'_>, key: &str, min: u64, max: u64) -> Option<u64> {
-        let (number, span) = self.integer(table, "gateway", key)?;
+        self.bounded_in(table, "gateway", key, min, max)
+    }
+
+    fn bounded_in(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+        min: u64,
+        max: u64,
+    ) -> Option<u64> {
+        let (number, span) = self.integer(table, path, key)?;
         match u64::try_from(number) {
             Ok(number) if (min..=max).contains(&number) => Some(number),
             _ => {
                 self.push(
                     Diagnostic::error(
                         DiagCode::InvalidValue,
-                        join("gateway", key),
+                        join(path, key),
                         format!("`{key}` must be between {min} and {max}, not {number}"),
                     )
                     .at(span),
@@ -603,7 +622,29 @@ impl Walker<'_> {
             });
             *target = paths.unwrap_or_default();
         }
-        sandbox.network = self.boolean(table, path, "network").unwrap_or(false);
+        sandbox.network = match entry(table, "network") {
+            // A list of `host:port` the server may reach needs a filtering
+            // proxy inside the namespace; until it exists, say so rather
+            // than take the list for "no network" or "any network".
+            Some((_, value)) if matches!(value.get_ref(), DeValue::Array(_)) => {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        join(path, "network"),
+                        "a list of hosts the server may reach is not supported yet".to_owned(),
+                    )
+                    .at(value.span())
+                    .with_help(
+                        "write `network = false` (no network at all) or `network = true` (unconfined network)",
+                    ),
+                );
+                false
+            }
+            _ => self.boolean(table, path, "network").unwrap_or(false),
+        };
+        sandbox.max_open_files = self.bounded_in(table, path, "max_open_files", 16, 1 << 20);
+        sandbox.max_processes = self.bounded_in(table, path, "max_processes", 1, 1 << 22);
+        sandbox.max_memory_mb = self.bounded_in(table, path, "max_memory_mb", 16, 1 << 30);
         sandbox.best_effort = self.boolean(table, path, "best_effort").unwrap_or(false);
         sandbox
     }
