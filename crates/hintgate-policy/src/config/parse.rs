@@ -391,13 +391,34 @@ impl Walker<'_> {
     /// Two servers whose prefixes make one host-facing name: `docs` and
     /// `docs_` with the separator `__` both give `docs___x` (`_x` of one,
     /// `x` of the other). Each such pair is an error at the later server.
+    ///
+    /// Two servers whose names look the same ([`crate::name::look_alike`]:
+    /// `Docs` and `docs`) are an error too: hosts and people take them for
+    /// one server, in a tool's prefix and in the approval prompt.
     fn colliding_servers(&mut self, mut names: Vec<(String, Range<usize>)>, separator: &str) {
-        if separator.is_empty() {
-            return;
-        }
         names.sort_by_key(|(_, span)| span.start);
         for (later, (second, second_span)) in names.iter().enumerate() {
             for (first, first_span) in names.iter().take(later) {
+                if crate::name::look_alike(first) == crate::name::look_alike(second) {
+                    let line = crate::diag::position(self.source, first_span.start).line;
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::LookAlikeServerNames,
+                            join("servers", second),
+                            format!(
+                                "servers `{first}` and `{second}` have names that look the same, so a person could take one for the other"
+                            ),
+                        )
+                        .at(second_span.clone())
+                        .with_help(format!(
+                            "`{first}` is at line {line}; rename one of them (names that differ only in case, or in `I`, `l` and `1`, or `O` and `0`, read as one)"
+                        )),
+                    );
+                    continue;
+                }
+                if separator.is_empty() {
+                    continue;
+                }
                 let Some((shorter, longer)) = colliding(first, second, separator) else {
                     continue;
                 };

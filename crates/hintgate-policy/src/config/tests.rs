@@ -203,6 +203,43 @@ fn server_names_whose_prefixed_tool_names_collide_are_refused() {
 }
 
 #[test]
+fn server_names_that_look_the_same_are_refused() {
+    // Hosts and people read `Docs` and `docs` as one server.
+    let source = "[servers.docs]\ncommand = \"x\"\n\n[servers.Docs]\ncommand = \"x\"\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none(), "{diagnostics:?}");
+    let found: Vec<(&str, &str)> = diagnostics
+        .iter()
+        .map(|d| (d.code.as_str(), d.key.as_str()))
+        .collect();
+    assert_eq!(found, [("look-alike-server-names", "servers.Docs")]);
+    let diagnostic = &diagnostics[0];
+    assert!(diagnostic.is_error());
+    let rendered = diagnostic.render("hintgate.toml", source);
+    assert!(rendered.contains("hintgate.toml:4:10"), "{rendered}");
+    assert!(rendered.contains("line 1"), "{rendered}");
+    assert!(
+        rendered.contains("`docs`") && rendered.contains("`Docs`"),
+        "{rendered}"
+    );
+    // Characters drawn alike count too, with any separator.
+    for alike in [
+        "[servers.mail1]\ncommand = \"x\"\n[servers.maill]\ncommand = \"x\"\n",
+        "[servers.FS]\ncommand = \"x\"\n[servers.fs]\ncommand = \"x\"\n",
+        "[gateway]\nseparator = \"-\"\n[servers.b0x]\ncommand = \"x\"\n[servers.box]\ncommand = \"x\"\n",
+    ] {
+        let (config, diagnostics) = parse_str(alike);
+        assert!(config.is_none(), "{alike}");
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(diagnostics[0].code.as_str(), "look-alike-server-names");
+    }
+    // A name outside the rule is refused on its own.
+    let (config, diagnostics) = parse_str("[servers.\"do\u{200b}cs\"]\ncommand = \"x\"\n");
+    assert!(config.is_none());
+    assert_eq!(diagnostics[0].code.as_str(), "invalid-server-name");
+}
+
+#[test]
 fn the_audit_key_file_is_an_absolute_path_or_a_variable() {
     let (config, diagnostics) = parse_str("[audit]\nkey_file = \"/etc/hintgate/audit.key\"\n");
     assert!(diagnostics.is_empty(), "{diagnostics:?}");
