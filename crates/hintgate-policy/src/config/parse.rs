@@ -25,7 +25,14 @@ type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
 const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit"];
-const AUDIT_KEYS: &[&str] = &["redact", "redact_defaults", "key_file"];
+const AUDIT_KEYS: &[&str] = &[
+    "redact",
+    "redact_defaults",
+    "key_file",
+    "witness",
+    "witness_every_records",
+    "witness_every_s",
+];
 const GATEWAY_KEYS: &[&str] = &[
     "profile",
     "unattended",
@@ -48,6 +55,9 @@ const SERVER_KEYS: &[&str] = &[
 ];
 const SANDBOX_KEYS: &[&str] = &["read", "write", "network", "best_effort"];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
+
+/// The most records between two witness checkpoints.
+const MAX_WITNESS_RECORDS: u64 = 1_000_000;
 
 /// The longest timeout accepted: one day.
 const MAX_TIMEOUT_S: u64 = 86_400;
@@ -247,6 +257,30 @@ impl Walker<'_> {
             self.check_template(&path, span, "audit.key_file");
             settings.key_file = Some(path);
         }
+        if let Some((path, span)) = self.string(table, "audit", "witness") {
+            if !path.starts_with("${") && !path.starts_with('/') {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::RelativePath,
+                        "audit.witness",
+                        format!("witness path `{path}` is not absolute"),
+                    )
+                    .at(span.clone())
+                    .with_help("write the full path, starting with `/`, ideally on another volume or machine"),
+                );
+            }
+            self.check_template(&path, span, "audit.witness");
+            settings.witness = Some(path);
+        }
+        settings.witness_every_records = self.bounded_at(
+            table,
+            "audit",
+            "witness_every_records",
+            1,
+            MAX_WITNESS_RECORDS,
+        );
+        settings.witness_every_s =
+            self.bounded_at(table, "audit", "witness_every_s", 1, MAX_TIMEOUT_S);
         settings
     }
 
@@ -332,14 +366,26 @@ impl Walker<'_> {
 
     /// An integer `[gateway]` setting within `min..=max`.
     fn bounded(&mut self, table: &DeTable<'_>, key: &str, min: u64, max: u64) -> Option<u64> {
-        let (number, span) = self.integer(table, "gateway", key)?;
+        self.bounded_at(table, "gateway", key, min, max)
+    }
+
+    /// An integer setting of the table `section` within `min..=max`.
+    fn bounded_at(
+        &mut self,
+        table: &DeTable<'_>,
+        section: &str,
+        key: &str,
+        min: u64,
+        max: u64,
+    ) -> Option<u64> {
+        let (number, span) = self.integer(table, section, key)?;
         match u64::try_from(number) {
             Ok(number) if (min..=max).contains(&number) => Some(number),
             _ => {
                 self.push(
                     Diagnostic::error(
                         DiagCode::InvalidValue,
-                        join("gateway", key),
+                        join(section, key),
                         format!("`{key}` must be between {min} and {max}, not {number}"),
                     )
                     .at(span),
