@@ -123,6 +123,7 @@ static NETWORK_DESCRIPTION: LazyLock<Option<Regex>> = LazyLock::new(|| {
 pub fn lint(listing: &Listing) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let alike = look_alikes(&listing.tools);
     for value in &listing.tools {
         let name = value.get("name").and_then(Value::as_str);
         if let Some(name) = name {
@@ -141,6 +142,18 @@ pub fn lint(listing: &Listing) -> Vec<Finding> {
             }
         }
         let start = findings.len();
+        if let Some(others) = name.and_then(|name| alike.get(name)) {
+            let others: Vec<String> = others.iter().map(|other| format!("`{other}`")).collect();
+            findings.push(Finding::new(
+                Code::LookAlikeToolName,
+                name,
+                format!(
+                    "the name looks the same as {} (case, `I` `l` `1`, `O` `0`, `rn` `m` or `vv` `w`), so a person could approve one for the other; hintgate lists and calls neither",
+                    others.join(", ")
+                ),
+                "give each tool a name that reads unlike the others",
+            ));
+        }
         check_tool(value, &mut findings);
         findings
             .get_mut(start..)
@@ -205,6 +218,38 @@ fn check_tool(value: &Value, findings: &mut Vec<Finding>) {
             "add a short human-readable `title`",
         ));
     }
+}
+
+/// The plain tool names that look like other plain names of the listing
+/// ([`hintgate_policy::name::look_alike`]), each with the names it looks
+/// like; the same name listed twice is `duplicate-tool-name`'s, and a name
+/// that is not plain is `invalid-tool-name`'s.
+fn look_alikes(tools: &[Value]) -> BTreeMap<String, Vec<String>> {
+    let mut by_look: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for name in tools
+        .iter()
+        .filter_map(|tool| tool.get("name").and_then(Value::as_str))
+        .filter(|name| hintgate_policy::name::problem(name).is_none())
+    {
+        let group = by_look
+            .entry(hintgate_policy::name::look_alike(name))
+            .or_default();
+        if !group.contains(&name) {
+            group.push(name);
+        }
+    }
+    let mut alike = BTreeMap::new();
+    for group in by_look.values().filter(|group| group.len() > 1) {
+        for name in group {
+            let others = group
+                .iter()
+                .filter(|other| *other != name)
+                .map(|other| (*other).to_owned())
+                .collect();
+            alike.insert((*name).to_owned(), others);
+        }
+    }
+    alike
 }
 
 fn check_name(tool: &Tool, findings: &mut Vec<Finding>) {

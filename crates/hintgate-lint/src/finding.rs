@@ -50,6 +50,8 @@ pub enum Code {
     InvalidToolName,
     /// Two tools with the same name.
     DuplicateToolName,
+    /// Two tools whose names look the same (`notes` and `Notes`).
+    LookAlikeToolName,
     /// The definition does not parse (a hint that is not a boolean, no name).
     InvalidToolDefinition,
     /// The tool has no `title`.
@@ -102,7 +104,7 @@ impl Severity {
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 23] = [
         Self::MissingAnnotations,
         Self::ImplicitHints,
         Self::ReadOnlyDestructive,
@@ -119,6 +121,7 @@ impl Code {
         Self::MissingRequired,
         Self::InvalidToolName,
         Self::DuplicateToolName,
+        Self::LookAlikeToolName,
         Self::InvalidToolDefinition,
         Self::MissingTitle,
         Self::OutputSchemaMismatch,
@@ -146,6 +149,7 @@ impl Code {
             Self::MissingRequired => "missing-required",
             Self::InvalidToolName => "invalid-tool-name",
             Self::DuplicateToolName => "duplicate-tool-name",
+            Self::LookAlikeToolName => "look-alike-tool-name",
             Self::InvalidToolDefinition => "invalid-tool-definition",
             Self::MissingTitle => "missing-title",
             Self::OutputSchemaMismatch => "output-schema-mismatch",
@@ -168,6 +172,7 @@ impl Code {
             | Self::InputSchemaNotObject
             | Self::InvalidToolName
             | Self::DuplicateToolName
+            | Self::LookAlikeToolName
             | Self::InvalidToolDefinition
             | Self::OutputSchemaMismatch => Severity::Error,
             Self::MissingAnnotations
@@ -231,6 +236,9 @@ impl Code {
                 "The tool's name is outside the spec's 1 to 128 characters of A-Z, a-z, 0-9, _, - and ."
             }
             Self::DuplicateToolName => "Two tools of the server have the same name.",
+            Self::LookAlikeToolName => {
+                "Two tools of the server have names that look the same, so a person could approve one for the other."
+            }
             Self::InvalidToolDefinition => {
                 "The tool definition does not parse: a field the spec names has the wrong type."
             }

@@ -431,6 +431,38 @@ fn names_titles_and_definitions() {
         codes(vec![good(), good(), good()]),
         [Code::DuplicateToolName]
     );
+    // Names that read alike: both are flagged, each naming the other.
+    let findings = lint(&Listing {
+        tools: vec![
+            with(json!({"name": "notes"})),
+            with(json!({"name": "Notes"})),
+            with(json!({"name": "list_items"})),
+            with(json!({"name": "Iist_items"})),
+            with(json!({"name": "rеad_note"})), // a Cyrillic `е`: not plain
+            good(),
+        ],
+        ..Listing::default()
+    });
+    let found: Vec<(Code, &str)> = findings
+        .iter()
+        .map(|finding| (finding.code, finding.tool.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Code::LookAlikeToolName, "notes"),
+            (Code::LookAlikeToolName, "Notes"),
+            (Code::LookAlikeToolName, "list_items"),
+            (Code::LookAlikeToolName, "Iist_items"),
+            (Code::InvalidToolName, "rеad_note"),
+        ]
+    );
+    assert!(findings[0].message.contains("`Notes`"), "{:?}", findings[0]);
+    assert!(
+        findings[3].message.contains("`list_items`"),
+        "{:?}",
+        findings[3]
+    );
     assert_eq!(one(with(json!({"title": null}))), [Code::MissingTitle]);
     assert_eq!(
         one(with(
