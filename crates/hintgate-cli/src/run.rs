@@ -264,6 +264,30 @@ fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, Input
     Ok(config)
 }
 
+/// The witness a gateway's checkpoints must go to (`[audit] witness`, its
+/// `${VAR}` expanded) and how often (`witness_every_records`,
+/// `witness_every_s`; the store's defaults when absent).
+fn witness_settings(
+    audit: &hintgate_policy::redact::AuditSettings,
+) -> Result<hintgate_store::WitnessSettings> {
+    let defaults = hintgate_store::WitnessSettings::default();
+    let path = audit
+        .witness
+        .as_deref()
+        .map(|text| vars::expand(text, &ProcessEnv))
+        .transpose()
+        .map_err(|err| InputError(format!("audit.witness: {err}")))?;
+    Ok(hintgate_store::WitnessSettings {
+        path: path.map(std::path::PathBuf::from),
+        every_records: audit
+            .witness_every_records
+            .unwrap_or(defaults.every_records),
+        every: audit
+            .witness_every_s
+            .map_or(defaults.every, std::time::Duration::from_secs),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,28 +335,4 @@ mod tests {
         };
         assert_eq!(env["TOKEN"], "t");
     }
-}
-
-/// The witness a gateway's checkpoints must go to (`[audit] witness`, its
-/// `${VAR}` expanded) and how often (`witness_every_records`,
-/// `witness_every_s`; the store's defaults when absent).
-fn witness_settings(
-    audit: &hintgate_policy::redact::AuditSettings,
-) -> Result<hintgate_store::WitnessSettings> {
-    let defaults = hintgate_store::WitnessSettings::default();
-    let path = audit
-        .witness
-        .as_deref()
-        .map(|text| vars::expand(text, &ProcessEnv))
-        .transpose()
-        .map_err(|err| InputError(format!("audit.witness: {err}")))?;
-    Ok(hintgate_store::WitnessSettings {
-        path: path.map(std::path::PathBuf::from),
-        every_records: audit
-            .witness_every_records
-            .unwrap_or(defaults.every_records),
-        every: audit
-            .witness_every_s
-            .map_or(defaults.every, std::time::Duration::from_secs),
-    })
 }
