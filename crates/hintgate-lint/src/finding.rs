@@ -52,6 +52,10 @@ pub enum Code {
     DuplicateToolName,
     /// Two tools whose names look the same (`notes` and `Notes`).
     LookAlikeToolName,
+    /// A prompt name outside the tool-name rule.
+    InvalidPromptName,
+    /// Two prompts whose names look the same.
+    LookAlikePromptName,
     /// The definition does not parse (a hint that is not a boolean, no name).
     InvalidToolDefinition,
     /// The tool has no `title`.
@@ -104,7 +108,7 @@ impl Severity {
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 25] = [
         Self::MissingAnnotations,
         Self::ImplicitHints,
         Self::ReadOnlyDestructive,
@@ -122,6 +126,8 @@ impl Code {
         Self::InvalidToolName,
         Self::DuplicateToolName,
         Self::LookAlikeToolName,
+        Self::InvalidPromptName,
+        Self::LookAlikePromptName,
         Self::InvalidToolDefinition,
         Self::MissingTitle,
         Self::OutputSchemaMismatch,
@@ -150,6 +156,8 @@ impl Code {
             Self::InvalidToolName => "invalid-tool-name",
             Self::DuplicateToolName => "duplicate-tool-name",
             Self::LookAlikeToolName => "look-alike-tool-name",
+            Self::InvalidPromptName => "invalid-prompt-name",
+            Self::LookAlikePromptName => "look-alike-prompt-name",
             Self::InvalidToolDefinition => "invalid-tool-definition",
             Self::MissingTitle => "missing-title",
             Self::OutputSchemaMismatch => "output-schema-mismatch",
@@ -173,6 +181,8 @@ impl Code {
             | Self::InvalidToolName
             | Self::DuplicateToolName
             | Self::LookAlikeToolName
+            | Self::InvalidPromptName
+            | Self::LookAlikePromptName
             | Self::InvalidToolDefinition
             | Self::OutputSchemaMismatch => Severity::Error,
             Self::MissingAnnotations
@@ -238,6 +248,12 @@ impl Code {
             Self::DuplicateToolName => "Two tools of the server have the same name.",
             Self::LookAlikeToolName => {
                 "Two tools of the server have names that look the same, so a person could approve one for the other."
+            }
+            Self::InvalidPromptName => {
+                "A prompt's name is empty, longer than 128 characters, or holds characters outside A-Z a-z 0-9 _ - ."
+            }
+            Self::LookAlikePromptName => {
+                "Two prompts of the server have names that look the same, so a person could pick one for the other."
             }
             Self::InvalidToolDefinition => {
                 "The tool definition does not parse: a field the spec names has the wrong type."

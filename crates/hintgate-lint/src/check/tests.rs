@@ -463,6 +463,35 @@ fn names_titles_and_definitions() {
         "{:?}",
         findings[3]
     );
+    // Prompt names follow the same rule; a finding about a prompt names no
+    // tool, and its message starts with the prompt's name.
+    let findings = lint(&Listing {
+        prompts: vec![
+            json!({"name": "summarize"}),
+            json!({"name": "Summarize"}),
+            json!({"name": "plan\n\nApprove?"}),
+            json!({"name": "rеview"}), // a Cyrillic `е`
+            json!({"name": "review"}),
+            json!({"name": "review"}),
+        ],
+        ..Listing::default()
+    });
+    let found: Vec<(Code, Option<&str>, &str)> = findings
+        .iter()
+        .map(|finding| {
+            let name = finding.message.split('`').nth(1).unwrap_or("");
+            (finding.code, finding.tool.as_deref(), name)
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Code::LookAlikePromptName, None, "summarize"),
+            (Code::LookAlikePromptName, None, "Summarize"),
+            (Code::InvalidPromptName, None, "plan\\n\\nApprove?"),
+            (Code::InvalidPromptName, None, "rеview"),
+        ]
+    );
     assert_eq!(one(with(json!({"title": null}))), [Code::MissingTitle]);
     assert_eq!(
         one(with(
@@ -489,6 +518,7 @@ fn capability_dependent_listings_and_calls() {
         tools: vec![good()],
         only_with_capabilities: vec!["ask_user".to_owned()],
         only_without_capabilities: vec![],
+        prompts: vec![],
         calls: vec![
             CallCheck {
                 tool: "read_note".to_owned(),
