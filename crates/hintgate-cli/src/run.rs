@@ -235,14 +235,24 @@ fn derive_name(command: &str, args: &[String]) -> String {
 
 /// Expands every `${VAR}` of the servers' command lines, environments, URLs
 /// and headers: the edge of the program, where the environment is read.
-fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, InputError> {
+pub(crate) fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, InputError> {
     let expand_one = |server: &str, key: &str, text: &mut String| -> Result<(), InputError> {
         *text = vars::expand(text, vars)
             .map_err(|err| InputError(format!("servers.{server}.{key}: {err}")))?;
         Ok(())
     };
     for (name, server) in &mut config.servers {
-        let ServerConfig { transport, .. } = server;
+        let ServerConfig {
+            transport, sandbox, ..
+        } = server;
+        if let Some(sandbox) = sandbox {
+            for path in sandbox.read.iter_mut() {
+                expand_one(name, "sandbox.read", path)?;
+            }
+            for path in sandbox.write.iter_mut() {
+                expand_one(name, "sandbox.write", path)?;
+            }
+        }
         match transport {
             Transport::Stdio { command, args, env } => {
                 expand_one(name, "command", command)?;

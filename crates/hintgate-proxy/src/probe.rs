@@ -239,6 +239,7 @@ impl Session {
                     args,
                     env,
                     name: command,
+                    sandbox: None,
                 };
                 Process::spawn(&spawn, link_target)
                     .map(Link::Stdio)

@@ -53,7 +53,15 @@ const SERVER_KEYS: &[&str] = &[
     "private_data",
     "sandbox",
 ];
-const SANDBOX_KEYS: &[&str] = &["read", "write", "network", "best_effort"];
+const SANDBOX_KEYS: &[&str] = &[
+    "read",
+    "write",
+    "network",
+    "best_effort",
+    "max_open_files",
+    "max_processes",
+    "max_memory_mb",
+];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
 
 /// The most records between two witness checkpoints.
@@ -272,7 +280,7 @@ impl Walker<'_> {
             self.check_template(&path, span, "audit.witness");
             settings.witness = Some(path);
         }
-        settings.witness_every_records = self.bounded_at(
+        settings.witness_every_records = self.bounded_in(
             table,
             "audit",
             "witness_every_records",
@@ -280,7 +288,7 @@ impl Walker<'_> {
             MAX_WITNESS_RECORDS,
         );
         settings.witness_every_s =
-            self.bounded_at(table, "audit", "witness_every_s", 1, MAX_TIMEOUT_S);
+            self.bounded_in(table, "audit", "witness_every_s", 1, MAX_TIMEOUT_S);
         settings
     }
 
@@ -366,26 +374,25 @@ impl Walker<'_> {
 
     /// An integer `[gateway]` setting within `min..=max`.
     fn bounded(&mut self, table: &DeTable<'_>, key: &str, min: u64, max: u64) -> Option<u64> {
-        self.bounded_at(table, "gateway", key, min, max)
+        self.bounded_in(table, "gateway", key, min, max)
     }
 
-    /// An integer setting of the table `section` within `min..=max`.
-    fn bounded_at(
+    fn bounded_in(
         &mut self,
         table: &DeTable<'_>,
-        section: &str,
+        path: &str,
         key: &str,
         min: u64,
         max: u64,
     ) -> Option<u64> {
-        let (number, span) = self.integer(table, section, key)?;
+        let (number, span) = self.integer(table, path, key)?;
         match u64::try_from(number) {
             Ok(number) if (min..=max).contains(&number) => Some(number),
             _ => {
                 self.push(
                     Diagnostic::error(
                         DiagCode::InvalidValue,
-                        join(section, key),
+                        join(path, key),
                         format!("`{key}` must be between {min} and {max}, not {number}"),
                     )
                     .at(span),
@@ -670,7 +677,29 @@ impl Walker<'_> {
             });
             *target = paths.unwrap_or_default();
         }
-        sandbox.network = self.boolean(table, path, "network").unwrap_or(false);
+        sandbox.network = match entry(table, "network") {
+            // A list of `host:port` the server may reach needs a filtering
+            // proxy inside the namespace; until it exists, say so rather
+            // than take the list for "no network" or "any network".
+            Some((_, value)) if matches!(value.get_ref(), DeValue::Array(_)) => {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        join(path, "network"),
+                        "a list of hosts the server may reach is not supported yet".to_owned(),
+                    )
+                    .at(value.span())
+                    .with_help(
+                        "write `network = false` (no network at all) or `network = true` (unconfined network)",
+                    ),
+                );
+                false
+            }
+            _ => self.boolean(table, path, "network").unwrap_or(false),
+        };
+        sandbox.max_open_files = self.bounded_in(table, path, "max_open_files", 16, 1 << 20);
+        sandbox.max_processes = self.bounded_in(table, path, "max_processes", 1, 1 << 22);
+        sandbox.max_memory_mb = self.bounded_in(table, path, "max_memory_mb", 16, 1 << 30);
         sandbox.best_effort = self.boolean(table, path, "best_effort").unwrap_or(false);
         sandbox
     }

@@ -316,3 +316,31 @@ fn the_audit_key_file_is_an_absolute_path_or_a_variable() {
         None
     );
 }
+
+#[test]
+fn sandbox_limits_are_read_and_a_list_of_hosts_is_refused() {
+    let (config, diagnostics) = parse_str(
+        "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nread = [\"/data\"]\nmax_open_files = 256\nmax_processes = 32\nmax_memory_mb = 2048\n",
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let sandbox = config.unwrap().servers["fs"].sandbox.clone().unwrap();
+    assert_eq!(sandbox.max_open_files, Some(256));
+    assert_eq!(sandbox.max_processes, Some(32));
+    assert_eq!(sandbox.max_memory_mb, Some(2048));
+    assert!(!sandbox.network);
+    // Not yet: a list would have to be enforced by a filtering proxy.
+    let (_, diagnostics) = parse_str(
+        "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nnetwork = [\"example.com:443\"]\n",
+    );
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].code, DiagCode::InvalidValue);
+    assert_eq!(diagnostics[0].key, "servers.fs.sandbox.network");
+    assert!(diagnostics[0].message.contains("not supported yet"));
+    assert_eq!(
+        codes("[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nmax_processes = 0\n"),
+        vec![(
+            DiagCode::InvalidValue,
+            "servers.fs.sandbox.max_processes".to_owned()
+        )]
+    );
+}
