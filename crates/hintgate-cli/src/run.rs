@@ -51,6 +51,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         .map(|text| vars::expand(text, &ProcessEnv))
         .transpose()
         .map_err(|err| InputError(format!("audit.key_file: {err}")))?;
+    let witness = witness_settings(&config.audit)?;
     let store = crate::state::open_store(
         &crate::state::Choice {
             state_dir: args.state_dir.as_deref(),
@@ -58,6 +59,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
             configured_store: configured.as_deref(),
             key: args.audit_key.as_deref(),
             configured_key: configured_key.as_deref(),
+            witness: Some(&witness),
         },
         &crate::state::Use::Gateway,
     )?
@@ -270,6 +272,30 @@ pub(crate) fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidCo
         }
     }
     Ok(config)
+}
+
+/// The witness a gateway's checkpoints must go to (`[audit] witness`, its
+/// `${VAR}` expanded) and how often (`witness_every_records`,
+/// `witness_every_s`; the store's defaults when absent).
+fn witness_settings(
+    audit: &hintgate_policy::redact::AuditSettings,
+) -> Result<hintgate_store::WitnessSettings> {
+    let defaults = hintgate_store::WitnessSettings::default();
+    let path = audit
+        .witness
+        .as_deref()
+        .map(|text| vars::expand(text, &ProcessEnv))
+        .transpose()
+        .map_err(|err| InputError(format!("audit.witness: {err}")))?;
+    Ok(hintgate_store::WitnessSettings {
+        path: path.map(std::path::PathBuf::from),
+        every_records: audit
+            .witness_every_records
+            .unwrap_or(defaults.every_records),
+        every: audit
+            .witness_every_s
+            .map_or(defaults.every, std::time::Duration::from_secs),
+    })
 }
 
 #[cfg(test)]

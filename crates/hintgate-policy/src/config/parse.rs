@@ -25,7 +25,14 @@ type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
 const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit"];
-const AUDIT_KEYS: &[&str] = &["redact", "redact_defaults", "key_file"];
+const AUDIT_KEYS: &[&str] = &[
+    "redact",
+    "redact_defaults",
+    "key_file",
+    "witness",
+    "witness_every_records",
+    "witness_every_s",
+];
 const GATEWAY_KEYS: &[&str] = &[
     "profile",
     "unattended",
@@ -56,6 +63,9 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_memory_mb",
 ];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
+
+/// The most records between two witness checkpoints.
+const MAX_WITNESS_RECORDS: u64 = 1_000_000;
 
 /// The longest timeout accepted: one day.
 const MAX_TIMEOUT_S: u64 = 86_400;
@@ -255,6 +265,30 @@ impl Walker<'_> {
             self.check_template(&path, span, "audit.key_file");
             settings.key_file = Some(path);
         }
+        if let Some((path, span)) = self.string(table, "audit", "witness") {
+            if !path.starts_with("${") && !path.starts_with('/') {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::RelativePath,
+                        "audit.witness",
+                        format!("witness path `{path}` is not absolute"),
+                    )
+                    .at(span.clone())
+                    .with_help("write the full path, starting with `/`, ideally on another volume or machine"),
+                );
+            }
+            self.check_template(&path, span, "audit.witness");
+            settings.witness = Some(path);
+        }
+        settings.witness_every_records = self.bounded_in(
+            table,
+            "audit",
+            "witness_every_records",
+            1,
+            MAX_WITNESS_RECORDS,
+        );
+        settings.witness_every_s =
+            self.bounded_in(table, "audit", "witness_every_s", 1, MAX_TIMEOUT_S);
         settings
     }
 
@@ -410,13 +444,34 @@ impl Walker<'_> {
     /// Two servers whose prefixes make one host-facing name: `docs` and
     /// `docs_` with the separator `__` both give `docs___x` (`_x` of one,
     /// `x` of the other). Each such pair is an error at the later server.
+    ///
+    /// Two servers whose names look the same ([`crate::name::look_alike`]:
+    /// `Docs` and `docs`) are an error too: hosts and people take them for
+    /// one server, in a tool's prefix and in the approval prompt.
     fn colliding_servers(&mut self, mut names: Vec<(String, Range<usize>)>, separator: &str) {
-        if separator.is_empty() {
-            return;
-        }
         names.sort_by_key(|(_, span)| span.start);
         for (later, (second, second_span)) in names.iter().enumerate() {
             for (first, first_span) in names.iter().take(later) {
+                if crate::name::look_alike(first) == crate::name::look_alike(second) {
+                    let line = crate::diag::position(self.source, first_span.start).line;
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::LookAlikeServerNames,
+                            join("servers", second),
+                            format!(
+                                "servers `{first}` and `{second}` have names that look the same, so a person could take one for the other"
+                            ),
+                        )
+                        .at(second_span.clone())
+                        .with_help(format!(
+                            "`{first}` is at line {line}; rename one of them (names that differ only in case, or in `I`, `l` and `1`, or `O` and `0`, read as one)"
+                        )),
+                    );
+                    continue;
+                }
+                if separator.is_empty() {
+                    continue;
+                }
                 let Some((shorter, longer)) = colliding(first, second, separator) else {
                     continue;
                 };

@@ -807,6 +807,24 @@ fn prepare(
                 .to_owned()
         })
         .collect();
+    let troubles = name_troubles(&names);
+    pages
+        .into_iter()
+        .zip(names)
+        .zip(troubles)
+        .map(|((raw, name), trouble)| {
+            let entry = ToolEntry::new(raw, server_name, policy, naming, trouble, sandbox);
+            (name, entry)
+        })
+        .collect()
+}
+
+/// What breaks the rule of [`hintgate_policy::name`] in each of the names
+/// one server listed (its tools, or its prompts), in their order: a name
+/// that is not plain, or one that looks like another plain name of the
+/// listing (the same name twice included). Names that are not plain are
+/// never listed, so they make no other name ambiguous.
+pub(super) fn name_troubles(names: &[String]) -> Vec<Option<NameTrouble>> {
     let problems: Vec<Option<String>> = names
         .iter()
         .map(|name| hintgate_policy::name::problem(name))
@@ -820,7 +838,7 @@ fn prepare(
                 .push(name);
         }
     }
-    let troubles: Vec<Option<NameTrouble>> = names
+    names
         .iter()
         .zip(&problems)
         .map(|(name, problem)| match problem {
@@ -839,15 +857,6 @@ fn prepare(
                     NameTrouble::LooksLike(others)
                 })
             }
-        })
-        .collect();
-    pages
-        .into_iter()
-        .zip(names)
-        .zip(troubles)
-        .map(|((raw, name), trouble)| {
-            let entry = ToolEntry::new(raw, server_name, policy, naming, trouble, sandbox);
-            (name, entry)
         })
         .collect()
 }
