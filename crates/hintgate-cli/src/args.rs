@@ -67,6 +67,43 @@ pub enum Command {
     /// Give the entries `hintgate wrap` rewrote back their original bytes.
     #[command(after_help = WRAP_HELP)]
     Unwrap(UnwrapArgs),
+    /// The kernel sandbox of stdio servers: what this kernel enforces, and
+    /// what one server would get.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+/// `hintgate sandbox`
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// What this kernel can enforce (Landlock, namespaces, seccomp), in plain words.
+    #[command(after_help = "Exit codes: 0 ok (whatever the kernel offers)")]
+    Check(SandboxCheckArgs),
+    /// The exact paths and rights, environment and limits a server would get.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Explain(SandboxExplainArgs),
+}
+
+/// `hintgate sandbox check`
+#[derive(Debug, Args)]
+pub struct SandboxCheckArgs {
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `hintgate sandbox explain`
+#[derive(Debug, Args)]
+pub struct SandboxExplainArgs {
+    /// The server, as named in the config.
+    #[arg(value_name = "SERVER")]
+    pub server: String,
+    /// The configuration.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Where the commands that read the store (`pins`, `log`, `approvals`)
@@ -579,9 +616,9 @@ pub struct ExplainArgs {
     #[arg(long, value_enum, default_value_t = RememberedArg::None)]
     pub remembered: RememberedArg,
     /// Whether the server's configured sandbox is taken as enforced. `auto`:
-    /// yes unless it is `best_effort`, since a sandbox the kernel cannot
-    /// enforce stops the server from starting (this version of `run`
-    /// enforces none yet, so it starts no server that asks for one).
+    /// what this kernel enforces of it (as `hintgate run` would start it);
+    /// `configured`: enforced unless it is `best_effort`, whatever this
+    /// kernel offers (a sandbox that cannot be enforced stops the server).
     #[arg(long, value_enum, default_value_t = SandboxArg::Auto)]
     pub sandbox: SandboxArg,
     /// Wrap mode: trust the server's annotations.
@@ -626,8 +663,10 @@ pub enum RememberedArg {
 /// `--sandbox`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SandboxArg {
-    /// Enforced unless `best_effort = true`.
+    /// What this kernel enforces of it.
     Auto,
+    /// Enforced unless `best_effort = true`, whatever the kernel offers.
+    Configured,
     /// Take the configured sandbox as enforced.
     Enforced,
     /// Take the configured sandbox as not enforced.
@@ -637,7 +676,7 @@ pub enum SandboxArg {
 impl From<SandboxArg> for hintgate_policy::config::Enforcement {
     fn from(arg: SandboxArg) -> Self {
         match arg {
-            SandboxArg::Auto => Self::Auto,
+            SandboxArg::Auto | SandboxArg::Configured => Self::Auto,
             SandboxArg::Enforced => Self::Enforced,
             SandboxArg::None => Self::None,
         }

@@ -121,7 +121,7 @@ pub fn run(as_json: bool) -> Result<Exit> {
                     tainted: example.tainted,
                     ..SessionState::default()
                 },
-                sandbox: sandbox_proof(&policy, example.server, SandboxArg::Auto),
+                sandbox: sandbox_proof(&policy, example.server, SandboxArg::Configured),
             },
         );
         text.push_str(&format!("# {}\n", example.situation));

@@ -143,7 +143,9 @@ fn wrap_config(args: &ExplainArgs, server: &str) -> ValidConfig {
     )
 }
 
-/// What the server's configured sandbox proves, as `--sandbox` says to take it.
+/// What the server's configured sandbox proves, as `--sandbox` says to take
+/// it: `auto` asks this kernel what it enforces of the table, as
+/// `hintgate run` would start the server.
 pub fn sandbox_proof(policy: &Policy, server: &str, mode: SandboxArg) -> SandboxProof {
     let Some(sandbox) = policy
         .server(server)
@@ -151,7 +153,14 @@ pub fn sandbox_proof(policy: &Policy, server: &str, mode: SandboxArg) -> Sandbox
     else {
         return SandboxProof::default();
     };
-    sandbox.proof_when(mode.into())
+    match mode {
+        SandboxArg::Auto => hintgate_sandbox::Kernel::current()
+            .report(sandbox)
+            .proof(sandbox),
+        SandboxArg::Configured | SandboxArg::Enforced | SandboxArg::None => {
+            sandbox.proof_when(mode.into())
+        }
+    }
 }
 
 /// The human-readable block for one explanation.

@@ -2,6 +2,7 @@
 //!
 //! `main` only parses and dispatches; each command lives in its own module,
 //! reads its files at the edge (`load`) and writes only through `output`.
+#![forbid(unsafe_code)]
 
 mod approvals;
 mod args;
@@ -18,6 +19,7 @@ mod log;
 mod output;
 mod pins;
 mod run;
+mod sandbox;
 mod scan;
 mod state;
 mod wrap;
@@ -25,7 +27,7 @@ mod wrap;
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command, ConfigCommand};
+use crate::args::{Cli, Command, ConfigCommand, SandboxCommand};
 use crate::exit::Exit;
 
 fn main() -> Exit {
@@ -54,6 +56,8 @@ fn main() -> Exit {
         Command::Approvals(args) => approvals::run(args),
         Command::Wrap(args) => wrap::wrap(args),
         Command::Unwrap(args) => wrap::unwrap(args),
+        Command::Sandbox(SandboxCommand::Check(args)) => sandbox::check(args),
+        Command::Sandbox(SandboxCommand::Explain(args)) => sandbox::explain(args),
     };
     match result {
         Ok(exit) => exit,

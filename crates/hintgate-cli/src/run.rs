@@ -51,6 +51,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         .map(|text| vars::expand(text, &ProcessEnv))
         .transpose()
         .map_err(|err| InputError(format!("audit.key_file: {err}")))?;
+    let witness = witness_settings(&config.audit)?;
     let store = crate::state::open_store(
         &crate::state::Choice {
             state_dir: args.state_dir.as_deref(),
@@ -58,6 +59,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
             configured_store: configured.as_deref(),
             key: args.audit_key.as_deref(),
             configured_key: configured_key.as_deref(),
+            witness: Some(&witness),
         },
         &crate::state::Use::Gateway,
     )?
@@ -233,14 +235,24 @@ fn derive_name(command: &str, args: &[String]) -> String {
 
 /// Expands every `${VAR}` of the servers' command lines, environments, URLs
 /// and headers: the edge of the program, where the environment is read.
-fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, InputError> {
+pub(crate) fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, InputError> {
     let expand_one = |server: &str, key: &str, text: &mut String| -> Result<(), InputError> {
         *text = vars::expand(text, vars)
             .map_err(|err| InputError(format!("servers.{server}.{key}: {err}")))?;
         Ok(())
     };
     for (name, server) in &mut config.servers {
-        let ServerConfig { transport, .. } = server;
+        let ServerConfig {
+            transport, sandbox, ..
+        } = server;
+        if let Some(sandbox) = sandbox {
+            for path in sandbox.read.iter_mut() {
+                expand_one(name, "sandbox.read", path)?;
+            }
+            for path in sandbox.write.iter_mut() {
+                expand_one(name, "sandbox.write", path)?;
+            }
+        }
         match transport {
             Transport::Stdio { command, args, env } => {
                 expand_one(name, "command", command)?;
@@ -260,6 +272,30 @@ fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, Input
         }
     }
     Ok(config)
+}
+
+/// The witness a gateway's checkpoints must go to (`[audit] witness`, its
+/// `${VAR}` expanded) and how often (`witness_every_records`,
+/// `witness_every_s`; the store's defaults when absent).
+fn witness_settings(
+    audit: &hintgate_policy::redact::AuditSettings,
+) -> Result<hintgate_store::WitnessSettings> {
+    let defaults = hintgate_store::WitnessSettings::default();
+    let path = audit
+        .witness
+        .as_deref()
+        .map(|text| vars::expand(text, &ProcessEnv))
+        .transpose()
+        .map_err(|err| InputError(format!("audit.witness: {err}")))?;
+    Ok(hintgate_store::WitnessSettings {
+        path: path.map(std::path::PathBuf::from),
+        every_records: audit
+            .witness_every_records
+            .unwrap_or(defaults.every_records),
+        every: audit
+            .witness_every_s
+            .map_or(defaults.every, std::time::Duration::from_secs),
+    })
 }
 
 #[cfg(test)]

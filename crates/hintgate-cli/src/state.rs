@@ -47,6 +47,9 @@ pub struct Choice<'a> {
     pub key: Option<&'a Path>,
     /// The config's `[audit] key_file`, expanded.
     pub configured_key: Option<&'a str>,
+    /// The config's `[audit] witness` (expanded) and cadence, for a
+    /// gateway; `None`: the defaults.
+    pub witness: Option<&'a hintgate_store::WitnessSettings>,
 }
 
 /// What a command needs of the audit log.
@@ -135,6 +138,7 @@ pub fn open_store(choice: &Choice<'_>, usage: &Use) -> Result<Opened> {
                 key: KeySource::File(key_path.clone()),
                 head: HeadPlace::File(SqliteStore::head_path(&db)),
                 checkpoints: true,
+                witness: choice.witness.cloned().unwrap_or_default(),
             },
             None,
         ),
@@ -147,6 +151,7 @@ pub fn open_store(choice: &Choice<'_>, usage: &Use) -> Result<Opened> {
                         head.clone().unwrap_or_else(|| SqliteStore::head_path(&db)),
                     ),
                     checkpoints: false,
+                    witness: Default::default(),
                 },
                 Some(key),
             )
@@ -191,6 +196,7 @@ fn open_postgres(
                     key: KeySource::File(path.clone()),
                     head: HeadPlace::Directory(dir),
                     checkpoints: true,
+                    witness: choice.witness.cloned().unwrap_or_default(),
                 },
                 KeyFile::Read(path, String::new()),
             )
@@ -211,6 +217,7 @@ fn open_postgres(
                     key: source,
                     head,
                     checkpoints: false,
+                    witness: Default::default(),
                 },
                 key,
             )
@@ -294,6 +301,7 @@ pub fn open_store_of(
             configured_store: configured_store.as_deref(),
             key,
             configured_key: configured_key.as_deref(),
+            witness: None,
         },
         usage,
     )

@@ -7,7 +7,7 @@
 //! for: whole words only, the first verb of a name, the leading verbs of a
 //! description's first sentence, and phrases rather than single words.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use hintgate_policy::sanitize::{Removed, sanitize};
@@ -38,6 +38,9 @@ pub struct Listing {
     pub only_without_capabilities: Vec<String>,
     /// The outcome of calling read-only tools (`--call-read-only`).
     pub calls: Vec<CallCheck>,
+    /// Every prompt the server listed (without the optional capabilities),
+    /// as sent, in listing order: their names are checked like tool names.
+    pub prompts: Vec<Value>,
 }
 
 /// What calling one read-only tool showed.
@@ -123,6 +126,7 @@ static NETWORK_DESCRIPTION: LazyLock<Option<Regex>> = LazyLock::new(|| {
 pub fn lint(listing: &Listing) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let alike = look_alikes(&listing.tools);
     for value in &listing.tools {
         let name = value.get("name").and_then(Value::as_str);
         if let Some(name) = name {
@@ -141,6 +145,18 @@ pub fn lint(listing: &Listing) -> Vec<Finding> {
             }
         }
         let start = findings.len();
+        if let Some(others) = name.and_then(|name| alike.get(name)) {
+            let others: Vec<String> = others.iter().map(|other| format!("`{other}`")).collect();
+            findings.push(Finding::new(
+                Code::LookAlikeToolName,
+                name,
+                format!(
+                    "the name looks the same as {} (case, `I` `l` `1`, `O` `0`, `rn` `m` or `vv` `w`), so a person could approve one for the other; hintgate lists and calls neither",
+                    others.join(", ")
+                ),
+                "give each tool a name that reads unlike the others",
+            ));
+        }
         check_tool(value, &mut findings);
         findings
             .get_mut(start..)
@@ -166,7 +182,46 @@ pub fn lint(listing: &Listing) -> Vec<Finding> {
     for call in &listing.calls {
         check_call(call, &mut findings);
     }
+    check_prompts(&listing.prompts, &mut findings);
     findings
+}
+
+/// Prompt names follow the tool-name rule: the gateway prefixes and routes
+/// them like tools, and leaves out a prompt whose name is not plain or
+/// looks like another's. A finding about a prompt names no tool; its
+/// message starts with the prompt's name.
+fn check_prompts(prompts: &[Value], findings: &mut Vec<Finding>) {
+    let alike = look_alikes(prompts);
+    let mut seen = BTreeSet::new();
+    for name in prompts
+        .iter()
+        .map(|prompt| prompt.get("name").and_then(Value::as_str).unwrap_or(""))
+    {
+        if !seen.insert(name) {
+            continue;
+        }
+        // No tool field to carry it: the name is in the message, escaped.
+        let shown = hintgate_policy::sanitize::escape_line(name);
+        if let Some(problem) = hintgate_policy::name::problem(name) {
+            findings.push(Finding::new(
+                Code::InvalidPromptName,
+                None,
+                format!("prompt `{shown}`: the name {problem}"),
+                "use 1 to 128 characters of A-Z, a-z, 0-9, `_`, `-` and `.`; hintgate neither lists nor gets such a prompt",
+            ));
+        } else if let Some(others) = alike.get(name) {
+            let others: Vec<String> = others.iter().map(|other| format!("`{other}`")).collect();
+            findings.push(Finding::new(
+                Code::LookAlikePromptName,
+                None,
+                format!(
+                    "prompt `{shown}`: the name looks the same as {} (case, `I` `l` `1`, `O` `0`, `rn` `m` or `vv` `w`); hintgate lists and gets neither",
+                    others.join(", ")
+                ),
+                "give each prompt a name that reads unlike the others",
+            ));
+        }
+    }
 }
 
 fn check_tool(value: &Value, findings: &mut Vec<Finding>) {
@@ -205,6 +260,39 @@ fn check_tool(value: &Value, findings: &mut Vec<Finding>) {
             "add a short human-readable `title`",
         ));
     }
+}
+
+/// The plain names (of tools, or of prompts) that look like other plain
+/// names of the listing
+/// ([`hintgate_policy::name::look_alike`]), each with the names it looks
+/// like; the same name listed twice is `duplicate-tool-name`'s, and a name
+/// that is not plain is `invalid-tool-name`'s.
+fn look_alikes(listed: &[Value]) -> BTreeMap<String, Vec<String>> {
+    let mut by_look: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for name in listed
+        .iter()
+        .filter_map(|entry| entry.get("name").and_then(Value::as_str))
+        .filter(|name| hintgate_policy::name::problem(name).is_none())
+    {
+        let group = by_look
+            .entry(hintgate_policy::name::look_alike(name))
+            .or_default();
+        if !group.contains(&name) {
+            group.push(name);
+        }
+    }
+    let mut alike = BTreeMap::new();
+    for group in by_look.values().filter(|group| group.len() > 1) {
+        for name in group {
+            let others = group
+                .iter()
+                .filter(|other| *other != name)
+                .map(|other| (*other).to_owned())
+                .collect();
+            alike.insert((*name).to_owned(), others);
+        }
+    }
+    alike
 }
 
 fn check_name(tool: &Tool, findings: &mut Vec<Finding>) {

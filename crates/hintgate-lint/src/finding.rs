@@ -50,6 +50,12 @@ pub enum Code {
     InvalidToolName,
     /// Two tools with the same name.
     DuplicateToolName,
+    /// Two tools whose names look the same (`notes` and `Notes`).
+    LookAlikeToolName,
+    /// A prompt name outside the tool-name rule.
+    InvalidPromptName,
+    /// Two prompts whose names look the same.
+    LookAlikePromptName,
     /// The definition does not parse (a hint that is not a boolean, no name).
     InvalidToolDefinition,
     /// The tool has no `title`.
@@ -102,7 +108,7 @@ impl Severity {
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 25] = [
         Self::MissingAnnotations,
         Self::ImplicitHints,
         Self::ReadOnlyDestructive,
@@ -119,6 +125,9 @@ impl Code {
         Self::MissingRequired,
         Self::InvalidToolName,
         Self::DuplicateToolName,
+        Self::LookAlikeToolName,
+        Self::InvalidPromptName,
+        Self::LookAlikePromptName,
         Self::InvalidToolDefinition,
         Self::MissingTitle,
         Self::OutputSchemaMismatch,
@@ -146,6 +155,9 @@ impl Code {
             Self::MissingRequired => "missing-required",
             Self::InvalidToolName => "invalid-tool-name",
             Self::DuplicateToolName => "duplicate-tool-name",
+            Self::LookAlikeToolName => "look-alike-tool-name",
+            Self::InvalidPromptName => "invalid-prompt-name",
+            Self::LookAlikePromptName => "look-alike-prompt-name",
             Self::InvalidToolDefinition => "invalid-tool-definition",
             Self::MissingTitle => "missing-title",
             Self::OutputSchemaMismatch => "output-schema-mismatch",
@@ -168,6 +180,9 @@ impl Code {
             | Self::InputSchemaNotObject
             | Self::InvalidToolName
             | Self::DuplicateToolName
+            | Self::LookAlikeToolName
+            | Self::InvalidPromptName
+            | Self::LookAlikePromptName
             | Self::InvalidToolDefinition
             | Self::OutputSchemaMismatch => Severity::Error,
             Self::MissingAnnotations
@@ -231,6 +246,15 @@ impl Code {
                 "The tool's name is outside the spec's 1 to 128 characters of A-Z, a-z, 0-9, _, - and ."
             }
             Self::DuplicateToolName => "Two tools of the server have the same name.",
+            Self::LookAlikeToolName => {
+                "Two tools of the server have names that look the same, so a person could approve one for the other."
+            }
+            Self::InvalidPromptName => {
+                "A prompt's name is empty, longer than 128 characters, or holds characters outside A-Z a-z 0-9 _ - ."
+            }
+            Self::LookAlikePromptName => {
+                "Two prompts of the server have names that look the same, so a person could pick one for the other."
+            }
             Self::InvalidToolDefinition => {
                 "The tool definition does not parse: a field the spec names has the wrong type."
             }

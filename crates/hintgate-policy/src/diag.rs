@@ -53,6 +53,8 @@ pub enum DiagCode {
     BadPointer,
     /// Two servers whose prefixes make one host-facing tool name.
     CollidingServerNames,
+    /// Two servers whose names look the same (`Docs` and `docs`).
+    LookAlikeServerNames,
 }
 
 /// One problem in a configuration.
@@ -101,7 +103,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -118,6 +120,7 @@ impl DiagCode {
         Self::UnsetVariable,
         Self::BadPointer,
         Self::CollidingServerNames,
+        Self::LookAlikeServerNames,
     ];
 
     /// The stable kebab-case code.
@@ -139,6 +142,7 @@ impl DiagCode {
             Self::UnsetVariable => "unset-variable",
             Self::BadPointer => "bad-pointer",
             Self::CollidingServerNames => "colliding-server-names",
+            Self::LookAlikeServerNames => "look-alike-server-names",
         }
     }
 }

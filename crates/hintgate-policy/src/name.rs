@@ -60,6 +60,38 @@ pub fn problem(name: &str) -> Option<String> {
     ))
 }
 
+/// Why a resource URI or URI template a server lists cannot be shown as it
+/// is, in words that follow "the URI", or `None` when it can.
+///
+/// URIs are not renamed or held to the tool-name rule (they are the
+/// server's addresses, and may be any scheme), but a person picks a
+/// resource by reading its URI, so one that holds a character that breaks
+/// a line, controls a terminal, turns text around or shows as nothing
+/// ([`crate::sanitize::breaks_or_hides`]) is refused: two URIs that look
+/// the same could then be different resources.
+pub fn uri_problem(uri: &str) -> Option<String> {
+    if uri.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    let mut bad: Vec<char> = uri
+        .chars()
+        .filter(|ch| crate::sanitize::breaks_or_hides(*ch))
+        .collect();
+    if bad.is_empty() {
+        return None;
+    }
+    bad.dedup();
+    let shown: Vec<String> = bad
+        .iter()
+        .take(5)
+        .map(|ch| format!("`{}`", crate::sanitize::escape_line(&ch.to_string())))
+        .collect();
+    Some(format!(
+        "holds characters that break a line or do not show: {}",
+        shown.join(", ")
+    ))
+}
+
 /// What a name looks like to a reader: case folded, and the ASCII
 /// characters that are drawn alike in common fonts made one (`I`, `i`, `l`
 /// and `1` as `l`; `O` and `0` as `o`; `rn` as `m`; `vv` as `w`). Two names
@@ -96,6 +128,25 @@ mod tests {
         assert!(shown.ends_with("`\\n`, `\\u{202e}`"), "{shown}");
         for name in ["rеad", "with space", "ｒｅａｄ", "tag\u{e0041}", "a\u{ad}b"] {
             assert!(problem(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn uris_that_hide_or_break_a_line_are_refused() {
+        for uri in ["file:///a b.txt", "note://x/é", "db://{table}/rows"] {
+            assert_eq!(uri_problem(uri), None, "{uri}");
+        }
+        assert_eq!(uri_problem("").as_deref(), Some("is empty"));
+        let shown = uri_problem("file:///a\n\u{202e}txt").unwrap();
+        assert!(shown.ends_with("`\\n`, `\\u{202e}`"), "{shown}");
+        for uri in [
+            "file:///a\u{200b}",
+            "x:\u{1b}[2J",
+            "x:\ty",
+            "x:\u{a0}",
+            "x:\u{e0041}",
+        ] {
+            assert!(uri_problem(uri).is_some(), "{uri:?}");
         }
     }
 

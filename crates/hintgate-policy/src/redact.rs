@@ -80,6 +80,18 @@ pub struct AuditSettings {
     /// SQLite, `audit.key` beside the database; a PostgreSQL store needs
     /// one, the same on every gateway).
     pub key_file: Option<String>,
+    /// The witness a gateway's checkpoints go to (`witness`), an absolute
+    /// path that may hold `${VAR}` references, expanded at start-up: a
+    /// gateway refuses to start unless `hintgate log setup-witness` set up
+    /// this very file for its log. `None`: whatever witness was set up, if
+    /// any.
+    pub witness: Option<String>,
+    /// A checkpoint at least every this many records
+    /// (`witness_every_records`); `None`: the store's default (1000).
+    pub witness_every_records: Option<u64>,
+    /// A checkpoint at the first commit at least this many seconds after
+    /// the last (`witness_every_s`); `None`: the store's default (60).
+    pub witness_every_s: Option<u64>,
 }
 
 /// The key of the digests redaction markers keep. Its `Debug` shows none
@@ -154,6 +166,9 @@ impl Default for AuditSettings {
             redact: Vec::new(),
             redact_defaults: true,
             key_file: None,
+            witness: None,
+            witness_every_records: None,
+            witness_every_s: None,
         }
     }
 }

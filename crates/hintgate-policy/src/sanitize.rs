@@ -200,13 +200,20 @@ pub fn escape_line(text: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            _ if ch == '\u{1b}' || classify(ch).is_some() || blank_or_invisible(ch) => {
+            _ if breaks_or_hides(ch) => {
                 out.push_str(&format!("\\u{{{:04x}}}", u32::from(ch)));
             }
             _ => out.push(ch),
         }
     }
     out
+}
+
+/// Whether [`escape_line`] escapes `ch`: a character that breaks a line,
+/// controls a terminal, turns text around, or shows as nothing or as blank
+/// space other than the ASCII space. Text without one reads as it is.
+pub fn breaks_or_hides(ch: char) -> bool {
+    matches!(ch, '\n' | '\r' | '\t' | '\u{1b}') || classify(ch).is_some() || blank_or_invisible(ch)
 }
 
 /// Characters beyond the sanitizer's classes that show as blank space or as

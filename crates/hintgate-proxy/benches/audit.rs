@@ -72,6 +72,7 @@ fn open(backend: &str) -> (Arc<dyn AuditLog>, Option<tempfile::TempDir>) {
                 key: KeySource::Given(AuditKey::generate().unwrap()),
                 head: HeadPlace::Directory(dir.path().to_owned()),
                 checkpoints: true,
+                witness: Default::default(),
             };
             (
                 Arc::new(PgStore::open_with(&url, audit).unwrap()),

@@ -36,8 +36,8 @@ const DISCOVER_TIMEOUT: Duration = Duration::from_secs(3);
 /// The largest message read from a server (as the gateway's default).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
-/// At most this many pages of `tools/list`, so a server that always sends a
-/// next cursor cannot keep the probe forever.
+/// At most this many pages of a list (`tools/list`, `prompts/list`), so a
+/// server that always sends a next cursor cannot keep the probe forever.
 const MAX_PAGES: usize = 1000;
 
 /// Which server to probe.
@@ -129,6 +129,8 @@ struct Session {
     server_info: Option<Value>,
     /// Whether the server declared the `tools` capability.
     has_tools: bool,
+    /// Whether the server declared the `prompts` capability.
+    has_prompts: bool,
 }
 
 /// Probes one server: lists its tools with and without the optional client
@@ -146,6 +148,13 @@ pub async fn probe(target: &Target, options: Options) -> Result<Probed, ProbeErr
     let result = plain.list_tools().await;
     let plain_tools = match result {
         Ok(tools) => tools,
+        Err(error) => {
+            plain.close().await;
+            return Err(error);
+        }
+    };
+    let prompts = match plain.list_prompts().await {
+        Ok(prompts) => prompts,
         Err(error) => {
             plain.close().await;
             return Err(error);
@@ -194,6 +203,7 @@ pub async fn probe(target: &Target, options: Options) -> Result<Probed, ProbeErr
             only_with_capabilities: only_with,
             only_without_capabilities: only_without,
             calls,
+            prompts,
         },
         server_info,
         protocol_version,
@@ -229,6 +239,7 @@ impl Session {
                     args,
                     env,
                     name: command,
+                    sandbox: None,
                 };
                 Process::spawn(&spawn, link_target)
                     .map(Link::Stdio)
@@ -249,6 +260,7 @@ impl Session {
             protocol_version: String::new(),
             server_info: None,
             has_tools: true,
+            has_prompts: false,
         };
         if let Err(error) = session.handshake(modern).await {
             session.close().await;
@@ -314,6 +326,7 @@ impl Session {
             Err(error) => return Err(error),
         };
         self.has_tools = result.pointer("/capabilities/tools").is_some();
+        self.has_prompts = result.pointer("/capabilities/prompts").is_some();
         self.server_info = result.get("serverInfo").cloned();
         self.protocol_version = result
             .get("protocolVersion")
@@ -327,6 +340,7 @@ impl Session {
     /// Takes the server for a 2026-07-28 one, from its `server/discover` result.
     fn adopt_modern(&mut self, result: &Value, meta: Value) {
         self.has_tools = result.pointer("/capabilities/tools").is_some();
+        self.has_prompts = result.pointer("/capabilities/prompts").is_some();
         self.server_info = result
             .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
             .or_else(|| result.get("serverInfo"))
@@ -340,7 +354,20 @@ impl Session {
         if !self.has_tools {
             return Ok(Vec::new());
         }
-        let mut tools = Vec::new();
+        self.list_all("tools/list", "tools").await
+    }
+
+    /// Every page of `prompts/list`, for the checks of prompt names.
+    async fn list_prompts(&mut self) -> Result<Vec<Value>, ProbeError> {
+        if !self.has_prompts {
+            return Ok(Vec::new());
+        }
+        self.list_all("prompts/list", "prompts").await
+    }
+
+    /// Every page of the list `method` gives under `key`.
+    async fn list_all(&mut self, method: &str, key: &str) -> Result<Vec<Value>, ProbeError> {
+        let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         let mut seen_cursors = BTreeSet::new();
         for _ in 0..MAX_PAGES {
@@ -348,13 +375,13 @@ impl Session {
                 Some(cursor) => json!({"cursor": cursor}),
                 None => json!({}),
             };
-            let result = self.request("tools/list", params).await?;
-            if let Some(page) = result.get("tools").and_then(Value::as_array) {
-                tools.extend(page.iter().cloned());
+            let result = self.request(method, params).await?;
+            if let Some(page) = result.get(key).and_then(Value::as_array) {
+                items.extend(page.iter().cloned());
             } else {
                 return Err(ProbeError::Refused {
-                    method: "tools/list".to_owned(),
-                    message: "the result has no `tools` list".to_owned(),
+                    method: method.to_owned(),
+                    message: format!("the result has no `{key}` list"),
                 });
             }
             match result.get("nextCursor").and_then(Value::as_str) {
@@ -362,10 +389,10 @@ impl Session {
                 Some(next) if seen_cursors.insert(next.to_owned()) => {
                     cursor = Some(next.to_owned());
                 }
-                _ => return Ok(tools),
+                _ => return Ok(items),
             }
         }
-        Ok(tools)
+        Ok(items)
     }
 
     /// Calls each read-only tool with an `outputSchema` that needs no

@@ -12,12 +12,18 @@
 //! is counted ([`LinkTarget::queue`]), so the gateway can see a server that
 //! does not read its input and stop sending to it. A child process is
 //! killed when its [`Process`] is dropped, so nothing outlives the gateway.
+//!
+//! A server with a `[sandbox]` table is started confined
+//! ([`hintgate_sandbox`]): a clean environment, its own process group
+//! (killed with it), a private home removed when it stops, and what the
+//! kernel enforces; its [`Link::sandbox`] report says what holds.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use hintgate_policy::config::{ServerConfig, Transport};
+use hintgate_policy::config::{SandboxConfig, ServerConfig, Transport};
+use hintgate_sandbox::{Confinement, Kernel, Plan, Report};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -74,6 +80,9 @@ pub enum Link {
 pub struct Process {
     lines: StreamLink,
     child: Child,
+    /// Its sandbox, when it has one: dropped after the child, it kills the
+    /// process group and removes the private home.
+    confinement: Option<Box<Confinement>>,
 }
 
 /// Lines over a pair of byte streams.
@@ -95,6 +104,8 @@ pub struct Spawn<'a> {
     pub env: &'a BTreeMap<String, String>,
     /// The server's configured name, for logs.
     pub name: &'a str,
+    /// The sandbox to start it in.
+    pub sandbox: Option<&'a SandboxConfig>,
 }
 
 /// Why a server could not be started.
@@ -112,6 +123,14 @@ pub enum SpawnError {
     /// A pipe was not set up.
     #[error("cannot connect to `{0}`: no pipe")]
     NoPipe(String),
+    /// The sandbox cannot be set up (or the kernel cannot enforce it).
+    #[error("cannot start `{name}` in its sandbox: {source}")]
+    Sandbox {
+        /// The server's configured name.
+        name: String,
+        /// Why.
+        source: hintgate_sandbox::SandboxError,
+    },
 }
 
 // === impl SystemConnector ===
@@ -125,6 +144,7 @@ impl Connector for SystemConnector {
                     args,
                     env,
                     name: &server.name,
+                    sandbox: server.sandbox.as_ref(),
                 },
                 target,
             )
@@ -169,6 +189,15 @@ impl Link {
             Self::Http(link) => link.stop().await,
             // Dropping the sender ends the writer, which closes the stream.
             Self::Streams(link) => drop(link),
+        }
+    }
+
+    /// What the server's running sandbox enforces, for a sandboxed child
+    /// process.
+    pub fn sandbox(&self) -> Option<&Report> {
+        match self {
+            Self::Stdio(process) => process.confinement.as_deref().map(Confinement::report),
+            Self::Http(_) | Self::Streams(_) => None,
         }
     }
 
@@ -220,10 +249,26 @@ impl Process {
     ///
     /// [`SpawnError`] when the program cannot be run.
     pub fn spawn(spec: &Spawn<'_>, target: LinkTarget) -> Result<Self, SpawnError> {
-        let mut command = Command::new(spec.command);
+        let (mut command, mut confinement) = match spec.sandbox {
+            Some(sandbox) => {
+                let sandboxed = |source| SpawnError::Sandbox {
+                    name: spec.name.to_owned(),
+                    source,
+                };
+                let inherited = std::env::vars().collect();
+                let plan = Plan::new(spec.command, spec.args, spec.env, sandbox, &inherited)
+                    .map_err(sandboxed)?;
+                let (command, confinement) =
+                    hintgate_sandbox::command(&plan, Kernel::current()).map_err(sandboxed)?;
+                (Command::from(command), Some(Box::new(confinement)))
+            }
+            None => {
+                let mut command = Command::new(spec.command);
+                command.args(spec.args).envs(spec.env);
+                (command, None)
+            }
+        };
         command
-            .args(spec.args)
-            .envs(spec.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -232,6 +277,9 @@ impl Process {
             command: spec.command.to_owned(),
             source,
         })?;
+        if let Some(confinement) = &mut confinement {
+            confinement.started(child.id());
+        }
         let stdin = child
             .stdin
             .take()
@@ -253,19 +301,29 @@ impl Process {
                 tracing::info!(server.id = %name, "{line}");
             }
         });
-        Ok(Self { lines, child })
+        Ok(Self {
+            lines,
+            child,
+            confinement,
+        })
     }
 
     /// Stops the server the way the spec asks: close its input, give it a
     /// moment to exit, then kill it.
     pub async fn stop(self) {
-        let Self { lines, mut child } = self;
+        let Self {
+            lines,
+            mut child,
+            confinement,
+        } = self;
         drop(lines);
         let exited = tokio::time::timeout(std::time::Duration::from_secs(2), child.wait()).await;
         if exited.is_err() {
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
+        // Whatever the server left running in its group goes with it.
+        drop(confinement);
     }
 }
 

@@ -377,6 +377,9 @@ pub struct AuditSetup {
     /// [`witness_state_path`](crate::witness_state_path)): a gateway does;
     /// a command that reads the log does not.
     pub checkpoints: bool,
+    /// Which witness the checkpoints must go to, and how often; read only
+    /// when `checkpoints` is set.
+    pub witness: crate::WitnessSettings,
 }
 
 /// A store's key and head, resolved when it opens.
@@ -1309,7 +1312,17 @@ impl Keying {
             .zip(head_path.as_ref())
             .map(|(key, path)| HeadWriter::new(path.clone(), key));
         let witness = match (&head_path, setup.checkpoints && key.is_some()) {
-            (Some(path), true) => WitnessWriter::open(&witness::state_path(path))?,
+            (Some(path), true) => WitnessWriter::open(&witness::state_path(path), &setup.witness)?,
+            // A store without a head has no witness; one the configuration
+            // names is not silently left out.
+            (None, true) => match &setup.witness.path {
+                Some(named) => {
+                    return Err(StoreError::Witness(crate::WitnessError::NotSetUp {
+                        named: named.clone(),
+                    }));
+                }
+                None => None,
+            },
             _ => None,
         };
         Ok(Self {

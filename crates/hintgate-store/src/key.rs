@@ -6,7 +6,11 @@
 //! created on first use, atomically (written under another name, then linked
 //! into place, which fails rather than replace a file that is there), never
 //! overwritten, with mode 0600; a key file that anyone but its owner may read
-//! or write is refused, naming the file.
+//! or write is refused, naming the file, and so is one that belongs to
+//! another user (who could have put it there, and would know the key) or
+//! that sits in a directory others may replace it in (writable by everyone
+//! without the sticky bit, or owned by another user than the one hintgate
+//! runs as and root).
 //!
 //! Nothing is keyed with the key itself: each use gets a subkey,
 //! HMAC-SHA-256(key, "hintgate " + purpose), so a digest made for one
@@ -74,6 +78,31 @@ pub enum KeyError {
         /// Its permission bits.
         mode: u32,
     },
+    /// The key file belongs to another user than the one hintgate runs as,
+    /// who could have put it there and would then know the key.
+    #[error(
+        "the audit key `{path}` belongs to user id {owner}, not to the user hintgate runs as (user id {user}), who may have put it there and know it; remove it so a new key is made, or give it to this user with `chown` if it is the key you made"
+    )]
+    NotOwned {
+        /// The key file.
+        path: PathBuf,
+        /// The user id that owns it.
+        owner: u32,
+        /// The user id hintgate runs as.
+        user: u32,
+    },
+    /// The directory of the key file lets others replace it.
+    #[error(
+        "the audit key `{path}` is in `{dir}`, where others may replace it ({why}); move the key to a directory only you can write to, or make it private with `chmod o-w,g-w {dir}`"
+    )]
+    OpenDirectory {
+        /// The key file.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// What lets others replace it.
+        why: String,
+    },
     /// The file does not hold a key.
     #[error("the audit key `{path}` is not 64 hexadecimal digits")]
     Malformed {
@@ -128,7 +157,9 @@ impl AuditKey {
             source,
         };
         let file = std::fs::File::open(path).map_err(io)?;
-        check_private(path, &file.metadata().map_err(io)?)?;
+        let metadata = file.metadata().map_err(io)?;
+        check_private(path, &metadata)?;
+        check_directory(path, &metadata)?;
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::Read::take(file, 256), &mut text)
             .map_err(io)?;
@@ -259,6 +290,83 @@ fn check_private(_path: &Path, _metadata: &std::fs::Metadata) -> Result<(), KeyE
     Ok(())
 }
 
+/// Refuses a key file that another user owns, or that sits in a directory
+/// where others may replace it.
+#[cfg(unix)]
+fn check_owner(
+    path: &Path,
+    file_owner: u32,
+    dir: &Path,
+    dir_owner: u32,
+    dir_mode: u32,
+    user: u32,
+) -> Result<(), KeyError> {
+    if file_owner != user {
+        return Err(KeyError::NotOwned {
+            path: path.to_owned(),
+            owner: file_owner,
+            user,
+        });
+    }
+    const STICKY: u32 = 0o1000;
+    let why = if dir_owner != user && dir_owner != 0 {
+        Some(format!("it belongs to user id {dir_owner}"))
+    } else if dir_mode & 0o002 != 0 && dir_mode & STICKY == 0 {
+        Some(format!(
+            "everyone may write to it, mode {:04o}",
+            dir_mode & 0o7777
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(KeyError::OpenDirectory {
+            path: path.to_owned(),
+            dir: dir.to_owned(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// [`check_owner`] for the file at `path`, opened with `metadata`, against
+/// the effective user id.
+#[cfg(unix)]
+fn check_directory(path: &Path, metadata: &std::fs::Metadata) -> Result<(), KeyError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let io = |at: &Path| {
+        let at = at.to_owned();
+        move |source| KeyError::Io { path: at, source }
+    };
+    // The file read, and the name it was read by: a symbolic link someone
+    // else made could be pointed at another key.
+    let link = std::fs::symlink_metadata(path).map_err(io(path))?;
+    let dir_metadata = std::fs::metadata(&dir).map_err(io(&dir))?;
+    let user = rustix::process::geteuid().as_raw();
+    let owner = [link.uid(), metadata.uid()]
+        .into_iter()
+        .find(|owner| *owner != user)
+        .unwrap_or(user);
+    check_owner(
+        path,
+        owner,
+        &dir,
+        dir_metadata.uid(),
+        dir_metadata.mode(),
+        user,
+    )
+}
+
+/// On other platforms ownership is left to the platform's own controls.
+#[cfg(not(unix))]
+fn check_directory(_path: &Path, _metadata: &std::fs::Metadata) -> Result<(), KeyError> {
+    Ok(())
+}
+
 /// Writes a new private file at `path` with `bytes`, atomically: written and
 /// synced under a temporary name in the same directory, then linked to
 /// `path`, which fails with `AlreadyExists` instead of replacing a file that
@@ -350,6 +458,97 @@ mod tests {
         );
         // Nor is it replaced by a new one.
         assert!(AuditKey::load_or_create(&path).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_another_user_owns_or_may_replace_is_refused() {
+        let (key, dir) = (Path::new("/srv/k/audit.key"), Path::new("/srv/k"));
+        assert!(check_owner(key, 1000, dir, 1000, 0o40700, 1000).is_ok());
+        // A directory of root's, or one with the sticky bit, is fine.
+        assert!(check_owner(key, 1000, dir, 0, 0o40755, 1000).is_ok());
+        assert!(check_owner(key, 1000, dir, 0, 0o41777, 1000).is_ok());
+        let planted = check_owner(key, 1001, dir, 1000, 0o40700, 1000).unwrap_err();
+        assert!(
+            matches!(
+                planted,
+                KeyError::NotOwned {
+                    owner: 1001,
+                    user: 1000,
+                    ..
+                }
+            ),
+            "{planted}"
+        );
+        assert!(
+            planted.to_string().contains("/srv/k/audit.key"),
+            "{planted}"
+        );
+        // Root's key is not a user's either.
+        assert!(check_owner(key, 0, dir, 0, 0o40755, 1000).is_err());
+        let theirs = check_owner(key, 1000, dir, 1001, 0o40755, 1000).unwrap_err();
+        assert!(matches!(theirs, KeyError::OpenDirectory { .. }), "{theirs}");
+        let open = check_owner(key, 1000, dir, 1000, 0o40777, 1000).unwrap_err();
+        assert!(open.to_string().contains("mode 0777"), "{open}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_in_a_directory_everyone_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(AuditKey::FILE_NAME);
+        AuditKey::load_or_create(&path).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = AuditKey::load(&path).unwrap_err();
+        assert!(matches!(err, KeyError::OpenDirectory { .. }), "{err}");
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+        // With the sticky bit, others cannot replace what is not theirs.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(AuditKey::load(&path).is_ok());
+    }
+
+    /// Only root can give a file away, so this runs the real check where the
+    /// tests run as root and the check with the running user's id elsewhere.
+    #[cfg(unix)]
+    #[test]
+    fn a_key_file_of_another_user_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(AuditKey::FILE_NAME);
+        AuditKey::load_or_create(&path).unwrap();
+        let user = rustix::process::geteuid();
+        if user.is_root() {
+            let nobody = rustix::process::Uid::from_raw(65_534);
+            rustix::fs::chown(&path, Some(nobody), None).unwrap();
+            let err = AuditKey::load(&path).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    KeyError::NotOwned {
+                        owner: 65_534,
+                        user: 0,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(AuditKey::load_or_create(&path).is_err(), "never replaced");
+        } else {
+            assert!(AuditKey::load(&path).is_ok());
+            let err = check_owner(
+                &path,
+                user.as_raw() + 1,
+                dir.path(),
+                user.as_raw(),
+                0o40700,
+                user.as_raw(),
+            )
+            .unwrap_err();
+            assert!(matches!(err, KeyError::NotOwned { .. }), "{err}");
+        }
     }
 
     #[test]

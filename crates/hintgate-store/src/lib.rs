@@ -87,7 +87,7 @@ pub use queue::{
 };
 pub use witness::{
     EVERY as WITNESS_EVERY, EVERY_RECORDS as WITNESS_EVERY_RECORDS, WitnessError, WitnessKey,
-    setup as setup_witness, state_path as witness_state_path,
+    WitnessSettings, setup as setup_witness, state_path as witness_state_path,
 };
 
 /// Everything the gateway keeps: pins, standing approvals, the audit log and
@@ -677,6 +677,7 @@ impl SqliteStore {
                 key: KeySource::File(Self::key_path(path)),
                 head: HeadPlace::File(Self::head_path(path)),
                 checkpoints: true,
+                witness: Default::default(),
             },
         )
     }

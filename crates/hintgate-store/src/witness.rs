@@ -52,6 +52,30 @@ pub const EVERY_RECORDS: u64 = 1000;
 /// A checkpoint at the first commit at least this long after the last one.
 pub const EVERY: Duration = Duration::from_secs(60);
 
+/// What a gateway asks of its witness: which file, when the configuration
+/// names one, and how often a checkpoint is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessSettings {
+    /// The witness the configuration names (`[audit] witness`): a gateway
+    /// opens its log only when `setup` set up this very file for it.
+    /// `None`: whatever witness was set up, if any.
+    pub path: Option<PathBuf>,
+    /// A checkpoint at least every this many records (at least 1).
+    pub every_records: u64,
+    /// A checkpoint at the first commit at least this long after the last.
+    pub every: Duration,
+}
+
+impl Default for WitnessSettings {
+    fn default() -> Self {
+        Self {
+            path: None,
+            every_records: EVERY_RECORDS,
+            every: EVERY,
+        }
+    }
+}
+
 /// What every witness line starts with.
 const MAGIC: &str = "hintgate-witness v1";
 
@@ -79,6 +103,26 @@ pub enum WitnessError {
         "a witness is set up for this log already (`{0}`); remove that file to start another, whose verification key will not check the old checkpoints"
     )]
     AlreadySetUp(PathBuf),
+    /// The configuration names a witness, but none is set up for the log.
+    #[error(
+        "the configuration names the witness `{named}`, but none is set up for this log: run `hintgate log setup-witness {named}` (with the same store), keep the verification key it prints offline, then start the gateway again"
+    )]
+    NotSetUp {
+        /// The witness the configuration names.
+        named: PathBuf,
+    },
+    /// The configuration names another witness than the one set up.
+    #[error(
+        "the configuration names the witness `{named}`, but the one set up for this log is `{set_up}`: name that one, or remove `{state}` and set up a new witness (whose verification key will not check the old checkpoints)"
+    )]
+    OtherWitness {
+        /// The witness the configuration names.
+        named: PathBuf,
+        /// The witness the state file names.
+        set_up: PathBuf,
+        /// The state file.
+        state: PathBuf,
+    },
     /// The witness file holds lines already.
     #[error("the witness `{0}` is not empty; give a new file")]
     NotEmpty(PathBuf),
@@ -118,6 +162,9 @@ pub(crate) struct WitnessWriter {
 
 struct Writer {
     witness: PathBuf,
+    /// How often a checkpoint is due.
+    every_records: u64,
+    every: Duration,
     epoch: u64,
     key: [u8; 32],
     /// When, and at which record, the last checkpoint was made by this
@@ -284,13 +331,54 @@ fn write_state(
 // === impl WitnessWriter ===
 
 impl WitnessWriter {
-    /// The writer of the witness set up at `state_path`; `None` when none is.
+    /// The writer of the witness set up at `state_path`, making checkpoints
+    /// as often as `settings` say; `None` when none is set up and
+    /// `settings` names none.
     ///
     /// # Errors
     ///
     /// [`WitnessError`] when the state file cannot be read, others may read
-    /// it, or it is not one hintgate wrote.
-    pub(crate) fn open(state_path: &Path) -> Result<Option<Self>, WitnessError> {
+    /// it, or it is not one hintgate wrote; when `settings` name a witness
+    /// and none is set up, or another one is.
+    pub(crate) fn open(
+        state_path: &Path,
+        settings: &WitnessSettings,
+    ) -> Result<Option<Self>, WitnessError> {
+        let opened = Self::open_state(state_path, settings)?;
+        let Some(named) = &settings.path else {
+            return Ok(opened);
+        };
+        let Some(opened) = opened else {
+            return Err(WitnessError::NotSetUp {
+                named: named.clone(),
+            });
+        };
+        let set_up = opened.inner.lock().map_or_else(
+            |poisoned| poisoned.into_inner().witness.clone(),
+            |writer| writer.witness.clone(),
+        );
+        // Both are absolute (`setup` is given an absolute path; the
+        // configuration's is checked to be), so they are compared as they
+        // are, and also as the files they name.
+        let same = set_up == *named
+            || std::fs::canonicalize(&set_up)
+                .ok()
+                .zip(std::fs::canonicalize(named).ok())
+                .is_some_and(|(one, other)| one == other);
+        if !same {
+            return Err(WitnessError::OtherWitness {
+                named: named.clone(),
+                set_up,
+                state: state_path.to_owned(),
+            });
+        }
+        Ok(Some(opened))
+    }
+
+    fn open_state(
+        state_path: &Path,
+        settings: &WitnessSettings,
+    ) -> Result<Option<Self>, WitnessError> {
         let bad = |why: &str| WitnessError::State {
             path: state_path.to_owned(),
             why: why.to_owned(),
@@ -337,6 +425,8 @@ impl WitnessWriter {
             state_path: state_path.to_owned(),
             inner: Mutex::new(Writer {
                 witness: state.witness,
+                every_records: settings.every_records.max(1),
+                every: settings.every,
                 epoch: state.epoch,
                 key,
                 last: None,
@@ -347,16 +437,18 @@ impl WitnessWriter {
 
     /// After a commit whose last record is `seq` with `link`: makes a
     /// checkpoint when one is due (the first commit of this process, or
-    /// [`EVERY_RECORDS`] records or [`EVERY`] since the last).
+    /// as many records or as long since the last as its settings say:
+    /// [`EVERY_RECORDS`] and [`EVERY`] by default).
     pub(crate) fn committed(&self, seq: u64, link: &str) {
         let mut writer = self
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
+        let (every_records, every) = (writer.every_records, writer.every);
         let due = writer.last.is_none_or(|(at, last_seq)| {
-            seq >= last_seq.saturating_add(EVERY_RECORDS)
-                || (seq > last_seq && now.saturating_duration_since(at) >= EVERY)
+            seq >= last_seq.saturating_add(every_records)
+                || (seq > last_seq && now.saturating_duration_since(at) >= every)
         });
         if !due {
             return;
@@ -553,7 +645,9 @@ mod tests {
             setup(&state, &witness),
             Err(WitnessError::AlreadySetUp(_))
         ));
-        let writer = WitnessWriter::open(&state).unwrap().unwrap();
+        let writer = WitnessWriter::open(&state, &WitnessSettings::default())
+            .unwrap()
+            .unwrap();
         // The first commit of a process makes one; the next ones wait.
         writer.committed(3, "l3");
         writer.committed(4, "l4");
@@ -593,10 +687,60 @@ mod tests {
         }
         // Whoever holds that key cannot make a checkpoint of an earlier
         // epoch: it does not check with the key derived from k0.
-        let stolen = WitnessWriter::open(&state).unwrap().unwrap();
+        let stolen = WitnessWriter::open(&state, &WitnessSettings::default())
+            .unwrap()
+            .unwrap();
         let key = stolen.inner.lock().unwrap().key;
         let forged = parse(line(&key, 2, 9, 0, "forged").trim_end()).unwrap();
         assert!(!Checker::new(&k0).sealed(&forged));
+    }
+
+    #[test]
+    fn the_configured_witness_must_be_the_one_set_up_and_sets_the_cadence() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state.db.audit-witness");
+        let witness = dir.path().join("witness.log");
+        let named = |path: &Path| WitnessSettings {
+            path: Some(path.to_owned()),
+            every_records: 10,
+            every: Duration::from_secs(3600),
+        };
+        // Named, but nothing set up: refused, saying how to set it up.
+        let err = WitnessWriter::open(&state, &named(&witness)).unwrap_err();
+        assert!(matches!(err, WitnessError::NotSetUp { .. }), "{err}");
+        assert!(
+            err.to_string().contains("hintgate log setup-witness"),
+            "{err}"
+        );
+        assert!(
+            WitnessWriter::open(&state, &WitnessSettings::default())
+                .unwrap()
+                .is_none()
+        );
+        setup(&state, &witness).unwrap();
+        // Another file than the one set up: refused, naming both.
+        let other = dir.path().join("other.log");
+        let err = WitnessWriter::open(&state, &named(&other)).unwrap_err();
+        assert!(matches!(err, WitnessError::OtherWitness { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&other.display().to_string())
+                && text.contains(&witness.display().to_string()),
+            "{text}"
+        );
+        // The one set up: checkpoints every 10 records, as configured.
+        let writer = WitnessWriter::open(&state, &named(&witness))
+            .unwrap()
+            .unwrap();
+        for seq in 1..=21 {
+            writer.committed(seq, &format!("l{seq}"));
+        }
+        let seqs: Vec<u64> = read(&witness)
+            .unwrap()
+            .into_iter()
+            .map(|(_, checkpoint)| checkpoint.unwrap().seq)
+            .collect();
+        assert_eq!(seqs, [1, 11, 21]);
     }
 
     #[test]

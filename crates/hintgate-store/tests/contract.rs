@@ -146,6 +146,7 @@ fn keyed_pg(url: &str) -> hintgate_store::PgStore {
             key: hintgate_store::KeySource::Given(shared_key()),
             head: hintgate_store::HeadPlace::None,
             checkpoints: false,
+            witness: Default::default(),
         },
     )
     .unwrap()

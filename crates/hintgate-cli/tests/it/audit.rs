@@ -1103,6 +1103,7 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
             key: hintgate_store::KeySource::File(hintgate_store::SqliteStore::key_path(&db)),
             head: hintgate_store::HeadPlace::File(hintgate_store::SqliteStore::head_path(&db)),
             checkpoints: false,
+            witness: Default::default(),
         },
     )
     .unwrap();
@@ -1145,4 +1146,89 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
         "{}",
         crate::util::stderr(&keyless)
     );
+}
+
+#[test]
+fn a_gateway_checkpoints_to_the_witness_its_config_names_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let witness = elsewhere.path().join("witness.log");
+    let witness_text = witness.display().to_string();
+    let config = |witness: &str| {
+        let text = format!(
+            "[servers.fx]\ncommand = \"python3\"\nargs = [\"{}\"]\ntrust = \"trusted\"\n\n[audit]\nwitness = \"{witness}\"\nwitness_every_records = 2\n",
+            fixture_server()
+        );
+        std::fs::write(dir.path().join("hintgate.toml"), text).unwrap();
+    };
+    let start = || {
+        crate::util::hintgate()
+            .current_dir(dir.path())
+            .env("HINTGATE_STATE_DIR", &state)
+            .args(["run", "--config", "hintgate.toml"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    config(&witness_text);
+
+    // Named, not set up: the gateway does not start without it.
+    let refused = start();
+    let why = crate::util::stderr(&refused);
+    assert_ne!(crate::util::code(&refused), 0, "{why}");
+    assert!(
+        why.contains(&format!("hintgate log setup-witness {witness_text}")),
+        "{why}"
+    );
+
+    let state_text = state.display().to_string();
+    let setup = crate::util::run(
+        dir.path(),
+        &[
+            "log",
+            "--state-dir",
+            &state_text,
+            "setup-witness",
+            &witness_text,
+        ],
+    );
+    assert_eq!(
+        crate::util::code(&setup),
+        0,
+        "{}",
+        crate::util::stderr(&setup)
+    );
+    let printed = crate::util::stdout(&setup);
+    let key = printed
+        .lines()
+        .find(|line| line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("the verification key is printed: {printed}"))
+        .to_owned();
+
+    // Set up: checkpoints every 2 records, as configured, not every 1000.
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+    for i in 0..5 {
+        let said = text(&host.call("fx__echo", json!({"text": format!("call {i}")})));
+        assert!(said.contains("call"), "{said}");
+    }
+    assert!(host.close().success());
+    let checkpoints = std::fs::read_to_string(&witness).unwrap().lines().count();
+    assert!(checkpoints >= 3, "{checkpoints} checkpoints");
+    let checked = verify(
+        dir.path(),
+        &state,
+        &["--witness", &witness_text, "--verification-key", &key],
+    );
+    let out = crate::util::stdout(&checked);
+    assert_eq!(crate::util::code(&checked), 0, "{out}");
+
+    // Another witness than the one set up: refused, naming both.
+    let other = elsewhere.path().join("other.log").display().to_string();
+    config(&other);
+    let refused = start();
+    let why = crate::util::stderr(&refused);
+    assert_ne!(crate::util::code(&refused), 0, "{why}");
+    assert!(why.contains(&other) && why.contains(&witness_text), "{why}");
 }

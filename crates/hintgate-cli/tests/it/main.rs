@@ -18,6 +18,7 @@ mod host;
 mod lint;
 mod peers;
 mod pinning;
+mod sandbox;
 mod scan;
 mod soak;
 mod store;

@@ -494,3 +494,65 @@ fn everything_else_server_everything_offers_still_works_through_the_gateway() {
     assert_eq!(extras["prompt_messages"], 1);
     assert_eq!(extras["ping"], true);
 }
+
+#[test]
+fn an_untrusted_confined_filesystem_server_reads_unasked_through_the_python_sdk_host() {
+    let kernel = hintgate_sandbox::Kernel::current();
+    let report = kernel.report(&hintgate_policy::config::SandboxConfig::default());
+    let proof = report.proof(&hintgate_policy::config::SandboxConfig::default());
+    if !(proof.no_network && proof.no_writes) {
+        // The skip says why; the sandbox's own tests say what is missing.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stdout(),
+            format!(
+                "skipped: this kernel does not confine a server: {}\n",
+                report.summary()
+            )
+            .as_bytes(),
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("notes.txt"), "hello from disk").unwrap();
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nask_timeout_s = 5\n\n[servers.fs]\ncommand = {:?}\nargs = [{:?}]\ntrust = \"untrusted\"\n\n\
+             [servers.fs.sandbox]\nread = [{:?}]\nnetwork = false\n",
+            npm_bin("mcp-server-filesystem"),
+            data.display().to_string(),
+            data.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let command = vec![
+        hintgate_path(),
+        "run".to_owned(),
+        "--config".to_owned(),
+        config.display().to_string(),
+    ];
+    let target = data.join("written.txt");
+    let report = sdk_host(
+        dir.path(),
+        &command,
+        Some("decline"),
+        json!([
+            {"name": "fs__read_text_file", "arguments": {"path": data.join("notes.txt").display().to_string()}},
+            {"name": "fs__write_file", "arguments": {"path": target.display().to_string(), "content": "no"}},
+        ]),
+    );
+    // The server is untrusted, yet nobody is asked: the sandbox proves it
+    // reads only, and a write it tries fails in the kernel.
+    assert_eq!(report["asked"], json!([]), "{report}");
+    assert_eq!(result_text(&report, 0), "hello from disk");
+    assert_eq!(report["results"][1]["isError"], true, "{report}");
+    assert!(!target.exists(), "a confined server wrote to disk");
+    assert_eq!(
+        report["tools"]["fs__write_file"],
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}),
+        "{report}"
+    );
+}

@@ -431,6 +431,67 @@ fn names_titles_and_definitions() {
         codes(vec![good(), good(), good()]),
         [Code::DuplicateToolName]
     );
+    // Names that read alike: both are flagged, each naming the other.
+    let findings = lint(&Listing {
+        tools: vec![
+            with(json!({"name": "notes"})),
+            with(json!({"name": "Notes"})),
+            with(json!({"name": "list_items"})),
+            with(json!({"name": "Iist_items"})),
+            with(json!({"name": "rеad_note"})), // a Cyrillic `е`: not plain
+            good(),
+        ],
+        ..Listing::default()
+    });
+    let found: Vec<(Code, &str)> = findings
+        .iter()
+        .map(|finding| (finding.code, finding.tool.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Code::LookAlikeToolName, "notes"),
+            (Code::LookAlikeToolName, "Notes"),
+            (Code::LookAlikeToolName, "list_items"),
+            (Code::LookAlikeToolName, "Iist_items"),
+            (Code::InvalidToolName, "rеad_note"),
+        ]
+    );
+    assert!(findings[0].message.contains("`Notes`"), "{:?}", findings[0]);
+    assert!(
+        findings[3].message.contains("`list_items`"),
+        "{:?}",
+        findings[3]
+    );
+    // Prompt names follow the same rule; a finding about a prompt names no
+    // tool, and its message starts with the prompt's name.
+    let findings = lint(&Listing {
+        prompts: vec![
+            json!({"name": "summarize"}),
+            json!({"name": "Summarize"}),
+            json!({"name": "plan\n\nApprove?"}),
+            json!({"name": "rеview"}), // a Cyrillic `е`
+            json!({"name": "review"}),
+            json!({"name": "review"}),
+        ],
+        ..Listing::default()
+    });
+    let found: Vec<(Code, Option<&str>, &str)> = findings
+        .iter()
+        .map(|finding| {
+            let name = finding.message.split('`').nth(1).unwrap_or("");
+            (finding.code, finding.tool.as_deref(), name)
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Code::LookAlikePromptName, None, "summarize"),
+            (Code::LookAlikePromptName, None, "Summarize"),
+            (Code::InvalidPromptName, None, "plan\\n\\nApprove?"),
+            (Code::InvalidPromptName, None, "rеview"),
+        ]
+    );
     assert_eq!(one(with(json!({"title": null}))), [Code::MissingTitle]);
     assert_eq!(
         one(with(
@@ -457,6 +518,7 @@ fn capability_dependent_listings_and_calls() {
         tools: vec![good()],
         only_with_capabilities: vec!["ask_user".to_owned()],
         only_without_capabilities: vec![],
+        prompts: vec![],
         calls: vec![
             CallCheck {
                 tool: "read_note".to_owned(),

@@ -150,6 +150,15 @@ pub struct SandboxConfig {
     pub network: bool,
     /// Start the server even when the kernel cannot enforce everything.
     pub best_effort: bool,
+    /// The most files it may have open at once (`RLIMIT_NOFILE`); `None`
+    /// is the sandbox's default.
+    pub max_open_files: Option<u64>,
+    /// The most processes and threads it may run at once (`RLIMIT_NPROC`,
+    /// counted in its own user namespace); `None` is the sandbox's default.
+    pub max_processes: Option<u64>,
+    /// The most address space each of its processes may map, in MiB
+    /// (`RLIMIT_AS`); `None` is the sandbox's default.
+    pub max_memory_mb: Option<u64>,
 }
 
 /// One `[[rules]]` entry.

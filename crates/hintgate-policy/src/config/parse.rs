@@ -25,7 +25,14 @@ type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
 const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit"];
-const AUDIT_KEYS: &[&str] = &["redact", "redact_defaults", "key_file"];
+const AUDIT_KEYS: &[&str] = &[
+    "redact",
+    "redact_defaults",
+    "key_file",
+    "witness",
+    "witness_every_records",
+    "witness_every_s",
+];
 const GATEWAY_KEYS: &[&str] = &[
     "profile",
     "unattended",
@@ -47,8 +54,19 @@ const SERVER_KEYS: &[&str] = &[
     "private_data",
     "sandbox",
 ];
-const SANDBOX_KEYS: &[&str] = &["read", "write", "network", "best_effort"];
+const SANDBOX_KEYS: &[&str] = &[
+    "read",
+    "write",
+    "network",
+    "best_effort",
+    "max_open_files",
+    "max_processes",
+    "max_memory_mb",
+];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
+
+/// The most records between two witness checkpoints.
+const MAX_WITNESS_RECORDS: u64 = 1_000_000;
 
 /// The longest timeout accepted: one day.
 const MAX_TIMEOUT_S: u64 = 86_400;
@@ -250,6 +268,30 @@ impl Walker<'_> {
             self.check_template(&path, span, "audit.key_file");
             settings.key_file = Some(path);
         }
+        if let Some((path, span)) = self.string(table, "audit", "witness") {
+            if !path.starts_with("${") && !path.starts_with('/') {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::RelativePath,
+                        "audit.witness",
+                        format!("witness path `{path}` is not absolute"),
+                    )
+                    .at(span.clone())
+                    .with_help("write the full path, starting with `/`, ideally on another volume or machine"),
+                );
+            }
+            self.check_template(&path, span, "audit.witness");
+            settings.witness = Some(path);
+        }
+        settings.witness_every_records = self.bounded_in(
+            table,
+            "audit",
+            "witness_every_records",
+            1,
+            MAX_WITNESS_RECORDS,
+        );
+        settings.witness_every_s =
+            self.bounded_in(table, "audit", "witness_every_s", 1, MAX_TIMEOUT_S);
         settings
     }
 
@@ -338,14 +380,25 @@ impl Walker<'_> {
 
     /// An integer `[gateway]` setting within `min..=max`.
     fn bounded(&mut self, table: &DeTable<'_>, key: &str, min: u64, max: u64) -> Option<u64> {
-        let (number, span) = self.integer(table, "gateway", key)?;
+        self.bounded_in(table, "gateway", key, min, max)
+    }
+
+    fn bounded_in(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+        min: u64,
+        max: u64,
+    ) -> Option<u64> {
+        let (number, span) = self.integer(table, path, key)?;
         match u64::try_from(number) {
             Ok(number) if (min..=max).contains(&number) => Some(number),
             _ => {
                 self.push(
                     Diagnostic::error(
                         DiagCode::InvalidValue,
-                        join("gateway", key),
+                        join(path, key),
                         format!("`{key}` must be between {min} and {max}, not {number}"),
                     )
                     .at(span),
@@ -397,13 +450,34 @@ impl Walker<'_> {
     /// Two servers whose prefixes make one host-facing name: `docs` and
     /// `docs_` with the separator `__` both give `docs___x` (`_x` of one,
     /// `x` of the other). Each such pair is an error at the later server.
+    ///
+    /// Two servers whose names look the same ([`crate::name::look_alike`]:
+    /// `Docs` and `docs`) are an error too: hosts and people take them for
+    /// one server, in a tool's prefix and in the approval prompt.
     fn colliding_servers(&mut self, mut names: Vec<(String, Range<usize>)>, separator: &str) {
-        if separator.is_empty() {
-            return;
-        }
         names.sort_by_key(|(_, span)| span.start);
         for (later, (second, second_span)) in names.iter().enumerate() {
             for (first, first_span) in names.iter().take(later) {
+                if crate::name::look_alike(first) == crate::name::look_alike(second) {
+                    let line = crate::diag::position(self.source, first_span.start).line;
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::LookAlikeServerNames,
+                            join("servers", second),
+                            format!(
+                                "servers `{first}` and `{second}` have names that look the same, so a person could take one for the other"
+                            ),
+                        )
+                        .at(second_span.clone())
+                        .with_help(format!(
+                            "`{first}` is at line {line}; rename one of them (names that differ only in case, or in `I`, `l` and `1`, or `O` and `0`, read as one)"
+                        )),
+                    );
+                    continue;
+                }
+                if separator.is_empty() {
+                    continue;
+                }
                 let Some((shorter, longer)) = colliding(first, second, separator) else {
                     continue;
                 };
@@ -609,7 +683,29 @@ impl Walker<'_> {
             });
             *target = paths.unwrap_or_default();
         }
-        sandbox.network = self.boolean(table, path, "network").unwrap_or(false);
+        sandbox.network = match entry(table, "network") {
+            // A list of `host:port` the server may reach needs a filtering
+            // proxy inside the namespace; until it exists, say so rather
+            // than take the list for "no network" or "any network".
+            Some((_, value)) if matches!(value.get_ref(), DeValue::Array(_)) => {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        join(path, "network"),
+                        "a list of hosts the server may reach is not supported yet".to_owned(),
+                    )
+                    .at(value.span())
+                    .with_help(
+                        "write `network = false` (no network at all) or `network = true` (unconfined network)",
+                    ),
+                );
+                false
+            }
+            _ => self.boolean(table, path, "network").unwrap_or(false),
+        };
+        sandbox.max_open_files = self.bounded_in(table, path, "max_open_files", 16, 1 << 20);
+        sandbox.max_processes = self.bounded_in(table, path, "max_processes", 1, 1 << 22);
+        sandbox.max_memory_mb = self.bounded_in(table, path, "max_memory_mb", 16, 1 << 30);
         sandbox.best_effort = self.boolean(table, path, "best_effort").unwrap_or(false);
         sandbox
     }

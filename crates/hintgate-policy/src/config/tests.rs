@@ -217,6 +217,89 @@ fn server_names_whose_prefixed_tool_names_collide_are_refused() {
 }
 
 #[test]
+fn server_names_that_look_the_same_are_refused() {
+    // Hosts and people read `Docs` and `docs` as one server.
+    let source = "[servers.docs]\ncommand = \"x\"\n\n[servers.Docs]\ncommand = \"x\"\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none(), "{diagnostics:?}");
+    let found: Vec<(&str, &str)> = diagnostics
+        .iter()
+        .map(|d| (d.code.as_str(), d.key.as_str()))
+        .collect();
+    assert_eq!(found, [("look-alike-server-names", "servers.Docs")]);
+    let diagnostic = &diagnostics[0];
+    assert!(diagnostic.is_error());
+    let rendered = diagnostic.render("hintgate.toml", source);
+    assert!(rendered.contains("hintgate.toml:4:10"), "{rendered}");
+    assert!(rendered.contains("line 1"), "{rendered}");
+    assert!(
+        rendered.contains("`docs`") && rendered.contains("`Docs`"),
+        "{rendered}"
+    );
+    // Characters drawn alike count too, with any separator.
+    for alike in [
+        "[servers.mail1]\ncommand = \"x\"\n[servers.maill]\ncommand = \"x\"\n",
+        "[servers.FS]\ncommand = \"x\"\n[servers.fs]\ncommand = \"x\"\n",
+        "[gateway]\nseparator = \"-\"\n[servers.b0x]\ncommand = \"x\"\n[servers.box]\ncommand = \"x\"\n",
+    ] {
+        let (config, diagnostics) = parse_str(alike);
+        assert!(config.is_none(), "{alike}");
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(diagnostics[0].code.as_str(), "look-alike-server-names");
+    }
+    // A name outside the rule is refused on its own.
+    let (config, diagnostics) = parse_str("[servers.\"do\u{200b}cs\"]\ncommand = \"x\"\n");
+    assert!(config.is_none());
+    assert_eq!(diagnostics[0].code.as_str(), "invalid-server-name");
+}
+
+#[test]
+fn the_witness_is_an_absolute_path_with_a_bounded_cadence() {
+    let (config, diagnostics) = parse_str(
+        "[audit]\nwitness = \"/mnt/other/hintgate.witness\"\nwitness_every_records = 50\nwitness_every_s = 5\n",
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let audit = config.unwrap().audit;
+    assert_eq!(
+        audit.witness.as_deref(),
+        Some("/mnt/other/hintgate.witness")
+    );
+    assert_eq!(audit.witness_every_records, Some(50));
+    assert_eq!(audit.witness_every_s, Some(5));
+    let (config, _) = parse_str("[audit]\nwitness = \"${WITNESS}\"\n");
+    assert_eq!(config.unwrap().audit.witness.as_deref(), Some("${WITNESS}"));
+    let (config, _) = parse_str("[audit]\n");
+    let audit = config.unwrap().audit;
+    assert_eq!(
+        (
+            audit.witness,
+            audit.witness_every_records,
+            audit.witness_every_s
+        ),
+        (None, None, None)
+    );
+    let source = "[audit]\nwitness = \"hintgate.witness\"\nwitness_every_records = 0\nwitness_every_s = \"60\"\nwitness_evry_s = 1\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none());
+    let found: Vec<(&str, &str, usize)> = diagnostics
+        .iter()
+        .map(|d| {
+            let line = crate::diag::position(source, d.span.clone().unwrap().start).line;
+            (d.code.as_str(), d.key.as_str(), line)
+        })
+        .collect();
+    for expected in [
+        ("relative-path", "audit.witness", 2),
+        ("invalid-value", "audit.witness_every_records", 3),
+        ("wrong-type", "audit.witness_every_s", 4),
+        ("unknown-key", "audit.witness_evry_s", 5),
+    ] {
+        assert!(found.contains(&expected), "{expected:?} in {found:?}");
+    }
+    assert_eq!(found.len(), 4, "{found:?}");
+}
+
+#[test]
 fn the_audit_key_file_is_an_absolute_path_or_a_variable() {
     let (config, diagnostics) = parse_str("[audit]\nkey_file = \"/etc/hintgate/audit.key\"\n");
     assert!(diagnostics.is_empty(), "{diagnostics:?}");
@@ -245,5 +328,33 @@ fn the_audit_key_file_is_an_absolute_path_or_a_variable() {
             .audit
             .key_file,
         None
+    );
+}
+
+#[test]
+fn sandbox_limits_are_read_and_a_list_of_hosts_is_refused() {
+    let (config, diagnostics) = parse_str(
+        "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nread = [\"/data\"]\nmax_open_files = 256\nmax_processes = 32\nmax_memory_mb = 2048\n",
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let sandbox = config.unwrap().servers["fs"].sandbox.clone().unwrap();
+    assert_eq!(sandbox.max_open_files, Some(256));
+    assert_eq!(sandbox.max_processes, Some(32));
+    assert_eq!(sandbox.max_memory_mb, Some(2048));
+    assert!(!sandbox.network);
+    // Not yet: a list would have to be enforced by a filtering proxy.
+    let (_, diagnostics) = parse_str(
+        "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nnetwork = [\"example.com:443\"]\n",
+    );
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].code, DiagCode::InvalidValue);
+    assert_eq!(diagnostics[0].key, "servers.fs.sandbox.network");
+    assert!(diagnostics[0].message.contains("not supported yet"));
+    assert_eq!(
+        codes("[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nmax_processes = 0\n"),
+        vec![(
+            DiagCode::InvalidValue,
+            "servers.fs.sandbox.max_processes".to_owned()
+        )]
     );
 }

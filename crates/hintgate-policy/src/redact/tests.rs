@@ -12,7 +12,7 @@ fn redactor(patterns: &[&str], defaults: bool) -> Redactor {
                 .map(|p| Pattern::parse(p).unwrap())
                 .collect(),
             redact_defaults: defaults,
-            key_file: None,
+            ..AuditSettings::default()
         },
         DigestKey::new([7; 32]),
     )
@@ -112,7 +112,7 @@ fn a_marker_keeps_the_length_and_a_digest_under_the_key() {
         &AuditSettings {
             redact: vec![Pattern::parse("secret").unwrap()],
             redact_defaults: false,
-            key_file: None,
+            ..AuditSettings::default()
         },
         DigestKey::new([8; 32]),
     );

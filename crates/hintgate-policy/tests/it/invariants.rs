@@ -83,6 +83,7 @@ fn sandbox() -> impl Strategy<Value = Option<SandboxConfig>> {
             write: if writes { vec!["/data".into()] } else { vec![] },
             network,
             best_effort: false,
+            ..SandboxConfig::default()
         }),
     )
 }

@@ -21,7 +21,6 @@ use std::collections::HashMap;
 use hintgate_policy::decide::RememberOffer;
 use hintgate_policy::pin::{PinStatus, diff};
 use hintgate_policy::prompt::PromptInput;
-use hintgate_policy::tool::SandboxProof;
 use hintgate_store::{Answer, NewPending, Remember};
 use serde_json::{Map, Value, json};
 
@@ -176,7 +175,7 @@ impl Gateway {
             tool,
             arguments: Some(&arguments),
             decision: &decision,
-            sandbox: SandboxProof::default(),
+            sandbox: self.catalog.sandbox(idx),
             changes: &changes,
         })
     }

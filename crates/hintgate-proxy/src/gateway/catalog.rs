@@ -116,6 +116,8 @@ pub(crate) struct ServerTools {
     identity: Option<String>,
     /// The identity its pins were taken under, when that was another one.
     previous_identity: Option<String>,
+    /// What its running sandbox proves (nothing without one).
+    sandbox: SandboxProof,
 }
 
 /// What the host-facing names look like.
@@ -150,6 +152,13 @@ impl Catalog {
         }
     }
 
+    /// What the running sandbox of a server proves (nothing when it has none,
+    /// or none that holds).
+    pub fn sandbox(&self, idx: ServerIdx) -> SandboxProof {
+        self.server(idx)
+            .map_or_else(SandboxProof::default, |server| server.sandbox)
+    }
+
     /// One server's part.
     pub fn server(&self, idx: ServerIdx) -> Option<&ServerTools> {
         self.servers.get(idx)
@@ -159,9 +168,9 @@ impl Catalog {
         self.servers.get_mut(idx)
     }
 
-    /// A server starts: forget its tools and load its pins and standing
-    /// approvals for its identity, moving those of its last identity over
-    /// when this one is new.
+    /// A server starts: forget its tools, keep what its running sandbox
+    /// proves, and load its pins and standing approvals for its identity,
+    /// moving those of its last identity over when this one is new.
     ///
     /// # Errors
     ///
@@ -172,6 +181,7 @@ impl Catalog {
         name: &str,
         key: Option<String>,
         identity: String,
+        sandbox: SandboxProof,
     ) -> Result<(), StoreError> {
         let store = self.store.clone();
         let Some(server) = self.server_mut(idx) else {
@@ -179,6 +189,7 @@ impl Catalog {
         };
         *server = ServerTools::new();
         server.identity = Some(identity.clone());
+        server.sandbox = sandbox;
         let (Some(store), Some(key)) = (store, key) else {
             return Ok(());
         };
@@ -415,7 +426,8 @@ impl Catalog {
         let mut first_seen = Vec::new();
         let mut reidentified = Vec::new();
         let mut unpinned = 0usize;
-        for (name, entry) in prepare(pages, server_name, policy, naming) {
+        let sandbox = server.sandbox;
+        for (name, entry) in prepare(pages, server_name, policy, naming, sandbox) {
             // A trusted server's new tool is pinned on first sight, and a
             // pin is kept when its tool is gone: a server that lists new
             // names every time would grow the pins without end. Past the
@@ -707,6 +719,7 @@ impl ServerTools {
             key: None,
             identity: None,
             previous_identity: None,
+            sandbox: SandboxProof::default(),
         }
     }
 
@@ -761,6 +774,7 @@ impl ToolEntry {
         policy: &Policy,
         naming: &Naming,
         name_trouble: Option<NameTrouble>,
+        sandbox: SandboxProof,
     ) -> Self {
         let tool = Tool::from_value(raw.clone()).map_err(|err| err.to_string());
         let digest = tool.as_ref().ok().map(PinDigest::of);
@@ -768,9 +782,9 @@ impl ToolEntry {
             Ok(tool) => (
                 name_trouble
                     .is_none()
-                    .then(|| host_view(&raw, tool, server_name, policy, naming))
+                    .then(|| host_view(&raw, tool, server_name, policy, naming, sandbox))
                     .flatten(),
-                policy.retry_eligible(server_name, tool, SandboxProof::default()),
+                policy.retry_eligible(server_name, tool, sandbox),
                 policy.taints_session(server_name, &tool.name),
             ),
             Err(_) => (None, false, false),
@@ -814,6 +828,7 @@ fn prepare(
     server_name: &str,
     policy: &Policy,
     naming: &Naming,
+    sandbox: SandboxProof,
 ) -> Vec<(String, ToolEntry)> {
     let names: Vec<String> = pages
         .iter()
@@ -824,6 +839,24 @@ fn prepare(
                 .to_owned()
         })
         .collect();
+    let troubles = name_troubles(&names);
+    pages
+        .into_iter()
+        .zip(names)
+        .zip(troubles)
+        .map(|((raw, name), trouble)| {
+            let entry = ToolEntry::new(raw, server_name, policy, naming, trouble, sandbox);
+            (name, entry)
+        })
+        .collect()
+}
+
+/// What breaks the rule of [`hintgate_policy::name`] in each of the names
+/// one server listed (its tools, or its prompts), in their order: a name
+/// that is not plain, or one that looks like another plain name of the
+/// listing (the same name twice included). Names that are not plain are
+/// never listed, so they make no other name ambiguous.
+pub(super) fn name_troubles(names: &[String]) -> Vec<Option<NameTrouble>> {
     let problems: Vec<Option<String>> = names
         .iter()
         .map(|name| hintgate_policy::name::problem(name))
@@ -837,7 +870,7 @@ fn prepare(
                 .push(name);
         }
     }
-    let troubles: Vec<Option<NameTrouble>> = names
+    names
         .iter()
         .zip(&problems)
         .map(|(name, problem)| match problem {
@@ -856,15 +889,6 @@ fn prepare(
                     NameTrouble::LooksLike(others)
                 })
             }
-        })
-        .collect();
-    pages
-        .into_iter()
-        .zip(names)
-        .zip(troubles)
-        .map(|((raw, name), trouble)| {
-            let entry = ToolEntry::new(raw, server_name, policy, naming, trouble);
-            (name, entry)
         })
         .collect()
 }
@@ -921,12 +945,13 @@ fn host_view(
     server_name: &str,
     policy: &Policy,
     naming: &Naming,
+    sandbox: SandboxProof,
 ) -> Option<String> {
-    if !policy.visible(server_name, tool, SandboxProof::default()) {
+    if !policy.visible(server_name, tool, sandbox) {
         return None;
     }
     let effective = policy
-        .assess(server_name, tool, SandboxProof::default())
+        .assess(server_name, tool, sandbox)
         .map_or(EffectiveHints::CAUTIOUS, |assessment| assessment.effective);
     let mut view = raw.clone();
     let object = view.as_object_mut()?;
@@ -1008,7 +1033,13 @@ mod tests {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
         let mut catalog = Catalog::new(1, Some(store));
         catalog
-            .open(0, "fx", Some("key".to_owned()), "x".to_owned())
+            .open(
+                0,
+                "fx",
+                Some("key".to_owned()),
+                "x".to_owned(),
+                SandboxProof::default(),
+            )
             .unwrap();
         catalog.begin_listing(0);
         let tool = json!({"name": "note", "inputSchema": {"type": "object"}});

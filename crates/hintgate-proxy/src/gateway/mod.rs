@@ -1517,7 +1517,7 @@ impl Gateway {
             );
             return;
         }
-        let marked = if message.method() == relay::ELICITATION {
+        let marked = if relay::is_marked(message.method()) {
             let mut params: Value = message
                 .params
                 .and_then(|raw| serde_json::from_str(raw.get()).ok())

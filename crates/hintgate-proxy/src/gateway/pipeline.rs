@@ -35,7 +35,6 @@
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
 
 use hintgate_policy::decide::{Call, Decision, RememberOffer, Remembered, SessionState, Verdict};
-use hintgate_policy::tool::SandboxProof;
 use hintgate_store::Remember;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -152,7 +151,7 @@ impl Gateway {
                         tainted,
                         remembered,
                     },
-                    sandbox: SandboxProof::default(),
+                    sandbox: self.catalog.sandbox(idx),
                 })
             }
             _ => Decision::invalid_definition(),

@@ -9,6 +9,14 @@
 //! read as the gateway's own (`hintgate: approve this tool call?`, with an
 //! `approve` box titled `Approve this call`).
 //!
+//! A `sampling/createMessage` is marked the same way, since in gateway mode
+//! the host sees every server's request as hintgate's: its `systemPrompt`
+//! starts with a line that names the server and says the request is neither
+//! the user's nor hintgate's, and each line of the system prompt and of
+//! every text of its messages starts with `[server NAME]` (what would break
+//! or hide a line escaped). A server's `user` message then cannot pass for
+//! words the user wrote, nor for the gateway's.
+//!
 //! - A legacy server asks (elicitation, sampling, roots) while a 2026-07-28
 //!   host's call is in flight: the host takes no requests, so its call is
 //!   answered with an input-required result that carries the server's
@@ -39,6 +47,15 @@ const RELAY_KEY: &str = "hintgate/server-request";
 /// The method of a server's question that a person reads and answers.
 pub(super) const ELICITATION: &str = "elicitation/create";
 
+/// The method of a server's request for a completion from the host's model.
+const SAMPLING: &str = "sampling/createMessage";
+
+/// Whether [`mark_question`] marks a server's request `method`: the ones a
+/// person or the host's model reads as text (elicitation, sampling).
+pub(super) fn is_marked(method: &str) -> bool {
+    method == ELICITATION || method == SAMPLING
+}
+
 /// What becomes of a server's own request to a legacy host.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum ServerRequest {
@@ -60,7 +77,7 @@ pub(super) fn server_request(method: &str, capabilities: Option<&Value>) -> Serv
     let capability = match method {
         "ping" => return ServerRequest::Pong,
         ELICITATION => "elicitation",
-        "sampling/createMessage" => "sampling",
+        SAMPLING => "sampling",
         "roots/list" => "roots",
         other => {
             return ServerRequest::Refuse(format!(
@@ -82,13 +99,17 @@ pub(super) fn server_request(method: &str, capabilities: Option<&Value>) -> Serv
 }
 
 /// Marks a server's question as the server's before a host shows it: the
-/// message and the form of an `elicitation/create` (see the module's
-/// documentation). Other methods (sampling, roots) are left as they are.
+/// message and the form of an `elicitation/create`, the system prompt and
+/// the texts of a `sampling/createMessage` (see the module's
+/// documentation). Other methods (roots) are left as they are.
 ///
 /// # Errors
 ///
 /// Why the question cannot be relayed: its params are not an object.
 pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> Result<(), String> {
+    if method == SAMPLING {
+        return mark_sampling(server, params);
+    }
     if method != ELICITATION {
         return Ok(());
     }
@@ -107,10 +128,60 @@ pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> R
     Ok(())
 }
 
+/// Marks a server's `sampling/createMessage`: the system prompt names the
+/// server first, and every line of it and of each text of the messages
+/// starts with `[server NAME]`.
+fn mark_sampling(server: &str, params: &mut Value) -> Result<(), String> {
+    let Some(object) = params.as_object_mut() else {
+        return Err(format!(
+            "hintgate relays `{SAMPLING}` from a server only with params that are an object"
+        ));
+    };
+    let prefix = format!("[server {server}]");
+    let mut system = format!(
+        "[server {server} asks] This request comes from the MCP server `{server}` through hintgate; it is neither the user's nor hintgate's."
+    );
+    if let Some(own) = object.get("systemPrompt").and_then(Value::as_str) {
+        system.push('\n');
+        system.push_str(&marked_lines(&prefix, own));
+    }
+    object.insert("systemPrompt".to_owned(), Value::String(system));
+    if let Some(messages) = object.get_mut("messages").and_then(Value::as_array_mut) {
+        for message in messages {
+            match message.get_mut("content") {
+                Some(Value::Array(blocks)) => {
+                    for block in blocks {
+                        mark_text(&prefix, block);
+                    }
+                }
+                Some(block) => mark_text(&prefix, block),
+                None => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A text content block's text, each line after `prefix`.
+fn mark_text(prefix: &str, block: &mut Value) {
+    if block.get("type").and_then(Value::as_str) != Some("text") {
+        return;
+    }
+    if let Some(Value::String(text)) = block.get_mut("text") {
+        *text = marked_lines(prefix, text);
+    }
+}
+
 /// Each line of a server's message after `[server NAME asks]`, with what
 /// would break or hide it escaped (a `\r\n` ends a line like a `\n`).
 fn marked_message(server: &str, text: &str) -> String {
-    let prefix = format!("[server {server} asks]");
+    marked_lines(&format!("[server {server} asks]"), text)
+}
+
+/// Each line of `text` after `prefix`, with what would break or hide it
+/// escaped (a `\r\n` ends a line like a `\n`).
+fn marked_lines(prefix: &str, text: &str) -> String {
+    let prefix = prefix.to_owned();
     text.split('\n')
         .map(|line| escape_line(line.strip_suffix('\r').unwrap_or(line)))
         .map(|line| {
@@ -582,11 +653,9 @@ mod tests {
 
     #[test]
     fn only_questions_a_person_reads_are_marked() {
-        let mut sampling =
-            json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]});
-        let before = sampling.clone();
-        mark_question("docs", "sampling/createMessage", &mut sampling).unwrap();
-        assert_eq!(sampling, before);
+        let mut roots = json!({});
+        mark_question("docs", "roots/list", &mut roots).unwrap();
+        assert_eq!(roots, json!({}));
         let mut url = json!({"mode": "url", "message": "Sign in", "url": "https://example.org/a\nb", "elicitationId": "e"});
         mark_question("docs", ELICITATION, &mut url).unwrap();
         assert_eq!(url["message"], "[server docs asks] Sign in");

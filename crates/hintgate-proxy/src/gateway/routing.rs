@@ -15,6 +15,15 @@
 //!   (logged), so what the gateway remembers of a server's resources is
 //!   bounded, and replaced by each complete listing;
 //! - prompt names are prefixed like tool names and routed by the prefix;
+//! - what a server lists is shown as it is (issue 11): a prompt whose name
+//!   breaks the tool-name rule of [`hintgate_policy::name`] (not plain, or
+//!   like another of the server's prompts), and a resource or template
+//!   whose URI breaks a line or hides characters
+//!   ([`hintgate_policy::name::uri_problem`]), is left out of the list and
+//!   refused when asked for; names, titles and descriptions are sanitized,
+//!   names and titles made one line. In wrap mode the host pages through
+//!   the server's list itself, so prompts that look alike are found within
+//!   one page;
 //! - `completion/complete` is routed by the prompt's prefix or the
 //!   resource template's owner;
 //! - `logging/setLevel` goes to every server that logs;
@@ -23,7 +32,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use hintgate_policy::sanitize::sanitize;
+use hintgate_policy::name::{problem as name_problem, uri_problem};
+use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use serde_json::{Map, Value, json};
 
 use super::inflight::UpPurpose;
@@ -50,11 +60,15 @@ pub(crate) struct Routing {
     listed: Vec<Listed>,
 }
 
-/// The resource URIs and templates one server listed last.
+/// The resource URIs and templates one server listed last, and the prompts
+/// of its listings that were left out.
 #[derive(Debug, Default)]
 struct Listed {
     resources: HashSet<String>,
     templates: HashSet<String>,
+    /// Prompts left out of its last listing for their names, with why:
+    /// `prompts/get` refuses them.
+    refused_prompts: HashMap<String, String>,
 }
 
 /// A host request answered by merging several servers' lists.
@@ -120,6 +134,25 @@ impl Routing {
             }
         }
         clashes
+    }
+
+    /// Why the server's prompt `name` was left out of its listing, if it was.
+    fn refused_prompt(&self, idx: ServerIdx, name: &str) -> Option<&String> {
+        self.listed.get(idx)?.refused_prompts.get(name)
+    }
+
+    /// Prompts a listing of the server left out: `fresh` when it is the
+    /// first page of a listing, which replaces what was remembered.
+    fn refuse_prompts(&mut self, idx: ServerIdx, refused: Vec<(String, String)>, fresh: bool) {
+        if self.listed.len() <= idx {
+            self.listed.resize_with(idx + 1, Listed::default);
+        }
+        if let Some(listed) = self.listed.get_mut(idx) {
+            if fresh {
+                listed.refused_prompts.clear();
+            }
+            listed.refused_prompts.extend(refused);
+        }
     }
 
     /// Forgets what a server listed (it starts again, and will list anew).
@@ -398,6 +431,21 @@ impl Gateway {
     pub(super) fn on_other_request(&mut self, mut request: HostRequest) {
         let session = request.session;
         if self.mode == Mode::Wrap {
+            let params = request.params();
+            let subject = match request.method.as_str() {
+                "prompts/get" => params.get("name"),
+                "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                    params.get("uri")
+                }
+                _ => None,
+            };
+            if let Some(subject) = subject {
+                let subject = subject.as_str().unwrap_or("");
+                if let Some(why) = self.refusal(0, request.method.as_str(), subject) {
+                    self.reply_error(session, request.id(), -32602, &why);
+                    return;
+                }
+            }
             match self.readiness(0, &mut request.restarted) {
                 Readiness::Ready => self.forward(0, request, None),
                 Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
@@ -440,12 +488,19 @@ impl Gateway {
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                if let Some(why) = self.refusal(0, request.method.as_str(), uri) {
+                    self.reply_error(session, request.id(), -32602, &why);
+                    return;
+                }
                 // A request that started its server again (which forgot what
                 // it listed) still goes where it was routed.
                 match self.resource_owner(uri).or(request.restarted) {
                     Some(idx) => self.route(idx, request, None),
                     None => {
-                        let text = format!("unknown resource `{uri}`; list resources first");
+                        let text = format!(
+                            "unknown resource `{}`; list resources first",
+                            escape_line(uri)
+                        );
                         self.reply_error(session, request.id(), -32602, &text);
                     }
                 }
@@ -454,6 +509,10 @@ impl Gateway {
                 let name = params.get("name").and_then(Value::as_str).unwrap_or("");
                 match self.resolve(name) {
                     Ok((idx, own)) => {
+                        if let Some(why) = self.refusal(idx, "prompts/get", &own) {
+                            self.reply_error(session, request.id(), -32602, &why);
+                            return;
+                        }
                         let mut params = params.clone();
                         if let Some(object) = params.as_object_mut() {
                             object.insert("name".to_owned(), Value::String(own));
@@ -461,7 +520,7 @@ impl Gateway {
                         self.route(idx, request, Some(params));
                     }
                     Err(Unresolved::Unknown) => {
-                        let text = format!("unknown prompt `{name}`");
+                        let text = format!("unknown prompt `{}`", escape_line(name));
                         self.reply_error(session, request.id(), -32602, &text);
                     }
                     Err(Unresolved::Ambiguous(found)) => {
@@ -475,7 +534,10 @@ impl Gateway {
                 let target = match reference.get("type").and_then(Value::as_str) {
                     Some("ref/prompt") => {
                         let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                        self.resolve(name).ok().map(|(idx, own)| {
+                        let resolved = self.resolve(name).ok();
+                        let resolved = resolved
+                            .filter(|(idx, own)| self.refusal(*idx, "prompts/get", own).is_none());
+                        resolved.map(|(idx, own)| {
                             let mut params = params.clone();
                             if let Some(object) =
                                 params.pointer_mut("/ref").and_then(Value::as_object_mut)
@@ -510,6 +572,28 @@ impl Gateway {
                 self.reply_error(session, request.id(), -32601, &text);
             }
         }
+    }
+
+    /// Why a request for a server's prompt `name` (`prompts/get`) or
+    /// resource `name` (by URI) is refused: the prompt was left out of the
+    /// server's listing for its name, or the name or URI could not be shown
+    /// as it is.
+    fn refusal(&self, idx: ServerIdx, method: &str, name: &str) -> Option<String> {
+        if method == "prompts/get" {
+            let why = name_problem(name)
+                .map(|problem| format!("its name {problem}"))
+                .or_else(|| self.routing.refused_prompt(idx, name).cloned())?;
+            return Some(format!(
+                "prompt `{}` of server `{}` is refused: {why}",
+                escape_line(name),
+                self.upstreams.name(idx)
+            ));
+        }
+        let problem = uri_problem(name)?;
+        Some(format!(
+            "resource `{}` is refused: its URI {problem}",
+            escape_line(name)
+        ))
     }
 
     fn resource_owner(&self, uri: &str) -> Option<ServerIdx> {
@@ -593,7 +677,12 @@ impl Gateway {
         message: &Message<'_>,
     ) {
         let method = request.method.as_str();
-        let line = self.host_response(idx, request.session, message, request.id(), method);
+        let mut line = self.host_response(idx, request.session, message, request.id(), method);
+        if let Some(key) = list_key(method) {
+            // Wrap mode: the server's own page, screened like a merged one.
+            let fresh = request.params().get("cursor").is_none();
+            line = self.screen_page(idx, key, line, fresh);
+        }
         let reads = matches!(method, "resources/read" | "prompts/get");
         if reads
             && message.result.is_some_and(super::call::carries_data)
@@ -698,16 +787,6 @@ impl Gateway {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        if key == "prompts" {
-            for item in &mut items {
-                if let Some(name) = item.get("name").and_then(Value::as_str) {
-                    let prefixed = self.prefixed(idx, name);
-                    if let Some(object) = item.as_object_mut() {
-                        object.insert("name".to_owned(), Value::String(prefixed));
-                    }
-                }
-            }
-        }
         let max_bytes = self.limits.max_line;
         let mut pages = 0;
         let mut cut = None;
@@ -771,6 +850,36 @@ impl Gateway {
         let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
             return;
         };
+        // The server's whole part is screened at once, so prompts that look
+        // alike are found across its pages.
+        let key = state.key;
+        let mut items = state.items.remove(&idx).unwrap_or_default();
+        let refused = screen(&server, key, &mut items);
+        if key == "prompts" {
+            items.retain_mut(|item| {
+                let Some(own) = item.get("name").and_then(Value::as_str) else {
+                    return false;
+                };
+                let prefixed = self.prefixed(idx, own);
+                // A name that could be another server's is not listed (and
+                // `prompts/get` refuses it: it does not resolve).
+                if !matches!(self.resolve(&prefixed), Ok((owner, _)) if owner == idx) {
+                    tracing::warn!(server.id = %server, prompt.name = %escape_line(own), "the prompt's prefixed name `{}` could belong to another server; it is not listed", escape_line(&prefixed));
+                    return false;
+                }
+                if let Some(object) = item.as_object_mut() {
+                    object.insert("name".to_owned(), Value::String(prefixed));
+                }
+                true
+            });
+            if failure.is_none() {
+                self.routing.refuse_prompts(idx, refused, true);
+            }
+        }
+        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
+            return;
+        };
+        state.items.insert(idx, items);
         if let Some(failure) = failure {
             tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method.as_str());
         } else if let Some(field) = match state.key {
@@ -814,4 +923,110 @@ impl Gateway {
         super::modern::modernize(modern, state.request.method.as_str(), &mut result);
         self.reply(session, state.request.id(), &result);
     }
+}
+
+impl Gateway {
+    /// One page of a server's list passed through in wrap mode, screened
+    /// (see [`screen`]) before the host sees it: the line as it came when
+    /// nothing in it had to change.
+    fn screen_page(&mut self, idx: ServerIdx, key: &str, line: String, fresh: bool) -> String {
+        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
+            return line;
+        };
+        let Some(items) = response
+            .pointer_mut(&format!("/result/{key}"))
+            .and_then(Value::as_array_mut)
+        else {
+            return line;
+        };
+        let before = items.clone();
+        let server = self.upstreams.name(idx).to_owned();
+        let refused = screen(&server, key, items);
+        let changed = *items != before;
+        if key == "prompts" {
+            self.routing.refuse_prompts(idx, refused, fresh);
+        }
+        if changed { response.to_string() } else { line }
+    }
+}
+
+/// The key of the entries of a list the gateway screens, by its method.
+fn list_key(method: &str) -> Option<&'static str> {
+    match method {
+        "prompts/list" => Some("prompts"),
+        "resources/list" => Some("resources"),
+        "resources/templates/list" => Some("resourceTemplates"),
+        _ => None,
+    }
+}
+
+/// Screens one server's entries of a list (`key`: `prompts`, `resources`
+/// or `resourceTemplates`) before a host sees them, so what the server
+/// sends a person is what it is (issue 11): a prompt whose name breaks the
+/// tool-name rule, and a resource whose URI breaks a line or hides
+/// characters, is left out (and logged); every name and title left is
+/// sanitized and made one line, every description sanitized. Returns the
+/// prompts left out, by name, with why.
+fn screen(server: &str, key: &str, items: &mut Vec<Value>) -> Vec<(String, String)> {
+    let mut refused = Vec::new();
+    match key {
+        "prompts" => {
+            let names: Vec<String> = items
+                .iter()
+                .map(|item| {
+                    item.get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                })
+                .collect();
+            let troubles = super::catalog::name_troubles(&names);
+            let mut troubles = troubles.into_iter();
+            let mut names = names.into_iter();
+            items.retain(|_| {
+                let name = names.next().unwrap_or_default();
+                let Some(trouble) = troubles.next().flatten() else {
+                    return true;
+                };
+                let why = trouble.describe();
+                tracing::warn!(server.id = %server, prompt.name = %escape_line(&name), "{why}; the prompt is not listed, and a request for it is refused");
+                refused.push((name, why));
+                false
+            });
+        }
+        _ => {
+            let field = if key == "resources" {
+                "uri"
+            } else {
+                "uriTemplate"
+            };
+            items.retain(|item| {
+                let uri = item.get(field).and_then(Value::as_str).unwrap_or("");
+                let Some(problem) = uri_problem(uri) else {
+                    return true;
+                };
+                tracing::warn!(server.id = %server, resource.uri = %escape_line(uri), "its URI {problem}; the entry of `{key}` is not listed, and a request for it is refused");
+                false
+            });
+        }
+    }
+    for item in items.iter_mut() {
+        let Some(object) = item.as_object_mut() else {
+            continue;
+        };
+        for (field, value) in object.iter_mut() {
+            let Value::String(text) = value else {
+                continue;
+            };
+            let clean = match field.as_str() {
+                "name" | "title" => one_line(&sanitize(text).text),
+                "description" => sanitize(text).text,
+                _ => continue,
+            };
+            if clean != *text {
+                *text = clean;
+            }
+        }
+    }
+    refused
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hintgate_policy::config::{ServerConfig, Transport};
+use hintgate_policy::tool::SandboxProof;
 use serde_json::{Value, json};
 
 use super::Gateway;
@@ -299,25 +300,6 @@ impl Gateway {
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
-        // A sandbox the gateway cannot enforce must not be taken for one
-        // (design §6): the server does not start unless the user accepted
-        // that with `best_effort = true`. This version enforces none yet.
-        match &up.config.sandbox {
-            Some(sandbox) if !sandbox.best_effort => {
-                let reason = format!(
-                    "server `{}` asks for a sandbox, and this version of hintgate cannot enforce one yet; \
-                     it is not started (set `best_effort = true` in its sandbox table to run it unconfined)",
-                    up.name
-                );
-                tracing::error!(server.id = %up.name, "{reason}");
-                up.phase = Phase::Failed(reason);
-                return;
-            }
-            Some(_) => {
-                tracing::warn!(server.id = %up.name, "sandbox not enforced (best_effort = true): the server runs unconfined");
-            }
-            None => {}
-        }
         // INVARIANT: what waits for a server is bounded; past the bound
         // the server is taken for one that does not read its input.
         let queue = Arc::new(QueueGauge::default());
@@ -331,9 +313,22 @@ impl Gateway {
             events: target_events,
             queue,
         };
+        // A sandbox the kernel cannot enforce stops the server at connect
+        // (unless `best_effort`); what holds is what the policy is told.
+        let mut sandbox = SandboxProof::default();
         match connector.connect(&up.config, target) {
             Ok(link) => {
                 tracing::info!(server.id = %up.name, pid = ?link.pid(), "started");
+                if let (Some(report), Some(table)) = (link.sandbox(), &up.config.sandbox) {
+                    sandbox = report.proof(table);
+                    if report.missing.is_empty() {
+                        tracing::info!(server.id = %up.name, "sandbox {}", report.summary());
+                    } else {
+                        tracing::warn!(server.id = %up.name, "sandbox {}", report.summary());
+                    }
+                } else if up.config.sandbox.is_some() {
+                    tracing::warn!(server.id = %up.name, "sandbox not enforced: this link cannot be confined");
+                }
                 up.link = Some(link);
                 up.phase = Phase::Starting;
             }
@@ -355,7 +350,7 @@ impl Gateway {
         let key = self.store.as_ref().map(|store| {
             hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
         });
-        if let Err(err) = self.catalog.open(idx, &name, key, identity) {
+        if let Err(err) = self.catalog.open(idx, &name, key, identity, sandbox) {
             self.upstream_failed(idx, format!("the pin store failed: {err}"));
             return;
         }

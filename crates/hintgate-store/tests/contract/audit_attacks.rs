@@ -359,6 +359,7 @@ fn gateway_on_postgres(dir: &std::path::Path) -> Option<hintgate_store::PgStore>
                 key: KeySource::Given(super::shared_key()),
                 head: HeadPlace::Directory(dir.to_owned()),
                 checkpoints: true,
+                witness: Default::default(),
             },
         )
         .unwrap(),
@@ -527,6 +528,7 @@ fn a_missing_key_of_a_keyed_log_is_named_and_not_replaced() {
             key: KeySource::None,
             head: HeadPlace::File(SqliteStore::head_path(&path)),
             checkpoints: false,
+            witness: Default::default(),
         },
     )
     .unwrap();
@@ -628,6 +630,7 @@ fn a_postgres_log_takes_no_record_without_the_shared_key() {
             key: KeySource::Given(other_key.clone()),
             head: HeadPlace::None,
             checkpoints: false,
+            witness: Default::default(),
         },
     )
     .unwrap();

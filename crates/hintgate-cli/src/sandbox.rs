@@ -1,0 +1,255 @@
+//! `hintgate sandbox check` and `hintgate sandbox explain`: what this kernel
+//! can enforce, and exactly what one server would get.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use hintgate_policy::config::{SandboxConfig, Transport};
+use hintgate_sandbox::{Access, Kernel, Plan, Property, Report};
+use serde_json::json;
+
+use crate::args::{SandboxCheckArgs, SandboxExplainArgs};
+use crate::exit::Exit;
+use crate::load::{self, ProcessEnv};
+use crate::output;
+
+/// Runs `hintgate sandbox check`: always exit 0, whatever the kernel offers.
+pub fn check(args: &SandboxCheckArgs) -> Result<Exit> {
+    let kernel = Kernel::current();
+    // A table that asks for the most: no network, nothing writable.
+    let strict = SandboxConfig::default();
+    let report = kernel.report(&strict);
+    if args.json {
+        let value = json!({
+            "kernel": kernel,
+            "properties": properties(&report),
+            "proves": report.proof(&strict),
+        });
+        output::out(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
+        return Ok(Exit::Success);
+    }
+    let mut out = String::new();
+    let abi = kernel.landlock_abi;
+    if abi == 0 {
+        out.push_str("Landlock: not available (no file confinement on this kernel)\n");
+    } else {
+        let _ = writeln!(out, "Landlock: ABI {abi}");
+        let mut rights = vec!["read, write, execute, create and remove files"];
+        if abi >= 2 {
+            rights.push("rename and link across directories");
+        }
+        if abi >= 3 {
+            rights.push("truncate");
+        }
+        if abi >= 4 {
+            rights.push("TCP bind and connect");
+        }
+        if abi >= 5 {
+            rights.push("ioctl on devices");
+        }
+        if abi >= 6 {
+            rights.push("scoping of signals and abstract sockets");
+        }
+        let _ = writeln!(out, "  rights it controls: {}", rights.join("; "));
+    }
+    match (&kernel.user_namespaces, &kernel.user_namespaces_error) {
+        (true, _) => out.push_str(
+            "User and network namespaces: yes (a server with network = false gets no network)\n",
+        ),
+        (false, why) => {
+            let _ = writeln!(
+                out,
+                "User and network namespaces: no ({})",
+                why.as_deref().unwrap_or("unknown reason")
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "seccomp: {}",
+        if kernel.seccomp { "yes" } else { "no" }
+    );
+    out.push_str("\nA server with `network = false` and no writable path would get:\n");
+    render_report(&mut out, &report);
+    let proof = report.proof(&strict);
+    let _ = writeln!(
+        out,
+        "\nWhat that proves to the policy: {}",
+        match (proof.no_network, proof.no_writes) {
+            (true, true) =>
+                "no network and no writes: its tools are taken as read-only and closed-world (sandbox-confined), even when it is untrusted",
+            (true, false) => "no network: its tools are taken as closed-world",
+            (false, true) => "nothing (no writes without no network proves nothing)",
+            (false, false) => "nothing",
+        }
+    );
+    output::out(&out)?;
+    Ok(Exit::Success)
+}
+
+/// Runs `hintgate sandbox explain SERVER --config FILE`.
+pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
+    let loaded = load::config(&args.config)?;
+    if !loaded.diagnostics.is_empty() {
+        output::err(&loaded.render())?;
+    }
+    let Some(config) = loaded.config else {
+        return Ok(Exit::Usage);
+    };
+    let config = crate::run::expand(config, &ProcessEnv)?;
+    let Some(server) = config.servers.get(&args.server) else {
+        output::err(&format!(
+            "error: unknown server `{}` in {}\n",
+            args.server,
+            args.config.display()
+        ))?;
+        return Ok(Exit::Usage);
+    };
+    let Some(sandbox) = &server.sandbox else {
+        output::err(&format!(
+            "error: server `{}` has no [servers.{}.sandbox] table: it runs unconfined\n",
+            args.server, args.server
+        ))?;
+        return Ok(Exit::Usage);
+    };
+    let Transport::Stdio {
+        command,
+        args: argv,
+        env,
+    } = &server.transport
+    else {
+        output::err(&format!(
+            "error: server `{}` is reached by URL; only a stdio server can be sandboxed\n",
+            args.server
+        ))?;
+        return Ok(Exit::Usage);
+    };
+    let inherited: BTreeMap<String, String> = std::env::vars().collect();
+    let plan = match Plan::new(command, argv, env, sandbox, &inherited) {
+        Ok(plan) => plan,
+        Err(err) => {
+            output::err(&format!("error: {err}\n"))?;
+            return Ok(Exit::Error);
+        }
+    };
+    let report = Kernel::current().report(sandbox);
+    let starts = sandbox.best_effort || report.missing_required().is_empty();
+    if args.json {
+        let value = json!({
+            "server": args.server,
+            "plan": plan,
+            "env": plan.env.iter().map(|(key, _)| key).collect::<Vec<_>>(),
+            "private_home": "a new directory under the system's temporary directory, removed when the server stops (HOME; TMPDIR is its tmp/)",
+            "properties": properties(&report),
+            "starts": starts,
+            "proves": report.proof(sandbox),
+        });
+        output::out(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
+        return Ok(Exit::Success);
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "Server `{}`: {}", args.server, plan.program.display());
+    out.push_str("\nPaths (and everything beneath them):\n");
+    for rule in &plan.rules {
+        let access = match rule.access {
+            Access::Read => "read",
+            Access::ReadExec => "read, execute",
+            Access::Device => "read, write (device)",
+            Access::ReadWrite => "read, write, create, remove",
+        };
+        let _ = writeln!(
+            out,
+            "  {:<28} {}  ({})",
+            access,
+            rule.path.display(),
+            rule.why
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<28} a private home, made at start and removed at stop (HOME; TMPDIR is its tmp/)",
+        "read, write, create, remove"
+    );
+    out.push_str("  nothing else\n\nEnvironment:\n");
+    for (key, value) in &plan.env {
+        // The server's own variables may hold secrets: only their names.
+        if key == "PATH" || key == "LANG" {
+            let _ = writeln!(out, "  {key}={value}");
+        } else {
+            let _ = writeln!(out, "  {key} (from the server's env)");
+        }
+    }
+    out.push_str("  HOME, TMPDIR: the private home\n");
+    let _ = writeln!(
+        out,
+        "\nLimits: {} open files, {} processes, {} MiB of address space per process",
+        plan.limits.open_files,
+        plan.limits.processes,
+        plan.limits.address_space / (1024 * 1024)
+    );
+    let _ = writeln!(
+        out,
+        "Network: {}",
+        if sandbox.network {
+            "allowed (not confined)"
+        } else {
+            "none (own user and network namespace, loopback down)"
+        }
+    );
+    out.push_str("\nOn this kernel:\n");
+    render_report(&mut out, &report);
+    if !starts {
+        out.push_str(
+            "\nThe server would not start: the kernel cannot enforce what its table asks (set `best_effort = true` to run it with what holds).\n",
+        );
+    }
+    output::out(&out)?;
+    Ok(Exit::Success)
+}
+
+fn properties(report: &Report) -> Vec<serde_json::Value> {
+    Property::ALL
+        .iter()
+        .filter_map(|property| {
+            if report.holds(*property) {
+                Some(json!({"property": property, "holds": true, "means": property.describe()}))
+            } else {
+                report
+                    .missing
+                    .iter()
+                    .find(|missing| missing.property == *property)
+                    .map(|missing| {
+                        json!({
+                            "property": property,
+                            "holds": false,
+                            "required": missing.required,
+                            "means": property.describe(),
+                            "why": missing.why,
+                        })
+                    })
+            }
+        })
+        .collect()
+}
+
+fn render_report(out: &mut String, report: &Report) {
+    for property in Property::ALL {
+        if report.holds(property) {
+            let _ = writeln!(
+                out,
+                "  yes  {:<18} {}",
+                property.as_str(),
+                property.describe()
+            );
+        } else if let Some(missing) = report.missing.iter().find(|m| m.property == property) {
+            let _ = writeln!(
+                out,
+                "  no   {:<18} {}{}",
+                property.as_str(),
+                missing.why,
+                if missing.required { " (required)" } else { "" }
+            );
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! The kernel sandbox end to end: `hintgate run` starts an untrusted server
+//! confined, its read-only tools run without a prompt because the sandbox,
+//! not the server, makes them safe, and what the server tries beyond its
+//! limits fails, checked on the disk and the network.
+//!
+//! A test skips, saying why, only where this kernel lacks what it needs;
+//! each prints what the sandbox enforced.
+#![expect(
+    clippy::disallowed_macros,
+    reason = "the tests print what the sandbox enforced, and why one skips"
+)]
+
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+
+use hintgate_policy::config::SandboxConfig;
+use hintgate_sandbox::{Kernel, Property};
+use serde_json::{Value, json};
+
+use crate::host::{Host, is_error, text};
+use crate::peers::npm_bin;
+
+fn escape_server() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../hintgate-sandbox/tests/fixtures/escape_server.py")
+        .display()
+        .to_string()
+}
+
+/// The system's python3 (a version manager's shim on `PATH` lives in a
+/// home the sandbox does not open).
+fn system_python() -> Option<&'static str> {
+    ["/usr/bin/python3", "/bin/python3"]
+        .into_iter()
+        .find(|path| Path::new(path).is_file())
+}
+
+/// Whether this kernel confines files and the network; prints what it
+/// enforces, or why the test skips.
+fn kernel_confines() -> bool {
+    let kernel = Kernel::current();
+    let report = kernel.report(&SandboxConfig::default());
+    println!("sandbox on this kernel: {}", report.summary());
+    for need in [
+        Property::FilesRead,
+        Property::FilesWrite,
+        Property::NetworkNamespace,
+    ] {
+        if !report.holds(need) {
+            let why = report.missing.iter().find(|m| m.property == need);
+            println!(
+                "skipped: this kernel cannot enforce {need}: {}",
+                why.map(|m| m.why.as_str()).unwrap_or_default()
+            );
+            return false;
+        }
+    }
+    true
+}
+
+fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == name)
+        .unwrap_or_else(|| panic!("no tool {name} in {list}"))
+}
+
+fn log_json(dir: &Path) -> Vec<Value> {
+    let state = dir.join("state").display().to_string();
+    let output = crate::util::run(dir, &["log", "--state-dir", &state, "--json"]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        crate::util::stderr(&output)
+    );
+    crate::util::stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+struct Layout {
+    dir: tempfile::TempDir,
+    data: PathBuf,
+    secret: PathBuf,
+    escape: PathBuf,
+}
+
+fn layout() -> Layout {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("notes.txt"), "hello from disk").unwrap();
+    let ssh = dir.path().join("home/.ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let secret = ssh.join("id_ed25519");
+    std::fs::write(&secret, "PRIVATE KEY").unwrap();
+    let escape = dir.path().join("escaped.txt");
+    Layout {
+        dir,
+        data,
+        secret,
+        escape,
+    }
+}
+
+#[test]
+fn an_untrusted_confined_server_reads_without_a_prompt_and_cannot_escape() {
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_confines() {
+        return;
+    }
+    let Layout {
+        dir,
+        data,
+        secret,
+        escape,
+    } = layout();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = format!(
+        "[servers.esc]\ncommand = {python:?}\nargs = [{:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.esc.sandbox]\nread = [{:?}]\nnetwork = false\n",
+        escape_server(),
+        data.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+
+    // The host sees the annotations the sandbox proves, and the claims as claims.
+    let list = host.request("tools/list", json!({}));
+    let write = tool(&list, "esc__write_file");
+    assert_eq!(
+        write["annotations"],
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}),
+        "{write}"
+    );
+
+    // A read inside runs, unasked.
+    let read = host.call("esc__read_file", json!({"path": data.join("notes.txt")}));
+    assert!(!is_error(&read), "{read}");
+    assert!(text(&read).contains("read 15 bytes"), "{read}");
+    // What lies outside cannot be read, written or reached: the server's
+    // own error comes back, and the disk and the listener show nothing.
+    let stolen = host.call("esc__read_file", json!({"path": secret}));
+    assert!(is_error(&stolen), "{stolen}");
+    assert!(text(&stolen).contains("Permission"), "{stolen}");
+    let written = host.call("esc__write_file", json!({"path": escape}));
+    assert!(is_error(&written), "{written}");
+    assert!(!escape.exists(), "a file appeared outside the sandbox");
+    let inside = host.call("esc__write_file", json!({"path": data.join("new.txt")}));
+    assert!(is_error(&inside), "{inside}");
+    assert!(
+        !data.join("new.txt").exists(),
+        "a read-only directory was written"
+    );
+    let sent = host.call("esc__connect", json!({"port": port}));
+    assert!(is_error(&sent), "{sent}");
+    match listener.accept() {
+        Err(err) if err.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the listener outside the sandbox was reached: {other:?}"),
+    }
+    // Nobody was asked: the limits, not the server's claims, made it safe.
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+    assert!(
+        host.log()
+            .contains("sandbox enforced: files-read, files-write, network-namespace"),
+        "{}",
+        host.log()
+    );
+    host.close();
+
+    // The audit log says why each call ran unasked.
+    let records = log_json(dir.path());
+    assert_eq!(records.len(), 5, "{records:?}");
+    for record in &records {
+        assert_eq!(record["verdict"], "allow", "{record}");
+        let reasons = record["reasons"].as_array().unwrap();
+        assert!(reasons.contains(&json!("sandbox-confined")), "{record}");
+    }
+}
+
+#[test]
+fn the_filesystem_server_confined_to_one_directory_cannot_reach_outside() {
+    if !kernel_confines() {
+        return;
+    }
+    let Layout {
+        dir,
+        data,
+        secret,
+        escape,
+    } = layout();
+    // The server itself is told it may use the whole test directory: only
+    // the sandbox keeps it to `data`.
+    let config = format!(
+        "[servers.fs]\ncommand = {:?}\nargs = [{:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.fs.sandbox]\nread = [{:?}]\nnetwork = false\n",
+        npm_bin("mcp-server-filesystem"),
+        dir.path().display().to_string(),
+        data.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+    let read = host.call(
+        "fs__read_text_file",
+        json!({"path": data.join("notes.txt")}),
+    );
+    assert_eq!(text(&read), "hello from disk", "{read}");
+    let stolen = host.call("fs__read_text_file", json!({"path": secret}));
+    assert!(is_error(&stolen), "{stolen}");
+    assert!(!text(&stolen).contains("PRIVATE KEY"), "{stolen}");
+    let written = host.call(
+        "fs__write_file",
+        json!({"path": escape, "content": "escaped"}),
+    );
+    assert!(is_error(&written), "{written}");
+    assert!(!escape.exists(), "a file appeared outside the sandbox");
+    let inside = host.call(
+        "fs__write_file",
+        json!({"path": data.join("notes.txt"), "content": "overwritten"}),
+    );
+    assert!(is_error(&inside), "{inside}");
+    assert_eq!(
+        std::fs::read_to_string(data.join("notes.txt")).unwrap(),
+        "hello from disk",
+        "a read-only directory was changed"
+    );
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+    host.close();
+}
+
+#[test]
+fn explain_auto_asks_the_kernel_and_sandbox_explain_lists_the_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let config = format!(
+        "[servers.box]\ncommand = \"sh\"\ntrust = \"untrusted\"\n\n\
+         [servers.box.sandbox]\nread = [{:?}]\nnetwork = false\n",
+        data.display().to_string()
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), &config).unwrap();
+    std::fs::write(
+        dir.path().join("tool.json"),
+        r#"{"name": "wipe", "annotations": {"readOnlyHint": false, "destructiveHint": true}}"#,
+    )
+    .unwrap();
+    let explain = crate::util::run(
+        dir.path(),
+        &[
+            "explain",
+            "--config",
+            "hintgate.toml",
+            "--server",
+            "box",
+            "--tool",
+            "tool.json",
+            "--json",
+        ],
+    );
+    let value: Value = serde_json::from_str(&crate::util::stdout(&explain)).unwrap();
+    let report = Kernel::current().report(&SandboxConfig::default());
+    println!("sandbox on this kernel: {}", report.summary());
+    let confined = report.holds(Property::NetworkNamespace) && report.holds(Property::FilesWrite);
+    // A destructive claim from an untrusted server: only the sandbox makes
+    // it safe, so the verdict follows what this kernel enforces.
+    assert_eq!(value["verdict"] == "allow", confined, "{value}");
+    assert_eq!(
+        value["reasons"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("sandbox-confined")),
+        confined,
+        "{value}"
+    );
+    let unconfined = crate::util::run(
+        dir.path(),
+        &[
+            "explain",
+            "--config",
+            "hintgate.toml",
+            "--server",
+            "box",
+            "--tool",
+            "tool.json",
+            "--json",
+            "--sandbox",
+            "none",
+        ],
+    );
+    let unconfined: Value = serde_json::from_str(&crate::util::stdout(&unconfined)).unwrap();
+    assert_eq!(unconfined["verdict"], "ask", "{unconfined}");
+    let listing = crate::util::run(
+        dir.path(),
+        &["sandbox", "explain", "box", "--config", "hintgate.toml"],
+    );
+    assert_eq!(
+        listing.status.code(),
+        Some(0),
+        "{}",
+        crate::util::stderr(&listing)
+    );
+    let out = crate::util::stdout(&listing);
+    assert!(
+        out.contains(&format!(
+            "read                         {}  (read)",
+            data.display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("a private home"), "{out}");
+    assert!(
+        out.contains("none (own user and network namespace, loopback down)"),
+        "{out}"
+    );
+    let check = crate::util::run(dir.path(), &["sandbox", "check", "--json"]);
+    assert_eq!(check.status.code(), Some(0));
+    let check: Value = serde_json::from_str(&crate::util::stdout(&check)).unwrap();
+    assert_eq!(
+        check["kernel"]["landlock_abi"],
+        json!(Kernel::current().landlock_abi)
+    );
+}
+
+/// A page on this machine's loopback, outside any server's namespace: it
+/// counts the connections it accepts and answers each with a small page.
+fn loopback_page() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/page",
+        listener.local_addr().unwrap().port()
+    );
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut request = [0_u8; 4096];
+            let _ = stream.read(&mut request);
+            let body = "the page on the loopback";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+fn fetch_config(dir: &Path, network: bool) {
+    let config = format!(
+        "[servers.fetch]\ncommand = {:?}\nargs = [\"--allow-private-ips\", \"--ignore-robots-txt\"]\ntrust = \"untrusted\"\n\n\
+         [servers.fetch.sandbox]\nnetwork = {network}\n",
+        crate::peers::venv_bin("mcp-server-fetch"),
+    );
+    std::fs::write(dir.join("hintgate.toml"), config).unwrap();
+}
+
+#[test]
+fn the_fetch_server_without_network_cannot_reach_this_machines_loopback() {
+    use std::sync::atomic::Ordering;
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (url, seen) = loopback_page();
+    // The control: with the network allowed, the same server fetches it.
+    fetch_config(dir.path(), true);
+    let mut open = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    open.initialize(json!({"elicitation": {}}));
+    open.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    let fetched = open.call("fetch__fetch", json!({"url": url, "raw": true}));
+    assert!(
+        text(&fetched).contains("the page on the loopback"),
+        "{fetched}"
+    );
+    open.close();
+    let reached = seen.load(Ordering::SeqCst);
+    assert!(reached >= 1);
+
+    fetch_config(dir.path(), false);
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+    let list = host.request("tools/list", json!({}));
+    // The sandbox proves the world closed, whatever the server says.
+    assert_eq!(
+        tool(&list, "fetch__fetch")["annotations"]["openWorldHint"],
+        false,
+        "{list}"
+    );
+    let fetched = host.call("fetch__fetch", json!({"url": url, "raw": true}));
+    assert!(is_error(&fetched), "{fetched}");
+    println!("fetch answered: {}", text(&fetched));
+    assert!(
+        !text(&fetched).contains("the page on the loopback"),
+        "{fetched}"
+    );
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        reached,
+        "the listener was reached from the sandbox"
+    );
+    // Read-only and closed-world by proof: nobody was asked.
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+    host.close();
+}
+
+#[test]
+fn the_memory_server_keeps_its_file_in_its_one_writable_directory_across_a_restart() {
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("memory");
+    std::fs::create_dir(&store).unwrap();
+    let file = store.join("memory.jsonl");
+    let config = format!(
+        "[servers.memory]\ncommand = {:?}\nenv = {{ MEMORY_FILE_PATH = {:?} }}\ntrust = \"trusted\"\n\n\
+         [servers.memory.sandbox]\nwrite = [{:?}]\nnetwork = false\n\n\
+         [[rules]]\nserver = \"memory\"\naction = \"allow\"\n",
+        npm_bin("mcp-server-memory"),
+        file.display().to_string(),
+        store.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let session = || {
+        let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+        host.initialize(json!({}));
+        host
+    };
+    let mut first = session();
+    let created = first.call(
+        "memory__create_entities",
+        json!({"entities": [{"name": "hintgate", "entityType": "project", "observations": ["confined"]}]}),
+    );
+    assert!(!is_error(&created), "{created}");
+    first.close();
+    assert!(
+        std::fs::read_to_string(&file).unwrap().contains("hintgate"),
+        "the memory file is in its writable directory"
+    );
+    // A new gateway, a new sandbox, a new private home: the file remains.
+    let mut second = session();
+    let graph = second.call("memory__read_graph", json!({}));
+    assert!(text(&graph).contains("confined"), "{graph}");
+    second.close();
+    let others: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    // Nothing else of the server's landed next to it.
+    for name in &others {
+        assert!(
+            ["memory", "hintgate.toml", "hintgate.stderr", "state"].contains(&name.as_str()),
+            "unexpected {name} in {others:?}"
+        );
+    }
+}

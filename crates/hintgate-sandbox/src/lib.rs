@@ -1,0 +1,593 @@
+//! A kernel sandbox for hintgate's stdio servers (design §6).
+//!
+//! A server whose configuration has a `[servers.NAME.sandbox]` table is
+//! started confined, with no daemon and no root:
+//!
+//! - **files** (Landlock): reads only under `read` and what the program needs
+//!   to run ([`Plan`] computes that from the command), writes only under
+//!   `write` and a private home the gateway makes and removes, execution only
+//!   of the program, its interpreter and the system's libraries;
+//! - **network**: `network = false` puts the server in a new user and network
+//!   namespace before exec (a loopback that is down, nothing routable), and
+//!   Landlock denies TCP bind and connect where the kernel's ABI has it;
+//! - **everything else**: a clean environment, `no_new_privs`, resource
+//!   limits (open files, processes counted in the server's own user
+//!   namespace, address space), its own process group killed with the
+//!   gateway, Landlock's signal and abstract-socket scoping, and a seccomp
+//!   filter that refuses the obvious escapes (`ptrace`, `mount`, new
+//!   namespaces, the kernel keyring, `bpf`, module loading).
+//!
+//! What the kernel cannot enforce is named: the server does not start
+//! ([`SandboxError::NotEnforceable`]) unless the table says
+//! `best_effort = true`, and then the [`Report`] says exactly which
+//! [`Property`] holds, and [`Report::proof`] proves only those to the policy.
+//!
+//! This is the only crate of the workspace with `unsafe` code: the system
+//! calls between fork and exec, and the kernel probe. Each block says why it
+//! is sound. Other platforms get the same interface and an honest "not
+//! enforced" ([`Kernel::probe`] finds nothing there).
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+
+use hintgate_policy::config::SandboxConfig;
+use hintgate_policy::tool::SandboxProof;
+use serde::Serialize;
+
+#[cfg(target_os = "linux")]
+mod cgroup;
+mod plan;
+#[cfg(target_os = "linux")]
+#[expect(
+    unsafe_code,
+    reason = "fork, unshare, prctl, setrlimit and the Landlock and seccomp system calls; each block documents its soundness"
+)]
+mod sys;
+
+pub use plan::{Access, Limits, PathRule, Plan};
+
+/// What this kernel can enforce, found by asking it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Kernel {
+    /// The Landlock ABI version the kernel offers; 0 when it has none (or
+    /// Landlock is disabled).
+    pub landlock_abi: u32,
+    /// A process may make a new user namespace (and, in it, a network
+    /// namespace) without privilege.
+    pub user_namespaces: bool,
+    /// Why not, when it may not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_namespaces_error: Option<String>,
+    /// The kernel has seccomp filters.
+    pub seccomp: bool,
+    /// The gateway runs as root: the kernel does not count root's processes
+    /// against `RLIMIT_NPROC`, so the process limit needs a cgroup.
+    pub root: bool,
+    /// A `pids` cgroup the gateway may make children in (root, or a
+    /// delegated one): the process limit where `RLIMIT_NPROC` cannot hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids_cgroup: Option<PathBuf>,
+}
+
+/// One property a running sandbox may enforce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Property {
+    /// Reads only under the allowed paths (Landlock).
+    FilesRead,
+    /// Writes, truncation and renames only under the writable paths
+    /// (Landlock ABI 3 or later: earlier ones cannot stop truncation).
+    FilesWrite,
+    /// A new user and network namespace: no route out, loopback down.
+    NetworkNamespace,
+    /// Landlock denies TCP bind and connect (ABI 4 or later).
+    TcpDenied,
+    /// Landlock scoping: no signals to, and no abstract sockets of,
+    /// processes outside the sandbox (ABI 6 or later).
+    Scoped,
+    /// The seccomp filter of obvious escapes.
+    Seccomp,
+    /// `no_new_privs`: a setuid program gains nothing.
+    NoNewPrivs,
+    /// Open files and address space are limited.
+    ResourceLimits,
+    /// The number of processes is limited (in the server's own user
+    /// namespace, so the user's other processes do not count).
+    ProcessLimit,
+    /// Only the variables the plan names are set.
+    CleanEnvironment,
+}
+
+/// What a started (or planned) sandbox enforces and what it does not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The properties that hold.
+    pub held: BTreeSet<Property>,
+    /// The properties that do not, each with why.
+    pub missing: Vec<Missing>,
+}
+
+/// A property the kernel cannot enforce, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Missing {
+    /// The property.
+    pub property: Property,
+    /// Whether the sandbox table asked for it (a required property stops
+    /// the server unless `best_effort = true`).
+    pub required: bool,
+    /// Why it does not hold, in plain words.
+    pub why: String,
+}
+
+/// Why a sandboxed server cannot be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The kernel cannot enforce what the sandbox table asks, and the table
+    /// does not accept that (`best_effort = true`).
+    #[error(
+        "the kernel cannot enforce this sandbox: {}; the server is not started (set `best_effort = true` in its sandbox table to run it with only what holds)",
+        list_missing(.0)
+    )]
+    NotEnforceable(Vec<Missing>),
+    /// The program could not be found.
+    #[error("cannot find `{0}` on PATH")]
+    NotFound(String),
+    /// A sandbox path or the private home could not be used.
+    #[error("sandbox path `{path}`: {source}")]
+    Path {
+        /// The path.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The Landlock ruleset or the seccomp filter could not be built.
+    #[error("cannot build the sandbox: {0}")]
+    Build(String),
+}
+
+/// A started sandbox: what it enforces, its private home (removed when
+/// this is dropped) and its process group (killed when this is dropped).
+#[derive(Debug)]
+pub struct Confinement {
+    report: Report,
+    #[cfg(target_os = "linux")]
+    pids: Option<cgroup::PidsGroup>,
+    home: Option<tempfile::TempDir>,
+    group: Option<u32>,
+}
+
+// === impl Kernel ===
+
+impl Kernel {
+    /// Asks this kernel what it can enforce. Cheap (a few system calls and
+    /// one short-lived child process); the gateway asks once per start of a
+    /// sandboxed server.
+    pub fn probe() -> Self {
+        #[cfg(target_os = "linux")]
+        {
+            sys::probe()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Self {
+                landlock_abi: 0,
+                user_namespaces: false,
+                user_namespaces_error: Some("not Linux".to_owned()),
+                seccomp: false,
+                root: false,
+                pids_cgroup: None,
+            }
+        }
+    }
+
+    /// This kernel, probed once per process (what a kernel offers does not
+    /// change while the gateway runs).
+    pub fn current() -> &'static Self {
+        static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        KERNEL.get_or_init(Self::probe)
+    }
+
+    /// Whether `RLIMIT_NPROC`, counted in the server's own user namespace,
+    /// holds the process limit (not for root, whose processes the kernel
+    /// does not count).
+    pub fn process_limit_by_rlimit(&self) -> bool {
+        self.user_namespaces && !self.root
+    }
+
+    /// What a sandbox as `sandbox` asks would enforce on this kernel.
+    pub fn report(&self, sandbox: &SandboxConfig) -> Report {
+        let mut report = Report::default();
+        let abi = self.landlock_abi;
+        let mut check = |property: Property, holds: bool, required: bool, why: &str| {
+            if holds {
+                report.held.insert(property);
+            } else {
+                report.missing.push(Missing {
+                    property,
+                    required,
+                    why: why.to_owned(),
+                });
+            }
+        };
+        check(
+            Property::FilesRead,
+            abi >= 1,
+            true,
+            "the kernel has no Landlock (or it is disabled), so reads cannot be confined",
+        );
+        check(
+            Property::FilesWrite,
+            abi >= 3,
+            true,
+            if abi == 0 {
+                "the kernel has no Landlock (or it is disabled), so writes cannot be confined"
+            } else {
+                "the kernel's Landlock is older than ABI 3 and cannot stop a file from being truncated"
+            },
+        );
+        let userns_why = self
+            .user_namespaces_error
+            .clone()
+            .unwrap_or_else(|| "user namespaces are not available".to_owned());
+        if !sandbox.network {
+            check(
+                Property::NetworkNamespace,
+                self.user_namespaces,
+                true,
+                &format!("no new network namespace: {userns_why}"),
+            );
+            check(
+                Property::TcpDenied,
+                abi >= 4,
+                false,
+                "the kernel's Landlock is older than ABI 4 (no TCP rights); the network namespace alone keeps the network out",
+            );
+        }
+        check(
+            Property::Scoped,
+            abi >= 6,
+            false,
+            "the kernel's Landlock is older than ABI 6 (no signal or abstract-socket scoping)",
+        );
+        check(
+            Property::Seccomp,
+            self.seccomp,
+            false,
+            "the kernel has no seccomp filters",
+        );
+        check(Property::NoNewPrivs, true, true, "");
+        check(Property::ResourceLimits, true, true, "");
+        let process_why = if self.root {
+            "the gateway runs as root, whose processes the kernel does not count against a limit, and it cannot make a pids cgroup".to_owned()
+        } else {
+            format!(
+                "the process limit needs the server's own user namespace or a delegated pids cgroup: {userns_why}"
+            )
+        };
+        check(
+            Property::ProcessLimit,
+            self.process_limit_by_rlimit() || self.pids_cgroup.is_some(),
+            sandbox.max_processes.is_some(),
+            &process_why,
+        );
+        check(Property::CleanEnvironment, true, true, "");
+        report
+    }
+}
+
+// === impl Property ===
+
+impl Property {
+    /// Every property, in report order.
+    pub const ALL: [Self; 10] = [
+        Self::FilesRead,
+        Self::FilesWrite,
+        Self::NetworkNamespace,
+        Self::TcpDenied,
+        Self::Scoped,
+        Self::Seccomp,
+        Self::NoNewPrivs,
+        Self::ResourceLimits,
+        Self::ProcessLimit,
+        Self::CleanEnvironment,
+    ];
+
+    /// The stable name of the property, as in JSON and the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FilesRead => "files-read",
+            Self::FilesWrite => "files-write",
+            Self::NetworkNamespace => "network-namespace",
+            Self::TcpDenied => "tcp-denied",
+            Self::Scoped => "scoped",
+            Self::Seccomp => "seccomp",
+            Self::NoNewPrivs => "no-new-privs",
+            Self::ResourceLimits => "resource-limits",
+            Self::ProcessLimit => "process-limit",
+            Self::CleanEnvironment => "clean-environment",
+        }
+    }
+
+    /// What the property means, in plain words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::FilesRead => "reads only under the allowed paths (Landlock)",
+            Self::FilesWrite => {
+                "writes only under the writable paths and its private home (Landlock)"
+            }
+            Self::NetworkNamespace => {
+                "no network: its own user and network namespace, loopback down"
+            }
+            Self::TcpDenied => "TCP bind and connect denied (Landlock)",
+            Self::Scoped => "no signals to and no abstract sockets of processes outside (Landlock)",
+            Self::Seccomp => "ptrace, mount, new namespaces, keyring, bpf refused (seccomp)",
+            Self::NoNewPrivs => "no new privileges: setuid programs gain nothing",
+            Self::ResourceLimits => "open files and address space limited",
+            Self::ProcessLimit => "number of processes limited",
+            Self::CleanEnvironment => "a clean environment and a private home",
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// === impl Report ===
+
+impl Report {
+    /// Whether `property` holds.
+    pub fn holds(&self, property: Property) -> bool {
+        self.held.contains(&property)
+    }
+
+    /// The required properties that do not hold.
+    pub fn missing_required(&self) -> Vec<Missing> {
+        self.missing
+            .iter()
+            .filter(|missing| missing.required)
+            .cloned()
+            .collect()
+    }
+
+    /// What this sandbox proves to the policy, given the table it was made
+    /// from: no network only when the network namespace holds; no writes
+    /// only when writes are confined, the table names no writable path
+    /// (the private home goes with the process) and reads are confined too.
+    pub fn proof(&self, sandbox: &SandboxConfig) -> SandboxProof {
+        let no_network = !sandbox.network && self.holds(Property::NetworkNamespace);
+        let no_writes = sandbox.write.is_empty()
+            && self.holds(Property::FilesWrite)
+            && self.holds(Property::FilesRead);
+        SandboxProof {
+            no_network,
+            no_writes,
+        }
+    }
+
+    /// One line naming what holds, for the log and the test output.
+    pub fn summary(&self) -> String {
+        let held: Vec<&str> = self.held.iter().map(|p| p.as_str()).collect();
+        let missing: Vec<&str> = self.missing.iter().map(|m| m.property.as_str()).collect();
+        if missing.is_empty() {
+            format!("enforced: {}", held.join(", "))
+        } else {
+            format!(
+                "enforced: {}; not enforced: {}",
+                held.join(", "),
+                missing.join(", ")
+            )
+        }
+    }
+}
+
+// === impl Confinement ===
+
+impl Confinement {
+    /// What the running sandbox enforces.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// The private home (`HOME` and, below it, `TMPDIR`).
+    pub fn home(&self) -> Option<&std::path::Path> {
+        self.home.as_ref().map(tempfile::TempDir::path)
+    }
+
+    /// Records the started process, whose group is killed when this is
+    /// dropped.
+    pub fn started(&mut self, pid: Option<u32>) {
+        self.group = pid;
+    }
+}
+
+impl Drop for Confinement {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        {
+            if let Some(group) = self.group.take() {
+                sys::kill_group(group);
+            }
+            drop(self.pids.take());
+        }
+        // The private home goes with the server (TempDir removes it).
+        drop(self.home.take());
+    }
+}
+
+/// Makes the command that starts `plan` confined on `kernel`, and the
+/// [`Confinement`] that goes with it (keep it as long as the process runs).
+///
+/// The command has a clean environment, its own process group, and a hook
+/// that confines the child between fork and exec; its standard streams are
+/// the caller's to set.
+///
+/// # Errors
+///
+/// [`SandboxError::NotEnforceable`] when a required property cannot hold
+/// and the plan is not best effort; the other variants when the home, a
+/// path or the filter cannot be made.
+pub fn command(
+    plan: &Plan,
+    kernel: &Kernel,
+) -> Result<(std::process::Command, Confinement), SandboxError> {
+    let report = kernel.report(&plan.config);
+    let missing = report.missing_required();
+    if !missing.is_empty() && !plan.config.best_effort {
+        return Err(SandboxError::NotEnforceable(missing));
+    }
+    let home = tempfile::Builder::new()
+        .prefix("hintgate-sandbox-")
+        .tempdir()
+        .map_err(|source| SandboxError::Path {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    let tmp = home.path().join("tmp");
+    std::fs::create_dir(&tmp).map_err(|source| SandboxError::Path {
+        path: tmp.clone(),
+        source,
+    })?;
+    let mut command = std::process::Command::new(&plan.program);
+    command.args(&plan.args).env_clear();
+    for (key, value) in &plan.env {
+        command.env(key, value);
+    }
+    command.env("HOME", home.path()).env("TMPDIR", &tmp);
+    {
+        use std::os::unix::process::CommandExt;
+        command.process_group(0);
+    }
+    #[cfg(target_os = "linux")]
+    let pids = match (&kernel.pids_cgroup, report.holds(Property::ProcessLimit)) {
+        (Some(parent), true) if !kernel.process_limit_by_rlimit() => Some(
+            cgroup::PidsGroup::make(parent, plan.limits.processes).map_err(|source| {
+                SandboxError::Path {
+                    path: parent.clone(),
+                    source,
+                }
+            })?,
+        ),
+        _ => None,
+    };
+    #[cfg(target_os = "linux")]
+    sys::confine(
+        &mut command,
+        plan,
+        kernel,
+        &report,
+        home.path(),
+        pids.as_ref().map(cgroup::PidsGroup::procs),
+    )?;
+    Ok((
+        command,
+        Confinement {
+            report,
+            #[cfg(target_os = "linux")]
+            pids,
+            home: Some(home),
+            group: None,
+        },
+    ))
+}
+
+fn list_missing(missing: &[Missing]) -> String {
+    missing
+        .iter()
+        .map(|m| format!("{} ({})", m.property, m.why))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(network: bool, write: &[&str]) -> SandboxConfig {
+        SandboxConfig {
+            read: vec!["/data".into()],
+            write: write.iter().map(|w| (*w).to_owned()).collect(),
+            network,
+            ..SandboxConfig::default()
+        }
+    }
+
+    fn kernel(abi: u32, userns: bool) -> Kernel {
+        Kernel {
+            landlock_abi: abi,
+            user_namespaces: userns,
+            user_namespaces_error: None,
+            seccomp: true,
+            root: false,
+            pids_cgroup: None,
+        }
+    }
+
+    #[test]
+    fn a_full_kernel_proves_no_network_and_no_writes() {
+        let sandbox = table(false, &[]);
+        let report = kernel(7, true).report(&sandbox);
+        assert!(report.missing_required().is_empty(), "{report:?}");
+        let proof = report.proof(&sandbox);
+        assert!(proof.no_network && proof.no_writes);
+    }
+
+    #[test]
+    fn a_writable_path_or_network_proves_only_the_rest() {
+        let sandbox = table(false, &["/out"]);
+        let proof = kernel(7, true).report(&sandbox).proof(&sandbox);
+        assert!(proof.no_network && !proof.no_writes);
+        let sandbox = table(true, &[]);
+        let proof = kernel(7, true).report(&sandbox).proof(&sandbox);
+        assert!(!proof.no_network && proof.no_writes);
+    }
+
+    #[test]
+    fn without_user_namespaces_no_network_is_missing_and_unproven() {
+        let sandbox = table(false, &[]);
+        let report = kernel(7, false).report(&sandbox);
+        let missing = report.missing_required();
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].property, Property::NetworkNamespace);
+        assert!(!report.proof(&sandbox).no_network);
+    }
+
+    #[test]
+    fn an_old_landlock_cannot_prove_writes_confined() {
+        let sandbox = table(false, &[]);
+        let report = kernel(2, true).report(&sandbox);
+        assert!(report.holds(Property::FilesRead));
+        assert!(!report.holds(Property::FilesWrite));
+        assert!(!report.proof(&sandbox).no_writes);
+        assert!(!report.holds(Property::TcpDenied));
+    }
+
+    #[test]
+    fn no_landlock_refuses_the_sandbox_by_name() {
+        let sandbox = table(false, &[]);
+        let report = kernel(0, true).report(&sandbox);
+        let err = SandboxError::NotEnforceable(report.missing_required());
+        let text = err.to_string();
+        assert!(text.contains("files-read"), "{text}");
+        assert!(text.contains("best_effort"), "{text}");
+    }
+
+    #[test]
+    fn root_cannot_hold_a_process_limit_it_was_asked_for() {
+        let mut sandbox = table(false, &[]);
+        let mut kernel = kernel(7, true);
+        kernel.root = true;
+        assert!(kernel.report(&sandbox).missing_required().is_empty());
+        sandbox.max_processes = Some(64);
+        let missing = kernel.report(&sandbox).missing_required();
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].property, Property::ProcessLimit);
+        // A pids cgroup it may make holds the limit instead.
+        kernel.pids_cgroup = Some(PathBuf::from("/sys/fs/cgroup/pids"));
+        assert!(kernel.report(&sandbox).holds(Property::ProcessLimit));
+    }
+}

@@ -1,0 +1,441 @@
+//! What a sandboxed server gets: its program resolved, the paths it may use
+//! and how, its environment and its limits, computed from the command and
+//! the sandbox table before anything starts (and shown by
+//! `hintgate sandbox explain`).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use hintgate_policy::config::SandboxConfig;
+use serde::Serialize;
+
+use crate::SandboxError;
+
+/// How a path may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Read files and list directories.
+    Read,
+    /// Read, and execute or map as code (programs, interpreters, libraries).
+    ReadExec,
+    /// Read and write a device file (`/dev/null`).
+    Device,
+    /// Read, write, create, remove and rename beneath.
+    ReadWrite,
+}
+
+/// One path and what the server may do beneath it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathRule {
+    /// The path (a file or a directory, and everything beneath it).
+    pub path: PathBuf,
+    /// What the server may do there.
+    pub access: Access,
+    /// Why the server gets it: `read` or `write` (the table), or what the
+    /// runtime needs it for.
+    pub why: &'static str,
+}
+
+/// Resource limits of a sandboxed server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    /// The most files open at once.
+    pub open_files: u64,
+    /// The most processes and threads at once.
+    pub processes: u64,
+    /// The most address space per process, in bytes.
+    pub address_space: u64,
+}
+
+/// Everything needed to start one sandboxed server.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The program, resolved on `PATH`.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The paths it may use, beside its private home.
+    pub rules: Vec<PathRule>,
+    /// Its environment, beside `HOME` and `TMPDIR` (its private home).
+    /// Not serialized: the server's `env` may hold secrets.
+    #[serde(skip)]
+    pub env: Vec<(String, String)>,
+    /// Its limits.
+    pub limits: Limits,
+    /// The table it was made from.
+    #[serde(skip)]
+    pub config: SandboxConfig,
+}
+
+/// Default limits: enough for Node.js and Python servers (whose runtimes
+/// reserve a lot of address space and start a few threads), small enough
+/// to stop a fork bomb or a runaway allocation.
+const DEFAULT_OPEN_FILES: u64 = 1024;
+const DEFAULT_PROCESSES: u64 = 256;
+const DEFAULT_MEMORY_MB: u64 = 64 * 1024;
+
+/// Read-only data the C library and common runtimes need: the dynamic
+/// loader's cache, locale, time zone, TLS roots, name service.
+const RUNTIME_READ: &[(&str, &str)] = &[
+    ("/usr", "system programs, libraries and shared data"),
+    ("/etc/ld.so.cache", "dynamic loader"),
+    ("/etc/ld.so.conf", "dynamic loader"),
+    ("/etc/ld.so.conf.d", "dynamic loader"),
+    ("/etc/localtime", "time zone"),
+    ("/etc/timezone", "time zone"),
+    ("/etc/locale.alias", "locale"),
+    ("/etc/ssl", "TLS roots"),
+    ("/etc/ca-certificates", "TLS roots"),
+    ("/etc/pki", "TLS roots"),
+    ("/etc/nsswitch.conf", "name service"),
+    ("/etc/hosts", "name service"),
+    ("/etc/host.conf", "name service"),
+    ("/etc/gai.conf", "name service"),
+    ("/etc/mime.types", "media types"),
+    ("/dev/urandom", "randomness"),
+    ("/dev/random", "randomness"),
+    ("/proc/cpuinfo", "processor count"),
+    ("/proc/meminfo", "memory size"),
+    ("/proc/stat", "processor count"),
+    ("/sys/devices/system/cpu", "processor count"),
+    ("/sys/fs/cgroup", "memory and processor limits"),
+];
+
+/// Code the dynamic loader maps: the system's library directories.
+const RUNTIME_EXEC: &[(&str, &str)] = &[
+    ("/lib", "shared libraries"),
+    ("/lib64", "shared libraries"),
+    ("/lib32", "shared libraries"),
+    ("/usr/lib", "shared libraries"),
+    ("/usr/lib64", "shared libraries"),
+    ("/usr/lib32", "shared libraries"),
+    ("/usr/local/lib", "shared libraries"),
+    ("/usr/libexec", "shared libraries"),
+];
+
+/// Only resolver configuration when the server may use the network.
+const NETWORK_READ: &[(&str, &str)] = &[("/etc/resolv.conf", "name service")];
+
+/// Variables of the gateway's own environment that pass to the server
+/// (when its `env` does not set them).
+const PASSED: &[&str] = &["PATH", "LANG"];
+
+// === impl Plan ===
+
+impl Plan {
+    /// Plans `command` with `args` and `env` (the server's configured
+    /// variables) under `sandbox`; `path` and `lang` are the gateway's own
+    /// `PATH` and `LANG`, passed on unless `env` sets them.
+    ///
+    /// # Errors
+    ///
+    /// [`SandboxError::NotFound`] when the program is not on `PATH`;
+    /// [`SandboxError::Path`] when a path of the table does not exist (a
+    /// rule cannot be made for it, and silently dropping it would confine
+    /// the server to less than the table says, or make the user think it
+    /// may write where it cannot).
+    pub fn new(
+        command: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        sandbox: &SandboxConfig,
+        inherited: &BTreeMap<String, String>,
+    ) -> Result<Self, SandboxError> {
+        let mut vars: BTreeMap<String, String> = BTreeMap::new();
+        for key in PASSED {
+            if let Some(value) = inherited.get(*key) {
+                vars.insert((*key).to_owned(), value.clone());
+            }
+        }
+        vars.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // The private home replaces whatever the table or the gateway says.
+        vars.remove("HOME");
+        vars.remove("TMPDIR");
+        for path in sandbox.read.iter().chain(&sandbox.write) {
+            if let Err(source) = std::fs::metadata(path) {
+                return Err(SandboxError::Path {
+                    path: PathBuf::from(path),
+                    source,
+                });
+            }
+        }
+        let search = vars.get("PATH").cloned().unwrap_or_default();
+        let program =
+            resolve(command, &search).ok_or_else(|| SandboxError::NotFound(command.to_owned()))?;
+
+        let mut rules = Vec::new();
+        // Landlock acts on what a path names, not on the name: each rule is
+        // for the path with its symbolic links resolved, as listed.
+        let mut add = |path: PathBuf, access: Access, why: &'static str| {
+            if let Ok(path) = path.canonicalize() {
+                rules.push(PathRule { path, access, why });
+            }
+        };
+        for (path, why) in RUNTIME_EXEC {
+            add(PathBuf::from(path), Access::ReadExec, why);
+        }
+        for (path, why) in RUNTIME_READ {
+            add(PathBuf::from(path), Access::Read, why);
+        }
+        if sandbox.network {
+            for (path, why) in NETWORK_READ {
+                add(PathBuf::from(path), Access::Read, why);
+            }
+        }
+        for path in ["/dev/null", "/dev/zero", "/dev/full"] {
+            add(PathBuf::from(path), Access::Device, "standard devices");
+        }
+        // The program, what runs it (a `#!` line, through `env`), and the
+        // environments they live in (a Python virtual environment, a
+        // runtime's prefix, the `node_modules` a script loads from).
+        let mut programs = vec![program.clone()];
+        let mut scripts = Vec::new();
+        if let Some((interpreter, argument)) = shebang(&program) {
+            let interpreter_path = PathBuf::from(&interpreter);
+            let runs = if interpreter_path.file_name().is_some_and(|n| n == "env") {
+                argument.as_deref().and_then(|arg| resolve(arg, &search))
+            } else {
+                Some(interpreter_path.clone())
+            };
+            programs.push(interpreter_path);
+            programs.extend(runs);
+            scripts.push(program.clone());
+        }
+        // A script named on the command line (`node server.js`,
+        // `python3 server.py`): the interpreter reads it and its modules.
+        for arg in args {
+            let candidate = Path::new(arg);
+            if candidate.is_absolute() && candidate.is_file() {
+                scripts.push(candidate.to_path_buf());
+            }
+        }
+        for exe in &programs {
+            add(
+                exe.clone(),
+                Access::ReadExec,
+                "the program and its interpreter",
+            );
+            if let Ok(real) = exe.canonicalize() {
+                if let Some(prefix) = runtime_prefix(&real) {
+                    add(prefix, Access::ReadExec, "the interpreter's installation");
+                }
+                add(real, Access::ReadExec, "the program and its interpreter");
+            }
+        }
+        for script in &scripts {
+            match environment_root(script) {
+                Some(root) => add(root, Access::ReadExec, "the script's environment"),
+                None => add(script.clone(), Access::Read, "the script"),
+            }
+            if let Some(root) = script
+                .canonicalize()
+                .ok()
+                .and_then(|real| environment_root(&real))
+            {
+                add(root, Access::ReadExec, "the script's environment");
+            }
+        }
+        for path in &sandbox.read {
+            add(PathBuf::from(path), Access::Read, "read");
+        }
+        for path in &sandbox.write {
+            add(PathBuf::from(path), Access::ReadWrite, "write");
+        }
+        dedup(&mut rules);
+
+        let limits = Limits {
+            open_files: sandbox.max_open_files.unwrap_or(DEFAULT_OPEN_FILES),
+            processes: sandbox.max_processes.unwrap_or(DEFAULT_PROCESSES),
+            address_space: sandbox
+                .max_memory_mb
+                .unwrap_or(DEFAULT_MEMORY_MB)
+                .saturating_mul(1024 * 1024),
+        };
+        Ok(Self {
+            program,
+            args: args.to_vec(),
+            rules,
+            env: vars.into_iter().collect(),
+            limits,
+            config: sandbox.clone(),
+        })
+    }
+}
+
+/// Finds `command` on `search` (a `PATH` value), as `execvp` would.
+fn resolve(command: &str, search: &str) -> Option<PathBuf> {
+    if command.contains('/') {
+        let path = PathBuf::from(command);
+        return path.is_file().then_some(path);
+    }
+    search
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(command))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// The interpreter of a `#!` script and its one optional argument.
+fn shebang(program: &Path) -> Option<(String, Option<String>)> {
+    let mut head = [0_u8; 256];
+    let mut file = std::fs::File::open(program).ok()?;
+    let len = file.read(&mut head).ok()?;
+    let head = head.get(..len)?;
+    let rest = head.strip_prefix(b"#!")?;
+    let line = rest.split(|byte| *byte == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim();
+    let mut words = line.split_whitespace();
+    let interpreter = words.next()?.to_owned();
+    // `#!/usr/bin/env -S node --flag` and `#!/usr/bin/env node`.
+    let argument = words.find(|word| !word.starts_with('-')).map(str::to_owned);
+    Some((interpreter, argument))
+}
+
+/// The installation an interpreter belongs to (`PREFIX` of
+/// `PREFIX/bin/python3.11`), unless that is the system's own.
+fn runtime_prefix(real: &Path) -> Option<PathBuf> {
+    let bin = real.parent()?;
+    if bin.file_name()? != "bin" {
+        return None;
+    }
+    let prefix = bin.parent()?;
+    let system = [Path::new("/"), Path::new("/usr"), Path::new("/usr/local")];
+    (!system.contains(&prefix)).then(|| prefix.to_path_buf())
+}
+
+/// The environment a script runs in: the outermost `node_modules` above
+/// it, or the Python virtual environment (a directory with `pyvenv.cfg`).
+fn environment_root(script: &Path) -> Option<PathBuf> {
+    let mut found = None;
+    for dir in script.ancestors().skip(1) {
+        if dir.file_name().is_some_and(|name| name == "node_modules") {
+            found = Some(dir.to_path_buf());
+        }
+        if found.is_none() && dir.join("pyvenv.cfg").is_file() {
+            return Some(dir.to_path_buf());
+        }
+    }
+    found
+}
+
+/// Drops a rule that another rule of at least the same access covers (the
+/// same path or one above it); of two equal rules, keeps the first.
+fn dedup(rules: &mut Vec<PathRule>) {
+    let all = rules.clone();
+    let mut index = 0;
+    rules.retain(|rule| {
+        let this = index;
+        index += 1;
+        !all.iter().enumerate().any(|(other_index, other)| {
+            let same = other.path == rule.path && other.access == rule.access;
+            other_index != this
+                && rule.path.starts_with(&other.path)
+                && covers(other.access, rule.access)
+                && (!same || other_index < this)
+        })
+    });
+}
+
+/// Whether `wide` allows everything `narrow` does.
+fn covers(wide: Access, narrow: Access) -> bool {
+    match wide {
+        Access::ReadWrite => true,
+        Access::ReadExec => matches!(narrow, Access::Read | Access::ReadExec),
+        Access::Read => narrow == Access::Read,
+        Access::Device => matches!(narrow, Access::Read | Access::Device),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inherited() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+            ("SECRET_TOKEN".to_owned(), "hunter2".to_owned()),
+            ("HOME".to_owned(), "/home/someone".to_owned()),
+        ])
+    }
+
+    #[test]
+    fn the_environment_is_clean_and_the_home_is_private() {
+        let env = BTreeMap::from([("DEBUG".to_owned(), "1".to_owned())]);
+        let sandbox = SandboxConfig::default();
+        let plan = Plan::new("sh", &[], &env, &sandbox, &inherited()).unwrap();
+        let keys: Vec<&str> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["DEBUG", "PATH"]);
+    }
+
+    #[test]
+    fn a_script_gets_its_interpreter_and_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        let script = venv.join("bin/server");
+        std::fs::write(&script, "#!/usr/bin/env sh\necho hi\n").unwrap();
+        let sandbox = SandboxConfig {
+            read: vec![dir.path().display().to_string()],
+            ..SandboxConfig::default()
+        };
+        let plan = Plan::new(
+            script.to_str().unwrap(),
+            &[],
+            &BTreeMap::new(),
+            &sandbox,
+            &inherited(),
+        )
+        .unwrap();
+        let has = |path: &Path, access: Access| {
+            plan.rules
+                .iter()
+                .any(|rule| path.starts_with(&rule.path) && covers(rule.access, access))
+        };
+        assert!(has(&venv, Access::ReadExec), "{:#?}", plan.rules);
+        assert!(has(Path::new("/usr/bin/env"), Access::ReadExec));
+        // Nothing of the user's home, nothing writable.
+        assert!(!has(Path::new("/home/someone"), Access::Read));
+        assert!(
+            plan.rules
+                .iter()
+                .all(|rule| rule.access != Access::ReadWrite)
+        );
+        assert!(has(dir.path(), Access::Read));
+        assert!(!has(dir.path(), Access::ReadWrite));
+    }
+
+    #[test]
+    fn a_table_path_that_does_not_exist_is_named() {
+        let sandbox = SandboxConfig {
+            write: vec!["/no/such/directory/anywhere".into()],
+            ..SandboxConfig::default()
+        };
+        let err = Plan::new("sh", &[], &BTreeMap::new(), &sandbox, &inherited()).unwrap_err();
+        assert!(
+            err.to_string().contains("/no/such/directory/anywhere"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_program_is_named() {
+        let err = Plan::new(
+            "no-such-program-anywhere",
+            &[],
+            &BTreeMap::new(),
+            &SandboxConfig::default(),
+            &inherited(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("no-such-program-anywhere"));
+    }
+}

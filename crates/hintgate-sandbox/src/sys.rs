@@ -1,0 +1,422 @@
+//! The Linux system calls: the kernel probe, and the confinement a child
+//! applies to itself between fork and exec.
+//!
+//! Everything that allocates or may fail for a reason other than the
+//! kernel's is done before fork (the Landlock ruleset's file descriptors,
+//! the seccomp programs, the uid and gid maps); the hook that runs in the
+//! child of a multi-threaded parent only makes system calls on memory
+//! prepared for it, which is what `fork(2)` allows.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use crate::plan::Access as PlanAccess;
+use crate::{Kernel, Plan, Property, Report, SandboxError};
+
+/// `LANDLOCK_CREATE_RULESET_VERSION`: ask the kernel for its ABI.
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+/// Asks the kernel what it can enforce.
+pub(crate) fn probe() -> Kernel {
+    // SAFETY: `landlock_create_ruleset(NULL, 0, VERSION)` reads no memory
+    // and only returns the ABI version (or fails with ENOSYS/EOPNOTSUPP).
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0_usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    // SAFETY: PR_GET_SECCOMP takes no pointer; it fails with EINVAL when
+    // the kernel has no seccomp.
+    let seccomp = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
+    let (user_namespaces, user_namespaces_error) = match probe_namespaces() {
+        Ok(()) => (true, None),
+        Err(err) => (false, Some(err)),
+    };
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    // The cgroup is only needed where the rlimit cannot hold the limit.
+    let pids_cgroup = if user_namespaces && !root {
+        None
+    } else {
+        crate::cgroup::writable_parent()
+    };
+    Kernel {
+        landlock_abi: u32::try_from(abi).unwrap_or(0),
+        user_namespaces,
+        user_namespaces_error,
+        seccomp,
+        root,
+        pids_cgroup,
+    }
+}
+
+/// Whether a child may make a new user and network namespace: a
+/// short-lived child tries.
+fn probe_namespaces() -> Result<(), String> {
+    // SAFETY: the child only calls unshare(2) and _exit(2), both
+    // async-signal-safe, so forking a multi-threaded parent is sound.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("cannot fork: {}", io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: as above; the child touches no memory of the parent's.
+        unsafe {
+            let code = if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0 {
+                0
+            } else {
+                *libc::__errno_location() & 0x7f
+            };
+            libc::_exit(code);
+        }
+    }
+    let mut status: libc::c_int = 0;
+    // SAFETY: `status` is a valid, writable int for the duration of the call.
+    let waited = unsafe { libc::waitpid(pid, &raw mut status, 0) };
+    if waited != pid {
+        return Err(format!("cannot wait: {}", io::Error::last_os_error()));
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else if libc::WIFEXITED(status) {
+        Err(format!(
+            "the kernel refuses new user namespaces ({}); see `kernel.unprivileged_userns_clone` or `user.max_user_namespaces`",
+            io::Error::from_raw_os_error(libc::WEXITSTATUS(status))
+        ))
+    } else {
+        Err("the namespace probe did not exit".to_owned())
+    }
+}
+
+/// Kills a sandboxed server's process group.
+pub(crate) fn kill_group(group: u32) {
+    let Ok(group) = libc::pid_t::try_from(group) else {
+        return;
+    };
+    if group <= 1 {
+        return;
+    }
+    // SAFETY: kill(2) takes no pointer; a group that is gone is ESRCH.
+    unsafe {
+        libc::kill(-group, libc::SIGKILL);
+    }
+}
+
+/// Everything the child needs, made before fork.
+struct Prepared {
+    ruleset: Option<RulesetCreated>,
+    filters: Vec<BpfProgram>,
+    unshare: libc::c_int,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    /// The `cgroup.procs` of the server's own pids cgroup, if it has one.
+    cgroup_procs: Option<std::ffi::CString>,
+    limits: [(libc::__rlimit_resource_t, libc::rlim_t); 3],
+}
+
+/// Adds the confinement of `plan`, as `report` says it holds, to `command`.
+pub(crate) fn confine(
+    command: &mut std::process::Command,
+    plan: &Plan,
+    kernel: &Kernel,
+    report: &Report,
+    home: &Path,
+    cgroup_procs: Option<std::path::PathBuf>,
+) -> Result<(), SandboxError> {
+    let cgroup_procs = match cgroup_procs {
+        Some(path) => {
+            use std::os::unix::ffi::OsStrExt;
+            Some(
+                std::ffi::CString::new(path.as_os_str().as_bytes())
+                    .map_err(|err| SandboxError::Build(format!("cgroup path: {err}")))?,
+            )
+        }
+        None => None,
+    };
+    let ruleset = if report.holds(Property::FilesRead) {
+        Some(ruleset(plan, kernel, report, home)?)
+    } else {
+        None
+    };
+    let filters = if report.holds(Property::Seccomp) {
+        filters()?
+    } else {
+        Vec::new()
+    };
+    let mut unshare = 0;
+    if kernel.user_namespaces {
+        unshare |= libc::CLONE_NEWUSER;
+        if !plan.config.network {
+            unshare |= libc::CLONE_NEWNET;
+        }
+    }
+    // SAFETY: getuid and getgid cannot fail and touch no memory.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut prepared = Prepared {
+        ruleset,
+        filters,
+        unshare,
+        uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+        gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        cgroup_procs,
+        limits: [
+            (libc::RLIMIT_NOFILE, plan.limits.open_files),
+            (libc::RLIMIT_NPROC, plan.limits.processes),
+            (libc::RLIMIT_AS, plan.limits.address_space),
+        ],
+    };
+    let hook = move || prepared.apply();
+    // SAFETY: the hook runs in the child between fork and exec and makes
+    // only system calls on memory prepared before fork (see `apply`); it
+    // allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(hook);
+    }
+    Ok(())
+}
+
+impl Prepared {
+    /// Runs in the child: cgroup, namespaces, limits, Landlock, seccomp, in that
+    /// order (seccomp last, since it refuses `unshare`).
+    fn apply(&mut self) -> io::Result<()> {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes no pointer.
+        check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+        // Joined before the user namespace, while the file's owner is ours.
+        if let Some(procs) = &self.cgroup_procs {
+            write_file(procs, b"0")?;
+        }
+        if self.unshare != 0 {
+            // SAFETY: unshare(2) takes no pointer; the child is single-threaded.
+            check(unsafe { libc::unshare(self.unshare) })?;
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            write_file(c"/proc/self/uid_map", &self.uid_map)?;
+            write_file(c"/proc/self/gid_map", &self.gid_map)?;
+        }
+        for (resource, value) in self.limits {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            // SAFETY: `limit` is a valid rlimit on the stack for the call.
+            check(unsafe { libc::setrlimit(resource, &raw const limit) })?;
+        }
+        match self.ruleset.take() {
+            // `restrict_self` sets no_new_privs, then makes two system calls
+            // on the ruleset's descriptor; it allocates nothing.
+            Some(ruleset) => {
+                if ruleset.restrict_self().is_err() {
+                    return Err(last_error_or(libc::EPERM));
+                }
+            }
+            None => {
+                // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes no pointer.
+                check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+            }
+        }
+        for filter in &self.filters {
+            if seccompiler::apply_filter(filter).is_err() {
+                return Err(last_error_or(libc::EPERM));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn last_error_or(fallback: i32) -> io::Error {
+    let err = io::Error::last_os_error();
+    if err.raw_os_error().unwrap_or(0) == 0 {
+        io::Error::from_raw_os_error(fallback)
+    } else {
+        err
+    }
+}
+
+/// Writes `bytes` to `path` with open, write and close (async-signal-safe).
+fn write_file(path: &CStr, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    check(fd)?;
+    // SAFETY: `bytes` is valid for `bytes.len()` bytes; `fd` is open.
+    let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    let result = if usize::try_from(written).is_ok_and(|n| n == bytes.len()) {
+        Ok(())
+    } else {
+        Err(last_error_or(libc::EIO))
+    };
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe {
+        libc::close(fd);
+    }
+    result
+}
+
+/// The Landlock ruleset of `plan`, at the kernel's own ABI.
+fn ruleset(
+    plan: &Plan,
+    kernel: &Kernel,
+    report: &Report,
+    home: &Path,
+) -> Result<RulesetCreated, SandboxError> {
+    let abi = ABI::from(i32::try_from(kernel.landlock_abi).unwrap_or(i32::MAX));
+    let build = |err: &dyn std::fmt::Display| SandboxError::Build(format!("Landlock: {err}"));
+    let all = AccessFs::from_all(abi);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|err| build(&err))?;
+    if report.holds(Property::TcpDenied) {
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(|err| build(&err))?;
+    }
+    if report.holds(Property::Scoped) {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(|err| build(&err))?;
+    }
+    let mut created = ruleset.create().map_err(|err| build(&err))?;
+    let read = AccessFs::ReadFile | AccessFs::ReadDir;
+    let device = {
+        let mut device = read | AccessFs::WriteFile;
+        if kernel.landlock_abi >= 3 {
+            // Opening `/dev/null` with O_TRUNC (a shell's `>`) needs it.
+            device |= AccessFs::Truncate;
+        }
+        device
+    };
+    let mut rules: Vec<(&Path, BitFlags<AccessFs>)> = plan
+        .rules
+        .iter()
+        .map(|rule| {
+            let access = match rule.access {
+                PlanAccess::Read => read,
+                PlanAccess::ReadExec => read | AccessFs::Execute,
+                PlanAccess::Device => device,
+                PlanAccess::ReadWrite => all,
+            };
+            (rule.path.as_path(), access)
+        })
+        .collect();
+    rules.push((home, all));
+    for (path, access) in rules {
+        let fd = PathFd::new(path).map_err(|err| SandboxError::Path {
+            path: path.to_path_buf(),
+            source: io::Error::other(err.to_string()),
+        })?;
+        let access = if path.is_dir() {
+            access & all
+        } else {
+            access & AccessFs::from_file(abi)
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|err| build(&err))?;
+    }
+    Ok(created)
+}
+
+/// The seccomp programs: one refusing the obvious escapes with EPERM, one
+/// answering `clone3` with ENOSYS (its flags are behind a pointer a filter
+/// cannot read, so the C library falls back to `clone`, whose flags the
+/// first program checks).
+fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
+    let build = |err: &dyn std::fmt::Display| SandboxError::Build(format!("seccomp: {err}"));
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|err| build(&err))?;
+    let refused = [
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_setns,
+        libc::SYS_unshare,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_fsopen,
+        libc::SYS_fsmount,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_fspick,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_reboot,
+        libc::SYS_acct,
+        libc::SYS_userfaultfd,
+        libc::SYS_syslog,
+    ];
+    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
+        refused.iter().map(|call| (*call, Vec::new())).collect();
+    let namespaces = [
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWCGROUP,
+    ];
+    let mut clone_rules = Vec::new();
+    for flag in namespaces {
+        let flag = u64::try_from(flag).map_err(|err| build(&err))?;
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .map_err(|err| build(&err))?;
+        clone_rules.push(SeccompRule::new(vec![condition]).map_err(|err| build(&err))?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    let escapes = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(u32::try_from(libc::EPERM).unwrap_or(1)),
+        arch,
+    )
+    .map_err(|err| build(&err))?;
+    let clone3 = SeccompFilter::new(
+        std::collections::BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(u32::try_from(libc::ENOSYS).unwrap_or(38)),
+        arch,
+    )
+    .map_err(|err| build(&err))?;
+    Ok(vec![
+        BpfProgram::try_from(escapes).map_err(|err| build(&err))?,
+        BpfProgram::try_from(clone3).map_err(|err| build(&err))?,
+    ])
+}
