@@ -18,6 +18,7 @@ use super::{
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
 use crate::redact::{AuditSettings, Pattern, PatternError};
+use crate::sanitize::escape_line;
 use crate::tool::Trust;
 use crate::vars::{self, Vars};
 
@@ -146,7 +147,13 @@ struct Walker<'v> {
 }
 
 impl Walker<'_> {
-    fn push(&mut self, diagnostic: Diagnostic) {
+    fn push(&mut self, mut diagnostic: Diagnostic) {
+        // INVARIANT: a diagnostic is one line. What the file wrote into it
+        // (a value, a name, a key) is escaped, so it can neither break the
+        // line nor pass for a line of its own.
+        diagnostic.message = escape_line(&diagnostic.message);
+        diagnostic.key = escape_line(&diagnostic.key);
+        diagnostic.help = diagnostic.help.as_deref().map(escape_line);
         self.diagnostics.push(diagnostic);
     }
 

@@ -233,3 +233,29 @@ fn the_audit_key_file_is_an_absolute_path_or_a_variable() {
         None
     );
 }
+
+#[test]
+fn a_value_with_line_breaks_is_named_in_a_one_line_diagnostic() {
+    // Found by fuzzing: a value quoted into a message kept its line breaks,
+    // so one diagnostic spanned several lines, and the file's text could
+    // pass for a line hintgate wrote.
+    let source = "[gateway]\nprofile = \"ask\\nerror[toml-syntax]: all is well\"\n\n[servers.\"a\\nb\"]\ncommand = \"x\"\ntrust = \"mostly\\r\\u202e\"\n";
+    let (_, diagnostics) = parse_str(source);
+    assert!(diagnostics.len() >= 2, "{diagnostics:#?}");
+    for diagnostic in &diagnostics {
+        for text in [Some(&diagnostic.message), diagnostic.help.as_ref(), Some(&diagnostic.key)]
+            .into_iter()
+            .flatten()
+        {
+            assert!(!text.contains(['\n', '\r', '\u{202e}']), "{diagnostic:#?}");
+        }
+    }
+    let profile = diagnostics
+        .iter()
+        .find(|d| d.key == "gateway.profile")
+        .unwrap();
+    assert_eq!(
+        profile.message,
+        "unknown profile `ask\\nerror[toml-syntax]: all is well`"
+    );
+}
