@@ -36,18 +36,53 @@ enum Column {
 
 #[derive(Debug, Arbitrary)]
 enum Edit {
-    Text { seq: u8, column: Column, text: String },
-    Number { seq: u8, column: Column, number: i64 },
-    Null { seq: u8, column: Column },
-    FlipByte { seq: u8, column: Column, at: u16, with: u8 },
-    CopyColumn { from: u8, to: u8, column: Column },
-    Delete { seq: u8 },
-    CutFrom { seq: u8 },
-    Renumber { seq: u8, to: i16 },
-    Swap { a: u8, b: u8 },
-    Duplicate { seq: u8, to: i16 },
+    Text {
+        seq: u8,
+        column: Column,
+        text: String,
+    },
+    Number {
+        seq: u8,
+        column: Column,
+        number: i64,
+    },
+    Null {
+        seq: u8,
+        column: Column,
+    },
+    FlipByte {
+        seq: u8,
+        column: Column,
+        at: u16,
+        with: u8,
+    },
+    CopyColumn {
+        from: u8,
+        to: u8,
+        column: Column,
+    },
+    Delete {
+        seq: u8,
+    },
+    CutFrom {
+        seq: u8,
+    },
+    Renumber {
+        seq: u8,
+        to: i16,
+    },
+    Swap {
+        a: u8,
+        b: u8,
+    },
+    Duplicate {
+        seq: u8,
+        to: i16,
+    },
     RemoveHead,
-    CutHead { len: u8 },
+    CutHead {
+        len: u8,
+    },
 }
 
 fuzz_target!(|edits: Vec<Edit>| {
@@ -59,7 +94,9 @@ fuzz_target!(|edits: Vec<Edit>| {
     };
     let path = dir.path().join("state.db");
     let head = SqliteStore::head_path(&path);
-    if std::fs::write(&path, &template.db).is_err() || std::fs::write(&head, &template.head).is_err() {
+    if std::fs::write(&path, &template.db).is_err()
+        || std::fs::write(&head, &template.head).is_err()
+    {
         return;
     }
     let before = rows(&path);
@@ -82,7 +119,10 @@ fuzz_target!(|edits: Vec<Edit>| {
             "a changed log holds\nbefore: {before:#?}\nafter: {after:#?}\nedits: {edits:#?}\n{verification:#?}"
         );
     } else if std::fs::read(&head).ok().as_deref() == Some(&template.head[..]) {
-        assert!(verification.holds(), "an untouched log does not hold: {verification:#?}");
+        assert!(
+            verification.holds(),
+            "an untouched log does not hold: {verification:#?}"
+        );
     }
 });
 
@@ -112,9 +152,16 @@ fn make_template() -> Option<Template> {
         };
         store.append(&[call("read_file", "allow")]).ok()?;
         store
-            .append(&[NewEntry::from_value(1_700_000_001, EntryKind::Outcome, Some(1), &json!({"outcome": "ok", "ms": 12}))])
+            .append(&[NewEntry::from_value(
+                1_700_000_001,
+                EntryKind::Outcome,
+                Some(1),
+                &json!({"outcome": "ok", "ms": 12}),
+            )])
             .ok()?;
-        store.append(&[call("write_file", "ask"), call("delete", "deny")]).ok()?;
+        store
+            .append(&[call("write_file", "ask"), call("delete", "deny")])
+            .ok()?;
         store
             .append(&[
                 NewEntry::from_value(
@@ -192,11 +239,19 @@ fn seq(n: u8) -> i64 {
 fn apply(connection: &Connection, head: &Path, edit: &Edit) {
     // A statement the database refuses (a constraint) changes nothing.
     let _ = match edit {
-        Edit::Text { seq: n, column: c, text } => connection.execute(
+        Edit::Text {
+            seq: n,
+            column: c,
+            text,
+        } => connection.execute(
             &format!("UPDATE audit SET {} = ?1 WHERE seq = ?2", column(c)),
             params![text, seq(*n)],
         ),
-        Edit::Number { seq: n, column: c, number } => connection.execute(
+        Edit::Number {
+            seq: n,
+            column: c,
+            number,
+        } => connection.execute(
             &format!("UPDATE audit SET {} = ?1 WHERE seq = ?2", column(c)),
             params![number, seq(*n)],
         ),
@@ -204,10 +259,19 @@ fn apply(connection: &Connection, head: &Path, edit: &Edit) {
             &format!("UPDATE audit SET {} = NULL WHERE seq = ?1", column(c)),
             params![seq(*n)],
         ),
-        Edit::FlipByte { seq: n, column: c, at, with } => {
+        Edit::FlipByte {
+            seq: n,
+            column: c,
+            at,
+            with,
+        } => {
             let name = column(c);
             let text: Option<String> = connection
-                .query_row(&format!("SELECT CAST({name} AS TEXT) FROM audit WHERE seq = ?1"), params![seq(*n)], |row| row.get(0))
+                .query_row(
+                    &format!("SELECT CAST({name} AS TEXT) FROM audit WHERE seq = ?1"),
+                    params![seq(*n)],
+                    |row| row.get(0),
+                )
                 .ok()
                 .flatten();
             let Some(text) = text else { return };
@@ -227,7 +291,11 @@ fn apply(connection: &Connection, head: &Path, edit: &Edit) {
                 Err(_) => return,
             }
         }
-        Edit::CopyColumn { from, to, column: c } => {
+        Edit::CopyColumn {
+            from,
+            to,
+            column: c,
+        } => {
             let name = column(c);
             connection.execute(
                 &format!("UPDATE audit SET {name} = (SELECT {name} FROM audit WHERE seq = ?1) WHERE seq = ?2"),
@@ -244,14 +312,15 @@ fn apply(connection: &Connection, head: &Path, edit: &Edit) {
             "UPDATE audit SET seq = ?1 WHERE seq = ?2",
             params![i64::from(*to), seq(*n)],
         ),
-        Edit::Swap { a, b } => connection.execute_batch(&format!(
-            "UPDATE audit SET seq = -1000 WHERE seq = {a};
+        Edit::Swap { a, b } => connection
+            .execute_batch(&format!(
+                "UPDATE audit SET seq = -1000 WHERE seq = {a};
              UPDATE audit SET seq = {a} WHERE seq = {b};
              UPDATE audit SET seq = {b} WHERE seq = -1000;",
-            a = seq(*a),
-            b = seq(*b)
-        ))
-        .map(|()| 0),
+                a = seq(*a),
+                b = seq(*b)
+            ))
+            .map(|()| 0),
         Edit::Duplicate { seq: n, to } => connection.execute(
             "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) \
              SELECT ?1, at, kind, call_seq, body, prev, hash FROM audit WHERE seq = ?2",

@@ -13,7 +13,11 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|source: &str| {
     let (config, diagnostics) = parse_str(source);
     let errors = diagnostics.iter().filter(|d| d.is_error()).count();
-    assert_eq!(config.is_some(), errors == 0, "{source:?}: {diagnostics:#?}");
+    assert_eq!(
+        config.is_some(),
+        errors == 0,
+        "{source:?}: {diagnostics:#?}"
+    );
     for diagnostic in &diagnostics {
         assert!(
             diagnostic.span.is_some() || !diagnostic.key.is_empty(),
@@ -25,7 +29,11 @@ fuzz_target!(|source: &str| {
                 "{source:?}: a span outside the text: {diagnostic:?}"
             );
         }
-        let texts = [Some(&diagnostic.message), diagnostic.help.as_ref(), Some(&diagnostic.key)];
+        let texts = [
+            Some(&diagnostic.message),
+            diagnostic.help.as_ref(),
+            Some(&diagnostic.key),
+        ];
         for text in texts.into_iter().flatten() {
             assert!(
                 one_clean_line(text),

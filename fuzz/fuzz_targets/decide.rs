@@ -102,7 +102,11 @@ fuzz_target!(|input: Input| {
             Profile::HideWrites => "hide-writes",
         },
         input.unattended,
-        if input.trusted { "trusted" } else { "untrusted" },
+        if input.trusted {
+            "trusted"
+        } else {
+            "untrusted"
+        },
         input.private_data,
     );
     let mut matching = Vec::new();
@@ -187,12 +191,18 @@ fuzz_target!(|input: Input| {
     };
     let decision = decide(&annotated, pin);
     let verdict = decision.verdict;
-    let context = || format!("{toml}\n{annotated:?}\n{pin:?} {session:?} {sandbox:?}\n{decision:?}");
+    let context =
+        || format!("{toml}\n{annotated:?}\n{pin:?} {session:?} {sandbox:?}\n{decision:?}");
 
     if matching.contains(&Action::Deny) {
         assert_eq!(verdict, Verdict::Deny, "a deny rule matches\n{}", context());
     } else if matching.contains(&Action::Ask) {
-        assert_ne!(verdict, Verdict::Allow, "an ask rule matches\n{}", context());
+        assert_ne!(
+            verdict,
+            Verdict::Allow,
+            "an ask rule matches\n{}",
+            context()
+        );
     }
     if !input.trusted {
         let without = decide(&bare, pin);
@@ -204,12 +214,18 @@ fuzz_target!(|input: Input| {
         );
     }
     assert!(
-        decide(&annotated, PinStatus::Changed).verdict >= decide(&annotated, PinStatus::New).verdict,
+        decide(&annotated, PinStatus::Changed).verdict
+            >= decide(&annotated, PinStatus::New).verdict,
         "a changed definition lowered friction\n{}",
         context()
     );
     if !policy.visible(SERVER, &annotated, sandbox) {
-        assert_eq!(verdict, Verdict::Deny, "a hidden tool was not refused\n{}", context());
+        assert_eq!(
+            verdict,
+            Verdict::Deny,
+            "a hidden tool was not refused\n{}",
+            context()
+        );
     }
     if input.unattended {
         assert_ne!(verdict, Verdict::Ask, "unattended asked\n{}", context());

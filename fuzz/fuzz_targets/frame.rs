@@ -47,7 +47,10 @@ fuzz_target!(|data: &[u8]| {
     let method = message.method().to_owned();
 
     let new_id = "\"hintgate-7\"";
-    for spliced in [message.with_id(new_id), message.spans().with_id(line, new_id)] {
+    for spliced in [
+        message.with_id(new_id),
+        message.spans().with_id(line, new_id),
+    ] {
         let again = Message::parse(&spliced)
             .unwrap_or_else(|err| panic!("{line:?} under a new id: {spliced:?}: {err}"));
         assert_eq!(again.id_text(), new_id, "{line:?} -> {spliced:?}");
@@ -82,7 +85,8 @@ fuzz_target!(|data: &[u8]| {
                 .and_then(|raw| json::members(raw.get()).ok())
                 .unwrap_or_default();
             if !present.iter().any(|member| member.key == "resultType") {
-                let spliced = message.with_id_and_result_fields(new_id, r#""resultType":"complete""#);
+                let spliced =
+                    message.with_id_and_result_fields(new_id, r#""resultType":"complete""#);
                 let again = Message::parse(&spliced)
                     .unwrap_or_else(|err| panic!("{line:?} with fields: {spliced:?}: {err}"));
                 assert_eq!(again.id_text(), new_id, "{line:?} -> {spliced:?}");
@@ -104,5 +108,9 @@ fn agree_on_duplicates(text: &str) {
         Err(JsonError::ReservedKey) => Some(json::RAW_VALUE_KEY.to_owned()),
         _ => None,
     };
-    assert_eq!(repeated(&slow), repeated(&fast), "{text:?}: {slow:?} / {fast:?}");
+    assert_eq!(
+        repeated(&slow),
+        repeated(&fast),
+        "{text:?}: {slow:?} / {fast:?}"
+    );
 }

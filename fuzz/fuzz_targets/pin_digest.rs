@@ -38,7 +38,10 @@ impl Json {
             Self::Text(text) => Value::String(text.clone()),
             Self::Array(items) => Value::Array(items.iter().map(Self::value).collect()),
             Self::Object(members) => Value::Object(
-                members.iter().map(|(key, value)| (key.clone(), value.value())).collect(),
+                members
+                    .iter()
+                    .map(|(key, value)| (key.clone(), value.value()))
+                    .collect(),
             ),
         }
     }
@@ -70,7 +73,10 @@ fuzz_target!(|input: Input| {
     put("title", input.title.clone().map(Value::String));
     put("description", input.description.clone().map(Value::String));
     put("inputSchema", input.input_schema.as_ref().map(Json::value));
-    put("outputSchema", input.output_schema.as_ref().map(Json::value));
+    put(
+        "outputSchema",
+        input.output_schema.as_ref().map(Json::value),
+    );
     let mut annotations = Map::new();
     if let Some(read_only) = input.read_only {
         annotations.insert("readOnlyHint".into(), Value::Bool(read_only));
@@ -90,7 +96,11 @@ fuzz_target!(|input: Input| {
     let mut spaced = String::new();
     write_reordered(&value, &mut spaced);
     let reparsed: Value = serde_json::from_str(&spaced).expect("the spaced text is JSON");
-    assert_eq!(canonical_json(&value), canonical_json(&reparsed), "{compact} / {spaced}");
+    assert_eq!(
+        canonical_json(&value),
+        canonical_json(&reparsed),
+        "{compact} / {spaced}"
+    );
     assert_eq!(PinDigest::of_json(&value), PinDigest::of_json(&reparsed));
 
     let (Ok(tool), Ok(same)) = (Tool::from_json(&compact), Tool::from_json(&spaced)) else {

@@ -20,19 +20,41 @@ fuzz_target!(|text: &str| {
     }
     let twice = sanitize(&once.text);
     assert_eq!(twice.text, once.text, "{text:?}: not idempotent");
-    assert!(twice.is_clean(), "{text:?}: the second pass removed {:?}", twice.removed);
+    assert!(
+        twice.is_clean(),
+        "{text:?}: the second pass removed {:?}",
+        twice.removed
+    );
     let counted: usize = once.removed.iter().map(|(_, count)| count).sum();
     let gone = text.chars().count() - once.text.chars().count();
-    assert!(counted <= gone, "{text:?}: {counted} counted, {gone} removed");
-    assert_eq!(counted == 0, gone == 0, "{text:?}: {counted} counted, {gone} removed");
+    assert!(
+        counted <= gone,
+        "{text:?}: {counted} counted, {gone} removed"
+    );
+    assert_eq!(
+        counted == 0,
+        gone == 0,
+        "{text:?}: {counted} counted, {gone} removed"
+    );
     if once.is_clean() {
         assert_eq!(once.text, text);
     }
 
     let line = escape_line(text);
-    assert!(!line.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']), "{text:?} -> {line:?}");
-    assert!(line.chars().all(|ch| ch == ' ' || !(ch.is_whitespace() || ch.is_control() || is_hidden(ch))), "{text:?} -> {line:?}");
-    assert!(escape_invisible(text).chars().all(|ch| ch == '\n' || ch == '\t' || !(ch.is_control() || is_hidden(ch))));
+    assert!(
+        !line.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']),
+        "{text:?} -> {line:?}"
+    );
+    assert!(
+        line.chars()
+            .all(|ch| ch == ' ' || !(ch.is_whitespace() || ch.is_control() || is_hidden(ch))),
+        "{text:?} -> {line:?}"
+    );
+    assert!(
+        escape_invisible(text)
+            .chars()
+            .all(|ch| ch == '\n' || ch == '\t' || !(ch.is_control() || is_hidden(ch)))
+    );
     assert!(!one_line(text).contains(['\n', '\r']));
 });
 

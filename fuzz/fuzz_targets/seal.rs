@@ -29,9 +29,15 @@ fuzz_target!(|input: Input| {
     let arguments = json!({"path": input.argument});
     let pin = input.pin.as_str();
 
-    assert!(sealer.peek(&input.forged).is_err(), "{:?} peeked", input.forged);
     assert!(
-        sealer.open(&input.forged, &input.tool, &arguments, pin).is_err(),
+        sealer.peek(&input.forged).is_err(),
+        "{:?} peeked",
+        input.forged
+    );
+    assert!(
+        sealer
+            .open(&input.forged, &input.tool, &arguments, pin)
+            .is_err(),
         "{:?} opened",
         input.forged
     );

@@ -35,13 +35,19 @@ fn decode(body: &[u8], cuts: &[u8], limit: usize) -> (Vec<String>, Result<String
     let mut rest = body;
     let mut cuts = cuts.iter();
     while !rest.is_empty() {
-        let len = cuts.next().map_or(rest.len(), |len| usize::from(*len).min(rest.len()));
+        let len = cuts
+            .next()
+            .map_or(rest.len(), |len| usize::from(*len).min(rest.len()));
         let (chunk, after) = rest.split_at(len);
         rest = after;
         if let Err(err) = decoder.feed(chunk, &mut events) {
             return (events, Err(err));
         }
-        assert!(decoder.held() <= 2 * limit + LINE_SLACK, "{} bytes held", decoder.held());
+        assert!(
+            decoder.held() <= 2 * limit + LINE_SLACK,
+            "{} bytes held",
+            decoder.held()
+        );
     }
     (events, Ok(decoder.finish()))
 }

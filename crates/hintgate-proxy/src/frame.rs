@@ -425,7 +425,8 @@ mod tests {
     fn a_null_id_is_replaced_not_doubled() {
         // Found by fuzzing: `"id": null` reads as no id, and a new id was
         // inserted beside it; the line then had two `id` members.
-        let error = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+        let error =
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
         let message = Message::parse(error).unwrap();
         assert_eq!(message.kind(), Kind::Response);
         assert_eq!(message.id_text(), "null");
@@ -459,7 +460,9 @@ mod tests {
             r#"{"id":2,"method":"resources/list","params":{"cursor":"c"}}"#
         );
         assert_eq!(
-            message.spans().with_id_and_params(line, "2", r#"{"cursor":"c"}"#),
+            message
+                .spans()
+                .with_id_and_params(line, "2", r#"{"cursor":"c"}"#),
             spliced
         );
     }

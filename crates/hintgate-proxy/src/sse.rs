@@ -181,7 +181,10 @@ mod tests {
         let whole = decode(&[&body], 1000);
         assert_eq!(
             whole,
-            (vec!["{}".to_owned()], Err(SseError::LineTooLong { limit: 1000 }))
+            (
+                vec!["{}".to_owned()],
+                Err(SseError::LineTooLong { limit: 1000 })
+            )
         );
         let cut: Vec<&[u8]> = body.chunks(7).collect();
         assert_eq!(decode(&cut, 1000), whole);

@@ -243,9 +243,13 @@ fn a_value_with_line_breaks_is_named_in_a_one_line_diagnostic() {
     let (_, diagnostics) = parse_str(source);
     assert!(diagnostics.len() >= 2, "{diagnostics:#?}");
     for diagnostic in &diagnostics {
-        for text in [Some(&diagnostic.message), diagnostic.help.as_ref(), Some(&diagnostic.key)]
-            .into_iter()
-            .flatten()
+        for text in [
+            Some(&diagnostic.message),
+            diagnostic.help.as_ref(),
+            Some(&diagnostic.key),
+        ]
+        .into_iter()
+        .flatten()
         {
             assert!(!text.contains(['\n', '\r', '\u{202e}']), "{diagnostic:#?}");
         }
