@@ -100,10 +100,21 @@ fn parse_with_vars(
             .unwrap_or("")
             .trim()
             .to_owned();
-        let diagnostic = Diagnostic::error(DiagCode::TomlSyntax, "", lowercase_first(&message));
+        let message = if message == "recursion limit" {
+            "keys dotted, or arrays and tables nested too deeply: past the parser's recursion limit"
+                .to_owned()
+        } else {
+            lowercase_first(&message)
+        };
+        let diagnostic = Diagnostic::error(DiagCode::TomlSyntax, "", message);
+        // INVARIANT: every diagnostic names a place. The parser gives some
+        // errors (its recursion limit) no position: they are put at the
+        // start of the file.
         walker.push(match error.span() {
             Some(span) => diagnostic.at(span),
-            None => diagnostic,
+            None => diagnostic.at(0..0).with_help(
+                "the parser gave no position; look for the most deeply nested key or value",
+            ),
         });
     }
     let syntax_starts: Vec<usize> = syntax_errors

@@ -263,3 +263,27 @@ fn a_value_with_line_breaks_is_named_in_a_one_line_diagnostic() {
         "unknown profile `ask\\nerror[toml-syntax]: all is well`"
     );
 }
+
+#[test]
+fn a_key_dotted_past_the_parsers_recursion_limit_is_reported_at_a_place() {
+    // Found by fuzzing: the TOML parser stops at its recursion limit with
+    // an error that has no position, and the diagnostic named no place.
+    let source = format!(
+        "[gateway]\nprofile = \"ask-all\"\nx{} = 1\n",
+        ".y".repeat(200)
+    );
+    let (config, diagnostics) = parse_str(&source);
+    assert!(config.is_none());
+    let syntax: Vec<_> = diagnostics
+        .iter()
+        .filter(|d| d.code == DiagCode::TomlSyntax)
+        .collect();
+    assert!(!syntax.is_empty(), "{diagnostics:#?}");
+    for diagnostic in syntax {
+        assert!(diagnostic.span.is_some(), "{diagnostic:#?}");
+        assert!(
+            diagnostic.message.contains("nested too deeply"),
+            "{diagnostic:#?}"
+        );
+    }
+}
