@@ -6,7 +6,8 @@
 //! someone who can write the file would: changed columns, flipped bytes,
 //! deleted, inserted, renumbered and swapped records, a cut-off tail, and a
 //! removed or damaged head file. Checked: verifying never panics, a log
-//! with any record changed does not hold, and an untouched log holds.
+//! with any record changed does not hold (except the whole log deleted
+//! with its head, a documented limit), and an untouched log holds.
 #![no_main]
 
 use std::path::{Path, PathBuf};
@@ -113,12 +114,15 @@ fuzz_target!(|edits: Vec<Edit>| {
     let Ok(verification) = store.verify() else {
         return;
     };
-    if before != after {
+    let head_kept = std::fs::read(&head).ok().as_deref() == Some(&template.head[..]);
+    if before != after && (head_kept || !after.is_empty()) {
+        // (The whole log deleted with its head verifies, as a new log
+        // does; ARCHITECTURE names that limit, and the witness for it.)
         assert!(
             !verification.holds(),
             "a changed log holds\nbefore: {before:#?}\nafter: {after:#?}\nedits: {edits:#?}\n{verification:#?}"
         );
-    } else if std::fs::read(&head).ok().as_deref() == Some(&template.head[..]) {
+    } else if before == after && head_kept {
         assert!(
             verification.holds(),
             "an untouched log does not hold: {verification:#?}"
