@@ -20,10 +20,12 @@ use crate::json::{span_in, string_literal};
 #[derive(Debug)]
 pub struct Message<'a> {
     line: &'a str,
+    /// The id as written, `null` included: where a new id goes.
+    id_written: Option<&'a RawValue>,
+    /// The params as written, `null` included: where new params go.
+    params_written: Option<&'a RawValue>,
     /// The id, for requests and responses; `None` for an `"id": null`.
     pub id: Option<&'a RawValue>,
-    /// The id as written, `null` included: where a new id is spliced in.
-    raw_id: Option<&'a RawValue>,
     /// The method, for requests and notifications.
     pub method: Option<Cow<'a, str>>,
     /// The params, when present.
@@ -66,11 +68,11 @@ pub enum FrameError {
 struct Envelope<'a> {
     // An `"id": null` is kept (as the text `null`), not read as no id: it
     // is how a peer answers a message it could not read.
-    #[serde(borrow, default, deserialize_with = "present")]
+    #[serde(borrow, default, deserialize_with = "written")]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "written")]
     params: Option<&'a RawValue>,
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
@@ -78,12 +80,18 @@ struct Envelope<'a> {
     error: Option<&'a RawValue>,
 }
 
-/// A member that is present, `null` included, as its raw text.
-fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
+/// A member's value as written, `null` included (an `Option` alone would
+/// read `null` as absent, and a splice would then add a second member).
+fn written<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
     <&'de RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// `None` for a value written as `null`.
+fn not_null(raw: Option<&RawValue>) -> Option<&RawValue> {
+    raw.filter(|raw| raw.get() != "null")
 }
 
 // === impl Message ===
@@ -105,20 +113,23 @@ impl<'a> Message<'a> {
         }
         let envelope: Envelope<'a> =
             serde_json::from_str(line).map_err(|err| FrameError::NotJson(err.to_string()))?;
-        let null_id = envelope.id.is_some_and(|id| id.get() == "null");
+        // An id or params written as `null` count as absent (a request
+        // under a `null` id is not one), but a new id or params replace them.
         let message = Self {
             line,
-            id: envelope.id.filter(|_| !null_id),
-            raw_id: envelope.id,
+            id_written: envelope.id,
+            params_written: envelope.params,
+            id: not_null(envelope.id),
             method: envelope.method,
-            params: envelope.params,
+            params: not_null(envelope.params),
             result: envelope.result,
             error: envelope.error,
         };
         // An error under `"id": null` is a peer's answer to a message it
         // could not read (JSON-RPC 2.0 §5): a response that answers no
         // request.
-        let null_error = null_id && message.method.is_none() && message.error.is_some();
+        let null_error =
+            envelope.id.is_some() && message.method.is_none() && message.error.is_some();
         if message.method.is_none() && message.id.is_none() && !null_error {
             return Err(FrameError::NotJsonRpc);
         }
@@ -161,7 +172,7 @@ impl<'a> Message<'a> {
     /// The same message under another id (raw JSON text such as `7` or
     /// `"hintgate-3"`), spliced into the original line.
     pub fn with_id(&self, new_id: &str) -> String {
-        match self.raw_id.and_then(|id| span_in(self.line, id.get())) {
+        match self.id_written.and_then(|id| span_in(self.line, id.get())) {
             Some(id) => splice(self.line, id, new_id),
             // A message without an id gets one inserted after the brace.
             None => match self.line.find('{') {
@@ -185,7 +196,7 @@ impl<'a> Message<'a> {
     /// The same message with `params` replaced by `new_params` (raw JSON).
     pub fn with_params(&self, new_params: &str) -> String {
         match self
-            .params
+            .params_written
             .and_then(|params| span_in(self.line, params.get()))
         {
             Some(params) => splice(self.line, params, new_params),
@@ -196,8 +207,8 @@ impl<'a> Message<'a> {
     /// The same message with both a new id and new params.
     pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
         let (Some(id), Some(params)) = (
-            self.raw_id.and_then(|id| span_in(self.line, id.get())),
-            self.params
+            self.id_written.and_then(|id| span_in(self.line, id.get())),
+            self.params_written
                 .and_then(|params| span_in(self.line, params.get())),
         ) else {
             return Message::parse(&self.with_params(new_params))
@@ -444,6 +455,52 @@ mod tests {
         assert_eq!(
             empty.with_id_and_result_fields("4", r#""a":1"#),
             r#"{"id":4,"result":{"a":1 }}"#
+        );
+    }
+
+    #[test]
+    fn a_null_id_is_replaced_not_doubled() {
+        // Found by fuzzing: `"id": null` reads as no id, and a new id was
+        // inserted beside it; the line then had two `id` members.
+        let error =
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+        let message = Message::parse(error).unwrap();
+        assert_eq!(message.kind(), Kind::Response);
+        assert_eq!(message.id_text(), "null");
+        let spliced = message.with_id("7");
+        assert_eq!(
+            spliced,
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32700,"message":"Parse error"}}"#
+        );
+        assert_eq!(Message::parse(&spliced).unwrap().id_text(), "7");
+        // A method under a `null` id is still no request.
+        let note = Message::parse(r#"{"id": null ,"method":"tools/call"}"#).unwrap();
+        assert_eq!(note.kind(), Kind::Notification);
+        assert_eq!(note.spans(), Spans::default());
+        assert_eq!(
+            note.spans()
+                .with_id(r#"{"id": null ,"method":"tools/call"}"#, "\"h\""),
+            r#"{"id": "h" ,"method":"tools/call"}"#
+        );
+    }
+
+    #[test]
+    fn null_params_are_replaced_not_kept() {
+        // Found by fuzzing: new params for a request whose params were
+        // written as `null` left the `null` in place.
+        let line = r#"{"id":1,"method":"resources/list","params":null}"#;
+        let message = Message::parse(line).unwrap();
+        assert!(message.params.is_none());
+        let spliced = message.with_id_and_params("2", r#"{"cursor":"c"}"#);
+        assert_eq!(
+            spliced,
+            r#"{"id":2,"method":"resources/list","params":{"cursor":"c"}}"#
+        );
+        assert_eq!(
+            message
+                .spans()
+                .with_id_and_params(line, "2", r#"{"cursor":"c"}"#),
+            spliced
         );
     }
 

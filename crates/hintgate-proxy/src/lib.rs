@@ -23,7 +23,8 @@
 //! - [`conn`]: reading lines under a size limit and writing them in batches,
 //!   counting what waits to be written ([`QueueGauge`]);
 //! - [`upstream`]: how a server is reached ([`Connector`], [`Link`]);
-//! - [`upstream_http`]: Streamable HTTP servers, as the same stream of lines;
+//! - [`upstream_http`]: Streamable HTTP servers, as the same stream of lines
+//!   (their event streams read under a bound by a private `sse` module);
 //! - [`stdio`]: the host's stdin and stdout, read from the event loop;
 //! - [`gateway`]: the event loop, its parts and the pipeline;
 //! - [`identity`]: what a server's command line resolves to;
@@ -40,10 +41,19 @@ pub mod identity;
 pub mod json;
 pub mod probe;
 pub mod seal;
+mod sse;
 pub mod stdio;
 pub mod upstream;
 pub mod upstream_http;
 pub mod versions;
+
+/// Internals the fuzz targets under `fuzz/` exercise, behind the `fuzzing`
+/// feature; not part of the crate's interface.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::sse::{LINE_SLACK, SseDecoder, SseError};
+}
 
 pub use conn::QueueGauge;
 pub use gateway::{

@@ -159,6 +159,12 @@ impl Sealer {
         else {
             return Err(SealError::Malformed);
         };
+        // INVARIANT: one state has one text. The gateway writes lowercase
+        // hex; the same bytes in other letter cases are refused, so a state
+        // changed anywhere never opens.
+        if !is_lower_hex(payload) || !is_lower_hex(mac) {
+            return Err(SealError::Malformed);
+        }
         let payload = hex::decode(payload).map_err(|_| SealError::Malformed)?;
         let mac = hex::decode(mac).map_err(|_| SealError::Malformed)?;
         let mut verifier =
@@ -182,6 +188,13 @@ impl Sealer {
             Err(_) => Vec::new(),
         }
     }
+}
+
+/// Whether `text` is hexadecimal as the gateway writes it: digits and
+/// lowercase letters only.
+fn is_lower_hex(text: &str) -> bool {
+    text.bytes()
+        .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
 /// SHA-256 (hex) of the canonical JSON of a call's arguments.
@@ -270,6 +283,30 @@ mod tests {
             sealer.open(&expired, "t", &args, "p"),
             Err(SealError::Expired)
         );
+    }
+
+    #[test]
+    fn a_state_with_a_hex_letter_in_upper_case_does_not_open() {
+        // Found by fuzzing: hex decoding takes either case, so a state
+        // with one letter changed from `a` to `A` opened as the state it
+        // was made from.
+        let mut sealer = Sealer::new().unwrap();
+        let args = json!({"path": "/x"});
+        let state = sealer.seal("delete", &args, "sha256:1", 60).unwrap();
+        for (idx, letter) in state
+            .char_indices()
+            .skip(PREFIX.len())
+            .filter(|(_, ch)| ('a'..='f').contains(ch))
+        {
+            let mut changed = state.clone();
+            changed.replace_range(idx..=idx, &letter.to_ascii_uppercase().to_string());
+            assert_eq!(
+                sealer.open(&changed, "delete", &args, "sha256:1"),
+                Err(SealError::Malformed),
+                "{changed}"
+            );
+        }
+        assert_eq!(sealer.open(&state, "delete", &args, "sha256:1"), Ok(()));
     }
 
     #[test]

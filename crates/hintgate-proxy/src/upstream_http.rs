@@ -30,6 +30,7 @@ use tokio::task::JoinSet;
 use crate::conn::QueueGauge;
 use crate::event::{Event, EventSender, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
+use crate::sse::SseDecoder;
 use crate::upstream::LinkTarget;
 
 /// A link to a Streamable HTTP server.
@@ -409,41 +410,28 @@ impl Shared {
         String::from_utf8(body).map_err(|_| format!("`{}` sent a body that is not UTF-8", self.url))
     }
 
-    /// Reads an SSE stream, sending each event's data as one message.
+    /// Reads an SSE stream, sending each event's data as one message. A
+    /// line or an event longer than the limit breaks the link: nothing of
+    /// it is held beyond that ([`SseDecoder`]).
     async fn read_sse(&self, mut response: reqwest::Response) {
-        let mut buffer: Vec<u8> = Vec::new();
-        let mut data = String::new();
+        let mut decoder = SseDecoder::new(self.max_message);
+        let mut events = Vec::new();
         loop {
             let chunk = match response.chunk().await {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) | Err(_) => break,
             };
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = buffer.iter().position(|byte| *byte == b'\n') {
-                let raw: Vec<u8> = buffer.drain(..=end).collect();
-                let line = String::from_utf8_lossy(&raw);
-                let line = line.trim_end_matches(['\n', '\r']);
-                if line.is_empty() {
-                    self.emit_message(&data).await;
-                    data.clear();
-                } else if let Some(value) = line.strip_prefix("data:") {
-                    if !data.is_empty() {
-                        data.push('\n');
-                    }
-                    data.push_str(value.strip_prefix(' ').unwrap_or(value));
-                    if data.len() > self.max_message {
-                        self.emit(UpstreamEvent::Broken(format!(
-                            "sent an event larger than the limit of {} bytes",
-                            self.max_message
-                        )))
-                        .await;
-                        return;
-                    }
-                }
-                // `id:`, `event:`, `retry:` and comments need no handling here.
+            let fed = decoder.feed(&chunk, &mut events);
+            for data in events.drain(..) {
+                self.emit_message(&data).await;
+            }
+            if let Err(err) = fed {
+                self.emit(UpstreamEvent::Broken(format!("sent {err}")))
+                    .await;
+                return;
             }
         }
-        self.emit_message(&data).await;
+        self.emit_message(&decoder.finish()).await;
     }
 
     /// Reads the GET stream for messages the server sends on its own, for

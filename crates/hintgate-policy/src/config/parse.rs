@@ -18,6 +18,7 @@ use super::{
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
 use crate::redact::{AuditSettings, Pattern, PatternError};
+use crate::sanitize::escape_line;
 use crate::tool::Trust;
 use crate::vars::{self, Vars};
 
@@ -120,10 +121,21 @@ fn parse_with_vars(
             .unwrap_or("")
             .trim()
             .to_owned();
-        let diagnostic = Diagnostic::error(DiagCode::TomlSyntax, "", lowercase_first(&message));
+        let message = if message == "recursion limit" {
+            "keys dotted, or arrays and tables nested too deeply: past the parser's recursion limit"
+                .to_owned()
+        } else {
+            lowercase_first(&message)
+        };
+        let diagnostic = Diagnostic::error(DiagCode::TomlSyntax, "", message);
+        // INVARIANT: every diagnostic names a place. The parser gives some
+        // errors (its recursion limit) no position: they are put at the
+        // start of the file.
         walker.push(match error.span() {
             Some(span) => diagnostic.at(span),
-            None => diagnostic,
+            None => diagnostic.at(0..0).with_help(
+                "the parser gave no position; look for the most deeply nested key or value",
+            ),
         });
     }
     let syntax_starts: Vec<usize> = syntax_errors
@@ -167,7 +179,13 @@ struct Walker<'v> {
 }
 
 impl Walker<'_> {
-    fn push(&mut self, diagnostic: Diagnostic) {
+    fn push(&mut self, mut diagnostic: Diagnostic) {
+        // INVARIANT: a diagnostic is one line. What the file wrote into it
+        // (a value, a name, a key) is escaped, so it can neither break the
+        // line nor pass for a line of its own.
+        diagnostic.message = escape_line(&diagnostic.message);
+        diagnostic.key = escape_line(&diagnostic.key);
+        diagnostic.help = diagnostic.help.as_deref().map(escape_line);
         self.diagnostics.push(diagnostic);
     }
 

@@ -358,3 +358,57 @@ fn sandbox_limits_are_read_and_a_list_of_hosts_is_refused() {
         )]
     );
 }
+
+#[test]
+fn a_value_with_line_breaks_is_named_in_a_one_line_diagnostic() {
+    // Found by fuzzing: a value quoted into a message kept its line breaks,
+    // so one diagnostic spanned several lines, and the file's text could
+    // pass for a line hintgate wrote.
+    let source = "[gateway]\nprofile = \"ask\\nerror[toml-syntax]: all is well\"\n\n[servers.\"a\\nb\"]\ncommand = \"x\"\ntrust = \"mostly\\r\\u202e\"\n";
+    let (_, diagnostics) = parse_str(source);
+    assert!(diagnostics.len() >= 2, "{diagnostics:#?}");
+    for diagnostic in &diagnostics {
+        for text in [
+            Some(&diagnostic.message),
+            diagnostic.help.as_ref(),
+            Some(&diagnostic.key),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            assert!(!text.contains(['\n', '\r', '\u{202e}']), "{diagnostic:#?}");
+        }
+    }
+    let profile = diagnostics
+        .iter()
+        .find(|d| d.key == "gateway.profile")
+        .unwrap();
+    assert_eq!(
+        profile.message,
+        "unknown profile `ask\\nerror[toml-syntax]: all is well`"
+    );
+}
+
+#[test]
+fn a_key_dotted_past_the_parsers_recursion_limit_is_reported_at_a_place() {
+    // Found by fuzzing: the TOML parser stops at its recursion limit with
+    // an error that has no position, and the diagnostic named no place.
+    let source = format!(
+        "[gateway]\nprofile = \"ask-all\"\nx{} = 1\n",
+        ".y".repeat(200)
+    );
+    let (config, diagnostics) = parse_str(&source);
+    assert!(config.is_none());
+    let syntax: Vec<_> = diagnostics
+        .iter()
+        .filter(|d| d.code == DiagCode::TomlSyntax)
+        .collect();
+    assert!(!syntax.is_empty(), "{diagnostics:#?}");
+    for diagnostic in syntax {
+        assert!(diagnostic.span.is_some(), "{diagnostic:#?}");
+        assert!(
+            diagnostic.message.contains("nested too deeply"),
+            "{diagnostic:#?}"
+        );
+    }
+}

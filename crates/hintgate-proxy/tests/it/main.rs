@@ -11,6 +11,7 @@
 mod bounds;
 mod harness;
 mod hostile;
+mod http;
 mod names;
 mod pipeline;
 mod runtime;
