@@ -201,6 +201,7 @@ fn open(path: &Path) -> Result<SqliteStore, hintgate_store::StoreError> {
             key: KeySource::Given(AuditKey::from_secret(SECRET)),
             head: HeadPlace::File(SqliteStore::head_path(path)),
             checkpoints: false,
+            witness: Default::default(),
         },
     )
 }
