@@ -44,20 +44,27 @@ pub fn problem(name: &str) -> Option<String> {
             "is {length} characters long, over the spec's {MAX_CHARS}"
         ));
     }
-    let mut bad: Vec<char> = name.chars().filter(|ch| !is_plain_char(*ch)).collect();
-    if bad.is_empty() {
+    characters_problem(
+        name,
+        |ch| !is_plain_char(ch),
+        "holds characters outside the spec's set `A-Z a-z 0-9 _ - .`",
+    )
+}
+
+/// `what`, followed by the first few distinct characters of `text` that
+/// `bad` picks, each escaped to show; `None` when it picks none.
+fn characters_problem(text: &str, bad: impl Fn(char) -> bool, what: &str) -> Option<String> {
+    let mut found: Vec<char> = text.chars().filter(|ch| bad(*ch)).collect();
+    if found.is_empty() {
         return None;
     }
-    bad.dedup();
-    let shown: Vec<String> = bad
+    found.dedup();
+    let shown: Vec<String> = found
         .iter()
         .take(5)
         .map(|ch| format!("`{}`", crate::sanitize::escape_line(&ch.to_string())))
         .collect();
-    Some(format!(
-        "holds characters outside the spec's set `A-Z a-z 0-9 _ - .`: {}",
-        shown.join(", ")
-    ))
+    Some(format!("{what}: {}", shown.join(", ")))
 }
 
 /// Why a resource URI or URI template a server lists cannot be shown as it
@@ -73,23 +80,11 @@ pub fn uri_problem(uri: &str) -> Option<String> {
     if uri.is_empty() {
         return Some("is empty".to_owned());
     }
-    let mut bad: Vec<char> = uri
-        .chars()
-        .filter(|ch| crate::sanitize::breaks_or_hides(*ch))
-        .collect();
-    if bad.is_empty() {
-        return None;
-    }
-    bad.dedup();
-    let shown: Vec<String> = bad
-        .iter()
-        .take(5)
-        .map(|ch| format!("`{}`", crate::sanitize::escape_line(&ch.to_string())))
-        .collect();
-    Some(format!(
-        "holds characters that break a line or do not show: {}",
-        shown.join(", ")
-    ))
+    characters_problem(
+        uri,
+        crate::sanitize::breaks_or_hides,
+        "holds characters that break a line or do not show",
+    )
 }
 
 /// What a name looks like to a reader: case folded, and the ASCII

@@ -315,14 +315,7 @@ impl Drop for Gateway {
         // person, in the approval queue) and has in flight ends as it does
         // when the gateway is asked to stop. Nothing is sent: the loop is
         // gone.
-        let sessions: Vec<SessionId> = self
-            .sessions
-            .keys()
-            .filter(|session| self.sessions.get(session).is_some_and(|host| !host.closed))
-            .collect();
-        for session in sessions {
-            self.end_session(session, Ending::Shutdown);
-        }
+        self.end_open_sessions();
         self.outbox.clear();
         for idx in 0..self.upstreams.len() {
             for (_, purpose) in self.inflight.drain_up(idx) {
@@ -1342,11 +1335,9 @@ impl Gateway {
         }
     }
 
-    /// Stops everything: what is in flight or still waits ends on record
-    /// (`shutdown` when the gateway was asked to stop while a host was
-    /// there), the last records are committed, and only then are the
-    /// answers sent and the servers stopped.
-    async fn shutdown(&mut self) {
+    /// Ends every session whose host is still there as a stop does:
+    /// what it holds and has in flight ends on record as `shutdown`.
+    fn end_open_sessions(&mut self) {
         let sessions: Vec<SessionId> = self
             .sessions
             .keys()
@@ -1355,6 +1346,14 @@ impl Gateway {
         for session in sessions {
             self.end_session(session, Ending::Shutdown);
         }
+    }
+
+    /// Stops everything: what is in flight or still waits ends on record
+    /// (`shutdown` when the gateway was asked to stop while a host was
+    /// there), the last records are committed, and only then are the
+    /// answers sent and the servers stopped.
+    async fn shutdown(&mut self) {
+        self.end_open_sessions();
         // The last outcomes, whatever their age, before the host reads an
         // answer and before a server is stopped.
         if let Err(err) = self.journal.commit() {
