@@ -106,16 +106,10 @@ pub struct ObjectWriter {
 /// [`JsonError::Syntax`] for a text that is not JSON (or nests deeper than
 /// 128 levels), [`JsonError::DuplicateKey`] for a repeated key.
 pub fn check_unique_keys(text: &str) -> Result<(), JsonError> {
-    let mut state = UniqueState::default();
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let checked = Unique { state: &mut state }
-        .deserialize(&mut deserializer)
-        .and_then(|()| deserializer.end());
-    match (checked, state.duplicate) {
-        (Ok(()), _) => Ok(()),
-        (Err(_), Some(key)) => Err(found_key(text, key)),
-        (Err(err), None) => Err(JsonError::Syntax(err.to_string())),
-    }
+    walk_keys(text, false).map_err(|found| match found {
+        Found::Key(key) => found_key(text, key),
+        Found::Syntax(message) => JsonError::Syntax(message),
+    })
 }
 
 /// Checks that no object of `text` has the key [`RAW_VALUE_KEY`], in any
@@ -131,8 +125,25 @@ pub fn find_reserved_key(text: &str) -> Result<(), JsonError> {
     if !text.contains("RawValue") && !text.contains("\\u") {
         return Ok(());
     }
+    walk_keys(text, true).map_err(|found| match found {
+        Found::Key(_) => JsonError::ReservedKey,
+        Found::Syntax(message) => JsonError::Syntax(message),
+    })
+}
+
+/// What [`walk_keys`] stopped at.
+enum Found {
+    /// A key repeated, or reserved ([`RAW_VALUE_KEY`]).
+    Key(String),
+    /// Not JSON: serde's message.
+    Syntax(String),
+}
+
+/// Parses `text` as one JSON value, stopping at the first repeated or
+/// reserved key (only a reserved one when `reserved_only`).
+fn walk_keys(text: &str, reserved_only: bool) -> Result<(), Found> {
     let mut state = UniqueState {
-        reserved_only: true,
+        reserved_only,
         ..UniqueState::default()
     };
     let mut deserializer = serde_json::Deserializer::from_str(text);
@@ -141,8 +152,8 @@ pub fn find_reserved_key(text: &str) -> Result<(), JsonError> {
         .and_then(|()| deserializer.end());
     match (checked, state.duplicate) {
         (Ok(()), _) => Ok(()),
-        (Err(_), Some(_)) => Err(JsonError::ReservedKey),
-        (Err(err), None) => Err(JsonError::Syntax(err.to_string())),
+        (Err(_), Some(key)) => Err(Found::Key(key)),
+        (Err(err), None) => Err(Found::Syntax(err.to_string())),
     }
 }
 
