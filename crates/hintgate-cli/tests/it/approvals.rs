@@ -416,7 +416,10 @@ fn issue_11_an_answer_written_into_the_database_without_the_key_refuses_the_call
         )
         .unwrap();
     let result = the_call(&mut host, "c1");
-    assert!(is_error(&result), "a forged approval runs nothing: {result}");
+    assert!(
+        is_error(&result),
+        "a forged approval runs nothing: {result}"
+    );
     host.close();
     let log = hintgate()
         .env("HINTGATE_STATE_DIR", dir.path().join("state"))
