@@ -1400,6 +1400,10 @@ impl Gateway {
         let message = match Message::parse(line) {
             Ok(message) => message,
             Err(err) => {
+                if let Some(id) = null_result_id(line) {
+                    self.on_result_not_object(idx, id, "null");
+                    return;
+                }
                 let preview: String = line.chars().take(80).collect();
                 self.upstream_failed(
                     idx,
@@ -1428,6 +1432,16 @@ impl Gateway {
                     tracing::debug!("a response upstream with an id we never sent");
                     return;
                 };
+                // MCP results are objects: any other answers the request as
+                // the server's error.
+                if message.error.is_none()
+                    && let Some(raw) = message.result
+                    && !raw.get().trim_start().starts_with('{')
+                {
+                    let shown: String = raw.get().chars().take(40).collect();
+                    self.on_result_not_object(idx, id, &shown);
+                    return;
+                }
                 match self.inflight.take_up(idx, id) {
                     Some(purpose) => self.on_upstream_response(idx, id, purpose, &message),
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
@@ -1436,6 +1450,24 @@ impl Gateway {
             Kind::Request => self.on_upstream_request(idx, &message),
             Kind::Notification => self.on_upstream_notification(idx, &message),
         }
+    }
+
+    /// A server answered request `id` with a result that is not an object
+    /// (`shown`, its start): MCP results are objects, so the request fails
+    /// as if the server had answered with an error that says so (a call
+    /// with the outcome `protocol-error`), and the server goes on.
+    fn on_result_not_object(&mut self, idx: ServerIdx, id: u64, shown: &str) {
+        let Some(purpose) = self.inflight.take_up(idx, id) else {
+            tracing::debug!("a late or unknown response upstream: {id}");
+            return;
+        };
+        let why = format!(
+            "server `{}` answered with a result that is not an object (`{}`); MCP results are objects, so hintgate did not pass it on",
+            self.upstreams.name(idx),
+            hintgate_policy::sanitize::escape_line(shown)
+        );
+        tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+        self.unusable_answer(idx, purpose, &why);
     }
 
     fn on_upstream_response(
@@ -1587,6 +1619,22 @@ impl Gateway {
             // An update of a private-data server's resource is its data
             // reaching the host (design §4.4).
             "notifications/resources/updated" => {
+                // The host shows or reads what the URI names: one that breaks
+                // a line or hides characters is dropped, as it would be left
+                // out of `resources/list`.
+                let uri = message
+                    .params
+                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                    .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_default();
+                if let Some(problem) = hintgate_policy::name::uri_problem(&uri) {
+                    tracing::warn!(
+                        server.id = %self.upstreams.name(idx),
+                        resource.uri = %hintgate_policy::sanitize::escape_line(&uri),
+                        "its URI {problem}; the server's `notifications/resources/updated` is dropped"
+                    );
+                    return;
+                }
                 if self.policy.data_taints_session(self.upstreams.name(idx)) {
                     let sessions: Vec<SessionId> = self.sessions.keys().collect();
                     for session in sessions {
@@ -1679,4 +1727,23 @@ impl Gateway {
             }
         }
     }
+}
+
+/// The id of a server's response written with `"result": null` (and no
+/// error), which [`Message::parse`] refuses as no JSON-RPC response: the
+/// id of the gateway's request it answers, when it is one of its numbers.
+fn null_result_id(line: &str) -> Option<u64> {
+    let members = crate::json::members(line).ok()?;
+    let once = |key: &str| {
+        let mut matching = members.iter().filter(|member| member.key == key);
+        match (matching.next(), matching.next()) {
+            (Some(member), None) => line.get(member.value.clone()),
+            _ => None,
+        }
+    };
+    let named = |key: &str| members.iter().any(|member| member.key == key);
+    if named("method") || named("error") || once("result") != Some("null") {
+        return None;
+    }
+    once("id")?.parse().ok()
 }

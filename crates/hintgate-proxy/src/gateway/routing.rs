@@ -25,7 +25,12 @@
 //!   the server's list itself, so prompts that look alike are found within
 //!   one page;
 //! - `completion/complete` is routed by the prompt's prefix or the
-//!   resource template's owner;
+//!   resource template's owner: only by an exact, valid name or a URI a
+//!   server listed in its last complete listing, never by guess; a prompt
+//!   refused for `prompts/get`, or a URI that breaks a line or hides
+//!   characters, is refused in both modes;
+//! - a `resources/read` result's `contents` under a URI that breaks a line
+//!   or hides characters are left out (logged), in both modes;
 //! - `logging/setLevel` goes to every server that logs;
 //! - any other method is answered with "method not found", since it is
 //!   not clear which server it is for.
@@ -446,6 +451,13 @@ impl Gateway {
                     return;
                 }
             }
+            if request.method.as_str() == "completion/complete"
+                && let Err(why) = self.completion_target(&params, None)
+            {
+                tracing::warn!("a `completion/complete` is refused: {why}");
+                self.reply_error(session, request.id(), -32602, &why);
+                return;
+            }
             match self.readiness(0, &mut request.restarted) {
                 Readiness::Ready => self.forward(0, request, None),
                 Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
@@ -529,48 +541,97 @@ impl Gateway {
                     }
                 }
             }
-            "completion/complete" => {
-                let reference = params.get("ref").cloned().unwrap_or(Value::Null);
-                let target = match reference.get("type").and_then(Value::as_str) {
-                    Some("ref/prompt") => {
-                        let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                        let resolved = self.resolve(name).ok();
-                        let resolved = resolved
-                            .filter(|(idx, own)| self.refusal(*idx, "prompts/get", own).is_none());
-                        resolved.map(|(idx, own)| {
-                            let mut params = params.clone();
-                            if let Some(object) =
-                                params.pointer_mut("/ref").and_then(Value::as_object_mut)
-                            {
-                                object.insert("name".to_owned(), Value::String(own));
-                            }
-                            (idx, Some(params))
-                        })
-                    }
-                    Some("ref/resource") => {
-                        let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                        self.routing
-                            .template_listed_by(uri)
-                            .or_else(|| self.resource_owner(uri))
-                            .map(|idx| (idx, None))
-                    }
-                    _ => None,
-                };
-                match target {
-                    Some((idx, params)) => self.route(idx, request, params),
-                    None => self.reply_error(
-                        session,
-                        request.id(),
-                        -32602,
-                        "the completion's `ref` names no known prompt or resource",
-                    ),
+            "completion/complete" => match self.completion_target(&params, request.restarted) {
+                Ok((idx, params)) => self.route(idx, request, params),
+                Err(why) => {
+                    tracing::warn!("a `completion/complete` is refused: {why}");
+                    self.reply_error(session, request.id(), -32602, &why);
                 }
-            }
+            },
             other => {
                 let text =
                     format!("method `{other}` is not supported by the gateway in gateway mode");
                 self.reply_error(session, request.id(), -32601, &text);
             }
+        }
+    }
+
+    /// Where a host's `completion/complete` goes, by the prompt or the
+    /// resource its `ref` names, and the params it goes with (the prompt's
+    /// own name in gateway mode): only to the one server an exact, valid
+    /// name or URI leads to, never by guess. A prompt is resolved by its
+    /// prefix as `prompts/get` is, and refused as `prompts/get` would be; a
+    /// resource (or template) URI must be one a server listed in its last
+    /// complete listing (or belong to the server this request started
+    /// again), and one that breaks a line or hides characters is refused.
+    /// In wrap mode the one server gets it as sent, once its `ref` passes
+    /// the same checks (another kind of `ref` is the server's to judge).
+    ///
+    /// # Errors
+    ///
+    /// Why the completion is not sent, in words for the host.
+    fn completion_target(
+        &self,
+        params: &Value,
+        restarted: Option<ServerIdx>,
+    ) -> Result<(ServerIdx, Option<Value>), String> {
+        let reference = params.get("ref").unwrap_or(&Value::Null);
+        let kind = reference.get("type").and_then(Value::as_str);
+        match kind {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let (idx, own) = match self.resolve(name) {
+                    Ok(found) => found,
+                    Err(Unresolved::Unknown) => {
+                        return Err(format!(
+                            "the completion's `ref` names an unknown prompt `{}`",
+                            escape_line(name)
+                        ));
+                    }
+                    Err(Unresolved::Ambiguous(found)) => {
+                        return Err(format!(
+                            "the completion's `ref` names prompt `{}`: {}",
+                            escape_line(name),
+                            self.ambiguity(&found)
+                        ));
+                    }
+                };
+                if let Some(why) = self.refusal(idx, "prompts/get", &own) {
+                    return Err(why);
+                }
+                if self.mode == Mode::Wrap {
+                    return Ok((idx, None));
+                }
+                let mut params = params.clone();
+                if let Some(object) = params.pointer_mut("/ref").and_then(Value::as_object_mut) {
+                    object.insert("name".to_owned(), Value::String(own));
+                }
+                Ok((idx, Some(params)))
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                if let Some(why) = self.refusal(0, "resources/read", uri) {
+                    return Err(why);
+                }
+                if self.mode == Mode::Wrap {
+                    return Ok((0, None));
+                }
+                self.routing
+                    .template_listed_by(uri)
+                    .or_else(|| self.routing.resource_listed_by(uri))
+                    .or(restarted)
+                    .map(|idx| (idx, None))
+                    .ok_or_else(|| {
+                        format!(
+                            "the completion's `ref` names resource `{}`, which no server listed; list resources and resource templates first",
+                            escape_line(uri)
+                        )
+                    })
+            }
+            _ if self.mode == Mode::Wrap => Ok((0, None)),
+            _ => Err(
+                "the completion's `ref` is neither a `ref/prompt` nor a `ref/resource`".to_owned(),
+            ),
         }
     }
 
@@ -682,6 +743,9 @@ impl Gateway {
             // Wrap mode: the server's own page, screened like a merged one.
             let fresh = request.params().get("cursor").is_none();
             line = self.screen_page(idx, key, line, fresh);
+        }
+        if method == "resources/read" {
+            line = self.screen_contents(idx, line);
         }
         let reads = matches!(method, "resources/read" | "prompts/get");
         if reads
@@ -947,6 +1011,38 @@ impl Gateway {
             self.routing.refuse_prompts(idx, refused, fresh);
         }
         if changed { response.to_string() } else { line }
+    }
+}
+
+impl Gateway {
+    /// A `resources/read` result before the host sees it: each entry of its
+    /// `contents` whose URI breaks a line or hides characters is left out
+    /// (and logged), as it would be left out of `resources/list`. The line
+    /// as it came when nothing in it had to change.
+    fn screen_contents(&self, idx: ServerIdx, line: String) -> String {
+        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
+            return line;
+        };
+        let Some(contents) = response
+            .pointer_mut("/result/contents")
+            .and_then(Value::as_array_mut)
+        else {
+            return line;
+        };
+        let before = contents.len();
+        let server = self.upstreams.name(idx);
+        contents.retain(|content| {
+            let uri = content.get("uri").and_then(Value::as_str).unwrap_or("");
+            let Some(problem) = uri_problem(uri) else {
+                return true;
+            };
+            tracing::warn!(server.id = %server, resource.uri = %escape_line(uri), "its URI {problem}; the entry is left out of the contents `resources/read` gives the host");
+            false
+        });
+        if contents.len() == before {
+            return line;
+        }
+        response.to_string()
     }
 }
 

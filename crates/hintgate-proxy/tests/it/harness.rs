@@ -97,6 +97,9 @@ pub struct ServerScript {
     /// Each `resources/list` of this start lists this many resources of its
     /// own, new each time: `rot://LISTING/N` (LISTING counts from 1).
     pub rotating_resources: usize,
+    /// These methods are answered with this result (JSON text, written as
+    /// is), whatever they ask.
+    pub answers: HashMap<String, String>,
 }
 
 impl ServerScript {
@@ -114,6 +117,7 @@ impl ServerScript {
             prompts: Vec::new(),
             pipe_bytes: 1 << 20,
             rotating_resources: 0,
+            answers: HashMap::new(),
         }
     }
 
@@ -275,6 +279,11 @@ impl Served {
         let id = message.get("id").cloned()?;
         if message.get("method").is_none() || script.silent.contains(&method) {
             return None;
+        }
+        if let Some(result) = script.answers.get(&method) {
+            return Some(format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}"
+            ));
         }
         let result = match method.as_str() {
             "server/discover" if script.modern => json!({

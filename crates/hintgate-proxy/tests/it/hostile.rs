@@ -607,23 +607,3 @@ async fn issue_11_the_key_serde_reads_as_raw_json_is_refused() {
         .count();
     assert_eq!(calls, 3, "every attempt is on the record");
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn null_id_error_from_server_does_not_fail_the_calls_in_flight() {
-    // Found by fuzzing the framing: JSON-RPC has a server that cannot read
-    // a request answer under a `null` id. The gateway took that for a line
-    // that is not JSON-RPC and gave the server up, with the call in flight.
-    let error = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
-    let script = tools().answering(
-        "read",
-        crate::harness::Behaviour::LinesThenEcho(vec![error.to_owned()]),
-    );
-    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
-    gateway.initialize(json!({})).await;
-    let answer = gateway.call("read", json!({"n": 1})).await;
-    assert!(!is_error(&answer), "{answer}");
-    assert!(text(&answer).contains("\"n\":1"), "{answer}");
-    let again = gateway.call("read", json!({"n": 2})).await;
-    assert!(!is_error(&again), "{again}");
-    gateway.close().await;
-}

@@ -553,3 +553,177 @@ async fn issue_11_a_servers_sampling_request_cannot_pass_for_the_user_or_the_gat
     gateway.send_raw(&answer).await;
     gateway.received_eventually("fx", r#""id":"s-1""#).await;
 }
+
+/// `listing_server`, which also answers `resources/read` with contents of
+/// its own: one under a plain URI, two under URIs that would forge a line
+/// or hide characters.
+fn reading_server() -> ServerScript {
+    let mut script = listing_server();
+    let contents = json!({"contents": [
+        {"uri": "file:///ok.txt", "text": "ok"},
+        {"uri": format!("file:///x{FORGED}"), "text": "forged"},
+        {"uri": "file:///y\u{202e}txt.exe", "text": "reversed"},
+    ]});
+    script
+        .answers
+        .insert("resources/read".to_owned(), contents.to_string());
+    script
+}
+
+/// A `completion/complete` for `reference`.
+fn completion(reference: Value) -> Value {
+    json!({"ref": reference, "argument": {"name": "path", "value": "a"}})
+}
+
+/// The URIs a host reads from a resource, a completion's references, and
+/// a server's notice that a resource changed: each URI that would break a
+/// line or hide characters is refused or dropped, as in `resources/list`,
+/// and a completion goes only where an exact, valid name or URI leads, the
+/// same in both modes (`prefix` is what the gateway puts before a prompt's
+/// name).
+async fn uris_a_host_reads_are_screened(mut gateway: Harness, prefix: &str) {
+    gateway.initialize(json!({})).await;
+    let prompts = gateway.request("prompts/list", json!({})).await;
+    assert!(prompts.get("result").is_some(), "{prompts}");
+    let templates = gateway.request("resources/templates/list", json!({})).await;
+    assert!(templates.get("result").is_some(), "{templates}");
+
+    // A completion for a prompt or a resource that is refused never
+    // reaches the server.
+    let refused = [
+        (
+            json!({"type": "ref/resource", "uri": "file:///{path}\u{2066}"}),
+            "its URI",
+        ),
+        (
+            json!({"type": "ref/resource", "uri": format!("file:///a{FORGED}")}),
+            "its URI",
+        ),
+        (
+            json!({"type": "ref/prompt", "name": format!("{prefix}note\u{200b}")}),
+            "its name",
+        ),
+        (
+            json!({"type": "ref/prompt", "name": format!("{prefix}notes")}),
+            "looks the same",
+        ),
+    ];
+    for (reference, says) in refused {
+        let answer = gateway
+            .request("completion/complete", completion(reference.clone()))
+            .await;
+        let why = answer["error"]["message"].as_str().unwrap_or_else(|| {
+            panic!("{reference} is refused: {answer}");
+        });
+        assert!(why.contains(says), "{reference} says why: {why}");
+        assert!(!why.contains('\n') && !why.contains('\u{202e}'), "{why:?}");
+    }
+    assert_eq!(gateway.count_received("fs", "completion/complete"), 0);
+    // What is plain still reaches the server.
+    for reference in [
+        json!({"type": "ref/resource", "uri": "file:///{path}"}),
+        json!({"type": "ref/prompt", "name": format!("{prefix}summary")}),
+    ] {
+        let answer = gateway
+            .request("completion/complete", completion(reference.clone()))
+            .await;
+        assert!(answer.get("result").is_some(), "{reference}: {answer}");
+    }
+    assert_eq!(gateway.count_received("fs", "completion/complete"), 2);
+    let sent: Vec<String> = gateway
+        .received_by("fs")
+        .into_iter()
+        .filter(|line| line.contains("completion/complete"))
+        .collect();
+    assert!(
+        sent[1].contains(r#""name":"summary""#),
+        "the server gets its own prompt name: {}",
+        sent[1]
+    );
+
+    // A read's contents under a URI that would forge a line are left out.
+    let read = gateway
+        .request("resources/read", json!({"uri": "file:///ok.txt"}))
+        .await;
+    assert_eq!(
+        entries(&read, "contents", "uri"),
+        ["file:///ok.txt"],
+        "{read}"
+    );
+
+    // A change notice under such a URI does not reach the host; one under a
+    // plain URI does.
+    for uri in [
+        format!("file:///a{FORGED}"),
+        "file:///b\u{202e}txt.exe".to_owned(),
+        "file:///ok.txt".to_owned(),
+    ] {
+        let notice = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}});
+        gateway.push("fs", &notice.to_string());
+    }
+    let updated = loop {
+        let note = gateway.next().await;
+        if note["method"] == "notifications/resources/updated" {
+            break note;
+        }
+    };
+    assert_eq!(updated["params"]["uri"], "file:///ok.txt", "{updated}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_uris_a_host_reads_are_screened_in_gateway_mode() {
+    let setup = Setup {
+        config: "[servers.fs]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: std::collections::HashMap::from([("fs".to_owned(), reading_server())]),
+        store: None,
+    };
+    uris_a_host_reads_are_screened(Harness::start(setup).await, "fs__").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_uris_a_host_reads_are_screened_in_wrap_mode() {
+    let mut setup = Setup::wrap(reading_server(), true);
+    setup.config = setup.config.replace("servers.fx", "servers.fs");
+    setup.scripts = std::collections::HashMap::from([("fs".to_owned(), reading_server())]);
+    uris_a_host_reads_are_screened(Harness::start(setup).await, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_completion_is_routed_by_what_was_listed_not_by_guess() {
+    // One server with resources: a template it never listed was sent to it
+    // all the same, as the only server that could have it.
+    let setup = Setup {
+        config: "[servers.fs]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: std::collections::HashMap::from([("fs".to_owned(), listing_server())]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let reference = json!({"type": "ref/resource", "uri": "file:///{path}"});
+    let unlisted = gateway
+        .request("completion/complete", completion(reference.clone()))
+        .await;
+    let why = unlisted["error"]["message"].as_str().unwrap_or_else(|| {
+        panic!("refused before the templates are listed: {unlisted}");
+    });
+    assert!(why.contains("no server listed"), "{why}");
+    for reference in [
+        json!({"type": "ref/prompt", "name": "zz__summary"}),
+        json!({"type": "ref/prompt"}),
+        json!({"type": "ref/other", "uri": "file:///{path}"}),
+    ] {
+        let refused = gateway
+            .request("completion/complete", completion(reference.clone()))
+            .await;
+        assert!(refused.get("error").is_some(), "{reference}: {refused}");
+    }
+    assert_eq!(gateway.count_received("fs", "completion/complete"), 0);
+    gateway.request("resources/templates/list", json!({})).await;
+    let listed = gateway
+        .request("completion/complete", completion(reference))
+        .await;
+    assert!(listed.get("result").is_some(), "{listed}");
+    assert_eq!(gateway.count_received("fs", "completion/complete"), 1);
+}
