@@ -17,11 +17,14 @@
 //! - prompt names are prefixed like tool names and routed by the prefix;
 //! - what a server lists is shown as it is (issue 11): a prompt whose name
 //!   breaks the tool-name rule of [`hintgate_policy::name`] (not plain, or
-//!   like another of the server's prompts), and a resource or template
+//!   like another of the server's prompts) or whose arguments would not
+//!   read one way only ([`hintgate_policy::name::arguments_problem`]), and
+//!   a resource or template
 //!   whose URI breaks a line or hides characters
 //!   ([`hintgate_policy::name::uri_problem`]), is left out of the list and
 //!   refused when asked for; names, titles and descriptions are sanitized,
-//!   names and titles made one line. In wrap mode the host pages through
+//!   names and titles made one line, a prompt's arguments' as its own.
+//!   In wrap mode the host pages through
 //!   the server's list itself, so prompts that look alike are found within
 //!   one page;
 //! - `completion/complete` is routed by the prompt's prefix or the
@@ -37,7 +40,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use hintgate_policy::name::{problem as name_problem, uri_problem};
+use hintgate_policy::name::{arguments_problem, problem as name_problem, uri_problem};
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use serde_json::{Map, Value, json};
 
@@ -1079,12 +1082,16 @@ fn screen(server: &str, key: &str, items: &mut Vec<Value>) -> Vec<(String, Strin
             let troubles = super::catalog::name_troubles(&names);
             let mut troubles = troubles.into_iter();
             let mut names = names.into_iter();
-            items.retain(|_| {
+            items.retain(|item| {
                 let name = names.next().unwrap_or_default();
-                let Some(trouble) = troubles.next().flatten() else {
-                    return true;
+                let trouble = troubles.next().flatten();
+                let why = match trouble {
+                    Some(trouble) => trouble.describe(),
+                    None => match arguments_problem(item.get("arguments")) {
+                        Some(problem) => format!("it {problem}"),
+                        None => return true,
+                    },
                 };
-                let why = trouble.describe();
                 tracing::warn!(server.id = %server, prompt.name = %escape_line(&name), "{why}; the prompt is not listed, and a request for it is refused");
                 refused.push((name, why));
                 false
@@ -1107,22 +1114,35 @@ fn screen(server: &str, key: &str, items: &mut Vec<Value>) -> Vec<(String, Strin
         }
     }
     for item in items.iter_mut() {
-        let Some(object) = item.as_object_mut() else {
-            continue;
-        };
-        for (field, value) in object.iter_mut() {
-            let Value::String(text) = value else {
-                continue;
-            };
-            let clean = match field.as_str() {
-                "name" | "title" => one_line(&sanitize(text).text),
-                "description" => sanitize(text).text,
-                _ => continue,
-            };
-            if clean != *text {
-                *text = clean;
-            }
+        clean_texts(item);
+        // A prompt's arguments are shown like the prompt (their names,
+        // which the host sends back, passed the check above, so cleaning
+        // leaves them as sent).
+        if let Some(Value::Array(arguments)) = item.get_mut("arguments") {
+            arguments.iter_mut().for_each(clean_texts);
         }
     }
     refused
+}
+
+/// The `title` and `description` of an entry (and its `name`, where the
+/// entry is a resource whose name is only shown) without invisible
+/// characters, the name and title on one line.
+fn clean_texts(item: &mut Value) {
+    let Some(object) = item.as_object_mut() else {
+        return;
+    };
+    for (field, value) in object.iter_mut() {
+        let Value::String(text) = value else {
+            continue;
+        };
+        let clean = match field.as_str() {
+            "name" | "title" => one_line(&sanitize(text).text),
+            "description" => sanitize(text).text,
+            _ => continue,
+        };
+        if clean != *text {
+            *text = clean;
+        }
+    }
 }

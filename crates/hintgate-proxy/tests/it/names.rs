@@ -338,7 +338,13 @@ async fn issue_11_a_servers_question_cannot_pass_for_the_gateways() {
 fn listing_server() -> ServerScript {
     let mut script = ServerScript::with_tools(vec![tool("read", true)]);
     script.prompts = vec![
-        json!({"name": "summary", "title": format!("Summary{FORGED}")}),
+        json!({"name": "summary", "title": format!("Summary{FORGED}"), "arguments": [
+            {"name": "topic", "title": format!("Topic{FORGED}"), "description": "what\u{202e} to sum up"},
+        ]}),
+        json!({"name": "hidden_argument", "arguments": [{"name": "pa\u{200b}th"}]}),
+        json!({"name": "forged_argument", "arguments": [{"name": format!("path{FORGED}")}]}),
+        json!({"name": "alike_arguments", "arguments": [{"name": "path"}, {"name": "Path"}]}),
+        json!({"name": "twice_argument", "arguments": [{"name": "path"}, {"name": "path"}]}),
         json!({"name": "notes"}),
         json!({"name": "Notes"}),
         json!({"name": format!("plan{FORGED}")}),
@@ -383,6 +389,11 @@ async fn prompts_and_resources_are_screened(mut gateway: Harness, prefix: &str) 
     );
     let title = prompts["result"]["prompts"][0]["title"].as_str().unwrap();
     assert!(!title.contains('\n'), "one line: {title:?}");
+    let argument = &prompts["result"]["prompts"][0]["arguments"][0];
+    assert_eq!(argument["name"], "topic", "{argument}");
+    let title = argument["title"].as_str().unwrap();
+    assert!(!title.contains('\n'), "one line: {title:?}");
+    assert_eq!(argument["description"], "what to sum up", "{argument}");
     let resources = gateway.request("resources/list", json!({})).await;
     assert_eq!(
         entries(&resources, "resources", "uri"),
@@ -417,6 +428,25 @@ async fn prompts_and_resources_are_screened(mut gateway: Harness, prefix: &str) 
         });
         assert!(why.contains("its name"), "{name:?} says why: {why}");
         assert!(!why.contains('\n') && !why.contains('\u{202e}'), "{why:?}");
+    }
+    // A prompt whose arguments would not read one way only is left out
+    // like one whose name would not.
+    for (name, says) in [
+        ("hidden_argument", "do not show"),
+        ("forged_argument", "break a line"),
+        ("alike_arguments", "look the same"),
+        ("twice_argument", "more than once"),
+    ] {
+        let asked = json!({"name": format!("{prefix}{name}")});
+        let refused = gateway.request("prompts/get", asked).await;
+        let why = refused["error"]["message"].as_str().unwrap_or_else(|| {
+            panic!("{name:?} is refused: {refused}");
+        });
+        assert!(
+            why.contains("argument") && why.contains(says),
+            "{name:?} says why: {why}"
+        );
+        assert!(!why.contains('\n') && !why.contains('\u{200b}'), "{why:?}");
     }
     for uri in [
         format!("file:///a{FORGED}"),
