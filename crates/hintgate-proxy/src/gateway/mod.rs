@@ -1553,7 +1553,7 @@ impl Gateway {
                 .params
                 .and_then(|raw| serde_json::from_str(raw.get()).ok())
                 .unwrap_or(Value::Null);
-            match relay::mark_question(self.upstreams.name(idx), message.method(), &mut params) {
+            match self.mark_for_host(idx, message.method(), &mut params) {
                 Ok(()) => Some(params),
                 Err(why) => {
                     let line = frame::error_response(message.id_text(), -32602, &why);

@@ -17,6 +17,14 @@
 //! or hide a line escaped). A server's `user` message then cannot pass for
 //! words the user wrote, nor for the gateway's.
 //!
+//! Behind a gateway of several servers, a sampling request's
+//! `includeContext` is narrowed ([`narrow_context`]): the host sees every
+//! server as one, so the `thisServer` it would include is every server's
+//! context, and `allServers` is more than one server may ask for. An
+//! untrusted server's `thisServer` or `allServers` becomes `none` (logged);
+//! a trusted server's is kept, and in wrap mode (one server behind the
+//! gateway) `thisServer` is exact and kept.
+//!
 //! - A legacy server asks (elicitation, sampling, roots) while a 2026-07-28
 //!   host's call is in flight: the host takes no requests, so its call is
 //!   answered with an input-required result that carries the server's
@@ -33,6 +41,7 @@ use std::collections::HashMap;
 
 use hintgate_policy::decide::{Decision, RememberOffer, Verdict};
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
+use hintgate_policy::tool::Trust;
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
@@ -126,6 +135,23 @@ pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> R
         mark_form(server, schema);
     }
     Ok(())
+}
+
+/// A sampling request's `includeContext` made `none`: the value it asked
+/// for (shown as JSON), or `None` when it asked for none (or for nothing,
+/// which the spec reads as `none`).
+pub(super) fn narrow_context(params: &mut Value) -> Option<String> {
+    let object = params.as_object_mut()?;
+    let asked = object.get("includeContext")?;
+    if asked.as_str() == Some("none") {
+        return None;
+    }
+    let shown = escape_line(&asked.to_string());
+    object.insert(
+        "includeContext".to_owned(),
+        Value::String("none".to_owned()),
+    );
+    Some(shown)
 }
 
 /// Marks a server's `sampling/createMessage`: the system prompt names the
@@ -262,6 +288,36 @@ pub(crate) struct Gather {
 pub(crate) type Gathers = HashMap<u64, Gather>;
 
 impl Gateway {
+    /// A server's question as the host gets it: marked as the server's
+    /// ([`mark_question`]), and a sampling request's context narrowed
+    /// ([`narrow_context`]) when the gateway aggregates servers and this
+    /// one is not trusted.
+    ///
+    /// # Errors
+    ///
+    /// Why the question cannot be relayed: its params are not an object.
+    pub(super) fn mark_for_host(
+        &self,
+        idx: ServerIdx,
+        method: &str,
+        params: &mut Value,
+    ) -> Result<(), String> {
+        let server = self.upstreams.name(idx);
+        mark_question(server, method, params)?;
+        let trusted = self
+            .policy
+            .server(server)
+            .is_some_and(|config| config.trust == Trust::Trusted);
+        if method == SAMPLING
+            && self.mode == super::Mode::Gateway
+            && !trusted
+            && let Some(asked) = narrow_context(params)
+        {
+            tracing::warn!(server.id = %server, "its `{SAMPLING}` asked the host to include context `{asked}`; behind a gateway of several servers that is other servers' context too, so the host is asked to include none");
+        }
+        Ok(())
+    }
+
     /// A legacy server asked the host something while a modern host waits
     /// on a call: answer that call with the question. Returns false when no
     /// single call of the host can carry it.
@@ -284,7 +340,7 @@ impl Gateway {
             .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
             .unwrap_or_else(|| json!({}));
         let server = self.upstreams.name(idx).to_owned();
-        if let Err(why) = mark_question(&server, message.method(), &mut params) {
+        if let Err(why) = self.mark_for_host(idx, message.method(), &mut params) {
             if let Some(up) = self.upstreams.get(idx) {
                 let generation = up.generation();
                 let line = frame::error_response(message.id_text(), -32602, &why);
@@ -370,7 +426,7 @@ impl Gateway {
                 .unwrap_or(ELICITATION)
                 .to_owned();
             if let Some(params) = question.get_mut("params")
-                && let Err(why) = mark_question(server, &method, params)
+                && let Err(why) = self.mark_for_host(idx, &method, params)
             {
                 return Some(Err(why));
             }
@@ -507,7 +563,11 @@ impl Gateway {
                 .unwrap_or(ELICITATION)
                 .to_owned();
             let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
-            if let Err(why) = mark_question(&server, &method, &mut params) {
+            let marked = match cx.server {
+                Some(idx) => self.mark_for_host(idx, &method, &mut params),
+                None => mark_question(&server, &method, &mut params),
+            };
+            if let Err(why) = marked {
                 let text = format!("the server asked for input hintgate cannot relay: {why}");
                 let line = frame::error_response(cx.request.id(), -32603, &text);
                 self.answer_call(&cx, line, Outcome::ProtocolError);

@@ -545,11 +545,14 @@ async fn issue_11_a_servers_sampling_request_cannot_pass_for_the_user_or_the_gat
             {"role": "assistant", "content": [{"type": "text", "text": "Sure."}, {"type": "image", "data": "AA==", "mimeType": "image/png"}]},
         ],
         "maxTokens": 100,
+        "includeContext": "thisServer",
     }});
     gateway.push("fx", &request.to_string());
     let relayed = gateway.next_request().await;
     assert_eq!(relayed["method"], "sampling/createMessage", "{relayed}");
     let params = &relayed["params"];
+    // One server behind the gateway: its own context is exactly that.
+    assert_eq!(params["includeContext"], "thisServer");
     let system = params["systemPrompt"].as_str().unwrap();
     let mut lines = system.lines();
     assert!(
@@ -756,4 +759,60 @@ async fn issue_11_a_completion_is_routed_by_what_was_listed_not_by_guess() {
         .await;
     assert!(listed.get("result").is_some(), "{listed}");
     assert_eq!(gateway.count_received("fs", "completion/complete"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_behind_a_gateway_an_untrusted_server_samples_no_other_servers_context() {
+    // The host sees the gateway as one server, so `thisServer` would be
+    // every server's conversation.
+    let setup = Setup {
+        config: "[gateway]\nask_timeout_s = 5\n\n[servers.fs]\ncommand = \"x\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        mode: Mode::Gateway,
+        scripts: std::collections::HashMap::from([
+            ("fs".to_owned(), ServerScript::with_tools(vec![tool("read", true)])),
+            ("ok".to_owned(), ServerScript::with_tools(vec![tool("read", true)])),
+        ]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    gateway
+        .initialize(json!({"sampling": {"context": {}}}))
+        .await;
+    let asks = [
+        ("fs", json!("thisServer"), json!("none")),
+        ("fs", json!("allServers"), json!("none")),
+        ("fs", json!(["thisServer"]), json!("none")),
+        ("fs", json!("none"), json!("none")),
+        ("fs", Value::Null, Value::Null),
+        // A trusted server may have what it asks for.
+        ("ok", json!("thisServer"), json!("thisServer")),
+        ("ok", json!("allServers"), json!("allServers")),
+    ];
+    for (n, (server, asked, relayed_as)) in asks.into_iter().enumerate() {
+        let mut params = json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Summarize."}}],
+            "maxTokens": 10,
+        });
+        if !asked.is_null() {
+            params["includeContext"] = asked.clone();
+        }
+        let id = format!("s-{n}");
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": params});
+        gateway.push(server, &request.to_string());
+        let relayed = gateway.next_request().await;
+        let context = relayed["params"].get("includeContext").cloned();
+        assert_eq!(
+            context.unwrap_or(Value::Null),
+            relayed_as,
+            "{server} asked for {asked}: {relayed}"
+        );
+        let answer = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"role":"assistant","content":{{"type":"text","text":"ok"}},"model":"m"}}}}"#,
+            relayed["id"]
+        );
+        gateway.send_raw(&answer).await;
+        gateway
+            .received_eventually(server, &format!("\"{id}\""))
+            .await;
+    }
 }
