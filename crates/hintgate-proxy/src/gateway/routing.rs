@@ -24,9 +24,10 @@
 //!   ([`hintgate_policy::name::uri_problem`]), is left out of the list and
 //!   refused when asked for; names, titles and descriptions are sanitized,
 //!   names and titles made one line, a prompt's arguments' as its own.
-//!   In wrap mode the host pages through
-//!   the server's list itself, so prompts that look alike are found within
-//!   one page;
+//!   `prompts/list` is answered in one page in wrap mode too (the gateway
+//!   follows the server's cursors), so prompts that look alike are found
+//!   across pages, as tools are; in wrap mode the host pages through the
+//!   server's resources and templates itself;
 //! - `completion/complete` is routed by the prompt's prefix or the
 //!   resource template's owner: only by an exact, valid name or a URI a
 //!   server listed in its last complete listing, never by guess; a prompt
@@ -459,6 +460,14 @@ impl Gateway {
             {
                 tracing::warn!("a `completion/complete` is refused: {why}");
                 self.reply_error(session, request.id(), -32602, &why);
+                return;
+            }
+            // The gateway follows every page of the server's prompts and
+            // screens them at once, so prompts that look alike are found
+            // across pages, as tools are: a page the host had seen could
+            // not be taken back.
+            if request.method.as_str() == "prompts/list" {
+                self.fan_out(request, "prompts", "prompts");
                 return;
             }
             match self.readiness(0, &mut request.restarted) {

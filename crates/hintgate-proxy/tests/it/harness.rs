@@ -100,6 +100,9 @@ pub struct ServerScript {
     /// These methods are answered with this result (JSON text, written as
     /// is), whatever they ask.
     pub answers: HashMap<String, String>,
+    /// Its lists of resources, templates and prompts give one entry a page
+    /// (the cursor is the entry's place).
+    pub one_per_page: bool,
 }
 
 impl ServerScript {
@@ -118,6 +121,7 @@ impl ServerScript {
             pipe_bytes: 1 << 20,
             rotating_resources: 0,
             answers: HashMap::new(),
+            one_per_page: false,
         }
     }
 
@@ -344,6 +348,16 @@ impl Served {
                 let mut page = json!({ key: items });
                 if script.endless_pages {
                     page["nextCursor"] = json!("more");
+                }
+                if script.one_per_page {
+                    let at: usize = message["params"]["cursor"]
+                        .as_str()
+                        .and_then(|cursor| cursor.parse().ok())
+                        .unwrap_or(0);
+                    page = json!({ key: items.get(at).into_iter().collect::<Vec<_>>() });
+                    if at + 1 < items.len() {
+                        page["nextCursor"] = json!((at + 1).to_string());
+                    }
                 }
                 page.to_string()
             }

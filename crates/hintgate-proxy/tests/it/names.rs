@@ -816,3 +816,42 @@ async fn issue_11_behind_a_gateway_an_untrusted_server_samples_no_other_servers_
             .await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_prompts_that_look_alike_across_pages_are_caught_in_wrap_mode() {
+    // `notes` on the second page, `Notes` on the fourth: the host, paging
+    // through the server's list itself, was shown `notes` before the page
+    // that makes it ambiguous.
+    let mut script = ServerScript::with_tools(vec![tool("read", true)]);
+    script.prompts = vec![
+        json!({"name": "summary"}),
+        json!({"name": "notes"}),
+        json!({"name": "plan"}),
+        json!({"name": "Notes"}),
+    ];
+    script.one_per_page = true;
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    let prompts = gateway.request("prompts/list", json!({})).await;
+    assert_eq!(
+        entries(&prompts, "prompts", "name"),
+        ["summary", "plan"],
+        "{prompts}"
+    );
+    assert!(
+        prompts["result"].get("nextCursor").is_none(),
+        "one page: {prompts}"
+    );
+    for name in ["notes", "Notes"] {
+        let refused = gateway.request("prompts/get", json!({"name": name})).await;
+        let why = refused["error"]["message"].as_str().unwrap_or_else(|| {
+            panic!("{name} is refused: {refused}");
+        });
+        assert!(why.contains("looks the same"), "{name} says why: {why}");
+    }
+    let got = gateway
+        .request("prompts/get", json!({"name": "plan"}))
+        .await;
+    assert!(got.get("result").is_some(), "{got}");
+    assert_eq!(gateway.count_received("fx", "prompts/get"), 1);
+}
