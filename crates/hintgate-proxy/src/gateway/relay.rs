@@ -137,6 +137,13 @@ pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> R
     Ok(())
 }
 
+/// Whether a server's result may be an input-required one: it spells
+/// `input_required`, or holds an escape (`\u`) that could spell it. Any
+/// other cannot ask, and is not parsed to find out.
+pub(super) fn may_ask_input(raw: &str) -> bool {
+    raw.contains("input_required") || raw.contains("\\u")
+}
+
 /// A sampling request's `includeContext` made `none`: the value it asked
 /// for (shown as JSON), or `None` when it asked for none (or for nothing,
 /// which the spec reads as `none`).
@@ -400,10 +407,19 @@ impl Gateway {
         idx: ServerIdx,
         raw: &str,
     ) -> Option<Result<Value, String>> {
-        if !raw.contains("input_required") {
+        if !may_ask_input(raw) {
             return None;
         }
         let mut result: Value = serde_json::from_str(raw).ok()?;
+        // A key given twice could make the gateway read `complete` where
+        // the host reads `input_required`, or mark one question while the
+        // host shows another.
+        if let Err(err) = crate::json::find_duplicate_key(raw) {
+            return Some(Err(format!(
+                "server `{}` answered with a result that cannot be read one way only ({err})",
+                self.upstreams.name(idx)
+            )));
+        }
         if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
             return None;
         }
