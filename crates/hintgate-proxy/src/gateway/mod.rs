@@ -1627,6 +1627,13 @@ impl Gateway {
                     .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
                     .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
                     .unwrap_or_default();
+                if let Err(err) = crate::json::find_duplicate_key(message.line()) {
+                    tracing::warn!(
+                        server.id = %self.upstreams.name(idx),
+                        "its `notifications/resources/updated` cannot be read one way only ({err}); dropped"
+                    );
+                    return;
+                }
                 if let Some(problem) = hintgate_policy::name::uri_problem(&uri) {
                     tracing::warn!(
                         server.id = %self.upstreams.name(idx),

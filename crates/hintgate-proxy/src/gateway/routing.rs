@@ -750,6 +750,19 @@ impl Gateway {
         message: &Message<'_>,
     ) {
         let method = request.method.as_str();
+        // What the gateway screens, marks or reads for taint must be what
+        // the host reads: an answer that gives a key twice could be read
+        // one way here and another there (the gateway's parser takes the
+        // last, some hosts the first).
+        if let Err(err) = crate::json::find_duplicate_key(message.line()) {
+            let why = format!(
+                "server `{}` answered `{method}` with a message that cannot be read one way only ({err}); hintgate did not pass it on",
+                self.upstreams.name(idx)
+            );
+            tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+            self.reply_error(request.session, request.id(), -32603, &why);
+            return;
+        }
         let mut line = self.host_response(idx, request.session, message, request.id(), method);
         if let Some(key) = list_key(method) {
             // Wrap mode: the server's own page, screened like a merged one.

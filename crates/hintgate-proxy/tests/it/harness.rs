@@ -649,6 +649,8 @@ pub struct Harness {
     pub held: Arc<QueueGauge>,
     /// Whether the host reads what the gateway writes.
     reading: tokio::sync::watch::Sender<bool>,
+    /// Every line the host read, as written.
+    pub host_lines: Arc<Mutex<Vec<String>>>,
 }
 
 /// How to start a harness.
@@ -767,6 +769,8 @@ impl Harness {
         let (host_read, host_tx) = tokio::io::split(host_end);
         let (tx, host_rx) = mpsc::unbounded_channel();
         let (reading, mut may_read) = tokio::sync::watch::channel(true);
+        let host_lines: Arc<Mutex<Vec<String>>> = Arc::default();
+        let lines_read = Arc::clone(&host_lines);
         tokio::spawn(async move {
             let mut lines = BufReader::new(host_read).lines();
             loop {
@@ -779,6 +783,7 @@ impl Harness {
                 let Ok(Some(line)) = lines.next_line().await else {
                     return;
                 };
+                lines_read.lock().unwrap().push(line.clone());
                 let value: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|err| json!({"unparseable": line, "error": err.to_string()}));
                 if tx.send(value).is_err() {
@@ -787,6 +792,7 @@ impl Harness {
             }
         });
         Self {
+            host_lines,
             gauge,
             events,
             held,

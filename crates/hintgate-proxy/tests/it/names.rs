@@ -933,3 +933,45 @@ async fn issue_11_an_input_required_result_spelled_with_escapes_is_still_marked(
         "{ambiguous}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_an_answer_that_gives_a_key_twice_is_not_passed_on_in_wrap_mode() {
+    // The gateway's parser takes the last `uri`, which is plain, and passed
+    // the line on as written; a host that takes the first showed a URI
+    // with a bidi override.
+    let mut script = ServerScript::with_tools(vec![tool("read", true)]);
+    script.answers.insert(
+        "resources/list".to_owned(),
+        r#"{"resources":[{"uri":"file:///b\u202etxt.exe","uri":"file:///ok.txt","name":"ok"}]}"#
+            .to_owned(),
+    );
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({})).await;
+    let refused = gateway.request("resources/list", json!({})).await;
+    let why = refused["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("refused: {refused}"));
+    assert!(why.contains("one way only"), "{why}");
+    // Nor a change notice whose URI is given twice.
+    gateway.push(
+        "fx",
+        r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b\u202etxt.exe","uri":"file:///ok.txt"}}"#,
+    );
+    gateway.push(
+        "fx",
+        r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///ok.txt"}}"#,
+    );
+    let updated = loop {
+        let note = gateway.next().await;
+        if note["method"] == "notifications/resources/updated" {
+            break note;
+        }
+    };
+    assert_eq!(updated["params"]["uri"], "file:///ok.txt", "{updated}");
+    for line in gateway.host_lines.lock().unwrap().iter() {
+        assert!(
+            !line.contains("\\u202e") && !line.contains('\u{202e}'),
+            "{line}"
+        );
+    }
+}
