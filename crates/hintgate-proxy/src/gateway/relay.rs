@@ -325,6 +325,27 @@ impl Gateway {
         Ok(())
     }
 
+    /// Whether a session's host takes a server's request `method`, by what
+    /// it declared ([`server_request`]), whichever way the request travels.
+    ///
+    /// # Errors
+    ///
+    /// Why the request is not passed to the host.
+    fn host_takes(&self, session: super::request::SessionId, method: &str) -> Result<(), String> {
+        let capabilities = self
+            .sessions
+            .get(&session)
+            .and_then(|host| host.init.as_ref())
+            .and_then(|init| init.get("capabilities"));
+        match server_request(method, capabilities) {
+            ServerRequest::Relay => Ok(()),
+            ServerRequest::Pong => {
+                Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
+            }
+            ServerRequest::Refuse(why) => Err(why),
+        }
+    }
+
     /// A legacy server asked the host something while a modern host waits
     /// on a call: answer that call with the question. Returns false when no
     /// single call of the host can carry it.
@@ -347,7 +368,12 @@ impl Gateway {
             .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
             .unwrap_or_else(|| json!({}));
         let server = self.upstreams.name(idx).to_owned();
-        if let Err(why) = self.mark_for_host(idx, message.method(), &mut params) {
+        // The host is asked only what it said it takes, as a legacy host is.
+        let marked = self
+            .host_takes(session, message.method())
+            .and_then(|()| self.mark_for_host(idx, message.method(), &mut params));
+        if let Err(why) = marked {
+            tracing::warn!(server.id = %server, "{why}");
             if let Some(up) = self.upstreams.get(idx) {
                 let generation = up.generation();
                 let line = frame::error_response(message.id_text(), -32602, &why);
@@ -441,6 +467,12 @@ impl Gateway {
                 .and_then(Value::as_str)
                 .unwrap_or(ELICITATION)
                 .to_owned();
+            if !matches!(method.as_str(), ELICITATION | SAMPLING | "roots/list") {
+                return Some(Err(format!(
+                    "server `{server}` asked for input with `{}`, which is not a request a server may send a client",
+                    escape_line(&method)
+                )));
+            }
             if let Some(params) = question.get_mut("params")
                 && let Err(why) = self.mark_for_host(idx, &method, params)
             {
@@ -579,10 +611,14 @@ impl Gateway {
                 .unwrap_or(ELICITATION)
                 .to_owned();
             let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
-            let marked = match cx.server {
-                Some(idx) => self.mark_for_host(idx, &method, &mut params),
-                None => mark_question(&server, &method, &mut params),
-            };
+            // The host is asked only what it said it takes, as when the
+            // server asks it directly.
+            let marked = self
+                .host_takes(session, &method)
+                .and_then(|()| match cx.server {
+                    Some(idx) => self.mark_for_host(idx, &method, &mut params),
+                    None => mark_question(&server, &method, &mut params),
+                });
             if let Err(why) = marked {
                 let text = format!("the server asked for input hintgate cannot relay: {why}");
                 let line = frame::error_response(cx.request.id(), -32603, &text);
