@@ -297,10 +297,19 @@ impl Gateway {
                 if let Some(caps) = capabilities.as_object_mut() {
                     caps.insert("tools".to_owned(), json!({"listChanged": true}));
                 }
+                let mut server_info = info.get("serverInfo").cloned().unwrap_or_else(
+                    || json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")}),
+                );
+                // A host shows the server's name and title as its own
+                // lines: one line each, nothing hidden.
+                clean_texts(&mut server_info);
+                if let Some(Value::String(version)) = server_info.get_mut("version") {
+                    *version = one_line(&sanitize(version).text);
+                }
                 let mut result = json!({
                     "protocolVersion": version,
                     "capabilities": capabilities,
-                    "serverInfo": info.get("serverInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+                    "serverInfo": server_info,
                 });
                 if let (Some(object), Some(instructions)) = (
                     result.as_object_mut(),
@@ -352,7 +361,7 @@ impl Gateway {
                     .iter()
                     .filter_map(|up| {
                         let text = up.info.as_ref()?.get("instructions")?.as_str()?;
-                        Some(format!("## {}\n{}", up.name, sanitize(text).text))
+                        Some(format!("## {}\n{}", up.name, own_section(text)))
                     })
                     .collect();
                 let mut result = json!({
@@ -1069,6 +1078,26 @@ impl Gateway {
         }
         response.to_string()
     }
+}
+
+/// A server's instructions as its section of the gateway's: sanitized,
+/// and every line that would read as a heading (`#` first, after blank
+/// space) escaped, so a server cannot start a section that reads as
+/// another server's (`## other`). The Unicode line and paragraph
+/// separators end a line too.
+fn own_section(text: &str) -> String {
+    sanitize(text)
+        .text
+        .split(['\n', '\u{2028}', '\u{2029}'])
+        .map(|line| {
+            if line.trim_start().starts_with('#') {
+                format!("\\{}", line.trim_start())
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The key of the entries of a list the gateway screens, by its method.
