@@ -208,7 +208,10 @@ impl Gateway {
 
     /// Starts every server that is stopped; the first session's declaration
     /// is what the servers are told of the host.
-    pub(super) fn start_servers(&mut self, init: Value) {
+    pub(super) fn start_servers(&mut self, mut init: Value) {
+        if let Some(capabilities) = init.get_mut("capabilities") {
+            without_tasks(capabilities);
+        }
         if self.upstream_init.is_none() {
             self.upstream_meta = super::modern::upstream_meta(Some(&init));
             // The host's capabilities sit a level deeper in a 2026-07-28
@@ -294,6 +297,7 @@ impl Gateway {
                     .get("capabilities")
                     .cloned()
                     .unwrap_or_else(|| json!({}));
+                without_tasks(&mut capabilities);
                 if let Some(caps) = capabilities.as_object_mut() {
                     caps.insert("tools".to_owned(), json!({"listChanged": true}));
                 }
@@ -449,6 +453,11 @@ impl Gateway {
     pub(super) fn on_other_request(&mut self, mut request: HostRequest) {
         let session = request.session;
         if self.mode == Mode::Wrap {
+            if request.method.as_str().starts_with("tasks/") {
+                let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
+                self.reply_error(session, request.id(), -32601, text);
+                return;
+            }
             let params = request.params();
             let subject = match request.method.as_str() {
                 "prompts/get" => params.get("name"),
@@ -1077,6 +1086,25 @@ impl Gateway {
             return line;
         }
         response.to_string()
+    }
+}
+
+/// The extension of 2026-07-28 that tasks are.
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Capabilities (a host's, or a server's) without tasks (the 2025-11-25
+/// `tasks` capability and the 2026-07-28 extension): the gateway does not
+/// relay them, since a task's result would reach the host without the
+/// checks of its call's answer (taint, output schema, outcome) and a
+/// task's questions unmarked. A host and a server that are told of no
+/// tasks use none.
+fn without_tasks(capabilities: &mut Value) {
+    let Some(object) = capabilities.as_object_mut() else {
+        return;
+    };
+    object.remove("tasks");
+    if let Some(Value::Object(extensions)) = object.get_mut("extensions") {
+        extensions.remove(TASKS_EXTENSION);
     }
 }
 

@@ -694,3 +694,54 @@ async fn issue_11_across_eras_a_server_asks_the_host_only_what_the_host_said_it_
             .await;
     }
 }
+
+/// Tasks are not relayed: a task's result (`tasks/result`, or a 2026-07-28
+/// `tasks/get`) would reach the host without the checks of a call's answer
+/// (taint, output schema, outcome), and its questions unmarked. The server
+/// offered tasks and the host's requests for them passed through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_tasks_are_neither_offered_nor_relayed() {
+    for modern in [false, true] {
+        let mut script = ServerScript::with_tools(vec![tool("read", true)]);
+        script.modern = modern;
+        script.answers.insert(
+            "initialize".to_owned(),
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}, "tasks": {"list": {}, "requests": {"tools": {"call": {}}}}, "extensions": {"io.modelcontextprotocol/tasks": {}, "x": {}}},
+                "serverInfo": {"name": "fx", "version": "1"},
+            })
+            .to_string(),
+        );
+        let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+        let init = gateway
+            .initialize(json!({
+                "tasks": {"requests": {"sampling": {"createMessage": {}}}},
+                "extensions": {"io.modelcontextprotocol/tasks": {}},
+            }))
+            .await;
+        if !modern {
+            let capabilities = &init["result"]["capabilities"];
+            assert!(capabilities.get("tasks").is_none(), "{capabilities}");
+            assert_eq!(
+                capabilities["extensions"],
+                json!({"x": {}}),
+                "{capabilities}"
+            );
+        }
+        for method in ["tasks/result", "tasks/get", "tasks/list", "tasks/cancel"] {
+            let refused = gateway.request(method, json!({"taskId": "t-1"})).await;
+            assert_eq!(refused["error"]["code"], -32601, "{method}: {refused}");
+        }
+        // The server is told of no tasks the host takes.
+        let answer = gateway.call("read", json!({"n": 1})).await;
+        assert_eq!(text(&answer), r#"{"n":1}"#, "{answer}");
+        let received = gateway.received_by("fx").join("\n");
+        assert!(!received.contains("tasks/"), "{received}");
+        assert!(!received.contains("\"tasks\""), "{received}");
+        assert!(
+            !received.contains("io.modelcontextprotocol/tasks"),
+            "{received}"
+        );
+    }
+}
