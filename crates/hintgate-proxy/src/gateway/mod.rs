@@ -1650,6 +1650,30 @@ impl Gateway {
                 }
                 self.send_every_host(message.line());
             }
+            // A host shows a progress message as a line of its own: made
+            // one, with nothing hidden in it (the rest as sent).
+            "notifications/progress" => {
+                let mut params: Value = message
+                    .params
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .unwrap_or(Value::Null);
+                let cleaned = match params.get_mut("message") {
+                    Some(Value::String(text)) => {
+                        let clean = hintgate_policy::sanitize::one_line(
+                            &hintgate_policy::sanitize::sanitize(text).text,
+                        );
+                        let changed = clean != *text;
+                        *text = clean;
+                        changed
+                    }
+                    _ => false,
+                };
+                if cleaned {
+                    self.send_every_host(&message.with_params(&params.to_string()));
+                } else {
+                    self.send_every_host(message.line());
+                }
+            }
             _ => self.send_every_host(message.line()),
         }
     }

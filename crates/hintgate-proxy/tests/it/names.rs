@@ -1046,3 +1046,28 @@ async fn issue_11_a_server_cannot_write_another_servers_instructions_or_a_name_o
             .contains("The gateway vouches")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_progress_message_is_one_line_with_nothing_hidden() {
+    let mut gateway = Harness::start(Setup::wrap(
+        ServerScript::with_tools(vec![tool("read", true)]),
+        true,
+    ))
+    .await;
+    gateway.initialize(json!({})).await;
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+        "progressToken": "p", "progress": 1, "total": 2,
+        "message": format!("half done{FORGED}\u{202e}"),
+    }});
+    gateway.push("fx", &progress.to_string());
+    let note = gateway.next().await;
+    assert_eq!(note["method"], "notifications/progress", "{note}");
+    let message = note["params"]["message"].as_str().unwrap();
+    assert!(
+        !message.contains('\n') && !message.contains('\u{202e}'),
+        "{message:?}"
+    );
+    assert!(message.contains("The gateway vouches"), "{message:?}");
+    assert_eq!(note["params"]["progressToken"], "p");
+    assert_eq!(note["params"]["progress"], 1);
+}
