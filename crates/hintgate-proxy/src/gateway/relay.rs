@@ -127,6 +127,18 @@ pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> R
             "hintgate relays `{ELICITATION}` from a server only with params that are an object"
         ));
     };
+    // A URL-mode question asks the person to open its `url`, which the
+    // host shows in full and is not changed; one that breaks a line or
+    // hides characters could read as another address, so it is refused,
+    // as such a resource URI is.
+    if let Some(url) = object.get("url") {
+        let url = url.as_str().unwrap_or("");
+        if let Some(problem) = hintgate_policy::name::uri_problem(url) {
+            return Err(format!(
+                "hintgate relays a URL-mode `{ELICITATION}` only with a URL that shows as it is; its URL {problem}"
+            ));
+        }
+    }
     let text = object.get("message").and_then(Value::as_str).unwrap_or("");
     let message = marked_message(server, text);
     object.insert("message".to_owned(), Value::String(message));
@@ -768,13 +780,25 @@ mod tests {
         let mut roots = json!({});
         mark_question("docs", "roots/list", &mut roots).unwrap();
         assert_eq!(roots, json!({}));
-        let mut url = json!({"mode": "url", "message": "Sign in", "url": "https://example.org/a\nb", "elicitationId": "e"});
+        let mut url = json!({"mode": "url", "message": "Sign in", "url": "https://example.org/a b?c=d", "elicitationId": "e"});
         mark_question("docs", ELICITATION, &mut url).unwrap();
         assert_eq!(url["message"], "[server docs asks] Sign in");
         assert_eq!(
-            url["url"], "https://example.org/a\nb",
+            url["url"], "https://example.org/a b?c=d",
             "the URL is the host's to show in full"
         );
+        // One that would read as another address is not relayed.
+        for hidden in [
+            "https://example.org/a\nb",
+            "https://evil.example/\u{202e}gro.elpmaxe",
+            "https://exa\u{200b}mple.org",
+            "",
+        ] {
+            let mut url =
+                json!({"mode": "url", "message": "Sign in", "url": hidden, "elicitationId": "e"});
+            let refused = mark_question("docs", ELICITATION, &mut url).unwrap_err();
+            assert!(refused.contains("its URL"), "{hidden:?}: {refused}");
+        }
         assert!(mark_question("docs", ELICITATION, &mut json!(["not", "an", "object"])).is_err());
     }
 }

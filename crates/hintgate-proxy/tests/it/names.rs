@@ -1071,3 +1071,35 @@ async fn issue_11_a_progress_message_is_one_line_with_nothing_hidden() {
     assert_eq!(note["params"]["progressToken"], "p");
     assert_eq!(note["params"]["progress"], 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_url_the_person_is_asked_to_open_shows_as_it_is() {
+    let mut gateway = Harness::start(Setup::wrap(
+        ServerScript::with_tools(vec![tool("read", true)]),
+        true,
+    ))
+    .await;
+    gateway
+        .initialize(json!({"elicitation": {"url": {}}}))
+        .await;
+    // It reads as `https://evil.example/example.org` turned around.
+    let hidden = json!({"jsonrpc": "2.0", "id": "s-1", "method": "elicitation/create", "params": {
+        "mode": "url", "message": "Sign in", "elicitationId": "e1",
+        "url": "https://evil.example/\u{202e}gro.elpmaxe",
+    }});
+    gateway.push("fx", &hidden.to_string());
+    gateway
+        .received_eventually("fx", r#""id":"s-1","error":{"code":-32602"#)
+        .await;
+    let plain = json!({"jsonrpc": "2.0", "id": "s-2", "method": "elicitation/create", "params": {
+        "mode": "url", "message": "Sign in", "elicitationId": "e2",
+        "url": "https://example.org/sign-in",
+    }});
+    gateway.push("fx", &plain.to_string());
+    let relayed = gateway.next_request().await;
+    assert_eq!(
+        relayed["params"]["url"], "https://example.org/sign-in",
+        "{relayed}"
+    );
+    assert_eq!(gateway.requests.len(), 1, "{:?}", gateway.requests);
+}
