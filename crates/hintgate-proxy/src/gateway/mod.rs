@@ -1401,7 +1401,10 @@ impl Gateway {
             Ok(message) => message,
             Err(err) => {
                 if let Some(id) = null_result_id(line) {
-                    self.on_result_not_object(idx, id, "null");
+                    match id.parse::<u64>() {
+                        Ok(id) => self.on_result_not_object(idx, id, "null"),
+                        Err(_) => tracing::debug!("a response upstream with an id we never sent"),
+                    }
                     return;
                 }
                 let preview: String = line.chars().take(80).collect();
@@ -1760,10 +1763,10 @@ impl Gateway {
     }
 }
 
-/// The id of a server's response written with `"result": null` (and no
-/// error), which [`Message::parse`] refuses as no JSON-RPC response: the
-/// id of the gateway's request it answers, when it is one of its numbers.
-fn null_result_id(line: &str) -> Option<u64> {
+/// The id (as written) of a server's response written with
+/// `"result": null` (and no error), which [`Message::parse`] refuses as no
+/// JSON-RPC response: an answer, if one the gateway cannot use.
+fn null_result_id(line: &str) -> Option<&str> {
     let members = crate::json::members(line).ok()?;
     let once = |key: &str| {
         let mut matching = members.iter().filter(|member| member.key == key);
@@ -1776,5 +1779,5 @@ fn null_result_id(line: &str) -> Option<u64> {
     if named("method") || named("error") || once("result") != Some("null") {
         return None;
     }
-    once("id")?.parse().ok()
+    once("id").filter(|id| *id != "null")
 }

@@ -110,6 +110,8 @@ async fn results_that_are_not_objects_fail_only_their_requests(modern: bool) {
         why.contains("server `fx`") && why.contains("not an object"),
         "{why}"
     );
+    // An answer under an id the gateway never sent is dropped like any.
+    gateway.push("fx", r#"{"jsonrpc":"2.0","id":"never-sent","result":null}"#);
     // The server goes on: it was neither stopped nor started again.
     let read = ask(
         &mut gateway,
