@@ -188,20 +188,27 @@ pub fn lint(listing: &Listing) -> Vec<Finding> {
 
 /// Prompt names follow the tool-name rule: the gateway prefixes and routes
 /// them like tools, and leaves out a prompt whose name is not plain or
-/// looks like another's. A finding about a prompt names no tool; its
+/// looks like another's, or whose arguments would not read one way only
+/// ([`hintgate_policy::name::arguments_problem`]). A finding about a prompt names no tool; its
 /// message starts with the prompt's name.
 fn check_prompts(prompts: &[Value], findings: &mut Vec<Finding>) {
     let alike = look_alikes(prompts);
     let mut seen = BTreeSet::new();
-    for name in prompts
-        .iter()
-        .map(|prompt| prompt.get("name").and_then(Value::as_str).unwrap_or(""))
-    {
+    for prompt in prompts {
+        let name = prompt.get("name").and_then(Value::as_str).unwrap_or("");
+        // No tool field to carry it: the name is in the message, escaped.
+        let shown = hintgate_policy::sanitize::escape_line(name);
+        if let Some(problem) = hintgate_policy::name::arguments_problem(prompt.get("arguments")) {
+            findings.push(Finding::new(
+                Code::InvalidPromptArguments,
+                None,
+                format!("prompt `{shown}`: the prompt {problem}"),
+                "give each argument a name of visible characters on one line that reads unlike the prompt's others; hintgate neither lists nor gets such a prompt",
+            ));
+        }
         if !seen.insert(name) {
             continue;
         }
-        // No tool field to carry it: the name is in the message, escaped.
-        let shown = hintgate_policy::sanitize::escape_line(name);
         if let Some(problem) = hintgate_policy::name::problem(name) {
             findings.push(Finding::new(
                 Code::InvalidPromptName,

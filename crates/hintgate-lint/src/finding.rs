@@ -56,6 +56,9 @@ pub enum Code {
     InvalidPromptName,
     /// Two prompts whose names look the same.
     LookAlikePromptName,
+    /// A prompt's arguments that would not read one way only (a name that
+    /// breaks a line or hides, is empty, or looks like another's).
+    InvalidPromptArguments,
     /// The definition does not parse (a hint that is not a boolean, no name).
     InvalidToolDefinition,
     /// The tool has no `title`.
@@ -108,7 +111,7 @@ impl Severity {
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 26] = [
         Self::MissingAnnotations,
         Self::ImplicitHints,
         Self::ReadOnlyDestructive,
@@ -128,6 +131,7 @@ impl Code {
         Self::LookAlikeToolName,
         Self::InvalidPromptName,
         Self::LookAlikePromptName,
+        Self::InvalidPromptArguments,
         Self::InvalidToolDefinition,
         Self::MissingTitle,
         Self::OutputSchemaMismatch,
@@ -158,6 +162,7 @@ impl Code {
             Self::LookAlikeToolName => "look-alike-tool-name",
             Self::InvalidPromptName => "invalid-prompt-name",
             Self::LookAlikePromptName => "look-alike-prompt-name",
+            Self::InvalidPromptArguments => "invalid-prompt-arguments",
             Self::InvalidToolDefinition => "invalid-tool-definition",
             Self::MissingTitle => "missing-title",
             Self::OutputSchemaMismatch => "output-schema-mismatch",
@@ -183,6 +188,7 @@ impl Code {
             | Self::LookAlikeToolName
             | Self::InvalidPromptName
             | Self::LookAlikePromptName
+            | Self::InvalidPromptArguments
             | Self::InvalidToolDefinition
             | Self::OutputSchemaMismatch => Severity::Error,
             Self::MissingAnnotations
@@ -254,6 +260,9 @@ impl Code {
             }
             Self::LookAlikePromptName => {
                 "Two prompts of the server have names that look the same, so a person could pick one for the other."
+            }
+            Self::InvalidPromptArguments => {
+                "A prompt's argument has a name that is empty, breaks a line or hides characters, or looks like another argument's."
             }
             Self::InvalidToolDefinition => {
                 "The tool definition does not parse: a field the spec names has the wrong type."

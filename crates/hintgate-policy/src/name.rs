@@ -87,6 +87,55 @@ pub fn uri_problem(uri: &str) -> Option<String> {
     )
 }
 
+/// Why the `arguments` a server lists for a prompt cannot be shown as they
+/// are, in words that follow "the prompt", or `None` when they can.
+///
+/// A host shows a prompt's arguments by name for a person to fill in, and
+/// sends the values back under those names, so each must read one way
+/// only: a string, not empty, without a character that breaks a line,
+/// controls a terminal, turns text around or shows as nothing
+/// ([`crate::sanitize::breaks_or_hides`]), and unlike the prompt's other
+/// arguments ([`look_alike`], the same name twice included). Arguments
+/// that are absent or `null` are none; any other `arguments` that is not a
+/// list of objects is refused too.
+pub fn arguments_problem(arguments: Option<&serde_json::Value>) -> Option<String> {
+    let list = match arguments {
+        None | Some(serde_json::Value::Null) => return None,
+        Some(serde_json::Value::Array(list)) => list,
+        Some(_) => return Some("has `arguments` that are not a list".to_owned()),
+    };
+    let mut looks: Vec<(String, &str)> = Vec::with_capacity(list.len());
+    for argument in list {
+        let Some(name) = argument.get("name").and_then(serde_json::Value::as_str) else {
+            return Some("has an argument without a string `name`".to_owned());
+        };
+        let shown = crate::sanitize::escape_line(name);
+        if name.is_empty() {
+            return Some("has an argument whose name is empty".to_owned());
+        }
+        if let Some(problem) = characters_problem(
+            name,
+            crate::sanitize::breaks_or_hides,
+            "holds characters that break a line or do not show",
+        ) {
+            return Some(format!("has an argument `{shown}` whose name {problem}"));
+        }
+        let look = look_alike(name);
+        if let Some((_, other)) = looks.iter().find(|(seen, _)| *seen == look) {
+            return Some(if *other == name {
+                format!("lists its argument `{shown}` more than once")
+            } else {
+                format!(
+                    "has arguments `{}` and `{shown}` whose names look the same",
+                    crate::sanitize::escape_line(other)
+                )
+            });
+        }
+        looks.push((look, name));
+    }
+    None
+}
+
 /// What a name looks like to a reader: case folded, and the ASCII
 /// characters that are drawn alike in common fonts made one (`I`, `i`, `l`
 /// and `1` as `l`; `O` and `0` as `o`; `rn` as `m`; `vv` as `w`). Two names
@@ -142,6 +191,37 @@ mod tests {
             "x:\u{e0041}",
         ] {
             assert!(uri_problem(uri).is_some(), "{uri:?}");
+        }
+    }
+
+    #[test]
+    fn prompt_arguments_read_one_way_only() {
+        use serde_json::json;
+        for fine in [
+            None,
+            Some(json!(null)),
+            Some(json!([])),
+            Some(json!([{"name": "path"}, {"name": "file name", "description": "a\nb"}])),
+        ] {
+            assert_eq!(arguments_problem(fine.as_ref()), None, "{fine:?}");
+        }
+        let refused = [
+            (json!({"name": "x"}), "not a list"),
+            (json!([{"title": "x"}]), "without a string `name`"),
+            (json!([{"name": ""}]), "empty"),
+            (json!([{"name": "pa\nth"}]), "`pa\\nth`"),
+            (json!([{"name": "path\u{200b}"}]), "do not show"),
+            (json!([{"name": "\u{202e}htap"}]), "do not show"),
+            (json!([{"name": "path"}, {"name": "Path"}]), "look the same"),
+            (
+                json!([{"name": "path"}, {"name": "path"}]),
+                "more than once",
+            ),
+        ];
+        for (arguments, says) in refused {
+            let problem = arguments_problem(Some(&arguments)).unwrap_or_default();
+            assert!(problem.contains(says), "{arguments}: {problem:?}");
+            assert!(!problem.contains('\n'), "{problem:?}");
         }
     }
 

@@ -830,14 +830,14 @@ fn a_2026_07_28_server_that_answers_the_era_probe_late_is_probed_again() {
 #[test]
 fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
     let dir = tempfile::tempdir().unwrap();
-    // A legacy host in front of a modern-only server.
+    // A legacy host in front of a modern-only server; it takes questions.
     let mut host = wrap(
         dir.path(),
         &["--trust", "trusted"],
         &["--modern-only", "--name", "modern"],
         &[],
     );
-    let init = host.initialize(json!({}));
+    let init = host.initialize(json!({"elicitation": {}}));
     assert_eq!(init["result"]["serverInfo"]["name"], "modern", "{init}");
     assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
     let list = host.request("tools/list", json!({}));

@@ -473,6 +473,9 @@ fn names_titles_and_definitions() {
             json!({"name": "rеview"}), // a Cyrillic `е`
             json!({"name": "review"}),
             json!({"name": "review"}),
+            json!({"name": "ask", "arguments": [{"name": "pa\u{200b}th"}]}),
+            json!({"name": "fill", "arguments": [{"name": "path"}, {"name": "Path"}]}),
+            json!({"name": "plain", "arguments": [{"name": "path", "description": "where"}]}),
         ],
         ..Listing::default()
     });
@@ -490,6 +493,8 @@ fn names_titles_and_definitions() {
             (Code::LookAlikePromptName, None, "Summarize"),
             (Code::InvalidPromptName, None, "plan\\n\\nApprove?"),
             (Code::InvalidPromptName, None, "rеview"),
+            (Code::InvalidPromptArguments, None, "ask"),
+            (Code::InvalidPromptArguments, None, "fill"),
         ]
     );
     assert_eq!(one(with(json!({"title": null}))), [Code::MissingTitle]);

@@ -1400,6 +1400,13 @@ impl Gateway {
         let message = match Message::parse(line) {
             Ok(message) => message,
             Err(err) => {
+                if let Some(id) = null_result_id(line) {
+                    match id.parse::<u64>() {
+                        Ok(id) => self.on_result_not_object(idx, id, "null"),
+                        Err(_) => tracing::debug!("a response upstream with an id we never sent"),
+                    }
+                    return;
+                }
                 let preview: String = line.chars().take(80).collect();
                 self.upstream_failed(
                     idx,
@@ -1428,6 +1435,16 @@ impl Gateway {
                     tracing::debug!("a response upstream with an id we never sent");
                     return;
                 };
+                // MCP results are objects: any other answers the request as
+                // the server's error.
+                if message.error.is_none()
+                    && let Some(raw) = message.result
+                    && !raw.get().trim_start().starts_with('{')
+                {
+                    let shown: String = raw.get().chars().take(40).collect();
+                    self.on_result_not_object(idx, id, &shown);
+                    return;
+                }
                 match self.inflight.take_up(idx, id) {
                     Some(purpose) => self.on_upstream_response(idx, id, purpose, &message),
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
@@ -1436,6 +1453,24 @@ impl Gateway {
             Kind::Request => self.on_upstream_request(idx, &message),
             Kind::Notification => self.on_upstream_notification(idx, &message),
         }
+    }
+
+    /// A server answered request `id` with a result that is not an object
+    /// (`shown`, its start): MCP results are objects, so the request fails
+    /// as if the server had answered with an error that says so (a call
+    /// with the outcome `protocol-error`), and the server goes on.
+    fn on_result_not_object(&mut self, idx: ServerIdx, id: u64, shown: &str) {
+        let Some(purpose) = self.inflight.take_up(idx, id) else {
+            tracing::debug!("a late or unknown response upstream: {id}");
+            return;
+        };
+        let why = format!(
+            "server `{}` answered with a result that is not an object (`{}`); MCP results are objects, so hintgate did not pass it on",
+            self.upstreams.name(idx),
+            hintgate_policy::sanitize::escape_line(shown)
+        );
+        tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+        self.unusable_answer(idx, purpose, &why);
     }
 
     fn on_upstream_response(
@@ -1521,7 +1556,7 @@ impl Gateway {
                 .params
                 .and_then(|raw| serde_json::from_str(raw.get()).ok())
                 .unwrap_or(Value::Null);
-            match relay::mark_question(self.upstreams.name(idx), message.method(), &mut params) {
+            match self.mark_for_host(idx, message.method(), &mut params) {
                 Ok(()) => Some(params),
                 Err(why) => {
                     let line = frame::error_response(message.id_text(), -32602, &why);
@@ -1587,6 +1622,29 @@ impl Gateway {
             // An update of a private-data server's resource is its data
             // reaching the host (design §4.4).
             "notifications/resources/updated" => {
+                // The host shows or reads what the URI names: one that breaks
+                // a line or hides characters is dropped, as it would be left
+                // out of `resources/list`.
+                let uri = message
+                    .params
+                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                    .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_default();
+                if let Err(err) = crate::json::find_duplicate_key(message.line()) {
+                    tracing::warn!(
+                        server.id = %self.upstreams.name(idx),
+                        "its `notifications/resources/updated` cannot be read one way only ({err}); dropped"
+                    );
+                    return;
+                }
+                if let Some(problem) = hintgate_policy::name::uri_problem(&uri) {
+                    tracing::warn!(
+                        server.id = %self.upstreams.name(idx),
+                        resource.uri = %hintgate_policy::sanitize::escape_line(&uri),
+                        "its URI {problem}; the server's `notifications/resources/updated` is dropped"
+                    );
+                    return;
+                }
                 if self.policy.data_taints_session(self.upstreams.name(idx)) {
                     let sessions: Vec<SessionId> = self.sessions.keys().collect();
                     for session in sessions {
@@ -1594,6 +1652,30 @@ impl Gateway {
                     }
                 }
                 self.send_every_host(message.line());
+            }
+            // A host shows a progress message as a line of its own: made
+            // one, with nothing hidden in it (the rest as sent).
+            "notifications/progress" => {
+                let mut params: Value = message
+                    .params
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .unwrap_or(Value::Null);
+                let cleaned = match params.get_mut("message") {
+                    Some(Value::String(text)) => {
+                        let clean = hintgate_policy::sanitize::one_line(
+                            &hintgate_policy::sanitize::sanitize(text).text,
+                        );
+                        let changed = clean != *text;
+                        *text = clean;
+                        changed
+                    }
+                    _ => false,
+                };
+                if cleaned {
+                    self.send_every_host(&message.with_params(&params.to_string()));
+                } else {
+                    self.send_every_host(message.line());
+                }
             }
             _ => self.send_every_host(message.line()),
         }
@@ -1679,4 +1761,23 @@ impl Gateway {
             }
         }
     }
+}
+
+/// The id (as written) of a server's response written with
+/// `"result": null` (and no error), which [`Message::parse`] refuses as no
+/// JSON-RPC response: an answer, if one the gateway cannot use.
+fn null_result_id(line: &str) -> Option<&str> {
+    let members = crate::json::members(line).ok()?;
+    let once = |key: &str| {
+        let mut matching = members.iter().filter(|member| member.key == key);
+        match (matching.next(), matching.next()) {
+            (Some(member), None) => line.get(member.value.clone()),
+            _ => None,
+        }
+    };
+    let named = |key: &str| members.iter().any(|member| member.key == key);
+    if named("method") || named("error") || once("result") != Some("null") {
+        return None;
+    }
+    once("id").filter(|id| *id != "null")
 }

@@ -354,7 +354,7 @@ impl Gateway {
             // A 2026-07-28 server may answer with an input-required result;
             // a legacy host could not retry it, so it is told plainly.
             let asks_input = message.result.is_some_and(|raw| {
-                raw.get().contains("input_required")
+                super::relay::may_ask_input(raw.get())
                     && serde_json::from_str::<Value>(raw.get())
                         .ok()
                         .is_some_and(|result| {

@@ -17,6 +17,14 @@
 //! or hide a line escaped). A server's `user` message then cannot pass for
 //! words the user wrote, nor for the gateway's.
 //!
+//! Behind a gateway of several servers, a sampling request's
+//! `includeContext` is narrowed ([`narrow_context`]): the host sees every
+//! server as one, so the `thisServer` it would include is every server's
+//! context, and `allServers` is more than one server may ask for. An
+//! untrusted server's `thisServer` or `allServers` becomes `none` (logged);
+//! a trusted server's is kept, and in wrap mode (one server behind the
+//! gateway) `thisServer` is exact and kept.
+//!
 //! - A legacy server asks (elicitation, sampling, roots) while a 2026-07-28
 //!   host's call is in flight: the host takes no requests, so its call is
 //!   answered with an input-required result that carries the server's
@@ -33,6 +41,7 @@ use std::collections::HashMap;
 
 use hintgate_policy::decide::{Decision, RememberOffer, Verdict};
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
+use hintgate_policy::tool::Trust;
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
@@ -118,6 +127,18 @@ pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> R
             "hintgate relays `{ELICITATION}` from a server only with params that are an object"
         ));
     };
+    // A URL-mode question asks the person to open its `url`, which the
+    // host shows in full and is not changed; one that breaks a line or
+    // hides characters could read as another address, so it is refused,
+    // as such a resource URI is.
+    if let Some(url) = object.get("url") {
+        let url = url.as_str().unwrap_or("");
+        if let Some(problem) = hintgate_policy::name::uri_problem(url) {
+            return Err(format!(
+                "hintgate relays a URL-mode `{ELICITATION}` only with a URL that shows as it is; its URL {problem}"
+            ));
+        }
+    }
     let text = object.get("message").and_then(Value::as_str).unwrap_or("");
     let message = marked_message(server, text);
     object.insert("message".to_owned(), Value::String(message));
@@ -126,6 +147,30 @@ pub(super) fn mark_question(server: &str, method: &str, params: &mut Value) -> R
         mark_form(server, schema);
     }
     Ok(())
+}
+
+/// Whether a server's result may be an input-required one: it spells
+/// `input_required`, or holds an escape (`\u`) that could spell it. Any
+/// other cannot ask, and is not parsed to find out.
+pub(super) fn may_ask_input(raw: &str) -> bool {
+    raw.contains("input_required") || raw.contains("\\u")
+}
+
+/// A sampling request's `includeContext` made `none`: the value it asked
+/// for (shown as JSON), or `None` when it asked for none (or for nothing,
+/// which the spec reads as `none`).
+pub(super) fn narrow_context(params: &mut Value) -> Option<String> {
+    let object = params.as_object_mut()?;
+    let asked = object.get("includeContext")?;
+    if asked.as_str() == Some("none") {
+        return None;
+    }
+    let shown = escape_line(&asked.to_string());
+    object.insert(
+        "includeContext".to_owned(),
+        Value::String("none".to_owned()),
+    );
+    Some(shown)
 }
 
 /// Marks a server's `sampling/createMessage`: the system prompt names the
@@ -262,6 +307,57 @@ pub(crate) struct Gather {
 pub(crate) type Gathers = HashMap<u64, Gather>;
 
 impl Gateway {
+    /// A server's question as the host gets it: marked as the server's
+    /// ([`mark_question`]), and a sampling request's context narrowed
+    /// ([`narrow_context`]) when the gateway aggregates servers and this
+    /// one is not trusted.
+    ///
+    /// # Errors
+    ///
+    /// Why the question cannot be relayed: its params are not an object.
+    pub(super) fn mark_for_host(
+        &self,
+        idx: ServerIdx,
+        method: &str,
+        params: &mut Value,
+    ) -> Result<(), String> {
+        let server = self.upstreams.name(idx);
+        mark_question(server, method, params)?;
+        let trusted = self
+            .policy
+            .server(server)
+            .is_some_and(|config| config.trust == Trust::Trusted);
+        if method == SAMPLING
+            && self.mode == super::Mode::Gateway
+            && !trusted
+            && let Some(asked) = narrow_context(params)
+        {
+            tracing::warn!(server.id = %server, "its `{SAMPLING}` asked the host to include context `{asked}`; behind a gateway of several servers that is other servers' context too, so the host is asked to include none");
+        }
+        Ok(())
+    }
+
+    /// Whether a session's host takes a server's request `method`, by what
+    /// it declared ([`server_request`]), whichever way the request travels.
+    ///
+    /// # Errors
+    ///
+    /// Why the request is not passed to the host.
+    fn host_takes(&self, session: super::request::SessionId, method: &str) -> Result<(), String> {
+        let capabilities = self
+            .sessions
+            .get(&session)
+            .and_then(|host| host.init.as_ref())
+            .and_then(|init| init.get("capabilities"));
+        match server_request(method, capabilities) {
+            ServerRequest::Relay => Ok(()),
+            ServerRequest::Pong => {
+                Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
+            }
+            ServerRequest::Refuse(why) => Err(why),
+        }
+    }
+
     /// A legacy server asked the host something while a modern host waits
     /// on a call: answer that call with the question. Returns false when no
     /// single call of the host can carry it.
@@ -284,7 +380,12 @@ impl Gateway {
             .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
             .unwrap_or_else(|| json!({}));
         let server = self.upstreams.name(idx).to_owned();
-        if let Err(why) = mark_question(&server, message.method(), &mut params) {
+        // The host is asked only what it said it takes, as a legacy host is.
+        let marked = self
+            .host_takes(session, message.method())
+            .and_then(|()| self.mark_for_host(idx, message.method(), &mut params));
+        if let Err(why) = marked {
+            tracing::warn!(server.id = %server, "{why}");
             if let Some(up) = self.upstreams.get(idx) {
                 let generation = up.generation();
                 let line = frame::error_response(message.id_text(), -32602, &why);
@@ -344,10 +445,19 @@ impl Gateway {
         idx: ServerIdx,
         raw: &str,
     ) -> Option<Result<Value, String>> {
-        if !raw.contains("input_required") {
+        if !may_ask_input(raw) {
             return None;
         }
         let mut result: Value = serde_json::from_str(raw).ok()?;
+        // A key given twice could make the gateway read `complete` where
+        // the host reads `input_required`, or mark one question while the
+        // host shows another.
+        if let Err(err) = crate::json::find_duplicate_key(raw) {
+            return Some(Err(format!(
+                "server `{}` answered with a result that cannot be read one way only ({err})",
+                self.upstreams.name(idx)
+            )));
+        }
         if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
             return None;
         }
@@ -369,8 +479,14 @@ impl Gateway {
                 .and_then(Value::as_str)
                 .unwrap_or(ELICITATION)
                 .to_owned();
+            if !matches!(method.as_str(), ELICITATION | SAMPLING | "roots/list") {
+                return Some(Err(format!(
+                    "server `{server}` asked for input with `{}`, which is not a request a server may send a client",
+                    escape_line(&method)
+                )));
+            }
             if let Some(params) = question.get_mut("params")
-                && let Err(why) = mark_question(server, &method, params)
+                && let Err(why) = self.mark_for_host(idx, &method, params)
             {
                 return Some(Err(why));
             }
@@ -507,7 +623,15 @@ impl Gateway {
                 .unwrap_or(ELICITATION)
                 .to_owned();
             let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
-            if let Err(why) = mark_question(&server, &method, &mut params) {
+            // The host is asked only what it said it takes, as when the
+            // server asks it directly.
+            let marked = self
+                .host_takes(session, &method)
+                .and_then(|()| match cx.server {
+                    Some(idx) => self.mark_for_host(idx, &method, &mut params),
+                    None => mark_question(&server, &method, &mut params),
+                });
+            if let Err(why) = marked {
                 let text = format!("the server asked for input hintgate cannot relay: {why}");
                 let line = frame::error_response(cx.request.id(), -32603, &text);
                 self.answer_call(&cx, line, Outcome::ProtocolError);
@@ -656,13 +780,25 @@ mod tests {
         let mut roots = json!({});
         mark_question("docs", "roots/list", &mut roots).unwrap();
         assert_eq!(roots, json!({}));
-        let mut url = json!({"mode": "url", "message": "Sign in", "url": "https://example.org/a\nb", "elicitationId": "e"});
+        let mut url = json!({"mode": "url", "message": "Sign in", "url": "https://example.org/a b?c=d", "elicitationId": "e"});
         mark_question("docs", ELICITATION, &mut url).unwrap();
         assert_eq!(url["message"], "[server docs asks] Sign in");
         assert_eq!(
-            url["url"], "https://example.org/a\nb",
+            url["url"], "https://example.org/a b?c=d",
             "the URL is the host's to show in full"
         );
+        // One that would read as another address is not relayed.
+        for hidden in [
+            "https://example.org/a\nb",
+            "https://evil.example/\u{202e}gro.elpmaxe",
+            "https://exa\u{200b}mple.org",
+            "",
+        ] {
+            let mut url =
+                json!({"mode": "url", "message": "Sign in", "url": hidden, "elicitationId": "e"});
+            let refused = mark_question("docs", ELICITATION, &mut url).unwrap_err();
+            assert!(refused.contains("its URL"), "{hidden:?}: {refused}");
+        }
         assert!(mark_question("docs", ELICITATION, &mut json!(["not", "an", "object"])).is_err());
     }
 }

@@ -17,22 +17,31 @@
 //! - prompt names are prefixed like tool names and routed by the prefix;
 //! - what a server lists is shown as it is (issue 11): a prompt whose name
 //!   breaks the tool-name rule of [`hintgate_policy::name`] (not plain, or
-//!   like another of the server's prompts), and a resource or template
+//!   like another of the server's prompts) or whose arguments would not
+//!   read one way only ([`hintgate_policy::name::arguments_problem`]), and
+//!   a resource or template
 //!   whose URI breaks a line or hides characters
 //!   ([`hintgate_policy::name::uri_problem`]), is left out of the list and
 //!   refused when asked for; names, titles and descriptions are sanitized,
-//!   names and titles made one line. In wrap mode the host pages through
-//!   the server's list itself, so prompts that look alike are found within
-//!   one page;
+//!   names and titles made one line, a prompt's arguments' as its own.
+//!   `prompts/list` is answered in one page in wrap mode too (the gateway
+//!   follows the server's cursors), so prompts that look alike are found
+//!   across pages, as tools are; in wrap mode the host pages through the
+//!   server's resources and templates itself;
 //! - `completion/complete` is routed by the prompt's prefix or the
-//!   resource template's owner;
+//!   resource template's owner: only by an exact, valid name or a URI a
+//!   server listed in its last complete listing, never by guess; a prompt
+//!   refused for `prompts/get`, or a URI that breaks a line or hides
+//!   characters, is refused in both modes;
+//! - a `resources/read` result's `contents` under a URI that breaks a line
+//!   or hides characters are left out (logged), in both modes;
 //! - `logging/setLevel` goes to every server that logs;
 //! - any other method is answered with "method not found", since it is
 //!   not clear which server it is for.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use hintgate_policy::name::{problem as name_problem, uri_problem};
+use hintgate_policy::name::{arguments_problem, problem as name_problem, uri_problem};
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use serde_json::{Map, Value, json};
 
@@ -199,7 +208,10 @@ impl Gateway {
 
     /// Starts every server that is stopped; the first session's declaration
     /// is what the servers are told of the host.
-    pub(super) fn start_servers(&mut self, init: Value) {
+    pub(super) fn start_servers(&mut self, mut init: Value) {
+        if let Some(capabilities) = init.get_mut("capabilities") {
+            without_tasks(capabilities);
+        }
         if self.upstream_init.is_none() {
             self.upstream_meta = super::modern::upstream_meta(Some(&init));
             // The host's capabilities sit a level deeper in a 2026-07-28
@@ -285,13 +297,23 @@ impl Gateway {
                     .get("capabilities")
                     .cloned()
                     .unwrap_or_else(|| json!({}));
+                without_tasks(&mut capabilities);
                 if let Some(caps) = capabilities.as_object_mut() {
                     caps.insert("tools".to_owned(), json!({"listChanged": true}));
+                }
+                let mut server_info = info.get("serverInfo").cloned().unwrap_or_else(
+                    || json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")}),
+                );
+                // A host shows the server's name and title as its own
+                // lines: one line each, nothing hidden.
+                clean_texts(&mut server_info);
+                if let Some(Value::String(version)) = server_info.get_mut("version") {
+                    *version = one_line(&sanitize(version).text);
                 }
                 let mut result = json!({
                     "protocolVersion": version,
                     "capabilities": capabilities,
-                    "serverInfo": info.get("serverInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+                    "serverInfo": server_info,
                 });
                 if let (Some(object), Some(instructions)) = (
                     result.as_object_mut(),
@@ -343,7 +365,7 @@ impl Gateway {
                     .iter()
                     .filter_map(|up| {
                         let text = up.info.as_ref()?.get("instructions")?.as_str()?;
-                        Some(format!("## {}\n{}", up.name, sanitize(text).text))
+                        Some(format!("## {}\n{}", up.name, own_section(text)))
                     })
                     .collect();
                 let mut result = json!({
@@ -431,6 +453,11 @@ impl Gateway {
     pub(super) fn on_other_request(&mut self, mut request: HostRequest) {
         let session = request.session;
         if self.mode == Mode::Wrap {
+            if request.method.as_str().starts_with("tasks/") {
+                let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
+                self.reply_error(session, request.id(), -32601, text);
+                return;
+            }
             let params = request.params();
             let subject = match request.method.as_str() {
                 "prompts/get" => params.get("name"),
@@ -445,6 +472,21 @@ impl Gateway {
                     self.reply_error(session, request.id(), -32602, &why);
                     return;
                 }
+            }
+            if request.method.as_str() == "completion/complete"
+                && let Err(why) = self.completion_target(&params, None)
+            {
+                tracing::warn!("a `completion/complete` is refused: {why}");
+                self.reply_error(session, request.id(), -32602, &why);
+                return;
+            }
+            // The gateway follows every page of the server's prompts and
+            // screens them at once, so prompts that look alike are found
+            // across pages, as tools are: a page the host had seen could
+            // not be taken back.
+            if request.method.as_str() == "prompts/list" {
+                self.fan_out(request, "prompts", "prompts");
+                return;
             }
             match self.readiness(0, &mut request.restarted) {
                 Readiness::Ready => self.forward(0, request, None),
@@ -529,48 +571,97 @@ impl Gateway {
                     }
                 }
             }
-            "completion/complete" => {
-                let reference = params.get("ref").cloned().unwrap_or(Value::Null);
-                let target = match reference.get("type").and_then(Value::as_str) {
-                    Some("ref/prompt") => {
-                        let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                        let resolved = self.resolve(name).ok();
-                        let resolved = resolved
-                            .filter(|(idx, own)| self.refusal(*idx, "prompts/get", own).is_none());
-                        resolved.map(|(idx, own)| {
-                            let mut params = params.clone();
-                            if let Some(object) =
-                                params.pointer_mut("/ref").and_then(Value::as_object_mut)
-                            {
-                                object.insert("name".to_owned(), Value::String(own));
-                            }
-                            (idx, Some(params))
-                        })
-                    }
-                    Some("ref/resource") => {
-                        let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                        self.routing
-                            .template_listed_by(uri)
-                            .or_else(|| self.resource_owner(uri))
-                            .map(|idx| (idx, None))
-                    }
-                    _ => None,
-                };
-                match target {
-                    Some((idx, params)) => self.route(idx, request, params),
-                    None => self.reply_error(
-                        session,
-                        request.id(),
-                        -32602,
-                        "the completion's `ref` names no known prompt or resource",
-                    ),
+            "completion/complete" => match self.completion_target(&params, request.restarted) {
+                Ok((idx, params)) => self.route(idx, request, params),
+                Err(why) => {
+                    tracing::warn!("a `completion/complete` is refused: {why}");
+                    self.reply_error(session, request.id(), -32602, &why);
                 }
-            }
+            },
             other => {
                 let text =
                     format!("method `{other}` is not supported by the gateway in gateway mode");
                 self.reply_error(session, request.id(), -32601, &text);
             }
+        }
+    }
+
+    /// Where a host's `completion/complete` goes, by the prompt or the
+    /// resource its `ref` names, and the params it goes with (the prompt's
+    /// own name in gateway mode): only to the one server an exact, valid
+    /// name or URI leads to, never by guess. A prompt is resolved by its
+    /// prefix as `prompts/get` is, and refused as `prompts/get` would be; a
+    /// resource (or template) URI must be one a server listed in its last
+    /// complete listing (or belong to the server this request started
+    /// again), and one that breaks a line or hides characters is refused.
+    /// In wrap mode the one server gets it as sent, once its `ref` passes
+    /// the same checks (another kind of `ref` is the server's to judge).
+    ///
+    /// # Errors
+    ///
+    /// Why the completion is not sent, in words for the host.
+    fn completion_target(
+        &self,
+        params: &Value,
+        restarted: Option<ServerIdx>,
+    ) -> Result<(ServerIdx, Option<Value>), String> {
+        let reference = params.get("ref").unwrap_or(&Value::Null);
+        let kind = reference.get("type").and_then(Value::as_str);
+        match kind {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let (idx, own) = match self.resolve(name) {
+                    Ok(found) => found,
+                    Err(Unresolved::Unknown) => {
+                        return Err(format!(
+                            "the completion's `ref` names an unknown prompt `{}`",
+                            escape_line(name)
+                        ));
+                    }
+                    Err(Unresolved::Ambiguous(found)) => {
+                        return Err(format!(
+                            "the completion's `ref` names prompt `{}`: {}",
+                            escape_line(name),
+                            self.ambiguity(&found)
+                        ));
+                    }
+                };
+                if let Some(why) = self.refusal(idx, "prompts/get", &own) {
+                    return Err(why);
+                }
+                if self.mode == Mode::Wrap {
+                    return Ok((idx, None));
+                }
+                let mut params = params.clone();
+                if let Some(object) = params.pointer_mut("/ref").and_then(Value::as_object_mut) {
+                    object.insert("name".to_owned(), Value::String(own));
+                }
+                Ok((idx, Some(params)))
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                if let Some(why) = self.refusal(0, "resources/read", uri) {
+                    return Err(why);
+                }
+                if self.mode == Mode::Wrap {
+                    return Ok((0, None));
+                }
+                self.routing
+                    .template_listed_by(uri)
+                    .or_else(|| self.routing.resource_listed_by(uri))
+                    .or(restarted)
+                    .map(|idx| (idx, None))
+                    .ok_or_else(|| {
+                        format!(
+                            "the completion's `ref` names resource `{}`, which no server listed; list resources and resource templates first",
+                            escape_line(uri)
+                        )
+                    })
+            }
+            _ if self.mode == Mode::Wrap => Ok((0, None)),
+            _ => Err(
+                "the completion's `ref` is neither a `ref/prompt` nor a `ref/resource`".to_owned(),
+            ),
         }
     }
 
@@ -677,11 +768,27 @@ impl Gateway {
         message: &Message<'_>,
     ) {
         let method = request.method.as_str();
+        // What the gateway screens, marks or reads for taint must be what
+        // the host reads: an answer that gives a key twice could be read
+        // one way here and another there (the gateway's parser takes the
+        // last, some hosts the first).
+        if let Err(err) = crate::json::find_duplicate_key(message.line()) {
+            let why = format!(
+                "server `{}` answered `{method}` with a message that cannot be read one way only ({err}); hintgate did not pass it on",
+                self.upstreams.name(idx)
+            );
+            tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+            self.reply_error(request.session, request.id(), -32603, &why);
+            return;
+        }
         let mut line = self.host_response(idx, request.session, message, request.id(), method);
         if let Some(key) = list_key(method) {
             // Wrap mode: the server's own page, screened like a merged one.
             let fresh = request.params().get("cursor").is_none();
             line = self.screen_page(idx, key, line, fresh);
+        }
+        if method == "resources/read" {
+            line = self.screen_contents(idx, line);
         }
         let reads = matches!(method, "resources/read" | "prompts/get");
         if reads
@@ -950,6 +1057,77 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// A `resources/read` result before the host sees it: each entry of its
+    /// `contents` whose URI breaks a line or hides characters is left out
+    /// (and logged), as it would be left out of `resources/list`. The line
+    /// as it came when nothing in it had to change.
+    fn screen_contents(&self, idx: ServerIdx, line: String) -> String {
+        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
+            return line;
+        };
+        let Some(contents) = response
+            .pointer_mut("/result/contents")
+            .and_then(Value::as_array_mut)
+        else {
+            return line;
+        };
+        let before = contents.len();
+        let server = self.upstreams.name(idx);
+        contents.retain(|content| {
+            let uri = content.get("uri").and_then(Value::as_str).unwrap_or("");
+            let Some(problem) = uri_problem(uri) else {
+                return true;
+            };
+            tracing::warn!(server.id = %server, resource.uri = %escape_line(uri), "its URI {problem}; the entry is left out of the contents `resources/read` gives the host");
+            false
+        });
+        if contents.len() == before {
+            return line;
+        }
+        response.to_string()
+    }
+}
+
+/// The extension of 2026-07-28 that tasks are.
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Capabilities (a host's, or a server's) without tasks (the 2025-11-25
+/// `tasks` capability and the 2026-07-28 extension): the gateway does not
+/// relay them, since a task's result would reach the host without the
+/// checks of its call's answer (taint, output schema, outcome) and a
+/// task's questions unmarked. A host and a server that are told of no
+/// tasks use none.
+fn without_tasks(capabilities: &mut Value) {
+    let Some(object) = capabilities.as_object_mut() else {
+        return;
+    };
+    object.remove("tasks");
+    if let Some(Value::Object(extensions)) = object.get_mut("extensions") {
+        extensions.remove(TASKS_EXTENSION);
+    }
+}
+
+/// A server's instructions as its section of the gateway's: sanitized,
+/// and every line that would read as a heading (`#` first, after blank
+/// space) escaped, so a server cannot start a section that reads as
+/// another server's (`## other`). The Unicode line and paragraph
+/// separators end a line too.
+fn own_section(text: &str) -> String {
+    sanitize(text)
+        .text
+        .split(['\n', '\u{2028}', '\u{2029}'])
+        .map(|line| {
+            if line.trim_start().starts_with('#') {
+                format!("\\{}", line.trim_start())
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The key of the entries of a list the gateway screens, by its method.
 fn list_key(method: &str) -> Option<&'static str> {
     match method {
@@ -983,12 +1161,16 @@ fn screen(server: &str, key: &str, items: &mut Vec<Value>) -> Vec<(String, Strin
             let troubles = super::catalog::name_troubles(&names);
             let mut troubles = troubles.into_iter();
             let mut names = names.into_iter();
-            items.retain(|_| {
+            items.retain(|item| {
                 let name = names.next().unwrap_or_default();
-                let Some(trouble) = troubles.next().flatten() else {
-                    return true;
+                let trouble = troubles.next().flatten();
+                let why = match trouble {
+                    Some(trouble) => trouble.describe(),
+                    None => match arguments_problem(item.get("arguments")) {
+                        Some(problem) => format!("it {problem}"),
+                        None => return true,
+                    },
                 };
-                let why = trouble.describe();
                 tracing::warn!(server.id = %server, prompt.name = %escape_line(&name), "{why}; the prompt is not listed, and a request for it is refused");
                 refused.push((name, why));
                 false
@@ -1011,22 +1193,35 @@ fn screen(server: &str, key: &str, items: &mut Vec<Value>) -> Vec<(String, Strin
         }
     }
     for item in items.iter_mut() {
-        let Some(object) = item.as_object_mut() else {
-            continue;
-        };
-        for (field, value) in object.iter_mut() {
-            let Value::String(text) = value else {
-                continue;
-            };
-            let clean = match field.as_str() {
-                "name" | "title" => one_line(&sanitize(text).text),
-                "description" => sanitize(text).text,
-                _ => continue,
-            };
-            if clean != *text {
-                *text = clean;
-            }
+        clean_texts(item);
+        // A prompt's arguments are shown like the prompt (their names,
+        // which the host sends back, passed the check above, so cleaning
+        // leaves them as sent).
+        if let Some(Value::Array(arguments)) = item.get_mut("arguments") {
+            arguments.iter_mut().for_each(clean_texts);
         }
     }
     refused
+}
+
+/// The `title` and `description` of an entry (and its `name`, where the
+/// entry is a resource whose name is only shown) without invisible
+/// characters, the name and title on one line.
+fn clean_texts(item: &mut Value) {
+    let Some(object) = item.as_object_mut() else {
+        return;
+    };
+    for (field, value) in object.iter_mut() {
+        let Value::String(text) = value else {
+            continue;
+        };
+        let clean = match field.as_str() {
+            "name" | "title" => one_line(&sanitize(text).text),
+            "description" => sanitize(text).text,
+            _ => continue,
+        };
+        if clean != *text {
+            *text = clean;
+        }
+    }
 }

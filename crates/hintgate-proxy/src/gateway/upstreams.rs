@@ -693,15 +693,18 @@ impl Gateway {
                 else {
                     return;
                 };
-                self.too_deep_answer(idx, purpose, &why);
+                self.unusable_answer(idx, purpose, &why);
             }
             (None, None) => {}
         }
     }
 
-    /// The answer to a request of the gateway's nests too deep: the request
-    /// fails as if the server had answered with an error.
-    fn too_deep_answer(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
+    /// The answer to a request of the gateway's cannot be used (it nests too
+    /// deep, or its result is not an object): the request fails as if the
+    /// server had answered with an error. A call ends with the outcome
+    /// `protocol-error`, its host told why in an error result; a forwarded
+    /// request is answered with a JSON-RPC error; the server goes on.
+    pub(super) fn unusable_answer(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
         match purpose {
             UpPurpose::Call(cx) => {
                 let line = self.result_line(

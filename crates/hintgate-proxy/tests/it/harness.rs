@@ -97,6 +97,12 @@ pub struct ServerScript {
     /// Each `resources/list` of this start lists this many resources of its
     /// own, new each time: `rot://LISTING/N` (LISTING counts from 1).
     pub rotating_resources: usize,
+    /// These methods are answered with this result (JSON text, written as
+    /// is), whatever they ask.
+    pub answers: HashMap<String, String>,
+    /// Its lists of resources, templates and prompts give one entry a page
+    /// (the cursor is the entry's place).
+    pub one_per_page: bool,
 }
 
 impl ServerScript {
@@ -114,6 +120,8 @@ impl ServerScript {
             prompts: Vec::new(),
             pipe_bytes: 1 << 20,
             rotating_resources: 0,
+            answers: HashMap::new(),
+            one_per_page: false,
         }
     }
 
@@ -276,6 +284,11 @@ impl Served {
         if message.get("method").is_none() || script.silent.contains(&method) {
             return None;
         }
+        if let Some(result) = script.answers.get(&method) {
+            return Some(format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}"
+            ));
+        }
         let result = match method.as_str() {
             "server/discover" if script.modern => json!({
                 "supportedVersions": ["2026-07-28"],
@@ -335,6 +348,16 @@ impl Served {
                 let mut page = json!({ key: items });
                 if script.endless_pages {
                     page["nextCursor"] = json!("more");
+                }
+                if script.one_per_page {
+                    let at: usize = message["params"]["cursor"]
+                        .as_str()
+                        .and_then(|cursor| cursor.parse().ok())
+                        .unwrap_or(0);
+                    page = json!({ key: items.get(at).into_iter().collect::<Vec<_>>() });
+                    if at + 1 < items.len() {
+                        page["nextCursor"] = json!((at + 1).to_string());
+                    }
                 }
                 page.to_string()
             }
@@ -626,6 +649,8 @@ pub struct Harness {
     pub held: Arc<QueueGauge>,
     /// Whether the host reads what the gateway writes.
     reading: tokio::sync::watch::Sender<bool>,
+    /// Every line the host read, as written.
+    pub host_lines: Arc<Mutex<Vec<String>>>,
 }
 
 /// How to start a harness.
@@ -744,6 +769,8 @@ impl Harness {
         let (host_read, host_tx) = tokio::io::split(host_end);
         let (tx, host_rx) = mpsc::unbounded_channel();
         let (reading, mut may_read) = tokio::sync::watch::channel(true);
+        let host_lines: Arc<Mutex<Vec<String>>> = Arc::default();
+        let lines_read = Arc::clone(&host_lines);
         tokio::spawn(async move {
             let mut lines = BufReader::new(host_read).lines();
             loop {
@@ -756,6 +783,7 @@ impl Harness {
                 let Ok(Some(line)) = lines.next_line().await else {
                     return;
                 };
+                lines_read.lock().unwrap().push(line.clone());
                 let value: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|err| json!({"unparseable": line, "error": err.to_string()}));
                 if tx.send(value).is_err() {
@@ -764,6 +792,7 @@ impl Harness {
             }
         });
         Self {
+            host_lines,
             gauge,
             events,
             held,

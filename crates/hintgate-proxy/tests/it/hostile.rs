@@ -610,22 +610,140 @@ async fn issue_11_the_key_serde_reads_as_raw_json_is_refused() {
     assert_eq!(calls, 3, "every attempt is on the record");
 }
 
+/// The same across eras: a 2026-07-28 server's input-required result
+/// gathered for a legacy host, and a legacy server's own request carried to
+/// a 2026-07-28 host in a call's result, ask the host only what it said it
+/// takes. Both went to the host whatever their method.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn null_id_error_from_server_does_not_fail_the_calls_in_flight() {
-    // Found by fuzzing the framing: JSON-RPC has a server that cannot read
-    // a request answer under a `null` id. The gateway took that for a line
-    // that is not JSON-RPC and gave the server up, with the call in flight.
-    let error = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
-    let script = tools().answering(
-        "read",
-        crate::harness::Behaviour::LinesThenEcho(vec![error.to_owned()]),
+async fn issue_11_across_eras_a_server_asks_the_host_only_what_the_host_said_it_takes() {
+    let asking = |method: &str| {
+        json!({
+            "content": [],
+            "resultType": "input_required",
+            "inputRequests": {"q": {"method": method, "params": {"messages": [], "maxTokens": 5}}},
+            "requestState": "s",
+        })
+        .to_string()
+    };
+    let mut script = ServerScript::with_tools(vec![
+        tool("samples", true),
+        tool("calls", true),
+        tool("lists", true),
+    ])
+    .answering(
+        "samples",
+        crate::harness::Behaviour::Raw(asking("sampling/createMessage")),
+    )
+    .answering(
+        "calls",
+        crate::harness::Behaviour::Raw(asking("tools/call")),
+    )
+    .answering(
+        "lists",
+        crate::harness::Behaviour::Raw(asking("roots/list")),
     );
+    script.modern = true;
     let mut gateway = Harness::start(Setup::wrap(script, true)).await;
-    gateway.initialize(json!({})).await;
-    let answer = gateway.call("read", json!({"n": 1})).await;
-    assert!(!is_error(&answer), "{answer}");
-    assert!(text(&answer).contains("\"n\":1"), "{answer}");
-    let again = gateway.call("read", json!({"n": 2})).await;
-    assert!(!is_error(&again), "{again}");
-    gateway.close().await;
+    gateway.respond_with(|_| r#"{"roots":[]}"#.to_owned());
+    // A legacy host that takes roots, not sampling.
+    gateway.initialize(json!({"roots": {}})).await;
+    for tool in ["samples", "calls"] {
+        let refused = gateway.call(tool, json!({})).await;
+        assert!(
+            refused.to_string().contains("cannot relay"),
+            "{tool}: {refused}"
+        );
+    }
+    assert!(gateway.requests.is_empty(), "{:?}", gateway.requests);
+    // What it takes, it is asked (again each time this server asks, up to
+    // the most sends of one call).
+    gateway.call("lists", json!({})).await;
+    assert!(!gateway.requests.is_empty());
+    for request in &gateway.requests {
+        assert_eq!(request["method"], "roots/list", "{request}");
+    }
+
+    // A legacy server asks a 2026-07-28 host, which declared elicitation
+    // only, while the host's call is in flight.
+    let question = |id: &str, method: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"messages": [], "maxTokens": 5}})
+            .to_string()
+    };
+    let script = ServerScript::with_tools(vec![tool("samples", true), tool("calls", true)])
+        .answering(
+            "samples",
+            crate::harness::Behaviour::LinesThenEcho(vec![question(
+                "s-1",
+                "sampling/createMessage",
+            )]),
+        )
+        .answering(
+            "calls",
+            crate::harness::Behaviour::LinesThenEcho(vec![question("s-2", "tools/call")]),
+        );
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    for (tool, id) in [("samples", "s-1"), ("calls", "s-2")] {
+        let answer = gateway
+            .modern_request(
+                "tools/call",
+                json!({"name": tool, "arguments": {"n": 1}}),
+                json!({"elicitation": {"form": {}}}),
+            )
+            .await;
+        assert_eq!(text(&answer), r#"{"n":1}"#, "{tool}: {answer}");
+        gateway
+            .received_eventually("fx", &format!(r#""id":"{id}","error""#))
+            .await;
+    }
+}
+
+/// Tasks are not relayed: a task's result (`tasks/result`, or a 2026-07-28
+/// `tasks/get`) would reach the host without the checks of a call's answer
+/// (taint, output schema, outcome), and its questions unmarked. The server
+/// offered tasks and the host's requests for them passed through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_tasks_are_neither_offered_nor_relayed() {
+    for modern in [false, true] {
+        let mut script = ServerScript::with_tools(vec![tool("read", true)]);
+        script.modern = modern;
+        script.answers.insert(
+            "initialize".to_owned(),
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}, "tasks": {"list": {}, "requests": {"tools": {"call": {}}}}, "extensions": {"io.modelcontextprotocol/tasks": {}, "x": {}}},
+                "serverInfo": {"name": "fx", "version": "1"},
+            })
+            .to_string(),
+        );
+        let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+        let init = gateway
+            .initialize(json!({
+                "tasks": {"requests": {"sampling": {"createMessage": {}}}},
+                "extensions": {"io.modelcontextprotocol/tasks": {}},
+            }))
+            .await;
+        if !modern {
+            let capabilities = &init["result"]["capabilities"];
+            assert!(capabilities.get("tasks").is_none(), "{capabilities}");
+            assert_eq!(
+                capabilities["extensions"],
+                json!({"x": {}}),
+                "{capabilities}"
+            );
+        }
+        for method in ["tasks/result", "tasks/get", "tasks/list", "tasks/cancel"] {
+            let refused = gateway.request(method, json!({"taskId": "t-1"})).await;
+            assert_eq!(refused["error"]["code"], -32601, "{method}: {refused}");
+        }
+        // The server is told of no tasks the host takes.
+        let answer = gateway.call("read", json!({"n": 1})).await;
+        assert_eq!(text(&answer), r#"{"n":1}"#, "{answer}");
+        let received = gateway.received_by("fx").join("\n");
+        assert!(!received.contains("tasks/"), "{received}");
+        assert!(!received.contains("\"tasks\""), "{received}");
+        assert!(
+            !received.contains("io.modelcontextprotocol/tasks"),
+            "{received}"
+        );
+    }
 }

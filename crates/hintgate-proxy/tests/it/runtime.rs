@@ -17,6 +17,10 @@ use crate::harness::{
 const NULL_ID_ERROR: &str =
     r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
 
+/// Found by fuzzing the framing: a server that cannot read a request
+/// answers under a `null` id (JSON-RPC 2.0 §5). The gateway took that for a
+/// line that is not JSON-RPC and gave the server up, with the call in
+/// flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_11_an_error_under_a_null_id_is_dropped_and_the_server_goes_on() {
     let script = ServerScript::with_tools(vec![tool("read", true), tool("garbled", true)])
@@ -28,9 +32,11 @@ async fn issue_11_an_error_under_a_null_id_is_dropped_and_the_server_goes_on() {
     gateway.initialize(json!({})).await;
     // Before a call's answer, and on its own while nothing is in flight.
     let garbled = gateway.call("garbled", json!({"n": 1})).await;
+    assert!(!is_error(&garbled), "{garbled}");
     assert_eq!(text(&garbled), r#"{"n":1}"#, "{garbled}");
     gateway.push("fx", NULL_ID_ERROR);
     let read = gateway.call("read", json!({"n": 2})).await;
+    assert!(!is_error(&read), "{read}");
     assert_eq!(text(&read), r#"{"n":2}"#, "{read}");
     // The server was not stopped for it, nor restarted.
     assert_eq!(gateway.starts.lock().unwrap()["fx"], 1);
@@ -54,6 +60,86 @@ async fn issue_11_an_error_under_a_null_id_is_dropped_and_the_server_goes_on() {
         outcomes.iter().all(|outcome| outcome == "ok"),
         "{outcomes:?}"
     );
+}
+
+/// A server that answers with `"result": null` (or any result that is not
+/// an object), in either era: the gateway refused the line as not JSON-RPC
+/// and gave the server up, failing every request in flight on it. Now the
+/// request it answers fails with an error that names the server's fault (a
+/// call ends on record as `protocol-error`), and the server goes on.
+async fn results_that_are_not_objects_fail_only_their_requests(modern: bool) {
+    let mut script = ServerScript::with_tools(vec![
+        tool("read", true),
+        tool("nil", true),
+        tool("five", true),
+    ])
+    .answering("nil", Behaviour::Raw("null".to_owned()))
+    .answering("five", Behaviour::Raw("5".to_owned()));
+    script.modern = modern;
+    script
+        .answers
+        .insert("prompts/get".to_owned(), "null".to_owned());
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    let capabilities = json!({});
+    let ask = async |gateway: &mut Harness, method: &str, params: Value| {
+        if modern {
+            gateway
+                .modern_request(method, params, capabilities.clone())
+                .await
+        } else {
+            gateway.request(method, params).await
+        }
+    };
+    if !modern {
+        gateway.initialize(json!({})).await;
+    }
+    for (n, name, shown) in [(1, "nil", "`null`"), (2, "five", "`5`")] {
+        let call = json!({"name": name, "arguments": {"n": n}});
+        let answer = ask(&mut gateway, "tools/call", call).await;
+        assert!(is_error(&answer), "{answer}");
+        let why = text(&answer);
+        assert!(
+            why.contains("server `fx`") && why.contains("not an object") && why.contains(shown),
+            "{why}"
+        );
+    }
+    let prompt = ask(&mut gateway, "prompts/get", json!({"name": "summary"})).await;
+    assert_eq!(prompt["error"]["code"], -32603, "{prompt}");
+    let why = prompt["error"]["message"].as_str().unwrap();
+    assert!(
+        why.contains("server `fx`") && why.contains("not an object"),
+        "{why}"
+    );
+    // An answer under an id the gateway never sent is dropped like any.
+    gateway.push("fx", r#"{"jsonrpc":"2.0","id":"never-sent","result":null}"#);
+    // The server goes on: it was neither stopped nor started again.
+    let read = ask(
+        &mut gateway,
+        "tools/call",
+        json!({"name": "read", "arguments": {"n": 3}}),
+    )
+    .await;
+    assert_eq!(text(&read), r#"{"n":3}"#, "{read}");
+    assert_eq!(gateway.starts.lock().unwrap()["fx"], 1);
+    let store = gateway.close().await;
+    assert_eq!(
+        endings(&store),
+        [
+            (1, Some("protocol-error".to_owned())),
+            (2, Some("protocol-error".to_owned())),
+            (3, Some("ok".to_owned())),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_null_result_fails_only_its_request_for_a_legacy_server() {
+    results_that_are_not_objects_fail_only_their_requests(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_a_null_result_fails_only_its_request_for_a_modern_server() {
+    results_that_are_not_objects_fail_only_their_requests(true).await;
 }
 
 /// A line of a `tools/call` with `n` as its only argument.
