@@ -294,6 +294,23 @@ pub enum Problem {
         /// What the operating system said.
         error: String,
     },
+    /// A row stored with a sequence number below 1, where the log never
+    /// numbers a record (it starts at 1): someone who can write the
+    /// database put it there, where a reader that follows the log from its
+    /// start would not see it.
+    SeqBelowOne {
+        /// Its sequence number.
+        seq: i64,
+    },
+    /// The audit key is at hand but the log is empty and its head file is
+    /// gone: a gateway writes the head when it makes the key, so the whole
+    /// log was deleted together with its head (or the key was made by a
+    /// hintgate that did not write the head then, and no record has been
+    /// written since).
+    LogDeleted {
+        /// Where the head should be.
+        path: String,
+    },
     /// The witness cannot be read.
     WitnessUnreadable {
         /// The witness file.
@@ -387,6 +404,9 @@ pub struct AuditSetup {
 pub(crate) struct Keying {
     pub(crate) key: Option<AuditKey>,
     pub(crate) head_path: Option<PathBuf>,
+    /// The head is a file of its own ([`HeadPlace::File`]), written when
+    /// the key is made: see [`AuditLog::head_made_with_key`].
+    pub(crate) head_made_with_key: bool,
     pub(crate) head: Option<HeadWriter>,
     pub(crate) witness: Option<WitnessWriter>,
 }
@@ -432,9 +452,33 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
         Ok(!self.entries(after, 1)?.is_empty())
     }
 
+    /// The sequence numbers of the rows stored below 1, which
+    /// [`AuditLog::entries`] never reads (the log numbers its records from
+    /// 1): at most `limit` of them, the nearest to 1 first, and how many
+    /// there are. The log writes none; [`AuditLog::verify`] names each. The
+    /// default (a log whose numbers cannot be below 1) has none.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn rows_below_one(&self, limit: usize) -> Result<(Vec<i64>, u64), StoreError> {
+        let _ = limit;
+        Ok((Vec::new(), 0))
+    }
+
     /// The key the log is chained under, when the store has it.
     fn audit_key(&self) -> Option<&AuditKey> {
         None
+    }
+
+    /// Whether the head is made together with the key, so that the key at
+    /// hand with neither a head nor a record means the log was deleted with
+    /// its head: true for a head file of its own ([`HeadPlace::File`]),
+    /// which a gateway writes when it makes the key; false for a head in a
+    /// directory of a shared log ([`HeadPlace::Directory`]), whose key is
+    /// copied to machines before their gateways write anything.
+    fn head_made_with_key(&self) -> bool {
+        false
     }
 
     /// The head file, when the log keeps one.
@@ -760,6 +804,8 @@ impl Problem {
             Self::HeadMissing { .. } => "head-missing",
             Self::HeadDamaged { .. } => "head-damaged",
             Self::HeadUnreadable { .. } => "head-unreadable",
+            Self::SeqBelowOne { .. } => "seq-below-one",
+            Self::LogDeleted { .. } => "log-deleted",
             Self::WitnessUnreadable { .. } => "witness-unreadable",
             Self::WitnessDamaged { .. } => "witness-damaged",
             Self::WitnessForged { .. } => "witness-forged",
@@ -788,6 +834,8 @@ impl Problem {
                 Some(*log_end + 1)
             }
             Self::HeadMissing { .. }
+            | Self::SeqBelowOne { .. }
+            | Self::LogDeleted { .. }
             | Self::HeadDamaged { .. }
             | Self::HeadUnreadable { .. }
             | Self::WitnessUnreadable { .. }
@@ -857,6 +905,14 @@ impl std::fmt::Display for Problem {
             Self::HeadUnreadable { path, error } => {
                 write!(f, "the head file `{path}` cannot be read: {error}")
             }
+            Self::SeqBelowOne { seq } => write!(
+                f,
+                "a record is stored with the sequence number {seq}, below 1, where the log never numbers one: it was put there, out of the chain, where `hintgate log` does not show it"
+            ),
+            Self::LogDeleted { path } => write!(
+                f,
+                "the log is empty and its head file `{path}` is missing, but the audit key is there: the whole log was deleted together with its head (a gateway writes the head when it makes the key; the one other way to get here is a key made by an earlier hintgate, which did not, with no record written since)"
+            ),
             Self::WitnessUnreadable { path, error } => {
                 write!(f, "the witness `{path}` cannot be read: {error}")
             }
@@ -947,7 +1003,21 @@ fn verify<L: AuditLog + ?Sized>(
             after = entry.seq;
         }
     }
-    let link_at = |seq: u64| wanted.get(&seq).and_then(Option::as_deref);
+    // Rows below 1 are out of the walk from 1: each is named.
+    let (below_one, below_one_count) = log.rows_below_one(MAX_PROBLEMS)?;
+    let listed = u64::try_from(below_one.len()).unwrap_or(u64::MAX);
+    for seq in below_one {
+        findings.push(Problem::SeqBelowOne { seq });
+    }
+    findings.more += below_one_count.saturating_sub(listed);
+    let link_at = |seq: u64| {
+        if seq == 0 {
+            // A head at 0 is one written with the key, before any record.
+            Some(GENESIS)
+        } else {
+            wanted.get(&seq).and_then(Option::as_deref)
+        }
+    };
     let head = match head {
         None => HeadState::NotKept,
         Some((path, read)) => {
@@ -955,7 +1025,13 @@ fn verify<L: AuditLog + ?Sized>(
                 Ok(HeadRead::Head { seq, .. }) => link_at(*seq),
                 _ => None,
             };
-            check_head(path, read, &walk, at_head_seq, &mut findings)
+            // With the key at hand and the head made with it, a log with
+            // no head and no row at all was deleted with its head.
+            let deleted = key.is_some()
+                && log.head_made_with_key()
+                && walk.checked == 0
+                && below_one_count == 0;
+            check_head(path, read, &walk, at_head_seq, deleted, &mut findings)
         }
     };
     let witness = match (checkpoints, witness) {
@@ -1177,6 +1253,7 @@ fn check_head(
     read: std::io::Result<HeadRead>,
     walk: &Walk,
     at_head_seq: Option<&str>,
+    deleted: bool,
     findings: &mut Findings,
 ) -> HeadState {
     let shown = path.display().to_string();
@@ -1192,6 +1269,12 @@ fn check_head(
             Problem::HeadUnreadable {
                 path: shown.clone(),
                 error: err.to_string(),
+            },
+        ),
+        Ok(HeadRead::Missing) if deleted => failed(
+            findings,
+            Problem::LogDeleted {
+                path: shown.clone(),
             },
         ),
         Ok(HeadRead::Missing) if walk.keyed.is_none() => HeadState::NotYet {
@@ -1297,11 +1380,17 @@ impl Keying {
         tail_link: Option<&str>,
         head_name: impl FnOnce() -> String,
     ) -> Result<Self, StoreError> {
-        let key = match setup.key {
-            KeySource::None => None,
-            KeySource::Given(key) => Some(key),
-            KeySource::File(path) => Some(open_key_file(&path, tail_link)?),
+        // Whether the key is one this open made (a key file that was not
+        // there), or one given as it is.
+        let (key, key_is_new) = match setup.key {
+            KeySource::None => (None, false),
+            KeySource::Given(key) => (Some(key), true),
+            KeySource::File(path) => {
+                let (key, created) = open_key_file(&path, tail_link)?;
+                (Some(key), created)
+            }
         };
+        let head_made_with_key = matches!(setup.head, HeadPlace::File(_));
         let head_path = match setup.head {
             HeadPlace::None => None,
             HeadPlace::File(path) => Some(path),
@@ -1311,6 +1400,24 @@ impl Keying {
             .as_ref()
             .zip(head_path.as_ref())
             .map(|(key, path)| HeadWriter::new(path.clone(), key));
+        // A gateway on an empty log without a head writes the head at 0
+        // now, with the key: a log deleted later together with its head is
+        // then told from a new one (`log-deleted`). Not when a head of its
+        // own is missing under a key file that was there already: that is
+        // what such a deletion leaves, and writing a head would hide it.
+        if let (Some(writer), Some(path), true, None) =
+            (&head, &head_path, setup.checkpoints, tail_link)
+            && !path.exists()
+        {
+            if key_is_new || !head_made_with_key {
+                writer.start();
+            } else {
+                tracing::error!(
+                    "the audit log is empty and its head `{}` is missing, but the audit key was there: the log may have been deleted together with its head; `hintgate log verify` says so until this gateway writes its first record",
+                    path.display()
+                );
+            }
+        }
         let witness = match (&head_path, setup.checkpoints && key.is_some()) {
             (Some(path), true) => WitnessWriter::open(&witness::state_path(path), &setup.witness)?,
             // A store without a head has no witness; one the configuration
@@ -1328,6 +1435,7 @@ impl Keying {
         Ok(Self {
             key,
             head_path,
+            head_made_with_key,
             head,
             witness,
         })
@@ -1347,7 +1455,8 @@ impl Keying {
 
 /// Reads the key file at `path`, making it when there is none, unless the
 /// log (its last link `tail_link`) is chained under a key already.
-fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<AuditKey, StoreError> {
+/// Returns the key and whether it was made now.
+fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<(AuditKey, bool), StoreError> {
     match AuditKey::load(path) {
         Err(crate::KeyError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
@@ -1366,9 +1475,9 @@ fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<AuditKey, Store
                     key.id()
                 );
             }
-            Ok(key)
+            Ok((key, created))
         }
-        other => Ok(other?),
+        other => Ok((other?, false)),
     }
 }
 
@@ -1590,12 +1699,36 @@ impl AuditLog for SqliteStore {
         Ok(entries)
     }
 
+    fn rows_below_one(&self, limit: usize) -> Result<(Vec<i64>, u64), StoreError> {
+        let connection = self.lock();
+        let count: i64 =
+            connection.query_row("SELECT count(*) FROM audit WHERE seq < 1", [], |row| {
+                row.get(0)
+            })?;
+        if count == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let mut statement = connection
+            .prepare("SELECT seq FROM audit WHERE seq < 1 ORDER BY seq DESC LIMIT ?1")?;
+        let seqs = statement
+            .query_map(
+                params![to_sql(u64::try_from(limit).unwrap_or(u64::MAX))],
+                |row| row.get::<_, i64>(0),
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((seqs, from_sql(count)))
+    }
+
     fn audit_key(&self) -> Option<&AuditKey> {
         self.keying.key.as_ref()
     }
 
     fn head_path(&self) -> Option<&Path> {
         self.keying.head_path.as_deref()
+    }
+
+    fn head_made_with_key(&self) -> bool {
+        self.keying.head_made_with_key
     }
 }
 
