@@ -302,6 +302,16 @@ pub enum Problem {
         /// Its sequence number.
         seq: i64,
     },
+    /// A column of the record is stored as another type than hintgate
+    /// writes (a number as text, text as a blob): it was put there.
+    WrongType {
+        /// The record's sequence number.
+        seq: i64,
+        /// The column.
+        column: String,
+        /// The type it is stored as.
+        stored: String,
+    },
     /// The audit key is at hand but the log is empty and its head file is
     /// gone: a gateway writes the head when it makes the key, so the whole
     /// log was deleted together with its head (or the key was made by a
@@ -462,6 +472,20 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     ///
     /// [`StoreError`] when the log cannot be read.
     fn rows_below_one(&self, limit: usize) -> Result<(Vec<i64>, u64), StoreError> {
+        let _ = limit;
+        Ok((Vec::new(), 0))
+    }
+
+    /// The rows a column of which is stored as another type than the log
+    /// writes (a database whose columns take any type, as SQLite's do): a
+    /// [`Problem::WrongType`] for each, at most `limit`, and how many there
+    /// are. [`AuditLog::entries`] reads such a row as well as it can, and
+    /// [`AuditLog::verify`] names it. The default (typed columns) has none.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn rows_of_another_type(&self, limit: usize) -> Result<(Vec<Problem>, u64), StoreError> {
         let _ = limit;
         Ok((Vec::new(), 0))
     }
@@ -805,6 +829,7 @@ impl Problem {
             Self::HeadDamaged { .. } => "head-damaged",
             Self::HeadUnreadable { .. } => "head-unreadable",
             Self::SeqBelowOne { .. } => "seq-below-one",
+            Self::WrongType { .. } => "wrong-type",
             Self::LogDeleted { .. } => "log-deleted",
             Self::WitnessUnreadable { .. } => "witness-unreadable",
             Self::WitnessDamaged { .. } => "witness-damaged",
@@ -835,6 +860,7 @@ impl Problem {
             }
             Self::HeadMissing { .. }
             | Self::SeqBelowOne { .. }
+            | Self::WrongType { .. }
             | Self::LogDeleted { .. }
             | Self::HeadDamaged { .. }
             | Self::HeadUnreadable { .. }
@@ -908,6 +934,14 @@ impl std::fmt::Display for Problem {
             Self::SeqBelowOne { seq } => write!(
                 f,
                 "a record is stored with the sequence number {seq}, below 1, where the log never numbers one: it was put there, out of the chain, where `hintgate log` does not show it"
+            ),
+            Self::WrongType {
+                seq,
+                column,
+                stored,
+            } => write!(
+                f,
+                "record {seq} stores its `{column}` as {stored}, which hintgate never writes there: it was put there"
             ),
             Self::LogDeleted { path } => write!(
                 f,
@@ -1010,6 +1044,12 @@ fn verify<L: AuditLog + ?Sized>(
         findings.push(Problem::SeqBelowOne { seq });
     }
     findings.more += below_one_count.saturating_sub(listed);
+    let (wrong_type, wrong_type_count) = log.rows_of_another_type(MAX_PROBLEMS)?;
+    let listed = u64::try_from(wrong_type.len()).unwrap_or(u64::MAX);
+    for problem in wrong_type {
+        findings.push(problem);
+    }
+    findings.more += wrong_type_count.saturating_sub(listed);
     let link_at = |seq: u64| {
         if seq == 0 {
             // A head at 0 is one written with the key, before any record.
@@ -1671,15 +1711,19 @@ impl AuditLog for SqliteStore {
                 to_sql(after),
                 to_sql(u64::try_from(limit).unwrap_or(u64::MAX))
             ],
+            // SQLite's columns take any type: a value of another type than
+            // the log writes is read as well as it can be (and named by
+            // `rows_of_another_type`), so that one such row does not keep
+            // the rest of the log from being read and verified.
             |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, Option<i64>>(3)?,
-                    row.get::<_, String>(4)?,
-                    row.get::<_, String>(5)?,
-                    row.get::<_, String>(6)?,
+                    lenient_integer(row.get_ref(1)?).unwrap_or(0),
+                    lenient_text(row.get_ref(2)?),
+                    lenient_integer(row.get_ref(3)?),
+                    lenient_text(row.get_ref(4)?),
+                    lenient_text(row.get_ref(5)?),
+                    lenient_text(row.get_ref(6)?),
                 ))
             },
         )?;
@@ -1708,8 +1752,8 @@ impl AuditLog for SqliteStore {
         if count == 0 {
             return Ok((Vec::new(), 0));
         }
-        let mut statement = connection
-            .prepare("SELECT seq FROM audit WHERE seq < 1 ORDER BY seq DESC LIMIT ?1")?;
+        let mut statement =
+            connection.prepare("SELECT seq FROM audit WHERE seq < 1 ORDER BY seq DESC LIMIT ?1")?;
         let seqs = statement
             .query_map(
                 params![to_sql(u64::try_from(limit).unwrap_or(u64::MAX))],
@@ -1717,6 +1761,60 @@ impl AuditLog for SqliteStore {
             )?
             .collect::<Result<Vec<_>, _>>()?;
         Ok((seqs, from_sql(count)))
+    }
+
+    fn rows_of_another_type(&self, limit: usize) -> Result<(Vec<Problem>, u64), StoreError> {
+        const WRONG: &str = "typeof(at) <> 'integer' OR typeof(kind) <> 'text'
+             OR typeof(call_seq) NOT IN ('integer', 'null') OR typeof(body) <> 'text'
+             OR typeof(prev) <> 'text' OR typeof(hash) <> 'text'";
+        let connection = self.lock();
+        let count: i64 = connection.query_row(
+            &format!("SELECT count(*) FROM audit WHERE {WRONG}"),
+            [],
+            |row| row.get(0),
+        )?;
+        if count == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let mut statement = connection.prepare(&format!(
+            "SELECT seq, typeof(at), typeof(kind), typeof(call_seq), typeof(body), typeof(prev), typeof(hash)
+             FROM audit WHERE {WRONG} ORDER BY seq LIMIT ?1"
+        ))?;
+        let rows = statement.query_map(
+            params![to_sql(u64::try_from(limit).unwrap_or(u64::MAX))],
+            |row| {
+                let mut types = Vec::with_capacity(6);
+                for idx in 1..=6 {
+                    types.push(row.get::<_, String>(idx)?);
+                }
+                Ok((row.get::<_, i64>(0)?, types))
+            },
+        )?;
+        let mut problems = Vec::new();
+        for row in rows {
+            let (seq, types) = row?;
+            // The first column of another type names the row.
+            let columns = [
+                ("at", &["integer"][..]),
+                ("kind", &["text"][..]),
+                ("call_seq", &["integer", "null"][..]),
+                ("body", &["text"][..]),
+                ("prev", &["text"][..]),
+                ("hash", &["text"][..]),
+            ];
+            if let Some(((column, _), stored)) = columns
+                .iter()
+                .zip(&types)
+                .find(|((_, allowed), stored)| !allowed.contains(&stored.as_str()))
+            {
+                problems.push(Problem::WrongType {
+                    seq,
+                    column: (*column).to_owned(),
+                    stored: stored.clone(),
+                });
+            }
+        }
+        Ok((problems, from_sql(count)))
     }
 
     fn audit_key(&self) -> Option<&AuditKey> {
@@ -1729,6 +1827,31 @@ impl AuditLog for SqliteStore {
 
     fn head_made_with_key(&self) -> bool {
         self.keying.head_made_with_key
+    }
+}
+
+/// A SQLite value as an integer: an integer as it is, text that is one
+/// parsed; `None` for anything else.
+fn lenient_integer(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Integer(n) => Some(n),
+        ValueRef::Text(text) => std::str::from_utf8(text).ok()?.trim().parse().ok(),
+        ValueRef::Null | ValueRef::Real(_) | ValueRef::Blob(_) => None,
+    }
+}
+
+/// A SQLite value as text: text or a blob as its bytes (not UTF-8 ones
+/// replaced, so a link over them no longer matches), a number written out.
+fn lenient_text(value: rusqlite::types::ValueRef<'_>) -> String {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+        ValueRef::Integer(n) => n.to_string(),
+        ValueRef::Real(x) => x.to_string(),
+        ValueRef::Null => String::new(),
     }
 }
 
