@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::host::{Host, fixture_server, is_error, text};
-use crate::util::Rng;
+use crate::util::{Rng, log_json};
 
 /// Bounds a wait that should end; no test asserts on time.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -27,30 +27,9 @@ fn session_with(
     server_flags: &[&str],
     env: &[(&str, &str)],
 ) -> Host {
-    let server = fixture_server();
-    let mut args = vec!["run", "--name", "fx"];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["--", "python3", server.as_str()]);
-    args.extend_from_slice(server_flags);
-    Host::start(dir, &args, env)
-}
-
-/// `hintgate log --json [extra]` as one JSON value per line.
-fn log_json(dir: &std::path::Path, extra: &[&str]) -> Vec<Value> {
-    let state = dir.join("state").display().to_string();
-    let mut args = vec!["log", "--state-dir", state.as_str(), "--json"];
-    args.extend_from_slice(extra);
-    let output = crate::util::run(dir, &args);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        crate::util::stderr(&output)
-    );
-    crate::util::stdout(&output)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    let mut named = vec!["--name", "fx"];
+    named.extend_from_slice(flags);
+    crate::util::wrap_fixture(dir, &named, server_flags, env)
 }
 
 /// Asserts that `value` is a redaction marker for a value of `length`
