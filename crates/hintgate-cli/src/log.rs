@@ -380,6 +380,7 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
         &verification,
         opened.store.head_path(),
         opened.configured_witness.as_deref(),
+        opened.store.head_made_with_key(),
     );
     for warning in &warnings {
         output::err(&format!("warning: {}\n", warning.message))?;
@@ -418,15 +419,24 @@ struct Warning {
 
 /// What `log verify` says when no witness was checked: that a witness is
 /// set up (or configured) but was not checked, or that there is none, and
-/// what a check without one cannot see.
+/// what a check without one cannot see. With the head made with the key
+/// (`head_made_with_key`), a log deleted with its head is found as long as
+/// the key is there; otherwise (a shared log's head in a directory) it is
+/// not found at all.
 fn witness_warnings(
     verification: &Verification,
     head: Option<&std::path::Path>,
     configured: Option<&std::path::Path>,
+    head_made_with_key: bool,
 ) -> Vec<Warning> {
     if verification.witness.is_some() {
         return Vec::new();
     }
+    let deleted = if head_made_with_key {
+        "the whole log deleted together with its head and its audit key"
+    } else {
+        "the whole log deleted together with this machine's head"
+    };
     let set_up = head
         .map(hintgate_store::witness_state_path)
         .filter(|state| state.exists());
@@ -434,7 +444,7 @@ fn witness_warnings(
         return vec![Warning {
             code: "witness-not-checked",
             message: format!(
-                "a witness is {} for this log but was not checked: give `--witness FILE` (or `--config` with `[audit] witness`) and the verification key (`--verification-key KEY` or `{WITNESS_KEY_VAR}`); without it, a rewrite by whoever holds the audit key, a log deleted together with its head and key, and an older copy of the log put back with its head all verify",
+                "a witness is {} for this log but was not checked: give `--witness FILE` (or `--config` with `[audit] witness`) and the verification key (`--verification-key KEY` or `{WITNESS_KEY_VAR}`); without it, a rewrite by whoever holds the audit key, {deleted}, and an older copy of the log put back with its head all verify",
                 if set_up.is_some() {
                     "set up"
                 } else {
@@ -445,7 +455,9 @@ fn witness_warnings(
     }
     vec![Warning {
         code: "no-witness",
-        message: "no witness is set up for this log, so this check cannot see the whole log deleted together with its head and its audit key (a new log looks the same), an older copy of the log put back with its head, or a rewrite by whoever holds the audit key: each of those verifies; set one up with `hintgate log setup-witness FILE`, kept on another machine or volume".to_owned(),
+        message: format!(
+            "no witness is set up for this log, so this check cannot see {deleted} (a new log looks the same), an older copy of the log put back with its head, or a rewrite by whoever holds the audit key: each of those verifies; set one up with `hintgate log setup-witness FILE`, kept on another machine or volume"
+        ),
     }]
 }
 
