@@ -321,6 +321,17 @@ pub enum Problem {
         /// Where the head should be.
         path: String,
     },
+    /// Beside this log's head, in a directory of heads named after their
+    /// logs (a PostgreSQL log's), is a head sealed with this log's key but
+    /// named for another log: the log's id, which comes from its salt in
+    /// the database, was changed, which hides this log's own head (or
+    /// another log is kept under the same key).
+    HeadOfOtherLog {
+        /// This log's head file.
+        path: String,
+        /// The other head file.
+        other: String,
+    },
     /// The witness cannot be read.
     WitnessUnreadable {
         /// The witness file.
@@ -831,6 +842,7 @@ impl Problem {
             Self::SeqBelowOne { .. } => "seq-below-one",
             Self::WrongType { .. } => "wrong-type",
             Self::LogDeleted { .. } => "log-deleted",
+            Self::HeadOfOtherLog { .. } => "head-of-other-log",
             Self::WitnessUnreadable { .. } => "witness-unreadable",
             Self::WitnessDamaged { .. } => "witness-damaged",
             Self::WitnessForged { .. } => "witness-forged",
@@ -862,6 +874,7 @@ impl Problem {
             | Self::SeqBelowOne { .. }
             | Self::WrongType { .. }
             | Self::LogDeleted { .. }
+            | Self::HeadOfOtherLog { .. }
             | Self::HeadDamaged { .. }
             | Self::HeadUnreadable { .. }
             | Self::WitnessUnreadable { .. }
@@ -946,6 +959,10 @@ impl std::fmt::Display for Problem {
             Self::LogDeleted { path } => write!(
                 f,
                 "the log is empty and its head file `{path}` is missing, but the audit key is there: the whole log was deleted together with its head (a gateway writes the head when it makes the key; the one other way to get here is a key made by an earlier hintgate, which did not, with no record written since)"
+            ),
+            Self::HeadOfOtherLog { path, other } => write!(
+                f,
+                "the head file `{other}`, beside this log's (`{path}`), is sealed with this log's key but named for another log: the log's id, which comes from the salt in the database, was changed, which hides this log's own head (or another log is kept under the same key)"
             ),
             Self::WitnessUnreadable { path, error } => {
                 write!(f, "the witness `{path}` cannot be read: {error}")
@@ -1058,6 +1075,17 @@ fn verify<L: AuditLog + ?Sized>(
             wanted.get(&seq).and_then(Option::as_deref)
         }
     };
+    // In a directory of heads named after their logs, a head sealed with
+    // this key under another log's name is this log's, renamed by a
+    // changed log id (or another log's under the same key).
+    if let (Some(key), Some(path), false) = (key, head_path, log.head_made_with_key()) {
+        for other in heads_beside(path, key) {
+            findings.push(Problem::HeadOfOtherLog {
+                path: path.display().to_string(),
+                other: other.display().to_string(),
+            });
+        }
+    }
     let head = match head {
         None => HeadState::NotKept,
         Some((path, read)) => {
@@ -1285,6 +1313,34 @@ fn extend(span: &mut Option<Span>, seq: u64) {
             })
         }
     }
+}
+
+/// The head files beside `head` (named `audit-*.head`, as a directory of
+/// heads names them) sealed with `key`, in the order of their names.
+fn heads_beside(head: &Path, key: &AuditKey) -> Vec<PathBuf> {
+    let (Some(dir), Some(own)) = (head.parent(), head.file_name()) else {
+        return Vec::new();
+    };
+    let Ok(files) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut sealed: Vec<PathBuf> = files
+        .filter_map(Result::ok)
+        .filter(|file| {
+            let name = file.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("audit-") && name.ends_with(".head") && file.file_name() != own
+        })
+        .map(|file| file.path())
+        .filter(|path| {
+            matches!(
+                head::read(path, Some(key)),
+                Ok(HeadRead::Head { sealed: true, .. })
+            )
+        })
+        .collect();
+    sealed.sort();
+    sealed
 }
 
 /// Checks the head against the log walked.

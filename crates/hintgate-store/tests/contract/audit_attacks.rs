@@ -740,6 +740,54 @@ fn a_gateway_on_an_empty_postgres_log_writes_its_head_at_zero() {
 }
 
 #[test]
+fn a_postgres_log_whose_id_was_changed_to_hide_its_head_fails_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(log) = gateway_on_postgres(dir.path()) else {
+        return;
+    };
+    fill(&log);
+    assert!(log.verify().unwrap().complete());
+    let head = log.head_path().unwrap().to_owned();
+    drop(log);
+    // The whole log deleted, and the salt the head's name comes from
+    // changed: the head is now looked for under another name.
+    let url = database_of(dir.path()).unwrap();
+    let mut db = Postgres(postgres::Client::connect(&url, postgres::NoTls).unwrap());
+    db.execute(&format!(
+        "DELETE FROM {{audit}}; UPDATE hintgate.meta SET value = '{}' WHERE key = 'salt';",
+        "ab".repeat(32)
+    ));
+    let reader = || {
+        hintgate_store::PgStore::open_with(
+            &url,
+            AuditSetup {
+                key: KeySource::Given(super::shared_key()),
+                head: HeadPlace::Directory(dir.path().to_owned()),
+                checkpoints: false,
+                witness: Default::default(),
+            },
+        )
+        .unwrap()
+    };
+    let verification = reader().verify().unwrap();
+    assert_ne!(reader().head_path(), Some(head.as_path()));
+    assert_eq!(
+        codes(&verification),
+        ["head-of-other-log"],
+        "{verification:#?}"
+    );
+    // A gateway started on it begins a head under the new name; the old
+    // one still gives it away.
+    drop(gateway_on_postgres(dir.path()).unwrap());
+    let verification = reader().verify().unwrap();
+    assert_eq!(
+        codes(&verification),
+        ["head-of-other-log"],
+        "{verification:#?}"
+    );
+}
+
+#[test]
 fn a_postgres_log_takes_no_record_without_the_shared_key() {
     let dir = tempfile::tempdir().unwrap();
     let Some(log) = gateway_on_postgres(dir.path()) else {
