@@ -232,9 +232,11 @@ reason = "the soak's deny rule"
         format!("h{}", self.next_id)
     }
 
-    /// A random tool of a random server, by its prefixed name.
+    /// A random tool of a random server, by its prefixed name (the HTTP
+    /// server's twice as often as the others', as it has more ways to
+    /// misbehave).
     fn any_tool(&mut self) -> &'static str {
-        const TOOLS: [&str; 11] = [
+        const TOOLS: [&str; 14] = [
             "calm__echo",
             "calm__write_note",
             "wild1__read",
@@ -243,6 +245,9 @@ reason = "the soak's deny rule"
             "wild2__read",
             "wild2__write",
             "wild2__wipe",
+            "wild3__read",
+            "wild3__write",
+            "wild3__wipe",
             "wild3__read",
             "wild3__write",
             "wild3__wipe",
