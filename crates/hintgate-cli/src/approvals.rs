@@ -7,7 +7,7 @@
 
 use anyhow::Result;
 use hintgate_policy::sanitize::{escape_invisible, escape_line};
-use hintgate_store::{Answer, Answered, PendingState, Remember, Store};
+use hintgate_store::{Answer, Answered, PendingState, Remember, Seal, Store};
 
 use crate::args::{ApprovalsArgs, ApprovalsCommand, RememberArg};
 use crate::exit::Exit;
@@ -15,7 +15,12 @@ use crate::output;
 
 /// Runs `hintgate approvals`.
 pub fn run(args: &ApprovalsArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(&args.at, None, &crate::state::Use::Other)?.store;
+    let store = crate::state::open_store_of(
+        &args.at,
+        args.audit_key.as_deref(),
+        &crate::state::Use::Rows,
+    )?
+    .store;
     match &args.command {
         ApprovalsCommand::List { json } => list(store.as_ref(), *json),
         ApprovalsCommand::Approve { id, remember } => {
@@ -70,6 +75,11 @@ fn list(store: &dyn Store, json: bool) -> Result<Exit> {
             tool = escape_line(&pending.tool),
             left = pending.expires_at.saturating_sub(now),
         ));
+        if pending.seal == Seal::Broken {
+            text.push_str(
+                "    SEAL BROKEN: put in the queue or changed without the audit key; it cannot be answered\n",
+            );
+        }
         for line in escape_invisible(&pending.prompt).lines() {
             text.push_str(&format!("    {line}\n"));
         }
@@ -152,6 +162,12 @@ fn answer(store: &dyn Store, id: u64, approve: bool, remember: Remember) -> Resu
         }
         Answered::Unknown => {
             output::err(&format!("error: no call #{id} in the approval queue\n"))?;
+            Ok(Exit::Error)
+        }
+        Answered::Broken => {
+            output::err(&format!(
+                "error: {what} was put in the queue or changed by someone without the audit key (its seal does not verify): what it shows may not be what the gateway asked, so it is not answered; the gateway refuses it when its time is up\n"
+            ))?;
             Ok(Exit::Error)
         }
     }

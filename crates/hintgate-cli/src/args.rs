@@ -129,6 +129,13 @@ pub struct ApprovalsArgs {
     /// Which store to read.
     #[command(flatten)]
     pub at: StoreArgs,
+    /// The audit key's file, which seals what a person approves and checks
+    /// the seals of what is stored (default: `$HINTGATE_AUDIT_KEY_FILE`,
+    /// else the `[audit] key_file` of `--config`, else `audit.key` beside
+    /// the SQLite store). Read, never made; a PostgreSQL store's gateways
+    /// and everyone who approves on it share one.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub audit_key: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: ApprovalsCommand,
@@ -464,6 +471,13 @@ pub struct PinsArgs {
     /// Which store to read.
     #[command(flatten)]
     pub at: StoreArgs,
+    /// The audit key's file, which seals what a person approves and checks
+    /// the seals of what is stored (default: `$HINTGATE_AUDIT_KEY_FILE`,
+    /// else the `[audit] key_file` of `--config`, else `audit.key` beside
+    /// the SQLite store). Read, never made; a PostgreSQL store's gateways
+    /// and everyone who approves on it share one.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub audit_key: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: PinsCommand,

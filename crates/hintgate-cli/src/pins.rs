@@ -1,10 +1,10 @@
 //! `hintgate pins`: what was approved, what changed, and what to do about it.
 
 use anyhow::{Result, bail};
-use hintgate_policy::pin::diff;
+use hintgate_policy::pin::{PinDigest, diff};
 use hintgate_policy::sanitize::{escape_invisible, escape_line};
 use hintgate_policy::tool::Tool;
-use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Store};
+use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seal, Store};
 
 use crate::args::{PinsArgs, PinsCommand};
 use crate::exit::Exit;
@@ -12,7 +12,12 @@ use crate::output;
 
 /// Runs `hintgate pins`.
 pub fn run(args: &PinsArgs) -> Result<Exit> {
-    let store = crate::state::open_store_of(&args.at, None, &crate::state::Use::Other)?.store;
+    let store = crate::state::open_store_of(
+        &args.at,
+        args.audit_key.as_deref(),
+        &crate::state::Use::Rows,
+    )?
+    .store;
     match &args.command {
         PinsCommand::List { json } => list(store.as_ref(), *json),
         PinsCommand::Show { server, tool } => {
@@ -38,6 +43,15 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                 if seen.digest == REMOVED {
                     bail!(
                         "`{tool}` is no longer listed by `{server}`: there is nothing new to approve (`hintgate pins revoke {server} {tool}` forgets it)"
+                    );
+                }
+                // What is pinned is the digest of the definition the person
+                // was shown, never a digest the store holds beside it: a
+                // held change is not sealed, and one whose digest and
+                // definition disagree was written by someone else.
+                if digest_of(&pin.tool, &seen.definition)? != seen.digest {
+                    bail!(
+                        "the change held for `{tool}` on `{server}` was written by someone without hintgate (its digest is not the digest of its definition): not approved; the gateway holds the tool's next change anew"
                     );
                 }
                 // The seen definition is pinned with the identity it was
@@ -72,6 +86,18 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
             Ok(Exit::Success)
         }
     }
+}
+
+/// The pin digest of a stored definition of `tool` (a tool's definition,
+/// or the server's instructions).
+fn digest_of(tool: &str, definition: &serde_json::Value) -> Result<String> {
+    if tool == INSTRUCTIONS {
+        return Ok(PinDigest::of_json(definition).to_string());
+    }
+    let Ok(parsed) = Tool::from_value(definition.clone()) else {
+        bail!("a stored definition of `{tool}` is not a valid tool");
+    };
+    Ok(PinDigest::of(&parsed).to_string())
 }
 
 /// What `hintgate pins diff SERVER TOOL` prints for the pins that match.
@@ -183,6 +209,9 @@ fn list_text(pins: &[Pin]) -> String {
     let mut text = String::new();
     for pin in pins {
         let state = match &pin.seen {
+            _ if pin.seal == Seal::Broken => {
+                "SEAL BROKEN: written or changed without the audit key, so it has no effect (`hintgate pins revoke` removes it)"
+            }
             Some(seen) if seen.digest == REMOVED => "REMOVED, no longer listed",
             Some(_) if identity_change(pin).is_some() => {
                 "CHANGED with a new identity, held for approval"
@@ -229,6 +258,7 @@ mod tests {
                 definition: json!({"name": tool, "title": title}),
                 identity: "x (2.0)\u{202e}".into(),
             }),
+            seal: hintgate_store::Seal::Valid,
         }
     }
 

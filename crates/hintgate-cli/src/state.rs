@@ -64,7 +64,11 @@ pub enum Use {
         /// `--head`.
         head: Option<PathBuf>,
     },
-    /// Pins and approvals: neither.
+    /// Pins and approvals: the key when there is one (never made), which
+    /// checks the seals of pins, standing approvals and the queue, and
+    /// seals what a person approves; no head.
+    Rows,
+    /// Neither.
     Other,
 }
 
@@ -159,6 +163,16 @@ pub fn open_store(choice: &Choice<'_>, usage: &Use) -> Result<Opened> {
                 Some(key),
             )
         }
+        Use::Rows => {
+            let (source, key) = read_key(&key_path)?;
+            (
+                AuditSetup {
+                    key: source,
+                    ..AuditSetup::default()
+                },
+                Some(key),
+            )
+        }
         Use::Other => (AuditSetup::default(), Some(KeyFile::NotNamed)),
     };
     let store = SqliteStore::open_with(&db, audit)
@@ -222,6 +236,19 @@ fn open_postgres(
                     head,
                     checkpoints: false,
                     witness: Default::default(),
+                },
+                key,
+            )
+        }
+        Use::Rows => {
+            let (source, key) = match key_path {
+                Some(path) => read_key(&path)?,
+                None => (KeySource::None, KeyFile::NotNamed),
+            };
+            (
+                AuditSetup {
+                    key: source,
+                    ..AuditSetup::default()
                 },
                 key,
             )

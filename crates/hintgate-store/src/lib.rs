@@ -65,7 +65,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 mod audit;
 mod body;
@@ -73,6 +73,7 @@ mod head;
 mod key;
 mod postgres;
 mod queue;
+mod rows;
 mod witness;
 
 pub use audit::{
@@ -85,6 +86,7 @@ pub use postgres::PgStore;
 pub use queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
 };
+pub use rows::Seal;
 pub use witness::{
     EVERY as WITNESS_EVERY, EVERY_RECORDS as WITNESS_EVERY_RECORDS, WitnessError, WitnessKey,
     WitnessSettings, setup as setup_witness, state_path as witness_state_path,
@@ -118,6 +120,11 @@ pub struct Pin {
     pub pinned_at: i64,
     /// A different definition seen since, held for approval.
     pub seen: Option<Seen>,
+    /// Whether the pin's seal verified when the store read it (see
+    /// [`Seal`]); a gateway gives a pin effect only when it is
+    /// [`Seal::Valid`]. Ignored when a pin is written: the store seals what
+    /// it writes.
+    pub seal: Seal,
 }
 
 /// The digest a [`Seen`] carries when the tool is no longer listed.
@@ -148,6 +155,9 @@ pub struct Approval {
     pub tool: String,
     /// The pin digest of the definition it stands for.
     pub digest: String,
+    /// Whether its seal verified when the store read it: only a
+    /// [`Seal::Valid`] approval approves anything.
+    pub seal: Seal,
 }
 
 /// What [`PinStore::rekey`] moved to a server's new identity key.
@@ -196,6 +206,12 @@ pub enum StoreError {
     /// The audit key could not be read or made.
     #[error("store: {0}")]
     Key(#[from] KeyError),
+    /// The store was opened without the audit key, so it cannot seal the
+    /// pins, standing approvals and answers it would write.
+    #[error(
+        "store: pins, standing approvals and answers are sealed with the audit key, and this store was opened without it (name its file with `--audit-key FILE`, `HINTGATE_AUDIT_KEY_FILE` or `[audit] key_file`; a gateway makes it on its first run)"
+    )]
+    Unsealed,
     /// The audit log has no key, so nothing can be appended to it.
     #[error("store: the audit log has no key, and its records are never chained without one")]
     NoKey,
@@ -466,6 +482,8 @@ impl PinStore for MemoryStore {
     fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
         let mut pin = pin.clone();
         pin.seen = None;
+        // Nothing but this process reaches a memory store's rows.
+        pin.seal = Seal::Valid;
         self.lock()
             .pins
             .insert((pin.server_key.clone(), pin.tool.clone()), pin);
@@ -521,6 +539,7 @@ impl PinStore for MemoryStore {
             .map(|((_, tool), digest)| Approval {
                 tool: tool.clone(),
                 digest: digest.clone(),
+                seal: Seal::Valid,
             })
             .collect())
     }
@@ -659,6 +678,8 @@ pub struct SqliteStore {
     path: std::path::PathBuf,
     /// The audit key and head.
     keying: audit::Keying,
+    /// Seals pins, standing approvals and answers (with the audit key).
+    sealer: Option<rows::Sealer>,
 }
 
 impl SqliteStore {
@@ -776,6 +797,26 @@ impl SqliteStore {
             }
             transaction.commit()?;
         }
+        if found < 5 {
+            // Seals on the rows decisions trust (see `rows`). Rows from
+            // before have none, and so are broken: a hintgate that sealed
+            // them now could not tell them from rows someone without the
+            // key put there.
+            let transaction =
+                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let current: i64 =
+                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if current < 5 {
+                transaction.execute_batch(
+                    "ALTER TABLE pins ADD COLUMN tag TEXT;
+                     ALTER TABLE always ADD COLUMN tag TEXT;
+                     ALTER TABLE approvals ADD COLUMN tag TEXT;
+                     ALTER TABLE approvals ADD COLUMN answer_tag TEXT;
+                     PRAGMA user_version = 5;",
+                )?;
+            }
+            transaction.commit()?;
+        }
         let salt: Option<Vec<u8>> = connection
             .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |row| {
                 row.get(0)
@@ -796,7 +837,9 @@ impl SqliteStore {
         };
         let tail_link = audit::sqlite_tail_link(&connection)?;
         let keying = audit::Keying::resolve(audit, tail_link.as_deref(), String::new)?;
+        let sealer = keying.key.as_ref().map(rows::Sealer::of);
         Ok(Self {
+            sealer,
             connection: Mutex::new(connection),
             salt,
             path: path.to_path_buf(),
@@ -811,13 +854,28 @@ impl SqliteStore {
     }
 }
 
+/// A standing approval as read from SQL, its seal checked by `sealer`
+/// ([`Seal::Unchecked`] without one).
+pub(crate) fn approval(
+    sealer: Option<&rows::Sealer>,
+    server_key: &str,
+    tool: String,
+    digest: String,
+    tag: Option<String>,
+) -> Approval {
+    let seal = sealer.map_or(Seal::Unchecked, |sealer| {
+        sealer.check_always(server_key, &tool, &digest, tag.as_deref())
+    });
+    Approval { tool, digest, seal }
+}
+
 fn parse_json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupt(err.to_string()))
 }
 
 /// The columns every pin query selects, in the order [`PinColumns`] reads
 /// them (SQLite and PostgreSQL name them alike).
-pub(crate) const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity";
+pub(crate) const PIN_COLUMNS: &str = "server_key, tool, server, digest, definition, pinned_at, seen_digest, seen_definition, identity, seen_identity, tag";
 
 /// A pin's row as read from SQL ([`PIN_COLUMNS`]), its definitions still
 /// text: each store reads the columns, and [`PinColumns::into_pin`] makes
@@ -833,12 +891,14 @@ pub(crate) struct PinColumns {
     pub(crate) seen_definition: Option<String>,
     pub(crate) identity: String,
     pub(crate) seen_identity: Option<String>,
+    pub(crate) tag: Option<String>,
 }
 
 impl PinColumns {
-    /// The pin, its definitions parsed; a held change needs both its digest
-    /// and its definition.
-    pub(crate) fn into_pin(self) -> Result<Pin, StoreError> {
+    /// The pin, its definitions parsed and its seal checked by `sealer`
+    /// ([`Seal::Unchecked`] without one); a held change needs both its
+    /// digest and its definition.
+    pub(crate) fn into_pin(self, sealer: Option<&rows::Sealer>) -> Result<Pin, StoreError> {
         let seen = match self.seen_digest.zip(self.seen_definition) {
             Some((digest, definition)) => Some(Seen {
                 digest,
@@ -847,7 +907,7 @@ impl PinColumns {
             }),
             None => None,
         };
-        Ok(Pin {
+        let mut pin = Pin {
             server_key: self.server_key,
             server: self.server,
             identity: self.identity,
@@ -856,7 +916,12 @@ impl PinColumns {
             definition: parse_json(&self.definition)?,
             pinned_at: self.pinned_at,
             seen,
-        })
+            seal: Seal::Unchecked,
+        };
+        if let Some(sealer) = sealer {
+            pin.seal = sealer.check_pin(&pin, self.tag.as_deref());
+        }
+        Ok(pin)
     }
 }
 
@@ -873,14 +938,15 @@ fn pin_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<PinColumns> {
         seen_definition: row.get(7)?,
         identity: row.get(8)?,
         seen_identity: row.get(9)?,
+        tag: row.get(10)?,
     })
 }
 
-const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL)
+const PUT_PIN: &str = "INSERT INTO pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity, tag)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL, ?8)
              ON CONFLICT (server_key, tool) DO UPDATE SET server = ?3, digest = ?4, definition = ?5,
                  pinned_at = ?6, identity = ?7, seen_digest = NULL, seen_definition = NULL,
-                 seen_identity = NULL";
+                 seen_identity = NULL, tag = ?8";
 
 impl PinStore for SqliteStore {
     fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
@@ -892,7 +958,9 @@ impl PinStore for SqliteStore {
                 pin_columns,
             )
             .optional()?;
-        parts.map(PinColumns::into_pin).transpose()
+        parts
+            .map(|parts| parts.into_pin(self.sealer.as_ref()))
+            .transpose()
     }
 
     fn put_pin(&self, pin: &Pin) -> Result<(), StoreError> {
@@ -900,6 +968,7 @@ impl PinStore for SqliteStore {
     }
 
     fn put_pins(&self, pins: &[Pin]) -> Result<(), StoreError> {
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
         for pin in pins {
@@ -912,7 +981,8 @@ impl PinStore for SqliteStore {
                     pin.digest,
                     pin.definition.to_string(),
                     pin.pinned_at,
-                    pin.identity
+                    pin.identity,
+                    sealer.pin(pin)
                 ],
             )?;
         }
@@ -952,7 +1022,7 @@ impl PinStore for SqliteStore {
         let rows = statement.query_map([], pin_columns)?;
         let mut pins = Vec::new();
         for row in rows {
-            pins.push(row?.into_pin()?);
+            pins.push(row?.into_pin(self.sealer.as_ref())?);
         }
         Ok(pins)
     }
@@ -965,7 +1035,7 @@ impl PinStore for SqliteStore {
         let rows = statement.query_map(params![server_key], pin_columns)?;
         let mut pins = Vec::new();
         for row in rows {
-            pins.push(row?.into_pin()?);
+            pins.push(row?.into_pin(self.sealer.as_ref())?);
         }
         Ok(pins)
     }
@@ -973,18 +1043,31 @@ impl PinStore for SqliteStore {
     fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
         let connection = self.lock();
         let mut statement = connection.prepare_cached(
-            "SELECT tool, digest FROM always WHERE server_key = ?1 ORDER BY tool",
+            "SELECT tool, digest, tag FROM always WHERE server_key = ?1 ORDER BY tool",
         )?;
         let rows = statement.query_map(params![server_key], |row| {
-            Ok(Approval {
-                tool: row.get(0)?,
-                digest: row.get(1)?,
-            })
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Option<String>>(2)?,
+            ))
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        let mut approvals = Vec::new();
+        for row in rows {
+            let (tool, digest, tag) = row?;
+            approvals.push(approval(
+                self.sealer.as_ref(),
+                server_key,
+                tool,
+                digest,
+                tag,
+            ));
+        }
+        Ok(approvals)
     }
 
     fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
         let mut connection = self.lock();
         // IMMEDIATE: the write lock is taken before the first read, so a
         // rekey in another process waits for this one and then sees its
@@ -1016,10 +1099,25 @@ impl PinStore for SqliteStore {
             params![from_key, server],
             |row| row.get(0),
         )?;
-        let moved = transaction.execute(
-            "UPDATE pins SET server_key = ?2 WHERE server_key = ?1 AND server = ?3",
-            params![from_key, to_key, server],
-        )?;
+        // Each pin moves with a new seal, for its new key; one whose seal
+        // was broken stays broken.
+        let moving: Vec<PinColumns> = transaction
+            .prepare(&format!(
+                "SELECT {PIN_COLUMNS} FROM pins WHERE server_key = ?1 AND server = ?2"
+            ))?
+            .query_map(params![from_key, server], pin_columns)?
+            .collect::<Result<_, _>>()?;
+        let mut moved = 0;
+        for columns in moving {
+            let tool = columns.tool.clone();
+            let mut pin = columns.into_pin(Some(sealer))?;
+            pin.server_key = to_key.to_owned();
+            let tag = (pin.seal == Seal::Valid).then(|| sealer.pin(&pin));
+            moved += transaction.execute(
+                "UPDATE pins SET server_key = ?2, tag = ?4 WHERE server_key = ?1 AND tool = ?3",
+                params![from_key, to_key, tool, tag],
+            )?;
+        }
         transaction.execute(
             "DELETE FROM pins WHERE server = ?1 AND server_key != ?2",
             params![server, to_key],
@@ -1055,10 +1153,16 @@ impl PinStore for SqliteStore {
     }
 
     fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
         self.lock().execute(
-            "INSERT INTO always (server_key, tool, digest) VALUES (?1, ?2, ?3)
-             ON CONFLICT (server_key, tool) DO UPDATE SET digest = ?3",
-            params![server_key, tool, digest],
+            "INSERT INTO always (server_key, tool, digest, tag) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (server_key, tool) DO UPDATE SET digest = ?3, tag = ?4",
+            params![
+                server_key,
+                tool,
+                digest,
+                sealer.always(server_key, tool, digest)
+            ],
         )?;
         Ok(())
     }
@@ -1069,15 +1173,26 @@ impl PinStore for SqliteStore {
         tool: &str,
         digest: &str,
     ) -> Result<bool, StoreError> {
-        let found: Option<String> = self
+        let found: Option<(String, Option<String>)> = self
             .lock()
             .query_row(
-                "SELECT digest FROM always WHERE server_key = ?1 AND tool = ?2",
+                "SELECT digest, tag FROM always WHERE server_key = ?1 AND tool = ?2",
                 params![server_key, tool],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .optional()?;
-        Ok(found.as_deref() == Some(digest))
+        Ok(found.is_some_and(|(found, tag)| {
+            found == digest
+                && approval(
+                    self.sealer.as_ref(),
+                    server_key,
+                    tool.to_owned(),
+                    found,
+                    tag,
+                )
+                .seal
+                    == Seal::Valid
+        }))
     }
 
     fn salt(&self) -> &[u8] {

@@ -30,15 +30,16 @@ use sha2::{Digest, Sha256};
 
 use crate::audit::{GENESIS, Keying, chain, kind_name};
 use crate::queue::{
-    Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch,
+    Answer, Answered, ApprovalQueue, NewPending, PENDING_COLUMNS, Pending, PendingState, QueueWatch,
 };
+use crate::rows::Sealer;
 use crate::{
     Approval, AuditKey, AuditLog, AuditSetup, Entry, NewEntry, PIN_COLUMNS, Pin, PinColumns,
-    PinStore, Rekeyed, Remember, Seen, StoreError, from_sql, to_sql,
+    PinStore, Rekeyed, Remember, Seal, Seen, StoreError, from_sql, to_sql,
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 2;
+pub const PG_SCHEMA_VERSION: i64 = 3;
 
 /// How long connecting, a silent connection or one statement may take
 /// before it fails (unless the address sets its own).
@@ -110,6 +111,8 @@ pub struct PgStore {
     /// The audit key and this gateway's head, shared with the store's
     /// thread, which writes the head after each commit.
     keying: Arc<Keying>,
+    /// Seals pins, standing approvals and answers (with the audit key).
+    sealer: Option<Sealer>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -269,7 +272,9 @@ impl PgStore {
         let keying = Keying::resolve(audit, tail_link.as_deref(), || {
             format!("audit-{}.head", log_id(&salt))
         })?;
+        let sealer = keying.key.as_ref().map(Sealer::of);
         Ok(Self {
+            sealer,
             jobs: Mutex::new(jobs_tx),
             salt,
             config,
@@ -370,6 +375,17 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
              UPDATE hintgate.meta SET value = '2' WHERE key = 'schema_version';",
         )?;
     }
+    if found < 3 {
+        // Seals on the rows decisions trust (see `rows`); rows from before
+        // have none, and so are broken.
+        tx.batch_execute(
+            "ALTER TABLE hintgate.pins ADD COLUMN IF NOT EXISTS tag TEXT;
+             ALTER TABLE hintgate.always ADD COLUMN IF NOT EXISTS tag TEXT;
+             ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS tag TEXT;
+             ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS answer_tag TEXT;
+             UPDATE hintgate.meta SET value = '3' WHERE key = 'schema_version';",
+        )?;
+    }
     let mut salt = vec![0u8; 32];
     getrandom::fill(&mut salt).map_err(|err| StoreError::Randomness(err.to_string()))?;
     tx.execute(
@@ -383,9 +399,15 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
     hex::decode(&stored).map_err(|_| StoreError::Corrupt("the stored salt is not hex".to_owned()))
 }
 
-/// A pin from a PostgreSQL row of [`PIN_COLUMNS`].
-fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
-    PinColumns {
+/// A pin from a PostgreSQL row of [`PIN_COLUMNS`], its seal checked by
+/// `sealer`.
+fn row_to_pin(sealer: Option<&Sealer>, row: &::postgres::Row) -> Result<Pin, StoreError> {
+    pin_columns(row)?.into_pin(sealer)
+}
+
+/// The columns of a PostgreSQL row of [`PIN_COLUMNS`].
+fn pin_columns(row: &::postgres::Row) -> Result<PinColumns, StoreError> {
+    Ok(PinColumns {
         server_key: row.try_get(0)?,
         tool: row.try_get(1)?,
         server: row.try_get(2)?,
@@ -396,8 +418,8 @@ fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
         seen_definition: row.try_get(7)?,
         identity: row.try_get(8)?,
         seen_identity: row.try_get(9)?,
-    }
-    .into_pin()
+        tag: row.try_get(10)?,
+    })
 }
 
 /// [`PinStore::rekey`] in the transaction `tx`, which holds [`REKEY_LOCK`].
@@ -406,6 +428,7 @@ fn row_to_pin(row: &::postgres::Row) -> Result<Pin, StoreError> {
 /// whatever the database's collation.
 fn rekey_in(
     tx: &mut ::postgres::Transaction<'_>,
+    sealer: &Sealer,
     server: &str,
     to_key: &str,
 ) -> Result<Option<Rekeyed>, StoreError> {
@@ -437,10 +460,23 @@ fn rekey_in(
             &[from_key, &server],
         )?
         .try_get(0)?;
-    let moved = tx.execute(
-        "UPDATE hintgate.pins SET server_key = $2 WHERE server_key = $1 AND server = $3",
-        &[from_key, &to_key, &server],
+    // Each pin moves with a new seal, for its new key; one whose seal was
+    // broken stays broken.
+    let moving = tx.query(
+        &format!("SELECT {PIN_COLUMNS} FROM hintgate.pins WHERE server_key = $1 AND server = $2"),
+        &[from_key, &server],
     )?;
+    let mut moved = 0u64;
+    for row in &moving {
+        let mut pin = row_to_pin(Some(sealer), row)?;
+        let tool = pin.tool.clone();
+        pin.server_key = to_key.to_owned();
+        let tag = (pin.seal == Seal::Valid).then(|| sealer.pin(&pin));
+        moved += tx.execute(
+            "UPDATE hintgate.pins SET server_key = $2, tag = $4 WHERE server_key = $1 AND tool = $3",
+            &[from_key, &to_key, &tool, &tag],
+        )?;
+    }
     tx.execute(
         "DELETE FROM hintgate.pins WHERE server = $1 AND server_key != $2",
         &[&server, &to_key],
@@ -461,13 +497,14 @@ fn rekey_in(
 impl PinStore for PgStore {
     fn pin(&self, server_key: &str, tool: &str) -> Result<Option<Pin>, StoreError> {
         let (server_key, tool) = (server_key.to_owned(), tool.to_owned());
+        let sealer = self.sealer.clone();
         self.call(move |client| {
             client
                 .query_opt(
                     &format!("SELECT {PIN_COLUMNS} FROM hintgate.pins WHERE server_key = $1 AND tool = $2"),
                     &[&server_key, &tool],
                 )?
-                .map(|row| row_to_pin(&row))
+                .map(|row| row_to_pin(sealer.as_ref(), &row))
                 .transpose()
         })
     }
@@ -477,15 +514,16 @@ impl PinStore for PgStore {
     }
 
     fn put_pins(&self, pins: &[Pin]) -> Result<(), StoreError> {
+        let sealer = self.sealer.clone().ok_or(StoreError::Unsealed)?;
         let pins = pins.to_vec();
         self.call(move |client| {
             let mut tx = client.transaction()?;
             let statement = tx.prepare(
-                "INSERT INTO hintgate.pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL)
+                "INSERT INTO hintgate.pins (server_key, tool, server, digest, definition, pinned_at, identity, seen_digest, seen_definition, seen_identity, tag)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL, $8)
                  ON CONFLICT (server_key, tool) DO UPDATE SET server = $3, digest = $4, definition = $5,
                      pinned_at = $6, identity = $7, seen_digest = NULL, seen_definition = NULL,
-                     seen_identity = NULL",
+                     seen_identity = NULL, tag = $8",
             )?;
             for pin in &pins {
                 tx.execute(
@@ -498,6 +536,7 @@ impl PinStore for PgStore {
                         &pin.definition.to_string(),
                         &pin.pinned_at,
                         &pin.identity,
+                        &sealer.pin(pin),
                     ],
                 )?;
             }
@@ -537,14 +576,15 @@ impl PinStore for PgStore {
     }
 
     fn pins(&self) -> Result<Vec<Pin>, StoreError> {
-        self.call(|client| {
+        let sealer = self.sealer.clone();
+        self.call(move |client| {
             client
                 .query(
                     &format!("SELECT {PIN_COLUMNS} FROM hintgate.pins ORDER BY server, tool"),
                     &[],
                 )?
                 .iter()
-                .map(row_to_pin)
+                .map(|row| row_to_pin(sealer.as_ref(), row))
                 .collect()
         })
     }
@@ -553,6 +593,7 @@ impl PinStore for PgStore {
     // memory, whatever the database's collation.
     fn pins_of(&self, server_key: &str) -> Result<Vec<Pin>, StoreError> {
         let server_key = server_key.to_owned();
+        let sealer = self.sealer.clone();
         self.call(move |client| {
             client
                 .query(
@@ -562,31 +603,36 @@ impl PinStore for PgStore {
                     &[&server_key],
                 )?
                 .iter()
-                .map(row_to_pin)
+                .map(|row| row_to_pin(sealer.as_ref(), row))
                 .collect()
         })
     }
 
     fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
         let server_key = server_key.to_owned();
+        let sealer = self.sealer.clone();
         self.call(move |client| {
             client
                 .query(
-                    "SELECT tool, digest FROM hintgate.always WHERE server_key = $1 ORDER BY tool COLLATE \"C\"",
+                    "SELECT tool, digest, tag FROM hintgate.always WHERE server_key = $1 ORDER BY tool COLLATE \"C\"",
                     &[&server_key],
                 )?
                 .iter()
                 .map(|row| {
-                    Ok(Approval {
-                        tool: row.try_get(0)?,
-                        digest: row.try_get(1)?,
-                    })
+                    Ok(crate::approval(
+                        sealer.as_ref(),
+                        &server_key,
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                    ))
                 })
                 .collect()
         })
     }
 
     fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
+        let sealer = self.sealer.clone().ok_or(StoreError::Unsealed)?;
         let (server, to_key) = (server.to_owned(), to_key.to_owned());
         self.call(move |client| {
             let mut tx = client.transaction()?;
@@ -597,7 +643,7 @@ impl PinStore for PgStore {
             // each statement after it (READ COMMITTED) sees what the one
             // before committed. It is released when the transaction ends.
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REKEY_LOCK])?;
-            let rekeyed = rekey_in(&mut tx, &server, &to_key)?;
+            let rekeyed = rekey_in(&mut tx, &sealer, &server, &to_key)?;
             if rekeyed.is_some() {
                 // The standing approvals of a key left without pins may be
                 // gone.
@@ -629,14 +675,16 @@ impl PinStore for PgStore {
     }
 
     fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
+        let tag = sealer.always(server_key, tool, digest);
         let (server_key, tool, digest) =
             (server_key.to_owned(), tool.to_owned(), digest.to_owned());
         self.call(move |client| {
             let mut tx = client.transaction()?;
             tx.execute(
-                "INSERT INTO hintgate.always (server_key, tool, digest) VALUES ($1, $2, $3)
-                 ON CONFLICT (server_key, tool) DO UPDATE SET digest = $3",
-                &[&server_key, &tool, &digest],
+                "INSERT INTO hintgate.always (server_key, tool, digest, tag) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (server_key, tool) DO UPDATE SET digest = $3, tag = $4",
+                &[&server_key, &tool, &digest, &tag],
             )?;
             // Delivered to every listener when the approval commits.
             tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
@@ -653,12 +701,19 @@ impl PinStore for PgStore {
     ) -> Result<bool, StoreError> {
         let (server_key, tool, digest) =
             (server_key.to_owned(), tool.to_owned(), digest.to_owned());
+        let sealer = self.sealer.clone();
         self.call(move |client| {
-            let found = client.query_opt(
-                "SELECT digest FROM hintgate.always WHERE server_key = $1 AND tool = $2",
+            let Some(row) = client.query_opt(
+                "SELECT digest, tag FROM hintgate.always WHERE server_key = $1 AND tool = $2",
                 &[&server_key, &tool],
-            )?;
-            Ok(found.is_some_and(|row| row.get::<_, String>(0) == digest))
+            )?
+            else {
+                return Ok(false);
+            };
+            let found: String = row.try_get(0)?;
+            Ok(found == digest
+                && crate::approval(sealer.as_ref(), &server_key, tool, found, row.try_get(1)?).seal
+                    == Seal::Valid)
         })
     }
 
@@ -770,9 +825,17 @@ impl AuditLog for PgStore {
     }
 }
 
-const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why";
+/// A PostgreSQL row of [`PENDING_COLUMNS`], its seals checked by `sealer`.
+fn row_to_pending(sealer: Option<&Sealer>, row: &::postgres::Row) -> Result<Pending, StoreError> {
+    let mut pending = row_to_unchecked(row)?;
+    let tag: Option<String> = row.try_get(15)?;
+    let answer_tag: Option<String> = row.try_get(16)?;
+    pending.check_seals(sealer, tag.as_deref(), answer_tag.as_deref());
+    Ok(pending)
+}
 
-fn row_to_pending(row: &::postgres::Row) -> Result<Pending, StoreError> {
+/// A PostgreSQL row of [`PENDING_COLUMNS`], its seals not yet checked.
+fn row_to_unchecked(row: &::postgres::Row) -> Result<Pending, StoreError> {
     let offer: String = row.try_get(9)?;
     let state: String = row.try_get(10)?;
     let remember: Option<String> = row.try_get(12)?;
@@ -794,27 +857,35 @@ fn row_to_pending(row: &::postgres::Row) -> Result<Pending, StoreError> {
             row.try_get(13)?,
             row.try_get(14)?,
         ),
+        seal: Seal::Unchecked,
     })
 }
 
+/// One entry, its seals checked by `sealer`; with `lock`, locked for the
+/// rest of the transaction, and with its own seal.
 fn pending_by_id(
     client: &mut impl ::postgres::GenericClient,
+    sealer: Option<&Sealer>,
     id: u64,
-) -> Result<Option<Pending>, StoreError> {
+    lock: bool,
+) -> Result<Option<(Pending, Option<String>)>, StoreError> {
+    let lock = if lock { " FOR UPDATE" } else { "" };
     client
         .query_opt(
-            &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = $1"),
+            &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = $1{lock}"),
             &[&to_sql(id)],
         )?
-        .map(|row| row_to_pending(&row))
+        .map(|row| Ok((row_to_pending(sealer, &row)?, row.try_get(15)?)))
         .transpose()
 }
 
 impl ApprovalQueue for PgStore {
     fn enqueue(&self, new: &NewPending) -> Result<u64, StoreError> {
+        let sealer = self.sealer.clone().ok_or(StoreError::Unsealed)?;
         let new = new.clone();
         self.call(move |client| {
-            let row = client.query_one(
+            let mut tx = client.transaction()?;
+            let row = tx.query_one(
                 "INSERT INTO hintgate.approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'waiting') RETURNING id",
                 &[
@@ -829,15 +900,26 @@ impl ApprovalQueue for PgStore {
                     &new.offer.as_str(),
                 ],
             )?;
-            Ok(from_sql(row.try_get(0)?))
+            let id = from_sql(row.try_get(0)?);
+            // The seal covers the entry's number, known once it is in.
+            tx.execute(
+                "UPDATE hintgate.approvals SET tag = $2 WHERE id = $1",
+                &[&to_sql(id), &sealer.entry(&new.fields(id))],
+            )?;
+            tx.commit()?;
+            Ok(id)
         })
     }
 
     fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
-        self.call(move |client| pending_by_id(client, id))
+        let sealer = self.sealer.clone();
+        self.call(move |client| {
+            Ok(pending_by_id(client, sealer.as_ref(), id, false)?.map(|(p, _)| p))
+        })
     }
 
     fn waiting(&self, now: i64) -> Result<Vec<Pending>, StoreError> {
+        let sealer = self.sealer.clone();
         self.call(move |client| {
             client
                 .query(
@@ -845,38 +927,49 @@ impl ApprovalQueue for PgStore {
                     &[&now],
                 )?
                 .iter()
-                .map(row_to_pending)
+                .map(|row| row_to_pending(sealer.as_ref(), row))
                 .collect()
         })
     }
 
     fn answer(&self, id: u64, answer: &Answer, now: i64) -> Result<Answered, StoreError> {
+        let sealer = self.sealer.clone().ok_or(StoreError::Unsealed)?;
         let answer = answer.clone();
         self.call(move |client| {
             let mut tx = client.transaction()?;
-            let changed = tx.execute(
-                "UPDATE hintgate.approvals SET state = 'answered', approve = $2, remember = $3, answered_by = $4
-                 WHERE id = $1 AND state = 'waiting' AND expires_at > $5",
-                &[&to_sql(id), &answer.approve, &answer.remember.as_str(), &answer.by, &now],
-            )?;
-            if changed > 0 {
-                // Delivered to every listener when the answer commits.
-                tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &id.to_string()])?;
-                tx.commit()?;
-                return Ok(Answered::Released);
-            }
-            let found = pending_by_id(&mut tx, id)?;
-            tx.commit()?;
-            Ok(match found {
+            // Locked: the entry whose seal is checked is the one answered.
+            let answered = match pending_by_id(&mut tx, Some(&sealer), id, true)? {
                 None => Answered::Unknown,
-                Some(p) if p.state == PendingState::Waiting => Answered::Expired,
-                Some(p) => Answered::NotWaiting(p.state),
-            })
+                Some((p, _)) if p.state != PendingState::Waiting => Answered::NotWaiting(p.state),
+                Some((p, _)) if p.seal != Seal::Valid => Answered::Broken,
+                Some((p, _)) if p.expires_at <= now => Answered::Expired,
+                Some((_, tag)) => {
+                    let answer_tag = sealer.answer(tag.as_deref().unwrap_or_default(), &answer);
+                    tx.execute(
+                        "UPDATE hintgate.approvals SET state = 'answered', approve = $2, remember = $3,
+                             answered_by = $4, answer_tag = $5
+                         WHERE id = $1 AND state = 'waiting'",
+                        &[
+                            &to_sql(id),
+                            &answer.approve,
+                            &answer.remember.as_str(),
+                            &answer.by,
+                            &answer_tag,
+                        ],
+                    )?;
+                    // Delivered to every listener when the answer commits.
+                    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &id.to_string()])?;
+                    Answered::Released
+                }
+            };
+            tx.commit()?;
+            Ok(answered)
         })
     }
 
     fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError> {
         let ids: Vec<i64> = ids.iter().copied().map(to_sql).collect();
+        let sealer = self.sealer.clone();
         self.call(move |client| {
             let rows = client.query(
                 &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = ANY($1) AND state = 'answered'"),
@@ -884,7 +977,7 @@ impl ApprovalQueue for PgStore {
             )?;
             let mut answers = Vec::new();
             for row in &rows {
-                let p = row_to_pending(row)?;
+                let p = row_to_pending(sealer.as_ref(), row)?;
                 if let PendingState::Answered(answer) = p.state {
                     answers.push((p.id, answer));
                 }
@@ -895,6 +988,7 @@ impl ApprovalQueue for PgStore {
 
     fn withdraw(&self, id: u64, why: &str) -> Result<Option<Answer>, StoreError> {
         let why = why.to_owned();
+        let sealer = self.sealer.clone();
         self.call(move |client| {
             let changed = client.execute(
                 "UPDATE hintgate.approvals SET state = 'withdrawn', why = $2 WHERE id = $1 AND state = 'waiting'",
@@ -903,7 +997,7 @@ impl ApprovalQueue for PgStore {
             if changed > 0 {
                 return Ok(None);
             }
-            Ok(match pending_by_id(client, id)?.map(|p| p.state) {
+            Ok(match pending_by_id(client, sealer.as_ref(), id, false)?.map(|(p, _)| p.state) {
                 Some(PendingState::Answered(answer)) => Some(answer),
                 _ => None,
             })

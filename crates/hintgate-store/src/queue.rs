@@ -19,7 +19,8 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use crate::{MemoryStore, SqliteStore, StoreError, from_sql, to_sql};
+use crate::rows::{EntryFields, Sealer};
+use crate::{MemoryStore, Seal, SqliteStore, StoreError, from_sql, to_sql};
 
 /// How far an approval may be remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -79,6 +80,24 @@ pub struct NewPending {
     pub offer: Remember,
 }
 
+impl NewPending {
+    /// The fields its seal covers, once it has its number.
+    pub(crate) fn fields(&self, id: u64) -> EntryFields<'_> {
+        EntryFields {
+            id,
+            at: self.at,
+            expires_at: self.expires_at,
+            session: &self.session,
+            server: &self.server,
+            server_key: &self.server_key,
+            tool: &self.tool,
+            digest: &self.digest,
+            prompt: &self.prompt,
+            offer: self.offer.as_str(),
+        }
+    }
+}
+
 /// A person's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Answer {
@@ -132,6 +151,70 @@ pub struct Pending {
     pub offer: Remember,
     /// Where it stands.
     pub state: PendingState,
+    /// Whether the entry, and its answer if it has one, carry valid seals
+    /// (see [`Seal`]). When one does not, the store reads the answer as a
+    /// denial, and a person cannot answer the entry: its prompt may not be
+    /// what the gateway asked.
+    pub seal: Seal,
+}
+
+impl Pending {
+    /// The fields its seal covers.
+    pub(crate) fn fields(&self) -> EntryFields<'_> {
+        EntryFields {
+            id: self.id,
+            at: self.at,
+            expires_at: self.expires_at,
+            session: &self.session,
+            server: &self.server,
+            server_key: &self.server_key,
+            tool: &self.tool,
+            digest: &self.digest,
+            prompt: &self.prompt,
+            offer: self.offer.as_str(),
+        }
+    }
+
+    /// Checks the entry's seal (`tag`) and its answer's (`answer_tag`) with
+    /// `sealer` ([`Seal::Unchecked`] without one). An answer whose seal, or
+    /// whose entry's seal, does not verify was not given through hintgate:
+    /// it is read as a denial, naming why.
+    pub(crate) fn check_seals(
+        &mut self,
+        sealer: Option<&Sealer>,
+        tag: Option<&str>,
+        answer_tag: Option<&str>,
+    ) {
+        let Some(sealer) = sealer else {
+            self.seal = Seal::Unchecked;
+            return;
+        };
+        let entry = sealer.check_entry(&self.fields(), tag);
+        let answer = match (&self.state, tag) {
+            (PendingState::Answered(answer), Some(tag)) if entry == Seal::Valid => {
+                sealer.check_answer(tag, answer, answer_tag)
+            }
+            (PendingState::Answered(_), _) => Seal::Broken,
+            _ => Seal::Valid,
+        };
+        self.seal = if entry == Seal::Valid && answer == Seal::Valid {
+            Seal::Valid
+        } else {
+            Seal::Broken
+        };
+        if self.seal == Seal::Broken
+            && let PendingState::Answered(answer) = &mut self.state
+        {
+            *answer = Answer {
+                approve: false,
+                remember: Remember::Call,
+                by: format!(
+                    "nobody: an answer by `{}` whose seal does not verify (written without the audit key)",
+                    answer.by
+                ),
+            };
+        }
+    }
 }
 
 /// What [`ApprovalQueue::answer`] did.
@@ -145,6 +228,10 @@ pub enum Answered {
     Expired,
     /// No such entry.
     Unknown,
+    /// The entry's seal does not verify: it was put in the queue, or
+    /// changed, by someone without the audit key, so its prompt may not be
+    /// what the gateway asked. It is not answered.
+    Broken,
 }
 
 /// The approval queue.
@@ -308,6 +395,8 @@ impl ApprovalQueue for MemoryStore {
             prompt: new.prompt.clone(),
             offer: new.offer,
             state: PendingState::Waiting,
+            // Nothing but this process reaches a memory store's rows.
+            seal: Seal::Valid,
         });
         Ok(id)
     }
@@ -419,9 +508,21 @@ impl QueueWatch for SqliteWatch {
     }
 }
 
-const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why";
+/// The columns every query of the queue selects (SQLite and PostgreSQL
+/// name them alike): the entry's, then its seal and its answer's.
+pub(crate) const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why, tag, answer_tag";
 
-fn row_to_pending(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
+/// A SQLite row of [`PENDING_COLUMNS`], its seals checked by `sealer`.
+fn row_to_pending(sealer: Option<&Sealer>, row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
+    let mut pending = row_to_unchecked(row)?;
+    let tag: Option<String> = row.get(15)?;
+    let answer_tag: Option<String> = row.get(16)?;
+    pending.check_seals(sealer, tag.as_deref(), answer_tag.as_deref());
+    Ok(pending)
+}
+
+/// A SQLite row of [`PENDING_COLUMNS`], its seals not yet checked.
+fn row_to_unchecked(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
     let state: String = row.get(10)?;
     let remember: Option<String> = row.get(12)?;
     let offer: String = row.get(9)?;
@@ -443,13 +544,16 @@ fn row_to_pending(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
             row.get(13)?,
             row.get(14)?,
         ),
+        seal: Seal::Unchecked,
     })
 }
 
 impl ApprovalQueue for SqliteStore {
     fn enqueue(&self, new: &NewPending) -> Result<u64, StoreError> {
-        let connection = self.lock();
-        connection.execute(
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        transaction.execute(
             "INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'waiting')",
             params![
@@ -464,7 +568,15 @@ impl ApprovalQueue for SqliteStore {
                 new.offer.as_str()
             ],
         )?;
-        Ok(from_sql(connection.last_insert_rowid()))
+        let id = from_sql(transaction.last_insert_rowid());
+        // The seal covers the entry's number, known once it is in.
+        let tag = sealer.entry(&new.fields(id));
+        transaction.execute(
+            "UPDATE approvals SET tag = ?2 WHERE id = ?1",
+            params![to_sql(id), tag],
+        )?;
+        transaction.commit()?;
+        Ok(id)
     }
 
     fn pending(&self, id: u64) -> Result<Option<Pending>, StoreError> {
@@ -473,7 +585,7 @@ impl ApprovalQueue for SqliteStore {
             .query_row(
                 &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
                 params![to_sql(id)],
-                row_to_pending,
+                |row| row_to_pending(self.sealer.as_ref(), row),
             )
             .optional()?)
     }
@@ -483,38 +595,54 @@ impl ApprovalQueue for SqliteStore {
         let mut statement = connection.prepare(&format!(
             "SELECT {PENDING_COLUMNS} FROM approvals WHERE state = 'waiting' AND expires_at > ?1 ORDER BY id"
         ))?;
-        let rows = statement.query_map(params![now], row_to_pending)?;
+        let rows = statement.query_map(params![now], |row| {
+            row_to_pending(self.sealer.as_ref(), row)
+        })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     fn answer(&self, id: u64, answer: &Answer, now: i64) -> Result<Answered, StoreError> {
-        let connection = self.lock();
-        let changed = connection.execute(
-            "UPDATE approvals SET state = 'answered', approve = ?2, remember = ?3, answered_by = ?4
-             WHERE id = ?1 AND state = 'waiting' AND expires_at > ?5",
-            params![
-                to_sql(id),
-                answer.approve,
-                answer.remember.as_str(),
-                answer.by,
-                now
-            ],
-        )?;
-        if changed > 0 {
-            return Ok(Answered::Released);
-        }
-        let found = connection
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
+        let mut connection = self.lock();
+        // IMMEDIATE: the entry read is the one answered.
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let found = transaction
             .query_row(
                 &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
                 params![to_sql(id)],
-                row_to_pending,
+                |row| {
+                    Ok((
+                        row_to_pending(Some(sealer), row)?,
+                        row.get::<_, Option<String>>(15)?,
+                    ))
+                },
             )
             .optional()?;
-        Ok(match found {
+        let answered = match found {
             None => Answered::Unknown,
-            Some(p) if p.state == PendingState::Waiting => Answered::Expired,
-            Some(p) => Answered::NotWaiting(p.state),
-        })
+            Some((p, _)) if p.state != PendingState::Waiting => Answered::NotWaiting(p.state),
+            Some((p, _)) if p.seal != Seal::Valid => Answered::Broken,
+            Some((p, _)) if p.expires_at <= now => Answered::Expired,
+            Some((_, tag)) => {
+                let answer_tag = sealer.answer(tag.as_deref().unwrap_or_default(), answer);
+                transaction.execute(
+                    "UPDATE approvals SET state = 'answered', approve = ?2, remember = ?3,
+                         answered_by = ?4, answer_tag = ?5
+                     WHERE id = ?1 AND state = 'waiting'",
+                    params![
+                        to_sql(id),
+                        answer.approve,
+                        answer.remember.as_str(),
+                        answer.by,
+                        answer_tag
+                    ],
+                )?;
+                Answered::Released
+            }
+        };
+        transaction.commit()?;
+        Ok(answered)
     }
 
     fn answers(&self, ids: &[u64]) -> Result<Vec<(u64, Answer)>, StoreError> {
@@ -525,7 +653,9 @@ impl ApprovalQueue for SqliteStore {
         let mut answers = Vec::new();
         for &id in ids {
             if let Some(p) = statement
-                .query_row(params![to_sql(id)], row_to_pending)
+                .query_row(params![to_sql(id)], |row| {
+                    row_to_pending(self.sealer.as_ref(), row)
+                })
                 .optional()?
                 && let PendingState::Answered(answer) = p.state
             {
@@ -548,7 +678,7 @@ impl ApprovalQueue for SqliteStore {
             .query_row(
                 &format!("SELECT {PENDING_COLUMNS} FROM approvals WHERE id = ?1"),
                 params![to_sql(id)],
-                row_to_pending,
+                |row| row_to_pending(self.sealer.as_ref(), row),
             )
             .optional()?;
         Ok(match found.map(|p| p.state) {

@@ -18,6 +18,7 @@ fn pin(server_key: &str, tool: &str, digest: &str) -> Pin {
         definition: json!({"name": tool, "annotations": {"readOnlyHint": true}}),
         pinned_at: 1_795_000_000,
         seen: None,
+        seal: hintgate_store::Seal::Valid,
     }
 }
 
@@ -124,7 +125,7 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
     assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
     assert!(
         err.to_string()
-            .contains("schema version 99, newer than this hintgate's 4")
+            .contains("schema version 99, newer than this hintgate's 5")
     );
 }
 
@@ -493,7 +494,7 @@ fn the_postgres_store_keeps_every_contract_and_its_data_across_connections() {
     queue_contract(&store);
     let salt = store.salt().to_vec();
     drop(store);
-    let reopened = hintgate_store::PgStore::open(&url).unwrap();
+    let reopened = keyed_pg(&url);
     assert_eq!(
         reopened.pin("other", "read").unwrap().unwrap().digest,
         "sha256:z"
@@ -510,8 +511,8 @@ fn an_answer_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() {
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
     };
-    let waiter = hintgate_store::PgStore::open(&url).unwrap();
-    let other = hintgate_store::PgStore::open(&url).unwrap();
+    let waiter = keyed_pg(&url);
+    let other = keyed_pg(&url);
     answer_from_elsewhere(&waiter, &other);
 }
 
@@ -599,7 +600,7 @@ fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
         "{err}"
     );
     assert!(
-        err.to_string().contains("newer than this hintgate's 2"),
+        err.to_string().contains("newer than this hintgate's 3"),
         "{err}"
     );
 
@@ -633,7 +634,7 @@ fn a_removed_tool_is_recorded_and_cleared_in_every_store() {
     let dir = tempfile::tempdir().unwrap();
     removal_contract(&SqliteStore::open(&dir.path().join("state.db")).unwrap());
     if let Some(url) = hintgate_store::test_util::postgres_database() {
-        removal_contract(&hintgate_store::PgStore::open(&url).unwrap());
+        removal_contract(&keyed_pg(&url));
     }
 }
 
@@ -762,7 +763,7 @@ fn on_every_store(check: impl Fn(&dyn hintgate_store::Store)) {
     let dir = tempfile::tempdir().unwrap();
     check(&SqliteStore::open(&dir.path().join("state.db")).unwrap());
     if let Some(url) = hintgate_store::test_util::postgres_database() {
-        check(&hintgate_store::PgStore::open(&url).unwrap());
+        check(&keyed_pg(&url));
     }
 }
 
@@ -778,6 +779,7 @@ fn pin_of(server: &str, key: &str, tool: &str, at: i64, identity: &str) -> Pin {
         definition: json!({"name": tool}),
         pinned_at: at,
         seen: None,
+        seal: hintgate_store::Seal::Valid,
     }
 }
 
@@ -854,11 +856,13 @@ fn one_keys_pins_and_standing_approvals_are_read_in_bulk_by_tool() {
             [
                 hintgate_store::Approval {
                     tool: "read".into(),
-                    digest: "sha256:r2".into()
+                    digest: "sha256:r2".into(),
+                    seal: hintgate_store::Seal::Valid,
                 },
                 hintgate_store::Approval {
                     tool: "write".into(),
-                    digest: "sha256:w".into()
+                    digest: "sha256:w".into(),
+                    seal: hintgate_store::Seal::Valid,
                 },
             ]
         );
@@ -1063,10 +1067,7 @@ fn a_change_to_standing_approvals_wakes_the_watches_of_every_store() {
         &SqliteStore::open(&path).unwrap(),
     );
     if let Some(url) = hintgate_store::test_util::postgres_database() {
-        approvals_wake_watches(
-            &hintgate_store::PgStore::open(&url).unwrap(),
-            &hintgate_store::PgStore::open(&url).unwrap(),
-        );
+        approvals_wake_watches(&keyed_pg(&url), &keyed_pg(&url));
     }
 }
 
@@ -1091,8 +1092,15 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
                  digest TEXT NOT NULL, definition TEXT NOT NULL, pinned_at INTEGER NOT NULL,
                  seen_digest TEXT, seen_definition TEXT,
                  PRIMARY KEY (server_key, tool));
+             CREATE TABLE approvals (
+                 id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL,
+                 expires_at INTEGER NOT NULL, session TEXT NOT NULL, server TEXT NOT NULL,
+                 server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+                 prompt TEXT NOT NULL, offer TEXT NOT NULL, state TEXT NOT NULL,
+                 approve INTEGER, remember TEXT, answered_by TEXT, why TEXT);
              INSERT INTO pins VALUES ('k', 'read', 'fs', 'sha256:a', '{\"name\":\"read\"}', 100,
                  'sha256:b', '{\"name\":\"read\",\"description\":\"new\"}');
+             INSERT INTO always VALUES ('k', 'read', 'sha256:a');
              PRAGMA user_version = 3;",
         )
         .unwrap();
@@ -1101,11 +1109,15 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
     let pin = store.pin("k", "read").unwrap().unwrap();
     assert_eq!(pin.identity, "");
     assert_eq!(pin.seen.unwrap().identity, "");
+    // Rows from before seals cannot be told from rows written without the
+    // key: they are kept, shown, and given no effect.
+    assert_eq!(pin.seal, hintgate_store::Seal::Broken);
+    assert!(!store.approved_always("k", "read", "sha256:a").unwrap());
     drop(store);
     let version: i64 = rusqlite_connection(&path)
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     // Opening again does not add the columns twice.
     drop(SqliteStore::open(&path).unwrap());
 }
@@ -1115,7 +1127,7 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
     };
-    let store = hintgate_store::PgStore::open(&url).unwrap();
+    let store = keyed_pg(&url);
     store
         .put_pin(&pin_of("fs", "k", "read", 100, "v1"))
         .unwrap();
@@ -1128,7 +1140,7 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
              UPDATE hintgate.meta SET value = '1' WHERE key = 'schema_version';",
         )
         .unwrap();
-    let store = hintgate_store::PgStore::open(&url).unwrap();
+    let store = keyed_pg(&url);
     let pin = store.pin("k", "read").unwrap().unwrap();
     assert_eq!(pin.identity, "");
     assert_eq!(pin.seen.unwrap().identity, "");
@@ -1139,7 +1151,7 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
 }
 
 #[test]
@@ -1147,9 +1159,7 @@ fn gateways_rekeying_one_server_at_once_on_postgres_move_its_pins_once() {
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
     };
-    let stores: Vec<_> = (0..4)
-        .map(|_| hintgate_store::PgStore::open(&url).unwrap())
-        .collect();
+    let stores: Vec<_> = (0..4).map(|_| keyed_pg(&url)).collect();
     stores[0]
         .put_pins(&[
             pin_of("gh", "gh-1", "a", 100, "gh 1"),
@@ -1174,3 +1184,6 @@ fn gateways_rekeying_one_server_at_once_on_postgres_move_its_pins_once() {
 
 #[path = "contract/audit_attacks.rs"]
 mod audit_attacks;
+
+#[path = "contract/row_attacks.rs"]
+mod row_attacks;

@@ -276,10 +276,33 @@ fn an_approval_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() 
     let other = tempfile::tempdir().unwrap();
     let waiting = listed(other.path(), &store, 1);
     let id = waiting[0]["id"].to_string();
-    let approved = approvals(
+    // Without the team's key, an answer cannot be sealed: whoever can
+    // write the database is not thereby someone who may approve.
+    let keyless = approvals(
         other.path(),
         &store,
         &["approve", &id, "--remember", "always"],
+    );
+    assert_eq!(code(&keyless), 1, "{}", stderr(&keyless));
+    assert!(
+        stderr(&keyless).contains("--audit-key"),
+        "{}",
+        stderr(&keyless)
+    );
+    let copy = other.path().join("team.key");
+    std::fs::copy(&key, &copy).unwrap();
+    let copy_text = copy.display().to_string();
+    let approved = approvals(
+        other.path(),
+        &store,
+        &[
+            "approve",
+            &id,
+            "--remember",
+            "always",
+            "--audit-key",
+            &copy_text,
+        ],
     );
     assert_eq!(code(&approved), 0, "{}", stderr(&approved));
     let result = the_call(&mut host, "c1");
@@ -367,4 +390,79 @@ fn an_approval_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() 
         .filter(|line| line.contains("\"approver\""))
         .count();
     assert_eq!(calls, 2, "{}", stdout(&log));
+}
+
+/// The state directory's database, as someone who can write it (but cannot
+/// read the audit key) opens it.
+fn attacker(dir: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(dir.join("state").join("state.db")).unwrap()
+}
+
+#[test]
+fn issue_11_an_answer_written_into_the_database_without_the_key_refuses_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = gateway(dir.path(), &["--trust", "trusted", "--ask-timeout", "600"]);
+    send_call(&mut host, "c1", "write_note", json!({"text": "forged"}));
+    let id = listed(dir.path(), &[], 1)[0]["id"].as_u64().unwrap();
+    attacker(dir.path())
+        .execute(
+            "UPDATE approvals SET state = 'answered', approve = 1, remember = 'always',
+                 answered_by = 'mallory' WHERE id = ?1",
+            [id],
+        )
+        .unwrap();
+    let result = the_call(&mut host, "c1");
+    assert!(is_error(&result), "a forged approval runs nothing: {result}");
+    host.close();
+    let log = hintgate()
+        .env("HINTGATE_STATE_DIR", dir.path().join("state"))
+        .args(["log", "--json"])
+        .output()
+        .unwrap();
+    let records = stdout(&log);
+    assert!(
+        records.contains("mallory") && records.contains("seal does not verify"),
+        "the log names the forged answer and why it did not count: {records}"
+    );
+    assert!(
+        !records.contains("\"outcome\":\"ok\""),
+        "the call never ran: {records}"
+    );
+}
+
+#[test]
+fn issue_11_a_standing_approval_written_without_the_key_approves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--trust", "trusted", "--ask-timeout", "600"];
+    // A first run pins the trusted server's tools.
+    let mut host = gateway(dir.path(), &flags);
+    send_call(&mut host, "c1", "write_note", json!({"text": "one"}));
+    let id = listed(dir.path(), &[], 1)[0]["id"].to_string();
+    assert_eq!(code(&approvals(dir.path(), &[], &["deny", &id])), 0);
+    assert!(is_error(&the_call(&mut host, "c1")));
+    host.close();
+    // Someone who can write the database approves `write_note` always, for
+    // the definition that is pinned.
+    let forged = attacker(dir.path())
+        .execute(
+            "INSERT INTO always (server_key, tool, digest)
+                 SELECT server_key, tool, digest FROM pins WHERE tool = 'write_note'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(forged, 1);
+    let listed_pins = hintgate()
+        .env("HINTGATE_STATE_DIR", dir.path().join("state"))
+        .args(["pins", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&listed_pins), 0, "{}", stderr(&listed_pins));
+    // The next call still waits for a person.
+    let mut host = gateway(dir.path(), &flags);
+    send_call(&mut host, "c2", "write_note", json!({"text": "two"}));
+    let waiting = listed(dir.path(), &[], 1);
+    assert_eq!(waiting[0]["tool"], "write_note");
+    let id = waiting[0]["id"].to_string();
+    assert_eq!(code(&approvals(dir.path(), &[], &["deny", &id])), 0);
+    assert!(is_error(&the_call(&mut host, "c2")));
 }

@@ -112,12 +112,17 @@ fn a_change_seen_under_a_new_identity_is_named_in_list_and_diff_and_approved_wit
         definition: tool(name),
         pinned_at: 1_795_000_000,
         seen: None,
+        seal: hintgate_store::Seal::default(),
     };
     let seen = |name: &str, identity: &str| {
         let mut definition = tool(name);
         definition["description"] = json!("Reads, and now also deletes.");
+        // `pins approve` pins the digest of the definition a person sees.
+        let digest = hintgate_policy::pin::PinDigest::of(
+            &hintgate_policy::tool::Tool::from_value(definition.clone()).unwrap(),
+        );
         Seen {
-            digest: format!("sha256:{name}-new"),
+            digest: digest.to_string(),
             definition,
             identity: identity.into(),
         }
@@ -200,9 +205,26 @@ fn a_change_seen_under_a_new_identity_is_named_in_list_and_diff_and_approved_wit
             approved.identity.as_str(),
             approved.seen
         ),
-        ("sha256:read-new", new, None),
+        (seen("read", new).digest.as_str(), new, None),
         "the seen definition is pinned with the identity it was seen under"
     );
     let listed = stdout(&pins(dir.path(), &["list"]));
     assert_eq!(listed.matches("identity:").count(), 0, "{listed}");
+
+    // A held change whose digest is not its definition's was not written by
+    // a gateway: approving it would pin a definition no person saw.
+    {
+        let store = SqliteStore::open(&state.join("state.db")).unwrap();
+        let mut forged = seen("list", new);
+        forged.digest =
+            "sha256:0000000000000000000000000000000000000000000000000000000000000000".into();
+        store.see("key-2", "list", &forged).unwrap();
+    }
+    let refused = pins(dir.path(), &["approve", "fx", "list"]);
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("not approved"),
+        "{}",
+        stderr(&refused)
+    );
 }

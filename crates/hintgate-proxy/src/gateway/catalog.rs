@@ -24,7 +24,7 @@ use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use hintgate_policy::tool::{EffectiveHints, SandboxProof, Tool, Trust};
-use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seen, Store, StoreError};
+use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seal, Seen, Store, StoreError};
 use serde_json::{Map, Value, json};
 
 use super::request::ServerIdx;
@@ -213,6 +213,19 @@ impl Catalog {
             if pin.digest == REMOVED {
                 continue;
             }
+            // INVARIANT: only a pin this gateway or a person through
+            // hintgate wrote is compared with: one written without the
+            // audit key is taken for no pin at all, so its tool is new
+            // (asked again on an untrusted server).
+            if pin.seal != Seal::Valid {
+                tracing::warn!(
+                    server.id = %name,
+                    tool.name = %escape_line(&pin.tool),
+                    "the pin of this tool was written or changed without the audit key (its seal is {}): the tool is taken for a new one; `hintgate pins revoke` removes the pin",
+                    pin.seal.as_str()
+                );
+                continue;
+            }
             // A pin that cannot be read cannot be compared: taking the tool
             // for a new one would pin whatever the server lists now.
             let Some(digest) = PinDigest::parse(&pin.digest) else {
@@ -234,6 +247,17 @@ impl Catalog {
         server.always = store
             .approvals_of(&key)?
             .into_iter()
+            .filter(|approval| {
+                let sealed = approval.seal == Seal::Valid;
+                if !sealed {
+                    tracing::warn!(
+                        server.id = %name,
+                        tool.name = %escape_line(&approval.tool),
+                        "a standing approval of this tool was written without the audit key: it approves nothing"
+                    );
+                }
+                sealed
+            })
             .filter_map(|approval| {
                 Some((approval.tool, (PinDigest::parse(&approval.digest)?, None)))
             })
@@ -277,6 +301,7 @@ impl Catalog {
                     definition,
                     pinned_at: now,
                     seen: None,
+                    seal: Seal::default(),
                 })?;
                 server.pins.insert(
                     INSTRUCTIONS.to_owned(),
@@ -673,8 +698,11 @@ impl Catalog {
         approvals: Vec<hintgate_store::Approval>,
         read_at: std::time::Instant,
     ) {
+        // Only a sealed approval approves anything (the load warned of the
+        // others).
         let read: HashMap<String, PinDigest> = approvals
             .into_iter()
+            .filter(|approval| approval.seal == Seal::Valid)
             .filter_map(|approval| Some((approval.tool, PinDigest::parse(&approval.digest)?)))
             .collect();
         for server in &mut self.servers {
@@ -1017,6 +1045,7 @@ fn stored_pin(
         definition: definition.clone(),
         pinned_at: now,
         seen: None,
+        seal: Seal::default(),
     }
 }
 
@@ -1073,6 +1102,7 @@ mod tests {
         let approval = hintgate_store::Approval {
             tool: "note".to_owned(),
             digest: digest.to_string(),
+            seal: Seal::Valid,
         };
         catalog.set_approvals("key", vec![approval], Instant::now());
         assert_eq!(

@@ -345,6 +345,7 @@ async fn issue_9_a_changed_identity_holds_what_changed_and_says_so() {
                 definition: definition.clone(),
                 pinned_at: 1,
                 seen: None,
+                seal: hintgate_store::Seal::default(),
             })
             .unwrap();
     }
@@ -420,6 +421,7 @@ async fn issue_9_a_standing_approval_does_not_answer_for_a_new_identity() {
             definition: note.clone(),
             pinned_at: 1,
             seen: None,
+            seal: hintgate_store::Seal::default(),
         })
         .unwrap();
     store
