@@ -411,9 +411,9 @@ pub enum LogCommand {
 pub struct SetupWitnessArgs {
     /// The witness: a new or empty file outside the state directory,
     /// ideally on another volume or machine, that the gateway can append to
-    /// but not rewrite.
+    /// but not rewrite (default: the `[audit] witness` of `--config`).
     #[arg(value_name = "FILE")]
-    pub witness: PathBuf,
+    pub witness: Option<PathBuf>,
 }
 
 const SETUP_WITNESS_HELP: &str = "\
@@ -424,10 +424,12 @@ sealed with it. Whoever takes the machine later cannot make a checkpoint of
 an earlier epoch, so the records up to the last checkpoint cannot be
 rewritten unseen. Restart running gateways to start the checkpoints.
 
+Without FILE, the `[audit] witness` of `--config` is set up.
+
 Exit codes:
   0   set up; the verification key is printed
   1   error (a witness is set up already, the file is not empty)
-  64  bad usage (the witness is in the state directory)";
+  64  bad usage (no witness named, or it is in the state directory)";
 
 /// `hintgate log verify`
 #[derive(Debug, Args)]
@@ -441,16 +443,23 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     /// Check the checkpoints in this witness file against the log too
-    /// (`hintgate log setup-witness`).
+    /// (`hintgate log setup-witness`; default: the `[audit] witness` of
+    /// `--config`, checked when its verification key is given).
     #[arg(long, value_name = "FILE")]
     pub witness: Option<PathBuf>,
     /// The witness's verification key, as `setup-witness` printed it
     /// (default: `$HINTGATE_WITNESS_KEY`).
-    #[arg(long, value_name = "KEY", requires = "witness")]
+    #[arg(long, value_name = "KEY")]
     pub verification_key: Option<String>,
 }
 
 const LOG_VERIFY_HELP: &str = "\
+Without a witness, a log deleted together with its head and its key, an
+older copy of the log put back with its head, and a rewrite by whoever
+holds the key all verify; verify warns (on stderr, and under `warnings` in
+`--json`) when no witness is checked. `--witness` defaults to the
+`[audit] witness` of `--config`, checked when its verification key is given.
+
 Exit codes:
   0   the log holds, every keyed record's MAC checked
   1   error; also: no key, so the keyed records' MACs could not be checked

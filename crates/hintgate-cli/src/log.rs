@@ -40,6 +40,20 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
             grouped.add(record);
         }
     }
+    // Rows below 1 are not part of the log that is followed from 1; they
+    // are not shown, but not passed over in silence either.
+    let (_, below_one) = store.rows_below_one(0)?;
+    if below_one > 0 {
+        output::err(&format!(
+            "warning: {below_one} {} stored with a sequence number below 1, where the log never numbers one, and not shown: `hintgate log verify` names {}\n",
+            if below_one == 1 {
+                "record is"
+            } else {
+                "records are"
+            },
+            if below_one == 1 { "it" } else { "them" },
+        ))?;
+    }
     let mut out = String::new();
     grouped.render(&mut view, &mut out);
     if !args.follow {
@@ -326,16 +340,35 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
             head: verify.head.clone(),
         },
     )?;
-    let verification = match &verify.witness {
-        Some(witness) => {
-            let key = match &verify.verification_key {
-                Some(key) => key.clone(),
-                None => std::env::var(WITNESS_KEY_VAR).map_err(|_| {
-                    crate::load::InputError(format!(
-                        "give the witness's verification key with `--verification-key KEY` or `{WITNESS_KEY_VAR}`"
-                    ))
-                })?,
-            };
+    let key = match &verify.verification_key {
+        Some(key) => Some(key.clone()),
+        None => std::env::var(WITNESS_KEY_VAR)
+            .ok()
+            .filter(|key| !key.is_empty()),
+    };
+    // `--witness` wins over the configuration's; a witness named on the
+    // command line is checked or the command fails, the configuration's is
+    // checked when its key is given, and said to be unchecked otherwise.
+    let witness = match (&verify.witness, &opened.configured_witness, key) {
+        (Some(witness), _, Some(key)) => Some((witness, key)),
+        (Some(_), _, None) => {
+            return Err(crate::load::InputError(format!(
+                "give the witness's verification key with `--verification-key KEY` or `{WITNESS_KEY_VAR}`"
+            ))
+            .into());
+        }
+        (None, Some(witness), Some(key)) => Some((witness, key)),
+        (None, Some(_), None) => None,
+        (None, None, Some(_)) if verify.verification_key.is_some() => {
+            return Err(crate::load::InputError(
+                "a verification key checks a witness: name it with `--witness FILE` or the `[audit] witness` of `--config`".to_owned(),
+            )
+            .into());
+        }
+        (None, None, _) => None,
+    };
+    let verification = match &witness {
+        Some((witness, key)) => {
             let key: WitnessKey = key
                 .parse()
                 .map_err(|err| crate::load::InputError(format!("--verification-key: {err}")))?;
@@ -343,11 +376,27 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
         }
         None => opened.store.verify()?,
     };
+    let warnings = witness_warnings(
+        &verification,
+        opened.store.head_path(),
+        opened.configured_witness.as_deref(),
+        opened.store.head_made_with_key(),
+    );
+    for warning in &warnings {
+        output::err(&format!("warning: {}\n", warning.message))?;
+    }
     if args.json || verify.json {
-        output::out(&format!(
-            "{}\n",
-            verification_json(&verification, &opened.key)
-        ))?;
+        let mut json = verification_json(&verification, &opened.key);
+        if let Some(object) = json.as_object_mut() {
+            object.insert(
+                "warnings".into(),
+                warnings
+                    .iter()
+                    .map(|warning| serde_json::json!({"warning": warning.code, "message": warning.message}))
+                    .collect(),
+            );
+        }
+        output::out(&format!("{json}\n"))?;
     } else {
         output::out(&render_verification(&verification, &opened.key))?;
     }
@@ -360,6 +409,58 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
     })
 }
 
+/// A warning of `log verify`: what it could not check, with a stable code.
+struct Warning {
+    /// `no-witness` or `witness-not-checked`.
+    code: &'static str,
+    /// In words.
+    message: String,
+}
+
+/// What `log verify` says when no witness was checked: that a witness is
+/// set up (or configured) but was not checked, or that there is none, and
+/// what a check without one cannot see. With the head made with the key
+/// (`head_made_with_key`), a log deleted with its head is found as long as
+/// the key is there; otherwise (a shared log's head in a directory) it is
+/// not found at all.
+fn witness_warnings(
+    verification: &Verification,
+    head: Option<&std::path::Path>,
+    configured: Option<&std::path::Path>,
+    head_made_with_key: bool,
+) -> Vec<Warning> {
+    if verification.witness.is_some() {
+        return Vec::new();
+    }
+    let deleted = if head_made_with_key {
+        "the whole log deleted together with its head and its audit key"
+    } else {
+        "the whole log deleted together with this machine's head"
+    };
+    let set_up = head
+        .map(hintgate_store::witness_state_path)
+        .filter(|state| state.exists());
+    if set_up.is_some() || configured.is_some() {
+        return vec![Warning {
+            code: "witness-not-checked",
+            message: format!(
+                "a witness is {} for this log but was not checked: give `--witness FILE` (or `--config` with `[audit] witness`) and the verification key (`--verification-key KEY` or `{WITNESS_KEY_VAR}`); without it, a rewrite by whoever holds the audit key, {deleted}, and an older copy of the log put back with its head all verify",
+                if set_up.is_some() {
+                    "set up"
+                } else {
+                    "configured"
+                }
+            ),
+        }];
+    }
+    vec![Warning {
+        code: "no-witness",
+        message: format!(
+            "no witness is set up for this log, so this check cannot see {deleted} (a new log looks the same), an older copy of the log put back with its head, or a rewrite by whoever holds the audit key: each of those verifies; set one up with `hintgate log setup-witness FILE`, kept on another machine or volume"
+        ),
+    }]
+}
+
 /// The variable that holds the witness's verification key when no
 /// `--verification-key` does.
 const WITNESS_KEY_VAR: &str = "HINTGATE_WITNESS_KEY";
@@ -370,8 +471,19 @@ fn run_setup_witness(args: &LogArgs, setup: &SetupWitnessArgs) -> Result<Exit> {
     let Some(head) = opened.store.head_path() else {
         anyhow::bail!("this store keeps no head, so it has no witness");
     };
-    let witness = std::path::absolute(&setup.witness)
-        .with_context(|| format!("cannot resolve `{}`", setup.witness.display()))?;
+    // The witness named here wins over the configuration's.
+    let Some(named) = setup
+        .witness
+        .as_deref()
+        .or(opened.configured_witness.as_deref())
+    else {
+        return Err(crate::load::InputError(
+            "name the witness: `hintgate log setup-witness FILE`, or `--config` with `[audit] witness`".to_owned(),
+        )
+        .into());
+    };
+    let witness = std::path::absolute(named)
+        .with_context(|| format!("cannot resolve `{}`", named.display()))?;
     // A witness beside the head falls with the state directory; it is
     // meant to outlive it.
     let same_dir = |a: &std::path::Path, b: &std::path::Path| match (
@@ -464,7 +576,15 @@ fn render_verification(verification: &Verification, key: &KeyFile) -> String {
     match &verification.head {
         HeadState::NotKept => {}
         HeadState::NotYet { path } => out.push_str(&format!(
-            "  head `{path}`: none yet (it is written with the first keyed record)\n"
+            "  head `{path}`: none yet (a gateway writes it when it makes the key, and after each commit)\n"
+        )),
+        HeadState::Reached { path, seq: 0, sealed } => out.push_str(&format!(
+            "  head `{path}`: at the start, written with the key before any record, {}\n",
+            if *sealed {
+                "its seal checked with the key"
+            } else {
+                "its seal not checked (no key)"
+            }
         )),
         HeadState::Reached { path, seq, sealed } => out.push_str(&format!(
             "  head `{path}`: record {seq}, {}, reached\n",

@@ -90,6 +90,9 @@ pub struct Opened {
     pub store: Arc<dyn Store>,
     /// The key it was opened with.
     pub key: KeyFile,
+    /// The `[audit] witness` of `--config`, expanded, when a command that
+    /// reads the store was given one ([`open_store_of`]).
+    pub configured_witness: Option<PathBuf>,
 }
 
 /// Opens the store: the one `--store`, else `$HINTGATE_STORE`, else the
@@ -181,6 +184,7 @@ pub fn open_store(choice: &Choice<'_>, usage: &Use) -> Result<Opened> {
     Ok(Opened {
         store: Arc::new(store),
         key,
+        configured_witness: None,
     })
 }
 
@@ -262,6 +266,7 @@ fn open_postgres(
     Ok(Opened {
         store: Arc::new(store),
         key,
+        configured_witness: None,
     })
 }
 
@@ -297,13 +302,14 @@ fn read_key(path: &Path) -> Result<(KeySource, KeyFile)> {
 /// Opens the store for a command that reads it (`pins`, `log`,
 /// `approvals`): as [`open_store`], with the `[gateway] store` and
 /// `[audit] key_file` of the config file `--config`, when given (their
-/// `${VAR}` expanded).
+/// `${VAR}` expanded); its `[audit] witness` is handed back in
+/// [`Opened::configured_witness`].
 pub fn open_store_of(
     at: &crate::args::StoreArgs,
     key: Option<&Path>,
     usage: &Use,
 ) -> Result<Opened> {
-    let (configured_store, configured_key) = match at.config.as_deref() {
+    let (configured_store, configured_key, configured_witness) = match at.config.as_deref() {
         Some(path) => {
             let loaded = crate::load::config(path)?;
             let Some(config) = loaded.config else {
@@ -317,11 +323,12 @@ pub fn open_store_of(
             (
                 expand(config.gateway.store.as_deref(), "gateway.store")?,
                 expand(config.audit.key_file.as_deref(), "audit.key_file")?,
+                expand(config.audit.witness.as_deref(), "audit.witness")?,
             )
         }
-        None => (None, None),
+        None => (None, None, None),
     };
-    open_store(
+    let mut opened = open_store(
         &Choice {
             state_dir: at.state_dir.as_deref(),
             store: at.store.as_deref(),
@@ -331,5 +338,7 @@ pub fn open_store_of(
             witness: None,
         },
         usage,
-    )
+    )?;
+    opened.configured_witness = configured_witness.map(PathBuf::from);
+    Ok(opened)
 }

@@ -294,6 +294,44 @@ pub enum Problem {
         /// What the operating system said.
         error: String,
     },
+    /// A row stored with a sequence number below 1, where the log never
+    /// numbers a record (it starts at 1): someone who can write the
+    /// database put it there, where a reader that follows the log from its
+    /// start would not see it.
+    SeqBelowOne {
+        /// Its sequence number.
+        seq: i64,
+    },
+    /// A column of the record is stored as another type than hintgate
+    /// writes (a number as text, text as a blob): it was put there.
+    WrongType {
+        /// The record's sequence number.
+        seq: i64,
+        /// The column.
+        column: String,
+        /// The type it is stored as.
+        stored: String,
+    },
+    /// The audit key is at hand but the log is empty and its head file is
+    /// gone: a gateway writes the head when it makes the key, so the whole
+    /// log was deleted together with its head (or the key was made by a
+    /// hintgate that did not write the head then, and no record has been
+    /// written since).
+    LogDeleted {
+        /// Where the head should be.
+        path: String,
+    },
+    /// Beside this log's head, in a directory of heads named after their
+    /// logs (a PostgreSQL log's), is a head sealed with this log's key but
+    /// named for another log: the log's id, which comes from its salt in
+    /// the database, was changed, which hides this log's own head (or
+    /// another log is kept under the same key).
+    HeadOfOtherLog {
+        /// This log's head file.
+        path: String,
+        /// The other head file.
+        other: String,
+    },
     /// The witness cannot be read.
     WitnessUnreadable {
         /// The witness file.
@@ -387,6 +425,9 @@ pub struct AuditSetup {
 pub(crate) struct Keying {
     pub(crate) key: Option<AuditKey>,
     pub(crate) head_path: Option<PathBuf>,
+    /// The head is a file of its own ([`HeadPlace::File`]), written when
+    /// the key is made: see [`AuditLog::head_made_with_key`].
+    pub(crate) head_made_with_key: bool,
     pub(crate) head: Option<HeadWriter>,
     pub(crate) witness: Option<WitnessWriter>,
 }
@@ -432,9 +473,47 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
         Ok(!self.entries(after, 1)?.is_empty())
     }
 
+    /// The sequence numbers of the rows stored below 1, which
+    /// [`AuditLog::entries`] never reads (the log numbers its records from
+    /// 1): at most `limit` of them, the nearest to 1 first, and how many
+    /// there are. The log writes none; [`AuditLog::verify`] names each. The
+    /// default (a log whose numbers cannot be below 1) has none.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn rows_below_one(&self, limit: usize) -> Result<(Vec<i64>, u64), StoreError> {
+        let _ = limit;
+        Ok((Vec::new(), 0))
+    }
+
+    /// The rows a column of which is stored as another type than the log
+    /// writes (a database whose columns take any type, as SQLite's do): a
+    /// [`Problem::WrongType`] for each, at most `limit`, and how many there
+    /// are. [`AuditLog::entries`] reads such a row as well as it can, and
+    /// [`AuditLog::verify`] names it. The default (typed columns) has none.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read.
+    fn rows_of_another_type(&self, limit: usize) -> Result<(Vec<Problem>, u64), StoreError> {
+        let _ = limit;
+        Ok((Vec::new(), 0))
+    }
+
     /// The key the log is chained under, when the store has it.
     fn audit_key(&self) -> Option<&AuditKey> {
         None
+    }
+
+    /// Whether the head is made together with the key, so that the key at
+    /// hand with neither a head nor a record means the log was deleted with
+    /// its head: true for a head file of its own ([`HeadPlace::File`]),
+    /// which a gateway writes when it makes the key; false for a head in a
+    /// directory of a shared log ([`HeadPlace::Directory`]), whose key is
+    /// copied to machines before their gateways write anything.
+    fn head_made_with_key(&self) -> bool {
+        false
     }
 
     /// The head file, when the log keeps one.
@@ -760,6 +839,10 @@ impl Problem {
             Self::HeadMissing { .. } => "head-missing",
             Self::HeadDamaged { .. } => "head-damaged",
             Self::HeadUnreadable { .. } => "head-unreadable",
+            Self::SeqBelowOne { .. } => "seq-below-one",
+            Self::WrongType { .. } => "wrong-type",
+            Self::LogDeleted { .. } => "log-deleted",
+            Self::HeadOfOtherLog { .. } => "head-of-other-log",
             Self::WitnessUnreadable { .. } => "witness-unreadable",
             Self::WitnessDamaged { .. } => "witness-damaged",
             Self::WitnessForged { .. } => "witness-forged",
@@ -788,6 +871,10 @@ impl Problem {
                 Some(*log_end + 1)
             }
             Self::HeadMissing { .. }
+            | Self::SeqBelowOne { .. }
+            | Self::WrongType { .. }
+            | Self::LogDeleted { .. }
+            | Self::HeadOfOtherLog { .. }
             | Self::HeadDamaged { .. }
             | Self::HeadUnreadable { .. }
             | Self::WitnessUnreadable { .. }
@@ -857,6 +944,26 @@ impl std::fmt::Display for Problem {
             Self::HeadUnreadable { path, error } => {
                 write!(f, "the head file `{path}` cannot be read: {error}")
             }
+            Self::SeqBelowOne { seq } => write!(
+                f,
+                "a record is stored with the sequence number {seq}, below 1, where the log never numbers one: it was put there, out of the chain, where `hintgate log` does not show it"
+            ),
+            Self::WrongType {
+                seq,
+                column,
+                stored,
+            } => write!(
+                f,
+                "record {seq} stores its `{column}` as {stored}, which hintgate never writes there: it was put there"
+            ),
+            Self::LogDeleted { path } => write!(
+                f,
+                "the log is empty and its head file `{path}` is missing, but the audit key is there: the whole log was deleted together with its head (a gateway writes the head when it makes the key; the one other way to get here is a key made by an earlier hintgate, which did not, with no record written since)"
+            ),
+            Self::HeadOfOtherLog { path, other } => write!(
+                f,
+                "the head file `{other}`, beside this log's (`{path}`), is sealed with this log's key but named for another log: the log's id, which comes from the salt in the database, was changed, which hides this log's own head (or another log is kept under the same key)"
+            ),
             Self::WitnessUnreadable { path, error } => {
                 write!(f, "the witness `{path}` cannot be read: {error}")
             }
@@ -947,7 +1054,38 @@ fn verify<L: AuditLog + ?Sized>(
             after = entry.seq;
         }
     }
-    let link_at = |seq: u64| wanted.get(&seq).and_then(Option::as_deref);
+    // Rows below 1 are out of the walk from 1: each is named.
+    let (below_one, below_one_count) = log.rows_below_one(MAX_PROBLEMS)?;
+    let listed = u64::try_from(below_one.len()).unwrap_or(u64::MAX);
+    for seq in below_one {
+        findings.push(Problem::SeqBelowOne { seq });
+    }
+    findings.more += below_one_count.saturating_sub(listed);
+    let (wrong_type, wrong_type_count) = log.rows_of_another_type(MAX_PROBLEMS)?;
+    let listed = u64::try_from(wrong_type.len()).unwrap_or(u64::MAX);
+    for problem in wrong_type {
+        findings.push(problem);
+    }
+    findings.more += wrong_type_count.saturating_sub(listed);
+    let link_at = |seq: u64| {
+        if seq == 0 {
+            // A head at 0 is one written with the key, before any record.
+            Some(GENESIS)
+        } else {
+            wanted.get(&seq).and_then(Option::as_deref)
+        }
+    };
+    // In a directory of heads named after their logs, a head sealed with
+    // this key under another log's name is this log's, renamed by a
+    // changed log id (or another log's under the same key).
+    if let (Some(key), Some(path), false) = (key, head_path, log.head_made_with_key()) {
+        for other in heads_beside(path, key) {
+            findings.push(Problem::HeadOfOtherLog {
+                path: path.display().to_string(),
+                other: other.display().to_string(),
+            });
+        }
+    }
     let head = match head {
         None => HeadState::NotKept,
         Some((path, read)) => {
@@ -955,7 +1093,13 @@ fn verify<L: AuditLog + ?Sized>(
                 Ok(HeadRead::Head { seq, .. }) => link_at(*seq),
                 _ => None,
             };
-            check_head(path, read, &walk, at_head_seq, &mut findings)
+            // With the key at hand and the head made with it, a log with
+            // no head and no row at all was deleted with its head.
+            let deleted = key.is_some()
+                && log.head_made_with_key()
+                && walk.checked == 0
+                && below_one_count == 0;
+            check_head(path, read, &walk, at_head_seq, deleted, &mut findings)
         }
     };
     let witness = match (checkpoints, witness) {
@@ -1171,12 +1315,41 @@ fn extend(span: &mut Option<Span>, seq: u64) {
     }
 }
 
+/// The head files beside `head` (named `audit-*.head`, as a directory of
+/// heads names them) sealed with `key`, in the order of their names.
+fn heads_beside(head: &Path, key: &AuditKey) -> Vec<PathBuf> {
+    let (Some(dir), Some(own)) = (head.parent(), head.file_name()) else {
+        return Vec::new();
+    };
+    let Ok(files) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut sealed: Vec<PathBuf> = files
+        .filter_map(Result::ok)
+        .filter(|file| {
+            let name = file.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("audit-") && name.ends_with(".head") && file.file_name() != own
+        })
+        .map(|file| file.path())
+        .filter(|path| {
+            matches!(
+                head::read(path, Some(key)),
+                Ok(HeadRead::Head { sealed: true, .. })
+            )
+        })
+        .collect();
+    sealed.sort();
+    sealed
+}
+
 /// Checks the head against the log walked.
 fn check_head(
     path: &Path,
     read: std::io::Result<HeadRead>,
     walk: &Walk,
     at_head_seq: Option<&str>,
+    deleted: bool,
     findings: &mut Findings,
 ) -> HeadState {
     let shown = path.display().to_string();
@@ -1192,6 +1365,12 @@ fn check_head(
             Problem::HeadUnreadable {
                 path: shown.clone(),
                 error: err.to_string(),
+            },
+        ),
+        Ok(HeadRead::Missing) if deleted => failed(
+            findings,
+            Problem::LogDeleted {
+                path: shown.clone(),
             },
         ),
         Ok(HeadRead::Missing) if walk.keyed.is_none() => HeadState::NotYet {
@@ -1297,11 +1476,17 @@ impl Keying {
         tail_link: Option<&str>,
         head_name: impl FnOnce() -> String,
     ) -> Result<Self, StoreError> {
-        let key = match setup.key {
-            KeySource::None => None,
-            KeySource::Given(key) => Some(key),
-            KeySource::File(path) => Some(open_key_file(&path, tail_link)?),
+        // Whether the key is one this open made (a key file that was not
+        // there), or one given as it is.
+        let (key, key_is_new) = match setup.key {
+            KeySource::None => (None, false),
+            KeySource::Given(key) => (Some(key), true),
+            KeySource::File(path) => {
+                let (key, created) = open_key_file(&path, tail_link)?;
+                (Some(key), created)
+            }
         };
+        let head_made_with_key = matches!(setup.head, HeadPlace::File(_));
         let head_path = match setup.head {
             HeadPlace::None => None,
             HeadPlace::File(path) => Some(path),
@@ -1311,6 +1496,24 @@ impl Keying {
             .as_ref()
             .zip(head_path.as_ref())
             .map(|(key, path)| HeadWriter::new(path.clone(), key));
+        // A gateway on an empty log without a head writes the head at 0
+        // now, with the key: a log deleted later together with its head is
+        // then told from a new one (`log-deleted`). Not when a head of its
+        // own is missing under a key file that was there already: that is
+        // what such a deletion leaves, and writing a head would hide it.
+        if let (Some(writer), Some(path), true, None) =
+            (&head, &head_path, setup.checkpoints, tail_link)
+            && !path.exists()
+        {
+            if key_is_new || !head_made_with_key {
+                writer.start();
+            } else {
+                tracing::error!(
+                    "the audit log is empty and its head `{}` is missing, but the audit key was there: the log may have been deleted together with its head; `hintgate log verify` says so until this gateway writes its first record",
+                    path.display()
+                );
+            }
+        }
         let witness = match (&head_path, setup.checkpoints && key.is_some()) {
             (Some(path), true) => WitnessWriter::open(&witness::state_path(path), &setup.witness)?,
             // A store without a head has no witness; one the configuration
@@ -1328,6 +1531,7 @@ impl Keying {
         Ok(Self {
             key,
             head_path,
+            head_made_with_key,
             head,
             witness,
         })
@@ -1347,7 +1551,8 @@ impl Keying {
 
 /// Reads the key file at `path`, making it when there is none, unless the
 /// log (its last link `tail_link`) is chained under a key already.
-fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<AuditKey, StoreError> {
+/// Returns the key and whether it was made now.
+fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<(AuditKey, bool), StoreError> {
     match AuditKey::load(path) {
         Err(crate::KeyError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
@@ -1366,9 +1571,9 @@ fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<AuditKey, Store
                     key.id()
                 );
             }
-            Ok(key)
+            Ok((key, created))
         }
-        other => Ok(other?),
+        other => Ok((other?, false)),
     }
 }
 
@@ -1562,15 +1767,19 @@ impl AuditLog for SqliteStore {
                 to_sql(after),
                 to_sql(u64::try_from(limit).unwrap_or(u64::MAX))
             ],
+            // SQLite's columns take any type: a value of another type than
+            // the log writes is read as well as it can be (and named by
+            // `rows_of_another_type`), so that one such row does not keep
+            // the rest of the log from being read and verified.
             |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, Option<i64>>(3)?,
-                    row.get::<_, String>(4)?,
-                    row.get::<_, String>(5)?,
-                    row.get::<_, String>(6)?,
+                    lenient_integer(row.get_ref(1)?).unwrap_or(0),
+                    lenient_text(row.get_ref(2)?),
+                    lenient_integer(row.get_ref(3)?),
+                    lenient_text(row.get_ref(4)?),
+                    lenient_text(row.get_ref(5)?),
+                    lenient_text(row.get_ref(6)?),
                 ))
             },
         )?;
@@ -1590,12 +1799,115 @@ impl AuditLog for SqliteStore {
         Ok(entries)
     }
 
+    fn rows_below_one(&self, limit: usize) -> Result<(Vec<i64>, u64), StoreError> {
+        let connection = self.lock();
+        let count: i64 =
+            connection.query_row("SELECT count(*) FROM audit WHERE seq < 1", [], |row| {
+                row.get(0)
+            })?;
+        if count == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let mut statement =
+            connection.prepare("SELECT seq FROM audit WHERE seq < 1 ORDER BY seq DESC LIMIT ?1")?;
+        let seqs = statement
+            .query_map(
+                params![to_sql(u64::try_from(limit).unwrap_or(u64::MAX))],
+                |row| row.get::<_, i64>(0),
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((seqs, from_sql(count)))
+    }
+
+    fn rows_of_another_type(&self, limit: usize) -> Result<(Vec<Problem>, u64), StoreError> {
+        const WRONG: &str = "typeof(at) <> 'integer' OR typeof(kind) <> 'text'
+             OR typeof(call_seq) NOT IN ('integer', 'null') OR typeof(body) <> 'text'
+             OR typeof(prev) <> 'text' OR typeof(hash) <> 'text'";
+        let connection = self.lock();
+        let count: i64 = connection.query_row(
+            &format!("SELECT count(*) FROM audit WHERE {WRONG}"),
+            [],
+            |row| row.get(0),
+        )?;
+        if count == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let mut statement = connection.prepare(&format!(
+            "SELECT seq, typeof(at), typeof(kind), typeof(call_seq), typeof(body), typeof(prev), typeof(hash)
+             FROM audit WHERE {WRONG} ORDER BY seq LIMIT ?1"
+        ))?;
+        let rows = statement.query_map(
+            params![to_sql(u64::try_from(limit).unwrap_or(u64::MAX))],
+            |row| {
+                let mut types = Vec::with_capacity(6);
+                for idx in 1..=6 {
+                    types.push(row.get::<_, String>(idx)?);
+                }
+                Ok((row.get::<_, i64>(0)?, types))
+            },
+        )?;
+        let mut problems = Vec::new();
+        for row in rows {
+            let (seq, types) = row?;
+            // The first column of another type names the row.
+            let columns = [
+                ("at", &["integer"][..]),
+                ("kind", &["text"][..]),
+                ("call_seq", &["integer", "null"][..]),
+                ("body", &["text"][..]),
+                ("prev", &["text"][..]),
+                ("hash", &["text"][..]),
+            ];
+            if let Some(((column, _), stored)) = columns
+                .iter()
+                .zip(&types)
+                .find(|((_, allowed), stored)| !allowed.contains(&stored.as_str()))
+            {
+                problems.push(Problem::WrongType {
+                    seq,
+                    column: (*column).to_owned(),
+                    stored: stored.clone(),
+                });
+            }
+        }
+        Ok((problems, from_sql(count)))
+    }
+
     fn audit_key(&self) -> Option<&AuditKey> {
         self.keying.key.as_ref()
     }
 
     fn head_path(&self) -> Option<&Path> {
         self.keying.head_path.as_deref()
+    }
+
+    fn head_made_with_key(&self) -> bool {
+        self.keying.head_made_with_key
+    }
+}
+
+/// A SQLite value as an integer: an integer as it is, text that is one
+/// parsed; `None` for anything else.
+fn lenient_integer(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Integer(n) => Some(n),
+        ValueRef::Text(text) => std::str::from_utf8(text).ok()?.trim().parse().ok(),
+        ValueRef::Null | ValueRef::Real(_) | ValueRef::Blob(_) => None,
+    }
+}
+
+/// A SQLite value as text: text or a blob as its bytes (not UTF-8 ones
+/// replaced, so a link over them no longer matches), a number written out.
+fn lenient_text(value: rusqlite::types::ValueRef<'_>) -> String {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+        ValueRef::Integer(n) => n.to_string(),
+        ValueRef::Real(x) => x.to_string(),
+        ValueRef::Null => String::new(),
     }
 }
 

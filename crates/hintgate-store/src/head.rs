@@ -100,6 +100,47 @@ impl HeadWriter {
             }
         }
     }
+
+    /// Writes the head of an empty log (sequence number 0, the link before
+    /// the first record) and syncs it and its directory: written when the
+    /// key is made, so that a log deleted later together with its head is
+    /// told from a new one. Once, off the commit path, so it is synced. A
+    /// failure is logged, as in [`HeadWriter::record`].
+    pub(crate) fn start(&self) {
+        self.record(0, crate::audit::GENESIS);
+        let synced = {
+            let file = self
+                .file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match file.as_ref() {
+                Some((open, _)) => open.sync_all().and_then(|()| sync_dir(&self.path)),
+                // The write failed, and said so.
+                None => Ok(()),
+            }
+        };
+        if let Err(err) = synced {
+            tracing::error!(
+                "the audit head `{}` could not be synced: {err}",
+                self.path.display()
+            );
+        }
+    }
+}
+
+/// Syncs the directory of `path`, so a file made in it stays after a power
+/// loss.
+#[cfg(unix)]
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_path: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 impl std::fmt::Debug for HeadWriter {

@@ -792,12 +792,36 @@ impl AuditLog for PgStore {
         })
     }
 
+    fn rows_below_one(&self, limit: usize) -> Result<(Vec<i64>, u64), StoreError> {
+        self.call(move |client| {
+            let count: i64 = client
+                .query_one("SELECT count(*) FROM hintgate.audit WHERE seq < 1", &[])?
+                .try_get(0)?;
+            if count == 0 {
+                return Ok((Vec::new(), 0));
+            }
+            let seqs = client
+                .query(
+                    "SELECT seq FROM hintgate.audit WHERE seq < 1 ORDER BY seq DESC LIMIT $1",
+                    &[&to_sql(u64::try_from(limit).unwrap_or(u64::MAX))],
+                )?
+                .iter()
+                .map(|row| row.try_get::<_, i64>(0))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((seqs, from_sql(count)))
+        })
+    }
+
     fn audit_key(&self) -> Option<&AuditKey> {
         self.keying.key.as_ref()
     }
 
     fn head_path(&self) -> Option<&std::path::Path> {
         self.keying.head_path.as_deref()
+    }
+
+    fn head_made_with_key(&self) -> bool {
+        self.keying.head_made_with_key
     }
 }
 

@@ -12,11 +12,7 @@ use crate::util::{code, hintgate, stderr, stdout};
 
 /// A wrap-mode gateway whose host declares no elicitation.
 fn gateway(dir: &Path, flags: &[&str]) -> Host {
-    let server = fixture_server();
-    let mut args = vec!["run"];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["--", "python3", server.as_str()]);
-    let mut host = Host::start(dir, &args, &[]);
+    let mut host = crate::util::wrap_fixture(dir, flags, &[], &[]);
     host.initialize(json!({}));
     host
 }

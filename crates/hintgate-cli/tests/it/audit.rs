@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::host::{Host, fixture_server, is_error, text};
-use crate::util::Rng;
+use crate::util::{Rng, log_json};
 
 /// Bounds a wait that should end; no test asserts on time.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -27,30 +27,9 @@ fn session_with(
     server_flags: &[&str],
     env: &[(&str, &str)],
 ) -> Host {
-    let server = fixture_server();
-    let mut args = vec!["run", "--name", "fx"];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["--", "python3", server.as_str()]);
-    args.extend_from_slice(server_flags);
-    Host::start(dir, &args, env)
-}
-
-/// `hintgate log --json [extra]` as one JSON value per line.
-fn log_json(dir: &std::path::Path, extra: &[&str]) -> Vec<Value> {
-    let state = dir.join("state").display().to_string();
-    let mut args = vec!["log", "--state-dir", state.as_str(), "--json"];
-    args.extend_from_slice(extra);
-    let output = crate::util::run(dir, &args);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        crate::util::stderr(&output)
-    );
-    crate::util::stdout(&output)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    let mut named = vec!["--name", "fx"];
+    named.extend_from_slice(flags);
+    crate::util::wrap_fixture(dir, &named, server_flags, env)
 }
 
 /// Asserts that `value` is a redaction marker for a value of `length`
@@ -1231,4 +1210,327 @@ fn a_gateway_checkpoints_to_the_witness_its_config_names_and_no_other() {
     let why = crate::util::stderr(&refused);
     assert_ne!(crate::util::code(&refused), 0, "{why}");
     assert!(why.contains(&other) && why.contains(&witness_text), "{why}");
+}
+
+/// The problem codes of `log verify --json`, and its warnings' codes.
+fn verify_codes(
+    dir: &std::path::Path,
+    state: &std::path::Path,
+    extra: &[&str],
+) -> (i32, Vec<String>, Vec<String>) {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let output = verify(dir, state, &args);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: {} {}",
+            crate::util::stdout(&output),
+            crate::util::stderr(&output)
+        )
+    });
+    let codes = |list: &str, field: &str| -> Vec<String> {
+        report[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item[field].as_str().unwrap().to_owned())
+            .collect()
+    };
+    (
+        crate::util::code(&output),
+        codes("problems", "problem"),
+        codes("warnings", "warning"),
+    )
+}
+
+#[test]
+fn rows_below_sequence_number_one_are_named_by_verify_and_counted_by_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+    host.initialize(json!({}));
+    for n in 0..2 {
+        assert!(text(&host.call("echo", json!({"text": format!("call {n}")}))).contains("call"));
+    }
+    assert!(host.close().success());
+    let state = dir.path().join("state");
+    assert_eq!(verify_codes(dir.path(), &state, &[]).0, 0);
+
+    // Copies of the first record at 0 and below, out of the chain that is
+    // followed from 1.
+    sql(
+        &state,
+        "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash)
+           SELECT 0, at, kind, call_seq, replace(body, 'call 0', 'forged'), prev, hash FROM audit WHERE seq = 1;
+         INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash)
+           SELECT -3, at, kind, call_seq, body, prev, hash FROM audit WHERE seq = 1;",
+    );
+    let broken = verify(dir.path(), &state, &[]);
+    let out = crate::util::stdout(&broken);
+    assert_eq!(crate::util::code(&broken), 2, "{out}");
+    for seq in ["0", "-3"] {
+        assert!(
+            out.contains(&format!(
+                "a record is stored with the sequence number {seq}, below 1"
+            )),
+            "{out}"
+        );
+    }
+    let (code, problems, _) = verify_codes(dir.path(), &state, &[]);
+    assert_eq!(
+        (code, problems),
+        (
+            2,
+            vec!["seq-below-one".to_owned(), "seq-below-one".to_owned()]
+        )
+    );
+    // `hintgate log` does not show them, and says so.
+    let shown = crate::util::run(dir.path(), &["log", "--state-dir", state.to_str().unwrap()]);
+    assert_eq!(crate::util::code(&shown), 0);
+    assert!(
+        crate::util::stderr(&shown).contains(
+            "warning: 2 records are stored with a sequence number below 1, where the log never numbers one, and not shown"
+        ),
+        "{}",
+        crate::util::stderr(&shown)
+    );
+    assert!(!crate::util::stdout(&shown).contains("forged"));
+
+    // SQLite's columns take any type: a body stored as a blob of the same
+    // bytes keeps its link but is named, and a time that is not a number
+    // is named and breaks its link; neither keeps the rest from being read.
+    sql(
+        &state,
+        "DELETE FROM audit WHERE seq < 1;
+         UPDATE audit SET body = CAST(body AS BLOB) WHERE seq = 1;
+         UPDATE audit SET at = 'soon' WHERE seq = 2;",
+    );
+    let broken = verify(dir.path(), &state, &[]);
+    let out = crate::util::stdout(&broken);
+    assert_eq!(crate::util::code(&broken), 2, "{out}");
+    assert!(
+        out.contains("record 1 stores its `body` as blob, which hintgate never writes there"),
+        "{out}"
+    );
+    assert!(out.contains("record 2 stores its `at` as text"), "{out}");
+    let (_, problems, _) = verify_codes(dir.path(), &state, &[]);
+    assert_eq!(problems, ["edited", "wrong-type", "wrong-type"], "{out}");
+    let shown = crate::util::run(
+        dir.path(),
+        &["log", "--state-dir", state.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        crate::util::code(&shown),
+        0,
+        "{}",
+        crate::util::stderr(&shown)
+    );
+    assert!(crate::util::stdout(&shown).contains("call 0"));
+}
+
+#[test]
+fn a_log_deleted_with_its_head_is_not_taken_for_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // The first run, no call: the key and the head are made together, and
+    // the empty log verifies, with a warning of what only a witness sees.
+    let first = run_gateway(dir.path(), &state);
+    assert!(
+        state.join("audit.key").exists(),
+        "{}",
+        crate::util::stderr(&first)
+    );
+    let fresh = verify(dir.path(), &state, &[]);
+    let out = crate::util::stdout(&fresh);
+    assert_eq!(crate::util::code(&fresh), 0, "{out}");
+    assert!(
+        out.contains("state.db.audit-head`: at the start, written with the key before any record, its seal checked with the key"),
+        "{out}"
+    );
+    assert!(
+        crate::util::stderr(&fresh).contains(
+            "warning: no witness is set up for this log, so this check cannot see the whole log deleted together with its head and its audit key"
+        ),
+        "{}",
+        crate::util::stderr(&fresh)
+    );
+    assert_eq!(
+        verify_codes(dir.path(), &state, &[]),
+        (0, vec![], vec!["no-witness".to_owned()])
+    );
+
+    // The head removed from the empty log: deleted, not new.
+    let copy = dir.path().join("no-head");
+    copy_state(&state, &copy);
+    std::fs::remove_file(copy.join("state.db.audit-head")).unwrap();
+    let deleted = verify(dir.path(), &copy, &[]);
+    let out = crate::util::stdout(&deleted);
+    assert_eq!(crate::util::code(&deleted), 2, "{out}");
+    assert!(
+        out.contains("the whole log was deleted together with its head"),
+        "{out}"
+    );
+    assert_eq!(
+        verify_codes(dir.path(), &copy, &[]).1,
+        ["log-deleted".to_owned()]
+    );
+    // A gateway started on it does not hide it behind a new head.
+    run_gateway(dir.path(), &copy);
+    assert!(!copy.join("state.db.audit-head").exists());
+    assert_eq!(
+        verify_codes(dir.path(), &copy, &[]).1,
+        ["log-deleted".to_owned()]
+    );
+
+    // Calls, then every record deleted with the head: deleted. With the
+    // head kept, cut off.
+    let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+    host.initialize(json!({}));
+    assert!(text(&host.call("echo", json!({"text": "one"}))).contains("one"));
+    assert!(host.close().success());
+    assert_eq!(verify_codes(dir.path(), &state, &[]).0, 0);
+    let wiped = dir.path().join("wiped");
+    copy_state(&state, &wiped);
+    sql(&wiped, "DELETE FROM audit");
+    assert_eq!(
+        verify_codes(dir.path(), &wiped, &[]).1,
+        ["cut-off".to_owned()]
+    );
+    std::fs::remove_file(wiped.join("state.db.audit-head")).unwrap();
+    assert_eq!(
+        verify_codes(dir.path(), &wiped, &[]).1,
+        ["log-deleted".to_owned()]
+    );
+    // With the key gone too, it is a new log as far as anything here can
+    // tell: that is what the warning says a witness is for.
+    std::fs::remove_file(wiped.join("audit.key")).unwrap();
+    assert_eq!(
+        verify_codes(dir.path(), &wiped, &[]),
+        (0, vec![], vec!["no-witness".to_owned()])
+    );
+}
+
+#[test]
+fn the_witness_commands_take_the_witness_the_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_text = state.display().to_string();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let witness = elsewhere.path().join("witness.log");
+    let witness_text = witness.display().to_string();
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.fx]\ncommand = \"python3\"\nargs = [\"{}\"]\ntrust = \"trusted\"\n\n[audit]\nwitness = \"{witness_text}\"\n",
+            fixture_server()
+        ),
+    )
+    .unwrap();
+    let config_text = config.display().to_string();
+    let log = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all = vec!["log", "--state-dir", &state_text, "--config", &config_text];
+        all.extend_from_slice(args);
+        crate::util::hintgate()
+            .current_dir(dir.path())
+            .args(&all)
+            .env_remove("HINTGATE_WITNESS_KEY")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+
+    // Without FILE and without a config naming one: bad usage.
+    let unnamed = crate::util::run(
+        dir.path(),
+        &["log", "--state-dir", &state_text, "setup-witness"],
+    );
+    assert_eq!(crate::util::code(&unnamed), 64);
+    assert!(
+        crate::util::stderr(&unnamed).contains("name the witness"),
+        "{}",
+        crate::util::stderr(&unnamed)
+    );
+
+    // Without FILE, the configured witness is set up.
+    let setup = log(&["setup-witness"], &[]);
+    let printed = crate::util::stdout(&setup);
+    assert_eq!(
+        crate::util::code(&setup),
+        0,
+        "{}",
+        crate::util::stderr(&setup)
+    );
+    assert!(printed.contains(&witness_text), "{printed}");
+    let key = printed
+        .lines()
+        .find(|line| line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("the verification key is printed: {printed}"))
+        .to_owned();
+
+    // The gateway checkpoints there (it insists on the witness set up).
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+    assert!(text(&host.call("fx__echo", json!({"text": "one"}))).contains("one"));
+    assert!(host.close().success());
+    assert!(std::fs::read_to_string(&witness).unwrap().lines().count() >= 1);
+
+    // verify checks the configured witness with its key from the
+    // variable...
+    let checked = log(&["verify"], &[("HINTGATE_WITNESS_KEY", &key)]);
+    let out = crate::util::stdout(&checked);
+    assert_eq!(crate::util::code(&checked), 0, "{out}");
+    assert!(
+        out.contains(&format!("witness `{witness_text}`: 1 checkpoints")),
+        "{out}"
+    );
+    assert!(crate::util::stderr(&checked).is_empty(), "no warning");
+    // ... or the flag.
+    let checked = log(&["verify", "--verification-key", &key], &[]);
+    assert_eq!(
+        crate::util::code(&checked),
+        0,
+        "{}",
+        crate::util::stderr(&checked)
+    );
+    assert!(crate::util::stdout(&checked).contains("1 checkpoints"));
+
+    // Without its key it is not checked, and verify says so.
+    let unchecked = log(&["verify", "--json"], &[]);
+    assert_eq!(crate::util::code(&unchecked), 0);
+    let report: Value = serde_json::from_slice(&unchecked.stdout).unwrap();
+    assert_eq!(report["witness"], Value::Null, "{report}");
+    assert_eq!(
+        report["warnings"][0]["warning"], "witness-not-checked",
+        "{report}"
+    );
+    assert!(
+        crate::util::stderr(&unchecked)
+            .contains("warning: a witness is set up for this log but was not checked"),
+        "{}",
+        crate::util::stderr(&unchecked)
+    );
+
+    // The flag wins over the configuration.
+    let other = elsewhere.path().join("other.log").display().to_string();
+    let flagged = log(
+        &["verify", "--witness", &other, "--verification-key", &key],
+        &[],
+    );
+    let out = crate::util::stdout(&flagged);
+    assert_eq!(crate::util::code(&flagged), 2, "{out}");
+    assert!(
+        out.contains(&format!("the witness `{other}` cannot be read")),
+        "{out}"
+    );
+    let again = log(&["setup-witness", &other], &[]);
+    assert_eq!(
+        crate::util::code(&again),
+        1,
+        "set up once, whichever file is named"
+    );
+    assert!(
+        crate::util::stderr(&again).contains("a witness is set up for this log already"),
+        "{}",
+        crate::util::stderr(&again)
+    );
 }

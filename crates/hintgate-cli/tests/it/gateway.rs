@@ -4,20 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::host::{Host, fixture_server, is_error, text};
-
-fn wrap(
-    dir: &std::path::Path,
-    flags: &[&str],
-    server_flags: &[&str],
-    env: &[(&str, &str)],
-) -> Host {
-    let server = fixture_server();
-    let mut args = vec!["run"];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["--", "python3", server.as_str()]);
-    args.extend_from_slice(server_flags);
-    Host::start(dir, &args, env)
-}
+use crate::util::{tool, wrap_fixture};
 
 /// A wrap-mode session whose fixture server appends its starts and calls to
 /// a log file, so a test can count what reached it.
@@ -29,18 +16,9 @@ fn logged(
     let log = dir.join("calls.log");
     let log_text = log.display().to_string();
     (
-        wrap(dir, flags, server_flags, &[("FIXTURE_LOG", &log_text)]),
+        wrap_fixture(dir, flags, server_flags, &[("FIXTURE_LOG", &log_text)]),
         log,
     )
-}
-
-fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
-    list["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|tool| tool["name"] == name)
-        .unwrap_or_else(|| panic!("no tool `{name}` in {list}"))
 }
 
 fn approve(remember: Option<&str>) -> impl FnMut(&Value) -> Value {
@@ -57,7 +35,7 @@ fn approve(remember: Option<&str>) -> impl FnMut(&Value) -> Value {
 #[test]
 fn the_host_sees_vouched_annotations_and_sanitized_descriptions() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(dir.path(), &["--name", "fx"], &["--ansi"], &[]);
+    let mut host = wrap_fixture(dir.path(), &["--name", "fx"], &["--ansi"], &[]);
     let init = host.initialize(json!({}));
     assert_eq!(init["result"]["serverInfo"]["name"], "fixture");
     assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true);
@@ -82,7 +60,7 @@ fn the_host_sees_vouched_annotations_and_sanitized_descriptions() {
 #[test]
 fn an_allowed_call_reaches_the_server_with_its_meta_and_unknown_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    let mut host = wrap_fixture(dir.path(), &["--trust", "trusted"], &[], &[]);
     host.initialize(json!({}));
     let response = host.request(
         "tools/call",
@@ -139,7 +117,7 @@ fn a_lying_untrusted_server_is_asked_about_and_a_decline_refuses() {
 #[test]
 fn remembering_for_the_session_stops_the_questions() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    let mut host = wrap_fixture(dir.path(), &["--trust", "trusted"], &[], &[]);
     host.respond_with(approve(Some("this tool for the rest of this session")));
     host.initialize(json!({"elicitation": {"form": {}}}));
     assert_eq!(
@@ -162,7 +140,7 @@ fn remembering_for_the_session_stops_the_questions() {
 fn a_host_without_elicitation_gets_a_refusal_not_a_hang() {
     let dir = tempfile::tempdir().unwrap();
     // The call waits in the approval queue for `ask_timeout_s`, then is refused.
-    let mut host = wrap(
+    let mut host = wrap_fixture(
         dir.path(),
         &["--trust", "trusted", "--ask-timeout", "1"],
         &[],
@@ -182,7 +160,7 @@ fn a_host_without_elicitation_gets_a_refusal_not_a_hang() {
         json!(["not-read-only"])
     );
 
-    let mut unattended = wrap(
+    let mut unattended = wrap_fixture(
         dir.path(),
         &["--trust", "trusted", "--unattended"],
         &[],
@@ -200,7 +178,7 @@ fn a_host_without_elicitation_gets_a_refusal_not_a_hang() {
 #[test]
 fn a_definition_that_changes_mid_session_is_held_for_approval() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(
+    let mut host = wrap_fixture(
         dir.path(),
         &["--trust", "trusted"],
         &["--change-after-list"],
@@ -360,7 +338,7 @@ fn invalid_arguments_never_reach_the_server() {
 #[test]
 fn a_server_request_to_the_host_is_relayed_and_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    let mut host = wrap_fixture(dir.path(), &["--trust", "trusted"], &[], &[]);
     host.respond_with(|request| {
         assert_eq!(request["method"], "elicitation/create");
         // Marked as the server's question (the server is named after its
@@ -497,7 +475,7 @@ fn issue_11_a_private_resource_makes_open_world_tools_ask() {
 #[test]
 fn a_server_that_cannot_start_fails_initialize_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(dir.path(), &[], &["--crash-at-start"], &[]);
+    let mut host = wrap_fixture(dir.path(), &[], &["--crash-at-start"], &[]);
     let init = host.request(
         "initialize",
         json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
@@ -582,7 +560,7 @@ fn modern_call(host: &mut Host, name: &str, arguments: Value, extra: Value) -> V
 #[test]
 fn a_modern_host_discovers_and_gets_complete_results() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(dir.path(), &["--trust", "trusted"], &[], &[]);
+    let mut host = wrap_fixture(dir.path(), &["--trust", "trusted"], &[], &[]);
     let discover = host.request("server/discover", json!({"_meta": modern_meta(json!({}))}));
     let result = &discover["result"];
     assert_eq!(result["resultType"], "complete");
@@ -812,7 +790,7 @@ fn a_2026_07_28_server_that_answers_the_era_probe_late_is_probed_again() {
     let dir = tempfile::tempdir().unwrap();
     // The first `server/discover` is answered after the probe gave up, and
     // the server then refuses `initialize` the 2026-07-28 way.
-    let mut host = wrap(
+    let mut host = wrap_fixture(
         dir.path(),
         &["--trust", "trusted"],
         &["--modern-only", "--name", "late", "--slow-discover", "4"],
@@ -831,7 +809,7 @@ fn a_2026_07_28_server_that_answers_the_era_probe_late_is_probed_again() {
 fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
     let dir = tempfile::tempdir().unwrap();
     // A legacy host in front of a modern-only server; it takes questions.
-    let mut host = wrap(
+    let mut host = wrap_fixture(
         dir.path(),
         &["--trust", "trusted"],
         &["--modern-only", "--name", "modern"],
@@ -877,7 +855,7 @@ fn a_2026_07_28_server_is_detected_and_spoken_to_in_its_era() {
 
     // A modern host in front of the same server: the server's own question
     // and state pass through, and so does the host's answer.
-    let mut modern = wrap(dir.path(), &["--trust", "trusted"], &["--modern-only"], &[]);
+    let mut modern = wrap_fixture(dir.path(), &["--trust", "trusted"], &["--modern-only"], &[]);
     let asked = modern_call(&mut modern, "needs_input", json!({}), json!({}));
     assert_eq!(asked["result"]["resultType"], "input_required");
     assert_eq!(asked["result"]["requestState"], "server-own-state");
@@ -1084,7 +1062,7 @@ fn pins_and_standing_approvals_outlive_the_session() {
 #[test]
 fn every_call_is_in_the_audit_log_and_an_edit_is_found() {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = wrap(
+    let mut host = wrap_fixture(
         dir.path(),
         &["--trust", "trusted", "--name", "fx"],
         &[],
@@ -1183,7 +1161,7 @@ fn a_2026_07_28_server_that_answers_the_probe_late_is_still_spoken_to_in_its_era
     let dir = tempfile::tempdir().unwrap();
     // The probe waits 3 s; the server answers it after 4.5 s, when
     // `initialize` (which it refuses; its own deadline is 6 s) has gone out.
-    let mut host = wrap(
+    let mut host = wrap_fixture(
         dir.path(),
         &["--trust", "trusted", "--call-timeout", "3"],
         &["--modern-only", "--name", "slow", "--slow-discover", "4.5"],

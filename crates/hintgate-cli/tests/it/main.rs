@@ -15,6 +15,7 @@ mod corpus;
 mod explain;
 mod gateway;
 mod host;
+mod hostile_http;
 mod lint;
 mod peers;
 mod pinning;

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::host::{Host, is_error, text};
 use crate::peers::npm_bin;
+use crate::util::{log_json, tool};
 
 fn escape_server() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -57,30 +58,6 @@ fn kernel_confines() -> bool {
         }
     }
     true
-}
-
-fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
-    list["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|tool| tool["name"] == name)
-        .unwrap_or_else(|| panic!("no tool {name} in {list}"))
-}
-
-fn log_json(dir: &Path) -> Vec<Value> {
-    let state = dir.join("state").display().to_string();
-    let output = crate::util::run(dir, &["log", "--state-dir", &state, "--json"]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        crate::util::stderr(&output)
-    );
-    crate::util::stdout(&output)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 struct Layout {
@@ -181,7 +158,7 @@ fn an_untrusted_confined_server_reads_without_a_prompt_and_cannot_escape() {
     host.close();
 
     // The audit log says why each call ran unasked.
-    let records = log_json(dir.path());
+    let records = log_json(dir.path(), &[]);
     assert_eq!(records.len(), 5, "{records:?}");
     for record in &records {
         assert_eq!(record["verdict"], "allow", "{record}");

@@ -1,6 +1,9 @@
 //! The hostile-peer soak: a bounded run of a real gateway between a host
-//! and three servers, two of which misbehave at random (see
-//! `tests/fixtures/hostile_server.py`), while the host mixes well-formed
+//! and four servers, three of which misbehave at random: two over stdio
+//! (`tests/fixtures/hostile_server.py`) and one over Streamable HTTP
+//! (`hostile_http.rs`: wrong, duplicate and unsolicited ids, SSE streams
+//! that stall or carry garbage, 4xx and 5xx, bodies over the limit, a
+//! session that ends or changes its id), while the host mixes well-formed
 //! calls with wrong, duplicate and unsolicited ids, id-less calls, repeated
 //! keys, batches, huge and deep lines, invalid UTF-8, lines in two parts,
 //! cancellations racing results, and answers to the gateway's questions
@@ -37,6 +40,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::host::fixture_server;
+use crate::hostile_http::HostileHttp;
 use crate::util::{Rng, hintgate};
 
 /// The gateway's resident memory must stay under this, whatever its peers
@@ -93,7 +97,7 @@ fn modern_seed(seed: u64) -> bool {
 const APPROVE_KEY: &str = "hintgate/approve";
 
 impl Soak {
-    fn start(dir: &Path, seed: u64, modern: bool) -> (Self, u32) {
+    fn start(dir: &Path, seed: u64, modern: bool, http: &HostileHttp) -> (Self, u32) {
         let config = format!(
             r#"
 [gateway]
@@ -115,6 +119,10 @@ command = "python3"
 args = ["{hostile}", "--name", "wild2", "--seed", "{seed2}"]
 trust = "trusted"
 
+[servers.wild3]
+url = "{http}"
+trust = "trusted"
+
 [[rules]]
 server = "wild2"
 tool = "wipe"
@@ -125,6 +133,7 @@ reason = "the soak's deny rule"
             hostile = hostile_server(),
             seed1 = seed,
             seed2 = seed + 1,
+            http = http.url,
         );
         std::fs::write(dir.join("hintgate.toml"), config).unwrap();
         let mut child = hintgate()
@@ -223,9 +232,11 @@ reason = "the soak's deny rule"
         format!("h{}", self.next_id)
     }
 
-    /// A random tool of a random server, by its prefixed name.
+    /// A random tool of a random server, by its prefixed name (the HTTP
+    /// server's twice as often as the others', as it has more ways to
+    /// misbehave).
     fn any_tool(&mut self) -> &'static str {
-        const TOOLS: [&str; 8] = [
+        const TOOLS: [&str; 14] = [
             "calm__echo",
             "calm__write_note",
             "wild1__read",
@@ -234,6 +245,12 @@ reason = "the soak's deny rule"
             "wild2__read",
             "wild2__write",
             "wild2__wipe",
+            "wild3__read",
+            "wild3__write",
+            "wild3__wipe",
+            "wild3__read",
+            "wild3__write",
+            "wild3__wipe",
         ];
         TOOLS[usize::try_from(self.rng.below(TOOLS.len() as u64)).unwrap()]
     }
@@ -504,8 +521,12 @@ fn resident_kib(pid: u32) -> Option<u64> {
 }
 
 /// `(server, nonce)` of every call a server received.
-fn received(dir: &Path) -> Vec<(String, String)> {
-    let mut calls = Vec::new();
+fn received(dir: &Path, http: &HostileHttp) -> Vec<(String, String)> {
+    let mut calls: Vec<(String, String)> = http
+        .received()
+        .into_iter()
+        .map(|nonce| ("wild3".to_owned(), nonce))
+        .collect();
     let hostile = std::fs::read_to_string(dir.join("hostile.log")).unwrap_or_default();
     for line in hostile.lines() {
         let parts: Vec<&str> = line.split(' ').collect();
@@ -561,7 +582,8 @@ fn soak(seed: u64, steps: u64) {
         // For a replay: the gateway's log, the servers' logs and the store stay.
         eprintln!("soak: keeping {}", dir.path().display());
     }
-    let (mut soak, pid) = Soak::start(dir.path(), seed, modern);
+    let http = HostileHttp::start("wild3", seed + 2);
+    let (mut soak, pid) = Soak::start(dir.path(), seed, modern, &http);
 
     let peak = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -718,7 +740,7 @@ fn soak(seed: u64, steps: u64) {
             ))
         })
         .collect();
-    let received = received(dir.path());
+    let received = received(dir.path(), &http);
     assert!(!received.is_empty(), "no call reached any server");
     for (server, nonce) in &received {
         assert!(
@@ -730,6 +752,18 @@ fn soak(seed: u64, steps: u64) {
             "{server} received call {nonce}, which nothing let through"
         );
     }
+    assert!(
+        received.iter().any(|(server, _)| server == "wild3"),
+        "no call reached the HTTP server: {}",
+        http.summary()
+    );
+    // A run of the default length deals the HTTP server's whole deck.
+    assert!(
+        steps < 200 || http.met_every_way(),
+        "the HTTP server did not get to misbehave in every way: {}",
+        http.summary()
+    );
+    eprintln!("soak: the HTTP server: {}", http.summary());
     eprintln!(
         "soak: seed {seed} ({} host), {steps} steps, {} answers, {} questions, {} records, {} calls received, {} server starts, peak {peak} KiB",
         if modern { "2026-07-28" } else { "legacy" },

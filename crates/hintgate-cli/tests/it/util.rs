@@ -1,7 +1,11 @@
-//! Running the binary.
+//! Running the binary, and the set-ups the command-line tests share.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::host::{Host, fixture_server};
 
 /// The built `hintgate` binary.
 pub fn hintgate() -> Command {
@@ -30,6 +34,46 @@ pub fn stdout(output: &Output) -> String {
 /// Standard error as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
+}
+
+/// A wrap-mode session in front of the fixture server (`hintgate run FLAGS
+/// -- python3 fixture_server.py SERVER_FLAGS`), its state in `dir/state`.
+pub fn wrap_fixture(
+    dir: &Path,
+    flags: &[&str],
+    server_flags: &[&str],
+    env: &[(&str, &str)],
+) -> Host {
+    let server = fixture_server();
+    let mut args = vec!["run"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", "python3", server.as_str()]);
+    args.extend_from_slice(server_flags);
+    Host::start(dir, &args, env)
+}
+
+/// `hintgate log --json [extra]` on the state directory `dir/state`, one
+/// value per line; the command must succeed.
+pub fn log_json(dir: &Path, extra: &[&str]) -> Vec<Value> {
+    let state = dir.join("state").display().to_string();
+    let mut args = vec!["log", "--state-dir", state.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let output = run(dir, &args);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The tool `name` in a `tools/list` answer.
+pub fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == name)
+        .unwrap_or_else(|| panic!("no tool `{name}` in {list}"))
 }
 
 /// The repository's root.

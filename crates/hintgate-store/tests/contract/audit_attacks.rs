@@ -286,6 +286,31 @@ const ATTACKS: &[(&str, Attack, &[&str])] = &[
         |db| db.execute("UPDATE {audit} SET kind = 'note' WHERE seq = 5"),
         &["edited", "unknown-kind"],
     ),
+    (
+        "insert a record at sequence number 0",
+        |db| {
+            db.execute(
+                "INSERT INTO {audit} (seq, at, kind, call_seq, body, prev, hash)
+                 SELECT 0, at, kind, call_seq, replace(body, '\"allow\"', '\"deny\"'), prev, hash FROM {audit} WHERE seq = 1",
+            )
+        },
+        &["seq-below-one"],
+    ),
+    (
+        "insert records at negative sequence numbers",
+        |db| {
+            db.execute(
+                "INSERT INTO {audit} (seq, at, kind, call_seq, body, prev, hash)
+                 SELECT -seq, at, kind, call_seq, body, prev, hash FROM {audit} WHERE seq <= 3",
+            )
+        },
+        &["seq-below-one"],
+    ),
+    (
+        "move the first record to sequence number 0",
+        |db| db.execute("UPDATE {audit} SET seq = 0 WHERE seq = 1"),
+        &["missing-records", "seq-below-one"],
+    ),
 ];
 
 /// The problem codes of a verification, in order, each once.
@@ -412,8 +437,8 @@ fn an_unkeyed_log_verifies_and_goes_on_keyed<S: AuditLog>(
     assert_eq!(verification.unkeyed, Some(Span { first: 1, last: 3 }));
     assert_eq!(verification.keyed, None);
     assert!(
-        matches!(verification.head, HeadState::NotYet { .. }),
-        "no head until a keyed append: {verification:#?}"
+        matches!(verification.head, HeadState::Reached { seq: 0, .. }),
+        "the head written with the key, before any record, is a lower bound: {verification:#?}"
     );
     fill(&log);
     let verification = log.verify().unwrap();
@@ -605,6 +630,161 @@ fn a_damaged_or_removed_head_file_fails_verification() {
             "{name}"
         );
     }
+}
+
+/// A store that reads the SQLite log at `path` as `hintgate log verify`
+/// does: the key read from its file, the head beside the database, nothing
+/// written.
+fn reader_of(path: &std::path::Path) -> SqliteStore {
+    let key = match hintgate_store::AuditKey::load(&SqliteStore::key_path(path)) {
+        Ok(key) => KeySource::Given(key),
+        Err(_) => KeySource::None,
+    };
+    SqliteStore::open_with(
+        path,
+        AuditSetup {
+            key,
+            head: HeadPlace::File(SqliteStore::head_path(path)),
+            checkpoints: false,
+            witness: Default::default(),
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_sqlite_log_deleted_with_its_head_is_told_from_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let head = SqliteStore::head_path(&path);
+    // A new log: the gateway writes the head with the key it makes, so the
+    // first run, before any record, verifies.
+    drop(SqliteStore::open(&path).unwrap());
+    let verification = reader_of(&path).verify().unwrap();
+    assert!(verification.complete(), "{verification:#?}");
+    assert!(
+        matches!(
+            verification.head,
+            HeadState::Reached {
+                seq: 0,
+                sealed: true,
+                ..
+            }
+        ),
+        "{verification:#?}"
+    );
+
+    // The head removed from the empty log: not a new log any more.
+    std::fs::remove_file(&head).unwrap();
+    let verification = reader_of(&path).verify().unwrap();
+    assert_eq!(codes(&verification), ["log-deleted"], "{verification:#?}");
+    assert!(matches!(verification.head, HeadState::Failed { .. }));
+    // A gateway that opens it does not write the head that would hide it.
+    drop(SqliteStore::open(&path).unwrap());
+    assert!(!head.exists(), "no head hides the deletion");
+    assert_eq!(codes(&reader_of(&path).verify().unwrap()), ["log-deleted"]);
+
+    // Records, then all of them deleted with their head.
+    fill(&SqliteStore::open(&path).unwrap());
+    assert!(reader_of(&path).verify().unwrap().complete());
+    Sqlite(rusqlite::Connection::open(&path).unwrap()).execute("DELETE FROM {audit}");
+    std::fs::remove_file(&head).unwrap();
+    let verification = reader_of(&path).verify().unwrap();
+    assert_eq!(codes(&verification), ["log-deleted"], "{verification:#?}");
+
+    // Without the key, nothing tells it from a log no gateway wrote yet.
+    std::fs::remove_file(SqliteStore::key_path(&path)).unwrap();
+    let verification = reader_of(&path).verify().unwrap();
+    assert!(verification.holds(), "{verification:#?}");
+    assert!(matches!(verification.head, HeadState::NotYet { .. }));
+}
+
+#[test]
+fn a_gateway_on_an_empty_postgres_log_writes_its_head_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(log) = gateway_on_postgres(dir.path()) else {
+        return;
+    };
+    let verification = log.verify().unwrap();
+    assert!(verification.complete(), "{verification:#?}");
+    assert!(
+        matches!(verification.head, HeadState::Reached { seq: 0, .. }),
+        "{verification:#?}"
+    );
+    // Another machine's gateway, the shared key copied to it, has no head
+    // yet: its head of the shared log starts at 0 too, and a missing one is
+    // never taken for a deleted log (the key is copied before its gateway
+    // writes anything).
+    let head = log.head_path().unwrap().to_owned();
+    drop(log);
+    std::fs::remove_file(&head).unwrap();
+    let log = gateway_on_postgres(dir.path()).unwrap();
+    assert!(head.exists());
+    assert!(log.verify().unwrap().complete());
+    drop(log);
+    std::fs::remove_file(&head).unwrap();
+    let url = database_of(dir.path()).unwrap();
+    let reader = hintgate_store::PgStore::open_with(
+        &url,
+        AuditSetup {
+            key: KeySource::Given(super::shared_key()),
+            head: HeadPlace::Directory(dir.path().to_owned()),
+            checkpoints: false,
+            witness: Default::default(),
+        },
+    )
+    .unwrap();
+    let verification = reader.verify().unwrap();
+    assert!(verification.complete(), "{verification:#?}");
+    assert!(!head.exists(), "a reader writes no head");
+}
+
+#[test]
+fn a_postgres_log_whose_id_was_changed_to_hide_its_head_fails_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(log) = gateway_on_postgres(dir.path()) else {
+        return;
+    };
+    fill(&log);
+    assert!(log.verify().unwrap().complete());
+    let head = log.head_path().unwrap().to_owned();
+    drop(log);
+    // The whole log deleted, and the salt the head's name comes from
+    // changed: the head is now looked for under another name.
+    let url = database_of(dir.path()).unwrap();
+    let mut db = Postgres(postgres::Client::connect(&url, postgres::NoTls).unwrap());
+    db.execute(&format!(
+        "DELETE FROM {{audit}}; UPDATE hintgate.meta SET value = '{}' WHERE key = 'salt';",
+        "ab".repeat(32)
+    ));
+    let reader = || {
+        hintgate_store::PgStore::open_with(
+            &url,
+            AuditSetup {
+                key: KeySource::Given(super::shared_key()),
+                head: HeadPlace::Directory(dir.path().to_owned()),
+                checkpoints: false,
+                witness: Default::default(),
+            },
+        )
+        .unwrap()
+    };
+    let verification = reader().verify().unwrap();
+    assert_ne!(reader().head_path(), Some(head.as_path()));
+    assert_eq!(
+        codes(&verification),
+        ["head-of-other-log"],
+        "{verification:#?}"
+    );
+    // A gateway started on it begins a head under the new name; the old
+    // one still gives it away.
+    drop(gateway_on_postgres(dir.path()).unwrap());
+    let verification = reader().verify().unwrap();
+    assert_eq!(
+        codes(&verification),
+        ["head-of-other-log"],
+        "{verification:#?}"
+    );
 }
 
 #[test]
