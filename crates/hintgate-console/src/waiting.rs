@@ -1,0 +1,225 @@
+//! Waiting calls: the approval queue, each call with its whole prompt, how
+//! long it has waited and until when, and the answers the gateway allows.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use hintgate_store::{Answer, Answered, Pending, Remember};
+use serde::Deserialize;
+
+use crate::html::{self, View, escape};
+use crate::{Console, now, refusal};
+
+/// What the page says after an answer (`?note=...&id=N`): fixed texts only,
+/// nothing from the request is echoed.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Note {
+    note: Option<String>,
+    id: Option<u64>,
+}
+
+fn note_text(note: &Note) -> Option<String> {
+    let id = note.id?;
+    let text = match note.note.as_deref()? {
+        "approved" => "was approved; the gateway runs it now.",
+        "denied" => "was denied; the gateway refuses it now.",
+        "expired" => "is past its time; the gateway has refused it.",
+        "answered" => "was answered already, or the gateway stopped waiting.",
+        "unknown" => "is not in the queue.",
+        _ => return None,
+    };
+    Some(format!("Call #{id} {text}"))
+}
+
+/// The title of the tab: how many calls wait.
+fn title(count: usize) -> String {
+    if count == 0 {
+        "hintgate console".to_owned()
+    } else {
+        format!("({count}) waiting · hintgate console")
+    }
+}
+
+/// `GET /`
+pub(crate) async fn page(
+    State(console): State<Arc<Console>>,
+    Query(note): Query<Note>,
+) -> Response {
+    let at = now();
+    let waiting = match console.with_store(move |store| store.waiting(at)).await {
+        Ok(waiting) => waiting,
+        Err(response) => return response,
+    };
+    let mut body = String::new();
+    body.push_str("<h1>Waiting calls</h1>\n");
+    body.push_str(
+        "<p class=\"lead\">Calls from hosts that cannot ask a person wait here. Read the whole call, then answer: the gateway that holds it runs or refuses it at once.</p>\n",
+    );
+    if let Some(text) = note_text(&note) {
+        let _ = writeln!(
+            body,
+            "<p class=\"note\" role=\"status\">{}</p>",
+            escape(&text)
+        );
+    }
+    let _ = writeln!(
+        body,
+        "<div id=\"waiting\" data-ids=\"{}\">{}</div>",
+        ids(&waiting),
+        list(&waiting, at, &console.secrets.csrf)
+    );
+    crate::html(html::page(
+        &title(waiting.len()),
+        View::Waiting,
+        &console.secrets.csrf,
+        &body,
+    ))
+}
+
+/// `GET /api/waiting`: what the page's script polls; the list rendered
+/// (escaped) on the server, its ids and count, and the tab's title.
+pub(crate) async fn api(State(console): State<Arc<Console>>) -> Response {
+    let at = now();
+    let waiting = match console.with_store(move |store| store.waiting(at)).await {
+        Ok(waiting) => waiting,
+        Err(response) => return response,
+    };
+    let json = serde_json::json!({
+        "count": waiting.len(),
+        "ids": ids(&waiting),
+        "title": title(waiting.len()),
+        "html": list(&waiting, at, &console.secrets.csrf),
+    });
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        json.to_string(),
+    )
+        .into_response()
+}
+
+fn ids(waiting: &[Pending]) -> String {
+    waiting
+        .iter()
+        .map(|pending| pending.id.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The waiting calls, oldest first, each as a card with its answers.
+pub(crate) fn list(waiting: &[Pending], now: i64, csrf: &str) -> String {
+    if waiting.is_empty() {
+        return "<p class=\"empty\">No call is waiting for a person.</p>\n".to_owned();
+    }
+    let mut out = String::new();
+    for pending in waiting {
+        let id = pending.id;
+        let _ = write!(
+            out,
+            "<article class=\"call\" id=\"call-{id}\" data-id=\"{id}\">\n\
+             <h2>#{id} <span class=\"server\">{server}</span> / <span class=\"tool\">{tool}</span></h2>\n\
+             <p class=\"time\">Waiting for {waited} (since {since}); the gateway waits until {until}, <strong>{left} left</strong>.</p>\n\
+             <pre class=\"prompt\">{prompt}</pre>\n\
+             <form method=\"post\" action=\"/answer\" class=\"answers\">{csrf}<input type=\"hidden\" name=\"id\" value=\"{id}\">\n\
+             <button type=\"submit\" name=\"answer\" value=\"approve\" class=\"approve\">Approve this call</button>\n",
+            server = escape(&pending.server),
+            tool = escape(&pending.tool),
+            waited = html::span(now - pending.at),
+            since = html::utc(pending.at),
+            until = html::utc(pending.expires_at),
+            left = html::span(pending.expires_at - now),
+            prompt = escape(&pending.prompt),
+            csrf = html::csrf_field(csrf),
+        );
+        if pending.offer >= Remember::Session {
+            out.push_str("<button type=\"submit\" name=\"answer\" value=\"approve-session\">Approve this tool for the session</button>\n");
+        }
+        if pending.offer >= Remember::Always {
+            out.push_str("<button type=\"submit\" name=\"answer\" value=\"approve-always\">Approve this tool always (this definition)</button>\n");
+        }
+        out.push_str(
+            "<button type=\"submit\" name=\"answer\" value=\"deny\" class=\"deny\">Deny</button>\n</form>\n",
+        );
+        let offer = match pending.offer {
+            Remember::Always => None,
+            Remember::Session => Some(
+                "This approval can be remembered for the session at most: a rule, a changed definition or the session's taint asked.",
+            ),
+            Remember::Call => Some(
+                "This approval is for this call only: the tool is effectively destructive, or a rule, a changed definition or the session's taint asked.",
+            ),
+        };
+        if let Some(offer) = offer {
+            let _ = writeln!(out, "<p class=\"offer\">{offer}</p>");
+        }
+        out.push_str("</article>\n");
+    }
+    out
+}
+
+/// The form of an answer.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AnswerForm {
+    #[serde(default)]
+    csrf: String,
+    id: u64,
+    answer: String,
+}
+
+/// `POST /answer`
+pub(crate) async fn answer(
+    State(console): State<Arc<Console>>,
+    Form(form): Form<AnswerForm>,
+) -> Response {
+    if !console.csrf_ok(&form.csrf) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            "The form's CSRF token is not this console's: reload the page and answer again.",
+        );
+    }
+    let (approve, remember) = match form.answer.as_str() {
+        "approve" => (true, Remember::Call),
+        "approve-session" => (true, Remember::Session),
+        "approve-always" => (true, Remember::Always),
+        "deny" => (false, Remember::Call),
+        _ => return refusal(StatusCode::BAD_REQUEST, "No such answer."),
+    };
+    let id = form.id;
+    let given = Answer {
+        approve,
+        remember,
+        by: console.by.clone(),
+    };
+    let outcome = console
+        .with_store(move |store| {
+            let Some(pending) = store.pending(id)? else {
+                return Ok(Err("unknown"));
+            };
+            if approve && remember > pending.offer {
+                return Ok(Err("beyond-offer"));
+            }
+            Ok(Ok(store.answer(id, &given, now())?))
+        })
+        .await;
+    let note = match outcome {
+        Err(response) => return response,
+        Ok(Err("beyond-offer")) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "This call may not be remembered that far: the gateway offered less.",
+            );
+        }
+        Ok(Err(_) | Ok(Answered::Unknown)) => "unknown",
+        Ok(Ok(Answered::Released)) if approve => "approved",
+        Ok(Ok(Answered::Released)) => "denied",
+        Ok(Ok(Answered::Expired)) => "expired",
+        Ok(Ok(Answered::NotWaiting(_))) => "answered",
+    };
+    crate::see_other(&format!("/?note={note}&id={id}"))
+}
