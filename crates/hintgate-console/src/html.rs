@@ -64,7 +64,6 @@ pub fn page(title: &str, view: View, csrf: &str, body: &str) -> String {
         out,
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <meta name=\"referrer\" content=\"no-referrer\">\n\
          <meta name=\"hintgate-csrf\" content=\"{csrf}\">\n\
          <title>{title}</title>\n\
          <link rel=\"stylesheet\" href=\"/static/console.css\">\n\

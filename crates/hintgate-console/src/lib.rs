@@ -14,7 +14,8 @@
 //! header must name the address it listens on (DNS rebinding); every change
 //! is a POST whose `Origin` must be the console's and whose form carries the
 //! CSRF token; tokens are compared in constant time; every response forbids
-//! framing, caching, sniffing and any source but the console itself; every
+//! framing, caching, sniffing, any source but the console itself and any
+//! referrer to another site; every
 //! string from a server or the store is escaped ([`html::escape`]).
 #![forbid(unsafe_code)]
 
@@ -403,7 +404,12 @@ fn admit(console: &Console, request: &Request<Body>) -> Admission {
         let origin_ok = headers
             .get(header::ORIGIN)
             .and_then(|value| value.to_str().ok())
-            .is_some_and(|origin| origin == expected);
+            .is_some_and(|origin| origin == expected)
+            // A browser that says where the request came from must say
+            // this very origin.
+            && headers
+                .get("sec-fetch-site")
+                .is_none_or(|site| site.as_bytes() == b"same-origin");
         if !origin_ok {
             return Admission::Answer(refusal(
                 StatusCode::FORBIDDEN,
@@ -433,9 +439,12 @@ fn harden(headers: &mut HeaderMap) {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    // Not `no-referrer`: under it browsers send `Origin: null` with the
+    // console's own forms, which the Origin check must refuse. Same-origin
+    // sends nothing to any other site, and the address holds no token.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

@@ -367,11 +367,12 @@ pub(crate) async fn page(
             ]
         ),
     );
-    let from = filters
-        .since_seconds()
-        .map(|since| now - since)
-        .or_else(|| kept.first().map(|call| call.at))
-        .unwrap_or(now);
+    // The time shown: the filter's, else the whole log's, and an hour at
+    // least, so that a burst stands out against what came before.
+    let from = filters.since_seconds().map_or_else(
+        || kept.first().map_or(now, |call| call.at).min(now - 3_600),
+        |since| now - since,
+    );
     if kept.is_empty() {
         body.push_str("<p class=\"empty\">No call matches.</p>\n");
     } else {

@@ -231,7 +231,7 @@ async fn every_response_carries_the_hardening_headers() {
             "{path}"
         );
         assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
-        assert_eq!(headers[header::REFERRER_POLICY], "no-referrer", "{path}");
+        assert_eq!(headers[header::REFERRER_POLICY], "same-origin", "{path}");
         assert_eq!(headers[header::CACHE_CONTROL], "no-store", "{path}");
         assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY", "{path}");
     }
@@ -275,6 +275,12 @@ async fn a_change_from_another_origin_or_without_the_csrf_token_is_refused() {
             send(&f.console, post("/answer", &f.cookie, Some(ORIGIN), &form)).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{form}");
     }
+    // The right Origin, but the browser says the request came from another site.
+    let mut forged = post("/answer", &f.cookie, Some(ORIGIN), &form);
+    forged
+        .headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    assert_eq!(send(&f.console, forged).await.0, StatusCode::FORBIDDEN);
     // Without the session, even with the right origin and token.
     let (status, _, _) = send(&f.console, post("/answer", "x=y", Some(ORIGIN), &form)).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
