@@ -60,8 +60,8 @@ pub(crate) async fn page(
                 body,
                 "<li><a href=\"{href}\"><span class=\"server\">{server}</span> / <span class=\"tool\">{tool}</span></a> {what}</li>",
                 href = escape(&change_link(pin)),
-                server = escape(&pin.server),
-                tool = escape(&tool_label(pin)),
+                server = html::line(&pin.server),
+                tool = html::line(&tool_label(pin)),
                 what = state_word(pin),
             );
         }
@@ -82,8 +82,8 @@ pub(crate) async fn page(
         let _ = writeln!(
             body,
             "<section class=\"server-pins\"><h2>{}</h2><p class=\"identity\">{}</p>\n<table><thead><tr><th>Tool</th><th>Description</th><th>Pinned</th><th>State</th><th></th></tr></thead><tbody>",
-            escape(server),
-            escape(identity)
+            html::line(server),
+            html::line(identity)
         );
         for pin in pins {
             let description = pin
@@ -103,10 +103,10 @@ pub(crate) async fn page(
             let _ = writeln!(
                 body,
                 "<tr><td class=\"tool\">{tool}</td><td class=\"description\">{description}</td><td>{at}<br><code>{digest}</code></td><td>{state}</td><td>{action}</td></tr>",
-                tool = escape(&tool_label(pin)),
-                description = escape(description),
+                tool = html::line(&tool_label(pin)),
+                description = html::block(description),
                 at = html::utc(pin.pinned_at),
-                digest = escape(pin.digest.get(..19).unwrap_or(&pin.digest)),
+                digest = html::line(pin.digest.get(..19).unwrap_or(&pin.digest)),
                 state = state_word(pin),
             );
         }
@@ -199,9 +199,9 @@ pub(crate) async fn change(
     };
     let mut body = format!(
         "<h1><span class=\"server\">{}</span> / <span class=\"tool\">{}</span></h1>\n<p class=\"identity\">{}</p>\n",
-        escape(&pin.server),
-        escape(&tool_label(&pin)),
-        escape(&pin.identity)
+        html::line(&pin.server),
+        html::line(&tool_label(&pin)),
+        html::line(&pin.identity)
     );
     let csrf = &console.secrets.csrf;
     match &pin.seen {
@@ -213,9 +213,9 @@ pub(crate) async fn change(
             let _ = writeln!(
                 body,
                 "<p>Pinned <code>{}</code> on {}; the server now lists <code>{}</code>. Calls to it are held until a person approves the new definition.</p>",
-                escape(&pin.digest),
+                html::line(&pin.digest),
                 html::utc(pin.pinned_at),
-                escape(&seen.digest)
+                html::line(&seen.digest)
             );
             body.push_str("<table class=\"diff\"><thead><tr><th>Field</th><th>Pinned (approved)</th><th>Listed now</th></tr></thead><tbody>\n");
             if !pin.identity.is_empty()
@@ -225,8 +225,8 @@ pub(crate) async fn change(
                 let _ = writeln!(
                     body,
                     "<tr><th>server identity</th><td class=\"old\"><pre>{}</pre></td><td class=\"new\"><pre>{}</pre></td></tr>",
-                    escape(&pin.identity),
-                    escape(&seen.identity)
+                    html::line(&pin.identity),
+                    html::line(&seen.identity)
                 );
             }
             let rows: Vec<(String, String, String)> = if pin.tool == INSTRUCTIONS {
@@ -273,9 +273,9 @@ pub(crate) async fn change(
                 let _ = writeln!(
                     body,
                     "<tr{class}><th>{}</th><td class=\"old\"><pre>{}</pre></td><td class=\"new\"><pre>{}</pre></td></tr>",
-                    escape(&field),
-                    escape(&old),
-                    escape(&new)
+                    html::line(&field),
+                    html::block(&old),
+                    html::block(&new)
                 );
             }
             body.push_str("</tbody></table>\n");

@@ -11,6 +11,8 @@
 
 use std::fmt::Write as _;
 
+use hintgate_policy::sanitize::{escape_invisible, escape_line};
+
 /// Escapes `text` for an HTML text node or a double- or single-quoted
 /// attribute value: `&`, `<`, `>`, `"` and `'` become character references.
 #[must_use]
@@ -27,6 +29,23 @@ pub fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+/// Text from a server or the store shown on one line (a name, an identity,
+/// a reason): what would break the line, turn text around (bidi overrides)
+/// or hide (zero-width and other invisible characters) is written as a
+/// visible escape first, as the terminal prompt does, then [`escape`]d.
+#[must_use]
+pub fn line(text: &str) -> String {
+    escape(&escape_line(text))
+}
+
+/// Text from a server or the store shown as a block (a description, a
+/// prompt, a value of a changed field): line breaks kept, every invisible or
+/// text-turning character written as a visible escape, then [`escape`]d.
+#[must_use]
+pub fn block(text: &str) -> String {
+    escape(&escape_invisible(text))
 }
 
 /// Percent-encodes `text` for a query value in a link the console writes
@@ -132,7 +151,7 @@ pub fn span(seconds: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{View, escape, page, query_value, span, utc};
+    use super::{View, block, escape, line, page, query_value, span, utc};
 
     #[test]
     fn every_character_that_can_open_markup_is_escaped() {
@@ -151,6 +170,17 @@ mod tests {
             escape("read_file / fs — ünïcode"),
             "read_file / fs — ünïcode"
         );
+    }
+
+    #[test]
+    fn text_that_turns_around_or_hides_shows_its_escape() {
+        // A right-to-left override would show `evil_tool` as `loot_live`...
+        assert_eq!(line("a\u{202e}loot_live"), "a\\u{202e}loot_live");
+        assert_eq!(
+            line("read\u{200b}_file\nsecond"),
+            "read\\u{200b}_file\\nsecond"
+        );
+        assert_eq!(block("one\ntwo\u{2066}<b>"), "one\ntwo\\u{2066}&lt;b&gt;");
     }
 
     #[test]

@@ -162,12 +162,12 @@ fn rows(calls: &[&Call]) -> String {
             },
             seq = call.seq,
             at = html::utc(call.at),
-            server = escape(&call.server),
-            tool = escape(&call.tool),
-            verdict = escape(&call.verdict),
-            reasons = escape(&call.reasons.join(", ")),
-            approver = escape(&call.approver),
-            outcome = escape(&call.outcome),
+            server = html::line(&call.server),
+            tool = html::line(&call.tool),
+            verdict = html::line(&call.verdict),
+            reasons = html::line(&call.reasons.join(", ")),
+            approver = html::line(&call.approver),
+            outcome = html::line(&call.outcome),
         );
     }
     out
@@ -308,7 +308,7 @@ fn select(name: &str, label: &str, current: &str, options: &[(&str, &str)]) -> S
             out,
             "<option value=\"{}\"{selected}>{}</option>",
             escape(value),
-            escape(text)
+            html::line(text)
         );
     }
     out.push_str("</select></label>");

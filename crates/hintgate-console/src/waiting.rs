@@ -128,13 +128,13 @@ pub(crate) fn list(waiting: &[Pending], now: i64, csrf: &str) -> String {
              <pre class=\"prompt\">{prompt}</pre>\n\
              <form method=\"post\" action=\"/answer\" class=\"answers\">{csrf}<input type=\"hidden\" name=\"id\" value=\"{id}\">\n\
              <button type=\"submit\" name=\"answer\" value=\"approve\" class=\"approve\">Approve this call</button>\n",
-            server = escape(&pending.server),
-            tool = escape(&pending.tool),
+            server = html::line(&pending.server),
+            tool = html::line(&pending.tool),
             waited = html::span(now - pending.at),
             since = html::utc(pending.at),
             until = html::utc(pending.expires_at),
             left = html::span(pending.expires_at - now),
-            prompt = escape(&pending.prompt),
+            prompt = html::block(&pending.prompt),
             csrf = html::csrf_field(csrf),
         );
         if pending.offer >= Remember::Session {

@@ -348,7 +348,20 @@ async fn waiting_calls_show_the_whole_prompt_with_hostile_strings_escaped() {
         prompt,
         Remember::Always,
     );
+    enqueue(
+        &f.store,
+        "fs",
+        "read\u{202e}txt.exe\u{200b}",
+        "p",
+        Remember::Call,
+    );
     let (_, _, page) = send(&f.console, get("/", Some(&f.cookie))).await;
+    // A name that would turn around or hide shows its escapes.
+    assert!(
+        !page.contains('\u{202e}') && !page.contains('\u{200b}'),
+        "{page}"
+    );
+    assert!(page.contains("read\\u{202e}txt.exe\\u{200b}"), "{page}");
     assert!(!page.contains("<script>"), "{page}");
     assert!(!page.contains("<img"), "{page}");
     assert!(!page.contains("<b>evil"), "{page}");
@@ -361,7 +374,7 @@ async fn waiting_calls_show_the_whole_prompt_with_hostile_strings_escaped() {
         "{page}"
     );
     assert!(
-        page.contains("<title>(1) waiting · hintgate console</title>"),
+        page.contains("<title>(2) waiting · hintgate console</title>"),
         "{page}"
     );
     assert!(
@@ -376,8 +389,8 @@ async fn waiting_calls_show_the_whole_prompt_with_hostile_strings_escaped() {
     let (_, response, api) = send(&f.console, get("/api/waiting", Some(&f.cookie))).await;
     assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
     let api: Value = serde_json::from_str(&api).unwrap();
-    assert_eq!(api["count"], 1);
-    assert_eq!(api["title"], "(1) waiting · hintgate console");
+    assert_eq!(api["count"], 2);
+    assert_eq!(api["title"], "(2) waiting · hintgate console");
     let html = api["html"].as_str().unwrap();
     assert!(
         !html.contains("<script") && !html.contains("<img"),
