@@ -167,19 +167,6 @@ pub(crate) struct Which {
     tool: String,
 }
 
-/// A JSON value as people read it: a string's own text, anything else as
-/// pretty JSON.
-fn readable(canonical: Option<&str>) -> String {
-    let Some(text) = canonical else {
-        return "(absent)".to_owned();
-    };
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::String(string)) => string,
-        Ok(other) => serde_json::to_string_pretty(&other).unwrap_or_else(|_| text.to_owned()),
-        Err(_) => text.to_owned(),
-    }
-}
-
 /// `GET /definitions/change?key=&tool=`: the held change side by side.
 pub(crate) async fn change(
     State(console): State<Arc<Console>>,
@@ -252,8 +239,8 @@ pub(crate) async fn change(
                         .map(|change| {
                             (
                                 change.field.clone(),
-                                readable(change.old.as_deref()),
-                                readable(change.new.as_deref()),
+                                html::readable(change.old.as_deref()),
+                                html::readable(change.new.as_deref()),
                             )
                         })
                         .collect(),

@@ -48,6 +48,21 @@ pub fn block(text: &str) -> String {
     escape(&escape_invisible(text))
 }
 
+/// A changed field's value (canonical JSON, as the pin diff gives it) as
+/// people read it: a string's own text, anything else as pretty JSON,
+/// `(absent)` for none. Not escaped.
+#[must_use]
+pub fn readable(canonical: Option<&str>) -> String {
+    let Some(text) = canonical else {
+        return "(absent)".to_owned();
+    };
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::String(string)) => string,
+        Ok(other) => serde_json::to_string_pretty(&other).unwrap_or_else(|_| text.to_owned()),
+        Err(_) => text.to_owned(),
+    }
+}
+
 /// Percent-encodes `text` for a query value in a link the console writes
 /// (the link is then written into an attribute through [`escape`] as well).
 #[must_use]

@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use hintgate_store::{Answer, Answered, Pending, Remember};
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::html::{self, View, escape};
 use crate::{Console, now, refusal};
@@ -125,7 +126,7 @@ pub(crate) fn list(waiting: &[Pending], now: i64, csrf: &str) -> String {
             "<article class=\"call\" id=\"call-{id}\" data-id=\"{id}\">\n\
              <h2>#{id} <span class=\"server\">{server}</span> / <span class=\"tool\">{tool}</span></h2>\n\
              <p class=\"time\">Waiting for {waited} (since {since}); the gateway waits until {until}, <strong>{left} left</strong>.</p>\n\
-             <pre class=\"prompt\">{prompt}</pre>\n\
+             {shown}\
              <form method=\"post\" action=\"/answer\" class=\"answers\">{csrf}<input type=\"hidden\" name=\"id\" value=\"{id}\">\n\
              <button type=\"submit\" name=\"answer\" value=\"approve\" class=\"approve\">Approve this call</button>\n",
             server = html::line(&pending.server),
@@ -134,7 +135,7 @@ pub(crate) fn list(waiting: &[Pending], now: i64, csrf: &str) -> String {
             since = html::utc(pending.at),
             until = html::utc(pending.expires_at),
             left = html::span(pending.expires_at - now),
-            prompt = html::block(&pending.prompt),
+            shown = shown(pending),
             csrf = html::csrf_field(csrf),
         );
         if pending.offer >= Remember::Session {
@@ -160,6 +161,120 @@ pub(crate) fn list(waiting: &[Pending], now: i64, csrf: &str) -> String {
         }
         out.push_str("</article>\n");
     }
+    out
+}
+
+/// What the card shows of the call: the prompt's content laid out (the
+/// arguments on their own, the reasons and risks as lists, a changed
+/// definition side by side) with the prompt's text a click away; or, for
+/// an entry without that content, the prompt's text.
+fn shown(pending: &Pending) -> String {
+    let prompt = html::block(&pending.prompt);
+    let Some(details) = pending
+        .details
+        .as_ref()
+        .filter(|details| details.is_object())
+    else {
+        return format!("<pre class=\"prompt\">{prompt}</pre>\n");
+    };
+    let text = |key: &str| details.get(key).and_then(Value::as_str).unwrap_or("");
+    let list = |key: &str| -> Vec<&str> {
+        details
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|items| items.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    };
+    let mut out = String::from("<dl class=\"facts\">\n");
+    let trust = text("trust");
+    let _ = writeln!(
+        out,
+        "<dt>Server</dt><dd><span class=\"server\">{}</span> <span class=\"trust {trust_class}\">{trust}</span></dd>",
+        html::line(text("server")),
+        trust_class = if trust == "trusted" {
+            "trusted"
+        } else {
+            "untrusted"
+        },
+        trust = html::line(trust),
+    );
+    let _ = writeln!(
+        out,
+        "<dt>Identity</dt><dd class=\"identity\">{}</dd>",
+        html::line(text("identity"))
+    );
+    if let Some(previous) = details.get("previous_identity").and_then(Value::as_str) {
+        let was = if previous.is_empty() {
+            "The server's identity changed since its tools were pinned (its environment, its headers or the capabilities hintgate declares to it).".to_owned()
+        } else {
+            format!(
+                "The server's identity changed since its tools were pinned; it was {}.",
+                html::line(previous)
+            )
+        };
+        let _ = writeln!(out, "<dd class=\"warning\">{was}</dd>");
+    }
+    let title = details
+        .get("title")
+        .and_then(Value::as_str)
+        .map(|title| format!(" titled “{}”", html::line(title)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "<dt>Tool</dt><dd><span class=\"tool\">{}</span>{title}</dd>",
+        html::line(text("tool"))
+    );
+    let arguments = match details.get("arguments") {
+        None | Some(Value::Null) => "(none)".to_owned(),
+        Some(arguments) => {
+            serde_json::to_string_pretty(arguments).unwrap_or_else(|_| arguments.to_string())
+        }
+    };
+    let _ = writeln!(
+        out,
+        "<dt>Arguments</dt><dd><pre class=\"arguments\">{}</pre></dd>",
+        html::block(&arguments)
+    );
+    for (key, label) in [("why", "Why you are asked"), ("risks", "Risks")] {
+        let items = list(key);
+        if items.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "<dt>{label}</dt><dd><ul class=\"{key}\">");
+        for item in items {
+            let class = if item.starts_with("WARNING") {
+                " class=\"warning\""
+            } else {
+                ""
+            };
+            let _ = write!(out, "<li{class}>{}</li>", html::line(item));
+        }
+        out.push_str("</ul></dd>\n");
+    }
+    let changes = details
+        .get("changes")
+        .and_then(Value::as_array)
+        .filter(|changes| !changes.is_empty());
+    if let Some(changes) = changes {
+        out.push_str("<dt>Changed since it was approved</dt><dd><table class=\"diff\"><thead><tr><th>Field</th><th>Approved</th><th>Now</th></tr></thead><tbody>");
+        for change in changes {
+            let field = change.get("field").and_then(Value::as_str).unwrap_or("");
+            let value = |key: &str| html::readable(change.get(key).and_then(Value::as_str));
+            let _ = write!(
+                out,
+                "<tr><th>{}</th><td class=\"old\"><pre>{}</pre></td><td class=\"new\"><pre>{}</pre></td></tr>",
+                html::line(field),
+                html::block(&value("old")),
+                html::block(&value("new"))
+            );
+        }
+        out.push_str("</tbody></table></dd>\n");
+    }
+    out.push_str("</dl>\n");
+    let _ = writeln!(
+        out,
+        "<details class=\"prompt\"><summary>The prompt as a host that can ask shows it</summary><pre class=\"prompt\">{prompt}</pre></details>"
+    );
     out
 }
 

@@ -109,6 +109,17 @@ fn csrf(page: &str) -> String {
 }
 
 fn enqueue(store: &MemoryStore, server: &str, tool: &str, prompt: &str, offer: Remember) -> u64 {
+    enqueue_with(store, server, tool, prompt, None, offer)
+}
+
+fn enqueue_with(
+    store: &MemoryStore,
+    server: &str,
+    tool: &str,
+    prompt: &str,
+    details: Option<Value>,
+    offer: Remember,
+) -> u64 {
     store
         .enqueue(&NewPending {
             at: now() - 30,
@@ -119,6 +130,7 @@ fn enqueue(store: &MemoryStore, server: &str, tool: &str, prompt: &str, offer: R
             tool: tool.into(),
             digest: "sha256:00".into(),
             prompt: prompt.into(),
+            details,
             offer,
         })
         .unwrap()
@@ -592,4 +604,51 @@ async fn the_log_filters_charts_and_states_the_chain_escaped() {
             .contains("<td class=\"tool\">write</td>"),
         "{tail}"
     );
+}
+
+#[tokio::test]
+async fn a_call_with_the_prompts_content_is_laid_out_and_every_part_escaped() {
+    let f = fixture().await;
+    let details = json!({
+        "server": "notes",
+        "trust": "untrusted",
+        "identity": "python3 server.py -> /usr/bin/python3",
+        "previous_identity": "python3 old.py\u{202e}",
+        "tool": "write",
+        "title": "<script>document.title='pwned'</script>",
+        "arguments": {"path": "<img src=x onerror=alert(1)>", "n": 3},
+        "why": ["the tool may change things (a rule's <b>reason</b>)"],
+        "risks": ["`notes` is not trusted", "WARNING: this tool may delete or overwrite data"],
+        "changes": [{"field": "description", "old": "\"Writes.\"", "new": "\"Writes.<script>x()</script>\""}]
+    });
+    enqueue_with(
+        &f.store,
+        "notes",
+        "write",
+        "the prompt's text",
+        Some(details),
+        Remember::Call,
+    );
+    let (_, _, page) = send(&f.console, get("/", Some(&f.cookie))).await;
+    assert!(
+        !page.contains("<script>document") && !page.contains("<script>x()"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<img") && !page.contains("<b>reason"),
+        "{page}"
+    );
+    assert!(!page.contains('\u{202e}'), "{page}");
+    for part in [
+        "<span class=\"trust untrusted\">untrusted</span>",
+        "titled “&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;”",
+        "&quot;path&quot;: &quot;&lt;img src=x onerror=alert(1)&gt;&quot;",
+        "<li>the tool may change things (a rule&#39;s &lt;b&gt;reason&lt;/b&gt;)</li>",
+        "<li class=\"warning\">WARNING: this tool may delete or overwrite data</li>",
+        "it was python3 old.py\\u{202e}.",
+        "<td class=\"old\"><pre>Writes.</pre></td><td class=\"new\"><pre>Writes.&lt;script&gt;x()&lt;/script&gt;</pre></td>",
+        "<pre class=\"prompt\">the prompt&#39;s text</pre>",
+    ] {
+        assert!(page.contains(part), "{part} in {page}");
+    }
 }

@@ -65,7 +65,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 mod audit;
 mod body;
@@ -772,6 +772,21 @@ impl SqliteStore {
                      ALTER TABLE pins ADD COLUMN seen_identity TEXT;
                      CREATE INDEX IF NOT EXISTS pins_by_server ON pins (server);
                      PRAGMA user_version = 4;",
+                )?;
+            }
+            transaction.commit()?;
+        }
+        if found < 5 {
+            // The prompt's content as JSON, for the web console; read again
+            // under the write lock, as for version 4.
+            let transaction =
+                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let current: i64 =
+                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if current < 5 {
+                transaction.execute_batch(
+                    "ALTER TABLE approvals ADD COLUMN details TEXT;
+                     PRAGMA user_version = 5;",
                 )?;
             }
             transaction.commit()?;

@@ -38,7 +38,7 @@ use crate::{
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 2;
+pub const PG_SCHEMA_VERSION: i64 = 3;
 
 /// How long connecting, a silent connection or one statement may take
 /// before it fails (unless the address sets its own).
@@ -368,6 +368,13 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
              ALTER TABLE hintgate.pins ADD COLUMN IF NOT EXISTS seen_identity TEXT;
              CREATE INDEX IF NOT EXISTS pins_by_server ON hintgate.pins (server);
              UPDATE hintgate.meta SET value = '2' WHERE key = 'schema_version';",
+        )?;
+    }
+    if found < 3 {
+        // The prompt's content as JSON, for the web console.
+        tx.batch_execute(
+            "ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS details TEXT;
+             UPDATE hintgate.meta SET value = '3' WHERE key = 'schema_version';",
         )?;
     }
     let mut salt = vec![0u8; 32];
@@ -746,7 +753,7 @@ impl AuditLog for PgStore {
     }
 }
 
-const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why";
+const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why, details";
 
 fn row_to_pending(row: &::postgres::Row) -> Result<Pending, StoreError> {
     let offer: String = row.try_get(9)?;
@@ -762,6 +769,7 @@ fn row_to_pending(row: &::postgres::Row) -> Result<Pending, StoreError> {
         tool: row.try_get(6)?,
         digest: row.try_get(7)?,
         prompt: row.try_get(8)?,
+        details: crate::queue::details_from(row.try_get::<_, Option<String>>(15)?.as_deref()),
         offer: Remember::parse(&offer).unwrap_or(Remember::Call),
         state: crate::queue::state_from(
             &state,
@@ -791,8 +799,8 @@ impl ApprovalQueue for PgStore {
         let new = new.clone();
         self.call(move |client| {
             let row = client.query_one(
-                "INSERT INTO hintgate.approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'waiting') RETURNING id",
+                "INSERT INTO hintgate.approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, details)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'waiting', $10) RETURNING id",
                 &[
                     &new.at,
                     &new.expires_at,
@@ -803,6 +811,7 @@ impl ApprovalQueue for PgStore {
                     &new.digest,
                     &new.prompt,
                     &new.offer.as_str(),
+                    &new.details.as_ref().map(serde_json::Value::to_string),
                 ],
             )?;
             Ok(from_sql(row.try_get(0)?))

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::{MemoryStore, SqliteStore, StoreError, from_sql, to_sql};
 
@@ -75,6 +76,10 @@ pub struct NewPending {
     pub digest: String,
     /// What the person is shown: the whole prompt, as for elicitation.
     pub prompt: String,
+    /// The prompt's content as JSON, for a reader that renders it itself
+    /// (the web console; `Policy::prompt_details`); `None` when the gateway
+    /// gave none.
+    pub details: Option<Value>,
     /// The most the approval may be remembered.
     pub offer: Remember,
 }
@@ -128,6 +133,10 @@ pub struct Pending {
     pub digest: String,
     /// The prompt.
     pub prompt: String,
+    /// The prompt's content as JSON, when the gateway gave it (an entry
+    /// written by an older gateway has none, and one whose stored text is
+    /// not JSON reads as none).
+    pub details: Option<Value>,
     /// The most the approval may be remembered.
     pub offer: Remember,
     /// Where it stands.
@@ -306,6 +315,7 @@ impl ApprovalQueue for MemoryStore {
             tool: new.tool.clone(),
             digest: new.digest.clone(),
             prompt: new.prompt.clone(),
+            details: new.details.clone(),
             offer: new.offer,
             state: PendingState::Waiting,
         });
@@ -419,7 +429,12 @@ impl QueueWatch for SqliteWatch {
     }
 }
 
-const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why";
+const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why, details";
+
+/// The stored text of an entry's details, as JSON (unreadable text as none).
+pub(crate) fn details_from(text: Option<&str>) -> Option<Value> {
+    text.and_then(|text| serde_json::from_str(text).ok())
+}
 
 fn row_to_pending(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
     let state: String = row.get(10)?;
@@ -435,6 +450,7 @@ fn row_to_pending(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
         tool: row.get(6)?,
         digest: row.get(7)?,
         prompt: row.get(8)?,
+        details: details_from(row.get::<_, Option<String>>(15)?.as_deref()),
         offer: Remember::parse(&offer).unwrap_or(Remember::Call),
         state: state_from(
             &state,
@@ -450,8 +466,8 @@ impl ApprovalQueue for SqliteStore {
     fn enqueue(&self, new: &NewPending) -> Result<u64, StoreError> {
         let connection = self.lock();
         connection.execute(
-            "INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'waiting')",
+            "INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, details)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'waiting', ?10)",
             params![
                 new.at,
                 new.expires_at,
@@ -461,7 +477,8 @@ impl ApprovalQueue for SqliteStore {
                 new.tool,
                 new.digest,
                 new.prompt,
-                new.offer.as_str()
+                new.offer.as_str(),
+                new.details.as_ref().map(Value::to_string)
             ],
         )?;
         Ok(from_sql(connection.last_insert_rowid()))

@@ -124,7 +124,7 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
     assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
     assert!(
         err.to_string()
-            .contains("schema version 99, newer than this hintgate's 4")
+            .contains("schema version 99, newer than this hintgate's 5")
     );
 }
 
@@ -357,6 +357,9 @@ fn pending_call(expires_at: i64) -> hintgate_store::NewPending {
         tool: "write_file".into(),
         digest: "sha256:a".into(),
         prompt: "Allow write_file on fs?\n  path: \"/tmp/x\"".into(),
+        details: Some(
+            json!({"tool": "write_file", "arguments": {"path": "/tmp/x"}, "risks": ["<b>"]}),
+        ),
         offer: hintgate_store::Remember::Always,
     }
 }
@@ -374,6 +377,18 @@ fn queue_contract(queue: &dyn hintgate_store::ApprovalQueue) {
         "the whole prompt is kept"
     );
     assert_eq!(waiting[0].offer, Remember::Always);
+    assert_eq!(
+        waiting[0].details,
+        pending_call(200).details,
+        "the prompt's content as JSON is kept"
+    );
+    let bare = queue
+        .enqueue(&hintgate_store::NewPending {
+            details: None,
+            ..pending_call(120)
+        })
+        .unwrap();
+    assert_eq!(queue.pending(bare).unwrap().unwrap().details, None);
     assert!(
         queue.waiting(200).unwrap().is_empty(),
         "an entry past its time is not listed"
@@ -599,7 +614,7 @@ fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
         "{err}"
     );
     assert!(
-        err.to_string().contains("newer than this hintgate's 2"),
+        err.to_string().contains("newer than this hintgate's 3"),
         "{err}"
     );
 
@@ -1093,6 +1108,14 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
                  PRIMARY KEY (server_key, tool));
              INSERT INTO pins VALUES ('k', 'read', 'fs', 'sha256:a', '{\"name\":\"read\"}', 100,
                  'sha256:b', '{\"name\":\"read\",\"description\":\"new\"}');
+             CREATE TABLE approvals (
+                 id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL,
+                 expires_at INTEGER NOT NULL, session TEXT NOT NULL, server TEXT NOT NULL,
+                 server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+                 prompt TEXT NOT NULL, offer TEXT NOT NULL, state TEXT NOT NULL,
+                 approve INTEGER, remember TEXT, answered_by TEXT, why TEXT);
+             INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
+                 VALUES (1, 2, 's', 'fs', 'k', 'read', 'sha256:a', 'p', 'call', 'waiting');
              PRAGMA user_version = 3;",
         )
         .unwrap();
@@ -1105,7 +1128,16 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
     let version: i64 = rusqlite_connection(&path)
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
+    // A call that waited before the queue kept the prompt's content as
+    // JSON reads without it.
+    let store = SqliteStore::open(&path).unwrap();
+    let old = hintgate_store::ApprovalQueue::pending(&store, 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.prompt, "p");
+    assert_eq!(old.details, None);
+    drop(store);
     // Opening again does not add the columns twice.
     drop(SqliteStore::open(&path).unwrap());
 }
@@ -1120,15 +1152,24 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
         .put_pin(&pin_of("fs", "k", "read", 100, "v1"))
         .unwrap();
     store.see("k", "read", &seen_under("v2")).unwrap();
+    let waiting = hintgate_store::ApprovalQueue::enqueue(&store, &pending_call(200)).unwrap();
     drop(store);
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client
         .batch_execute(
             "ALTER TABLE hintgate.pins DROP COLUMN identity, DROP COLUMN seen_identity;
+             ALTER TABLE hintgate.approvals DROP COLUMN details;
              UPDATE hintgate.meta SET value = '1' WHERE key = 'schema_version';",
         )
         .unwrap();
     let store = hintgate_store::PgStore::open(&url).unwrap();
+    // A call that waited before the queue kept the prompt's content as JSON
+    // reads without it.
+    let old = hintgate_store::ApprovalQueue::pending(&store, waiting)
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.prompt, pending_call(200).prompt);
+    assert_eq!(old.details, None);
     let pin = store.pin("k", "read").unwrap().unwrap();
     assert_eq!(pin.identity, "");
     assert_eq!(pin.seen.unwrap().identity, "");
@@ -1139,7 +1180,7 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
 }
 
 #[test]

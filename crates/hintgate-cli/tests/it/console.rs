@@ -148,6 +148,9 @@ fn a_person_approves_a_waiting_call_and_a_changed_definition_in_a_real_browser()
     );
     assert!(shown.contains(HOSTILE_TITLE), "the title as text: {shown}");
     assert!(shown.contains("Approve this tool always"), "{shown}");
+    // The arguments on their own, as the gateway redacted them for the queue.
+    let arguments = browser.text(&browser.wait_for("#waiting article.call pre.arguments"));
+    assert!(arguments.contains(HOSTILE_ARGUMENT), "{arguments}");
     assert_no_script_ran(&browser);
     browser.screenshot(&screenshots().join("waiting.png"));
 
