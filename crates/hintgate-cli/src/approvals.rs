@@ -93,7 +93,7 @@ fn list(store: &dyn Store, json: bool) -> Result<Exit> {
 }
 
 /// Who answers, for the audit log: the user name this command runs as.
-fn who() -> String {
+pub(crate) fn who() -> String {
     ["USER", "LOGNAME", "USERNAME"]
         .iter()
         .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))

@@ -60,6 +60,9 @@ pub enum Command {
         after_help = "Exit codes: 0 ok, 1 error (no such call, or it no longer waits), 64 bad usage"
     )]
     Approvals(ApprovalsArgs),
+    /// Serve the web console on loopback: waiting calls, definitions, the log.
+    #[command(after_help = CONSOLE_HELP)]
+    Console(ConsoleArgs),
     /// Route the MCP servers of the hosts' configs through `hintgate run`,
     /// with a backup of each file changed.
     #[command(after_help = WRAP_HELP)]
@@ -164,6 +167,32 @@ pub enum ApprovalsCommand {
         /// The call's number.
         id: u64,
     },
+}
+
+const CONSOLE_HELP: &str = "\
+It prints a URL with a random token; open it in a browser on this machine.
+Nothing is served without the token. It reads and writes the same store as
+the gateways: an answer given in the console releases the waiting call on
+whichever gateway holds it.
+
+Exit codes:
+  0   stopped (Ctrl-C)
+  1   error (the store, or the address cannot be listened on)
+  64  bad usage";
+
+/// `hintgate console`
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// Which store to read and write.
+    #[command(flatten)]
+    pub at: StoreArgs,
+    /// The address to listen on (default: loopback, a port the system picks).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The audit key's file, so the log's chain is checked with its key (as
+    /// for `hintgate log verify`).
+    #[arg(long, value_name = "FILE")]
+    pub audit_key: Option<PathBuf>,
 }
 
 /// How far an approval is remembered.
@@ -583,6 +612,10 @@ pub struct RunArgs {
     /// on every gateway).
     #[arg(long, value_name = "FILE")]
     pub audit_key: Option<PathBuf>,
+    /// Also serve the web console on loopback (or at `--console=ADDR`);
+    /// its URL, with its token, is written to stderr.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true)]
+    pub console: Option<Option<std::net::SocketAddr>>,
     /// Wrap mode: the server's command line.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

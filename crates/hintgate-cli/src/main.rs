@@ -7,6 +7,7 @@
 mod approvals;
 mod args;
 mod config_check;
+mod console;
 mod demo;
 mod demo_server;
 mod examples;
@@ -54,6 +55,7 @@ fn main() -> Exit {
         Command::DemoServer { flavor } => demo_server::run(*flavor),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
         Command::Approvals(args) => approvals::run(args),
+        Command::Console(args) => console::run(args),
         Command::Wrap(args) => wrap::wrap(args),
         Command::Unwrap(args) => wrap::unwrap(args),
         Command::Sandbox(SandboxCommand::Check(args)) => sandbox::check(args),

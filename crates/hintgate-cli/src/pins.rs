@@ -1,7 +1,7 @@
 //! `hintgate pins`: what was approved, what changed, and what to do about it.
 
 use anyhow::{Result, bail};
-use hintgate_policy::pin::{PinDigest, diff};
+use hintgate_policy::pin::diff;
 use hintgate_policy::sanitize::{escape_invisible, escape_line};
 use hintgate_policy::tool::Tool;
 use hintgate_store::{INSTRUCTIONS, Pin, REMOVED, Seal, Store};
@@ -49,7 +49,7 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
                 // was shown, never a digest the store holds beside it: a
                 // held change is not sealed, and one whose digest and
                 // definition disagree was written by someone else.
-                if digest_of(&pin.tool, &seen.definition)? != seen.digest {
+                if !seen.is_genuine(&pin.tool) {
                     bail!(
                         "the change held for `{tool}` on `{server}` was written by someone without hintgate (its digest is not the digest of its definition): not approved; the gateway holds the tool's next change anew"
                     );
@@ -86,18 +86,6 @@ pub fn run(args: &PinsArgs) -> Result<Exit> {
             Ok(Exit::Success)
         }
     }
-}
-
-/// The pin digest of a stored definition of `tool` (a tool's definition,
-/// or the server's instructions).
-fn digest_of(tool: &str, definition: &serde_json::Value) -> Result<String> {
-    if tool == INSTRUCTIONS {
-        return Ok(PinDigest::of_json(definition).to_string());
-    }
-    let Ok(parsed) = Tool::from_value(definition.clone()) else {
-        bail!("a stored definition of `{tool}` is not a valid tool");
-    };
-    Ok(PinDigest::of(&parsed).to_string())
 }
 
 /// What `hintgate pins diff SERVER TOOL` prints for the pins that match.

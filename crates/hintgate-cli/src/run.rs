@@ -64,6 +64,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         &crate::state::Use::Gateway,
     )?
     .store;
+    let console_store = std::sync::Arc::clone(&store);
     let settings = Settings {
         policy: Policy::new(config),
         mode,
@@ -75,14 +76,28 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    runtime
-        .block_on(async {
-            let stop = stop_signal();
-            let (host_in, host_out) = hintgate_proxy::stdio::host_streams();
-            let gauges = hintgate_proxy::Gauges::default();
-            hintgate_proxy::run_until(settings, host_in, host_out, gauges, stop).await
-        })
-        .context("the gateway stopped")?;
+    runtime.block_on(async {
+        if let Some(listen) = args.console {
+            // The console answers from the same store; its URL goes to
+            // stderr, stdout belongs to the protocol. It ends with the
+            // gateway.
+            let (console, listener) = crate::console::start(console_store, listen).await?;
+            output::err(&format!("hintgate console: open {}\n", console.url()))?;
+            tokio::spawn(async move {
+                if let Err(err) =
+                    hintgate_console::serve(listener, console, std::future::pending()).await
+                {
+                    tracing::warn!("the console stopped: {err}");
+                }
+            });
+        }
+        let stop = stop_signal();
+        let (host_in, host_out) = hintgate_proxy::stdio::host_streams();
+        let gauges = hintgate_proxy::Gauges::default();
+        hintgate_proxy::run_until(settings, host_in, host_out, gauges, stop)
+            .await
+            .context("the gateway stopped")
+    })?;
     Ok(Exit::Success)
 }
 
@@ -91,7 +106,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
 /// flight before it exits instead of dying with them. A signal that cannot
 /// be watched keeps its default action, and says so. Must be called within
 /// the runtime.
-fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
+pub(crate) fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{Signal, SignalKind, signal};

@@ -48,9 +48,10 @@ pub struct PromptInput<'a> {
 // === impl Policy ===
 
 impl Policy {
-    /// Renders the prompt for a call. Total: an unknown server renders as
-    /// untrusted with no identity.
-    pub fn prompt(&self, input: &PromptInput<'_>) -> String {
+    /// What a prompt says about a call, before it is rendered: the trust,
+    /// the identity, why the person is asked (the reason's description and
+    /// the rule's own reason, as written) and the risks.
+    fn facts(&self, input: &PromptInput<'_>) -> Facts {
         let config = self.server(input.server);
         let trust = config.map_or(Trust::Untrusted, |server| server.trust);
         let identity = input
@@ -60,6 +61,62 @@ impl Policy {
             .unwrap_or_else(|| "unknown".to_owned());
         let declared = input.tool.declared();
         let assessment = crate::tool::EffectiveHints::derive(declared, trust, input.sandbox);
+        let why = input.decision.reasons.first().map(|first| {
+            let rule = first
+                .rule
+                .and_then(|idx| self.config().rules.get(idx))
+                .and_then(|rule| rule.reason.clone());
+            (first.code.description(), rule)
+        });
+        let risks = risk_lines(input.server, trust, declared, &assessment, input.decision);
+        Facts {
+            trust,
+            identity,
+            why,
+            risks,
+        }
+    }
+
+    /// The prompt's content as JSON, for a reader that renders it itself
+    /// (the web console): `server`, `trust`, `identity`,
+    /// `previous_identity`, `tool`, `title`, `arguments`, `why`, `risks` and
+    /// `changes` (`field`, `old`, `new`). Strings are as the server or the
+    /// configuration wrote them, not escaped: the reader escapes them for
+    /// where it shows them. Total, as [`Policy::prompt`] is.
+    pub fn prompt_details(&self, input: &PromptInput<'_>) -> Value {
+        let facts = self.facts(input);
+        let display = input.tool.display_name();
+        let why: Vec<String> = facts
+            .why
+            .iter()
+            .map(|(description, rule)| match rule {
+                Some(reason) => format!("{description} ({reason})"),
+                None => (*description).to_owned(),
+            })
+            .collect();
+        serde_json::json!({
+            "server": input.server,
+            "trust": match facts.trust {
+                Trust::Trusted => "trusted",
+                Trust::Untrusted => "untrusted",
+            },
+            "identity": facts.identity,
+            "previous_identity": input.previous_identity,
+            "tool": input.tool.name,
+            "title": (display != input.tool.name).then_some(display),
+            "arguments": input.arguments,
+            "why": why,
+            "risks": facts.risks,
+            "changes": input.changes,
+        })
+    }
+
+    /// Renders the prompt for a call. Total: an unknown server renders as
+    /// untrusted with no identity.
+    pub fn prompt(&self, input: &PromptInput<'_>) -> String {
+        let facts = self.facts(input);
+        let trust = facts.trust;
+        let identity = &facts.identity;
 
         let mut out = String::with_capacity(512);
         out.push_str("hintgate: approve this tool call?\n\n");
@@ -70,7 +127,7 @@ impl Policy {
         out.push_str(&format!(
             "  server:    {} ({trust_word})\n  identity:  {}\n",
             escape_line(input.server),
-            escape_line(&identity)
+            escape_line(identity)
         ));
         match input.previous_identity {
             Some("") => out.push_str(
@@ -108,20 +165,17 @@ impl Policy {
         }
 
         out.push_str("\n  why you are asked:\n");
-        if let Some(first) = input.decision.reasons.first() {
-            let mut line = first.code.description().to_owned();
-            if let Some(rule) = first.rule.and_then(|idx| self.config().rules.get(idx))
-                && let Some(reason) = &rule.reason
-            {
+        if let Some((description, rule)) = &facts.why {
+            let mut line = (*description).to_owned();
+            if let Some(reason) = rule {
                 line.push_str(&format!(" ({})", escape_line(reason)));
             }
             out.push_str(&format!("    - {line}\n"));
         }
 
-        let risks = risk_lines(input.server, trust, declared, &assessment, input.decision);
-        if !risks.is_empty() {
+        if !facts.risks.is_empty() {
             out.push_str("\n  risks:\n");
-            for risk in risks {
+            for risk in &facts.risks {
                 out.push_str(&format!("    - {risk}\n"));
             }
         }
@@ -139,6 +193,14 @@ impl Policy {
         }
         out
     }
+}
+
+/// What [`Policy::facts`] found.
+struct Facts {
+    trust: Trust,
+    identity: String,
+    why: Option<(&'static str, Option<String>)>,
+    risks: Vec<String>,
 }
 
 /// One line per risk, phrased as a claim for an untrusted server.
@@ -255,6 +317,80 @@ mod tests {
             sandbox: SandboxProof::default(),
             changes,
         })
+    }
+
+    #[test]
+    fn the_details_carry_what_the_prompt_shows_unescaped_for_a_reader_that_escapes() {
+        let policy = Policy::new(ValidConfig::wrap(
+            "fs",
+            Transport::Stdio {
+                command: "x".into(),
+                args: Vec::new(),
+                env: Default::default(),
+            },
+            Trust::Untrusted,
+            Profile::AskWrites,
+            false,
+        ));
+        let tool = Tool::from_value(json!({
+            "name": "write",
+            "title": "Write <b>\u{202e}",
+            "annotations": {"readOnlyHint": true}
+        }))
+        .unwrap();
+        let decision = policy.decide(&Call {
+            server: "fs",
+            tool: &tool,
+            pin: PinStatus::Changed,
+            session: SessionState::default(),
+            sandbox: SandboxProof::default(),
+        });
+        let changes = [FieldChange {
+            field: "description".into(),
+            old: Some("\"a\"".into()),
+            new: Some("\"b\\nc\"".into()),
+        }];
+        let input = PromptInput {
+            server: "fs",
+            identity: Some("x --flag\nsecond"),
+            previous_identity: None,
+            tool: &tool,
+            arguments: Some(&json!({"path": "/tmp/x\u{200b}"})),
+            decision: &decision,
+            sandbox: SandboxProof::default(),
+            changes: &changes,
+        };
+        let details = policy.prompt_details(&input);
+        assert_eq!(details["server"], "fs");
+        assert_eq!(details["trust"], "untrusted");
+        assert_eq!(details["identity"], "x --flag\nsecond");
+        assert_eq!(details["previous_identity"], Value::Null);
+        assert_eq!(details["tool"], "write");
+        assert_eq!(details["title"], "Write <b>\u{202e}");
+        assert_eq!(details["arguments"], json!({"path": "/tmp/x\u{200b}"}));
+        assert_eq!(details["changes"][0]["field"], "description");
+        assert_eq!(details["changes"][0]["new"], "\"b\\nc\"");
+        let why = details["why"].as_array().unwrap();
+        assert_eq!(why.len(), 1);
+        let text = policy.prompt(&input);
+        assert!(
+            text.contains(&format!("    - {}\n", why[0].as_str().unwrap())),
+            "the same reason as the prompt: {text}"
+        );
+        let risks = details["risks"].as_array().unwrap();
+        assert!(!risks.is_empty());
+        for risk in risks {
+            assert!(
+                text.contains(&format!("    - {}\n", risk.as_str().unwrap())),
+                "the same risks as the prompt: {risk} in {text}"
+            );
+        }
+        assert!(
+            risks
+                .iter()
+                .any(|risk| risk.as_str().unwrap().contains("(unverified)")),
+            "an untrusted server's hints as claims: {risks:?}"
+        );
     }
 
     #[test]

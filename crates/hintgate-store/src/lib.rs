@@ -148,6 +148,26 @@ pub struct Seen {
     pub identity: String,
 }
 
+impl Seen {
+    /// Whether [`Seen::digest`] is the pin digest of [`Seen::definition`]
+    /// as a definition of `tool` (a tool's, or the server's instructions
+    /// for [`INSTRUCTIONS`]). A held change is not sealed: one whose digest
+    /// and definition disagree was written by someone without hintgate, and
+    /// approving it would pin a digest the person was never shown.
+    #[must_use]
+    pub fn is_genuine(&self, tool: &str) -> bool {
+        let digest = if tool == INSTRUCTIONS {
+            hintgate_policy::pin::PinDigest::of_json(&self.definition)
+        } else {
+            match hintgate_policy::tool::Tool::from_value(self.definition.clone()) {
+                Ok(parsed) => hintgate_policy::pin::PinDigest::of(&parsed),
+                Err(_) => return false,
+            }
+        };
+        digest.to_string() == self.digest
+    }
+}
+
 /// A standing ("always") approval of one tool, for one definition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Approval {
@@ -798,10 +818,10 @@ impl SqliteStore {
             transaction.commit()?;
         }
         if found < 5 {
-            // Seals on the rows decisions trust (see `rows`). Rows from
-            // before have none, and so are broken: a hintgate that sealed
-            // them now could not tell them from rows someone without the
-            // key put there.
+            // Seals on the rows decisions trust (see `rows`), and the
+            // prompt's content as JSON for the web console. Rows from before
+            // have no seal, and so are broken: a hintgate that sealed them now
+            // could not tell them from rows someone without the key put there.
             let transaction =
                 connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let current: i64 =
@@ -812,6 +832,7 @@ impl SqliteStore {
                      ALTER TABLE always ADD COLUMN tag TEXT;
                      ALTER TABLE approvals ADD COLUMN tag TEXT;
                      ALTER TABLE approvals ADD COLUMN answer_tag TEXT;
+                     ALTER TABLE approvals ADD COLUMN details TEXT;
                      PRAGMA user_version = 5;",
                 )?;
             }

@@ -376,13 +376,15 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
         )?;
     }
     if found < 3 {
-        // Seals on the rows decisions trust (see `rows`); rows from before
-        // have none, and so are broken.
+        // Seals on the rows decisions trust (see `rows`), and the prompt's
+        // content as JSON for the web console; rows from before have no
+        // seal, and so are broken.
         tx.batch_execute(
             "ALTER TABLE hintgate.pins ADD COLUMN IF NOT EXISTS tag TEXT;
              ALTER TABLE hintgate.always ADD COLUMN IF NOT EXISTS tag TEXT;
              ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS tag TEXT;
              ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS answer_tag TEXT;
+             ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS details TEXT;
              UPDATE hintgate.meta SET value = '3' WHERE key = 'schema_version';",
         )?;
     }
@@ -828,8 +830,8 @@ impl AuditLog for PgStore {
 /// A PostgreSQL row of [`PENDING_COLUMNS`], its seals checked by `sealer`.
 fn row_to_pending(sealer: Option<&Sealer>, row: &::postgres::Row) -> Result<Pending, StoreError> {
     let mut pending = row_to_unchecked(row)?;
-    let tag: Option<String> = row.try_get(15)?;
-    let answer_tag: Option<String> = row.try_get(16)?;
+    let tag: Option<String> = row.try_get(16)?;
+    let answer_tag: Option<String> = row.try_get(17)?;
     pending.check_seals(sealer, tag.as_deref(), answer_tag.as_deref());
     Ok(pending)
 }
@@ -849,6 +851,7 @@ fn row_to_unchecked(row: &::postgres::Row) -> Result<Pending, StoreError> {
         tool: row.try_get(6)?,
         digest: row.try_get(7)?,
         prompt: row.try_get(8)?,
+        details: crate::queue::details_from(row.try_get::<_, Option<String>>(15)?.as_deref()),
         offer: Remember::parse(&offer).unwrap_or(Remember::Call),
         state: crate::queue::state_from(
             &state,
@@ -875,7 +878,7 @@ fn pending_by_id(
             &format!("SELECT {PENDING_COLUMNS} FROM hintgate.approvals WHERE id = $1{lock}"),
             &[&to_sql(id)],
         )?
-        .map(|row| Ok((row_to_pending(sealer, &row)?, row.try_get(15)?)))
+        .map(|row| Ok((row_to_pending(sealer, &row)?, row.try_get(16)?)))
         .transpose()
 }
 
@@ -886,8 +889,8 @@ impl ApprovalQueue for PgStore {
         self.call(move |client| {
             let mut tx = client.transaction()?;
             let row = tx.query_one(
-                "INSERT INTO hintgate.approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'waiting') RETURNING id",
+                "INSERT INTO hintgate.approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, details)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'waiting', $10) RETURNING id",
                 &[
                     &new.at,
                     &new.expires_at,
@@ -898,6 +901,7 @@ impl ApprovalQueue for PgStore {
                     &new.digest,
                     &new.prompt,
                     &new.offer.as_str(),
+                    &new.details.as_ref().map(serde_json::Value::to_string),
                 ],
             )?;
             let id = from_sql(row.try_get(0)?);

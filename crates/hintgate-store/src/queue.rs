@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::rows::{EntryFields, Sealer};
 use crate::{MemoryStore, Seal, SqliteStore, StoreError, from_sql, to_sql};
@@ -76,6 +77,10 @@ pub struct NewPending {
     pub digest: String,
     /// What the person is shown: the whole prompt, as for elicitation.
     pub prompt: String,
+    /// The prompt's content as JSON, for a reader that renders it itself
+    /// (the web console; `Policy::prompt_details`); `None` when the gateway
+    /// gave none.
+    pub details: Option<Value>,
     /// The most the approval may be remembered.
     pub offer: Remember,
 }
@@ -93,6 +98,7 @@ impl NewPending {
             tool: &self.tool,
             digest: &self.digest,
             prompt: &self.prompt,
+            details: self.details.as_ref().map(Value::to_string),
             offer: self.offer.as_str(),
         }
     }
@@ -147,6 +153,10 @@ pub struct Pending {
     pub digest: String,
     /// The prompt.
     pub prompt: String,
+    /// The prompt's content as JSON, when the gateway gave it (an entry
+    /// written by an older gateway has none, and one whose stored text is
+    /// not JSON reads as none).
+    pub details: Option<Value>,
     /// The most the approval may be remembered.
     pub offer: Remember,
     /// Where it stands.
@@ -171,6 +181,7 @@ impl Pending {
             tool: &self.tool,
             digest: &self.digest,
             prompt: &self.prompt,
+            details: self.details.as_ref().map(Value::to_string),
             offer: self.offer.as_str(),
         }
     }
@@ -393,6 +404,7 @@ impl ApprovalQueue for MemoryStore {
             tool: new.tool.clone(),
             digest: new.digest.clone(),
             prompt: new.prompt.clone(),
+            details: new.details.clone(),
             offer: new.offer,
             state: PendingState::Waiting,
             // Nothing but this process reaches a memory store's rows.
@@ -510,13 +522,18 @@ impl QueueWatch for SqliteWatch {
 
 /// The columns every query of the queue selects (SQLite and PostgreSQL
 /// name them alike): the entry's, then its seal and its answer's.
-pub(crate) const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why, tag, answer_tag";
+pub(crate) const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why, details, tag, answer_tag";
+
+/// The stored text of an entry's details, as JSON (unreadable text as none).
+pub(crate) fn details_from(text: Option<&str>) -> Option<Value> {
+    text.and_then(|text| serde_json::from_str(text).ok())
+}
 
 /// A SQLite row of [`PENDING_COLUMNS`], its seals checked by `sealer`.
 fn row_to_pending(sealer: Option<&Sealer>, row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
     let mut pending = row_to_unchecked(row)?;
-    let tag: Option<String> = row.get(15)?;
-    let answer_tag: Option<String> = row.get(16)?;
+    let tag: Option<String> = row.get(16)?;
+    let answer_tag: Option<String> = row.get(17)?;
     pending.check_seals(sealer, tag.as_deref(), answer_tag.as_deref());
     Ok(pending)
 }
@@ -536,6 +553,7 @@ fn row_to_unchecked(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
         tool: row.get(6)?,
         digest: row.get(7)?,
         prompt: row.get(8)?,
+        details: details_from(row.get::<_, Option<String>>(15)?.as_deref()),
         offer: Remember::parse(&offer).unwrap_or(Remember::Call),
         state: state_from(
             &state,
@@ -554,8 +572,8 @@ impl ApprovalQueue for SqliteStore {
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
         transaction.execute(
-            "INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'waiting')",
+            "INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, details)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'waiting', ?10)",
             params![
                 new.at,
                 new.expires_at,
@@ -565,7 +583,8 @@ impl ApprovalQueue for SqliteStore {
                 new.tool,
                 new.digest,
                 new.prompt,
-                new.offer.as_str()
+                new.offer.as_str(),
+                new.details.as_ref().map(Value::to_string)
             ],
         )?;
         let id = from_sql(transaction.last_insert_rowid());
@@ -614,7 +633,7 @@ impl ApprovalQueue for SqliteStore {
                 |row| {
                     Ok((
                         row_to_pending(Some(sealer), row)?,
-                        row.get::<_, Option<String>>(15)?,
+                        row.get::<_, Option<String>>(16)?,
                     ))
                 },
             )

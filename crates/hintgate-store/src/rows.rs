@@ -92,6 +92,9 @@ pub(crate) struct EntryFields<'a> {
     pub(crate) tool: &'a str,
     pub(crate) digest: &'a str,
     pub(crate) prompt: &'a str,
+    /// The prompt's content as the JSON text stored beside it (re-written
+    /// from its value, which gives the text it was stored as), or none.
+    pub(crate) details: Option<String>,
     pub(crate) offer: &'a str,
 }
 
@@ -211,7 +214,7 @@ fn always_fields<'a>(server_key: &'a str, tool: &'a str, digest: &'a str) -> [Fi
     ]
 }
 
-fn entry_fields<'a>(entry: &'a EntryFields<'a>) -> [Field<'a>; 10] {
+fn entry_fields<'a>(entry: &'a EntryFields<'a>) -> [Field<'a>; 11] {
     [
         Field::Int(crate::to_sql(entry.id)),
         Field::Int(entry.at),
@@ -222,6 +225,8 @@ fn entry_fields<'a>(entry: &'a EntryFields<'a>) -> [Field<'a>; 10] {
         Field::Bytes(entry.tool.as_bytes()),
         Field::Bytes(entry.digest.as_bytes()),
         Field::Bytes(entry.prompt.as_bytes()),
+        // JSON text is never empty, so none and some stay apart.
+        Field::Bytes(entry.details.as_deref().unwrap_or_default().as_bytes()),
         Field::Bytes(entry.offer.as_bytes()),
     ]
 }

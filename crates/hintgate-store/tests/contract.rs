@@ -358,6 +358,9 @@ fn pending_call(expires_at: i64) -> hintgate_store::NewPending {
         tool: "write_file".into(),
         digest: "sha256:a".into(),
         prompt: "Allow write_file on fs?\n  path: \"/tmp/x\"".into(),
+        details: Some(
+            json!({"tool": "write_file", "arguments": {"path": "/tmp/x"}, "risks": ["<b>"]}),
+        ),
         offer: hintgate_store::Remember::Always,
     }
 }
@@ -375,6 +378,18 @@ fn queue_contract(queue: &dyn hintgate_store::ApprovalQueue) {
         "the whole prompt is kept"
     );
     assert_eq!(waiting[0].offer, Remember::Always);
+    assert_eq!(
+        waiting[0].details,
+        pending_call(200).details,
+        "the prompt's content as JSON is kept"
+    );
+    let bare = queue
+        .enqueue(&hintgate_store::NewPending {
+            details: None,
+            ..pending_call(120)
+        })
+        .unwrap();
+    assert_eq!(queue.pending(bare).unwrap().unwrap().details, None);
     assert!(
         queue.waiting(200).unwrap().is_empty(),
         "an entry past its time is not listed"
@@ -1101,6 +1116,8 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
              INSERT INTO pins VALUES ('k', 'read', 'fs', 'sha256:a', '{\"name\":\"read\"}', 100,
                  'sha256:b', '{\"name\":\"read\",\"description\":\"new\"}');
              INSERT INTO always VALUES ('k', 'read', 'sha256:a');
+             INSERT INTO approvals (at, expires_at, session, server, server_key, tool, digest, prompt, offer, state)
+                 VALUES (1, 2, 's', 'fs', 'k', 'read', 'sha256:a', 'p', 'call', 'waiting');
              PRAGMA user_version = 3;",
         )
         .unwrap();
@@ -1118,6 +1135,15 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
     assert_eq!(version, 5);
+    // A call that waited before the queue kept the prompt's content as
+    // JSON reads without it.
+    let store = SqliteStore::open(&path).unwrap();
+    let old = hintgate_store::ApprovalQueue::pending(&store, 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.prompt, "p");
+    assert_eq!(old.details, None);
+    drop(store);
     // Opening again does not add the columns twice.
     drop(SqliteStore::open(&path).unwrap());
 }
@@ -1132,15 +1158,24 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
         .put_pin(&pin_of("fs", "k", "read", 100, "v1"))
         .unwrap();
     store.see("k", "read", &seen_under("v2")).unwrap();
+    let waiting = hintgate_store::ApprovalQueue::enqueue(&store, &pending_call(200)).unwrap();
     drop(store);
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client
         .batch_execute(
             "ALTER TABLE hintgate.pins DROP COLUMN identity, DROP COLUMN seen_identity;
+             ALTER TABLE hintgate.approvals DROP COLUMN details;
              UPDATE hintgate.meta SET value = '1' WHERE key = 'schema_version';",
         )
         .unwrap();
     let store = keyed_pg(&url);
+    // A call that waited before the queue kept the prompt's content as JSON
+    // reads without it.
+    let old = hintgate_store::ApprovalQueue::pending(&store, waiting)
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.prompt, pending_call(200).prompt);
+    assert_eq!(old.details, None);
     let pin = store.pin("k", "read").unwrap().unwrap();
     assert_eq!(pin.identity, "");
     assert_eq!(pin.seen.unwrap().identity, "");

@@ -10,7 +10,9 @@
 
 mod approvals;
 mod audit;
+mod browser;
 mod config_check;
+mod console;
 mod corpus;
 mod explain;
 mod gateway;

@@ -144,16 +144,24 @@ impl Gateway {
 
     /// The prompt for a call (design §4.3).
     fn prompt(&self, cx: &CallContext, redacted: bool) -> String {
-        let Some(idx) = cx.server else {
-            return String::new();
-        };
-        let Some(tool) = self
+        self.with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
+            .unwrap_or_default()
+    }
+
+    /// Renders what a prompt for a call shows with `render`: the text, or
+    /// its content as JSON for the approval queue. `None` for a call with
+    /// no server or tool.
+    fn with_prompt_input<R>(
+        &self,
+        cx: &CallContext,
+        redacted: bool,
+        render: impl FnOnce(&hintgate_policy::decide::Policy, &PromptInput<'_>) -> R,
+    ) -> Option<R> {
+        let idx = cx.server?;
+        let tool = self
             .catalog
             .tool(idx, &cx.tool)
-            .and_then(|entry| entry.tool.as_ref().ok())
-        else {
-            return String::new();
-        };
+            .and_then(|entry| entry.tool.as_ref().ok())?;
         let changes = match cx.pin {
             PinStatus::Changed => self
                 .catalog
@@ -168,16 +176,19 @@ impl Gateway {
         } else {
             cx.arguments_or_empty().clone()
         };
-        self.policy.prompt(&PromptInput {
-            server: self.upstreams.name(idx),
-            identity: self.catalog.identity(idx),
-            previous_identity: self.catalog.previous_identity(idx),
-            tool,
-            arguments: Some(&arguments),
-            decision: &decision,
-            sandbox: self.catalog.sandbox(idx),
-            changes: &changes,
-        })
+        Some(render(
+            &self.policy,
+            &PromptInput {
+                server: self.upstreams.name(idx),
+                identity: self.catalog.identity(idx),
+                previous_identity: self.catalog.previous_identity(idx),
+                tool,
+                arguments: Some(&arguments),
+                decision: &decision,
+                sandbox: self.catalog.sandbox(idx),
+                changes: &changes,
+            },
+        ))
     }
 
     /// A legacy host's person answered the elicitation: approve forwards the
@@ -407,6 +418,10 @@ impl Gateway {
             tool: cx.tool.clone(),
             digest: cx.digest_text.as_deref().unwrap_or_default().to_owned(),
             prompt,
+            // The same content as JSON, arguments redacted as in the prompt,
+            // for a reader that renders it itself (the web console).
+            details: self
+                .with_prompt_input(&cx, true, |policy, input| policy.prompt_details(input)),
             offer: match offer_of(&cx) {
                 RememberOffer::UpToAlways => Remember::Always,
                 RememberOffer::ThisCallOnly | RememberOffer::NotAsked => Remember::Call,
