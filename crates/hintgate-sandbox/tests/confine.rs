@@ -231,3 +231,110 @@ fn with_the_network_allowed_the_same_program_reaches_the_listener() {
     succeeded(&outcomes, "connect-loopback");
     assert!(!report.proof(&sandbox).no_network);
 }
+
+/// The process the daemon fixture left behind, as this machine numbers it
+/// (the first word of its pid file); it must be the fixture while it runs.
+fn daemon_pid(pidfile: &Path) -> u32 {
+    let text = std::fs::read_to_string(pidfile).unwrap();
+    println!("the daemon's pid, outside and inside: {}", text.trim());
+    text.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Whether `pid` is still the fixture (a pid reused by something else, or
+/// a zombie, which has no command line, is not).
+fn fixture_alive(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("escape_server.py"))
+}
+
+/// Polls until `pid` is gone, for at most a generous while; whether it went.
+fn gone_soon(pid: u32) -> bool {
+    for _ in 0..500 {
+        if !fixture_alive(pid) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn a_daemon_the_server_leaves_behind_dies_when_the_server_exits() {
+    // The daemon calls setsid twice and its parent exits: it is in no
+    // process group of the server's, so killing the group misses it. Only
+    // the PID namespace, whose init ends every process in it when the
+    // server exits, takes it down.
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("daemon.pid");
+    let sandbox = SandboxConfig {
+        write: vec![dir.path().display().to_string()],
+        ..SandboxConfig::default()
+    };
+    let args = vec![format!("daemon={}", pidfile.display())];
+    let needs = [Property::FilesWrite, Property::PidNamespace];
+    let Some((outcomes, _, _)) = probe(&sandbox, &args, &needs) else {
+        return;
+    };
+    succeeded(&outcomes, "daemon");
+    let pid = daemon_pid(&pidfile);
+    assert!(
+        gone_soon(pid),
+        "the daemon {pid} outlived the server that started it"
+    );
+}
+
+#[test]
+fn killing_the_process_the_gateway_holds_kills_the_whole_tree() {
+    // What the gateway holds is the relay outside the namespace; SIGKILL
+    // it (as the kernel does when the gateway dies, PR_SET_PDEATHSIG) and
+    // the init, the server and its daemon go too, without the
+    // confinement's own cleanup (it is kept alive until the end).
+    let Some(python) = python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("daemon.pid");
+    let sandbox = SandboxConfig {
+        write: vec![dir.path().display().to_string()],
+        ..SandboxConfig::default()
+    };
+    let kernel = Kernel::probe();
+    let report = kernel.report(&sandbox);
+    if !report.holds(Property::PidNamespace) {
+        println!(
+            "skipped: this kernel cannot enforce {}",
+            Property::PidNamespace
+        );
+        return;
+    }
+    let args = vec![
+        fixture().display().to_string(),
+        "--daemon".to_owned(),
+        pidfile.display().to_string(),
+    ];
+    let plan = Plan::new(python, &args, &BTreeMap::new(), &sandbox, &inherited()).unwrap();
+    let (mut command, confinement) = hintgate_sandbox::command(&plan, &kernel).unwrap();
+    println!("sandbox {}", confinement.report().summary());
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..500 {
+        if pidfile.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = daemon_pid(&pidfile);
+    assert!(fixture_alive(pid), "the daemon {pid} is not running");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        gone_soon(pid),
+        "the daemon {pid} outlived the process the gateway holds"
+    );
+    drop(confinement);
+}

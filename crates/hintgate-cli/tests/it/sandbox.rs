@@ -474,3 +474,104 @@ fn the_memory_server_keeps_its_file_in_its_one_writable_directory_across_a_resta
         );
     }
 }
+
+/// Whether `pid` is still the fixture (a reused pid, or a zombie, which has
+/// no command line, is not).
+fn fixture_alive(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("escape_server.py"))
+}
+
+/// Polls until `check` holds, for at most a generous while; whether it did.
+fn soon(check: impl Fn() -> bool) -> bool {
+    for _ in 0..500 {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// Starts `hintgate run` in front of the hostile fixture, which leaves a
+/// daemon behind (setsid, double fork, SIGTERM and SIGHUP ignored); returns
+/// the gateway and the daemon's pid, checked running.
+fn gateway_with_a_daemon(dir: &Path, python: &str) -> (Host, u32) {
+    let out = dir.join("out");
+    std::fs::create_dir(&out).unwrap();
+    let pidfile = out.join("daemon.pid");
+    let config = format!(
+        "[servers.esc]\ncommand = {python:?}\nargs = [{:?}, \"--daemon\", {:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.esc.sandbox]\nwrite = [{:?}]\n",
+        escape_server(),
+        pidfile.display().to_string(),
+        out.display().to_string(),
+    );
+    std::fs::write(dir.join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir, &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+    let list = host.request("tools/list", json!({}));
+    tool(&list, "esc__read_file");
+    assert!(soon(|| pidfile.exists()), "no daemon: {}", host.log());
+    let text = std::fs::read_to_string(&pidfile).unwrap();
+    println!("the daemon's pid, outside and inside: {}", text.trim());
+    let pid: u32 = text.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(fixture_alive(pid), "the daemon {pid} is not running");
+    (host, pid)
+}
+
+fn kernel_has_pid_namespaces() -> bool {
+    let report = Kernel::current().report(&SandboxConfig::default());
+    println!("sandbox on this kernel: {}", report.summary());
+    if let Some(missing) = report
+        .missing
+        .iter()
+        .find(|m| m.property == Property::PidNamespace)
+    {
+        println!(
+            "skipped: this kernel cannot enforce {}: {}",
+            missing.property, missing.why
+        );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn a_daemon_of_a_sandboxed_server_dies_when_the_gateway_is_killed() {
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_has_pid_namespaces() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (host, pid) = gateway_with_a_daemon(dir.path(), python);
+    // A crash: the gateway gets no chance to clean up.
+    host.kill();
+    assert!(
+        soon(|| !fixture_alive(pid)),
+        "the daemon {pid} outlived the gateway killed with SIGKILL"
+    );
+}
+
+#[test]
+fn a_daemon_of_a_sandboxed_server_dies_when_the_gateway_stops() {
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_has_pid_namespaces() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (host, pid) = gateway_with_a_daemon(dir.path(), python);
+    // The host hangs up: the gateway stops its servers and exits.
+    let status = host.close();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        soon(|| !fixture_alive(pid)),
+        "the daemon {pid} outlived the gateway that stopped"
+    );
+}
