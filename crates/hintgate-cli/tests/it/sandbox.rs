@@ -575,3 +575,148 @@ fn a_daemon_of_a_sandboxed_server_dies_when_the_gateway_stops() {
         "the daemon {pid} outlived the gateway that stopped"
     );
 }
+
+/// The pids of the processes whose command line holds `tag`.
+fn processes_tagged(tag: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline)
+            .split('\0')
+            .any(|arg| arg == tag)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn where_the_kernel_refuses_a_namespace_the_server_does_not_start_or_proves_only_what_holds() {
+    // A real refusal: `hintgate run` itself runs inside a sandbox whose
+    // seccomp filter refuses `unshare`, so when it asks the kernel for its
+    // server's user and network namespace the kernel says no, as a kernel
+    // with unprivileged user namespaces turned off would. Landlock still
+    // works inside (domains nest).
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    let kernel = Kernel::current();
+    let dir = tempfile::tempdir().unwrap();
+    let outer = SandboxConfig {
+        read: vec![
+            Path::new(&escape_server())
+                .parent()
+                .unwrap()
+                .display()
+                .to_string(),
+        ],
+        write: vec![dir.path().display().to_string()],
+        network: true,
+        ..SandboxConfig::default()
+    };
+    let report = kernel.report(&outer);
+    println!("the gateway's own sandbox: {}", report.summary());
+    for need in [Property::Seccomp, Property::FilesRead, Property::FilesWrite] {
+        if !report.holds(need) {
+            println!(
+                "skipped: this kernel cannot enforce {need}, which the test needs to make it refuse"
+            );
+            return;
+        }
+    }
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("notes.txt"), "hello from disk").unwrap();
+    let tag = dir.path().file_name().unwrap().to_str().unwrap().to_owned();
+    let server = |name: &str, best_effort: bool| {
+        format!(
+            "[servers.{name}]\ncommand = {python:?}\nargs = [{:?}, \"{tag}-{name}\"]\ntrust = \"untrusted\"\n\n\
+             [servers.{name}.sandbox]\nread = [{:?}]\nnetwork = false\nbest_effort = {best_effort}\n\n",
+            escape_server(),
+            data.display().to_string(),
+        )
+    };
+    let config = format!("{}{}", server("boxed", false), server("loose", true));
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+
+    let inherited = std::env::vars().collect();
+    let mut plan = hintgate_sandbox::Plan::new(
+        env!("CARGO_BIN_EXE_hintgate"),
+        &[],
+        &std::collections::BTreeMap::new(),
+        &outer,
+        &inherited,
+    )
+    .unwrap();
+    // The gateway inside starts the fixture with the system's python3.
+    plan.rules.push(hintgate_sandbox::PathRule {
+        path: Path::new(python).canonicalize().unwrap(),
+        access: hintgate_sandbox::Access::ReadExec,
+        why: "the server's interpreter",
+    });
+    let (command, confinement) = hintgate_sandbox::command(&plan, kernel).unwrap();
+    let mut host = Host::start_with(
+        command,
+        dir.path(),
+        &["run", "--config", "hintgate.toml"],
+        &[],
+    );
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+
+    // Without best_effort: not started, and the error names what is missing.
+    let boxed = host.call("boxed__read_file", json!({"path": data.join("notes.txt")}));
+    println!("boxed answered: {}", text(&boxed));
+    assert!(is_error(&boxed), "{boxed}");
+    assert!(text(&boxed).contains("network-namespace"), "{boxed}");
+    assert!(text(&boxed).contains("best_effort"), "{boxed}");
+    assert!(
+        processes_tagged(&format!("{tag}-boxed")).is_empty(),
+        "the server that cannot be confined is running"
+    );
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+
+    // With best_effort: it starts, and the gateway says exactly what holds.
+    let list = host.request("tools/list", json!({}));
+    let loose_pids = processes_tagged(&format!("{tag}-loose"));
+    assert_eq!(loose_pids.len(), 1, "the best-effort server is not running");
+    let log = host.log();
+    assert!(
+        log.contains("sandbox enforced: files-read, files-write, tcp-denied"),
+        "{log}"
+    );
+    assert!(log.contains("not enforced: network-namespace"), "{log}");
+    // And it really shares the gateway's network: the kernel refused.
+    let net = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert_eq!(net(&loose_pids[0].to_string()), net("self"));
+    // The policy got proof only of what holds: no "no network", so the
+    // untrusted server's read claims are claims, and the read asks.
+    let annotations = &tool(&list, "loose__read_file")["annotations"];
+    assert_ne!(annotations["openWorldHint"], json!(false), "{annotations}");
+    let read = host.call("loose__read_file", json!({"path": data.join("notes.txt")}));
+    assert!(is_error(&read), "{read}");
+    assert_eq!(host.requests.len(), 1, "{:?}", host.requests);
+    let prompt = host.requests[0]["params"]["message"].as_str().unwrap();
+    assert!(prompt.contains("server:    loose (untrusted)"), "{prompt}");
+    assert!(prompt.contains("tool:      read_file"), "{prompt}");
+    host.close();
+    drop(confinement);
+
+    // The audit log says the same: the one refused, the other asked for
+    // the risks the sandbox could not rule out.
+    let records = log_json(dir.path());
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[0]["server"], "boxed", "{records:?}");
+    assert_eq!(records[0]["verdict"], "deny", "{records:?}");
+    assert_eq!(records[0]["reasons"], json!(["server-unavailable"]));
+    assert_eq!(records[1]["server"], "loose", "{records:?}");
+    assert_eq!(records[1]["verdict"], "ask", "{records:?}");
+    let reasons = records[1]["reasons"].as_array().unwrap();
+    assert!(reasons.contains(&json!("open-world")), "{reasons:?}");
+    assert!(!reasons.contains(&json!("sandbox-confined")), "{reasons:?}");
+}
