@@ -230,9 +230,11 @@ impl Prepared {
         if self.unshare != 0 {
             // SAFETY: unshare(2) takes no pointer; the child is single-threaded.
             check(unsafe { libc::unshare(self.unshare) })?;
-            write_file(c"/proc/self/setgroups", b"deny")?;
-            write_file(c"/proc/self/uid_map", &self.uid_map)?;
-            write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            if self.unshare & libc::CLONE_NEWUSER != 0 {
+                write_file(c"/proc/self/setgroups", b"deny")?;
+                write_file(c"/proc/self/uid_map", &self.uid_map)?;
+                write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            }
         }
         if self.pid_namespace {
             supervise()?;
