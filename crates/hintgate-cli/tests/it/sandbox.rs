@@ -605,30 +605,10 @@ fn where_the_kernel_refuses_a_namespace_the_server_does_not_start_or_proves_only
         println!("skipped: no system python3 to run the fixture");
         return;
     };
-    let kernel = Kernel::current();
     let dir = tempfile::tempdir().unwrap();
-    let outer = SandboxConfig {
-        read: vec![
-            Path::new(&escape_server())
-                .parent()
-                .unwrap()
-                .display()
-                .to_string(),
-        ],
-        write: vec![dir.path().display().to_string()],
-        network: true,
-        ..SandboxConfig::default()
+    let Some((command, confinement)) = refusing_sandbox(dir.path(), python) else {
+        return;
     };
-    let report = kernel.report(&outer);
-    println!("the gateway's own sandbox: {}", report.summary());
-    for need in [Property::Seccomp, Property::FilesRead, Property::FilesWrite] {
-        if !report.holds(need) {
-            println!(
-                "skipped: this kernel cannot enforce {need}, which the test needs to make it refuse"
-            );
-            return;
-        }
-    }
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     std::fs::write(data.join("notes.txt"), "hello from disk").unwrap();
@@ -643,23 +623,6 @@ fn where_the_kernel_refuses_a_namespace_the_server_does_not_start_or_proves_only
     };
     let config = format!("{}{}", server("boxed", false), server("loose", true));
     std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
-
-    let inherited = std::env::vars().collect();
-    let mut plan = hintgate_sandbox::Plan::new(
-        env!("CARGO_BIN_EXE_hintgate"),
-        &[],
-        &std::collections::BTreeMap::new(),
-        &outer,
-        &inherited,
-    )
-    .unwrap();
-    // The gateway inside starts the fixture with the system's python3.
-    plan.rules.push(hintgate_sandbox::PathRule {
-        path: Path::new(python).canonicalize().unwrap(),
-        access: hintgate_sandbox::Access::ReadExec,
-        why: "the server's interpreter",
-    });
-    let (command, confinement) = hintgate_sandbox::command(&plan, kernel).unwrap();
     let mut host = Host::start_with(
         command,
         dir.path(),
@@ -719,4 +682,143 @@ fn where_the_kernel_refuses_a_namespace_the_server_does_not_start_or_proves_only
     let reasons = records[1]["reasons"].as_array().unwrap();
     assert!(reasons.contains(&json!("open-world")), "{reasons:?}");
     assert!(!reasons.contains(&json!("sandbox-confined")), "{reasons:?}");
+}
+
+/// The `hintgate` binary, made ready to run in a sandbox of its own whose
+/// seccomp filter refuses `unshare`: inside it, the kernel refuses the
+/// namespaces `hintgate` asks for its servers, as a kernel with
+/// unprivileged user namespaces turned off would (Landlock still works
+/// there: domains nest). It may write under `dir` and run `python`. `None`,
+/// with the reason printed, where this kernel cannot make it.
+fn refusing_sandbox(
+    dir: &Path,
+    python: &str,
+) -> Option<(std::process::Command, hintgate_sandbox::Confinement)> {
+    let kernel = Kernel::current();
+    let outer = SandboxConfig {
+        read: vec![
+            Path::new(&escape_server())
+                .parent()
+                .unwrap()
+                .display()
+                .to_string(),
+        ],
+        write: vec![dir.display().to_string()],
+        network: true,
+        ..SandboxConfig::default()
+    };
+    let report = kernel.report(&outer);
+    println!("hintgate's own sandbox: {}", report.summary());
+    for need in [Property::Seccomp, Property::FilesRead, Property::FilesWrite] {
+        if !report.holds(need) {
+            println!(
+                "skipped: this kernel cannot enforce {need}, which the test needs to make it refuse"
+            );
+            return None;
+        }
+    }
+    let inherited = std::env::vars().collect();
+    let mut plan = hintgate_sandbox::Plan::new(
+        env!("CARGO_BIN_EXE_hintgate"),
+        &[],
+        &std::collections::BTreeMap::new(),
+        &outer,
+        &inherited,
+    )
+    .unwrap();
+    // The servers inside are the fixture, run by the system's python3.
+    plan.rules.push(hintgate_sandbox::PathRule {
+        path: Path::new(python).canonicalize().unwrap(),
+        access: hintgate_sandbox::Access::ReadExec,
+        why: "the server's interpreter",
+    });
+    Some(hintgate_sandbox::command(&plan, kernel).unwrap())
+}
+
+#[test]
+fn lint_starts_a_configured_server_in_its_sandbox_or_not_at_all() {
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_confines() {
+        return;
+    }
+    let Layout {
+        dir, data, escape, ..
+    } = layout();
+    // The fixture writes a file outside its sandbox as it starts, if it can.
+    let config = format!(
+        "[servers.esc]\ncommand = {python:?}\nargs = [{:?}, \"--touch\", {:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.esc.sandbox]\nread = [{:?}]\nnetwork = false\n",
+        escape_server(),
+        escape.display().to_string(),
+        data.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let lint = |command: &mut std::process::Command| {
+        let output = command
+            .current_dir(dir.path())
+            .args([
+                "lint",
+                "--config",
+                "hintgate.toml",
+                "--server",
+                "esc",
+                "--format",
+                "json",
+            ])
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            crate::util::stdout(&output),
+            crate::util::stderr(&output),
+        )
+    };
+
+    // The control: the same server linted by its command, unconfined,
+    // does write the file.
+    let control = dir.path().join("control.txt");
+    let server = escape_server();
+    let control_arg = control.display().to_string();
+    let unconfined = crate::util::run(
+        dir.path(),
+        &[
+            "lint",
+            "--format",
+            "json",
+            "--",
+            python,
+            &server,
+            "--touch",
+            &control_arg,
+        ],
+    );
+    assert_ne!(
+        unconfined.status.code(),
+        Some(1),
+        "{}",
+        crate::util::stderr(&unconfined)
+    );
+    assert!(control.exists(), "the fixture did not try to write");
+
+    // By its name in the config: listed, and confined while it was.
+    let (code, out, err) = lint(&mut crate::util::hintgate());
+    assert_ne!(code, Some(1), "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["server"], "esc", "{report}");
+    assert_eq!(report["tools"], 3, "{report}");
+    assert!(!escape.exists(), "lint started the server unconfined");
+
+    // Where the kernel cannot enforce the table, lint does not start it.
+    let Some((mut refusing, confinement)) = refusing_sandbox(dir.path(), python) else {
+        return;
+    };
+    let (code, _, err) = lint(&mut refusing);
+    drop(confinement);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("network-namespace"), "{err}");
+    assert!(err.contains("best_effort"), "{err}");
+    assert!(!escape.exists(), "lint started the server unconfined");
 }
