@@ -518,7 +518,7 @@ fn ruleset(
 /// The seccomp programs: one refusing the obvious escapes with EPERM, one
 /// answering `clone3` with ENOSYS (its flags are behind a pointer a filter
 /// cannot read, so the C library falls back to `clone`, whose flags the
-/// first program checks).
+/// first program checks), and on x86-64 one refusing the x32 ABI.
 fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
     let build = |err: &dyn std::fmt::Display| SandboxError::Build(format!("seccomp: {err}"));
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|err| build(&err))?;
@@ -593,8 +593,53 @@ fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
         arch,
     )
     .map_err(|err| build(&err))?;
-    Ok(vec![
+    let mut programs = vec![
         BpfProgram::try_from(escapes).map_err(|err| build(&err))?,
         BpfProgram::try_from(clone3).map_err(|err| build(&err))?,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(no_x32()?);
+    Ok(programs)
+}
+
+/// A program that refuses every x32 system call with EPERM.
+///
+/// On x86-64 an x32 call carries the same audit architecture as a 64-bit
+/// one and its number with bit 30 set (`__X32_SYSCALL_BIT`), so a filter
+/// that names 64-bit numbers (the one above) lets the x32 `unshare`,
+/// `mount` or `ptrace` through on a kernel that runs x32 code. No server
+/// needs x32; the whole ABI is refused. A kernel built without x32 answers
+/// ENOSYS; EPERM says the filter refused first.
+#[cfg(target_arch = "x86_64")]
+fn no_x32() -> Result<BpfProgram, SandboxError> {
+    use seccompiler::sock_filter;
+    /// `AUDIT_ARCH_X86_64`: `EM_X86_64` (62), 64-bit, little-endian.
+    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    /// `__X32_SYSCALL_BIT`.
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    /// Where `struct seccomp_data` has the call's number and architecture.
+    const NR: u32 = 0;
+    const ARCH: u32 = 4;
+    let code = |bits: u32| {
+        u16::try_from(bits).map_err(|err| SandboxError::Build(format!("seccomp: {err}")))
+    };
+    let load = code(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS)?;
+    let jeq = code(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K)?;
+    let jge = code(libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K)?;
+    let ret = code(libc::BPF_RET | libc::BPF_K)?;
+    let eperm = u32::try_from(libc::EPERM).unwrap_or(1);
+    let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    Ok(vec![
+        // 0: the architecture; anything but x86-64 is the other
+        //    programs' to judge (the first one kills it).
+        insn(load, 0, 0, ARCH),
+        insn(jeq, 0, 3, AUDIT_ARCH_X86_64),
+        // 2: the number: x32 when bit 30 is set.
+        insn(load, 0, 0, NR),
+        insn(jge, 0, 1, X32_SYSCALL_BIT),
+        // 4: refused.
+        insn(ret, 0, 0, libc::SECCOMP_RET_ERRNO | eperm),
+        // 5: allowed (as far as this program goes).
+        insn(ret, 0, 0, libc::SECCOMP_RET_ALLOW),
     ])
 }

@@ -426,3 +426,41 @@ fn a_setuid_program_does_not_change_the_effective_uid() {
         assert!(detail.contains("stayed"), "{what}: {detail}");
     }
 }
+
+#[test]
+fn an_x32_system_call_is_refused_by_the_filter() {
+    // The x32 `unshare` carries the 64-bit architecture and a number the
+    // 64-bit filter does not name. Outside, this kernel runs it or (built
+    // or booted without x32) answers ENOSYS; inside, the filter must answer
+    // first, with EPERM, whichever the kernel would have done.
+    if std::env::consts::ARCH != "x86_64" {
+        println!("skipped: x32 exists only on x86-64");
+        return;
+    }
+    let Some(python) = python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    let outside = std::process::Command::new(python)
+        .arg(fixture())
+        .args(["--probe", "x32=1", "only=x32-unshare"])
+        .output()
+        .unwrap();
+    let outside = String::from_utf8_lossy(&outside.stdout)
+        .lines()
+        .find(|line| line.contains("x32-unshare"))
+        .unwrap_or_default()
+        .to_owned();
+    println!("outside the sandbox: {outside}");
+    let sandbox = SandboxConfig::default();
+    let Some((outcomes, _, _)) = probe(&sandbox, &["x32=1".to_owned()], &[Property::Seccomp])
+    else {
+        return;
+    };
+    refused(&outcomes, "x32-unshare");
+    let (_, detail) = &outcomes["x32-unshare"];
+    assert!(
+        detail.contains("Operation not permitted"),
+        "the filter did not refuse the x32 call: {detail}"
+    );
+}
