@@ -256,6 +256,7 @@ pub struct UnwrapArgs {
 const LINT_HELP: &str = "\
 Examples:
   hintgate lint -- npx -y @modelcontextprotocol/server-filesystem /data
+  hintgate lint --config hintgate.toml --server fs
   hintgate lint --format sarif -- python -m my_server > hintgate.sarif
   hintgate lint --url https://search.example/mcp --header \"Authorization: Bearer ${TOKEN}\"
 
@@ -265,6 +266,11 @@ unless --config-file names another):
   code = \"implicit-hints\"
   tool = \"read_file\"
   reason = \"why the finding does not apply\"
+
+A server named with --server is started exactly as `hintgate run` starts it:
+with its env and, when it has a [servers.NAME.sandbox] table, confined, and
+not started at all where the kernel cannot enforce the table (unless it says
+best_effort = true).
 
 Every code is documented in docs/diagnostics.md.
 
@@ -280,6 +286,13 @@ pub struct LintArgs {
     /// A Streamable HTTP server at this URL, instead of `-- CMD`.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     pub url: Option<String>,
+    /// The server of this name in `--config`, instead of `-- CMD`: started
+    /// as the gateway starts it, in its sandbox when it has one.
+    #[arg(long, value_name = "NAME", requires = "config", conflicts_with_all = ["command", "url"])]
+    pub server: Option<String>,
+    /// With `--server`: the gateway's configuration file.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub config: Option<PathBuf>,
     /// With `--url`: a header sent with every request (`Name: value` or `Name=value`).
     #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
     pub headers: Vec<String>,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hintgate_lint::{Outcome, Report, Suppressions};
+use hintgate_policy::config::Transport;
 use hintgate_proxy::probe::{self, Options, ProbeError, Probed, Target};
 
 use crate::args::{FormatArg, LintArgs};
@@ -108,6 +109,9 @@ pub fn init_logging() {
 
 /// The server to lint and how to name it in the report.
 fn target(args: &LintArgs) -> Result<(Target, String), InputError> {
+    if let (Some(name), Some(config)) = (&args.server, &args.config) {
+        return configured(config, name);
+    }
     match (&args.url, args.command.split_first()) {
         (Some(url), _) => {
             let mut headers = BTreeMap::new();
@@ -136,6 +140,7 @@ fn target(args: &LintArgs) -> Result<(Target, String), InputError> {
                 command: command.clone(),
                 args: rest.to_vec(),
                 env: BTreeMap::new(),
+                sandbox: None,
             },
             args.command.join(" "),
         )),
@@ -143,6 +148,32 @@ fn target(args: &LintArgs) -> Result<(Target, String), InputError> {
             "give the server's command after `--`, or its `--url`".to_owned(),
         )),
     }
+}
+
+/// The server `name` of the gateway's configuration `path`, as `hintgate
+/// run` would start it: its variables expanded, its `env`, its sandbox.
+fn configured(path: &Path, name: &str) -> Result<(Target, String), InputError> {
+    let loaded = crate::load::config(path)?;
+    let Some(config) = loaded.config.clone() else {
+        return Err(InputError(loaded.render()));
+    };
+    let mut config = crate::run::expand(config, &crate::load::ProcessEnv)?;
+    let Some(server) = config.servers.remove(name) else {
+        return Err(InputError(format!(
+            "unknown server `{name}` in {}",
+            path.display()
+        )));
+    };
+    let target = match server.transport {
+        Transport::Stdio { command, args, env } => Target::Stdio {
+            command,
+            args,
+            env,
+            sandbox: server.sandbox,
+        },
+        Transport::Http { url, headers } => Target::Http { url, headers },
+    };
+    Ok((target, name.to_owned()))
 }
 
 /// The suppressions: from `--config-file`, else from `hintgate.lint.toml`

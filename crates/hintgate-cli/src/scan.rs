@@ -236,7 +236,14 @@ fn target(transport: &Transport) -> Result<Target, String> {
         return Err("`hintgate run` without a server after `--` (gateway mode)".to_owned());
     }
     match upstream {
-        Transport::Stdio { command, args, env } => Ok(Target::Stdio { command, args, env }),
+        // A host's entry has no sandbox table; a `hintgate run --config`
+        // entry, whose servers may have one, is refused above.
+        Transport::Stdio { command, args, env } => Ok(Target::Stdio {
+            command,
+            args,
+            env,
+            sandbox: None,
+        }),
         Transport::Http { url, headers } => Ok(Target::Http { url, headers }),
         Transport::Sse { .. } => Err("the legacy SSE transport".to_owned()),
         Transport::Other { reason } => Err(reason),
@@ -256,10 +263,16 @@ fn expand_target(target: Target, env: &DiscoveryEnv) -> Result<Target, String> {
             .collect()
     };
     Ok(match target {
-        Target::Stdio { command, args, env } => Target::Stdio {
+        Target::Stdio {
+            command,
+            args,
+            env,
+            sandbox,
+        } => Target::Stdio {
             command: one(&command)?,
             args: args.iter().map(|arg| one(arg)).collect::<Result<_, _>>()?,
             env: map(env)?,
+            sandbox,
         },
         Target::Http { url, headers } => Target::Http {
             url: one(&url)?,
@@ -590,6 +603,7 @@ mod tests {
                 command: "npx".to_owned(),
                 args: vec!["-y".to_owned(), "server-fs".to_owned()],
                 env: BTreeMap::from([("TOKEN".to_owned(), "secret".to_owned())]),
+                sandbox: None,
             })
         );
         let gateway = stdio("hintgate", &["run", "--config", "hintgate.toml"]);

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use hintgate_lint::{CallCheck, CallOutcome, Listing};
+use hintgate_policy::config::SandboxConfig;
 use serde_json::{Value, json};
 
 use tokio::time::Instant;
@@ -51,6 +52,10 @@ pub enum Target {
         args: Vec<String>,
         /// Variables added to its environment (a host config's `env`).
         env: BTreeMap<String, String>,
+        /// The sandbox to start it in (a configured server's table): the
+        /// same plan, and the same refusal where the kernel cannot enforce
+        /// it, as the gateway's.
+        sandbox: Option<SandboxConfig>,
     },
     /// A Streamable HTTP endpoint.
     Http {
@@ -233,13 +238,18 @@ impl Session {
             queue: std::sync::Arc::default(),
         };
         let link = match target {
-            Target::Stdio { command, args, env } => {
+            Target::Stdio {
+                command,
+                args,
+                env,
+                sandbox,
+            } => {
                 let spawn = Spawn {
                     command,
                     args,
                     env,
                     name: command,
-                    sandbox: None,
+                    sandbox: sandbox.as_ref(),
                 };
                 Process::spawn(&spawn, link_target)
                     .map(Link::Stdio)

@@ -76,6 +76,9 @@ impl PidsGroup {
 
 impl Drop for PidsGroup {
     fn drop(&mut self) {
+        // Whatever is left in the group dies now, even a process that
+        // left the server's process group (`cgroup.kill`, Linux 5.14).
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
         // The group's processes were killed; they leave it as they are
         // reaped, so the directory is removed once it is empty: at once
         // when it is, else off the caller's thread (and what a gateway

@@ -12,8 +12,10 @@
 //!   Landlock denies TCP bind and connect where the kernel's ABI has it;
 //! - **everything else**: a clean environment, `no_new_privs`, resource
 //!   limits (open files, processes counted in the server's own user
-//!   namespace, address space), its own process group killed with the
-//!   gateway, Landlock's signal and abstract-socket scoping, and a seccomp
+//!   namespace, address space), its own process group and, where the
+//!   kernel allows, its own PID namespace under a small init, so that every
+//!   process it starts dies with it and with the gateway; Landlock's signal
+//!   and abstract-socket scoping, and a seccomp
 //!   filter that refuses the obvious escapes (`ptrace`, `mount`, new
 //!   namespaces, the kernel keyring, `bpf`, module loading).
 //!
@@ -68,6 +70,9 @@ pub struct Kernel {
     /// delegated one): the process limit where `RLIMIT_NPROC` cannot hold.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids_cgroup: Option<PathBuf>,
+    /// A child may make a new PID namespace (in a new user namespace, or
+    /// alone as root): the server's whole process tree dies with it.
+    pub pid_namespaces: bool,
 }
 
 /// One property a running sandbox may enforce.
@@ -95,6 +100,10 @@ pub enum Property {
     /// The number of processes is limited (in the server's own user
     /// namespace, so the user's other processes do not count).
     ProcessLimit,
+    /// Its own PID namespace under a small init: every process it starts,
+    /// even one that left its process group, dies with it and with the
+    /// gateway.
+    PidNamespace,
     /// Only the variables the plan names are set.
     CleanEnvironment,
 }
@@ -178,6 +187,7 @@ impl Kernel {
                 seccomp: false,
                 root: false,
                 pids_cgroup: None,
+                pid_namespaces: false,
             }
         }
     }
@@ -272,6 +282,14 @@ impl Kernel {
             sandbox.max_processes.is_some(),
             &process_why,
         );
+        check(
+            Property::PidNamespace,
+            self.pid_namespaces,
+            false,
+            &format!(
+                "no new PID namespace ({userns_why}): its process group is killed with it and the kernel kills it when the gateway dies, but a process that leaves the group (setsid) can outlive both"
+            ),
+        );
         check(Property::CleanEnvironment, true, true, "");
         report
     }
@@ -281,7 +299,7 @@ impl Kernel {
 
 impl Property {
     /// Every property, in report order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::FilesRead,
         Self::FilesWrite,
         Self::NetworkNamespace,
@@ -291,6 +309,7 @@ impl Property {
         Self::NoNewPrivs,
         Self::ResourceLimits,
         Self::ProcessLimit,
+        Self::PidNamespace,
         Self::CleanEnvironment,
     ];
 
@@ -306,6 +325,7 @@ impl Property {
             Self::NoNewPrivs => "no-new-privs",
             Self::ResourceLimits => "resource-limits",
             Self::ProcessLimit => "process-limit",
+            Self::PidNamespace => "pid-namespace",
             Self::CleanEnvironment => "clean-environment",
         }
     }
@@ -326,6 +346,9 @@ impl Property {
             Self::NoNewPrivs => "no new privileges: setuid programs gain nothing",
             Self::ResourceLimits => "open files and address space limited",
             Self::ProcessLimit => "number of processes limited",
+            Self::PidNamespace => {
+                "every process it starts dies with it and with the gateway (its own PID namespace)"
+            }
             Self::CleanEnvironment => "a clean environment and a private home",
         }
     }
@@ -465,7 +488,7 @@ pub fn command(
     #[cfg(target_os = "linux")]
     let pids = match (&kernel.pids_cgroup, report.holds(Property::ProcessLimit)) {
         (Some(parent), true) if !kernel.process_limit_by_rlimit() => Some(
-            cgroup::PidsGroup::make(parent, plan.limits.processes).map_err(|source| {
+            cgroup::PidsGroup::make(parent, processes(plan, &report)).map_err(|source| {
                 SandboxError::Path {
                     path: parent.clone(),
                     source,
@@ -493,6 +516,18 @@ pub fn command(
             group: None,
         },
     ))
+}
+
+/// The process limit of `plan`, with the processes of the sandbox's own
+/// that count against it (the relay and the init of a PID namespace).
+#[cfg(target_os = "linux")]
+fn processes(plan: &Plan, report: &Report) -> u64 {
+    let own = if report.holds(Property::PidNamespace) {
+        sys::SUPERVISORS
+    } else {
+        0
+    };
+    plan.limits.processes.saturating_add(own)
 }
 
 fn list_missing(missing: &[Missing]) -> String {
@@ -524,6 +559,7 @@ mod tests {
             seccomp: true,
             root: false,
             pids_cgroup: None,
+            pid_namespaces: userns,
         }
     }
 

@@ -42,12 +42,15 @@ pub(crate) fn probe() -> Kernel {
     // SAFETY: PR_GET_SECCOMP takes no pointer; it fails with EINVAL when
     // the kernel has no seccomp.
     let seccomp = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
-    let (user_namespaces, user_namespaces_error) = match probe_namespaces() {
-        Ok(()) => (true, None),
-        Err(err) => (false, Some(err)),
-    };
+    let (user_namespaces, user_namespaces_error) =
+        match probe_unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) {
+            Ok(()) => (true, None),
+            Err(err) => (false, Some(err)),
+        };
     // SAFETY: geteuid cannot fail and touches no memory.
     let root = unsafe { libc::geteuid() } == 0;
+    let pid_namespaces =
+        pid_flags(user_namespaces, root).is_some_and(|flags| probe_unshare(flags).is_ok());
     // The cgroup is only needed where the rlimit cannot hold the limit.
     let pids_cgroup = if user_namespaces && !root {
         None
@@ -61,12 +64,25 @@ pub(crate) fn probe() -> Kernel {
         seccomp,
         root,
         pids_cgroup,
+        pid_namespaces,
     }
 }
 
-/// Whether a child may make a new user and network namespace: a
-/// short-lived child tries.
-fn probe_namespaces() -> Result<(), String> {
+/// The flags that make a new PID namespace: with a new user namespace for
+/// an ordinary user, alone for root without user namespaces.
+pub(crate) fn pid_flags(user_namespaces: bool, root: bool) -> Option<libc::c_int> {
+    if user_namespaces {
+        Some(libc::CLONE_NEWUSER | libc::CLONE_NEWPID)
+    } else if root {
+        Some(libc::CLONE_NEWPID)
+    } else {
+        None
+    }
+}
+
+/// Whether a child may make the namespaces of `flags`: a short-lived child
+/// tries.
+fn probe_unshare(flags: libc::c_int) -> Result<(), String> {
     // SAFETY: the child only calls unshare(2) and _exit(2), both
     // async-signal-safe, so forking a multi-threaded parent is sound.
     let pid = unsafe { libc::fork() };
@@ -76,7 +92,7 @@ fn probe_namespaces() -> Result<(), String> {
     if pid == 0 {
         // SAFETY: as above; the child touches no memory of the parent's.
         unsafe {
-            let code = if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0 {
+            let code = if libc::unshare(flags) == 0 {
                 0
             } else {
                 *libc::__errno_location() & 0x7f
@@ -94,7 +110,7 @@ fn probe_namespaces() -> Result<(), String> {
         Ok(())
     } else if libc::WIFEXITED(status) {
         Err(format!(
-            "the kernel refuses new user namespaces ({}); see `kernel.unprivileged_userns_clone` or `user.max_user_namespaces`",
+            "the kernel refuses new user namespaces ({}); see `kernel.unprivileged_userns_clone`, `user.max_user_namespaces`, an AppArmor `userns` restriction, or a seccomp filter the gateway itself runs under",
             io::Error::from_raw_os_error(libc::WEXITSTATUS(status))
         ))
     } else {
@@ -121,6 +137,9 @@ struct Prepared {
     ruleset: Option<RulesetCreated>,
     filters: Vec<BpfProgram>,
     unshare: libc::c_int,
+    /// The server runs under a small init of its own, PID 1 of a new PID
+    /// namespace (see [`Prepared::supervise`]).
+    pid_namespace: bool,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
     /// The `cgroup.procs` of the server's own pids cgroup, if it has one.
@@ -164,18 +183,26 @@ pub(crate) fn confine(
             unshare |= libc::CLONE_NEWNET;
         }
     }
+    let pid_namespace = report.holds(Property::PidNamespace);
+    if pid_namespace {
+        unshare |= pid_flags(kernel.user_namespaces, kernel.root).unwrap_or(0);
+    }
+    // The two processes that stay outside the server (the relay and the
+    // init) count against its process limit.
+    let processes = crate::processes(plan, report);
     // SAFETY: getuid and getgid cannot fail and touch no memory.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut prepared = Prepared {
         ruleset,
         filters,
         unshare,
+        pid_namespace,
         uid_map: format!("{uid} {uid} 1\n").into_bytes(),
         gid_map: format!("{gid} {gid} 1\n").into_bytes(),
         cgroup_procs,
         limits: [
             (libc::RLIMIT_NOFILE, plan.limits.open_files),
-            (libc::RLIMIT_NPROC, plan.limits.processes),
+            (libc::RLIMIT_NPROC, processes),
             (libc::RLIMIT_AS, plan.limits.address_space),
         ],
     };
@@ -190,8 +217,9 @@ pub(crate) fn confine(
 }
 
 impl Prepared {
-    /// Runs in the child: cgroup, namespaces, limits, Landlock, seccomp, in that
-    /// order (seccomp last, since it refuses `unshare`).
+    /// Runs in the child: cgroup, namespaces, the init of the PID namespace,
+    /// limits, Landlock, seccomp, in that order (seccomp last, since it
+    /// refuses `unshare`).
     fn apply(&mut self) -> io::Result<()> {
         // SAFETY: prctl(PR_SET_PDEATHSIG) takes no pointer.
         check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
@@ -202,9 +230,14 @@ impl Prepared {
         if self.unshare != 0 {
             // SAFETY: unshare(2) takes no pointer; the child is single-threaded.
             check(unsafe { libc::unshare(self.unshare) })?;
-            write_file(c"/proc/self/setgroups", b"deny")?;
-            write_file(c"/proc/self/uid_map", &self.uid_map)?;
-            write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            if self.unshare & libc::CLONE_NEWUSER != 0 {
+                write_file(c"/proc/self/setgroups", b"deny")?;
+                write_file(c"/proc/self/uid_map", &self.uid_map)?;
+                write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            }
+        }
+        if self.pid_namespace {
+            supervise()?;
         }
         for (resource, value) in self.limits {
             let limit = libc::rlimit {
@@ -233,6 +266,151 @@ impl Prepared {
             }
         }
         Ok(())
+    }
+}
+
+/// The processes [`supervise`] keeps outside the server: the relay and the
+/// init.
+pub(crate) const SUPERVISORS: u64 = 2;
+
+/// The signals the relay and the init pass on to the server.
+const PASSED_ON: [libc::c_int; 5] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+];
+
+/// Makes the server's process tree die with it and with the gateway.
+///
+/// Called in the child the gateway started (the *relay*), after it unshared
+/// a PID namespace: its next child is PID 1 there (the *init*), and when PID
+/// 1 exits the kernel kills every process of the namespace, whatever they
+/// did to leave the server's process group (`setsid`, a double fork).
+///
+/// - The relay stays in the gateway's PID namespace as the process the
+///   gateway holds: it waits for the init, passes on the signals it gets,
+///   and exits as the init does. The kernel kills it when the gateway dies
+///   (`PR_SET_PDEATHSIG`, set before).
+/// - The init asks the kernel for SIGKILL when the relay dies (and so when
+///   the gateway does), starts the server, passes signals on to it (a PID 1
+///   ignores the signals it has no handler for, so it takes them with
+///   `sigwaitinfo`), reaps every orphan of the namespace, and exits with the
+///   server's status when the server exits, which ends the namespace.
+/// - The server returns from here and goes on to be confined and exec'd.
+///
+/// Neither the relay nor the init ever returns or execs: each closes every
+/// descriptor (so it holds none of the server's pipes, none of the
+/// gateway's files, and not the pipe through which the server's `exec`
+/// reports) and only makes system calls until it exits.
+fn supervise() -> io::Result<()> {
+    // SAFETY: `sigset_t` is plain data for which all zeroes is a valid
+    // (empty) value; `sigemptyset` and `sigaddset` only write it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t on this stack.
+    unsafe {
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, libc::SIGCHLD);
+        for signal in PASSED_ON {
+            libc::sigaddset(&raw mut set, signal);
+        }
+    }
+    // Blocked before the forks, so that neither an early exit of a child
+    // nor a signal is lost before the wait below; the server unblocks them.
+    // SAFETY: both sets are valid for the call.
+    check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &raw const set, &raw mut old) })?;
+    // SAFETY: fork in a single-threaded child; the child only makes system
+    // calls (below and in `relay`) until it execs or exits.
+    let init = unsafe { libc::fork() };
+    if init < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if init > 0 {
+        relay(init, &set);
+    }
+    // The init, PID 1 of the new namespace.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes no pointer.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+    // SAFETY: as for the first fork.
+    let server = unsafe { libc::fork() };
+    if server < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if server > 0 {
+        relay(server, &set);
+    }
+    // The server: the gateway's own signal mask back (the one the standard
+    // library set up for it), then on to the confinement.
+    // SAFETY: `old` was filled by sigprocmask above.
+    check(unsafe { libc::sigprocmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut()) })
+}
+
+/// Waits for `child`, passing on to it the signals of `set` other than
+/// SIGCHLD and reaping every child (a PID 1 inherits the orphans of its
+/// namespace), and exits as `child` does: its exit code, or 128 and the
+/// number of the signal that killed it, as a shell says.
+fn relay(child: libc::pid_t, set: &libc::sigset_t) -> ! {
+    close_all();
+    loop {
+        // SAFETY: `set` is valid; a null info pointer is allowed.
+        let signal = unsafe { libc::sigwaitinfo(set, std::ptr::null_mut()) };
+        if signal == libc::SIGCHLD {
+            loop {
+                let mut status: libc::c_int = 0;
+                // SAFETY: `status` is a valid, writable int for the call.
+                let reaped = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
+                if reaped <= 0 {
+                    break;
+                }
+                if reaped == child {
+                    let code = if libc::WIFEXITED(status) {
+                        libc::WEXITSTATUS(status)
+                    } else {
+                        128 + libc::WTERMSIG(status)
+                    };
+                    // SAFETY: _exit ends the process at once; nothing of the
+                    // gateway's state is touched.
+                    unsafe { libc::_exit(code) }
+                }
+            }
+        } else if signal > 0 {
+            // SAFETY: kill(2) takes no pointer.
+            unsafe {
+                libc::kill(child, signal);
+            }
+        }
+    }
+}
+
+/// Closes every descriptor of this process.
+fn close_all() {
+    // SAFETY: close_range(2) takes no pointer; closing descriptors the
+    // relay and the init never use again is sound.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, 0_u32, u32::MAX, 0_u32) };
+    if closed != 0 {
+        // A kernel before 5.9: one by one, up to the soft limit.
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid rlimit on this stack.
+        let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) };
+        let top = if got == 0 {
+            limit.rlim_cur.min(65_536)
+        } else {
+            1024
+        };
+        for fd in 0..top {
+            if let Ok(fd) = libc::c_int::try_from(fd) {
+                // SAFETY: as above.
+                unsafe {
+                    libc::close(fd);
+                }
+            }
+        }
     }
 }
 
@@ -340,7 +518,7 @@ fn ruleset(
 /// The seccomp programs: one refusing the obvious escapes with EPERM, one
 /// answering `clone3` with ENOSYS (its flags are behind a pointer a filter
 /// cannot read, so the C library falls back to `clone`, whose flags the
-/// first program checks).
+/// first program checks), and on x86-64 one refusing the x32 ABI.
 fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
     let build = |err: &dyn std::fmt::Display| SandboxError::Build(format!("seccomp: {err}"));
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|err| build(&err))?;
@@ -415,8 +593,53 @@ fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
         arch,
     )
     .map_err(|err| build(&err))?;
-    Ok(vec![
+    let mut programs = vec![
         BpfProgram::try_from(escapes).map_err(|err| build(&err))?,
         BpfProgram::try_from(clone3).map_err(|err| build(&err))?,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(no_x32()?);
+    Ok(programs)
+}
+
+/// A program that refuses every x32 system call with EPERM.
+///
+/// On x86-64 an x32 call carries the same audit architecture as a 64-bit
+/// one and its number with bit 30 set (`__X32_SYSCALL_BIT`), so a filter
+/// that names 64-bit numbers (the one above) lets the x32 `unshare`,
+/// `mount` or `ptrace` through on a kernel that runs x32 code. No server
+/// needs x32; the whole ABI is refused. A kernel built without x32 answers
+/// ENOSYS; EPERM says the filter refused first.
+#[cfg(target_arch = "x86_64")]
+fn no_x32() -> Result<BpfProgram, SandboxError> {
+    use seccompiler::sock_filter;
+    /// `AUDIT_ARCH_X86_64`: `EM_X86_64` (62), 64-bit, little-endian.
+    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    /// `__X32_SYSCALL_BIT`.
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    /// Where `struct seccomp_data` has the call's number and architecture.
+    const NR: u32 = 0;
+    const ARCH: u32 = 4;
+    let code = |bits: u32| {
+        u16::try_from(bits).map_err(|err| SandboxError::Build(format!("seccomp: {err}")))
+    };
+    let load = code(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS)?;
+    let jeq = code(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K)?;
+    let jge = code(libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K)?;
+    let ret = code(libc::BPF_RET | libc::BPF_K)?;
+    let eperm = u32::try_from(libc::EPERM).unwrap_or(1);
+    let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    Ok(vec![
+        // 0: the architecture; anything but x86-64 is the other
+        //    programs' to judge (the first one kills it).
+        insn(load, 0, 0, ARCH),
+        insn(jeq, 0, 3, AUDIT_ARCH_X86_64),
+        // 2: the number: x32 when bit 30 is set.
+        insn(load, 0, 0, NR),
+        insn(jge, 0, 1, X32_SYSCALL_BIT),
+        // 4: refused.
+        insn(ret, 0, 0, libc::SECCOMP_RET_ERRNO | eperm),
+        // 5: allowed (as far as this program goes).
+        insn(ret, 0, 0, libc::SECCOMP_RET_ALLOW),
     ])
 }

@@ -62,8 +62,18 @@ pub fn start_tools_file(dir: &Path, env: &[(&str, &str)]) -> Host {
 impl Host {
     /// Starts `hintgate` with `args` in `dir`, with extra environment.
     pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_with(hintgate(), dir, args, env)
+    }
+
+    /// Starts `command` (the `hintgate` binary, perhaps made ready to run
+    /// confined) with `args` in `dir`, with extra environment.
+    pub fn start_with(
+        mut command: std::process::Command,
+        dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let stderr = dir.join("hintgate.stderr");
-        let mut command = hintgate();
         command
             .current_dir(dir)
             .args(args)

@@ -451,3 +451,351 @@ fn the_memory_server_keeps_its_file_in_its_one_writable_directory_across_a_resta
         );
     }
 }
+
+/// Whether `pid` is still the fixture (a reused pid, or a zombie, which has
+/// no command line, is not).
+fn fixture_alive(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("escape_server.py"))
+}
+
+/// Polls until `check` holds, for at most a generous while; whether it did.
+fn soon(check: impl Fn() -> bool) -> bool {
+    for _ in 0..500 {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// Starts `hintgate run` in front of the hostile fixture, which leaves a
+/// daemon behind (setsid, double fork, SIGTERM and SIGHUP ignored); returns
+/// the gateway and the daemon's pid, checked running.
+fn gateway_with_a_daemon(dir: &Path, python: &str) -> (Host, u32) {
+    let out = dir.join("out");
+    std::fs::create_dir(&out).unwrap();
+    let pidfile = out.join("daemon.pid");
+    let config = format!(
+        "[servers.esc]\ncommand = {python:?}\nargs = [{:?}, \"--daemon\", {:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.esc.sandbox]\nwrite = [{:?}]\n",
+        escape_server(),
+        pidfile.display().to_string(),
+        out.display().to_string(),
+    );
+    std::fs::write(dir.join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir, &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({}));
+    let list = host.request("tools/list", json!({}));
+    tool(&list, "esc__read_file");
+    assert!(soon(|| pidfile.exists()), "no daemon: {}", host.log());
+    let text = std::fs::read_to_string(&pidfile).unwrap();
+    println!("the daemon's pid, outside and inside: {}", text.trim());
+    let pid: u32 = text.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(fixture_alive(pid), "the daemon {pid} is not running");
+    (host, pid)
+}
+
+fn kernel_has_pid_namespaces() -> bool {
+    let report = Kernel::current().report(&SandboxConfig::default());
+    println!("sandbox on this kernel: {}", report.summary());
+    if let Some(missing) = report
+        .missing
+        .iter()
+        .find(|m| m.property == Property::PidNamespace)
+    {
+        println!(
+            "skipped: this kernel cannot enforce {}: {}",
+            missing.property, missing.why
+        );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn a_daemon_of_a_sandboxed_server_dies_when_the_gateway_is_killed() {
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_has_pid_namespaces() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (host, pid) = gateway_with_a_daemon(dir.path(), python);
+    // A crash: the gateway gets no chance to clean up.
+    host.kill();
+    assert!(
+        soon(|| !fixture_alive(pid)),
+        "the daemon {pid} outlived the gateway killed with SIGKILL"
+    );
+}
+
+#[test]
+fn a_daemon_of_a_sandboxed_server_dies_when_the_gateway_stops() {
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_has_pid_namespaces() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (host, pid) = gateway_with_a_daemon(dir.path(), python);
+    // The host hangs up: the gateway stops its servers and exits.
+    let status = host.close();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        soon(|| !fixture_alive(pid)),
+        "the daemon {pid} outlived the gateway that stopped"
+    );
+}
+
+/// The pids of the processes whose command line holds `tag`.
+fn processes_tagged(tag: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline)
+            .split('\0')
+            .any(|arg| arg == tag)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn where_the_kernel_refuses_a_namespace_the_server_does_not_start_or_proves_only_what_holds() {
+    // A real refusal: `hintgate run` itself runs inside a sandbox whose
+    // seccomp filter refuses `unshare`, so when it asks the kernel for its
+    // server's user and network namespace the kernel says no, as a kernel
+    // with unprivileged user namespaces turned off would. Landlock still
+    // works inside (domains nest).
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some((command, confinement)) = refusing_sandbox(dir.path(), python) else {
+        return;
+    };
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("notes.txt"), "hello from disk").unwrap();
+    let tag = dir.path().file_name().unwrap().to_str().unwrap().to_owned();
+    let server = |name: &str, best_effort: bool| {
+        format!(
+            "[servers.{name}]\ncommand = {python:?}\nargs = [{:?}, \"{tag}-{name}\"]\ntrust = \"untrusted\"\n\n\
+             [servers.{name}.sandbox]\nread = [{:?}]\nnetwork = false\nbest_effort = {best_effort}\n\n",
+            escape_server(),
+            data.display().to_string(),
+        )
+    };
+    let config = format!("{}{}", server("boxed", false), server("loose", true));
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start_with(
+        command,
+        dir.path(),
+        &["run", "--config", "hintgate.toml"],
+        &[],
+    );
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+
+    // Without best_effort: not started, and the error names what is missing.
+    let boxed = host.call("boxed__read_file", json!({"path": data.join("notes.txt")}));
+    println!("boxed answered: {}", text(&boxed));
+    assert!(is_error(&boxed), "{boxed}");
+    assert!(text(&boxed).contains("network-namespace"), "{boxed}");
+    assert!(text(&boxed).contains("best_effort"), "{boxed}");
+    assert!(
+        processes_tagged(&format!("{tag}-boxed")).is_empty(),
+        "the server that cannot be confined is running"
+    );
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+
+    // With best_effort: it starts, and the gateway says exactly what holds.
+    let list = host.request("tools/list", json!({}));
+    let loose_pids = processes_tagged(&format!("{tag}-loose"));
+    assert_eq!(loose_pids.len(), 1, "the best-effort server is not running");
+    let log = host.log();
+    assert!(
+        log.contains("sandbox enforced: files-read, files-write, tcp-denied"),
+        "{log}"
+    );
+    assert!(log.contains("not enforced: network-namespace"), "{log}");
+    // And it really shares the gateway's network: the kernel refused.
+    let net = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert_eq!(net(&loose_pids[0].to_string()), net("self"));
+    // The policy got proof only of what holds: no "no network", so the
+    // untrusted server's read claims are claims, and the read asks.
+    let annotations = &tool(&list, "loose__read_file")["annotations"];
+    assert_ne!(annotations["openWorldHint"], json!(false), "{annotations}");
+    let read = host.call("loose__read_file", json!({"path": data.join("notes.txt")}));
+    assert!(is_error(&read), "{read}");
+    assert_eq!(host.requests.len(), 1, "{:?}", host.requests);
+    let prompt = host.requests[0]["params"]["message"].as_str().unwrap();
+    assert!(prompt.contains("server:    loose (untrusted)"), "{prompt}");
+    assert!(prompt.contains("tool:      read_file"), "{prompt}");
+    host.close();
+    drop(confinement);
+
+    // The audit log says the same: the one refused, the other asked for
+    // the risks the sandbox could not rule out.
+    let records = log_json(dir.path());
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[0]["server"], "boxed", "{records:?}");
+    assert_eq!(records[0]["verdict"], "deny", "{records:?}");
+    assert_eq!(records[0]["reasons"], json!(["server-unavailable"]));
+    assert_eq!(records[1]["server"], "loose", "{records:?}");
+    assert_eq!(records[1]["verdict"], "ask", "{records:?}");
+    let reasons = records[1]["reasons"].as_array().unwrap();
+    assert!(reasons.contains(&json!("open-world")), "{reasons:?}");
+    assert!(!reasons.contains(&json!("sandbox-confined")), "{reasons:?}");
+}
+
+/// The `hintgate` binary, made ready to run in a sandbox of its own whose
+/// seccomp filter refuses `unshare`: inside it, the kernel refuses the
+/// namespaces `hintgate` asks for its servers, as a kernel with
+/// unprivileged user namespaces turned off would (Landlock still works
+/// there: domains nest). It may write under `dir` and run `python`. `None`,
+/// with the reason printed, where this kernel cannot make it.
+fn refusing_sandbox(
+    dir: &Path,
+    python: &str,
+) -> Option<(std::process::Command, hintgate_sandbox::Confinement)> {
+    let kernel = Kernel::current();
+    let outer = SandboxConfig {
+        read: vec![
+            Path::new(&escape_server())
+                .parent()
+                .unwrap()
+                .display()
+                .to_string(),
+        ],
+        write: vec![dir.display().to_string()],
+        network: true,
+        ..SandboxConfig::default()
+    };
+    let report = kernel.report(&outer);
+    println!("hintgate's own sandbox: {}", report.summary());
+    for need in [Property::Seccomp, Property::FilesRead, Property::FilesWrite] {
+        if !report.holds(need) {
+            println!(
+                "skipped: this kernel cannot enforce {need}, which the test needs to make it refuse"
+            );
+            return None;
+        }
+    }
+    let inherited = std::env::vars().collect();
+    let mut plan = hintgate_sandbox::Plan::new(
+        env!("CARGO_BIN_EXE_hintgate"),
+        &[],
+        &std::collections::BTreeMap::new(),
+        &outer,
+        &inherited,
+    )
+    .unwrap();
+    // The servers inside are the fixture, run by the system's python3.
+    plan.rules.push(hintgate_sandbox::PathRule {
+        path: Path::new(python).canonicalize().unwrap(),
+        access: hintgate_sandbox::Access::ReadExec,
+        why: "the server's interpreter",
+    });
+    Some(hintgate_sandbox::command(&plan, kernel).unwrap())
+}
+
+#[test]
+fn lint_starts_a_configured_server_in_its_sandbox_or_not_at_all() {
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_confines() {
+        return;
+    }
+    let Layout {
+        dir, data, escape, ..
+    } = layout();
+    // The fixture writes a file outside its sandbox as it starts, if it can.
+    let config = format!(
+        "[servers.esc]\ncommand = {python:?}\nargs = [{:?}, \"--touch\", {:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.esc.sandbox]\nread = [{:?}]\nnetwork = false\n",
+        escape_server(),
+        escape.display().to_string(),
+        data.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let lint = |command: &mut std::process::Command| {
+        let output = command
+            .current_dir(dir.path())
+            .args([
+                "lint",
+                "--config",
+                "hintgate.toml",
+                "--server",
+                "esc",
+                "--format",
+                "json",
+            ])
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            crate::util::stdout(&output),
+            crate::util::stderr(&output),
+        )
+    };
+
+    // The control: the same server linted by its command, unconfined,
+    // does write the file.
+    let control = dir.path().join("control.txt");
+    let server = escape_server();
+    let control_arg = control.display().to_string();
+    let unconfined = crate::util::run(
+        dir.path(),
+        &[
+            "lint",
+            "--format",
+            "json",
+            "--",
+            python,
+            &server,
+            "--touch",
+            &control_arg,
+        ],
+    );
+    assert_ne!(
+        unconfined.status.code(),
+        Some(1),
+        "{}",
+        crate::util::stderr(&unconfined)
+    );
+    assert!(control.exists(), "the fixture did not try to write");
+
+    // By its name in the config: listed, and confined while it was.
+    let (code, out, err) = lint(&mut crate::util::hintgate());
+    assert_ne!(code, Some(1), "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["server"], "esc", "{report}");
+    assert_eq!(report["tools"], 3, "{report}");
+    assert!(!escape.exists(), "lint started the server unconfined");
+
+    // Where the kernel cannot enforce the table, lint does not start it.
+    let Some((mut refusing, confinement)) = refusing_sandbox(dir.path(), python) else {
+        return;
+    };
+    let (code, _, err) = lint(&mut refusing);
+    drop(confinement);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("network-namespace"), "{err}");
+    assert!(err.contains("best_effort"), "{err}");
+    assert!(!escape.exists(), "lint started the server unconfined");
+}
