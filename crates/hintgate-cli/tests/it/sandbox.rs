@@ -649,7 +649,7 @@ fn where_the_kernel_refuses_a_namespace_the_server_does_not_start_or_proves_only
 
     // The audit log says the same: the one refused, the other asked for
     // the risks the sandbox could not rule out.
-    let records = log_json(dir.path());
+    let records = log_json(dir.path(), &[]);
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(records[0]["server"], "boxed", "{records:?}");
     assert_eq!(records[0]["verdict"], "deny", "{records:?}");
