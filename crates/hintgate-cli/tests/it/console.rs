@@ -322,7 +322,7 @@ fn an_answer_in_a_console_on_postgres_releases_a_call_waiting_on_another_machine
 
     // Another machine: another directory, nothing shared but the store.
     let other = tempfile::tempdir().unwrap();
-    let console = ConsoleProcess::start(other.path(), &["--store", &url]);
+    let console = ConsoleProcess::start(other.path(), &["--store", &url, "--audit-key", &key]);
     let (base, cookie) = session(&console.url);
     let host_name = base.trim_start_matches("http://");
     let start = Instant::now();
