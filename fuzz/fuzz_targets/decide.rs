@@ -16,7 +16,7 @@
 
 use arbitrary::Arbitrary;
 use hintgate_policy::config::parse_str;
-use hintgate_policy::decide::{Call, Policy, Remembered, SessionState, Verdict};
+use hintgate_policy::decide::{Call, Policy, Remembered, Scope, SessionState, Verdict};
 use hintgate_policy::pin::PinStatus;
 use hintgate_policy::tool::{SandboxProof, Tool};
 use libfuzzer_sys::fuzz_target;
@@ -76,6 +76,7 @@ struct Input {
     changed: bool,
     tainted: bool,
     remembered: u8,
+    read_scope: bool,
     no_network: bool,
     no_writes: bool,
 }
@@ -169,6 +170,11 @@ fuzz_target!(|input: Input| {
             0 => Remembered::None,
             1 => Remembered::Session,
             _ => Remembered::Always,
+        },
+        scope: if input.read_scope {
+            Scope::Read
+        } else {
+            Scope::Write
         },
     };
     let sandbox = SandboxProof {

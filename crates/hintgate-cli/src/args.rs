@@ -63,6 +63,9 @@ pub enum Command {
     /// Serve the web console on loopback: waiting calls, definitions, the log.
     #[command(after_help = CONSOLE_HELP)]
     Console(ConsoleArgs),
+    /// The bearer tokens hosts use to reach `hintgate run --listen` over
+    /// HTTP: add one (shown once), list them, revoke one.
+    Token(TokenArgs),
     /// Route the MCP servers of the hosts' configs through `hintgate run`,
     /// with a backup of each file changed.
     #[command(after_help = WRAP_HELP)]
@@ -142,6 +145,47 @@ pub struct ApprovalsArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: ApprovalsCommand,
+}
+
+/// `hintgate token`
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// Which store keeps the tokens (the gateway's).
+    #[command(flatten)]
+    pub at: StoreArgs,
+    /// The audit key's file, which seals each token's row so that nobody
+    /// without it can add a token or raise its scope (default as for
+    /// `hintgate run`; made on first use beside a SQLite store).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub audit_key: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: TokenCommand,
+}
+
+/// `hintgate token ...`
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token and print it, once: only its hash is kept.
+    Add {
+        /// Its name: who holds it (letters, digits, `_`, `-`, `.`).
+        name: String,
+        /// What it may do: `read` sees and runs only the tools that are
+        /// effectively read-only; `write` whatever the configuration allows.
+        #[arg(long, value_enum)]
+        scope: ScopeArg,
+    },
+    /// The tokens, by name, with their scope and whether their seal holds.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a token: hosts that use it are refused from their next request.
+    Revoke {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// `hintgate approvals ...`
@@ -625,6 +669,24 @@ pub struct RunArgs {
     /// on every gateway).
     #[arg(long, value_name = "FILE")]
     pub audit_key: Option<PathBuf>,
+    /// Serve hosts over Streamable HTTP at `http://ADDR/mcp` instead of
+    /// stdio (loopback only unless `--listen-public`); the URL is written to
+    /// stderr. Hosts authenticate with a bearer token (`hintgate token
+    /// add`), unless `--no-auth`.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Allow `--listen` on an address beyond loopback (tokens are then
+    /// always needed).
+    #[arg(long, requires = "listen")]
+    pub listen_public: bool,
+    /// With `--listen` on loopback: take hosts without a token (every local
+    /// process may then call the servers, with the write scope).
+    #[arg(long, requires = "listen", conflicts_with = "listen_public")]
+    pub no_auth: bool,
+    /// With `--listen`: an `Origin` a browser page may call from (besides
+    /// the gateway's own), for a web host.
+    #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "listen")]
+    pub allow_origins: Vec<String>,
     /// Also serve the web console on loopback (or at `--console=ADDR`);
     /// its URL, with its token, is written to stderr.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true)]
@@ -684,6 +746,10 @@ pub struct ExplainArgs {
     /// A standing approval of this tool.
     #[arg(long, value_enum, default_value_t = RememberedArg::None)]
     pub remembered: RememberedArg,
+    /// What the host's credentials let it do (`read`: a token without
+    /// write; only tools that are effectively read-only are listed or run).
+    #[arg(long, value_enum, default_value_t = ScopeArg::Write)]
+    pub scope: ScopeArg,
     /// Whether the server's configured sandbox is taken as enforced. `auto`:
     /// what this kernel enforces of it (as `hintgate run` would start it);
     /// `configured`: enforced unless it is `best_effort`, whatever this
@@ -727,6 +793,15 @@ pub enum RememberedArg {
     Session,
     /// Approved always.
     Always,
+}
+
+/// `--scope` of `hintgate explain`, and of a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScopeArg {
+    /// Only tools that are effectively read-only.
+    Read,
+    /// Whatever the configuration and profile let through.
+    Write,
 }
 
 /// `--sandbox`

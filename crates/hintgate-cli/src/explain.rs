@@ -2,14 +2,14 @@
 
 use anyhow::{Context, Result, bail};
 use hintgate_policy::config::{self, Profile, Transport, ValidConfig};
-use hintgate_policy::decide::{Policy, RememberOffer, Remembered, SessionState};
+use hintgate_policy::decide::{Policy, RememberOffer, Remembered, Scope, SessionState};
 use hintgate_policy::explain::{ExplainInput, Explanation, explain};
 use hintgate_policy::pin::PinStatus;
 use hintgate_policy::tool::{SandboxProof, Tool, Trust};
 use hintgate_policy::{Verdict, tool::DeclaredHints, tool::EffectiveHints};
 use serde_json::Value;
 
-use crate::args::{ExplainArgs, PinArg, RememberedArg, SandboxArg};
+use crate::args::{ExplainArgs, PinArg, RememberedArg, SandboxArg, ScopeArg};
 use crate::exit::Exit;
 use crate::{examples, load, output};
 
@@ -81,6 +81,10 @@ pub fn run(args: &ExplainArgs) -> Result<Exit> {
                 RememberedArg::None => Remembered::None,
                 RememberedArg::Session => Remembered::Session,
                 RememberedArg::Always => Remembered::Always,
+            },
+            scope: match args.scope {
+                ScopeArg::Write => Scope::Write,
+                ScopeArg::Read => Scope::Read,
             },
         },
         sandbox: sandbox_proof(&policy, server, args.sandbox),

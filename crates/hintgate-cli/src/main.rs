@@ -23,6 +23,7 @@ mod run;
 mod sandbox;
 mod scan;
 mod state;
+mod token;
 mod wrap;
 
 use clap::Parser;
@@ -56,6 +57,7 @@ fn main() -> Exit {
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
         Command::Approvals(args) => approvals::run(args),
         Command::Console(args) => console::run(args),
+        Command::Token(args) => token::run(args),
         Command::Wrap(args) => wrap::wrap(args),
         Command::Unwrap(args) => wrap::unwrap(args),
         Command::Sandbox(SandboxCommand::Check(args)) => sandbox::check(args),

@@ -65,6 +65,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     )?
     .store;
     let console_store = std::sync::Arc::clone(&store);
+    let token_store = std::sync::Arc::clone(&store);
     let settings = Settings {
         policy: Policy::new(config),
         mode,
@@ -92,6 +93,9 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
             });
         }
         let stop = stop_signal();
+        if let Some(addr) = args.listen {
+            return listen(args, addr, settings, token_store, stop).await;
+        }
         let (host_in, host_out) = hintgate_proxy::stdio::host_streams();
         let gauges = hintgate_proxy::Gauges::default();
         hintgate_proxy::run_until(settings, host_in, host_out, gauges, stop)
@@ -99,6 +103,76 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
             .context("the gateway stopped")
     })?;
     Ok(Exit::Success)
+}
+
+/// `--listen`: hosts over Streamable HTTP at `http://ADDR/mcp`, many at
+/// once on one gateway, until a signal stops it (every call in flight then
+/// ends on record before the servers stop, as over stdio).
+async fn listen(
+    args: &RunArgs,
+    addr: std::net::SocketAddr,
+    settings: Settings,
+    store: std::sync::Arc<dyn hintgate_store::Store>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    if !addr.ip().is_loopback() && !args.listen_public {
+        return Err(InputError(format!(
+            "`--listen {addr}` is beyond loopback: hosts on the network would reach your servers; add `--listen-public` (tokens are then required) or listen on 127.0.0.1"
+        ))
+        .into());
+    }
+    let auth: Option<std::sync::Arc<dyn hintgate_http::Authenticate>> = if args.no_auth {
+        tracing::warn!(
+            "--no-auth: every process on this machine may call the servers through this gateway"
+        );
+        None
+    } else {
+        let tokens = store.tokens().context("cannot read the hosts' tokens")?;
+        if !tokens
+            .iter()
+            .any(|row| row.seal == hintgate_store::Seal::Valid)
+        {
+            return Err(InputError(
+                "no host could authenticate: add a token with `hintgate token add NAME --scope read|write` (or run with `--no-auth` on loopback)".to_owned(),
+            )
+            .into());
+        }
+        Some(std::sync::Arc::new(crate::token::StoreTokens { store }))
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener
+        .local_addr()
+        .context("the listener has no address")?;
+    // The gateway stops on the signal; the HTTP side stops taking requests
+    // when the gateway's loop has ended.
+    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
+    let (port, gateway) = hintgate_proxy::serve(settings, std::sync::Arc::default(), stop)
+        .context("the gateway cannot start")?;
+    let router = hintgate_http::router(
+        port,
+        hintgate_http::Options {
+            addr: bound,
+            public: args.listen_public,
+            origins: args.allow_origins.clone(),
+            auth,
+            write_scope: "write".to_owned(),
+        },
+    )?;
+    let server = tokio::spawn(hintgate_http::serve(listener, router, async move {
+        let _ = stopped_rx.await;
+    }));
+    output::err(&format!(
+        "hintgate: serving MCP at http://{bound}{}\n",
+        hintgate_http::ENDPOINT
+    ))?;
+    gateway.await;
+    let _ = stopped_tx.send(());
+    match server.await {
+        Ok(Ok(())) | Err(_) => Ok(()),
+        Ok(Err(err)) => Err(err.into()),
+    }
 }
 
 /// Completes when the process is asked to stop (SIGTERM, SIGINT or SIGHUP;

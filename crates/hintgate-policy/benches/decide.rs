@@ -138,6 +138,7 @@ fn decide_one_call(bencher: divan::Bencher<'_, '_>) {
                 } else {
                     Remembered::None
                 },
+                ..SessionState::default()
             },
             sandbox: SandboxProof::default(),
         }))

@@ -53,6 +53,19 @@ pub enum RememberOffer {
     UpToAlways,
 }
 
+/// What a host session's credentials let it do. Over stdio a host has
+/// [`Scope::Write`]; over HTTP, the scopes of its token decide.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    /// Whatever the configuration and the profile let through.
+    #[default]
+    Write,
+    /// Only tools that are effectively read-only: every other tool is
+    /// neither listed nor callable, whatever the rules and the profile say.
+    Read,
+}
+
 /// What the gateway knows about the host session a call belongs to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct SessionState {
@@ -60,6 +73,8 @@ pub struct SessionState {
     pub tainted: bool,
     /// A standing approval of this tool.
     pub remembered: Remembered,
+    /// What the session's credentials let it do.
+    pub scope: Scope,
 }
 
 /// One tool call to decide.
@@ -187,8 +202,10 @@ impl Policy {
 
     /// Decides one call, following design §4.2 step by step:
     ///
-    /// 1. a matching deny rule: deny; and a tool `hide-writes` does not
-    ///    list (not effectively read-only, no ask or allow rule): deny;
+    /// 1. a matching deny rule: deny; a tool that is not effectively
+    ///    read-only, for a session whose scope is [`Scope::Read`]: deny;
+    ///    and a tool `hide-writes` does not list (not effectively
+    ///    read-only, no ask or allow rule): deny;
     /// 2. a changed definition: ask;
     /// 3. a matching ask rule: ask;
     /// 4. a matching allow rule: allow;
@@ -206,6 +223,18 @@ impl Policy {
             return Decision {
                 verdict: Verdict::Deny,
                 reasons: vec![Reason::from_rule(ReasonCode::RuleDeny, rule)],
+                remember: RememberOffer::NotAsked,
+            };
+        }
+        // INVARIANT: a session that may only read never runs a tool that is
+        // not effectively read-only: no rule, approval or profile lets it.
+        if call.session.scope == Scope::Read && !assessment.effective.read_only {
+            return Decision {
+                verdict: Verdict::Deny,
+                reasons: vec![
+                    Reason::new(ReasonCode::ScopeReadOnly),
+                    Reason::new(ReasonCode::NotReadOnly),
+                ],
                 remember: RememberOffer::NotAsked,
             };
         }
@@ -299,6 +328,19 @@ impl Policy {
     /// it, and so does `hide-writes` for a tool that is not effectively
     /// read-only and that no ask or allow rule lets through.
     pub fn visible(&self, server: &str, tool: &Tool, sandbox: SandboxProof) -> bool {
+        self.visible_to(server, tool, sandbox, Scope::Write)
+    }
+
+    /// Whether the tool is listed to a host session of this scope: as
+    /// [`Policy::visible`], and for [`Scope::Read`] only when the tool is
+    /// effectively read-only.
+    pub fn visible_to(
+        &self,
+        server: &str,
+        tool: &Tool,
+        sandbox: SandboxProof,
+        scope: Scope,
+    ) -> bool {
         let Some(config) = self.server(server) else {
             return false;
         };
@@ -307,6 +349,9 @@ impl Policy {
             return false;
         }
         let assessment = EffectiveHints::derive(tool.declared(), config.trust, sandbox);
+        if scope == Scope::Read && !assessment.effective.read_only {
+            return false;
+        }
         !self.hidden_by_profile(&rules, &assessment)
     }
 

@@ -156,7 +156,7 @@ pub fn explain(policy: &Policy, input: &ExplainInput<'_>) -> Explanation {
         reason_details: details(policy, &decision),
         declared: tool.declared(),
         effective,
-        visible: policy.visible(input.server, &tool, input.sandbox),
+        visible: policy.visible_to(input.server, &tool, input.sandbox, input.session.scope),
         remember: decision.remember,
         retry_eligible: policy.retry_eligible(input.server, &tool, input.sandbox),
         pin,

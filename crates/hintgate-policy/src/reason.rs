@@ -72,6 +72,9 @@ pub enum ReasonCode {
     /// The gateway shut down before the call was sent (given by the
     /// gateway).
     Shutdown,
+    /// The host's credentials let it only read (scope `read`), and the tool
+    /// is not effectively read-only: it is neither listed nor callable.
+    ScopeReadOnly,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -87,7 +90,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 29] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -116,6 +119,7 @@ impl ReasonCode {
         Self::InvalidToolName,
         Self::AmbiguousToolName,
         Self::Shutdown,
+        Self::ScopeReadOnly,
     ];
 
     /// The stable kebab-case code.
@@ -149,6 +153,7 @@ impl ReasonCode {
             Self::InvalidToolName => "invalid-tool-name",
             Self::AmbiguousToolName => "ambiguous-tool-name",
             Self::Shutdown => "shutdown",
+            Self::ScopeReadOnly => "scope-read-only",
         }
     }
 
@@ -201,6 +206,9 @@ impl ReasonCode {
                 "the name could mean more than one tool (two servers, or tools whose names look the same)"
             }
             Self::Shutdown => "the gateway shut down before the call was sent",
+            Self::ScopeReadOnly => {
+                "the host's credentials only let it read (scope `read`), and this tool may change things"
+            }
         }
     }
 

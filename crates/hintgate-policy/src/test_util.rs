@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::config::{self, Enforcement, Profile, Transport, ValidConfig};
-use crate::decide::{Policy, Remembered, SessionState};
+use crate::decide::{Policy, Remembered, Scope, SessionState};
 use crate::explain::{ExplainInput, explain};
 use crate::pin::PinStatus;
 use crate::tool::{SandboxProof, Tool, Trust};
@@ -47,6 +47,9 @@ pub struct Case {
     /// A standing approval.
     #[serde(default)]
     pub remembered: RememberedArg,
+    /// What the host's credentials let it do (`read` or `write`).
+    #[serde(default)]
+    pub scope: Scope,
     /// Whether the configured sandbox is taken as enforced.
     #[serde(default)]
     pub sandbox: SandboxArg,
@@ -289,6 +292,7 @@ impl Case {
                         RememberedArg::Session => Remembered::Session,
                         RememberedArg::Always => Remembered::Always,
                     },
+                    scope: self.scope,
                 },
                 sandbox,
             },

@@ -54,6 +54,27 @@ pub enum Event {
     /// The gateway is asked to stop (a signal): every call in flight ends,
     /// on record, before it exits.
     Stop,
+    /// A host session opens while the gateway runs (the Streamable HTTP
+    /// host side opens one per host session, through a
+    /// [`HostPort`](crate::hosts::HostPort)).
+    Open(Box<OpenSession>),
+}
+
+/// A host session that opens, with where its lines go.
+#[derive(Debug)]
+pub struct OpenSession {
+    /// The session's number (never one in use).
+    pub session: u32,
+    /// Lines to the host.
+    pub out: mpsc::UnboundedSender<String>,
+    /// What waits in `out` for the host.
+    pub gauge: Arc<QueueGauge>,
+    /// What the gateway holds of the host's requests.
+    pub requests: Arc<QueueGauge>,
+    /// What the host's credentials let it do.
+    pub scope: hintgate_policy::decide::Scope,
+    /// Who the host is, as its transport authenticated it.
+    pub principal: Option<String>,
 }
 
 /// Something from a host.

@@ -27,6 +27,8 @@
 //!   (their event streams read under a bound by a private `sse` module);
 //! - [`stdio`]: the host's stdin and stdout, read from the event loop;
 //! - [`gateway`]: the event loop, its parts and the pipeline;
+//! - [`hosts`]: host sessions opened while the gateway runs (the
+//!   Streamable HTTP host side opens one per host session);
 //! - [`identity`]: what a server's command line resolves to;
 //! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions;
 //! - [`probe`]: the small client `hintgate lint` and `scan` use to list one
@@ -37,6 +39,7 @@ pub mod conn;
 pub mod event;
 pub mod frame;
 pub mod gateway;
+pub mod hosts;
 pub mod identity;
 pub mod json;
 pub mod probe;
@@ -58,5 +61,7 @@ pub mod fuzzing {
 pub use conn::QueueGauge;
 pub use gateway::{
     Gauges, Mode, Observed, RunError, Settings, run, run_until, run_with_gauge, run_with_gauges,
+    serve,
 };
+pub use hosts::{HostConn, HostPort};
 pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

@@ -65,7 +65,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 mod audit;
 mod body;
@@ -74,6 +74,7 @@ mod key;
 mod postgres;
 mod queue;
 mod rows;
+mod tokens;
 mod witness;
 
 pub use audit::{
@@ -87,16 +88,17 @@ pub use queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
 };
 pub use rows::Seal;
+pub use tokens::{TOKEN_PREFIX, TokenRow, TokenStore, new_token, token_hash};
 pub use witness::{
     EVERY as WITNESS_EVERY, EVERY_RECORDS as WITNESS_EVERY_RECORDS, WitnessError, WitnessKey,
     WitnessSettings, setup as setup_witness, state_path as witness_state_path,
 };
 
-/// Everything the gateway keeps: pins, standing approvals, the audit log and
-/// the approval queue.
-pub trait Store: PinStore + AuditLog + ApprovalQueue {}
+/// Everything the gateway keeps: pins, standing approvals, the audit log,
+/// the approval queue and the tokens of HTTP hosts.
+pub trait Store: PinStore + AuditLog + ApprovalQueue + TokenStore {}
 
-impl<T: PinStore + AuditLog + ApprovalQueue> Store for T {}
+impl<T: PinStore + AuditLog + ApprovalQueue + TokenStore> Store for T {}
 
 /// One pinned tool definition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -248,6 +250,9 @@ pub enum StoreError {
     /// The witness state could not be read.
     #[error("store: the audit witness: {0}")]
     Witness(#[from] WitnessError),
+    /// A token of that name exists already.
+    #[error("store: a token named `{0}` exists already (revoke it first, or pick another name)")]
+    TokenExists(String),
     /// The key file is gone, but the log is chained under a key.
     #[error(
         "store: the audit key `{path}` is missing, but the log is chained under the key `{key_id}`: restore that file (a new key cannot continue the chain)"
@@ -467,6 +472,8 @@ struct MemoryState {
     always: BTreeMap<(String, String), String>,
     audit: Vec<audit::MemoryRecord>,
     queue: Vec<Pending>,
+    /// Tokens by name: hash, scope, when made.
+    tokens: BTreeMap<String, (String, String, i64)>,
 }
 
 impl Default for MemoryStore {
@@ -837,6 +844,16 @@ impl SqliteStore {
                 )?;
             }
             transaction.commit()?;
+        }
+        if found < 6 {
+            connection.execute_batch(
+                "BEGIN IMMEDIATE;
+                 CREATE TABLE IF NOT EXISTS tokens (
+                     name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,
+                     created_at INTEGER NOT NULL, tag TEXT);
+                 PRAGMA user_version = 6;
+                 COMMIT;",
+            )?;
         }
         let salt: Option<Vec<u8>> = connection
             .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |row| {
@@ -1218,6 +1235,150 @@ impl PinStore for SqliteStore {
 
     fn salt(&self) -> &[u8] {
         &self.salt
+    }
+}
+
+/// Now, in Unix seconds (0 before 1970).
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+impl TokenStore for MemoryStore {
+    fn add_token(&self, name: &str, hash: &str, scope: &str) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        if state.tokens.contains_key(name) || state.tokens.values().any(|(h, _, _)| h == hash) {
+            return Err(StoreError::TokenExists(name.to_owned()));
+        }
+        state.tokens.insert(
+            name.to_owned(),
+            (hash.to_owned(), scope.to_owned(), unix_now()),
+        );
+        Ok(())
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        Ok(self
+            .lock()
+            .tokens
+            .iter()
+            .map(|(name, (_, scope, created_at))| TokenRow {
+                name: name.clone(),
+                scope: scope.clone(),
+                created_at: *created_at,
+                seal: Seal::Valid,
+            })
+            .collect())
+    }
+
+    fn revoke_token(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().tokens.remove(name).is_some())
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+        Ok(self
+            .lock()
+            .tokens
+            .iter()
+            .find(|(_, (found, _, _))| found == hash)
+            .map(|(name, (_, scope, created_at))| TokenRow {
+                name: name.clone(),
+                scope: scope.clone(),
+                created_at: *created_at,
+                seal: Seal::Valid,
+            }))
+    }
+}
+
+impl TokenStore for SqliteStore {
+    fn add_token(&self, name: &str, hash: &str, scope: &str) -> Result<(), StoreError> {
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
+        let created_at = unix_now();
+        let tag = sealer.token(name, hash, scope, created_at);
+        let added = self.lock().execute(
+            "INSERT INTO tokens (name, hash, scope, created_at, tag) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT DO NOTHING",
+            params![name, hash, scope, created_at, tag],
+        )?;
+        if added == 0 {
+            return Err(StoreError::TokenExists(name.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection
+            .prepare("SELECT name, hash, scope, created_at, tag FROM tokens ORDER BY name")?;
+        let rows = statement.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, i64>(3)?,
+                row.get::<_, Option<String>>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, hash, scope, created_at, tag) = row?;
+            out.push(token_row(
+                self.sealer.as_ref(),
+                name,
+                &hash,
+                scope,
+                created_at,
+                tag,
+            ));
+        }
+        Ok(out)
+    }
+
+    fn revoke_token(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .lock()
+            .execute("DELETE FROM tokens WHERE name = ?1", params![name])?
+            > 0)
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+        let found: Option<(String, String, i64, Option<String>)> = self
+            .lock()
+            .query_row(
+                "SELECT name, scope, created_at, tag FROM tokens WHERE hash = ?1",
+                params![hash],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            )
+            .optional()?;
+        Ok(found
+            .map(|(name, scope, created_at, tag)| {
+                token_row(self.sealer.as_ref(), name, hash, scope, created_at, tag)
+            })
+            .filter(|row| row.seal == Seal::Valid))
+    }
+}
+
+/// A token as read from SQL, its seal checked by `sealer` (unchecked
+/// without one).
+pub(crate) fn token_row(
+    sealer: Option<&rows::Sealer>,
+    name: String,
+    hash: &str,
+    scope: String,
+    created_at: i64,
+    tag: Option<String>,
+) -> TokenRow {
+    let seal = sealer.map_or(Seal::Unchecked, |sealer| {
+        sealer.check_token(&name, hash, &scope, created_at, tag.as_deref())
+    });
+    TokenRow {
+        name,
+        scope,
+        created_at,
+        seal,
     }
 }
 

@@ -39,7 +39,7 @@ use crate::{
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 3;
+pub const PG_SCHEMA_VERSION: i64 = 4;
 
 /// How long connecting, a silent connection or one statement may take
 /// before it fails (unless the address sets its own).
@@ -386,6 +386,14 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
              ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS answer_tag TEXT;
              ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS details TEXT;
              UPDATE hintgate.meta SET value = '3' WHERE key = 'schema_version';",
+        )?;
+    }
+    if found < 4 {
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS hintgate.tokens (
+                 name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,
+                 created_at BIGINT NOT NULL, tag TEXT);
+             UPDATE hintgate.meta SET value = '4' WHERE key = 'schema_version';",
         )?;
     }
     let mut salt = vec![0u8; 32];
@@ -1056,6 +1064,80 @@ impl QueueWatch for PgWatch {
 }
 
 // Entry kinds are stored by name, as in SQLite.
+impl crate::TokenStore for PgStore {
+    fn add_token(&self, name: &str, hash: &str, scope: &str) -> Result<(), StoreError> {
+        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
+        let created_at = crate::unix_now();
+        let tag = sealer.token(name, hash, scope, created_at);
+        let (name, hash, scope) = (name.to_owned(), hash.to_owned(), scope.to_owned());
+        let shown = name.clone();
+        let added = self.call(move |client| {
+            Ok(client.execute(
+                "INSERT INTO hintgate.tokens (name, hash, scope, created_at, tag)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[&name, &hash, &scope, &created_at, &tag],
+            )?)
+        })?;
+        if added == 0 {
+            return Err(StoreError::TokenExists(shown));
+        }
+        Ok(())
+    }
+
+    fn tokens(&self) -> Result<Vec<crate::TokenRow>, StoreError> {
+        let rows = self.call(|client| {
+            Ok(client.query(
+                "SELECT name, hash, scope, created_at, tag FROM hintgate.tokens ORDER BY name",
+                &[],
+            )?)
+        })?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let hash: String = row.get(1);
+                crate::token_row(
+                    self.sealer.as_ref(),
+                    row.get(0),
+                    &hash,
+                    row.get(2),
+                    row.get(3),
+                    row.get(4),
+                )
+            })
+            .collect())
+    }
+
+    fn revoke_token(&self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        let removed = self.call(move |client| {
+            Ok(client.execute("DELETE FROM hintgate.tokens WHERE name = $1", &[&name])?)
+        })?;
+        Ok(removed > 0)
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<crate::TokenRow>, StoreError> {
+        let owned = hash.to_owned();
+        let row = self.call(move |client| {
+            Ok(client.query_opt(
+                "SELECT name, scope, created_at, tag FROM hintgate.tokens WHERE hash = $1",
+                &[&owned],
+            )?)
+        })?;
+        Ok(row
+            .map(|row| {
+                crate::token_row(
+                    self.sealer.as_ref(),
+                    row.get(0),
+                    hash,
+                    row.get(1),
+                    row.get(2),
+                    row.get(3),
+                )
+            })
+            .filter(|row| row.seal == crate::Seal::Valid))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,6 +157,23 @@ impl Sealer {
     }
 
     /// The seal of a standing approval.
+    /// The seal of a token's row.
+    pub(crate) fn token(&self, name: &str, hash: &str, scope: &str, created_at: i64) -> String {
+        self.seal("token", &token_fields(name, hash, scope, created_at))
+    }
+
+    /// Whether `tag` is the seal of a token's row.
+    pub(crate) fn check_token(
+        &self,
+        name: &str,
+        hash: &str,
+        scope: &str,
+        created_at: i64,
+        tag: Option<&str>,
+    ) -> Seal {
+        self.check("token", &token_fields(name, hash, scope, created_at), tag)
+    }
+
     pub(crate) fn always(&self, server_key: &str, tool: &str, digest: &str) -> String {
         self.seal("always", &always_fields(server_key, tool, digest))
     }
@@ -203,6 +220,20 @@ fn pin_fields<'a>(pin: &'a Pin, definition: &'a str) -> [Field<'a>; 7] {
         Field::Bytes(pin.digest.as_bytes()),
         Field::Bytes(definition.as_bytes()),
         Field::Int(pin.pinned_at),
+    ]
+}
+
+fn token_fields<'a>(
+    name: &'a str,
+    hash: &'a str,
+    scope: &'a str,
+    created_at: i64,
+) -> [Field<'a>; 4] {
+    [
+        Field::Bytes(name.as_bytes()),
+        Field::Bytes(hash.as_bytes()),
+        Field::Bytes(scope.as_bytes()),
+        Field::Int(created_at),
     ]
 }
 

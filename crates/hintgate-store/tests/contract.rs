@@ -1222,3 +1222,31 @@ mod audit_attacks;
 
 #[path = "contract/row_attacks.rs"]
 mod row_attacks;
+
+// === tokens ===
+
+#[test]
+fn tokens_are_kept_by_hash_found_and_revoked_in_every_store() {
+    on_every_store(|store| {
+        let token = hintgate_store::new_token().unwrap();
+        assert!(token.starts_with(hintgate_store::TOKEN_PREFIX));
+        let hash = hintgate_store::token_hash(&token);
+        assert_ne!(hash, token, "the token itself is never stored");
+        store.add_token("ci", &hash, "read").unwrap();
+        // A name is taken once.
+        let again = hintgate_store::token_hash(&hintgate_store::new_token().unwrap());
+        assert!(matches!(
+            store.add_token("ci", &again, "write"),
+            Err(StoreError::TokenExists(name)) if name == "ci"
+        ));
+        let found = store.find_token(&hash).unwrap().unwrap();
+        assert_eq!((found.name.as_str(), found.scope.as_str()), ("ci", "read"));
+        assert!(store.find_token(&again).unwrap().is_none());
+        let listed = store.tokens().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].seal, hintgate_store::Seal::Valid);
+        assert!(store.revoke_token("ci").unwrap());
+        assert!(!store.revoke_token("ci").unwrap());
+        assert!(store.find_token(&hash).unwrap().is_none());
+    });
+}

@@ -7,7 +7,7 @@
 //! answer given in a console on a PostgreSQL store that releases a call
 //! waiting on a gateway elsewhere.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::browser::Browser;
 use crate::host::{Host, fixture_server, is_error, text};
+use crate::util::http;
 use crate::util::{hintgate, stdout};
 
 /// A title and a description that would run script if the page put them
@@ -230,18 +231,6 @@ fn a_person_approves_a_waiting_call_and_a_changed_definition_in_a_real_browser()
 }
 
 /// One HTTP/1.1 exchange with the console, as a browser would send it.
-fn http(base: &str, request: &str) -> String {
-    let addr = base.trim_start_matches("http://");
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    answer
-}
-
 /// The session cookie a console's URL buys.
 fn session(url: &str) -> (String, String) {
     let (base, query) = url.split_once("/?").unwrap();

@@ -1,6 +1,7 @@
 //! The policy corpus's `cli = true` cases, run through the binary: the
 //! command line must decide exactly as the library does.
 
+use hintgate_policy::decide::Scope;
 use hintgate_policy::test_util::{Case, PinArg, ProfileArg, RememberedArg, SandboxArg, TrustArg};
 use serde_json::Value;
 
@@ -66,6 +67,9 @@ fn args_for(case: &Case, dir: &std::path::Path) -> Vec<String> {
     }
     if case.tainted {
         args.push("--tainted".to_owned());
+    }
+    if case.scope == Scope::Read {
+        args.extend(["--scope".to_owned(), "read".to_owned()]);
     }
     let remembered = match case.remembered {
         RememberedArg::None => "none",
@@ -163,6 +167,7 @@ fn the_gateway_enforces_the_corpus_decisions() {
     for path in files {
         let case = Case::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let reproducible = !case.tainted
+            && case.scope == Scope::Write
             && case.remembered == RememberedArg::None
             && case.pinned.is_none()
             && case.pin != PinArg::Changed

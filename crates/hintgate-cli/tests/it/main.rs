@@ -19,6 +19,7 @@ mod gateway;
 mod host;
 mod hostile_http;
 mod lint;
+mod listen;
 mod peers;
 mod pinning;
 mod sandbox;

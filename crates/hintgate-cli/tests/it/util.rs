@@ -7,6 +7,23 @@ use serde_json::Value;
 
 use crate::host::{Host, fixture_server};
 
+/// One HTTP/1.1 exchange with `base` (`http://HOST:PORT`): `request` as
+/// written, the whole answer as text (the request should ask for
+/// `Connection: close`).
+pub fn http(base: &str, request: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let addr = base.trim_start_matches("http://");
+    let addr = addr.split('/').next().unwrap_or(addr);
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 /// The built `hintgate` binary.
 pub fn hintgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hintgate"))

@@ -69,6 +69,7 @@ fn the_corpus_covers_every_verdict_and_every_decision_reason() {
         "read-only",
         "not-read-only",
         "profile-hide-writes",
+        "scope-read-only",
         "profile-ask-all",
         "remembered-approval",
         "unattended",

@@ -16,7 +16,7 @@ use hintgate_policy::config::{
     self, Action, GatewaySettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig,
     Transport, ValidConfig,
 };
-use hintgate_policy::decide::{Call, Policy, Remembered, SessionState, Verdict};
+use hintgate_policy::decide::{Call, Policy, Remembered, Scope, SessionState, Verdict};
 use hintgate_policy::explain::{ExplainInput, explain};
 use hintgate_policy::glob::Glob;
 use hintgate_policy::pin::{PinDigest, PinStatus};
@@ -167,10 +167,12 @@ fn session() -> impl Strategy<Value = SessionState> {
             Just(Remembered::Session),
             Just(Remembered::Always)
         ],
+        any::<bool>(),
     )
-        .prop_map(|(tainted, remembered)| SessionState {
+        .prop_map(|(tainted, remembered, read)| SessionState {
             tainted,
             remembered,
+            scope: if read { Scope::Read } else { Scope::Write },
         })
 }
 
@@ -222,7 +224,7 @@ impl Scenario {
             session: self.session,
             sandbox,
         });
-        let visible = policy.visible(self.server, tool, sandbox);
+        let visible = policy.visible_to(self.server, tool, sandbox, self.session.scope);
         (decision.verdict, decision.codes().collect(), visible)
     }
 
@@ -282,6 +284,35 @@ proptest! {
         let (verdict, codes, visible) = scenario.decide(&policy, &tool_named(scenario.tool, claims, None));
         if !visible {
             prop_assert_eq!(verdict, Verdict::Deny, "{:?}", codes);
+        }
+    }
+
+    /// A session whose credentials only read (scope `read`) never gets less
+    /// friction than one that may write, in the same state, and never runs
+    /// or sees a tool that is not effectively read-only, whatever the rules,
+    /// the profile and a remembered approval say.
+    #[test]
+    fn a_read_scope_never_lowers_friction_and_never_runs_a_write(
+        scenario in scenario(),
+        claims in annotations(),
+    ) {
+        let policy = Policy::new(scenario.config.clone());
+        let tool = tool_named(scenario.tool, claims, None);
+        let mut write = scenario.clone();
+        write.session.scope = Scope::Write;
+        let mut read = scenario.clone();
+        read.session.scope = Scope::Read;
+        let (verdict_write, _, visible_write) = write.decide(&policy, &tool);
+        let (verdict_read, codes, visible_read) = read.decide(&policy, &tool);
+        prop_assert!(friction(verdict_read) >= friction(verdict_write), "{:?}", codes);
+        prop_assert!(visible_write || !visible_read);
+        let sandbox = proof(&scenario.config, scenario.server, scenario.enforced);
+        let read_only = policy
+            .assess(scenario.server, &tool, sandbox)
+            .is_some_and(|assessment| assessment.effective.read_only);
+        if !read_only {
+            prop_assert_eq!(verdict_read, Verdict::Deny);
+            prop_assert!(!visible_read);
         }
     }
 

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use foldhash::fast::RandomState;
-use hintgate_policy::decide::{Policy, Remembered};
+use hintgate_policy::decide::{Policy, Remembered, Scope};
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
@@ -60,6 +60,9 @@ pub(crate) struct ToolEntry {
     output: OnceLock<Option<Arc<jsonschema::Validator>>>,
     /// What `tools/list` shows the host, or `None` when it is hidden.
     pub host_view: Option<String>,
+    /// Whether a session that may only read ([`Scope::Read`]) is shown it
+    /// too (it is effectively read-only, and listed).
+    pub read_scope: bool,
     /// Why its name keeps it from being listed or called, if it does.
     pub name_trouble: Option<NameTrouble>,
     /// Whether a failed call may be retried (design §4.5).
@@ -617,11 +620,14 @@ impl Catalog {
 
     /// The host's views of a server's tools, in listing order, each with
     /// the server's own name of the tool.
-    pub fn host_views(&self, idx: ServerIdx) -> impl Iterator<Item = (&str, &str)> {
-        self.server(idx).into_iter().flat_map(|server| {
-            server.order.iter().filter_map(|name| {
-                let view = server.tools.get(name)?.host_view.as_deref()?;
-                Some((name.as_str(), view))
+    pub fn host_views(&self, idx: ServerIdx, scope: Scope) -> impl Iterator<Item = (&str, &str)> {
+        self.server(idx).into_iter().flat_map(move |server| {
+            server.order.iter().filter_map(move |name| {
+                let entry = server.tools.get(name)?;
+                if scope == Scope::Read && !entry.read_scope {
+                    return None;
+                }
+                Some((name.as_str(), entry.host_view.as_deref()?))
             })
         })
     }
@@ -806,16 +812,17 @@ impl ToolEntry {
     ) -> Self {
         let tool = Tool::from_value(raw.clone()).map_err(|err| err.to_string());
         let digest = tool.as_ref().ok().map(PinDigest::of);
-        let (host_view, retry_eligible, taints) = match &tool {
+        let (host_view, read_scope, retry_eligible, taints) = match &tool {
             Ok(tool) => (
                 name_trouble
                     .is_none()
                     .then(|| host_view(&raw, tool, server_name, policy, naming, sandbox))
                     .flatten(),
+                policy.visible_to(server_name, tool, sandbox, Scope::Read),
                 policy.retry_eligible(server_name, tool, sandbox),
                 policy.taints_session(server_name, &tool.name),
             ),
-            Err(_) => (None, false, false),
+            Err(_) => (None, false, false, false),
         };
         Self {
             raw,
@@ -825,6 +832,7 @@ impl ToolEntry {
             input: OnceLock::new(),
             output: OnceLock::new(),
             host_view,
+            read_scope,
             name_trouble,
             retry_eligible,
             taints,
@@ -1137,7 +1145,7 @@ mod tests {
         let entry = catalog.tool(0, "note").unwrap();
         assert_eq!(entry.digest, Some(digest));
         assert_eq!(catalog.pin_status(0, "note", digest), PinStatus::Unchanged);
-        assert_eq!(catalog.host_views(0).count(), 1);
+        assert_eq!(catalog.host_views(0, Scope::Write).count(), 1);
         assert!(catalog.tool(0, "other").is_none());
     }
 }

@@ -172,9 +172,10 @@ impl InFlight {
             .collect()
     }
 
-    /// A session with a host request in flight on `server`, if any.
-    pub fn session_on(&self, server: ServerIdx) -> Option<SessionId> {
-        self.up
+    /// The sessions with a host request in flight on `server`, in order.
+    pub fn sessions_on(&self, server: ServerIdx) -> impl Iterator<Item = SessionId> {
+        let sessions: std::collections::BTreeSet<SessionId> = self
+            .up
             .iter()
             .filter(|((owner, _), _)| *owner == server)
             .filter_map(|(_, waiting)| match &waiting.purpose {
@@ -182,7 +183,8 @@ impl InFlight {
                 UpPurpose::Forward(request) => Some(request.session),
                 _ => None,
             })
-            .min()
+            .collect();
+        sessions.into_iter()
     }
 
     /// Finds the request to a server that a host request became (to cancel it).

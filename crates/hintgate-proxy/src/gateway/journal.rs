@@ -89,6 +89,9 @@ pub(crate) struct CallFields<'a> {
     pub pin: Option<&'a str>,
     /// For a call that ends at the gateway: how.
     pub outcome: Option<Outcome>,
+    /// Who the host is, when its transport authenticated it (over HTTP:
+    /// its token's name).
+    pub host: Option<&'a str>,
 }
 
 // === impl Journal ===
@@ -298,6 +301,10 @@ impl Journal {
             Some(arguments) => self.redactor.write_canonical(arguments, out),
             None => out.push_str("null"),
         }
+        if let Some(host) = fields.host {
+            out.push_str(",\"host\":");
+            push_string(out, host);
+        }
         out.push_str(",\"identity\":");
         match fields.identity {
             Some(key) => push_string(out, key),
@@ -385,6 +392,7 @@ mod tests {
             approver: &Approver::Gateway,
             pin: None,
             outcome: Some(Outcome::Denied),
+            host: Some("alice"),
         });
         journal.batch[0].body.clone()
     }
@@ -403,6 +411,7 @@ mod tests {
         assert_eq!(parsed["request"], "\"r\\\"1\"");
         assert_eq!(parsed["outcome"], "denied");
         assert_eq!(parsed["reasons"], json!(["rule-deny"]));
+        assert_eq!(parsed["host"], "alice");
         assert!(!body.contains("hunter2"));
     }
 
@@ -420,6 +429,7 @@ mod tests {
             approver: &Approver::Gateway,
             pin: None,
             outcome: Some(Outcome::Denied),
+            host: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -484,6 +494,7 @@ mod tests {
             approver: &Approver::Gateway,
             pin: None,
             outcome: Some(Outcome::Denied),
+            host: None,
         };
         let to_forward = CallFields {
             request_id: "2",

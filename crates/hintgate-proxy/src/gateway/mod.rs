@@ -452,7 +452,7 @@ where
     // INVARIANT: what waits for the loop is bounded, by count and by the
     // bytes of its lines; the loop never sends into it (it would wait for
     // itself), only the readers, the host's writer and the store watcher.
-    let (events_tx, mut events_rx) = crate::event::channel(events);
+    let (events_tx, events_rx) = crate::event::channel(events);
     let mut gateway = Gateway::new(settings, events_tx.clone())?;
     let stop_events = events_tx.clone();
     tokio::spawn(async move {
@@ -503,6 +503,46 @@ where
         events_tx,
         [gauge, requests],
     ));
+    drive(gateway, events_rx, false).await;
+    let _ = writer.await;
+    Ok(())
+}
+
+/// Runs the gateway for host sessions opened while it runs, through the
+/// [`HostPort`](crate::hosts::HostPort) this returns (the Streamable HTTP
+/// host side), until `stop` completes: then, as in [`run_until`], every
+/// call in flight or held ends on record as `shutdown` before the servers
+/// are stopped. Unlike [`run_until`] it goes on when every session has
+/// closed. The returned future is the event loop; await it.
+///
+/// # Errors
+///
+/// [`RunError`] when the settings cannot run at all.
+pub fn serve<S>(
+    settings: Settings,
+    events: Arc<QueueGauge>,
+    stop: S,
+) -> Result<(crate::hosts::HostPort, impl Future<Output = ()>), RunError>
+where
+    S: Future<Output = ()> + Send + 'static,
+{
+    let (events_tx, events_rx) = crate::event::channel(events);
+    let gateway = Gateway::new(settings, events_tx.clone())?;
+    let stop_events = events_tx.clone();
+    let port = crate::hosts::HostPort::new(events_tx, gateway.limits.max_line);
+    let run = async move {
+        tokio::spawn(async move {
+            stop.await;
+            let _ = stop_events.send(Event::Stop).await;
+        });
+        drive(gateway, events_rx, true).await;
+    };
+    Ok((port, run))
+}
+
+/// The event loop: turns until the gateway is asked to stop, or (unless
+/// `served`) every session has closed; then the shutdown.
+async fn drive(mut gateway: Gateway, mut events_rx: crate::event::EventReceiver, served: bool) {
     loop {
         let next = match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
             (Some(deadline), Some(flush)) => Some(deadline.min(flush)),
@@ -525,8 +565,14 @@ where
         }
         gateway.expire(Instant::now());
         gateway.end_turn();
-        if gateway.stopping || gateway.sessions.values().all(|session| session.closed) {
+        if gateway.stopping || (!served && gateway.sessions.values().all(|session| session.closed))
+        {
             break;
+        }
+        if served {
+            // Over HTTP sessions come and go: a closed one is forgotten once
+            // its calls have ended on record and the turn is out.
+            gateway.sessions.remove_closed();
         }
         // The writers write what the turn queued before the next turn
         // looks at what waits: what a server leaves unread is then what
@@ -539,8 +585,6 @@ where
     events_rx.close();
     gateway.shutdown().await;
     drop(gateway);
-    let _ = writer.await;
-    Ok(())
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -690,6 +734,21 @@ impl Gateway {
 
     fn handle(&mut self, event: Event) {
         match event {
+            Event::Open(open) => {
+                let crate::event::OpenSession {
+                    session,
+                    out,
+                    gauge,
+                    requests,
+                    scope,
+                    principal,
+                } = *open;
+                let mut host = HostSession::new(out, gauge, requests);
+                host.scope = scope;
+                host.principal = principal;
+                tracing::debug!(session, ?scope, "a host session opens");
+                self.sessions.insert(SessionId(session), host);
+            }
             Event::Host { session, event } => {
                 let session = SessionId(session);
                 match event {
@@ -1499,9 +1558,19 @@ impl Gateway {
             return;
         };
         let generation = up.generation();
-        // A server's own request goes to the session that has a request in
-        // flight on it (over stdio, the one session).
-        let session = self.session_for_server(idx);
+        // A server's own request goes to the session that has requests in
+        // flight on it (over stdio, the one session); when several have, or
+        // none does and several are open, it is not the gateway's to guess.
+        let Some(session) = self.session_for_server(idx) else {
+            let text = "hintgate cannot tell which host this request is for: several host sessions use this server at once, and the request does not say which call it belongs to";
+            tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
+            self.send_upstream(
+                idx,
+                generation,
+                frame::error_response(message.id_text(), -32603, text),
+            );
+            return;
+        };
         let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
         if modern_host {
             if !self.relay_to_modern_host(idx, message) {
@@ -1736,13 +1805,27 @@ impl Gateway {
         }
     }
 
-    /// The session a server's own request belongs to: the one with a request
-    /// in flight on that server, else the first.
-    fn session_for_server(&self, idx: ServerIdx) -> SessionId {
-        self.inflight
-            .session_on(idx)
-            .or_else(|| self.sessions.keys().min())
-            .unwrap_or(SessionId::FIRST)
+    /// The session a server's own request belongs to: the one session with
+    /// requests in flight on that server, else the one session there is.
+    /// `None` when that is not one session: a server's request carries
+    /// nothing that says which of several hosts' calls it is for, and a
+    /// question of one host's call must never reach another host.
+    fn session_for_server(&self, idx: ServerIdx) -> Option<SessionId> {
+        let mut on = self.inflight.sessions_on(idx);
+        match (on.next(), on.next()) {
+            (Some(session), None) => Some(session),
+            (Some(_), Some(_)) => None,
+            (None, _) => {
+                let mut open = self
+                    .sessions
+                    .keys()
+                    .filter(|session| self.sessions.get(session).is_some_and(|host| !host.closed));
+                match (open.next(), open.next()) {
+                    (Some(session), None) => Some(session),
+                    _ => None,
+                }
+            }
+        }
     }
 
     /// Tells the store watcher which identities to watch.

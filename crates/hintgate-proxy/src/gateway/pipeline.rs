@@ -34,7 +34,9 @@
 //!
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
 
-use hintgate_policy::decide::{Call, Decision, RememberOffer, Remembered, SessionState, Verdict};
+use hintgate_policy::decide::{
+    Call, Decision, RememberOffer, Remembered, Scope, SessionState, Verdict,
+};
 use hintgate_store::Remember;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -142,7 +144,10 @@ impl Gateway {
                 } else {
                     self.catalog.approved_always(idx, &cx.tool, digest)
                 };
-                let tainted = self.sessions.get(&session).is_some_and(|host| host.tainted);
+                let (tainted, scope) = self
+                    .sessions
+                    .get(&session)
+                    .map_or((false, Scope::Read), |host| (host.tainted, host.scope));
                 self.policy.decide(&Call {
                     server: self.upstreams.name(idx),
                     tool,
@@ -150,6 +155,7 @@ impl Gateway {
                     session: SessionState {
                         tainted,
                         remembered,
+                        scope,
                     },
                     sandbox: self.catalog.sandbox(idx),
                 })
@@ -514,6 +520,10 @@ impl Gateway {
             approver: &approver,
             pin: cx.digest_text.as_deref(),
             outcome,
+            host: self
+                .sessions
+                .get(&cx.request.session)
+                .and_then(|host| host.principal.as_deref()),
         };
         self.journal.call(&fields)
     }

@@ -41,6 +41,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use hintgate_policy::decide::Scope;
 use hintgate_policy::name::{arguments_problem, problem as name_problem, uri_problem};
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use serde_json::{Map, Value, json};
@@ -416,9 +417,14 @@ impl Gateway {
             return;
         }
         // The host's views were built once, when each server listed.
+        let session = request.session;
+        let scope = self
+            .sessions
+            .get(&session)
+            .map_or(Scope::Read, |host| host.scope);
         let mut tools = String::from("[");
         for idx in 0..self.upstreams.len() {
-            for (name, view) in self.catalog.host_views(idx) {
+            for (name, view) in self.catalog.host_views(idx, scope) {
                 // A name another server's prefix also fits would not be
                 // routed: it is not listed either.
                 if self.prefixes_overlap && self.resolve(&self.prefixed(idx, name)).is_err() {
@@ -432,7 +438,6 @@ impl Gateway {
             }
         }
         tools.push(']');
-        let session = request.session;
         let modern = self
             .sessions
             .get(&session)

@@ -11,9 +11,10 @@
 //! reading loses notifications (counted, and a missed list change told
 //! later), never an answer without being told.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use hintgate_policy::decide::Scope;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -21,10 +22,11 @@ use super::Gateway;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::conn::QueueGauge;
 
-/// Every host session, by number.
+/// Every host session, by number. Over HTTP sessions come and go: a
+/// closed one is removed at the end of the turn it closed in.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    list: Vec<Option<HostSession>>,
+    list: BTreeMap<u32, HostSession>,
 }
 
 /// The protocol era a host speaks.
@@ -111,6 +113,12 @@ pub(crate) struct HostSession {
     pub discover_pending: Option<HostRequest>,
     /// The host closed its side.
     pub closed: bool,
+    /// What its credentials let it do: over stdio, [`Scope::Write`]; over
+    /// HTTP, what its token's scopes give.
+    pub scope: Scope,
+    /// Who it is, when its transport authenticated it (over HTTP, its
+    /// token's name); named in its calls' audit records.
+    pub principal: Option<String>,
 }
 
 // === impl Sessions ===
@@ -118,37 +126,33 @@ pub(crate) struct HostSession {
 impl Sessions {
     /// Adds a session under its number.
     pub fn insert(&mut self, id: SessionId, session: HostSession) {
-        let idx = id.0 as usize;
-        if self.list.len() <= idx {
-            self.list.resize_with(idx + 1, || None);
-        }
-        if let Some(slot) = self.list.get_mut(idx) {
-            *slot = Some(session);
-        }
+        self.list.insert(id.0, session);
     }
 
     /// A session.
     pub fn get(&self, id: &SessionId) -> Option<&HostSession> {
-        self.list.get(id.0 as usize)?.as_ref()
+        self.list.get(&id.0)
     }
 
     /// A session, to change.
     pub fn get_mut(&mut self, id: &SessionId) -> Option<&mut HostSession> {
-        self.list.get_mut(id.0 as usize)?.as_mut()
+        self.list.get_mut(&id.0)
     }
 
-    /// The numbers of every session.
+    /// The numbers of every session, in order.
     pub fn keys(&self) -> impl Iterator<Item = SessionId> + '_ {
-        self.list
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| slot.is_some())
-            .filter_map(|(idx, _)| u32::try_from(idx).ok().map(SessionId))
+        self.list.keys().copied().map(SessionId)
     }
 
     /// Every session.
     pub fn values(&self) -> impl Iterator<Item = &HostSession> {
-        self.list.iter().flatten()
+        self.list.values()
+    }
+
+    /// Forgets the sessions whose host closed its side (their calls have
+    /// ended on record already).
+    pub fn remove_closed(&mut self) {
+        self.list.retain(|_, session| !session.closed);
     }
 }
 
@@ -177,6 +181,8 @@ impl HostSession {
             initialize_pending: None,
             discover_pending: None,
             closed: false,
+            scope: Scope::Write,
+            principal: None,
         }
     }
 

@@ -583,6 +583,21 @@ impl AuditLog for TestStore {
     }
 }
 
+impl hintgate_store::TokenStore for TestStore {
+    fn add_token(&self, name: &str, hash: &str, scope: &str) -> Result<(), StoreError> {
+        self.inner.add_token(name, hash, scope)
+    }
+    fn tokens(&self) -> Result<Vec<hintgate_store::TokenRow>, StoreError> {
+        self.inner.tokens()
+    }
+    fn revoke_token(&self, name: &str) -> Result<bool, StoreError> {
+        self.inner.revoke_token(name)
+    }
+    fn find_token(&self, hash: &str) -> Result<Option<hintgate_store::TokenRow>, StoreError> {
+        self.inner.find_token(hash)
+    }
+}
+
 impl ApprovalQueue for TestStore {
     fn enqueue(&self, pending: &NewPending) -> Result<u64, StoreError> {
         if self

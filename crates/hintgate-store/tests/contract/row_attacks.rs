@@ -286,3 +286,26 @@ fn a_store_opened_without_the_key_checks_nothing_and_seals_nothing() {
         "the error says how to give the key"
     );
 }
+
+#[test]
+fn a_token_written_or_raised_without_the_key_authenticates_nobody() {
+    on_both(|store, raw| {
+        let held = hintgate_store::token_hash("hgt_held");
+        store.add_token("reader", &held, "read").unwrap();
+        // The attacker adds a token of their own, and raises the reader's
+        // scope to write.
+        let own = hintgate_store::token_hash("hgt_attacker");
+        raw.execute(&format!(
+            "INSERT INTO {{s}}tokens (name, hash, scope, created_at, tag) VALUES ('mine', '{own}', 'write', 1, 'ab')"
+        ));
+        assert!(store.find_token(&own).unwrap().is_none());
+        raw.execute("UPDATE {s}tokens SET scope = 'write' WHERE name = 'reader'");
+        assert!(
+            store.find_token(&held).unwrap().is_none(),
+            "a token whose scope was raised without the key must not authenticate at all"
+        );
+        let listed = store.tokens().unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().all(|row| row.seal == Seal::Broken));
+    });
+}

@@ -1,0 +1,531 @@
+//! `hintgate run --listen`: hosts over Streamable HTTP, in both eras, with
+//! tokens that hide writes, against the fixture server and the Python SDK
+//! as the host.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::host::fixture_server;
+use crate::peers::venv_bin;
+use crate::util::{code, hintgate, http, log_json, run, stdout};
+
+/// A gateway serving HTTP hosts, its stderr collected.
+struct Listening {
+    child: Child,
+    /// `http://127.0.0.1:PORT/mcp`
+    url: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Listening {
+    /// `hintgate run --listen 127.0.0.1:0 FLAGS -- python3 fixture_server.py`
+    /// with its state in `dir/state`.
+    fn start(dir: &Path, flags: &[&str]) -> Self {
+        let server = fixture_server();
+        let mut child = hintgate()
+            .current_dir(dir)
+            .env("HINTGATE_STATE_DIR", dir.join("state"))
+            .args(["run", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .args(["--", "python3", server.as_str()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let collected = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                if let Some(url) = line.strip_prefix("hintgate: serving MCP at ") {
+                    let _ = tx.send(url.to_owned());
+                }
+                collected.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no URL: {}", log.lock().unwrap()));
+        Self { child, url, log }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    fn base(&self) -> String {
+        self.url.trim_end_matches("/mcp").to_owned()
+    }
+
+    /// `127.0.0.1:PORT`
+    fn host(&self) -> String {
+        self.base().trim_start_matches("http://").to_owned()
+    }
+
+    /// One POST to `/mcp` with `body` and extra header lines.
+    fn post(&self, headers: &[String], body: &Value) -> String {
+        let body = body.to_string();
+        let mut request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.host(),
+            body.len()
+        );
+        for header in headers {
+            request.push_str(header);
+            request.push_str("\r\n");
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        http(&self.base(), &request)
+    }
+
+    /// Stops it as a signal does, and waits.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        let started = Instant::now();
+        loop {
+            if self.child.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "hintgate did not stop: {}",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The JSON body of an HTTP answer (JSON, or the last event of a stream).
+fn body(answer: &str) -> Value {
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let text = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .next_back()
+        .unwrap_or(body)
+        .trim();
+    serde_json::from_str(text).unwrap_or_else(|err| panic!("{err}: {answer}"))
+}
+
+/// The value of the header `name` (lowercase) in an HTTP answer.
+fn header<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
+    answer.split("\r\n\r\n").next()?.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+}
+
+/// The Python SDK's `Client` over Streamable HTTP (`tests/peers/http_host.py`).
+fn sdk(dir: &Path, url: &str, token: Option<&str>, mode: &str, calls: Value) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/http_host.py");
+    let spec =
+        json!({"url": url, "token": token, "mode": mode, "answer": "accept", "calls": calls});
+    let output = std::process::Command::new(venv_bin("python"))
+        .current_dir(dir)
+        .arg(script)
+        .arg(spec.to_string())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the SDK host failed\nstdout:\n{out}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(out.trim()).unwrap_or_else(|err| panic!("{err}: {out}"))
+}
+
+fn texts(report: &Value) -> Vec<String> {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|result| result["text"][0].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// `hintgate token add NAME --scope SCOPE` on `dir/state`: the token.
+fn add_token(dir: &Path, name: &str, scope: &str) -> String {
+    let state = dir.join("state").display().to_string();
+    let output = run(
+        dir,
+        &[
+            "token",
+            "add",
+            name,
+            "--scope",
+            scope,
+            "--state-dir",
+            &state,
+        ],
+    );
+    assert_eq!(code(&output), 0, "{output:?}");
+    let token = stdout(&output).trim().to_owned();
+    assert!(token.starts_with("hgt_"), "{token}");
+    token
+}
+
+#[test]
+fn sdk_hosts_of_both_eras_share_one_gateway_and_every_call_is_on_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Listening::start(dir.path(), &["--no-auth", "--trust", "trusted"]);
+    let calls = json!([
+        {"name": "echo", "arguments": {"text": "hi"}},
+        {"name": "write_note", "arguments": {"text": "from http"}},
+    ]);
+    let legacy = sdk(dir.path(), &gateway.url, None, "legacy", calls.clone());
+    assert_eq!(legacy["protocol"], "2025-11-25", "{legacy}");
+    let modern = sdk(dir.path(), &gateway.url, None, "2026-07-28", calls);
+    assert_eq!(modern["protocol"], "2026-07-28", "{modern}");
+    for report in [&legacy, &modern] {
+        let tools = report["tools"].as_array().unwrap();
+        assert!(tools.contains(&json!("write_note")), "{report}");
+        let texts = texts(report);
+        assert!(texts[0].contains("\"text\": \"hi\""), "{report}");
+        assert_eq!(texts[1], "noted", "{report}");
+        // The write was asked about, over HTTP, and the person said yes.
+        let asked = report["asked"].as_array().unwrap();
+        assert!(
+            asked.iter().any(|text| text
+                .as_str()
+                .unwrap()
+                .contains("hintgate: approve this tool call?")),
+            "{report}"
+        );
+    }
+    // A legacy host gets a server's own question, marked as the server's.
+    let asked = sdk(
+        dir.path(),
+        &gateway.url,
+        None,
+        "legacy",
+        json!([{"name": "ask_host", "arguments": {}}]),
+    );
+    assert!(
+        asked["asked"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("[server python3 asks]"),
+        "{asked}"
+    );
+    gateway.stop();
+    let records = log_json(dir.path(), &[]);
+    let calls: Vec<&Value> = records
+        .iter()
+        .filter(|record| record["kind"] == "call")
+        .collect();
+    // Five calls, and the 2026-07-28 write twice: once asked (its outcome
+    // `input-required`), once sent with the person's approval.
+    assert_eq!(calls.len(), 6, "{records:?}");
+    assert!(
+        calls.iter().all(|record| record.get("host").is_none()),
+        "without tokens no host is named: {calls:?}"
+    );
+}
+
+#[test]
+fn a_read_token_neither_sees_nor_runs_a_write_tool_and_a_write_token_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = add_token(dir.path(), "reader", "read");
+    let writer = add_token(dir.path(), "writer", "write");
+    let gateway = Listening::start(dir.path(), &["--trust", "trusted"]);
+
+    let read = sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&reader),
+        "legacy",
+        json!([{"name": "echo", "arguments": {"text": "r"}}]),
+    );
+    let tools = read["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("echo")), "{read}");
+    assert!(!tools.contains(&json!("write_note")), "{read}");
+    assert!(!tools.contains(&json!("hang")), "{read}");
+    assert!(texts(&read)[0].contains("\"text\": \"r\""), "{read}");
+
+    // Called anyway: refused with 403 and the scope that would do.
+    let bearer = format!("Authorization: Bearer {reader}");
+    let opened = gateway.post(std::slice::from_ref(&bearer), &initialize());
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+    let session = format!(
+        "Mcp-Session-Id: {}",
+        header(&opened, "mcp-session-id").unwrap()
+    );
+    let call = gateway.post(
+        &[bearer.clone(), session.clone()],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "write_note", "arguments": {"text": "no"}}}),
+    );
+    assert!(call.starts_with("HTTP/1.1 403"), "{call}");
+    let challenge = header(&call, "www-authenticate").unwrap();
+    assert!(
+        challenge.contains("error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    assert!(challenge.contains("scope=\"write\""), "{challenge}");
+    let refused = body(&call);
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert_eq!(
+        refused["result"]["_meta"]["hintgate/decision"]["reasons"][0],
+        "scope-read-only"
+    );
+
+    let write = sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&writer),
+        "legacy",
+        json!([{"name": "write_note", "arguments": {"text": "yes"}}]),
+    );
+    assert!(
+        write["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("write_note")),
+        "{write}"
+    );
+    assert_eq!(texts(&write)[0], "noted", "{write}");
+
+    // A revoked token is refused from its next request on.
+    let state = dir.path().join("state").display().to_string();
+    let revoked = run(
+        dir.path(),
+        &["token", "revoke", "reader", "--state-dir", &state],
+    );
+    assert_eq!(code(&revoked), 0);
+    let after = gateway.post(
+        &[bearer, session],
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+    );
+    assert!(after.starts_with("HTTP/1.1 401"), "{after}");
+    gateway.stop();
+    let records = log_json(dir.path(), &[]);
+    let refusal = records
+        .iter()
+        .find(|record| {
+            record["kind"] == "call"
+                && record["tool"] == "write_note"
+                && record["verdict"] == "deny"
+        })
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(refusal["reasons"][0], "scope-read-only", "{refusal}");
+    // Each record names the token its host authenticated with.
+    assert_eq!(refusal["host"], "reader", "{refusal}");
+    assert!(
+        records.iter().any(|record| record["kind"] == "call"
+            && record["tool"] == "write_note"
+            && record["host"] == "writer"),
+        "{records:?}"
+    );
+}
+
+#[test]
+fn foreign_origins_and_hosts_missing_or_wrong_tokens_and_others_sessions_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let alice = add_token(dir.path(), "alice", "write");
+    let bob = add_token(dir.path(), "bob", "write");
+    let gateway = Listening::start(dir.path(), &["--trust", "trusted"]);
+    let alice_auth = format!("Authorization: Bearer {alice}");
+
+    let none = gateway.post(&[], &initialize());
+    assert!(none.starts_with("HTTP/1.1 401"), "{none}");
+    assert!(
+        header(&none, "www-authenticate")
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    let wrong = gateway.post(
+        &["Authorization: Bearer hgt_0000".to_owned()],
+        &initialize(),
+    );
+    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+
+    let foreign = gateway.post(
+        &[alice_auth.clone(), "Origin: http://evil.example".to_owned()],
+        &initialize(),
+    );
+    assert!(foreign.starts_with("HTTP/1.1 403"), "{foreign}");
+    let own_origin = gateway.post(
+        &[alice_auth.clone(), format!("Origin: {}", gateway.base())],
+        &initialize(),
+    );
+    assert!(own_origin.starts_with("HTTP/1.1 200"), "{own_origin}");
+
+    // DNS rebinding: a name that resolves to loopback is not this gateway's.
+    let rebound = http(
+        &gateway.base(),
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: evil.example:80\r\nContent-Type: application/json\r\n{alice_auth}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        ),
+    );
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
+
+    // Alice's session is not Bob's, and an unknown one is no one's.
+    let session = header(&own_origin, "mcp-session-id").unwrap().to_owned();
+    assert_eq!(session.len(), 64, "{session}");
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let mine = gateway.post(
+        &[alice_auth.clone(), format!("Mcp-Session-Id: {session}")],
+        &list,
+    );
+    assert!(mine.starts_with("HTTP/1.1 200"), "{mine}");
+    let theirs = gateway.post(
+        &[
+            format!("Authorization: Bearer {bob}"),
+            format!("Mcp-Session-Id: {session}"),
+        ],
+        &list,
+    );
+    assert!(theirs.starts_with("HTTP/1.1 404"), "{theirs}");
+    let missing = gateway.post(std::slice::from_ref(&alice_auth), &list);
+    assert!(missing.starts_with("HTTP/1.1 400"), "{missing}");
+
+    // DELETE ends it.
+    let deleted = http(
+        &gateway.base(),
+        &format!(
+            "DELETE /mcp HTTP/1.1\r\nHost: {}\r\n{alice_auth}\r\nMcp-Session-Id: {session}\r\nConnection: close\r\n\r\n",
+            gateway.host()
+        ),
+    );
+    assert!(deleted.starts_with("HTTP/1.1 204"), "{deleted}");
+    let gone = gateway.post(&[alice_auth, format!("Mcp-Session-Id: {session}")], &list);
+    assert!(gone.starts_with("HTTP/1.1 404"), "{gone}");
+}
+
+#[test]
+fn a_2026_request_whose_headers_disagree_with_its_body_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Listening::start(dir.path(), &["--no-auth", "--trust", "trusted"]);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let call = |name: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": name, "arguments": {"text": "x"}, "_meta": meta}})
+    };
+    let headers = |method: &str, name: &str| {
+        vec![
+            "MCP-Protocol-Version: 2026-07-28".to_owned(),
+            format!("Mcp-Method: {method}"),
+            format!("Mcp-Name: {name}"),
+        ]
+    };
+    // The header names a read, the body a write: refused before anything.
+    let mismatch = gateway.post(&headers("tools/call", "echo"), &call("write_note"));
+    assert!(mismatch.starts_with("HTTP/1.1 400"), "{mismatch}");
+    assert_eq!(body(&mismatch)["error"]["code"], -32020, "{mismatch}");
+    let method = gateway.post(&headers("tools/list", "echo"), &call("echo"));
+    assert!(method.starts_with("HTTP/1.1 400"), "{method}");
+    // The same in base64 form, agreeing: answered, under the host's id.
+    let agreed = gateway.post(
+        &[
+            "MCP-Protocol-Version: 2026-07-28".to_owned(),
+            "Mcp-Method: tools/call".to_owned(),
+            "Mcp-Name: =?base64?ZWNobw==?=".to_owned(),
+        ],
+        &call("echo"),
+    );
+    assert!(agreed.starts_with("HTTP/1.1 200"), "{agreed}");
+    let answer = body(&agreed);
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("\"text\": \"x\"")
+    );
+    // No GET or DELETE in this era.
+    let get = http(
+        &gateway.base(),
+        &format!(
+            "GET /mcp HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
+            gateway.host()
+        ),
+    );
+    assert!(get.starts_with("HTTP/1.1 405"), "{get}");
+}
+
+#[test]
+fn listening_needs_loopback_or_listen_public_and_a_way_to_authenticate() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = fixture_server();
+    let state = dir.path().join("state").display().to_string();
+    let beyond = run(
+        dir.path(),
+        &[
+            "run",
+            "--state-dir",
+            &state,
+            "--listen",
+            "0.0.0.0:0",
+            "--",
+            "python3",
+            &server,
+        ],
+    );
+    assert_ne!(code(&beyond), 0);
+    assert!(
+        String::from_utf8_lossy(&beyond.stderr).contains("--listen-public"),
+        "{beyond:?}"
+    );
+    let no_token = run(
+        dir.path(),
+        &[
+            "run",
+            "--state-dir",
+            &state,
+            "--listen",
+            "127.0.0.1:0",
+            "--",
+            "python3",
+            &server,
+        ],
+    );
+    assert_ne!(code(&no_token), 0);
+    assert!(
+        String::from_utf8_lossy(&no_token.stderr).contains("hintgate token add"),
+        "{no_token:?}"
+    );
+    let public_open = run(
+        dir.path(),
+        &[
+            "run",
+            "--state-dir",
+            &state,
+            "--listen",
+            "0.0.0.0:0",
+            "--listen-public",
+            "--no-auth",
+            "--",
+            "python3",
+            &server,
+        ],
+    );
+    assert_ne!(code(&public_open), 0, "{public_open:?}");
+}

@@ -1,0 +1,982 @@
+//! The gateway's Streamable HTTP host side: `hintgate run --listen`.
+//!
+//! Many hosts reach one running gateway over HTTP at `/mcp`, in both
+//! protocol eras:
+//!
+//! - legacy (up to 2025-11-25): sessions named by an unguessable
+//!   `Mcp-Session-Id`, bound to the principal that authenticated; a POST
+//!   answered with JSON, or with an event stream when the gateway has more
+//!   to say before the answer (a server's question, progress); a GET
+//!   stream for what belongs to no request; resumption with
+//!   `Last-Event-ID`; DELETE;
+//! - 2026-07-28: POST only, the `MCP-Protocol-Version`, `Mcp-Method` and
+//!   `Mcp-Name` headers checked against the body (a mismatch is refused
+//!   with `-32020`), closing a request's stream cancels it; one gateway
+//!   session per principal, so taint and approvals for the session follow
+//!   the principal across its requests.
+//!
+//! Every request passes [`admit`]: the `Host` header (a name that resolves
+//! to loopback is not this gateway's, which stops DNS rebinding), the
+//! `Origin` (403 on a foreign one), and a bearer token, which the
+//! [`Authenticate`] the caller passes turns into a [`Principal`] with a
+//! [`Scope`]: a session whose scope is [`Scope::Read`] is shown only the
+//! tools that are effectively read-only, and a call to another is answered
+//! with 403 `insufficient_scope`. The host's token is never forwarded: the
+//! servers are reached with what the configuration says.
+//!
+//! Each host session is a [`HostConn`] of the running gateway; [`route`]
+//! delivers what the gateway writes to it.
+
+#![forbid(unsafe_code)]
+
+mod route;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use base64::Engine as _;
+pub use hintgate_policy::decide::Scope;
+use hintgate_proxy::frame::{Kind, Message};
+use hintgate_proxy::versions::{LEGACY_VERSIONS, MODERN_VERSION};
+use hintgate_proxy::{HostConn, HostPort};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::route::{Frame, Routes};
+
+/// The path hosts reach the gateway at.
+pub const ENDPOINT: &str = "/mcp";
+
+/// How long a legacy session may go without a request before it is closed
+/// (its calls end on record as `host-gone`), unless it has one open.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+/// The most legacy sessions open at once; past it a new `initialize` is
+/// answered 503 until one closes or idles out.
+pub const MAX_SESSIONS: usize = 10_000;
+
+/// Who a request comes from, as its credentials say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Its name: a token's name, or `local` when no authentication is asked.
+    pub name: String,
+    /// What it may do.
+    pub scope: Scope,
+}
+
+/// Turns a bearer token into the principal it stands for.
+pub trait Authenticate: Send + Sync + 'static {
+    /// The principal of `token`, or `None` when it is not a valid token
+    /// (unknown, revoked, expired). Called on the blocking pool: it may
+    /// read a store.
+    fn authenticate(&self, token: &str) -> Option<Principal>;
+}
+
+/// How the host side answers.
+#[derive(Clone)]
+pub struct Options {
+    /// The address the listener is bound to (for the `Host` and `Origin`
+    /// values it answers to on loopback).
+    pub addr: SocketAddr,
+    /// It listens beyond loopback (`--listen-public`): `Host` is not
+    /// checked, and a token is always needed.
+    pub public: bool,
+    /// Origins a browser page may call from besides the gateway's own.
+    pub origins: Vec<String>,
+    /// How bearer tokens are checked; `None` asks for none (loopback only).
+    pub auth: Option<Arc<dyn Authenticate>>,
+    /// The scope name `insufficient_scope` asks for when a call needs
+    /// write (`write` for static tokens; the configured OAuth scope).
+    pub write_scope: String,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("addr", &self.addr)
+            .field("public", &self.public)
+            .field("origins", &self.origins)
+            .field("auth", &self.auth.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the host side cannot start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// Listening beyond loopback without authentication.
+    #[error(
+        "listening beyond loopback needs tokens: no host may reach the gateway unauthenticated from the network"
+    )]
+    PublicWithoutAuth,
+    /// The socket failed.
+    #[error("the HTTP listener failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The state every request shares.
+struct Shared {
+    port: HostPort,
+    options: Options,
+    /// `Host` values answered on loopback.
+    hosts: Vec<String>,
+    /// `Origin` values accepted.
+    origins: Vec<String>,
+    legacy: Mutex<HashMap<String, Arc<Session>>>,
+    modern: Mutex<HashMap<String, Arc<Session>>>,
+    next_id: AtomicU64,
+}
+
+/// One host session over HTTP.
+struct Session {
+    principal: Principal,
+    conn: Arc<HostConn>,
+    routes: Arc<Routes>,
+    last_used: Mutex<Instant>,
+    modern: bool,
+}
+
+/// The router of the host side: `/mcp` behind [`admit`].
+///
+/// # Errors
+///
+/// [`HttpError::PublicWithoutAuth`] for a public listener without tokens.
+pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
+    if options.public && options.auth.is_none() {
+        return Err(HttpError::PublicWithoutAuth);
+    }
+    let port_number = options.addr.port();
+    let mut hosts = Vec::new();
+    let mut origins = options.origins.clone();
+    if !options.public {
+        for name in ["127.0.0.1", "localhost", "[::1]"] {
+            hosts.push(format!("{name}:{port_number}"));
+            origins.push(format!("http://{name}:{port_number}"));
+        }
+    }
+    let max_line = port.max_line();
+    let shared = Arc::new(Shared {
+        port,
+        options,
+        hosts,
+        origins,
+        legacy: Mutex::new(HashMap::new()),
+        modern: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+    });
+    tokio::spawn(sweep(Arc::downgrade(&shared)));
+    Ok(Router::new()
+        .route(ENDPOINT, any(endpoint))
+        // A message is at most `max_message_bytes`; a larger body is
+        // refused before it is read whole.
+        .layer(DefaultBodyLimit::max(max_line))
+        .with_state(shared))
+}
+
+/// Serves `router` on `listener` until `stop` completes.
+///
+/// # Errors
+///
+/// The listener's error.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stop)
+        .await?;
+    Ok(())
+}
+
+/// Closes legacy sessions idle past [`IDLE_TIMEOUT`], every minute.
+async fn sweep(shared: std::sync::Weak<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let idle: Vec<Arc<Session>> = {
+            let Ok(mut sessions) = shared.legacy.lock() else {
+                return;
+            };
+            let now = Instant::now();
+            let expired: Vec<String> = sessions
+                .iter()
+                .filter(|(_, session)| {
+                    session
+                        .last_used
+                        .lock()
+                        .is_ok_and(|used| now.duration_since(*used) > IDLE_TIMEOUT)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            expired
+                .iter()
+                .filter_map(|id| sessions.remove(id))
+                .collect()
+        };
+        for session in idle {
+            tracing::info!(
+                principal = %session.principal.name,
+                "an HTTP host session was idle for an hour: closed"
+            );
+            session.conn.close().await;
+        }
+        if shared.port.is_closed() {
+            return;
+        }
+    }
+}
+
+async fn endpoint(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let principal = match admit(&shared, &headers).await {
+        Ok(principal) => principal,
+        Err(response) => return response,
+    };
+    match method {
+        Method::POST => post(&shared, principal, &headers, &body).await,
+        Method::GET => get(&shared, &principal, &headers),
+        Method::DELETE => delete(&shared, &principal, &headers).await,
+        _ => plain(StatusCode::METHOD_NOT_ALLOWED, "POST, GET or DELETE"),
+    }
+}
+
+/// Checks `Host`, `Origin` and the bearer token; the principal, or the
+/// response that refuses the request.
+async fn admit(shared: &Arc<Shared>, headers: &HeaderMap) -> Result<Principal, Response> {
+    if !shared.options.public {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("");
+        if !shared.hosts.iter().any(|allowed| allowed == host) {
+            return Err(plain(
+                StatusCode::FORBIDDEN,
+                "this gateway answers only on loopback (the Host header names another)",
+            ));
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !shared.origins.iter().any(|allowed| allowed == origin) {
+            return Err(plain(
+                StatusCode::FORBIDDEN,
+                "requests from this Origin are not accepted",
+            ));
+        }
+    }
+    let Some(auth) = shared.options.auth.clone() else {
+        return Ok(Principal {
+            name: "local".to_owned(),
+            scope: Scope::Write,
+        });
+    };
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            let (scheme, token) = value.split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim().to_owned())
+        });
+    let Some(token) = token else {
+        return Err(unauthorized("a bearer token is needed"));
+    };
+    let principal = tokio::task::spawn_blocking(move || auth.authenticate(&token))
+        .await
+        .ok()
+        .flatten();
+    principal.ok_or_else(|| unauthorized("the bearer token is not valid"))
+}
+
+async fn post(
+    shared: &Arc<Shared>,
+    principal: Principal,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Response {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            "null",
+            -32700,
+            "the body is not UTF-8",
+        );
+    };
+    // The gateway reads one message per line; a line break in JSON is only
+    // ever whitespace between tokens.
+    let line: String = text
+        .trim()
+        .chars()
+        .map(|ch| if ch == '\n' || ch == '\r' { ' ' } else { ch })
+        .collect();
+    let Ok(message) = Message::parse(&line) else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            "null",
+            -32700,
+            "the body is not one JSON-RPC message (a batch is not taken)",
+        );
+    };
+    let version = headers
+        .get("mcp-protocol-version")
+        .and_then(|value| value.to_str().ok());
+    let params: Option<Value> = message
+        .params
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+    let meta_version = params
+        .as_ref()
+        .and_then(|params| params.get("_meta"))
+        .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(Value::as_str);
+    let modern = version == Some(MODERN_VERSION)
+        || (meta_version == Some(MODERN_VERSION) && !headers.contains_key("mcp-session-id"));
+    if modern {
+        return post_modern(shared, principal, headers, &message, params.as_ref()).await;
+    }
+    if let Some(version) = version
+        && !LEGACY_VERSIONS.contains(&version)
+    {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            message.id_text(),
+            -32600,
+            &format!("unsupported MCP-Protocol-Version `{version}`"),
+        );
+    }
+    post_legacy(shared, principal, headers, &message, params.as_ref()).await
+}
+
+async fn post_legacy(
+    shared: &Arc<Shared>,
+    principal: Principal,
+    headers: &HeaderMap,
+    message: &Message<'_>,
+    params: Option<&Value>,
+) -> Response {
+    let named = headers
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok());
+    let (session, new_id) = match (named, message.method()) {
+        (None, "initialize") if message.kind() == Kind::Request => {
+            match open_legacy(shared, principal).await {
+                Ok(opened) => opened,
+                Err(response) => return response,
+            }
+        }
+        (None, _) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                message.id_text(),
+                -32600,
+                "no Mcp-Session-Id: start a session with `initialize`",
+            );
+        }
+        (Some(_), "initialize") => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                message.id_text(),
+                -32600,
+                "this session is initialized already",
+            );
+        }
+        (Some(id), _) => match find_legacy(shared, id, &principal) {
+            Some(session) => (session, None),
+            None => return plain(StatusCode::NOT_FOUND, "no such session"),
+        },
+    };
+    let mut response = match message.kind() {
+        Kind::Request => {
+            exchange(
+                shared,
+                &session,
+                message.id_text(),
+                None,
+                message.line().to_owned(),
+                params,
+                headers,
+                message.method() == "tools/call",
+            )
+            .await
+        }
+        Kind::Notification | Kind::Response => {
+            match session.conn.send(message.line().to_owned()).await {
+                Ok(()) => StatusCode::ACCEPTED.into_response(),
+                Err(_) => gone(),
+            }
+        }
+    };
+    if let Some(id) = new_id
+        && let Ok(value) = HeaderValue::from_str(&id)
+    {
+        if response.status().is_success() {
+            response.headers_mut().insert("mcp-session-id", value);
+        } else if let Ok(mut sessions) = shared.legacy.lock()
+            && let Some(session) = sessions.remove(&id)
+        {
+            tokio::spawn(async move { session.conn.close().await });
+        }
+    }
+    response
+}
+
+/// A new legacy session for `principal`: its id and the session.
+async fn open_legacy(
+    shared: &Arc<Shared>,
+    principal: Principal,
+) -> Result<(Arc<Session>, Option<String>), Response> {
+    if shared
+        .legacy
+        .lock()
+        .map_or(true, |sessions| sessions.len() >= MAX_SESSIONS)
+    {
+        return Err(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many host sessions are open; close one (DELETE) or wait for one to idle out",
+        ));
+    }
+    let mut bytes = [0u8; 32];
+    if getrandom::fill(&mut bytes).is_err() {
+        return Err(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no randomness for a session id",
+        ));
+    }
+    let id = hex::encode(bytes);
+    let session = start_session(shared, principal, false).await?;
+    if let Ok(mut sessions) = shared.legacy.lock() {
+        sessions.insert(id.clone(), Arc::clone(&session));
+    }
+    Ok((session, Some(id)))
+}
+
+/// The legacy session `id`, when it belongs to `principal`: a session id
+/// is not a credential, so another principal's is as good as none.
+fn find_legacy(shared: &Shared, id: &str, principal: &Principal) -> Option<Arc<Session>> {
+    let sessions = shared.legacy.lock().ok()?;
+    let session = sessions.get(id)?;
+    if session.principal != *principal {
+        return None;
+    }
+    if let Ok(mut used) = session.last_used.lock() {
+        *used = Instant::now();
+    }
+    Some(Arc::clone(session))
+}
+
+/// Opens a gateway session for `principal` and starts delivering its lines.
+async fn start_session(
+    shared: &Arc<Shared>,
+    principal: Principal,
+    modern: bool,
+) -> Result<Arc<Session>, Response> {
+    let name = shared
+        .options
+        .auth
+        .is_some()
+        .then(|| principal.name.clone());
+    let conn = match shared.port.open(principal.scope, name).await {
+        Ok(conn) => Arc::new(conn),
+        Err(_) => return Err(gone()),
+    };
+    let Some(lines) = conn.take_lines() else {
+        return Err(gone());
+    };
+    let routes = Arc::new(Routes::default());
+    tokio::spawn(Arc::clone(&routes).run(Arc::clone(&conn), lines, modern));
+    tracing::info!(principal = %principal.name, scope = ?principal.scope, modern, session = conn.id(), "an HTTP host session opens");
+    Ok(Arc::new(Session {
+        principal,
+        conn,
+        routes,
+        last_used: Mutex::new(Instant::now()),
+        modern,
+    }))
+}
+
+async fn post_modern(
+    shared: &Arc<Shared>,
+    principal: Principal,
+    headers: &HeaderMap,
+    message: &Message<'_>,
+    params: Option<&Value>,
+) -> Response {
+    if let Err(why) = check_modern_headers(headers, message, params) {
+        return rpc_error(StatusCode::BAD_REQUEST, message.id_text(), -32020, &why);
+    }
+    let session = {
+        let existing = shared
+            .modern
+            .lock()
+            .ok()
+            .and_then(|sessions| sessions.get(&principal.name).cloned())
+            .filter(|session| session.principal == principal);
+        match existing {
+            Some(session) => session,
+            None => match start_session(shared, principal.clone(), true).await {
+                Ok(session) => {
+                    if let Ok(mut sessions) = shared.modern.lock() {
+                        sessions.insert(principal.name.clone(), Arc::clone(&session));
+                    }
+                    session
+                }
+                Err(response) => return response,
+            },
+        }
+    };
+    match message.kind() {
+        Kind::Request => {
+            // Requests of one principal share a gateway session, and two
+            // hosts with one token may both send id 1: the gateway knows
+            // each under an id of its own, and the host gets its own back.
+            let ours = format!("\"h{}\"", shared.next_id.fetch_add(1, Ordering::Relaxed));
+            let line = message.with_id(&ours);
+            exchange(
+                shared,
+                &session,
+                &ours,
+                Some(message.id_text().to_owned()),
+                line,
+                params,
+                headers,
+                message.method() == "tools/call",
+            )
+            .await
+        }
+        Kind::Notification | Kind::Response => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+/// The 2026-07-28 headers, checked against the body: `MCP-Protocol-Version`
+/// against `_meta`, `Mcp-Method` against the method, `Mcp-Name` against
+/// the tool, prompt or resource named.
+fn check_modern_headers(
+    headers: &HeaderMap,
+    message: &Message<'_>,
+    params: Option<&Value>,
+) -> Result<(), String> {
+    let header = |name: &str| -> Result<Option<String>, String> {
+        match headers.get(name) {
+            None => Ok(None),
+            Some(value) => {
+                let text = value
+                    .to_str()
+                    .map_err(|_| format!("the {name} header is not visible ASCII"))?;
+                decode_header(text)
+                    .map(Some)
+                    .ok_or_else(|| format!("the {name} header's base64 form does not decode"))
+            }
+        }
+    };
+    let meta_version = params
+        .and_then(|params| params.get("_meta"))
+        .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(Value::as_str);
+    if header("mcp-protocol-version")?.as_deref() != meta_version {
+        return Err(
+            "MCP-Protocol-Version must equal the body's `_meta` protocol version".to_owned(),
+        );
+    }
+    if message.kind() == Kind::Response {
+        return Ok(());
+    }
+    match header("mcp-method")? {
+        Some(method) if method == message.method() => {}
+        Some(_) => return Err("Mcp-Method does not match the body's method".to_owned()),
+        None => return Err("Mcp-Method is missing".to_owned()),
+    }
+    let subject = match message.method() {
+        "tools/call" | "prompts/get" => params.and_then(|params| params.get("name")),
+        "resources/read" => params.and_then(|params| params.get("uri")),
+        _ => return Ok(()),
+    };
+    let subject = subject.and_then(Value::as_str);
+    match (header("mcp-name")?, subject) {
+        (Some(name), Some(subject)) if name == subject => Ok(()),
+        (None, _) => Err("Mcp-Name is missing".to_owned()),
+        _ => Err("Mcp-Name does not match the body's name or uri".to_owned()),
+    }
+}
+
+/// A header value as sent, or decoded from its `=?base64?...?=` form.
+fn decode_header(text: &str) -> Option<String> {
+    match text
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(text.to_owned()),
+    }
+}
+
+/// One request and its answer: the gateway gets the line, and the host the
+/// answer as JSON when it is the first thing the gateway says about the
+/// request, else as an event stream with what came before it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one exchange's parts, each from another place of the request"
+)]
+async fn exchange(
+    shared: &Arc<Shared>,
+    session: &Arc<Session>,
+    gateway_id: &str,
+    host_id: Option<String>,
+    line: String,
+    params: Option<&Value>,
+    headers: &HeaderMap,
+    is_call: bool,
+) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("*/*");
+    let takes_json = accept.contains("application/json") || accept.contains("*/*");
+    let progress = params
+        .and_then(|params| params.get("_meta"))
+        .and_then(|meta| meta.get("progressToken"))
+        .map(Value::to_string);
+    let Some(mut rx) = session
+        .routes
+        .open(gateway_id, progress, !session.modern, host_id.clone())
+    else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            host_id.as_deref().unwrap_or(gateway_id),
+            -32600,
+            "a request under this id is still in flight in this session",
+        );
+    };
+    let mut guard = Pending {
+        session: Arc::clone(session),
+        id: gateway_id.to_owned(),
+        done: false,
+    };
+    if session.conn.send(line).await.is_err() {
+        guard.done = true;
+        return gone();
+    }
+    let Some(first) = rx.recv().await else {
+        guard.done = true;
+        return gone();
+    };
+    if first.last && takes_json {
+        guard.done = true;
+        let mut response = json_response(StatusCode::OK, first.line.clone());
+        if is_call && session.principal.scope == Scope::Read && refused_for_scope(&first.line) {
+            *response.status_mut() = StatusCode::FORBIDDEN;
+            if let Ok(value) = HeaderValue::from_str(&format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{}\", error_description=\"this tool may change things; the token only reads\"",
+                shared.options.write_scope
+            )) {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, value);
+            }
+        }
+        return response;
+    }
+    event_stream(first, rx, Some(guard))
+}
+
+/// The gateway refused a call because the session's scope only reads.
+fn refused_for_scope(line: &str) -> bool {
+    serde_json::from_str::<Value>(line).is_ok_and(|value| {
+        value
+            .pointer("/result/_meta/hintgate~1decision/reasons/0")
+            .and_then(Value::as_str)
+            == Some("scope-read-only")
+    })
+}
+
+/// A request whose answer the host has not got yet. Dropped before (the
+/// host went away): a legacy request goes on, and what the gateway says of
+/// it is kept for a resumption; a 2026-07-28 request is cancelled, since
+/// closing its stream is how such a host cancels.
+struct Pending {
+    session: Arc<Session>,
+    id: String,
+    done: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if !self.session.modern {
+            self.session.routes.abandon(&self.id);
+            return;
+        }
+        self.session.routes.forget(&self.id);
+        let Ok(request_id) = serde_json::from_str::<Value>(&self.id) else {
+            return;
+        };
+        let line = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": "the host closed the request's stream"},
+        })
+        .to_string();
+        let conn = Arc::clone(&self.session.conn);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = conn.send(line).await;
+            });
+        }
+    }
+}
+
+/// An event stream of `first` and what follows on `rx`, until the answer.
+fn event_stream(first: Frame, rx: mpsc::Receiver<Frame>, guard: Option<Pending>) -> Response {
+    struct StreamState {
+        first: Option<Frame>,
+        rx: mpsc::Receiver<Frame>,
+        guard: Option<Pending>,
+        ended: bool,
+    }
+    let state = StreamState {
+        first: Some(first),
+        rx,
+        guard,
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(state, |mut state| async move {
+        if state.ended {
+            return None;
+        }
+        let frame = match state.first.take() {
+            Some(frame) => frame,
+            None => state.rx.recv().await?,
+        };
+        if frame.last {
+            state.ended = true;
+            if let Some(guard) = state.guard.as_mut() {
+                guard.done = true;
+            }
+        }
+        let text = format!(
+            "id: {}\nevent: message\ndata: {}\n\n",
+            frame.event_id, frame.line
+        );
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(text)), state))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Response {
+    let Some(id) = headers
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
+    else {
+        // No session: a 2026-07-28 host has no GET.
+        return plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET needs an Mcp-Session-Id (2026-07-28 hosts POST only)",
+        );
+    };
+    let Some(session) = find_legacy(shared, id, principal) else {
+        return plain(StatusCode::NOT_FOUND, "no such session");
+    };
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    if !accept.contains("text/event-stream") {
+        return plain(
+            StatusCode::NOT_ACCEPTABLE,
+            "GET answers with text/event-stream",
+        );
+    }
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| {
+            let (stream, seq) = text.split_once('-')?;
+            Some((stream.parse::<u64>().ok()?, seq.parse::<u64>().ok()?))
+        });
+    let rx = match resume {
+        Some((stream, seq)) => session.routes.resume(stream, seq),
+        None => session.routes.open_standalone(),
+    };
+    let Some(mut rx) = rx else {
+        return match resume {
+            Some(_) => plain(StatusCode::NOT_FOUND, "that stream cannot be resumed"),
+            None => plain(
+                StatusCode::CONFLICT,
+                "this session has an event stream open already",
+            ),
+        };
+    };
+    // An empty stream starts with a comment, so the host sees it open.
+    match rx.try_recv() {
+        Ok(first) => event_stream(first, rx, None),
+        Err(_) => {
+            let stream = futures_util::stream::unfold((rx, true), |(mut rx, opening)| async move {
+                if opening {
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from_static(b": open\n\n")),
+                        (rx, false),
+                    ));
+                }
+                let frame = rx.recv().await?;
+                let text = format!(
+                    "id: {}\nevent: message\ndata: {}\n\n",
+                    frame.event_id, frame.line
+                );
+                Some((Ok(Bytes::from(text)), (rx, false)))
+            });
+            let mut response = Response::new(Body::from_stream(stream));
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            response
+        }
+    }
+}
+
+async fn delete(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Response {
+    let Some(id) = headers
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
+    else {
+        return plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "DELETE needs an Mcp-Session-Id",
+        );
+    };
+    if find_legacy(shared, id, principal).is_none() {
+        return plain(StatusCode::NOT_FOUND, "no such session");
+    }
+    let session = shared
+        .legacy
+        .lock()
+        .ok()
+        .and_then(|mut sessions| sessions.remove(id));
+    if let Some(session) = session {
+        session.conn.close().await;
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn json_response(status: StatusCode, line: String) -> Response {
+    let mut response = Response::new(Body::from(line));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn rpc_error(status: StatusCode, id: &str, code: i64, message: &str) -> Response {
+    json_response(
+        status,
+        hintgate_proxy::frame::error_response(id, code, message),
+    )
+}
+
+fn plain(status: StatusCode, text: &str) -> Response {
+    let mut response = Response::new(Body::from(format!("{text}\n")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn unauthorized(text: &str) -> Response {
+    let mut response = plain(StatusCode::UNAUTHORIZED, text);
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"hintgate\""),
+    );
+    response
+}
+
+fn gone() -> Response {
+    plain(StatusCode::SERVICE_UNAVAILABLE, "the gateway is stopping")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_in_base64_form_decodes() {
+        assert_eq!(
+            decode_header("=?base64?ZnNfX3JlYWQ=?=").as_deref(),
+            Some("fs__read")
+        );
+        assert_eq!(decode_header("plain").as_deref(), Some("plain"));
+        assert_eq!(decode_header("=?base64?***?="), None);
+    }
+
+    #[test]
+    fn modern_headers_must_match_the_body() {
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let message = Message::parse(line).unwrap();
+        let params: Value = serde_json::from_str(message.params.unwrap().get()).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "mcp-protocol-version",
+            HeaderValue::from_static("2026-07-28"),
+        );
+        headers.insert("mcp-method", HeaderValue::from_static("tools/call"));
+        headers.insert("mcp-name", HeaderValue::from_static("t"));
+        assert_eq!(
+            check_modern_headers(&headers, &message, Some(&params)),
+            Ok(())
+        );
+        headers.insert("mcp-name", HeaderValue::from_static("other"));
+        assert!(check_modern_headers(&headers, &message, Some(&params)).is_err());
+        headers.insert("mcp-name", HeaderValue::from_static("t"));
+        headers.insert("mcp-method", HeaderValue::from_static("tools/list"));
+        assert!(check_modern_headers(&headers, &message, Some(&params)).is_err());
+        headers.remove("mcp-method");
+        assert!(check_modern_headers(&headers, &message, Some(&params)).is_err());
+    }
+
+    #[test]
+    fn a_scope_refusal_is_told_from_other_refusals() {
+        assert!(refused_for_scope(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"isError":true,"content":[],"_meta":{"hintgate/decision":{"verdict":"deny","reasons":["scope-read-only","not-read-only"]}}}}"#
+        ));
+        assert!(!refused_for_scope(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"isError":true,"content":[],"_meta":{"hintgate/decision":{"verdict":"deny","reasons":["rule-deny"]}}}}"#
+        ));
+    }
+}

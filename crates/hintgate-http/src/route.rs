@@ -1,0 +1,512 @@
+//! Where each line the gateway writes to a host session goes: to the HTTP
+//! exchange (a POST) whose request it answers or belongs to, to the
+//! session's standalone event stream (a legacy GET), or, when neither is
+//! there, into a bounded backlog.
+//!
+//! One task per session ([`Routes::run`]) takes the gateway's lines in
+//! order and delivers each; a line counts as waiting for the host (the
+//! gateway's bound on what a host leaves unread) until it is in the
+//! exchange's or stream's channel, so a host that does not read its
+//! streams is held to the same bound as a stdio host that does not read.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use hintgate_proxy::HostConn;
+use hintgate_proxy::frame::{Kind, Message};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// How many frames wait in one exchange's or stream's channel before the
+/// session's task waits for the host to read.
+pub(crate) const CHANNEL_FRAMES: usize = 32;
+
+/// How many events a session keeps for a host that resumes a stream
+/// (`Last-Event-ID`), and the most bytes they may take.
+const HISTORY_EVENTS: usize = 256;
+const HISTORY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How many lines with nowhere to go a legacy session keeps for its next
+/// standalone stream, and the most bytes.
+const BACKLOG_LINES: usize = 64;
+const BACKLOG_BYTES: usize = 1024 * 1024;
+
+/// One frame for an exchange or stream.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    /// The SSE event id (`STREAM-SEQ`) it is sent under.
+    pub event_id: String,
+    /// The JSON-RPC message.
+    pub line: String,
+    /// It is the answer that ends its exchange.
+    pub last: bool,
+}
+
+/// What a session's routes know: the open exchanges, the standalone stream,
+/// the backlog and the history kept for resumption.
+#[derive(Debug, Default)]
+pub(crate) struct Routes {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Open exchanges by the request id the gateway answers under (raw
+    /// JSON).
+    exchanges: HashMap<String, Exchange>,
+    /// The order exchanges opened in (their ids), newest last.
+    order: Vec<String>,
+    /// The legacy standalone stream (GET), with its stream number.
+    standalone: Option<(u64, mpsc::Sender<Frame>)>,
+    /// Lines that had nowhere to go (a legacy session without a GET stream).
+    backlog: VecDeque<String>,
+    backlog_bytes: usize,
+    /// The last events sent, for `Last-Event-ID`: (stream, seq, line, last).
+    history: VecDeque<(u64, u64, String, bool)>,
+    history_bytes: usize,
+    /// The next stream number.
+    next_stream: u64,
+    /// Each stream's next event number.
+    seqs: HashMap<u64, u64>,
+    /// Streams whose exchange ended or whose host went away and that a
+    /// resumption may take over: stream number → the exchange's id.
+    resumable: HashMap<u64, String>,
+}
+
+/// One POST waiting for its answer.
+#[derive(Debug)]
+struct Exchange {
+    /// The stream number its events go under.
+    stream: u64,
+    /// Where its frames go; `None` when the host went away (its frames are
+    /// then only kept for a resumption).
+    tx: Option<mpsc::Sender<Frame>>,
+    /// The progress token its request carried, raw JSON.
+    progress: Option<String>,
+    /// May carry other messages than its answer (a legacy request's stream
+    /// may carry the server's questions; a 2026-07-28 one only related
+    /// notifications).
+    takes_requests: bool,
+    /// The id the host gave, when the gateway knows the request under
+    /// another (a 2026-07-28 request's id is made unique per principal).
+    host_id: Option<String>,
+}
+
+/// Where a line goes.
+enum Target {
+    Exchange(String),
+    Standalone,
+    Backlog,
+    Drop,
+}
+
+// === impl Routes ===
+
+impl Routes {
+    /// Opens an exchange for the request the gateway knows under `id`;
+    /// returns the receiver of its frames. `host_id` is the id to give the
+    /// host back, when it differs.
+    pub fn open(
+        &self,
+        id: &str,
+        progress: Option<String>,
+        takes_requests: bool,
+        host_id: Option<String>,
+    ) -> Option<mpsc::Receiver<Frame>> {
+        let mut inner = self.inner.lock().ok()?;
+        if inner.exchanges.contains_key(id) {
+            return None;
+        }
+        let stream = inner.new_stream();
+        let (tx, rx) = mpsc::channel(CHANNEL_FRAMES);
+        inner.exchanges.insert(
+            id.to_owned(),
+            Exchange {
+                stream,
+                tx: Some(tx),
+                progress,
+                takes_requests,
+                host_id,
+            },
+        );
+        inner.order.push(id.to_owned());
+        Some(rx)
+    }
+
+    /// The host went away from the exchange of `id` before its answer: its
+    /// frames are kept for a resumption only. Returns whether it was open.
+    pub fn abandon(&self, id: &str) -> bool {
+        let Ok(mut inner) = self.inner.lock() else {
+            return false;
+        };
+        let Some(exchange) = inner.exchanges.get_mut(id) else {
+            return false;
+        };
+        exchange.tx = None;
+        let stream = exchange.stream;
+        inner.resumable.insert(stream, id.to_owned());
+        true
+    }
+
+    /// Forgets an exchange entirely (a 2026-07-28 request the host
+    /// cancelled by closing its stream).
+    pub fn forget(&self, id: &str) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.remove(id);
+        }
+    }
+
+    /// Opens the standalone stream; `None` when one is open already.
+    pub fn open_standalone(&self) -> Option<mpsc::Receiver<Frame>> {
+        let mut inner = self.inner.lock().ok()?;
+        if inner
+            .standalone
+            .as_ref()
+            .is_some_and(|(_, tx)| !tx.is_closed())
+        {
+            return None;
+        }
+        let stream = inner.new_stream();
+        // Room for the whole backlog, which goes first.
+        let (tx, rx) = mpsc::channel(CHANNEL_FRAMES + BACKLOG_LINES);
+        while let Some(line) = inner.backlog.pop_front() {
+            inner.backlog_bytes = inner.backlog_bytes.saturating_sub(line.len());
+            let frame = inner.frame(stream, line, false);
+            let _ = tx.try_send(frame);
+        }
+        inner.standalone = Some((stream, tx));
+        Some(rx)
+    }
+
+    /// Resumes stream `stream` after event `seq`: the events kept since are
+    /// replayed into the returned receiver, and the rest of the stream
+    /// follows there. `None` when the stream is not one this session can
+    /// resume.
+    pub fn resume(&self, stream: u64, seq: u64) -> Option<mpsc::Receiver<Frame>> {
+        let mut inner = self.inner.lock().ok()?;
+        let replay: Vec<Frame> = inner
+            .history
+            .iter()
+            .filter(|(s, n, _, _)| *s == stream && *n > seq)
+            .map(|(s, n, line, last)| Frame {
+                event_id: format!("{s}-{n}"),
+                line: line.clone(),
+                last: *last,
+            })
+            .collect();
+        let id = inner.resumable.get(&stream).cloned();
+        let capacity = CHANNEL_FRAMES.max(replay.len() + 1);
+        let (tx, rx) = mpsc::channel(capacity);
+        let ended = replay.iter().any(|frame| frame.last);
+        let known = !replay.is_empty() || id.is_some();
+        if !known {
+            return None;
+        }
+        for frame in replay {
+            let _ = tx.try_send(frame);
+        }
+        if !ended
+            && let Some(id) = id
+            && let Some(exchange) = inner.exchanges.get_mut(&id)
+        {
+            exchange.tx = Some(tx);
+            inner.resumable.remove(&stream);
+        }
+        Some(rx)
+    }
+
+    /// Where a line of the gateway's goes, and the frame (with the host's
+    /// own id put back where the gateway knows the request under another).
+    fn target(&self, inner: &Inner, message: &Message<'_>) -> Target {
+        match message.kind() {
+            Kind::Response => {
+                let id = message.id_text();
+                if inner.exchanges.contains_key(id) {
+                    Target::Exchange(id.to_owned())
+                } else if inner.standalone.is_some() {
+                    Target::Standalone
+                } else {
+                    Target::Drop
+                }
+            }
+            Kind::Request | Kind::Notification => {
+                let params: Option<Value> = message
+                    .params
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                // Progress goes with the request it is about.
+                let token = params
+                    .as_ref()
+                    .and_then(|params| params.get("progressToken"))
+                    .map(Value::to_string);
+                if let Some(token) = token
+                    && let Some(id) = inner
+                        .exchanges
+                        .iter()
+                        .find(|(_, exchange)| exchange.progress.as_deref() == Some(token.as_str()))
+                        .map(|(id, _)| id.clone())
+                {
+                    return Target::Exchange(id);
+                }
+                // A 2026-07-28 subscription's notification goes on its
+                // listen request's stream.
+                let subscription = params
+                    .as_ref()
+                    .and_then(|params| params.get("_meta"))
+                    .and_then(|meta| meta.get("io.modelcontextprotocol/subscriptionId"))
+                    .map(Value::to_string);
+                if let Some(subscription) = subscription {
+                    return if inner.exchanges.contains_key(&subscription) {
+                        Target::Exchange(subscription)
+                    } else {
+                        Target::Drop
+                    };
+                }
+                // A legacy server's question, or a note of the gateway's:
+                // with the newest exchange that may carry it (the request
+                // it is most likely about), else the standalone stream.
+                let newest = inner
+                    .order
+                    .iter()
+                    .rev()
+                    .find(|id| {
+                        inner.exchanges.get(*id).is_some_and(|exchange| {
+                            exchange.takes_requests && exchange.tx.is_some()
+                        })
+                    })
+                    .cloned();
+                let is_request = message.kind() == Kind::Request;
+                match (newest, &inner.standalone) {
+                    (_, Some(_)) if !is_request => Target::Standalone,
+                    (Some(id), _) => Target::Exchange(id),
+                    (None, Some(_)) => Target::Standalone,
+                    (None, None) => Target::Backlog,
+                }
+            }
+        }
+    }
+
+    /// Takes the gateway's lines for this session in order and delivers
+    /// each, until the gateway stops or the session closes.
+    pub async fn run(
+        self: Arc<Self>,
+        conn: Arc<HostConn>,
+        mut lines: mpsc::UnboundedReceiver<String>,
+        modern: bool,
+    ) {
+        while let Some(line) = lines.recv().await {
+            let len = line.len();
+            let delivery = self.place(line, modern);
+            if let Some((tx, frame)) = delivery {
+                // Waits while the host does not read this stream: the
+                // session's other lines wait too, as a stdio host's would.
+                let _ = tx.send(frame).await;
+            }
+            conn.delivered(len).await;
+        }
+    }
+
+    /// Decides where `line` goes and records it; returns the channel to send
+    /// it into, if any.
+    fn place(&self, line: String, modern: bool) -> Option<(mpsc::Sender<Frame>, Frame)> {
+        let mut inner = self.inner.lock().ok()?;
+        let Ok(message) = Message::parse(&line) else {
+            tracing::warn!("a line to an HTTP host that is not JSON-RPC was dropped");
+            return None;
+        };
+        let target = self.target(&inner, &message);
+        let last = message.kind() == Kind::Response;
+        match target {
+            Target::Exchange(id) => {
+                let (stream, host_id) = {
+                    let exchange = inner.exchanges.get(&id)?;
+                    (exchange.stream, exchange.host_id.clone())
+                };
+                let line = match &host_id {
+                    Some(host_id) if last => message.with_id(host_id),
+                    Some(host_id) if modern => with_subscription(&line, host_id),
+                    _ => line,
+                };
+                let frame = inner.frame(stream, line, last);
+                let tx = inner
+                    .exchanges
+                    .get(&id)
+                    .and_then(|exchange| exchange.tx.clone());
+                if last {
+                    inner.remove(&id);
+                }
+                tx.map(|tx| (tx, frame))
+            }
+            Target::Standalone => {
+                let (stream, tx) = inner.standalone.clone()?;
+                let frame = inner.frame(stream, line, false);
+                Some((tx, frame))
+            }
+            Target::Backlog => {
+                inner.backlog_bytes += line.len();
+                inner.backlog.push_back(line);
+                while inner.backlog.len() > BACKLOG_LINES || inner.backlog_bytes > BACKLOG_BYTES {
+                    if let Some(old) = inner.backlog.pop_front() {
+                        inner.backlog_bytes = inner.backlog_bytes.saturating_sub(old.len());
+                        tracing::warn!(
+                            "a message for an HTTP host with no event stream open was dropped (the backlog is full)"
+                        );
+                    }
+                }
+                None
+            }
+            Target::Drop => {
+                tracing::debug!("a message for an HTTP host had no exchange or stream to go to");
+                None
+            }
+        }
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    fn new_stream(&mut self) -> u64 {
+        self.next_stream += 1;
+        self.next_stream
+    }
+
+    /// A frame of `stream`, numbered and kept in the history.
+    fn frame(&mut self, stream: u64, line: String, last: bool) -> Frame {
+        let seq = self.seqs.entry(stream).or_insert(0);
+        *seq += 1;
+        let seq = *seq;
+        self.history_bytes += line.len();
+        self.history.push_back((stream, seq, line.clone(), last));
+        while self.history.len() > HISTORY_EVENTS || self.history_bytes > HISTORY_BYTES {
+            if let Some((_, _, old, _)) = self.history.pop_front() {
+                self.history_bytes = self.history_bytes.saturating_sub(old.len());
+            }
+        }
+        Frame {
+            event_id: format!("{stream}-{seq}"),
+            line,
+            last,
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(exchange) = self.exchanges.remove(id) {
+            self.resumable.remove(&exchange.stream);
+            self.seqs.remove(&exchange.stream);
+        }
+        self.order.retain(|open| open != id);
+    }
+}
+
+/// A 2026-07-28 subscription notification with the host's own listen id in
+/// `_meta`, where the gateway wrote the id it knows the request under.
+fn with_subscription(line: &str, host_id: &str) -> String {
+    let Ok(mut value) = serde_json::from_str::<Value>(line) else {
+        return line.to_owned();
+    };
+    let Ok(host_id) = serde_json::from_str::<Value>(host_id) else {
+        return line.to_owned();
+    };
+    if let Some(meta) = value
+        .get_mut("params")
+        .and_then(|params| params.get_mut("_meta"))
+        .and_then(Value::as_object_mut)
+        && meta.contains_key("io.modelcontextprotocol/subscriptionId")
+    {
+        meta.insert("io.modelcontextprotocol/subscriptionId".to_owned(), host_id);
+        return value.to_string();
+    }
+    line.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_goes_to_its_exchange_and_ends_it() {
+        let routes = Routes::default();
+        let mut rx = routes.open("7", None, true, None).unwrap();
+        let (tx, frame) = routes
+            .place(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#.to_owned(), false)
+            .unwrap();
+        assert!(frame.last);
+        tx.try_send(frame).unwrap();
+        assert_eq!(rx.try_recv().unwrap().event_id, "1-1");
+        // Ended: a second answer under the id has nowhere to go.
+        assert!(
+            routes
+                .place(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#.to_owned(), false)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn progress_goes_with_its_request_and_questions_with_the_newest() {
+        let routes = Routes::default();
+        let _a = routes
+            .open("1", Some("\"tok\"".to_owned()), true, None)
+            .unwrap();
+        let _b = routes.open("2", None, true, None).unwrap();
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","progress":1}}"#;
+        let (_, frame) = routes.place(note.to_owned(), false).unwrap();
+        assert!(frame.event_id.starts_with("1-"));
+        let question = r#"{"jsonrpc":"2.0","id":"q","method":"elicitation/create","params":{}}"#;
+        let (_, frame) = routes.place(question.to_owned(), false).unwrap();
+        assert!(frame.event_id.starts_with("2-"));
+    }
+
+    #[test]
+    fn a_modern_answer_gets_the_hosts_own_id_back() {
+        let routes = Routes::default();
+        let _rx = routes
+            .open("\"m1\"", None, false, Some("1".to_owned()))
+            .unwrap();
+        let (_, frame) = routes
+            .place(
+                r#"{"jsonrpc":"2.0","id":"m1","result":{}}"#.to_owned(),
+                true,
+            )
+            .unwrap();
+        assert_eq!(frame.line, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    }
+
+    #[test]
+    fn a_stream_the_host_left_is_resumed_from_the_event_after_the_last_seen() {
+        let routes = Routes::default();
+        let _rx = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":9,"progress":1}}"#;
+        let _ = routes.place(note.to_owned(), false).unwrap();
+        assert!(routes.abandon("5"));
+        // Sent while nobody listened: kept.
+        assert!(routes.place(note.to_owned(), false).is_none());
+        let mut resumed = routes.resume(1, 1).unwrap();
+        assert_eq!(resumed.try_recv().unwrap().event_id, "1-2");
+        let (tx, frame) = routes
+            .place(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#.to_owned(), false)
+            .unwrap();
+        tx.try_send(frame).unwrap();
+        let answer = resumed.try_recv().unwrap();
+        assert!(answer.last);
+        assert_eq!(answer.event_id, "1-3");
+        // A stream this session never had is not resumed.
+        assert!(routes.resume(99, 0).is_none());
+    }
+
+    #[test]
+    fn a_legacy_note_without_a_stream_waits_in_a_bounded_backlog() {
+        let routes = Routes::default();
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        for _ in 0..(BACKLOG_LINES * 2) {
+            assert!(routes.place(note.to_owned(), false).is_none());
+        }
+        let mut rx = routes.open_standalone().unwrap();
+        let mut got = 0;
+        while rx.try_recv().is_ok() {
+            got += 1;
+        }
+        assert_eq!(got, BACKLOG_LINES);
+        // One standalone stream at a time.
+        assert!(routes.open_standalone().is_none());
+    }
+}
