@@ -37,6 +37,7 @@ from base64 import b64encode
 
 import anyio
 import mcp_types as types
+from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http import EventMessage, EventStore
@@ -520,21 +521,36 @@ async def set_level(ctx, params):
     return {}
 
 
+def era_result(handler):
+    """A 2026-07-28 result names its type; a legacy one has no such field."""
+
+    async def handle(ctx, params):
+        result = await handler(ctx, params)
+        if is_modern(ctx) and "resultType" not in result:
+            result = {**result, "resultType": "complete"}
+        return result
+
+    return handle
+
+
 def build_server():
     return Server(
         "hintgate-conformance-fixture",
         version="1.0.0",
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_resource_templates,
-        on_read_resource=read_resource,
-        on_subscribe_resource=subscribe,
-        on_unsubscribe_resource=unsubscribe,
-        on_list_prompts=list_prompts,
-        on_get_prompt=get_prompt,
-        on_completion=complete,
-        on_set_logging_level=set_level,
+        # 2026-07-28 list and read results carry freshness hints: none of
+        # this server's answers may be cached.
+        cache_hints={method: CacheHint() for method in CACHEABLE_METHODS},
+        on_list_tools=era_result(list_tools),
+        on_call_tool=era_result(call_tool),
+        on_list_resources=era_result(list_resources),
+        on_list_resource_templates=era_result(list_resource_templates),
+        on_read_resource=era_result(read_resource),
+        on_subscribe_resource=era_result(subscribe),
+        on_unsubscribe_resource=era_result(unsubscribe),
+        on_list_prompts=era_result(list_prompts),
+        on_get_prompt=era_result(get_prompt),
+        on_completion=era_result(complete),
+        on_set_logging_level=era_result(set_level),
     )
 
 
