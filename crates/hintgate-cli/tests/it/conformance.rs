@@ -1,7 +1,9 @@
 //! The official conformance suite's server scenarios: the suite is the host,
 //! `hintgate run --listen` serves it over Streamable HTTP, and a Python SDK
 //! server with every tool, prompt and resource the scenarios expect
-//! (`tests/peers/conformance_server.py`) is upstream on stdio.
+//! (`tests/peers/conformance_server.py`) is upstream on stdio, once in both
+//! eras (the gateway finds it speaks 2026-07-28) and once serving only the
+//! legacy handshake.
 //!
 //! The same suite also runs against that server alone, over its own
 //! Streamable HTTP, so a scenario that fails through the gateway is known
@@ -198,11 +200,7 @@ fn assert_suite_passes(dir: &Path, url: &str, server_log: impl Fn() -> String) {
                 report()
             );
         } else {
-            assert!(
-                summary.contains(&passed),
-                "{scenario} failed\n{}",
-                report()
-            );
+            assert!(summary.contains(&passed), "{scenario} failed\n{}", report());
         }
     }
     assert!(
@@ -212,8 +210,10 @@ fn assert_suite_passes(dir: &Path, url: &str, server_log: impl Fn() -> String) {
     );
 }
 
-#[test]
-fn the_official_conformance_suite_server_scenarios_pass_through_hintgate_listen() {
+/// `hintgate run --listen 127.0.0.1:0 --trust trusted -- PYTHON
+/// conformance_server.py FIXTURE_FLAGS`, its state in its own directory,
+/// and the suite pointed at the URL it announces.
+fn assert_suite_passes_through_the_gateway(fixture_flags: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let python = venv_bin("python");
     let fixture = fixture();
@@ -222,13 +222,26 @@ fn the_official_conformance_suite_server_scenarios_pass_through_hintgate_listen(
         .current_dir(dir.path())
         .env("HINTGATE_STATE_DIR", dir.path().join("state"))
         .args(["run", "--listen", "127.0.0.1:0", "--trust", "trusted", "--"])
-        .args([python.as_str(), fixture.as_str()]);
-    let gateway = Served::start(
-        command,
-        GATEWAY_SERVING,
-        dir.path().join("hintgate.stderr"),
-    );
+        .args([python.as_str(), fixture.as_str()])
+        .args(fixture_flags);
+    let gateway = Served::start(command, GATEWAY_SERVING, dir.path().join("hintgate.stderr"));
     assert_suite_passes(dir.path(), &gateway.url, || gateway.log());
+}
+
+#[test]
+fn the_official_conformance_suite_server_scenarios_pass_through_hintgate_listen() {
+    // The fixture answers the gateway's era probe, so the gateway speaks
+    // 2026-07-28 upstream while the suite is a 2025-11-25 host: logging,
+    // `logging/setLevel` and resource subscriptions cross the eras here.
+    assert_suite_passes_through_the_gateway(&[]);
+}
+
+#[test]
+fn the_official_conformance_suite_server_scenarios_pass_through_hintgate_listen_to_a_legacy_server()
+{
+    // The same server serving only the `initialize` handshake: both sides
+    // of the gateway speak the suite's era.
+    assert_suite_passes_through_the_gateway(&["--legacy-only"]);
 }
 
 #[test]

@@ -6,6 +6,11 @@ low-level server so the wire shapes are exactly the ones the scenarios
 check.
 
     conformance_server.py              speaks MCP on stdio (what hintgate runs)
+    conformance_server.py --legacy-only  on stdio, serves only the
+                                       initialize handshake: a client that
+                                       probes the era (hintgate does) is
+                                       refused `server/discover` and settles
+                                       on 2025-11-25
     conformance_server.py --http PORT  serves Streamable HTTP at
                                        http://127.0.0.1:PORT/mcp (0 picks a
                                        free port) and prints that URL on
@@ -39,6 +44,7 @@ import anyio
 import mcp_types as types
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.lowlevel import Server
+from mcp.server.runner import serve_loop
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http import EventMessage, EventStore
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
@@ -534,7 +540,7 @@ def era_result(handler):
 
 
 def build_server():
-    return Server(
+    server = Server(
         "hintgate-conformance-fixture",
         version="1.0.0",
         # 2026-07-28 list and read results carry freshness hints: none of
@@ -552,14 +558,23 @@ def build_server():
         on_completion=era_result(complete),
         on_set_logging_level=era_result(set_level),
     )
+    return server
 
 
 # === transports ===
 
 
-async def serve_stdio(server):
+async def serve_stdio(server, legacy_only):
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        if not legacy_only:
+            await server.run(read, write, server.create_initialization_options())
+            return
+        # The handshake-only loop: anything before `initialize`, such as a
+        # `server/discover` probe, is refused.
+        async with server.lifespan(server) as state:
+            await serve_loop(
+                server, read, write, lifespan_state=state, init_options=server.create_initialization_options()
+            )
 
 
 class MemoryEventStore(EventStore):
@@ -603,10 +618,15 @@ async def serve_http(server, port):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument(
+        "--legacy-only",
+        action="store_true",
+        help="on stdio, serve only the initialize handshake (2025-11-25 and older)",
+    )
     args = parser.parse_args()
     server = build_server()
     if args.http is None:
-        anyio.run(serve_stdio, server)
+        anyio.run(serve_stdio, server, args.legacy_only)
     else:
         anyio.run(serve_http, server, args.http)
 
