@@ -12,6 +12,7 @@ mod approvals;
 mod audit;
 mod browser;
 mod config_check;
+mod conformance;
 mod console;
 mod corpus;
 mod explain;
