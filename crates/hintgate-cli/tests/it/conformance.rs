@@ -9,7 +9,8 @@
 //! Streamable HTTP, so a scenario that fails through the gateway is known
 //! to be the gateway's doing. Scenarios that cannot pass even there are
 //! listed, each with its reason, in
-//! `tests/peers/conformance-server-expected-failures.yml`; the suite fails a
+//! `tests/peers/conformance-server-expected-failures.yml` (through the
+//! gateway; `-fixture.yml` for the fixture alone); the suite fails a
 //! run on an unexpected failure and on a listed scenario that passes.
 
 use std::io::{BufRead, BufReader, Write};
@@ -110,9 +111,12 @@ fn fixture() -> String {
         .to_string()
 }
 
-fn expected_failures() -> PathBuf {
+/// The scenarios expected to fail, from `tests/peers/NAME` (each file says
+/// why of each entry).
+fn expected_failures(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/peers/conformance-server-expected-failures.yml")
+        .join("tests/peers")
+        .join(name)
 }
 
 /// `conformance ARGS` on the suite from `.tools`, in `dir`.
@@ -143,9 +147,9 @@ fn server_scenarios(dir: &Path) -> Vec<String> {
     scenarios
 }
 
-/// The scenarios the baseline file lists.
-fn baselined() -> Vec<String> {
-    std::fs::read_to_string(expected_failures())
+/// The scenarios a baseline file lists.
+fn baselined(baseline: &Path) -> Vec<String> {
+    std::fs::read_to_string(baseline)
         .unwrap()
         .lines()
         .filter_map(|line| line.trim().strip_prefix("- "))
@@ -156,9 +160,10 @@ fn baselined() -> Vec<String> {
 /// Runs every server scenario against `url` with the baseline, and asserts
 /// the suite passed: exit status 0, each scenario in its summary, no failed
 /// check outside the baseline's scenarios, and the baseline check passed.
-fn assert_suite_passes(dir: &Path, url: &str, server_log: impl Fn() -> String) {
+fn assert_suite_passes(dir: &Path, url: &str, baseline: &Path, server_log: impl Fn() -> String) {
     let scenarios = server_scenarios(dir);
-    let baseline = expected_failures().display().to_string();
+    let expected = baselined(baseline);
+    let baseline = baseline.display().to_string();
     let output = suite(
         dir,
         &[
@@ -189,7 +194,6 @@ fn assert_suite_passes(dir: &Path, url: &str, server_log: impl Fn() -> String) {
         .split("=== SUMMARY ===")
         .nth(1)
         .unwrap_or_else(|| panic!("no summary\n{}", report()));
-    let expected = baselined();
     for scenario in &scenarios {
         let passed = format!("✓ {scenario}: ");
         let failed = format!("✗ {scenario}: ");
@@ -213,7 +217,7 @@ fn assert_suite_passes(dir: &Path, url: &str, server_log: impl Fn() -> String) {
 /// `hintgate run --listen 127.0.0.1:0 --trust trusted -- PYTHON
 /// conformance_server.py FIXTURE_FLAGS`, its state in its own directory,
 /// and the suite pointed at the URL it announces.
-fn assert_suite_passes_through_the_gateway(fixture_flags: &[&str]) {
+fn assert_suite_passes_through_the_gateway(fixture_flags: &[&str], baseline: &str) {
     let dir = tempfile::tempdir().unwrap();
     let python = venv_bin("python");
     let fixture = fixture();
@@ -221,11 +225,24 @@ fn assert_suite_passes_through_the_gateway(fixture_flags: &[&str]) {
     command
         .current_dir(dir.path())
         .env("HINTGATE_STATE_DIR", dir.path().join("state"))
-        .args(["run", "--listen", "127.0.0.1:0", "--trust", "trusted", "--"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--trust",
+            "trusted",
+            "--",
+        ])
         .args([python.as_str(), fixture.as_str()])
         .args(fixture_flags);
     let gateway = Served::start(command, GATEWAY_SERVING, dir.path().join("hintgate.stderr"));
-    assert_suite_passes(dir.path(), &gateway.url, || gateway.log());
+    assert_suite_passes(
+        dir.path(),
+        &gateway.url,
+        &expected_failures(baseline),
+        || gateway.log(),
+    );
 }
 
 #[test]
@@ -233,7 +250,7 @@ fn the_official_conformance_suite_server_scenarios_pass_through_hintgate_listen(
     // The fixture answers the gateway's era probe, so the gateway speaks
     // 2026-07-28 upstream while the suite is a 2025-11-25 host: logging,
     // `logging/setLevel` and resource subscriptions cross the eras here.
-    assert_suite_passes_through_the_gateway(&[]);
+    assert_suite_passes_through_the_gateway(&[], "conformance-server-expected-failures.yml");
 }
 
 #[test]
@@ -241,7 +258,10 @@ fn the_official_conformance_suite_server_scenarios_pass_through_hintgate_listen_
 {
     // The same server serving only the `initialize` handshake: both sides
     // of the gateway speak the suite's era.
-    assert_suite_passes_through_the_gateway(&["--legacy-only"]);
+    assert_suite_passes_through_the_gateway(
+        &["--legacy-only"],
+        "conformance-server-expected-failures-legacy.yml",
+    );
 }
 
 #[test]
@@ -254,5 +274,10 @@ fn the_official_conformance_suite_server_scenarios_pass_against_the_fixture_alon
         .current_dir(dir.path())
         .args([fixture().as_str(), "--http", "0"]);
     let server = Served::start(command, FIXTURE_SERVING, dir.path().join("fixture.stderr"));
-    assert_suite_passes(dir.path(), &server.url, || server.log());
+    assert_suite_passes(
+        dir.path(),
+        &server.url,
+        &expected_failures("conformance-server-expected-failures-fixture.yml"),
+        || server.log(),
+    );
 }
