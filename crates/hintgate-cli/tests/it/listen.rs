@@ -26,13 +26,20 @@ impl Listening {
     /// `hintgate run --listen 127.0.0.1:0 FLAGS -- python3 fixture_server.py`
     /// with its state in `dir/state`.
     fn start(dir: &Path, flags: &[&str]) -> Self {
+        Self::start_with(dir, flags, &[])
+    }
+
+    /// The same, with flags for the fixture server.
+    fn start_with(dir: &Path, flags: &[&str], server_flags: &[&str]) -> Self {
         let server = fixture_server();
         let mut child = hintgate()
             .current_dir(dir)
             .env("HINTGATE_STATE_DIR", dir.join("state"))
+            .env("FIXTURE_LOG", dir.join("fixture.log"))
             .args(["run", "--listen", "127.0.0.1:0"])
             .args(flags)
             .args(["--", "python3", server.as_str()])
+            .args(server_flags)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -528,4 +535,84 @@ fn listening_needs_loopback_or_listen_public_and_a_way_to_authenticate() {
         ],
     );
     assert_ne!(code(&public_open), 0, "{public_open:?}");
+}
+
+#[test]
+fn a_servers_question_never_reaches_a_session_it_may_not_be_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Listening::start_with(
+        dir.path(),
+        &["--no-auth", "--trust", "trusted", "--call-timeout", "5"],
+        &[],
+    );
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let open = |gateway: &Listening| {
+        let opened = gateway.post(&[], &init);
+        assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+        format!(
+            "Mcp-Session-Id: {}",
+            header(&opened, "mcp-session-id").unwrap()
+        )
+    };
+    let a = open(&gateway);
+    let b = open(&gateway);
+    assert_ne!(a, b);
+    // A's call holds the server: it asks A a question nobody answers, and
+    // waits for the answer.
+    let (url, a_session) = (gateway.url.clone(), a.clone());
+    let host = gateway.host();
+    let held = std::thread::spawn(move || {
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                          "params": {"name": "ask_host", "arguments": {}}})
+        .to_string();
+        http(
+            &url,
+            &format!(
+                "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{a_session}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    });
+    // Once A's call is in flight, B's call makes the server ask a question:
+    // it could be for either, so it is asked of neither.
+    let fixture_log = dir.path().join("fixture.log");
+    let started = Instant::now();
+    while !std::fs::read_to_string(&fixture_log).is_ok_and(|log| log.contains("call ask_host")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "A's call never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And its question has gone out to A.
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = gateway.post(
+        std::slice::from_ref(&b),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "ask_host", "arguments": {}}}),
+    );
+    assert!(asked.starts_with("HTTP/1.1 200"), "{asked}");
+    assert!(!asked.contains("elicitation/create"), "{asked}");
+    let text = body(&asked)["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("cannot tell which host"), "{text}");
+    // A saw its own questions, and only them: one for each time its call
+    // was sent (unanswered, it timed out and was sent once more), none of
+    // B's.
+    let held = held.join().unwrap();
+    let sends = std::fs::read_to_string(&fixture_log)
+        .unwrap()
+        .matches("call ask_host")
+        .count();
+    assert_eq!(
+        held.matches("elicitation/create").count(),
+        sends - 1,
+        "{held}"
+    );
+    assert!(held.starts_with("HTTP/1.1 200"), "{held}");
+    assert_eq!(body(&held)["result"]["isError"], true, "{held}");
 }
