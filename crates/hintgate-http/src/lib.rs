@@ -15,7 +15,7 @@
 //!   session per principal, so taint and approvals for the session follow
 //!   the principal across its requests.
 //!
-//! Every request passes [`admit`]: the `Host` header (a name that resolves
+//! Every request passes `admit`: the `Host` header (a name that resolves
 //! to loopback is not this gateway's, which stops DNS rebinding), the
 //! `Origin` (403 on a foreign one), and a bearer token, which the
 //! [`Authenticate`] the caller passes turns into a [`Principal`] with a
@@ -24,7 +24,7 @@
 //! with 403 `insufficient_scope`. The host's token is never forwarded: the
 //! servers are reached with what the configuration says.
 //!
-//! Each host session is a [`HostConn`] of the running gateway; [`route`]
+//! Each host session is a [`HostConn`] of the running gateway; `route`
 //! delivers what the gateway writes to it.
 
 #![forbid(unsafe_code)]
@@ -146,7 +146,7 @@ struct Session {
     modern: bool,
 }
 
-/// The router of the host side: `/mcp` behind [`admit`].
+/// The router of the host side: `/mcp` behind `admit`.
 ///
 /// # Errors
 ///

@@ -160,7 +160,7 @@ impl HostConn {
         self.lines.lock().ok()?.take()
     }
 
-    /// A line of `len` bytes from [`HostConn::recv`] was delivered to the
+    /// A line of `len` bytes from [`HostConn::take_lines`] was delivered to the
     /// host, or given up: it no longer waits.
     pub async fn delivered(&self, len: usize) {
         if self.gauge.written(len) {
