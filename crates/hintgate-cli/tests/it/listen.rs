@@ -616,3 +616,181 @@ fn a_servers_question_never_reaches_a_session_it_may_not_be_for() {
     assert!(held.starts_with("HTTP/1.1 200"), "{held}");
     assert_eq!(body(&held)["result"]["isError"], true, "{held}");
 }
+
+#[test]
+fn two_gateways_on_one_postgres_share_tokens_approvals_pins_and_one_log() {
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    // The team's key, made once and copied to every machine (here, one file).
+    let team = tempfile::tempdir().unwrap();
+    let key = team.path().join("audit.key").display().to_string();
+    let token = {
+        let output = run(
+            team.path(),
+            &[
+                "token",
+                "add",
+                "alice",
+                "--scope",
+                "write",
+                "--store",
+                &url,
+                "--audit-key",
+                &key,
+            ],
+        );
+        assert_eq!(code(&output), 0, "{output:?}");
+        stdout(&output).trim().to_owned()
+    };
+    let flags = [
+        "--trust",
+        "trusted",
+        "--ask-timeout",
+        "600",
+        "--store",
+        url.as_str(),
+        "--audit-key",
+        key.as_str(),
+    ];
+    let (one_dir, two_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let one = Listening::start(one_dir.path(), &flags);
+    let two = Listening::start(two_dir.path(), &flags);
+    let bearer = format!("Authorization: Bearer {token}");
+
+    // The token made once is good on both; the first gateway pins the
+    // trusted server's tools, and the second finds them pinned.
+    let read = sdk(
+        two_dir.path(),
+        &two.url,
+        Some(&token),
+        "legacy",
+        json!([{"name": "echo", "arguments": {"text": "two"}}]),
+    );
+    assert!(texts(&read)[0].contains("two"), "{read}");
+
+    // A host that cannot ask a person (no elicitation) calls a write on the
+    // first gateway: the call waits in the team's approval queue.
+    let opened = one.post(std::slice::from_ref(&bearer), &initialize());
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+    let session = format!(
+        "Mcp-Session-Id: {}",
+        header(&opened, "mcp-session-id").unwrap()
+    );
+    let (url_one, host_one) = (one.url.clone(), one.host());
+    let (bearer_one, session_one) = (bearer.clone(), session.clone());
+    let waiting = std::thread::spawn(move || {
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                          "params": {"name": "write_note", "arguments": {"text": "team"}}})
+        .to_string();
+        http(
+            &url_one,
+            &format!(
+                "POST /mcp HTTP/1.1\r\nHost: {host_one}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{bearer_one}\r\n{session_one}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    });
+    // A person on another machine answers it from the team store.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let id = loop {
+        let listed = run(
+            elsewhere.path(),
+            &[
+                "approvals",
+                "--store",
+                &url,
+                "--audit-key",
+                &key,
+                "list",
+                "--json",
+            ],
+        );
+        assert_eq!(code(&listed), 0, "{listed:?}");
+        if let Some(line) = stdout(&listed).lines().next() {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            break entry["id"].to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "nothing waits");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let approved = run(
+        elsewhere.path(),
+        &[
+            "approvals",
+            "--store",
+            &url,
+            "--audit-key",
+            &key,
+            "approve",
+            &id,
+        ],
+    );
+    assert_eq!(code(&approved), 0, "{approved:?}");
+    let answer = waiting.join().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(
+        body(&answer)["result"]["content"][0]["text"],
+        "noted",
+        "{answer}"
+    );
+    one.stop();
+    two.stop();
+
+    // One log: both gateways' records, each naming the token, and it
+    // verifies.
+    let log = run(
+        elsewhere.path(),
+        &["log", "--store", &url, "--audit-key", &key, "--json"],
+    );
+    assert_eq!(code(&log), 0, "{log:?}");
+    let records: Vec<Value> = stdout(&log)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let calls: Vec<&Value> = records.iter().filter(|r| r["kind"] == "call").collect();
+    assert_eq!(calls.len(), 2, "{records:?}");
+    assert!(
+        calls.iter().all(|record| record["host"] == "alice"),
+        "{calls:?}"
+    );
+    let runs: std::collections::BTreeSet<&str> = calls
+        .iter()
+        .map(|record| record["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2, "one record from each gateway: {calls:?}");
+    let verified = run(
+        elsewhere.path(),
+        &["log", "--store", &url, "--audit-key", &key, "verify"],
+    );
+    assert_eq!(code(&verified), 0, "{verified:?}");
+    // One set of pins: the second gateway's server is the first's, so it
+    // was compared with the pins the first made, not pinned anew.
+    let pins = run(
+        elsewhere.path(),
+        &[
+            "pins",
+            "--store",
+            &url,
+            "--audit-key",
+            &key,
+            "list",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&pins), 0, "{pins:?}");
+    let pins: Value = serde_json::from_str(&stdout(&pins)).unwrap();
+    let echo: Vec<&Value> = pins
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|pin| pin["tool"] == "echo")
+        .collect();
+    assert_eq!(echo.len(), 1, "{pins}");
+    let echo_call = calls
+        .iter()
+        .find(|record| record["tool"] == "echo")
+        .unwrap();
+    assert_eq!(echo_call["pin"], echo[0]["digest"], "{echo_call} {pins}");
+}
