@@ -193,6 +193,14 @@ pub async fn serve(
     router: Router,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
+    use axum::serve::ListenerExt as _;
+    // Each answer is one small write: without TCP_NODELAY it would wait for
+    // the host's delayed acknowledgement (tens of milliseconds a call).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY could not be set: {err}");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(stop)
         .await?;

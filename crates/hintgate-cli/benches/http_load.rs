@@ -1,0 +1,325 @@
+//! Many HTTP hosts at once: what `hintgate run --listen` costs under load.
+//!
+//! In one run, on loopback: a minimal Streamable HTTP MCP server (in this
+//! process, answering `tools/call` at once), and 200 host sessions that each
+//! call its one read-only tool in a loop for a bounded time, first straight
+//! at the server, then through `hintgate run --listen --trust trusted --url`
+//! (an allow decision and an audit record on every call). It prints calls
+//! per second, the p50 and p99 latency of each and what the gateway adds,
+//! and the gateway's memory per idle host session (its resident set before
+//! and after 1000 sessions that initialized and went quiet).
+//!
+//! `cargo bench -p hintgate-cli --bench http_load` runs it in full; under
+//! `cargo test` it runs a short round with a few sessions, so it stays a
+//! test that the harness works.
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::disallowed_macros,
+    reason = "a measuring tool: a failure should stop it loudly, and it prints its report"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One HTTP/1.1 connection with keep-alive, enough for JSON-RPC over POST.
+struct Conn {
+    stream: AsyncBufReader<TcpStream>,
+    host: String,
+    session: Option<String>,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr) -> Self {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Self {
+            stream: AsyncBufReader::new(stream),
+            host: addr.to_string(),
+            session: None,
+        }
+    }
+
+    /// POSTs `body`; the answer's body (`None` for 202).
+    async fn post(&mut self, body: &str) -> Option<String> {
+        let session = self
+            .session
+            .as_ref()
+            .map(|id| format!("Mcp-Session-Id: {id}\r\n"))
+            .unwrap_or_default();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\r\n{body}",
+            self.host,
+            body.len()
+        );
+        self.stream
+            .get_mut()
+            .write_all(request.as_bytes())
+            .await
+            .unwrap();
+        let mut status = String::new();
+        self.stream.read_line(&mut status).await.unwrap();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            self.stream.read_line(&mut line).await.unwrap();
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap();
+            match name.to_ascii_lowercase().as_str() {
+                "content-length" => length = value.trim().parse().unwrap(),
+                "mcp-session-id" => self.session = Some(value.trim().to_owned()),
+                _ => {}
+            }
+        }
+        assert!(
+            status.contains(" 200 ") || status.contains(" 202 "),
+            "{status}"
+        );
+        let mut body = vec![0; length];
+        self.stream.read_exact(&mut body).await.unwrap();
+        (length > 0).then(|| String::from_utf8(body).unwrap())
+    }
+
+    /// `initialize` and `notifications/initialized`.
+    async fn start(addr: SocketAddr) -> Self {
+        let mut conn = Self::open(addr).await;
+        conn.post(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"load","version":"0"}}}"#).await;
+        conn.post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        conn
+    }
+}
+
+/// The upstream: answers every request at once, as JSON.
+async fn upstream(listener: TcpListener) {
+    loop {
+        let (stream, _) = listener.accept().await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        tokio::spawn(async move {
+            let mut stream = AsyncBufReader::new(stream);
+            loop {
+                let mut line = String::new();
+                if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                let mut length = 0;
+                loop {
+                    let mut header = String::new();
+                    stream.read_line(&mut header).await.unwrap();
+                    let header = header.trim_end();
+                    if header.is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = header.split_once(':')
+                        && name.eq_ignore_ascii_case("content-length")
+                    {
+                        length = value.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; length];
+                stream.read_exact(&mut body).await.unwrap();
+                if !line.starts_with("POST ") {
+                    // No GET stream, and nothing to end on DELETE.
+                    let answer = "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n";
+                    if stream.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                let message: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let id = message.get("id").map(ToString::to_string);
+                let result = match message["method"].as_str().unwrap_or("") {
+                    "initialize" => r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"load","version":"1"}}"#.to_owned(),
+                    "tools/list" => r#"{"tools":[{"name":"echo","description":"Echoes.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true,"destructiveHint":false,"idempotentHint":true,"openWorldHint":false}}]}"#.to_owned(),
+                    "tools/call" => r#"{"content":[{"type":"text","text":"ok"}],"isError":false}"#.to_owned(),
+                    _ => "{}".to_owned(),
+                };
+                let response = match id {
+                    Some(id) => {
+                        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: s1\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    }
+                    None => "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_owned(),
+                };
+                if stream
+                    .get_mut()
+                    .write_all(response.as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// What one load run measured.
+struct Load {
+    calls: usize,
+    elapsed: Duration,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// `sessions` hosts calling `echo` in a loop at `addr` for `time`.
+async fn load(addr: SocketAddr, sessions: usize, time: Duration) -> Load {
+    let mut conns = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        conns.push(Conn::start(addr).await);
+    }
+    let started = Instant::now();
+    let until = started + time;
+    let mut tasks = Vec::with_capacity(sessions);
+    for mut conn in conns {
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut id = 1u64;
+            while Instant::now() < until {
+                id += 1;
+                let body = format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"n":{id}}}}}}}"#
+                );
+                let sent = Instant::now();
+                let answer = conn.post(&body).await.unwrap();
+                assert!(answer.contains("\"ok\""), "{answer}");
+                latencies.push(sent.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    let at = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
+    Load {
+        calls: all.len(),
+        elapsed,
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+/// The resident set of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// `hintgate run --listen` in front of `url`, and the address it serves.
+fn gateway(url: &str, state: &std::path::Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hintgate"))
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--trust",
+            "trusted",
+            "--url",
+            url,
+        ])
+        .env("RUST_LOG", "warn")
+        .env("HINTGATE_STATE_DIR", state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        if let Some(url) = line.strip_prefix("hintgate: serving MCP at http://") {
+            addr = Some(url.trim_end_matches("/mcp").parse().unwrap());
+            break;
+        }
+    }
+    (child, addr.expect("the gateway announces its address"))
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+fn main() {
+    let full = std::env::args().any(|arg| arg == "--bench");
+    let (sessions, time, idle) = if full {
+        (200, Duration::from_secs(10), 1000)
+    } else {
+        (4, Duration::from_millis(300), 20)
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let state = std::env::temp_dir().join(format!("hintgate-http-load-{}", std::process::id()));
+    runtime.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_addr = listener.local_addr().unwrap();
+        tokio::spawn(upstream(listener));
+        let url = format!("http://{upstream_addr}/mcp");
+
+        let direct = load(upstream_addr, sessions, time).await;
+        let (mut child, addr) = gateway(&url, &state);
+        // Warm: the gateway starts its upstream link on the first request.
+        load(addr, 1, Duration::from_millis(200)).await;
+        let through = load(addr, sessions, time).await;
+
+        // Memory per idle session: the resident set before and after
+        // `idle` sessions that initialized and went quiet.
+        let before = rss_kib(child.id());
+        let mut quiet = Vec::with_capacity(idle);
+        for _ in 0..idle {
+            quiet.push(Conn::start(addr).await);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let after = rss_kib(child.id());
+        let per_session = after.saturating_sub(before) as f64 / idle as f64;
+        drop(quiet);
+        let _ = child.kill();
+        let _ = child.wait();
+
+        let rate = |load: &Load| load.calls as f64 / load.elapsed.as_secs_f64();
+        println!("{sessions} HTTP host sessions, {} s each way, on loopback", time.as_secs_f64());
+        println!("{:<22} {:>12} {:>10} {:>10}", "", "calls/s", "p50 µs", "p99 µs");
+        for (name, run) in [("direct", &direct), ("through hintgate", &through)] {
+            println!(
+                "{name:<22} {:>12.0} {:>10.0} {:>10.0}",
+                rate(run),
+                micros(run.p50),
+                micros(run.p99)
+            );
+        }
+        println!(
+            "ratio of calls/s: {:.2}x; added p50 {:.0} µs, p99 {:.0} µs",
+            rate(&through) / rate(&direct),
+            micros(through.p50.saturating_sub(direct.p50)),
+            micros(through.p99.saturating_sub(direct.p99)),
+        );
+        println!(
+            "memory per idle session: {per_session:.1} KiB ({idle} sessions; resident set {before} KiB -> {after} KiB)"
+        );
+        assert!(through.calls > 0 && direct.calls > 0);
+    });
+    let _ = std::fs::remove_dir_all(&state);
+}
