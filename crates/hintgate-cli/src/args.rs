@@ -28,7 +28,7 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Run the gateway: wrap one server (`-- CMD ARGS`) or every server of a config.
     #[command(after_help = RUN_HELP)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Watch the gateway at work: a scripted host, two demo servers, every decision printed.
     Demo,
     /// The demo's upstream server (used by `hintgate demo`).
@@ -683,6 +683,32 @@ pub struct RunArgs {
     /// process may then call the servers, with the write scope).
     #[arg(long, requires = "listen", conflicts_with = "listen_public")]
     pub no_auth: bool,
+    /// With `--listen`: serve HTTPS with this PEM certificate chain (leaf
+    /// first); needs `--tls-key`.
+    #[arg(long, value_name = "FILE", requires_all = ["listen", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// With `--tls-cert`: its PEM private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// With `--listen`: take OAuth 2.1 access tokens (JWTs, ES256 or RS256)
+    /// issued by this authorization server (their `iss`); needs
+    /// `--oauth-jwks`.
+    #[arg(long, value_name = "URL", requires_all = ["listen", "oauth_jwks"])]
+    pub oauth_issuer: Option<String>,
+    /// The issuer's JSON Web Key Set, fetched at start and every ten
+    /// minutes.
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub oauth_jwks: Option<String>,
+    /// This gateway as tokens must name it in `aud` (default: the URL it
+    /// serves, `http(s)://ADDR/mcp`).
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub oauth_audience: Option<String>,
+    /// The token scope that gives read.
+    #[arg(long, value_name = "SCOPE", default_value = "mcp:read")]
+    pub oauth_read_scope: String,
+    /// The token scope that gives write.
+    #[arg(long, value_name = "SCOPE", default_value = "mcp:write")]
+    pub oauth_write_scope: String,
     /// With `--listen`: an `Origin` a browser page may call from (besides
     /// the gateway's own), for a web host.
     #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "listen")]

@@ -121,30 +121,82 @@ async fn listen(
         ))
         .into());
     }
-    let auth: Option<std::sync::Arc<dyn hintgate_http::Authenticate>> = if args.no_auth {
-        tracing::warn!(
-            "--no-auth: every process on this machine may call the servers through this gateway"
-        );
-        None
-    } else {
-        let tokens = store.tokens().context("cannot read the hosts' tokens")?;
-        if !tokens
-            .iter()
-            .any(|row| row.seal == hintgate_store::Seal::Valid)
-        {
-            return Err(InputError(
-                "no host could authenticate: add a token with `hintgate token add NAME --scope read|write` (or run with `--no-auth` on loopback)".to_owned(),
-            )
-            .into());
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let chain = crate::load::text(cert, "the TLS certificate")?;
+            let key = crate::load::text(key, "the TLS key")?;
+            Some(hintgate_http::Tls::from_pem(
+                chain.as_bytes(),
+                key.as_bytes(),
+            )?)
         }
-        Some(std::sync::Arc::new(crate::token::StoreTokens { store }))
+        _ => None,
     };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener
         .local_addr()
         .context("the listener has no address")?;
+    let url = format!("{scheme}://{bound}{}", hintgate_http::ENDPOINT);
+    let oauth = match (&args.oauth_issuer, &args.oauth_jwks) {
+        (Some(issuer), Some(jwks)) => {
+            let oauth = hintgate_http::OAuth::new(hintgate_http::OAuthSettings {
+                issuer: issuer.clone(),
+                jwks_url: jwks.clone(),
+                audience: args.oauth_audience.clone().unwrap_or_else(|| url.clone()),
+                read_scope: args.oauth_read_scope.clone(),
+                write_scope: args.oauth_write_scope.clone(),
+            });
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let client = reqwest::Client::builder()
+                .build()
+                .context("cannot make the HTTP client that fetches the JWKS")?;
+            let keys = oauth.refresh(&client).await.map_err(InputError)?;
+            tracing::info!(keys, "OAuth access tokens of {issuer} are taken");
+            tokio::spawn(std::sync::Arc::clone(&oauth).keep_fresh(client));
+            Some(oauth)
+        }
+        _ => None,
+    };
+    let tokens: Option<std::sync::Arc<dyn hintgate_http::Authenticate>> = if args.no_auth {
+        None
+    } else {
+        let rows = store.tokens().context("cannot read the hosts' tokens")?;
+        rows.iter()
+            .any(|row| row.seal == hintgate_store::Seal::Valid)
+            .then(|| -> std::sync::Arc<dyn hintgate_http::Authenticate> {
+                std::sync::Arc::new(crate::token::StoreTokens { store })
+            })
+    };
+    let auth: Option<std::sync::Arc<dyn hintgate_http::Authenticate>> = match (
+        tokens,
+        oauth.clone(),
+    ) {
+        (Some(tokens), Some(oauth)) => Some(std::sync::Arc::new(hintgate_http::oauth::Either {
+            first: tokens,
+            second: oauth,
+        })),
+        (Some(tokens), None) => Some(tokens),
+        (None, Some(oauth)) => Some(oauth),
+        (None, None) if args.no_auth => {
+            tracing::warn!(
+                "--no-auth: every process on this machine may call the servers through this gateway"
+            );
+            None
+        }
+        (None, None) => {
+            return Err(InputError(
+                    "no host could authenticate: add a token with `hintgate token add NAME --scope read|write`, take OAuth access tokens (`--oauth-issuer`, `--oauth-jwks`), or run with `--no-auth` on loopback".to_owned(),
+                )
+                .into());
+        }
+    };
+    let write_scope = oauth.as_ref().map_or_else(
+        || "write".to_owned(),
+        |oauth| oauth.settings().write_scope.clone(),
+    );
     // The gateway stops on the signal; the HTTP side stops taking requests
     // when the gateway's loop has ended.
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
@@ -157,16 +209,15 @@ async fn listen(
             public: args.listen_public,
             origins: args.allow_origins.clone(),
             auth,
-            write_scope: "write".to_owned(),
+            write_scope,
+            tls: tls.is_some(),
+            oauth,
         },
     )?;
-    let server = tokio::spawn(hintgate_http::serve(listener, router, async move {
+    let server = tokio::spawn(hintgate_http::serve(listener, tls, router, async move {
         let _ = stopped_rx.await;
     }));
-    output::err(&format!(
-        "hintgate: serving MCP at http://{bound}{}\n",
-        hintgate_http::ENDPOINT
-    ))?;
+    output::err(&format!("hintgate: serving MCP at {url}\n"))?;
     gateway.await;
     let _ = stopped_tx.send(());
     match server.await {

@@ -29,7 +29,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod oauth;
 mod route;
+mod tls;
+
+pub use oauth::{OAuth, OAuthSettings};
+pub use tls::Tls;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -55,6 +60,10 @@ use crate::route::{Frame, Routes};
 
 /// The path hosts reach the gateway at.
 pub const ENDPOINT: &str = "/mcp";
+
+/// Where the Protected Resource Metadata is (RFC 9728), when OAuth access
+/// tokens are taken.
+pub const METADATA: &str = "/.well-known/oauth-protected-resource";
 
 /// How long a legacy session may go without a request before it is closed
 /// (its calls end on record as `host-gone`), unless it has one open.
@@ -97,6 +106,11 @@ pub struct Options {
     /// The scope name `insufficient_scope` asks for when a call needs
     /// write (`write` for static tokens; the configured OAuth scope).
     pub write_scope: String,
+    /// It serves HTTPS (the origins it answers to are `https://`).
+    pub tls: bool,
+    /// The OAuth resource server, when access tokens are taken: its
+    /// metadata is served, and a 401 names it.
+    pub oauth: Option<Arc<OAuth>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -122,6 +136,9 @@ pub enum HttpError {
     /// The socket failed.
     #[error("the HTTP listener failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The TLS certificate or key cannot be used.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// The state every request shares.
@@ -161,7 +178,8 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
     if !options.public {
         for name in ["127.0.0.1", "localhost", "[::1]"] {
             hosts.push(format!("{name}:{port_number}"));
-            origins.push(format!("http://{name}:{port_number}"));
+            let scheme = if options.tls { "https" } else { "http" };
+            origins.push(format!("{scheme}://{name}:{port_number}"));
         }
     }
     let max_line = port.max_line();
@@ -177,22 +195,36 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
     tokio::spawn(sweep(Arc::downgrade(&shared)));
     Ok(Router::new()
         .route(ENDPOINT, any(endpoint))
+        .route(METADATA, axum::routing::get(metadata))
+        .route(
+            &format!("{METADATA}{ENDPOINT}"),
+            axum::routing::get(metadata),
+        )
         // A message is at most `max_message_bytes`; a larger body is
         // refused before it is read whole.
         .layer(DefaultBodyLimit::max(max_line))
         .with_state(shared))
 }
 
-/// Serves `router` on `listener` until `stop` completes.
+/// Serves `router` on `listener` until `stop` completes, over TLS when
+/// `tls` is given.
 ///
 /// # Errors
 ///
 /// The listener's error.
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<Tls>,
     router: Router,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
+    if let Some(tls) = tls {
+        let listener = tls::TlsListener::new(listener, tls)?;
+        axum::serve(listener, router)
+            .with_graceful_shutdown(stop)
+            .await?;
+        return Ok(());
+    }
     use axum::serve::ListenerExt as _;
     // Each answer is one small write: without TCP_NODELAY it would wait for
     // the host's delayed acknowledgement (tens of milliseconds a call).
@@ -248,6 +280,20 @@ async fn sweep(shared: std::sync::Weak<Shared>) {
     }
 }
 
+/// The Protected Resource Metadata; 404 without OAuth.
+async fn metadata(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = check_host(&shared, &headers) {
+        return refused;
+    }
+    match &shared.options.oauth {
+        Some(oauth) => json_response(StatusCode::OK, oauth.metadata().to_string()),
+        None => plain(
+            StatusCode::NOT_FOUND,
+            "this gateway takes no OAuth access tokens",
+        ),
+    }
+}
+
 async fn endpoint(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -269,26 +315,8 @@ async fn endpoint(
 /// Checks `Host`, `Origin` and the bearer token; the principal, or the
 /// response that refuses the request.
 async fn admit(shared: &Arc<Shared>, headers: &HeaderMap) -> Result<Principal, Response> {
-    if !shared.options.public {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("");
-        if !shared.hosts.iter().any(|allowed| allowed == host) {
-            return Err(plain(
-                StatusCode::FORBIDDEN,
-                "this gateway answers only on loopback (the Host header names another)",
-            ));
-        }
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        if !shared.origins.iter().any(|allowed| allowed == origin) {
-            return Err(plain(
-                StatusCode::FORBIDDEN,
-                "requests from this Origin are not accepted",
-            ));
-        }
+    if let Some(refused) = check_host(shared, headers).or_else(|| check_origin(shared, headers)) {
+        return Err(refused);
     }
     let Some(auth) = shared.options.auth.clone() else {
         return Ok(Principal {
@@ -306,13 +334,45 @@ async fn admit(shared: &Arc<Shared>, headers: &HeaderMap) -> Result<Principal, R
                 .then(|| token.trim().to_owned())
         });
     let Some(token) = token else {
-        return Err(unauthorized("a bearer token is needed"));
+        return Err(unauthorized(shared, "a bearer token is needed"));
     };
     let principal = tokio::task::spawn_blocking(move || auth.authenticate(&token))
         .await
         .ok()
         .flatten();
-    principal.ok_or_else(|| unauthorized("the bearer token is not valid"))
+    principal.ok_or_else(|| unauthorized(shared, "the bearer token is not valid"))
+}
+
+/// On loopback, `Host` must name this gateway (a DNS-rebinding page names
+/// its own).
+fn check_host(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+    if !shared.options.public {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("");
+        if !shared.hosts.iter().any(|allowed| allowed == host) {
+            return Some(plain(
+                StatusCode::FORBIDDEN,
+                "this gateway answers only on loopback (the Host header names another)",
+            ));
+        }
+    }
+    None
+}
+
+/// A browser's `Origin` must be the gateway's own or one allowed.
+fn check_origin(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !shared.origins.iter().any(|allowed| allowed == origin) {
+            return Some(plain(
+                StatusCode::FORBIDDEN,
+                "requests from this Origin are not accepted",
+            ));
+        }
+    }
+    None
 }
 
 async fn post(
@@ -926,12 +986,33 @@ fn plain(status: StatusCode, text: &str) -> Response {
     response
 }
 
-fn unauthorized(text: &str) -> Response {
+/// A 401 whose `WWW-Authenticate` names the resource metadata when OAuth
+/// access tokens are taken, so a host can find the authorization server.
+fn unauthorized(shared: &Shared, text: &str) -> Response {
     let mut response = plain(StatusCode::UNAUTHORIZED, text);
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"hintgate\""),
-    );
+    let challenge = match &shared.options.oauth {
+        Some(oauth) => {
+            let audience = &oauth.settings().audience;
+            let origin = audience
+                .find("://")
+                .and_then(|at| {
+                    let rest = audience.get(at + 3..)?;
+                    let slash = rest.find('/')?;
+                    audience.get(..at + 3 + slash)
+                })
+                .unwrap_or(audience);
+            format!(
+                "Bearer realm=\"hintgate\", resource_metadata=\"{origin}{METADATA}\", scope=\"{}\"",
+                oauth.settings().read_scope
+            )
+        }
+        None => "Bearer realm=\"hintgate\"".to_owned(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
     response
 }
 

@@ -71,7 +71,9 @@ impl Listening {
 
     /// `127.0.0.1:PORT`
     fn host(&self) -> String {
-        self.base().trim_start_matches("http://").to_owned()
+        let base = self.base();
+        let host = base.split("://").nth(1).unwrap_or(&base);
+        host.to_owned()
     }
 
     /// One POST to `/mcp` with `body` and extra header lines.
@@ -148,11 +150,24 @@ fn initialize() -> Value {
 
 /// The Python SDK's `Client` over Streamable HTTP (`tests/peers/http_host.py`).
 fn sdk(dir: &Path, url: &str, token: Option<&str>, mode: &str, calls: Value) -> Value {
+    sdk_with(dir, url, token, mode, calls, &[])
+}
+
+/// [`sdk`], with more environment (`SSL_CERT_FILE`: the roots it trusts).
+fn sdk_with(
+    dir: &Path,
+    url: &str,
+    token: Option<&str>,
+    mode: &str,
+    calls: Value,
+    env: &[(&str, &Path)],
+) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/http_host.py");
     let spec =
         json!({"url": url, "token": token, "mode": mode, "answer": "accept", "calls": calls});
     let output = std::process::Command::new(venv_bin("python"))
         .current_dir(dir)
+        .envs(env.iter().copied())
         .arg(script)
         .arg(spec.to_string())
         .output()
@@ -793,4 +808,255 @@ fn two_gateways_on_one_postgres_share_tokens_approvals_pins_and_one_log() {
         .find(|record| record["tool"] == "echo")
         .unwrap();
     assert_eq!(echo_call["pin"], echo[0]["digest"], "{echo_call} {pins}");
+}
+
+#[test]
+fn https_serves_a_host_that_trusts_the_certificate_and_nothing_in_the_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let (cert_text, key_text) = (cert.display().to_string(), key.display().to_string());
+    let gateway = Listening::start(
+        dir.path(),
+        &[
+            "--no-auth",
+            "--trust",
+            "trusted",
+            "--tls-cert",
+            &cert_text,
+            "--tls-key",
+            &key_text,
+        ],
+    );
+    assert!(
+        gateway.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        gateway.url
+    );
+    let report = sdk_with(
+        dir.path(),
+        &gateway.url,
+        None,
+        "legacy",
+        json!([{"name": "echo", "arguments": {"text": "sealed"}}]),
+        &[("SSL_CERT_FILE", cert.as_path())],
+    );
+    assert!(texts(&report)[0].contains("sealed"), "{report}");
+    // The same port in the clear gets no MCP answer (the handshake fails,
+    // and the connection ends with nothing or an alert).
+    let clear = {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(gateway.host()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let _ = stream.write_all(
+            format!(
+                "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+                gateway.host()
+            )
+            .as_bytes(),
+        );
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    assert!(!clear.contains("jsonrpc"), "{clear}");
+
+    // A certificate file that holds none is named, and nothing starts.
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let empty_text = empty.display().to_string();
+    let server = fixture_server();
+    let state = dir.path().join("state2").display().to_string();
+    let refused = run(
+        dir.path(),
+        &[
+            "run",
+            "--state-dir",
+            &state,
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--tls-cert",
+            &empty_text,
+            "--tls-key",
+            &key_text,
+            "--",
+            "python3",
+            &server,
+        ],
+    );
+    assert_ne!(code(&refused), 0);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("holds no certificate"),
+        "{refused:?}"
+    );
+}
+
+/// An authorization server's keys, for the tests: signs ES256 access
+/// tokens, and serves its JWKS on loopback.
+struct TestIssuer {
+    pair: ring::signature::EcdsaKeyPair,
+    rng: ring::rand::SystemRandom,
+}
+
+impl TestIssuer {
+    fn new() -> Self {
+        use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        Self { pair, rng }
+    }
+
+    fn jwks(&self) -> Value {
+        use base64::Engine as _;
+        use ring::signature::KeyPair as _;
+        let enc = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let point = self.pair.public_key().as_ref();
+        json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "test-key", "use": "sig", "alg": "ES256",
+            "x": enc(&point[1..33]), "y": enc(&point[33..65])}]})
+    }
+
+    /// Serves the JWKS at `http://127.0.0.1:PORT/jwks` until the test ends.
+    fn serve(&self) -> String {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let body = self.jwks().to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        });
+        url
+    }
+
+    fn token(&self, claims: &Value) -> String {
+        use base64::Engine as _;
+        let enc = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let header = json!({"alg": "ES256", "kid": "test-key", "typ": "at+jwt"});
+        let signed = format!(
+            "{}.{}",
+            enc(header.to_string().as_bytes()),
+            enc(claims.to_string().as_bytes())
+        );
+        let signature = self.pair.sign(&self.rng, signed.as_bytes()).unwrap();
+        format!("{signed}.{}", enc(signature.as_ref()))
+    }
+}
+
+#[test]
+fn oauth_access_tokens_of_the_teams_issuer_give_their_scope_and_nothing_else_gets_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = TestIssuer::new();
+    let jwks = issuer.serve();
+    let gateway = Listening::start(
+        dir.path(),
+        &[
+            "--trust",
+            "trusted",
+            "--oauth-issuer",
+            "https://as.test",
+            "--oauth-jwks",
+            &jwks,
+        ],
+    );
+    let claims = |scope: &str, aud: &str| {
+        json!({"iss": "https://as.test", "aud": aud, "sub": "alice", "scope": scope,
+               "exp": 4_102_444_800_i64})
+    };
+
+    // Without a token: 401, and where to learn how to get one.
+    let refused = gateway.post(&[], &initialize());
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let challenge = header(&refused, "www-authenticate").unwrap();
+    let metadata_url = format!("{}/.well-known/oauth-protected-resource", gateway.base());
+    assert!(
+        challenge.contains(&format!("resource_metadata=\"{metadata_url}\"")),
+        "{challenge}"
+    );
+    let metadata = http(
+        &gateway.base(),
+        &format!(
+            "GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            gateway.host()
+        ),
+    );
+    let metadata = body(&metadata);
+    assert_eq!(metadata["resource"], gateway.url.as_str(), "{metadata}");
+    assert_eq!(
+        metadata["authorization_servers"],
+        json!(["https://as.test"])
+    );
+
+    // A token for another resource, or signed by another key, gets nothing.
+    let elsewhere = issuer.token(&claims("mcp:write", "https://other.test/mcp"));
+    let other = gateway.post(
+        &[format!("Authorization: Bearer {elsewhere}")],
+        &initialize(),
+    );
+    assert!(other.starts_with("HTTP/1.1 401"), "{other}");
+    let forged = TestIssuer::new().token(&claims("mcp:write", &gateway.url));
+    let forged = gateway.post(&[format!("Authorization: Bearer {forged}")], &initialize());
+    assert!(forged.starts_with("HTTP/1.1 401"), "{forged}");
+
+    // `mcp:read` sees no write; `mcp:write` sees and runs it.
+    let reader = issuer.token(&claims("mcp:read", &gateway.url));
+    let read = sdk(dir.path(), &gateway.url, Some(&reader), "legacy", json!([]));
+    let tools = read["tools"].as_array().unwrap();
+    assert!(
+        tools.contains(&json!("echo")) && !tools.contains(&json!("write_note")),
+        "{read}"
+    );
+    let writer = issuer.token(&claims("openid mcp:write", &gateway.url));
+    let write = sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&writer),
+        "legacy",
+        json!([{"name": "write_note", "arguments": {"text": "oauth"}}]),
+    );
+    assert_eq!(texts(&write)[0], "noted", "{write}");
+    gateway.stop();
+    let records = log_json(dir.path(), &[]);
+    assert!(
+        records
+            .iter()
+            .any(|record| record["tool"] == "write_note" && record["host"] == "oauth:alice"),
+        "{records:?}"
+    );
 }
