@@ -73,10 +73,20 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         store: Some(store),
         connector: None,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
+    // Over stdio one thread serves the one host. Over HTTP the connections,
+    // their parsing and the delivery of each session's lines run on two
+    // worker threads beside the gateway's event loop, which stays on this
+    // thread and owns the gateway's state alone as ever.
+    let runtime = match args.listen {
+        Some(_) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    }
+    .context("cannot start the runtime")?;
     runtime.block_on(async {
         if let Some(listen) = args.console {
             // The console answers from the same store; its URL goes to
