@@ -21,6 +21,7 @@ mod host;
 mod hostile_http;
 mod lint;
 mod listen;
+mod packaging;
 mod peers;
 mod pinning;
 mod sandbox;
