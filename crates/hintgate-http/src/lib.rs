@@ -845,13 +845,22 @@ fn event_stream(first: Frame, rx: mpsc::Receiver<Frame>, guard: Option<Pending>)
                 guard.done = true;
             }
         }
-        let text = format!(
-            "id: {}\nevent: message\ndata: {}\n\n",
-            frame.event_id, frame.line
-        );
-        Some((Ok::<_, std::convert::Infallible>(Bytes::from(text)), state))
+        Some((Ok::<_, std::convert::Infallible>(sse_event(&frame)), state))
     });
-    let mut response = Response::new(Body::from_stream(stream));
+    sse_response(Body::from_stream(stream))
+}
+
+/// One frame as an SSE event.
+fn sse_event(frame: &Frame) -> Bytes {
+    Bytes::from(format!(
+        "id: {}\nevent: message\ndata: {}\n\n",
+        frame.event_id, frame.line
+    ))
+}
+
+/// An event-stream response of `body`.
+fn sse_response(body: Body) -> Response {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -917,20 +926,9 @@ fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Resp
                     ));
                 }
                 let frame = rx.recv().await?;
-                let text = format!(
-                    "id: {}\nevent: message\ndata: {}\n\n",
-                    frame.event_id, frame.line
-                );
-                Some((Ok(Bytes::from(text)), (rx, false)))
+                Some((Ok(sse_event(&frame)), (rx, false)))
             });
-            let mut response = Response::new(Body::from_stream(stream));
-            let headers = response.headers_mut();
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            );
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            response
+            sse_response(Body::from_stream(stream))
         }
     }
 }

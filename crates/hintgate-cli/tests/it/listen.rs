@@ -498,58 +498,22 @@ fn listening_needs_loopback_or_listen_public_and_a_way_to_authenticate() {
     let dir = tempfile::tempdir().unwrap();
     let server = fixture_server();
     let state = dir.path().join("state").display().to_string();
-    let beyond = run(
-        dir.path(),
-        &[
-            "run",
-            "--state-dir",
-            &state,
-            "--listen",
-            "0.0.0.0:0",
-            "--",
-            "python3",
-            &server,
-        ],
-    );
-    assert_ne!(code(&beyond), 0);
-    assert!(
-        String::from_utf8_lossy(&beyond.stderr).contains("--listen-public"),
-        "{beyond:?}"
-    );
-    let no_token = run(
-        dir.path(),
-        &[
-            "run",
-            "--state-dir",
-            &state,
-            "--listen",
-            "127.0.0.1:0",
-            "--",
-            "python3",
-            &server,
-        ],
-    );
-    assert_ne!(code(&no_token), 0);
-    assert!(
-        String::from_utf8_lossy(&no_token.stderr).contains("hintgate token add"),
-        "{no_token:?}"
-    );
-    let public_open = run(
-        dir.path(),
-        &[
-            "run",
-            "--state-dir",
-            &state,
-            "--listen",
-            "0.0.0.0:0",
-            "--listen-public",
-            "--no-auth",
-            "--",
-            "python3",
-            &server,
-        ],
-    );
-    assert_ne!(code(&public_open), 0, "{public_open:?}");
+    // `hintgate run --state-dir STATE FLAGS -- python3 SERVER`: must not
+    // start; its stderr.
+    let refused = |flags: &[&str]| {
+        let mut args = vec!["run", "--state-dir", &state];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", "python3", &server]);
+        let output = run(dir.path(), &args);
+        assert_ne!(code(&output), 0, "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let beyond = refused(&["--listen", "0.0.0.0:0"]);
+    assert!(beyond.contains("--listen-public"), "{beyond}");
+    let no_token = refused(&["--listen", "127.0.0.1:0"]);
+    assert!(no_token.contains("hintgate token add"), "{no_token}");
+    let public_open = refused(&["--listen", "0.0.0.0:0", "--listen-public", "--no-auth"]);
+    assert!(public_open.contains("--no-auth"), "{public_open}");
 }
 
 #[test]
