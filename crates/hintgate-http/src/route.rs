@@ -24,7 +24,7 @@ pub(crate) const CHANNEL_FRAMES: usize = 32;
 /// How many events a session keeps for a host that resumes a stream
 /// (`Last-Event-ID`), and the most bytes they may take.
 const HISTORY_EVENTS: usize = 256;
-const HISTORY_BYTES: usize = 4 * 1024 * 1024;
+const HISTORY_BYTES: usize = 1024 * 1024;
 
 /// How many lines with nowhere to go a legacy session keeps for its next
 /// standalone stream, and the most bytes.
