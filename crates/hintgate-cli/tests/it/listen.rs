@@ -1024,3 +1024,75 @@ fn oauth_access_tokens_of_the_teams_issuer_give_their_scope_and_nothing_else_get
         "{records:?}"
     );
 }
+
+#[test]
+fn what_a_host_sends_out_of_order_is_refused_and_two_hosts_with_one_id_each_get_their_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Listening::start_with(
+        dir.path(),
+        &["--no-auth", "--trust", "trusted"],
+        &["--slow"],
+    );
+    // A batch hides what a message is; it is not taken.
+    let batch = gateway.post(&[], &json!([initialize()]));
+    assert!(batch.starts_with("HTTP/1.1 400"), "{batch}");
+    // A legacy message other than `initialize` needs its session.
+    let orphan = gateway.post(
+        &[],
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(orphan.starts_with("HTTP/1.1 400"), "{orphan}");
+    // A stream this session never had is not resumed.
+    let opened = gateway.post(&[], &initialize());
+    let session = format!(
+        "Mcp-Session-Id: {}",
+        header(&opened, "mcp-session-id").unwrap()
+    );
+    let resumed = http(
+        &gateway.base(),
+        &format!(
+            "GET /mcp HTTP/1.1\r\nHost: {}\r\n{session}\r\nAccept: text/event-stream\r\nLast-Event-ID: 999-1\r\nConnection: close\r\n\r\n",
+            gateway.host()
+        ),
+    );
+    assert!(resumed.starts_with("HTTP/1.1 404"), "{resumed}");
+
+    // Two 2026-07-28 hosts without tokens share a session, and both use
+    // id 1 at once: each gets its own answer under its own id.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let call = |name: &str, arguments: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments, "_meta": meta}})
+        .to_string();
+        let (url, host) = (gateway.url.clone(), gateway.host());
+        let name = name.to_owned();
+        std::thread::spawn(move || {
+            http(
+                &url,
+                &format!(
+                    "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {name}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                ),
+            )
+        })
+    };
+    let slow = call("slow", json!({"seconds": 1}));
+    std::thread::sleep(Duration::from_millis(200));
+    let quick = call("echo", json!({"text": "quick"}));
+    let (slow, quick) = (slow.join().unwrap(), quick.join().unwrap());
+    let (slow, quick) = (body(&slow), body(&quick));
+    assert_eq!(slow["id"], 1, "{slow}");
+    assert_eq!(quick["id"], 1, "{quick}");
+    let text = |answer: &Value| {
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert!(text(&quick).contains("quick"), "{quick}");
+    assert!(!text(&slow).contains("quick"), "{slow}");
+    assert_eq!(slow["result"]["isError"], false, "{slow}");
+}
