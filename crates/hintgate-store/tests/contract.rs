@@ -125,7 +125,7 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
     assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
     assert!(
         err.to_string()
-            .contains("schema version 99, newer than this hintgate's 5")
+            .contains("schema version 99, newer than this hintgate's 6")
     );
 }
 
@@ -615,7 +615,7 @@ fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
         "{err}"
     );
     assert!(
-        err.to_string().contains("newer than this hintgate's 3"),
+        err.to_string().contains("newer than this hintgate's 4"),
         "{err}"
     );
 
@@ -1134,7 +1134,7 @@ fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
     let version: i64 = rusqlite_connection(&path)
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(version, hintgate_store::SCHEMA_VERSION);
     // A call that waited before the queue kept the prompt's content as
     // JSON reads without it.
     let store = SqliteStore::open(&path).unwrap();
@@ -1186,7 +1186,7 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "3");
+    assert_eq!(version, "4");
 }
 
 #[test]
