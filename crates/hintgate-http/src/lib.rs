@@ -440,9 +440,7 @@ async fn post_legacy(
     message: &Message<'_>,
     params: Option<&Value>,
 ) -> Response {
-    let named = headers
-        .get("mcp-session-id")
-        .and_then(|value| value.to_str().ok());
+    let named = session_id(headers);
     let (session, new_id) = match (named, message.method()) {
         (None, "initialize") if message.kind() == Kind::Request => {
             match open_legacy(shared, principal).await {
@@ -766,7 +764,7 @@ async fn exchange(
         }
         return response;
     }
-    event_stream(first, rx, Some(guard))
+    event_stream(Some(first), rx, Some(guard))
 }
 
 /// The gateway refused a call because the session's scope only reads.
@@ -818,15 +816,23 @@ impl Drop for Pending {
 }
 
 /// An event stream of `first` and what follows on `rx`, until the answer.
-fn event_stream(first: Frame, rx: mpsc::Receiver<Frame>, guard: Option<Pending>) -> Response {
+/// With no `first` frame, the stream opens with a comment, so the host sees
+/// it open before anything comes.
+fn event_stream(
+    first: Option<Frame>,
+    rx: mpsc::Receiver<Frame>,
+    guard: Option<Pending>,
+) -> Response {
     struct StreamState {
         first: Option<Frame>,
+        opening: bool,
         rx: mpsc::Receiver<Frame>,
         guard: Option<Pending>,
         ended: bool,
     }
     let state = StreamState {
-        first: Some(first),
+        opening: first.is_none(),
+        first,
         rx,
         guard,
         ended: false,
@@ -834,6 +840,12 @@ fn event_stream(first: Frame, rx: mpsc::Receiver<Frame>, guard: Option<Pending>)
     let stream = futures_util::stream::unfold(state, |mut state| async move {
         if state.ended {
             return None;
+        }
+        if std::mem::take(&mut state.opening) {
+            return Some((
+                Ok::<_, std::convert::Infallible>(Bytes::from_static(b": open\n\n")),
+                state,
+            ));
         }
         let frame = match state.first.take() {
             Some(frame) => frame,
@@ -871,10 +883,7 @@ fn sse_response(body: Body) -> Response {
 }
 
 fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Response {
-    let Some(id) = headers
-        .get("mcp-session-id")
-        .and_then(|value| value.to_str().ok())
-    else {
+    let Some(id) = session_id(headers) else {
         // No session: a 2026-07-28 host has no GET.
         return plain(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -914,30 +923,12 @@ fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Resp
             ),
         };
     };
-    // An empty stream starts with a comment, so the host sees it open.
-    match rx.try_recv() {
-        Ok(first) => event_stream(first, rx, None),
-        Err(_) => {
-            let stream = futures_util::stream::unfold((rx, true), |(mut rx, opening)| async move {
-                if opening {
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(Bytes::from_static(b": open\n\n")),
-                        (rx, false),
-                    ));
-                }
-                let frame = rx.recv().await?;
-                Some((Ok(sse_event(&frame)), (rx, false)))
-            });
-            sse_response(Body::from_stream(stream))
-        }
-    }
+    let first = rx.try_recv().ok();
+    event_stream(first, rx, None)
 }
 
 async fn delete(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Response {
-    let Some(id) = headers
-        .get("mcp-session-id")
-        .and_then(|value| value.to_str().ok())
-    else {
+    let Some(id) = session_id(headers) else {
         return plain(
             StatusCode::METHOD_NOT_ALLOWED,
             "DELETE needs an Mcp-Session-Id",
@@ -955,6 +946,13 @@ async fn delete(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap
         session.conn.close().await;
     }
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// The legacy session a request names (`Mcp-Session-Id`).
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
 }
 
 fn json_response(status: StatusCode, line: String) -> Response {

@@ -34,3 +34,19 @@ def server():
     the test's directory)."""
     command = SPEC["command"]
     return StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+
+
+async def report(client):
+    """Lists the tools, makes each call of the spec in order, and prints one
+    JSON report of what came back and what the person was asked."""
+    listed = await client.list_tools()
+    results = []
+    for call in SPEC.get("calls", []):
+        result = await client.call_tool(call["name"], call.get("arguments", {}))
+        results.append({"isError": bool(result.is_error), "text": text_of(result)})
+    print(json.dumps({
+        "protocol": client.protocol_version,
+        "tools": sorted(tool.name for tool in listed.tools),
+        "results": results,
+        "asked": ASKED,
+    }))

@@ -10,14 +10,12 @@ SPEC_JSON: {"url": "http://127.0.0.1:PORT/mcp", "token": TOKEN | null,
 It lists the tools, makes each call in order and prints one JSON report.
 """
 
-import json
-
 import anyio
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from common import ASKED, SPEC, callback, text_of
+from common import SPEC, callback, report
 
 
 async def main():
@@ -25,17 +23,7 @@ async def main():
     http = create_mcp_http_client(headers=headers)
     transport = streamable_http_client(SPEC["url"], http_client=http)
     async with Client(transport, mode=SPEC.get("mode", "legacy"), elicitation_callback=callback()) as client:
-        listed = await client.list_tools()
-        results = []
-        for call in SPEC.get("calls", []):
-            result = await client.call_tool(call["name"], call.get("arguments", {}))
-            results.append({"isError": bool(result.is_error), "text": text_of(result)})
-        print(json.dumps({
-            "protocol": client.protocol_version,
-            "tools": sorted(tool.name for tool in listed.tools),
-            "results": results,
-            "asked": ASKED,
-        }))
+        await report(client)
     await http.aclose()
 
 

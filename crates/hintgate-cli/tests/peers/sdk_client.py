@@ -10,27 +10,15 @@ when it is offered, driving input-required results itself; in legacy mode it
 uses the initialize handshake. It prints one JSON report.
 """
 
-import json
-
 import anyio
 from mcp.client.client import Client
 
-from common import ASKED, SPEC, callback, server, text_of
+from common import SPEC, callback, report, server
 
 
 async def main():
     async with Client(server(), mode=SPEC.get("mode", "auto"), elicitation_callback=callback()) as client:
-        listed = await client.list_tools()
-        results = []
-        for call in SPEC.get("calls", []):
-            result = await client.call_tool(call["name"], call.get("arguments", {}))
-            results.append({"isError": bool(result.is_error), "text": text_of(result)})
-        print(json.dumps({
-            "protocol": client.protocol_version,
-            "tools": sorted(tool.name for tool in listed.tools),
-            "results": results,
-            "asked": ASKED,
-        }))
+        await report(client)
 
 
 anyio.run(main)
