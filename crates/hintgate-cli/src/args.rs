@@ -794,6 +794,10 @@ pub struct ExplainArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Do not run the configuration's decision hook (`decide_command`):
+    /// decide as if it abstained.
+    #[arg(long)]
+    pub no_hook: bool,
     /// Wrap mode: the server's command line, shown as its identity in the prompt.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -126,6 +126,8 @@ fn server(
         trust,
         private_data,
         sandbox: None,
+        decide: hintgate_policy::config::ServerHook::Inherit,
+        idempotency_key: None,
     }
 }
 
@@ -159,6 +161,7 @@ fn demo_config(exe: &str) -> ValidConfig {
         servers,
         rules: vec![rule],
         audit: Default::default(),
+        labels: Vec::new(),
     }
 }
 

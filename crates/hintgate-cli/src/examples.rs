@@ -122,6 +122,7 @@ pub fn run(as_json: bool) -> Result<Exit> {
                     ..SessionState::default()
                 },
                 sandbox: sandbox_proof(&policy, example.server, SandboxArg::Configured),
+                hook: Default::default(),
             },
         );
         text.push_str(&format!("# {}\n", example.situation));

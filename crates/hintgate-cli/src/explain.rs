@@ -1,10 +1,13 @@
 //! `hintgate explain`: the policy's decision on one call, without running anything.
 
 use anyhow::{Context, Result, bail};
-use hintgate_policy::config::{self, Profile, Transport, ValidConfig};
-use hintgate_policy::decide::{Policy, RememberOffer, Remembered, Scope, SessionState};
-use hintgate_policy::explain::{ExplainInput, Explanation, explain};
-use hintgate_policy::pin::PinStatus;
+use hintgate_policy::config::{self, Profile, ServerConfig, Transport, ValidConfig};
+use hintgate_policy::decide::{
+    Call, HookAnswer, Policy, RememberOffer, Remembered, Scope, SessionState,
+};
+use hintgate_policy::explain::{ExplainInput, Explanation, HookReport, explain};
+use hintgate_policy::hook::{OwnedAnswer, Question, Reply};
+use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::tool::{SandboxProof, Tool, Trust};
 use hintgate_policy::{Verdict, tool::DeclaredHints, tool::EffectiveHints};
 use serde_json::Value;
@@ -65,31 +68,54 @@ pub fn run(args: &ExplainArgs) -> Result<Exit> {
         ),
         None => None,
     };
+    let pin = match args.pin {
+        PinArg::New => PinStatus::New,
+        PinArg::Unchanged => PinStatus::Unchanged,
+        PinArg::Changed => PinStatus::Changed,
+    };
+    let session = SessionState {
+        tainted: args.tainted,
+        remembered: match args.remembered {
+            RememberedArg::None => Remembered::None,
+            RememberedArg::Session => Remembered::Session,
+            RememberedArg::Always => Remembered::Always,
+        },
+        scope: match args.scope {
+            ScopeArg::Write => Scope::Write,
+            ScopeArg::Read => Scope::Read,
+        },
+    };
+    let sandbox = sandbox_proof(&policy, server, args.sandbox);
+    // The decision hook is run as the gateway would ask it, so a user can
+    // try their own code on a call.
+    let hooked = if args.no_hook {
+        None
+    } else {
+        ask_hook(
+            &policy,
+            server,
+            &tool,
+            arguments.as_ref(),
+            pinned.as_ref(),
+            pin,
+            session,
+            sandbox,
+        )
+    };
     let input = ExplainInput {
         server,
         tool: &tool,
         arguments: arguments.as_ref(),
         pinned: pinned.as_ref(),
-        pin: match args.pin {
-            PinArg::New => PinStatus::New,
-            PinArg::Unchanged => PinStatus::Unchanged,
-            PinArg::Changed => PinStatus::Changed,
-        },
-        session: SessionState {
-            tainted: args.tainted,
-            remembered: match args.remembered {
-                RememberedArg::None => Remembered::None,
-                RememberedArg::Session => Remembered::Session,
-                RememberedArg::Always => Remembered::Always,
-            },
-            scope: match args.scope {
-                ScopeArg::Write => Scope::Write,
-                ScopeArg::Read => Scope::Read,
-            },
-        },
-        sandbox: sandbox_proof(&policy, server, args.sandbox),
+        pin,
+        session,
+        sandbox,
+        hook: hooked
+            .as_ref()
+            .map_or(HookAnswer::None, |(answer, _)| answer.as_answer()),
     };
-    let explanation = explain(&policy, &input);
+    let mut explanation = explain(&policy, &input);
+    explanation.hook = hooked.map(|(_, report)| report);
     if args.json {
         output::out(&format!(
             "{}\n",
@@ -99,6 +125,61 @@ pub fn run(args: &ExplainArgs) -> Result<Exit> {
         output::out(&render(&explanation, true))?;
     }
     Ok(exit_for(explanation.verdict))
+}
+
+/// Asks the server's decision hook about the call, when one takes part:
+/// its answer, and what was asked and answered.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "every part of the call the hook is told"
+)]
+fn ask_hook(
+    policy: &Policy,
+    server: &str,
+    tool: &Value,
+    arguments: Option<&Value>,
+    pinned: Option<&Tool>,
+    pin: PinStatus,
+    session: SessionState,
+    sandbox: SandboxProof,
+) -> Option<(OwnedAnswer, HookReport)> {
+    let config = policy.hook_for(server)?;
+    let tool = Tool::from_value(tool.clone()).ok()?;
+    let pin = match pinned {
+        Some(pinned) => PinStatus::compare(Some(PinDigest::of(pinned)), &tool),
+        None => pin,
+    };
+    let call = Call {
+        server,
+        tool: &tool,
+        pin,
+        session,
+        sandbox,
+        hook: HookAnswer::None,
+    };
+    let so_far = policy.hook_so_far(&call)?;
+    let identity = policy
+        .server(server)
+        .map(ServerConfig::identity)
+        .unwrap_or_default();
+    let line = policy.hook_question(&Question {
+        id: "1",
+        call: &call,
+        identity: &identity,
+        arguments,
+        host: None,
+        so_far: &so_far,
+    });
+    let (answer, said) = match crate::hook::ask_once(config, &line) {
+        Ok(said) => (Reply::parse(&said).answer, said),
+        Err(why) => (OwnedAnswer::Failed(why.clone()), why),
+    };
+    let report = HookReport {
+        command: config.command.clone(),
+        question: serde_json::from_str(&line).unwrap_or(Value::Null),
+        answer: said,
+    };
+    Some((answer, report))
 }
 
 /// The exit code for a verdict: a denial is 2.
@@ -191,11 +272,19 @@ pub fn render(explanation: &Explanation, with_prompt: bool) -> String {
         };
         let mut line = format!("{label}{}: {}", detail.code, detail.description);
         if let Some(rule) = detail.rule {
-            line.push_str(&format!(" (rule {rule}"));
+            let what = if detail.code == hintgate_policy::ReasonCode::Paid {
+                "label"
+            } else {
+                "rule"
+            };
+            line.push_str(&format!(" ({what} {rule}"));
             if let Some(reason) = &detail.rule_reason {
                 line.push_str(&format!(": {reason}"));
             }
             line.push(')');
+        }
+        if let Some(note) = &detail.note {
+            line.push_str(&format!(": {note}"));
         }
         out.push_str(&line);
         out.push('\n');
@@ -264,6 +353,23 @@ pub fn render(explanation: &Explanation, with_prompt: bool) -> String {
         .collect();
     if !removed.is_empty() {
         out.push_str(&format!("  sanitized: {}\n", removed.join(", ")));
+    }
+    if let Some(hook) = &explanation.hook {
+        let command: Vec<String> = hook
+            .command
+            .iter()
+            .map(|word| hintgate_policy::sanitize::escape_line(word))
+            .collect();
+        out.push_str(&format!(
+            "  hook:      {}
+",
+            command.join(" ")
+        ));
+        out.push_str(&format!(
+            "             answered: {}
+",
+            hintgate_policy::sanitize::escape_line(&hook.answer)
+        ));
     }
     if with_prompt && let Some(prompt) = &explanation.prompt {
         out.push_str("\n  the prompt a person would see:\n");

@@ -13,6 +13,7 @@ mod demo_server;
 mod examples;
 mod exit;
 mod explain;
+mod hook;
 mod hosts;
 mod lint;
 mod load;

@@ -56,6 +56,8 @@ fn world() -> World {
                     PrivateData::None
                 },
                 sandbox: None,
+                decide: hintgate_policy::config::ServerHook::Inherit,
+                idempotency_key: None,
             };
             (name, config)
         })
@@ -91,6 +93,7 @@ fn world() -> World {
         servers,
         rules,
         audit: Default::default(),
+        labels: Vec::new(),
     };
     let tools = (0..N_SERVERS * TOOLS_PER_SERVER)
         .map(|idx| {
@@ -141,6 +144,7 @@ fn decide_one_call(bencher: divan::Bencher<'_, '_>) {
                 ..SessionState::default()
             },
             sandbox: SandboxProof::default(),
+            hook: Default::default(),
         }))
     });
 }

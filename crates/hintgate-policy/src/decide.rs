@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::config::{Action, Profile, ServerConfig, ValidConfig};
+use crate::config::{Action, HookConfig, Profile, ServerConfig, ValidConfig};
 use crate::pin::PinStatus;
 use crate::reason::{Reason, ReasonCode};
 use crate::tool::{EffectiveHints, HintAssessment, SandboxProof, Tool, Trust};
@@ -77,6 +77,29 @@ pub struct SessionState {
     pub scope: Scope,
 }
 
+/// What the user's decision hook (`decide_command`) said about a call
+/// (design §4.2 step 3). The gateway asks the hook and hands its answer in;
+/// the core never runs anything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum HookAnswer<'a> {
+    /// No answer: no hook is configured, or it has not been asked (a
+    /// decision without the hook, as the hook itself is told).
+    #[default]
+    None,
+    /// The hook decided, for this reason (its own words).
+    Decided {
+        /// Allow, ask or deny.
+        verdict: Verdict,
+        /// Why, as the hook wrote it.
+        reason: &'a str,
+    },
+    /// The hook left the call to the built-in steps.
+    Abstain,
+    /// The hook failed: it timed out, crashed, or answered something that
+    /// is not an answer. What went wrong, in words.
+    Failed(&'a str),
+}
+
 /// One tool call to decide.
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
@@ -90,6 +113,8 @@ pub struct Call<'a> {
     pub session: SessionState,
     /// What a running sandbox proves about the server.
     pub sandbox: SandboxProof,
+    /// What the user's decision hook said, when it was asked.
+    pub hook: HookAnswer<'a>,
 }
 
 /// A verdict and why.
@@ -101,6 +126,9 @@ pub struct Decision {
     pub reasons: Vec<Reason>,
     /// Which remember choices a prompt may offer.
     pub remember: RememberOffer,
+    /// The decision hook's own words, for a [`ReasonCode::Hook`] or
+    /// [`ReasonCode::HookFailed`] reason (shown as `hook:NOTE`).
+    pub note: Option<String>,
 }
 
 /// A validated configuration, ready to decide calls.
@@ -111,6 +139,14 @@ pub struct Policy {
     /// matches it, in file order. The servers are known when the policy is
     /// built, so a decision only looks at the rules that can apply.
     server_rules: HashMap<String, Vec<usize>>,
+}
+
+/// Where a step left a call: `Final` is the decision; `Ask` may still be
+/// turned into a deny by `unattended` (the profile's allow goes the same
+/// way, since `unattended` changes only asks).
+enum Settled {
+    Final(Decision),
+    Ask(Decision),
 }
 
 /// The first matching rule of each action, by index.
@@ -130,6 +166,7 @@ impl Decision {
             verdict: Verdict::Deny,
             reasons: vec![Reason::new(code)],
             remember: RememberOffer::NotAsked,
+            note: None,
         }
     }
 
@@ -146,6 +183,25 @@ impl Decision {
     /// Whether any reason has this code.
     pub fn has(&self, code: ReasonCode) -> bool {
         self.codes().any(|found| found == code)
+    }
+
+    /// The decision hook's words, when `code` is the hook's reason.
+    pub fn note_of(&self, code: ReasonCode) -> Option<&str> {
+        match code {
+            ReasonCode::Hook | ReasonCode::HookFailed => self.note.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The reasons as the audit log and a refusal write them: each code,
+    /// and the hook's reason as `hook:REASON` (`hook-failed:WHAT`).
+    pub fn reason_texts(&self) -> impl Iterator<Item = std::borrow::Cow<'_, str>> + '_ {
+        self.reasons
+            .iter()
+            .map(|reason| match self.note_of(reason.code) {
+                Some(note) => std::borrow::Cow::Owned(format!("{}:{note}", reason.code)),
+                None => std::borrow::Cow::Borrowed(reason.code.as_str()),
+            })
     }
 }
 
@@ -207,7 +263,10 @@ impl Policy {
     ///    and a tool `hide-writes` does not list (not effectively
     ///    read-only, no ask or allow rule): deny;
     /// 2. a changed definition: ask;
-    /// 3. a matching ask rule: ask;
+    /// 3. the decision hook's answer ([`Call::hook`]): its allow, ask or
+    ///    deny decides (but its allow does not lift a `paid` label), a
+    ///    failure denies, `abstain` goes on; then (3b) a `paid` label, or
+    ///    a matching ask rule: ask;
     /// 4. a matching allow rule: allow;
     /// 5. session taint and an open-world tool: ask;
     /// 6. the profile, where a remembered approval may answer the ask;
@@ -218,59 +277,13 @@ impl Policy {
         };
         let assessment = EffectiveHints::derive(call.tool.declared(), server.trust, call.sandbox);
         let rules = self.rule_matches(call.server, &call.tool.name);
-
-        if let Some(rule) = rules.deny {
-            return Decision {
-                verdict: Verdict::Deny,
-                reasons: vec![Reason::from_rule(ReasonCode::RuleDeny, rule)],
-                remember: RememberOffer::NotAsked,
-            };
-        }
-        // INVARIANT: a session that may only read never runs a tool that is
-        // not effectively read-only: no rule, approval or profile lets it.
-        if call.session.scope == Scope::Read && !assessment.effective.read_only {
-            return Decision {
-                verdict: Verdict::Deny,
-                reasons: vec![
-                    Reason::new(ReasonCode::ScopeReadOnly),
-                    Reason::new(ReasonCode::NotReadOnly),
-                ],
-                remember: RememberOffer::NotAsked,
-            };
-        }
-        // INVARIANT: a tool the host is not shown is refused when it is
-        // called anyway, before anything that asks: a changed definition or
-        // session taint adds friction to a listed tool, and must not turn
-        // `hide-writes`' refusal into a question.
-        if self.hidden_by_profile(&rules, &assessment) {
-            return hide_writes_deny();
-        }
-        let mut decision = if call.pin == PinStatus::Changed {
-            ask(
-                Reason::new(ReasonCode::DefinitionChanged),
-                &assessment,
-                server.trust,
-            )
-        } else if let Some(rule) = rules.ask {
-            ask(
-                Reason::from_rule(ReasonCode::RuleAsk, rule),
-                &assessment,
-                server.trust,
-            )
-        } else if let Some(rule) = rules.allow {
-            return Decision {
-                verdict: Verdict::Allow,
-                reasons: vec![Reason::from_rule(ReasonCode::RuleAllow, rule)],
-                remember: RememberOffer::NotAsked,
-            };
-        } else if call.session.tainted && assessment.effective.open_world {
-            ask(
-                Reason::new(ReasonCode::OpenWorldAfterPrivateData),
-                &assessment,
-                server.trust,
-            )
-        } else {
-            self.by_profile(&assessment, server.trust, call.session.remembered)
+        let mut decision = match self.before_hook(call, &rules, &assessment, server.trust) {
+            Some(Settled::Final(decision)) => return decision,
+            Some(Settled::Ask(decision)) => decision,
+            None => match self.after_hook(call, &rules, &assessment, server.trust) {
+                Settled::Final(decision) => return decision,
+                Settled::Ask(decision) => decision,
+            },
         };
         if decision.verdict == Verdict::Ask && self.config.gateway.unattended {
             decision.verdict = Verdict::Deny;
@@ -280,6 +293,196 @@ impl Policy {
             decision.remember = RememberOffer::NotAsked;
         }
         decision
+    }
+
+    /// The decision hook a call to `server` goes to, if any: the server's
+    /// own `decide_command`, else the gateway's.
+    pub fn hook_for(&self, server: &str) -> Option<&HookConfig> {
+        self.server(server)?.hook(&self.config.gateway)
+    }
+
+    /// Whether the decision hook takes part in this call, and what the
+    /// built-in steps decide without it (what the hook is told as
+    /// hintgate's verdict so far): `None` when no hook is configured for
+    /// the server, or when a step before the hook settles the call (a deny
+    /// rule, the session's read scope, a tool `hide-writes` hides, a
+    /// changed definition), which the hook cannot override.
+    pub fn hook_so_far(&self, call: &Call<'_>) -> Option<Decision> {
+        self.hook_for(call.server)?;
+        let server = self.server(call.server)?;
+        let assessment = EffectiveHints::derive(call.tool.declared(), server.trust, call.sandbox);
+        let rules = self.rule_matches(call.server, &call.tool.name);
+        if self
+            .before_hook(call, &rules, &assessment, server.trust)
+            .is_some()
+        {
+            return None;
+        }
+        Some(self.decide(&Call {
+            hook: HookAnswer::None,
+            ..*call
+        }))
+    }
+
+    /// Steps 1 and 2: what settles a call before the decision hook, which
+    /// it cannot override.
+    fn before_hook(
+        &self,
+        call: &Call<'_>,
+        rules: &RuleMatches,
+        assessment: &HintAssessment,
+        trust: Trust,
+    ) -> Option<Settled> {
+        if let Some(rule) = rules.deny {
+            return Some(Settled::Final(Decision {
+                verdict: Verdict::Deny,
+                reasons: vec![Reason::from_rule(ReasonCode::RuleDeny, rule)],
+                remember: RememberOffer::NotAsked,
+                note: None,
+            }));
+        }
+        // INVARIANT: a session that may only read never runs a tool that is
+        // not effectively read-only: no rule, approval, hook or profile
+        // lets it.
+        if call.session.scope == Scope::Read && !assessment.effective.read_only {
+            return Some(Settled::Final(Decision {
+                verdict: Verdict::Deny,
+                reasons: vec![
+                    Reason::new(ReasonCode::ScopeReadOnly),
+                    Reason::new(ReasonCode::NotReadOnly),
+                ],
+                remember: RememberOffer::NotAsked,
+                note: None,
+            }));
+        }
+        // INVARIANT: a tool the host is not shown is refused when it is
+        // called anyway, before anything that asks: a changed definition or
+        // session taint adds friction to a listed tool, and must not turn
+        // `hide-writes`' refusal into a question.
+        if self.hidden_by_profile(rules, assessment) {
+            return Some(Settled::Final(hide_writes_deny()));
+        }
+        // INVARIANT: a changed definition is always shown to a person; a
+        // hook or a rule cannot wave it through.
+        if call.pin == PinStatus::Changed {
+            return Some(Settled::Ask(ask(
+                Reason::new(ReasonCode::DefinitionChanged),
+                assessment,
+                trust,
+            )));
+        }
+        None
+    }
+
+    /// Steps 3 to 6.
+    fn after_hook(
+        &self,
+        call: &Call<'_>,
+        rules: &RuleMatches,
+        assessment: &HintAssessment,
+        trust: Trust,
+    ) -> Settled {
+        let paid = self.paid_label(call.server, &call.tool.name);
+        // An answer stands only for a server whose calls go to a hook.
+        let hook = if self.hook_for(call.server).is_some() {
+            call.hook
+        } else {
+            HookAnswer::None
+        };
+        match hook {
+            HookAnswer::Decided {
+                verdict: Verdict::Deny,
+                reason,
+            } => return Settled::Final(hook_decision(Verdict::Deny, ReasonCode::Hook, reason)),
+            // INVARIANT: a hook that fails denies (fail closed).
+            HookAnswer::Failed(what) => {
+                return Settled::Final(hook_decision(Verdict::Deny, ReasonCode::HookFailed, what));
+            }
+            HookAnswer::Decided {
+                verdict: Verdict::Ask,
+                reason,
+            } => {
+                let mut decision = ask(Reason::new(ReasonCode::Hook), assessment, trust);
+                if let Some(label) = paid {
+                    decision
+                        .reasons
+                        .insert(1, Reason::from_rule(ReasonCode::Paid, label));
+                }
+                decision.note = Some(reason.to_owned());
+                return Settled::Ask(decision);
+            }
+            // INVARIANT: a paid call is asked about every time: the hook's
+            // allow does not lift the label (design §4.2 step 3b).
+            HookAnswer::Decided {
+                verdict: Verdict::Allow,
+                reason,
+            } => match paid {
+                None => {
+                    return Settled::Final(hook_decision(Verdict::Allow, ReasonCode::Hook, reason));
+                }
+                Some(label) => {
+                    let mut decision = ask(
+                        Reason::from_rule(ReasonCode::Paid, label),
+                        assessment,
+                        trust,
+                    );
+                    decision.reasons.insert(1, Reason::new(ReasonCode::Hook));
+                    decision.note = Some(reason.to_owned());
+                    return Settled::Ask(decision);
+                }
+            },
+            HookAnswer::Abstain | HookAnswer::None => {}
+        }
+        // INVARIANT: a paid call is asked about every time, and never
+        // remembered: no allow rule or profile lets it through.
+        if let Some(label) = paid {
+            return Settled::Ask(ask(
+                Reason::from_rule(ReasonCode::Paid, label),
+                assessment,
+                trust,
+            ));
+        }
+        if let Some(rule) = rules.ask {
+            return Settled::Ask(ask(
+                Reason::from_rule(ReasonCode::RuleAsk, rule),
+                assessment,
+                trust,
+            ));
+        }
+        if let Some(rule) = rules.allow {
+            return Settled::Final(Decision {
+                verdict: Verdict::Allow,
+                reasons: vec![Reason::from_rule(ReasonCode::RuleAllow, rule)],
+                remember: RememberOffer::NotAsked,
+                note: None,
+            });
+        }
+        if call.session.tainted && assessment.effective.open_world {
+            return Settled::Ask(ask(
+                Reason::new(ReasonCode::OpenWorldAfterPrivateData),
+                assessment,
+                trust,
+            ));
+        }
+        Settled::Ask(self.by_profile(assessment, trust, call.session.remembered))
+    }
+
+    /// The user's own words for a reason: the `reason` of the rule it came
+    /// from, or, for `paid`, of the label.
+    pub fn reason_words(&self, reason: &Reason) -> Option<String> {
+        let idx = reason.rule?;
+        match reason.code {
+            ReasonCode::Paid => self.config.labels.get(idx)?.reason.clone(),
+            _ => self.config.rules.get(idx)?.reason.clone(),
+        }
+    }
+
+    /// The first `[[labels]]` entry that marks the tool `paid`, by index.
+    pub fn paid_label(&self, server: &str, tool: &str) -> Option<usize> {
+        self.config
+            .labels
+            .iter()
+            .position(|label| label.paid && label.matches(server, tool))
     }
 
     /// Step 6: the profile, and the remembered approvals that answer its ask.
@@ -299,6 +502,7 @@ impl Policy {
                 verdict: Verdict::Allow,
                 reasons,
                 remember: RememberOffer::NotAsked,
+                note: None,
             };
         }
         let first = match self.config.gateway.profile {
@@ -315,6 +519,7 @@ impl Policy {
                 verdict: Verdict::Allow,
                 reasons: vec![Reason::new(ReasonCode::RememberedApproval)],
                 remember: RememberOffer::NotAsked,
+                note: None,
             };
         }
         let mut decision = ask(Reason::new(first), assessment, trust);
@@ -410,6 +615,16 @@ impl Policy {
     }
 }
 
+/// The decision hook's own decision, or its failure, with its words.
+fn hook_decision(verdict: Verdict, code: ReasonCode, note: &str) -> Decision {
+    Decision {
+        verdict,
+        reasons: vec![Reason::new(code)],
+        remember: RememberOffer::NotAsked,
+        note: Some(note.to_owned()),
+    }
+}
+
 /// The refusal of a tool `hide-writes` does not list.
 fn hide_writes_deny() -> Decision {
     Decision {
@@ -419,6 +634,7 @@ fn hide_writes_deny() -> Decision {
             Reason::new(ReasonCode::NotReadOnly),
         ],
         remember: RememberOffer::NotAsked,
+        note: None,
     }
 }
 
@@ -435,5 +651,6 @@ fn ask(first: Reason, assessment: &HintAssessment, trust: Trust) -> Decision {
         verdict: Verdict::Ask,
         reasons,
         remember: RememberOffer::ThisCallOnly,
+        note: None,
     }
 }

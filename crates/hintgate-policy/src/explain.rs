@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decide::{Call, Decision, Policy, RememberOffer, SessionState, Verdict};
+use crate::decide::{Call, Decision, HookAnswer, Policy, RememberOffer, SessionState, Verdict};
 use crate::pin::{FieldChange, PinDigest, PinStatus, diff};
 use crate::prompt::PromptInput;
 use crate::reason::ReasonCode;
@@ -33,6 +33,8 @@ pub struct ExplainInput<'a> {
     pub session: SessionState,
     /// What a running sandbox proves.
     pub sandbox: SandboxProof,
+    /// What the decision hook answered, when the caller asked it.
+    pub hook: HookAnswer<'a>,
 }
 
 /// The decision on a call and everything that went into it.
@@ -75,6 +77,21 @@ pub struct Explanation {
     /// Why the definition is invalid, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid_definition: Option<String>,
+    /// What the decision hook was asked and answered, when the caller ran
+    /// it (`hintgate explain` does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookReport>,
+}
+
+/// The decision hook's part in an explanation.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookReport {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// The question, as sent.
+    pub question: Value,
+    /// The line it answered, or what went wrong instead.
+    pub answer: String,
 }
 
 /// One reason, in words.
@@ -87,9 +104,12 @@ pub struct ReasonDetail {
     /// The index of the rule it came from, counted from 0 in file order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<usize>,
-    /// That rule's `reason`, when it has one.
+    /// That rule's `reason`, when it has one (for `paid`, the label's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule_reason: Option<String>,
+    /// The decision hook's own words, for `hook` and `hook-failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What the sanitizer removed.
@@ -125,6 +145,7 @@ pub fn explain(policy: &Policy, input: &ExplainInput<'_>) -> Explanation {
         pin,
         session: input.session,
         sandbox: input.sandbox,
+        hook: input.hook,
     };
     let decision = policy.decide(&call);
     let effective = policy
@@ -172,6 +193,7 @@ pub fn explain(policy: &Policy, input: &ExplainInput<'_>) -> Explanation {
         },
         prompt,
         invalid_definition: None,
+        hook: None,
     }
 }
 
@@ -198,6 +220,7 @@ fn invalid(input: &ExplainInput<'_>, trust: Trust, error: String) -> Explanation
                 description: reason.code.description(),
                 rule: None,
                 rule_reason: None,
+                note: None,
             })
             .collect(),
         declared: DeclaredHints::default(),
@@ -211,6 +234,7 @@ fn invalid(input: &ExplainInput<'_>, trust: Trust, error: String) -> Explanation
         sanitized: SanitizeReport::default(),
         prompt: None,
         invalid_definition: Some(error),
+        hook: None,
     }
 }
 
@@ -222,10 +246,8 @@ fn details(policy: &Policy, decision: &Decision) -> Vec<ReasonDetail> {
             code: reason.code,
             description: reason.code.description(),
             rule: reason.rule,
-            rule_reason: reason
-                .rule
-                .and_then(|idx| policy.config().rules.get(idx))
-                .and_then(|rule| rule.reason.clone()),
+            rule_reason: policy.reason_words(reason),
+            note: decision.note_of(reason.code).map(str::to_owned),
         })
         .collect()
 }

@@ -16,6 +16,7 @@
 //! - [`vars`]: `${VAR}` references, expanded against a caller-supplied source;
 //! - [`glob`]: the globs rules use over server and tool names;
 //! - [`redact`]: what of a call's arguments the audit log leaves out.
+//! - [`hook`]: what the user's decision hook is told, and how its answer is read.
 //!
 //! What it is **not**: it does no I/O, reads no clock and no environment,
 //! spawns nothing and has no async runtime. The gateway, the store and the
@@ -42,6 +43,7 @@
 //!     pin: Default::default(),
 //!     session: Default::default(),
 //!     sandbox: Default::default(),
+//!     hook: Default::default(),
 //! });
 //! assert_eq!(decision.verdict, Verdict::Ask);
 //! ```
@@ -52,6 +54,7 @@ pub mod decide;
 pub mod diag;
 pub mod explain;
 pub mod glob;
+pub mod hook;
 pub mod name;
 pub mod pin;
 pub mod prompt;

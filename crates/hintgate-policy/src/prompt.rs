@@ -61,13 +61,23 @@ impl Policy {
             .unwrap_or_else(|| "unknown".to_owned());
         let declared = input.tool.declared();
         let assessment = crate::tool::EffectiveHints::derive(declared, trust, input.sandbox);
-        let why = input.decision.reasons.first().map(|first| {
-            let rule = first
-                .rule
-                .and_then(|idx| self.config().rules.get(idx))
-                .and_then(|rule| rule.reason.clone());
-            (first.code.description(), rule)
-        });
+        // The reason that settled the ask, and the decision hook's words
+        // wherever they are among the reasons (a paid label asks although
+        // the hook allowed).
+        let why = input
+            .decision
+            .reasons
+            .iter()
+            .enumerate()
+            .filter(|(idx, reason)| *idx == 0 || input.decision.note_of(reason.code).is_some())
+            .map(|(_, reason)| {
+                let words = match input.decision.note_of(reason.code) {
+                    Some(note) => Some(format!("hook:{note}")),
+                    None => self.reason_words(reason),
+                };
+                (reason.code.description(), words)
+            })
+            .collect();
         let risks = risk_lines(input.server, trust, declared, &assessment, input.decision);
         Facts {
             trust,
@@ -165,7 +175,7 @@ impl Policy {
         }
 
         out.push_str("\n  why you are asked:\n");
-        if let Some((description, rule)) = &facts.why {
+        for (description, rule) in &facts.why {
             let mut line = (*description).to_owned();
             if let Some(reason) = rule {
                 line.push_str(&format!(" ({})", escape_line(reason)));
@@ -199,7 +209,7 @@ impl Policy {
 struct Facts {
     trust: Trust,
     identity: String,
-    why: Option<(&'static str, Option<String>)>,
+    why: Vec<(&'static str, Option<String>)>,
     risks: Vec<String>,
 }
 
@@ -306,6 +316,7 @@ mod tests {
             pin: PinStatus::New,
             session: SessionState::default(),
             sandbox: SandboxProof::default(),
+            hook: Default::default(),
         });
         policy.prompt(&PromptInput {
             server: "fs",
@@ -344,6 +355,7 @@ mod tests {
             pin: PinStatus::Changed,
             session: SessionState::default(),
             sandbox: SandboxProof::default(),
+            hook: Default::default(),
         });
         let changes = [FieldChange {
             field: "description".into(),

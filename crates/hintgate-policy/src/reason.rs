@@ -75,6 +75,16 @@ pub enum ReasonCode {
     /// The host's credentials let it only read (scope `read`), and the tool
     /// is not effectively read-only: it is neither listed nor callable.
     ScopeReadOnly,
+    /// The user's decision hook (`decide_command`) decided: allow, ask or
+    /// deny, with its own reason (shown as `hook:REASON`).
+    Hook,
+    /// The user's decision hook failed (it timed out, crashed, or answered
+    /// something that is not an answer), so the call is refused: a hook
+    /// fails closed.
+    HookFailed,
+    /// A `[[labels]]` entry marks the tool `paid`: every call is asked
+    /// about, never remembered, never allowed unasked.
+    Paid,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -90,7 +100,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 29] = [
+    pub const ALL: [Self; 32] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -120,6 +130,9 @@ impl ReasonCode {
         Self::AmbiguousToolName,
         Self::Shutdown,
         Self::ScopeReadOnly,
+        Self::Hook,
+        Self::HookFailed,
+        Self::Paid,
     ];
 
     /// The stable kebab-case code.
@@ -154,6 +167,9 @@ impl ReasonCode {
             Self::AmbiguousToolName => "ambiguous-tool-name",
             Self::Shutdown => "shutdown",
             Self::ScopeReadOnly => "scope-read-only",
+            Self::Hook => "hook",
+            Self::HookFailed => "hook-failed",
+            Self::Paid => "paid",
         }
     }
 
@@ -209,6 +225,11 @@ impl ReasonCode {
             Self::ScopeReadOnly => {
                 "the host's credentials only let it read (scope `read`), and this tool may change things"
             }
+            Self::Hook => "the decision hook (`decide_command`) decided",
+            Self::HookFailed => {
+                "the decision hook (`decide_command`) failed, so the call is refused"
+            }
+            Self::Paid => "a label marks this tool as paid: every call is asked about",
         }
     }
 

@@ -53,6 +53,9 @@ pub struct Case {
     /// Whether the configured sandbox is taken as enforced.
     #[serde(default)]
     pub sandbox: SandboxArg,
+    /// The decision hook's answer line, for a configuration with a
+    /// `decide_command` (library only: the command line runs the hook).
+    pub hook: Option<String>,
     /// Also run this case through the command line.
     #[serde(default)]
     pub cli: bool,
@@ -97,6 +100,8 @@ pub struct Expect {
     pub pin: Option<String>,
     /// Fields the diff must name.
     pub changed_fields: Option<Vec<String>>,
+    /// The decision hook's words, on the reason they belong to.
+    pub hook_note: Option<String>,
     /// Texts the prompt must contain.
     #[serde(default)]
     pub prompt_contains: Vec<String>,
@@ -273,6 +278,7 @@ impl Case {
             .transpose()
             .map_err(|err| format!("pinned: {err}"))?;
         let sandbox = self.sandbox_proof(&policy);
+        let reply = self.hook.as_deref().map(crate::hook::Reply::parse);
         let explanation = explain(
             &policy,
             &ExplainInput {
@@ -295,6 +301,11 @@ impl Case {
                     scope: self.scope,
                 },
                 sandbox,
+                hook: reply
+                    .as_ref()
+                    .map_or(crate::decide::HookAnswer::None, |reply| {
+                        reply.answer.as_answer()
+                    }),
             },
         );
         serde_json::to_value(&explanation).map_err(|err| err.to_string())
@@ -366,6 +377,21 @@ impl Case {
             let want: Vec<Value> = fields.iter().cloned().map(Value::from).collect();
             if found != want {
                 problems.push(format!("changes: expected fields {want:?}, got {found:?}"));
+            }
+        }
+        if let Some(note) = &expect.hook_note {
+            let found: Vec<&str> = got
+                .get("reason_details")
+                .and_then(Value::as_array)
+                .map(|details| {
+                    details
+                        .iter()
+                        .filter_map(|detail| detail.get("note").and_then(Value::as_str))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if found != [note.as_str()] {
+                problems.push(format!("hook note: expected {note:?}, got {found:?}"));
             }
         }
         let prompt = got.get("prompt").and_then(Value::as_str);

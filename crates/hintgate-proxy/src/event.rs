@@ -54,6 +54,17 @@ pub enum Event {
     /// The gateway is asked to stop (a signal): every call in flight ends,
     /// on record, before it exits.
     Stop,
+    /// Something from a decision hook (`decide_command`): `slot` is which
+    /// hook, `generation` which start of it (for a per-call hook, the id of
+    /// the one question it was asked).
+    Hook {
+        /// The hook's slot.
+        slot: usize,
+        /// Which start of it.
+        generation: u64,
+        /// What happened.
+        event: HookEvent,
+    },
     /// A host session opens while the gateway runs (the Streamable HTTP
     /// host side opens one per host session, through a
     /// [`HostPort`](crate::hosts::HostPort)).
@@ -89,6 +100,18 @@ pub enum HostEvent {
     /// The host read enough of what waited for it to be within the queue's
     /// bound again, after it was past it.
     Drained,
+}
+
+/// Something from a decision hook.
+#[derive(Debug)]
+pub enum HookEvent {
+    /// One line of its output.
+    Line(String),
+    /// It broke the protocol (a line over the limit, bytes that are not
+    /// UTF-8).
+    Broken(String),
+    /// It closed its output (it exited or crashed).
+    Closed(String),
 }
 
 /// Something from an upstream server.

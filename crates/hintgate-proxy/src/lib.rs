@@ -39,6 +39,7 @@ pub mod conn;
 pub mod event;
 pub mod frame;
 pub mod gateway;
+pub(crate) mod hook;
 pub mod hosts;
 pub mod identity;
 pub mod json;

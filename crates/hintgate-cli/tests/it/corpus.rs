@@ -212,6 +212,32 @@ fn the_gateway_enforces_the_corpus_decisions() {
                 );
                 servers.clear();
                 servers.insert(case.server.clone(), toml::Value::Table(only));
+                // The case's hook answer comes from a real hook process:
+                // one per call that reads its question and says the
+                // answer (without an id, which a per-call hook may leave
+                // out).
+                if let Some(answer) = &case.hook {
+                    let mut answer: Value = serde_json::from_str(answer)
+                        .unwrap_or_else(|_| Value::String(answer.clone()));
+                    if let Some(object) = answer.as_object_mut() {
+                        object.remove("id");
+                    }
+                    let gateway = table
+                        .get_mut("gateway")
+                        .and_then(toml::Value::as_table_mut)
+                        .unwrap();
+                    gateway.insert(
+                        "decide_command".into(),
+                        vec![
+                            toml::Value::from("sh"),
+                            "-c".into(),
+                            "cat >/dev/null; printf '%s\\n' \"$0\"".into(),
+                            answer.to_string().into(),
+                        ]
+                        .into(),
+                    );
+                    gateway.insert("decide_command_mode".into(), "per-call".into());
+                }
                 std::fs::write(
                     dir.path().join("hintgate.toml"),
                     toml::to_string(&table).unwrap(),

@@ -17,6 +17,7 @@ mod console;
 mod corpus;
 mod explain;
 mod gateway;
+mod hooks;
 mod host;
 mod hostile_http;
 mod lint;

@@ -53,6 +53,9 @@ pub struct ValidConfig {
     pub rules: Vec<Rule>,
     /// The `[audit]` table: what the audit log redacts.
     pub audit: AuditSettings,
+    /// The `[[labels]]`, in file order: what hints cannot say about a tool
+    /// (a call that costs money).
+    pub labels: Vec<Label>,
 }
 
 /// The `[gateway]` table.
@@ -86,6 +89,71 @@ pub struct GatewaySettings {
     /// directory. May hold `${VAR}` references (a password), expanded at
     /// start-up.
     pub store: Option<String>,
+    /// The user's decision hook for every server that does not name its
+    /// own (`decide_command`, design §4.2 step 3).
+    pub decide: Option<HookConfig>,
+    /// How long a write's recorded result answers a call with the same
+    /// idempotency key, in seconds (`idempotency_window_s`).
+    pub idempotency_window_s: u64,
+}
+
+/// The user's own program that takes part in every `tools/call` decision
+/// (`decide_command`): it gets the call as one JSON object and answers
+/// `allow`, `ask`, `deny` or `abstain`, after the deny rules and changed
+/// definitions and before everything else (design §4.2 step 3).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct HookConfig {
+    /// The program and its arguments (`decide_command`).
+    pub command: Vec<String>,
+    /// One long-lived process, or one process per call.
+    pub mode: HookMode,
+    /// How long an answer may take before the call is denied, in
+    /// milliseconds (`decide_timeout_ms`).
+    pub timeout_ms: u64,
+}
+
+/// How the decision hook runs (`decide_command_mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookMode {
+    /// One process, started with the gateway and again when it dies, that
+    /// reads one JSON object per line and answers each by its `id`
+    /// (`"persistent"`, the default).
+    #[default]
+    Persistent,
+    /// A process per call, which reads one JSON object and answers one
+    /// (`"per-call"`).
+    PerCall,
+}
+
+/// Which decision hook a server's calls go to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerHook {
+    /// The gateway's (`[gateway] decide_command`), if any.
+    #[default]
+    Inherit,
+    /// None, whatever the gateway names (`decide_command = []`).
+    Off,
+    /// Its own.
+    Own(HookConfig),
+}
+
+/// One `[[labels]]` entry: what a tool's hints cannot say.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Label {
+    /// Which servers it applies to (default: all).
+    #[serde(serialize_with = "serialize_glob")]
+    pub server: Glob,
+    /// Which tools, by the server's own tool name (default: all).
+    #[serde(serialize_with = "serialize_glob")]
+    pub tool: Glob,
+    /// A call costs money or has another side effect that cannot be undone:
+    /// it is asked about every time, never remembered, and no allow rule,
+    /// hook or profile lets it through unasked.
+    pub paid: bool,
+    /// Why, in the user's words; shown in prompts and refusals.
+    pub reason: Option<String>,
 }
 
 /// One `[servers.NAME]` table.
@@ -101,6 +169,12 @@ pub struct ServerConfig {
     pub private_data: PrivateData,
     /// The sandbox to run it in, for a stdio server.
     pub sandbox: Option<SandboxConfig>,
+    /// Which decision hook its calls go to.
+    pub decide: ServerHook,
+    /// The input property that carries an idempotency key
+    /// (`idempotency_key`, default `"idempotency_key"`); `None` when the
+    /// server's keys are not handled (`idempotency_key = false`).
+    pub idempotency_key: Option<String>,
 }
 
 /// How the gateway reaches a server. Strings may hold `${VAR}` references,
@@ -176,6 +250,13 @@ pub struct Rule {
     pub reason: Option<String>,
 }
 
+/// The input property that carries an idempotency key unless a server
+/// names another.
+pub const DEFAULT_IDEMPOTENCY_KEY: &str = "idempotency_key";
+
+/// How long the decision hook may take unless the configuration says.
+pub const DEFAULT_DECIDE_TIMEOUT_MS: u64 = 2000;
+
 // === impl GatewaySettings ===
 
 impl Default for GatewaySettings {
@@ -190,6 +271,8 @@ impl Default for GatewaySettings {
             max_json_depth: 64,
             max_tools_per_server: 10_000,
             store: None,
+            decide: None,
+            idempotency_window_s: 86_400,
         }
     }
 }
@@ -211,6 +294,8 @@ impl ValidConfig {
             trust,
             private_data: PrivateData::None,
             sandbox: None,
+            decide: ServerHook::Inherit,
+            idempotency_key: Some(DEFAULT_IDEMPOTENCY_KEY.to_owned()),
         };
         Self {
             gateway: GatewaySettings {
@@ -221,6 +306,7 @@ impl ValidConfig {
             servers: BTreeMap::from([(name.to_owned(), server)]),
             rules: Vec::new(),
             audit: AuditSettings::default(),
+            labels: Vec::new(),
         }
     }
 }
@@ -246,6 +332,16 @@ impl ServerConfig {
             PrivateData::None => false,
             PrivateData::All => true,
             PrivateData::Tools(globs) => globs.iter().any(|glob| glob.matches(tool)),
+        }
+    }
+
+    /// The decision hook its calls go to: its own, else the gateway's
+    /// (`None` when there is none, or the server turned it off).
+    pub fn hook<'a>(&'a self, gateway: &'a GatewaySettings) -> Option<&'a HookConfig> {
+        match &self.decide {
+            ServerHook::Inherit => gateway.decide.as_ref(),
+            ServerHook::Off => None,
+            ServerHook::Own(hook) => Some(hook),
         }
     }
 
@@ -297,6 +393,15 @@ impl SandboxConfig {
             no_network: !self.network,
             no_writes: self.write.is_empty(),
         }
+    }
+}
+
+// === impl Label ===
+
+impl Label {
+    /// Whether the label applies to `tool` of `server`.
+    pub fn matches(&self, server: &str, tool: &str) -> bool {
+        self.server.matches(server) && self.tool.matches(tool)
     }
 }
 

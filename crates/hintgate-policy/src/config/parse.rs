@@ -12,8 +12,9 @@ use toml::Spanned;
 use toml::de::{DeArray, DeString, DeTable, DeValue};
 
 use super::{
-    Action, GatewaySettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig, Transport,
-    ValidConfig,
+    Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, GatewaySettings, HookConfig,
+    HookMode, Label, PrivateData, Profile, Rule, SandboxConfig, ServerConfig, ServerHook,
+    Transport, ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -25,7 +26,7 @@ use crate::vars::{self, Vars};
 type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
-const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit"];
+const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit", "labels"];
 const AUDIT_KEYS: &[&str] = &[
     "redact",
     "redact_defaults",
@@ -44,6 +45,10 @@ const GATEWAY_KEYS: &[&str] = &[
     "max_json_depth",
     "max_tools_per_server",
     "store",
+    "decide_command",
+    "decide_command_mode",
+    "decide_timeout_ms",
+    "idempotency_window_s",
 ];
 const SERVER_KEYS: &[&str] = &[
     "command",
@@ -54,6 +59,10 @@ const SERVER_KEYS: &[&str] = &[
     "trust",
     "private_data",
     "sandbox",
+    "decide_command",
+    "decide_command_mode",
+    "decide_timeout_ms",
+    "idempotency_key",
 ];
 const SANDBOX_KEYS: &[&str] = &[
     "read",
@@ -65,6 +74,13 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_memory_mb",
 ];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
+const LABEL_KEYS: &[&str] = &["server", "tool", "paid", "reason"];
+
+/// The longest a decision hook may be given to answer: a minute (the call
+/// waits for it, and so does the host).
+const MAX_DECIDE_TIMEOUT_MS: u64 = 60_000;
+/// The longest an idempotency key's result is kept: 30 days.
+const MAX_IDEMPOTENCY_WINDOW_S: u64 = 30 * 86_400;
 
 /// The most records between two witness checkpoints.
 const MAX_WITNESS_RECORDS: u64 = 1_000_000;
@@ -236,11 +252,27 @@ impl Walker<'_> {
             },
             None => AuditSettings::default(),
         };
+        let labels = match entry(top, "labels") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Array(array) => self.labels(array),
+                other => {
+                    self.wrong_value_type(
+                        value,
+                        "labels",
+                        "an array of tables (`[[labels]]`)",
+                        other,
+                    );
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
         Some(ValidConfig {
             gateway,
             servers,
             rules,
             audit,
+            labels,
         })
     }
 
@@ -393,7 +425,95 @@ impl Walker<'_> {
         if let Some(tools) = self.bounded(table, "max_tools_per_server", 1, MAX_TOOLS_PER_SERVER) {
             settings.max_tools_per_server = tools;
         }
+        if let Some(window) =
+            self.bounded(table, "idempotency_window_s", 1, MAX_IDEMPOTENCY_WINDOW_S)
+        {
+            settings.idempotency_window_s = window;
+        }
+        settings.decide = match self.hook(table, "gateway") {
+            ServerHook::Own(hook) => Some(hook),
+            ServerHook::Inherit | ServerHook::Off => None,
+        };
         settings
+    }
+
+    /// `decide_command`, `decide_command_mode` and `decide_timeout_ms` of a
+    /// table: [`ServerHook::Inherit`] when it names no command,
+    /// [`ServerHook::Off`] for an empty one.
+    fn hook(&mut self, table: &DeTable<'_>, path: &str) -> ServerHook {
+        let command =
+            self.string_array(table, path, "decide_command", |walker, text, span, key| {
+                walker.check_template(text, span, key);
+            });
+        let mode = match self.string(table, path, "decide_command_mode") {
+            Some((text, span)) => match text.as_str() {
+                "persistent" => Some(HookMode::Persistent),
+                "per-call" => Some(HookMode::PerCall),
+                other => {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            join(path, "decide_command_mode"),
+                            format!("unknown hook mode `{other}`"),
+                        )
+                        .at(span)
+                        .with_help(help_one_of(other, &["persistent", "per-call"])),
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        let timeout = self.bounded_in(table, path, "decide_timeout_ms", 1, MAX_DECIDE_TIMEOUT_MS);
+        let Some(command) = command else {
+            // A mode or a timeout for a command named elsewhere would give
+            // one program two ways to run: it is set where the command is.
+            for key in ["decide_command_mode", "decide_timeout_ms"] {
+                if let Some((found, _)) = entry(table, key) {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::ConflictingKeys,
+                            join(path, key),
+                            format!("`{key}` only applies beside a `decide_command`"),
+                        )
+                        .at(found.span())
+                        .with_help("set it next to the `decide_command` it is for"),
+                    );
+                }
+            }
+            return ServerHook::Inherit;
+        };
+        let Some(program) = command.first() else {
+            if path == "gateway" {
+                let span = entry(table, "decide_command").map_or(0..0, |(_, value)| value.span());
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "gateway.decide_command",
+                        "`decide_command` needs a program",
+                    )
+                    .at(span)
+                    .with_help("name the program and its arguments, e.g. `[\"/usr/local/bin/decide\", \"--strict\"]`; leave the key out for no hook"),
+                );
+            }
+            return ServerHook::Off;
+        };
+        if program.trim().is_empty() {
+            let span = entry(table, "decide_command").map_or(0..0, |(_, value)| value.span());
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    join(path, "decide_command"),
+                    "the hook's program cannot be empty",
+                )
+                .at(span),
+            );
+        }
+        ServerHook::Own(HookConfig {
+            command,
+            mode: mode.unwrap_or_default(),
+            timeout_ms: timeout.unwrap_or(DEFAULT_DECIDE_TIMEOUT_MS),
+        })
     }
 
     /// An integer `[gateway]` setting within `min..=max`.
@@ -556,6 +676,8 @@ impl Walker<'_> {
             None => Trust::Untrusted,
         };
         let private_data = self.private_data(table, path);
+        let decide = self.hook(table, path);
+        let idempotency_key = self.idempotency_key(table, path);
         let sandbox = match entry(table, "sandbox") {
             Some((_, value)) => match value.get_ref() {
                 DeValue::Table(sandbox) => Some(self.sandbox(sandbox, &format!("{path}.sandbox"))),
@@ -628,7 +750,39 @@ impl Walker<'_> {
             trust,
             private_data,
             sandbox,
+            decide,
+            idempotency_key,
         })
+    }
+
+    /// `idempotency_key`: the input property's name, or `false` for none.
+    fn idempotency_key(&mut self, table: &DeTable<'_>, path: &str) -> Option<String> {
+        let Some((_, value)) = entry(table, "idempotency_key") else {
+            return Some(DEFAULT_IDEMPOTENCY_KEY.to_owned());
+        };
+        let key_path = join(path, "idempotency_key");
+        match value.get_ref() {
+            DeValue::Boolean(false) => None,
+            DeValue::String(text) if !text.is_empty() && text.len() <= 128 => {
+                Some(text.to_string())
+            }
+            DeValue::String(_) => {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        key_path,
+                        "`idempotency_key` must name an input property of 1 to 128 characters",
+                    )
+                    .at(value.span())
+                    .with_help("write `false` for a server whose keys hintgate should not handle"),
+                );
+                None
+            }
+            other => {
+                self.wrong_value_type(value, &key_path, "a property name, or `false`", other);
+                None
+            }
+        }
     }
 
     /// Reports `key` when present in a server of the other transport.
@@ -816,6 +970,66 @@ impl Walker<'_> {
             });
         }
         rules
+    }
+
+    fn labels(&mut self, array: &DeArray<'_>) -> Vec<Label> {
+        let mut labels = Vec::new();
+        for (idx, value) in array.iter().enumerate() {
+            let path = format!("labels[{idx}]");
+            let DeValue::Table(table) = value.get_ref() else {
+                self.wrong_value_type(value, &path, "a table", value.get_ref());
+                continue;
+            };
+            self.check_keys(table, &path, LABEL_KEYS);
+            let server = self.glob_key(table, &path, "server");
+            let tool = self.glob_key(table, &path, "tool");
+            let paid = self.boolean(table, &path, "paid");
+            let reason = self.string(table, &path, "reason").map(|(text, _)| text);
+            if paid.is_none() && entry(table, "paid").is_none() {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::MissingKey,
+                        path.clone(),
+                        "label says nothing about the tools it names",
+                    )
+                    .at(value.span())
+                    .with_help(
+                        "add `paid = true` for tools whose calls cost money or cannot be undone",
+                    ),
+                );
+            }
+            let (Some(server), Some(tool), Some(paid)) = (server, tool, paid) else {
+                continue;
+            };
+            if let Some(name) = server.literal()
+                && !self.declared_servers.contains(&name)
+            {
+                let span = entry(table, "server").map_or(value.span(), |(_, v)| v.span());
+                self.push(
+                    Diagnostic::warning(
+                        DiagCode::UnknownRuleServer,
+                        format!("{path}.server"),
+                        format!("label names server `{name}`, which is not configured"),
+                    )
+                    .at(span)
+                    .with_help(help_one_of(
+                        &name,
+                        &self
+                            .declared_servers
+                            .iter()
+                            .map(String::as_str)
+                            .collect::<Vec<_>>(),
+                    )),
+                );
+            }
+            labels.push(Label {
+                server,
+                tool,
+                paid,
+                reason,
+            });
+        }
+        labels
     }
 
     // --- typed getters ---

@@ -6,6 +6,10 @@
 //! - An allow rule never beats a deny rule or a changed definition.
 //! - A tool that is not listed is refused when it is called anyway.
 //! - `unattended` never leaves an ask.
+//! - The decision hook never overrides a deny rule, a read scope, a hidden
+//!   tool or a changed definition; a failed hook never allows; a `paid`
+//!   label is asked about every time, whatever the hook, the rules and the
+//!   profile say.
 //! - Deciding never panics, whatever the input; broken input denies.
 //! - The pin digest ignores key order and whitespace and changes with any
 //!   pinned field.
@@ -16,9 +20,13 @@ use hintgate_policy::config::{
     self, Action, GatewaySettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig,
     Transport, ValidConfig,
 };
-use hintgate_policy::decide::{Call, Policy, Remembered, Scope, SessionState, Verdict};
+use hintgate_policy::config::{HookConfig, HookMode, Label};
+use hintgate_policy::decide::{
+    Call, Policy, RememberOffer, Remembered, Scope, SessionState, Verdict,
+};
 use hintgate_policy::explain::{ExplainInput, explain};
 use hintgate_policy::glob::Glob;
+use hintgate_policy::hook::OwnedAnswer;
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
 use hintgate_policy::tool::{Annotations, SandboxProof, Tool, Trust};
@@ -99,6 +107,8 @@ fn server_config(name: &'static str) -> impl Strategy<Value = ServerConfig> {
         trust,
         private_data: PrivateData::None,
         sandbox,
+        decide: hintgate_policy::config::ServerHook::Inherit,
+        idempotency_key: None,
     })
 }
 
@@ -119,6 +129,7 @@ fn config() -> impl Strategy<Value = ValidConfig> {
             servers: BTreeMap::from([(alpha.name.clone(), alpha), (beta.name.clone(), beta)]),
             rules,
             audit: Default::default(),
+            labels: Vec::new(),
         })
 }
 
@@ -193,6 +204,47 @@ struct Scenario {
     pin: PinStatus,
     session: SessionState,
     enforced: bool,
+    /// The decision hook's answer, for a configuration with a hook.
+    hook: Option<OwnedAnswer>,
+}
+
+fn hook_answer() -> impl Strategy<Value = OwnedAnswer> {
+    prop_oneof![
+        Just(OwnedAnswer::Abstain),
+        Just(OwnedAnswer::Decided(Verdict::Allow, "fine".to_owned())),
+        Just(OwnedAnswer::Decided(Verdict::Ask, "check".to_owned())),
+        Just(OwnedAnswer::Decided(Verdict::Deny, "no".to_owned())),
+        Just(OwnedAnswer::Failed("timed out".to_owned())),
+    ]
+}
+
+fn paid_label() -> impl Strategy<Value = Label> {
+    (glob(), glob()).prop_map(|(server, tool)| Label {
+        server,
+        tool,
+        paid: true,
+        reason: None,
+    })
+}
+
+/// A scenario whose configuration has a decision hook for every server,
+/// maybe `paid` labels, and the hook's answer.
+fn hooked_scenario() -> impl Strategy<Value = Scenario> {
+    (
+        scenario(),
+        hook_answer(),
+        proptest::collection::vec(paid_label(), 0..3),
+    )
+        .prop_map(|(mut scenario, answer, labels)| {
+            scenario.config.gateway.decide = Some(HookConfig {
+                command: vec!["decide".into()],
+                mode: HookMode::Persistent,
+                timeout_ms: 2000,
+            });
+            scenario.config.labels = labels;
+            scenario.hook = Some(answer);
+            scenario
+        })
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
@@ -211,21 +263,31 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             pin,
             session,
             enforced,
+            hook: None,
         })
 }
 
 impl Scenario {
     fn decide(&self, policy: &Policy, tool: &Tool) -> (Verdict, Vec<ReasonCode>, bool) {
+        let decision = self.decision(policy, tool);
         let sandbox = proof(&self.config, self.server, self.enforced);
-        let decision = policy.decide(&Call {
+        let visible = policy.visible_to(self.server, tool, sandbox, self.session.scope);
+        (decision.verdict, decision.codes().collect(), visible)
+    }
+
+    fn decision(&self, policy: &Policy, tool: &Tool) -> hintgate_policy::Decision {
+        let sandbox = proof(&self.config, self.server, self.enforced);
+        policy.decide(&Call {
             server: self.server,
             tool,
             pin: self.pin,
             session: self.session,
             sandbox,
-        });
-        let visible = policy.visible_to(self.server, tool, sandbox, self.session.scope);
-        (decision.verdict, decision.codes().collect(), visible)
+            hook: self
+                .hook
+                .as_ref()
+                .map_or(Default::default(), OwnedAnswer::as_answer),
+        })
     }
 
     fn untrusted(mut self) -> Self {
@@ -402,9 +464,93 @@ proptest! {
         }
     }
 
+    /// With a decision hook, whatever it answers, an untrusted server's
+    /// annotations still only add friction.
+    #[test]
+    fn untrusted_annotations_never_lower_friction_whatever_the_hook_answers(
+        scenario in hooked_scenario(),
+        before in annotations(),
+        after in annotations(),
+    ) {
+        let scenario = scenario.untrusted();
+        let policy = Policy::new(scenario.config.clone());
+        let (verdict_before, _, visible_before) =
+            scenario.decide(&policy, &tool_named(scenario.tool, before, None));
+        let (verdict_after, _, visible_after) =
+            scenario.decide(&policy, &tool_named(scenario.tool, after, None));
+        prop_assert!(friction(verdict_after) >= friction(verdict_before),
+            "{verdict_before:?} -> {verdict_after:?}");
+        prop_assert!(visible_before || !visible_after, "a hidden tool became visible");
+    }
+
+    /// The hook takes part after the deny rules, the read scope, the tools
+    /// `hide-writes` hides and changed definitions, and overrides none of
+    /// them: whatever it answers, the call is decided as it would be with
+    /// no answer at all (and the hook is not even asked).
+    #[test]
+    fn the_hook_never_overrides_a_deny_a_scope_a_hidden_tool_or_a_change(
+        scenario in hooked_scenario(),
+        claims in annotations(),
+    ) {
+        let policy = Policy::new(scenario.config.clone());
+        let tool = tool_named(scenario.tool, claims, None);
+        let without = Scenario { hook: None, ..scenario.clone() };
+        let unanswered = without.decision(&policy, &tool);
+        let sandbox = proof(&scenario.config, scenario.server, scenario.enforced);
+        let call = Call {
+            server: scenario.server,
+            tool: &tool,
+            pin: scenario.pin,
+            session: scenario.session,
+            sandbox,
+            hook: Default::default(),
+        };
+        let settled_before = unanswered.has(ReasonCode::RuleDeny)
+            || unanswered.has(ReasonCode::ScopeReadOnly)
+            || unanswered.has(ReasonCode::ProfileHideWrites)
+            || unanswered.has(ReasonCode::DefinitionChanged);
+        prop_assert_eq!(policy.hook_so_far(&call).is_none(), settled_before, "{:?}", unanswered);
+        if settled_before {
+            prop_assert_eq!(scenario.decision(&policy, &tool), unanswered);
+        }
+    }
+
+    /// A hook that fails denies, and no answer of a hook allows a call
+    /// that a deny rule, a paid label or a failure refuses or asks about.
+    #[test]
+    fn a_failed_hook_never_allows_and_a_paid_call_is_always_asked(
+        scenario in hooked_scenario(),
+        claims in annotations(),
+    ) {
+        let policy = Policy::new(scenario.config.clone());
+        let tool = tool_named(scenario.tool, claims, None);
+        let decision = scenario.decision(&policy, &tool);
+        if matches!(scenario.hook, Some(OwnedAnswer::Failed(_))) {
+            prop_assert_ne!(decision.verdict, Verdict::Allow, "{:?}", decision);
+        }
+        if policy.paid_label(scenario.server, scenario.tool).is_some() {
+            prop_assert_ne!(decision.verdict, Verdict::Allow, "{:?}", decision);
+            prop_assert_ne!(decision.remember, RememberOffer::UpToAlways);
+        }
+    }
+
+    /// The hook's answer counts only where a hook is configured: for a
+    /// server that turned it off, an answer changes nothing.
+    #[test]
+    fn an_answer_without_a_hook_changes_nothing(scenario in hooked_scenario(), claims in annotations()) {
+        let mut config = scenario.config.clone();
+        for server in config.servers.values_mut() {
+            server.decide = hintgate_policy::config::ServerHook::Off;
+        }
+        let policy = Policy::new(config);
+        let tool = tool_named(scenario.tool, claims, None);
+        let without = Scenario { hook: None, ..scenario.clone() };
+        prop_assert_eq!(scenario.decision(&policy, &tool), without.decision(&policy, &tool));
+    }
+
     /// `unattended` never leaves a question for nobody.
     #[test]
-    fn unattended_never_asks(scenario in scenario(), claims in annotations()) {
+    fn unattended_never_asks(scenario in prop_oneof![scenario(), hooked_scenario()], claims in annotations()) {
         let mut config = scenario.config.clone();
         config.gateway.unattended = true;
         let (verdict, _, _) = scenario.decide(&Policy::new(config), &tool_named(scenario.tool, claims, None));
@@ -418,7 +564,7 @@ proptest! {
         let policy = Policy::new(scenario.config.clone());
         let sandbox = proof(&scenario.config, scenario.server, scenario.enforced);
         let destructive = policy.assess(scenario.server, &tool, sandbox).unwrap().effective.destructive;
-        let decision = policy.decide(&Call { server: scenario.server, tool: &tool, pin: scenario.pin, session: scenario.session, sandbox });
+        let decision = policy.decide(&Call { server: scenario.server, tool: &tool, pin: scenario.pin, session: scenario.session, sandbox, hook: Default::default(), });
         if destructive {
             prop_assert!(!decision.has(ReasonCode::RememberedApproval));
         }
@@ -443,6 +589,7 @@ proptest! {
                 pin: scenario.pin,
                 session: scenario.session,
                 sandbox: SandboxProof::default(),
+                hook: Default::default(),
             });
             if Tool::from_value(tool.clone()).is_err() {
                 prop_assert_eq!(explanation.verdict, Verdict::Deny);
@@ -471,6 +618,7 @@ proptest! {
             pin: scenario.pin,
             session: scenario.session,
             sandbox: SandboxProof::default(),
+            hook: Default::default(),
         });
     }
 

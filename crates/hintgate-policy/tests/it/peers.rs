@@ -49,6 +49,7 @@ fn decide(policy: &Policy, tool: &Tool) -> (Verdict, Vec<String>) {
         pin: PinStatus::Unchanged,
         session: SessionState::default(),
         sandbox: SandboxProof::default(),
+        hook: Default::default(),
     });
     (
         decision.verdict,

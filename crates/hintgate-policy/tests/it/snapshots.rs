@@ -39,6 +39,7 @@ fn prompt_for(
             ..SessionState::default()
         },
         sandbox: SandboxProof::default(),
+        hook: Default::default(),
     });
     let changes = pinned.map(|old| diff(old, tool)).unwrap_or_default();
     policy.prompt(&PromptInput {

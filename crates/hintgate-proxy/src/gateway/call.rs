@@ -73,6 +73,10 @@ pub(crate) struct CallContext {
     /// A person approved the call for this definition: asked about again
     /// only if the definition changed before it was sent.
     pub approved: Option<PinDigest>,
+    /// What the decision hook answered, and for what state of the call.
+    pub hook: Option<super::hooks::HookVerdict>,
+    /// How often the decision hook was asked about this call.
+    pub hook_asks: u32,
 }
 
 /// What a 2026-07-28 server's input-required continuation adds to the
@@ -111,6 +115,8 @@ pub(crate) enum Step {
     Refuse(Box<CallContext>, Refusal),
     /// Its server is starting or listing its tools: try again then.
     Wait(Box<CallContext>),
+    /// The decision hook must answer first.
+    Hook(Box<CallContext>, super::hooks::HookAsk),
     /// It was handled otherwise (it answered a question of another call).
     Done,
 }
@@ -269,6 +275,8 @@ impl CallContext {
             continuation: None,
             generation: None,
             approved: None,
+            hook: None,
+            hook_asks: 0,
         }
     }
 
@@ -533,12 +541,13 @@ fn denial(cx: Refused<'_>, extra: Option<&str>) -> Value {
         .iter()
         .map(|reason| {
             let mut text = reason.code.description().to_owned();
-            if let Some(rule_reason) = reason
-                .rule
-                .and_then(|idx| cx.policy.config().rules.get(idx))
-                .and_then(|rule| rule.reason.as_deref())
-            {
+            if let Some(rule_reason) = cx.policy.reason_words(reason) {
                 text.push_str(&format!(" (\"{rule_reason}\")"));
+            }
+            match (reason.code, decision.note_of(reason.code)) {
+                (ReasonCode::Hook, Some(note)) => text.push_str(&format!(": hook:{note}")),
+                (_, Some(note)) => text.push_str(&format!(": {note}")),
+                (_, None) => {}
             }
             text
         })
@@ -557,6 +566,12 @@ fn denial(cx: Refused<'_>, extra: Option<&str>) -> Value {
         }
         Some(ReasonCode::InvalidDefinition) => {
             "the server must send a valid tool definition".to_owned()
+        }
+        Some(ReasonCode::Hook) => {
+            "change what the decision hook (`decide_command`) answers for this call".to_owned()
+        }
+        Some(ReasonCode::HookFailed) => {
+            "make the decision hook (`decide_command`) answer in time with one JSON object (see the gateway's log), or remove it".to_owned()
         }
         _ => "approve it when asked, add an allow rule for this tool, or trust the server"
             .to_owned(),
@@ -580,10 +595,18 @@ fn denial(cx: Refused<'_>, extra: Option<&str>) -> Value {
     if let Some(object) = result.as_object_mut() {
         object.insert(
             "_meta".to_owned(),
-            json!({"hintgate/decision": {
-                "verdict": "deny",
-                "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
-            }}),
+            match &decision.note {
+                // The codes stay codes; the decision hook's words beside them.
+                Some(note) => json!({"hintgate/decision": {
+                    "verdict": "deny",
+                    "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
+                    "hook_reason": note,
+                }}),
+                None => json!({"hintgate/decision": {
+                    "verdict": "deny",
+                    "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
+                }}),
+            },
         );
     }
     result

@@ -80,6 +80,8 @@ pub(crate) enum Expired {
     Host(SessionId, u64),
     /// A call waiting in the approval queue.
     Queue(u64),
+    /// A call waiting for the decision hook's answer to question N.
+    Hook(u64),
     /// Something waiting for a server to start or list its tools may have
     /// waited long enough.
     Waiting,

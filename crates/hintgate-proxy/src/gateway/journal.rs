@@ -320,11 +320,11 @@ impl Journal {
             None => out.push_str("null"),
         }
         out.push_str(",\"reasons\":[");
-        for (idx, code) in fields.decision.codes().enumerate() {
+        for (idx, text) in fields.decision.reason_texts().enumerate() {
             if idx > 0 {
                 out.push(',');
             }
-            push_string(out, code.as_str());
+            push_string(out, &text);
         }
         out.push_str("],\"request\":");
         push_string(out, fields.request_id);
@@ -483,6 +483,7 @@ mod tests {
             verdict: Verdict::Allow,
             reasons: Vec::new(),
             remember: hintgate_policy::decide::RememberOffer::NotAsked,
+            note: None,
         };
         let ended = CallFields {
             request_id: "1",

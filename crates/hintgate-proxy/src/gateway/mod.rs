@@ -37,6 +37,7 @@
 pub(crate) mod ask;
 pub(crate) mod call;
 pub(crate) mod catalog;
+pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;
 pub(crate) mod modern;
@@ -251,6 +252,8 @@ pub(crate) struct Gateway {
     catalog: catalog::Catalog,
     journal: journal::Journal,
     asks: ask::Asks,
+    /// The decision hooks, and the calls that wait for them.
+    hooks: hooks::Hooks,
     routing: routing::Routing,
     /// A 2026-07-28 server's questions being asked of a legacy host.
     gathers: relay::Gathers,
@@ -692,7 +695,24 @@ impl Gateway {
             .clone()
             .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
         let count = servers.len();
+        let config = settings.policy.config();
+        let hook_configs: Vec<_> = config
+            .gateway
+            .decide
+            .iter()
+            .chain(
+                config
+                    .servers
+                    .values()
+                    .filter_map(|server| match &server.decide {
+                        hintgate_policy::config::ServerHook::Own(hook) => Some(hook),
+                        _ => None,
+                    }),
+            )
+            .cloned()
+            .collect();
         let mut gateway = Self {
+            hooks: hooks::Hooks::new(hook_configs),
             separator: gateway.separator.clone(),
             limits,
             mode: settings.mode,
@@ -722,6 +742,7 @@ impl Gateway {
             stopping: false,
             finished: false,
         };
+        gateway.start_hooks();
         gateway.prefixes_overlap = gateway.prefixes_overlap();
         if gateway.prefixes_overlap {
             tracing::error!(
@@ -786,6 +807,11 @@ impl Gateway {
                 }
             }
             Event::Answered { id, answer } => self.on_queue_answer(id, &answer),
+            Event::Hook {
+                slot,
+                generation,
+                event,
+            } => self.on_hook_event(slot, generation, event),
             Event::Approvals {
                 key,
                 approvals,
@@ -932,6 +958,7 @@ impl Gateway {
                 Expired::Up(idx, id) => self.upstream_timed_out(idx, id),
                 Expired::Host(session, n) => self.host_timed_out(session, n),
                 Expired::Queue(id) => self.queue_timed_out(id),
+                Expired::Hook(id) => self.hook_timed_out(id),
                 Expired::Waiting => self.waited_too_long(now),
             }
         }
@@ -1238,6 +1265,11 @@ impl Gateway {
             }
         }
         self.withdraw_queued_for(session, request_id);
+        self.withdraw_hook_calls(
+            session,
+            Some(request_id),
+            &call::Refusal::Withdrawn(Outcome::Cancelled),
+        );
         let asks = self.inflight.host_ids(
             session,
             |purpose| matches!(purpose, HostPurpose::Ask(cx) if cx.request.id() == request_id),
@@ -1386,6 +1418,7 @@ impl Gateway {
             }
         }
         self.withdraw_session(session, ending == Ending::Shutdown);
+        self.withdraw_hook_calls(session, None, &hooks::withdrawn(ending == Ending::Shutdown));
         if ending == Ending::Shutdown {
             self.end_gathers(session);
         }
@@ -1434,6 +1467,7 @@ impl Gateway {
         if let Some(watcher) = self.watcher.take() {
             watcher.stop();
         }
+        self.stop_hooks();
         self.stop_servers().await;
     }
 

@@ -35,8 +35,9 @@
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
 
 use hintgate_policy::decide::{
-    Call, Decision, RememberOffer, Remembered, Scope, SessionState, Verdict,
+    Call, Decision, HookAnswer, RememberOffer, Remembered, Scope, SessionState, Verdict,
 };
+use hintgate_policy::hook::Question;
 use hintgate_store::Remember;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -45,6 +46,7 @@ use super::call::{
     Approver, CallContext, Outcome, Refusal, Refused, Step, answer_line, error_result, read_result,
 };
 use super::catalog::Listing;
+use super::hooks::HookAsk;
 use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
 use super::request::{HostRequest, ServerIdx};
@@ -126,7 +128,7 @@ impl Gateway {
             return Step::Refuse(cx, refusal);
         }
 
-        // 3. Decide.
+        // 3. Decide, with the decision hook where it takes part.
         let decision = match (&entry.tool, entry.digest) {
             (Ok(tool), Some(digest)) => {
                 cx.digest = Some(digest);
@@ -148,7 +150,7 @@ impl Gateway {
                     .sessions
                     .get(&session)
                     .map_or((false, Scope::Read), |host| (host.tainted, host.scope));
-                self.policy.decide(&Call {
+                let call = Call {
                     server: self.upstreams.name(idx),
                     tool,
                     pin: cx.pin,
@@ -158,7 +160,72 @@ impl Gateway {
                         scope,
                     },
                     sandbox: self.catalog.sandbox(idx),
-                })
+                    hook: HookAnswer::None,
+                };
+                match self.policy.hook_so_far(&call) {
+                    None => self.policy.decide(&call),
+                    Some(so_far) => {
+                        let state = (so_far.verdict, so_far.codes().collect::<Vec<_>>());
+                        // An answer stands for the state it was given for.
+                        let answered = cx
+                            .hook
+                            .as_ref()
+                            .filter(|given| given.digest == digest && given.so_far == state);
+                        match answered {
+                            Some(given) => self.policy.decide(&Call {
+                                hook: given.answer.as_answer(),
+                                ..call
+                            }),
+                            None if cx.hook_asks >= super::hooks::MAX_HOOK_ASKS => {
+                                let why = "the call changed each time the decision hook was asked about it";
+                                self.policy.decide(&Call {
+                                    hook: HookAnswer::Failed(why),
+                                    ..call
+                                })
+                            }
+                            None => {
+                                // The hook sees the arguments: they are
+                                // read now (a call whose arguments do not
+                                // parse is refused before anyone is asked).
+                                if let Err(problem) = cx.parse_arguments() {
+                                    return Step::Refuse(cx, Refusal::Malformed(problem));
+                                }
+                                let Some(config) = self.policy.hook_for(call.server).cloned()
+                                else {
+                                    return Step::Refuse(
+                                        cx,
+                                        Refusal::Malformed("no hook".to_owned()),
+                                    );
+                                };
+                                let slot = self.hooks.slot_of(&config);
+                                let id = self.hooks.next_id();
+                                let id_text = id.to_string();
+                                let line = self.policy.hook_question(&Question {
+                                    id: &id_text,
+                                    call: &call,
+                                    identity: self.catalog.identity(idx).unwrap_or_default(),
+                                    arguments: cx.arguments.as_ref(),
+                                    host: self
+                                        .sessions
+                                        .get(&session)
+                                        .and_then(|host| host.principal.as_deref()),
+                                    so_far: &so_far,
+                                });
+                                cx.hook_asks += 1;
+                                return Step::Hook(
+                                    cx,
+                                    HookAsk {
+                                        slot,
+                                        id,
+                                        line,
+                                        digest,
+                                        so_far: state,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
             }
             _ => Decision::invalid_definition(),
         };
@@ -238,6 +305,7 @@ impl Gateway {
             Step::Ask(cx) => self.ask(cx),
             Step::Refuse(cx, refusal) => self.refuse(cx, refusal),
             Step::Wait(cx) => self.park(Waiting::Call(cx)),
+            Step::Hook(cx, ask) => self.ask_hook(cx, ask),
             Step::Done => {}
         }
     }

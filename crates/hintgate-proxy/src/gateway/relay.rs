@@ -553,6 +553,7 @@ impl Gateway {
             verdict: Verdict::Allow,
             reasons: Vec::new(),
             remember: RememberOffer::NotAsked,
+            note: None,
         });
         cx.approver = Approver::Person(Channel::RelayedAnswer);
         self.record_relayed(&cx);

@@ -10,6 +10,7 @@
 
 mod bounds;
 mod harness;
+mod hooks;
 mod hostile;
 mod http;
 mod names;

@@ -1,0 +1,454 @@
+//! The user's decision hooks (`decide_command`, design §4.2 step 3): the
+//! hook processes, and the calls that wait for their answers.
+//!
+//! Each distinct hook configuration is one slot. A persistent hook is one
+//! process per slot, started with the gateway and again on the next call
+//! after it dies (but not sooner than [`RESTART_AFTER`] after its last
+//! start, so a hook that dies at once is not restarted in a loop: calls in
+//! between are refused, with the reason). A per-call hook is a process per
+//! question. A call asked about waits here, with a deadline (the slot's
+//! `decide_timeout_ms`), for an answer that carries its question's id;
+//! then it runs through the pipeline again, from the top, with the answer
+//! (see `pipeline`). A hook that times out, dies, or answers what is not
+//! an answer fails the calls it had: each is refused (`hook-failed`), and
+//! the gateway goes on.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hintgate_policy::config::{HookConfig, HookMode};
+use hintgate_policy::decide::Verdict;
+use hintgate_policy::hook::{OwnedAnswer, Reply};
+use hintgate_policy::pin::PinDigest;
+use hintgate_policy::reason::ReasonCode;
+use tokio::time::Instant;
+
+use super::Gateway;
+use super::call::{CallContext, Outcome, Refusal};
+use super::inflight::{DeadlineKey, Expired};
+use super::request::SessionId;
+use crate::event::HookEvent;
+use crate::hook::{HookError, HookProcess};
+
+/// The soonest a persistent hook is started again after its last start.
+pub(crate) const RESTART_AFTER: Duration = Duration::from_secs(1);
+
+/// How often one call is asked about before the gateway gives up on a call
+/// whose state keeps changing while the hook answers (its definition, the
+/// session's taint): then it is refused as a hook failure.
+pub(crate) const MAX_HOOK_ASKS: u32 = 4;
+
+/// What a hook answered about a call, and the state it answered for: the
+/// answer stands only while the call is decided on the same definition
+/// with the same verdict so far (else the hook is asked again).
+#[derive(Debug, Clone)]
+pub(crate) struct HookVerdict {
+    /// The answer.
+    pub answer: OwnedAnswer,
+    /// The definition it was asked about.
+    pub digest: PinDigest,
+    /// What hintgate had decided without it, as the hook was told.
+    pub so_far: (Verdict, Vec<ReasonCode>),
+}
+
+/// A question to a hook, ready to go.
+#[derive(Debug)]
+pub(crate) struct HookAsk {
+    /// The slot of the hook.
+    pub slot: usize,
+    /// The question's id.
+    pub id: u64,
+    /// The question, one line of JSON.
+    pub line: String,
+    /// What the answer will be checked against.
+    pub digest: PinDigest,
+    /// What hintgate had decided without it.
+    pub so_far: (Verdict, Vec<ReasonCode>),
+}
+
+/// The hooks, and the calls that wait for them.
+#[derive(Debug, Default)]
+pub(crate) struct Hooks {
+    slots: Vec<Slot>,
+    held: HashMap<u64, Held>,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    config: HookConfig,
+    /// The persistent hook's process, while it runs.
+    running: Option<HookProcess>,
+    /// Which start of the persistent hook is the current one.
+    generation: u64,
+    /// When it was last started.
+    started: Option<Instant>,
+    /// The per-call processes, by their question's id.
+    per_call: HashMap<u64, HookProcess>,
+}
+
+#[derive(Debug)]
+struct Held {
+    cx: Box<CallContext>,
+    slot: usize,
+    deadline: DeadlineKey,
+    digest: PinDigest,
+    so_far: (Verdict, Vec<ReasonCode>),
+}
+
+// === impl Hooks ===
+
+impl Hooks {
+    /// A slot for each distinct hook of the configuration.
+    pub fn new(configs: impl IntoIterator<Item = HookConfig>) -> Self {
+        let mut hooks = Self::default();
+        for config in configs {
+            hooks.slot_of(&config);
+        }
+        hooks
+    }
+
+    /// The slot of a hook configuration (made when new).
+    pub fn slot_of(&mut self, config: &HookConfig) -> usize {
+        if let Some(idx) = self.slots.iter().position(|slot| &slot.config == config) {
+            return idx;
+        }
+        self.slots.push(Slot {
+            config: config.clone(),
+            running: None,
+            generation: 0,
+            started: None,
+            per_call: HashMap::new(),
+        });
+        self.slots.len() - 1
+    }
+
+    /// A fresh question id.
+    pub fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Starts every persistent hook, as the gateway starts: a hook that
+    /// cannot start is logged, and the calls it would decide are refused.
+    pub(super) fn start_hooks(&mut self) {
+        for slot in 0..self.hooks.slots.len() {
+            let persistent = self
+                .hooks
+                .slots
+                .get(slot)
+                .is_some_and(|slot| slot.config.mode == HookMode::Persistent);
+            if persistent && let Err(err) = self.start_hook(slot) {
+                tracing::error!("{err}; the calls it decides are refused until it starts");
+            }
+        }
+    }
+
+    fn start_hook(&mut self, idx: usize) -> Result<(), HookError> {
+        let events = self.events.clone();
+        let Some(slot) = self.hooks.slots.get_mut(idx) else {
+            return Err(HookError::Gone);
+        };
+        slot.generation += 1;
+        slot.started = Some(Instant::now());
+        let process = HookProcess::spawn(&slot.config, idx, slot.generation, events)?;
+        slot.running = Some(process);
+        Ok(())
+    }
+
+    /// Step 3 of the pipeline, for a call the hook takes part in: the
+    /// question goes to the hook, and the call waits for the answer.
+    pub(super) fn ask_hook(&mut self, cx: Box<CallContext>, ask: HookAsk) {
+        let HookAsk {
+            slot: idx,
+            id,
+            line,
+            digest,
+            so_far,
+        } = ask;
+        let Some((mode, timeout_ms)) = self
+            .hooks
+            .slots
+            .get(idx)
+            .map(|slot| (slot.config.mode, slot.config.timeout_ms))
+        else {
+            self.hook_answered(cx, digest, so_far, failed("no such hook"));
+            return;
+        };
+        let sent = match mode {
+            HookMode::Persistent => self.ask_persistent(idx, line),
+            HookMode::PerCall => self.ask_per_call(idx, id, line),
+        };
+        if let Err(why) = sent {
+            tracing::warn!(tool.name = %cx.tool, "the decision hook could not be asked: {why}");
+            self.hook_answered(cx, digest, so_far, OwnedAnswer::Failed(why));
+            return;
+        }
+        let deadline = self
+            .inflight
+            .deadline(Duration::from_millis(timeout_ms), Expired::Hook(id));
+        self.hooks.held.insert(
+            id,
+            Held {
+                cx,
+                slot: idx,
+                deadline,
+                digest,
+                so_far,
+            },
+        );
+    }
+
+    fn ask_persistent(&mut self, idx: usize, line: String) -> Result<(), String> {
+        let (running, recent) = match self.hooks.slots.get(idx) {
+            Some(slot) => (
+                slot.running.is_some(),
+                slot.started
+                    .is_some_and(|started| started.elapsed() < RESTART_AFTER),
+            ),
+            None => return Err("no such hook".to_owned()),
+        };
+        if !running {
+            if recent {
+                return Err(format!(
+                    "the decision hook exited within {} s of its start; it is started again on a call after that",
+                    RESTART_AFTER.as_secs()
+                ));
+            }
+            self.start_hook(idx).map_err(|err| err.to_string())?;
+        }
+        let Some(process) = self
+            .hooks
+            .slots
+            .get_mut(idx)
+            .and_then(|slot| slot.running.as_mut())
+        else {
+            return Err("the decision hook is not running".to_owned());
+        };
+        process.ask(line).map_err(|err| err.to_string())
+    }
+
+    fn ask_per_call(&mut self, idx: usize, id: u64, line: String) -> Result<(), String> {
+        let events = self.events.clone();
+        let Some(slot) = self.hooks.slots.get_mut(idx) else {
+            return Err("no such hook".to_owned());
+        };
+        let mut process =
+            HookProcess::spawn(&slot.config, idx, id, events).map_err(|err| err.to_string())?;
+        process.ask(line).map_err(|err| err.to_string())?;
+        process.close_input();
+        slot.per_call.insert(id, process);
+        Ok(())
+    }
+
+    /// A line, or the end, from a hook.
+    pub(super) fn on_hook_event(&mut self, idx: usize, generation: u64, event: HookEvent) {
+        let Some(slot) = self.hooks.slots.get(idx) else {
+            return;
+        };
+        let per_call = slot.config.mode == HookMode::PerCall;
+        if !per_call && generation != slot.generation {
+            // An earlier start's last words: its calls were failed already.
+            return;
+        }
+        match event {
+            HookEvent::Line(line) => {
+                let reply = Reply::parse(&line);
+                if per_call {
+                    // One process, one question: the answer is for it,
+                    // and an id it gives must be that question's.
+                    if let Some(mut process) = self
+                        .hooks
+                        .slots
+                        .get_mut(idx)
+                        .and_then(|slot| slot.per_call.remove(&generation))
+                    {
+                        process.kill();
+                    }
+                    let answer = match &reply.id {
+                        Some(id) if *id != generation.to_string() => OwnedAnswer::Failed(format!(
+                            "the decision hook answered for question `{}`, not for `{generation}`",
+                            hintgate_policy::sanitize::escape_line(id)
+                        )),
+                        _ => reply.answer,
+                    };
+                    self.hook_reply(idx, generation, answer);
+                    return;
+                }
+                let question = reply.id.as_deref().and_then(|id| id.parse::<u64>().ok());
+                match (question, reply.answer) {
+                    (Some(id), answer) => self.hook_reply(idx, id, answer),
+                    // A line that names no question cannot be matched to
+                    // a call: the hook is not speaking the protocol, so
+                    // every call it has is refused and it is started again.
+                    (None, answer) => {
+                        let why = match answer {
+                            OwnedAnswer::Failed(why) => why,
+                            OwnedAnswer::Decided(..) | OwnedAnswer::Abstain => {
+                                "the decision hook answered without the question's `id`".to_owned()
+                            }
+                        };
+                        tracing::warn!("{why}; its calls are refused and it is started again");
+                        self.hook_broke(idx, &why);
+                    }
+                }
+            }
+            HookEvent::Broken(why) | HookEvent::Closed(why) => {
+                let why = format!("the decision hook {why}");
+                if per_call {
+                    self.hooks
+                        .slots
+                        .get_mut(idx)
+                        .and_then(|slot| slot.per_call.remove(&generation));
+                    self.hook_reply(idx, generation, OwnedAnswer::Failed(why));
+                } else {
+                    tracing::warn!(
+                        "{why}; its calls are refused, and it is started again on the next call"
+                    );
+                    self.hook_broke(idx, &why);
+                }
+            }
+        }
+    }
+
+    /// The answer to question `id` of hook `idx`; a late one (its call timed
+    /// out, or was withdrawn) is dropped.
+    fn hook_reply(&mut self, idx: usize, id: u64, answer: OwnedAnswer) {
+        let owned = self
+            .hooks
+            .held
+            .get(&id)
+            .is_some_and(|held| held.slot == idx);
+        if !owned {
+            tracing::debug!(
+                question = id,
+                "a late or unknown answer of the decision hook"
+            );
+            return;
+        }
+        let Some(held) = self.hooks.held.remove(&id) else {
+            return;
+        };
+        self.inflight.cancel_deadline(&held.deadline);
+        self.hook_answered(held.cx, held.digest, held.so_far, answer);
+    }
+
+    /// A persistent hook stopped speaking the protocol, or ended: every
+    /// call it has is refused, and it is stopped (and started again on the
+    /// next call).
+    fn hook_broke(&mut self, idx: usize, why: &str) {
+        if let Some(slot) = self.hooks.slots.get_mut(idx)
+            && let Some(mut process) = slot.running.take()
+        {
+            process.kill();
+        }
+        let mut ids: Vec<u64> = self
+            .hooks
+            .held
+            .iter()
+            .filter(|(_, held)| held.slot == idx)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.hook_reply(idx, id, OwnedAnswer::Failed(why.to_owned()));
+        }
+    }
+
+    /// A hook did not answer in time: its call is refused. A persistent
+    /// hook goes on (its late answer is dropped); a per-call one is killed.
+    pub(super) fn hook_timed_out(&mut self, id: u64) {
+        let Some(held) = self.hooks.held.remove(&id) else {
+            return;
+        };
+        let timeout_ms = self.hooks.slots.get_mut(held.slot).map_or(0, |slot| {
+            if let Some(mut process) = slot.per_call.remove(&id) {
+                process.kill();
+            }
+            slot.config.timeout_ms
+        });
+        let why = format!("the decision hook did not answer within {timeout_ms} ms");
+        tracing::warn!(tool.name = %held.cx.tool, "{why}");
+        self.hook_answered(held.cx, held.digest, held.so_far, OwnedAnswer::Failed(why));
+    }
+
+    /// The call goes through the pipeline again, with the hook's answer.
+    fn hook_answered(
+        &mut self,
+        mut cx: Box<CallContext>,
+        digest: PinDigest,
+        so_far: (Verdict, Vec<ReasonCode>),
+        answer: OwnedAnswer,
+    ) {
+        cx.hook = Some(HookVerdict {
+            answer,
+            digest,
+            so_far,
+        });
+        self.run_pipeline(cx);
+    }
+
+    /// The host cancelled a call, or its session ended, while the hook was
+    /// asked about it: it ends here, on record, and the hook's answer, when
+    /// it comes, is dropped. `request_id` picks one call; `None` every call
+    /// of the session.
+    pub(super) fn withdraw_hook_calls(
+        &mut self,
+        session: SessionId,
+        request_id: Option<&str>,
+        refusal: &Refusal,
+    ) {
+        let mut ids: Vec<u64> = self
+            .hooks
+            .held
+            .iter()
+            .filter(|(_, held)| {
+                held.cx.request.session == session
+                    && request_id.is_none_or(|id| held.cx.request.id() == id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(held) = self.hooks.held.remove(&id) {
+                self.inflight.cancel_deadline(&held.deadline);
+                if let Some(slot) = self.hooks.slots.get_mut(held.slot)
+                    && let Some(mut process) = slot.per_call.remove(&id)
+                {
+                    process.kill();
+                }
+                self.refuse(held.cx, refusal.clone());
+            }
+        }
+    }
+
+    /// Every hook process is stopped (the gateway shuts down).
+    pub(super) fn stop_hooks(&mut self) {
+        for slot in &mut self.hooks.slots {
+            if let Some(mut process) = slot.running.take() {
+                process.kill();
+            }
+            for (_, mut process) in slot.per_call.drain() {
+                process.kill();
+            }
+        }
+    }
+}
+
+/// A failure, in words.
+fn failed(why: &str) -> OwnedAnswer {
+    OwnedAnswer::Failed(why.to_owned())
+}
+
+/// The outcome a call withdrawn while the hook was asked ends with.
+pub(crate) fn withdrawn(ending_shutdown: bool) -> Refusal {
+    if ending_shutdown {
+        Refusal::Shutdown
+    } else {
+        Refusal::Withdrawn(Outcome::HostGone)
+    }
+}
