@@ -42,7 +42,7 @@ fuzz_target!(|input: Input| {
         input.forged
     );
 
-    let Ok(state) = sealer.seal(&input.tool, &arguments, pin, 600) else {
+    let Ok(state) = sealer.seal(&input.tool, &arguments, pin, 600, None) else {
         return;
     };
     assert!(is_ours(&state));

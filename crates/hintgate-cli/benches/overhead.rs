@@ -5,7 +5,10 @@
 //! allow decision on every call). For each it measures cold start (spawn to
 //! the first answered `tools/list`), latency of sequential calls, and
 //! throughput with 16 calls in flight; it prints the medians over the rounds
-//! and what the gateway adds.
+//! and what the gateway adds. A second pair of rounds measures what a
+//! decision hook adds: the same server in gateway mode (`--config`), with
+//! and without a persistent hook that answers at once (`hintgate
+//! demo-hook`) on every call.
 //!
 //! `cargo bench -p hintgate-cli --bench overhead` runs it in full; under
 //! `cargo test` it runs one short round, so it stays a test that the
@@ -23,6 +26,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 struct Session {
+    tool: &'static str,
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -30,7 +34,7 @@ struct Session {
 }
 
 impl Session {
-    fn start(argv: &[String]) -> (Self, Duration) {
+    fn start(argv: &[String], tool: &'static str) -> (Self, Duration) {
         let started = Instant::now();
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
@@ -47,6 +51,7 @@ impl Session {
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let mut session = Self {
+            tool,
             child,
             stdin,
             stdout,
@@ -78,9 +83,10 @@ impl Session {
         );
     }
 
-    fn call(id: u64) -> String {
+    fn call(&self, id: u64) -> String {
         format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read_notes","arguments":{{}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{}","arguments":{{}}}}}}"#,
+            self.tool
         )
     }
 
@@ -89,7 +95,8 @@ impl Session {
         (0..n)
             .map(|i| {
                 let started = Instant::now();
-                self.send(&Self::call(1_000 + i));
+                let line = self.call(1_000 + i);
+                self.send(&line);
                 self.recv();
                 started.elapsed()
             })
@@ -105,7 +112,7 @@ impl Session {
         while received < n {
             batch.clear();
             while sent < n && sent - received < in_flight {
-                batch.push_str(&Self::call(1_000_000 + sent));
+                batch.push_str(&self.call(1_000_000 + sent));
                 batch.push('\n');
                 sent += 1;
             }
@@ -139,8 +146,8 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[idx].as_secs_f64() * 1e6
 }
 
-fn measure(argv: &[String], warm: u64, lat: u64, thr: u64) -> Round {
-    let (mut session, cold) = Session::start(argv);
+fn measure(argv: &[String], tool: &'static str, warm: u64, lat: u64, thr: u64) -> Round {
+    let (mut session, cold) = Session::start(argv, tool);
     session.latencies(warm);
     let mut latencies = session.latencies(lat);
     latencies.sort();
@@ -173,7 +180,7 @@ fn main() {
         "notes".into(),
     ];
     let mut proxied = vec![
-        exe,
+        exe.clone(),
         "run".into(),
         "--trust".into(),
         "trusted".into(),
@@ -188,8 +195,8 @@ fn main() {
     let mut direct_p50 = Vec::new();
     let mut direct_cps = Vec::new();
     for _ in 0..rounds {
-        let direct = measure(&upstream, warm, lat, thr);
-        let gateway = measure(&proxied, warm, lat, thr);
+        let direct = measure(&upstream, "read_notes", warm, lat, thr);
+        let gateway = measure(&proxied, "read_notes", warm, lat, thr);
         added_p50.push(gateway.p50_us - direct.p50_us);
         added_p99.push(gateway.p99_us - direct.p99_us);
         ratio.push(gateway.calls_per_s / direct.calls_per_s);
@@ -217,5 +224,48 @@ fn main() {
     println!(
         "  added cold start (spawn to first tools/list): {:.1} ms",
         median(added_cold)
+    );
+
+    // What a persistent decision hook adds: gateway mode, the same server
+    // and calls, with and without a hook that allows each call at once.
+    let dir = std::env::temp_dir().join(format!("hintgate-overhead-hook-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = format!(
+        "[servers.notes]\ncommand = {exe:?}\nargs = [\"demo-server\", \"--flavor\", \"notes\"]\ntrust = \"trusted\"\n"
+    );
+    let plain = dir.join("plain.toml");
+    std::fs::write(&plain, &server).unwrap();
+    let hooked = dir.join("hooked.toml");
+    std::fs::write(
+        &hooked,
+        format!("[gateway]\ndecide_command = [{exe:?}, \"demo-hook\"]\n\n{server}"),
+    )
+    .unwrap();
+    let config = |path: &std::path::Path| {
+        vec![
+            exe.clone(),
+            "run".into(),
+            "--config".into(),
+            path.display().to_string(),
+        ]
+    };
+    let (plain, hooked) = (config(&plain), config(&hooked));
+    let mut hook_p50 = Vec::new();
+    let mut hook_p99 = Vec::new();
+    let mut hook_ratio = Vec::new();
+    for _ in 0..rounds {
+        let without = measure(&plain, "notes__read_notes", warm, lat, thr);
+        let with = measure(&hooked, "notes__read_notes", warm, lat, thr);
+        hook_p50.push(with.p50_us - without.p50_us);
+        hook_p99.push(with.p99_us - without.p99_us);
+        hook_ratio.push(with.calls_per_s / without.calls_per_s);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("what a persistent decision hook that answers at once adds (gateway mode, both ways)");
+    println!("  added latency, p50:     {:.1} us", median(hook_p50));
+    println!("  added latency, p99:     {:.1} us", median(hook_p99));
+    println!(
+        "  throughput at 16 in flight, with hook / without: {:.2}",
+        median(hook_ratio)
     );
 }

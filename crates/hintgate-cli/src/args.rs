@@ -38,6 +38,10 @@ pub enum Command {
         #[arg(long, value_enum)]
         flavor: crate::demo_server::Flavor,
     },
+    /// A decision hook that allows every call at once (the overhead
+    /// benchmark's, to measure what a persistent hook costs the gateway).
+    #[command(hide = true)]
+    DemoHook,
     /// List, show, diff, approve and revoke pinned tool definitions.
     Pins(PinsArgs),
     /// Query the audit log, or verify it.

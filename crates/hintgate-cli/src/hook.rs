@@ -14,6 +14,32 @@ use std::time::Duration;
 use hintgate_policy::config::HookConfig;
 use hintgate_policy::hook::MAX_ANSWER_BYTES;
 
+/// `hintgate demo-hook` (hidden): a persistent decision hook that allows
+/// every call at once, for the overhead benchmark. It reads only the id.
+pub fn demo_hook() -> anyhow::Result<crate::exit::Exit> {
+    #[derive(serde::Deserialize)]
+    struct Question<'a> {
+        #[serde(borrow)]
+        id: std::borrow::Cow<'a, str>,
+    }
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout().lock();
+    let mut line = String::new();
+    let mut input = stdin.lock();
+    loop {
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(crate::exit::Exit::Success);
+        }
+        let Ok(question) = serde_json::from_str::<Question<'_>>(&line) else {
+            continue;
+        };
+        let answer = serde_json::json!({"id": question.id, "verdict": "allow", "reason": "the benchmark's hook"});
+        writeln!(stdout, "{answer}")?;
+        stdout.flush()?;
+    }
+}
+
 /// The hook's first line of output, or why there is none.
 pub fn ask_once(config: &HookConfig, question: &str) -> Result<String, String> {
     let (program, args) = config

@@ -55,6 +55,7 @@ fn main() -> Exit {
         Command::Scan(args) => scan::run(args),
         Command::Demo => demo::run(),
         Command::DemoServer { flavor } => demo_server::run(*flavor),
+        Command::DemoHook => hook::demo_hook(),
         Command::Config(ConfigCommand::Check(args)) => config_check::run(args),
         Command::Approvals(args) => approvals::run(args),
         Command::Console(args) => console::run(args),

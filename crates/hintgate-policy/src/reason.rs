@@ -85,6 +85,10 @@ pub enum ReasonCode {
     /// A `[[labels]]` entry marks the tool `paid`: every call is asked
     /// about, never remembered, never allowed unasked.
     Paid,
+    /// The call's idempotency key was used before: with other arguments,
+    /// by another host, by a call still running, or by one whose outcome is
+    /// unknown; it is not sent (given by the gateway).
+    IdempotencyConflict,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -100,7 +104,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 32] = [
+    pub const ALL: [Self; 33] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -133,6 +137,7 @@ impl ReasonCode {
         Self::Hook,
         Self::HookFailed,
         Self::Paid,
+        Self::IdempotencyConflict,
     ];
 
     /// The stable kebab-case code.
@@ -170,6 +175,7 @@ impl ReasonCode {
             Self::Hook => "hook",
             Self::HookFailed => "hook-failed",
             Self::Paid => "paid",
+            Self::IdempotencyConflict => "idempotency-conflict",
         }
     }
 
@@ -230,6 +236,9 @@ impl ReasonCode {
                 "the decision hook (`decide_command`) failed, so the call is refused"
             }
             Self::Paid => "a label marks this tool as paid: every call is asked about",
+            Self::IdempotencyConflict => {
+                "the call's idempotency key was used before, and the call must not run twice"
+            }
         }
     }
 

@@ -41,6 +41,10 @@ pub struct Claim {
     pub expires: u64,
     /// Random, so that every state is unique.
     pub nonce: String,
+    /// The idempotency key the gateway filled in, so that the host's retry
+    /// is sent with the key the person saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// Why a returned state was refused.
@@ -99,6 +103,7 @@ impl Sealer {
         arguments: &serde_json::Value,
         pin: &str,
         ttl_s: u64,
+        key: Option<&str>,
     ) -> Result<String, getrandom::Error> {
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce)?;
@@ -108,6 +113,7 @@ impl Sealer {
             pin: pin.to_owned(),
             expires: now().saturating_add(ttl_s),
             nonce: hex::encode(nonce),
+            key: key.map(str::to_owned),
         };
         let payload = serde_json::to_vec(&claim).unwrap_or_default();
         let mac = self.mac(&payload);
@@ -218,7 +224,7 @@ mod tests {
     fn a_state_opens_once_for_its_own_call() {
         let mut sealer = Sealer::new().unwrap();
         let args = json!({"path": "/x"});
-        let state = sealer.seal("delete", &args, "sha256:1", 60).unwrap();
+        let state = sealer.seal("delete", &args, "sha256:1", 60, None).unwrap();
         assert_eq!(
             sealer.open(&state, "delete", &json!({"path": "/y"}), "sha256:1"),
             Err(SealError::Mismatch)
@@ -242,7 +248,7 @@ mod tests {
     fn altered_foreign_and_expired_states_are_refused() {
         let mut sealer = Sealer::new().unwrap();
         let args = json!({});
-        let state = sealer.seal("t", &args, "p", 60).unwrap();
+        let state = sealer.seal("t", &args, "p", 60, None).unwrap();
         let mut altered = state.clone().into_bytes();
         let last = altered.len() - 1;
         altered[last] = if altered[last] == b'0' { b'1' } else { b'0' };
@@ -251,7 +257,7 @@ mod tests {
             Err(SealError::Forged)
         );
         let other = Sealer::new().unwrap();
-        let foreign = other.seal("t", &args, "p", 60).unwrap();
+        let foreign = other.seal("t", &args, "p", 60, None).unwrap();
         assert_eq!(
             sealer.open(&foreign, "t", &args, "p"),
             Err(SealError::Forged)
@@ -272,6 +278,7 @@ mod tests {
             pin: "p".into(),
             expires: 1,
             nonce: "n".into(),
+            key: None,
         };
         let payload = serde_json::to_vec(&claim).unwrap();
         let expired = format!(
@@ -292,7 +299,7 @@ mod tests {
         // was made from.
         let mut sealer = Sealer::new().unwrap();
         let args = json!({"path": "/x"});
-        let state = sealer.seal("delete", &args, "sha256:1", 60).unwrap();
+        let state = sealer.seal("delete", &args, "sha256:1", 60, None).unwrap();
         for (idx, letter) in state
             .char_indices()
             .skip(PREFIX.len())

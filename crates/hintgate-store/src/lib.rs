@@ -65,11 +65,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 mod audit;
 mod body;
 mod head;
+mod idempotency;
 mod key;
 mod postgres;
 mod queue;
@@ -82,8 +83,11 @@ pub use audit::{
     NewEntry, Problem, Span, Verification, WitnessState,
 };
 pub use body::Malformed;
+pub use idempotency::{
+    IdempotencyStore, KeyClaim, KeyEnd, KeyRecord, KeyState, MAX_RESULT_BYTES, key_scope,
+};
 pub use key::{AuditKey, KeyError};
-pub use postgres::PgStore;
+pub use postgres::{PG_SCHEMA_VERSION, PgStore};
 pub use queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
 };
@@ -95,10 +99,11 @@ pub use witness::{
 };
 
 /// Everything the gateway keeps: pins, standing approvals, the audit log,
-/// the approval queue and the tokens of HTTP hosts.
-pub trait Store: PinStore + AuditLog + ApprovalQueue + TokenStore {}
+/// the approval queue, the tokens of HTTP hosts and the records of writes
+/// sent with idempotency keys.
+pub trait Store: PinStore + AuditLog + ApprovalQueue + TokenStore + IdempotencyStore {}
 
-impl<T: PinStore + AuditLog + ApprovalQueue + TokenStore> Store for T {}
+impl<T: PinStore + AuditLog + ApprovalQueue + TokenStore + IdempotencyStore> Store for T {}
 
 /// One pinned tool definition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -474,6 +479,8 @@ struct MemoryState {
     queue: Vec<Pending>,
     /// Tokens by name: hash, scope, when made.
     tokens: BTreeMap<String, (String, String, i64)>,
+    /// Records of keyed writes, by scope.
+    keys: BTreeMap<String, idempotency::KeyRow>,
 }
 
 impl Default for MemoryStore {
@@ -852,6 +859,18 @@ impl SqliteStore {
                      name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,
                      created_at INTEGER NOT NULL, tag TEXT);
                  PRAGMA user_version = 6;
+                 COMMIT;",
+            )?;
+        }
+        if found < 7 {
+            connection.execute_batch(
+                "BEGIN IMMEDIATE;
+                 CREATE TABLE IF NOT EXISTS idempotency (
+                     scope TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT NOT NULL,
+                     principal TEXT NOT NULL, arguments TEXT NOT NULL,
+                     claimed_at INTEGER NOT NULL, done_at INTEGER, result BLOB, tag TEXT);
+                 CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (claimed_at);
+                 PRAGMA user_version = 7;
                  COMMIT;",
             )?;
         }
@@ -1565,5 +1584,189 @@ pub mod test_util {
             );
             assert_eq!(decide(&[]), TlsRequirement::Skip);
         }
+    }
+}
+
+impl IdempotencyStore for MemoryStore {
+    fn key_record(
+        &self,
+        scope: &str,
+        now: i64,
+        window_s: i64,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        let sealer = rows::Sealer::of(&self.key);
+        let cipher = idempotency::KeyCipher::of(&self.key)?;
+        Ok(self
+            .lock()
+            .keys
+            .get(scope)
+            .filter(|row| row.claimed_at > now.saturating_sub(window_s))
+            .map(|row| row.open(Some(&sealer), Some(&cipher))))
+    }
+
+    fn claim_key(&self, claim: &KeyClaim<'_>) -> Result<Option<KeyRecord>, StoreError> {
+        let sealer = rows::Sealer::of(&self.key);
+        let cipher = idempotency::KeyCipher::of(&self.key)?;
+        let mut state = self.lock();
+        let oldest = claim.now.saturating_sub(claim.window_s);
+        state.keys.retain(|_, row| row.claimed_at > oldest);
+        if let Some(row) = state.keys.get(claim.scope) {
+            return Ok(Some(row.open(Some(&sealer), Some(&cipher))));
+        }
+        state.keys.insert(
+            claim.scope.to_owned(),
+            idempotency::KeyRow::claimed(claim, &sealer),
+        );
+        Ok(None)
+    }
+
+    fn end_key(
+        &self,
+        scope: &str,
+        owner: &str,
+        end: KeyEnd<'_>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let sealer = rows::Sealer::of(&self.key);
+        let cipher = idempotency::KeyCipher::of(&self.key)?;
+        let mut state = self.lock();
+        let Some(row) = state.keys.get(scope) else {
+            return Ok(());
+        };
+        if row.owner != owner || row.state != KeyState::Running.as_str() {
+            return Ok(());
+        }
+        match row.clone().ended(end, now, &sealer, &cipher)? {
+            Some(row) => state.keys.insert(scope.to_owned(), row),
+            None => state.keys.remove(scope),
+        };
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    fn key_tools(&self) -> Result<(rows::Sealer, idempotency::KeyCipher), StoreError> {
+        let key = self.audit_key().ok_or(StoreError::Unsealed)?;
+        Ok((rows::Sealer::of(key), idempotency::KeyCipher::of(key)?))
+    }
+}
+
+/// The columns of an idempotency record, in the order the queries name them.
+const KEY_COLUMNS: &str =
+    "scope, state, owner, principal, arguments, claimed_at, done_at, result, tag";
+
+fn key_row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<idempotency::KeyRow> {
+    Ok(idempotency::KeyRow {
+        scope: row.get(0)?,
+        state: row.get(1)?,
+        owner: row.get(2)?,
+        principal: row.get(3)?,
+        arguments: row.get(4)?,
+        claimed_at: row.get(5)?,
+        done_at: row.get(6)?,
+        result: row.get(7)?,
+        tag: row.get(8)?,
+    })
+}
+
+fn put_key_row(connection: &Connection, row: &idempotency::KeyRow) -> rusqlite::Result<usize> {
+    connection.execute(
+        &format!(
+            "INSERT OR REPLACE INTO idempotency ({KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+        ),
+        params![
+            row.scope,
+            row.state,
+            row.owner,
+            row.principal,
+            row.arguments,
+            row.claimed_at,
+            row.done_at,
+            row.result,
+            row.tag
+        ],
+    )
+}
+
+impl IdempotencyStore for SqliteStore {
+    fn key_record(
+        &self,
+        scope: &str,
+        now: i64,
+        window_s: i64,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        let (sealer, cipher) = self.key_tools()?;
+        let row = self
+            .lock()
+            .query_row(
+                &format!(
+                    "SELECT {KEY_COLUMNS} FROM idempotency WHERE scope = ?1 AND claimed_at > ?2"
+                ),
+                params![scope, now.saturating_sub(window_s)],
+                key_row_of,
+            )
+            .optional()?;
+        Ok(row.map(|row| row.open(Some(&sealer), Some(&cipher))))
+    }
+
+    fn claim_key(&self, claim: &KeyClaim<'_>) -> Result<Option<KeyRecord>, StoreError> {
+        let (sealer, cipher) = self.key_tools()?;
+        let mut connection = self.lock();
+        // The write lock first, so two processes on one file claim in turn.
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        transaction.execute(
+            "DELETE FROM idempotency WHERE claimed_at <= ?1",
+            params![claim.now.saturating_sub(claim.window_s)],
+        )?;
+        let found = transaction
+            .query_row(
+                &format!("SELECT {KEY_COLUMNS} FROM idempotency WHERE scope = ?1"),
+                params![claim.scope],
+                key_row_of,
+            )
+            .optional()?;
+        if let Some(row) = found {
+            transaction.commit()?;
+            return Ok(Some(row.open(Some(&sealer), Some(&cipher))));
+        }
+        put_key_row(&transaction, &idempotency::KeyRow::claimed(claim, &sealer))?;
+        transaction.commit()?;
+        Ok(None)
+    }
+
+    fn end_key(
+        &self,
+        scope: &str,
+        owner: &str,
+        end: KeyEnd<'_>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let (sealer, cipher) = self.key_tools()?;
+        let mut connection = self.lock();
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let found = transaction
+            .query_row(
+                &format!(
+                    "SELECT {KEY_COLUMNS} FROM idempotency WHERE scope = ?1 AND owner = ?2 AND state = 'running'"
+                ),
+                params![scope, owner],
+                key_row_of,
+            )
+            .optional()?;
+        if let Some(row) = found {
+            match row.ended(end, now, &sealer, &cipher)? {
+                Some(row) => {
+                    put_key_row(&transaction, &row)?;
+                }
+                None => {
+                    transaction
+                        .execute("DELETE FROM idempotency WHERE scope = ?1", params![scope])?;
+                }
+            }
+        }
+        transaction.commit()?;
+        Ok(())
     }
 }

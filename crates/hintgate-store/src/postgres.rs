@@ -39,7 +39,7 @@ use crate::{
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 4;
+pub const PG_SCHEMA_VERSION: i64 = 5;
 
 /// How long connecting, a silent connection or one statement may take
 /// before it fails (unless the address sets its own).
@@ -394,6 +394,16 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
                  name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,
                  created_at BIGINT NOT NULL, tag TEXT);
              UPDATE hintgate.meta SET value = '4' WHERE key = 'schema_version';",
+        )?;
+    }
+    if found < 5 {
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS hintgate.idempotency (
+                 scope TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT NOT NULL,
+                 principal TEXT NOT NULL, arguments TEXT NOT NULL,
+                 claimed_at BIGINT NOT NULL, done_at BIGINT, result BYTEA, tag TEXT);
+             CREATE INDEX IF NOT EXISTS idempotency_by_age ON hintgate.idempotency (claimed_at);
+             UPDATE hintgate.meta SET value = '5' WHERE key = 'schema_version';",
         )?;
     }
     let mut salt = vec![0u8; 32];
@@ -1136,6 +1146,164 @@ impl crate::TokenStore for PgStore {
             })
             .filter(|row| row.seal == crate::Seal::Valid))
     }
+}
+
+/// The columns of an idempotency record, in the order the queries name them.
+const PG_KEY_COLUMNS: &str =
+    "scope, state, owner, principal, arguments, claimed_at, done_at, result, tag";
+
+fn pg_key_row(row: &::postgres::Row) -> crate::idempotency::KeyRow {
+    crate::idempotency::KeyRow {
+        scope: row.get(0),
+        state: row.get(1),
+        owner: row.get(2),
+        principal: row.get(3),
+        arguments: row.get(4),
+        claimed_at: row.get(5),
+        done_at: row.get(6),
+        result: row.get(7),
+        tag: row.get(8),
+    }
+}
+
+fn pg_put_key_row(
+    tx: &mut ::postgres::Transaction<'_>,
+    row: &crate::idempotency::KeyRow,
+    on_conflict: &str,
+) -> Result<u64, StoreError> {
+    Ok(tx.execute(
+        &format!(
+            "INSERT INTO hintgate.idempotency ({PG_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) {on_conflict}"
+        ),
+        &[
+            &row.scope,
+            &row.state,
+            &row.owner,
+            &row.principal,
+            &row.arguments,
+            &row.claimed_at,
+            &row.done_at,
+            &row.result,
+            &row.tag,
+        ],
+    )?)
+}
+
+impl PgStore {
+    fn key_tools(&self) -> Result<(Sealer, crate::idempotency::KeyCipher), StoreError> {
+        let key = self.keying.key.as_ref().ok_or(StoreError::Unsealed)?;
+        Ok((Sealer::of(key), crate::idempotency::KeyCipher::of(key)?))
+    }
+}
+
+impl crate::IdempotencyStore for PgStore {
+    fn key_record(
+        &self,
+        scope: &str,
+        now: i64,
+        window_s: i64,
+    ) -> Result<Option<crate::KeyRecord>, StoreError> {
+        let (sealer, cipher) = self.key_tools()?;
+        let scope = scope.to_owned();
+        let oldest = now.saturating_sub(window_s);
+        let row = self.call(move |client| {
+            Ok(client.query_opt(
+                &format!(
+                    "SELECT {PG_KEY_COLUMNS} FROM hintgate.idempotency WHERE scope = $1 AND claimed_at > $2"
+                ),
+                &[&scope, &oldest],
+            )?)
+        })?;
+        Ok(row.map(|row| pg_key_row(&row).open(Some(&sealer), Some(&cipher))))
+    }
+
+    fn claim_key(
+        &self,
+        claim: &crate::KeyClaim<'_>,
+    ) -> Result<Option<crate::KeyRecord>, StoreError> {
+        let (sealer, cipher) = self.key_tools()?;
+        let fresh = crate::idempotency::KeyRow::claimed(claim, &sealer);
+        let oldest = claim.now.saturating_sub(claim.window_s);
+        let found = self.call(move |client| {
+            let mut tx = client.transaction()?;
+            tx.execute(
+                "DELETE FROM hintgate.idempotency WHERE claimed_at <= $1",
+                &[&oldest],
+            )?;
+            // Of two gateways claiming at once, one inserts; the other's
+            // insert waits for it, then does nothing and reads its row.
+            let inserted = pg_put_key_row(&mut tx, &fresh, "ON CONFLICT (scope) DO NOTHING")?;
+            let found = if inserted == 1 {
+                None
+            } else {
+                tx.query_opt(
+                    &format!("SELECT {PG_KEY_COLUMNS} FROM hintgate.idempotency WHERE scope = $1"),
+                    &[&fresh.scope],
+                )?
+                .map(|row| pg_key_row(&row))
+            };
+            tx.commit()?;
+            Ok(found)
+        })?;
+        Ok(found.map(|row| row.open(Some(&sealer), Some(&cipher))))
+    }
+
+    fn end_key(
+        &self,
+        scope: &str,
+        owner: &str,
+        end: crate::KeyEnd<'_>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let (sealer, cipher) = self.key_tools()?;
+        let (scope, owner) = (scope.to_owned(), owner.to_owned());
+        let end = match end {
+            crate::KeyEnd::Done(result) => Ended::Done(result.map(str::to_owned)),
+            crate::KeyEnd::Unknown => Ended::Unknown,
+            crate::KeyEnd::Released => Ended::Released,
+        };
+        self.call(move |client| {
+            let mut tx = client.transaction()?;
+            let found = tx.query_opt(
+                &format!(
+                    "SELECT {PG_KEY_COLUMNS} FROM hintgate.idempotency
+                     WHERE scope = $1 AND owner = $2 AND state = 'running' FOR UPDATE"
+                ),
+                &[&scope, &owner],
+            )?;
+            if let Some(row) = found {
+                let end = match &end {
+                    Ended::Done(result) => crate::KeyEnd::Done(result.as_deref()),
+                    Ended::Unknown => crate::KeyEnd::Unknown,
+                    Ended::Released => crate::KeyEnd::Released,
+                };
+                match pg_key_row(&row).ended(end, now, &sealer, &cipher)? {
+                    Some(row) => {
+                        tx.execute(
+                            "DELETE FROM hintgate.idempotency WHERE scope = $1",
+                            &[&scope],
+                        )?;
+                        pg_put_key_row(&mut tx, &row, "")?;
+                    }
+                    None => {
+                        tx.execute(
+                            "DELETE FROM hintgate.idempotency WHERE scope = $1",
+                            &[&scope],
+                        )?;
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+}
+
+/// [`crate::KeyEnd`], owned, for the store's thread.
+enum Ended {
+    Done(Option<String>),
+    Unknown,
+    Released,
 }
 
 #[cfg(test)]

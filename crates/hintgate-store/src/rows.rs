@@ -174,6 +174,20 @@ impl Sealer {
         self.check("token", &token_fields(name, hash, scope, created_at), tag)
     }
 
+    /// The seal of an idempotency key's record: every column but the seal.
+    pub(crate) fn key_row(&self, row: &crate::idempotency::KeyRow) -> String {
+        self.seal("idempotency", &key_row_fields(row))
+    }
+
+    /// Whether `tag` is the seal of `row`.
+    pub(crate) fn check_key_row(
+        &self,
+        row: &crate::idempotency::KeyRow,
+        tag: Option<&str>,
+    ) -> Seal {
+        self.check("idempotency", &key_row_fields(row), tag)
+    }
+
     pub(crate) fn always(&self, server_key: &str, tool: &str, digest: &str) -> String {
         self.seal("always", &always_fields(server_key, tool, digest))
     }
@@ -268,5 +282,19 @@ fn answer_fields<'a>(entry_tag: &'a str, answer: &'a Answer) -> [Field<'a>; 4] {
         Field::Bytes(if answer.approve { b"approve" } else { b"deny" }),
         Field::Bytes(answer.remember.as_str().as_bytes()),
         Field::Bytes(answer.by.as_bytes()),
+    ]
+}
+
+fn key_row_fields(row: &crate::idempotency::KeyRow) -> [Field<'_>; 8] {
+    [
+        Field::Bytes(row.scope.as_bytes()),
+        Field::Bytes(row.state.as_bytes()),
+        Field::Bytes(row.owner.as_bytes()),
+        Field::Bytes(row.principal.as_bytes()),
+        Field::Bytes(row.arguments.as_bytes()),
+        Field::Int(row.claimed_at),
+        // An absent end and an absent result are told from any value.
+        Field::Int(row.done_at.unwrap_or(i64::MIN)),
+        Field::Bytes(row.result.as_deref().unwrap_or(b"\0none")),
     ]
 }

@@ -123,10 +123,10 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
     drop(connection);
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }));
-    assert!(
-        err.to_string()
-            .contains("schema version 99, newer than this hintgate's 6")
-    );
+    assert!(err.to_string().contains(&format!(
+        "schema version 99, newer than this hintgate's {}",
+        hintgate_store::SCHEMA_VERSION
+    )));
 }
 
 fn rusqlite_connection(path: &std::path::Path) -> rusqlite::Connection {
@@ -617,7 +617,10 @@ fn a_newer_postgres_schema_is_refused_and_a_bad_address_is_named() {
         "{err}"
     );
     assert!(
-        err.to_string().contains("newer than this hintgate's 4"),
+        err.to_string().contains(&format!(
+            "newer than this hintgate's {}",
+            hintgate_store::PG_SCHEMA_VERSION
+        )),
         "{err}"
     );
 
@@ -1188,7 +1191,7 @@ fn a_version_1_postgres_store_is_migrated_and_its_pins_read_without_identity() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "4");
+    assert_eq!(version, hintgate_store::PG_SCHEMA_VERSION.to_string());
 }
 
 #[test]
@@ -1224,6 +1227,9 @@ mod audit_attacks;
 
 #[path = "contract/row_attacks.rs"]
 mod row_attacks;
+
+#[path = "contract/keys.rs"]
+mod keys;
 
 // === tokens ===
 

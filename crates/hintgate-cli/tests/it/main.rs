@@ -20,6 +20,7 @@ mod gateway;
 mod hooks;
 mod host;
 mod hostile_http;
+mod keys;
 mod lint;
 mod listen;
 mod packaging;

@@ -308,6 +308,10 @@ impl Gateway {
             cx.arguments_or_empty(),
             cx.digest_text.as_deref().unwrap_or_default(),
             self.limits.ask_timeout.as_secs(),
+            cx.idem
+                .as_ref()
+                .filter(|idem| idem.filled)
+                .map(|idem| idem.key.as_str()),
         );
         let state = match sealed {
             Ok(state) => state,

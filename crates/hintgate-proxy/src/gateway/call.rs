@@ -77,6 +77,11 @@ pub(crate) struct CallContext {
     pub hook: Option<super::hooks::HookVerdict>,
     /// How often the decision hook was asked about this call.
     pub hook_asks: u32,
+    /// Its idempotency key, for a tool that takes one.
+    pub idem: Option<super::keys::Idem>,
+    /// The arguments as sent, when the gateway filled in an idempotency
+    /// key: the host's text with the key added.
+    pub arguments_filled: Option<String>,
 }
 
 /// What a 2026-07-28 server's input-required continuation adds to the
@@ -161,6 +166,12 @@ pub(crate) enum Refusal {
     /// The gateway shut down before the call was sent (it waited for its
     /// server, or for a person).
     Shutdown,
+    /// The call's idempotency key already ran with these arguments: the
+    /// host gets the recorded result (`None`: it was too large to keep),
+    /// and the server is not called.
+    Replayed(Option<String>),
+    /// The call's idempotency key cannot be used: why.
+    KeyInUse(String),
 }
 
 /// Who let a call through, or who ended it.
@@ -223,6 +234,9 @@ pub(crate) enum Outcome {
     /// The gateway shut down (it was asked to stop, or a fatal error ended
     /// its loop) before the call was answered.
     Shutdown,
+    /// Its idempotency key had run with the same arguments: the recorded
+    /// result was the answer, and the server was not called.
+    Replayed,
 }
 
 // === impl CallContext ===
@@ -277,6 +291,8 @@ impl CallContext {
             approved: None,
             hook: None,
             hook_asks: 0,
+            idem: None,
+            arguments_filled: None,
         }
     }
 
@@ -311,8 +327,12 @@ impl CallContext {
         Self::new(request, params)
     }
 
-    /// The host's arguments as text (`None` when the call has none).
+    /// The arguments as text (`None` when the call has none): the host's,
+    /// with an idempotency key the gateway filled in.
     pub fn arguments_text(&self) -> Option<&str> {
+        if let Some(filled) = &self.arguments_filled {
+            return Some(filled);
+        }
         self.params
             .arguments
             .as_ref()
@@ -424,7 +444,9 @@ impl Refusal {
             Self::InputRequired(_) => Outcome::InputRequired,
             Self::Withdrawn(outcome) => *outcome,
             Self::Shutdown => Outcome::Shutdown,
-            Self::Malformed(_)
+            Self::Replayed(_) => Outcome::Replayed,
+            Self::KeyInUse(_)
+            | Self::Malformed(_)
             | Self::UnknownTool
             | Self::ServerUnavailable(_)
             | Self::Denied { .. }
@@ -456,6 +478,8 @@ impl Refusal {
             | Self::Unrecorded(_) => fallback(ReasonCode::InternalError),
             Self::Withdrawn(_) => fallback(ReasonCode::Cancelled),
             Self::Shutdown => fallback(ReasonCode::Shutdown),
+            Self::Replayed(_) => fallback(ReasonCode::InternalError),
+            Self::KeyInUse(_) => Decision::deny(ReasonCode::IdempotencyConflict),
         }
     }
 
@@ -503,6 +527,18 @@ impl Refusal {
             ))),
             Self::Withdrawn(_) => Answer::Error(-32800, "the request was cancelled".to_owned()),
             Self::InputRequired(result) => Answer::Raw(result.clone()),
+            Self::Replayed(Some(result)) => match serde_json::from_str::<Value>(result) {
+                Ok(result) if result.is_object() => Answer::Result(result),
+                _ => Answer::Raw(result.clone()),
+            },
+            Self::Replayed(None) => Answer::Result(error_result(&format!(
+                "this call already ran on `{}` with the same idempotency key and arguments; its result was too large to keep, so it cannot be shown again. It was not run twice.",
+                cx.server
+            ))),
+            Self::KeyInUse(why) => Answer::Result(error_result(&format!(
+                "hintgate did not send this call to `{}`: {why}.",
+                cx.server
+            ))),
             Self::Denied { extra, .. } => Answer::Result(denial(cx, extra.as_deref())),
         }
     }
@@ -666,6 +702,7 @@ impl Outcome {
             Self::Cancelled => "cancelled",
             Self::HostGone => "host-gone",
             Self::Shutdown => "shutdown",
+            Self::Replayed => "replayed",
         }
     }
 }

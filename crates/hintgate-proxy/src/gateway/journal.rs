@@ -92,6 +92,8 @@ pub(crate) struct CallFields<'a> {
     /// Who the host is, when its transport authenticated it (over HTTP:
     /// its token's name).
     pub host: Option<&'a str>,
+    /// The call's idempotency key, and whether the gateway filled it in.
+    pub idempotency: Option<(&'a str, bool)>,
 }
 
 // === impl Journal ===
@@ -305,6 +307,15 @@ impl Journal {
             out.push_str(",\"host\":");
             push_string(out, host);
         }
+        if let Some((key, filled)) = fields.idempotency {
+            // Kept whole, whatever redaction makes of the arguments: it is
+            // what matches this call with a later one that replays it.
+            out.push_str(",\"idempotency\":{\"filled\":");
+            out.push_str(if filled { "true" } else { "false" });
+            out.push_str(",\"key\":");
+            push_string(out, key);
+            out.push('}');
+        }
         out.push_str(",\"identity\":");
         match fields.identity {
             Some(key) => push_string(out, key),
@@ -393,6 +404,7 @@ mod tests {
             pin: None,
             outcome: Some(Outcome::Denied),
             host: Some("alice"),
+            idempotency: None,
         });
         journal.batch[0].body.clone()
     }
@@ -430,6 +442,7 @@ mod tests {
             pin: None,
             outcome: Some(Outcome::Denied),
             host: None,
+            idempotency: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -496,6 +509,7 @@ mod tests {
             pin: None,
             outcome: Some(Outcome::Denied),
             host: None,
+            idempotency: None,
         };
         let to_forward = CallFields {
             request_id: "2",

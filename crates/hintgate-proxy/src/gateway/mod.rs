@@ -40,6 +40,7 @@ pub(crate) mod catalog;
 pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;
+pub(crate) mod keys;
 pub(crate) mod modern;
 pub(crate) mod pipeline;
 pub(crate) mod relay;
@@ -254,6 +255,8 @@ pub(crate) struct Gateway {
     asks: ask::Asks,
     /// The decision hooks, and the calls that wait for them.
     hooks: hooks::Hooks,
+    /// This run's name, which owns the idempotency keys it claims.
+    run_name: String,
     routing: routing::Routing,
     /// A 2026-07-28 server's questions being asked of a legacy host.
     gathers: relay::Gathers,
@@ -719,7 +722,8 @@ impl Gateway {
             observer: settings.observer,
             catalog: catalog::Catalog::new(count, settings.store.clone()),
             journal: journal::Journal::new(log, run_name.clone(), redactor),
-            asks: ask::Asks::new(run_name),
+            asks: ask::Asks::new(run_name.clone()),
+            run_name,
             store: settings.store,
             connector: settings
                 .connector

@@ -254,10 +254,12 @@ impl Gateway {
             );
         }
 
-        // 4. Validate the arguments against the tool's input schema.
+        // 4. Validate the arguments against the tool's input schema, with
+        //    an idempotency key filled in where the tool takes one.
         if let Err(problem) = cx.parse_arguments() {
             return Step::Refuse(cx, Refusal::Malformed(problem));
         }
+        self.prepare_key(&mut cx, idx);
         if let Some(validator) = input {
             let arguments = cx.arguments_or_empty();
             if !validator.is_valid(arguments) {
@@ -268,6 +270,11 @@ impl Gateway {
                     .collect();
                 return Step::Refuse(cx, Refusal::InvalidArguments(problems));
             }
+        }
+        // A key that ran with these arguments is answered from the store,
+        // before anyone is asked; one that cannot be used is refused.
+        if let Some(refusal) = self.look_up_key(&cx) {
+            return Step::Refuse(cx, refusal);
         }
 
         // 5. Ask a person, where the decision says so. A call a person
@@ -388,6 +395,20 @@ impl Gateway {
             self.call_unsent(cx, &why);
             return;
         }
+        // The key is claimed right before the send: of two calls with one
+        // key, one is sent.
+        if let Err(refusal) = self.claim_key(&mut cx) {
+            self.record_outcome(&cx, refusal.outcome());
+            if let Refusal::Replayed(_) = refusal
+                && cx.taints
+            {
+                let what = format!("a replayed result of `{}`", cx.tool);
+                self.taint(cx.request.session, idx, &what);
+            }
+            let line = self.refusal_line(&cx, &refusal);
+            self.send_host(cx.request.session, line);
+            return;
+        }
         let timeout = self.limits.call_timeout;
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
@@ -485,6 +506,9 @@ impl Gateway {
                         self.answer_call(&cx, line, outcome);
                         return;
                     }
+                    // The call ran: a keyed one's result is recorded as the
+                    // answer to a later call with the same key.
+                    self.key_done(&cx, raw.get());
                     if cx.taints {
                         let what = format!("a result of `{}`", cx.tool);
                         self.taint(session, idx, &what);
@@ -534,6 +558,7 @@ impl Gateway {
 
     /// Records how a forwarded call ended.
     pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
+        self.end_key_by_outcome(cx, outcome);
         let Some(seq) = cx.record else {
             return;
         };
@@ -592,6 +617,10 @@ impl Gateway {
                 .sessions
                 .get(&cx.request.session)
                 .and_then(|host| host.principal.as_deref()),
+            idempotency: cx
+                .idem
+                .as_ref()
+                .map(|idem| (idem.key.as_str(), idem.filled)),
         };
         self.journal.call(&fields)
     }
@@ -606,6 +635,12 @@ impl Gateway {
     /// A call ends at the gateway: its record, and its answer after it (a
     /// call the host withdrew gets no answer).
     pub(super) fn refuse(&mut self, cx: Box<CallContext>, refusal: Refusal) {
+        if let (Refusal::Replayed(_), Some(idx)) = (&refusal, cx.server)
+            && cx.taints
+        {
+            let what = format!("a replayed result of `{}`", cx.tool);
+            self.taint(cx.request.session, idx, &what);
+        }
         let decision = refusal.decision(cx.decision.as_ref());
         self.record_call(
             &cx,
@@ -715,18 +750,24 @@ fn call_line(
     let id_text = id.to_string();
     let ours = super::modern::carries_our_answer(cx);
     let continuation = cx.continuation.as_ref();
-    if wrap && !modern && !ours && continuation.is_none() {
+    let filled = cx.arguments_filled.as_deref();
+    if wrap && !modern && !ours && continuation.is_none() && filled.is_none() {
         return Some(cx.request.with_id(&id_text));
     }
     let params = cx.request.line.get(cx.params.span.clone())?;
     let found = members(params).ok()?;
     let mut writer = ObjectWriter::with_capacity(params.len() + 256);
     let mut meta_done = false;
+    let mut arguments_done = false;
     for member in &found {
         let text = params.get(member.span.clone()).unwrap_or("");
         let value = params.get(member.value.clone()).unwrap_or("null");
         match member.key.as_ref() {
             "name" => writer.member("name", &string_literal(&cx.tool)),
+            "arguments" if filled.is_some() => {
+                writer.member("arguments", filled.unwrap_or("{}"));
+                arguments_done = true;
+            }
             "requestState" | "inputResponses" if continuation.is_some() => {}
             "requestState" if ours && super::modern::is_our_state(value) => {}
             "inputResponses" if ours => {
@@ -740,6 +781,9 @@ fn call_line(
             }
             _ => writer.copy(text),
         }
+    }
+    if let (Some(filled), false) = (filled, arguments_done) {
+        writer.member("arguments", filled);
     }
     if let Some(continuation) = continuation {
         writer.member("inputResponses", &continuation.responses);

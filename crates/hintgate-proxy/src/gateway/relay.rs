@@ -405,6 +405,7 @@ impl Gateway {
             &Value::Null,
             &binding,
             self.limits.call_timeout.as_secs(),
+            None,
         ) else {
             return false;
         };

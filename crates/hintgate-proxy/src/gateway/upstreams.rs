@@ -815,8 +815,8 @@ impl Gateway {
     /// A forwarded call failed (a timeout, a crash): retry it when design
     /// §4.5 allows, otherwise tell the host.
     pub(super) fn call_failed(&mut self, mut cx: Box<CallContext>, reason: &str) {
-        if cx.retry_eligible && cx.attempt == 0 {
-            tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, read-only or idempotent tool)");
+        if cx.retry_eligible && cx.attempt == 0 || self.key_makes_retry_safe(&cx) {
+            tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, and a read-only or idempotent tool or a call with an idempotency key)");
             self.record_outcome(&cx, super::call::Outcome::FailedRetried);
             cx.next_attempt();
             self.run_pipeline(cx);

@@ -583,6 +583,32 @@ impl AuditLog for TestStore {
     }
 }
 
+impl hintgate_store::IdempotencyStore for TestStore {
+    fn key_record(
+        &self,
+        scope: &str,
+        now: i64,
+        window_s: i64,
+    ) -> Result<Option<hintgate_store::KeyRecord>, StoreError> {
+        self.inner.key_record(scope, now, window_s)
+    }
+    fn claim_key(
+        &self,
+        claim: &hintgate_store::KeyClaim<'_>,
+    ) -> Result<Option<hintgate_store::KeyRecord>, StoreError> {
+        self.inner.claim_key(claim)
+    }
+    fn end_key(
+        &self,
+        scope: &str,
+        owner: &str,
+        end: hintgate_store::KeyEnd<'_>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.end_key(scope, owner, end, now)
+    }
+}
+
 impl hintgate_store::TokenStore for TestStore {
     fn add_token(&self, name: &str, hash: &str, scope: &str) -> Result<(), StoreError> {
         self.inner.add_token(name, hash, scope)

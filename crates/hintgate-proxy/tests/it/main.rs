@@ -13,6 +13,7 @@ mod harness;
 mod hooks;
 mod hostile;
 mod http;
+mod keys;
 mod names;
 mod pipeline;
 mod runtime;

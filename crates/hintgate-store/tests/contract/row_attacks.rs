@@ -11,7 +11,7 @@ use serde_json::json;
 
 /// The database as its attacker reaches it: SQL, with `{s}` for the
 /// schema the store's tables are in.
-trait Raw {
+pub(super) trait Raw {
     fn execute(&mut self, sql: &str);
 }
 
@@ -35,7 +35,7 @@ impl Raw for Postgres {
 
 /// Runs `attack` on a keyed SQLite store and, when a server is configured,
 /// a keyed PostgreSQL store, each with the attacker's own connection.
-fn on_both(attack: impl Fn(&dyn Store, &mut dyn Raw)) {
+pub(super) fn on_both(attack: impl Fn(&dyn Store, &mut dyn Raw)) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
     let store = SqliteStore::open(&path).unwrap();

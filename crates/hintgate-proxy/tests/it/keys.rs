@@ -1,0 +1,145 @@
+//! Idempotency keys in the gateway: a key filled in is the one the person
+//! sees and the server gets (also across a 2026-07-28 host's retry), two
+//! calls with one key in one turn send one, and a keyed call whose outcome
+//! is unknown is never sent again.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Behaviour, Harness, ServerScript, Setup, is_error, text};
+
+fn keyed_tool(name: &str) -> Value {
+    json!({
+        "name": name,
+        "description": "charges an amount",
+        "inputSchema": {"type": "object", "properties": {
+            "amount": {"type": "integer"},
+            "idempotency_key": {"type": "string"}}},
+        "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": true},
+    })
+}
+
+fn keys_received(gateway: &Harness) -> Vec<Value> {
+    gateway
+        .calls_received("fx")
+        .iter()
+        .map(|call| call["params"]["arguments"]["idempotency_key"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_filled_in_is_the_one_the_person_sees_and_the_server_gets() {
+    let script = ServerScript::with_tools(vec![keyed_tool("charge")]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    gateway.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}).to_string());
+    let answer = gateway.call("charge", json!({"amount": 5})).await;
+    assert!(!is_error(&answer), "{answer}");
+    let question = &gateway.requests[0];
+    let prompt = question["params"]["message"].as_str().unwrap();
+    let keys = keys_received(&gateway);
+    assert_eq!(keys.len(), 1);
+    let key = keys[0].as_str().unwrap();
+    assert!(
+        prompt.contains(key),
+        "the prompt shows the key {key}:\n{prompt}"
+    );
+    // The host's own members are sent as they were.
+    assert_eq!(
+        gateway.calls_received("fx")[0]["params"]["arguments"]["amount"],
+        5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_host_that_is_asked_and_retries_sends_the_key_it_was_shown() {
+    let script = ServerScript::with_tools(vec![keyed_tool("charge")]);
+    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    let capabilities = json!({"elicitation": {"form": {}}});
+    let asked = gateway
+        .modern_request(
+            "tools/call",
+            json!({"name": "charge", "arguments": {"amount": 7}}),
+            capabilities.clone(),
+        )
+        .await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].clone();
+    let shown = asked["result"]["inputRequests"]["hintgate/approve"].to_string();
+    let retried = gateway
+        .modern_request(
+            "tools/call",
+            json!({"name": "charge", "arguments": {"amount": 7}, "requestState": state,
+                   "inputResponses": {"hintgate/approve": {"action": "accept", "content": {"approve": true}}}}),
+            capabilities,
+        )
+        .await;
+    assert!(!is_error(&retried), "{retried}");
+    let keys = keys_received(&gateway);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let key = keys[0].as_str().unwrap();
+    assert!(shown.contains(key), "the person saw {key}: {shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_calls_with_one_key_in_one_turn_send_one() {
+    let script =
+        ServerScript::with_tools(vec![keyed_tool("charge")]).answering("charge", Behaviour::Echo);
+    let mut setup = Setup::wrap(script, true);
+    setup
+        .config
+        .push_str("\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    // Listed first, so both calls are decided in the turn they arrive in.
+    gateway.request("tools/list", json!({})).await;
+    let call = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "charge", "arguments": {"amount": 1, "idempotency_key": "k-1"}}})
+        .to_string()
+    };
+    gateway
+        .send_raw(&format!("{}\n{}", call("c1"), call("c2")))
+        .await;
+    // The refused one may come first: both are read as they come.
+    let (one, two) = (gateway.next().await, gateway.next().await);
+    assert_eq!(
+        [&one, &two]
+            .iter()
+            .filter(|answer| is_error(answer))
+            .count(),
+        1,
+        "{one}\n{two}"
+    );
+    assert_eq!(gateway.calls_received("fx").len(), 1);
+    // Once it ran, a third gets its result, and it still ran once.
+    let third = gateway
+        .call("charge", json!({"amount": 1, "idempotency_key": "k-1"}))
+        .await;
+    assert!(!is_error(&third), "{third}");
+    assert_eq!(gateway.calls_received("fx").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_call_with_no_answer_is_never_sent_again() {
+    // Untrusted: no automatic retry, so the first call's outcome is unknown.
+    let script = ServerScript::with_tools(vec![keyed_tool("charge")])
+        .answering("charge", Behaviour::HangOnce);
+    let mut setup = Setup::wrap(script, false);
+    setup
+        .config
+        .push_str("\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let arguments = json!({"amount": 2, "idempotency_key": "k-lost"});
+    let timed_out = gateway.call("charge", arguments.clone()).await;
+    assert!(is_error(&timed_out), "{timed_out}");
+    let again = gateway.call("charge", arguments).await;
+    assert!(is_error(&again), "{again}");
+    assert!(text(&again).contains("no answer came"), "{again}");
+    assert_eq!(gateway.calls_received("fx").len(), 1);
+    // A new key is a new call.
+    let fresh = gateway
+        .call("charge", json!({"amount": 2, "idempotency_key": "k-new"}))
+        .await;
+    assert!(!is_error(&fresh), "{fresh}");
+}
