@@ -147,6 +147,17 @@ fn an_untrusted_confined_server_reads_without_a_prompt_and_cannot_escape() {
         Err(err) if err.kind() == ErrorKind::WouldBlock => {}
         other => panic!("the listener outside the sandbox was reached: {other:?}"),
     }
+    // A local daemon's Unix socket in the directory it may read: the
+    // network namespace does not hold pathname sockets; the sandbox
+    // refuses them all the same.
+    let daemon = std::os::unix::net::UnixListener::bind(data.join("daemon.sock")).unwrap();
+    daemon.set_nonblocking(true).unwrap();
+    let local = host.call("esc__connect", json!({"path": data.join("daemon.sock")}));
+    assert!(is_error(&local), "{local}");
+    match daemon.accept() {
+        Err(err) if err.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the Unix socket outside the sandbox was reached: {other:?}"),
+    }
     // Nobody was asked: the limits, not the server's claims, made it safe.
     assert!(host.requests.is_empty(), "{:?}", host.requests);
     assert!(
@@ -159,7 +170,7 @@ fn an_untrusted_confined_server_reads_without_a_prompt_and_cannot_escape() {
 
     // The audit log says why each call ran unasked.
     let records = log_json(dir.path(), &[]);
-    assert_eq!(records.len(), 5, "{records:?}");
+    assert_eq!(records.len(), 6, "{records:?}");
     for record in &records {
         assert_eq!(record["verdict"], "allow", "{record}");
         let reasons = record["reasons"].as_array().unwrap();
@@ -300,7 +311,9 @@ fn explain_auto_asks_the_kernel_and_sandbox_explain_lists_the_paths() {
     );
     assert!(out.contains("a private home"), "{out}");
     assert!(
-        out.contains("none (own user and network namespace, loopback down)"),
+        out.contains(
+            "none (own user and network namespace, loopback down; no Unix sockets but socketpair plumbing"
+        ),
         "{out}"
     );
     let check = crate::util::run(dir.path(), &["sandbox", "check", "--json"]);
@@ -310,6 +323,27 @@ fn explain_auto_asks_the_kernel_and_sandbox_explain_lists_the_paths() {
         check["kernel"]["landlock_abi"],
         json!(Kernel::current().landlock_abi)
     );
+    // What keeps Unix sockets out is said, layer by layer, as it holds here.
+    let properties = check["properties"].as_array().unwrap();
+    let says = |name: &str| {
+        properties
+            .iter()
+            .find(|p| p["property"] == name)
+            .map(|p| p["holds"].clone())
+    };
+    assert_eq!(
+        says("unix-sockets"),
+        Some(json!(report.holds(Property::UnixSockets))),
+        "{check}"
+    );
+    assert_eq!(
+        says("unix-connect-denied"),
+        Some(json!(report.holds(Property::UnixConnectDenied))),
+        "{check}"
+    );
+    let text = crate::util::stdout(&crate::util::run(dir.path(), &["sandbox", "check"]));
+    assert!(text.contains("unix-sockets"), "{text}");
+    assert!(text.contains("unix-connect-denied"), "{text}");
 }
 
 /// A page on this machine's loopback, outside any server's namespace: it
