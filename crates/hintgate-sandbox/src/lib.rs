@@ -8,16 +8,19 @@
 //!   `write` and a private home the gateway makes and removes, execution only
 //!   of the program, its interpreter and the system's libraries;
 //! - **network**: `network = false` puts the server in a new user and network
-//!   namespace before exec (a loopback that is down, nothing routable), and
-//!   Landlock denies TCP bind and connect where the kernel's ABI has it;
+//!   namespace before exec (a loopback that is down, nothing routable),
+//!   Landlock denies TCP bind and connect where the kernel's ABI has it, and
+//!   no Unix socket reaches a local daemon (seccomp refuses them but for
+//!   `socketpair` plumbing; Landlock ABI 9 denies the connection too);
 //! - **everything else**: a clean environment, `no_new_privs`, resource
 //!   limits (open files, processes counted in the server's own user
 //!   namespace, address space), its own process group and, where the
 //!   kernel allows, its own PID namespace under a small init, so that every
 //!   process it starts dies with it and with the gateway; Landlock's signal
-//!   and abstract-socket scoping, and a seccomp
+//!   and abstract-socket scoping, no capability in any set, and a seccomp
 //!   filter that refuses the obvious escapes (`ptrace`, `mount`, new
-//!   namespaces, the kernel keyring, `bpf`, module loading).
+//!   namespaces, io_uring, the kernel keyring, `bpf`, module loading,
+//!   setuid and world-writable modes).
 //!
 //! What the kernel cannot enforce is named: the server does not start
 //! ([`SandboxError::NotEnforceable`]) unless the table says

@@ -146,6 +146,9 @@ struct Prepared {
     /// The `cgroup.procs` of the server's own pids cgroup, if it has one.
     cgroup_procs: Option<std::ffi::CString>,
     limits: [(libc::__rlimit_resource_t, libc::rlim_t); 3],
+    /// The gateway's process id, to tell whether it died before the child
+    /// asked for SIGKILL with it.
+    gateway: libc::pid_t,
 }
 
 /// Adds the confinement of `plan`, as `report` says it holds, to `command`.
@@ -201,6 +204,7 @@ pub(crate) fn confine(
         uid_map: format!("{uid} {uid} 1\n").into_bytes(),
         gid_map: format!("{gid} {gid} 1\n").into_bytes(),
         cgroup_procs,
+        gateway: libc::pid_t::try_from(std::process::id()).unwrap_or(0),
         limits: [
             (libc::RLIMIT_NOFILE, plan.limits.open_files),
             (libc::RLIMIT_NPROC, processes),
@@ -224,6 +228,12 @@ impl Prepared {
     fn apply(&mut self) -> io::Result<()> {
         // SAFETY: prctl(PR_SET_PDEATHSIG) takes no pointer.
         check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+        // A gateway that died between fork and the line above sent no
+        // signal: the child has another parent now, and goes no further.
+        // SAFETY: getppid cannot fail and touches no memory.
+        if unsafe { libc::getppid() } != self.gateway {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
         // Joined before the user namespace, while the file's owner is ours.
         if let Some(procs) = &self.cgroup_procs {
             write_file(procs, b"0")?;

@@ -345,6 +345,16 @@ fn killing_the_process_the_gateway_holds_kills_the_whole_tree() {
     }
     let pid = daemon_pid(&pidfile);
     assert!(fixture_alive(pid), "the daemon {pid} is not running");
+    // The process the gateway holds leads a process group of its own (the
+    // one the confinement kills), not the test's.
+    let group = |pid: u32| -> u32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // After the command in parentheses: state, parent, group.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(group(child.id()), child.id());
+    assert_ne!(group(child.id()), group(std::process::id()));
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
