@@ -51,7 +51,21 @@ pub fn check(args: &SandboxCheckArgs) -> Result<Exit> {
         if abi >= 6 {
             rights.push("scoping of signals and abstract sockets");
         }
+        if abi >= 9 {
+            rights.push("connecting to pathname Unix sockets");
+        }
         let _ = writeln!(out, "  rights it controls: {}", rights.join("; "));
+        if abi < 9 {
+            let _ = writeln!(
+                out,
+                "  not on this kernel: connecting to pathname Unix sockets (ABI 9){}",
+                if kernel.seccomp {
+                    "; the seccomp filter refuses the sockets instead"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     match (&kernel.user_namespaces, &kernel.user_namespaces_error) {
         (true, _) => out.push_str(
@@ -68,7 +82,11 @@ pub fn check(args: &SandboxCheckArgs) -> Result<Exit> {
     let _ = writeln!(
         out,
         "seccomp: {}",
-        if kernel.seccomp { "yes" } else { "no" }
+        if kernel.seccomp {
+            "yes (ptrace, mount, new namespaces, io_uring and more refused; with network = false, Unix sockets other than socketpair plumbing)"
+        } else {
+            "no"
+        }
     );
     out.push_str("\nA server with `network = false` and no writable path would get:\n");
     render_report(&mut out, &report);
@@ -194,7 +212,7 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
         if sandbox.network {
             "allowed (not confined)"
         } else {
-            "none (own user and network namespace, loopback down)"
+            "none (own user and network namespace, loopback down; no Unix sockets but socketpair plumbing, so no local daemon's socket either)"
         }
     );
     out.push_str("\nOn this kernel:\n");
@@ -224,6 +242,7 @@ fn properties(report: &Report) -> Vec<serde_json::Value> {
                             "property": property,
                             "holds": false,
                             "required": missing.required,
+                            "covered": missing.covered,
                             "means": property.describe(),
                             "why": missing.why,
                         })
@@ -238,17 +257,23 @@ fn render_report(out: &mut String, report: &Report) {
         if report.holds(property) {
             let _ = writeln!(
                 out,
-                "  yes  {:<18} {}",
+                "  yes  {:<20} {}",
                 property.as_str(),
                 property.describe()
             );
         } else if let Some(missing) = report.missing.iter().find(|m| m.property == property) {
             let _ = writeln!(
                 out,
-                "  no   {:<18} {}{}",
+                "  no   {:<20} {}{}",
                 property.as_str(),
                 missing.why,
-                if missing.required { " (required)" } else { "" }
+                if missing.required {
+                    " (required)"
+                } else if missing.covered {
+                    " (a second layer: its first holds)"
+                } else {
+                    ""
+                }
             );
         }
     }

@@ -228,27 +228,39 @@ fn risk_lines(
         lines.push(format!(
             "`{server}` is not trusted: its annotations are claims that hintgate does not rely on"
         ));
+        // A claim is the server's word, unless a sandbox makes it true:
+        // then the effective hint, which for an untrusted server is the
+        // cautious one without a proof, is what it claims.
         let claims = [
             (
                 declared.read_only == Some(true),
+                effective.read_only,
                 "the server says this tool only reads",
             ),
             (
                 declared.destructive == Some(false),
+                !effective.destructive,
                 "the server says this tool never deletes or overwrites",
             ),
             (
                 declared.open_world == Some(false),
+                !effective.open_world,
                 "the server says this tool stays on this machine",
             ),
             (
                 declared.idempotent == Some(true),
+                effective.idempotent,
                 "the server says repeating this call has no extra effect",
             ),
         ];
-        for (claimed, text) in claims {
+        for (claimed, proven, text) in claims {
             if claimed {
-                lines.push(format!("{text} (unverified)"));
+                let note = if proven {
+                    "its sandbox makes it so"
+                } else {
+                    "unverified"
+                };
+                lines.push(format!("{text} ({note})"));
             }
         }
     }

@@ -8,16 +8,19 @@
 //!   `write` and a private home the gateway makes and removes, execution only
 //!   of the program, its interpreter and the system's libraries;
 //! - **network**: `network = false` puts the server in a new user and network
-//!   namespace before exec (a loopback that is down, nothing routable), and
-//!   Landlock denies TCP bind and connect where the kernel's ABI has it;
+//!   namespace before exec (a loopback that is down, nothing routable),
+//!   Landlock denies TCP bind and connect where the kernel's ABI has it, and
+//!   no Unix socket reaches a local daemon (seccomp refuses them but for
+//!   `socketpair` plumbing; Landlock ABI 9 denies the connection too);
 //! - **everything else**: a clean environment, `no_new_privs`, resource
 //!   limits (open files, processes counted in the server's own user
 //!   namespace, address space), its own process group and, where the
 //!   kernel allows, its own PID namespace under a small init, so that every
 //!   process it starts dies with it and with the gateway; Landlock's signal
-//!   and abstract-socket scoping, and a seccomp
+//!   and abstract-socket scoping, no capability in any set, and a seccomp
 //!   filter that refuses the obvious escapes (`ptrace`, `mount`, new
-//!   namespaces, the kernel keyring, `bpf`, module loading).
+//!   namespaces, io_uring, the kernel keyring, `bpf`, module loading,
+//!   setuid and world-writable modes).
 //!
 //! What the kernel cannot enforce is named: the server does not start
 //! ([`SandboxError::NotEnforceable`]) unless the table says
@@ -88,12 +91,23 @@ pub enum Property {
     NetworkNamespace,
     /// Landlock denies TCP bind and connect (ABI 4 or later).
     TcpDenied,
+    /// With `network = false`, no Unix socket reaches anything outside: no
+    /// local daemon's pathname socket (`docker.sock`, a database's,
+    /// `/dev/log`), and no socket of another address family the network
+    /// namespace does not hold (seccomp refuses them; Landlock ABI 9 or
+    /// later denies connecting to pathname sockets as well).
+    UnixSockets,
+    /// Landlock denies connecting and sending to pathname Unix sockets
+    /// (ABI 9 or later): the second layer of [`Property::UnixSockets`].
+    UnixConnectDenied,
     /// Landlock scoping: no signals to, and no abstract sockets of,
     /// processes outside the sandbox (ABI 6 or later).
     Scoped,
     /// The seccomp filter of obvious escapes.
     Seccomp,
-    /// `no_new_privs`: a setuid program gains nothing.
+    /// `no_new_privs`: a setuid program gains nothing; and the server keeps
+    /// no capability (an empty bounding, inheritable and ambient set), even
+    /// as root in its own user namespace.
     NoNewPrivs,
     /// Open files and address space are limited.
     ResourceLimits,
@@ -125,6 +139,11 @@ pub struct Missing {
     /// Whether the sandbox table asked for it (a required property stops
     /// the server unless `best_effort = true`).
     pub required: bool,
+    /// A second layer whose first holds: another property that does hold
+    /// keeps out what this one would (TCP while the network namespace
+    /// holds, Landlock's Unix-socket right while the seccomp filter refuses
+    /// the sockets), so the sandbox stops the same things without it.
+    pub covered: bool,
     /// Why it does not hold, in plain words.
     pub why: String,
 }
@@ -217,6 +236,7 @@ impl Kernel {
                 report.missing.push(Missing {
                     property,
                     required,
+                    covered: false,
                     why: why.to_owned(),
                 });
             }
@@ -253,6 +273,25 @@ impl Kernel {
                 abi >= 4,
                 false,
                 "the kernel's Landlock is older than ABI 4 (no TCP rights); the network namespace alone keeps the network out",
+            );
+            // A pathname Unix socket is reached through the file system, not
+            // the network namespace: seccomp refuses the sockets, Landlock
+            // ABI 9 refuses the connection; either is enough.
+            check(
+                Property::UnixSockets,
+                self.seccomp || abi >= 9,
+                true,
+                "the kernel has no seccomp filters and its Landlock is older than ABI 9: the server could connect to a local daemon's Unix socket (docker.sock, a database's) by its path",
+            );
+            check(
+                Property::UnixConnectDenied,
+                abi >= 9,
+                false,
+                if self.seccomp {
+                    "the kernel's Landlock is older than ABI 9 (no Unix-socket right); the seccomp filter alone keeps Unix sockets out"
+                } else {
+                    "the kernel's Landlock is older than ABI 9 (no Unix-socket right)"
+                },
             );
         }
         check(
@@ -291,6 +330,14 @@ impl Kernel {
             ),
         );
         check(Property::CleanEnvironment, true, true, "");
+        let network_namespace = report.holds(Property::NetworkNamespace);
+        for missing in &mut report.missing {
+            missing.covered = match missing.property {
+                Property::TcpDenied => network_namespace,
+                Property::UnixConnectDenied => self.seccomp,
+                _ => false,
+            };
+        }
         report
     }
 }
@@ -299,11 +346,13 @@ impl Kernel {
 
 impl Property {
     /// Every property, in report order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 13] = [
         Self::FilesRead,
         Self::FilesWrite,
         Self::NetworkNamespace,
         Self::TcpDenied,
+        Self::UnixSockets,
+        Self::UnixConnectDenied,
         Self::Scoped,
         Self::Seccomp,
         Self::NoNewPrivs,
@@ -320,6 +369,8 @@ impl Property {
             Self::FilesWrite => "files-write",
             Self::NetworkNamespace => "network-namespace",
             Self::TcpDenied => "tcp-denied",
+            Self::UnixSockets => "unix-sockets",
+            Self::UnixConnectDenied => "unix-connect-denied",
             Self::Scoped => "scoped",
             Self::Seccomp => "seccomp",
             Self::NoNewPrivs => "no-new-privs",
@@ -341,9 +392,17 @@ impl Property {
                 "no network: its own user and network namespace, loopback down"
             }
             Self::TcpDenied => "TCP bind and connect denied (Landlock)",
+            Self::UnixSockets => {
+                "no local daemon's Unix socket (docker.sock, a database's, /dev/log) reachable; socketpair plumbing only"
+            }
+            Self::UnixConnectDenied => "connecting to pathname Unix sockets denied (Landlock)",
             Self::Scoped => "no signals to and no abstract sockets of processes outside (Landlock)",
-            Self::Seccomp => "ptrace, mount, new namespaces, keyring, bpf refused (seccomp)",
-            Self::NoNewPrivs => "no new privileges: setuid programs gain nothing",
+            Self::Seccomp => {
+                "ptrace, mount, new namespaces, keyring, bpf, io_uring, setuid bits refused (seccomp)"
+            }
+            Self::NoNewPrivs => {
+                "no new privileges: setuid programs gain nothing, and it keeps no capability"
+            }
             Self::ResourceLimits => "open files and address space limited",
             Self::ProcessLimit => "number of processes limited",
             Self::PidNamespace => {
@@ -378,11 +437,14 @@ impl Report {
     }
 
     /// What this sandbox proves to the policy, given the table it was made
-    /// from: no network only when the network namespace holds; no writes
+    /// from: no network only when the network namespace holds and no Unix
+    /// socket reaches a daemon outside; no writes
     /// only when writes are confined, the table names no writable path
     /// (the private home goes with the process) and reads are confined too.
     pub fn proof(&self, sandbox: &SandboxConfig) -> SandboxProof {
-        let no_network = !sandbox.network && self.holds(Property::NetworkNamespace);
+        let no_network = !sandbox.network
+            && self.holds(Property::NetworkNamespace)
+            && self.holds(Property::UnixSockets);
         let no_writes = sandbox.write.is_empty()
             && self.holds(Property::FilesWrite)
             && self.holds(Property::FilesRead);
@@ -392,19 +454,37 @@ impl Report {
         }
     }
 
-    /// One line naming what holds, for the log and the test output.
+    /// The properties that do not hold and that no other property covers:
+    /// what the sandbox really lacks on this kernel.
+    pub fn uncovered(&self) -> impl Iterator<Item = &Missing> {
+        self.missing.iter().filter(|missing| !missing.covered)
+    }
+
+    /// One line naming what holds, for the log and the test output: what
+    /// is enforced, what is not, and the second layers this kernel lacks
+    /// while their first holds.
     pub fn summary(&self) -> String {
         let held: Vec<&str> = self.held.iter().map(|p| p.as_str()).collect();
-        let missing: Vec<&str> = self.missing.iter().map(|m| m.property.as_str()).collect();
-        if missing.is_empty() {
-            format!("enforced: {}", held.join(", "))
-        } else {
-            format!(
-                "enforced: {}; not enforced: {}",
-                held.join(", "),
-                missing.join(", ")
-            )
+        let mut line = format!("enforced: {}", held.join(", "));
+        let names = |covered: bool| -> Vec<&str> {
+            self.missing
+                .iter()
+                .filter(|m| m.covered == covered)
+                .map(|m| m.property.as_str())
+                .collect()
+        };
+        let missing = names(false);
+        if !missing.is_empty() {
+            line.push_str(&format!("; not enforced: {}", missing.join(", ")));
         }
+        let covered = names(true);
+        if !covered.is_empty() {
+            line.push_str(&format!(
+                "; second layers this kernel lacks (their first holds): {}",
+                covered.join(", ")
+            ));
+        }
+        line
     }
 }
 
@@ -610,6 +690,56 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("files-read"), "{text}");
         assert!(text.contains("best_effort"), "{text}");
+    }
+
+    #[test]
+    fn unix_sockets_are_kept_out_by_seccomp_or_by_landlock_abi_9() {
+        let sandbox = table(false, &[]);
+        // Today's kernels: the filter alone; Landlock's right is a second
+        // layer that is missing, named, and covered.
+        let report = kernel(7, true).report(&sandbox);
+        assert!(report.holds(Property::UnixSockets));
+        let landlock = report
+            .missing
+            .iter()
+            .find(|m| m.property == Property::UnixConnectDenied)
+            .unwrap();
+        assert!(!landlock.required && landlock.covered);
+        assert_eq!(report.uncovered().count(), 0, "{report:?}");
+        assert!(!report.summary().contains("not enforced"));
+        assert!(report.summary().contains("second layers"));
+        assert!(report.proof(&sandbox).no_network);
+        // ABI 9: both layers.
+        let report = kernel(9, true).report(&sandbox);
+        assert!(report.holds(Property::UnixSockets));
+        assert!(report.holds(Property::UnixConnectDenied));
+        // ABI 9 without seccomp: Landlock alone holds it.
+        let mut no_filter = kernel(9, true);
+        no_filter.seccomp = false;
+        assert!(no_filter.report(&sandbox).holds(Property::UnixSockets));
+        // Neither: a required property is missing, named, and "no network"
+        // is not proven.
+        let mut neither = kernel(7, true);
+        neither.seccomp = false;
+        let report = neither.report(&sandbox);
+        let missing = report.missing_required();
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert_eq!(missing[0].property, Property::UnixSockets);
+        assert!(!report.proof(&sandbox).no_network);
+        assert!(
+            SandboxError::NotEnforceable(missing)
+                .to_string()
+                .contains("unix-sockets")
+        );
+        // With the network allowed, neither is asked for.
+        let report = kernel(7, true).report(&table(true, &[]));
+        assert!(!report.holds(Property::UnixSockets));
+        assert!(
+            report
+                .missing
+                .iter()
+                .all(|m| m.property != Property::UnixSockets)
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! child of a multi-threaded parent only makes system calls on memory
 //! prepared for it, which is what `fork(2)` allows.
 
+use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -145,6 +146,9 @@ struct Prepared {
     /// The `cgroup.procs` of the server's own pids cgroup, if it has one.
     cgroup_procs: Option<std::ffi::CString>,
     limits: [(libc::__rlimit_resource_t, libc::rlim_t); 3],
+    /// The gateway's process id, to tell whether it died before the child
+    /// asked for SIGKILL with it.
+    gateway: libc::pid_t,
 }
 
 /// Adds the confinement of `plan`, as `report` says it holds, to `command`.
@@ -172,7 +176,7 @@ pub(crate) fn confine(
         None
     };
     let filters = if report.holds(Property::Seccomp) {
-        filters()?
+        filters(plan.config.network)?
     } else {
         Vec::new()
     };
@@ -200,6 +204,7 @@ pub(crate) fn confine(
         uid_map: format!("{uid} {uid} 1\n").into_bytes(),
         gid_map: format!("{gid} {gid} 1\n").into_bytes(),
         cgroup_procs,
+        gateway: libc::pid_t::try_from(std::process::id()).unwrap_or(0),
         limits: [
             (libc::RLIMIT_NOFILE, plan.limits.open_files),
             (libc::RLIMIT_NPROC, processes),
@@ -218,11 +223,17 @@ pub(crate) fn confine(
 
 impl Prepared {
     /// Runs in the child: cgroup, namespaces, the init of the PID namespace,
-    /// limits, Landlock, seccomp, in that order (seccomp last, since it
-    /// refuses `unshare`).
+    /// capabilities, limits, Landlock, seccomp, in that order (seccomp last,
+    /// since it refuses `unshare`).
     fn apply(&mut self) -> io::Result<()> {
         // SAFETY: prctl(PR_SET_PDEATHSIG) takes no pointer.
         check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+        // A gateway that died between fork and the line above sent no
+        // signal: the child has another parent now, and goes no further.
+        // SAFETY: getppid cannot fail and touches no memory.
+        if unsafe { libc::getppid() } != self.gateway {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
         // Joined before the user namespace, while the file's owner is ours.
         if let Some(procs) = &self.cgroup_procs {
             write_file(procs, b"0")?;
@@ -239,6 +250,7 @@ impl Prepared {
         if self.pid_namespace {
             supervise()?;
         }
+        drop_capabilities()?;
         for (resource, value) in self.limits {
             let limit = libc::rlimit {
                 rlim_cur: value,
@@ -414,6 +426,93 @@ fn close_all() {
     }
 }
 
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Leaves the server no capability once it execs.
+///
+/// A gateway run as root makes a user namespace in which the server is
+/// root again (its only uid is mapped to itself): exec would give it every
+/// capability of that namespace, and with `CAP_SETFCAP`, `CAP_FOWNER` or
+/// `CAP_FSETID` it could mark a file it owns (every system file, as root)
+/// with file capabilities, or keep a setuid bit on a program it wrote. A
+/// root gateway without a user namespace (`best_effort`) would hand it
+/// root's own capabilities. So the bounding set is emptied (where the
+/// process holds `CAP_SETPCAP`: in its user namespace, or as root; an
+/// ordinary user without one holds no capability to lose, and
+/// `no_new_privs` keeps file capabilities from adding any), the ambient
+/// set is cleared (a gateway started with ambient capabilities would pass
+/// them on), and the inheritable set is emptied: with all three empty,
+/// exec computes an empty permitted set, for root too.
+fn drop_capabilities() -> io::Result<()> {
+    // SAFETY: prctl(PR_CAP_AMBIENT, CLEAR_ALL) takes no pointer; a kernel
+    // before 4.3 has no ambient set and answers EINVAL.
+    let cleared = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    if cleared < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return Err(io::Error::last_os_error());
+    }
+    for capability in 0..64 {
+        // SAFETY: prctl(PR_CAPBSET_DROP) takes no pointer.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } < 0 {
+            match io::Error::last_os_error().raw_os_error() {
+                // Past the kernel's last capability.
+                Some(libc::EINVAL) => break,
+                // No CAP_SETPCAP: an ordinary user outside a user namespace.
+                Some(libc::EPERM) => break,
+                _ => return Err(io::Error::last_os_error()),
+            }
+        }
+    }
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` are valid, writable and of the layout the
+    // kernel expects for version 3 (one header, two data words).
+    let got = unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) };
+    if got != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for word in &mut data {
+        word.inheritable = 0;
+    }
+    // SAFETY: as above; lowering the inheritable set needs no privilege.
+    let set = unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) };
+    if set != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn check(rc: libc::c_int) -> io::Result<()> {
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -475,6 +574,13 @@ fn ruleset(
             .map_err(|err| build(&err))?;
     }
     let mut created = ruleset.create().map_err(|err| build(&err))?;
+    // Beneath a writable path the server may do everything the ABI
+    // handles, except, with `network = false`, connect or send to a
+    // pathname Unix socket (ABI 9): that reaches whoever listens there.
+    let mut writable = all;
+    if !plan.config.network {
+        writable.remove(AccessFs::ResolveUnix);
+    }
     let read = AccessFs::ReadFile | AccessFs::ReadDir;
     let device = {
         let mut device = read | AccessFs::WriteFile;
@@ -492,12 +598,12 @@ fn ruleset(
                 PlanAccess::Read => read,
                 PlanAccess::ReadExec => read | AccessFs::Execute,
                 PlanAccess::Device => device,
-                PlanAccess::ReadWrite => all,
+                PlanAccess::ReadWrite => writable,
             };
             (rule.path.as_path(), access)
         })
         .collect();
-    rules.push((home, all));
+    rules.push((home, writable));
     for (path, access) in rules {
         let fd = PathFd::new(path).map_err(|err| SandboxError::Path {
             path: path.to_path_buf(),
@@ -515,23 +621,62 @@ fn ruleset(
     Ok(created)
 }
 
-/// The seccomp programs: one refusing the obvious escapes with EPERM, one
-/// answering `clone3` with ENOSYS (its flags are behind a pointer a filter
-/// cannot read, so the C library falls back to `clone`, whose flags the
-/// first program checks), and on x86-64 one refusing the x32 ABI.
-fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
-    let build = |err: &dyn std::fmt::Display| SandboxError::Build(format!("seccomp: {err}"));
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|err| build(&err))?;
-    let refused = [
+/// System calls this libc does not name yet. Calls added since Linux 5.1
+/// have the same number on every architecture.
+const SYS_FCHMODAT2: libc::c_long = 452;
+const SYS_STATMOUNT: libc::c_long = 457;
+const SYS_LISTMOUNT: libc::c_long = 458;
+
+/// The system calls refused outright, with EPERM.
+///
+/// None is made by a server's runtime (Node.js, CPython, the C library)
+/// at start-up or in its ordinary work; each is an escape, a way around
+/// another layer of the sandbox, or a part of the kernel an exploit reaches
+/// for first.
+fn refused() -> Vec<libc::c_long> {
+    let mut calls = vec![
+        // Other processes: tracing them, reading and writing their memory,
+        // taking a descriptor out of one (`pidfd_getfd`), advising the
+        // kernel on its memory (`process_madvise`), moving its pages
+        // (`move_pages`, `migrate_pages`), comparing its kernel objects
+        // with ours (`kcmp`). The PID namespace leaves only the server's own
+        // processes in sight; these need none of each other's.
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_process_madvise,
+        libc::SYS_move_pages,
+        libc::SYS_migrate_pages,
+        libc::SYS_kcmp,
+        // The mount table and the root directory, old and new mount API:
+        // the server has no mount namespace of its own to change, and a
+        // root gateway without a user namespace must not let it change the
+        // machine's. `statmount` and `listmount` read the table, which
+        // Landlock hides otherwise (`/proc/self/mountinfo` is not among its
+        // paths).
         libc::SYS_mount,
         libc::SYS_umount2,
         libc::SYS_pivot_root,
         libc::SYS_chroot,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        SYS_STATMOUNT,
+        SYS_LISTMOUNT,
+        // Namespaces: joining one, or making one (with `clone`, below).
         libc::SYS_setns,
         libc::SYS_unshare,
+        // Files by handle: `open_by_handle_at` opens a file without a path,
+        // so without the path checks Landlock makes; `name_to_handle_at`
+        // makes the handles, and names inodes and mounts outside the paths.
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        // The kernel's keyring, BPF, performance counters, modules, kexec.
         libc::SYS_keyctl,
         libc::SYS_add_key,
         libc::SYS_request_key,
@@ -542,21 +687,83 @@ fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
         libc::SYS_delete_module,
         libc::SYS_kexec_load,
         libc::SYS_kexec_file_load,
-        libc::SYS_open_by_handle_at,
-        libc::SYS_fsopen,
-        libc::SYS_fsmount,
-        libc::SYS_move_mount,
-        libc::SYS_open_tree,
-        libc::SYS_fspick,
+        // Memory an exploit wants: `userfaultfd` holds the kernel at a page
+        // fault of its choosing (the classic way to win a race in the
+        // kernel); `memfd_secret` hides memory from the kernel itself, and
+        // so from anyone inspecting the server.
+        libc::SYS_userfaultfd,
+        libc::SYS_memfd_secret,
+        // The machine: swap, reboot, process accounting, the kernel's log;
+        // `fanotify_init` watches accesses to files (a side channel on files
+        // outside its paths, which Landlock does not check a mark against).
         libc::SYS_swapon,
         libc::SYS_swapoff,
         libc::SYS_reboot,
         libc::SYS_acct,
-        libc::SYS_userfaultfd,
         libc::SYS_syslog,
+        libc::SYS_fanotify_init,
     ];
-    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
-        refused.iter().map(|call| (*call, Vec::new())).collect();
+    // I/O ports: the hardware itself (x86 only). Capabilities are dropped,
+    // so the kernel refuses them too; refused here whatever it would do.
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([libc::SYS_iopl, libc::SYS_ioperm]);
+    calls
+}
+
+/// The seccomp programs:
+///
+/// - one answering EPERM: the calls of [`refused`], `clone` with a flag
+///   that makes a namespace, `personality` but for the query and plain
+///   Linux, a mode with the setuid, setgid or world-writable bit given to
+///   an existing file, and the terminal ioctls that type into a terminal;
+/// - one answering ENOSYS, as a kernel without them would: `clone3`, whose
+///   flags are behind a pointer a filter cannot read, so the C library
+///   falls back to `clone`, whose flags the first program checks; and
+///   io_uring, whose operations (open, socket, connect, ...) the kernel
+///   runs without ever passing them through a seccomp filter, so that a
+///   ring would go around every rule here (Landlock and the namespaces
+///   still apply to them, the filter does not). Runtimes that use io_uring
+///   (libuv, tokio-uring) fall back to ordinary calls on ENOSYS;
+/// - with `network = false`, one answering EACCES to sockets other than
+///   IPv4, IPv6 (both in the server's own, empty network namespace) and
+///   netlink (which asks its own namespace): above all Unix sockets,
+///   through which a server reaches a local daemon's pathname socket
+///   whatever its network namespace, and which Landlock controls only
+///   from ABI 9 (the address is behind a pointer, so `connect` and
+///   `sendto` cannot be filtered: the socket is refused instead);
+///   `AF_VSOCK`, which reaches the hypervisor's host past any network
+///   namespace; and the rest, which nothing in a server needs. A
+///   `socketpair` of the stream or seqpacket kind stays: runtimes use it for
+///   their own plumbing (CPython's asyncio wakes its loop through one), and
+///   neither kind can be pointed elsewhere afterwards (`connect` and
+///   `sendto` with an address fail on a connected stream, and a seqpacket
+///   socket ignores the address). A datagram pair is refused: `sendto` on
+///   it takes any address, and `connect` can point it at another;
+/// - on x86-64, one refusing the x32 ABI.
+fn filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
+    let build = |err: &dyn std::fmt::Display| SandboxError::Build(format!("seccomp: {err}"));
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|err| build(&err))?;
+    let arg = |index: u8, op: SeccompCmpOp, value: u64| {
+        SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(|err| build(&err))
+    };
+    let rule =
+        |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(|err| build(&err));
+    let bits = |value: libc::c_int| u64::try_from(value).map_err(|err| build(&err));
+    let program = |rules: BTreeMap<i64, Vec<SeccompRule>>, errno: libc::c_int| {
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(u32::try_from(errno).unwrap_or(1)),
+            arch,
+        )
+        .map_err(|err| build(&err))?;
+        BpfProgram::try_from(filter).map_err(|err| build(&err))
+    };
+
+    let mut escapes: BTreeMap<i64, Vec<SeccompRule>> = refused()
+        .into_iter()
+        .map(|call| (call, Vec::new()))
+        .collect();
     let namespaces = [
         libc::CLONE_NEWUSER,
         libc::CLONE_NEWNET,
@@ -568,7 +775,7 @@ fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
     ];
     let mut clone_rules = Vec::new();
     for flag in namespaces {
-        let flag = u64::try_from(flag).map_err(|err| build(&err))?;
+        let flag = bits(flag)?;
         let condition = SeccompCondition::new(
             0,
             SeccompCmpArgLen::Qword,
@@ -576,27 +783,97 @@ fn filters() -> Result<Vec<BpfProgram>, SandboxError> {
             flag,
         )
         .map_err(|err| build(&err))?;
-        clone_rules.push(SeccompRule::new(vec![condition]).map_err(|err| build(&err))?);
+        clone_rules.push(rule(vec![condition])?);
     }
-    rules.insert(libc::SYS_clone, clone_rules);
-    let escapes = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(u32::try_from(libc::EPERM).unwrap_or(1)),
-        arch,
-    )
-    .map_err(|err| build(&err))?;
-    let clone3 = SeccompFilter::new(
-        std::collections::BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-        SeccompAction::Allow,
-        SeccompAction::Errno(u32::try_from(libc::ENOSYS).unwrap_or(38)),
-        arch,
-    )
-    .map_err(|err| build(&err))?;
-    let mut programs = vec![
-        BpfProgram::try_from(escapes).map_err(|err| build(&err))?,
-        BpfProgram::try_from(clone3).map_err(|err| build(&err))?,
+    escapes.insert(libc::SYS_clone, clone_rules);
+    // `personality`: only the query (0xffffffff) and plain Linux (0). The
+    // other flags are the old tricks: `READ_IMPLIES_EXEC` makes every
+    // mapping executable, `ADDR_NO_RANDOMIZE` turns address randomisation
+    // off for the programs it execs, `MMAP_PAGE_ZERO` maps page zero (how a
+    // NULL dereference in the kernel was exploited).
+    escapes.insert(
+        libc::SYS_personality,
+        vec![rule(vec![
+            arg(0, SeccompCmpOp::Ne, 0)?,
+            arg(0, SeccompCmpOp::Ne, 0xffff_ffff)?,
+        ])?],
+    );
+    // A mode with the setuid, setgid or world-writable bit. Landlock does
+    // not control a file's mode, and the server owns every file of its
+    // uid (every system file, for a root gateway): with these bits it
+    // could plant a setuid program, or open a file it may only read to
+    // every local user. No server needs them; other modes pass (copying a
+    // file copies its mode).
+    let mut modes = vec![
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (SYS_FCHMODAT2, 2),
     ];
+    #[cfg(target_arch = "x86_64")]
+    modes.push((libc::SYS_chmod, 1));
+    for (call, index) in modes {
+        let mut rules = Vec::new();
+        for bit in [libc::S_ISUID, libc::S_ISGID, libc::S_IWOTH] {
+            let bit = u64::from(bit);
+            rules.push(rule(vec![arg(index, SeccompCmpOp::MaskedEq(bit), bit)?])?);
+        }
+        escapes.insert(call, rules);
+    }
+    // `TIOCSTI` types into a terminal (into the shell the gateway was
+    // started from, were a terminal among the server's descriptors);
+    // `TIOCLINUX` reads and pastes a console's selection.
+    escapes.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![arg(
+                1,
+                SeccompCmpOp::Eq,
+                u64::from(libc::TIOCSTI as u32),
+            )?])?,
+            rule(vec![arg(
+                1,
+                SeccompCmpOp::Eq,
+                u64::from(libc::TIOCLINUX as u32),
+            )?])?,
+        ],
+    );
+
+    let absent = [
+        libc::SYS_clone3,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ]
+    .into_iter()
+    .map(|call| (call, Vec::new()))
+    .collect();
+
+    let mut programs = vec![
+        program(escapes, libc::EPERM)?,
+        program(absent, libc::ENOSYS)?,
+    ];
+    if !network {
+        let socket = rule(vec![
+            arg(0, SeccompCmpOp::Ne, bits(libc::AF_INET)?)?,
+            arg(0, SeccompCmpOp::Ne, bits(libc::AF_INET6)?)?,
+            arg(0, SeccompCmpOp::Ne, bits(libc::AF_NETLINK)?)?,
+        ])?;
+        // Any family but Unix, and any type but stream and seqpacket (the
+        // type's low four bits; the rest are SOCK_NONBLOCK and
+        // SOCK_CLOEXEC). SOCK_RAW is a datagram socket for the Unix family.
+        let mut pair = vec![rule(vec![arg(0, SeccompCmpOp::Ne, bits(libc::AF_UNIX)?)?])?];
+        let kept = [bits(libc::SOCK_STREAM)?, bits(libc::SOCK_SEQPACKET)?];
+        for kind in (0..16_u64).filter(|kind| !kept.contains(kind)) {
+            pair.push(rule(vec![arg(1, SeccompCmpOp::MaskedEq(0xf), kind)?])?);
+        }
+        programs.push(program(
+            BTreeMap::from([
+                (libc::SYS_socket, vec![socket]),
+                (libc::SYS_socketpair, pair),
+            ]),
+            libc::EACCES,
+        )?);
+    }
     #[cfg(target_arch = "x86_64")]
     programs.push(no_x32()?);
     Ok(programs)

@@ -172,6 +172,9 @@ fn a_hostile_program_fails_at_every_escape() {
     }
     // Privileges and the process tree.
     refused(&outcomes, "setuid-gain");
+    // No capability in any set, though the test may run as root (whose
+    // server is root again in its user namespace).
+    refused(&outcomes, "capabilities");
     refused(&outcomes, "environment");
     refused(&outcomes, "ptrace-parent");
     if report.holds(Property::Seccomp) {
@@ -342,6 +345,16 @@ fn killing_the_process_the_gateway_holds_kills_the_whole_tree() {
     }
     let pid = daemon_pid(&pidfile);
     assert!(fixture_alive(pid), "the daemon {pid} is not running");
+    // The process the gateway holds leads a process group of its own (the
+    // one the confinement kills), not the test's.
+    let group = |pid: u32| -> u32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // After the command in parentheses: state, parent, group.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(group(child.id()), child.id());
+    assert_ne!(group(child.id()), group(std::process::id()));
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
@@ -351,79 +364,181 @@ fn killing_the_process_the_gateway_holds_kills_the_whole_tree() {
     drop(confinement);
 }
 
-/// The uid that owns the set-user-ID program of the test: not root, not
-/// the test's own (`nobody` on most systems).
+/// The uid that owns the set-user-ID programs of the test when it runs as
+/// root: not root, not the test's own (`nobody` on most systems).
 const OWNER: u32 = 65_534;
+
+/// The ids of this process, from `/proc/self/status`: the effective uid,
+/// the effective gid, and the supplementary groups.
+fn own_ids() -> (u32, u32, Vec<u32>) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|word| word.parse().unwrap())
+            .collect()
+    };
+    (field("Uid:")[1], field("Gid:")[1], field("Groups:"))
+}
+
+/// Which id a set-ID program can be given here so that running it changes
+/// something: as root, another uid (`nobody`) with the set-user-ID bit; as
+/// an ordinary user, a supplementary group it is in, with the
+/// set-group-ID bit (an ordinary user can give a file only ids it holds,
+/// and only a group other than its effective one changes anything).
+/// `("uid" | "gid", the id, the mode)`, or why no such id exists here.
+fn setid_target() -> Result<(&'static str, u32, u32), String> {
+    let (uid, gid, groups) = own_ids();
+    if uid == 0 {
+        return Ok(("uid", OWNER, 0o4755));
+    }
+    match groups.into_iter().find(|group| *group != gid) {
+        Some(group) => Ok(("gid", group, 0o2755)),
+        None => Err(format!(
+            "the test runs as uid {uid}, not root, and is in no group but its own gid {gid}: it can give a set-ID program only ids it already runs with, so running one would change nothing and prove nothing (run it as root, or as a user in a supplementary group)"
+        )),
+    }
+}
+
+/// The owner (`uid`) or group (`gid`) of `path` on disk.
+fn owner_of(path: &Path, kind: &str) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).unwrap();
+    if kind == "uid" {
+        meta.uid()
+    } else {
+        meta.gid()
+    }
+}
 
 #[test]
 fn a_setuid_program_does_not_change_the_effective_uid() {
-    // A real escape attempt: the test makes a set-user-ID copy of `id`
-    // owned by another uid, checks outside the sandbox that running it
-    // does change the effective uid (so the attempt can succeed), then
-    // has the hostile program run it inside, and the uid it reports must
-    // be its own.
+    // A real escape attempt, checked on the disk: the test makes set-ID
+    // copies of `id` (prints the id it runs with) and `touch` (makes a
+    // file, which the kernel gives the effective uid and gid it runs
+    // with), owned by another id; checks outside the sandbox that running
+    // them does change the id (the `touch` copy's file on disk has the
+    // other owner), then has the hostile program run both inside, and the
+    // file they made there must be its own.
     //
-    // The test runs as root here, and root's copy is owned by `nobody`:
-    // the change it would make is a drop, but a change all the same, and
-    // any change is what a setuid program must not get. Inside the sandbox
-    // two things stop it, either enough alone: in the server's user
-    // namespace only its own uid is mapped and the kernel ignores the bit
-    // of a program owned by an unmapped uid; and `no_new_privs` makes
-    // exec ignore the bit altogether. The second run takes the user
-    // namespace away (as a kernel without one would, under
-    // `best_effort`), so it is `no_new_privs` alone that holds.
+    // As root (here and in CI) the copies belong to `nobody`: the change
+    // would be a drop, but a change all the same, and any change is what
+    // a set-ID program must not get. As an ordinary user they get a
+    // supplementary group and the set-group-ID bit. Inside the sandbox two
+    // things stop it, either enough alone: in the server's user namespace
+    // only its own uid and gid are mapped and the kernel ignores the bit of
+    // a program whose owner is unmapped; and `no_new_privs` makes exec
+    // ignore the bit altogether. The second run takes the user namespace
+    // away (as a kernel without one would, under `best_effort`), so it is
+    // `no_new_privs` alone that holds.
     use std::os::unix::fs::PermissionsExt;
+    let (kind, other, mode) = match setid_target() {
+        Ok(target) => target,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let program = dir.path().join("id-setuid");
-    std::fs::copy("/usr/bin/id", &program).unwrap();
-    if let Err(err) = std::os::unix::fs::chown(&program, Some(OWNER), Some(OWNER)) {
-        println!("skipped: cannot give a program to uid {OWNER} ({err}); the test needs root");
-        return;
+    // Where the copies make their files: writable by the other id too.
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut programs = Vec::new();
+    for name in ["id", "touch"] {
+        let program = dir.path().join(format!("{name}-setid"));
+        std::fs::copy(format!("/usr/bin/{name}"), &program).unwrap();
+        let (owner, group) = if kind == "uid" {
+            (Some(other), Some(other))
+        } else {
+            (None, Some(other))
+        };
+        if let Err(err) = std::os::unix::fs::chown(&program, owner, group) {
+            println!(
+                "skipped: cannot give {} to {kind} {other}: {err}",
+                program.display()
+            );
+            return;
+        }
+        // After chown, which clears the set-ID bits.
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(mode)).unwrap();
+        programs.push(program);
     }
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    let outside = std::process::Command::new(&program)
-        .arg("-u")
-        .output()
+    let (id, touch) = (&programs[0], &programs[1]);
+    let flag = if kind == "uid" { "-u" } else { "-g" };
+    let printed = std::process::Command::new(id).arg(flag).output().unwrap();
+    let printed = String::from_utf8_lossy(&printed.stdout).trim().to_owned();
+    let made = out.join("made-outside");
+    let touched = std::process::Command::new(touch)
+        .arg(&made)
+        .status()
         .unwrap();
-    let outside = String::from_utf8_lossy(&outside.stdout).trim().to_owned();
-    if outside != OWNER.to_string() {
+    if printed != other.to_string() || !touched.success() || owner_of(&made, kind) != other {
         println!(
-            "skipped: the set-user-ID bit does not take effect here (the effective uid is {outside}; a nosuid file system?)"
+            "skipped: the set-ID bit does not take effect here (the program printed {kind} {printed}; a nosuid file system?)"
         );
         return;
     }
-    println!("outside the sandbox the program runs as uid {outside}");
-    let extra = [PathRule {
-        path: program.clone(),
-        access: Access::ReadExec,
-        why: "the set-user-ID program",
-    }];
+    println!(
+        "outside the sandbox the copies run as {kind} {other}: {} belongs to {kind} {}",
+        made.display(),
+        owner_of(&made, kind)
+    );
+    let extra: Vec<PathRule> = programs
+        .iter()
+        .map(|program| PathRule {
+            path: program.clone(),
+            access: Access::ReadExec,
+            why: "the set-ID program",
+        })
+        .collect();
     let sandbox = SandboxConfig {
+        write: vec![out.display().to_string()],
         network: true,
         best_effort: true,
         ..SandboxConfig::default()
     };
-    let args = vec![format!("setuid={}", program.display())];
     let kernel = Kernel::probe();
     let without_userns = Kernel {
         user_namespaces: false,
         user_namespaces_error: Some("taken away by the test".to_owned()),
+        pid_namespaces: kernel.root && kernel.pid_namespaces,
         ..kernel.clone()
     };
-    for (what, kernel) in [
-        ("in its user namespace", &kernel),
-        ("with no_new_privs alone", &without_userns),
+    let (own_uid, own_gid, _) = own_ids();
+    let own = if kind == "uid" { own_uid } else { own_gid };
+    for (what, kernel, file) in [
+        ("in its user namespace", &kernel, "made-in-userns"),
+        ("with no_new_privs alone", &without_userns, "made-by-nnp"),
     ] {
         println!("{what}:");
+        let target = out.join(file);
+        let args = vec![
+            format!("setid={}", id.display()),
+            format!("setid_kind={kind}"),
+            format!("setid_touch={}", touch.display()),
+            format!("setid_target={}", target.display()),
+        ];
         let Some((outcomes, _, _)) =
             probe_on(kernel, &sandbox, &args, &[Property::NoNewPrivs], &extra)
         else {
             return;
         };
-        refused(&outcomes, "setuid-exec");
-        let (_, detail) = &outcomes["setuid-exec"];
+        refused(&outcomes, "setid-exec");
+        refused(&outcomes, "setid-touch");
+        let (_, detail) = &outcomes["setid-exec"];
         assert!(detail.contains("stayed"), "{what}: {detail}");
+        // The disk says which id the program ran with.
+        let owner = owner_of(&target, kind);
+        println!("  {} belongs to {kind} {owner}", target.display());
+        assert_eq!(
+            owner, own,
+            "{what}: the set-ID program ran as {kind} {owner}"
+        );
     }
 }
 
@@ -462,5 +577,314 @@ fn an_x32_system_call_is_refused_by_the_filter() {
     assert!(
         detail.contains("Operation not permitted"),
         "the filter did not refuse the x32 call: {detail}"
+    );
+}
+
+/// A listening Unix stream socket, a Unix datagram socket and an abstract
+/// listener, all outside the sandbox; each is checked for anything that
+/// arrived.
+struct UnixPeers {
+    stream: std::os::unix::net::UnixListener,
+    stream_path: PathBuf,
+    datagram: std::os::unix::net::UnixDatagram,
+    datagram_path: PathBuf,
+    abstract_listener: std::os::unix::net::UnixListener,
+    abstract_name: String,
+}
+
+impl UnixPeers {
+    /// Binds the sockets in `dir` (the local daemon's socket in a path the
+    /// sandbox may write: the worst case, since reads and writes there are
+    /// allowed).
+    fn bind(dir: &Path) -> Self {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
+        let stream_path = dir.join("daemon.sock");
+        let stream = UnixListener::bind(&stream_path).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let datagram_path = dir.join("log.sock");
+        let datagram = UnixDatagram::bind(&datagram_path).unwrap();
+        datagram.set_nonblocking(true).unwrap();
+        // Unique on this machine: abstract names live in the network
+        // namespace, shared by every test of this process and others.
+        static BOUND: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let abstract_name = format!(
+            "hintgate-test-{}-{}",
+            std::process::id(),
+            BOUND.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let address = SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        let abstract_listener = UnixListener::bind_addr(&address).unwrap();
+        abstract_listener.set_nonblocking(true).unwrap();
+        Self {
+            stream,
+            stream_path,
+            datagram,
+            datagram_path,
+            abstract_listener,
+            abstract_name,
+        }
+    }
+
+    /// Whether anything connected to the stream socket or the abstract one,
+    /// or sent to the datagram socket.
+    fn reached(&self) -> Vec<&'static str> {
+        let mut reached = Vec::new();
+        if !matches!(self.stream.accept(), Err(err) if err.kind() == ErrorKind::WouldBlock) {
+            reached.push("the stream socket");
+        }
+        let mut buf = [0_u8; 64];
+        if !matches!(self.datagram.recv(&mut buf), Err(err) if err.kind() == ErrorKind::WouldBlock)
+        {
+            reached.push("the datagram socket");
+        }
+        if !matches!(self.abstract_listener.accept(), Err(err) if err.kind() == ErrorKind::WouldBlock)
+        {
+            reached.push("the abstract socket");
+        }
+        reached
+    }
+}
+
+/// Runs the fixture outside any sandbox with only the attempts `only`, and
+/// returns what they came to.
+fn outside(args: &[String], only: &str) -> Option<Outcomes> {
+    let python = python()?;
+    let output = std::process::Command::new(python)
+        .arg(fixture())
+        .arg("--probe")
+        .args(args)
+        .arg(format!("only={only}"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let mut outcomes = BTreeMap::new();
+    for line in String::from_utf8(output.stdout).unwrap().lines() {
+        println!("  outside: {line}");
+        let value: Value = serde_json::from_str(line).unwrap();
+        outcomes.insert(
+            value["attempt"].as_str().unwrap().to_owned(),
+            (
+                value["ok"].as_bool().unwrap(),
+                value["detail"].as_str().unwrap().to_owned(),
+            ),
+        );
+    }
+    Some(outcomes)
+}
+
+fn unix_args(peers: &UnixPeers) -> Vec<String> {
+    vec![
+        format!("unix={}", peers.stream_path.display()),
+        format!("unixdgram={}", peers.datagram_path.display()),
+        format!("abstract={}", peers.abstract_name),
+        format!("uring={}", peers.stream_path.display()),
+        "pairs=1".to_owned(),
+    ]
+}
+
+#[test]
+fn without_the_network_no_unix_socket_reaches_a_daemon_outside() {
+    // A local daemon's socket (docker.sock, a database's, /dev/log) under
+    // a path the server may write: before Landlock ABI 9 nothing in the
+    // file system rules stops a connect there, and the network namespace
+    // does not hold pathname sockets. The seccomp filter refuses the Unix
+    // sockets (and ABI 9's right denies the connection, where the kernel
+    // has it); socketpair plumbing of the stream and seqpacket kinds stays.
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let peers = UnixPeers::bind(&run);
+    // The control: outside, the same attempts reach all three, io_uring
+    // included (the ring is how a program goes around a seccomp filter).
+    let Some(control) = outside(
+        &unix_args(&peers),
+        "unix-connect,unix-sendto,unix-abstract,uring-connect",
+    ) else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    for attempt in ["unix-connect", "unix-sendto", "unix-abstract"] {
+        succeeded(&control, attempt);
+    }
+    let uring_outside = control["uring-connect"].0;
+    if !uring_outside {
+        println!(
+            "io_uring does not work outside the sandbox either ({}): its refusal inside is checked, not what it would have let through",
+            control["uring-connect"].1
+        );
+    }
+    // Drain what the control sent.
+    let reached = peers.reached();
+    assert!(reached.contains(&"the stream socket"), "{reached:?}");
+    while peers.stream.accept().is_ok() {}
+
+    let sandbox = SandboxConfig {
+        write: vec![run.display().to_string()],
+        network: false,
+        ..SandboxConfig::default()
+    };
+    let needs = [Property::NetworkNamespace, Property::UnixSockets];
+    let Some((outcomes, report, _)) = probe(&sandbox, &unix_args(&peers), &needs) else {
+        return;
+    };
+    if report.holds(Property::UnixConnectDenied) {
+        println!("Landlock denies the connection too (ABI 9 or later)");
+    } else {
+        println!("the seccomp filter alone refuses the Unix sockets (Landlock before ABI 9)");
+    }
+    for attempt in [
+        "unix-connect",
+        "unix-sendto",
+        "dgram-pair-sendto",
+        "stream-pair-sendto",
+        "unix-abstract",
+        "uring-connect",
+        "vsock",
+    ] {
+        refused(&outcomes, attempt);
+    }
+    succeeded(&outcomes, "stream-pair");
+    succeeded(&outcomes, "seqpacket-pair");
+    // The daemon's side: nothing arrived at any of the three.
+    assert_eq!(
+        peers.reached(),
+        Vec::<&str>::new(),
+        "reached from the sandbox"
+    );
+    assert!(report.proof(&sandbox).no_network);
+}
+
+#[test]
+fn with_the_network_allowed_a_unix_socket_is_reached_but_not_through_io_uring() {
+    // The control for the test above: with `network = true` the Unix
+    // socket under a writable path is reached, so the refusal there is
+    // `network = false`'s. io_uring stays refused whatever the network.
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let peers = UnixPeers::bind(&run);
+    let sandbox = SandboxConfig {
+        write: vec![run.display().to_string()],
+        network: true,
+        ..SandboxConfig::default()
+    };
+    let Some((outcomes, report, _)) = probe(
+        &sandbox,
+        &unix_args(&peers),
+        &[Property::FilesRead, Property::Seccomp],
+    ) else {
+        return;
+    };
+    succeeded(&outcomes, "unix-connect");
+    assert!(peers.reached().contains(&"the stream socket"));
+    refused(&outcomes, "uring-connect");
+    let (_, detail) = &outcomes["uring-connect"];
+    assert!(
+        detail.contains("io_uring_setup") && detail.contains("not implemented"),
+        "{detail}"
+    );
+    assert!(!report.holds(Property::UnixSockets));
+    assert!(!report.proof(&sandbox).no_network);
+}
+
+#[test]
+fn the_filter_refuses_io_uring_and_the_calls_around_it() {
+    // Each call with harmless arguments: outside, the kernel answers as it
+    // does (EBADF, EFAULT, or it just works); inside, the filter answers
+    // first, EPERM, or ENOSYS for io_uring (a kernel without it).
+    if std::env::consts::ARCH != "x86_64" {
+        println!("skipped: the fixture names the calls by their x86-64 numbers");
+        return;
+    }
+    let args = ["calls=1".to_owned()];
+    let Some(_) = outside(&args, "call-*") else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    let Some((outcomes, _, _)) = probe(&SandboxConfig::default(), &args, &[Property::Seccomp])
+    else {
+        return;
+    };
+    let calls: Vec<&String> = outcomes.keys().filter(|k| k.starts_with("call-")).collect();
+    assert!(calls.len() >= 14, "{calls:?}");
+    for call in calls {
+        refused(&outcomes, call);
+        let (_, detail) = &outcomes[call];
+        let expected = if call.starts_with("call-io_uring") {
+            "ENOSYS"
+        } else {
+            "EPERM"
+        };
+        assert!(detail.contains(expected), "{call}: {detail}");
+    }
+}
+
+#[test]
+fn a_server_cannot_make_a_file_setuid_or_world_writable() {
+    // Landlock does not control a file's mode, and the server owns every
+    // file of its uid (as root, every system file): it must not plant a
+    // setuid bit or open a file to every local user, by path (a file
+    // outside all its paths) or through a descriptor (a file it may read).
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let readable = data.join("readable");
+    std::fs::write(&readable, "public\n").unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::write(&elsewhere, "private\n").unwrap();
+    for file in [&readable, &elsewhere] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let sandbox = SandboxConfig {
+        read: vec![data.display().to_string()],
+        ..SandboxConfig::default()
+    };
+    let args = vec![
+        format!("chmod={}", elsewhere.display()),
+        format!("allowed={}", readable.display()),
+    ];
+    let Some((outcomes, _, _)) = probe(&sandbox, &args, &[Property::Seccomp]) else {
+        return;
+    };
+    succeeded(&outcomes, "read-allowed");
+    refused(&outcomes, "chmod-setuid");
+    refused(&outcomes, "chmod-world-writable");
+    refused(&outcomes, "fchmod-setuid");
+    for file in [&readable, &elsewhere] {
+        let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o644, "{} changed to {mode:o}", file.display());
+    }
+}
+
+#[test]
+fn the_limits_on_open_files_and_address_space_hold() {
+    let args = ["files=200".to_owned(), "memory=1024".to_owned()];
+    // The control: with the default limits (1024 files, 64 GiB), the same
+    // program opens 200 files and maps a GiB.
+    let Some((outcomes, _, _)) = probe(
+        &SandboxConfig::default(),
+        &args,
+        &[Property::ResourceLimits],
+    ) else {
+        return;
+    };
+    succeeded(&outcomes, "open-many");
+    succeeded(&outcomes, "allocate");
+    let tight = SandboxConfig {
+        max_open_files: Some(64),
+        max_memory_mb: Some(512),
+        ..SandboxConfig::default()
+    };
+    let Some((outcomes, _, _)) = probe(&tight, &args, &[Property::ResourceLimits]) else {
+        return;
+    };
+    refused(&outcomes, "open-many");
+    refused(&outcomes, "allocate");
+    assert!(
+        outcomes["open-many"].1.contains("Too many open files"),
+        "{}",
+        outcomes["open-many"].1
     );
 }

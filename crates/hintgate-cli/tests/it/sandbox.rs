@@ -147,6 +147,17 @@ fn an_untrusted_confined_server_reads_without_a_prompt_and_cannot_escape() {
         Err(err) if err.kind() == ErrorKind::WouldBlock => {}
         other => panic!("the listener outside the sandbox was reached: {other:?}"),
     }
+    // A local daemon's Unix socket in the directory it may read: the
+    // network namespace does not hold pathname sockets; the sandbox
+    // refuses them all the same.
+    let daemon = std::os::unix::net::UnixListener::bind(data.join("daemon.sock")).unwrap();
+    daemon.set_nonblocking(true).unwrap();
+    let local = host.call("esc__connect", json!({"path": data.join("daemon.sock")}));
+    assert!(is_error(&local), "{local}");
+    match daemon.accept() {
+        Err(err) if err.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the Unix socket outside the sandbox was reached: {other:?}"),
+    }
     // Nobody was asked: the limits, not the server's claims, made it safe.
     assert!(host.requests.is_empty(), "{:?}", host.requests);
     assert!(
@@ -159,11 +170,76 @@ fn an_untrusted_confined_server_reads_without_a_prompt_and_cannot_escape() {
 
     // The audit log says why each call ran unasked.
     let records = log_json(dir.path(), &[]);
-    assert_eq!(records.len(), 5, "{records:?}");
+    assert_eq!(records.len(), 6, "{records:?}");
     for record in &records {
         assert_eq!(record["verdict"], "allow", "{record}");
         let reasons = record["reasons"].as_array().unwrap();
         assert!(reasons.contains(&json!("sandbox-confined")), "{record}");
+    }
+}
+
+#[test]
+fn a_partial_proof_reaches_the_listing_the_prompt_the_decision_and_the_audit_record() {
+    // A writable directory proves no "no writes", but `network = false`
+    // still proves the world closed: the untrusted server's write asks,
+    // and the listing, the prompt, the decision and the audit record all
+    // say that the sandbox, not the server, closed it.
+    let Some(python) = system_python() else {
+        println!("skipped: no system python3 to run the fixture");
+        return;
+    };
+    if !kernel_confines() {
+        return;
+    }
+    let Layout { dir, escape, .. } = layout();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let config = format!(
+        "[servers.esc]\ncommand = {python:?}\nargs = [{:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.esc.sandbox]\nwrite = [{:?}]\nnetwork = false\n",
+        escape_server(),
+        out.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    let list = host.request("tools/list", json!({}));
+    let annotations = &tool(&list, "esc__write_file")["annotations"];
+    // Closed by proof; the untrusted claims of read-only stay claims.
+    assert_eq!(annotations["openWorldHint"], json!(false), "{annotations}");
+    assert_ne!(annotations["readOnlyHint"], json!(true), "{annotations}");
+    let inside = out.join("approved.txt");
+    let written = host.call("esc__write_file", json!({"path": inside}));
+    assert!(!is_error(&written), "{written}");
+    assert!(inside.exists(), "the approved write did not land");
+    let outside = host.call("esc__write_file", json!({"path": escape}));
+    assert!(is_error(&outside), "{outside}");
+    assert!(!escape.exists(), "a file appeared outside the sandbox");
+    assert_eq!(host.requests.len(), 2, "{:?}", host.requests);
+    let prompt = host.requests[0]["params"]["message"].as_str().unwrap();
+    println!("the prompt:\n{prompt}");
+    assert!(
+        prompt.contains("a sandbox enforces limits on this server whatever it claims"),
+        "{prompt}"
+    );
+    // What the sandbox proves is said to be proven; the rest stays a claim.
+    assert!(
+        prompt
+            .contains("the server says this tool stays on this machine (its sandbox makes it so)"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("the server says this tool only reads (unverified)"),
+        "{prompt}"
+    );
+    host.close();
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in &records {
+        let reasons = record["reasons"].as_array().unwrap();
+        assert!(reasons.contains(&json!("sandbox-confined")), "{record}");
+        assert!(!reasons.contains(&json!("open-world")), "{record}");
     }
 }
 
@@ -300,7 +376,9 @@ fn explain_auto_asks_the_kernel_and_sandbox_explain_lists_the_paths() {
     );
     assert!(out.contains("a private home"), "{out}");
     assert!(
-        out.contains("none (own user and network namespace, loopback down)"),
+        out.contains(
+            "none (own user and network namespace, loopback down; no Unix sockets but socketpair plumbing"
+        ),
         "{out}"
     );
     let check = crate::util::run(dir.path(), &["sandbox", "check", "--json"]);
@@ -310,6 +388,27 @@ fn explain_auto_asks_the_kernel_and_sandbox_explain_lists_the_paths() {
         check["kernel"]["landlock_abi"],
         json!(Kernel::current().landlock_abi)
     );
+    // What keeps Unix sockets out is said, layer by layer, as it holds here.
+    let properties = check["properties"].as_array().unwrap();
+    let says = |name: &str| {
+        properties
+            .iter()
+            .find(|p| p["property"] == name)
+            .map(|p| p["holds"].clone())
+    };
+    assert_eq!(
+        says("unix-sockets"),
+        Some(json!(report.holds(Property::UnixSockets))),
+        "{check}"
+    );
+    assert_eq!(
+        says("unix-connect-denied"),
+        Some(json!(report.holds(Property::UnixConnectDenied))),
+        "{check}"
+    );
+    let text = crate::util::stdout(&crate::util::run(dir.path(), &["sandbox", "check"]));
+    assert!(text.contains("unix-sockets"), "{text}");
+    assert!(text.contains("unix-connect-denied"), "{text}");
 }
 
 /// A page on this machine's loopback, outside any server's namespace: it

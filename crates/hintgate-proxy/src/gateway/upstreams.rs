@@ -321,7 +321,7 @@ impl Gateway {
                 tracing::info!(server.id = %up.name, pid = ?link.pid(), "started");
                 if let (Some(report), Some(table)) = (link.sandbox(), &up.config.sandbox) {
                     sandbox = report.proof(table);
-                    if report.missing.is_empty() {
+                    if report.uncovered().next().is_none() {
                         tracing::info!(server.id = %up.name, "sandbox {}", report.summary());
                     } else {
                         tracing::warn!(server.id = %up.name, "sandbox {}", report.summary());
