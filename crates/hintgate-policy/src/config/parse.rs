@@ -930,27 +930,7 @@ impl Walker<'_> {
             let (Some(server), Some(tool), Some(action)) = (server, tool, action) else {
                 continue;
             };
-            if let Some(name) = server.literal()
-                && !self.declared_servers.contains(&name)
-            {
-                let span = entry(table, "server").map_or(value.span(), |(_, v)| v.span());
-                self.push(
-                    Diagnostic::warning(
-                        DiagCode::UnknownRuleServer,
-                        format!("{path}.server"),
-                        format!("rule names server `{name}`, which is not configured"),
-                    )
-                    .at(span)
-                    .with_help(help_one_of(
-                        &name,
-                        &self
-                            .declared_servers
-                            .iter()
-                            .map(String::as_str)
-                            .collect::<Vec<_>>(),
-                    )),
-                );
-            }
+            self.warn_unknown_server(table, value, &path, &server, "rule");
             if action == Action::Allow && server.matches_everything() && tool.matches_everything() {
                 self.push(
                     Diagnostic::warning(
@@ -1001,27 +981,7 @@ impl Walker<'_> {
             let (Some(server), Some(tool), Some(paid)) = (server, tool, paid) else {
                 continue;
             };
-            if let Some(name) = server.literal()
-                && !self.declared_servers.contains(&name)
-            {
-                let span = entry(table, "server").map_or(value.span(), |(_, v)| v.span());
-                self.push(
-                    Diagnostic::warning(
-                        DiagCode::UnknownRuleServer,
-                        format!("{path}.server"),
-                        format!("label names server `{name}`, which is not configured"),
-                    )
-                    .at(span)
-                    .with_help(help_one_of(
-                        &name,
-                        &self
-                            .declared_servers
-                            .iter()
-                            .map(String::as_str)
-                            .collect::<Vec<_>>(),
-                    )),
-                );
-            }
+            self.warn_unknown_server(table, value, &path, &server, "label");
             labels.push(Label {
                 server,
                 tool,
@@ -1030,6 +990,42 @@ impl Walker<'_> {
             });
         }
         labels
+    }
+
+    /// Warns when a rule or label names, by a literal, a server that is
+    /// not configured.
+    fn warn_unknown_server(
+        &mut self,
+        table: &DeTable<'_>,
+        value: &Val<'_>,
+        path: &str,
+        server: &Glob,
+        what: &str,
+    ) {
+        let Some(name) = server.literal() else {
+            return;
+        };
+        if self.declared_servers.contains(&name) {
+            return;
+        }
+        let span = entry(table, "server").map_or(value.span(), |(_, v)| v.span());
+        let help = help_one_of(
+            &name,
+            &self
+                .declared_servers
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        self.push(
+            Diagnostic::warning(
+                DiagCode::UnknownRuleServer,
+                format!("{path}.server"),
+                format!("{what} names server `{name}`, which is not configured"),
+            )
+            .at(span)
+            .with_help(help),
+        );
     }
 
     // --- typed getters ---

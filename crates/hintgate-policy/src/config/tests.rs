@@ -412,3 +412,137 @@ fn a_key_dotted_past_the_parsers_recursion_limit_is_reported_at_a_place() {
         );
     }
 }
+
+#[test]
+fn decision_hooks_are_read_where_they_are_set_and_checked() {
+    let (config, diagnostics) = parse_str(
+        r#"
+[gateway]
+decide_command = ["/usr/local/bin/decide", "--strict"]
+decide_timeout_ms = 500
+
+[servers.fs]
+command = "x"
+
+[servers.db]
+command = "y"
+decide_command = ["python3", "db_hook.py"]
+decide_command_mode = "per-call"
+
+[servers.notes]
+command = "z"
+decide_command = []
+"#,
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let config = config.unwrap();
+    let gateway = config.gateway.decide.clone().unwrap();
+    assert_eq!(gateway.command, ["/usr/local/bin/decide", "--strict"]);
+    assert_eq!(
+        (gateway.mode, gateway.timeout_ms),
+        (HookMode::Persistent, 500)
+    );
+    let hook = |name: &str| config.servers[name].hook(&config.gateway).cloned();
+    assert_eq!(hook("fs"), Some(gateway.clone()));
+    let db = hook("db").unwrap();
+    assert_eq!(
+        (db.command[0].as_str(), db.mode, db.timeout_ms),
+        ("python3", HookMode::PerCall, DEFAULT_DECIDE_TIMEOUT_MS)
+    );
+    assert_eq!(hook("notes"), None, "an empty command turns the hook off");
+
+    assert_eq!(
+        codes("[gateway]\ndecide_command_mode = \"per-call\"\n"),
+        vec![(
+            DiagCode::ConflictingKeys,
+            "gateway.decide_command_mode".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes("[gateway]\ndecide_command = []\n"),
+        vec![(DiagCode::InvalidValue, "gateway.decide_command".to_owned())]
+    );
+    assert_eq!(
+        codes("[gateway]\ndecide_command = [\"d\"]\ndecide_command_mode = \"sometimes\"\n"),
+        vec![(
+            DiagCode::InvalidValue,
+            "gateway.decide_command_mode".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes("[gateway]\ndecide_command = [\"d\"]\ndecide_timeout_ms = 0\n"),
+        vec![(
+            DiagCode::InvalidValue,
+            "gateway.decide_timeout_ms".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes("[servers.a]\ncommand = \"x\"\ndecide_command = \"d\"\n"),
+        vec![(DiagCode::WrongType, "servers.a.decide_command".to_owned())]
+    );
+}
+
+#[test]
+fn labels_and_idempotency_keys_are_read_and_checked() {
+    let (config, diagnostics) = parse_str(
+        r#"
+[gateway]
+idempotency_window_s = 3600
+
+[servers.billing]
+url = "https://billing.example/mcp"
+idempotency_key = "requestId"
+
+[servers.notes]
+command = "n"
+idempotency_key = false
+
+[[labels]]
+server = "billing"
+tool = "charge_*"
+paid = true
+reason = "money"
+"#,
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let config = config.unwrap();
+    assert_eq!(config.gateway.idempotency_window_s, 3600);
+    assert_eq!(
+        config.servers["billing"].idempotency_key.as_deref(),
+        Some("requestId")
+    );
+    assert_eq!(config.servers["notes"].idempotency_key, None);
+    assert!(config.labels[0].paid && config.labels[0].matches("billing", "charge_card"));
+    assert!(!config.labels[0].matches("billing", "refund"));
+
+    assert_eq!(
+        codes("[[labels]]\ntool = \"x\"\n"),
+        vec![(DiagCode::MissingKey, "labels[0]".to_owned())]
+    );
+    assert_eq!(
+        codes("[[labels]]\ntool = \"x\"\npaid = true\ncost = 3\n"),
+        vec![(DiagCode::UnknownKey, "labels[0].cost".to_owned())]
+    );
+    assert_eq!(
+        codes("[[labels]]\nserver = \"nowhere\"\npaid = true\n"),
+        vec![(DiagCode::UnknownRuleServer, "labels[0].server".to_owned())]
+    );
+    assert_eq!(
+        codes("[servers.a]\ncommand = \"x\"\nidempotency_key = 3\n"),
+        vec![(DiagCode::WrongType, "servers.a.idempotency_key".to_owned())]
+    );
+    assert_eq!(
+        codes("[servers.a]\ncommand = \"x\"\nidempotency_key = \"\"\n"),
+        vec![(
+            DiagCode::InvalidValue,
+            "servers.a.idempotency_key".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes("[gateway]\nidempotency_window_s = 0\n"),
+        vec![(
+            DiagCode::InvalidValue,
+            "gateway.idempotency_window_s".to_owned()
+        )]
+    );
+}
