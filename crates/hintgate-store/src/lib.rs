@@ -47,6 +47,14 @@
 //! [`AuditKey::subkey`]); [`AuditLog::redaction_key`] hands the gateway the
 //! one for redacted values.
 //!
+//! Every grant and revocation of a standing approval is a record of the
+//! log too ([`EntryKind::Grant`], [`EntryKind::Revoke`]), and an approval
+//! approves only while the log holds its grant, revoked by nothing since
+//! ([`Approval::approves`], [`Standing`]); a store that finds its head
+//! disagreeing with the log when it opens (an older copy put back) appends
+//! nothing, and a gateway's does not open, until
+//! [`AuditLog::accept_rollback`] records it ([`Rollback`]).
+//!
 //! [`ApprovalQueue`] holds calls that wait for a person on a host that cannot
 //! ask one; `hintgate approvals` answers them, from any process that opens
 //! the same store.
