@@ -477,7 +477,8 @@ pub struct LogArgs {
     /// store). Read, never made.
     #[arg(long, value_name = "FILE", global = true)]
     pub audit_key: Option<PathBuf>,
-    /// `verify`: check every record and the head, and name what is wrong.
+    /// `verify`: check every record and the head, and name what is wrong;
+    /// `setup-witness`, `accept-rollback`.
     #[command(subcommand)]
     pub command: Option<LogCommand>,
 }
@@ -494,7 +495,27 @@ pub enum LogCommand {
     /// the log to FILE; prints the verification key, once.
     #[command(after_help = SETUP_WITNESS_HELP)]
     SetupWitness(SetupWitnessArgs),
+    /// Go on with a log that is not the one its head was written for (an
+    /// older copy of the database put back, the head removed or damaged,
+    /// the log deleted), which a gateway refuses to start on: record that
+    /// in the log itself, so `verify` keeps naming it.
+    #[command(after_help = ACCEPT_ROLLBACK_HELP)]
+    AcceptRollback,
 }
+
+const ACCEPT_ROLLBACK_HELP: &str = "\
+Run `hintgate log verify` first: it names what the log lacks. This command
+compares the head with the log again and, when they still disagree, appends
+a record of kind `rollback` that names what was found (the head's record and
+where the log ends), then writes the head after it. Gateways start again;
+`verify` names the record (`rolled-back`) from then on; and every standing
+(\"always\") approval granted before it approves nothing, since the records
+lost may have revoked it: the tools are asked about again. On a team store,
+each machine whose head is ahead of the log accepts on its own.
+
+Exit codes:
+  0   accepted (the record's number is printed), or nothing to accept
+  1   error (no audit key: the record could not be chained)";
 
 /// `hintgate log setup-witness`
 #[derive(Debug, Args)]

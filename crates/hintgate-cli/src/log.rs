@@ -18,6 +18,7 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
     match &args.command {
         Some(LogCommand::Verify(verify)) => return run_verify(args, verify),
         Some(LogCommand::SetupWitness(setup)) => return run_setup_witness(args, setup),
+        Some(LogCommand::AcceptRollback) => return run_accept_rollback(args),
         None => {}
     }
     // Reading the records needs no key.
@@ -84,6 +85,9 @@ enum Filed {
     Call,
     /// The outcome of the call with this sequence number.
     Outcome(u64),
+    /// A standing approval granted or revoked, or a rolled-back log
+    /// accepted.
+    Standing,
     /// Neither: an outcome that names no call, or a record of outcomes that
     /// `expand` gave back whole because it is not a list of outcomes that
     /// each name their call. The gateway writes none; shown as it is stored,
@@ -98,6 +102,7 @@ fn filed(entry: &Entry) -> Filed {
     match (entry.kind, entry.call) {
         (Some(EntryKind::Call), _) => Filed::Call,
         (Some(EntryKind::Outcome), Some(call)) => Filed::Outcome(call),
+        (Some(EntryKind::Grant | EntryKind::Revoke | EntryKind::Rollback), _) => Filed::Standing,
         (Some(EntryKind::Outcome), None) | (Some(EntryKind::Outcomes) | None, _) => {
             Filed::Unreadable
         }
@@ -117,6 +122,7 @@ struct Grouped {
 
 enum Row {
     Call(Entry),
+    Standing(Entry),
     Unreadable(Entry),
 }
 
@@ -128,6 +134,9 @@ impl Grouped {
                 Filed::Outcome(call) => self.outcomes.entry(call).or_default().push(entry),
                 Filed::Call => {
                     self.rows.insert(entry.seq, Row::Call(entry));
+                }
+                Filed::Standing => {
+                    self.rows.insert(entry.seq, Row::Standing(entry));
                 }
                 Filed::Unreadable => {
                     self.rows.insert(entry.seq, Row::Unreadable(entry));
@@ -144,6 +153,7 @@ impl Grouped {
                     let ended = self.outcomes.get(&call.seq).and_then(|list| list.last());
                     view.call(call, ended, out);
                 }
+                Row::Standing(entry) => view.standing(entry, out),
                 Row::Unreadable(entry) => view.unreadable(entry, out),
             }
         }
@@ -173,6 +183,7 @@ impl View<'_> {
             match filed(&entry) {
                 Filed::Call => self.call(&entry, None, out),
                 Filed::Outcome(call) => self.outcome(&entry, call, out),
+                Filed::Standing => self.standing(&entry, out),
                 Filed::Unreadable => self.unreadable(&entry, out),
             }
         }
@@ -210,6 +221,85 @@ impl View<'_> {
                 escape_line(&entry.stored_body),
             ));
         }
+    }
+
+    /// Prints a grant or revocation of a standing approval, if the server
+    /// and tool filters keep it (a verdict filter keeps calls only), or an
+    /// accepted rollback, which concerns every call and is printed whatever
+    /// they say; `--since` applies to all.
+    fn standing(&mut self, entry: &Entry, out: &mut String) {
+        let args = self.args;
+        if self.since.is_some_and(|since| entry.at < since) {
+            return;
+        }
+        let rollback = entry.kind == Some(EntryKind::Rollback);
+        let keep = rollback
+            || (args.verdict.is_none()
+                && args
+                    .server
+                    .as_ref()
+                    .is_none_or(|server| text_of(entry, "server") == *server)
+                && args
+                    .tool
+                    .as_ref()
+                    .is_none_or(|tool| text_of(entry, "tool") == *tool));
+        if !keep {
+            return;
+        }
+        if args.json {
+            let mut record = entry.body.clone();
+            if let Some(object) = record.as_object_mut() {
+                object.insert("seq".into(), Value::from(entry.seq));
+                object.insert("at".into(), Value::from(entry.at));
+                object.insert("kind".into(), Value::from(entry.stored_kind.as_str()));
+            }
+            out.push_str(&format!("{record}\n"));
+            return;
+        }
+        let server = match text_of(entry, "server") {
+            // A standing approval of a tool without a pin: its key.
+            server if server.is_empty() => {
+                let key = text_of(entry, "server_key");
+                format!("key {}", key.get(..16).unwrap_or(&key))
+            }
+            server => server,
+        };
+        let what = match entry.kind {
+            Some(EntryKind::Grant) => {
+                let digest = text_of(entry, "digest");
+                format!(
+                    "{} / {}  approved always ({})",
+                    escape_line(&server),
+                    escape_line(&text_of(entry, "tool")),
+                    escape_line(digest.get(..19).unwrap_or(&digest))
+                )
+            }
+            Some(EntryKind::Revoke) => format!(
+                "{} / {}  standing approval revoked ({})",
+                escape_line(&server),
+                escape_line(&text_of(entry, "tool")),
+                escape_line(&text_of(entry, "why"))
+            ),
+            _ => {
+                let named = entry
+                    .body
+                    .get("head_seq")
+                    .and_then(Value::as_u64)
+                    .map_or_else(String::new, |head| {
+                        format!(" where its head named record {head}")
+                    });
+                format!(
+                    "rollback accepted ({}): the log ended at record {}{named}; standing approvals granted before this record approve nothing",
+                    escape_line(&text_of(entry, "found")),
+                    entry
+                        .body
+                        .get("log_end")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0),
+                )
+            }
+        };
+        out.push_str(&format!("{:>6}  {}  {what}\n", entry.seq, utc(entry.at)));
     }
 
     /// Prints a call (with its outcome, when known) if the filters keep it.
@@ -512,6 +602,27 @@ fn run_setup_witness(args: &LogArgs, setup: &SetupWitnessArgs) -> Result<Exit> {
         key.to_hex(),
         witness.display(),
     ))?;
+    Ok(Exit::Success)
+}
+
+/// Runs `hintgate log accept-rollback`.
+fn run_accept_rollback(args: &LogArgs) -> Result<Exit> {
+    let opened = crate::state::open_store_of(
+        &args.at,
+        args.audit_key.as_deref(),
+        &Use::Log { head: None },
+    )?;
+    if opened.store.head_path().is_none() {
+        anyhow::bail!("this store keeps no head here, so there is nothing to compare its log with");
+    }
+    match opened.store.accept_rollback()? {
+        None => output::out("the audit log and its head agree: there is nothing to accept\n")?,
+        Some(accepted) => output::out(&format!(
+            "accepted in record {}: {}\n\
+             gateways start on this log again; standing approvals granted before record {} approve nothing (their tools are asked about again), and `hintgate log verify` names the record (`rolled-back`)\n",
+            accepted.seq, accepted.rollback, accepted.seq
+        ))?,
+    }
     Ok(Exit::Success)
 }
 
@@ -857,6 +968,9 @@ mod tests {
             EntryKind::Call => "call",
             EntryKind::Outcome => "outcome",
             EntryKind::Outcomes => "outcomes",
+            EntryKind::Grant => "grant",
+            EntryKind::Revoke => "revoke",
+            EntryKind::Rollback => "rollback",
         };
         Entry::from_stored(
             seq,
@@ -1112,6 +1226,84 @@ mod tests {
                 "{out}"
             );
         }
+    }
+
+    /// Grants, revocations and an accepted rollback, as the store writes
+    /// them: shown in the order of the log, each on one line; the server
+    /// and tool filters apply to grants and revocations, and an accepted
+    /// rollback is shown whatever they say.
+    #[test]
+    fn grants_revocations_and_an_accepted_rollback_are_shown_in_the_log() {
+        let grant = |seq, server: &str, tool: &str| {
+            record(
+                seq,
+                EntryKind::Grant,
+                None,
+                json!({"digest": "sha256:0123456789abcdef0123", "server": server, "server_key": "a".repeat(64), "tool": tool}),
+            )
+        };
+        let entries = [
+            grant(1, "fs", "write"),
+            grant(2, "gh", "push"),
+            record(
+                3,
+                EntryKind::Revoke,
+                None,
+                json!({"server": "fs", "server_key": "a".repeat(64), "tool": "write", "why": "revoked"}),
+            ),
+            record(
+                4,
+                EntryKind::Rollback,
+                None,
+                json!({"found": "cut-off", "head": "/s/state.db.audit-head", "head_link": "hmac-sha256:00:00", "head_seq": 9, "log_end": 3, "why": null}),
+            ),
+            grant(5, "", "write\nforged"),
+        ];
+        for entry in &entries {
+            assert_eq!(entry.malformed, None, "{entry:?}");
+        }
+        let shown = |json: bool, server: Option<&str>| {
+            let mut args = log_args(json, false);
+            args.server = server.map(str::to_owned);
+            let mut view = View {
+                args: &args,
+                since: None,
+                shown: HashMap::new(),
+            };
+            let mut grouped = Grouped::default();
+            for entry in entries.clone() {
+                grouped.add(entry);
+            }
+            let mut out = String::new();
+            grouped.render(&mut view, &mut out);
+            out.lines().map(str::to_owned).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            shown(false, Some("fs")),
+            [
+                "     1  2026-11-29T21:58:38Z  fs / write  approved always (sha256:0123456789ab)",
+                "     3  2026-11-29T21:58:38Z  fs / write  standing approval revoked (revoked)",
+                "     4  2026-11-29T21:58:38Z  rollback accepted (cut-off): the log ended at record 3 where its head named record 9; standing approvals granted before this record approve nothing",
+            ]
+        );
+        let all = shown(false, None);
+        assert_eq!(all.len(), 5, "{all:#?}");
+        assert_eq!(
+            all[4],
+            r"     5  2026-11-29T21:58:38Z  key aaaaaaaaaaaaaaaa / write\nforged  approved always (sha256:0123456789ab)"
+        );
+        let json: Vec<Value> = shown(true, None)
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(
+            json.iter()
+                .map(|line| line["kind"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["grant", "grant", "revoke", "rollback", "grant"]
+        );
+        assert_eq!(json[2]["why"], "revoked");
+        assert_eq!(json[3]["head_seq"], 9);
     }
 
     #[test]

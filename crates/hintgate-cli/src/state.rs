@@ -65,8 +65,11 @@ pub enum Use {
         head: Option<PathBuf>,
     },
     /// Pins and approvals: the key when there is one (never made), which
-    /// checks the seals of pins, standing approvals and the queue, and
-    /// seals what a person approves; no head.
+    /// checks the seals of pins, standing approvals and the queue, seals
+    /// what a person approves and chains the revocations of standing
+    /// approvals into the log; and the head where the gateway writes it,
+    /// which such a record moves on (so a copy of the database from before
+    /// it is told from the current one).
     Rows,
     /// Neither.
     Other,
@@ -168,6 +171,7 @@ pub fn open_store(choice: &Choice<'_>, usage: &Use) -> Result<Opened> {
             (
                 AuditSetup {
                     key: source,
+                    head: HeadPlace::File(SqliteStore::head_path(&db)),
                     ..AuditSetup::default()
                 },
                 Some(key),
@@ -245,9 +249,16 @@ fn open_postgres(
                 Some(path) => read_key(&path)?,
                 None => (KeySource::None, KeyFile::NotNamed),
             };
+            // This machine's head of the shared log, where a gateway here
+            // keeps it; none on a machine that runs no gateway.
+            let head = state_dir(choice.state_dir)
+                .ok()
+                .filter(|dir| dir.is_dir())
+                .map_or(HeadPlace::None, HeadPlace::Directory);
             (
                 AuditSetup {
                     key: source,
+                    head,
                     ..AuditSetup::default()
                 },
                 key,

@@ -34,6 +34,8 @@ use hintgate_policy::pin::canonical_json;
 use crate::body::{self, Malformed};
 use crate::head::{self, HeadRead, HeadWriter};
 use crate::key::AuditKey;
+use crate::rollback::{AcceptedRollback, Rollback};
+use crate::standing::IndexRow;
 use crate::witness::{self, Checker, WitnessKey, WitnessWriter};
 use crate::{MemoryStore, SqliteStore, StoreError, from_sql, to_sql};
 
@@ -60,6 +62,24 @@ pub enum EntryKind {
     /// `{"outcomes": [{"call": SEQ, "outcome": ..., ...}, ...]}`;
     /// [`Entry::expand`] gives one [`EntryKind::Outcome`] entry per call.
     Outcomes,
+    /// A standing ("always") approval granted: written by the store in the
+    /// transaction that writes the approval's row, whose seal binds this
+    /// record's sequence number. Its body is `{"digest": ..., "server":
+    /// ..., "server_key": ..., "tool": ...}`.
+    Grant,
+    /// A standing approval revoked (by a person, or because the server's
+    /// identity changed and its old identity's pins went): written by the
+    /// store in the transaction that deletes the row. Its body is
+    /// `{"server": ..., "server_key": ..., "tool": ..., "why": "revoked" |
+    /// "identity-changed"}`.
+    Revoke,
+    /// A person accepted a log that is not the one its head was written
+    /// for (an older copy put back, the head removed or damaged, the log
+    /// deleted): see [`AuditLog::accept_rollback`]. Its body names what
+    /// was found: `{"found": CODE, "head": PATH, "head_link": ..., "head_seq":
+    /// ..., "log_end": ..., "why": ...}`. Every standing approval granted
+    /// before it approves nothing.
+    Rollback,
 }
 
 /// An entry to append.
@@ -262,6 +282,45 @@ pub enum Problem {
         /// The record.
         seq: u64,
     },
+    /// The record's body is canonical JSON, but not the fields hintgate
+    /// writes for a record of its kind (a grant, a revocation, an accepted
+    /// rollback).
+    UnexpectedBody {
+        /// The record.
+        seq: u64,
+        /// Its stored kind.
+        kind: String,
+    },
+    /// The record accepts a log that was not the one its head was written
+    /// for (`hintgate log accept-rollback`): records were lost before it,
+    /// and the standing approvals granted before it approve nothing.
+    RolledBack {
+        /// The record.
+        seq: u64,
+        /// What was found, as `verify` names it (`cut-off`,
+        /// `head-mismatch`, `head-missing`, `head-damaged`,
+        /// `head-unreadable`, `log-deleted`).
+        found: String,
+        /// The record the head named, when it named one.
+        head_seq: Option<u64>,
+        /// The log's last record when it was accepted.
+        log_end: u64,
+    },
+    /// A grant, revocation or accepted rollback that the approval index
+    /// does not list: its index row was deleted, which would let a standing
+    /// approval put back from an older copy count again.
+    ApprovalIndexMissing {
+        /// The record.
+        seq: u64,
+    },
+    /// A row of the approval index that does not list the record at its
+    /// sequence number as that record is (another kind, key or tool, a
+    /// record the index does not list, or a column stored as another
+    /// type): it was changed or put there.
+    ApprovalIndexWrong {
+        /// The sequence number the row gives.
+        seq: i64,
+    },
     /// The log ends before its head: records were cut off the end.
     CutOff {
         /// The last sequence number in the log (0 when it is empty).
@@ -430,6 +489,14 @@ pub(crate) struct Keying {
     pub(crate) head_made_with_key: bool,
     pub(crate) head: Option<HeadWriter>,
     pub(crate) witness: Option<WitnessWriter>,
+    /// The key was made by this open (a key file that was not there), or
+    /// given to a gateway: an empty log without a head is then a new one.
+    pub(crate) key_made: bool,
+    /// What comparing the head with the log found when the store opened
+    /// (a handle that is not a gateway's opens anyway, to read and verify),
+    /// until [`AuditLog::accept_rollback`] accepts it: appends are refused,
+    /// since the head they write would hide it.
+    pub(crate) rolled_back: std::sync::Mutex<Option<Rollback>>,
 }
 
 /// The audit log.
@@ -519,6 +586,37 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     /// The head file, when the log keeps one.
     fn head_path(&self) -> Option<&Path> {
         None
+    }
+
+    /// The approval index: one row per grant, revocation and accepted
+    /// rollback record, which the stores read to check standing approvals
+    /// without walking the log (see [`IndexRow`]), and which
+    /// [`AuditLog::verify`] compares with the records. `None` for a log
+    /// that keeps none (an in-memory one, written by this process only).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the index cannot be read.
+    fn approval_index(&self) -> Result<Option<Vec<IndexRow>>, StoreError> {
+        Ok(None)
+    }
+
+    /// Accepts a log that is not the one its head was written for (see
+    /// [`Rollback`]; a gateway does not open such a store, and no other
+    /// handle appends to it): compares the head with the log again, under
+    /// the log's write lock, and when they still disagree appends a record
+    /// of kind [`EntryKind::Rollback`] naming what was found, then writes
+    /// the head after it. From then on appends work again, `verify` names
+    /// the record (`rolled-back`), and every standing approval granted
+    /// before it approves nothing. `None` when the head and the log agree
+    /// (nothing is written), and for a log that keeps no head.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the log cannot be read or written, or the store
+    /// has no key.
+    fn accept_rollback(&self) -> Result<Option<AcceptedRollback>, StoreError> {
+        Ok(None)
     }
 
     /// The subkey for keyed digests of redacted values in records
@@ -663,6 +761,9 @@ pub(crate) const fn kind_name(kind: EntryKind) -> &'static str {
         EntryKind::Call => "call",
         EntryKind::Outcome => "outcome",
         EntryKind::Outcomes => "outcomes",
+        EntryKind::Grant => "grant",
+        EntryKind::Revoke => "revoke",
+        EntryKind::Rollback => "rollback",
     }
 }
 
@@ -673,6 +774,9 @@ pub(crate) fn kind_from(text: &str) -> Option<EntryKind> {
         "call" => Some(EntryKind::Call),
         "outcome" => Some(EntryKind::Outcome),
         "outcomes" => Some(EntryKind::Outcomes),
+        "grant" => Some(EntryKind::Grant),
+        "revoke" => Some(EntryKind::Revoke),
+        "rollback" => Some(EntryKind::Rollback),
         _ => None,
     }
 }
@@ -681,8 +785,9 @@ pub(crate) fn kind_from(text: &str) -> Option<EntryKind> {
 
 impl Entry {
     /// An entry from its stored columns: its kind read by name, its body
-    /// read strictly, and [`Entry::malformed`] set when either is not what
-    /// hintgate writes.
+    /// read strictly (and, for the kinds whose bodies the store reads, held
+    /// to their fields), and [`Entry::malformed`] set when either is not
+    /// what hintgate writes.
     #[must_use]
     pub fn from_stored(
         seq: u64,
@@ -699,7 +804,11 @@ impl Entry {
             None => Some(Malformed::UnknownKind {
                 kind: stored_kind.clone(),
             }),
-            Some(_) => body_problem,
+            Some(kind) => body_problem.or_else(|| {
+                (!crate::standing::body_fits(kind, &body)).then(|| Malformed::UnexpectedBody {
+                    kind: stored_kind.clone(),
+                })
+            }),
         };
         Self {
             seq,
@@ -834,6 +943,10 @@ impl Problem {
             Self::DuplicateKey { .. } => "duplicate-key",
             Self::NotCanonical { .. } => "not-canonical",
             Self::NotJson { .. } => "not-json",
+            Self::UnexpectedBody { .. } => "unexpected-body",
+            Self::RolledBack { .. } => "rolled-back",
+            Self::ApprovalIndexMissing { .. } => "approval-index-missing",
+            Self::ApprovalIndexWrong { .. } => "approval-index-wrong",
             Self::CutOff { .. } => "cut-off",
             Self::HeadMismatch { .. } => "head-mismatch",
             Self::HeadMissing { .. } => "head-missing",
@@ -864,6 +977,9 @@ impl Problem {
             | Self::DuplicateKey { seq, .. }
             | Self::NotCanonical { seq }
             | Self::NotJson { seq }
+            | Self::UnexpectedBody { seq, .. }
+            | Self::RolledBack { seq, .. }
+            | Self::ApprovalIndexMissing { seq }
             | Self::HeadMismatch { seq }
             | Self::WitnessMismatch { seq, .. } => Some(*seq),
             Self::MissingRecords { first, .. } => Some(*first),
@@ -871,6 +987,7 @@ impl Problem {
                 Some(*log_end + 1)
             }
             Self::HeadMissing { .. }
+            | Self::ApprovalIndexWrong { .. }
             | Self::SeqBelowOne { .. }
             | Self::WrongType { .. }
             | Self::LogDeleted { .. }
@@ -926,6 +1043,32 @@ impl std::fmt::Display for Problem {
                 "record {seq} is not stored as canonical JSON, as hintgate writes records"
             ),
             Self::NotJson { seq } => write!(f, "record {seq} is not JSON"),
+            Self::UnexpectedBody { seq, kind } => write!(
+                f,
+                "record {seq} is a `{kind}` record whose body is not what hintgate writes for one"
+            ),
+            Self::RolledBack {
+                seq,
+                found,
+                head_seq,
+                log_end,
+            } => {
+                let named = head_seq.map_or_else(String::new, |head| {
+                    format!(", where its head named record {head}")
+                });
+                write!(
+                    f,
+                    "record {seq} accepts a log that was not the one its head was written for (`{found}`: it ended at record {log_end}{named}): records written before it may be lost, and standing approvals granted before it approve nothing"
+                )
+            }
+            Self::ApprovalIndexMissing { seq } => write!(
+                f,
+                "record {seq} grants or revokes a standing approval (or accepts a rollback), but the approval index does not list it: its row was deleted, which lets an approval put back from an older copy count again"
+            ),
+            Self::ApprovalIndexWrong { seq } => write!(
+                f,
+                "the approval index lists record {seq} as it is not (another kind, key or tool, or a column stored as another type): the index was changed"
+            ),
             Self::CutOff { log_end, head_seq } => write!(
                 f,
                 "the log ends at record {log_end} but its head was record {head_seq}: records were cut off the end"
@@ -1067,6 +1210,9 @@ fn verify<L: AuditLog + ?Sized>(
         findings.push(problem);
     }
     findings.more += wrong_type_count.saturating_sub(listed);
+    if let Some(index) = log.approval_index()? {
+        check_index(&walk, &index, &mut findings);
+    }
     let link_at = |seq: u64| {
         if seq == 0 {
             // A head at 0 is one written with the key, before any record.
@@ -1201,6 +1347,9 @@ struct Walk {
     /// The key id of the keyed record before (to report each run of
     /// records under another key once).
     last_key_id: Option<String>,
+    /// The records the approval index must list, by sequence number: their
+    /// kind's name, key and tool.
+    indexed: std::collections::BTreeMap<u64, (&'static str, String, String)>,
 }
 
 impl Walk {
@@ -1278,9 +1427,65 @@ impl Walk {
             }),
             Some(Malformed::NotCanonical) => findings.push(Problem::NotCanonical { seq }),
             Some(Malformed::NotJson) => findings.push(Problem::NotJson { seq }),
+            Some(Malformed::UnexpectedBody { kind }) => findings.push(Problem::UnexpectedBody {
+                seq,
+                kind: kind.clone(),
+            }),
+        }
+        if entry.malformed.is_none() {
+            if let Some(row) = crate::standing::index_of_entry(entry) {
+                self.indexed.insert(seq, row);
+            }
+            if entry.kind == Some(EntryKind::Rollback)
+                && let Ok(body) =
+                    serde_json::from_str::<crate::rollback::RollbackBody>(&entry.stored_body)
+            {
+                findings.push(Problem::RolledBack {
+                    seq,
+                    found: body.found,
+                    head_seq: body.head_seq,
+                    log_end: body.log_end,
+                });
+            }
         }
         self.last_seq = seq;
         self.last_link = Some(entry.hash.clone());
+    }
+}
+
+/// Compares the approval index with the records the walk found it must
+/// list: each row must list the record at its sequence number as that
+/// record is, and each such record must have its row. Rows past the walk
+/// (records appended since it read the log) are left for the next check.
+fn check_index(walk: &Walk, index: &[IndexRow], findings: &mut Findings) {
+    let mut listed = std::collections::BTreeSet::new();
+    for row in index {
+        let seq = u64::try_from(row.seq).unwrap_or(0);
+        if seq > walk.last_seq {
+            continue;
+        }
+        listed.insert(seq);
+        let fits = row.typed
+            && walk.indexed.get(&seq).is_some_and(|(kind, key, tool)| {
+                *kind == row.kind && *key == row.server_key && *tool == row.tool
+            });
+        if !fits {
+            findings.push(Problem::ApprovalIndexWrong { seq: row.seq });
+        }
+    }
+    for seq in walk.indexed.keys() {
+        if !listed.contains(seq) {
+            findings.push(Problem::ApprovalIndexMissing { seq: *seq });
+        }
+    }
+}
+
+/// Whether `entry` is chained under `key`: its link names the key and its
+/// MAC is the one the key makes of its content.
+pub(crate) fn chained_with(key: &AuditKey, entry: &Entry) -> bool {
+    match link_of(&entry.hash) {
+        Link::Keyed { key_id, mac } => key_id == key.id() && mac_matches(key, entry, mac),
+        Link::Plain | Link::Unknown => false,
     }
 }
 
@@ -1478,9 +1683,12 @@ impl Keying {
     ) -> Result<Self, StoreError> {
         // Whether the key is one this open made (a key file that was not
         // there), or one given as it is.
+        // A key given to a gateway counts as new (tests and in-process
+        // gateways give theirs); one given to a reader was read from its
+        // file, which was there.
         let (key, key_is_new) = match setup.key {
             KeySource::None => (None, false),
-            KeySource::Given(key) => (Some(key), true),
+            KeySource::Given(key) => (Some(key), setup.checkpoints),
             KeySource::File(path) => {
                 let (key, created) = open_key_file(&path, tail_link)?;
                 (Some(key), created)
@@ -1500,19 +1708,15 @@ impl Keying {
         // now, with the key: a log deleted later together with its head is
         // then told from a new one (`log-deleted`). Not when a head of its
         // own is missing under a key file that was there already: that is
-        // what such a deletion leaves, and writing a head would hide it.
+        // what such a deletion leaves, and writing a head would hide it
+        // (the store's head check then finds it, and a gateway refuses to
+        // open: see `rollback`).
         if let (Some(writer), Some(path), true, None) =
             (&head, &head_path, setup.checkpoints, tail_link)
             && !path.exists()
+            && (key_is_new || !head_made_with_key)
         {
-            if key_is_new || !head_made_with_key {
-                writer.start();
-            } else {
-                tracing::error!(
-                    "the audit log is empty and its head `{}` is missing, but the audit key was there: the log may have been deleted together with its head; `hintgate log verify` says so until this gateway writes its first record",
-                    path.display()
-                );
-            }
+            writer.start();
         }
         let witness = match (&head_path, setup.checkpoints && key.is_some()) {
             (Some(path), true) => WitnessWriter::open(&witness::state_path(path), &setup.witness)?,
@@ -1534,7 +1738,57 @@ impl Keying {
             head_made_with_key,
             head,
             witness,
+            key_made: key_is_new,
+            rolled_back: std::sync::Mutex::default(),
         })
+    }
+
+    /// Compares the head with the log (see `rollback::check`), which
+    /// `log` reads. `at_open`: the check of a store that is opening, whose
+    /// key may just have been made. `None` without a key or a head.
+    pub(crate) fn check_head(
+        &self,
+        at_open: bool,
+        log: &mut dyn crate::rollback::LogEnd,
+    ) -> Result<Option<Rollback>, StoreError> {
+        let (Some(key), Some(path)) = (&self.key, &self.head_path) else {
+            return Ok(None);
+        };
+        let deleted_is_rollback = self.head_made_with_key && !(at_open && self.key_made);
+        crate::rollback::check(path, key, self.head_made_with_key, deleted_is_rollback, log)
+    }
+
+    /// What the check found when the store opened: a gateway's store
+    /// refuses to open (`gateway`); any other keeps it, and refuses to
+    /// append until it is accepted.
+    pub(crate) fn opened(&self, found: Option<Rollback>, gateway: bool) -> Result<(), StoreError> {
+        match found {
+            Some(rollback) if gateway => Err(StoreError::RolledBack(Box::new(rollback))),
+            found => {
+                *self.lock_rolled_back() = found;
+                Ok(())
+            }
+        }
+    }
+
+    /// Refuses an append while a rollback found at open is not accepted:
+    /// the head it writes would hide it.
+    pub(crate) fn may_append(&self) -> Result<(), StoreError> {
+        match self.lock_rolled_back().as_ref() {
+            Some(rollback) => Err(StoreError::RolledBack(Box::new(rollback.clone()))),
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets the rollback found at open: it was accepted.
+    pub(crate) fn accepted(&self) {
+        *self.lock_rolled_back() = None;
+    }
+
+    fn lock_rolled_back(&self) -> std::sync::MutexGuard<'_, Option<Rollback>> {
+        self.rolled_back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records the new tail in the head file, if one is kept, then in the
@@ -1577,8 +1831,10 @@ fn open_key_file(path: &Path, tail_link: Option<&str>) -> Result<(AuditKey, bool
     }
 }
 
-/// The inserts of one append, inside its transaction.
-fn append_in_transaction(
+/// The inserts of one append, inside its transaction: each record, and
+/// the approval index's row of each grant, revocation and accepted
+/// rollback.
+pub(crate) fn append_in_transaction(
     connection: &rusqlite::Connection,
     entries: &[NewEntry],
     key: Option<&AuditKey>,
@@ -1608,6 +1864,13 @@ fn append_in_transaction(
             prev,
             hash
         ])?;
+        if let Some((server_key, tool)) = crate::standing::index_of(new.kind, &new.body) {
+            connection
+                .prepare_cached(
+                    "INSERT INTO approval_log (seq, kind, server_key, tool) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![to_sql(seq), kind_name(new.kind), server_key, tool])?;
+        }
         Ok(())
     })
 }
@@ -1626,26 +1889,35 @@ pub(crate) struct MemoryRecord {
     hash: String,
 }
 
+/// Appends `entries` to the records of a memory log, chained under `key`;
+/// returns their sequence numbers.
+pub(crate) fn memory_append(
+    records: &mut Vec<MemoryRecord>,
+    key: &AuditKey,
+    entries: &[NewEntry],
+) -> Result<Vec<u64>, StoreError> {
+    let tail = records.last().map_or_else(
+        || (0, GENESIS.to_owned()),
+        |last| (last.seq, last.hash.clone()),
+    );
+    let (seqs, _) = chain(tail, entries, Some(key), |new, seq, prev, hash| {
+        records.push(MemoryRecord {
+            seq,
+            at: new.at,
+            kind: kind_name(new.kind).to_owned(),
+            call: new.call,
+            body: new.body.clone(),
+            prev,
+            hash: hash.to_owned(),
+        });
+        Ok(())
+    })?;
+    Ok(seqs)
+}
+
 impl AuditLog for MemoryStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
-        let mut state = self.lock();
-        let tail = state.audit.last().map_or_else(
-            || (0, GENESIS.to_owned()),
-            |last| (last.seq, last.hash.clone()),
-        );
-        let (seqs, _) = chain(tail, entries, Some(&self.key), |new, seq, prev, hash| {
-            state.audit.push(MemoryRecord {
-                seq,
-                at: new.at,
-                kind: kind_name(new.kind).to_owned(),
-                call: new.call,
-                body: new.body.clone(),
-                prev,
-                hash: hash.to_owned(),
-            });
-            Ok(())
-        })?;
-        Ok(seqs)
+        memory_append(&mut self.lock().audit, &self.key, entries)
     }
 
     fn entries(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
@@ -1685,19 +1957,19 @@ impl AuditLog for MemoryStore {
 /// IMMEDIATE: the write lock is taken before the tail is read, so another
 /// process appending to the same file waits (busy timeout) instead of
 /// failing the upgrade from reader to writer.
-struct Immediate<'c> {
+pub(crate) struct Immediate<'c> {
     connection: &'c rusqlite::Connection,
 }
 
 impl<'c> Immediate<'c> {
     /// Begins the transaction, waiting for the write lock.
-    fn begin(connection: &'c rusqlite::Connection) -> rusqlite::Result<Self> {
+    pub(crate) fn begin(connection: &'c rusqlite::Connection) -> rusqlite::Result<Self> {
         connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         Ok(Self { connection })
     }
 
     /// Commits; when the commit fails, dropping `self` rolls back.
-    fn commit(self) -> rusqlite::Result<()> {
+    pub(crate) fn commit(self) -> rusqlite::Result<()> {
         self.connection.prepare_cached("COMMIT")?.execute([])?;
         Ok(())
     }
@@ -1718,6 +1990,7 @@ impl Drop for Immediate<'_> {
 
 impl AuditLog for SqliteStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
+        self.keying.may_append()?;
         let connection = self.lock();
         let transaction = Immediate::begin(&connection)?;
         let (seqs, tail) =
@@ -1873,6 +2146,56 @@ impl AuditLog for SqliteStore {
         Ok((problems, from_sql(count)))
     }
 
+    fn approval_index(&self) -> Result<Option<Vec<IndexRow>>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare(
+            "SELECT seq, kind, server_key, tool,
+                 typeof(kind) = 'text' AND typeof(server_key) = 'text' AND typeof(tool) = 'text'
+             FROM approval_log ORDER BY seq",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok(IndexRow {
+                seq: row.get(0)?,
+                kind: lenient_text(row.get_ref(1)?),
+                server_key: lenient_text(row.get_ref(2)?),
+                tool: lenient_text(row.get_ref(3)?),
+                typed: row.get(4)?,
+            })
+        })?;
+        Ok(Some(rows.collect::<Result<_, _>>()?))
+    }
+
+    fn accept_rollback(&self) -> Result<Option<AcceptedRollback>, StoreError> {
+        if self.keying.head_path.is_none() {
+            return Ok(None);
+        }
+        let key = self.keying.key.as_ref().ok_or(StoreError::NoKey)?;
+        let connection = self.lock();
+        // Under the write lock: nothing is appended between the check and
+        // the record that accepts what it found.
+        let transaction = Immediate::begin(&connection)?;
+        let found = self
+            .keying
+            .check_head(false, &mut SqliteEnd(transaction.connection))?;
+        let Some(rollback) = found else {
+            // Accepted meanwhile (by another handle), or never rolled back.
+            self.keying.accepted();
+            return Ok(None);
+        };
+        let (_, tail) = append_in_transaction(
+            transaction.connection,
+            &[rollback.entry(crate::unix_now())],
+            Some(key),
+        )?;
+        transaction.commit()?;
+        self.keying.committed(&tail);
+        self.keying.accepted();
+        Ok(Some(AcceptedRollback {
+            seq: tail.0,
+            rollback,
+        }))
+    }
+
     fn audit_key(&self) -> Option<&AuditKey> {
         self.keying.key.as_ref()
     }
@@ -1888,7 +2211,7 @@ impl AuditLog for SqliteStore {
 
 /// A SQLite value as an integer: an integer as it is, text that is one
 /// parsed; `None` for anything else.
-fn lenient_integer(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+pub(crate) fn lenient_integer(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
     use rusqlite::types::ValueRef;
     match value {
         ValueRef::Integer(n) => Some(n),
@@ -1899,7 +2222,7 @@ fn lenient_integer(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
 
 /// A SQLite value as text: text or a blob as its bytes (not UTF-8 ones
 /// replaced, so a link over them no longer matches), a number written out.
-fn lenient_text(value: rusqlite::types::ValueRef<'_>) -> String {
+pub(crate) fn lenient_text(value: rusqlite::types::ValueRef<'_>) -> String {
     use rusqlite::types::ValueRef;
     match value {
         ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
@@ -1911,16 +2234,45 @@ fn lenient_text(value: rusqlite::types::ValueRef<'_>) -> String {
     }
 }
 
-/// The link of a SQLite log's last record, if any.
-pub(crate) fn sqlite_tail_link(
+/// The sequence number and link of a SQLite log's last record, if any (a
+/// link stored as another type read as well as it can be).
+pub(crate) fn sqlite_tail(
     connection: &rusqlite::Connection,
+) -> Result<Option<(u64, String)>, StoreError> {
+    use rusqlite::OptionalExtension as _;
+    Ok(connection
+        .query_row(
+            "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
+            [],
+            |row| Ok((from_sql(row.get(0)?), lenient_text(row.get_ref(1)?))),
+        )
+        .optional()?)
+}
+
+/// A SQLite log's end, as the head check reads it.
+pub(crate) struct SqliteEnd<'c>(pub(crate) &'c rusqlite::Connection);
+
+impl crate::rollback::LogEnd for SqliteEnd<'_> {
+    fn tail(&mut self) -> Result<Option<(u64, String)>, StoreError> {
+        sqlite_tail(self.0)
+    }
+
+    fn link_at(&mut self, seq: u64) -> Result<Option<String>, StoreError> {
+        sqlite_link_at(self.0, seq)
+    }
+}
+
+/// The link of the record at `seq` in a SQLite log, if there is one.
+pub(crate) fn sqlite_link_at(
+    connection: &rusqlite::Connection,
+    seq: u64,
 ) -> Result<Option<String>, StoreError> {
     use rusqlite::OptionalExtension as _;
     Ok(connection
         .query_row(
-            "SELECT hash FROM audit ORDER BY seq DESC LIMIT 1",
-            [],
-            |row| row.get(0),
+            "SELECT hash FROM audit WHERE seq = ?1",
+            params![to_sql(seq)],
+            |row| Ok(lenient_text(row.get_ref(0)?)),
         )
         .optional()?)
 }

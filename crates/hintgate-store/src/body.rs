@@ -35,6 +35,12 @@ pub enum Malformed {
     },
     /// The body is JSON, but not written canonically.
     NotCanonical,
+    /// The body is canonical JSON, but not the fields hintgate writes for
+    /// a record of its kind (a grant, a revocation, an accepted rollback).
+    UnexpectedBody {
+        /// The stored kind.
+        kind: String,
+    },
 }
 
 impl Malformed {
@@ -47,6 +53,7 @@ impl Malformed {
             Self::NotJson => "not-json",
             Self::DuplicateKey { .. } => "duplicate-key",
             Self::NotCanonical => "not-canonical",
+            Self::UnexpectedBody { .. } => "unexpected-body",
         }
     }
 }
@@ -58,6 +65,10 @@ impl std::fmt::Display for Malformed {
             Self::NotJson => f.write_str("its body is not JSON"),
             Self::DuplicateKey { key } => write!(f, "its body repeats the key `{key}`"),
             Self::NotCanonical => f.write_str("its body is not written as canonical JSON"),
+            Self::UnexpectedBody { kind } => write!(
+                f,
+                "its body is not what hintgate writes for a `{kind}` record"
+            ),
         }
     }
 }

@@ -47,6 +47,14 @@
 //! [`AuditKey::subkey`]); [`AuditLog::redaction_key`] hands the gateway the
 //! one for redacted values.
 //!
+//! Every grant and revocation of a standing approval is a record of the
+//! log too ([`EntryKind::Grant`], [`EntryKind::Revoke`]), and an approval
+//! approves only while the log holds its grant, revoked by nothing since
+//! ([`Approval::approves`], [`Standing`]); a store that finds its head
+//! disagreeing with the log when it opens (an older copy put back) appends
+//! nothing, and a gateway's does not open, until
+//! [`AuditLog::accept_rollback`] records it ([`Rollback`]).
+//!
 //! [`ApprovalQueue`] holds calls that wait for a person on a host that cannot
 //! ask one; `hintgate approvals` answers them, from any process that opens
 //! the same store.
@@ -65,7 +73,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 mod audit;
 mod body;
@@ -74,7 +82,9 @@ mod idempotency;
 mod key;
 mod postgres;
 mod queue;
+mod rollback;
 mod rows;
+mod standing;
 mod tokens;
 mod witness;
 
@@ -91,7 +101,9 @@ pub use postgres::{PG_SCHEMA_VERSION, PgStore};
 pub use queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
 };
+pub use rollback::{AcceptedRollback, HeadFound, Rollback};
 pub use rows::Seal;
+pub use standing::{IndexRow, Standing};
 pub use tokens::{TOKEN_PREFIX, TokenRow, TokenStore, new_token, token_hash};
 pub use witness::{
     EVERY as WITNESS_EVERY, EVERY_RECORDS as WITNESS_EVERY_RECORDS, WitnessError, WitnessKey,
@@ -182,9 +194,24 @@ pub struct Approval {
     pub tool: String,
     /// The pin digest of the definition it stands for.
     pub digest: String,
-    /// Whether its seal verified when the store read it: only a
-    /// [`Seal::Valid`] approval approves anything.
+    /// Whether its seal verified when the store read it (the seal binds
+    /// its key, tool, digest and [`Approval::granted`]).
     pub seal: Seal,
+    /// The sequence number of the audit record that granted it, as its
+    /// row names it; `None` for an approval given before grants were
+    /// written to the log.
+    pub granted: Option<u64>,
+    /// What the audit log says of it, checked when the store read it.
+    pub standing: Standing,
+}
+
+impl Approval {
+    /// Whether it approves anything: its seal verifies and the log holds
+    /// its grant, revoked by nothing since ([`Standing::InForce`]).
+    #[must_use]
+    pub fn approves(&self) -> bool {
+        self.seal == Seal::Valid && self.standing == Standing::InForce
+    }
 }
 
 /// What [`PinStore::rekey`] moved to a server's new identity key.
@@ -258,6 +285,15 @@ pub enum StoreError {
     /// A token of that name exists already.
     #[error("store: a token named `{0}` exists already (revoke it first, or pick another name)")]
     TokenExists(String),
+    /// The log is not the one its head was written for (an older copy of
+    /// the database put back, its head removed or damaged, the log deleted
+    /// with its head): a gateway does not open it, and no store appends to
+    /// it (the head the append writes would hide it), until a person
+    /// accepts it with [`AuditLog::accept_rollback`].
+    #[error(
+        "store: {0}; run `hintgate log verify` to see what the log lacks, and if you mean to go on with the log as it is, `hintgate log accept-rollback` records that in the log (standing approvals granted before then approve nothing)"
+    )]
+    RolledBack(Box<Rollback>),
     /// The key file is gone, but the log is chained under a key.
     #[error(
         "store: the audit key `{path}` is missing, but the log is chained under the key `{key_id}`: restore that file (a new key cannot continue the chain)"
@@ -281,14 +317,26 @@ pub enum StoreError {
 ///   what was `seen`;
 /// - `see` records a definition that differs from the pin, and nothing when
 ///   there is no pin or it equals the pin;
-/// - `revoke` removes the pin and every standing approval of that tool;
-/// - an approval stands only for the digest it was given for;
+/// - `revoke` removes the pin and every standing approval of that tool,
+///   and appends a revocation record ([`EntryKind::Revoke`]) to the audit
+///   log in the same transaction when it removed a standing approval or the
+///   log's last record of the tool is a grant (it then needs the key:
+///   [`StoreError::Unsealed`] otherwise, and nothing is removed);
+/// - `approve_always` appends a grant record ([`EntryKind::Grant`]) to the
+///   audit log and writes the approval's row in one transaction, the row
+///   sealed with the record's sequence number;
+/// - an approval stands only for the digest it was given for, and
+///   approves only when [`Approval::approves`]: its seal verifies and the
+///   log holds its grant, with no later record that grants the tool anew,
+///   revokes it or accepts a rolled-back log (a row put back from an older
+///   copy of the database, or copied in, approves nothing);
 /// - every read fills [`Pin::identity`] and [`Seen::identity`] with what
 ///   `put_pin` and `see` were given;
 /// - `pins_of` returns every pin of one key (tools and [`INSTRUCTIONS`]),
 ///   ordered by tool, read at one point in time (one query);
 /// - `approvals_of` returns the standing approvals of one key, ordered by
-///   tool;
+///   tool, each with its seal and [`Standing`] checked (one query, which
+///   reads the approval index and each grant record, never the whole log);
 /// - `rekey` is one transaction, and two rekeys never interleave, even from
 ///   other processes or other gateways on the same store: when any pin
 ///   exists under `to_key` it changes nothing and returns `None`; otherwise,
@@ -297,8 +345,9 @@ pub enum StoreError {
 ///   key), moves those pins (with what was `seen`) to `to_key`, deletes the
 ///   pins of that server under every other key (they are stale, so no tool
 ///   is listed twice) with the standing approvals of each key left without a
-///   pin, and returns what it moved; `None` when the server has no pins.
-///   Standing approvals are never moved or copied to `to_key`: an approval
+///   pin (each with a revocation record, as `revoke` writes, whose reason is
+///   `identity-changed`), and returns what it moved; `None` when the server
+///   has no pins. Standing approvals are never moved or copied to `to_key`: an approval
 ///   answers only for the identity it was given for. Pins of other
 ///   configured servers stay where they are, even under the same key (two
 ///   configured servers with one identity share a key), and so do the
@@ -385,14 +434,17 @@ pub trait PinStore: Send + Sync + std::fmt::Debug {
     /// [`StoreError`] when the store cannot be written.
     fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError>;
 
-    /// Approves a tool always, for this definition.
+    /// Approves a tool always, for this definition, with its grant record
+    /// in the audit log.
     ///
     /// # Errors
     ///
-    /// [`StoreError`] when the store cannot be written.
+    /// [`StoreError`] when the store cannot be written, has no key, or
+    /// its log was rolled back ([`StoreError::RolledBack`]).
     fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError>;
 
-    /// Whether a tool is approved always for this definition.
+    /// Whether a tool is approved always for this definition: a standing
+    /// approval of this digest that [`Approval::approves`].
     ///
     /// # Errors
     ///
@@ -474,7 +526,8 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct MemoryState {
     pins: BTreeMap<(String, String), Pin>,
-    always: BTreeMap<(String, String), String>,
+    /// Standing approvals: digest and the sequence number of the grant.
+    always: BTreeMap<(String, String), (String, u64)>,
     audit: Vec<audit::MemoryRecord>,
     queue: Vec<Pending>,
     /// Tokens by name: hash, scope, when made.
@@ -565,15 +618,19 @@ impl PinStore for MemoryStore {
     }
 
     fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
+        // Nothing but this process reaches a memory store: every row is
+        // the one it wrote, with its grant in its log.
         Ok(self
             .lock()
             .always
             .iter()
             .filter(|((key, _), _)| key == server_key)
-            .map(|((_, tool), digest)| Approval {
+            .map(|((_, tool), (digest, granted))| Approval {
                 tool: tool.clone(),
                 digest: digest.clone(),
                 seal: Seal::Valid,
+                granted: Some(*granted),
+                standing: Standing::InForce,
             })
             .collect())
     }
@@ -581,7 +638,7 @@ impl PinStore for MemoryStore {
     fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
         let rekeyed = {
             let mut state = self.lock();
-            memory_rekey(&mut state, server, to_key)
+            memory_rekey(&mut state, &self.key, server, to_key)?
         };
         if rekeyed.is_some() {
             self.bell.ring();
@@ -593,17 +650,32 @@ impl PinStore for MemoryStore {
         let key = (server_key.to_owned(), tool.to_owned());
         let removed = {
             let mut state = self.lock();
-            state.always.remove(&key);
-            state.pins.remove(&key).is_some()
+            let pin = state.pins.remove(&key);
+            if state.always.remove(&key).is_some() {
+                let server = pin.as_ref().map_or("", |pin| pin.server.as_str());
+                let revoked =
+                    standing::revocation(unix_now(), server, server_key, tool, standing::REVOKED);
+                audit::memory_append(&mut state.audit, &self.key, &[revoked])?;
+            }
+            pin.is_some()
         };
         self.bell.ring();
         Ok(removed)
     }
 
     fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
-        self.lock()
-            .always
-            .insert((server_key.to_owned(), tool.to_owned()), digest.to_owned());
+        {
+            let mut state = self.lock();
+            let key = (server_key.to_owned(), tool.to_owned());
+            let server = state
+                .pins
+                .get(&key)
+                .map_or_else(String::new, |pin| pin.server.clone());
+            let grant = standing::grant(unix_now(), &server, server_key, tool, digest);
+            let seqs = audit::memory_append(&mut state.audit, &self.key, &[grant])?;
+            let granted = seqs.first().copied().unwrap_or(0);
+            state.always.insert(key, (digest.to_owned(), granted));
+        }
         self.bell.ring();
         Ok(())
     }
@@ -618,8 +690,7 @@ impl PinStore for MemoryStore {
             .lock()
             .always
             .get(&(server_key.to_owned(), tool.to_owned()))
-            .map(String::as_str)
-            == Some(digest))
+            .is_some_and(|(approved, _)| approved == digest))
     }
 
     fn salt(&self) -> &[u8] {
@@ -627,10 +698,16 @@ impl PinStore for MemoryStore {
     }
 }
 
-/// [`PinStore::rekey`] over the memory store's maps, under its lock.
-fn memory_rekey(state: &mut MemoryState, server: &str, to_key: &str) -> Option<Rekeyed> {
+/// [`PinStore::rekey`] over the memory store's maps, under its lock; the
+/// revocations of the standing approvals it drops are chained under `key`.
+fn memory_rekey(
+    state: &mut MemoryState,
+    key: &AuditKey,
+    server: &str,
+    to_key: &str,
+) -> Result<Option<Rekeyed>, StoreError> {
     if state.pins.keys().any(|(key, _)| key == to_key) {
-        return None;
+        return Ok(None);
     }
     // The newest pin of each other key with pins of this server.
     let mut newest: BTreeMap<&str, (i64, &Pin)> = BTreeMap::new();
@@ -647,11 +724,14 @@ fn memory_rekey(state: &mut MemoryState, server: &str, to_key: &str) -> Option<R
     }
     // The greatest newest pin wins; on a tie, the smallest key (the map is
     // ordered by key, and `max_by_key` keeps the last of equal elements).
-    let (from_key, from_identity) = newest
+    let Some((from_key, from_identity)) = newest
         .iter()
         .rev()
         .max_by_key(|(_, (pinned_at, _))| *pinned_at)
-        .map(|(key, (_, pin))| ((*key).to_owned(), pin.identity.clone()))?;
+        .map(|(key, (_, pin))| ((*key).to_owned(), pin.identity.clone()))
+    else {
+        return Ok(None);
+    };
     let stale: Vec<String> = newest
         .keys()
         .filter(|key| **key != from_key)
@@ -676,16 +756,32 @@ fn memory_rekey(state: &mut MemoryState, server: &str, to_key: &str) -> Option<R
             moved += 1;
         }
     }
-    for key in std::iter::once(&from_key).chain(&stale) {
-        if !state.pins.keys().any(|(pinned, _)| pinned == key) {
-            state.always.retain(|(approved, _), _| approved != key);
+    let mut revocations = Vec::new();
+    for dropped in std::iter::once(&from_key).chain(&stale) {
+        if !state.pins.keys().any(|(pinned, _)| pinned == dropped) {
+            state.always.retain(|(approved, tool), _| {
+                let keep = approved != dropped;
+                if !keep {
+                    revocations.push(standing::revocation(
+                        unix_now(),
+                        server,
+                        approved,
+                        tool,
+                        standing::IDENTITY_CHANGED,
+                    ));
+                }
+                keep
+            });
         }
     }
-    Some(Rekeyed {
+    if !revocations.is_empty() {
+        audit::memory_append(&mut state.audit, key, &revocations)?;
+    }
+    Ok(Some(Rekeyed {
         from_key,
         from_identity,
         pins: moved,
-    })
+    }))
 }
 
 impl MemoryStore {
@@ -863,6 +959,29 @@ impl SqliteStore {
             )?;
         }
         if found < 7 {
+            // Standing approvals name the audit record that granted them,
+            // and the approval index lists every grant, revocation and
+            // accepted rollback by sequence number (see `standing`).
+            // Approvals from before have no grant record: they are kept,
+            // and approve nothing (a person gives them again).
+            let transaction =
+                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let current: i64 =
+                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if current < 7 {
+                transaction.execute_batch(
+                    "ALTER TABLE always ADD COLUMN grant_seq INTEGER;
+                     CREATE TABLE IF NOT EXISTS approval_log (
+                         seq INTEGER PRIMARY KEY, kind TEXT NOT NULL,
+                         server_key TEXT NOT NULL, tool TEXT NOT NULL);
+                     CREATE INDEX IF NOT EXISTS approval_log_by_tool
+                         ON approval_log (server_key, tool, seq);
+                     PRAGMA user_version = 7;",
+                )?;
+            }
+            transaction.commit()?;
+        }
+        if found < 8 {
             connection.execute_batch(
                 "BEGIN IMMEDIATE;
                  CREATE TABLE IF NOT EXISTS idempotency (
@@ -870,7 +989,7 @@ impl SqliteStore {
                      principal TEXT NOT NULL, arguments TEXT NOT NULL,
                      claimed_at INTEGER NOT NULL, done_at INTEGER, result BLOB, tag TEXT);
                  CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (claimed_at);
-                 PRAGMA user_version = 7;
+                 PRAGMA user_version = 8;
                  COMMIT;",
             )?;
         }
@@ -892,8 +1011,17 @@ impl SqliteStore {
                 salt
             }
         };
-        let tail_link = audit::sqlite_tail_link(&connection)?;
-        let keying = audit::Keying::resolve(audit, tail_link.as_deref(), String::new)?;
+        let tail = audit::sqlite_tail(&connection)?;
+        let gateway = audit.checkpoints;
+        let keying = audit::Keying::resolve(
+            audit,
+            tail.as_ref().map(|(_, link)| link.as_str()),
+            String::new,
+        )?;
+        // Before anything is appended (the head an append writes would
+        // hide what this finds).
+        let found = keying.check_head(true, &mut audit::SqliteEnd(&connection))?;
+        keying.opened(found, gateway)?;
         let sealer = keying.key.as_ref().map(rows::Sealer::of);
         Ok(Self {
             sealer,
@@ -911,19 +1039,102 @@ impl SqliteStore {
     }
 }
 
-/// A standing approval as read from SQL, its seal checked by `sealer`
-/// ([`Seal::Unchecked`] without one).
-pub(crate) fn approval(
-    sealer: Option<&rows::Sealer>,
+/// The read of one key's standing approvals, in SQLite and PostgreSQL
+/// alike (`{s}` the schema's prefix, `{key}` the parameter): each row with
+/// the last index row of its tool, the last accepted rollback and the
+/// record its row names as its grant, so that each is checked against the
+/// log in one query (see `standing`).
+pub(crate) const ALWAYS_READ: &str = "SELECT a.tool, a.digest, a.tag, a.grant_seq,
+     (SELECT max(l.seq) FROM {s}approval_log l
+          WHERE l.server_key = a.server_key AND l.tool = a.tool),
+     (SELECT max(r.seq) FROM {s}approval_log r
+          WHERE r.server_key = '' AND r.tool = '' AND r.kind = 'rollback'),
+     g.seq, g.at, g.kind, g.call_seq, g.body, g.prev, g.hash
+ FROM {s}always a LEFT JOIN {s}audit g ON g.seq = a.grant_seq
+ WHERE a.server_key = {key}";
+
+/// A SQLite row of [`ALWAYS_READ`] as a standing approval of `server_key`,
+/// read as well as it can be (SQLite's columns take any type; a value of
+/// another type never makes an approval count).
+fn sqlite_always(
     server_key: &str,
-    tool: String,
-    digest: String,
-    tag: Option<String>,
-) -> Approval {
-    let seal = sealer.map_or(Seal::Unchecked, |sealer| {
-        sealer.check_always(server_key, &tool, &digest, tag.as_deref())
-    });
-    Approval { tool, digest, seal }
+    row: &rusqlite::Row<'_>,
+) -> rusqlite::Result<standing::AlwaysRead> {
+    use audit::{lenient_integer, lenient_text};
+    let record = match row.get_ref(6)? {
+        rusqlite::types::ValueRef::Integer(seq) => Some(Entry::from_stored(
+            from_sql(seq),
+            lenient_integer(row.get_ref(7)?).unwrap_or(0),
+            lenient_text(row.get_ref(8)?),
+            lenient_integer(row.get_ref(9)?).map(from_sql),
+            lenient_text(row.get_ref(10)?),
+            lenient_text(row.get_ref(11)?),
+            lenient_text(row.get_ref(12)?),
+        )),
+        _ => None,
+    };
+    Ok(standing::AlwaysRead {
+        server_key: server_key.to_owned(),
+        tool: row.get(0)?,
+        digest: row.get(1)?,
+        tag: row.get(2)?,
+        grant_seq: lenient_integer(row.get_ref(3)?),
+        latest: lenient_integer(row.get_ref(4)?),
+        rollback: lenient_integer(row.get_ref(5)?),
+        record,
+    })
+}
+
+/// The configured server name of a tool's pin (empty without one), which
+/// the records of its standing approvals name for people.
+fn pinned_server(
+    connection: &Connection,
+    server_key: &str,
+    tool: &str,
+) -> Result<String, StoreError> {
+    Ok(connection
+        .query_row(
+            "SELECT server FROM pins WHERE server_key = ?1 AND tool = ?2",
+            params![server_key, tool],
+            |row| Ok(audit::lenient_text(row.get_ref(0)?)),
+        )
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// Whether the approval index's last row of a tool is a grant: a standing
+/// approval is in force by the log, whatever its row (deleted or not) says.
+fn granted_last(connection: &Connection, server_key: &str, tool: &str) -> Result<bool, StoreError> {
+    let kind: Option<String> = connection
+        .query_row(
+            "SELECT kind FROM approval_log WHERE server_key = ?1 AND tool = ?2
+             ORDER BY seq DESC LIMIT 1",
+            params![server_key, tool],
+            |row| Ok(audit::lenient_text(row.get_ref(0)?)),
+        )
+        .optional()?;
+    Ok(kind.as_deref() == Some("grant"))
+}
+
+/// The tools of `server_key` with a standing approval by its row or by the
+/// log (its last index row a grant), ordered.
+fn granted_tools(
+    connection: &Connection,
+    server_key: &str,
+) -> Result<std::collections::BTreeSet<String>, StoreError> {
+    let mut statement = connection.prepare(
+        "SELECT tool FROM always WHERE server_key = ?1
+         UNION
+         SELECT l.tool FROM approval_log l WHERE l.server_key = ?1 AND l.kind = 'grant'
+             AND l.seq = (SELECT max(m.seq) FROM approval_log m
+                          WHERE m.server_key = l.server_key AND m.tool = l.tool)",
+    )?;
+    let tools = statement
+        .query_map(params![server_key], |row| {
+            Ok(audit::lenient_text(row.get_ref(0)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(tools)
 }
 
 fn parse_json(text: &str) -> Result<Value, StoreError> {
@@ -1099,26 +1310,15 @@ impl PinStore for SqliteStore {
 
     fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
         let connection = self.lock();
-        let mut statement = connection.prepare_cached(
-            "SELECT tool, digest, tag FROM always WHERE server_key = ?1 ORDER BY tool",
-        )?;
-        let rows = statement.query_map(params![server_key], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, Option<String>>(2)?,
-            ))
-        })?;
+        let mut statement = connection.prepare_cached(&format!(
+            "{} ORDER BY a.tool",
+            ALWAYS_READ.replace("{s}", "").replace("{key}", "?1")
+        ))?;
+        let rows =
+            statement.query_map(params![server_key], |row| sqlite_always(server_key, row))?;
         let mut approvals = Vec::new();
         for row in rows {
-            let (tool, digest, tag) = row?;
-            approvals.push(approval(
-                self.sealer.as_ref(),
-                server_key,
-                tool,
-                digest,
-                tag,
-            ));
+            approvals.push(row?.into_approval(self.sealer.as_ref(), self.keying.key.as_ref()));
         }
         Ok(approvals)
     }
@@ -1179,14 +1379,41 @@ impl PinStore for SqliteStore {
             "DELETE FROM pins WHERE server = ?1 AND server_key != ?2",
             params![server, to_key],
         )?;
+        // The standing approvals of each key left without pins go, each
+        // with its revocation record.
+        let mut revocations = Vec::new();
         for key in std::iter::once(from_key).chain(stale) {
-            transaction.execute(
-                "DELETE FROM always WHERE server_key = ?1
-                 AND NOT EXISTS (SELECT 1 FROM pins WHERE server_key = ?1)",
+            let pinned: bool = transaction.query_row(
+                "SELECT EXISTS (SELECT 1 FROM pins WHERE server_key = ?1)",
                 params![key],
+                |row| row.get(0),
             )?;
+            if pinned {
+                continue;
+            }
+            for tool in granted_tools(&transaction, key)? {
+                revocations.push(standing::revocation(
+                    unix_now(),
+                    server,
+                    key,
+                    &tool,
+                    standing::IDENTITY_CHANGED,
+                ));
+            }
+            transaction.execute("DELETE FROM always WHERE server_key = ?1", params![key])?;
         }
+        let tail = if revocations.is_empty() {
+            None
+        } else {
+            self.keying.may_append()?;
+            let (_, tail) =
+                audit::append_in_transaction(&transaction, &revocations, self.keying.key.as_ref())?;
+            Some(tail)
+        };
         transaction.commit()?;
+        if let Some(tail) = tail {
+            self.keying.committed(&tail);
+        }
         Ok(Some(Rekeyed {
             from_key: from_key.clone(),
             from_identity,
@@ -1195,32 +1422,60 @@ impl PinStore for SqliteStore {
     }
 
     fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
-        let mut connection = self.lock();
-        let transaction = connection.transaction()?;
-        transaction.execute(
+        let connection = self.lock();
+        let transaction = audit::Immediate::begin(&connection)?;
+        let server = pinned_server(&connection, server_key, tool)?;
+        let granted = granted_last(&connection, server_key, tool)?;
+        let approvals = connection.execute(
             "DELETE FROM always WHERE server_key = ?1 AND tool = ?2",
             params![server_key, tool],
         )?;
-        let removed = transaction.execute(
+        let removed = connection.execute(
             "DELETE FROM pins WHERE server_key = ?1 AND tool = ?2",
             params![server_key, tool],
         )?;
+        // INVARIANT: a standing approval is never removed without its
+        // revocation record: a row put back later would approve again.
+        let tail = if approvals > 0 || granted {
+            let key = self.keying.key.as_ref().ok_or(StoreError::Unsealed)?;
+            self.keying.may_append()?;
+            let revoked =
+                standing::revocation(unix_now(), &server, server_key, tool, standing::REVOKED);
+            let (_, tail) = audit::append_in_transaction(&connection, &[revoked], Some(key))?;
+            Some(tail)
+        } else {
+            None
+        };
         transaction.commit()?;
+        if let Some(tail) = tail {
+            self.keying.committed(&tail);
+        }
         Ok(removed > 0)
     }
 
     fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
         let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
-        self.lock().execute(
-            "INSERT INTO always (server_key, tool, digest, tag) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (server_key, tool) DO UPDATE SET digest = ?3, tag = ?4",
+        self.keying.may_append()?;
+        let connection = self.lock();
+        let transaction = audit::Immediate::begin(&connection)?;
+        let server = pinned_server(&connection, server_key, tool)?;
+        let grant = standing::grant(unix_now(), &server, server_key, tool, digest);
+        let (_, tail) =
+            audit::append_in_transaction(&connection, &[grant], self.keying.key.as_ref())?;
+        let granted = to_sql(tail.0);
+        connection.execute(
+            "INSERT INTO always (server_key, tool, digest, tag, grant_seq) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (server_key, tool) DO UPDATE SET digest = ?3, tag = ?4, grant_seq = ?5",
             params![
                 server_key,
                 tool,
                 digest,
-                sealer.always(server_key, tool, digest)
+                sealer.always(server_key, tool, digest, granted),
+                granted
             ],
         )?;
+        transaction.commit()?;
+        self.keying.committed(&tail);
         Ok(())
     }
 
@@ -1230,25 +1485,8 @@ impl PinStore for SqliteStore {
         tool: &str,
         digest: &str,
     ) -> Result<bool, StoreError> {
-        let found: Option<(String, Option<String>)> = self
-            .lock()
-            .query_row(
-                "SELECT digest, tag FROM always WHERE server_key = ?1 AND tool = ?2",
-                params![server_key, tool],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
-        Ok(found.is_some_and(|(found, tag)| {
-            found == digest
-                && approval(
-                    self.sealer.as_ref(),
-                    server_key,
-                    tool.to_owned(),
-                    found,
-                    tag,
-                )
-                .seal
-                    == Seal::Valid
+        Ok(self.approvals_of(server_key)?.iter().any(|approval| {
+            approval.tool == tool && approval.digest == digest && approval.approves()
         }))
     }
 

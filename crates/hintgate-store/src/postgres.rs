@@ -32,14 +32,16 @@ use crate::audit::{GENESIS, Keying, chain, kind_name};
 use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, PENDING_COLUMNS, Pending, PendingState, QueueWatch,
 };
+use crate::rollback::AcceptedRollback;
 use crate::rows::Sealer;
+use crate::standing::{self, AlwaysRead, IndexRow};
 use crate::{
-    Approval, AuditKey, AuditLog, AuditSetup, Entry, NewEntry, PIN_COLUMNS, Pin, PinColumns,
-    PinStore, Rekeyed, Remember, Seal, Seen, StoreError, from_sql, to_sql,
+    ALWAYS_READ, Approval, AuditKey, AuditLog, AuditSetup, Entry, NewEntry, PIN_COLUMNS, Pin,
+    PinColumns, PinStore, Rekeyed, Remember, Seal, Seen, StoreError, from_sql, to_sql,
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 5;
+pub const PG_SCHEMA_VERSION: i64 = 6;
 
 /// How long connecting, a silent connection or one statement may take
 /// before it fails (unless the address sets its own).
@@ -232,14 +234,8 @@ impl PgStore {
             .spawn(move || {
                 let mut connection = match connect(&worker_config).and_then(|mut client| {
                     let salt = migrate(&mut client, &worker_shown)?;
-                    let tail_link: Option<String> = client
-                        .query_opt(
-                            "SELECT hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
-                            &[],
-                        )?
-                        .map(|row| row.try_get(0))
-                        .transpose()?;
-                    Ok((client, (salt, tail_link)))
+                    let tail = pg_tail(&mut client)?;
+                    Ok((client, (salt, tail)))
                 }) {
                     Ok((client, opened)) => {
                         let _ = ready_tx.send(Ok(opened));
@@ -266,21 +262,33 @@ impl PgStore {
                 }
             })
             .map_err(|err| StoreError::Address(format!("no thread for the store: {err}")))?;
-        let (salt, tail_link) = ready_rx
+        let (salt, tail) = ready_rx
             .recv()
             .map_err(|_| StoreError::Address("the store's thread ended".to_owned()))??;
-        let keying = Keying::resolve(audit, tail_link.as_deref(), || {
+        let gateway = audit.checkpoints;
+        let keying = Keying::resolve(audit, tail.as_ref().map(|(_, link)| link.as_str()), || {
             format!("audit-{}.head", log_id(&salt))
         })?;
         let sealer = keying.key.as_ref().map(Sealer::of);
-        Ok(Self {
+        let store = Self {
             sealer,
             jobs: Mutex::new(jobs_tx),
             salt,
             config,
             shown,
             keying: Arc::new(keying),
-        })
+        };
+        // This gateway's head against the shared log, before anything is
+        // appended (the head an append writes would hide what this finds).
+        let keying = Arc::clone(&store.keying);
+        let found = store.call(move |client| {
+            let mut tx = client.transaction()?;
+            let found = keying.check_head(true, &mut PgEnd(&mut tx))?;
+            tx.commit()?;
+            Ok(found)
+        })?;
+        store.keying.opened(found, gateway)?;
+        Ok(store)
     }
 
     /// Runs `work` on the store's client and waits for its result.
@@ -319,6 +327,136 @@ fn log_id(salt: &[u8]) -> String {
     hasher.update(b"hintgate audit log id\n");
     hasher.update(salt);
     hex::encode(hasher.finalize().get(..8).unwrap_or_default())
+}
+
+/// The sequence number and link of the log's last record, if any.
+fn pg_tail(
+    client: &mut impl ::postgres::GenericClient,
+) -> Result<Option<(u64, String)>, StoreError> {
+    client
+        .query_opt(
+            "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1",
+            &[],
+        )?
+        .map(|row| Ok((from_sql(row.try_get(0)?), row.try_get(1)?)))
+        .transpose()
+}
+
+/// The link of the record at `seq`, if there is one.
+fn pg_link_at(
+    client: &mut impl ::postgres::GenericClient,
+    seq: u64,
+) -> Result<Option<String>, StoreError> {
+    client
+        .query_opt(
+            "SELECT hash FROM hintgate.audit WHERE seq = $1",
+            &[&to_sql(seq)],
+        )?
+        .map(|row| Ok(row.try_get(0)?))
+        .transpose()
+}
+
+/// The sequence number and link of a log's last record.
+type Tail = (u64, String);
+
+/// A PostgreSQL log's end, as the head check reads it.
+struct PgEnd<'a, 'b>(&'a mut ::postgres::Transaction<'b>);
+
+impl crate::rollback::LogEnd for PgEnd<'_, '_> {
+    fn tail(&mut self) -> Result<Option<(u64, String)>, StoreError> {
+        pg_tail(self.0)
+    }
+
+    fn link_at(&mut self, seq: u64) -> Result<Option<String>, StoreError> {
+        pg_link_at(self.0, seq)
+    }
+}
+
+/// Appends `entries` in the transaction `tx`, which takes the log's lock
+/// (see [`AuditLog::append`]): each record and the approval index's row of
+/// each grant, revocation and accepted rollback. Returns the sequence
+/// numbers and the new tail; the caller writes the head once `tx` commits.
+fn append_in(
+    tx: &mut ::postgres::Transaction<'_>,
+    entries: &[NewEntry],
+    key: Option<&AuditKey>,
+) -> Result<(Vec<u64>, (u64, String)), StoreError> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
+    let tail = pg_tail(tx)?.unwrap_or_else(|| (0, GENESIS.to_owned()));
+    chain(tail, entries, key, |new, seq, prev, hash| {
+        tx.execute(
+            "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &to_sql(seq),
+                &new.at,
+                &kind_name(new.kind),
+                &new.call.map(to_sql),
+                &new.body,
+                &prev,
+                &hash,
+            ],
+        )?;
+        index_in(tx, new, seq)
+    })
+}
+
+/// The approval index's row of `new`, appended at `seq`, when it lists it.
+fn index_in(
+    client: &mut impl ::postgres::GenericClient,
+    new: &NewEntry,
+    seq: u64,
+) -> Result<(), StoreError> {
+    if let Some((server_key, tool)) = standing::index_of(new.kind, &new.body) {
+        client.execute(
+            "INSERT INTO hintgate.approval_log (seq, kind, server_key, tool) VALUES ($1, $2, $3, $4)",
+            &[&to_sql(seq), &kind_name(new.kind), &server_key, &tool],
+        )?;
+    }
+    Ok(())
+}
+
+/// The configured server name of a tool's pin (empty without one).
+fn pinned_server(
+    client: &mut impl ::postgres::GenericClient,
+    server_key: &str,
+    tool: &str,
+) -> Result<String, StoreError> {
+    Ok(client
+        .query_opt(
+            "SELECT server FROM hintgate.pins WHERE server_key = $1 AND tool = $2",
+            &[&server_key, &tool],
+        )?
+        .map(|row| row.try_get(0))
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// A PostgreSQL row of [`ALWAYS_READ`] as a standing approval of
+/// `server_key`.
+fn pg_always(server_key: &str, row: &::postgres::Row) -> Result<AlwaysRead, StoreError> {
+    let record = match row.try_get::<_, Option<i64>>(6)? {
+        Some(seq) => Some(Entry::from_stored(
+            from_sql(seq),
+            row.try_get(7)?,
+            row.try_get(8)?,
+            row.try_get::<_, Option<i64>>(9)?.map(from_sql),
+            row.try_get(10)?,
+            row.try_get(11)?,
+            row.try_get(12)?,
+        )),
+        None => None,
+    };
+    Ok(AlwaysRead {
+        server_key: server_key.to_owned(),
+        tool: row.try_get(0)?,
+        digest: row.try_get(1)?,
+        tag: row.try_get(2)?,
+        grant_seq: row.try_get(3)?,
+        latest: row.try_get(4)?,
+        rollback: row.try_get(5)?,
+        record,
+    })
 }
 
 /// Creates or migrates the schema; returns the salt.
@@ -397,13 +535,28 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
         )?;
     }
     if found < 5 {
+        // Standing approvals name the audit record that granted them, and
+        // the approval index lists every grant, revocation and accepted
+        // rollback (see `standing`); approvals from before are kept and
+        // approve nothing.
+        tx.batch_execute(
+            "ALTER TABLE hintgate.always ADD COLUMN IF NOT EXISTS grant_seq BIGINT;
+             CREATE TABLE IF NOT EXISTS hintgate.approval_log (
+                 seq BIGINT PRIMARY KEY, kind TEXT NOT NULL,
+                 server_key TEXT NOT NULL, tool TEXT NOT NULL);
+             CREATE INDEX IF NOT EXISTS approval_log_by_tool
+                 ON hintgate.approval_log (server_key, tool, seq);
+             UPDATE hintgate.meta SET value = '5' WHERE key = 'schema_version';",
+        )?;
+    }
+    if found < 6 {
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS hintgate.idempotency (
                  scope TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT NOT NULL,
                  principal TEXT NOT NULL, arguments TEXT NOT NULL,
                  claimed_at BIGINT NOT NULL, done_at BIGINT, result BYTEA, tag TEXT);
              CREATE INDEX IF NOT EXISTS idempotency_by_age ON hintgate.idempotency (claimed_at);
-             UPDATE hintgate.meta SET value = '5' WHERE key = 'schema_version';",
+             UPDATE hintgate.meta SET value = '6' WHERE key = 'schema_version';",
         )?;
     }
     let mut salt = vec![0u8; 32];
@@ -449,9 +602,10 @@ fn pin_columns(row: &::postgres::Row) -> Result<PinColumns, StoreError> {
 fn rekey_in(
     tx: &mut ::postgres::Transaction<'_>,
     sealer: &Sealer,
+    keying: &Keying,
     server: &str,
     to_key: &str,
-) -> Result<Option<Rekeyed>, StoreError> {
+) -> Result<Option<(Rekeyed, Option<Tail>)>, StoreError> {
     let taken = tx
         .query_opt(
             "SELECT 1 FROM hintgate.pins WHERE server_key = $1 LIMIT 1",
@@ -501,17 +655,52 @@ fn rekey_in(
         "DELETE FROM hintgate.pins WHERE server = $1 AND server_key != $2",
         &[&server, &to_key],
     )?;
+    // The standing approvals of each key left without pins go, each with
+    // its revocation record: every tool with a row, or whose last index
+    // row is a grant.
     let touched: Vec<&String> = std::iter::once(from_key).chain(stale).collect();
+    let dropped = tx.query(
+        "SELECT a.server_key, a.tool FROM hintgate.always a WHERE a.server_key = ANY($1)
+             AND NOT EXISTS (SELECT 1 FROM hintgate.pins p WHERE p.server_key = a.server_key)
+         UNION
+         SELECT l.server_key, l.tool FROM hintgate.approval_log l
+         WHERE l.server_key = ANY($1) AND l.kind = 'grant'
+             AND NOT EXISTS (SELECT 1 FROM hintgate.pins p WHERE p.server_key = l.server_key)
+             AND l.seq = (SELECT max(m.seq) FROM hintgate.approval_log m
+                          WHERE m.server_key = l.server_key AND m.tool = l.tool)
+         ORDER BY 1, 2",
+        &[&touched],
+    )?;
+    let mut revocations = Vec::with_capacity(dropped.len());
+    for row in &dropped {
+        let (key, tool): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+        revocations.push(standing::revocation(
+            crate::unix_now(),
+            server,
+            &key,
+            &tool,
+            standing::IDENTITY_CHANGED,
+        ));
+    }
     tx.execute(
         "DELETE FROM hintgate.always a WHERE a.server_key = ANY($1)
          AND NOT EXISTS (SELECT 1 FROM hintgate.pins p WHERE p.server_key = a.server_key)",
         &[&touched],
     )?;
-    Ok(Some(Rekeyed {
-        from_key: from_key.clone(),
-        from_identity,
-        pins: usize::try_from(moved).unwrap_or(usize::MAX),
-    }))
+    let tail = if revocations.is_empty() {
+        None
+    } else {
+        keying.may_append()?;
+        Some(append_in(tx, &revocations, keying.key.as_ref())?.1)
+    };
+    Ok(Some((
+        Rekeyed {
+            from_key: from_key.clone(),
+            from_identity,
+            pins: usize::try_from(moved).unwrap_or(usize::MAX),
+        },
+        tail,
+    )))
 }
 
 impl PinStore for PgStore {
@@ -631,21 +820,22 @@ impl PinStore for PgStore {
     fn approvals_of(&self, server_key: &str) -> Result<Vec<Approval>, StoreError> {
         let server_key = server_key.to_owned();
         let sealer = self.sealer.clone();
+        let keying = Arc::clone(&self.keying);
         self.call(move |client| {
             client
                 .query(
-                    "SELECT tool, digest, tag FROM hintgate.always WHERE server_key = $1 ORDER BY tool COLLATE \"C\"",
+                    &format!(
+                        "{} ORDER BY a.tool COLLATE \"C\"",
+                        ALWAYS_READ
+                            .replace("{s}", "hintgate.")
+                            .replace("{key}", "$1")
+                    ),
                     &[&server_key],
                 )?
                 .iter()
                 .map(|row| {
-                    Ok(crate::approval(
-                        sealer.as_ref(),
-                        &server_key,
-                        row.try_get(0)?,
-                        row.try_get(1)?,
-                        row.try_get(2)?,
-                    ))
+                    Ok(pg_always(&server_key, row)?
+                        .into_approval(sealer.as_ref(), keying.key.as_ref()))
                 })
                 .collect()
         })
@@ -654,6 +844,7 @@ impl PinStore for PgStore {
     fn rekey(&self, server: &str, to_key: &str) -> Result<Option<Rekeyed>, StoreError> {
         let sealer = self.sealer.clone().ok_or(StoreError::Unsealed)?;
         let (server, to_key) = (server.to_owned(), to_key.to_owned());
+        let keying = Arc::clone(&self.keying);
         self.call(move |client| {
             let mut tx = client.transaction()?;
             // Two gateways may start the same server at once. `SELECT ...
@@ -662,23 +853,45 @@ impl PinStore for PgStore {
             // a transaction-level advisory lock makes rekeys take turns, and
             // each statement after it (READ COMMITTED) sees what the one
             // before committed. It is released when the transaction ends.
+            // (Rekeys take this lock before the log's, and nothing takes
+            // them the other way round.)
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REKEY_LOCK])?;
-            let rekeyed = rekey_in(&mut tx, &sealer, &server, &to_key)?;
+            let rekeyed = rekey_in(&mut tx, &sealer, &keying, &server, &to_key)?;
             if rekeyed.is_some() {
                 // The standing approvals of a key left without pins may be
                 // gone.
                 tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
             }
             tx.commit()?;
-            Ok(rekeyed)
+            Ok(rekeyed.map(|(rekeyed, tail)| {
+                if let Some(tail) = tail {
+                    keying.committed(&tail);
+                }
+                rekeyed
+            }))
         })
     }
 
     fn revoke(&self, server_key: &str, tool: &str) -> Result<bool, StoreError> {
         let (server_key, tool) = (server_key.to_owned(), tool.to_owned());
+        let keying = Arc::clone(&self.keying);
         self.call(move |client| {
             let mut tx = client.transaction()?;
-            tx.execute(
+            // The log's lock first: a grant of the same tool on another
+            // gateway is either before this revocation or after it.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
+            let server = pinned_server(&mut tx, &server_key, &tool)?;
+            let granted = tx
+                .query_opt(
+                    "SELECT kind FROM hintgate.approval_log WHERE server_key = $1 AND tool = $2
+                     ORDER BY seq DESC LIMIT 1",
+                    &[&server_key, &tool],
+                )?
+                .map(|row| row.try_get::<_, String>(0))
+                .transpose()?
+                .as_deref()
+                == Some("grant");
+            let approvals = tx.execute(
                 "DELETE FROM hintgate.always WHERE server_key = $1 AND tool = $2",
                 &[&server_key, &tool],
             )?;
@@ -686,29 +899,56 @@ impl PinStore for PgStore {
                 "DELETE FROM hintgate.pins WHERE server_key = $1 AND tool = $2",
                 &[&server_key, &tool],
             )?;
+            // INVARIANT: a standing approval is never removed without its
+            // revocation record: a row put back later would approve again.
+            let tail = if approvals > 0 || granted {
+                let key = keying.key.as_ref().ok_or(StoreError::Unsealed)?;
+                keying.may_append()?;
+                let revoked = standing::revocation(
+                    crate::unix_now(),
+                    &server,
+                    &server_key,
+                    &tool,
+                    standing::REVOKED,
+                );
+                Some(append_in(&mut tx, &[revoked], Some(key))?.1)
+            } else {
+                None
+            };
             // Delivered to every listener when the revocation commits, so a
             // gateway drops a standing approval it keeps in memory.
             tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
             tx.commit()?;
+            if let Some(tail) = tail {
+                keying.committed(&tail);
+            }
             Ok(removed > 0)
         })
     }
 
     fn approve_always(&self, server_key: &str, tool: &str, digest: &str) -> Result<(), StoreError> {
-        let sealer = self.sealer.as_ref().ok_or(StoreError::Unsealed)?;
-        let tag = sealer.always(server_key, tool, digest);
+        let sealer = self.sealer.clone().ok_or(StoreError::Unsealed)?;
+        self.keying.may_append()?;
         let (server_key, tool, digest) =
             (server_key.to_owned(), tool.to_owned(), digest.to_owned());
+        let keying = Arc::clone(&self.keying);
         self.call(move |client| {
             let mut tx = client.transaction()?;
+            let server = pinned_server(&mut tx, &server_key, &tool)?;
+            let grant = standing::grant(crate::unix_now(), &server, &server_key, &tool, &digest);
+            let (_, tail) = append_in(&mut tx, &[grant], keying.key.as_ref())?;
+            let granted = to_sql(tail.0);
+            let tag = sealer.always(&server_key, &tool, &digest, granted);
             tx.execute(
-                "INSERT INTO hintgate.always (server_key, tool, digest, tag) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (server_key, tool) DO UPDATE SET digest = $3, tag = $4",
-                &[&server_key, &tool, &digest, &tag],
+                "INSERT INTO hintgate.always (server_key, tool, digest, tag, grant_seq)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (server_key, tool) DO UPDATE SET digest = $3, tag = $4, grant_seq = $5",
+                &[&server_key, &tool, &digest, &tag, &granted],
             )?;
             // Delivered to every listener when the approval commits.
             tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &"always"])?;
             tx.commit()?;
+            keying.committed(&tail);
             Ok(())
         })
     }
@@ -719,22 +959,9 @@ impl PinStore for PgStore {
         tool: &str,
         digest: &str,
     ) -> Result<bool, StoreError> {
-        let (server_key, tool, digest) =
-            (server_key.to_owned(), tool.to_owned(), digest.to_owned());
-        let sealer = self.sealer.clone();
-        self.call(move |client| {
-            let Some(row) = client.query_opt(
-                "SELECT digest, tag FROM hintgate.always WHERE server_key = $1 AND tool = $2",
-                &[&server_key, &tool],
-            )?
-            else {
-                return Ok(false);
-            };
-            let found: String = row.try_get(0)?;
-            Ok(found == digest
-                && crate::approval(sealer.as_ref(), &server_key, tool, found, row.try_get(1)?).seal
-                    == Seal::Valid)
-        })
+        Ok(self.approvals_of(server_key)?.iter().any(|approval| {
+            approval.tool == tool && approval.digest == digest && approval.approves()
+        }))
     }
 
     fn salt(&self) -> &[u8] {
@@ -746,6 +973,7 @@ impl AuditLog for PgStore {
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         // The job runs on the store's thread, which outlives this call, so
         // it owns what it writes.
+        self.keying.may_append()?;
         let entries = entries.to_vec();
         let keying = Arc::clone(&self.keying);
         self.call_on(move |connection| {
@@ -775,7 +1003,7 @@ impl AuditLog for PgStore {
                             &hash,
                         ],
                     )?;
-                    Ok(())
+                    index_in(&mut tx, new, seq)
                 },
             )?;
             tx.commit()?;
@@ -829,6 +1057,62 @@ impl AuditLog for PgStore {
                 .map(|row| row.try_get::<_, i64>(0))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok((seqs, from_sql(count)))
+        })
+    }
+
+    fn approval_index(&self) -> Result<Option<Vec<IndexRow>>, StoreError> {
+        self.call(move |client| {
+            client
+                .query(
+                    "SELECT seq, kind, server_key, tool FROM hintgate.approval_log ORDER BY seq",
+                    &[],
+                )?
+                .iter()
+                .map(|row| {
+                    Ok(IndexRow {
+                        seq: row.try_get(0)?,
+                        kind: row.try_get(1)?,
+                        server_key: row.try_get(2)?,
+                        tool: row.try_get(3)?,
+                        // Typed columns.
+                        typed: true,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+                .map(Some)
+        })
+    }
+
+    fn accept_rollback(&self) -> Result<Option<AcceptedRollback>, StoreError> {
+        if self.keying.head_path.is_none() {
+            return Ok(None);
+        }
+        if self.keying.key.is_none() {
+            return Err(StoreError::NoKey);
+        }
+        let keying = Arc::clone(&self.keying);
+        self.call(move |client| {
+            let mut tx = client.transaction()?;
+            // Under the log's lock: nothing is appended between the check
+            // and the record that accepts what it found.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
+            let found = keying.check_head(false, &mut PgEnd(&mut tx))?;
+            let Some(rollback) = found else {
+                keying.accepted();
+                return Ok(None);
+            };
+            let (_, tail) = append_in(
+                &mut tx,
+                &[rollback.entry(crate::unix_now())],
+                keying.key.as_ref(),
+            )?;
+            tx.commit()?;
+            keying.committed(&tail);
+            keying.accepted();
+            Ok(Some(AcceptedRollback {
+                seq: tail.0,
+                rollback,
+            }))
         })
     }
 

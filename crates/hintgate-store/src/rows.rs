@@ -14,7 +14,9 @@
 //! - a pin with a broken seal is reported ([`Seal::Broken`]) and a gateway
 //!   takes its tool for a new one (asked again on an untrusted server;
 //!   pinned anew on a trusted one, as a deleted pin would be);
-//! - a standing approval with a broken seal approves nothing;
+//! - a standing approval with a broken seal approves nothing (and one whose
+//!   seal holds approves only while the audit log holds the grant record
+//!   its seal names, revoked by nothing since: see `standing`);
 //! - an answer with a broken seal, or to an entry whose seal is broken,
 //!   denies the call; and a person cannot answer an entry whose seal is
 //!   broken (its prompt may not be what the gateway asked).
@@ -31,6 +33,9 @@ use crate::{Answer, AuditKey, Pin};
 
 /// The purpose of the subkey that seals rows.
 const PURPOSE: &str = "store rows v1";
+
+/// The kind of the seal of a standing approval with its grant record.
+const ALWAYS_GRANTED: &str = "always granted";
 
 /// Whether a row that decisions trust carries a valid seal.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
@@ -156,7 +161,6 @@ impl Sealer {
         self.check("pin", &pin_fields(pin, &definition), tag)
     }
 
-    /// The seal of a standing approval.
     /// The seal of a token's row.
     pub(crate) fn token(&self, name: &str, hash: &str, scope: &str, created_at: i64) -> String {
         self.seal("token", &token_fields(name, hash, scope, created_at))
@@ -188,19 +192,42 @@ impl Sealer {
         self.check("idempotency", &key_row_fields(row), tag)
     }
 
-    pub(crate) fn always(&self, server_key: &str, tool: &str, digest: &str) -> String {
-        self.seal("always", &always_fields(server_key, tool, digest))
+    /// The seal of a standing approval: its key, tool and digest, and the
+    /// sequence number of its grant record, so that a row put back from an
+    /// older copy names the grant it had, which a later record supersedes.
+    pub(crate) fn always(
+        &self,
+        server_key: &str,
+        tool: &str,
+        digest: &str,
+        granted: i64,
+    ) -> String {
+        let [key, tool, digest] = always_fields(server_key, tool, digest);
+        self.seal(ALWAYS_GRANTED, &[key, tool, digest, Field::Int(granted)])
     }
 
-    /// Whether `tag` is the seal of a standing approval.
+    /// Whether `tag` is the seal of a standing approval granted by the
+    /// record `granted`; without one, of an approval given before grants
+    /// were recorded (schema 6 and older, sealed over its key, tool and
+    /// digest only), which is checked so that people are shown it is
+    /// genuine, though it approves nothing.
     pub(crate) fn check_always(
         &self,
         server_key: &str,
         tool: &str,
         digest: &str,
+        granted: Option<i64>,
         tag: Option<&str>,
     ) -> Seal {
-        self.check("always", &always_fields(server_key, tool, digest), tag)
+        let [key, tool, digest] = always_fields(server_key, tool, digest);
+        match granted {
+            Some(granted) => self.check(
+                ALWAYS_GRANTED,
+                &[key, tool, digest, Field::Int(granted)],
+                tag,
+            ),
+            None => self.check("always", &[key, tool, digest], tag),
+        }
     }
 
     /// The seal of a queue entry, made when it is put in the queue.

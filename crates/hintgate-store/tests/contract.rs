@@ -506,8 +506,10 @@ fn the_postgres_store_keeps_every_contract_and_its_data_across_connections() {
         return;
     };
     let store = keyed_pg(&url);
-    contract(&store);
+    // The log's contract counts its records from 1: it runs first (the
+    // pins' contract grants and revokes, which the log records).
     audit_contract(&store);
+    contract(&store);
     queue_contract(&store);
     let salt = store.salt().to_vec();
     drop(store);
@@ -871,21 +873,22 @@ fn one_keys_pins_and_standing_approvals_are_read_in_bulk_by_tool() {
         store.approve_always("k", "read", "sha256:r").unwrap();
         store.approve_always("other", "list", "sha256:l").unwrap();
         store.approve_always("k", "read", "sha256:r2").unwrap();
+        let approvals = store.approvals_of("k").unwrap();
         assert_eq!(
-            store.approvals_of("k").unwrap(),
-            [
-                hintgate_store::Approval {
-                    tool: "read".into(),
-                    digest: "sha256:r2".into(),
-                    seal: hintgate_store::Seal::Valid,
-                },
-                hintgate_store::Approval {
-                    tool: "write".into(),
-                    digest: "sha256:w".into(),
-                    seal: hintgate_store::Seal::Valid,
-                },
-            ]
+            approvals
+                .iter()
+                .map(|approval| (approval.tool.as_str(), approval.digest.as_str()))
+                .collect::<Vec<_>>(),
+            [("read", "sha256:r2"), ("write", "sha256:w")]
         );
+        assert!(
+            approvals.iter().all(hintgate_store::Approval::approves),
+            "{approvals:#?}"
+        );
+        // Each names its grant record: the newer grant of `read` replaced
+        // the older.
+        let granted: Vec<u64> = approvals.iter().map(|a| a.granted.unwrap()).collect();
+        assert!(granted[0] > granted[1], "{approvals:#?}");
         store.revoke("k", "write").unwrap();
         assert_eq!(store.approvals_of("k").unwrap().len(), 1);
         assert_eq!(store.pins_of("k").unwrap().len(), 2);
@@ -1092,6 +1095,63 @@ fn a_change_to_standing_approvals_wakes_the_watches_of_every_store() {
 }
 
 #[test]
+fn grants_and_revocations_of_standing_approvals_are_records_of_the_log_in_every_store() {
+    use hintgate_store::EntryKind;
+    on_every_store(|store| {
+        store
+            .put_pins(&[
+                pin_of("gh", "gh-1", "a", 100, "gh 1"),
+                pin_of("gh", "gh-1", "b", 100, "gh 1"),
+            ])
+            .unwrap();
+        store.approve_always("gh-1", "a", "sha256:a").unwrap();
+        store.approve_always("gh-1", "b", "sha256:b").unwrap();
+        assert!(store.revoke("gh-1", "b").unwrap());
+        // A tool without a standing approval is revoked without a record.
+        store
+            .put_pin(&pin_of("gh", "gh-1", "c", 100, "gh 1"))
+            .unwrap();
+        assert!(store.revoke("gh-1", "c").unwrap());
+        // A new identity takes the pins; the old one's approval goes, on
+        // record.
+        assert_eq!(store.rekey("gh", "gh-2").unwrap().unwrap().pins, 1);
+        assert!(store.approvals_of("gh-1").unwrap().is_empty());
+        let records: Vec<(Option<EntryKind>, serde_json::Value)> = store
+            .entries(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|entry| {
+                assert_eq!(entry.malformed, None, "{entry:?}");
+                (entry.kind, entry.body)
+            })
+            .collect();
+        assert_eq!(
+            records,
+            [
+                (
+                    Some(EntryKind::Grant),
+                    json!({"digest": "sha256:a", "server": "gh", "server_key": "gh-1", "tool": "a"})
+                ),
+                (
+                    Some(EntryKind::Grant),
+                    json!({"digest": "sha256:b", "server": "gh", "server_key": "gh-1", "tool": "b"})
+                ),
+                (
+                    Some(EntryKind::Revoke),
+                    json!({"server": "gh", "server_key": "gh-1", "tool": "b", "why": "revoked"})
+                ),
+                (
+                    Some(EntryKind::Revoke),
+                    json!({"server": "gh", "server_key": "gh-1", "tool": "a", "why": "identity-changed"})
+                ),
+            ]
+        );
+        let verification = store.verify().unwrap();
+        assert!(verification.complete(), "{verification:#?}");
+    });
+}
+
+#[test]
 fn a_version_3_sqlite_store_is_migrated_and_its_pins_read_without_identity() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
@@ -1230,6 +1290,9 @@ mod row_attacks;
 
 #[path = "contract/keys.rs"]
 mod keys;
+
+#[path = "contract/approval_attacks.rs"]
+mod approval_attacks;
 
 // === tokens ===
 

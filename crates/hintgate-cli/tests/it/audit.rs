@@ -1068,20 +1068,25 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
         "{out}"
     );
 
-    // The key's holder deletes the log and writes another through the
-    // store, with the key: links and head are right, so verify alone
-    // finds nothing.
+    // The key's holder deletes the log and its head, and writes another
+    // log through the store as a gateway on a new one would, with the key:
+    // links and head are right, so verify alone finds nothing. (A gateway
+    // does not start on the log deleted with its head; the key's holder
+    // presents the key as new, and the head starts again at 0.)
     let db = state.join("state.db");
     rusqlite::Connection::open(&db)
         .unwrap()
         .execute("DELETE FROM audit", [])
         .unwrap();
+    std::fs::remove_file(hintgate_store::SqliteStore::head_path(&db)).unwrap();
+    let secret =
+        hintgate_store::AuditKey::load(&hintgate_store::SqliteStore::key_path(&db)).unwrap();
     let forger = hintgate_store::SqliteStore::open_with(
         &db,
         hintgate_store::AuditSetup {
-            key: hintgate_store::KeySource::File(hintgate_store::SqliteStore::key_path(&db)),
+            key: hintgate_store::KeySource::Given(secret),
             head: hintgate_store::HeadPlace::File(hintgate_store::SqliteStore::head_path(&db)),
-            checkpoints: false,
+            checkpoints: true,
             witness: Default::default(),
         },
     )
@@ -1373,12 +1378,43 @@ fn a_log_deleted_with_its_head_is_not_taken_for_a_new_one() {
         verify_codes(dir.path(), &copy, &[]).1,
         ["log-deleted".to_owned()]
     );
-    // A gateway started on it does not hide it behind a new head.
-    run_gateway(dir.path(), &copy);
+    // A gateway does not start on it (its first commit would write a head
+    // that hides it), and says how to go on.
+    let refused = run_gateway(dir.path(), &copy);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        crate::util::stderr(&refused)
+            .contains("(`log-deleted`): the log was deleted together with its head")
+            && crate::util::stderr(&refused).contains("`hintgate log accept-rollback`"),
+        "{}",
+        crate::util::stderr(&refused)
+    );
     assert!(!copy.join("state.db.audit-head").exists());
     assert_eq!(
         verify_codes(dir.path(), &copy, &[]).1,
         ["log-deleted".to_owned()]
+    );
+    // Accepted: the log records it, and the gateway starts.
+    let copy_dir = copy.display().to_string();
+    let accepted = crate::util::run(
+        dir.path(),
+        &["log", "--state-dir", &copy_dir, "accept-rollback"],
+    );
+    assert_eq!(
+        accepted.status.code(),
+        Some(0),
+        "{}",
+        crate::util::stderr(&accepted)
+    );
+    assert!(
+        crate::util::stdout(&accepted).starts_with("accepted in record 1: the audit log is empty"),
+        "{}",
+        crate::util::stdout(&accepted)
+    );
+    assert_eq!(run_gateway(dir.path(), &copy).status.code(), Some(0));
+    assert_eq!(
+        verify_codes(dir.path(), &copy, &[]).1,
+        ["rolled-back".to_owned()]
     );
 
     // Calls, then every record deleted with the head: deleted. With the

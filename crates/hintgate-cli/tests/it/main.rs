@@ -29,6 +29,7 @@ mod pinning;
 mod sandbox;
 mod scan;
 mod soak;
+mod standing;
 mod store;
 mod util;
 mod wrap;

@@ -15,7 +15,7 @@
 //!
 //! [`PinStore::rekey`]: hintgate_store::PinStore::rekey
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use foldhash::fast::RandomState;
@@ -113,6 +113,12 @@ pub(crate) struct ServerTools {
     /// Standing ("always") approvals: the digest each was given for, and
     /// when this gateway gave it (for one it read from the store, `None`).
     always: HashMap<String, (PinDigest, Option<std::time::Instant>)>,
+    /// The standing approvals read that approve nothing, once warned of
+    /// (by tool, digest and grant record), so the watcher's reads every
+    /// few hundred milliseconds warn of each once.
+    warned: HashSet<(String, String, Option<u64>)>,
+    /// The server's configured name, for what is logged of it.
+    name: Option<String>,
     /// Its identity key in the store.
     key: Option<String>,
     /// Its identity for people.
@@ -191,6 +197,7 @@ impl Catalog {
             return Ok(());
         };
         *server = ServerTools::new();
+        server.name = Some(name.to_owned());
         server.identity = Some(identity.clone());
         server.sandbox = sandbox;
         let (Some(store), Some(key)) = (store, key) else {
@@ -247,24 +254,8 @@ impl Catalog {
                 },
             );
         }
-        server.always = store
-            .approvals_of(&key)?
-            .into_iter()
-            .filter(|approval| {
-                let sealed = approval.seal == Seal::Valid;
-                if !sealed {
-                    tracing::warn!(
-                        server.id = %name,
-                        tool.name = %escape_line(&approval.tool),
-                        "a standing approval of this tool was written without the audit key: it approves nothing"
-                    );
-                }
-                sealed
-            })
-            .filter_map(|approval| {
-                Some((approval.tool, (PinDigest::parse(&approval.digest)?, None)))
-            })
-            .collect();
+        let approvals = store.approvals_of(&key)?;
+        server.always = server.standing(name, approvals);
         server.key = Some(key);
         Ok(())
     }
@@ -704,21 +695,12 @@ impl Catalog {
         approvals: Vec<hintgate_store::Approval>,
         read_at: std::time::Instant,
     ) {
-        // Only a sealed approval approves anything (the load warned of the
-        // others).
-        let read: HashMap<String, PinDigest> = approvals
-            .into_iter()
-            .filter(|approval| approval.seal == Seal::Valid)
-            .filter_map(|approval| Some((approval.tool, PinDigest::parse(&approval.digest)?)))
-            .collect();
         for server in &mut self.servers {
             if server.key.as_deref() != Some(key) {
                 continue;
             }
-            let mut fresh: HashMap<String, (PinDigest, Option<std::time::Instant>)> = read
-                .iter()
-                .map(|(tool, digest)| (tool.clone(), (*digest, None)))
-                .collect();
+            let name = server.name.clone().unwrap_or_default();
+            let mut fresh = server.standing(&name, approvals.clone());
             for (tool, (digest, given)) in &server.always {
                 if given.is_some_and(|given| given >= read_at) {
                     fresh.insert(tool.clone(), (*digest, *given));
@@ -740,6 +722,49 @@ impl Catalog {
 // === impl ServerTools ===
 
 impl ServerTools {
+    /// The standing approvals that approve, by tool, from those read from
+    /// the store. INVARIANT: only an approval whose seal verifies and whose
+    /// grant the audit log holds, revoked by nothing since, approves; each
+    /// other one is warned of (once) and approves nothing: a row written
+    /// without the key, or put back from an older copy of the database.
+    fn standing(
+        &mut self,
+        server_name: &str,
+        approvals: Vec<hintgate_store::Approval>,
+    ) -> HashMap<String, (PinDigest, Option<std::time::Instant>)> {
+        let mut standing = HashMap::new();
+        for approval in approvals {
+            if !approval.approves() {
+                let warned = (
+                    approval.tool.clone(),
+                    approval.digest.clone(),
+                    approval.granted,
+                );
+                if self.warned.insert(warned) {
+                    let why = if approval.seal == Seal::Valid {
+                        approval.standing.to_string()
+                    } else {
+                        format!(
+                            "it was written or changed without the audit key (its seal is {})",
+                            approval.seal.as_str()
+                        )
+                    };
+                    tracing::warn!(
+                        server.id = %server_name,
+                        tool.name = %escape_line(&approval.tool),
+                        standing = approval.standing.as_str(),
+                        "a standing approval of this tool approves nothing: {why}; the tool is asked about again"
+                    );
+                }
+                continue;
+            }
+            if let Some(digest) = PinDigest::parse(&approval.digest) {
+                standing.insert(approval.tool, (digest, None));
+            }
+        }
+        standing
+    }
+
     fn new() -> Self {
         Self {
             listing: Listing::Unlisted,
@@ -750,6 +775,8 @@ impl ServerTools {
             order: Vec::new(),
             pins: HashMap::new(),
             always: HashMap::new(),
+            warned: HashSet::new(),
+            name: None,
             key: None,
             identity: None,
             previous_identity: None,
@@ -1111,12 +1138,28 @@ mod tests {
             tool: "note".to_owned(),
             digest: digest.to_string(),
             seal: Seal::Valid,
+            granted: Some(7),
+            standing: hintgate_store::Standing::InForce,
         };
-        catalog.set_approvals("key", vec![approval], Instant::now());
+        catalog.set_approvals("key", vec![approval.clone()], Instant::now());
         assert_eq!(
             catalog.approved_always(0, "note", digest),
             Remembered::Always
         );
+        // Read again, its row now older than the log (revoked by record 9,
+        // then put back): it approves nothing, sealed or not.
+        let superseded = hintgate_store::Approval {
+            standing: hintgate_store::Standing::Superseded { by: 9 },
+            ..approval.clone()
+        };
+        catalog.set_approvals("key", vec![superseded], Instant::now());
+        assert_eq!(catalog.approved_always(0, "note", digest), Remembered::None);
+        let broken = hintgate_store::Approval {
+            seal: Seal::Broken,
+            ..approval
+        };
+        catalog.set_approvals("key", vec![broken], Instant::now());
+        assert_eq!(catalog.approved_always(0, "note", digest), Remembered::None);
     }
 
     #[test]

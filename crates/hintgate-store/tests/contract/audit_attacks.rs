@@ -314,7 +314,7 @@ const ATTACKS: &[(&str, Attack, &[&str])] = &[
 ];
 
 /// The problem codes of a verification, in order, each once.
-fn codes(verification: &Verification) -> Vec<&'static str> {
+pub(super) fn codes(verification: &Verification) -> Vec<&'static str> {
     let mut codes: Vec<&'static str> = Vec::new();
     for problem in &verification.problems {
         if !codes.contains(&problem.code()) {
@@ -324,11 +324,15 @@ fn codes(verification: &Verification) -> Vec<&'static str> {
     codes
 }
 
-/// Runs every attack on a new log `open` makes (in a directory of its own,
-/// which holds what the store keeps beside the database), with `database`
-/// the attacker's access to it.
-fn every_attack_fails_verification<S: AuditLog>(
-    open: impl Fn(&std::path::Path) -> Option<S>,
+/// Runs every attack on a new log a gateway opens with `open` (in a
+/// directory of its own, which holds what the store keeps beside the
+/// database), with `database` the attacker's access to it, and verifies it
+/// with the store `reader` opens, as `hintgate log verify` does. A gateway
+/// opened on it afterwards refuses when the log is shorter than its head or
+/// another record is at the head's place, and opens otherwise.
+fn every_attack_fails_verification<S: AuditLog, R: AuditLog>(
+    open: impl Fn(&std::path::Path) -> Option<Result<S, StoreError>>,
+    reader: impl Fn(&std::path::Path) -> R,
     database: impl Fn(&std::path::Path) -> Box<dyn Database>,
 ) {
     for (name, attack, expected) in ATTACKS {
@@ -336,6 +340,7 @@ fn every_attack_fails_verification<S: AuditLog>(
         let Some(log) = open(dir.path()) else {
             return;
         };
+        let log = log.unwrap();
         fill(&log);
         assert!(
             log.verify().unwrap().complete(),
@@ -343,15 +348,29 @@ fn every_attack_fails_verification<S: AuditLog>(
         );
         drop(log);
         attack(&mut *database(dir.path()));
-        let verification = open(dir.path()).unwrap().verify().unwrap();
+        let verification = reader(dir.path()).verify().unwrap();
         assert_eq!(codes(&verification), *expected, "{name}: {verification:#?}");
+        let rolled_back = expected
+            .iter()
+            .find(|code| ["cut-off", "head-mismatch"].contains(code));
+        let refused = match open(dir.path()).unwrap() {
+            Ok(_) => None,
+            Err(StoreError::RolledBack(found)) => Some(found.found.code().to_owned()),
+            Err(err) => Some(err.to_string()),
+        };
+        assert_eq!(
+            refused.as_deref(),
+            rolled_back.copied(),
+            "{name}: the gateway opens unless the log is shorter than its head or another record is at its place"
+        );
     }
 }
 
 #[test]
 fn every_attack_on_a_sqlite_log_fails_verification() {
     every_attack_fails_verification(
-        |dir| Some(SqliteStore::open(&dir.join("state.db")).unwrap()),
+        |dir| Some(SqliteStore::open(&dir.join("state.db"))),
+        |dir| reader_of(&dir.join("state.db")),
         |dir| {
             Box::new(Sqlite(
                 rusqlite::Connection::open(dir.join("state.db")).unwrap(),
@@ -364,7 +383,7 @@ fn every_attack_on_a_sqlite_log_fails_verification() {
 static DATABASES: std::sync::Mutex<Vec<(std::path::PathBuf, String)>> =
     std::sync::Mutex::new(Vec::new());
 
-fn database_of(dir: &std::path::Path) -> Option<String> {
+pub(super) fn database_of(dir: &std::path::Path) -> Option<String> {
     let mut databases = DATABASES.lock().unwrap();
     if let Some((_, url)) = databases.iter().find(|(known, _)| known == dir) {
         return Some(url.clone());
@@ -376,24 +395,44 @@ fn database_of(dir: &std::path::Path) -> Option<String> {
 
 /// A PostgreSQL store as a gateway opens it, its head in `dir`.
 fn gateway_on_postgres(dir: &std::path::Path) -> Option<hintgate_store::PgStore> {
+    Some(try_gateway_on_postgres(dir)?.unwrap())
+}
+
+/// A PostgreSQL store as a gateway opens it, its head in `dir`, or why it
+/// did not open.
+pub(super) fn try_gateway_on_postgres(
+    dir: &std::path::Path,
+) -> Option<Result<hintgate_store::PgStore, StoreError>> {
     let url = database_of(dir)?;
-    Some(
-        hintgate_store::PgStore::open_with(
-            &url,
-            AuditSetup {
-                key: KeySource::Given(super::shared_key()),
-                head: HeadPlace::Directory(dir.to_owned()),
-                checkpoints: true,
-                witness: Default::default(),
-            },
-        )
-        .unwrap(),
+    Some(hintgate_store::PgStore::open_with(
+        &url,
+        AuditSetup {
+            key: KeySource::Given(super::shared_key()),
+            head: HeadPlace::Directory(dir.to_owned()),
+            checkpoints: true,
+            witness: Default::default(),
+        },
+    ))
+}
+
+/// A PostgreSQL store as `hintgate log verify` opens it on the machine of
+/// the gateway whose head is in `dir`.
+pub(super) fn postgres_reader(dir: &std::path::Path) -> hintgate_store::PgStore {
+    hintgate_store::PgStore::open_with(
+        &database_of(dir).unwrap(),
+        AuditSetup {
+            key: KeySource::Given(super::shared_key()),
+            head: HeadPlace::Directory(dir.to_owned()),
+            checkpoints: false,
+            witness: Default::default(),
+        },
     )
+    .unwrap()
 }
 
 #[test]
 fn every_attack_on_a_postgres_log_fails_verification() {
-    every_attack_fails_verification(gateway_on_postgres, |dir| {
+    every_attack_fails_verification(try_gateway_on_postgres, postgres_reader, |dir| {
         let url = database_of(dir).unwrap();
         Box::new(Postgres(
             postgres::Client::connect(&url, postgres::NoTls).unwrap(),
@@ -619,7 +658,7 @@ fn a_damaged_or_removed_head_file_fails_verification() {
         damage(&SqliteStore::head_path(&path));
         Sqlite(rusqlite::Connection::open(&path).unwrap())
             .execute("DELETE FROM {audit} WHERE seq > 30");
-        let verification = SqliteStore::open(&path).unwrap().verify().unwrap();
+        let verification = reader_of(&path).verify().unwrap();
         assert_eq!(
             codes(&verification),
             [expected],
@@ -629,13 +668,22 @@ fn a_damaged_or_removed_head_file_fails_verification() {
             matches!(verification.head, HeadState::Failed { .. }),
             "{name}"
         );
+        // A gateway does not open it: its first commit would write a head
+        // that hides the records cut off.
+        assert!(
+            matches!(
+                SqliteStore::open(&path),
+                Err(StoreError::RolledBack(found)) if found.found.code() == expected
+            ),
+            "{name}"
+        );
     }
 }
 
 /// A store that reads the SQLite log at `path` as `hintgate log verify`
 /// does: the key read from its file, the head beside the database, nothing
 /// written.
-fn reader_of(path: &std::path::Path) -> SqliteStore {
+pub(super) fn reader_of(path: &std::path::Path) -> SqliteStore {
     let key = match hintgate_store::AuditKey::load(&SqliteStore::key_path(path)) {
         Ok(key) => KeySource::Given(key),
         Err(_) => KeySource::None,
@@ -679,14 +727,34 @@ fn a_sqlite_log_deleted_with_its_head_is_told_from_a_new_one() {
     let verification = reader_of(&path).verify().unwrap();
     assert_eq!(codes(&verification), ["log-deleted"], "{verification:#?}");
     assert!(matches!(verification.head, HeadState::Failed { .. }));
-    // A gateway that opens it does not write the head that would hide it.
-    drop(SqliteStore::open(&path).unwrap());
+    // A gateway does not open it (its first commit would write the head
+    // that hides it), and a handle that is not a gateway's appends nothing.
+    assert!(matches!(
+        SqliteStore::open(&path),
+        Err(StoreError::RolledBack(found)) if found.found == hintgate_store::HeadFound::LogDeleted
+    ));
     assert!(!head.exists(), "no head hides the deletion");
-    assert_eq!(codes(&reader_of(&path).verify().unwrap()), ["log-deleted"]);
+    let reader = reader_of(&path);
+    let entry = NewEntry::from_value(0, EntryKind::Call, None, &json!({"tool": "x"}));
+    assert!(matches!(
+        reader.append(std::slice::from_ref(&entry)),
+        Err(StoreError::RolledBack(_))
+    ));
+    assert_eq!(codes(&reader.verify().unwrap()), ["log-deleted"]);
+    // Accepted: a record says so, and the gateway opens.
+    let accepted = reader.accept_rollback().unwrap().unwrap();
+    assert_eq!(accepted.seq, 1);
+    assert_eq!(
+        accepted.rollback.found,
+        hintgate_store::HeadFound::LogDeleted
+    );
+    assert_eq!(reader.accept_rollback().unwrap(), None, "once");
+    assert_eq!(codes(&reader.verify().unwrap()), ["rolled-back"]);
+    drop(reader);
 
     // Records, then all of them deleted with their head.
     fill(&SqliteStore::open(&path).unwrap());
-    assert!(reader_of(&path).verify().unwrap().complete());
+    assert_eq!(codes(&reader_of(&path).verify().unwrap()), ["rolled-back"]);
     Sqlite(rusqlite::Connection::open(&path).unwrap()).execute("DELETE FROM {audit}");
     std::fs::remove_file(&head).unwrap();
     let verification = reader_of(&path).verify().unwrap();
@@ -900,7 +968,7 @@ proptest::proptest! {
             }
         }
         database.replace_all(&rows);
-        let verification = SqliteStore::open(&path).unwrap().verify().unwrap();
+        let verification = reader_of(&path).verify().unwrap();
         proptest::prop_assert!(!verification.holds(), "{record} {column}: {verification:#?}");
     }
 }

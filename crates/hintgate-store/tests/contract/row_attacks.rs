@@ -278,9 +278,16 @@ fn a_store_opened_without_the_key_checks_nothing_and_seals_nothing() {
         keyless.put_pin(&super::pin_of("fs", "k", "write", 100, "v1")),
         keyless.approve_always("k", "write", "sha256:w"),
         keyless.answer(id, &yes("alice"), 0).map(drop),
+        // A revocation without its record in the log would let the row
+        // put back later approve again.
+        keyless.revoke("k", "read").map(drop),
     ] {
         assert!(matches!(refused, Err(StoreError::Unsealed)), "{refused:?}");
     }
+    assert!(
+        keyless.pin("k", "read").unwrap().is_some(),
+        "a refused revocation removes nothing"
+    );
     assert!(
         StoreError::Unsealed.to_string().contains("--audit-key"),
         "the error says how to give the key"
