@@ -32,14 +32,21 @@ impl Listening {
     /// The same, with flags for the fixture server.
     fn start_with(dir: &Path, flags: &[&str], server_flags: &[&str]) -> Self {
         let server = fixture_server();
+        let mut command = vec!["python3".to_owned(), server];
+        command.extend(server_flags.iter().map(|flag| (*flag).to_owned()));
+        Self::start_command(dir, flags, &command)
+    }
+
+    /// `hintgate run --listen 127.0.0.1:0 FLAGS -- COMMAND`.
+    fn start_command(dir: &Path, flags: &[&str], command: &[String]) -> Self {
         let mut child = hintgate()
             .current_dir(dir)
             .env("HINTGATE_STATE_DIR", dir.join("state"))
             .env("FIXTURE_LOG", dir.join("fixture.log"))
             .args(["run", "--listen", "127.0.0.1:0"])
             .args(flags)
-            .args(["--", "python3", server.as_str()])
-            .args(server_flags)
+            .arg("--")
+            .args(command)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1095,4 +1102,139 @@ fn what_a_host_sends_out_of_order_is_refused_and_two_hosts_with_one_id_each_get_
     assert!(text(&quick).contains("quick"), "{quick}");
     assert!(!text(&slow).contains("quick"), "{slow}");
     assert_eq!(slow["result"]["isError"], false, "{slow}");
+}
+
+/// Opens a legacy session (2025-11-25) on `gateway`: its `Mcp-Session-Id`
+/// header line.
+fn legacy_session(gateway: &Listening) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let opened = gateway.post(&[], &init);
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+    let session = format!(
+        "Mcp-Session-Id: {}",
+        header(&opened, "mcp-session-id").unwrap()
+    );
+    let version = "MCP-Protocol-Version: 2025-11-25".to_owned();
+    let initialized = gateway.post(
+        &[session.clone(), version],
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(initialized.starts_with("HTTP/1.1 202"), "{initialized}");
+    session
+}
+
+/// Opens the session's standalone stream (GET) and reads it on a thread
+/// until a line contains `needle` or 30 s pass: what it read.
+fn read_stream_until(
+    gateway: &Listening,
+    session: &str,
+    needle: &'static str,
+) -> std::thread::JoinHandle<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(gateway.host()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {}\r\n{session}\r\nMCP-Protocol-Version: 2025-11-25\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
+        gateway.host()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    std::thread::spawn(move || {
+        let mut read = Vec::new();
+        let mut buf = [0_u8; 4096];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read.extend_from_slice(&buf[..n]),
+            }
+            if String::from_utf8_lossy(&read).contains(needle) {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&read).into_owned()
+    })
+}
+
+#[test]
+fn a_legacy_hosts_subscriptions_and_log_level_reach_a_2026_07_28_server_for_its_session_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers/conformance_server.py")
+        .display()
+        .to_string();
+    let command = [venv_bin("python"), fixture];
+    let gateway =
+        Listening::start_command(dir.path(), &["--no-auth", "--trust", "trusted"], &command);
+    let (a, b) = (legacy_session(&gateway), legacy_session(&gateway));
+    let version = "MCP-Protocol-Version: 2025-11-25".to_owned();
+    let request = |session: &str, id: u64, method: &str, params: Value| {
+        let answer = gateway.post(
+            &[session.to_owned(), version.clone()],
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answer
+    };
+    // A's level asks for every message, B's for errors only: a call of
+    // each gets the log messages its own level asks for, on its own stream
+    // (neither has a standalone stream open yet).
+    let set = request(&a, 2, "logging/setLevel", json!({"level": "debug"}));
+    assert_eq!(body(&set)["result"], json!({}), "{set}");
+    let set = request(&b, 2, "logging/setLevel", json!({"level": "error"}));
+    assert_eq!(body(&set)["result"], json!({}), "{set}");
+    let logged = request(
+        &a,
+        3,
+        "tools/call",
+        json!({"name": "test_tool_with_logging", "arguments": {}}),
+    );
+    assert_eq!(
+        logged.matches("notifications/message").count(),
+        3,
+        "{logged}"
+    );
+    assert_eq!(body(&logged)["result"]["isError"], false, "{logged}");
+    let quiet = request(
+        &b,
+        3,
+        "tools/call",
+        json!({"name": "test_tool_with_logging", "arguments": {}}),
+    );
+    assert!(!quiet.contains("notifications/message"), "{quiet}");
+    assert_eq!(body(&quiet)["result"]["isError"], false, "{quiet}");
+
+    let listed = request(&a, 4, "resources/list", json!({}));
+    assert!(listed.contains("test://watched-resource"), "{listed}");
+    let subscribed = request(
+        &a,
+        5,
+        "resources/subscribe",
+        json!({"uri": "test://watched-resource"}),
+    );
+    assert_eq!(body(&subscribed)["result"], json!({}), "{subscribed}");
+
+    // B changes the resource: A, subscribed, is told on its stream; B,
+    // which is not, is not (its call's stream would carry it).
+    let told = read_stream_until(&gateway, &a, "notifications/resources/updated");
+    std::thread::sleep(Duration::from_millis(200));
+    let touched = request(
+        &b,
+        4,
+        "tools/call",
+        json!({"name": "test_touch_watched", "arguments": {}}),
+    );
+    assert_eq!(body(&touched)["result"]["isError"], false, "{touched}");
+    assert!(!touched.contains("resources/updated"), "{touched}");
+    let told = told.join().unwrap();
+    assert!(
+        told.contains("\"uri\":\"test://watched-resource\""),
+        "{told}"
+    );
+    assert!(!told.contains("subscriptionId"), "{told}");
+
+    let log = gateway.stop();
+    assert!(!log.contains("panicked"), "{log}");
 }

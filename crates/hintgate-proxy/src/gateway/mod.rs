@@ -14,6 +14,7 @@
 //! | `journal` | the audit records of the current turn |
 //! | `ask` | calls held while a person is asked, and the approval queue |
 //! | `routing` | everything that is not a tool call, and lists merged across servers |
+//! | `subscriptions` | the hosts' resource subscriptions, by server and URI, with the sessions that hold each |
 //!
 //! `call` holds the call context and the one place where a refusal
 //! becomes an answer; `modern` the 2026-07-28 era; `relay` a server's own
@@ -45,6 +46,7 @@ pub(crate) mod relay;
 pub(crate) mod request;
 pub(crate) mod routing;
 pub(crate) mod session;
+pub(crate) mod subscriptions;
 pub(crate) mod upstreams;
 pub(crate) mod watch;
 
@@ -252,6 +254,8 @@ pub(crate) struct Gateway {
     journal: journal::Journal,
     asks: ask::Asks,
     routing: routing::Routing,
+    /// The hosts' resource subscriptions, by server and URI.
+    subscriptions: subscriptions::Subscriptions,
     /// A 2026-07-28 server's questions being asked of a legacy host.
     gathers: relay::Gathers,
     watcher: Option<watch::StoreWatcher>,
@@ -712,6 +716,7 @@ impl Gateway {
             upstreams: Upstreams::new(servers),
             inflight: InFlight::default(),
             routing: routing::Routing::default(),
+            subscriptions: subscriptions::Subscriptions::default(),
             gathers: relay::Gathers::new(),
             watcher: None,
             waiting: Vec::new(),
@@ -1385,6 +1390,7 @@ impl Gateway {
                 other => self.waiting.push(other),
             }
         }
+        self.end_subscriptions(session);
         self.withdraw_session(session, ending == Ending::Shutdown);
         if ending == Ending::Shutdown {
             self.end_gathers(session);
@@ -1506,6 +1512,7 @@ impl Gateway {
                 }
                 match self.inflight.take_up(idx, id) {
                     Some(purpose) => self.on_upstream_response(idx, id, purpose, &message),
+                    None if self.listen_ended(idx, id) => {}
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
@@ -1548,6 +1555,22 @@ impl Gateway {
             UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
             UpPurpose::Fanout { aggregate, method } => {
                 self.on_fanout_page(idx, id, aggregate, &method, message);
+            }
+            UpPurpose::Subscribe { uri } => {
+                let why = match message.error {
+                    Some(error) => format!(
+                        "server `{}` refused the subscription to `{}`: {}",
+                        self.upstreams.name(idx),
+                        hintgate_policy::sanitize::escape_line(&uri),
+                        subscriptions::error_message(error.get())
+                    ),
+                    None => format!(
+                        "server `{}` ended the listen stream of the subscription to `{}` before acknowledging it",
+                        self.upstreams.name(idx),
+                        hintgate_policy::sanitize::escape_line(&uri)
+                    ),
+                };
+                self.subscription_failed(idx, &uri, &why);
             }
             UpPurpose::Quiet => {}
         }
@@ -1659,8 +1682,15 @@ impl Gateway {
                 self.tools_changed(idx);
                 self.notify_hosts("notifications/tools/list_changed", message.line());
             }
-            // A 2026-07-28 server confirming the gateway's own listen stream.
-            "notifications/subscriptions/acknowledged" => {}
+            // A 2026-07-28 server confirming a listen stream: the gateway's
+            // own, or one for a host's resource subscription.
+            "notifications/subscriptions/acknowledged" => {
+                let params: Value = message
+                    .params
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .unwrap_or(Value::Null);
+                self.on_listen_acknowledged(idx, &params);
+            }
             "notifications/cancelled" => {
                 let params: Value = message
                     .params
@@ -1714,13 +1744,10 @@ impl Gateway {
                     );
                     return;
                 }
-                if self.policy.data_taints_session(self.upstreams.name(idx)) {
-                    let sessions: Vec<SessionId> = self.sessions.keys().collect();
-                    for session in sessions {
-                        self.taint(session, idx, "`notifications/resources/updated`");
-                    }
-                }
-                self.send_every_host(message.line());
+                self.on_resource_updated(idx, message, &uri);
+            }
+            "notifications/message" if self.upstreams.get(idx).is_some_and(|up| up.modern) => {
+                self.on_modern_log(idx, message);
             }
             // A host shows a progress message as a line of its own: made
             // one, with nothing hidden in it (the rest as sent).

@@ -326,13 +326,15 @@ impl Gateway {
         };
         let id = up.next_id();
         let modern = up.modern;
+        let session_meta = self.session_meta(cx.request.session);
         let Some(line) = call_line(
             &cx,
             self.mode == super::Mode::Wrap,
             modern,
-            &self.upstream_meta,
+            &session_meta,
             id,
         ) else {
+            drop(session_meta);
             // The params were read before, so this does not happen; if it
             // did, nothing but the decided call may go out.
             let text = "hintgate could not rebuild the call's params; it was not sent";
