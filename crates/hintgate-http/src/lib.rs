@@ -56,7 +56,7 @@ use hintgate_proxy::{HostConn, HostPort};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::route::{Frame, Routes};
+use crate::route::{Frame, HistoryBudget, Routes, Unresumable};
 
 /// The path hosts reach the gateway at.
 pub const ENDPOINT: &str = "/mcp";
@@ -152,6 +152,8 @@ struct Shared {
     legacy: Mutex<HashMap<String, Arc<Session>>>,
     modern: Mutex<HashMap<String, Arc<Session>>>,
     next_id: AtomicU64,
+    /// What every session's resumption history holds together.
+    histories: Arc<HistoryBudget>,
 }
 
 /// One host session over HTTP.
@@ -191,6 +193,7 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
         legacy: Mutex::new(HashMap::new()),
         modern: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
+        histories: HistoryBudget::new(route::HISTORY_BUDGET_BYTES),
     });
     tokio::spawn(sweep(Arc::downgrade(&shared)));
     Ok(Router::new()
@@ -566,7 +569,7 @@ async fn start_session(
     let Some(lines) = conn.take_lines() else {
         return Err(gone());
     };
-    let routes = Arc::new(Routes::default());
+    let routes = Routes::with_budget(Arc::clone(&shared.histories), u64::from(conn.id()));
     tokio::spawn(Arc::clone(&routes).run(Arc::clone(&conn), lines, modern));
     tracing::info!(principal = %principal.name, scope = ?principal.scope, modern, session = conn.id(), "an HTTP host session opens");
     Ok(Arc::new(Session {
@@ -911,18 +914,29 @@ fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Resp
             Some((stream.parse::<u64>().ok()?, seq.parse::<u64>().ok()?))
         });
     let rx = match resume {
-        Some((stream, seq)) => session.routes.resume(stream, seq),
-        None => session.routes.open_standalone(),
+        Some((stream, seq)) => match session.routes.resume(stream, seq) {
+            Ok(rx) => rx,
+            Err(Unresumable::Unknown) => {
+                return plain(StatusCode::NOT_FOUND, "that stream cannot be resumed");
+            }
+            Err(Unresumable::Dropped) => {
+                return plain(
+                    StatusCode::GONE,
+                    "events of that stream after the one named are no longer kept, so it cannot be resumed without a gap; send the request again",
+                );
+            }
+        },
+        None => match session.routes.open_standalone() {
+            Some(rx) => rx,
+            None => {
+                return plain(
+                    StatusCode::CONFLICT,
+                    "this session has an event stream open already",
+                );
+            }
+        },
     };
-    let Some(mut rx) = rx else {
-        return match resume {
-            Some(_) => plain(StatusCode::NOT_FOUND, "that stream cannot be resumed"),
-            None => plain(
-                StatusCode::CONFLICT,
-                "this session has an event stream open already",
-            ),
-        };
-    };
+    let mut rx = rx;
     let first = rx.try_recv().ok();
     event_stream(first, rx, None)
 }
