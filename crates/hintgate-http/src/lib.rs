@@ -203,8 +203,9 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
             &format!("{METADATA}{ENDPOINT}"),
             axum::routing::get(metadata),
         )
-        // A message is at most `max_message_bytes`; a larger body is
-        // refused before it is read whole.
+        // A message is at most `max_message_bytes`: `read_body` refuses a
+        // larger one before it is read whole (and the limit stands for any
+        // extractor as well).
         .layer(DefaultBodyLimit::max(max_line))
         .with_state(shared))
 }
@@ -301,18 +302,62 @@ async fn endpoint(
     State(shared): State<Arc<Shared>>,
     method: Method,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    // The body is read only once the request is admitted: a host that is
+    // refused (no token, a foreign `Origin`) costs no read of its body.
     let principal = match admit(&shared, &headers).await {
         Ok(principal) => principal,
         Err(response) => return response,
     };
     match method {
-        Method::POST => post(&shared, principal, &headers, &body).await,
+        Method::POST => {
+            let body = match read_body(body, &headers, shared.port.max_line()).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            };
+            post(&shared, principal, &headers, &body).await
+        }
         Method::GET => get(&shared, &principal, &headers),
         Method::DELETE => delete(&shared, &principal, &headers).await,
         _ => plain(StatusCode::METHOD_NOT_ALLOWED, "POST, GET or DELETE"),
     }
+}
+
+/// Reads a request's body of at most `limit` bytes: a `Content-Length`
+/// over it is refused (413) before any of the body is read, and a body
+/// without one (chunked) as soon as what arrived passes it.
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
+    use futures_util::StreamExt as _;
+    let too_large = || {
+        plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the body is over `max_message_bytes` ({limit} bytes)"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
+    }
+    // What a host declares is not what it sends: room grows with what came.
+    let mut read = Vec::with_capacity(declared.map_or(0, |length| length.min(64 * 1024) as usize));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return Err(plain(
+                StatusCode::BAD_REQUEST,
+                "the body could not be read whole",
+            ));
+        };
+        if read.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        read.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(read))
 }
 
 /// Checks `Host`, `Origin` and the bearer token; the principal, or the

@@ -1238,3 +1238,83 @@ fn a_legacy_hosts_subscriptions_and_log_level_reach_a_2026_07_28_server_for_its_
     let log = gateway.stop();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// Connects to `gateway`, writes `head` (request line and headers), then
+/// the chunks `body` gives until one cannot be written, and reads the
+/// answer: what the gateway said before the host finished (or never
+/// finished) sending.
+fn answer_to_unfinished(gateway: &Listening, head: &str, body: &[Vec<u8>]) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(gateway.host()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    for chunk in body {
+        if stream.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    // The body's end is never sent: only a gateway that answers without
+    // waiting for it answers at all.
+    let mut answer = Vec::new();
+    let mut buf = [0_u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+        if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn a_body_over_max_message_bytes_is_refused_before_it_is_read_and_a_refused_host_costs_no_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = add_token(dir.path(), "laptop", "write");
+    let gateway = Listening::start(dir.path(), &["--trust", "trusted"]);
+    let limit: usize = 16 * 1024 * 1024;
+    let head = |headers: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}\r\n\r\n",
+            gateway.host()
+        )
+    };
+    let bearer = format!("Authorization: Bearer {token}");
+    // A length over the limit, and none of the body: 413 at once.
+    let declared = answer_to_unfinished(
+        &gateway,
+        &head(&format!("{bearer}\r\nContent-Length: {}", limit + 1)),
+        &[],
+    );
+    assert!(declared.starts_with("HTTP/1.1 413"), "{declared}");
+    // A chunked body is refused once it passes the limit, without its
+    // last chunk ever coming: exactly one byte over it is sent.
+    let mut chunks = Vec::new();
+    let piece = 1024 * 1024;
+    for _ in 0..(limit / piece) {
+        let mut chunk = format!("{piece:x}\r\n").into_bytes();
+        chunk.extend(std::iter::repeat_n(b' ', piece));
+        chunk.extend_from_slice(b"\r\n");
+        chunks.push(chunk);
+    }
+    chunks.push(b"1\r\n \r\n".to_vec());
+    let chunked = answer_to_unfinished(
+        &gateway,
+        &head(&format!("{bearer}\r\nTransfer-Encoding: chunked")),
+        &chunks,
+    );
+    assert!(chunked.starts_with("HTTP/1.1 413"), "{chunked}");
+    // A host without a token is refused without a read of its body: it
+    // declares a megabyte and sends none, and its 401 comes anyway.
+    let refused = answer_to_unfinished(&gateway, &head("Content-Length: 1048576"), &[]);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    // A body within the limit is still taken.
+    let opened = gateway.post(std::slice::from_ref(&bearer), &initialize());
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+    let log = gateway.stop();
+    assert!(!log.contains("panicked"), "{log}");
+}
