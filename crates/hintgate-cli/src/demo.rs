@@ -159,6 +159,7 @@ fn demo_config(exe: &str) -> ValidConfig {
         servers,
         rules: vec![rule],
         audit: Default::default(),
+        listen: Default::default(),
     }
 }
 

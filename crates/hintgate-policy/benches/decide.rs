@@ -91,6 +91,7 @@ fn world() -> World {
         servers,
         rules,
         audit: Default::default(),
+        listen: Default::default(),
     };
     let tools = (0..N_SERVERS * TOOLS_PER_SERVER)
         .map(|idx| {

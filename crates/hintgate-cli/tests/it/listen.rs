@@ -39,14 +39,23 @@ impl Listening {
 
     /// `hintgate run --listen 127.0.0.1:0 FLAGS -- COMMAND`.
     fn start_command(dir: &Path, flags: &[&str], command: &[String]) -> Self {
+        let mut args: Vec<String> = ["run", "--listen", "127.0.0.1:0"]
+            .iter()
+            .chain(flags)
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        args.push("--".to_owned());
+        args.extend_from_slice(command);
+        Self::spawn(dir, &args)
+    }
+
+    /// `hintgate ARGS`, which is to serve HTTP.
+    fn spawn(dir: &Path, args: &[String]) -> Self {
         let mut child = hintgate()
             .current_dir(dir)
             .env("HINTGATE_STATE_DIR", dir.join("state"))
             .env("FIXTURE_LOG", dir.join("fixture.log"))
-            .args(["run", "--listen", "127.0.0.1:0"])
-            .args(flags)
-            .arg("--")
-            .args(command)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1317,4 +1326,82 @@ fn a_body_over_max_message_bytes_is_refused_before_it_is_read_and_a_refused_host
     assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
     let log = gateway.stop();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn the_listen_table_of_the_configuration_serves_http_with_its_oauth_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = TestIssuer::new();
+    let jwks = issuer.serve();
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        format!(
+            "[listen]\naddress = \"127.0.0.1:0\"\noauth_issuer = \"https://as.test\"\noauth_jwks = \"{jwks}\"\noauth_read_scope = \"team:read\"\noauth_write_scope = \"team:write\"\n\n[servers.fx]\ncommand = \"python3\"\nargs = [\"{}\"]\ntrust = \"trusted\"\n",
+            fixture_server()
+        ),
+    )
+    .unwrap();
+    // No `--listen`: the file's table makes the gateway listen.
+    let gateway = Listening::spawn(
+        dir.path(),
+        &[
+            "run".to_owned(),
+            "--config".to_owned(),
+            "hintgate.toml".to_owned(),
+        ],
+    );
+    let claims = |scope: &str| {
+        json!({"iss": "https://as.test", "aud": gateway.url, "sub": "bob", "scope": scope,
+               "exp": 4_102_444_800_i64})
+    };
+    // The file's scope names give read and write; the defaults give nothing.
+    let default_scope = issuer.token(&claims("mcp:write"));
+    let refused = gateway.post(
+        &[format!("Authorization: Bearer {default_scope}")],
+        &initialize(),
+    );
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let writer = issuer.token(&claims("team:write"));
+    let write = sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&writer),
+        "legacy",
+        json!([{"name": "fx__write_note", "arguments": {"text": "from the file"}}]),
+    );
+    assert_eq!(texts(&write)[0], "noted", "{write}");
+    let reader = issuer.token(&claims("team:read"));
+    let read = sdk(dir.path(), &gateway.url, Some(&reader), "legacy", json!([]));
+    let tools = read["tools"].as_array().unwrap();
+    assert!(
+        tools.contains(&json!("fx__echo")) && !tools.contains(&json!("fx__write_note")),
+        "{read}"
+    );
+    gateway.stop();
+}
+
+#[test]
+fn config_check_names_the_file_line_and_key_of_every_listen_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        "[listen]\naddress = \"0.0.0.0:8787\"\ntls_key = \"key.pem\"\noauth_issuer = \"https://as.test\"\n",
+    )
+    .unwrap();
+    let output = run(dir.path(), &["config", "check", "hintgate.toml"]);
+    assert_eq!(code(&output), 64, "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    for (place, key) in [
+        ("hintgate.toml:2:", "listen.address"),
+        ("hintgate.toml:3:", "listen.tls_key"),
+        ("hintgate.toml:3:", "listen.tls_cert"),
+        ("hintgate.toml:4:", "listen.oauth_jwks"),
+    ] {
+        assert!(
+            text.lines()
+                .any(|line| line.contains(place) && line.contains(&format!("`{key}`"))),
+            "{place} {key}:\n{text}"
+        );
+    }
 }

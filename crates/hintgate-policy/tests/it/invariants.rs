@@ -119,6 +119,7 @@ fn config() -> impl Strategy<Value = ValidConfig> {
             servers: BTreeMap::from([(alpha.name.clone(), alpha), (beta.name.clone(), beta)]),
             rules,
             audit: Default::default(),
+            listen: Default::default(),
         })
 }
 
