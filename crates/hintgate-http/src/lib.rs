@@ -788,7 +788,13 @@ async fn exchange(
         id: gateway_id.to_owned(),
         done: false,
     };
-    if session.conn.send(line).await.is_err() {
+    // A 2026-07-28 request goes under the gateway's id; its audit record
+    // names the host's.
+    let sent = match &host_id {
+        Some(host_id) => session.conn.send_as(line, host_id.clone()).await,
+        None => session.conn.send(line).await,
+    };
+    if sent.is_err() {
         guard.done = true;
         return gone();
     }

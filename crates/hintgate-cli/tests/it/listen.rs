@@ -1111,6 +1111,17 @@ fn what_a_host_sends_out_of_order_is_refused_and_two_hosts_with_one_id_each_get_
     assert!(text(&quick).contains("quick"), "{quick}");
     assert!(!text(&slow).contains("quick"), "{slow}");
     assert_eq!(slow["result"]["isError"], false, "{slow}");
+    // Their records name the id each host gave, as its own log shows it,
+    // not the one the gateway used to keep them apart.
+    gateway.stop();
+    let records = log_json(dir.path(), &[]);
+    for tool in ["slow", "echo"] {
+        let record = records
+            .iter()
+            .find(|record| record["tool"] == tool)
+            .unwrap_or_else(|| panic!("{tool}: {records:?}"));
+        assert_eq!(record["request"], "1", "{record}");
+    }
 }
 
 /// Opens a legacy session (2025-11-25) on `gateway`: its `Mcp-Session-Id`

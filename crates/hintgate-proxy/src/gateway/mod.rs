@@ -757,7 +757,10 @@ impl Gateway {
             Event::Host { session, event } => {
                 let session = SessionId(session);
                 match event {
-                    HostEvent::Line(line) => self.on_host_line(session, line),
+                    HostEvent::Line(line) => self.on_host_line(session, line, None),
+                    HostEvent::LineFor { line, host_id } => {
+                        self.on_host_line(session, line, Some(host_id.into()));
+                    }
                     HostEvent::TooLong => {
                         tracing::warn!(
                             "the host sent a message over the size limit; it was dropped"
@@ -1005,7 +1008,7 @@ impl Gateway {
 
     // --- the host side ---
 
-    fn on_host_line(&mut self, session: SessionId, line: String) {
+    fn on_host_line(&mut self, session: SessionId, line: String, host_id: Option<Box<str>>) {
         // The line was counted in what the gateway holds of the host's
         // requests when it was read: a request keeps that count until it
         // ends; any other line gives it back when it has been handled.
@@ -1019,7 +1022,7 @@ impl Gateway {
         // refused before anything else reads it; and so is one nested deeper
         // than a server may be able to read.
         if let Err(err) = find_duplicate_key_within(&line, self.limits.max_depth) {
-            self.on_ambiguous_line(session, line, &err);
+            self.on_ambiguous_line(session, line, &err, host_id);
             return;
         }
         let parsed = match Message::parse(&line) {
@@ -1041,6 +1044,7 @@ impl Gateway {
                 drop(parsed);
                 let mut request = HostRequest::new(session, line, spans, method);
                 request.hold(held);
+                request.host_id = host_id;
                 self.dispatch(request);
             }
             Kind::Notification => {
@@ -1065,6 +1069,7 @@ impl Gateway {
         session: SessionId,
         line: String,
         err: &crate::json::JsonError,
+        host_id: Option<Box<str>>,
     ) {
         let message = match err {
             crate::json::JsonError::DuplicateKey { .. } => call::duplicate_message(err),
@@ -1107,7 +1112,8 @@ impl Gateway {
                 // Its id is what repeats: the error goes under no id.
                 self.reply_error(session, "null", -32600, &message);
             }
-            let request = HostRequest::new(session, line, spans, Method::ToolsCall);
+            let mut request = HostRequest::new(session, line, spans, Method::ToolsCall);
+            request.host_id = host_id;
             self.refuse_unparsed(request, call::Refusal::Malformed(message));
         } else if has_method {
             if spans.id.is_some() || found.iter().any(|member| member.key == "id") {

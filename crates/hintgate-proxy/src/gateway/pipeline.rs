@@ -513,7 +513,9 @@ impl Gateway {
             }
         };
         let fields = CallFields {
-            request_id: cx.request.id(),
+            // The host's own id, which its log shows; the gateway's is an
+            // artefact of the transport.
+            request_id: cx.request.host_id.as_deref().unwrap_or(cx.request.id()),
             server,
             identity,
             tool,
