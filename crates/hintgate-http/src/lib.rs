@@ -818,7 +818,30 @@ async fn exchange(
         }
         return response;
     }
-    event_stream(Some(first), rx, Some(guard))
+    // A legacy host that can resume (2025-11-25 and later) is primed with
+    // the stream's first event id before anything else (SEP-1699).
+    let prime = (!session.modern && primes(headers))
+        .then(|| {
+            first
+                .event_id
+                .split('-')
+                .next()
+                .map(|stream| format!("{stream}-0"))
+        })
+        .flatten();
+    event_stream(Some(first), rx, Some(guard), prime)
+}
+
+/// Whether a request's host takes the SEP-1699 priming event: an event
+/// with an id and empty data, sent first on a stream so that the host can
+/// resume it (`Last-Event-ID`) even before its first message. Only hosts
+/// of 2025-11-25 or later, by their `MCP-Protocol-Version` (none means
+/// 2025-03-26): an earlier host could take the empty data for a message.
+fn primes(headers: &HeaderMap) -> bool {
+    headers
+        .get("mcp-protocol-version")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|version| LEGACY_VERSIONS.contains(&version) && version >= "2025-11-25")
 }
 
 /// The gateway refused a call because the session's scope only reads.
@@ -872,20 +895,30 @@ impl Drop for Pending {
 /// An event stream of `first` and what follows on `rx`, until the answer.
 /// With no `first` frame, the stream opens with a comment, so the host sees
 /// it open before anything comes.
+/// An event stream of `first` and what follows on `rx`; with `prime`, the
+/// SEP-1699 priming event under that id comes first.
 fn event_stream(
     first: Option<Frame>,
     rx: mpsc::Receiver<Frame>,
     guard: Option<Pending>,
+    prime: Option<String>,
 ) -> Response {
     struct StreamState {
         first: Option<Frame>,
-        opening: bool,
+        opening: Option<Bytes>,
         rx: mpsc::Receiver<Frame>,
         guard: Option<Pending>,
         ended: bool,
     }
+    // Something goes out at once, so the host sees the stream open: the
+    // priming event, or a comment when nothing else is ready.
+    let opening = match prime {
+        Some(id) => Some(Bytes::from(format!("id: {id}\ndata: \n\n"))),
+        None if first.is_none() => Some(Bytes::from_static(b": open\n\n")),
+        None => None,
+    };
     let state = StreamState {
-        opening: first.is_none(),
+        opening,
         first,
         rx,
         guard,
@@ -895,11 +928,8 @@ fn event_stream(
         if state.ended {
             return None;
         }
-        if std::mem::take(&mut state.opening) {
-            return Some((
-                Ok::<_, std::convert::Infallible>(Bytes::from_static(b": open\n\n")),
-                state,
-            ));
+        if let Some(opening) = state.opening.take() {
+            return Some((Ok::<_, std::convert::Infallible>(opening), state));
         }
         let frame = match state.first.take() {
             Some(frame) => frame,
@@ -964,6 +994,8 @@ fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Resp
             let (stream, seq) = text.split_once('-')?;
             Some((stream.parse::<u64>().ok()?, seq.parse::<u64>().ok()?))
         });
+    // A resumed stream needs no priming: its host has an event id already.
+    let mut prime = None;
     let rx = match resume {
         Some((stream, seq)) => match session.routes.resume(stream, seq) {
             Ok(rx) => rx,
@@ -978,7 +1010,10 @@ fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Resp
             }
         },
         None => match session.routes.open_standalone() {
-            Some(rx) => rx,
+            Some((stream, rx)) => {
+                prime = primes(headers).then(|| format!("{stream}-0"));
+                rx
+            }
             None => {
                 return plain(
                     StatusCode::CONFLICT,
@@ -989,7 +1024,7 @@ fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Resp
     };
     let mut rx = rx;
     let first = rx.try_recv().ok();
-    event_stream(first, rx, None)
+    event_stream(first, rx, None, prime)
 }
 
 async fn delete(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Response {

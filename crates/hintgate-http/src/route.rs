@@ -203,8 +203,9 @@ impl Routes {
         }
     }
 
-    /// Opens the standalone stream; `None` when one is open already.
-    pub fn open_standalone(&self) -> Option<mpsc::Receiver<Frame>> {
+    /// Opens the standalone stream: its number, and the receiver of its
+    /// frames; `None` when one is open already.
+    pub fn open_standalone(&self) -> Option<(u64, mpsc::Receiver<Frame>)> {
         let mut inner = self.inner.lock().ok()?;
         if inner
             .standalone
@@ -222,7 +223,7 @@ impl Routes {
             let _ = tx.try_send(frame);
         }
         inner.standalone = Some((stream, tx));
-        Some(rx)
+        Some((stream, rx))
     }
 
     /// Resumes stream `stream` after event `seq`: the events kept since are
@@ -716,7 +717,7 @@ mod tests {
         for _ in 0..(BACKLOG_LINES * 2) {
             assert!(routes.place(note.to_owned(), false).is_none());
         }
-        let mut rx = routes.open_standalone().unwrap();
+        let (_, mut rx) = routes.open_standalone().unwrap();
         let mut got = 0;
         while rx.try_recv().is_ok() {
             got += 1;

@@ -1416,3 +1416,83 @@ fn config_check_names_the_file_line_and_key_of_every_listen_problem() {
         );
     }
 }
+
+#[test]
+fn a_2025_11_25_hosts_event_streams_begin_with_a_priming_event_and_older_hosts_get_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers/conformance_server.py")
+        .display()
+        .to_string();
+    let command = [venv_bin("python"), fixture];
+    let gateway =
+        Listening::start_command(dir.path(), &["--no-auth", "--trust", "trusted"], &command);
+    let session = legacy_session(&gateway);
+    let post = |version: &str, id: u64, method: &str, params: Value| {
+        let answer = gateway.post(
+            &[session.clone(), format!("MCP-Protocol-Version: {version}")],
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answer
+    };
+    // Each event's id and data, in order (the body is chunked: the chunk
+    // sizes are lines of neither kind).
+    let events = |answer: &str| -> Vec<(String, String)> {
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let mut found = Vec::new();
+        let mut id = String::new();
+        for line in body.lines() {
+            if let Some(value) = line.strip_prefix("id:") {
+                id = value.trim().to_owned();
+            } else if let Some(value) = line.strip_prefix("data:") {
+                found.push((std::mem::take(&mut id), value.trim().to_owned()));
+            }
+        }
+        found
+    };
+    let set = post(
+        "2025-11-25",
+        2,
+        "logging/setLevel",
+        json!({"level": "debug"}),
+    );
+    // An answer with nothing before it is JSON: no stream, nothing to prime.
+    assert_eq!(
+        header(&set, "content-type"),
+        Some("application/json"),
+        "{set}"
+    );
+    // Log messages come before the answer, so it is a stream: its first
+    // event has an id and no data, and the next events follow under the
+    // same stream's numbers.
+    let call = json!({"name": "test_tool_with_logging", "arguments": {}});
+    let streamed = post("2025-11-25", 3, "tools/call", call.clone());
+    let found = events(&streamed);
+    let (prime_id, prime_data) = &found[0];
+    assert!(prime_id.ends_with("-0"), "{streamed}");
+    assert_eq!(prime_data, "", "{streamed}");
+    let stream = prime_id.trim_end_matches("-0");
+    assert!(
+        found[1..]
+            .iter()
+            .all(|(id, data)| id.starts_with(&format!("{stream}-")) && !data.is_empty()),
+        "{streamed}"
+    );
+    assert!(found.last().unwrap().1.contains("\"id\":3"), "{streamed}");
+    // A host of an earlier version could read the empty data as a
+    // message: it gets none.
+    let older = post("2025-06-18", 4, "tools/call", call);
+    let found = events(&older);
+    assert!(found.iter().all(|(_, data)| !data.is_empty()), "{older}");
+    assert!(found[0].1.contains("notifications/message"), "{older}");
+    // The standalone stream is primed too.
+    let opened = read_stream_until(&gateway, &session, "data: \n\n");
+    let opened = opened.join().unwrap();
+    assert!(opened.contains("text/event-stream"), "{opened}");
+    let first = events(&opened);
+    assert!(
+        first[0].0.ends_with("-0") && first[0].1.is_empty(),
+        "{opened}"
+    );
+}
