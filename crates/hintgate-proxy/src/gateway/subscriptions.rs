@@ -210,6 +210,26 @@ impl Gateway {
         let session = request.session;
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         if request.method.as_str() == "resources/unsubscribe" {
+            // Its own subscription still waiting for the server's
+            // acknowledgement is answered now: it will not be made.
+            let mine: Vec<HostRequest> = match self.subscriptions.get_mut(idx, &uri) {
+                Some(sub) => {
+                    let (mine, rest) = std::mem::take(&mut sub.waiting)
+                        .into_iter()
+                        .partition(|waiting| waiting.session == session);
+                    sub.waiting = rest;
+                    mine
+                }
+                None => Vec::new(),
+            };
+            for waiting in mine {
+                self.reply_error(
+                    session,
+                    waiting.id(),
+                    -32603,
+                    "the host unsubscribed before the server acknowledged the subscription",
+                );
+            }
             let held = self
                 .subscriptions
                 .get(idx, &uri)
@@ -223,6 +243,8 @@ impl Gateway {
                     listen: Some(listen),
                     ..
                 }) => {
+                    // Nothing waits for its acknowledgement any more.
+                    self.inflight.take_up(idx, listen);
                     self.cancel_upstream(idx, listen, "unsubscribed");
                     self.reply(session, request.id(), &json!({}));
                 }

@@ -238,3 +238,32 @@ async fn a_session_cannot_make_the_gateway_hold_endless_subscriptions() {
     assert!(why.contains("at most 64"), "{why}");
     assert_eq!(received(&gateway, "subscriptions/listen").len(), 64 + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribing_before_the_acknowledgement_answers_both_requests() {
+    let mut script = ServerScript::with_tools(vec![tool("echo", true)]);
+    script.modern = true;
+    script.silent.push("subscriptions/listen".to_owned());
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(30)).await;
+    gateway.initialize(json!({})).await;
+    let subscribe = json!({"jsonrpc": "2.0", "id": "s", "method": "resources/subscribe",
+                           "params": {"uri": "test://watched"}});
+    gateway.send_raw(&subscribe.to_string()).await;
+    gateway
+        .received_eventually("fx", "subscriptions/listen")
+        .await;
+    let unsubscribed = gateway
+        .request("resources/unsubscribe", json!({"uri": "test://watched"}))
+        .await;
+    assert_eq!(unsubscribed["result"], json!({}), "{unsubscribed}");
+    // The subscription waiting for the server is answered, not left to hang.
+    let subscribed = gateway
+        .notes
+        .iter()
+        .find(|note| note["id"] == "s")
+        .unwrap_or_else(|| panic!("{:?}", gateway.notes));
+    assert!(subscribed.get("error").is_some(), "{subscribed}");
+    gateway
+        .received_eventually("fx", "notifications/cancelled")
+        .await;
+}
