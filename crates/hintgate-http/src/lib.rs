@@ -439,11 +439,12 @@ async fn post(
     };
     // The gateway reads one message per line; a line break in JSON is only
     // ever whitespace between tokens.
-    let line: String = text
-        .trim()
-        .chars()
-        .map(|ch| if ch == '\n' || ch == '\r' { ' ' } else { ch })
-        .collect();
+    let text = text.trim();
+    let line: String = if text.contains(['\n', '\r']) {
+        text.replace(['\n', '\r'], " ")
+    } else {
+        text.to_owned()
+    };
     let Ok(message) = Message::parse(&line) else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
@@ -455,19 +456,56 @@ async fn post(
     let version = headers
         .get("mcp-protocol-version")
         .and_then(|value| value.to_str().ok());
-    let params: Option<Value> = message
+    // Of a legacy request only `_meta` is read here (its version and
+    // progress token), not the arguments: the gateway reads those.
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+        version: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "progressToken", default)]
+        progress: Option<Value>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "_meta", borrow, default)]
+        meta: Option<Meta<'a>>,
+    }
+    let light: Option<Result<Params<'_>, _>> = message
         .params
-        .and_then(|raw| serde_json::from_str(raw.get()).ok());
-    let meta_version = params
-        .as_ref()
-        .and_then(|params| params.get("_meta"))
-        .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
-        .and_then(Value::as_str);
+        .filter(|raw| raw.get().trim_start().starts_with('{'))
+        .map(|raw| serde_json::from_str(raw.get()));
+    // What the light reading cannot take (a key given twice) is read as
+    // before, whole; the gateway then refuses it on record.
+    let whole: Option<Value> = match &light {
+        Some(Err(_)) => message
+            .params
+            .and_then(|raw| serde_json::from_str(raw.get()).ok()),
+        _ => None,
+    };
+    let meta = match &light {
+        Some(Ok(params)) => params.meta.as_ref(),
+        _ => None,
+    };
+    let whole_meta = whole.as_ref().and_then(|params| params.get("_meta"));
+    let meta_version = meta.and_then(|meta| meta.version.as_deref()).or_else(|| {
+        whole_meta
+            .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
+            .and_then(Value::as_str)
+    });
     let modern = version == Some(MODERN_VERSION)
         || (meta_version == Some(MODERN_VERSION) && !headers.contains_key("mcp-session-id"));
     if modern {
+        let params: Option<Value> = whole.clone().or_else(|| {
+            message
+                .params
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        });
         return post_modern(shared, principal, headers, &message, params.as_ref()).await;
     }
+    let progress = meta
+        .and_then(|meta| meta.progress.as_ref())
+        .or_else(|| whole_meta.and_then(|meta| meta.get("progressToken")))
+        .map(Value::to_string);
     if let Some(version) = version
         && !LEGACY_VERSIONS.contains(&version)
     {
@@ -478,7 +516,7 @@ async fn post(
             &format!("unsupported MCP-Protocol-Version `{version}`"),
         );
     }
-    post_legacy(shared, principal, headers, &message, params.as_ref()).await
+    post_legacy(shared, principal, headers, &message, progress).await
 }
 
 async fn post_legacy(
@@ -486,7 +524,7 @@ async fn post_legacy(
     principal: Principal,
     headers: &HeaderMap,
     message: &Message<'_>,
-    params: Option<&Value>,
+    progress: Option<String>,
 ) -> Response {
     let named = session_id(headers);
     let (session, new_id) = match (named, message.method()) {
@@ -525,7 +563,7 @@ async fn post_legacy(
                 message.id_text(),
                 None,
                 message.line().to_owned(),
-                params,
+                progress,
                 headers,
                 message.method() == "tools/call",
             )
@@ -669,7 +707,10 @@ async fn post_modern(
                 &ours,
                 Some(message.id_text().to_owned()),
                 line,
-                params,
+                params
+                    .and_then(|params| params.get("_meta"))
+                    .and_then(|meta| meta.get("progressToken"))
+                    .map(Value::to_string),
                 headers,
                 message.method() == "tools/call",
             )
@@ -759,7 +800,7 @@ async fn exchange(
     gateway_id: &str,
     host_id: Option<String>,
     line: String,
-    params: Option<&Value>,
+    progress: Option<String>,
     headers: &HeaderMap,
     is_call: bool,
 ) -> Response {
@@ -768,10 +809,6 @@ async fn exchange(
         .and_then(|value| value.to_str().ok())
         .unwrap_or("*/*");
     let takes_json = accept.contains("application/json") || accept.contains("*/*");
-    let progress = params
-        .and_then(|params| params.get("_meta"))
-        .and_then(|meta| meta.get("progressToken"))
-        .map(Value::to_string);
     let Some(mut rx) = session
         .routes
         .open(gateway_id, progress, !session.modern, host_id.clone())
@@ -804,7 +841,10 @@ async fn exchange(
     };
     if first.last && takes_json {
         guard.done = true;
-        let mut response = json_response(StatusCode::OK, first.line.clone());
+        let mut response = json_body(
+            StatusCode::OK,
+            Body::from(Bytes::from_owner(SharedLine(Arc::clone(&first.line)))),
+        );
         if is_call && session.principal.scope == Scope::Read && refused_for_scope(&first.line) {
             *response.status_mut() = StatusCode::FORBIDDEN;
             if let Ok(value) = HeaderValue::from_str(&format!(
@@ -1056,7 +1096,20 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn json_response(status: StatusCode, line: String) -> Response {
-    let mut response = Response::new(Body::from(line));
+    json_body(status, Body::from(line))
+}
+
+/// A line the history also holds, as the bytes of a body (no copy).
+struct SharedLine(Arc<String>);
+
+impl AsRef<[u8]> for SharedLine {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+fn json_body(status: StatusCode, body: Body) -> Response {
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -41,8 +41,8 @@ const BACKLOG_BYTES: usize = 1024 * 1024;
 pub(crate) struct Frame {
     /// The SSE event id (`STREAM-SEQ`) it is sent under.
     pub event_id: String,
-    /// The JSON-RPC message.
-    pub line: String,
+    /// The JSON-RPC message, shared with the history (no copy each).
+    pub line: Arc<String>,
     /// It is the answer that ends its exchange.
     pub last: bool,
 }
@@ -95,7 +95,7 @@ struct Inner {
     backlog: VecDeque<String>,
     backlog_bytes: usize,
     /// The last events sent, for `Last-Event-ID`: (stream, seq, line, last).
-    history: VecDeque<(u64, u64, String, bool)>,
+    history: VecDeque<(u64, u64, Arc<String>, bool)>,
     history_bytes: usize,
     /// For each stream, the number of the newest event dropped from the
     /// history: a resumption from before it would miss events.
@@ -249,7 +249,7 @@ impl Routes {
             .filter(|(s, n, _, _)| *s == stream && *n > seq)
             .map(|(s, n, line, last)| Frame {
                 event_id: format!("{s}-{n}"),
-                line: line.clone(),
+                line: Arc::clone(line),
                 last: *last,
             })
             .collect();
@@ -574,7 +574,9 @@ impl Inner {
         *seq += 1;
         let seq = *seq;
         self.history_bytes += line.len();
-        self.history.push_back((stream, seq, line.clone(), last));
+        let line = Arc::new(line);
+        self.history
+            .push_back((stream, seq, Arc::clone(&line), last));
         while self.history.len() > HISTORY_EVENTS || self.history_bytes > HISTORY_BYTES {
             if !self.drop_oldest() {
                 break;
@@ -590,11 +592,17 @@ impl Inner {
     /// Drops the oldest event of the history, noting that its stream can
     /// no longer be resumed from before it. Returns whether there was one.
     fn drop_oldest(&mut self) -> bool {
-        let Some((stream, seq, old, _)) = self.history.pop_front() else {
+        let Some((stream, seq, old, last)) = self.history.pop_front() else {
             return false;
         };
         self.history_bytes = self.history_bytes.saturating_sub(old.len());
-        self.dropped.insert(stream, seq);
+        if last {
+            // The answer that ended its stream, and so (oldest first) the
+            // stream's last event kept: nothing of it is left to resume.
+            self.dropped.remove(&stream);
+        } else {
+            self.dropped.insert(stream, seq);
+        }
         // A marker is kept only while its stream could be resumed.
         if self.dropped.len() > 2 * HISTORY_EVENTS {
             let history = &self.history;
@@ -685,7 +693,7 @@ mod tests {
                 true,
             )
             .unwrap();
-        assert_eq!(frame.line, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(*frame.line, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
     }
 
     #[test]
