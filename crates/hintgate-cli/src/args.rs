@@ -697,46 +697,51 @@ pub struct RunArgs {
     /// Serve hosts over Streamable HTTP at `http://ADDR/mcp` instead of
     /// stdio (loopback only unless `--listen-public`); the URL is written to
     /// stderr. Hosts authenticate with a bearer token (`hintgate token
-    /// add`), unless `--no-auth`.
+    /// add`), unless `--no-auth`. Overrides `[listen] address`, which also
+    /// makes the gateway listen; every `[listen]` value has its flag here,
+    /// and the flag wins.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
-    /// Allow `--listen` on an address beyond loopback (tokens are then
-    /// always needed).
-    #[arg(long, requires = "listen")]
+    /// Allow listening on an address beyond loopback (tokens are then
+    /// always needed); `[listen] public`.
+    #[arg(long)]
     pub listen_public: bool,
-    /// With `--listen` on loopback: take hosts without a token (every local
+    /// When listening on loopback: take hosts without a token (every local
     /// process may then call the servers, with the write scope).
-    #[arg(long, requires = "listen", conflicts_with = "listen_public")]
+    #[arg(long, conflicts_with = "listen_public")]
     pub no_auth: bool,
-    /// With `--listen`: serve HTTPS with this PEM certificate chain (leaf
-    /// first); needs `--tls-key`.
-    #[arg(long, value_name = "FILE", requires_all = ["listen", "tls_key"])]
+    /// When listening: serve HTTPS with this PEM certificate chain (leaf
+    /// first); needs `--tls-key`; `[listen] tls_cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
-    /// With `--tls-cert`: its PEM private key.
+    /// With `--tls-cert`: its PEM private key; `[listen] tls_key`.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// With `--listen`: take OAuth 2.1 access tokens (JWTs, ES256 or RS256)
+    /// When listening: take OAuth 2.1 access tokens (JWTs, ES256 or RS256)
     /// issued by this authorization server (their `iss`); needs
-    /// `--oauth-jwks`.
-    #[arg(long, value_name = "URL", requires_all = ["listen", "oauth_jwks"])]
+    /// `--oauth-jwks`; `[listen] oauth_issuer`.
+    #[arg(long, value_name = "URL")]
     pub oauth_issuer: Option<String>,
     /// The issuer's JSON Web Key Set, fetched at start and every ten
-    /// minutes.
-    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    /// minutes; `[listen] oauth_jwks`.
+    #[arg(long, value_name = "URL")]
     pub oauth_jwks: Option<String>,
     /// This gateway as tokens must name it in `aud` (default: the URL it
-    /// serves, `http(s)://ADDR/mcp`).
-    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    /// serves, `http(s)://ADDR/mcp`); `[listen] oauth_audience`.
+    #[arg(long, value_name = "URL")]
     pub oauth_audience: Option<String>,
-    /// The token scope that gives read.
-    #[arg(long, value_name = "SCOPE", default_value = "mcp:read")]
-    pub oauth_read_scope: String,
-    /// The token scope that gives write.
-    #[arg(long, value_name = "SCOPE", default_value = "mcp:write")]
-    pub oauth_write_scope: String,
-    /// With `--listen`: an `Origin` a browser page may call from (besides
-    /// the gateway's own), for a web host.
-    #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "listen")]
+    /// The token scope that gives read (default `mcp:read`);
+    /// `[listen] oauth_read_scope`.
+    #[arg(long, value_name = "SCOPE")]
+    pub oauth_read_scope: Option<String>,
+    /// The token scope that gives write (default `mcp:write`);
+    /// `[listen] oauth_write_scope`.
+    #[arg(long, value_name = "SCOPE")]
+    pub oauth_write_scope: Option<String>,
+    /// When listening: an `Origin` a browser page may call from (besides
+    /// the gateway's own), for a web host; replaces `[listen]
+    /// allow_origins`.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,
     /// Also serve the web console on loopback (or at `--console=ADDR`);
     /// its URL, with its token, is written to stderr.

@@ -162,6 +162,7 @@ fn demo_config(exe: &str) -> ValidConfig {
         rules: vec![rule],
         audit: Default::default(),
         labels: Vec::new(),
+        listen: Default::default(),
     }
 }
 

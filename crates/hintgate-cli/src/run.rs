@@ -52,6 +52,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         .transpose()
         .map_err(|err| InputError(format!("audit.key_file: {err}")))?;
     let witness = witness_settings(&config.audit)?;
+    let plan = listen_plan(args, &config.listen, &ProcessEnv)?;
     let store = crate::state::open_store(
         &crate::state::Choice {
             state_dir: args.state_dir.as_deref(),
@@ -77,7 +78,7 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     // their parsing and the delivery of each session's lines run on two
     // worker threads beside the gateway's event loop, which stays on this
     // thread and owns the gateway's state alone as ever.
-    let runtime = match args.listen {
+    let runtime = match plan {
         Some(_) => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -103,8 +104,8 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
             });
         }
         let stop = stop_signal();
-        if let Some(addr) = args.listen {
-            return listen(args, addr, settings, token_store, stop).await;
+        if let Some(plan) = plan {
+            return listen(plan, settings, token_store, stop).await;
         }
         let (host_in, host_out) = hintgate_proxy::stdio::host_streams();
         let gauges = hintgate_proxy::Gauges::default();
@@ -115,24 +116,185 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// `--listen`: hosts over Streamable HTTP at `http://ADDR/mcp`, many at
+/// How `hintgate run` serves hosts over HTTP: each `[listen]` value of the
+/// configuration, overridden by its flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListenPlan {
+    /// Where `/mcp` is served.
+    pub addr: std::net::SocketAddr,
+    /// An address beyond loopback is allowed.
+    pub public: bool,
+    /// Hosts without a token are taken (loopback only).
+    pub no_auth: bool,
+    /// The TLS certificate chain and key files.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Origins a page may call from, besides the gateway's own.
+    pub origins: Vec<String>,
+    /// The OAuth authorization server whose tokens are taken.
+    pub oauth: Option<OAuthPlan>,
+}
+
+/// The OAuth resource server's settings, flags over `[listen]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OAuthPlan {
+    pub issuer: String,
+    pub jwks: String,
+    /// `None`: the URL the gateway serves.
+    pub audience: Option<String>,
+    pub read_scope: String,
+    pub write_scope: String,
+}
+
+/// What `args` and the configuration's `[listen]` table say of listening:
+/// `None` to serve the one host on stdio.
+///
+/// # Errors
+///
+/// A listening flag without an address to listen on, a TLS certificate
+/// without its key, an OAuth issuer without its key set, `--no-auth`
+/// beyond loopback, or a `${VAR}` that does not expand.
+pub(crate) fn listen_plan(
+    args: &RunArgs,
+    file: &hintgate_policy::config::ListenSettings,
+    env: &dyn Vars,
+) -> Result<Option<ListenPlan>, InputError> {
+    let expand = |key: &str, text: &Option<String>| -> Result<Option<String>, InputError> {
+        text.as_deref()
+            .map(|text| vars::expand(text, env))
+            .transpose()
+            .map_err(|err| InputError(format!("listen.{key}: {err}")))
+    };
+    let Some(addr) = args.listen.or(file.address) else {
+        let given = [
+            (args.listen_public, "--listen-public"),
+            (args.no_auth, "--no-auth"),
+            (args.tls_cert.is_some(), "--tls-cert"),
+            (args.oauth_issuer.is_some(), "--oauth-issuer"),
+            (args.oauth_jwks.is_some(), "--oauth-jwks"),
+            (args.oauth_audience.is_some(), "--oauth-audience"),
+            (args.oauth_read_scope.is_some(), "--oauth-read-scope"),
+            (args.oauth_write_scope.is_some(), "--oauth-write-scope"),
+            (!args.allow_origins.is_empty(), "--allow-origin"),
+        ];
+        if let Some((_, flag)) = given.iter().find(|(given, _)| *given) {
+            return Err(InputError(format!(
+                "`{flag}` is for a gateway that listens: add `--listen ADDR`, or `address` to the configuration's `[listen]` table"
+            )));
+        }
+        return Ok(None);
+    };
+    let public = args.listen_public || file.public;
+    if !addr.ip().is_loopback() && !public {
+        return Err(InputError(format!(
+            "`{addr}` is beyond loopback: hosts on the network would reach your servers; add `--listen-public` (or `public = true` in `[listen]`; tokens are then required) or listen on 127.0.0.1"
+        )));
+    }
+    if args.no_auth && !addr.ip().is_loopback() {
+        return Err(InputError(format!(
+            "`--no-auth` is for loopback only, and `{addr}` is not: every host on the network could call your servers"
+        )));
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        _ => match (
+            expand("tls_cert", &file.tls_cert)?,
+            expand("tls_key", &file.tls_key)?,
+        ) {
+            (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+            (None, None) => None,
+            _ => {
+                return Err(InputError(
+                    "`[listen]` gives one of `tls_cert` and `tls_key` without the other".to_owned(),
+                ));
+            }
+        },
+    };
+    let origins = if args.allow_origins.is_empty() {
+        file.allow_origins.clone()
+    } else {
+        args.allow_origins.clone()
+    };
+    let issuer = match &args.oauth_issuer {
+        Some(issuer) => Some(issuer.clone()),
+        None => expand("oauth_issuer", &file.oauth_issuer)?,
+    };
+    let jwks = match &args.oauth_jwks {
+        Some(jwks) => Some(jwks.clone()),
+        None => expand("oauth_jwks", &file.oauth_jwks)?,
+    };
+    let oauth = match (issuer, jwks) {
+        (Some(issuer), Some(jwks)) => Some(OAuthPlan {
+            issuer,
+            jwks,
+            audience: match &args.oauth_audience {
+                Some(audience) => Some(audience.clone()),
+                None => expand("oauth_audience", &file.oauth_audience)?,
+            },
+            read_scope: args
+                .oauth_read_scope
+                .clone()
+                .or_else(|| file.oauth_read_scope.clone())
+                .unwrap_or_else(|| "mcp:read".to_owned()),
+            write_scope: args
+                .oauth_write_scope
+                .clone()
+                .or_else(|| file.oauth_write_scope.clone())
+                .unwrap_or_else(|| "mcp:write".to_owned()),
+        }),
+        (None, None) => {
+            let stray = [
+                (args.oauth_audience.is_some(), "--oauth-audience"),
+                (args.oauth_read_scope.is_some(), "--oauth-read-scope"),
+                (args.oauth_write_scope.is_some(), "--oauth-write-scope"),
+            ];
+            if let Some((_, flag)) = stray.iter().find(|(given, _)| *given) {
+                return Err(InputError(format!(
+                    "`{flag}` is for OAuth access tokens: add `--oauth-issuer` and `--oauth-jwks` (or `oauth_issuer` and `oauth_jwks` in `[listen]`)"
+                )));
+            }
+            None
+        }
+        (Some(_), None) => {
+            return Err(InputError(
+                "an OAuth issuer needs its key set: add `--oauth-jwks URL` (or `oauth_jwks` in `[listen]`)".to_owned(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(InputError(
+                "an OAuth key set needs its issuer: add `--oauth-issuer URL` (or `oauth_issuer` in `[listen]`)".to_owned(),
+            ));
+        }
+    };
+    if let Some(oauth) = &oauth
+        && oauth.read_scope == oauth.write_scope
+    {
+        return Err(InputError(format!(
+            "the read and the write scope are both `{}`: a token could not be told to read only",
+            oauth.read_scope
+        )));
+    }
+    Ok(Some(ListenPlan {
+        addr,
+        public,
+        no_auth: args.no_auth,
+        tls,
+        origins,
+        oauth,
+    }))
+}
+
+/// Listening: hosts over Streamable HTTP at `http://ADDR/mcp`, many at
 /// once on one gateway, until a signal stops it (every call in flight then
 /// ends on record before the servers stop, as over stdio).
 async fn listen(
-    args: &RunArgs,
-    addr: std::net::SocketAddr,
+    plan: ListenPlan,
     settings: Settings,
     store: std::sync::Arc<dyn hintgate_store::Store>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    if !addr.ip().is_loopback() && !args.listen_public {
-        return Err(InputError(format!(
-            "`--listen {addr}` is beyond loopback: hosts on the network would reach your servers; add `--listen-public` (tokens are then required) or listen on 127.0.0.1"
-        ))
-        .into());
-    }
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
+    let addr = plan.addr;
+    let tls = match &plan.tls {
+        Some((cert, key)) => {
             let chain = crate::load::text(cert, "the TLS certificate")?;
             let key = crate::load::text(key, "the TLS key")?;
             Some(hintgate_http::Tls::from_pem(
@@ -140,7 +302,7 @@ async fn listen(
                 key.as_bytes(),
             )?)
         }
-        _ => None,
+        None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listener = tokio::net::TcpListener::bind(addr)
@@ -150,14 +312,15 @@ async fn listen(
         .local_addr()
         .context("the listener has no address")?;
     let url = format!("{scheme}://{bound}{}", hintgate_http::ENDPOINT);
-    let oauth = match (&args.oauth_issuer, &args.oauth_jwks) {
-        (Some(issuer), Some(jwks)) => {
+    let oauth = match &plan.oauth {
+        Some(settings) => {
+            let issuer = &settings.issuer;
             let oauth = hintgate_http::OAuth::new(hintgate_http::OAuthSettings {
                 issuer: issuer.clone(),
-                jwks_url: jwks.clone(),
-                audience: args.oauth_audience.clone().unwrap_or_else(|| url.clone()),
-                read_scope: args.oauth_read_scope.clone(),
-                write_scope: args.oauth_write_scope.clone(),
+                jwks_url: settings.jwks.clone(),
+                audience: settings.audience.clone().unwrap_or_else(|| url.clone()),
+                read_scope: settings.read_scope.clone(),
+                write_scope: settings.write_scope.clone(),
             });
             let _ = rustls::crypto::ring::default_provider().install_default();
             let client = reqwest::Client::builder()
@@ -168,9 +331,9 @@ async fn listen(
             tokio::spawn(std::sync::Arc::clone(&oauth).keep_fresh(client));
             Some(oauth)
         }
-        _ => None,
+        None => None,
     };
-    let tokens: Option<std::sync::Arc<dyn hintgate_http::Authenticate>> = if args.no_auth {
+    let tokens: Option<std::sync::Arc<dyn hintgate_http::Authenticate>> = if plan.no_auth {
         None
     } else {
         let rows = store.tokens().context("cannot read the hosts' tokens")?;
@@ -190,7 +353,7 @@ async fn listen(
         })),
         (Some(tokens), None) => Some(tokens),
         (None, Some(oauth)) => Some(oauth),
-        (None, None) if args.no_auth => {
+        (None, None) if plan.no_auth => {
             tracing::warn!(
                 "--no-auth: every process on this machine may call the servers through this gateway"
             );
@@ -216,8 +379,8 @@ async fn listen(
         port,
         hintgate_http::Options {
             addr: bound,
-            public: args.listen_public,
-            origins: args.allow_origins.clone(),
+            public: plan.public,
+            origins: plan.origins.clone(),
             auth,
             write_scope,
             tls: tls.is_some(),
@@ -472,6 +635,127 @@ mod tests {
         );
         assert_eq!(derive_name("./my server.sh", &[]), "my-server");
         assert_eq!(derive_name("npx", &args(&["-y", "pkg@1.2.3"])), "pkg");
+    }
+
+    /// `hintgate run ARGS -- x`, parsed.
+    fn run_args(flags: &[&str]) -> RunArgs {
+        use clap::Parser as _;
+        let mut argv = vec!["hintgate", "run"];
+        argv.extend_from_slice(flags);
+        argv.extend_from_slice(&["--", "x"]);
+        match crate::args::Cli::try_parse_from(argv).unwrap().command {
+            crate::args::Command::Run(args) => *args,
+            _ => unreachable!(),
+        }
+    }
+
+    fn listen_table(text: &str) -> hintgate_policy::config::ListenSettings {
+        let (config, diagnostics) = hintgate_policy::config::parse_str(text);
+        assert!(diagnostics.is_empty(), "{diagnostics:?}");
+        config.unwrap().listen
+    }
+
+    #[test]
+    fn the_listen_table_is_used_and_each_flag_overrides_its_value() {
+        let file = listen_table(
+            r#"[listen]
+address = "10.0.0.5:8787"
+public = true
+tls_cert = "${CERT_DIR}/cert.pem"
+tls_key = "/etc/hintgate/key.pem"
+allow_origins = ["https://app.example.com"]
+oauth_issuer = "https://auth.example.com"
+oauth_jwks = "https://auth.example.com/jwks.json"
+oauth_read_scope = "tools:read"
+"#,
+        );
+        let env = BTreeMap::from([("CERT_DIR".to_owned(), "/etc/tls".to_owned())]);
+        let plan = listen_plan(&run_args(&[]), &file, &env).unwrap().unwrap();
+        assert_eq!(plan.addr, "10.0.0.5:8787".parse().unwrap());
+        assert!(plan.public);
+        assert_eq!(
+            plan.tls,
+            Some(("/etc/tls/cert.pem".into(), "/etc/hintgate/key.pem".into()))
+        );
+        assert_eq!(plan.origins, ["https://app.example.com"]);
+        let oauth = plan.oauth.unwrap();
+        assert_eq!(oauth.issuer, "https://auth.example.com");
+        assert_eq!(oauth.read_scope, "tools:read");
+        assert_eq!(oauth.write_scope, "mcp:write");
+        assert_eq!(oauth.audience, None);
+        // Flags win.
+        let args = run_args(&[
+            "--listen",
+            "127.0.0.1:9000",
+            "--tls-cert",
+            "/a/cert.pem",
+            "--tls-key",
+            "/a/key.pem",
+            "--allow-origin",
+            "https://other.example.com",
+            "--oauth-issuer",
+            "https://other-auth.example.com",
+            "--oauth-jwks",
+            "https://other-auth.example.com/keys",
+            "--oauth-audience",
+            "https://gw.example.com/mcp",
+            "--oauth-write-scope",
+            "tools:all",
+        ]);
+        let plan = listen_plan(&args, &file, &env).unwrap().unwrap();
+        assert_eq!(plan.addr, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(plan.tls, Some(("/a/cert.pem".into(), "/a/key.pem".into())));
+        assert_eq!(plan.origins, ["https://other.example.com"]);
+        let oauth = plan.oauth.unwrap();
+        assert_eq!(oauth.issuer, "https://other-auth.example.com");
+        assert_eq!(oauth.jwks, "https://other-auth.example.com/keys");
+        assert_eq!(
+            oauth.audience.as_deref(),
+            Some("https://gw.example.com/mcp")
+        );
+        assert_eq!(oauth.read_scope, "tools:read");
+        assert_eq!(oauth.write_scope, "tools:all");
+        // Without a table or `--listen`: stdio, and a listening flag alone
+        // is refused rather than ignored.
+        let none = hintgate_policy::config::ListenSettings::default();
+        assert_eq!(listen_plan(&run_args(&[]), &none, &env).unwrap(), None);
+        let err = listen_plan(
+            &run_args(&["--oauth-issuer", "https://a.example"]),
+            &none,
+            &env,
+        )
+        .unwrap_err();
+        assert!(
+            err.0
+                .contains("`--oauth-issuer` is for a gateway that listens"),
+            "{}",
+            err.0
+        );
+        // An unset variable in a path stops the start, naming the key.
+        let err = listen_plan(&run_args(&[]), &file, &BTreeMap::new()).unwrap_err();
+        assert!(err.0.starts_with("listen.tls_cert: "), "{}", err.0);
+        // Beyond loopback needs `public`, from the file or the flag.
+        let private = listen_table("[listen]\naddress = \"127.0.0.1:8787\"\n");
+        let err = listen_plan(&run_args(&["--listen", "0.0.0.0:0"]), &private, &env).unwrap_err();
+        assert!(err.0.contains("--listen-public"), "{}", err.0);
+        let err = listen_plan(
+            &run_args(&[
+                "--listen",
+                "127.0.0.1:1",
+                "--oauth-issuer",
+                "https://a.example",
+                "--oauth-read-scope",
+                "s",
+                "--oauth-write-scope",
+                "s",
+                "--oauth-jwks",
+                "https://a.example/k",
+            ]),
+            &none,
+            &env,
+        )
+        .unwrap_err();
+        assert!(err.0.contains("both `s`"), "{}", err.0);
     }
 
     #[test]

@@ -56,7 +56,7 @@ use hintgate_proxy::{HostConn, HostPort};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::route::{Frame, Routes};
+use crate::route::{Frame, HistoryBudget, Routes, Unresumable};
 
 /// The path hosts reach the gateway at.
 pub const ENDPOINT: &str = "/mcp";
@@ -152,6 +152,8 @@ struct Shared {
     legacy: Mutex<HashMap<String, Arc<Session>>>,
     modern: Mutex<HashMap<String, Arc<Session>>>,
     next_id: AtomicU64,
+    /// What every session's resumption history holds together.
+    histories: Arc<HistoryBudget>,
 }
 
 /// One host session over HTTP.
@@ -191,6 +193,7 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
         legacy: Mutex::new(HashMap::new()),
         modern: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
+        histories: HistoryBudget::new(route::HISTORY_BUDGET_BYTES),
     });
     tokio::spawn(sweep(Arc::downgrade(&shared)));
     Ok(Router::new()
@@ -200,8 +203,9 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
             &format!("{METADATA}{ENDPOINT}"),
             axum::routing::get(metadata),
         )
-        // A message is at most `max_message_bytes`; a larger body is
-        // refused before it is read whole.
+        // A message is at most `max_message_bytes`: `read_body` refuses a
+        // larger one before it is read whole (and the limit stands for any
+        // extractor as well).
         .layer(DefaultBodyLimit::max(max_line))
         .with_state(shared))
 }
@@ -298,18 +302,62 @@ async fn endpoint(
     State(shared): State<Arc<Shared>>,
     method: Method,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    // The body is read only once the request is admitted: a host that is
+    // refused (no token, a foreign `Origin`) costs no read of its body.
     let principal = match admit(&shared, &headers).await {
         Ok(principal) => principal,
         Err(response) => return response,
     };
     match method {
-        Method::POST => post(&shared, principal, &headers, &body).await,
+        Method::POST => {
+            let body = match read_body(body, &headers, shared.port.max_line()).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            };
+            post(&shared, principal, &headers, &body).await
+        }
         Method::GET => get(&shared, &principal, &headers),
         Method::DELETE => delete(&shared, &principal, &headers).await,
         _ => plain(StatusCode::METHOD_NOT_ALLOWED, "POST, GET or DELETE"),
     }
+}
+
+/// Reads a request's body of at most `limit` bytes: a `Content-Length`
+/// over it is refused (413) before any of the body is read, and a body
+/// without one (chunked) as soon as what arrived passes it.
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
+    use futures_util::StreamExt as _;
+    let too_large = || {
+        plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the body is over `max_message_bytes` ({limit} bytes)"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
+    }
+    // What a host declares is not what it sends: room grows with what came.
+    let mut read = Vec::with_capacity(declared.map_or(0, |length| length.min(64 * 1024) as usize));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return Err(plain(
+                StatusCode::BAD_REQUEST,
+                "the body could not be read whole",
+            ));
+        };
+        if read.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        read.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(read))
 }
 
 /// Checks `Host`, `Origin` and the bearer token; the principal, or the
@@ -391,11 +439,12 @@ async fn post(
     };
     // The gateway reads one message per line; a line break in JSON is only
     // ever whitespace between tokens.
-    let line: String = text
-        .trim()
-        .chars()
-        .map(|ch| if ch == '\n' || ch == '\r' { ' ' } else { ch })
-        .collect();
+    let text = text.trim();
+    let line: String = if text.contains(['\n', '\r']) {
+        text.replace(['\n', '\r'], " ")
+    } else {
+        text.to_owned()
+    };
     let Ok(message) = Message::parse(&line) else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
@@ -407,19 +456,56 @@ async fn post(
     let version = headers
         .get("mcp-protocol-version")
         .and_then(|value| value.to_str().ok());
-    let params: Option<Value> = message
+    // Of a legacy request only `_meta` is read here (its version and
+    // progress token), not the arguments: the gateway reads those.
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+        version: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "progressToken", default)]
+        progress: Option<Value>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "_meta", borrow, default)]
+        meta: Option<Meta<'a>>,
+    }
+    let light: Option<Result<Params<'_>, _>> = message
         .params
-        .and_then(|raw| serde_json::from_str(raw.get()).ok());
-    let meta_version = params
-        .as_ref()
-        .and_then(|params| params.get("_meta"))
-        .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
-        .and_then(Value::as_str);
+        .filter(|raw| raw.get().trim_start().starts_with('{'))
+        .map(|raw| serde_json::from_str(raw.get()));
+    // What the light reading cannot take (a key given twice) is read as
+    // before, whole; the gateway then refuses it on record.
+    let whole: Option<Value> = match &light {
+        Some(Err(_)) => message
+            .params
+            .and_then(|raw| serde_json::from_str(raw.get()).ok()),
+        _ => None,
+    };
+    let meta = match &light {
+        Some(Ok(params)) => params.meta.as_ref(),
+        _ => None,
+    };
+    let whole_meta = whole.as_ref().and_then(|params| params.get("_meta"));
+    let meta_version = meta.and_then(|meta| meta.version.as_deref()).or_else(|| {
+        whole_meta
+            .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
+            .and_then(Value::as_str)
+    });
     let modern = version == Some(MODERN_VERSION)
         || (meta_version == Some(MODERN_VERSION) && !headers.contains_key("mcp-session-id"));
     if modern {
+        let params: Option<Value> = whole.clone().or_else(|| {
+            message
+                .params
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        });
         return post_modern(shared, principal, headers, &message, params.as_ref()).await;
     }
+    let progress = meta
+        .and_then(|meta| meta.progress.as_ref())
+        .or_else(|| whole_meta.and_then(|meta| meta.get("progressToken")))
+        .map(Value::to_string);
     if let Some(version) = version
         && !LEGACY_VERSIONS.contains(&version)
     {
@@ -430,7 +516,7 @@ async fn post(
             &format!("unsupported MCP-Protocol-Version `{version}`"),
         );
     }
-    post_legacy(shared, principal, headers, &message, params.as_ref()).await
+    post_legacy(shared, principal, headers, &message, progress).await
 }
 
 async fn post_legacy(
@@ -438,7 +524,7 @@ async fn post_legacy(
     principal: Principal,
     headers: &HeaderMap,
     message: &Message<'_>,
-    params: Option<&Value>,
+    progress: Option<String>,
 ) -> Response {
     let named = session_id(headers);
     let (session, new_id) = match (named, message.method()) {
@@ -477,7 +563,7 @@ async fn post_legacy(
                 message.id_text(),
                 None,
                 message.line().to_owned(),
-                params,
+                progress,
                 headers,
                 message.method() == "tools/call",
             )
@@ -566,7 +652,7 @@ async fn start_session(
     let Some(lines) = conn.take_lines() else {
         return Err(gone());
     };
-    let routes = Arc::new(Routes::default());
+    let routes = Routes::with_budget(Arc::clone(&shared.histories), u64::from(conn.id()));
     tokio::spawn(Arc::clone(&routes).run(Arc::clone(&conn), lines, modern));
     tracing::info!(principal = %principal.name, scope = ?principal.scope, modern, session = conn.id(), "an HTTP host session opens");
     Ok(Arc::new(Session {
@@ -621,7 +707,10 @@ async fn post_modern(
                 &ours,
                 Some(message.id_text().to_owned()),
                 line,
-                params,
+                params
+                    .and_then(|params| params.get("_meta"))
+                    .and_then(|meta| meta.get("progressToken"))
+                    .map(Value::to_string),
                 headers,
                 message.method() == "tools/call",
             )
@@ -711,7 +800,7 @@ async fn exchange(
     gateway_id: &str,
     host_id: Option<String>,
     line: String,
-    params: Option<&Value>,
+    progress: Option<String>,
     headers: &HeaderMap,
     is_call: bool,
 ) -> Response {
@@ -720,10 +809,6 @@ async fn exchange(
         .and_then(|value| value.to_str().ok())
         .unwrap_or("*/*");
     let takes_json = accept.contains("application/json") || accept.contains("*/*");
-    let progress = params
-        .and_then(|params| params.get("_meta"))
-        .and_then(|meta| meta.get("progressToken"))
-        .map(Value::to_string);
     let Some(mut rx) = session
         .routes
         .open(gateway_id, progress, !session.modern, host_id.clone())
@@ -740,7 +825,13 @@ async fn exchange(
         id: gateway_id.to_owned(),
         done: false,
     };
-    if session.conn.send(line).await.is_err() {
+    // A 2026-07-28 request goes under the gateway's id; its audit record
+    // names the host's.
+    let sent = match &host_id {
+        Some(host_id) => session.conn.send_as(line, host_id.clone()).await,
+        None => session.conn.send(line).await,
+    };
+    if sent.is_err() {
         guard.done = true;
         return gone();
     }
@@ -750,7 +841,10 @@ async fn exchange(
     };
     if first.last && takes_json {
         guard.done = true;
-        let mut response = json_response(StatusCode::OK, first.line.clone());
+        let mut response = json_body(
+            StatusCode::OK,
+            Body::from(Bytes::from_owner(SharedLine(Arc::clone(&first.line)))),
+        );
         if is_call && session.principal.scope == Scope::Read && refused_for_scope(&first.line) {
             *response.status_mut() = StatusCode::FORBIDDEN;
             if let Ok(value) = HeaderValue::from_str(&format!(
@@ -764,7 +858,30 @@ async fn exchange(
         }
         return response;
     }
-    event_stream(Some(first), rx, Some(guard))
+    // A legacy host that can resume (2025-11-25 and later) is primed with
+    // the stream's first event id before anything else (SEP-1699).
+    let prime = (!session.modern && primes(headers))
+        .then(|| {
+            first
+                .event_id
+                .split('-')
+                .next()
+                .map(|stream| format!("{stream}-0"))
+        })
+        .flatten();
+    event_stream(Some(first), rx, Some(guard), prime)
+}
+
+/// Whether a request's host takes the SEP-1699 priming event: an event
+/// with an id and empty data, sent first on a stream so that the host can
+/// resume it (`Last-Event-ID`) even before its first message. Only hosts
+/// of 2025-11-25 or later, by their `MCP-Protocol-Version` (none means
+/// 2025-03-26): an earlier host could take the empty data for a message.
+fn primes(headers: &HeaderMap) -> bool {
+    headers
+        .get("mcp-protocol-version")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|version| LEGACY_VERSIONS.contains(&version) && version >= "2025-11-25")
 }
 
 /// The gateway refused a call because the session's scope only reads.
@@ -818,20 +935,30 @@ impl Drop for Pending {
 /// An event stream of `first` and what follows on `rx`, until the answer.
 /// With no `first` frame, the stream opens with a comment, so the host sees
 /// it open before anything comes.
+/// An event stream of `first` and what follows on `rx`; with `prime`, the
+/// SEP-1699 priming event under that id comes first.
 fn event_stream(
     first: Option<Frame>,
     rx: mpsc::Receiver<Frame>,
     guard: Option<Pending>,
+    prime: Option<String>,
 ) -> Response {
     struct StreamState {
         first: Option<Frame>,
-        opening: bool,
+        opening: Option<Bytes>,
         rx: mpsc::Receiver<Frame>,
         guard: Option<Pending>,
         ended: bool,
     }
+    // Something goes out at once, so the host sees the stream open: the
+    // priming event, or a comment when nothing else is ready.
+    let opening = match prime {
+        Some(id) => Some(Bytes::from(format!("id: {id}\ndata: \n\n"))),
+        None if first.is_none() => Some(Bytes::from_static(b": open\n\n")),
+        None => None,
+    };
     let state = StreamState {
-        opening: first.is_none(),
+        opening,
         first,
         rx,
         guard,
@@ -841,11 +968,8 @@ fn event_stream(
         if state.ended {
             return None;
         }
-        if std::mem::take(&mut state.opening) {
-            return Some((
-                Ok::<_, std::convert::Infallible>(Bytes::from_static(b": open\n\n")),
-                state,
-            ));
+        if let Some(opening) = state.opening.take() {
+            return Some((Ok::<_, std::convert::Infallible>(opening), state));
         }
         let frame = match state.first.take() {
             Some(frame) => frame,
@@ -910,21 +1034,37 @@ fn get(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Resp
             let (stream, seq) = text.split_once('-')?;
             Some((stream.parse::<u64>().ok()?, seq.parse::<u64>().ok()?))
         });
+    // A resumed stream needs no priming: its host has an event id already.
+    let mut prime = None;
     let rx = match resume {
-        Some((stream, seq)) => session.routes.resume(stream, seq),
-        None => session.routes.open_standalone(),
+        Some((stream, seq)) => match session.routes.resume(stream, seq) {
+            Ok(rx) => rx,
+            Err(Unresumable::Unknown) => {
+                return plain(StatusCode::NOT_FOUND, "that stream cannot be resumed");
+            }
+            Err(Unresumable::Dropped) => {
+                return plain(
+                    StatusCode::GONE,
+                    "events of that stream after the one named are no longer kept, so it cannot be resumed without a gap; send the request again",
+                );
+            }
+        },
+        None => match session.routes.open_standalone() {
+            Some((stream, rx)) => {
+                prime = primes(headers).then(|| format!("{stream}-0"));
+                rx
+            }
+            None => {
+                return plain(
+                    StatusCode::CONFLICT,
+                    "this session has an event stream open already",
+                );
+            }
+        },
     };
-    let Some(mut rx) = rx else {
-        return match resume {
-            Some(_) => plain(StatusCode::NOT_FOUND, "that stream cannot be resumed"),
-            None => plain(
-                StatusCode::CONFLICT,
-                "this session has an event stream open already",
-            ),
-        };
-    };
+    let mut rx = rx;
     let first = rx.try_recv().ok();
-    event_stream(first, rx, None)
+    event_stream(first, rx, None, prime)
 }
 
 async fn delete(shared: &Arc<Shared>, principal: &Principal, headers: &HeaderMap) -> Response {
@@ -956,7 +1096,20 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn json_response(status: StatusCode, line: String) -> Response {
-    let mut response = Response::new(Body::from(line));
+    json_body(status, Body::from(line))
+}
+
+/// A line the history also holds, as the bytes of a body (no copy).
+struct SharedLine(Arc<String>);
+
+impl AsRef<[u8]> for SharedLine {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+fn json_body(status: StatusCode, body: Body) -> Response {
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -10,7 +10,7 @@
 //! streams is held to the same bound as a stdio host that does not read.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use hintgate_proxy::HostConn;
 use hintgate_proxy::frame::{Kind, Message};
@@ -26,6 +26,11 @@ pub(crate) const CHANNEL_FRAMES: usize = 32;
 const HISTORY_EVENTS: usize = 256;
 const HISTORY_BYTES: usize = 1024 * 1024;
 
+/// The most bytes the resumption histories of every session hold together:
+/// past it, the oldest events of the largest histories are dropped first,
+/// so a principal with many sessions cannot hold a megabyte in each.
+pub(crate) const HISTORY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
 /// How many lines with nowhere to go a legacy session keeps for its next
 /// standalone stream, and the most bytes.
 const BACKLOG_LINES: usize = 64;
@@ -36,8 +41,8 @@ const BACKLOG_BYTES: usize = 1024 * 1024;
 pub(crate) struct Frame {
     /// The SSE event id (`STREAM-SEQ`) it is sent under.
     pub event_id: String,
-    /// The JSON-RPC message.
-    pub line: String,
+    /// The JSON-RPC message, shared with the history (no copy each).
+    pub line: Arc<String>,
     /// It is the answer that ends its exchange.
     pub last: bool,
 }
@@ -47,6 +52,34 @@ pub(crate) struct Frame {
 #[derive(Debug, Default)]
 pub(crate) struct Routes {
     inner: Mutex<Inner>,
+    /// The budget its history counts against, and its key there.
+    budget: Option<(Arc<HistoryBudget>, u64)>,
+}
+
+/// What the resumption histories of every session hold together, and the
+/// bound on it ([`HISTORY_BUDGET_BYTES`] in the gateway).
+#[derive(Debug)]
+pub(crate) struct HistoryBudget {
+    limit: usize,
+    state: Mutex<BudgetState>,
+}
+
+#[derive(Debug, Default)]
+struct BudgetState {
+    /// The bytes of every history.
+    total: usize,
+    /// Each session's history: its bytes, and the routes that hold it.
+    histories: HashMap<u64, (usize, Weak<Routes>)>,
+}
+
+/// Why a stream cannot be resumed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unresumable {
+    /// This session never had the stream, or it ended and was forgotten.
+    Unknown,
+    /// Events after the one named were dropped from the history (its
+    /// bounds, or the budget across sessions): the host would miss them.
+    Dropped,
 }
 
 #[derive(Debug, Default)]
@@ -62,8 +95,11 @@ struct Inner {
     backlog: VecDeque<String>,
     backlog_bytes: usize,
     /// The last events sent, for `Last-Event-ID`: (stream, seq, line, last).
-    history: VecDeque<(u64, u64, String, bool)>,
+    history: VecDeque<(u64, u64, Arc<String>, bool)>,
     history_bytes: usize,
+    /// For each stream, the number of the newest event dropped from the
+    /// history: a resumption from before it would miss events.
+    dropped: HashMap<u64, u64>,
     /// The next stream number.
     next_stream: u64,
     /// Each stream's next event number.
@@ -103,6 +139,17 @@ enum Target {
 // === impl Routes ===
 
 impl Routes {
+    /// Routes whose history counts against `budget`, under `key` (unique
+    /// per session).
+    pub fn with_budget(budget: Arc<HistoryBudget>, key: u64) -> Arc<Self> {
+        let routes = Arc::new(Self {
+            inner: Mutex::default(),
+            budget: Some((Arc::clone(&budget), key)),
+        });
+        budget.enroll(key, Arc::downgrade(&routes));
+        routes
+    }
+
     /// Opens an exchange for the request the gateway knows under `id`;
     /// returns the receiver of its frames. `host_id` is the id to give the
     /// host back, when it differs.
@@ -156,8 +203,9 @@ impl Routes {
         }
     }
 
-    /// Opens the standalone stream; `None` when one is open already.
-    pub fn open_standalone(&self) -> Option<mpsc::Receiver<Frame>> {
+    /// Opens the standalone stream: its number, and the receiver of its
+    /// frames; `None` when one is open already.
+    pub fn open_standalone(&self) -> Option<(u64, mpsc::Receiver<Frame>)> {
         let mut inner = self.inner.lock().ok()?;
         if inner
             .standalone
@@ -175,22 +223,33 @@ impl Routes {
             let _ = tx.try_send(frame);
         }
         inner.standalone = Some((stream, tx));
-        Some(rx)
+        Some((stream, rx))
     }
 
     /// Resumes stream `stream` after event `seq`: the events kept since are
     /// replayed into the returned receiver, and the rest of the stream
-    /// follows there. `None` when the stream is not one this session can
-    /// resume.
-    pub fn resume(&self, stream: u64, seq: u64) -> Option<mpsc::Receiver<Frame>> {
-        let mut inner = self.inner.lock().ok()?;
+    /// follows there.
+    ///
+    /// # Errors
+    ///
+    /// [`Unresumable::Unknown`] for a stream this session cannot resume,
+    /// [`Unresumable::Dropped`] when an event after `seq` is no longer kept.
+    pub fn resume(&self, stream: u64, seq: u64) -> Result<mpsc::Receiver<Frame>, Unresumable> {
+        let mut inner = self.inner.lock().map_err(|_| Unresumable::Unknown)?;
+        if inner
+            .dropped
+            .get(&stream)
+            .is_some_and(|dropped| *dropped > seq)
+        {
+            return Err(Unresumable::Dropped);
+        }
         let replay: Vec<Frame> = inner
             .history
             .iter()
             .filter(|(s, n, _, _)| *s == stream && *n > seq)
             .map(|(s, n, line, last)| Frame {
                 event_id: format!("{s}-{n}"),
-                line: line.clone(),
+                line: Arc::clone(line),
                 last: *last,
             })
             .collect();
@@ -200,7 +259,7 @@ impl Routes {
         let ended = replay.iter().any(|frame| frame.last);
         let known = !replay.is_empty() || id.is_some();
         if !known {
-            return None;
+            return Err(Unresumable::Unknown);
         }
         for frame in replay {
             let _ = tx.try_send(frame);
@@ -212,7 +271,7 @@ impl Routes {
             exchange.tx = Some(tx);
             inner.resumable.remove(&stream);
         }
-        Some(rx)
+        Ok(rx)
     }
 
     /// Where a line of the gateway's goes, and the frame (with the host's
@@ -296,6 +355,11 @@ impl Routes {
         while let Some(line) = lines.recv().await {
             let len = line.len();
             let delivery = self.place(line, modern);
+            // With this session's lock released: the budget may take from
+            // any session's history.
+            if let Some((budget, _)) = &self.budget {
+                budget.enforce();
+            }
             if let Some((tx, frame)) = delivery {
                 // Waits while the host does not read this stream: the
                 // session's other lines wait too, as a stdio host's would.
@@ -309,11 +373,24 @@ impl Routes {
     /// it into, if any.
     fn place(&self, line: String, modern: bool) -> Option<(mpsc::Sender<Frame>, Frame)> {
         let mut inner = self.inner.lock().ok()?;
+        let placed = self.place_in(&mut inner, line, modern);
+        if let Some((budget, key)) = &self.budget {
+            budget.record(*key, inner.history_bytes);
+        }
+        placed
+    }
+
+    fn place_in(
+        &self,
+        inner: &mut Inner,
+        line: String,
+        modern: bool,
+    ) -> Option<(mpsc::Sender<Frame>, Frame)> {
         let Ok(message) = Message::parse(&line) else {
             tracing::warn!("a line to an HTTP host that is not JSON-RPC was dropped");
             return None;
         };
-        let target = self.target(&inner, &message);
+        let target = self.target(inner, &message);
         let last = message.kind() == Kind::Response;
         match target {
             Target::Exchange(id) => {
@@ -362,6 +439,127 @@ impl Routes {
     }
 }
 
+impl Drop for Routes {
+    fn drop(&mut self) {
+        if let Some((budget, key)) = &self.budget {
+            budget.forget(*key);
+        }
+    }
+}
+
+// === impl HistoryBudget ===
+
+impl HistoryBudget {
+    /// A budget of `limit` bytes across every session's history.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            state: Mutex::default(),
+        })
+    }
+
+    fn enroll(&self, key: u64, routes: Weak<Routes>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.histories.insert(key, (0, routes));
+        }
+    }
+
+    fn forget(&self, key: u64) {
+        if let Ok(mut state) = self.state.lock()
+            && let Some((bytes, _)) = state.histories.remove(&key)
+        {
+            state.total = state.total.saturating_sub(bytes);
+        }
+    }
+
+    /// Session `key`'s history now holds `bytes`.
+    fn record(&self, key: u64, bytes: usize) {
+        if let Ok(mut state) = self.state.lock() {
+            let Some(entry) = state.histories.get_mut(&key) else {
+                return;
+            };
+            let before = std::mem::replace(&mut entry.0, bytes);
+            state.total = state.total.saturating_sub(before).saturating_add(bytes);
+        }
+    }
+
+    /// The bytes every history holds together.
+    #[cfg(test)]
+    pub fn total(&self) -> usize {
+        self.state.lock().map_or(0, |state| state.total)
+    }
+
+    /// While the histories hold more than the limit, drops the oldest
+    /// events of the largest one (down to the size of the next largest,
+    /// or until the histories fit). Takes one session's lock at a time, and
+    /// never while holding the budget's.
+    pub fn enforce(&self) {
+        loop {
+            let (victim, floor, excess) = {
+                let Ok(mut state) = self.state.lock() else {
+                    return;
+                };
+                if state.total <= self.limit {
+                    return;
+                }
+                let excess = state.total - self.limit;
+                let mut largest: Option<(u64, usize)> = None;
+                let mut second = 0;
+                for (key, (bytes, _)) in &state.histories {
+                    match largest {
+                        Some((_, most)) if *bytes <= most => second = second.max(*bytes),
+                        _ => {
+                            if let Some((_, most)) = largest {
+                                second = second.max(most);
+                            }
+                            largest = Some((*key, *bytes));
+                        }
+                    }
+                }
+                let Some((key, bytes)) = largest else {
+                    return;
+                };
+                let routes = state
+                    .histories
+                    .get(&key)
+                    .and_then(|(_, routes)| routes.upgrade());
+                let Some(routes) = routes else {
+                    // Its routes are gone: so is its history.
+                    state.histories.remove(&key);
+                    state.total = state.total.saturating_sub(bytes);
+                    continue;
+                };
+                (routes, second, excess)
+            };
+            let Ok(mut inner) = victim.inner.lock() else {
+                return;
+            };
+            let target = inner.history_bytes.saturating_sub(excess).max(floor);
+            let mut dropped = 0_usize;
+            while inner.history_bytes > target || (dropped == 0 && inner.history_bytes > 0) {
+                if !inner.drop_oldest() {
+                    break;
+                }
+                dropped += 1;
+            }
+            if dropped > 0 {
+                tracing::debug!(
+                    dropped,
+                    "the resumption histories were past their budget: the oldest events of the largest were dropped"
+                );
+            }
+            let bytes = inner.history_bytes;
+            drop(inner);
+            if let Some((_, key)) = &victim.budget {
+                self.record(*key, bytes);
+            }
+            if dropped == 0 {
+                return;
+            }
+        }
+    }
+}
+
 // === impl Inner ===
 
 impl Inner {
@@ -376,10 +574,12 @@ impl Inner {
         *seq += 1;
         let seq = *seq;
         self.history_bytes += line.len();
-        self.history.push_back((stream, seq, line.clone(), last));
+        let line = Arc::new(line);
+        self.history
+            .push_back((stream, seq, Arc::clone(&line), last));
         while self.history.len() > HISTORY_EVENTS || self.history_bytes > HISTORY_BYTES {
-            if let Some((_, _, old, _)) = self.history.pop_front() {
-                self.history_bytes = self.history_bytes.saturating_sub(old.len());
+            if !self.drop_oldest() {
+                break;
             }
         }
         Frame {
@@ -387,6 +587,31 @@ impl Inner {
             line,
             last,
         }
+    }
+
+    /// Drops the oldest event of the history, noting that its stream can
+    /// no longer be resumed from before it. Returns whether there was one.
+    fn drop_oldest(&mut self) -> bool {
+        let Some((stream, seq, old, last)) = self.history.pop_front() else {
+            return false;
+        };
+        self.history_bytes = self.history_bytes.saturating_sub(old.len());
+        if last {
+            // The answer that ended its stream, and so (oldest first) the
+            // stream's last event kept: nothing of it is left to resume.
+            self.dropped.remove(&stream);
+        } else {
+            self.dropped.insert(stream, seq);
+        }
+        // A marker is kept only while its stream could be resumed.
+        if self.dropped.len() > 2 * HISTORY_EVENTS {
+            let history = &self.history;
+            let resumable = &self.resumable;
+            self.dropped.retain(|stream, _| {
+                resumable.contains_key(stream) || history.iter().any(|(s, _, _, _)| s == stream)
+            });
+        }
+        true
     }
 
     fn remove(&mut self, id: &str) {
@@ -468,7 +693,7 @@ mod tests {
                 true,
             )
             .unwrap();
-        assert_eq!(frame.line, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(*frame.line, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
     }
 
     #[test]
@@ -490,7 +715,7 @@ mod tests {
         assert!(answer.last);
         assert_eq!(answer.event_id, "1-3");
         // A stream this session never had is not resumed.
-        assert!(routes.resume(99, 0).is_none());
+        assert_eq!(routes.resume(99, 0).err(), Some(Unresumable::Unknown));
     }
 
     #[test]
@@ -500,7 +725,7 @@ mod tests {
         for _ in 0..(BACKLOG_LINES * 2) {
             assert!(routes.place(note.to_owned(), false).is_none());
         }
-        let mut rx = routes.open_standalone().unwrap();
+        let (_, mut rx) = routes.open_standalone().unwrap();
         let mut got = 0;
         while rx.try_recv().is_ok() {
             got += 1;
@@ -508,5 +733,73 @@ mod tests {
         assert_eq!(got, BACKLOG_LINES);
         // One standalone stream at a time.
         assert!(routes.open_standalone().is_none());
+    }
+
+    /// A progress note of about `size` bytes for the exchange of token 9.
+    fn note_of(size: usize) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":9,"progress":1,"message":"{}"}}}}"#,
+            "x".repeat(size)
+        )
+    }
+
+    #[test]
+    fn a_resumption_that_asks_for_a_dropped_event_is_refused_not_replayed_with_a_gap() {
+        let routes = Routes::default();
+        let _rx = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        assert!(routes.abandon("5"));
+        // More events than a history keeps: the first ones are dropped.
+        for _ in 0..(HISTORY_EVENTS + 10) {
+            assert!(routes.place(note_of(10), false).is_none());
+        }
+        assert_eq!(routes.resume(1, 1).err(), Some(Unresumable::Dropped));
+        assert_eq!(routes.resume(1, 0).err(), Some(Unresumable::Dropped));
+        // From an event after the last dropped one, nothing is missed.
+        let mut resumed = routes.resume(1, 10).unwrap();
+        assert_eq!(resumed.try_recv().unwrap().event_id, "1-11");
+    }
+
+    #[test]
+    fn many_sessions_with_large_histories_are_held_to_one_budget_the_largest_losing_first() {
+        // An attacker's token opens many sessions and fills each history
+        // with large answers it never reads; one other host has a small
+        // history it may need to resume.
+        const LIMIT: usize = 256 * 1024;
+        let budget = HistoryBudget::new(LIMIT);
+        let small = Routes::with_budget(Arc::clone(&budget), 0);
+        let _small_rx = small.open("5", Some("9".to_owned()), true, None).unwrap();
+        assert!(small.abandon("5"));
+        assert!(small.place(note_of(1000), false).is_none());
+        budget.enforce();
+        let attackers: Vec<Arc<Routes>> = (1..=40)
+            .map(|key| {
+                let routes = Routes::with_budget(Arc::clone(&budget), key);
+                let _rx = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+                assert!(routes.abandon("5"));
+                routes
+            })
+            .collect();
+        for round in 0..20 {
+            for routes in &attackers {
+                assert!(routes.place(note_of(16 * 1024), false).is_none());
+                budget.enforce();
+                assert!(
+                    budget.total() <= LIMIT,
+                    "round {round}: {} bytes held",
+                    budget.total()
+                );
+            }
+        }
+        // The attackers' first events are gone, and a resumption from
+        // before them says so.
+        assert_eq!(attackers[0].resume(1, 0).err(), Some(Unresumable::Dropped));
+        // The small history, never the largest, keeps its event.
+        let mut resumed = small.resume(1, 0).unwrap();
+        assert_eq!(resumed.try_recv().unwrap().event_id, "1-1");
+        // A session that ends gives its share back.
+        let before = budget.total();
+        drop(attackers);
+        assert!(budget.total() < before);
+        assert!(budget.total() <= 2000, "{}", budget.total());
     }
 }

@@ -94,6 +94,7 @@ fn world() -> World {
         rules,
         audit: Default::default(),
         labels: Vec::new(),
+        listen: Default::default(),
     };
     let tools = (0..N_SERVERS * TOOLS_PER_SERVER)
         .map(|idx| {

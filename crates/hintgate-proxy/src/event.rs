@@ -93,6 +93,16 @@ pub struct OpenSession {
 pub enum HostEvent {
     /// One line.
     Line(String),
+    /// One request whose id the transport replaced with one of its own
+    /// (a 2026-07-28 request over HTTP, made unique per principal); the
+    /// audit log records `host_id`, the id the host gave (raw JSON), which
+    /// is what the host's own log shows.
+    LineFor {
+        /// The line, under the transport's id.
+        line: String,
+        /// The id the host gave.
+        host_id: String,
+    },
     /// A line over the limit (read and thrown away).
     TooLong,
     /// The host closed its side: the session is over.

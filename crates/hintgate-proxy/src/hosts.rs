@@ -135,6 +135,21 @@ impl HostConn {
     ///
     /// [`Closed`] when the gateway has stopped.
     pub async fn send(&self, line: String) -> Result<(), Closed> {
+        self.send_event(line, None).await
+    }
+
+    /// [`HostConn::send`], for a request whose id the transport replaced
+    /// with its own: `host_id` (raw JSON) is the id the host gave, which its
+    /// audit records name.
+    ///
+    /// # Errors
+    ///
+    /// [`Closed`] when the gateway has stopped.
+    pub async fn send_as(&self, line: String, host_id: String) -> Result<(), Closed> {
+        self.send_event(line, Some(host_id)).await
+    }
+
+    async fn send_event(&self, line: String, host_id: Option<String>) -> Result<(), Closed> {
         self.gauge.within_soft_limit().await;
         self.requests.within_soft_limit().await;
         self.events.room().await;
@@ -142,7 +157,10 @@ impl HostConn {
             HostEvent::TooLong
         } else {
             self.requests.queued(Held::cost(line.len()));
-            HostEvent::Line(line)
+            match host_id {
+                Some(host_id) => HostEvent::LineFor { line, host_id },
+                None => HostEvent::Line(line),
+            }
         };
         self.events
             .send(Event::Host {

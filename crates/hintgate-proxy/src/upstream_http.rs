@@ -44,6 +44,9 @@ pub struct HttpLink {
 struct Shared {
     client: reqwest::Client,
     url: String,
+    /// `url`, parsed once (the client would parse the text on every
+    /// request); `None` when it does not parse, and the client says why.
+    parsed: Option<reqwest::Url>,
     headers: HeaderMap,
     idx: usize,
     generation: u64,
@@ -107,6 +110,7 @@ impl HttpLink {
         let shared = Arc::new(Shared {
             client,
             url: url.to_owned(),
+            parsed: reqwest::Url::parse(url).ok(),
             headers: header_map,
             idx: target.server,
             generation: target.generation,
@@ -227,21 +231,64 @@ impl Shared {
     }
 
     async fn post(self: Arc<Self>, line: String) {
+        // Only what the headers need is read of the params (the version in
+        // `_meta`, the tool's name or the resource's URI), not the
+        // arguments.
+        #[derive(serde::Deserialize)]
+        struct Meta<'a> {
+            #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+            version: Option<std::borrow::Cow<'a, str>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Params<'a> {
+            #[serde(rename = "_meta", borrow, default)]
+            meta: Option<Meta<'a>>,
+            #[serde(default)]
+            name: Option<Value>,
+            #[serde(default)]
+            uri: Option<Value>,
+        }
         let (id, method, is_request, meta_version, name) = match Message::parse(&line) {
             Ok(message) => {
-                let params: Option<Value> = message
+                let light: Option<Result<Params<'_>, _>> = message
                     .params
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
-                let meta_version = params
-                    .as_ref()
-                    .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1protocolVersion"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let name = params
-                    .as_ref()
-                    .and_then(|p| p.get("name").or_else(|| p.get("uri")))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+                    .filter(|raw| raw.get().trim_start().starts_with('{'))
+                    .map(|raw| serde_json::from_str(raw.get()));
+                let (meta_version, name) = match light {
+                    Some(Ok(params)) => (
+                        params
+                            .meta
+                            .as_ref()
+                            .and_then(|meta| meta.version.as_deref())
+                            .map(str::to_owned),
+                        params
+                            .name
+                            .as_ref()
+                            .or(params.uri.as_ref())
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                    ),
+                    // What the light reading cannot take is read whole.
+                    _ => {
+                        let params: Option<Value> = message
+                            .params
+                            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                        (
+                            params
+                                .as_ref()
+                                .and_then(|p| {
+                                    p.pointer("/_meta/io.modelcontextprotocol~1protocolVersion")
+                                })
+                                .and_then(Value::as_str)
+                                .map(str::to_owned),
+                            params
+                                .as_ref()
+                                .and_then(|p| p.get("name").or_else(|| p.get("uri")))
+                                .and_then(Value::as_str)
+                                .map(str::to_owned),
+                        )
+                    }
+                };
                 (
                     message.id.map(|raw| raw.get().to_owned()),
                     message.method.as_deref().map(str::to_owned),
@@ -259,12 +306,25 @@ impl Shared {
             .unwrap_or_default();
         let version = meta_version.clone().or(version);
         let len = line.len();
-        let mut request = self
-            .client
-            .post(&self.url)
-            .headers(self.headers.clone())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
+        // The URL parsed once: the client would parse the text each time.
+        let request = match &self.parsed {
+            Some(url) => self.client.post(url.clone()),
+            None => self.client.post(&self.url),
+        };
+        let request = if self.headers.is_empty() {
+            request
+        } else {
+            request.headers(self.headers.clone())
+        };
+        let mut request = request
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )
+            .header(
+                reqwest::header::ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            )
             .body(line);
         if let Some(session_id) = &session_id {
             request = request.header("mcp-session-id", session_id);

@@ -32,14 +32,30 @@ impl Listening {
     /// The same, with flags for the fixture server.
     fn start_with(dir: &Path, flags: &[&str], server_flags: &[&str]) -> Self {
         let server = fixture_server();
+        let mut command = vec!["python3".to_owned(), server];
+        command.extend(server_flags.iter().map(|flag| (*flag).to_owned()));
+        Self::start_command(dir, flags, &command)
+    }
+
+    /// `hintgate run --listen 127.0.0.1:0 FLAGS -- COMMAND`.
+    fn start_command(dir: &Path, flags: &[&str], command: &[String]) -> Self {
+        let mut args: Vec<String> = ["run", "--listen", "127.0.0.1:0"]
+            .iter()
+            .chain(flags)
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        args.push("--".to_owned());
+        args.extend_from_slice(command);
+        Self::spawn(dir, &args)
+    }
+
+    /// `hintgate ARGS`, which is to serve HTTP.
+    fn spawn(dir: &Path, args: &[String]) -> Self {
         let mut child = hintgate()
             .current_dir(dir)
             .env("HINTGATE_STATE_DIR", dir.join("state"))
             .env("FIXTURE_LOG", dir.join("fixture.log"))
-            .args(["run", "--listen", "127.0.0.1:0"])
-            .args(flags)
-            .args(["--", "python3", server.as_str()])
-            .args(server_flags)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1095,4 +1111,388 @@ fn what_a_host_sends_out_of_order_is_refused_and_two_hosts_with_one_id_each_get_
     assert!(text(&quick).contains("quick"), "{quick}");
     assert!(!text(&slow).contains("quick"), "{slow}");
     assert_eq!(slow["result"]["isError"], false, "{slow}");
+    // Their records name the id each host gave, as its own log shows it,
+    // not the one the gateway used to keep them apart.
+    gateway.stop();
+    let records = log_json(dir.path(), &[]);
+    for tool in ["slow", "echo"] {
+        let record = records
+            .iter()
+            .find(|record| record["tool"] == tool)
+            .unwrap_or_else(|| panic!("{tool}: {records:?}"));
+        assert_eq!(record["request"], "1", "{record}");
+    }
+}
+
+/// Opens a legacy session (2025-11-25) on `gateway`: its `Mcp-Session-Id`
+/// header line.
+fn legacy_session(gateway: &Listening) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let opened = gateway.post(&[], &init);
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+    let session = format!(
+        "Mcp-Session-Id: {}",
+        header(&opened, "mcp-session-id").unwrap()
+    );
+    let version = "MCP-Protocol-Version: 2025-11-25".to_owned();
+    let initialized = gateway.post(
+        &[session.clone(), version],
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(initialized.starts_with("HTTP/1.1 202"), "{initialized}");
+    session
+}
+
+/// Opens the session's standalone stream (GET) and reads it on a thread
+/// until a line contains `needle` or 30 s pass: what it read.
+fn read_stream_until(
+    gateway: &Listening,
+    session: &str,
+    needle: &'static str,
+) -> std::thread::JoinHandle<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(gateway.host()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {}\r\n{session}\r\nMCP-Protocol-Version: 2025-11-25\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
+        gateway.host()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    std::thread::spawn(move || {
+        let mut read = Vec::new();
+        let mut buf = [0_u8; 4096];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read.extend_from_slice(&buf[..n]),
+            }
+            if String::from_utf8_lossy(&read).contains(needle) {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&read).into_owned()
+    })
+}
+
+#[test]
+fn a_legacy_hosts_subscriptions_and_log_level_reach_a_2026_07_28_server_for_its_session_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers/conformance_server.py")
+        .display()
+        .to_string();
+    let command = [venv_bin("python"), fixture];
+    let gateway =
+        Listening::start_command(dir.path(), &["--no-auth", "--trust", "trusted"], &command);
+    let (a, b) = (legacy_session(&gateway), legacy_session(&gateway));
+    let version = "MCP-Protocol-Version: 2025-11-25".to_owned();
+    let request = |session: &str, id: u64, method: &str, params: Value| {
+        let answer = gateway.post(
+            &[session.to_owned(), version.clone()],
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answer
+    };
+    // A's level asks for every message, B's for errors only: a call of
+    // each gets the log messages its own level asks for, on its own stream
+    // (neither has a standalone stream open yet).
+    let set = request(&a, 2, "logging/setLevel", json!({"level": "debug"}));
+    assert_eq!(body(&set)["result"], json!({}), "{set}");
+    let set = request(&b, 2, "logging/setLevel", json!({"level": "error"}));
+    assert_eq!(body(&set)["result"], json!({}), "{set}");
+    let logged = request(
+        &a,
+        3,
+        "tools/call",
+        json!({"name": "test_tool_with_logging", "arguments": {}}),
+    );
+    assert_eq!(
+        logged.matches("notifications/message").count(),
+        3,
+        "{logged}"
+    );
+    assert_eq!(body(&logged)["result"]["isError"], false, "{logged}");
+    let quiet = request(
+        &b,
+        3,
+        "tools/call",
+        json!({"name": "test_tool_with_logging", "arguments": {}}),
+    );
+    assert!(!quiet.contains("notifications/message"), "{quiet}");
+    assert_eq!(body(&quiet)["result"]["isError"], false, "{quiet}");
+
+    let listed = request(&a, 4, "resources/list", json!({}));
+    assert!(listed.contains("test://watched-resource"), "{listed}");
+    let subscribed = request(
+        &a,
+        5,
+        "resources/subscribe",
+        json!({"uri": "test://watched-resource"}),
+    );
+    assert_eq!(body(&subscribed)["result"], json!({}), "{subscribed}");
+
+    // B changes the resource: A, subscribed, is told on its stream; B,
+    // which is not, is not (its call's stream would carry it).
+    let told = read_stream_until(&gateway, &a, "notifications/resources/updated");
+    std::thread::sleep(Duration::from_millis(200));
+    let touched = request(
+        &b,
+        4,
+        "tools/call",
+        json!({"name": "test_touch_watched", "arguments": {}}),
+    );
+    assert_eq!(body(&touched)["result"]["isError"], false, "{touched}");
+    assert!(!touched.contains("resources/updated"), "{touched}");
+    let told = told.join().unwrap();
+    assert!(
+        told.contains("\"uri\":\"test://watched-resource\""),
+        "{told}"
+    );
+    assert!(!told.contains("subscriptionId"), "{told}");
+
+    let log = gateway.stop();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// Connects to `gateway`, writes `head` (request line and headers), then
+/// the chunks `body` gives until one cannot be written, and reads the
+/// answer: what the gateway said before the host finished (or never
+/// finished) sending.
+fn answer_to_unfinished(gateway: &Listening, head: &str, body: &[Vec<u8>]) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(gateway.host()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    for chunk in body {
+        if stream.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    // The body's end is never sent: only a gateway that answers without
+    // waiting for it answers at all.
+    let mut answer = Vec::new();
+    let mut buf = [0_u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+        if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn a_body_over_max_message_bytes_is_refused_before_it_is_read_and_a_refused_host_costs_no_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = add_token(dir.path(), "laptop", "write");
+    let gateway = Listening::start(dir.path(), &["--trust", "trusted"]);
+    let limit: usize = 16 * 1024 * 1024;
+    let head = |headers: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}\r\n\r\n",
+            gateway.host()
+        )
+    };
+    let bearer = format!("Authorization: Bearer {token}");
+    // A length over the limit, and none of the body: 413 at once.
+    let declared = answer_to_unfinished(
+        &gateway,
+        &head(&format!("{bearer}\r\nContent-Length: {}", limit + 1)),
+        &[],
+    );
+    assert!(declared.starts_with("HTTP/1.1 413"), "{declared}");
+    // A chunked body is refused once it passes the limit, without its
+    // last chunk ever coming: exactly one byte over it is sent.
+    let mut chunks = Vec::new();
+    let piece = 1024 * 1024;
+    for _ in 0..(limit / piece) {
+        let mut chunk = format!("{piece:x}\r\n").into_bytes();
+        chunk.extend(std::iter::repeat_n(b' ', piece));
+        chunk.extend_from_slice(b"\r\n");
+        chunks.push(chunk);
+    }
+    chunks.push(b"1\r\n \r\n".to_vec());
+    let chunked = answer_to_unfinished(
+        &gateway,
+        &head(&format!("{bearer}\r\nTransfer-Encoding: chunked")),
+        &chunks,
+    );
+    assert!(chunked.starts_with("HTTP/1.1 413"), "{chunked}");
+    // A host without a token is refused without a read of its body: it
+    // declares a megabyte and sends none, and its 401 comes anyway.
+    let refused = answer_to_unfinished(&gateway, &head("Content-Length: 1048576"), &[]);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    // A body within the limit is still taken.
+    let opened = gateway.post(std::slice::from_ref(&bearer), &initialize());
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+    let log = gateway.stop();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn the_listen_table_of_the_configuration_serves_http_with_its_oauth_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = TestIssuer::new();
+    let jwks = issuer.serve();
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        format!(
+            "[listen]\naddress = \"127.0.0.1:0\"\noauth_issuer = \"https://as.test\"\noauth_jwks = \"{jwks}\"\noauth_read_scope = \"team:read\"\noauth_write_scope = \"team:write\"\n\n[servers.fx]\ncommand = \"python3\"\nargs = [\"{}\"]\ntrust = \"trusted\"\n",
+            fixture_server()
+        ),
+    )
+    .unwrap();
+    // No `--listen`: the file's table makes the gateway listen.
+    let gateway = Listening::spawn(
+        dir.path(),
+        &[
+            "run".to_owned(),
+            "--config".to_owned(),
+            "hintgate.toml".to_owned(),
+        ],
+    );
+    let claims = |scope: &str| {
+        json!({"iss": "https://as.test", "aud": gateway.url, "sub": "bob", "scope": scope,
+               "exp": 4_102_444_800_i64})
+    };
+    // The file's scope names give read and write; the defaults give nothing.
+    let default_scope = issuer.token(&claims("mcp:write"));
+    let refused = gateway.post(
+        &[format!("Authorization: Bearer {default_scope}")],
+        &initialize(),
+    );
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let writer = issuer.token(&claims("team:write"));
+    let write = sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&writer),
+        "legacy",
+        json!([{"name": "fx__write_note", "arguments": {"text": "from the file"}}]),
+    );
+    assert_eq!(texts(&write)[0], "noted", "{write}");
+    let reader = issuer.token(&claims("team:read"));
+    let read = sdk(dir.path(), &gateway.url, Some(&reader), "legacy", json!([]));
+    let tools = read["tools"].as_array().unwrap();
+    assert!(
+        tools.contains(&json!("fx__echo")) && !tools.contains(&json!("fx__write_note")),
+        "{read}"
+    );
+    gateway.stop();
+}
+
+#[test]
+fn config_check_names_the_file_line_and_key_of_every_listen_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        "[listen]\naddress = \"0.0.0.0:8787\"\ntls_key = \"key.pem\"\noauth_issuer = \"https://as.test\"\n",
+    )
+    .unwrap();
+    let output = run(dir.path(), &["config", "check", "hintgate.toml"]);
+    assert_eq!(code(&output), 64, "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    for (place, key) in [
+        ("hintgate.toml:2:", "listen.address"),
+        ("hintgate.toml:3:", "listen.tls_key"),
+        ("hintgate.toml:3:", "listen.tls_cert"),
+        ("hintgate.toml:4:", "listen.oauth_jwks"),
+    ] {
+        assert!(
+            text.lines()
+                .any(|line| line.contains(place) && line.contains(&format!("`{key}`"))),
+            "{place} {key}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn a_2025_11_25_hosts_event_streams_begin_with_a_priming_event_and_older_hosts_get_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers/conformance_server.py")
+        .display()
+        .to_string();
+    let command = [venv_bin("python"), fixture];
+    let gateway =
+        Listening::start_command(dir.path(), &["--no-auth", "--trust", "trusted"], &command);
+    let session = legacy_session(&gateway);
+    let post = |version: &str, id: u64, method: &str, params: Value| {
+        let answer = gateway.post(
+            &[session.clone(), format!("MCP-Protocol-Version: {version}")],
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answer
+    };
+    // Each event's id and data, in order (the body is chunked: the chunk
+    // sizes are lines of neither kind).
+    let events = |answer: &str| -> Vec<(String, String)> {
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let mut found = Vec::new();
+        let mut id = String::new();
+        for line in body.lines() {
+            if let Some(value) = line.strip_prefix("id:") {
+                id = value.trim().to_owned();
+            } else if let Some(value) = line.strip_prefix("data:") {
+                found.push((std::mem::take(&mut id), value.trim().to_owned()));
+            }
+        }
+        found
+    };
+    let set = post(
+        "2025-11-25",
+        2,
+        "logging/setLevel",
+        json!({"level": "debug"}),
+    );
+    // An answer with nothing before it is JSON: no stream, nothing to prime.
+    assert_eq!(
+        header(&set, "content-type"),
+        Some("application/json"),
+        "{set}"
+    );
+    // Log messages come before the answer, so it is a stream: its first
+    // event has an id and no data, and the next events follow under the
+    // same stream's numbers.
+    let call = json!({"name": "test_tool_with_logging", "arguments": {}});
+    let streamed = post("2025-11-25", 3, "tools/call", call.clone());
+    let found = events(&streamed);
+    let (prime_id, prime_data) = &found[0];
+    assert!(prime_id.ends_with("-0"), "{streamed}");
+    assert_eq!(prime_data, "", "{streamed}");
+    let stream = prime_id.trim_end_matches("-0");
+    assert!(
+        found[1..]
+            .iter()
+            .all(|(id, data)| id.starts_with(&format!("{stream}-")) && !data.is_empty()),
+        "{streamed}"
+    );
+    assert!(found.last().unwrap().1.contains("\"id\":3"), "{streamed}");
+    // A host of an earlier version could read the empty data as a
+    // message: it gets none.
+    let older = post("2025-06-18", 4, "tools/call", call);
+    let found = events(&older);
+    assert!(found.iter().all(|(_, data)| !data.is_empty()), "{older}");
+    assert!(found[0].1.contains("notifications/message"), "{older}");
+    // The standalone stream is primed too.
+    let opened = read_stream_until(&gateway, &session, "data: \n\n");
+    let opened = opened.join().unwrap();
+    assert!(opened.contains("text/event-stream"), "{opened}");
+    let first = events(&opened);
+    assert!(
+        first[0].0.ends_with("-0") && first[0].1.is_empty(),
+        "{opened}"
+    );
 }

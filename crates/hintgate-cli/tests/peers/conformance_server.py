@@ -23,6 +23,13 @@ keeps an in-memory event store, so a stream the server closes mid-call
 Every tool only reads: each says so with `readOnlyHint`, so a gateway that
 trusts this server's annotations runs them without asking anyone.
 
+Resource subscriptions follow the era too: a legacy client subscribes with
+`resources/subscribe`, a 2026-07-28 client with a `subscriptions/listen`
+stream naming the URI in `resourceSubscriptions`. `test_touch_watched`
+announces that `test://watched-resource` changed to both (what a change of
+the resource would do), and log messages go to a 2026-07-28 request only
+when its `_meta` names a level (the SDK's rule).
+
 Server-to-client questions (sampling, elicitation) follow the era the
 client chose: a legacy client (2025-06-18, 2025-11-25) is sent the request
 in the middle of the call; a 2026-07-28 client gets an input-required
@@ -47,6 +54,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.runner import serve_loop
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http import EventMessage, EventStore
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -97,6 +105,10 @@ class State:
 
 STATE = State()
 
+# What 2026-07-28 listen streams are told: each stream gets the events it
+# asked for.
+BUS = InMemorySubscriptionBus()
+
 
 # === tools ===
 
@@ -139,6 +151,7 @@ TOOLS = [
     tool("test_elicitation", "Asks the user for a user name and an email address.", string_arguments("message")),
     tool("test_elicitation_sep1034_defaults", "Asks the user for fields that all have defaults (SEP-1034)."),
     tool("test_elicitation_sep1330_enums", "Asks the user to pick from every kind of enum (SEP-1330)."),
+    tool("test_touch_watched", "Announces that test://watched-resource changed to its subscribers."),
     tool("test_reconnection", "Closes its SSE stream mid-call, then answers on the resumed stream (SEP-1699)."),
     tool(
         "json_schema_2020_12_tool",
@@ -327,6 +340,13 @@ async def run_tool(ctx, params):
         return [text("Tool with progress executed successfully")]
     if name == "test_error_handling":
         raise ValueError("This tool intentionally returns an error for testing")
+    if name == "test_touch_watched":
+        uri = "test://watched-resource"
+        if is_modern(ctx):
+            await BUS.publish(ResourceUpdated(uri=uri))
+        elif uri in STATE.subscriptions:
+            await ctx.session.send_resource_updated(uri)
+        return [text(f"Touched {uri}")]
     if name == "test_sampling":
         answer = await ask(
             ctx,
@@ -557,6 +577,7 @@ def build_server():
         on_get_prompt=era_result(get_prompt),
         on_completion=era_result(complete),
         on_set_logging_level=era_result(set_level),
+        on_subscriptions_listen=ListenHandler(BUS),
     )
     return server
 

@@ -56,6 +56,36 @@ pub struct ValidConfig {
     /// The `[[labels]]`, in file order: what hints cannot say about a tool
     /// (a call that costs money).
     pub labels: Vec<Label>,
+    /// The `[listen]` table: how `hintgate run` serves hosts over HTTP.
+    pub listen: ListenSettings,
+}
+
+/// The `[listen]` table: the HTTP host side of `hintgate run`, each value
+/// overridden by its flag (`--listen`, `--listen-public`, `--tls-cert`,
+/// `--tls-key`, `--allow-origin`, `--oauth-*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ListenSettings {
+    /// Where to serve `/mcp`; with it, `hintgate run` serves HTTP.
+    pub address: Option<std::net::SocketAddr>,
+    /// An address beyond loopback is allowed (tokens are then needed).
+    pub public: bool,
+    /// The PEM certificate chain for HTTPS (absolute, or `${VAR}`).
+    pub tls_cert: Option<String>,
+    /// Its PEM private key (absolute, or `${VAR}`).
+    pub tls_key: Option<String>,
+    /// Origins a browser page may call from, besides the gateway's own.
+    pub allow_origins: Vec<String>,
+    /// The OAuth 2.1 authorization server whose access tokens are taken
+    /// (their `iss`).
+    pub oauth_issuer: Option<String>,
+    /// Its JSON Web Key Set.
+    pub oauth_jwks: Option<String>,
+    /// This gateway as tokens name it in `aud`.
+    pub oauth_audience: Option<String>,
+    /// The token scope that gives read.
+    pub oauth_read_scope: Option<String>,
+    /// The token scope that gives write.
+    pub oauth_write_scope: Option<String>,
 }
 
 /// The `[gateway]` table.
@@ -307,6 +337,7 @@ impl ValidConfig {
             rules: Vec::new(),
             audit: AuditSettings::default(),
             labels: Vec::new(),
+            listen: ListenSettings::default(),
         }
     }
 }

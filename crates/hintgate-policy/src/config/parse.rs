@@ -13,8 +13,8 @@ use toml::de::{DeArray, DeString, DeTable, DeValue};
 
 use super::{
     Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, GatewaySettings, HookConfig,
-    HookMode, Label, PrivateData, Profile, Rule, SandboxConfig, ServerConfig, ServerHook,
-    Transport, ValidConfig,
+    HookMode, Label, ListenSettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig,
+    ServerHook, Transport, ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -26,7 +26,19 @@ use crate::vars::{self, Vars};
 type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
-const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit", "labels"];
+const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit", "labels", "listen"];
+const LISTEN_KEYS: &[&str] = &[
+    "address",
+    "public",
+    "tls_cert",
+    "tls_key",
+    "allow_origins",
+    "oauth_issuer",
+    "oauth_jwks",
+    "oauth_audience",
+    "oauth_read_scope",
+    "oauth_write_scope",
+];
 const AUDIT_KEYS: &[&str] = &[
     "redact",
     "redact_defaults",
@@ -267,12 +279,23 @@ impl Walker<'_> {
             },
             None => Vec::new(),
         };
+        let listen = match entry(top, "listen") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Table(table) => self.listen(table, value.span()),
+                other => {
+                    self.wrong_value_type(value, "listen", "a table", other);
+                    ListenSettings::default()
+                }
+            },
+            None => ListenSettings::default(),
+        };
         Some(ValidConfig {
             gateway,
             servers,
             rules,
             audit,
             labels,
+            listen,
         })
     }
 
@@ -1332,6 +1355,188 @@ impl Walker<'_> {
             )
             .at(value.span()),
         );
+    }
+}
+
+// === the [listen] table ===
+
+impl Walker<'_> {
+    /// The `[listen]` table (at `span`): the HTTP host side's address, TLS
+    /// files, origins and OAuth resource-server settings.
+    fn listen(&mut self, table: &DeTable<'_>, span: Range<usize>) -> ListenSettings {
+        self.check_keys(table, "listen", LISTEN_KEYS);
+        let mut settings = ListenSettings::default();
+        let public = self.boolean(table, "listen", "public");
+        settings.public = public.unwrap_or(false);
+        if let Some((text, at)) = self.string(table, "listen", "address") {
+            match text.parse::<std::net::SocketAddr>() {
+                Ok(address) if !address.ip().is_loopback() && !settings.public => self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "listen.address",
+                        format!("`{text}` is beyond loopback: hosts on the network would reach your servers"),
+                    )
+                    .at(at)
+                    .with_help("set `public = true` in `[listen]` (tokens are then required), or listen on 127.0.0.1"),
+                ),
+                Ok(address) => settings.address = Some(address),
+                Err(_) => self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "listen.address",
+                        format!("`{text}` is not an address and port"),
+                    )
+                    .at(at)
+                    .with_help("write it as `127.0.0.1:8787` (or `[::1]:8787`)"),
+                ),
+            }
+        }
+        settings.tls_cert = self.listen_path(table, "tls_cert", "the TLS certificate");
+        settings.tls_key = self.listen_path(table, "tls_key", "the TLS key");
+        for (present, missing) in [("tls_cert", "tls_key"), ("tls_key", "tls_cert")] {
+            self.listen_needs(table, &span, present, missing);
+        }
+        settings.allow_origins = self
+            .string_array(
+                table,
+                "listen",
+                "allow_origins",
+                |walker, text, at, path| {
+                    walker.check_origin(text, at, path);
+                },
+            )
+            .unwrap_or_default();
+        for key in ["oauth_issuer", "oauth_jwks"] {
+            if let Some((url, at)) = self.string(table, "listen", key) {
+                self.check_url(&url, at, &join("listen", key));
+                match key {
+                    "oauth_issuer" => settings.oauth_issuer = Some(url),
+                    _ => settings.oauth_jwks = Some(url),
+                }
+            }
+        }
+        self.listen_needs(table, &span, "oauth_issuer", "oauth_jwks");
+        for key in [
+            "oauth_jwks",
+            "oauth_audience",
+            "oauth_read_scope",
+            "oauth_write_scope",
+        ] {
+            self.listen_needs(table, &span, key, "oauth_issuer");
+        }
+        if let Some((audience, at)) = self.string(table, "listen", "oauth_audience") {
+            self.check_url(&audience, at, "listen.oauth_audience");
+            settings.oauth_audience = Some(audience);
+        }
+        let mut scopes = Vec::new();
+        for key in ["oauth_read_scope", "oauth_write_scope"] {
+            let Some((scope, at)) = self.string(table, "listen", key) else {
+                continue;
+            };
+            if scope.is_empty()
+                || scope
+                    .chars()
+                    .any(|ch| ch.is_whitespace() || ch.is_control())
+            {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        join("listen", key),
+                        format!("`{scope}` is not one scope: a scope is one word, with no spaces"),
+                    )
+                    .at(at),
+                );
+                continue;
+            }
+            scopes.push((scope.clone(), at));
+            match key {
+                "oauth_read_scope" => settings.oauth_read_scope = Some(scope),
+                _ => settings.oauth_write_scope = Some(scope),
+            }
+        }
+        let read = settings.oauth_read_scope.as_deref().unwrap_or("mcp:read");
+        let write = settings.oauth_write_scope.as_deref().unwrap_or("mcp:write");
+        if read == write
+            && let Some((_, at)) = scopes.last()
+        {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::ConflictingKeys,
+                    "listen.oauth_write_scope",
+                    format!("the read and the write scope are both `{read}`: a token could not be told to read only"),
+                )
+                .at(at.clone())
+                .with_help("give `oauth_read_scope` and `oauth_write_scope` different names"),
+            );
+        }
+        settings
+    }
+
+    /// A path of `[listen]`: absolute, or starting with `${VAR}`.
+    fn listen_path(&mut self, table: &DeTable<'_>, key: &str, what: &str) -> Option<String> {
+        let path = join("listen", key);
+        let (text, at) = self.template(table, "listen", key)?;
+        if !text.starts_with("${") && !text.starts_with('/') {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::RelativePath,
+                    path,
+                    format!("{what}'s path `{text}` is not absolute"),
+                )
+                .at(at)
+                .with_help("write the full path, starting with `/`"),
+            );
+            return None;
+        }
+        Some(text)
+    }
+
+    /// `present` in `[listen]` needs `needed` beside it.
+    fn listen_needs(
+        &mut self,
+        table: &DeTable<'_>,
+        span: &Range<usize>,
+        present: &str,
+        needed: &str,
+    ) {
+        if entry(table, present).is_none() || entry(table, needed).is_some() {
+            return;
+        }
+        let at = entry(table, present).map_or(span.clone(), |(key, _)| key.span());
+        self.push(
+            Diagnostic::error(
+                DiagCode::MissingKey,
+                join("listen", needed),
+                format!("`{present}` needs `{needed}` in `[listen]`"),
+            )
+            .at(at)
+            .with_help(format!(
+                "add `{needed} = ...` to `[listen]`, or remove `{present}`"
+            )),
+        );
+    }
+
+    /// An `Origin` as a browser sends it: a scheme and a host, nothing more.
+    fn check_origin(&mut self, text: &str, at: Range<usize>, path: &str) {
+        let rest = text
+            .strip_prefix("https://")
+            .or_else(|| text.strip_prefix("http://"));
+        let plain = rest.is_some_and(|host| {
+            !host.is_empty()
+                && !host.contains(['/', '?', '#', '@'])
+                && !host.contains(char::is_whitespace)
+        });
+        if !plain {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    path,
+                    format!("`{text}` is not an origin"),
+                )
+                .at(at)
+                .with_help("an origin is a scheme and a host, with a port when it has one: `https://app.example.com`"),
+            );
+        }
     }
 }
 

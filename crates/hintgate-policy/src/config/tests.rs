@@ -546,3 +546,114 @@ reason = "money"
         )]
     );
 }
+
+#[test]
+fn a_listen_table_gives_the_http_host_sides_settings() {
+    let source = r#"
+[listen]
+address = "10.0.0.5:8787"
+public = true
+tls_cert = "/etc/hintgate/cert.pem"
+tls_key = "${HINTGATE_TLS_KEY}"
+allow_origins = ["https://app.example.com"]
+oauth_issuer = "https://auth.example.com"
+oauth_jwks = "https://auth.example.com/jwks.json"
+oauth_audience = "https://gw.example.com/mcp"
+oauth_read_scope = "tools:read"
+oauth_write_scope = "tools:write"
+"#;
+    let (config, diagnostics) = parse_str(source);
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let listen = config.unwrap().listen;
+    assert_eq!(listen.address, Some("10.0.0.5:8787".parse().unwrap()));
+    assert!(listen.public);
+    assert_eq!(listen.tls_cert.as_deref(), Some("/etc/hintgate/cert.pem"));
+    assert_eq!(listen.tls_key.as_deref(), Some("${HINTGATE_TLS_KEY}"));
+    assert_eq!(listen.allow_origins, ["https://app.example.com"]);
+    assert_eq!(
+        listen.oauth_issuer.as_deref(),
+        Some("https://auth.example.com")
+    );
+    assert_eq!(
+        listen.oauth_jwks.as_deref(),
+        Some("https://auth.example.com/jwks.json")
+    );
+    assert_eq!(
+        listen.oauth_audience.as_deref(),
+        Some("https://gw.example.com/mcp")
+    );
+    assert_eq!(listen.oauth_read_scope.as_deref(), Some("tools:read"));
+    assert_eq!(listen.oauth_write_scope.as_deref(), Some("tools:write"));
+    // Without the table, nothing listens.
+    let (config, _) = parse_str("");
+    assert_eq!(config.unwrap().listen, ListenSettings::default());
+}
+
+#[test]
+fn every_problem_of_a_listen_table_is_named_by_its_key_and_place() {
+    let source = r#"[listen]
+address = "10.0.0.5:8787"
+tls_cert = "cert.pem"
+allow_origins = ["https://app.example.com/path", 3]
+oauth_jwks = "http://keys.example.com/jwks.json"
+oauth_read_scope = "read write"
+oauth_write_scope = "mcp:read"
+port = 8787
+"#;
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none());
+    let found: Vec<(DiagCode, String, usize)> = diagnostics
+        .iter()
+        .map(|d| {
+            let line = d
+                .span
+                .as_ref()
+                .map_or(0, |span| source[..span.start].matches('\n').count() + 1);
+            (d.code, d.key.clone(), line)
+        })
+        .collect();
+    let expected = [
+        // Beyond loopback without `public = true`.
+        (DiagCode::InvalidValue, "listen.address", 2),
+        (DiagCode::RelativePath, "listen.tls_cert", 3),
+        // A certificate without its key.
+        (DiagCode::MissingKey, "listen.tls_key", 3),
+        (DiagCode::InvalidValue, "listen.allow_origins[0]", 4),
+        (DiagCode::WrongType, "listen.allow_origins[1]", 4),
+        // A key set in clear text from another host, and no issuer.
+        (DiagCode::InsecureUrl, "listen.oauth_jwks", 5),
+        (DiagCode::MissingKey, "listen.oauth_issuer", 5),
+        (DiagCode::InvalidValue, "listen.oauth_read_scope", 6),
+        (DiagCode::MissingKey, "listen.oauth_issuer", 6),
+        (DiagCode::MissingKey, "listen.oauth_issuer", 7),
+        (DiagCode::UnknownKey, "listen.port", 8),
+    ];
+    for (code, key, line) in expected {
+        assert!(
+            found.contains(&(code, key.to_owned(), line)),
+            "{code:?} {key} at line {line}: {found:?}"
+        );
+    }
+    // The write scope named like the default read scope.
+    assert!(
+        found
+            .iter()
+            .any(|(code, key, _)| *code == DiagCode::ConflictingKeys
+                && key == "listen.oauth_write_scope"),
+        "{found:?}"
+    );
+    for (code, key) in codes("[listen]\naddress = \"localhost\"\n") {
+        assert_eq!(
+            (code, key.as_str()),
+            (DiagCode::InvalidValue, "listen.address")
+        );
+    }
+    assert_eq!(
+        codes("[listen]\noauth_issuer = \"https://a.example\"\n"),
+        vec![(DiagCode::MissingKey, "listen.oauth_jwks".to_owned())]
+    );
+    assert_eq!(
+        codes("listen = 1\n"),
+        vec![(DiagCode::WrongType, "listen".to_owned())]
+    );
+}

@@ -130,6 +130,7 @@ fn config() -> impl Strategy<Value = ValidConfig> {
             rules,
             audit: Default::default(),
             labels: Vec::new(),
+            listen: Default::default(),
         })
 }
 

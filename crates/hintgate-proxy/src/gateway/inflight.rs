@@ -46,6 +46,12 @@ pub(crate) enum UpPurpose {
     },
     /// A request whose answer nobody needs (`logging/setLevel` sent on).
     Quiet,
+    /// A 2026-07-28 listen stream opened for a host's resource
+    /// subscription, until the server acknowledges it.
+    Subscribe {
+        /// The resource's URI.
+        uri: String,
+    },
 }
 
 /// What a request sent to a host was for.
@@ -187,6 +193,19 @@ impl InFlight {
             })
             .collect();
         sessions.into_iter()
+    }
+
+    /// The host requests in flight on `server` (forwarded requests and
+    /// calls).
+    pub fn requests_on(&self, server: ServerIdx) -> impl Iterator<Item = &HostRequest> {
+        self.up
+            .iter()
+            .filter(move |((owner, _), _)| *owner == server)
+            .filter_map(|(_, waiting)| match &waiting.purpose {
+                UpPurpose::Call(cx) => Some(&cx.request),
+                UpPurpose::Forward(request) => Some(&**request),
+                _ => None,
+            })
     }
 
     /// Finds the request to a server that a host request became (to cancel it).

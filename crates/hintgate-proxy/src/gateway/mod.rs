@@ -14,6 +14,7 @@
 //! | `journal` | the audit records of the current turn |
 //! | `ask` | calls held while a person is asked, and the approval queue |
 //! | `routing` | everything that is not a tool call, and lists merged across servers |
+//! | `subscriptions` | the hosts' resource subscriptions, by server and URI, with the sessions that hold each |
 //!
 //! `call` holds the call context and the one place where a refusal
 //! becomes an answer; `modern` the 2026-07-28 era; `relay` a server's own
@@ -47,6 +48,7 @@ pub(crate) mod relay;
 pub(crate) mod request;
 pub(crate) mod routing;
 pub(crate) mod session;
+pub(crate) mod subscriptions;
 pub(crate) mod upstreams;
 pub(crate) mod watch;
 
@@ -258,6 +260,8 @@ pub(crate) struct Gateway {
     /// This run's name, which owns the idempotency keys it claims.
     run_name: String,
     routing: routing::Routing,
+    /// The hosts' resource subscriptions, by server and URI.
+    subscriptions: subscriptions::Subscriptions,
     /// A 2026-07-28 server's questions being asked of a legacy host.
     gathers: relay::Gathers,
     watcher: Option<watch::StoreWatcher>,
@@ -736,6 +740,7 @@ impl Gateway {
             upstreams: Upstreams::new(servers),
             inflight: InFlight::default(),
             routing: routing::Routing::default(),
+            subscriptions: subscriptions::Subscriptions::default(),
             gathers: relay::Gathers::new(),
             watcher: None,
             waiting: Vec::new(),
@@ -777,7 +782,10 @@ impl Gateway {
             Event::Host { session, event } => {
                 let session = SessionId(session);
                 match event {
-                    HostEvent::Line(line) => self.on_host_line(session, line),
+                    HostEvent::Line(line) => self.on_host_line(session, line, None),
+                    HostEvent::LineFor { line, host_id } => {
+                        self.on_host_line(session, line, Some(host_id.into()));
+                    }
                     HostEvent::TooLong => {
                         tracing::warn!(
                             "the host sent a message over the size limit; it was dropped"
@@ -1031,7 +1039,7 @@ impl Gateway {
 
     // --- the host side ---
 
-    fn on_host_line(&mut self, session: SessionId, line: String) {
+    fn on_host_line(&mut self, session: SessionId, line: String, host_id: Option<Box<str>>) {
         // The line was counted in what the gateway holds of the host's
         // requests when it was read: a request keeps that count until it
         // ends; any other line gives it back when it has been handled.
@@ -1045,7 +1053,7 @@ impl Gateway {
         // refused before anything else reads it; and so is one nested deeper
         // than a server may be able to read.
         if let Err(err) = find_duplicate_key_within(&line, self.limits.max_depth) {
-            self.on_ambiguous_line(session, line, &err);
+            self.on_ambiguous_line(session, line, &err, host_id);
             return;
         }
         let parsed = match Message::parse(&line) {
@@ -1067,6 +1075,7 @@ impl Gateway {
                 drop(parsed);
                 let mut request = HostRequest::new(session, line, spans, method);
                 request.hold(held);
+                request.host_id = host_id;
                 self.dispatch(request);
             }
             Kind::Notification => {
@@ -1091,6 +1100,7 @@ impl Gateway {
         session: SessionId,
         line: String,
         err: &crate::json::JsonError,
+        host_id: Option<Box<str>>,
     ) {
         let message = match err {
             crate::json::JsonError::DuplicateKey { .. } => call::duplicate_message(err),
@@ -1133,7 +1143,8 @@ impl Gateway {
                 // Its id is what repeats: the error goes under no id.
                 self.reply_error(session, "null", -32600, &message);
             }
-            let request = HostRequest::new(session, line, spans, Method::ToolsCall);
+            let mut request = HostRequest::new(session, line, spans, Method::ToolsCall);
+            request.host_id = host_id;
             self.refuse_unparsed(request, call::Refusal::Malformed(message));
         } else if has_method {
             if spans.id.is_some() || found.iter().any(|member| member.key == "id") {
@@ -1421,6 +1432,7 @@ impl Gateway {
                 other => self.waiting.push(other),
             }
         }
+        self.end_subscriptions(session);
         self.withdraw_session(session, ending == Ending::Shutdown);
         self.withdraw_hook_calls(session, None, &hooks::withdrawn(ending == Ending::Shutdown));
         if ending == Ending::Shutdown {
@@ -1544,6 +1556,7 @@ impl Gateway {
                 }
                 match self.inflight.take_up(idx, id) {
                     Some(purpose) => self.on_upstream_response(idx, id, purpose, &message),
+                    None if self.listen_ended(idx, id) => {}
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
@@ -1586,6 +1599,22 @@ impl Gateway {
             UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
             UpPurpose::Fanout { aggregate, method } => {
                 self.on_fanout_page(idx, id, aggregate, &method, message);
+            }
+            UpPurpose::Subscribe { uri } => {
+                let why = match message.error {
+                    Some(error) => format!(
+                        "server `{}` refused the subscription to `{}`: {}",
+                        self.upstreams.name(idx),
+                        hintgate_policy::sanitize::escape_line(&uri),
+                        subscriptions::error_message(error.get())
+                    ),
+                    None => format!(
+                        "server `{}` ended the listen stream of the subscription to `{}` before acknowledging it",
+                        self.upstreams.name(idx),
+                        hintgate_policy::sanitize::escape_line(&uri)
+                    ),
+                };
+                self.subscription_failed(idx, &uri, &why);
             }
             UpPurpose::Quiet => {}
         }
@@ -1697,8 +1726,15 @@ impl Gateway {
                 self.tools_changed(idx);
                 self.notify_hosts("notifications/tools/list_changed", message.line());
             }
-            // A 2026-07-28 server confirming the gateway's own listen stream.
-            "notifications/subscriptions/acknowledged" => {}
+            // A 2026-07-28 server confirming a listen stream: the gateway's
+            // own, or one for a host's resource subscription.
+            "notifications/subscriptions/acknowledged" => {
+                let params: Value = message
+                    .params
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .unwrap_or(Value::Null);
+                self.on_listen_acknowledged(idx, &params);
+            }
             "notifications/cancelled" => {
                 let params: Value = message
                     .params
@@ -1752,13 +1788,10 @@ impl Gateway {
                     );
                     return;
                 }
-                if self.policy.data_taints_session(self.upstreams.name(idx)) {
-                    let sessions: Vec<SessionId> = self.sessions.keys().collect();
-                    for session in sessions {
-                        self.taint(session, idx, "`notifications/resources/updated`");
-                    }
-                }
-                self.send_every_host(message.line());
+                self.on_resource_updated(idx, message, &uri);
+            }
+            "notifications/message" if self.upstreams.get(idx).is_some_and(|up| up.modern) => {
+                self.on_modern_log(idx, message);
             }
             // A host shows a progress message as a line of its own: made
             // one, with nothing hidden in it (the rest as sent).

@@ -35,6 +35,26 @@ const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_CLIENT: &str = "io.modelcontextprotocol/clientInfo";
 const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+/// The `_meta` key a 2026-07-28 request asks for log messages with: the
+/// lowest level it wants (the legacy `logging/setLevel`, per request).
+pub(super) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// The log levels, from the least severe (RFC 5424's, as MCP names them).
+pub(super) const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// Where `level` is in [`LOG_LEVELS`]; `None` for a level MCP does not name.
+pub(super) fn log_rank(level: &str) -> Option<usize> {
+    LOG_LEVELS.iter().position(|known| *known == level)
+}
 
 /// The key of the gateway's own question in an input-required result.
 pub const INPUT_KEY: &str = "hintgate/approve";
@@ -181,6 +201,25 @@ impl Gateway {
     /// `_meta` entries, such as a progress token, are kept).
     pub(super) fn with_modern_meta(&self, params: Value) -> Value {
         with_meta(params, &self.upstream_meta)
+    }
+
+    /// The `_meta` a request on behalf of `session` carries to a 2026-07-28
+    /// server: the gateway's, and the log level a legacy host set with
+    /// `logging/setLevel` (2026-07-28 has no such method: a server sends log
+    /// messages only for a request that names a level).
+    pub(super) fn session_meta(&self, session: SessionId) -> std::borrow::Cow<'_, Value> {
+        let level = self
+            .sessions
+            .get(&session)
+            .and_then(|host| host.log_level.as_deref());
+        match (level, &self.upstream_meta) {
+            (Some(level), Value::Object(meta)) => {
+                let mut meta = meta.clone();
+                meta.insert(META_LOG_LEVEL.to_owned(), Value::String(level.to_owned()));
+                std::borrow::Cow::Owned(Value::Object(meta))
+            }
+            _ => std::borrow::Cow::Borrowed(&self.upstream_meta),
+        }
     }
 
     /// The answer to the era probe: a 2026-07-28 server is ready at once
@@ -412,6 +451,56 @@ impl Gateway {
             return message.with_id(host_id);
         }
         message.with_id_and_result_fields(host_id, &fields.join(","))
+    }
+
+    /// A 2026-07-28 server's log message (`notifications/message`). Such a
+    /// server logs only for a request that named a level, so the message
+    /// goes to the sessions with a request in flight on it that asked for
+    /// its level or a lower one: a legacy host by its `logging/setLevel`, a
+    /// 2026-07-28 host by its request's own `_meta`. A message of a level
+    /// MCP does not name, or that no such request asked for, is dropped.
+    pub(super) fn on_modern_log(&mut self, idx: ServerIdx, message: &Message<'_>) {
+        let level = message
+            .params
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .and_then(|params| {
+                params
+                    .get("level")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        let Some(rank) = level.as_deref().and_then(log_rank) else {
+            tracing::debug!(server.id = %self.upstreams.name(idx), "a log message without a level MCP names is dropped");
+            return;
+        };
+        let mut to: Vec<SessionId> = self
+            .inflight
+            .requests_on(idx)
+            .filter(|request| {
+                let Some(host) = self.sessions.get(&request.session) else {
+                    return false;
+                };
+                let asked = if host.modern() {
+                    modern_meta(request).and_then(|meta| {
+                        meta.get(META_LOG_LEVEL)
+                            .and_then(Value::as_str)
+                            .and_then(log_rank)
+                    })
+                } else {
+                    host.log_level.as_deref().and_then(log_rank)
+                };
+                asked.is_some_and(|asked| asked <= rank)
+            })
+            .map(|request| request.session)
+            .collect();
+        to.sort_unstable();
+        to.dedup();
+        if to.is_empty() {
+            tracing::debug!(server.id = %self.upstreams.name(idx), "a log message no request in flight asked for is dropped");
+        }
+        for session in to {
+            self.send_host_note(session, message.line().to_owned());
+        }
     }
 
     /// `subscriptions/listen`: the stream change notifications travel on.

@@ -415,13 +415,15 @@ impl Gateway {
         };
         let id = up.next_id();
         let modern = up.modern;
+        let session_meta = self.session_meta(cx.request.session);
         let Some(line) = call_line(
             &cx,
             self.mode == super::Mode::Wrap,
             modern,
-            &self.upstream_meta,
+            &session_meta,
             id,
         ) else {
+            drop(session_meta);
             // The params were read before, so this does not happen; if it
             // did, nothing but the decided call may go out.
             let text = "hintgate could not rebuild the call's params; it was not sent";
@@ -604,7 +606,9 @@ impl Gateway {
             }
         };
         let fields = CallFields {
-            request_id: cx.request.id(),
+            // The host's own id, which its log shows; the gateway's is an
+            // artefact of the transport.
+            request_id: cx.request.host_id.as_deref().unwrap_or(cx.request.id()),
             server,
             identity,
             tool,

@@ -47,6 +47,9 @@ pub(crate) struct HostRequest {
     /// How long it may wait for its server to start or list its tools, once
     /// it first had to.
     pub wait_until: Option<Instant>,
+    /// The id the host gave, when its transport put the request under
+    /// another (raw JSON): what its audit record names.
+    pub host_id: Option<Box<str>>,
     /// What it counts for in its session's held requests, until it is
     /// dropped.
     held: Held,
@@ -99,6 +102,7 @@ impl HostRequest {
             restarted: None,
             answer_as: None,
             wait_until: None,
+            host_id: None,
             held: Held::default(),
         }
     }

@@ -457,6 +457,9 @@ impl Gateway {
     /// Any other request: passed through in wrap mode, routed in gateway mode.
     pub(super) fn on_other_request(&mut self, mut request: HostRequest) {
         let session = request.session;
+        if request.method.as_str() == "logging/setLevel" && !self.set_log_level(&request) {
+            return;
+        }
         if self.mode == Mode::Wrap {
             if request.method.as_str().starts_with("tasks/") {
                 let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
@@ -589,6 +592,27 @@ impl Gateway {
                 self.reply_error(session, request.id(), -32601, &text);
             }
         }
+    }
+
+    /// A host's `logging/setLevel`: the level is kept for its session (and
+    /// sent in the `_meta` of its requests to 2026-07-28 servers). Returns
+    /// false, having answered with an error, for a level MCP does not name.
+    fn set_log_level(&mut self, request: &HostRequest) -> bool {
+        let params = request.params();
+        let level = params.get("level").and_then(Value::as_str).unwrap_or("");
+        if super::modern::log_rank(level).is_none() {
+            let text = format!(
+                "`logging/setLevel` takes one of {}; not `{}`",
+                super::modern::LOG_LEVELS.join(", "),
+                escape_line(level)
+            );
+            self.reply_error(request.session, request.id(), -32602, &text);
+            return false;
+        }
+        if let Some(host) = self.sessions.get_mut(&request.session) {
+            host.log_level = Some(level.to_owned());
+        }
+        true
     }
 
     /// Where a host's `completion/complete` goes, by the prompt or the
@@ -724,10 +748,35 @@ impl Gateway {
     }
 
     /// Forwards a host request to one server under a new id (and new params,
-    /// when given); the answer goes back under the host's id.
+    /// when given); the answer goes back under the host's id. A resource
+    /// subscription is kept per session first (`subscriptions`).
     fn forward(&mut self, idx: ServerIdx, request: HostRequest, params: Option<Value>) {
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        if modern && request.method.as_str() == "logging/setLevel" {
+            // 2026-07-28 has no `logging/setLevel`: the session's level goes
+            // in the `_meta` of each of its requests instead.
+            self.reply(request.session, request.id(), &json!({}));
+            return;
+        }
+        if params.is_none()
+            && matches!(
+                request.method.as_str(),
+                "resources/subscribe" | "resources/unsubscribe"
+            )
+        {
+            self.on_subscription_request(idx, request);
+            return;
+        }
+        self.forward_with(idx, request, params);
+    }
+
+    /// Forwards a host request as it is to one server under a new id.
+    pub(super) fn forward_plain(&mut self, idx: ServerIdx, request: HostRequest) {
+        self.forward_with(idx, request, None);
+    }
+
+    fn forward_with(&mut self, idx: ServerIdx, request: HostRequest, params: Option<Value>) {
         let timeout = self.limits.call_timeout;
-        let modern_meta = &self.upstream_meta;
         let with_meta = |params: Value, ours: &Value| super::modern::with_meta(params, ours);
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
@@ -735,6 +784,8 @@ impl Gateway {
         let id = up.next_id();
         let generation = up.generation();
         let modern = up.modern;
+        let session_meta = self.session_meta(request.session);
+        let modern_meta = &*session_meta;
         let id_text = id.to_string();
         let line = match params {
             Some(params) if modern => {
@@ -758,6 +809,7 @@ impl Gateway {
             Some(params) => request.with_id_and_params(&id_text, &params.to_string()),
             None => request.with_id(&id_text),
         };
+        drop(session_meta);
         self.inflight
             .wait_up(idx, id, UpPurpose::Forward(Box::new(request)), timeout);
         self.send_upstream(idx, generation, line);

@@ -97,6 +97,10 @@ pub(crate) struct HostSession {
     pub elicitation: bool,
     /// A modern host's `subscriptions/listen` request id (raw JSON).
     pub listen: Option<String>,
+    /// The lowest level of log messages a legacy host asked for with
+    /// `logging/setLevel`; sent to 2026-07-28 servers in each request's
+    /// `_meta` on its behalf.
+    pub log_level: Option<String>,
     /// Private data reached the host: a result of a private-data tool, or a
     /// resource, resource update or prompt of a private-data server (design
     /// §4.4).
@@ -174,6 +178,7 @@ impl HostSession {
             init: None,
             elicitation: false,
             listen: None,
+            log_level: None,
             tainted: false,
             remembered: HashSet::new(),
             told: Told::default(),

@@ -620,6 +620,7 @@ impl Gateway {
             let why = format!("server `{name}` stopped before answering: {reason}");
             self.give_up(idx, purpose, &why);
         }
+        self.forget_subscriptions(idx, &format!("server `{name}` stopped: {reason}"));
         // The server's own requests relayed to a host cannot be answered now.
         self.inflight.take_host_where(|purpose| {
             matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
@@ -742,6 +743,7 @@ impl Gateway {
             UpPurpose::Fanout { aggregate, .. } => {
                 self.fanout_done(aggregate, idx, Some(why.to_owned()));
             }
+            UpPurpose::Subscribe { uri } => self.subscription_failed(idx, &uri, why),
         }
     }
 
@@ -792,6 +794,14 @@ impl Gateway {
                 self.cancel_upstream(idx, id, "timed out");
                 let why = format!("did not answer `{method}` within {timeout} s");
                 self.fanout_done(aggregate, idx, Some(why));
+            }
+            UpPurpose::Subscribe { uri } => {
+                self.cancel_upstream(idx, id, "timed out");
+                let why = format!(
+                    "server `{name}` did not acknowledge the subscription to `{}` within {timeout} s",
+                    hintgate_policy::sanitize::escape_line(&uri)
+                );
+                self.subscription_failed(idx, &uri, &why);
             }
         }
     }

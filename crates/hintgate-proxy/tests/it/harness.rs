@@ -300,8 +300,14 @@ impl Served {
                 let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}});
                 return Some(reply.to_string());
             }
-            // The stream stays open: its notifications come when pushed.
-            "subscriptions/listen" => return None,
+            // Acknowledged with what it asked for, as the SDK's servers do;
+            // the stream stays open: its notifications come when pushed.
+            "subscriptions/listen" => {
+                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"notifications": message["params"]["notifications"],
+                               "_meta": {"io.modelcontextprotocol/subscriptionId": id}}});
+                return Some(ack.to_string());
+            }
             "initialize" => json!({
                 "protocolVersion": "2025-11-25",
                 "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}, "prompts": {}},

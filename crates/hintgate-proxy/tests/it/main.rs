@@ -9,6 +9,7 @@
 )]
 
 mod bounds;
+mod crossing;
 mod harness;
 mod hooks;
 mod hostile;

@@ -685,7 +685,19 @@ async fn uris_a_host_reads_are_screened(mut gateway: Harness, prefix: &str) {
     );
 
     // A change notice under such a URI does not reach the host; one under a
-    // plain URI does.
+    // plain URI does. (A host cannot subscribe to such a URI, and updates go
+    // only to the sessions subscribed to theirs.)
+    let subscribed = gateway
+        .request("resources/subscribe", json!({"uri": "file:///ok.txt"}))
+        .await;
+    assert!(subscribed.get("result").is_some(), "{subscribed}");
+    let refused = gateway
+        .request(
+            "resources/subscribe",
+            json!({"uri": "file:///b\u{202e}txt.exe"}),
+        )
+        .await;
+    assert!(refused.get("error").is_some(), "{refused}");
     for uri in [
         format!("file:///a{FORGED}"),
         "file:///b\u{202e}txt.exe".to_owned(),
@@ -953,6 +965,10 @@ async fn issue_11_an_answer_that_gives_a_key_twice_is_not_passed_on_in_wrap_mode
         .unwrap_or_else(|| panic!("refused: {refused}"));
     assert!(why.contains("one way only"), "{why}");
     // Nor a change notice whose URI is given twice.
+    let subscribed = gateway
+        .request("resources/subscribe", json!({"uri": "file:///ok.txt"}))
+        .await;
+    assert!(subscribed.get("result").is_some(), "{subscribed}");
     gateway.push(
         "fx",
         r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b\u202etxt.exe","uri":"file:///ok.txt"}}"#,

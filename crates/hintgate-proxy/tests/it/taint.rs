@@ -126,6 +126,42 @@ async fn issue_11_a_private_resource_update_taints_the_session() {
     assert!(fetch_was_asked(&mut gateway).await, "tainted by the update");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_resource_update_from_a_2026_07_28_server_taints_the_legacy_session() {
+    let mut gateway = Harness::start(setup(true)).await;
+    gateway.respond_with(|_| r#"{"action":"decline"}"#.to_owned());
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let listed = gateway.request("resources/list", json!({})).await;
+    assert!(listed["result"]["resources"].is_array(), "{listed}");
+    let subscribed = gateway
+        .request("resources/subscribe", json!({"uri": "mail://inbox/1"}))
+        .await;
+    assert_eq!(subscribed["result"], json!({}), "{subscribed}");
+    assert!(
+        !fetch_was_asked(&mut gateway).await,
+        "a subscription alone returns no data"
+    );
+    let listen = gateway
+        .received_by("mail")
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|message| {
+            message["params"]["notifications"]["resourceSubscriptions"] == json!(["mail://inbox/1"])
+        })
+        .unwrap_or_else(|| panic!("no listen stream for the URI"));
+    let update = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+        "params": {"uri": "mail://inbox/1", "_meta": {"io.modelcontextprotocol/subscriptionId": listen["id"]}}});
+    gateway.push("mail", &update.to_string());
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/resources/updated" {
+            break;
+        }
+        gateway.notes.push(message);
+    }
+    assert!(fetch_was_asked(&mut gateway).await, "tainted by the update");
+}
+
 /// Calls `web__fetch` from a 2026-07-28 host that can ask a person: the
 /// result's `resultType` (`input_required` when a person is asked).
 async fn modern_fetch(gateway: &mut Harness) -> String {

@@ -1,0 +1,552 @@
+//! The hosts' resource subscriptions, by server and URI.
+//!
+//! Several host sessions share one set of servers, so a subscription is
+//! kept once per server and URI with the sessions that asked for it: an
+//! update goes to those sessions only, a legacy server is told to
+//! unsubscribe only when the last of them does (or goes away), and a
+//! 2026-07-28 server, which has no `resources/subscribe`, gets one
+//! `subscriptions/listen` stream per URI (`resourceSubscriptions: [uri]`),
+//! opened for the first session and cancelled when the last one leaves.
+//! A host's `resources/subscribe` to such a server is answered once the
+//! server acknowledges the stream with the URI among those it honours.
+//!
+//! What a session can make the gateway keep is bounded: at most
+//! [`PER_SESSION`] subscriptions a session, and [`TOTAL`] across every
+//! session (each may be a stream held open on a server).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hintgate_policy::sanitize::escape_line;
+use serde_json::{Value, json};
+
+use super::Gateway;
+use super::inflight::UpPurpose;
+use super::request::{HostRequest, ServerIdx, SessionId};
+use crate::frame::{self, Message};
+
+/// The most resource subscriptions one session holds.
+pub(crate) const PER_SESSION: usize = 64;
+
+/// The most distinct subscriptions (server and URI) across every session.
+pub(crate) const TOTAL: usize = 1024;
+
+/// Every subscription, by server and URI.
+#[derive(Debug, Default)]
+pub(crate) struct Subscriptions {
+    list: BTreeMap<(ServerIdx, String), Subscription>,
+}
+
+/// One URI of one server that sessions subscribed to.
+#[derive(Debug, Default)]
+pub(crate) struct Subscription {
+    /// The sessions it is for.
+    pub sessions: BTreeSet<SessionId>,
+    /// For a 2026-07-28 server: the id of its listen request.
+    pub listen: Option<u64>,
+    /// The server acknowledged the listen stream.
+    pub acknowledged: bool,
+    /// Host requests (`resources/subscribe`) waiting for the
+    /// acknowledgement.
+    pub waiting: Vec<HostRequest>,
+}
+
+/// A subscription no session holds any more, to end on its server.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Ended {
+    /// The server.
+    pub server: ServerIdx,
+    /// The URI.
+    pub uri: String,
+    /// The listen request to cancel (a 2026-07-28 server); `None` for a
+    /// legacy server, which is sent `resources/unsubscribe`.
+    pub listen: Option<u64>,
+}
+
+/// The `message` of a server's JSON-RPC error (`raw`), made one line with
+/// nothing hidden in it, and at most 200 characters.
+pub(super) fn error_message(raw: &str) -> String {
+    let text = serde_json::from_str::<Value>(raw)
+        .ok()
+        .and_then(|error| {
+            error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "no message".to_owned());
+    let clean =
+        hintgate_policy::sanitize::one_line(&hintgate_policy::sanitize::sanitize(&text).text);
+    clean.chars().take(200).collect()
+}
+
+// === impl Subscriptions ===
+
+impl Subscriptions {
+    /// How many subscriptions `session` holds or waits for.
+    pub fn count_for(&self, session: SessionId) -> usize {
+        self.list
+            .values()
+            .filter(|sub| {
+                sub.sessions.contains(&session)
+                    || sub.waiting.iter().any(|request| request.session == session)
+            })
+            .count()
+    }
+
+    /// Whether one more subscription by `session` to `uri` of `server` fits
+    /// the bounds; `Err` says which bound it passes.
+    pub fn room(&self, server: ServerIdx, uri: &str, session: SessionId) -> Result<(), String> {
+        let key = (server, uri.to_owned());
+        if let Some(sub) = self.list.get(&key)
+            && sub.sessions.contains(&session)
+        {
+            return Ok(());
+        }
+        if self.count_for(session) >= PER_SESSION {
+            return Err(format!(
+                "hintgate keeps at most {PER_SESSION} resource subscriptions per session; unsubscribe from one first"
+            ));
+        }
+        if !self.list.contains_key(&key) && self.list.len() >= TOTAL {
+            return Err(format!(
+                "hintgate keeps at most {TOTAL} resource subscriptions across every session; this one was not made"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The subscription to `uri` of `server`, made when missing.
+    pub fn entry(&mut self, server: ServerIdx, uri: &str) -> &mut Subscription {
+        self.list.entry((server, uri.to_owned())).or_default()
+    }
+
+    /// The subscription to `uri` of `server`.
+    pub fn get(&self, server: ServerIdx, uri: &str) -> Option<&Subscription> {
+        self.list.get(&(server, uri.to_owned()))
+    }
+
+    /// The subscription to `uri` of `server`, to change.
+    pub fn get_mut(&mut self, server: ServerIdx, uri: &str) -> Option<&mut Subscription> {
+        self.list.get_mut(&(server, uri.to_owned()))
+    }
+
+    /// Removes the subscription to `uri` of `server`.
+    pub fn remove(&mut self, server: ServerIdx, uri: &str) -> Option<Subscription> {
+        self.list.remove(&(server, uri.to_owned()))
+    }
+
+    /// The URI whose listen stream on `server` is request `listen`.
+    pub fn by_listen(&self, server: ServerIdx, listen: u64) -> Option<String> {
+        self.list
+            .iter()
+            .find(|((idx, _), sub)| *idx == server && sub.listen == Some(listen))
+            .map(|((_, uri), _)| uri.clone())
+    }
+
+    /// `session` leaves `uri` of `server`; returns what ends on the server
+    /// when no session is left (`None` while another session holds it, or
+    /// when there was no such subscription).
+    pub fn leave(&mut self, server: ServerIdx, uri: &str, session: SessionId) -> Option<Ended> {
+        let key = (server, uri.to_owned());
+        let sub = self.list.get_mut(&key)?;
+        sub.sessions.remove(&session);
+        sub.waiting.retain(|request| request.session != session);
+        if !sub.sessions.is_empty() || !sub.waiting.is_empty() {
+            return None;
+        }
+        let sub = self.list.remove(&key)?;
+        Some(Ended {
+            server,
+            uri: key.1,
+            listen: sub.listen,
+        })
+    }
+
+    /// `session` is gone: it leaves every subscription; returns those no
+    /// session holds any more.
+    pub fn leave_all(&mut self, session: SessionId) -> Vec<Ended> {
+        let keys: Vec<(ServerIdx, String)> = self
+            .list
+            .iter()
+            .filter(|(_, sub)| {
+                sub.sessions.contains(&session)
+                    || sub.waiting.iter().any(|request| request.session == session)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|(server, uri)| self.leave(server, &uri, session))
+            .collect()
+    }
+
+    /// The server stopped, and forgot its subscriptions: every one of it
+    /// is removed, and returned.
+    pub fn forget_server(&mut self, server: ServerIdx) -> Vec<(String, Subscription)> {
+        let keys: Vec<(ServerIdx, String)> = self
+            .list
+            .keys()
+            .filter(|(idx, _)| *idx == server)
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| self.list.remove(&key).map(|sub| (key.1, sub)))
+            .collect()
+    }
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// A host's `resources/subscribe` or `resources/unsubscribe` for server
+    /// `idx`, which is ready: kept per session, and carried to the server
+    /// in its era.
+    pub(super) fn on_subscription_request(&mut self, idx: ServerIdx, request: HostRequest) {
+        let params = request.params();
+        let uri = params
+            .get("uri")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let session = request.session;
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        if request.method.as_str() == "resources/unsubscribe" {
+            // Its own subscription still waiting for the server's
+            // acknowledgement is answered now: it will not be made.
+            let mine: Vec<HostRequest> = match self.subscriptions.get_mut(idx, &uri) {
+                Some(sub) => {
+                    let (mine, rest) = std::mem::take(&mut sub.waiting)
+                        .into_iter()
+                        .partition(|waiting| waiting.session == session);
+                    sub.waiting = rest;
+                    mine
+                }
+                None => Vec::new(),
+            };
+            for waiting in mine {
+                self.reply_error(
+                    session,
+                    waiting.id(),
+                    -32603,
+                    "the host unsubscribed before the server acknowledged the subscription",
+                );
+            }
+            let held = self
+                .subscriptions
+                .get(idx, &uri)
+                .is_some_and(|sub| sub.sessions.contains(&session));
+            let ended = self.subscriptions.leave(idx, &uri, session);
+            match ended {
+                // The last session left: the server is told, a legacy one
+                // by the host's own request.
+                Some(Ended { listen: None, .. }) => self.forward_plain(idx, request),
+                Some(Ended {
+                    listen: Some(listen),
+                    ..
+                }) => {
+                    // Nothing waits for its acknowledgement any more.
+                    self.inflight.take_up(idx, listen);
+                    self.cancel_upstream(idx, listen, "unsubscribed");
+                    self.reply(session, request.id(), &json!({}));
+                }
+                // Another session still holds it, or a 2026-07-28 server
+                // has nothing to be told.
+                None if held || modern => self.reply(session, request.id(), &json!({})),
+                // Nothing the gateway knows of: the server answers.
+                None => self.forward_plain(idx, request),
+            }
+            return;
+        }
+        if let Err(why) = self.subscriptions.room(idx, &uri, session) {
+            tracing::warn!(server.id = %self.upstreams.name(idx), "a `resources/subscribe` is refused: {why}");
+            self.reply_error(session, request.id(), -32603, &why);
+            return;
+        }
+        if !modern {
+            self.subscriptions.entry(idx, &uri).sessions.insert(session);
+            self.forward_plain(idx, request);
+            return;
+        }
+        let sub = self.subscriptions.entry(idx, &uri);
+        if sub.acknowledged {
+            sub.sessions.insert(session);
+            self.reply(session, request.id(), &json!({}));
+            return;
+        }
+        let opened = sub.listen.is_some();
+        sub.waiting.push(request);
+        if opened {
+            return;
+        }
+        // The first session to subscribe: a listen stream for this URI.
+        let params = self
+            .with_modern_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
+        let timeout = self.limits.call_timeout;
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        let id = up.next_id();
+        let generation = up.generation();
+        self.subscriptions.entry(idx, &uri).listen = Some(id);
+        self.inflight
+            .wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
+        self.send_upstream(
+            idx,
+            generation,
+            frame::request(&id.to_string(), "subscriptions/listen", &params),
+        );
+    }
+
+    /// A 2026-07-28 server acknowledged a listen stream (`params` of its
+    /// `notifications/subscriptions/acknowledged`): when it is one opened
+    /// for a host's subscription, the hosts waiting for it are answered,
+    /// with `{}` when the server honours the URI.
+    pub(super) fn on_listen_acknowledged(&mut self, idx: ServerIdx, params: &Value) {
+        let Some(listen) = params
+            .pointer("/_meta/io.modelcontextprotocol~1subscriptionId")
+            .and_then(Value::as_u64)
+        else {
+            return;
+        };
+        let Some(UpPurpose::Subscribe { uri }) = self.peek_subscribe(idx, listen) else {
+            return;
+        };
+        self.inflight.take_up(idx, listen);
+        let honoured = params
+            .pointer("/notifications/resourceSubscriptions")
+            .and_then(Value::as_array)
+            .is_some_and(|uris| uris.iter().any(|item| item.as_str() == Some(uri.as_str())));
+        if !honoured {
+            let why = format!(
+                "server `{}` did not take the subscription to `{}`",
+                self.upstreams.name(idx),
+                escape_line(&uri)
+            );
+            self.cancel_upstream(idx, listen, "not honoured");
+            self.subscription_failed(idx, &uri, &why);
+            return;
+        }
+        let Some(sub) = self.subscriptions.get_mut(idx, &uri) else {
+            return;
+        };
+        sub.acknowledged = true;
+        let waiting = std::mem::take(&mut sub.waiting);
+        for request in &waiting {
+            sub.sessions.insert(request.session);
+        }
+        for request in waiting {
+            self.reply(request.session, request.id(), &json!({}));
+        }
+    }
+
+    /// The purpose of request `id` to `idx`, when it is a listen stream
+    /// for a subscription that still waits for its acknowledgement.
+    fn peek_subscribe(&mut self, idx: ServerIdx, id: u64) -> Option<UpPurpose> {
+        match self.inflight.peek_up_mut(idx, id) {
+            Some(UpPurpose::Subscribe { uri }) => Some(UpPurpose::Subscribe { uri: uri.clone() }),
+            _ => None,
+        }
+    }
+
+    /// A subscription's listen stream was answered, failed or timed out
+    /// before its acknowledgement: the hosts waiting for it get `why`, and
+    /// it is forgotten.
+    pub(super) fn subscription_failed(&mut self, idx: ServerIdx, uri: &str, why: &str) {
+        let Some(sub) = self.subscriptions.remove(idx, uri) else {
+            return;
+        };
+        tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+        for request in sub.waiting {
+            self.reply_error(request.session, request.id(), -32603, why);
+        }
+    }
+
+    /// A response to a request of the gateway's that is no longer in flight:
+    /// when it ends a subscription's listen stream (the server closed it),
+    /// the subscription is forgotten. Returns whether it did.
+    pub(super) fn listen_ended(&mut self, idx: ServerIdx, id: u64) -> bool {
+        let Some(uri) = self.subscriptions.by_listen(idx, id) else {
+            return false;
+        };
+        tracing::warn!(
+            server.id = %self.upstreams.name(idx),
+            resource.uri = %escape_line(&uri),
+            "the server ended the listen stream of a resource subscription: its hosts get no more updates of it"
+        );
+        self.subscriptions.remove(idx, &uri);
+        true
+    }
+
+    /// Session `session` is gone: it leaves its subscriptions, and those no
+    /// session holds any more end on their servers.
+    pub(super) fn end_subscriptions(&mut self, session: SessionId) {
+        for ended in self.subscriptions.leave_all(session) {
+            let ready = self
+                .upstreams
+                .get(ended.server)
+                .is_some_and(|up| up.phase == super::upstreams::Phase::Ready);
+            if !ready {
+                continue;
+            }
+            match ended.listen {
+                Some(listen) => {
+                    // Still waiting for its acknowledgement: nothing waits now.
+                    self.inflight.take_up(ended.server, listen);
+                    self.cancel_upstream(ended.server, listen, "unsubscribed");
+                }
+                None => {
+                    let timeout = self.limits.call_timeout;
+                    let Some(up) = self.upstreams.get_mut(ended.server) else {
+                        continue;
+                    };
+                    let id = up.next_id();
+                    let generation = up.generation();
+                    self.inflight
+                        .wait_up(ended.server, id, UpPurpose::Quiet, timeout);
+                    self.send_upstream(
+                        ended.server,
+                        generation,
+                        frame::request(
+                            &id.to_string(),
+                            "resources/unsubscribe",
+                            &json!({"uri": ended.uri}),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Server `idx` stopped: it forgot its subscriptions, and so does the
+    /// gateway (a host subscribes again).
+    pub(super) fn forget_subscriptions(&mut self, idx: ServerIdx, why: &str) {
+        for (uri, sub) in self.subscriptions.forget_server(idx) {
+            if !sub.sessions.is_empty() {
+                tracing::warn!(
+                    server.id = %self.upstreams.name(idx),
+                    resource.uri = %escape_line(&uri),
+                    "the server stopped: its hosts get no more updates of a resource they subscribed to"
+                );
+            }
+            for request in sub.waiting {
+                self.reply_error(request.session, request.id(), -32603, why);
+            }
+        }
+    }
+
+    /// A server's `notifications/resources/updated` (`message`, its `uri`
+    /// read): to the sessions subscribed to it, each marked when the server
+    /// holds private data (design §4.4). A 2026-07-28 server's comes on the
+    /// subscription's listen stream, whose id it must carry; the host gets
+    /// it without that id, which is the gateway's.
+    pub(super) fn on_resource_updated(&mut self, idx: ServerIdx, message: &Message<'_>, uri: &str) {
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        let Some(sub) = self.subscriptions.get(idx, uri) else {
+            tracing::debug!(
+                server.id = %self.upstreams.name(idx),
+                resource.uri = %escape_line(uri),
+                "an update of a resource no session subscribed to is dropped"
+            );
+            return;
+        };
+        let mut params: Value = message
+            .params
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        let line = if modern {
+            let listen = params
+                .pointer("/_meta/io.modelcontextprotocol~1subscriptionId")
+                .and_then(Value::as_u64);
+            if listen.is_none() || listen != sub.listen {
+                tracing::warn!(
+                    server.id = %self.upstreams.name(idx),
+                    resource.uri = %escape_line(uri),
+                    "an update not on the listen stream of its subscription is dropped"
+                );
+                return;
+            }
+            if let Some(object) = params.as_object_mut() {
+                let empty = object
+                    .get_mut("_meta")
+                    .and_then(Value::as_object_mut)
+                    .map(|meta| {
+                        meta.remove("io.modelcontextprotocol/subscriptionId");
+                        meta.is_empty()
+                    });
+                if empty == Some(true) {
+                    object.remove("_meta");
+                }
+            }
+            frame::notification("notifications/resources/updated", &params)
+        } else {
+            message.line().to_owned()
+        };
+        let sessions: Vec<SessionId> = sub.sessions.iter().copied().collect();
+        let private = self.policy.data_taints_session(self.upstreams.name(idx));
+        for session in sessions {
+            if private {
+                self.taint(session, idx, "`notifications/resources/updated`");
+            }
+            self.send_host_note(session, line.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subscription_ends_on_its_server_only_when_its_last_session_leaves() {
+        let mut subs = Subscriptions::default();
+        let (a, b) = (SessionId(1), SessionId(2));
+        subs.entry(0, "test://r").sessions.insert(a);
+        subs.entry(0, "test://r").sessions.insert(b);
+        assert_eq!(subs.leave(0, "test://r", a), None);
+        assert!(subs.get(0, "test://r").is_some());
+        assert_eq!(
+            subs.leave(0, "test://r", b),
+            Some(Ended {
+                server: 0,
+                uri: "test://r".to_owned(),
+                listen: None
+            })
+        );
+        assert!(subs.get(0, "test://r").is_none());
+        // Leaving what one never held ends nothing.
+        assert_eq!(subs.leave(0, "test://r", a), None);
+    }
+
+    #[test]
+    fn a_session_holds_a_bounded_number_of_subscriptions() {
+        let mut subs = Subscriptions::default();
+        let session = SessionId(1);
+        for n in 0..PER_SESSION {
+            let uri = format!("test://{n}");
+            assert!(subs.room(0, &uri, session).is_ok());
+            subs.entry(0, &uri).sessions.insert(session);
+        }
+        assert!(subs.room(0, "test://one-more", session).is_err());
+        // One it holds already is not one more.
+        assert!(subs.room(0, "test://0", session).is_ok());
+        // Another session still has room.
+        assert!(subs.room(0, "test://one-more", SessionId(2)).is_ok());
+        let ended = subs.leave_all(session);
+        assert_eq!(ended.len(), PER_SESSION);
+        assert_eq!(subs.count_for(session), 0);
+    }
+
+    #[test]
+    fn the_sessions_together_hold_a_bounded_number() {
+        let mut subs = Subscriptions::default();
+        for n in 0..TOTAL {
+            let session = SessionId(u32::try_from(n / PER_SESSION).unwrap());
+            subs.entry(0, &format!("test://{n}"))
+                .sessions
+                .insert(session);
+        }
+        let late = SessionId(100_000);
+        assert!(subs.room(0, "test://new", late).is_err());
+        // Joining a subscription that exists holds nothing more.
+        assert!(subs.room(0, "test://0", late).is_ok());
+    }
+}
