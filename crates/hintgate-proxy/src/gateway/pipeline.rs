@@ -508,9 +508,6 @@ impl Gateway {
                         self.answer_call(&cx, line, outcome);
                         return;
                     }
-                    // The call ran: a keyed one's result is recorded as the
-                    // answer to a later call with the same key.
-                    self.key_done(&cx, raw.get());
                     if cx.taints {
                         let what = format!("a result of `{}`", cx.tool);
                         self.taint(session, idx, &what);
@@ -533,12 +530,18 @@ impl Gateway {
                                 problems.join("; ")
                             );
                             tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                            let line =
-                                self.result_line(session, cx.request.id(), &error_result(&text));
+                            let refused = error_result(&text);
+                            // The call ran: a later call with its key gets
+                            // what this host got.
+                            self.key_done(&cx, &refused.to_string());
+                            let line = self.result_line(session, cx.request.id(), &refused);
                             self.answer_call(&cx, line, Outcome::OutputSchemaMismatch);
                             return;
                         }
                     }
+                    // The call ran: a keyed one's result is recorded as the
+                    // answer to a later call with the same key.
+                    self.key_done(&cx, raw.get());
                     if is_error {
                         Outcome::ToolError
                     } else {

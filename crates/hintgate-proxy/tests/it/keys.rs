@@ -143,3 +143,30 @@ async fn a_keyed_call_with_no_answer_is_never_sent_again() {
         .await;
     assert!(!is_error(&fresh), "{fresh}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_answers_what_the_host_got_not_what_the_server_sent() {
+    let mut tool = keyed_tool("charge");
+    tool["outputSchema"] =
+        json!({"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]});
+    let script = ServerScript::with_tools(vec![tool]).answering(
+        "charge",
+        Behaviour::Raw(r#"{"content":[],"structuredContent":{"id":7}}"#.to_owned()),
+    );
+    let mut setup = Setup::wrap(script, true);
+    setup
+        .config
+        .push_str("\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n");
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let arguments = json!({"amount": 2, "idempotency_key": "k-schema"});
+    let first = gateway.call("charge", arguments.clone()).await;
+    assert!(is_error(&first), "{first}");
+    assert!(
+        text(&first).contains("does not match the tool's output schema"),
+        "{first}"
+    );
+    let again = gateway.call("charge", arguments).await;
+    assert_eq!(again["result"], first["result"]);
+    assert_eq!(gateway.calls_received("fx").len(), 1);
+}
