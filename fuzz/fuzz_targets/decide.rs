@@ -188,6 +188,7 @@ fuzz_target!(|input: Input| {
             pin,
             session,
             sandbox,
+            hook: Default::default(),
         })
     };
     let pin = if input.changed {
