@@ -16,5 +16,6 @@ mod http;
 mod keys;
 mod names;
 mod pipeline;
+mod read_only;
 mod runtime;
 mod taint;
