@@ -15,31 +15,39 @@ use crate::peers::venv_bin;
 use crate::util::{code, hintgate, http, log_json, run, stdout};
 
 /// A gateway serving HTTP hosts, its stderr collected.
-struct Listening {
+pub(crate) struct Listening {
     child: Child,
     /// `http://127.0.0.1:PORT/mcp`
-    url: String,
+    pub(crate) url: String,
     log: Arc<Mutex<String>>,
 }
 
 impl Listening {
     /// `hintgate run --listen 127.0.0.1:0 FLAGS -- python3 fixture_server.py`
     /// with its state in `dir/state`.
-    fn start(dir: &Path, flags: &[&str]) -> Self {
+    pub(crate) fn start(dir: &Path, flags: &[&str]) -> Self {
         Self::start_with(dir, flags, &[])
     }
 
     /// The same, with flags for the fixture server.
     fn start_with(dir: &Path, flags: &[&str], server_flags: &[&str]) -> Self {
         let server = fixture_server();
-        let mut child = hintgate()
+        let mut command = hintgate();
+        command
             .current_dir(dir)
             .env("HINTGATE_STATE_DIR", dir.join("state"))
             .env("FIXTURE_LOG", dir.join("fixture.log"))
             .args(["run", "--listen", "127.0.0.1:0"])
             .args(flags)
             .args(["--", "python3", server.as_str()])
-            .args(server_flags)
+            .args(server_flags);
+        Self::spawn(command)
+    }
+
+    /// Runs `command` (a `hintgate run --listen ...`) and waits until it
+    /// serves.
+    pub(crate) fn spawn(mut command: std::process::Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -94,7 +102,7 @@ impl Listening {
     }
 
     /// Stops it as a signal does, and waits.
-    fn stop(mut self) -> String {
+    pub(crate) fn stop(mut self) -> String {
         let pid = self.child.id().to_string();
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &pid])
@@ -149,7 +157,7 @@ fn initialize() -> Value {
 }
 
 /// The Python SDK's `Client` over Streamable HTTP (`tests/peers/http_host.py`).
-fn sdk(dir: &Path, url: &str, token: Option<&str>, mode: &str, calls: Value) -> Value {
+pub(crate) fn sdk(dir: &Path, url: &str, token: Option<&str>, mode: &str, calls: Value) -> Value {
     sdk_with(dir, url, token, mode, calls, &[])
 }
 
@@ -181,7 +189,7 @@ fn sdk_with(
     serde_json::from_str(out.trim()).unwrap_or_else(|err| panic!("{err}: {out}"))
 }
 
-fn texts(report: &Value) -> Vec<String> {
+pub(crate) fn texts(report: &Value) -> Vec<String> {
     report["results"]
         .as_array()
         .unwrap()
@@ -191,7 +199,7 @@ fn texts(report: &Value) -> Vec<String> {
 }
 
 /// `hintgate token add NAME --scope SCOPE` on `dir/state`: the token.
-fn add_token(dir: &Path, name: &str, scope: &str) -> String {
+pub(crate) fn add_token(dir: &Path, name: &str, scope: &str) -> String {
     let state = dir.join("state").display().to_string();
     let output = run(
         dir,

@@ -260,3 +260,121 @@ vouch = true
     assert_eq!(report["results"][0]["isError"], false, "{report}");
     assert_eq!(db.rows(), 0, "the lie deletes with the writer's role");
 }
+
+/// A URL server whose two instances hold two tokens of one upstream that
+/// checks their scope (hintgate's own `--listen`, in front of the fixture
+/// server): a read goes with the read token, a write with the write token,
+/// and the host's own token reaches neither.
+#[test]
+fn a_url_server_reads_with_its_read_token_and_writes_with_its_write_token() {
+    use crate::listen::{Listening, add_token, sdk, texts};
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("up");
+    std::fs::create_dir(&up).unwrap();
+    let read_token = add_token(&up, "reader", "read");
+    let write_token = add_token(&up, "writer", "write");
+    let upstream = Listening::start(&up, &["--trust", "trusted"]);
+
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[servers.api]
+url = "{}"
+headers = {{ Authorization = "Bearer ${{API_WRITE_TOKEN}}" }}
+trust = "untrusted"
+
+[servers.api.read_only]
+headers = {{ Authorization = "Bearer ${{API_READ_TOKEN}}" }}
+vouch = true
+"#,
+            upstream.url
+        ),
+    )
+    .unwrap();
+    let host_token = add_token(dir.path(), "host", "write");
+    let mut command = hintgate();
+    command
+        .current_dir(dir.path())
+        .env("HINTGATE_STATE_DIR", dir.path().join("state"))
+        .env("API_WRITE_TOKEN", &write_token)
+        .env("API_READ_TOKEN", &read_token)
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0"]);
+    let gateway = Listening::spawn(command);
+    let report = sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&host_token),
+        "legacy",
+        json!([
+            {"name": "api__echo", "arguments": {"text": "read through the read token"}},
+            {"name": "api__write_note", "arguments": {"text": "written with the write token"}},
+        ]),
+    );
+    let answers = texts(&report);
+    assert!(
+        answers[0].contains("read through the read token"),
+        "{report}"
+    );
+    assert_eq!(answers[1], "noted", "{report}");
+    // Only the write is asked about: by this gateway, and by the upstream
+    // (its question relayed, marked as the server's).
+    let asked: Vec<&str> = report["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let ours: Vec<&&str> = asked
+        .iter()
+        .filter(|question| question.starts_with("hintgate: approve"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{report}");
+    assert!(
+        asked.iter().all(|question| question.contains("write_note")),
+        "{report}"
+    );
+    gateway.stop();
+    upstream.stop();
+
+    // The upstream saw each call under the token of its instance, and no
+    // other token: the host's is not one it knows, and would be refused.
+    let upstream_calls = log_json(&up, &[]);
+    let upstream_calls = calls(&upstream_calls);
+    let by_tool = |tool: &str| {
+        upstream_calls
+            .iter()
+            .find(|record| record["tool"] == tool)
+            .unwrap_or_else(|| panic!("{tool}: {upstream_calls:#?}"))
+    };
+    assert_eq!(by_tool("echo")["host"], "reader");
+    assert_eq!(by_tool("write_note")["host"], "writer");
+    assert!(
+        upstream_calls
+            .iter()
+            .all(|record| record["host"] == "reader" || record["host"] == "writer"),
+        "{upstream_calls:#?}"
+    );
+    // Our records: the read on the read-only instance, the write (and the
+    // continuation that carried the upstream's question) on the full one.
+    let ours = log_json(dir.path(), &[]);
+    let ours = calls(&ours);
+    let reads: Vec<_> = ours
+        .iter()
+        .filter(|record| record["tool"] == "echo")
+        .collect();
+    assert_eq!(reads.len(), 1, "{ours:#?}");
+    assert_eq!(reads[0]["instance"], "read-only");
+    assert_eq!(reads[0]["host"], "host");
+    let writes: Vec<_> = ours
+        .iter()
+        .filter(|record| record["tool"] == "write_note")
+        .collect();
+    assert!(!writes.is_empty(), "{ours:#?}");
+    assert!(
+        writes.iter().all(|record| record["instance"] == "full"),
+        "{ours:#?}"
+    );
+}
