@@ -10,7 +10,10 @@
 //!    name is not plain, or looks like another of its server's, is refused
 //!    (`hintgate_policy::name`);
 //! 3. **decide**: [`Policy::decide`] on the definition, its pin, the
-//!    session's taint and the approvals that stand; a deny ends here;
+//!    session's taint and the approvals that stand, and which instance of
+//!    its server the call goes to ([`Policy::instance`]); a deny ends here;
+//!    a call for the read-only instance waits for it to run and is refused
+//!    unless it lists the definition decided on (step 3b);
 //! 4. **validate**: the arguments against the tool's input schema;
 //! 5. **ask**, when the decision says so: a person answers through the host
 //!    (elicitation, or an input-required result) or the approval queue;
@@ -33,6 +36,7 @@
 //! only to the start of its server whose definitions were decided on.
 //!
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
+//! [`Policy::instance`]: hintgate_policy::decide::Policy::instance
 
 use hintgate_policy::config::Instance;
 use hintgate_policy::decide::{
@@ -399,6 +403,15 @@ impl Gateway {
                 }
             }
             None => return Ok(Ready::No("no such server".to_owned())),
+        }
+        // The decision took the full instance's sandbox for proof: the
+        // instance that runs the call must enforce as much.
+        let (full, own) = (self.catalog.sandbox(idx), self.catalog.sandbox(instance));
+        if (full.no_network && !own.no_network) || (full.no_writes && !own.no_writes) {
+            return Ok(Ready::No(
+                "its read-only instance's sandbox does not enforce what the full instance's does"
+                    .to_owned(),
+            ));
         }
         self.read_only_lists(instance, &cx.tool, cx.digest)?;
         cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
