@@ -128,6 +128,7 @@ fn server(
         sandbox: None,
         decide: hintgate_policy::config::ServerHook::Inherit,
         idempotency_key: None,
+        read_only: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `hintgate explain`: the policy's decision on one call, without running anything.
 
 use anyhow::{Context, Result, bail};
-use hintgate_policy::config::{self, Profile, ServerConfig, Transport, ValidConfig};
+use hintgate_policy::config::{self, Instance, Profile, ServerConfig, Transport, ValidConfig};
 use hintgate_policy::decide::{
     Call, HookAnswer, Policy, RememberOffer, Remembered, Scope, SessionState,
 };
@@ -311,6 +311,16 @@ pub fn render(explanation: &Explanation, with_prompt: bool) -> String {
         "  retry:     {}\n",
         yes_no(explanation.retry_eligible)
     ));
+    if let Some(instance) = explanation.instance {
+        let what = match instance {
+            Instance::ReadOnly => "read-only (the server's read-only credentials)",
+            Instance::Full => "full (the server's full credentials)",
+        };
+        out.push_str(&format!("  instance:  {what}\n"));
+    }
+    for caveat in &explanation.caveats {
+        out.push_str(&format!("  caveat:    {caveat}\n"));
+    }
     match explanation.remember {
         RememberOffer::NotAsked => {}
         RememberOffer::ThisCallOnly => out.push_str("  approve:   this call only\n"),

@@ -554,9 +554,32 @@ pub(crate) fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidCo
             .map_err(|err| InputError(format!("servers.{server}.{key}: {err}")))?;
         Ok(())
     };
+    let expand_transport = |server: &str, prefix: &str, transport: &mut Transport| {
+        match transport {
+            Transport::Stdio { command, args, env } => {
+                expand_one(server, &format!("{prefix}command"), command)?;
+                for arg in args.iter_mut() {
+                    expand_one(server, &format!("{prefix}args"), arg)?;
+                }
+                for (key, value) in env.iter_mut() {
+                    expand_one(server, &format!("{prefix}env.{key}"), value)?;
+                }
+            }
+            Transport::Http { url, headers } => {
+                expand_one(server, &format!("{prefix}url"), url)?;
+                for (key, value) in headers.iter_mut() {
+                    expand_one(server, &format!("{prefix}headers.{key}"), value)?;
+                }
+            }
+        }
+        Ok::<(), InputError>(())
+    };
     for (name, server) in &mut config.servers {
         let ServerConfig {
-            transport, sandbox, ..
+            transport,
+            sandbox,
+            read_only,
+            ..
         } = server;
         if let Some(sandbox) = sandbox {
             for path in sandbox.read.iter_mut() {
@@ -566,22 +589,9 @@ pub(crate) fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidCo
                 expand_one(name, "sandbox.write", path)?;
             }
         }
-        match transport {
-            Transport::Stdio { command, args, env } => {
-                expand_one(name, "command", command)?;
-                for arg in args.iter_mut() {
-                    expand_one(name, "args", arg)?;
-                }
-                for (key, value) in env.iter_mut() {
-                    expand_one(name, &format!("env.{key}"), value)?;
-                }
-            }
-            Transport::Http { url, headers } => {
-                expand_one(name, "url", url)?;
-                for (key, value) in headers.iter_mut() {
-                    expand_one(name, &format!("headers.{key}"), value)?;
-                }
-            }
+        expand_transport(name, "", transport)?;
+        if let Some(read_only) = read_only {
+            expand_transport(name, "read_only.", &mut read_only.transport)?;
         }
     }
     Ok(config)

@@ -58,6 +58,7 @@ fn world() -> World {
                 sandbox: None,
                 decide: hintgate_policy::config::ServerHook::Inherit,
                 idempotency_key: None,
+                read_only: None,
             };
             (name, config)
         })

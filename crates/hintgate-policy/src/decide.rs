@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::config::{Action, HookConfig, Profile, ServerConfig, ValidConfig};
+use crate::config::{Action, HookConfig, Instance, Profile, ServerConfig, ValidConfig};
 use crate::pin::PinStatus;
 use crate::reason::{Reason, ReasonCode};
 use crate::tool::{EffectiveHints, HintAssessment, SandboxProof, Tool, Trust};
@@ -249,11 +249,35 @@ impl Policy {
         sandbox: SandboxProof,
     ) -> Option<HintAssessment> {
         let server = self.server(server)?;
-        Some(EffectiveHints::derive(
-            tool.declared(),
-            server.trust,
-            sandbox,
-        ))
+        Some(assessment_of(server, tool, sandbox))
+    }
+
+    /// Which instance of its server a call of `tool` goes to: the
+    /// read-only one for a server with a `read_only` table and a tool the
+    /// decision treats as read-only (declared so by a trusted server,
+    /// proven by a sandbox, or claimed by an untrusted one), whether or not
+    /// the credentials are vouched for; the full one otherwise (and for a
+    /// server that is not configured).
+    ///
+    /// A tool that vouched credentials make read-only always goes to the
+    /// read-only instance: the proof holds only there.
+    pub fn instance(&self, server: &str, tool: &Tool, sandbox: SandboxProof) -> Instance {
+        let Some(config) = self.server(server) else {
+            return Instance::Full;
+        };
+        if config.read_only.is_none() {
+            return Instance::Full;
+        }
+        let declared = tool.declared();
+        let read = declared.claims_read_only()
+            || EffectiveHints::derive(declared, config.trust, sandbox)
+                .effective
+                .read_only;
+        if read {
+            Instance::ReadOnly
+        } else {
+            Instance::Full
+        }
     }
 
     /// Decides one call, following design §4.2 step by step:
@@ -275,7 +299,7 @@ impl Policy {
         let Some(server) = self.server(call.server) else {
             return Decision::deny(ReasonCode::UnknownServer);
         };
-        let assessment = EffectiveHints::derive(call.tool.declared(), server.trust, call.sandbox);
+        let assessment = assessment_of(server, call.tool, call.sandbox);
         let rules = self.rule_matches(call.server, &call.tool.name);
         let mut decision = match self.before_hook(call, &rules, &assessment, server.trust) {
             Some(Settled::Final(decision)) => return decision,
@@ -310,7 +334,7 @@ impl Policy {
     pub fn hook_so_far(&self, call: &Call<'_>) -> Option<Decision> {
         self.hook_for(call.server)?;
         let server = self.server(call.server)?;
-        let assessment = EffectiveHints::derive(call.tool.declared(), server.trust, call.sandbox);
+        let assessment = assessment_of(server, call.tool, call.sandbox);
         let rules = self.rule_matches(call.server, &call.tool.name);
         if self
             .before_hook(call, &rules, &assessment, server.trust)
@@ -498,6 +522,9 @@ impl Policy {
             if assessment.sandbox_confined {
                 reasons.push(Reason::new(ReasonCode::SandboxConfined));
             }
+            if assessment.read_only_credentials {
+                reasons.push(Reason::new(ReasonCode::ReadOnlyCredentials));
+            }
             return Decision {
                 verdict: Verdict::Allow,
                 reasons,
@@ -553,7 +580,7 @@ impl Policy {
         if rules.deny.is_some() {
             return false;
         }
-        let assessment = EffectiveHints::derive(tool.declared(), config.trust, sandbox);
+        let assessment = assessment_of(config, tool, sandbox);
         if scope == Scope::Read && !assessment.effective.read_only {
             return false;
         }
@@ -575,7 +602,7 @@ impl Policy {
         let Some(config) = self.server(server) else {
             return false;
         };
-        let effective = EffectiveHints::derive(tool.declared(), config.trust, sandbox).effective;
+        let effective = assessment_of(config, tool, sandbox).effective;
         config.trust == Trust::Trusted && (effective.read_only || effective.idempotent)
     }
 
@@ -613,6 +640,16 @@ impl Policy {
         }
         found
     }
+}
+
+/// The effective hints of a tool of `server`: its trust, what its sandbox
+/// proves and what its vouched read-only credentials prove.
+pub(crate) fn assessment_of(
+    server: &ServerConfig,
+    tool: &Tool,
+    sandbox: SandboxProof,
+) -> HintAssessment {
+    EffectiveHints::derive_with(tool.declared(), server.trust, sandbox, server.credentials())
 }
 
 /// The decision hook's own decision, or its failure, with its words.

@@ -55,6 +55,10 @@ pub enum DiagCode {
     CollidingServerNames,
     /// Two servers whose names look the same (`Docs` and `docs`).
     LookAlikeServerNames,
+    /// A `[servers.NAME.read_only]` table that overrides nothing of how
+    /// the server is reached: its instance would run with the same
+    /// credentials as the full one.
+    ReadOnlyUnchanged,
 }
 
 /// One problem in a configuration.
@@ -103,7 +107,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -121,6 +125,7 @@ impl DiagCode {
         Self::BadPointer,
         Self::CollidingServerNames,
         Self::LookAlikeServerNames,
+        Self::ReadOnlyUnchanged,
     ];
 
     /// The stable kebab-case code.
@@ -143,6 +148,7 @@ impl DiagCode {
             Self::BadPointer => "bad-pointer",
             Self::CollidingServerNames => "colliding-server-names",
             Self::LookAlikeServerNames => "look-alike-server-names",
+            Self::ReadOnlyUnchanged => "read-only-unchanged",
         }
     }
 }

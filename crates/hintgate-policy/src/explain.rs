@@ -6,6 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::config::{Instance, Transport};
 use crate::decide::{Call, Decision, HookAnswer, Policy, RememberOffer, SessionState, Verdict};
 use crate::pin::{FieldChange, PinDigest, PinStatus, diff};
 use crate::prompt::PromptInput;
@@ -64,6 +65,13 @@ pub struct Explanation {
     pub remember: RememberOffer,
     /// Whether a failed call may be retried automatically.
     pub retry_eligible: bool,
+    /// Which instance of its server the call goes to; absent for a server
+    /// without a read-only instance (every call goes to its only one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<Instance>,
+    /// What the proofs the decision relies on do not cover, in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub caveats: Vec<String>,
     /// How the definition compares with its pin.
     pub pin: PinStatus,
     /// The pin digest of the definition (absent for an invalid definition).
@@ -180,6 +188,11 @@ pub fn explain(policy: &Policy, input: &ExplainInput<'_>) -> Explanation {
         visible: policy.visible_to(input.server, &tool, input.sandbox, input.session.scope),
         remember: decision.remember,
         retry_eligible: policy.retry_eligible(input.server, &tool, input.sandbox),
+        instance: policy
+            .server(input.server)
+            .filter(|server| server.read_only.is_some())
+            .map(|_| policy.instance(input.server, &tool, input.sandbox)),
+        caveats: caveats(policy, input.server),
         pin,
         pin_digest: Some(PinDigest::of(&tool)),
         changes,
@@ -228,6 +241,8 @@ fn invalid(input: &ExplainInput<'_>, trust: Trust, error: String) -> Explanation
         visible: false,
         remember: RememberOffer::NotAsked,
         retry_eligible: false,
+        instance: None,
+        caveats: Vec::new(),
         pin: input.pin,
         pin_digest: None,
         changes: Vec::new(),
@@ -236,6 +251,24 @@ fn invalid(input: &ExplainInput<'_>, trust: Trust, error: String) -> Explanation
         invalid_definition: Some(error),
         hook: None,
     }
+}
+
+/// What the proofs of a server's configuration do not cover: vouched
+/// read-only credentials guard what they reach (a database, an API), and
+/// nothing else; a stdio server without a sandbox can still write the
+/// files of this machine.
+fn caveats(policy: &Policy, server: &str) -> Vec<String> {
+    let Some(config) = policy.server(server) else {
+        return Vec::new();
+    };
+    let vouched = config.credentials().read_only;
+    let local = matches!(config.transport, Transport::Stdio { .. });
+    if vouched && local && config.sandbox.is_none() {
+        return vec![format!(
+            "server `{server}` runs its read-only instance with credentials vouched for, and no sandbox: the credentials refuse the writes they guard, but nothing stops it writing the files of this machine or reaching elsewhere; add a `[servers.{server}.sandbox]` table"
+        )];
+    }
+    Vec::new()
 }
 
 fn details(policy: &Policy, decision: &Decision) -> Vec<ReasonDetail> {

@@ -13,6 +13,7 @@
 
 use serde_json::Value;
 
+use crate::config::Instance;
 use crate::decide::{Decision, Policy};
 use crate::pin::FieldChange;
 use crate::reason::ReasonCode;
@@ -60,7 +61,18 @@ impl Policy {
             .or_else(|| config.map(|server| server.identity()))
             .unwrap_or_else(|| "unknown".to_owned());
         let declared = input.tool.declared();
-        let assessment = crate::tool::EffectiveHints::derive(declared, trust, input.sandbox);
+        let assessment = match config {
+            Some(server) => crate::decide::assessment_of(server, input.tool, input.sandbox),
+            None => crate::tool::EffectiveHints::derive(declared, trust, input.sandbox),
+        };
+        let instance = config
+            .filter(|server| server.read_only.is_some())
+            .map(|server| {
+                (
+                    self.instance(input.server, input.tool, input.sandbox),
+                    server.credentials().read_only,
+                )
+            });
         // The reason that settled the ask, and the decision hook's words
         // wherever they are among the reasons (a paid label asks although
         // the hook allowed).
@@ -84,6 +96,7 @@ impl Policy {
             identity,
             why,
             risks,
+            instance,
         }
     }
 
@@ -118,6 +131,7 @@ impl Policy {
             "why": why,
             "risks": facts.risks,
             "changes": input.changes,
+            "instance": facts.instance.map(|(instance, _)| instance.as_str()),
         })
     }
 
@@ -139,6 +153,18 @@ impl Policy {
             escape_line(input.server),
             escape_line(identity)
         ));
+        if let Some((instance, vouched)) = facts.instance {
+            let what = match (instance, vouched) {
+                (Instance::ReadOnly, true) => {
+                    "read-only (runs with the server's read-only credentials, which the configuration vouches cannot change anything)"
+                }
+                (Instance::ReadOnly, false) => {
+                    "read-only (runs with the server's read-only credentials; not vouched for, so nothing is taken as proven)"
+                }
+                (Instance::Full, _) => "full (runs with the server's full credentials)",
+            };
+            out.push_str(&format!("  instance:  {what}\n"));
+        }
         match input.previous_identity {
             Some("") => out.push_str(
                 "  changed:   the server's identity changed since its tools were pinned (its environment, its headers or the capabilities hintgate declares to it)\n",
@@ -211,6 +237,9 @@ struct Facts {
     identity: String,
     why: Vec<(&'static str, Option<String>)>,
     risks: Vec<String>,
+    /// For a server with a read-only instance: where the call goes, and
+    /// whether its credentials are vouched for.
+    instance: Option<(Instance, bool)>,
 }
 
 /// One line per risk, phrased as a claim for an untrusted server.
@@ -235,30 +264,36 @@ fn risk_lines(
             (
                 declared.read_only == Some(true),
                 effective.read_only,
+                true,
                 "the server says this tool only reads",
             ),
             (
                 declared.destructive == Some(false),
                 !effective.destructive,
+                true,
                 "the server says this tool never deletes or overwrites",
             ),
             (
                 declared.open_world == Some(false),
                 !effective.open_world,
+                false,
                 "the server says this tool stays on this machine",
             ),
             (
                 declared.idempotent == Some(true),
                 effective.idempotent,
+                true,
                 "the server says repeating this call has no extra effect",
             ),
         ];
-        for (claimed, proven, text) in claims {
+        for (claimed, proven, by_credentials, text) in claims {
             if claimed {
-                let note = if proven {
-                    "its sandbox makes it so"
-                } else {
+                let note = if !proven {
                     "unverified"
+                } else if by_credentials && assessment.read_only_credentials {
+                    "its vouched read-only credentials make it so"
+                } else {
+                    "its sandbox makes it so"
                 };
                 lines.push(format!("{text} ({note})"));
             }
@@ -296,6 +331,12 @@ fn risk_lines(
     }
     if assessment.sandbox_confined {
         lines.push("a sandbox enforces limits on this server whatever it claims".to_owned());
+    }
+    if assessment.read_only_credentials {
+        lines.push(
+            "the call runs with read-only credentials: a write it tries is refused where they are checked, whatever the server claims"
+                .to_owned(),
+        );
     }
     lines
 }

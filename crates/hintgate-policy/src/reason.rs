@@ -43,6 +43,11 @@ pub enum ReasonCode {
     OpenWorld,
     /// A sandbox proves a property whatever the server says.
     SandboxConfined,
+    /// The tool claims to only read and runs on the server's read-only
+    /// instance, whose credentials the configuration vouches can change
+    /// nothing (`vouch = true`): a write it makes is refused where the
+    /// credentials are checked, whatever the server claims.
+    ReadOnlyCredentials,
     /// The server is not in the configuration.
     UnknownServer,
     /// The server sent a definition that is not a valid tool.
@@ -89,6 +94,10 @@ pub enum ReasonCode {
     /// by another host, by a call still running, or by one whose outcome is
     /// unknown; it is not sent (given by the gateway).
     IdempotencyConflict,
+    /// The server's read-only instance does not list the tool with the
+    /// definition decided on (the full instance's), so the call is not sent
+    /// to it (given by the gateway).
+    ReadOnlyInstanceDiffers,
 }
 
 /// One reason of a decision: a code, and the rule it came from where one did.
@@ -104,7 +113,7 @@ pub struct Reason {
 
 impl ReasonCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 33] = [
+    pub const ALL: [Self; 35] = [
         Self::RuleDeny,
         Self::DefinitionChanged,
         Self::RuleAsk,
@@ -122,6 +131,7 @@ impl ReasonCode {
         Self::Destructive,
         Self::OpenWorld,
         Self::SandboxConfined,
+        Self::ReadOnlyCredentials,
         Self::UnknownServer,
         Self::InvalidDefinition,
         Self::InternalError,
@@ -138,6 +148,7 @@ impl ReasonCode {
         Self::HookFailed,
         Self::Paid,
         Self::IdempotencyConflict,
+        Self::ReadOnlyInstanceDiffers,
     ];
 
     /// The stable kebab-case code.
@@ -160,6 +171,7 @@ impl ReasonCode {
             Self::Destructive => "destructive",
             Self::OpenWorld => "open-world",
             Self::SandboxConfined => "sandbox-confined",
+            Self::ReadOnlyCredentials => "read-only-credentials",
             Self::UnknownServer => "unknown-server",
             Self::InvalidDefinition => "invalid-definition",
             Self::InternalError => "internal-error",
@@ -176,6 +188,7 @@ impl ReasonCode {
             Self::HookFailed => "hook-failed",
             Self::Paid => "paid",
             Self::IdempotencyConflict => "idempotency-conflict",
+            Self::ReadOnlyInstanceDiffers => "read-only-instance-differs",
         }
     }
 
@@ -209,6 +222,9 @@ impl ReasonCode {
             Self::Destructive => "the tool may delete or overwrite data",
             Self::OpenWorld => "the tool may reach outside this machine",
             Self::SandboxConfined => "a sandbox enforces what the tool can reach",
+            Self::ReadOnlyCredentials => {
+                "the tool runs with read-only credentials the configuration vouches for, which refuse any write"
+            }
             Self::UnknownServer => "the server is not in the configuration",
             Self::InvalidDefinition => "the server sent a tool definition that is not valid",
             Self::InternalError => "an internal problem occurred while deciding",
@@ -238,6 +254,9 @@ impl ReasonCode {
             Self::Paid => "a label marks this tool as paid: every call is asked about",
             Self::IdempotencyConflict => {
                 "the call's idempotency key was used before, and the call must not run twice"
+            }
+            Self::ReadOnlyInstanceDiffers => {
+                "the server's read-only instance does not list this tool as the full instance does"
             }
         }
     }

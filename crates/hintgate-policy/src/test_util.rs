@@ -102,6 +102,12 @@ pub struct Expect {
     pub changed_fields: Option<Vec<String>>,
     /// The decision hook's words, on the reason they belong to.
     pub hook_note: Option<String>,
+    /// Which instance the call goes to (`full` or `read-only`); checked
+    /// also when absent: a server without a read-only instance has none.
+    pub instance: Option<String>,
+    /// Texts a caveat must contain; when empty, no caveat may be given.
+    #[serde(default)]
+    pub caveat_contains: Vec<String>,
     /// Texts the prompt must contain.
     #[serde(default)]
     pub prompt_contains: Vec<String>,
@@ -354,6 +360,10 @@ impl Case {
         if let Some(pin) = &expect.pin {
             field("pin", Value::from(pin.clone()));
         }
+        field(
+            "instance",
+            expect.instance.clone().map_or(Value::Null, Value::from),
+        );
         if let Some(effective) = &expect.effective {
             let found = got.get("effective").and_then(Value::as_object);
             for (hint, want) in effective {
@@ -392,6 +402,21 @@ impl Case {
                 .unwrap_or_default();
             if found != [note.as_str()] {
                 problems.push(format!("hook note: expected {note:?}, got {found:?}"));
+            }
+        }
+        let caveats: Vec<&str> = got
+            .get("caveats")
+            .and_then(Value::as_array)
+            .map(|caveats| caveats.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if expect.caveat_contains.is_empty() && !caveats.is_empty() {
+            problems.push(format!("caveats: expected none, got {caveats:?}"));
+        }
+        for text in &expect.caveat_contains {
+            if !caveats.iter().any(|caveat| caveat.contains(text.as_str())) {
+                problems.push(format!(
+                    "caveats: expected one to contain {text:?}, got {caveats:?}"
+                ));
             }
         }
         let prompt = got.get("prompt").and_then(Value::as_str);

@@ -162,6 +162,18 @@ pub struct SandboxProof {
     pub no_writes: bool,
 }
 
+/// What a server's read-only instance proves, whatever the server says:
+/// only what the configuration vouches (`vouch = true` in
+/// `[servers.NAME.read_only]`), never what the server claims.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CredentialProof {
+    /// A call that goes to the read-only instance runs with credentials
+    /// that cannot change anything the server reaches through them: a tool
+    /// that claims to only read is sent there, and its writes, if the claim
+    /// is a lie, are refused where the credentials are checked.
+    pub read_only: bool,
+}
+
 /// Effective hints together with the facts that shaped them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HintAssessment {
@@ -173,6 +185,9 @@ pub struct HintAssessment {
     pub missing: bool,
     /// A sandbox proof changed at least one effective hint.
     pub sandbox_confined: bool,
+    /// Vouched read-only credentials changed at least one effective hint
+    /// (beyond what the sandbox proves).
+    pub read_only_credentials: bool,
 }
 
 // === impl Tool ===
@@ -285,6 +300,13 @@ impl DeclaredHints {
     pub fn is_contradictory(&self) -> bool {
         self.read_only == Some(true) && self.destructive == Some(true)
     }
+
+    /// The tool claims to only read: `readOnlyHint` is `true` and the
+    /// claim does not contradict itself (a tool that also says it is
+    /// destructive claims nothing one way only).
+    pub fn claims_read_only(&self) -> bool {
+        self.read_only == Some(true) && !self.is_contradictory()
+    }
 }
 
 // === impl EffectiveHints ===
@@ -311,6 +333,23 @@ impl EffectiveHints {
     ///   no network and no writes prove the server cannot change anything outside
     ///   its own process (read-only, non-destructive, idempotent).
     pub fn derive(declared: DeclaredHints, trust: Trust, sandbox: SandboxProof) -> HintAssessment {
+        Self::derive_with(declared, trust, sandbox, CredentialProof::default())
+    }
+
+    /// As [`EffectiveHints::derive`], with what vouched read-only
+    /// credentials prove: a tool that claims to only read
+    /// ([`DeclaredHints::claims_read_only`]) runs on the read-only
+    /// instance, so it is read-only (and so non-destructive and
+    /// idempotent) whatever the server's trust. Nothing else changes: a
+    /// tool that does not claim to only read goes to the full instance, and
+    /// a read still reaches whatever the credentials let it read (the open
+    /// world is not closed).
+    pub fn derive_with(
+        declared: DeclaredHints,
+        trust: Trust,
+        sandbox: SandboxProof,
+        credentials: CredentialProof,
+    ) -> HintAssessment {
         let contradictory = declared.is_contradictory();
         let base = match trust {
             Trust::Untrusted => Self::CAUTIOUS,
@@ -339,11 +378,21 @@ impl EffectiveHints {
             effective.destructive = false;
             effective.idempotent = true;
         }
+        let sandboxed = effective;
+        // INVARIANT: only the configuration's vouch makes a claim true, and
+        // only for a tool that claims to only read, which is sent to the
+        // read-only instance (`Policy::instance`).
+        if credentials.read_only && declared.claims_read_only() {
+            effective.read_only = true;
+            effective.destructive = false;
+            effective.idempotent = true;
+        }
         HintAssessment {
             effective,
             contradictory,
             missing: declared.is_empty(),
-            sandbox_confined: effective != base,
+            sandbox_confined: sandboxed != base,
+            read_only_credentials: effective != sandboxed,
         }
     }
 }
@@ -360,6 +409,7 @@ impl HintAssessment {
             (self.effective.destructive, ReasonCode::Destructive),
             (self.effective.open_world, ReasonCode::OpenWorld),
             (self.sandbox_confined, ReasonCode::SandboxConfined),
+            (self.read_only_credentials, ReasonCode::ReadOnlyCredentials),
         ]
         .into_iter()
         .filter_map(|(applies, code)| applies.then_some(code))
@@ -458,5 +508,30 @@ mod tests {
         );
         assert!(a.effective.read_only && !a.effective.open_world && !a.effective.destructive);
         assert!(a.sandbox_confined);
+    }
+
+    #[test]
+    fn vouched_credentials_make_a_read_only_claim_true_and_nothing_else() {
+        let vouched = CredentialProof { read_only: true };
+        let claim = hints(Some(true), None, None, None);
+        let a =
+            EffectiveHints::derive_with(claim, Trust::Untrusted, SandboxProof::default(), vouched);
+        assert!(a.effective.read_only && !a.effective.destructive && a.effective.idempotent);
+        assert!(a.effective.open_world, "a read still reaches the world");
+        assert!(a.read_only_credentials && !a.sandbox_confined);
+        for other in [
+            hints(None, None, None, None),
+            hints(Some(false), None, None, None),
+            hints(Some(true), Some(true), None, None),
+        ] {
+            let a = EffectiveHints::derive_with(
+                other,
+                Trust::Untrusted,
+                SandboxProof::default(),
+                vouched,
+            );
+            assert_eq!(a.effective, EffectiveHints::CAUTIOUS, "{other:?}");
+            assert!(!a.read_only_credentials);
+        }
     }
 }

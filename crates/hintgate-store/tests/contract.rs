@@ -169,6 +169,7 @@ fn server_keys_hide_secrets_but_change_with_them() {
         sandbox: None,
         decide: hintgate_policy::config::ServerHook::Inherit,
         idempotency_key: None,
+        read_only: None,
     };
     let caps = json!({"elicitation": {}});
     let key = hintgate_store::server_key(&server("secret-1"), &json!(null), &caps, b"salt");

@@ -126,3 +126,56 @@ fn issue_11_servers_whose_tool_names_collide_are_refused() {
     assert!(text.contains("--> hintgate.toml:4:10"), "{text}");
     assert!(text.contains("`docs` is at line 1"), "{text}");
 }
+
+#[test]
+fn a_read_only_table_is_checked_like_any_server_table() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ro.toml"),
+        "[servers.db]\ncommand = \"npx\"\nargs = [\"pg\", \"${DB_WRITER_URL}\"]\n\n[servers.db.read_only]\nargs = [\"pg\", \"${DB_READER_URL}\"]\nvouched = true\n\n[servers.same]\ncommand = \"npx\"\nargs = [\"pg\", \"${DB_WRITER_URL}\"]\n\n[servers.same.read_only]\nvouch = true\n",
+    )
+    .unwrap();
+    let output = crate::util::hintgate()
+        .current_dir(dir.path())
+        .args(["config", "check", "--json", "ro.toml"])
+        .env("DB_WRITER_URL", "postgres://writer@db/app")
+        .env_remove("DB_READER_URL")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 64, "{}", stdout(&output));
+    let diagnostics: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let found: Vec<(String, String, u64)> = diagnostics
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|diagnostic| {
+            (
+                diagnostic["code"].as_str().unwrap_or_default().to_owned(),
+                diagnostic["key"].as_str().unwrap_or_default().to_owned(),
+                diagnostic["line"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "unset-variable".to_owned(),
+                "servers.db.read_only.args[1]".to_owned(),
+                6
+            ),
+            (
+                "unknown-key".to_owned(),
+                "servers.db.read_only.vouched".to_owned(),
+                7
+            ),
+            (
+                "read-only-unchanged".to_owned(),
+                "servers.same.read_only".to_owned(),
+                13
+            ),
+        ],
+        "{}",
+        stdout(&output)
+    );
+}

@@ -201,6 +201,19 @@ fn the_gateway_enforces_the_corpus_decisions() {
                 for key in ["command", "args", "url", "headers", "env"] {
                     only.remove(key);
                 }
+                // A read-only instance is the same fixture, reached with an
+                // environment of its own (so it lists the same definition).
+                if let Some(read_only) = only
+                    .get_mut("read_only")
+                    .and_then(toml::Value::as_table_mut)
+                {
+                    let vouch = read_only.get("vouch").cloned().unwrap_or(false.into());
+                    read_only.clear();
+                    let mut env = toml::Table::new();
+                    env.insert("FIXTURE_INSTANCE".into(), "read-only".into());
+                    read_only.insert("env".into(), toml::Value::Table(env));
+                    read_only.insert("vouch".into(), vouch);
+                }
                 only.insert("command".into(), "python3".into());
                 only.insert(
                     "args".into(),

@@ -199,3 +199,60 @@ fn usage_errors_exit_64_and_help_lists_the_exit_codes() {
         .unwrap();
     assert_eq!(code(&conflicting), 64);
 }
+
+#[test]
+fn explain_shows_the_instance_and_that_a_vouched_server_has_no_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        "[servers.db]\ncommand = \"npx\"\nargs = [\"pg\", \"${W}\"]\n\n[servers.db.read_only]\nargs = [\"pg\", \"${R}\"]\nvouch = true\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("read.json"),
+        r#"{"name":"count","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("write.json"),
+        r#"{"name":"run_sql","inputSchema":{"type":"object"}}"#,
+    )
+    .unwrap();
+    let explain = |tool: &str| {
+        run(
+            dir.path(),
+            &[
+                "explain",
+                "--config",
+                "hintgate.toml",
+                "--server",
+                "db",
+                "--tool",
+                tool,
+            ],
+        )
+    };
+    let read = explain("read.json");
+    assert_eq!(code(&read), 0, "{}", stderr(&read));
+    let text = stdout(&read);
+    for expected in [
+        "verdict:   allow",
+        "read-only-credentials: the tool runs with read-only credentials",
+        "instance:  read-only (the server's read-only credentials)",
+        "caveat:    server `db` runs its read-only instance with credentials vouched for, and no sandbox",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    let write = explain("write.json");
+    let text = stdout(&write);
+    assert!(text.contains("verdict:   ask"), "{text}");
+    assert!(
+        text.contains("instance:  full (the server's full credentials)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| hintgate: approve this tool call?"),
+        "{text}"
+    );
+    assert!(text.contains("|   instance:  full"), "{text}");
+}

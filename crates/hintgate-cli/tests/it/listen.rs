@@ -15,17 +15,17 @@ use crate::peers::venv_bin;
 use crate::util::{code, hintgate, http, log_json, run, stdout};
 
 /// A gateway serving HTTP hosts, its stderr collected.
-struct Listening {
+pub(crate) struct Listening {
     child: Child,
     /// `http://127.0.0.1:PORT/mcp`
-    url: String,
+    pub(crate) url: String,
     log: Arc<Mutex<String>>,
 }
 
 impl Listening {
     /// `hintgate run --listen 127.0.0.1:0 FLAGS -- python3 fixture_server.py`
     /// with its state in `dir/state`.
-    fn start(dir: &Path, flags: &[&str]) -> Self {
+    pub(crate) fn start(dir: &Path, flags: &[&str]) -> Self {
         Self::start_with(dir, flags, &[])
     }
 
@@ -46,16 +46,24 @@ impl Listening {
             .collect();
         args.push("--".to_owned());
         args.extend_from_slice(command);
-        Self::spawn(dir, &args)
+        Self::spawn_args(dir, &args)
     }
 
-    /// `hintgate ARGS`, which is to serve HTTP.
-    fn spawn(dir: &Path, args: &[String]) -> Self {
-        let mut child = hintgate()
+    /// `hintgate ARGS` in `dir`, which is to serve HTTP.
+    fn spawn_args(dir: &Path, args: &[String]) -> Self {
+        let mut command = hintgate();
+        command
             .current_dir(dir)
             .env("HINTGATE_STATE_DIR", dir.join("state"))
             .env("FIXTURE_LOG", dir.join("fixture.log"))
-            .args(args)
+            .args(args);
+        Self::spawn(command)
+    }
+
+    /// Runs `command` (a `hintgate run --listen ...`) and waits until it
+    /// serves.
+    pub(crate) fn spawn(mut command: std::process::Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -110,7 +118,7 @@ impl Listening {
     }
 
     /// Stops it as a signal does, and waits.
-    fn stop(mut self) -> String {
+    pub(crate) fn stop(mut self) -> String {
         let pid = self.child.id().to_string();
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &pid])
@@ -165,7 +173,7 @@ fn initialize() -> Value {
 }
 
 /// The Python SDK's `Client` over Streamable HTTP (`tests/peers/http_host.py`).
-fn sdk(dir: &Path, url: &str, token: Option<&str>, mode: &str, calls: Value) -> Value {
+pub(crate) fn sdk(dir: &Path, url: &str, token: Option<&str>, mode: &str, calls: Value) -> Value {
     sdk_with(dir, url, token, mode, calls, &[])
 }
 
@@ -197,7 +205,7 @@ fn sdk_with(
     serde_json::from_str(out.trim()).unwrap_or_else(|err| panic!("{err}: {out}"))
 }
 
-fn texts(report: &Value) -> Vec<String> {
+pub(crate) fn texts(report: &Value) -> Vec<String> {
     report["results"]
         .as_array()
         .unwrap()
@@ -207,7 +215,7 @@ fn texts(report: &Value) -> Vec<String> {
 }
 
 /// `hintgate token add NAME --scope SCOPE` on `dir/state`: the token.
-fn add_token(dir: &Path, name: &str, scope: &str) -> String {
+pub(crate) fn add_token(dir: &Path, name: &str, scope: &str) -> String {
     let state = dir.join("state").display().to_string();
     let output = run(
         dir,
@@ -1353,7 +1361,7 @@ fn the_listen_table_of_the_configuration_serves_http_with_its_oauth_settings() {
     )
     .unwrap();
     // No `--listen`: the file's table makes the gateway listen.
-    let gateway = Listening::spawn(
+    let gateway = Listening::spawn_args(
         dir.path(),
         &[
             "run".to_owned(),

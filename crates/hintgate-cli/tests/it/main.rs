@@ -26,6 +26,7 @@ mod listen;
 mod packaging;
 mod peers;
 mod pinning;
+mod read_only;
 mod sandbox;
 mod scan;
 mod soak;

@@ -38,12 +38,19 @@ fn hintgate_path() -> String {
 /// Runs one of the Python SDK scripts in `tests/peers` with a JSON spec and
 /// returns the JSON report it prints.
 fn run_python(dir: &Path, script: &str, spec: &Value) -> Value {
+    run_python_with(dir, script, spec, &[])
+}
+
+/// [`run_python`], with more environment for the host (and so for the
+/// gateway it starts).
+fn run_python_with(dir: &Path, script: &str, spec: &Value, env: &[(&str, &str)]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/peers")
         .join(script);
     let output = Command::new(venv_bin("python"))
         .current_dir(dir)
         .env("HINTGATE_STATE_DIR", dir.join("state"))
+        .envs(env.iter().copied())
         .arg(script)
         .arg(spec.to_string())
         .output()
@@ -63,6 +70,22 @@ fn sdk_host(dir: &Path, command: &[String], answer: Option<&str>, calls: Value) 
         dir,
         "sdk_host.py",
         &json!({"command": command, "answer": answer, "calls": calls}),
+    )
+}
+
+/// [`sdk_host`], with more environment for the gateway it starts.
+pub(crate) fn sdk_host_with_env(
+    dir: &Path,
+    command: &[String],
+    answer: Option<&str>,
+    calls: Value,
+    env: &[(&str, &str)],
+) -> Value {
+    run_python_with(
+        dir,
+        "sdk_host.py",
+        &json!({"command": command, "answer": answer, "calls": calls}),
+        env,
     )
 }
 

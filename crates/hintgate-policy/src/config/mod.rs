@@ -205,6 +205,37 @@ pub struct ServerConfig {
     /// (`idempotency_key`, default `"idempotency_key"`); `None` when the
     /// server's keys are not handled (`idempotency_key = false`).
     pub idempotency_key: Option<String>,
+    /// A second instance of the server, with credentials that can only
+    /// read, for the calls that only read (`[servers.NAME.read_only]`).
+    pub read_only: Option<ReadOnlyConfig>,
+}
+
+/// A `[servers.NAME.read_only]` table: how to reach a second instance of
+/// the server whose credentials (a database role, a token's scopes) can
+/// only read. Every call the decision treats as read-only goes to it; every
+/// other call goes to the server's own (full) instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReadOnlyConfig {
+    /// How to reach the instance: the server's transport with what the
+    /// table overrides (`command` and `args` of a stdio server, and `url`,
+    /// replaced; `env` of a stdio server and `headers` of a URL server,
+    /// merged by name).
+    pub transport: Transport,
+    /// The user vouches that these credentials cannot change anything the
+    /// server can reach (`vouch = true`): a tool that claims to only read,
+    /// even on an untrusted server, is then effectively read-only.
+    pub vouch: bool,
+}
+
+/// Which instance of a server a call goes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Instance {
+    /// The server's own, with its full credentials (every server has one).
+    #[default]
+    Full,
+    /// The instance of `[servers.NAME.read_only]`.
+    ReadOnly,
 }
 
 /// How the gateway reaches a server. Strings may hold `${VAR}` references,
@@ -326,6 +357,7 @@ impl ValidConfig {
             sandbox: None,
             decide: ServerHook::Inherit,
             idempotency_key: Some(DEFAULT_IDEMPOTENCY_KEY.to_owned()),
+            read_only: None,
         };
         Self {
             gateway: GatewaySettings {
@@ -382,6 +414,38 @@ impl ServerConfig {
     /// globs names those tools only.
     pub fn serves_private_data(&self) -> bool {
         self.private_data == PrivateData::All
+    }
+
+    /// What the read-only instance proves: a vouched one refuses the writes
+    /// of every call sent to it (nothing without a vouched instance).
+    pub fn credentials(&self) -> crate::tool::CredentialProof {
+        crate::tool::CredentialProof {
+            read_only: self.read_only.as_ref().is_some_and(|table| table.vouch),
+        }
+    }
+
+    /// The configuration of the read-only instance as a server of its own
+    /// (the same name, trust and sandbox; its transport), for whatever
+    /// starts or connects it; `None` without a `read_only` table.
+    pub fn read_only_instance(&self) -> Option<ServerConfig> {
+        let table = self.read_only.as_ref()?;
+        Some(Self {
+            transport: table.transport.clone(),
+            read_only: None,
+            ..self.clone()
+        })
+    }
+}
+
+// === impl Instance ===
+
+impl Instance {
+    /// The instance as the audit log and `hintgate explain` name it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::ReadOnly => "read-only",
+        }
     }
 }
 

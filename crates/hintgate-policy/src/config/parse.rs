@@ -13,8 +13,8 @@ use toml::de::{DeArray, DeString, DeTable, DeValue};
 
 use super::{
     Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, GatewaySettings, HookConfig,
-    HookMode, Label, ListenSettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig,
-    ServerHook, Transport, ValidConfig,
+    HookMode, Label, ListenSettings, PrivateData, Profile, ReadOnlyConfig, Rule, SandboxConfig,
+    ServerConfig, ServerHook, Transport, ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -75,7 +75,9 @@ const SERVER_KEYS: &[&str] = &[
     "decide_command_mode",
     "decide_timeout_ms",
     "idempotency_key",
+    "read_only",
 ];
+const READ_ONLY_KEYS: &[&str] = &["command", "args", "env", "url", "headers", "vouch"];
 const SANDBOX_KEYS: &[&str] = &[
     "read",
     "write",
@@ -711,6 +713,16 @@ impl Walker<'_> {
             },
             None => None,
         };
+        let read_only_table = match entry(table, "read_only") {
+            Some((key, value)) => match value.get_ref() {
+                DeValue::Table(read_only) => Some((key.span(), read_only)),
+                other => {
+                    self.wrong_value_type(value, &join(path, "read_only"), "a table", other);
+                    None
+                }
+            },
+            None => None,
+        };
 
         let transport = match (command, url) {
             (Some((command, command_span)), None) => {
@@ -767,15 +779,104 @@ impl Walker<'_> {
                 None
             }
         };
+        let transport = transport?;
+        let read_only = read_only_table.and_then(|(span, read_only)| {
+            self.read_only(name, read_only, &join(path, "read_only"), &transport, span)
+        });
         Some(ServerConfig {
             name: name.to_owned(),
-            transport: transport?,
+            transport,
             trust,
             private_data,
             sandbox,
             decide,
             idempotency_key,
+            read_only,
         })
+    }
+
+    /// A `[servers.NAME.read_only]` table: the server's transport with
+    /// what the table overrides, and whether the user vouches for it.
+    fn read_only(
+        &mut self,
+        name: &str,
+        table: &DeTable<'_>,
+        path: &str,
+        base: &Transport,
+        span: Range<usize>,
+    ) -> Option<ReadOnlyConfig> {
+        self.check_keys(table, path, READ_ONLY_KEYS);
+        let vouch = self.boolean(table, path, "vouch").unwrap_or(false);
+        let transport = match base {
+            Transport::Stdio { command, args, env } => {
+                for url_only in ["url", "headers"] {
+                    self.only_with(table, path, url_only, "`url`");
+                }
+                let own_command = self.template(table, path, "command");
+                if let Some((text, span)) = &own_command
+                    && text.trim().is_empty()
+                {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            join(path, "command"),
+                            "`command` cannot be empty",
+                        )
+                        .at(span.clone()),
+                    );
+                }
+                let own_args = self.string_array(table, path, "args", |walker, text, span, key| {
+                    walker.check_template(text, span, key);
+                });
+                let own_env = self.string_table(table, path, "env", true);
+                let mut env = env.clone();
+                env.extend(own_env.unwrap_or_default());
+                Transport::Stdio {
+                    command: own_command.map_or_else(|| command.clone(), |(text, _)| text),
+                    args: own_args.unwrap_or_else(|| args.clone()),
+                    env,
+                }
+            }
+            Transport::Http { url, headers } => {
+                for stdio_only in ["command", "args", "env"] {
+                    self.only_with(table, path, stdio_only, "`command`");
+                }
+                let own_url = self.template(table, path, "url");
+                if let Some((text, span)) = &own_url {
+                    self.check_url(text, span.clone(), &join(path, "url"));
+                }
+                let own_headers = self.string_table(table, path, "headers", false);
+                let mut headers = headers.clone();
+                headers.extend(own_headers.unwrap_or_default());
+                Transport::Http {
+                    url: own_url.map_or_else(|| url.clone(), |(text, _)| text),
+                    headers,
+                }
+            }
+        };
+        // INVARIANT: a read-only instance runs with credentials of its own;
+        // one reached exactly as the full instance is would prove nothing.
+        if transport == *base {
+            let what = match base {
+                Transport::Stdio { .. } => "`args`, `env` or `command`",
+                Transport::Http { .. } => "`headers` or `url`",
+            };
+            self.push(
+                Diagnostic::error(
+                    DiagCode::ReadOnlyUnchanged,
+                    path,
+                    format!(
+                        "`[{path}]` overrides nothing of how server `{name}` is reached, so its instance would run with the same credentials"
+                    ),
+                )
+                .at(span)
+                .with_help(format!(
+                    "give it the read-only credentials in {what}, or remove the table"
+                )),
+            );
+            return None;
+        }
+        Some(ReadOnlyConfig { transport, vouch })
     }
 
     /// `idempotency_key`: the input property's name, or `false` for none.

@@ -657,3 +657,120 @@ port = 8787
         vec![(DiagCode::WrongType, "listen".to_owned())]
     );
 }
+
+#[test]
+fn a_read_only_table_inherits_what_it_does_not_override() {
+    let source = r#"
+[servers.db]
+command = "npx"
+args = ["-y", "pg-server", "${DB_WRITER_URL}"]
+env = { PGAPPNAME = "hintgate", PGUSER = "writer" }
+
+[servers.db.read_only]
+env = { PGUSER = "reader" }
+vouch = true
+
+[servers.api]
+url = "https://api.example/mcp"
+headers = { Authorization = "Bearer ${WRITE}", "X-Team" = "a" }
+
+[servers.api.read_only]
+headers = { Authorization = "Bearer ${READ}" }
+"#;
+    let (config, diagnostics) = parse_str(source);
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let config = config.unwrap();
+    let db = config.servers["db"].read_only.as_ref().unwrap();
+    assert!(db.vouch);
+    assert_eq!(
+        db.transport,
+        Transport::Stdio {
+            command: "npx".into(),
+            args: vec!["-y".into(), "pg-server".into(), "${DB_WRITER_URL}".into()],
+            env: BTreeMap::from([
+                ("PGAPPNAME".into(), "hintgate".into()),
+                ("PGUSER".into(), "reader".into())
+            ]),
+        }
+    );
+    let api = config.servers["api"].read_only.as_ref().unwrap();
+    assert!(!api.vouch, "vouch is off unless written");
+    assert_eq!(
+        api.transport,
+        Transport::Http {
+            url: "https://api.example/mcp".into(),
+            headers: BTreeMap::from([
+                ("Authorization".into(), "Bearer ${READ}".into()),
+                ("X-Team".into(), "a".into())
+            ]),
+        }
+    );
+    let instance = config.servers["db"].read_only_instance().unwrap();
+    assert_eq!(instance.transport, db.transport);
+    assert!(instance.read_only.is_none());
+}
+
+#[test]
+fn a_read_only_table_is_checked_like_a_server_table() {
+    let base = "[servers.db]\ncommand = \"pg\"\nargs = [\"${W}\"]\n[servers.db.read_only]\n";
+    assert_eq!(
+        codes(&format!("{base}args = [\"${{R}}\"]\nvouched = true\n")),
+        vec![(
+            DiagCode::UnknownKey,
+            "servers.db.read_only.vouched".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes(&format!(
+            "{base}args = [\"${{R}}\"]\nheaders = {{ A = \"b\" }}\n"
+        )),
+        vec![(
+            DiagCode::ConflictingKeys,
+            "servers.db.read_only.headers".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes(&format!("{base}args = [\"${{R\"]\n")),
+        vec![(
+            DiagCode::BadVariable,
+            "servers.db.read_only.args[0]".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes(&format!("{base}vouch = \"yes\"\nargs = [\"${{R}}\"]\n")),
+        vec![(DiagCode::WrongType, "servers.db.read_only.vouch".to_owned())]
+    );
+    assert_eq!(
+        codes("[servers.db]\ncommand = \"pg\"\nread_only = 1\n"),
+        vec![(DiagCode::WrongType, "servers.db.read_only".to_owned())]
+    );
+    // Its variables are checked against the environment too.
+    let vars = std::collections::HashMap::from([("W".to_owned(), "w".to_owned())]);
+    let found: Vec<_> = parse_str_checking_vars(&format!("{base}args = [\"${{R}}\"]\n"), &vars)
+        .1
+        .into_iter()
+        .map(|d| (d.code, d.key))
+        .collect();
+    assert_eq!(
+        found,
+        vec![(
+            DiagCode::UnsetVariable,
+            "servers.db.read_only.args[0]".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn a_read_only_table_that_overrides_nothing_is_an_error() {
+    for source in [
+        "[servers.db]\ncommand = \"pg\"\nargs = [\"${W}\"]\n[servers.db.read_only]\nvouch = true\n",
+        "[servers.db]\ncommand = \"pg\"\nargs = [\"${W}\"]\n[servers.db.read_only]\nargs = [\"${W}\"]\nvouch = true\n",
+        "[servers.api]\nurl = \"https://a.example\"\nheaders = { A = \"1\" }\n[servers.api.read_only]\nheaders = { A = \"1\" }\n",
+    ] {
+        let (config, diagnostics) = parse_str(source);
+        assert!(config.is_none(), "{source}");
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(diagnostics[0].code, DiagCode::ReadOnlyUnchanged);
+        assert!(diagnostics[0].message.contains("same credentials"));
+    }
+}

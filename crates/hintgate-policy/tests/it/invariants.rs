@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 use hintgate_policy::config::{
-    self, Action, GatewaySettings, PrivateData, Profile, Rule, SandboxConfig, ServerConfig,
-    Transport, ValidConfig,
+    self, Action, GatewaySettings, Instance, PrivateData, Profile, ReadOnlyConfig, Rule,
+    SandboxConfig, ServerConfig, Transport, ValidConfig,
 };
 use hintgate_policy::config::{HookConfig, HookMode, Label};
 use hintgate_policy::decide::{
@@ -96,8 +96,20 @@ fn sandbox() -> impl Strategy<Value = Option<SandboxConfig>> {
     )
 }
 
+/// A read-only instance, vouched for or not.
+fn read_only() -> impl Strategy<Value = Option<ReadOnlyConfig>> {
+    proptest::option::of(any::<bool>().prop_map(|vouch| ReadOnlyConfig {
+        transport: Transport::Stdio {
+            command: "server".into(),
+            args: vec!["--read-only".into()],
+            env: BTreeMap::new(),
+        },
+        vouch,
+    }))
+}
+
 fn server_config(name: &'static str) -> impl Strategy<Value = ServerConfig> {
-    (trust(), sandbox()).prop_map(move |(trust, sandbox)| ServerConfig {
+    (trust(), sandbox(), read_only()).prop_map(move |(trust, sandbox, read_only)| ServerConfig {
         name: name.to_owned(),
         transport: Transport::Stdio {
             command: "server".into(),
@@ -109,6 +121,7 @@ fn server_config(name: &'static str) -> impl Strategy<Value = ServerConfig> {
         sandbox,
         decide: hintgate_policy::config::ServerHook::Inherit,
         idempotency_key: None,
+        read_only,
     })
 }
 
@@ -291,11 +304,33 @@ impl Scenario {
         })
     }
 
+    /// The server untrusted, and any read-only instance it has not
+    /// vouched for (still routed to): the core invariant's server.
     fn untrusted(mut self) -> Self {
         if let Some(server) = self.config.servers.get_mut(self.server) {
             server.trust = Trust::Untrusted;
+            if let Some(read_only) = &mut server.read_only {
+                read_only.vouch = false;
+            }
         }
         self
+    }
+
+    /// The same call with the server's read-only instance as `read_only`
+    /// says (`None`: no instance).
+    fn with_read_only(&self, read_only: Option<bool>) -> Self {
+        let mut scenario = self.clone();
+        if let Some(server) = scenario.config.servers.get_mut(self.server) {
+            server.read_only = read_only.map(|vouch| ReadOnlyConfig {
+                transport: Transport::Stdio {
+                    command: "server".into(),
+                    args: vec!["--read-only".into()],
+                    env: BTreeMap::new(),
+                },
+                vouch,
+            });
+        }
+        scenario
     }
 }
 
@@ -323,6 +358,89 @@ proptest! {
         prop_assert!(friction(verdict_after) >= friction(verdict_before),
             "{verdict_before:?} -> {verdict_after:?}");
         prop_assert!(visible_before || !visible_after, "a hidden tool became visible");
+    }
+
+    /// Vouched read-only credentials never lower friction for a tool that
+    /// does not claim to only read: it goes to the full instance and is
+    /// decided exactly as with credentials nobody vouched for.
+    #[test]
+    fn vouch_never_lowers_friction_for_a_tool_that_does_not_claim_read_only(
+        scenario in scenario(),
+        claims in annotations(),
+    ) {
+        let tool = tool_named(scenario.tool, claims, None);
+        prop_assume!(!tool.declared().claims_read_only());
+        let vouched = scenario.with_read_only(Some(true));
+        let unvouched = scenario.with_read_only(Some(false));
+        let with = vouched.decide(&Policy::new(vouched.config.clone()), &tool);
+        let without = unvouched.decide(&Policy::new(unvouched.config.clone()), &tool);
+        prop_assert_eq!(with, without);
+    }
+
+    /// A read-only instance nobody vouched for changes no decision: routing
+    /// is defence in depth, and nothing is skipped for it.
+    #[test]
+    fn without_vouch_a_read_only_instance_changes_no_decision(
+        scenario in scenario(),
+        claims in annotations(),
+    ) {
+        let tool = tool_named(scenario.tool, claims, None);
+        let routed = scenario.with_read_only(Some(false));
+        let plain = scenario.with_read_only(None);
+        let with = routed.decide(&Policy::new(routed.config.clone()), &tool);
+        let without = plain.decide(&Policy::new(plain.config.clone()), &tool);
+        prop_assert_eq!(with, without);
+        prop_assert_eq!(
+            Policy::new(plain.config.clone()).instance(scenario.server, &tool, proof(&plain.config, scenario.server, scenario.enforced)),
+            Instance::Full
+        );
+    }
+
+    /// What vouched credentials prove holds only on the read-only instance:
+    /// a tool they make read-only (the reason `read-only-credentials`)
+    /// always goes there, and so does every tool the decision treats as
+    /// read-only on a server with such an instance.
+    #[test]
+    fn a_vouched_read_only_tool_always_goes_to_the_read_only_instance(
+        scenario in scenario(),
+        claims in annotations(),
+        vouch in any::<bool>(),
+    ) {
+        let scenario = scenario.with_read_only(Some(vouch));
+        let policy = Policy::new(scenario.config.clone());
+        let tool = tool_named(scenario.tool, claims, None);
+        let sandbox = proof(&scenario.config, scenario.server, scenario.enforced);
+        let decision = scenario.decision(&policy, &tool);
+        let instance = policy.instance(scenario.server, &tool, sandbox);
+        let assessment = policy.assess(scenario.server, &tool, sandbox).unwrap();
+        if decision.has(ReasonCode::ReadOnlyCredentials) || assessment.read_only_credentials {
+            prop_assert!(vouch);
+            prop_assert_eq!(instance, Instance::ReadOnly);
+        }
+        if assessment.effective.read_only {
+            prop_assert_eq!(instance, Instance::ReadOnly);
+        }
+        if instance == Instance::Full {
+            prop_assert!(!assessment.effective.read_only && !tool.declared().claims_read_only());
+        }
+    }
+
+    /// With vouched credentials, an untrusted server's claimed read is
+    /// effectively read-only, and a call that runs for that reason says so:
+    /// an allow by the profile names `read-only-credentials` (or the
+    /// sandbox, when it proves as much).
+    #[test]
+    fn a_vouched_claim_is_read_only_and_says_why(scenario in scenario(), claims in annotations()) {
+        let scenario = scenario.untrusted().with_read_only(Some(true));
+        let policy = Policy::new(scenario.config.clone());
+        let tool = tool_named(scenario.tool, claims, None);
+        let sandbox = proof(&scenario.config, scenario.server, scenario.enforced);
+        let assessment = policy.assess(scenario.server, &tool, sandbox).unwrap();
+        prop_assert_eq!(assessment.effective.read_only, tool.declared().claims_read_only() || (sandbox.no_network && sandbox.no_writes));
+        let decision = scenario.decision(&policy, &tool);
+        if decision.verdict == Verdict::Allow && decision.reasons.first().map(|r| r.code) == Some(ReasonCode::ReadOnly) {
+            prop_assert!(decision.has(ReasonCode::ReadOnlyCredentials) || decision.has(ReasonCode::SandboxConfined), "{:?}", decision.codes().collect::<Vec<_>>());
+        }
     }
 
     /// Compared with declaring nothing, an untrusted server's claims never

@@ -11,6 +11,7 @@
 
 use std::ops::Range;
 
+use hintgate_policy::config::Instance;
 use hintgate_policy::decide::{Decision, Verdict};
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
@@ -82,6 +83,15 @@ pub(crate) struct CallContext {
     /// The arguments as sent, when the gateway filled in an idempotency
     /// key: the host's text with the key added.
     pub arguments_filled: Option<String>,
+    /// Which instance of its server the call goes to (decided with it).
+    pub instance: Instance,
+    /// For a call to the read-only instance: which start of it listed the
+    /// definition decided on (the call is sent only to that start).
+    pub read_only_generation: Option<u64>,
+    /// The read-only instance was started again for this call (once).
+    pub read_only_restarted: Option<ServerIdx>,
+    /// The read-only instance's tools were listed once for this call.
+    pub read_only_relisted: bool,
 }
 
 /// What a 2026-07-28 server's input-required continuation adds to the
@@ -172,6 +182,9 @@ pub(crate) enum Refusal {
     Replayed(Option<String>),
     /// The call's idempotency key cannot be used: why.
     KeyInUse(String),
+    /// The call goes to the server's read-only instance, which does not
+    /// list the tool with the definition decided on: why.
+    ReadOnlyDiffers(String),
 }
 
 /// Who let a call through, or who ended it.
@@ -293,6 +306,10 @@ impl CallContext {
             hook_asks: 0,
             idem: None,
             arguments_filled: None,
+            instance: Instance::Full,
+            read_only_generation: None,
+            read_only_restarted: None,
+            read_only_relisted: false,
         }
     }
 
@@ -309,6 +326,10 @@ impl CallContext {
         self.started = None;
         self.generation = None;
         self.relisted = false;
+        self.instance = Instance::Full;
+        self.read_only_generation = None;
+        self.read_only_restarted = None;
+        self.read_only_relisted = false;
     }
 
     /// The context of a call that could not be read: its name when one can
@@ -446,6 +467,7 @@ impl Refusal {
             Self::Shutdown => Outcome::Shutdown,
             Self::Replayed(_) => Outcome::Replayed,
             Self::KeyInUse(_)
+            | Self::ReadOnlyDiffers(_)
             | Self::Malformed(_)
             | Self::UnknownTool
             | Self::ServerUnavailable(_)
@@ -480,6 +502,7 @@ impl Refusal {
             Self::Shutdown => fallback(ReasonCode::Shutdown),
             Self::Replayed(_) => fallback(ReasonCode::InternalError),
             Self::KeyInUse(_) => Decision::deny(ReasonCode::IdempotencyConflict),
+            Self::ReadOnlyDiffers(_) => Decision::deny(ReasonCode::ReadOnlyInstanceDiffers),
         }
     }
 
@@ -537,6 +560,10 @@ impl Refusal {
             ))),
             Self::KeyInUse(why) => Answer::Result(error_result(&format!(
                 "hintgate did not send this call to `{}`: {why}.",
+                cx.server
+            ))),
+            Self::ReadOnlyDiffers(why) => Answer::Result(error_result(&format!(
+                "hintgate did not send this call to the read-only instance of `{}`: {why}. It did not run.",
                 cx.server
             ))),
             Self::Denied { extra, .. } => Answer::Result(denial(cx, extra.as_deref())),

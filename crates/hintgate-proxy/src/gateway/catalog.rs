@@ -260,6 +260,47 @@ impl Catalog {
         Ok(())
     }
 
+    /// A server's read-only instance starts: forget what it listed, keep
+    /// its identity and what its sandbox proves, and read nothing from the
+    /// store (its tools are never pinned, approved or listed to a host).
+    pub fn open_read_only(&mut self, idx: ServerIdx, identity: String, sandbox: SandboxProof) {
+        if let Some(server) = self.server_mut(idx) {
+            *server = ServerTools::new();
+            server.identity = Some(identity);
+            server.sandbox = sandbox;
+        }
+    }
+
+    /// Completes a read-only instance's listing: each tool prepared as a
+    /// full instance's is (parsed, digested, its name checked), so that a
+    /// call is sent to the instance only when it lists the definition
+    /// decided on, under a name that is plain and unlike its others.
+    /// Nothing is pinned, and nothing of it reaches a host.
+    pub fn finish_read_only_listing(
+        &mut self,
+        idx: ServerIdx,
+        server_name: &str,
+        policy: &Policy,
+        naming: &Naming,
+    ) {
+        let Some(server) = self.server_mut(idx) else {
+            return;
+        };
+        let mut pages = std::mem::take(&mut server.pages);
+        let cap =
+            usize::try_from(policy.config().gateway.max_tools_per_server).unwrap_or(usize::MAX);
+        pages.truncate(cap);
+        server.tools.clear();
+        server.order.clear();
+        let sandbox = server.sandbox;
+        for (name, entry) in prepare(pages, server_name, policy, naming, sandbox) {
+            if server.tools.insert(name.clone(), entry).is_none() {
+                server.order.push(name);
+            }
+        }
+        server.listing = Listing::Listed;
+    }
+
     /// The server's instructions as the host may see them: pinned on first
     /// sight; when they changed, the new text is held and the pinned one
     /// given (design §5).

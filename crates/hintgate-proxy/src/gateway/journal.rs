@@ -27,6 +27,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hintgate_policy::config::Instance;
 use hintgate_policy::decide::{Decision, Verdict};
 use hintgate_policy::redact::Redactor;
 use hintgate_store::{AuditLog, EntryKind, NewEntry};
@@ -94,6 +95,11 @@ pub(crate) struct CallFields<'a> {
     pub host: Option<&'a str>,
     /// The call's idempotency key, and whether the gateway filled it in.
     pub idempotency: Option<(&'a str, bool)>,
+    /// For a server with a read-only instance, the instance the call was
+    /// decided for, and that instance's identity key when it is the
+    /// read-only one (`identity` stays the full instance's, whose
+    /// definitions are pinned).
+    pub instance: Option<(Instance, Option<&'a str>)>,
 }
 
 // === impl Journal ===
@@ -321,6 +327,14 @@ impl Journal {
             Some(key) => push_string(out, key),
             None => out.push_str("null"),
         }
+        if let Some((instance, key)) = fields.instance {
+            out.push_str(",\"instance\":");
+            push_string(out, instance.as_str());
+            if let Some(key) = key {
+                out.push_str(",\"instance_identity\":");
+                push_string(out, key);
+            }
+        }
         if let Some(outcome) = fields.outcome {
             out.push_str(",\"outcome\":");
             push_string(out, outcome.as_str());
@@ -405,6 +419,7 @@ mod tests {
             outcome: Some(Outcome::Denied),
             host: Some("alice"),
             idempotency: None,
+            instance: None,
         });
         journal.batch[0].body.clone()
     }
@@ -443,6 +458,7 @@ mod tests {
             outcome: Some(Outcome::Denied),
             host: None,
             idempotency: None,
+            instance: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -510,6 +526,7 @@ mod tests {
             outcome: Some(Outcome::Denied),
             host: None,
             idempotency: None,
+            instance: None,
         };
         let to_forward = CallFields {
             request_id: "2",

@@ -327,7 +327,7 @@ impl Drop for Gateway {
         // gone.
         self.end_open_sessions();
         self.outbox.clear();
-        for idx in 0..self.upstreams.len() {
+        for idx in 0..self.upstreams.instances() {
             for (_, purpose) in self.inflight.drain_up(idx) {
                 if let UpPurpose::Call(cx) = purpose {
                     self.record_outcome(&cx, Outcome::Shutdown);
@@ -701,7 +701,8 @@ impl Gateway {
             .store
             .clone()
             .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
-        let count = servers.len();
+        let upstreams = Upstreams::new(servers);
+        let count = upstreams.instances();
         let config = settings.policy.config();
         let hook_configs: Vec<_> = config
             .gateway
@@ -737,7 +738,7 @@ impl Gateway {
             sessions: session::Sessions::default(),
             upstream_init: None,
             upstream_meta: modern::upstream_meta(None),
-            upstreams: Upstreams::new(servers),
+            upstreams,
             inflight: InFlight::default(),
             routing: routing::Routing::default(),
             subscriptions: subscriptions::Subscriptions::default(),
@@ -1721,6 +1722,24 @@ impl Gateway {
     }
 
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
+        // A read-only instance lists nothing to a host: a change to its
+        // tools is listed again only to be compared, and what it says of
+        // its prompts and resources (never read through it) is dropped.
+        // What belongs to a call it runs (progress, a cancelled request of
+        // its own, a log message) reaches the host as the full instance's.
+        if self.upstreams.is_read_only(idx) {
+            match message.method() {
+                "notifications/tools/list_changed" => {
+                    self.tools_changed(idx);
+                    return;
+                }
+                "notifications/progress" | "notifications/cancelled" | "notifications/message" => {}
+                other => {
+                    tracing::debug!(server.id = %self.upstreams.name(idx), "the read-only instance sent `{}`; dropped", hintgate_policy::sanitize::escape_line(other));
+                    return;
+                }
+            }
+        }
         match message.method() {
             "notifications/tools/list_changed" => {
                 self.tools_changed(idx);

@@ -10,7 +10,10 @@
 //!    name is not plain, or looks like another of its server's, is refused
 //!    (`hintgate_policy::name`);
 //! 3. **decide**: [`Policy::decide`] on the definition, its pin, the
-//!    session's taint and the approvals that stand; a deny ends here;
+//!    session's taint and the approvals that stand, and which instance of
+//!    its server the call goes to ([`Policy::instance`]); a deny ends here;
+//!    a call for the read-only instance waits for it to run and is refused
+//!    unless it lists the definition decided on (step 3b);
 //! 4. **validate**: the arguments against the tool's input schema;
 //! 5. **ask**, when the decision says so: a person answers through the host
 //!    (elicitation, or an input-required result) or the approval queue;
@@ -33,7 +36,9 @@
 //! only to the start of its server whose definitions were decided on.
 //!
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
+//! [`Policy::instance`]: hintgate_policy::decide::Policy::instance
 
+use hintgate_policy::config::Instance;
 use hintgate_policy::decide::{
     Call, Decision, HookAnswer, RememberOffer, Remembered, Scope, SessionState, Verdict,
 };
@@ -162,6 +167,9 @@ impl Gateway {
                     sandbox: self.catalog.sandbox(idx),
                     hook: HookAnswer::None,
                 };
+                // Where it goes is decided with it, on the same definition:
+                // what the read-only credentials prove holds only there.
+                cx.instance = self.policy.instance(call.server, tool, call.sandbox);
                 match self.policy.hook_so_far(&call) {
                     None => self.policy.decide(&call),
                     Some(so_far) => {
@@ -254,6 +262,19 @@ impl Gateway {
             );
         }
 
+        // 3b. A call for the read-only instance needs it running, and
+        //     listing the definition decided on.
+        if cx.instance == Instance::ReadOnly {
+            match self.read_only_ready(&mut cx, idx) {
+                Ok(Ready::Yes) => {}
+                Ok(Ready::NotYet) => return Step::Wait(cx),
+                Ok(Ready::No(reason)) => {
+                    return Step::Refuse(cx, Refusal::ServerUnavailable(reason));
+                }
+                Err(why) => return Step::Refuse(cx, Refusal::ReadOnlyDiffers(why)),
+            }
+        }
+
         // 4. Validate the arguments against the tool's input schema, with
         //    an idempotency key filled in where the tool takes one.
         if let Err(problem) = cx.parse_arguments() {
@@ -343,6 +364,81 @@ impl Gateway {
         }
     }
 
+    /// Step 3b: the read-only instance of server `idx` runs, has listed its
+    /// tools, and lists the definition the call was decided on (by pin
+    /// digest) under a plain name unlike its others. Starts it, or lists
+    /// them, when needed (once per call each). `Err` says how the instance
+    /// differs: a server that lists another definition, or none, on the
+    /// instance that runs the call is not sent the call there, and never
+    /// the full instance instead.
+    fn read_only_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<Ready, String> {
+        let name = self.upstreams.name(idx).to_owned();
+        let Some(instance) = self.upstreams.get(idx).and_then(|up| up.read_only) else {
+            return Ok(Ready::No(format!(
+                "server `{name}` has no read-only instance"
+            )));
+        };
+        match self.readiness(instance, &mut cx.read_only_restarted) {
+            Readiness::Ready => {}
+            Readiness::Pending => return Ok(Ready::NotYet),
+            Readiness::Failed(reason) => {
+                return Ok(Ready::No(format!("its read-only instance: {reason}")));
+            }
+        }
+        match self.catalog.server(instance).map(|server| &server.listing) {
+            Some(Listing::Listed) => {}
+            Some(Listing::InProgress) => return Ok(Ready::NotYet),
+            Some(Listing::Failed(reason)) if cx.read_only_relisted => {
+                return Ok(Ready::No(format!("its read-only instance: {reason}")));
+            }
+            Some(Listing::Unlisted | Listing::Failed(_)) => {
+                cx.read_only_relisted = true;
+                self.list_tools(instance);
+                if self
+                    .catalog
+                    .server(instance)
+                    .is_none_or(|server| server.listing != Listing::Listed)
+                {
+                    return Ok(Ready::NotYet);
+                }
+            }
+            None => return Ok(Ready::No("no such server".to_owned())),
+        }
+        // The decision took the full instance's sandbox for proof: the
+        // instance that runs the call must enforce as much.
+        let (full, own) = (self.catalog.sandbox(idx), self.catalog.sandbox(instance));
+        if (full.no_network && !own.no_network) || (full.no_writes && !own.no_writes) {
+            return Ok(Ready::No(
+                "its read-only instance's sandbox does not enforce what the full instance's does"
+                    .to_owned(),
+            ));
+        }
+        self.read_only_lists(instance, &cx.tool, cx.digest)?;
+        cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
+        Ok(Ready::Yes)
+    }
+
+    /// Whether the read-only instance `instance` lists `tool` as the
+    /// definition of `digest`; `Err` says how it does not.
+    fn read_only_lists(
+        &self,
+        instance: ServerIdx,
+        tool: &str,
+        digest: Option<hintgate_policy::pin::PinDigest>,
+    ) -> Result<(), String> {
+        let shown = hintgate_policy::sanitize::escape_line(tool);
+        match self.catalog.tool(instance, tool) {
+            None => Err(format!("it does not list `{shown}`")),
+            Some(entry) if entry.name_trouble.is_some() => Err(format!(
+                "it lists `{shown}` under a name that could mean another tool"
+            )),
+            Some(entry) if entry.digest.is_none() || entry.digest != digest => Err(format!(
+                "it lists `{shown}` with another definition than the full instance, whose definition was decided on"
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
     /// Step 6: the call's record joins the turn's batch; the call is sent at
     /// the end of the turn, once the batch is durable.
     pub(super) fn record_and_forward(&mut self, cx: Box<CallContext>) {
@@ -395,6 +491,35 @@ impl Gateway {
             self.call_unsent(cx, &why);
             return;
         }
+        // INVARIANT: a call decided for the read-only instance goes to it,
+        // to the start that listed the definition decided on, and nowhere
+        // else; the full instance never runs it instead.
+        let target = match cx.instance {
+            Instance::Full => idx,
+            Instance::ReadOnly => {
+                let instance = self.upstreams.get(idx).and_then(|up| up.read_only);
+                let current = instance
+                    .and_then(|instance| self.upstreams.get(instance))
+                    .is_some_and(|up| {
+                        up.phase == super::upstreams::Phase::Ready
+                            && Some(up.generation()) == cx.read_only_generation
+                    });
+                let listed = instance.is_some_and(|instance| {
+                    self.read_only_lists(instance, &cx.tool, cx.digest).is_ok()
+                });
+                match instance {
+                    Some(instance) if current && listed => instance,
+                    _ => {
+                        let why = format!(
+                            "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
+                            self.upstreams.name(idx)
+                        );
+                        self.call_unsent(cx, &why);
+                        return;
+                    }
+                }
+            }
+        };
         // The key is claimed right before the send: of two calls with one
         // key, one is sent.
         if let Err(refusal) = self.claim_key(&mut cx) {
@@ -410,7 +535,7 @@ impl Gateway {
             return;
         }
         let timeout = self.limits.call_timeout;
-        let Some(up) = self.upstreams.get_mut(idx) else {
+        let Some(up) = self.upstreams.get_mut(target) else {
             return;
         };
         let id = up.next_id();
@@ -435,13 +560,13 @@ impl Gateway {
         let turn = self.turn;
         let sent = self
             .upstreams
-            .get_mut(idx)
+            .get_mut(target)
             .map_or(Ok(()), |up| up.send_now(line, turn));
         if let Err(err) = sent {
             // The server has left too much unread: the call is not queued
             // behind it; it fails now, with its outcome recorded (or is
             // retried on the server's next start, where design §4.5 allows).
-            let reason = self.not_reading(idx, err);
+            let reason = self.not_reading(target, err);
             let why = format!(
                 "server `{}` {reason}: the call was not sent, and the server is started again on its next request",
                 self.upstreams.name(idx)
@@ -449,7 +574,8 @@ impl Gateway {
             self.call_failed(cx, &why);
             return;
         }
-        self.inflight.wait_up(idx, id, UpPurpose::Call(cx), timeout);
+        self.inflight
+            .wait_up(target, id, UpPurpose::Call(cx), timeout);
     }
 
     /// A server answered a call.
@@ -628,6 +754,7 @@ impl Gateway {
                 .idem
                 .as_ref()
                 .map(|idem| (idem.key.as_str(), idem.filled)),
+            instance: instance_fields(&self.upstreams, cx),
         };
         self.journal.call(&fields)
     }
@@ -737,6 +864,24 @@ impl Gateway {
             tracing::error!(server.id = %name, tool.name = %cx.tool, "the approval could not be stored: {err}");
         }
     }
+}
+
+/// What the record says of a call's instance: for a server with a
+/// read-only instance and a definition decided on, where it was decided to
+/// go (and the read-only instance's identity key when there).
+fn instance_fields<'a>(
+    upstreams: &'a super::upstreams::Upstreams,
+    cx: &CallContext,
+) -> Option<(Instance, Option<&'a str>)> {
+    let instance = upstreams.get(cx.server?)?.read_only?;
+    cx.digest?;
+    let key = match cx.instance {
+        Instance::ReadOnly => upstreams
+            .get(instance)
+            .and_then(|instance| instance.identity_key.as_deref()),
+        Instance::Full => None,
+    };
+    Some((cx.instance, key))
 }
 
 /// The line a call goes upstream as: the host's line under the gateway's

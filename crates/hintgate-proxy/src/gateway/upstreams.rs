@@ -9,6 +9,16 @@
 //! breaks the protocol or whose pins cannot be read fails; what it had in
 //! flight fails (or is retried, design §4.5), and it is started again on its
 //! next request.
+//!
+//! A server with a `[servers.NAME.read_only]` table has a second instance:
+//! an upstream of its own, after the configured servers, started when the
+//! server is (and again, when it failed, for a call that goes to it), with
+//! its own link, era, ids, generation and identity key. It is never
+//! resolved by name or listed to a host: the tool catalog and the pins are
+//! the full instance's. Its own tool list is read only to check that the
+//! definition a call was decided on is the one it runs (see
+//! [`Gateway::read_only_ready`]); the calls the decision treats as
+//! read-only go to it, and nothing else does.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,6 +97,13 @@ pub(crate) struct Upstream {
     /// The turn it was last sent something in, and how many bytes that
     /// turn sent it.
     sent: (u64, usize),
+    /// For a configured server with a read-only instance: that instance.
+    pub read_only: Option<ServerIdx>,
+    /// For a read-only instance: the configured server it is an instance of.
+    pub read_only_of: Option<ServerIdx>,
+    /// For a read-only instance: its identity key in the store (the full
+    /// instance's is the catalog's), for the audit record.
+    pub identity_key: Option<String>,
 }
 
 /// A line for a server was not sent: the server left more unread, from
@@ -97,11 +114,14 @@ pub(crate) struct NotReading {
     pub unread: usize,
 }
 
-/// Every upstream server, in configuration order.
+/// Every upstream server, in configuration order, then the read-only
+/// instances of those that have one.
 #[derive(Debug)]
 pub(crate) struct Upstreams {
     list: Vec<Upstream>,
     by_name: HashMap<String, ServerIdx>,
+    /// How many configured servers there are (the first of `list`).
+    configured: usize,
 }
 
 /// Whether a server can take a request now.
@@ -131,6 +151,9 @@ impl Upstream {
             reprobed: false,
             queue: Arc::default(),
             sent: (0, 0),
+            read_only: None,
+            read_only_of: None,
+            identity_key: None,
         }
     }
 
@@ -199,10 +222,37 @@ impl Upstreams {
             .enumerate()
             .map(|(idx, config)| (config.name.clone(), idx))
             .collect();
-        Self {
-            list: configs.into_iter().map(Upstream::new).collect(),
-            by_name,
+        let configured = configs.len();
+        let instances: Vec<(ServerIdx, ServerConfig)> = configs
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, config)| Some((idx, config.read_only_instance()?)))
+            .collect();
+        let mut list: Vec<Upstream> = configs.into_iter().map(Upstream::new).collect();
+        for (of, config) in instances {
+            let at = list.len();
+            if let Some(full) = list.get_mut(of) {
+                full.read_only = Some(at);
+            }
+            let mut instance = Upstream::new(config);
+            instance.read_only_of = Some(of);
+            list.push(instance);
         }
+        Self {
+            list,
+            by_name,
+            configured,
+        }
+    }
+
+    /// How many upstreams there are, read-only instances included.
+    pub fn instances(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether `idx` is a read-only instance.
+    pub fn is_read_only(&self, idx: ServerIdx) -> bool {
+        self.get(idx).is_some_and(|up| up.read_only_of.is_some())
     }
 
     /// One server.
@@ -225,26 +275,26 @@ impl Upstreams {
         self.list.get(idx).map_or("", |up| up.name.as_str())
     }
 
-    /// How many servers there are.
+    /// How many configured servers there are (their indices come first;
+    /// read-only instances are not counted).
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.configured
     }
 
-    /// Every server.
+    /// Every configured server (not the read-only instances).
     pub fn iter(&self) -> impl Iterator<Item = &Upstream> {
-        self.list.iter()
+        self.list.iter().take(self.configured)
     }
 
-    /// Every server, to change.
+    /// Every upstream, read-only instances included, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Upstream> {
         self.list.iter_mut()
     }
 
-    /// Whether every server is ready or failed (the host's `initialize` is
-    /// answered then).
+    /// Whether every configured server is ready or failed (the host's
+    /// `initialize` is answered then).
     pub fn settled(&self) -> bool {
-        self.list
-            .iter()
+        self.iter()
             .all(|up| matches!(up.phase, Phase::Ready | Phase::Failed(_)))
     }
 }
@@ -350,13 +400,31 @@ impl Gateway {
         let key = self.store.as_ref().map(|store| {
             hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
         });
-        if let Err(err) = self.catalog.open(idx, &name, key, identity, sandbox) {
-            self.upstream_failed(idx, format!("the pin store failed: {err}"));
-            return;
+        let read_only = up.read_only;
+        if up.read_only_of.is_some() {
+            // INVARIANT: a read-only instance reads and writes no pins: the
+            // definitions decided on are the full instance's.
+            up.identity_key = key;
+            self.catalog.open_read_only(idx, identity, sandbox);
+        } else {
+            if let Err(err) = self.catalog.open(idx, &name, key, identity, sandbox) {
+                self.upstream_failed(idx, format!("the pin store failed: {err}"));
+                return;
+            }
+            self.watch_keys();
         }
-        self.watch_keys();
         let timeout = PROBE_TIMEOUT.min(self.limits.call_timeout);
         self.probe_era(idx, timeout);
+        // The read-only instance starts beside the full one, so a read does
+        // not wait for it.
+        if let Some(instance) = read_only
+            && self
+                .upstreams
+                .get(instance)
+                .is_some_and(|up| matches!(up.phase, Phase::Stopped | Phase::Failed(_)))
+        {
+            self.start(instance);
+        }
     }
 
     /// Sends `server/discover`, waiting `timeout` for its answer.
@@ -476,6 +544,13 @@ impl Gateway {
         };
         up.phase = Phase::Ready;
         let name = up.name.clone();
+        if up.read_only_of.is_some() {
+            // Its instructions are not the host's (the full instance's
+            // are); its tools are listed only to be compared.
+            self.list_tools(idx);
+            self.retry_waiting();
+            return;
+        }
         let instructions = up
             .info
             .as_ref()
@@ -592,6 +667,12 @@ impl Gateway {
     /// Completes a listing (without waking what waits: the caller does).
     fn finish_listing(&mut self, idx: ServerIdx) {
         let name = self.upstreams.name(idx).to_owned();
+        if self.upstreams.is_read_only(idx) {
+            let naming = self.naming(idx);
+            self.catalog
+                .finish_read_only_listing(idx, &name, &self.policy, &naming);
+            return;
+        }
         let listed =
             self.catalog
                 .finish_listing(idx, &name, &self.policy, &self.naming(idx), unix_now());

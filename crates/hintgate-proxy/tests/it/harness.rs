@@ -165,6 +165,25 @@ pub struct ScriptedConnector {
 
 impl Connector for ScriptedConnector {
     fn connect(&self, server: &ServerConfig, target: LinkTarget) -> Result<Link, String> {
+        // A server's read-only instance has a script of its own, under
+        // `NAME/COMMAND` (its command is what its table overrides).
+        let own = match &server.transport {
+            hintgate_policy::config::Transport::Stdio { command, .. } => {
+                Some(format!("{}/{command}", server.name))
+            }
+            hintgate_policy::config::Transport::Http { .. } => None,
+        }
+        .filter(|key| self.scripts.contains_key(key));
+        // A server whose command is `missing` does not start.
+        if matches!(&server.transport, hintgate_policy::config::Transport::Stdio { command, .. } if command == "missing")
+        {
+            return Err("cannot start `missing`: no such program".to_owned());
+        }
+        let key = own.unwrap_or_else(|| server.name.clone());
+        let server = &ServerConfig {
+            name: key.clone(),
+            ..server.clone()
+        };
         let script = self
             .scripts
             .get(&server.name)

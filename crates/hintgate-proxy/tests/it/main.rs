@@ -17,5 +17,6 @@ mod http;
 mod keys;
 mod names;
 mod pipeline;
+mod read_only;
 mod runtime;
 mod taint;
