@@ -13,6 +13,7 @@ use std::ops::Range;
 
 use hintgate_policy::config::Instance;
 use hintgate_policy::decide::{Decision, Verdict};
+use hintgate_policy::hook::OwnedAnswer;
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
 use hintgate_policy::sanitize::escape_line;
@@ -75,11 +76,11 @@ pub(crate) struct CallContext {
     /// only if the definition changed before it was sent.
     pub approved: Option<PinDigest>,
     /// What the decision hook answered, and for what state of the call.
-    pub hook: Option<super::hooks::HookVerdict>,
+    pub hook: Option<HookVerdict>,
     /// How often the decision hook was asked about this call.
     pub hook_asks: u32,
     /// Its idempotency key, for a tool that takes one.
-    pub idem: Option<super::keys::Idem>,
+    pub idem: Option<Idem>,
     /// The arguments as sent, when the gateway filled in an idempotency
     /// key: the host's text with the key added.
     pub arguments_filled: Option<String>,
@@ -119,6 +120,50 @@ pub(crate) struct CallParams {
     pub input_responses: Option<Range<usize>>,
 }
 
+/// What a hook answered about a call, and the state it answered for: the
+/// answer stands only while the call is decided on the same definition
+/// with the same verdict so far (else the hook is asked again).
+#[derive(Debug, Clone)]
+pub(crate) struct HookVerdict {
+    /// The answer.
+    pub answer: OwnedAnswer,
+    /// The definition it was asked about.
+    pub digest: PinDigest,
+    /// What hintgate had decided without it, as the hook was told.
+    pub so_far: (Verdict, Vec<ReasonCode>),
+}
+
+/// A question to a hook, ready to go.
+#[derive(Debug)]
+pub(crate) struct HookAsk {
+    /// The slot of the hook.
+    pub slot: usize,
+    /// The question's id.
+    pub id: u64,
+    /// The question, one line of JSON.
+    pub line: String,
+    /// What the answer will be checked against.
+    pub digest: PinDigest,
+    /// What hintgate had decided without it.
+    pub so_far: (Verdict, Vec<ReasonCode>),
+}
+
+/// What the gateway knows of a call's idempotency key.
+#[derive(Debug, Clone)]
+pub(crate) struct Idem {
+    /// The key, as text (a string key as it is; any other value as its
+    /// canonical JSON).
+    pub key: String,
+    /// The gateway filled it in (the host left it out).
+    pub filled: bool,
+    /// The store's scope of the key (`None` without a store).
+    pub scope: Option<String>,
+    /// The digest of the arguments, key included.
+    pub digest: String,
+    /// This call holds the store's claim on the key (it was sent).
+    pub claimed: bool,
+}
+
 /// What the pipeline does with a call next.
 #[derive(Debug)]
 pub(crate) enum Step {
@@ -131,7 +176,7 @@ pub(crate) enum Step {
     /// Its server is starting or listing its tools: try again then.
     Wait(Box<CallContext>),
     /// The decision hook must answer first.
-    Hook(Box<CallContext>, super::hooks::HookAsk),
+    Hook(Box<CallContext>, HookAsk),
     /// It was handled otherwise (it answered a question of another call).
     Done,
 }

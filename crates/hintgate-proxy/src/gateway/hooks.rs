@@ -24,7 +24,7 @@ use hintgate_policy::reason::ReasonCode;
 use tokio::time::Instant;
 
 use super::Gateway;
-use super::call::{CallContext, Outcome, Refusal};
+use super::call::{CallContext, HookAsk, HookVerdict, Outcome, Refusal};
 use super::inflight::{DeadlineKey, Expired};
 use super::request::SessionId;
 use crate::event::HookEvent;
@@ -37,34 +37,6 @@ pub(crate) const RESTART_AFTER: Duration = Duration::from_secs(1);
 /// whose state keeps changing while the hook answers (its definition, the
 /// session's taint): then it is refused as a hook failure.
 pub(crate) const MAX_HOOK_ASKS: u32 = 4;
-
-/// What a hook answered about a call, and the state it answered for: the
-/// answer stands only while the call is decided on the same definition
-/// with the same verdict so far (else the hook is asked again).
-#[derive(Debug, Clone)]
-pub(crate) struct HookVerdict {
-    /// The answer.
-    pub answer: OwnedAnswer,
-    /// The definition it was asked about.
-    pub digest: PinDigest,
-    /// What hintgate had decided without it, as the hook was told.
-    pub so_far: (Verdict, Vec<ReasonCode>),
-}
-
-/// A question to a hook, ready to go.
-#[derive(Debug)]
-pub(crate) struct HookAsk {
-    /// The slot of the hook.
-    pub slot: usize,
-    /// The question's id.
-    pub id: u64,
-    /// The question, one line of JSON.
-    pub line: String,
-    /// What the answer will be checked against.
-    pub digest: PinDigest,
-    /// What hintgate had decided without it.
-    pub so_far: (Verdict, Vec<ReasonCode>),
-}
 
 /// The hooks, and the calls that wait for them.
 #[derive(Debug, Default)]

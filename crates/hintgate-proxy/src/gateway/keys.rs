@@ -32,26 +32,10 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::Gateway;
-use super::call::{CallContext, Outcome, Refusal};
+use super::call::{CallContext, Idem, Outcome, Refusal};
 use super::journal::unix_now;
 use super::request::ServerIdx;
 use crate::json::{ObjectWriter, members, string_literal};
-
-/// What the gateway knows of a call's idempotency key.
-#[derive(Debug, Clone)]
-pub(crate) struct Idem {
-    /// The key, as text (a string key as it is; any other value as its
-    /// canonical JSON).
-    pub key: String,
-    /// The gateway filled it in (the host left it out).
-    pub filled: bool,
-    /// The store's scope of the key (`None` without a store).
-    pub scope: Option<String>,
-    /// The digest of the arguments, key included.
-    pub digest: String,
-    /// This call holds the store's claim on the key (it was sent).
-    pub claimed: bool,
-}
 
 // === impl Gateway ===
 

@@ -47,11 +47,11 @@ use hintgate_store::Remember;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::call::HookAsk;
 use super::call::{
     Approver, CallContext, Outcome, Refusal, Refused, Step, answer_line, error_result, read_result,
 };
 use super::catalog::Listing;
-use super::hooks::HookAsk;
 use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
 use super::request::{HostRequest, ServerIdx};
