@@ -100,16 +100,21 @@ async fn two_calls_with_one_key_in_one_turn_send_one() {
     gateway
         .send_raw(&format!("{}\n{}", call("c1"), call("c2")))
         .await;
-    // The refused one may come first: both are read as they come.
+    // The refused one may come first: both are read as they come. Decided
+    // in one turn, the second finds the first's claim running and is
+    // refused; on a loaded machine the first may end before the second is
+    // read, and then the second gets its recorded result. Either way the
+    // server runs it once.
     let (one, two) = (gateway.next().await, gateway.next().await);
-    assert_eq!(
-        [&one, &two]
-            .iter()
-            .filter(|answer| is_error(answer))
-            .count(),
-        1,
-        "{one}\n{two}"
-    );
+    let refused: Vec<&Value> = [&one, &two]
+        .into_iter()
+        .filter(|answer| is_error(answer))
+        .collect();
+    match refused.as_slice() {
+        [] => assert_eq!(one["result"], two["result"], "a replay is the same answer"),
+        [refusal] => assert!(text(refusal).contains("has not ended"), "{refusal}"),
+        _ => panic!("both refused:\n{one}\n{two}"),
+    }
     assert_eq!(gateway.calls_received("fx").len(), 1);
     // Once it ran, a third gets its result, and it still ran once.
     let third = gateway
