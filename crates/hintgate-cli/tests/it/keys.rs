@@ -178,10 +178,15 @@ fn two_gateways_on_one_postgres_store_never_run_one_key_twice() {
         first.wait_for(&json!("a"))["result"].clone(),
         second.wait_for(&json!("b"))["result"].clone(),
     );
-    let errors = [&a, &b].iter().filter(|answer| is_error(answer)).count();
-    assert_eq!(errors, 1, "{a}\n{b}");
-    let refused = if is_error(&a) { &a } else { &b };
-    assert!(text(refused).contains("has not ended"), "{refused}");
+    // The second finds the first running (the server takes half a second),
+    // or, on a machine slow enough, already done: refused, or answered with
+    // the first one's result. Never run twice.
+    match (is_error(&a), is_error(&b)) {
+        (false, false) => assert_eq!(a, b),
+        (true, false) => assert!(text(&a).contains("has not ended"), "{a}"),
+        (false, true) => assert!(text(&b).contains("has not ended"), "{b}"),
+        (true, true) => panic!("both refused:\n{a}\n{b}"),
+    }
 
     // Later, either gateway answers from the shared record.
     let later = second.call("pay__charge", arguments.clone());
