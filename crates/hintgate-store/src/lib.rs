@@ -75,6 +75,102 @@ use sha2::{Digest, Sha256};
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i64 = 8;
 
+/// The SQLite schema's steps, each to the version it names: run in order,
+/// each in a transaction of its own that holds the write lock and reads the
+/// version again, so two processes that open an old file at once run each
+/// step once (`ALTER TABLE` has no `IF NOT EXISTS`).
+const SQLITE_MIGRATIONS: [(i64, &str); 8] = [
+    (
+        1,
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+         CREATE TABLE IF NOT EXISTS pins (
+             server_key TEXT NOT NULL, tool TEXT NOT NULL, server TEXT NOT NULL,
+             digest TEXT NOT NULL, definition TEXT NOT NULL, pinned_at INTEGER NOT NULL,
+             seen_digest TEXT, seen_definition TEXT,
+             PRIMARY KEY (server_key, tool));
+         CREATE TABLE IF NOT EXISTS always (
+             server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+             PRIMARY KEY (server_key, tool));",
+    ),
+    (
+        2,
+        "CREATE TABLE IF NOT EXISTS audit (
+             seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, kind TEXT NOT NULL,
+             call_seq INTEGER, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);",
+    ),
+    (
+        3,
+        "CREATE TABLE IF NOT EXISTS approvals (
+             id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL,
+             expires_at INTEGER NOT NULL, session TEXT NOT NULL, server TEXT NOT NULL,
+             server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
+             prompt TEXT NOT NULL, offer TEXT NOT NULL, state TEXT NOT NULL,
+             approve INTEGER, remember TEXT, answered_by TEXT, why TEXT);
+         CREATE INDEX IF NOT EXISTS approvals_waiting ON approvals (state, expires_at);",
+    ),
+    (
+        4,
+        "ALTER TABLE pins ADD COLUMN identity TEXT NOT NULL DEFAULT '';
+         ALTER TABLE pins ADD COLUMN seen_identity TEXT;
+         CREATE INDEX IF NOT EXISTS pins_by_server ON pins (server);",
+    ),
+    // Seals on the rows decisions trust (see `rows`), and the prompt's
+    // content as JSON for the web console. Rows from before have no seal,
+    // and so are broken: a hintgate that sealed them now could not tell
+    // them from rows someone without the key put there.
+    (
+        5,
+        "ALTER TABLE pins ADD COLUMN tag TEXT;
+         ALTER TABLE always ADD COLUMN tag TEXT;
+         ALTER TABLE approvals ADD COLUMN tag TEXT;
+         ALTER TABLE approvals ADD COLUMN answer_tag TEXT;
+         ALTER TABLE approvals ADD COLUMN details TEXT;",
+    ),
+    (
+        6,
+        "CREATE TABLE IF NOT EXISTS tokens (
+             name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,
+             created_at INTEGER NOT NULL, tag TEXT);",
+    ),
+    // Standing approvals name the audit record that granted them, and the
+    // approval index lists every grant, revocation and accepted rollback by
+    // sequence number (see `standing`). Approvals from before have no grant
+    // record: they are kept, and approve nothing (a person gives them
+    // again).
+    (
+        7,
+        "ALTER TABLE always ADD COLUMN grant_seq INTEGER;
+         CREATE TABLE IF NOT EXISTS approval_log (
+             seq INTEGER PRIMARY KEY, kind TEXT NOT NULL,
+             server_key TEXT NOT NULL, tool TEXT NOT NULL);
+         CREATE INDEX IF NOT EXISTS approval_log_by_tool
+             ON approval_log (server_key, tool, seq);",
+    ),
+    // The records of writes sent with idempotency keys (see `idempotency`).
+    (
+        8,
+        "CREATE TABLE IF NOT EXISTS idempotency (
+             scope TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT NOT NULL,
+             principal TEXT NOT NULL, arguments TEXT NOT NULL,
+             claimed_at INTEGER NOT NULL, done_at INTEGER, result BLOB, tag TEXT);
+         CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (claimed_at);",
+    ),
+];
+
+/// Runs one step of [`SQLITE_MIGRATIONS`], unless another process ran it
+/// since the version was read.
+fn migrate_sqlite(connection: &mut Connection, version: i64, sql: &str) -> Result<(), StoreError> {
+    let transaction =
+        connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let current: i64 = transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if current < version {
+        transaction.execute_batch(sql)?;
+        transaction.pragma_update(None, "user_version", version)?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
 mod audit;
 mod body;
 mod head;
@@ -869,129 +965,10 @@ impl SqliteStore {
                 known: SCHEMA_VERSION,
             });
         }
-        if found < 1 {
-            connection.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
-                 CREATE TABLE IF NOT EXISTS pins (
-                     server_key TEXT NOT NULL, tool TEXT NOT NULL, server TEXT NOT NULL,
-                     digest TEXT NOT NULL, definition TEXT NOT NULL, pinned_at INTEGER NOT NULL,
-                     seen_digest TEXT, seen_definition TEXT,
-                     PRIMARY KEY (server_key, tool));
-                 CREATE TABLE IF NOT EXISTS always (
-                     server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
-                     PRIMARY KEY (server_key, tool));
-                 PRAGMA user_version = 1;
-                 COMMIT;",
-            )?;
-        }
-        if found < 2 {
-            connection.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS audit (
-                     seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, kind TEXT NOT NULL,
-                     call_seq INTEGER, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);
-                 PRAGMA user_version = 2;
-                 COMMIT;",
-            )?;
-        }
-        if found < 3 {
-            connection.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS approvals (
-                     id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL,
-                     expires_at INTEGER NOT NULL, session TEXT NOT NULL, server TEXT NOT NULL,
-                     server_key TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL,
-                     prompt TEXT NOT NULL, offer TEXT NOT NULL, state TEXT NOT NULL,
-                     approve INTEGER, remember TEXT, answered_by TEXT, why TEXT);
-                 CREATE INDEX IF NOT EXISTS approvals_waiting ON approvals (state, expires_at);
-                 PRAGMA user_version = 3;
-                 COMMIT;",
-            )?;
-        }
-        if found < 4 {
-            // ALTER TABLE has no IF NOT EXISTS: the version is read again
-            // under the write lock, so two processes that open an old file at
-            // once add the columns once.
-            let transaction =
-                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let current: i64 =
-                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-            if current < 4 {
-                transaction.execute_batch(
-                    "ALTER TABLE pins ADD COLUMN identity TEXT NOT NULL DEFAULT '';
-                     ALTER TABLE pins ADD COLUMN seen_identity TEXT;
-                     CREATE INDEX IF NOT EXISTS pins_by_server ON pins (server);
-                     PRAGMA user_version = 4;",
-                )?;
+        for (version, sql) in SQLITE_MIGRATIONS {
+            if found < version {
+                migrate_sqlite(&mut connection, version, sql)?;
             }
-            transaction.commit()?;
-        }
-        if found < 5 {
-            // Seals on the rows decisions trust (see `rows`), and the
-            // prompt's content as JSON for the web console. Rows from before
-            // have no seal, and so are broken: a hintgate that sealed them now
-            // could not tell them from rows someone without the key put there.
-            let transaction =
-                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let current: i64 =
-                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-            if current < 5 {
-                transaction.execute_batch(
-                    "ALTER TABLE pins ADD COLUMN tag TEXT;
-                     ALTER TABLE always ADD COLUMN tag TEXT;
-                     ALTER TABLE approvals ADD COLUMN tag TEXT;
-                     ALTER TABLE approvals ADD COLUMN answer_tag TEXT;
-                     ALTER TABLE approvals ADD COLUMN details TEXT;
-                     PRAGMA user_version = 5;",
-                )?;
-            }
-            transaction.commit()?;
-        }
-        if found < 6 {
-            connection.execute_batch(
-                "BEGIN IMMEDIATE;
-                 CREATE TABLE IF NOT EXISTS tokens (
-                     name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,
-                     created_at INTEGER NOT NULL, tag TEXT);
-                 PRAGMA user_version = 6;
-                 COMMIT;",
-            )?;
-        }
-        if found < 7 {
-            // Standing approvals name the audit record that granted them,
-            // and the approval index lists every grant, revocation and
-            // accepted rollback by sequence number (see `standing`).
-            // Approvals from before have no grant record: they are kept,
-            // and approve nothing (a person gives them again).
-            let transaction =
-                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let current: i64 =
-                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-            if current < 7 {
-                transaction.execute_batch(
-                    "ALTER TABLE always ADD COLUMN grant_seq INTEGER;
-                     CREATE TABLE IF NOT EXISTS approval_log (
-                         seq INTEGER PRIMARY KEY, kind TEXT NOT NULL,
-                         server_key TEXT NOT NULL, tool TEXT NOT NULL);
-                     CREATE INDEX IF NOT EXISTS approval_log_by_tool
-                         ON approval_log (server_key, tool, seq);
-                     PRAGMA user_version = 7;",
-                )?;
-            }
-            transaction.commit()?;
-        }
-        if found < 8 {
-            connection.execute_batch(
-                "BEGIN IMMEDIATE;
-                 CREATE TABLE IF NOT EXISTS idempotency (
-                     scope TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT NOT NULL,
-                     principal TEXT NOT NULL, arguments TEXT NOT NULL,
-                     claimed_at INTEGER NOT NULL, done_at INTEGER, result BLOB, tag TEXT);
-                 CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (claimed_at);
-                 PRAGMA user_version = 8;
-                 COMMIT;",
-            )?;
         }
         let salt: Option<Vec<u8>> = connection
             .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |row| {
@@ -2006,5 +1983,19 @@ impl IdempotencyStore for SqliteStore {
         }
         transaction.commit()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod migration_tests {
+    use super::*;
+
+    #[test]
+    fn the_sqlite_steps_are_numbered_one_to_the_schema_version() {
+        let versions: Vec<i64> = SQLITE_MIGRATIONS
+            .iter()
+            .map(|(version, _)| *version)
+            .collect();
+        assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
     }
 }
