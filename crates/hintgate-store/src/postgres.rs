@@ -89,14 +89,9 @@ impl Connection {
             return Ok(prepared.clone());
         }
         let prepared = AppendStatements {
-            lock: self.client.prepare("SELECT pg_advisory_xact_lock($1)")?,
-            tail: self
-                .client
-                .prepare("SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1")?,
-            insert: self.client.prepare(
-                "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )?,
+            lock: self.client.prepare(LOCK_SQL)?,
+            tail: self.client.prepare(TAIL_SQL)?,
+            insert: self.client.prepare(INSERT_SQL)?,
         };
         self.append = Some(prepared.clone());
         Ok(prepared)
@@ -381,12 +376,34 @@ fn append_in(
     entries: &[NewEntry],
     key: Option<&AuditKey>,
 ) -> Result<(Vec<u64>, (u64, String)), StoreError> {
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
-    let tail = pg_tail(tx)?.unwrap_or_else(|| (0, GENESIS.to_owned()));
+    append_with(tx, entries, key, [LOCK_SQL, TAIL_SQL, INSERT_SQL])
+}
+
+/// The lock, the tail query and the insert of an append, as text.
+const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1)";
+const TAIL_SQL: &str = "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1";
+const INSERT_SQL: &str = "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// [`append_in`] with the log's lock, tail query and insert given as
+/// `[lock, tail, insert]`: as text, or prepared on the store's connection
+/// (the gateway's own appends).
+fn append_with<S: ::postgres::ToStatement + ?Sized>(
+    tx: &mut ::postgres::Transaction<'_>,
+    entries: &[NewEntry],
+    key: Option<&AuditKey>,
+    [lock, tail, insert]: [&S; 3],
+) -> Result<(Vec<u64>, (u64, String)), StoreError> {
+    // One chain for every gateway on this store: appends take turns.
+    tx.execute(lock, &[&AUDIT_LOCK])?;
+    let tail = match tx.query_opt(tail, &[])? {
+        Some(row) => (from_sql(row.try_get(0)?), row.try_get::<_, String>(1)?),
+        None => (0, GENESIS.to_owned()),
+    };
+    // Stored as chained: the canonical text the caller gave.
     chain(tail, entries, key, |new, seq, prev, hash| {
         tx.execute(
-            "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            insert,
             &[
                 &to_sql(seq),
                 &new.at,
@@ -979,32 +996,11 @@ impl AuditLog for PgStore {
         self.call_on(move |connection| {
             let statements = connection.append_statements()?;
             let mut tx = connection.client.transaction()?;
-            // One chain for every gateway on this store: appends take turns.
-            tx.execute(&statements.lock, &[&AUDIT_LOCK])?;
-            let tail = match tx.query_opt(&statements.tail, &[])? {
-                Some(row) => (from_sql(row.try_get(0)?), row.try_get::<_, String>(1)?),
-                None => (0, GENESIS.to_owned()),
-            };
-            // Stored as chained: the canonical text the caller gave.
-            let (seqs, tail) = chain(
-                tail,
+            let (seqs, tail) = append_with(
+                &mut tx,
                 &entries,
                 keying.key.as_ref(),
-                |new, seq, prev, hash| {
-                    tx.execute(
-                        &statements.insert,
-                        &[
-                            &to_sql(seq),
-                            &new.at,
-                            &kind_name(new.kind),
-                            &new.call.map(to_sql),
-                            &new.body,
-                            &prev,
-                            &hash,
-                        ],
-                    )?;
-                    index_in(&mut tx, new, seq)
-                },
+                [&statements.lock, &statements.tail, &statements.insert],
             )?;
             tx.commit()?;
             // After the commit, on the store's one thread, so this
