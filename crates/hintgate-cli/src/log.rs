@@ -1018,14 +1018,18 @@ mod tests {
     }
 
     fn grouped(json: bool) -> Vec<String> {
-        let args = log_args(json, false);
+        rendered(&log_args(json, false), records())
+    }
+
+    /// What `hintgate log` (not following) prints of `entries`, a line each.
+    fn rendered(args: &LogArgs, entries: impl IntoIterator<Item = Entry>) -> Vec<String> {
         let mut view = View {
-            args: &args,
+            args,
             since: None,
             shown: HashMap::new(),
         };
         let mut grouped = Grouped::default();
-        for entry in records() {
+        for entry in entries {
             grouped.add(entry);
         }
         let mut out = String::new();
@@ -1127,19 +1131,8 @@ mod tests {
             stored(3, "call", "{\"server\":\"fs\"}\n\u{1b}[2J"),
         ];
         for json in [false, true] {
-            let args = log_args(json, false);
-            let mut view = View {
-                args: &args,
-                since: None,
-                shown: HashMap::new(),
-            };
-            let mut grouped = Grouped::default();
-            for entry in entries.clone() {
-                grouped.add(entry);
-            }
-            let mut out = String::new();
-            grouped.render(&mut view, &mut out);
-            let lines: Vec<&str> = out.lines().collect();
+            let lines = rendered(&log_args(json, false), entries.clone());
+            let out = lines.join("\n");
             assert_eq!(lines.len(), 3, "{out}");
             if json {
                 let problems: Vec<Value> = lines
@@ -1265,18 +1258,7 @@ mod tests {
         let shown = |json: bool, server: Option<&str>| {
             let mut args = log_args(json, false);
             args.server = server.map(str::to_owned);
-            let mut view = View {
-                args: &args,
-                since: None,
-                shown: HashMap::new(),
-            };
-            let mut grouped = Grouped::default();
-            for entry in entries.clone() {
-                grouped.add(entry);
-            }
-            let mut out = String::new();
-            grouped.render(&mut view, &mut out);
-            out.lines().map(str::to_owned).collect::<Vec<_>>()
+            rendered(&args, entries.clone())
         };
         assert_eq!(
             shown(false, Some("fs")),
