@@ -1186,16 +1186,21 @@ fn read_stream_until(
     })
 }
 
-#[test]
-fn a_legacy_hosts_subscriptions_and_log_level_reach_a_2026_07_28_server_for_its_session_only() {
-    let dir = tempfile::tempdir().unwrap();
+/// `hintgate run --listen --no-auth --trust trusted` in front of the
+/// conformance fixture (a 2026-07-28 server, with subscriptions and logs).
+fn in_front_of_the_conformance_fixture(dir: &Path) -> Listening {
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/peers/conformance_server.py")
         .display()
         .to_string();
     let command = [venv_bin("python"), fixture];
-    let gateway =
-        Listening::start_command(dir.path(), &["--no-auth", "--trust", "trusted"], &command);
+    Listening::start_command(dir, &["--no-auth", "--trust", "trusted"], &command)
+}
+
+#[test]
+fn a_legacy_hosts_subscriptions_and_log_level_reach_a_2026_07_28_server_for_its_session_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = in_front_of_the_conformance_fixture(dir.path());
     let (a, b) = (legacy_session(&gateway), legacy_session(&gateway));
     let version = "MCP-Protocol-Version: 2025-11-25".to_owned();
     let request = |session: &str, id: u64, method: &str, params: Value| {
@@ -1428,13 +1433,7 @@ fn config_check_names_the_file_line_and_key_of_every_listen_problem() {
 #[test]
 fn a_2025_11_25_hosts_event_streams_begin_with_a_priming_event_and_older_hosts_get_none() {
     let dir = tempfile::tempdir().unwrap();
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/peers/conformance_server.py")
-        .display()
-        .to_string();
-    let command = [venv_bin("python"), fixture];
-    let gateway =
-        Listening::start_command(dir.path(), &["--no-auth", "--trust", "trusted"], &command);
+    let gateway = in_front_of_the_conformance_fixture(dir.path());
     let session = legacy_session(&gateway);
     let post = |version: &str, id: u64, method: &str, params: Value| {
         let answer = gateway.post(
