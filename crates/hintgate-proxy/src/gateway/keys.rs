@@ -42,7 +42,7 @@ use crate::json::{ObjectWriter, members, string_literal};
 impl Gateway {
     /// Step 4: finds the call's idempotency key, and fills one in when the
     /// host left it out. Nothing for a tool that takes no key.
-    pub(super) fn prepare_key(&mut self, cx: &mut CallContext, idx: ServerIdx) {
+    pub(super) fn prepare_key(&self, cx: &mut CallContext, idx: ServerIdx) {
         if cx.idem.is_some() {
             // A retry or a second pass through the pipeline: the same key.
             return;

@@ -192,12 +192,14 @@ impl Gateway {
                                 })
                             }
                             None => {
-                                // The hook sees the arguments: they are
-                                // read now (a call whose arguments do not
+                                // The hook sees the arguments as they will
+                                // be sent, an idempotency key filled in: they
+                                // are read now (a call whose arguments do not
                                 // parse is refused before anyone is asked).
                                 if let Err(problem) = cx.parse_arguments() {
                                     return Step::Refuse(cx, Refusal::Malformed(problem));
                                 }
+                                self.prepare_key(&mut cx, idx);
                                 let Some(config) = self.policy.hook_for(call.server).cloned()
                                 else {
                                     return Step::Refuse(

@@ -388,3 +388,24 @@ async fn a_call_cancelled_while_the_hook_is_asked_ends_on_record_and_never_runs(
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["outcome"], "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hook_sees_the_idempotency_key_the_server_gets() {
+    let log = HookLog::new();
+    let keyed = json!({
+        "name": "allow_charge",
+        "inputSchema": {"type": "object", "properties": {"idempotency_key": {"type": "string"}}},
+        "annotations": {"readOnlyHint": false},
+    });
+    let mut setup = setup(&log, "persistent", false);
+    setup
+        .scripts
+        .insert("fx".to_owned(), ServerScript::with_tools(vec![keyed]));
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    let answer = gateway.call("allow_charge", json!({"amount": 1})).await;
+    assert!(!is_error(&answer), "{answer}");
+    let sent = gateway.calls_received("fx")[0]["params"]["arguments"]["idempotency_key"].clone();
+    assert!(sent.is_string(), "{sent}");
+    assert_eq!(log.questions()[0]["arguments"]["idempotency_key"], sent);
+}
