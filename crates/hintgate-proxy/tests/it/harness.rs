@@ -509,6 +509,15 @@ impl TestStore {
         self.set_mode(AppendMode::Normal);
     }
 
+    /// The bodies of the call records, in order.
+    pub fn call_records(&self) -> Vec<Value> {
+        self.records()
+            .into_iter()
+            .filter(|entry| entry.kind == Some(hintgate_store::EntryKind::Call))
+            .map(|entry| entry.body)
+            .collect()
+    }
+
     /// Every record, parsed, the outcomes of several calls one per call.
     pub fn records(&self) -> Vec<Entry> {
         self.inner

@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hintgate_store::EntryKind;
 use serde_json::{Value, json};
 
 use crate::harness::{Harness, ServerScript, Setup, is_error, text, tool};
@@ -80,15 +79,6 @@ fn setup(log: &HookLog, mode: &str, trusted: bool) -> Setup {
     setup
 }
 
-fn call_records(store: &crate::harness::TestStore) -> Vec<Value> {
-    store
-        .records()
-        .into_iter()
-        .filter(|entry| entry.kind == Some(EntryKind::Call))
-        .map(|entry| entry.body)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_allows_an_untrusted_write_unasked_and_its_reason_is_on_record() {
     let log = HookLog::new();
@@ -127,7 +117,7 @@ async fn a_hook_allows_an_untrusted_write_unasked_and_its_reason_is_on_record() 
     assert!(problems.is_empty(), "{problems:?}");
 
     let store = gateway.close().await;
-    let record = &call_records(&store)[0];
+    let record = &store.call_records()[0];
     assert_eq!(record["verdict"], "allow");
     assert_eq!(
         record["reasons"],
@@ -157,7 +147,7 @@ async fn a_hook_denies_and_the_server_never_sees_the_call() {
     );
     assert!(gateway.calls_received("fx").is_empty());
     let store = gateway.close().await;
-    assert_eq!(call_records(&store)[0]["outcome"], "denied");
+    assert_eq!(store.call_records()[0]["outcome"], "denied");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,7 +211,7 @@ async fn a_hook_that_does_not_answer_in_time_denies_and_the_gateway_goes_on() {
     assert!(!is_error(&answer), "{answer}");
     assert_eq!(gateway.calls_received("fx").len(), 1);
     let store = gateway.close().await;
-    let records = call_records(&store);
+    let records = store.call_records();
     assert_eq!(records[0]["verdict"], "deny");
     assert!(
         records[0]["reasons"][0]
@@ -281,7 +271,7 @@ async fn answers_of_a_persistent_hook_are_matched_by_id_whatever_their_order() {
     let slow = gateway.response(&json!("c1")).await;
     assert!(!is_error(&slow), "{slow}");
     let store = gateway.close().await;
-    let records = call_records(&store);
+    let records = store.call_records();
     let reasons_of = |n: &str| {
         records
             .iter()
@@ -384,7 +374,7 @@ async fn a_call_cancelled_while_the_hook_is_asked_ends_on_record_and_never_runs(
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(gateway.calls_received("fx").is_empty());
     let store = gateway.close().await;
-    let records = call_records(&store);
+    let records = store.call_records();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["outcome"], "cancelled");
 }

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use hintgate_proxy::Mode;
-use hintgate_store::EntryKind;
 use serde_json::{Value, json};
 
 use crate::harness::{Behaviour, Harness, ServerScript, Setup, is_error, text, tool};
@@ -34,17 +33,6 @@ fn calls_of(gateway: &Harness, server: &str) -> Vec<String> {
         .calls_received(server)
         .iter()
         .map(|call| call["params"]["name"].as_str().unwrap_or("").to_owned())
-        .collect()
-}
-
-/// The call records, in order.
-fn call_records(gateway: &Harness) -> Vec<Value> {
-    gateway
-        .store
-        .records()
-        .into_iter()
-        .filter(|entry| entry.kind == Some(EntryKind::Call))
-        .map(|entry| entry.body)
         .collect()
 }
 
@@ -83,7 +71,7 @@ async fn a_vouched_read_runs_unasked_on_the_read_only_instance_and_a_write_is_as
     assert_eq!(calls_of(&gateway, "db"), ["delete_note"]);
     assert_eq!(calls_of(&gateway, "db/reader"), ["count_notes"]);
 
-    let records = call_records(&gateway);
+    let records = gateway.store.call_records();
     assert_eq!(records.len(), 2, "{records:#?}");
     assert_eq!(records[0]["instance"], "read-only");
     assert_eq!(
@@ -162,7 +150,7 @@ async fn issue_ro_a_definition_that_differs_between_instances_is_sent_nowhere() 
         calls_of(&gateway, "db").is_empty(),
         "sent to the full instance instead"
     );
-    let records = call_records(&gateway);
+    let records = gateway.store.call_records();
     assert_eq!(records[0]["reasons"], json!(["read-only-instance-differs"]));
     assert_eq!(records[0]["outcome"], "denied");
     gateway.close().await;
@@ -190,7 +178,7 @@ async fn issue_ro_a_read_only_instance_that_cannot_start_never_sends_the_read_to
         calls_of(&gateway, "db").is_empty(),
         "sent to the full instance instead"
     );
-    let records = call_records(&gateway);
+    let records = gateway.store.call_records();
     assert_eq!(records[0]["reasons"], json!(["server-unavailable"]));
     gateway.close().await;
 }
