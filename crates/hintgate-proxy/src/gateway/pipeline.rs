@@ -526,12 +526,7 @@ impl Gateway {
         // key, one is sent.
         if let Err(refusal) = self.claim_key(&mut cx) {
             self.record_outcome(&cx, refusal.outcome());
-            if let Refusal::Replayed(_) = refusal
-                && cx.taints
-            {
-                let what = format!("a replayed result of `{}`", cx.tool);
-                self.taint(cx.request.session, idx, &what);
-            }
+            self.taint_by_replay(&cx, &refusal);
             let line = self.refusal_line(&cx, &refusal);
             self.send_host(cx.request.session, line);
             return;
@@ -768,15 +763,21 @@ impl Gateway {
         self.record_call(cx, Some((outcome, &decision, approver)));
     }
 
-    /// A call ends at the gateway: its record, and its answer after it (a
-    /// call the host withdrew gets no answer).
-    pub(super) fn refuse(&mut self, cx: Box<CallContext>, refusal: Refusal) {
-        if let (Refusal::Replayed(_), Some(idx)) = (&refusal, cx.server)
+    /// A replayed result of a private-data tool taints the session as the
+    /// answer it repeats did.
+    fn taint_by_replay(&mut self, cx: &CallContext, refusal: &Refusal) {
+        if let (Refusal::Replayed(_), Some(idx)) = (refusal, cx.server)
             && cx.taints
         {
             let what = format!("a replayed result of `{}`", cx.tool);
             self.taint(cx.request.session, idx, &what);
         }
+    }
+
+    /// A call ends at the gateway: its record, and its answer after it (a
+    /// call the host withdrew gets no answer).
+    pub(super) fn refuse(&mut self, cx: Box<CallContext>, refusal: Refusal) {
+        self.taint_by_replay(&cx, &refusal);
         let decision = refusal.decision(cx.decision.as_ref());
         self.record_call(
             &cx,

@@ -175,3 +175,43 @@ async fn a_replay_answers_what_the_host_got_not_what_the_server_sent() {
     assert_eq!(again["result"], first["result"]);
     assert_eq!(gateway.calls_received("fx").len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_private_result_taints_the_session_it_reaches() {
+    let fetch = json!({
+        "name": "fetch", "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": true, "openWorldHint": true},
+    });
+    let script = || ServerScript::with_tools(vec![keyed_tool("charge"), fetch.clone()]);
+    let setup = |store| {
+        let mut setup = Setup::wrap(script(), true);
+        setup.config.push_str(
+            "private_data = [\"charge\"]\n\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n",
+        );
+        setup.store = store;
+        setup
+    };
+    let arguments = json!({"amount": 3, "idempotency_key": "k-private"});
+    let mut gateway = Harness::start(setup(None)).await;
+    gateway.initialize(json!({})).await;
+    assert!(!is_error(&gateway.call("charge", arguments.clone()).await));
+    let store = gateway.close().await;
+
+    // A new session: the result reaches it by replay, and taints it.
+    let mut gateway = Harness::start(setup(Some(store))).await;
+    gateway.initialize(json!({})).await;
+    let replayed = gateway.call("charge", arguments).await;
+    assert!(!is_error(&replayed), "{replayed}");
+    assert!(gateway.calls_received("fx").is_empty(), "replayed, not run");
+    let fetched = gateway
+        .call("fetch", json!({"url": "https://example.com"}))
+        .await;
+    assert!(is_error(&fetched), "{fetched}");
+    let store = gateway.close().await;
+    let fetch_record = store
+        .call_records()
+        .into_iter()
+        .rfind(|record| record["tool"] == "fetch")
+        .unwrap();
+    assert_eq!(fetch_record["reasons"][0], "open-world-after-private-data");
+}
