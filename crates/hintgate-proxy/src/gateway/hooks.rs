@@ -55,6 +55,8 @@ struct Slot {
     generation: u64,
     /// When it was last started.
     started: Option<Instant>,
+    /// Why its last start failed, when it did.
+    start_failed: Option<String>,
     /// The per-call processes, by their question's id.
     per_call: HashMap<u64, HookProcess>,
 }
@@ -90,6 +92,7 @@ impl Hooks {
             running: None,
             generation: 0,
             started: None,
+            start_failed: None,
             per_call: HashMap::new(),
         });
         self.slots.len() - 1
@@ -127,9 +130,17 @@ impl Gateway {
         };
         slot.generation += 1;
         slot.started = Some(Instant::now());
-        let process = HookProcess::spawn(&slot.config, idx, slot.generation, events)?;
-        slot.running = Some(process);
-        Ok(())
+        match HookProcess::spawn(&slot.config, idx, slot.generation, events) {
+            Ok(process) => {
+                slot.running = Some(process);
+                slot.start_failed = None;
+                Ok(())
+            }
+            Err(err) => {
+                slot.start_failed = Some(err.to_string());
+                Err(err)
+            }
+        }
     }
 
     /// Step 3 of the pipeline, for a call the hook takes part in: the
@@ -176,20 +187,26 @@ impl Gateway {
     }
 
     fn ask_persistent(&mut self, idx: usize, line: String) -> Result<(), String> {
-        let (running, recent) = match self.hooks.slots.get(idx) {
+        let (running, recent, start_failed) = match self.hooks.slots.get(idx) {
             Some(slot) => (
                 slot.running.is_some(),
                 slot.started
                     .is_some_and(|started| started.elapsed() < RESTART_AFTER),
+                slot.start_failed.clone(),
             ),
             None => return Err("no such hook".to_owned()),
         };
         if !running {
             if recent {
-                return Err(format!(
-                    "the decision hook exited within {} s of its start; it is started again on a call after that",
-                    RESTART_AFTER.as_secs()
-                ));
+                let seconds = RESTART_AFTER.as_secs();
+                return Err(match start_failed {
+                    Some(why) => {
+                        format!("{why}; it is tried again on a call {seconds} s after that")
+                    }
+                    None => format!(
+                        "the decision hook exited within {seconds} s of its start; it is started again on a call after that"
+                    ),
+                });
             }
             self.start_hook(idx).map_err(|err| err.to_string())?;
         }

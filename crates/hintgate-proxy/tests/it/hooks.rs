@@ -399,3 +399,34 @@ async fn the_hook_sees_the_idempotency_key_the_server_gets() {
     assert!(sent.is_string(), "{sent}");
     assert_eq!(log.questions()[0]["arguments"]["idempotency_key"], sent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_that_cannot_be_started_denies_with_the_reason_and_the_gateway_goes_on() {
+    for mode in ["persistent", "per-call"] {
+        let mut setup = Setup::wrap(ServerScript::with_tools(tools()), false);
+        setup.config = setup.config.replacen(
+            "[gateway]\n",
+            &format!("[gateway]\ndecide_command = [\"/nonexistent/decide-hook\"]\ndecide_command_mode = \"{mode}\"\n"),
+            1,
+        );
+        let mut gateway = Harness::start(setup).await;
+        gateway.initialize(json!({})).await;
+        for _ in 0..2 {
+            let refused = gateway.call("allow_write", json!({})).await;
+            assert!(is_error(&refused), "{refused}");
+            assert!(
+                text(&refused)
+                    .contains("the decision hook `/nonexistent/decide-hook` could not be started"),
+                "{mode}: {refused}"
+            );
+        }
+        assert!(gateway.calls_received("fx").is_empty());
+        let store = gateway.close().await;
+        assert!(store.call_records().iter().all(|record| {
+            record["reasons"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("hook-failed:")
+        }));
+    }
+}
