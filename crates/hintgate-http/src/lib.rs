@@ -56,7 +56,7 @@ use hintgate_proxy::{HostConn, HostPort};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::route::{Frame, HistoryBudget, Routes, Unresumable};
+use crate::route::{Frame, HistoryBudget, Routes, Sink, Unresumable};
 
 /// The path hosts reach the gateway at.
 pub const ENDPOINT: &str = "/mcp";
@@ -154,6 +154,8 @@ struct Shared {
     next_id: AtomicU64,
     /// What every session's resumption history holds together.
     histories: Arc<HistoryBudget>,
+    /// The next session's key in `histories`.
+    next_routes: AtomicU64,
 }
 
 /// One host session over HTTP.
@@ -194,6 +196,7 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
         modern: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
         histories: HistoryBudget::new(route::HISTORY_BUDGET_BYTES),
+        next_routes: AtomicU64::new(0),
     });
     tokio::spawn(sweep(Arc::downgrade(&shared)));
     Ok(Router::new()
@@ -645,14 +648,23 @@ async fn start_session(
         .auth
         .is_some()
         .then(|| principal.name.clone());
-    let conn = match shared.port.open(principal.scope, name).await {
+    let key = shared.next_routes.fetch_add(1, Ordering::Relaxed);
+    let routes = Routes::with_budget(Arc::clone(&shared.histories), key);
+    let sink = Arc::new(Sink {
+        routes: Arc::clone(&routes),
+        modern,
+    });
+    let conn = match shared
+        .port
+        .open_with(principal.scope, name, Some(sink))
+        .await
+    {
         Ok(conn) => Arc::new(conn),
         Err(_) => return Err(gone()),
     };
     let Some(lines) = conn.take_lines() else {
         return Err(gone());
     };
-    let routes = Routes::with_budget(Arc::clone(&shared.histories), u64::from(conn.id()));
     tokio::spawn(Arc::clone(&routes).run(Arc::clone(&conn), lines, modern));
     tracing::info!(principal = %principal.name, scope = ?principal.scope, modern, session = conn.id(), "an HTTP host session opens");
     Ok(Arc::new(Session {

@@ -12,8 +12,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
-use hintgate_proxy::HostConn;
 use hintgate_proxy::frame::{Kind, Message};
+use hintgate_proxy::{HostConn, HostSink};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -369,6 +369,53 @@ impl Routes {
         }
     }
 
+    /// Places `line` now, when it can go without waiting: its exchange's or
+    /// stream's channel has room (or it goes to the backlog, or nowhere).
+    /// Otherwise gives it back with nothing recorded. Only the gateway's
+    /// loop and [`Routes::run`] send into these channels, and the loop
+    /// offers only while `run` has nothing to deliver, so room found here
+    /// is still there when the frame is sent.
+    fn offer(&self, line: String, modern: bool) -> Option<String> {
+        let delivery = {
+            let Ok(mut inner) = self.inner.lock() else {
+                return Some(line);
+            };
+            let room = match Message::parse(&line) {
+                Ok(message) => match self.target(&inner, &message) {
+                    Target::Exchange(id) => inner
+                        .exchanges
+                        .get(&id)
+                        .and_then(|exchange| exchange.tx.as_ref())
+                        .is_none_or(|tx| tx.capacity() > 0),
+                    Target::Standalone => inner
+                        .standalone
+                        .as_ref()
+                        .is_none_or(|(_, tx)| tx.capacity() > 0),
+                    Target::Backlog | Target::Drop => true,
+                },
+                // Dropped with a warning, as `run` would.
+                Err(_) => true,
+            };
+            if !room {
+                return Some(line);
+            }
+            let placed = self.place_in(&mut inner, line, modern);
+            if let Some((budget, key)) = &self.budget {
+                budget.record(*key, inner.history_bytes);
+            }
+            placed
+        };
+        if let Some((budget, _)) = &self.budget {
+            budget.enforce();
+        }
+        if let Some((tx, frame)) = delivery {
+            // Room was there; a host gone meanwhile only loses the frame,
+            // as in `run`.
+            let _ = tx.try_send(frame);
+        }
+        None
+    }
+
     /// Decides where `line` goes and records it; returns the channel to send
     /// it into, if any.
     fn place(&self, line: String, modern: bool) -> Option<(mpsc::Sender<Frame>, Frame)> {
@@ -436,6 +483,23 @@ impl Routes {
                 None
             }
         }
+    }
+}
+
+/// A session's routes as the gateway's [`HostSink`]: the loop places each
+/// line itself while nothing waits for [`Routes::run`], one task wake-up
+/// fewer per line.
+#[derive(Debug)]
+pub(crate) struct Sink {
+    /// The session's routes.
+    pub routes: Arc<Routes>,
+    /// The session speaks 2026-07-28.
+    pub modern: bool,
+}
+
+impl HostSink for Sink {
+    fn offer(&self, line: String) -> Option<String> {
+        self.routes.offer(line, self.modern)
     }
 }
 
@@ -647,6 +711,45 @@ fn with_subscription(line: &str, host_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_offered_from_the_loop_goes_at_once_while_there_is_room_and_is_given_back_untouched_when_not()
+     {
+        let routes = Arc::new(Routes::default());
+        let sink = Sink {
+            routes: Arc::clone(&routes),
+            modern: false,
+        };
+        let mut rx = routes.open("7", None, true, None).unwrap();
+        // Progress for the request fills its channel, each placed at once.
+        let note = |n: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t","progress":{n}}}}}"#
+            )
+        };
+        for n in 0..CHANNEL_FRAMES {
+            assert_eq!(sink.offer(note(n)), None, "frame {n} had room");
+        }
+        // Full: the answer is given back as it was, nothing recorded, and
+        // the exchange stays open for the task that waits for room.
+        let answer = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#.to_owned();
+        assert_eq!(sink.offer(answer.clone()), Some(answer.clone()));
+        let held = routes.inner.lock().unwrap().history.len();
+        assert_eq!(held, CHANNEL_FRAMES);
+        // The host reads one: the answer now goes, after every note, under
+        // the next event id, and ends the exchange.
+        let first = rx.try_recv().unwrap();
+        assert_eq!(first.event_id, "1-1");
+        assert_eq!(sink.offer(answer), None);
+        let mut last = None;
+        while let Ok(frame) = rx.try_recv() {
+            last = Some(frame);
+        }
+        let last = last.unwrap();
+        assert!(last.last);
+        assert_eq!(last.event_id, format!("1-{}", CHANNEL_FRAMES + 1));
+        assert!(!routes.inner.lock().unwrap().exchanges.contains_key("7"));
+    }
 
     #[test]
     fn an_answer_goes_to_its_exchange_and_ends_it() {

@@ -86,6 +86,8 @@ pub struct OpenSession {
     pub scope: hintgate_policy::decide::Scope,
     /// Who the host is, as its transport authenticated it.
     pub principal: Option<String>,
+    /// Where lines go first while nothing waits in `out`.
+    pub sink: Option<std::sync::Arc<dyn crate::hosts::HostSink>>,
 }
 
 /// Something from a host.

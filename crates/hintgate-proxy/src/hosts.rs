@@ -21,6 +21,21 @@ use crate::event::{Closed, Event, EventSender, HostEvent, OpenSession};
 use crate::gateway::request::Held;
 use crate::gateway::session::{HOST_HELD_MESSAGES, HOST_QUEUE_BYTES};
 
+/// Takes the gateway's lines to one host session straight from its event
+/// loop, without a task in between to wake. Offered a line, it either takes
+/// it now (delivered to where the host reads, or dropped as its transport
+/// drops what has nowhere to go) or gives it back, unchanged and with
+/// nothing recorded, when it cannot take it without waiting: then the line
+/// waits in the session's channel ([`HostConn::take_lines`]) like every
+/// later line until the channel is empty again, so the order holds.
+///
+/// It runs on the gateway's loop: it must not block, and it must not take
+/// a line it cannot place at once.
+pub trait HostSink: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes `line` (`None`) or gives it back (`Some`).
+    fn offer(&self, line: String) -> Option<String>;
+}
+
 /// Opens host sessions on a running gateway. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct HostPort {
@@ -68,6 +83,22 @@ impl HostPort {
     /// [`Closed`] when the gateway has stopped, or when it has opened
     /// `u32::MAX` sessions.
     pub async fn open(&self, scope: Scope, principal: Option<String>) -> Result<HostConn, Closed> {
+        self.open_with(scope, principal, None).await
+    }
+
+    /// [`HostPort::open`], with a [`HostSink`] the gateway offers each line
+    /// to first, while nothing waits in the session's channel.
+    ///
+    /// # Errors
+    ///
+    /// [`Closed`] when the gateway has stopped, or when it has opened
+    /// `u32::MAX` sessions.
+    pub async fn open_with(
+        &self,
+        scope: Scope,
+        principal: Option<String>,
+        sink: Option<Arc<dyn HostSink>>,
+    ) -> Result<HostConn, Closed> {
         let session = self
             .next
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
@@ -93,6 +124,7 @@ impl HostPort {
                 requests: Arc::clone(&requests),
                 scope,
                 principal,
+                sink,
             })))
             .await?;
         Ok(HostConn {

@@ -64,5 +64,5 @@ pub use gateway::{
     Gauges, Mode, Observed, RunError, Settings, run, run_until, run_with_gauge, run_with_gauges,
     serve,
 };
-pub use hosts::{HostConn, HostPort};
+pub use hosts::{HostConn, HostPort, HostSink};
 pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

@@ -773,8 +773,10 @@ impl Gateway {
                     requests,
                     scope,
                     principal,
+                    sink,
                 } = *open;
                 let mut host = HostSession::new(out, gauge, requests);
+                host.sink = sink;
                 host.scope = scope;
                 host.principal = principal;
                 tracing::debug!(session, ?scope, "a host session opens");

@@ -86,6 +86,9 @@ pub(crate) struct HostSession {
     out: mpsc::UnboundedSender<String>,
     /// What waits in `out` for the host to read.
     gauge: Arc<QueueGauge>,
+    /// Where a line goes first, while nothing waits in `out` (a transport
+    /// that places lines from the loop itself).
+    pub sink: Option<Arc<dyn crate::hosts::HostSink>>,
     /// What the gateway holds of the host's requests.
     pub requests: Arc<QueueGauge>,
     /// The era it speaks.
@@ -173,6 +176,7 @@ impl HostSession {
         Self {
             out,
             gauge,
+            sink: None,
             requests,
             era: Era::Unknown,
             init: None,
@@ -239,6 +243,15 @@ impl HostSession {
     }
 
     fn queue(&self, line: String) {
+        // INVARIANT: the sink is offered a line only while nothing waits in
+        // `out`, so no line overtakes one queued before it.
+        let line = match &self.sink {
+            Some(sink) if self.gauge.bytes() == 0 => match sink.offer(line) {
+                None => return,
+                Some(line) => line,
+            },
+            _ => line,
+        };
         let len = line.len();
         self.gauge.queued(len);
         // A closed channel means the host is gone; its reader says so.
@@ -363,6 +376,51 @@ pub(crate) fn declares_form_elicitation(capabilities: Option<&Value>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Takes lines while `open`, and keeps what it took.
+    #[derive(Debug, Default)]
+    struct Gate {
+        open: std::sync::atomic::AtomicBool,
+        took: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl crate::hosts::HostSink for Gate {
+        fn offer(&self, line: String) -> Option<String> {
+            if !self.open.load(std::sync::atomic::Ordering::Relaxed) {
+                return Some(line);
+            }
+            self.took.lock().unwrap().push(line);
+            None
+        }
+    }
+
+    #[test]
+    fn no_line_overtakes_one_waiting_in_the_channel_when_a_sink_takes_lines() {
+        let (out, mut lines) = mpsc::unbounded_channel();
+        let gauge = Arc::new(QueueGauge::default());
+        gauge.set_limits(1 << 20, 1 << 21);
+        let mut host = HostSession::new(out, Arc::clone(&gauge), Arc::default());
+        let gate = Arc::new(Gate::default());
+        host.sink = Some(Arc::clone(&gate) as Arc<dyn crate::hosts::HostSink>);
+        // The sink cannot take `a`: it waits in the channel, counted.
+        host.send("a".to_owned());
+        assert_eq!(gauge.lines(), 1);
+        // The sink could take `b` now, but `a` still waits: `b` queues
+        // behind it rather than overtake it.
+        gate.open.store(true, std::sync::atomic::Ordering::Relaxed);
+        host.send("b".to_owned());
+        assert!(gate.took.lock().unwrap().is_empty());
+        assert_eq!(lines.try_recv().unwrap(), "a");
+        assert_eq!(lines.try_recv().unwrap(), "b");
+        // Both delivered: the channel is empty, and the sink takes `c` at
+        // once, uncounted.
+        gauge.written(1);
+        gauge.written(1);
+        host.send("c".to_owned());
+        assert_eq!(*gate.took.lock().unwrap(), ["c"]);
+        assert_eq!(gauge.bytes(), 0);
+        assert!(lines.try_recv().is_err());
+    }
 
     #[test]
     fn a_host_is_told_of_a_change_once_until_it_lists_again() {
