@@ -261,7 +261,98 @@ fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
 
+/// The upstream in a process of its own, as a real server is: a host and
+/// its server never share a thread, so the direct run pays the same
+/// wake-ups between processes that every hop through the gateway pays.
+/// Prints the address it serves, then serves until killed.
+fn serve_upstream() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("{}", listener.local_addr().unwrap());
+        upstream(listener).await;
+    });
+}
+
+/// A bare relay on the gateway's own HTTP stack, in a process of its own:
+/// axum's server towards the hosts, one reqwest client towards the upstream
+/// at `url`, on a runtime like the gateway's over HTTP (the connections on
+/// two worker threads). It reads nothing of the messages and decides
+/// nothing: what any proxy on this stack pays before it does its own work.
+/// Prints the address it serves, then serves until killed.
+fn serve_relay(url: String) {
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, StatusCode};
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let client = reqwest::Client::new();
+        let relay = move |headers: HeaderMap, body: Bytes| {
+            let client = client.clone();
+            let url = url.clone();
+            async move {
+                let mut request = client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream");
+                if let Some(session) = headers.get("mcp-session-id") {
+                    request = request.header("mcp-session-id", session);
+                }
+                let answer = request.body(body).send().await.unwrap();
+                let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
+                let session = answer.headers().get("mcp-session-id").cloned();
+                let body = answer.bytes().await.unwrap();
+                let mut response = axum::response::Response::new(axum::body::Body::from(body));
+                *response.status_mut() = status;
+                response
+                    .headers_mut()
+                    .insert("content-type", "application/json".parse().unwrap());
+                if let Some(session) = session {
+                    response.headers_mut().insert("mcp-session-id", session);
+                }
+                response
+            }
+        };
+        let app = axum::Router::new().route("/mcp", axum::routing::post(relay));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("{}", listener.local_addr().unwrap());
+        axum::serve(listener, app).await.unwrap();
+    });
+}
+
+/// Starts this program as a child process with `args` (one of the serving
+/// modes above); the child and the address it serves.
+fn serving_process(args: &[&str]) -> (Child, SocketAddr) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    (child, line.trim().parse().unwrap())
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|arg| arg == "--serve-upstream") {
+        serve_upstream();
+        return;
+    }
+    if let Some(at) = args.iter().position(|arg| arg == "--serve-relay") {
+        serve_relay(args[at + 1].clone());
+        return;
+    }
     let full = std::env::args().any(|arg| arg == "--bench");
     let (sessions, time, idle) = if full {
         (200, Duration::from_secs(10), 1000)
@@ -274,12 +365,15 @@ fn main() {
         .unwrap();
     let state = std::env::temp_dir().join(format!("hintgate-http-load-{}", std::process::id()));
     runtime.block_on(async {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream_addr = listener.local_addr().unwrap();
-        tokio::spawn(upstream(listener));
+        let (mut server, upstream_addr) = serving_process(&["--serve-upstream"]);
         let url = format!("http://{upstream_addr}/mcp");
 
         let direct = load(upstream_addr, sessions, time).await;
+        let (mut relay_child, relay_addr) = serving_process(&["--serve-relay", &url]);
+        load(relay_addr, 1, Duration::from_millis(200)).await;
+        let relayed = load(relay_addr, sessions, time).await;
+        let _ = relay_child.kill();
+        let _ = relay_child.wait();
         let (mut child, addr) = gateway(&url, &state);
         // Warm: the gateway starts its upstream link on the first request.
         load(addr, 1, Duration::from_millis(200)).await;
@@ -298,11 +392,17 @@ fn main() {
         drop(quiet);
         let _ = child.kill();
         let _ = child.wait();
+        let _ = server.kill();
+        let _ = server.wait();
 
         let rate = |load: &Load| load.calls as f64 / load.elapsed.as_secs_f64();
         println!("{sessions} HTTP host sessions, {} s each way, on loopback", time.as_secs_f64());
         println!("{:<22} {:>12} {:>10} {:>10}", "", "calls/s", "p50 µs", "p99 µs");
-        for (name, run) in [("direct", &direct), ("through hintgate", &through)] {
+        for (name, run) in [
+            ("direct", &direct),
+            ("bare relay", &relayed),
+            ("through hintgate", &through),
+        ] {
             println!(
                 "{name:<22} {:>12.0} {:>10.0} {:>10.0}",
                 rate(run),
@@ -315,6 +415,11 @@ fn main() {
             rate(&through) / rate(&direct),
             micros(through.p50.saturating_sub(direct.p50)),
             micros(through.p99.saturating_sub(direct.p99)),
+        );
+        println!(
+            "the bare relay on the same HTTP stack: {:.2}x of direct; hintgate keeps {:.2}x of the relay's calls/s",
+            rate(&relayed) / rate(&direct),
+            rate(&through) / rate(&relayed),
         );
         println!(
             "memory per idle session: {per_session:.1} KiB ({idle} sessions; resident set {before} KiB -> {after} KiB)"
