@@ -107,7 +107,7 @@ impl HeadWriter {
     /// told from a new one. Once, off the commit path, so it is synced. A
     /// failure is logged, as in [`HeadWriter::record`].
     pub(crate) fn start(&self) {
-        self.record(0, crate::audit::GENESIS);
+        self.record(0, crate::entry::GENESIS);
         let synced = {
             let file = self
                 .file

@@ -173,6 +173,7 @@ fn migrate_sqlite(connection: &mut Connection, version: i64, sql: &str) -> Resul
 
 mod audit;
 mod body;
+mod entry;
 mod head;
 mod idempotency;
 mod key;
@@ -185,10 +186,11 @@ mod tokens;
 mod witness;
 
 pub use audit::{
-    AuditLog, AuditSetup, Checkpointed, Entry, EntryKind, HeadPlace, HeadState, KeySource,
-    NewEntry, Problem, Span, Verification, WitnessState,
+    AuditLog, AuditSetup, Checkpointed, HeadPlace, HeadState, KeySource, Problem, Span,
+    Verification, WitnessState,
 };
 pub use body::Malformed;
+pub use entry::{Entry, EntryKind, NewEntry};
 pub use idempotency::{
     IdempotencyStore, KeyClaim, KeyEnd, KeyRecord, KeyState, MAX_RESULT_BYTES, key_scope,
 };

@@ -28,7 +28,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::audit::{GENESIS, Keying, chain, kind_name};
+use crate::audit::{Keying, chain};
+use crate::entry::{GENESIS, kind_name};
 use crate::queue::{
     Answer, Answered, ApprovalQueue, NewPending, PENDING_COLUMNS, Pending, PendingState, QueueWatch,
 };
@@ -1650,7 +1651,7 @@ mod tests {
 
     #[test]
     fn entry_kinds_have_stable_names() {
-        use crate::audit::kind_from;
+        use crate::entry::kind_from;
         for (kind, name) in [
             (EntryKind::Call, "call"),
             (EntryKind::Outcome, "outcome"),

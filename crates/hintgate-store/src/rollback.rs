@@ -25,7 +25,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::StoreError;
-use crate::audit::{EntryKind, GENESIS, NewEntry, keyed_tail};
+use crate::entry::{EntryKind, GENESIS, NewEntry, keyed_tail, to_value};
 use crate::head::{self, HeadRead};
 use crate::key::AuditKey;
 
@@ -186,12 +186,7 @@ impl Rollback {
             log_end: self.log_end,
             why,
         };
-        NewEntry::from_value(
-            at,
-            EntryKind::Rollback,
-            None,
-            &crate::standing::to_value(&body),
-        )
+        NewEntry::from_value(at, EntryKind::Rollback, None, &to_value(&body))
     }
 }
 

@@ -25,7 +25,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::audit::{Entry, EntryKind, NewEntry};
+use crate::entry::{Entry, EntryKind, NewEntry, to_value};
 use crate::key::AuditKey;
 use crate::rows::Sealer;
 use crate::{Approval, Seal, from_sql};
@@ -178,12 +178,6 @@ pub(crate) fn revocation(
     NewEntry::from_value(at, EntryKind::Revoke, None, &to_value(&body))
 }
 
-/// A body struct as a JSON value (every field is a string or a number, so
-/// this cannot fail; `null` if it ever did, which no reader takes).
-pub(crate) fn to_value(body: &impl Serialize) -> Value {
-    serde_json::to_value(body).unwrap_or(Value::Null)
-}
-
 /// Whether `body`, read strictly, is what hintgate writes for a record of
 /// `kind` (always true for the kinds whose bodies it does not type).
 pub(crate) fn body_fits(kind: EntryKind, body: &Value) -> bool {
@@ -223,7 +217,7 @@ pub(crate) fn index_of_entry(entry: &Entry) -> Option<(&'static str, String, Str
         return None;
     }
     let (key, tool) = index_of(kind, &entry.stored_body)?;
-    Some((crate::audit::kind_name(kind), key, tool))
+    Some((crate::entry::kind_name(kind), key, tool))
 }
 
 /// One row of the approval index as stored (SQLite's columns take any
@@ -299,7 +293,7 @@ impl AlwaysRead {
         let genuine = self.record.as_ref().is_some_and(|record| {
             record.seq == granted
                 && self.is_grant(record)
-                && crate::audit::chained_with(key, record)
+                && crate::entry::chained_with(key, record)
         });
         if !genuine {
             return Standing::GrantMissing;
