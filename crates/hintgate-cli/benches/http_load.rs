@@ -1,15 +1,20 @@
 //! Many HTTP hosts at once: what `hintgate run --listen` costs under load.
 //!
-//! In one run, on loopback: a minimal Streamable HTTP MCP server (in this
-//! process, answering `tools/call` at once), and 200 host sessions that each
-//! call its one read-only tool in a loop for a bounded time, first straight
-//! at the server, then through `hintgate run --listen --trust trusted --url`
-//! (an allow decision and an audit record on every call). It prints calls
-//! per second, the p50 and p99 latency of each and what the gateway adds,
+//! In one run, on loopback: a minimal Streamable HTTP MCP server (this
+//! program in a process of its own, answering `tools/call` at once), and 200
+//! host sessions that each call its one read-only tool in a loop for a
+//! bounded time, first straight at the server, then through a bare relay
+//! on the gateway's HTTP stack (axum towards the hosts, reqwest towards the
+//! server, nothing read or decided: what any proxy on this stack pays), then
+//! through `hintgate run --listen --trust trusted --url` (an allow decision
+//! and an audit record on every call). It prints calls per second, the p50
+//! and p99 latency of each and what the gateway adds,
 //! and the gateway's memory per idle host session (its resident set before
 //! and after 1000 sessions that initialized and went quiet).
 //!
-//! `cargo bench -p hintgate-cli --bench http_load` runs it in full; under
+//! `cargo bench -p hintgate-cli --bench http_load` runs it in full
+//! (`HINTGATE_BENCH_GATEWAY=PATH` runs another build's `hintgate` instead,
+//! to compare builds on the same machine); under
 //! `cargo test` it runs a short round with a few sessions, so it stays a
 //! test that the harness works.
 #![expect(
@@ -227,7 +232,10 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// `hintgate run --listen` in front of `url`, and the address it serves.
 fn gateway(url: &str, state: &std::path::Path) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hintgate"))
+    // Another build's binary, to compare builds in one run of this bench.
+    let program = std::env::var_os("HINTGATE_BENCH_GATEWAY")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_hintgate").into());
+    let mut child = Command::new(program)
         .args([
             "run",
             "--listen",
