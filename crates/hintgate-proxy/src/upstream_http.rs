@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::conn::QueueGauge;
@@ -35,10 +36,7 @@ use crate::upstream::LinkTarget;
 /// A link to a Streamable HTTP server.
 #[derive(Debug)]
 pub struct HttpLink {
-    /// Each message's exchange, spawned straight from [`HttpLink::send`]
-    /// (no task in between to wake); dropping the link drops the set, which
-    /// aborts every exchange still under way.
-    exchanges: Mutex<JoinSet<()>>,
+    tx: mpsc::UnboundedSender<String>,
     shared: Arc<Shared>,
 }
 
@@ -121,10 +119,26 @@ impl HttpLink {
             queue: target.queue,
             session: Mutex::new(Session::default()),
         });
-        Ok(Self {
-            exchanges: Mutex::new(JoinSet::new()),
-            shared,
-        })
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let worker = Arc::clone(&shared);
+        tokio::spawn(async move {
+            // When the link is dropped the channel closes, this task ends,
+            // and dropping the set aborts every exchange still under way.
+            let mut exchanges = JoinSet::new();
+            loop {
+                tokio::select! {
+                    line = rx.recv() => match line {
+                        Some(line) => {
+                            exchanges.spawn(Arc::clone(&worker).post(line));
+                        }
+                        None => break,
+                    },
+                    // Finished exchanges are reaped as they end.
+                    Some(_) = exchanges.join_next(), if !exchanges.is_empty() => {}
+                }
+            }
+        });
+        Ok(Self { tx, shared })
     }
 
     /// Sends one message, counted in the link's queue until the server
@@ -132,13 +146,8 @@ impl HttpLink {
     pub fn send(&self, line: String) {
         let len = line.len();
         self.shared.queue.queued(len);
-        match self.exchanges.lock() {
-            Ok(mut exchanges) => {
-                // Finished exchanges are reaped as new ones start.
-                while exchanges.try_join_next().is_some() {}
-                exchanges.spawn(Arc::clone(&self.shared).post(line));
-            }
-            Err(_) => self.shared.queue.withdrawn(len),
+        if self.tx.send(line).is_err() {
+            self.shared.queue.withdrawn(len);
         }
     }
 
