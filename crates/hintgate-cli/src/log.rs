@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use hintgate_policy::config::Instance;
 use hintgate_policy::sanitize::escape_line;
 use hintgate_store::{Entry, EntryKind, HeadState, Span, Verification, WitnessKey};
 use serde_json::Value;
@@ -369,10 +370,18 @@ impl View<'_> {
                         .collect()
                 })
                 .unwrap_or_default();
+            // A call decided for a server's read-only instance says so; one
+            // for the full instance (or a server without a read-only one)
+            // reads as it always did.
+            let instance = if text_of(call, "instance") == Instance::ReadOnly.as_str() {
+                "  on read-only instance"
+            } else {
+                ""
+            };
             // What the log holds came from hosts and servers: each field on
             // its line, escaped, so no name can write a line of its own.
             out.push_str(&format!(
-                "{seq:>6}  {}  {} / {}  {}  ({})  by {}  -> {}\n",
+                "{seq:>6}  {}  {} / {}  {}  ({})  by {}{instance}  -> {}\n",
                 utc(call.at),
                 escape_line(&text_of(call, "server")),
                 escape_line(&text_of(call, "tool")),
@@ -1286,6 +1295,40 @@ mod tests {
         );
         assert_eq!(json[2]["why"], "revoked");
         assert_eq!(json[3]["head_seq"], 9);
+    }
+
+    #[test]
+    fn a_call_on_the_read_only_instance_says_so_and_the_others_read_as_before() {
+        let call = |seq, instance: Option<&str>| {
+            let mut body = json!({"server": "fs", "tool": "count", "verdict": "allow",
+                "reasons": ["read-only", "read-only-credentials"], "approver": "read-only"});
+            if let Some(instance) = instance {
+                body["instance"] = json!(instance);
+                body["instance_identity"] = json!("sha256:reader");
+            }
+            record(seq, EntryKind::Call, None, body)
+        };
+        let lines = rendered(
+            &log_args(false, false),
+            [
+                call(1, Some("read-only")),
+                call(2, Some("full")),
+                call(3, None),
+            ],
+        );
+        assert_eq!(
+            lines,
+            [
+                "     1  2026-11-29T21:58:38Z  fs / count  allow  (read-only, read-only-credentials)  by read-only  on read-only instance  -> pending",
+                "     2  2026-11-29T21:58:38Z  fs / count  allow  (read-only, read-only-credentials)  by read-only  -> pending",
+                "     3  2026-11-29T21:58:38Z  fs / count  allow  (read-only, read-only-credentials)  by read-only  -> pending",
+            ]
+        );
+        // `--json` gives the record's fields as they are.
+        let lines = rendered(&log_args(true, false), [call(1, Some("read-only"))]);
+        let shown: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(shown["instance"], "read-only");
+        assert_eq!(shown["instance_identity"], "sha256:reader");
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub enum DiagCode {
     /// the server is reached: its instance would run with the same
     /// credentials as the full one.
     ReadOnlyUnchanged,
+    /// A stdio server that vouches for its read-only instance and has no
+    /// sandbox: the credentials guard only what they reach, and nothing
+    /// stops the server writing this machine's files.
+    VouchWithoutSandbox,
 }
 
 /// One problem in a configuration.
@@ -107,7 +111,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -126,6 +130,7 @@ impl DiagCode {
         Self::CollidingServerNames,
         Self::LookAlikeServerNames,
         Self::ReadOnlyUnchanged,
+        Self::VouchWithoutSandbox,
     ];
 
     /// The stable kebab-case code.
@@ -149,6 +154,7 @@ impl DiagCode {
             Self::CollidingServerNames => "colliding-server-names",
             Self::LookAlikeServerNames => "look-alike-server-names",
             Self::ReadOnlyUnchanged => "read-only-unchanged",
+            Self::VouchWithoutSandbox => "vouch-without-sandbox",
         }
     }
 }

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{Instance, Transport};
+use crate::config::{Instance, ServerConfig};
 use crate::decide::{Call, Decision, HookAnswer, Policy, RememberOffer, SessionState, Verdict};
 use crate::pin::{FieldChange, PinDigest, PinStatus, diff};
 use crate::prompt::PromptInput;
@@ -256,19 +256,15 @@ fn invalid(input: &ExplainInput<'_>, trust: Trust, error: String) -> Explanation
 /// What the proofs of a server's configuration do not cover: vouched
 /// read-only credentials guard what they reach (a database, an API), and
 /// nothing else; a stdio server without a sandbox can still write the
-/// files of this machine.
+/// files of this machine ([`ServerConfig::unsandboxed_vouch`], which
+/// `config check` warns about in the same words).
 fn caveats(policy: &Policy, server: &str) -> Vec<String> {
-    let Some(config) = policy.server(server) else {
-        return Vec::new();
-    };
-    let vouched = config.credentials().read_only;
-    let local = matches!(config.transport, Transport::Stdio { .. });
-    if vouched && local && config.sandbox.is_none() {
-        return vec![format!(
-            "server `{server}` runs its read-only instance with credentials vouched for, and no sandbox: the credentials refuse the writes they guard, but nothing stops it writing the files of this machine or reaching elsewhere; add a `[servers.{server}.sandbox]` table"
-        )];
-    }
-    Vec::new()
+    policy
+        .server(server)
+        .and_then(ServerConfig::unsandboxed_vouch)
+        .map(|vouch| format!("{}; {}", vouch.message, vouch.help))
+        .into_iter()
+        .collect()
 }
 
 fn details(policy: &Policy, decision: &Decision) -> Vec<ReasonDetail> {

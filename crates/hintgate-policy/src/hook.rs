@@ -15,6 +15,10 @@
 //!  "pin":"unchanged","hintgate":{"verdict":"ask","reasons":["not-read-only",…]}}
 //! ```
 //!
+//! For a server with a read-only instance (`[servers.NAME.read_only]`) it
+//! also says which instance the call would be sent to, `"instance"`:
+//! `"read-only"` or `"full"`, as the call's audit record names it.
+//!
 //! An answer is one JSON object on one line, `{"id":"7","verdict":"allow",
 //! "reason":"…"}`, with `verdict` one of `allow`, `ask`, `deny` and
 //! `abstain`. Anything else (a line that is not such an object, another
@@ -93,7 +97,9 @@ struct Raw {
 
 impl Policy {
     /// The question for the decision hook, as one line of JSON (no line
-    /// break inside: every string is JSON-escaped).
+    /// break inside: every string is JSON-escaped). For a server with a
+    /// read-only instance it names the instance the call would go to
+    /// ([`Policy::instance`]); for any other server it has no `instance`.
     pub fn hook_question(&self, question: &Question<'_>) -> String {
         let call = question.call;
         let trust = self
@@ -104,7 +110,13 @@ impl Policy {
             .assess(call.server, call.tool, call.sandbox)
             .map_or(EffectiveHints::CAUTIOUS, |assessment| assessment.effective);
         let display = call.tool.display_name();
-        let body = json!({
+        // Only a server with a read-only instance has a choice of instance,
+        // named as its audit records name it.
+        let instance = self
+            .server(call.server)
+            .filter(|server| server.read_only.is_some())
+            .map(|_| self.instance(call.server, call.tool, call.sandbox).as_str());
+        let mut body = json!({
             "version": PROTOCOL_VERSION,
             "id": question.id,
             "server": {
@@ -133,6 +145,9 @@ impl Policy {
                 "reasons": question.so_far.reason_texts().collect::<Vec<_>>(),
             },
         });
+        if let (Some(instance), Some(object)) = (instance, body.as_object_mut()) {
+            object.insert("instance".to_owned(), Value::from(instance));
+        }
         body.to_string()
     }
 }
@@ -257,6 +272,53 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::SessionState;
+    use crate::pin::PinStatus;
+    use crate::tool::{SandboxProof, Tool};
+
+    /// The question about a call of `tool` on the server `db` of `config`,
+    /// parsed.
+    fn question_about(config: &str, tool: Value) -> Value {
+        let (config, diagnostics) = crate::config::parse_str(config);
+        let policy = Policy::new(config.unwrap_or_else(|| panic!("{diagnostics:?}")));
+        let tool = Tool::from_value(tool).unwrap();
+        let call = Call {
+            server: "db",
+            tool: &tool,
+            pin: PinStatus::New,
+            session: SessionState::default(),
+            sandbox: SandboxProof::default(),
+            hook: HookAnswer::None,
+        };
+        let so_far = policy.decide(&call);
+        let line = policy.hook_question(&Question {
+            id: "1",
+            call: &call,
+            identity: "pg",
+            arguments: None,
+            host: None,
+            so_far: &so_far,
+        });
+        serde_json::from_str(&line).unwrap()
+    }
+
+    #[test]
+    fn the_question_names_the_instance_only_for_a_server_with_a_read_only_one() {
+        let read = json!({"name": "count", "annotations": {"readOnlyHint": true}});
+        let write = json!({"name": "run_sql", "annotations": {"readOnlyHint": false}});
+        let plain = "[servers.db]\ncommand = \"pg\"\n";
+        for vouch in [true, false] {
+            let config = format!(
+                "{plain}[servers.db.read_only]\nargs = [\"--reader\"]\nvouch = {vouch}\n[servers.db.sandbox]\nnetwork = true\n"
+            );
+            let question = question_about(&config, read.clone());
+            assert_eq!(question["instance"], "read-only", "{question}");
+            let question = question_about(&config, write.clone());
+            assert_eq!(question["instance"], "full", "{question}");
+        }
+        let question = question_about(plain, read);
+        assert!(question.get("instance").is_none(), "{question}");
+    }
 
     #[test]
     fn each_verdict_is_read_with_its_reason_and_id() {

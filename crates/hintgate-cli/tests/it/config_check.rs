@@ -179,3 +179,71 @@ fn a_read_only_table_is_checked_like_any_server_table() {
         stdout(&output)
     );
 }
+
+#[test]
+fn a_vouched_server_without_a_sandbox_is_warned_about_in_the_words_of_explain() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ro.toml"),
+        "[servers.db]\ncommand = \"npx\"\nargs = [\"pg\", \"--writer\"]\n\n[servers.db.read_only]\nargs = [\"pg\", \"--reader\"]\nvouch = true\n",
+    )
+    .unwrap();
+    let output = run(dir.path(), &["config", "check", "ro.toml"]);
+    assert_eq!(code(&output), 0, "a warning alone: {}", stdout(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("warning[vouch-without-sandbox]: server `db` runs its read-only instance with credentials vouched for, and no sandbox"),
+        "{text}"
+    );
+    assert!(
+        text.contains("--> ro.toml:7:9 (key `servers.db.read_only.vouch`)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("= help: add a `[servers.db.sandbox]` table"),
+        "{text}"
+    );
+    assert!(text.contains("ro.toml: 0 errors and 1 warning"), "{text}");
+
+    // `--json` has the code, and the message `explain` gives as a caveat.
+    let output = run(dir.path(), &["config", "check", "--json", "ro.toml"]);
+    let diagnostics: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let warning = &diagnostics[0];
+    assert_eq!(warning["code"], "vouch-without-sandbox", "{diagnostics}");
+    assert_eq!(warning["severity"], "warning");
+    std::fs::write(
+        dir.path().join("read.json"),
+        r#"{"name":"count","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}"#,
+    )
+    .unwrap();
+    let explained = run(
+        dir.path(),
+        &[
+            "explain",
+            "--config",
+            "ro.toml",
+            "--server",
+            "db",
+            "--tool",
+            "read.json",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&explained), 0, "{}", stderr(&explained));
+    let explanation: Value = serde_json::from_str(&stdout(&explained)).unwrap();
+    let caveat = format!(
+        "{}; {}",
+        warning["message"].as_str().unwrap(),
+        warning["help"].as_str().unwrap()
+    );
+    assert_eq!(explanation["caveats"], serde_json::json!([caveat]));
+
+    // A sandbox covers what the credentials do not: no warning.
+    std::fs::write(
+        dir.path().join("sandboxed.toml"),
+        "[servers.db]\ncommand = \"npx\"\nargs = [\"pg\", \"--writer\"]\n\n[servers.db.read_only]\nargs = [\"pg\", \"--reader\"]\nvouch = true\n\n[servers.db.sandbox]\nnetwork = true\n",
+    )
+    .unwrap();
+    let output = run(dir.path(), &["config", "check", "sandboxed.toml"]);
+    assert_eq!(stdout(&output), "sandboxed.toml: ok\n");
+}

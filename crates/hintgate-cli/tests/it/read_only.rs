@@ -377,4 +377,34 @@ vouch = true
         writes.iter().all(|record| record["instance"] == "full"),
         "{ours:#?}"
     );
+    // The text view says which calls ran on the read-only instance.
+    let state = dir.path().join("state").display().to_string();
+    let shown = crate::util::run(dir.path(), &["log", "--state-dir", &state]);
+    assert_eq!(
+        shown.status.code(),
+        Some(0),
+        "{}",
+        crate::util::stderr(&shown)
+    );
+    let shown = crate::util::stdout(&shown);
+    let lines_of = |tool: &str| -> Vec<&str> {
+        shown
+            .lines()
+            .filter(|line| line.contains(&format!("api / {tool} ")))
+            .collect()
+    };
+    let read_lines = lines_of("echo");
+    assert_eq!(read_lines.len(), 1, "{shown}");
+    assert!(
+        read_lines[0].contains("  on read-only instance  -> "),
+        "{shown}"
+    );
+    let write_lines = lines_of("write_note");
+    assert!(!write_lines.is_empty(), "{shown}");
+    assert!(
+        write_lines
+            .iter()
+            .all(|line| !line.contains("read-only instance")),
+        "{shown}"
+    );
 }

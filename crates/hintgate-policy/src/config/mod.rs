@@ -227,6 +227,18 @@ pub struct ReadOnlyConfig {
     pub vouch: bool,
 }
 
+/// What vouched read-only credentials leave open on a stdio server without
+/// a sandbox: the credentials refuse the writes they guard, and nothing
+/// else. `hintgate explain` gives it as a caveat and `hintgate config check`
+/// as the warning `vouch-without-sandbox`, in these words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsandboxedVouch {
+    /// What the vouch does not cover, in one lowercase line.
+    pub message: String,
+    /// How to cover it.
+    pub help: String,
+}
+
 /// Which instance of a server a call goes to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -422,6 +434,25 @@ impl ServerConfig {
         crate::tool::CredentialProof {
             read_only: self.read_only.as_ref().is_some_and(|table| table.vouch),
         }
+    }
+
+    /// What the vouch of a stdio server's read-only instance does not cover
+    /// when no sandbox confines the server (it can still write this
+    /// machine's files and reach elsewhere); `None` when the server vouches
+    /// for no read-only instance, is reached by URL, or has a sandbox.
+    pub fn unsandboxed_vouch(&self) -> Option<UnsandboxedVouch> {
+        let vouched = self.credentials().read_only;
+        let local = matches!(self.transport, Transport::Stdio { .. });
+        if !vouched || !local || self.sandbox.is_some() {
+            return None;
+        }
+        let name = &self.name;
+        Some(UnsandboxedVouch {
+            message: format!(
+                "server `{name}` runs its read-only instance with credentials vouched for, and no sandbox: the credentials refuse the writes they guard, but nothing stops it writing the files of this machine or reaching elsewhere"
+            ),
+            help: format!("add a `[servers.{name}.sandbox]` table"),
+        })
     }
 
     /// The configuration of the read-only instance as a server of its own

@@ -780,10 +780,14 @@ impl Walker<'_> {
             }
         };
         let transport = transport?;
+        let vouch_span = read_only_table
+            .as_ref()
+            .and_then(|(_, read_only)| entry(read_only, "vouch"))
+            .map(|(_, value)| value.span());
         let read_only = read_only_table.and_then(|(span, read_only)| {
             self.read_only(name, read_only, &join(path, "read_only"), &transport, span)
         });
-        Some(ServerConfig {
+        let config = ServerConfig {
             name: name.to_owned(),
             transport,
             trust,
@@ -792,7 +796,22 @@ impl Walker<'_> {
             decide,
             idempotency_key,
             read_only,
-        })
+        };
+        // The same words `explain` gives as a caveat: what the vouch does
+        // not cover on a server that runs here unconfined.
+        if let Some(vouch) = config.unsandboxed_vouch() {
+            let mut diagnostic = Diagnostic::warning(
+                DiagCode::VouchWithoutSandbox,
+                join(&join(path, "read_only"), "vouch"),
+                vouch.message,
+            )
+            .with_help(vouch.help);
+            if let Some(span) = vouch_span {
+                diagnostic = diagnostic.at(span);
+            }
+            self.push(diagnostic);
+        }
+        Some(config)
     }
 
     /// A `[servers.NAME.read_only]` table: the server's transport with

@@ -678,7 +678,16 @@ headers = { Authorization = "Bearer ${WRITE}", "X-Team" = "a" }
 headers = { Authorization = "Bearer ${READ}" }
 "#;
     let (config, diagnostics) = parse_str(source);
-    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    // The vouched stdio server has no sandbox, which is only a warning.
+    let found: Vec<_> = diagnostics
+        .iter()
+        .map(|d| (d.code, d.key.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![(DiagCode::VouchWithoutSandbox, "servers.db.read_only.vouch")],
+        "{diagnostics:?}"
+    );
     let config = config.unwrap();
     let db = config.servers["db"].read_only.as_ref().unwrap();
     assert!(db.vouch);
@@ -772,5 +781,44 @@ fn a_read_only_table_that_overrides_nothing_is_an_error() {
         assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
         assert_eq!(diagnostics[0].code, DiagCode::ReadOnlyUnchanged);
         assert!(diagnostics[0].message.contains("same credentials"));
+    }
+}
+
+#[test]
+fn a_vouched_stdio_server_without_a_sandbox_is_warned_about_as_explain_says() {
+    let base = "[servers.db]\ncommand = \"pg\"\nargs = [\"${W}\"]\n[servers.db.read_only]\nargs = [\"${R}\"]\n";
+    let source = format!("{base}vouch = true\n");
+    let (config, diagnostics) = parse_str(&source);
+    let config = config.expect("a warning leaves the configuration valid");
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    let warning = &diagnostics[0];
+    assert_eq!(warning.severity, crate::diag::Severity::Warning);
+    assert_eq!(warning.code, DiagCode::VouchWithoutSandbox);
+    assert_eq!(warning.key, "servers.db.read_only.vouch");
+    assert_eq!(
+        warning.span.clone().and_then(|span| source.get(span)),
+        Some("true")
+    );
+    // The words are explain's caveat, split into message and help.
+    let words = config.servers["db"].unsandboxed_vouch().unwrap();
+    assert_eq!(warning.message, words.message);
+    assert_eq!(warning.help.as_deref(), Some(words.help.as_str()));
+    assert!(
+        warning.message.starts_with(
+            "server `db` runs its read-only instance with credentials vouched for, and no sandbox"
+        ),
+        "{}",
+        warning.message
+    );
+    assert_eq!(words.help, "add a `[servers.db.sandbox]` table");
+
+    // A sandbox, no vouch, or a server reached by URL: nothing to warn about.
+    for quiet in [
+        format!("{base}vouch = true\n[servers.db.sandbox]\nnetwork = true\n"),
+        format!("{base}vouch = false\n"),
+        base.to_owned(),
+        "[servers.api]\nurl = \"https://a.example\"\nheaders = { A = \"w\" }\n[servers.api.read_only]\nheaders = { A = \"r\" }\nvouch = true\n".to_owned(),
+    ] {
+        assert_eq!(codes(&quiet), vec![], "{quiet}");
     }
 }

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use hintgate_proxy::Mode;
 use serde_json::{Value, json};
 
 use crate::harness::{Harness, ServerScript, Setup, is_error, text, tool};
@@ -106,6 +107,8 @@ async fn a_hook_allows_an_untrusted_write_unasked_and_its_reason_is_on_record() 
     assert_eq!(question["pin"], "new");
     assert_eq!(question["hintgate"]["verdict"], "ask");
     assert_eq!(question["hintgate"]["reasons"][0], "not-read-only");
+    // A server without a read-only instance has no choice of instance.
+    assert!(question.get("instance").is_none(), "{question}");
     // And it has the shape the documentation promises.
     let schema: Value =
         serde_json::from_str(include_str!("../../../../docs/hook-request.schema.json")).unwrap();
@@ -428,5 +431,62 @@ async fn a_hook_that_cannot_be_started_denies_with_the_reason_and_the_gateway_go
                 .unwrap()
                 .starts_with("hook-failed:")
         }));
+    }
+}
+
+/// A server with a read-only instance: the hook is told which instance
+/// each call would go to, as the call's audit record names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hook_is_told_the_instance_a_call_goes_to() {
+    let log = HookLog::new();
+    let tools = vec![tool("allow_read", true), tool("allow_write", false)];
+    let setup = Setup {
+        config: format!(
+            "[gateway]\ncall_timeout_s = 5\nask_timeout_s = 5\n{}\n[servers.db]\ncommand = \"writer\"\ntrust = \"untrusted\"\n\n[servers.db.read_only]\ncommand = \"reader\"\n",
+            log.gateway_lines("persistent")
+        ),
+        mode: Mode::Gateway,
+        scripts: std::collections::HashMap::from([
+            ("db".to_owned(), ServerScript::with_tools(tools.clone())),
+            ("db/reader".to_owned(), ServerScript::with_tools(tools)),
+        ]),
+        store: None,
+    };
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    for name in ["db__allow_read", "db__allow_write"] {
+        let answer = gateway.call(name, json!({})).await;
+        assert!(!is_error(&answer), "{answer}");
+    }
+    assert_eq!(gateway.calls_received("db/reader").len(), 1);
+    assert_eq!(gateway.calls_received("db").len(), 1);
+
+    let questions = log.questions();
+    assert_eq!(questions.len(), 2, "{questions:?}");
+    assert_eq!(questions[0]["tool"]["name"], "allow_read");
+    assert_eq!(questions[0]["instance"], "read-only");
+    assert_eq!(questions[1]["tool"]["name"], "allow_write");
+    assert_eq!(questions[1]["instance"], "full");
+    let schema: Value =
+        serde_json::from_str(include_str!("../../../../docs/hook-request.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for question in &questions {
+        let problems: Vec<String> = validator
+            .iter_errors(question)
+            .map(|err| err.to_string())
+            .collect();
+        assert!(problems.is_empty(), "{problems:?}");
+    }
+    // The schema names the two instances the audit log names, and no other.
+    let mut other = questions[0].clone();
+    other["instance"] = json!("writer");
+    assert!(!validator.is_valid(&other), "the schema takes any instance");
+
+    let store = gateway.close().await;
+    let records = store.call_records();
+    assert_eq!(records.len(), 2, "{records:#?}");
+    for (record, question) in records.iter().zip(&questions) {
+        assert_eq!(record["tool"], question["tool"]["name"]);
+        assert_eq!(record["instance"], question["instance"], "{record}");
     }
 }
