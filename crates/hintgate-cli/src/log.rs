@@ -973,14 +973,7 @@ mod tests {
     }
 
     fn record(seq: u64, kind: EntryKind, call: Option<u64>, body: Value) -> Entry {
-        let kind = match kind {
-            EntryKind::Call => "call",
-            EntryKind::Outcome => "outcome",
-            EntryKind::Outcomes => "outcomes",
-            EntryKind::Grant => "grant",
-            EntryKind::Revoke => "revoke",
-            EntryKind::Rollback => "rollback",
-        };
+        let kind = kind.as_str();
         Entry::from_stored(
             seq,
             1_795_989_518,

@@ -66,6 +66,13 @@ pub enum EntryKind {
     Rollback,
 }
 
+impl EntryKind {
+    /// The kind's name as the log stores it (`call`, `outcome`, …).
+    pub const fn as_str(self) -> &'static str {
+        kind_name(self)
+    }
+}
+
 /// An entry to append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEntry {
