@@ -380,26 +380,10 @@ impl Routes {
             let Ok(mut inner) = self.inner.lock() else {
                 return Some(line);
             };
-            let room = match Message::parse(&line) {
-                Ok(message) => match self.target(&inner, &message) {
-                    Target::Exchange(id) => inner
-                        .exchanges
-                        .get(&id)
-                        .and_then(|exchange| exchange.tx.as_ref())
-                        .is_none_or(|tx| tx.capacity() > 0),
-                    Target::Standalone => inner
-                        .standalone
-                        .as_ref()
-                        .is_none_or(|(_, tx)| tx.capacity() > 0),
-                    Target::Backlog | Target::Drop => true,
-                },
-                // Dropped with a warning, as `run` would.
-                Err(_) => true,
+            let placed = match self.place_in(&mut inner, line, modern, true) {
+                Ok(placed) => placed,
+                Err(line) => return Some(line),
             };
-            if !room {
-                return Some(line);
-            }
-            let placed = self.place_in(&mut inner, line, modern);
             if let Some((budget, key)) = &self.budget {
                 budget.record(*key, inner.history_bytes);
             }
@@ -420,29 +404,38 @@ impl Routes {
     /// it into, if any.
     fn place(&self, line: String, modern: bool) -> Option<(mpsc::Sender<Frame>, Frame)> {
         let mut inner = self.inner.lock().ok()?;
-        let placed = self.place_in(&mut inner, line, modern);
+        let placed = self.place_in(&mut inner, line, modern, false).ok()?;
         if let Some((budget, key)) = &self.budget {
             budget.record(*key, inner.history_bytes);
         }
         placed
     }
 
+    /// Places `line`: records it and returns the channel to send it into,
+    /// if any. With `now`, a line whose channel has no room is given back
+    /// (`Err`) with nothing recorded.
     fn place_in(
         &self,
         inner: &mut Inner,
         line: String,
         modern: bool,
-    ) -> Option<(mpsc::Sender<Frame>, Frame)> {
+        now: bool,
+    ) -> Result<Option<(mpsc::Sender<Frame>, Frame)>, String> {
         let Ok(message) = Message::parse(&line) else {
             tracing::warn!("a line to an HTTP host that is not JSON-RPC was dropped");
-            return None;
+            return Ok(None);
         };
         let target = self.target(inner, &message);
+        if now && !inner.has_room(&target) {
+            return Err(line);
+        }
         let last = message.kind() == Kind::Response;
-        match target {
+        Ok(match target {
             Target::Exchange(id) => {
                 let (stream, host_id) = {
-                    let exchange = inner.exchanges.get(&id)?;
+                    let Some(exchange) = inner.exchanges.get(&id) else {
+                        return Ok(None);
+                    };
                     (exchange.stream, exchange.host_id.clone())
                 };
                 let line = match &host_id {
@@ -461,7 +454,9 @@ impl Routes {
                 tx.map(|tx| (tx, frame))
             }
             Target::Standalone => {
-                let (stream, tx) = inner.standalone.clone()?;
+                let Some((stream, tx)) = inner.standalone.clone() else {
+                    return Ok(None);
+                };
                 let frame = inner.frame(stream, line, false);
                 Some((tx, frame))
             }
@@ -482,7 +477,7 @@ impl Routes {
                 tracing::debug!("a message for an HTTP host had no exchange or stream to go to");
                 None
             }
-        }
+        })
     }
 }
 
@@ -627,6 +622,23 @@ impl HistoryBudget {
 // === impl Inner ===
 
 impl Inner {
+    /// Whether a line for `target` can go without waiting: its exchange's
+    /// or stream's channel has room, or it goes to the backlog or nowhere.
+    fn has_room(&self, target: &Target) -> bool {
+        match target {
+            Target::Exchange(id) => self
+                .exchanges
+                .get(id)
+                .and_then(|exchange| exchange.tx.as_ref())
+                .is_none_or(|tx| tx.capacity() > 0),
+            Target::Standalone => self
+                .standalone
+                .as_ref()
+                .is_none_or(|(_, tx)| tx.capacity() > 0),
+            Target::Backlog | Target::Drop => true,
+        }
+    }
+
     fn new_stream(&mut self) -> u64 {
         self.next_stream += 1;
         self.next_stream
