@@ -132,6 +132,8 @@ pub(crate) struct ListenPlan {
     pub origins: Vec<String>,
     /// The OAuth authorization server whose tokens are taken.
     pub oauth: Option<OAuthPlan>,
+    /// Deadlines and bounds on the hosts' connections.
+    pub limits: hintgate_http::Limits,
 }
 
 /// The OAuth resource server's settings, flags over `[listen]`.
@@ -273,8 +275,28 @@ pub(crate) fn listen_plan(
             oauth.read_scope
         )));
     }
+    let defaults = hintgate_http::Limits::default();
+    let count = |value: Option<u64>, default: usize| {
+        value.map_or(default, |value| {
+            usize::try_from(value).unwrap_or(usize::MAX)
+        })
+    };
+    let limits = hintgate_http::Limits {
+        header_timeout: file
+            .header_timeout_s
+            .map_or(defaults.header_timeout, std::time::Duration::from_secs),
+        body_timeout: file
+            .body_timeout_s
+            .map_or(defaults.body_timeout, std::time::Duration::from_secs),
+        max_unauthenticated: count(file.max_unauthenticated, defaults.max_unauthenticated),
+        max_unauthenticated_per_address: count(
+            file.max_unauthenticated_per_address,
+            defaults.max_unauthenticated_per_address,
+        ),
+    };
     Ok(Some(ListenPlan {
         addr,
+        limits,
         public,
         no_auth: args.no_auth,
         tls,
@@ -304,6 +326,7 @@ async fn listen(
         }
         None => None,
     };
+    raise_open_file_limit();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -387,15 +410,50 @@ async fn listen(
             oauth,
         },
     )?;
-    let server = tokio::spawn(hintgate_http::serve(listener, tls, router, async move {
-        let _ = stopped_rx.await;
-    }));
+    let server = tokio::spawn(hintgate_http::serve(
+        listener,
+        tls,
+        router,
+        plan.limits,
+        async move {
+            let _ = stopped_rx.await;
+        },
+    ));
     output::err(&format!("hintgate: serving MCP at {url}\n"))?;
     gateway.await;
     let _ = stopped_tx.send(());
     match server.await {
         Ok(Ok(())) | Err(_) => Ok(()),
         Ok(Err(err)) => Err(err.into()),
+    }
+}
+
+/// Raises the open-file soft limit to the hard limit: each host connection
+/// and each server's pipes take files, and the usual soft default (1,024)
+/// is near what a few hundred hosts need. A limit that cannot be raised is
+/// logged, and the gateway goes on within it.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return;
+    }
+    let raised = rustix::process::Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    let show = |value: Option<u64>| value.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(
+            "open-file limit raised from {} to {}",
+            show(limit.current),
+            show(limit.maximum)
+        ),
+        Err(err) => tracing::warn!(
+            "the open-file limit stays at {}: it could not be raised to {}: {err}",
+            show(limit.current),
+            show(limit.maximum)
+        ),
     }
 }
 
@@ -663,6 +721,27 @@ mod tests {
         let (config, diagnostics) = hintgate_policy::config::parse_str(text);
         assert!(diagnostics.is_empty(), "{diagnostics:?}");
         config.unwrap().listen
+    }
+
+    #[test]
+    fn the_listen_tables_connection_bounds_are_used_and_default_when_absent() {
+        let file = listen_table(
+            "[listen]\naddress = \"127.0.0.1:8787\"\nheader_timeout_s = 7\nmax_unauthenticated_per_address = 3\n",
+        );
+        let plan = listen_plan(&run_args(&[]), &file, &BTreeMap::new())
+            .unwrap()
+            .unwrap();
+        let defaults = hintgate_http::Limits::default();
+        assert_eq!(
+            plan.limits.header_timeout,
+            std::time::Duration::from_secs(7)
+        );
+        assert_eq!(plan.limits.max_unauthenticated_per_address, 3);
+        assert_eq!(plan.limits.body_timeout, defaults.body_timeout);
+        assert_eq!(
+            plan.limits.max_unauthenticated,
+            defaults.max_unauthenticated
+        );
     }
 
     #[test]

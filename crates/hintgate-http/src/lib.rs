@@ -29,12 +29,14 @@
 
 #![forbid(unsafe_code)]
 
+mod listener;
 pub mod oauth;
 mod route;
 mod tls;
 
+pub use listener::Limits;
 pub use oauth::{OAuth, OAuthSettings};
-pub use tls::Tls;
+pub use tls::{HANDSHAKE_TIMEOUT, Tls};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -42,6 +44,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::Extension;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -56,6 +59,7 @@ use hintgate_proxy::{HostConn, HostPort};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::listener::Ticket;
 use crate::route::{Frame, HistoryBudget, Routes, Sink, Unresumable};
 
 /// The path hosts reach the gateway at.
@@ -214,36 +218,24 @@ pub fn router(port: HostPort, options: Options) -> Result<Router, HttpError> {
 }
 
 /// Serves `router` on `listener` until `stop` completes, over TLS when
-/// `tls` is given.
+/// `tls` is given, within `limits`: deadlines for a request's headers and
+/// each read of its body, and a bound on the connections that have not
+/// authenticated, past which the oldest of them is closed (see
+/// [`Limits`]). After `stop`, each connection ends once its request in
+/// progress is answered, and this returns when all have.
 ///
 /// # Errors
 ///
-/// The listener's error.
+/// None today; the listener's own failures to accept are logged and
+/// retried.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<Tls>,
     router: Router,
+    limits: Limits,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
-    if let Some(tls) = tls {
-        let listener = tls::TlsListener::new(listener, tls)?;
-        axum::serve(listener, router)
-            .with_graceful_shutdown(stop)
-            .await?;
-        return Ok(());
-    }
-    use axum::serve::ListenerExt as _;
-    // Each answer is one small write: without TCP_NODELAY it would wait for
-    // the host's delayed acknowledgement (tens of milliseconds a call).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY could not be set: {err}");
-        }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await?;
-    Ok(())
+    listener::serve(listener, tls, router, limits, stop).await
 }
 
 /// Closes legacy sessions idle past [`IDLE_TIMEOUT`], every minute.
@@ -303,6 +295,7 @@ async fn metadata(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
 
 async fn endpoint(
     State(shared): State<Arc<Shared>>,
+    ticket: Option<Extension<Arc<Ticket>>>,
     method: Method,
     headers: HeaderMap,
     body: Body,
@@ -313,12 +306,19 @@ async fn endpoint(
         Ok(principal) => principal,
         Err(response) => return response,
     };
+    // Its connection is a host's now: it no longer counts among those that
+    // have not authenticated, and is not closed to make room for them.
+    let ticket = ticket.map(|Extension(ticket)| ticket);
+    if let Some(ticket) = &ticket {
+        ticket.admitted();
+    }
     match method {
         Method::POST => {
-            let body = match read_body(body, &headers, shared.port.max_line()).await {
-                Ok(body) => body,
-                Err(response) => return response,
-            };
+            let body =
+                match read_body(body, &headers, shared.port.max_line(), ticket.as_deref()).await {
+                    Ok(body) => body,
+                    Err(response) => return response,
+                };
             post(&shared, principal, &headers, &body).await
         }
         Method::GET => get(&shared, &principal, &headers),
@@ -329,8 +329,15 @@ async fn endpoint(
 
 /// Reads a request's body of at most `limit` bytes: a `Content-Length`
 /// over it is refused (413) before any of the body is read, and a body
-/// without one (chunked) as soon as what arrived passes it.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
+/// without one (chunked) as soon as what arrived passes it. Over a
+/// connection the listener took (`ticket`), a body that sends nothing for
+/// [`Limits::body_timeout`] is answered 408.
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+    ticket: Option<&Ticket>,
+) -> Result<Bytes, Response> {
     use futures_util::StreamExt as _;
     let too_large = || {
         plain(
@@ -348,7 +355,25 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
     // What a host declares is not what it sends: room grows with what came.
     let mut read = Vec::with_capacity(declared.map_or(0, |length| length.min(64 * 1024) as usize));
     let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
+    let body_timeout = ticket.map_or(Duration::MAX, Ticket::body_timeout);
+    loop {
+        let next = match tokio::time::timeout(body_timeout, stream.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                if let Some(ticket) = ticket {
+                    ticket.body_timed_out();
+                }
+                let mut response = plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!("the body sent nothing for {} s", body_timeout.as_secs()),
+                );
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return Err(response);
+            }
+        };
+        let Some(chunk) = next else { break };
         let Ok(chunk) = chunk else {
             return Err(plain(
                 StatusCode::BAD_REQUEST,

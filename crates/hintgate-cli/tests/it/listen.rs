@@ -1409,7 +1409,7 @@ fn config_check_names_the_file_line_and_key_of_every_listen_problem() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("hintgate.toml"),
-        "[listen]\naddress = \"0.0.0.0:8787\"\ntls_key = \"key.pem\"\noauth_issuer = \"https://as.test\"\n",
+        "[listen]\naddress = \"0.0.0.0:8787\"\ntls_key = \"key.pem\"\noauth_issuer = \"https://as.test\"\nheader_timeout_s = 0\nmax_unauthenticated = \"many\"\n",
     )
     .unwrap();
     let output = run(dir.path(), &["config", "check", "hintgate.toml"]);
@@ -1421,6 +1421,8 @@ fn config_check_names_the_file_line_and_key_of_every_listen_problem() {
         ("hintgate.toml:3:", "listen.tls_key"),
         ("hintgate.toml:3:", "listen.tls_cert"),
         ("hintgate.toml:4:", "listen.oauth_jwks"),
+        ("hintgate.toml:5:", "listen.header_timeout_s"),
+        ("hintgate.toml:6:", "listen.max_unauthenticated"),
     ] {
         assert!(
             text.lines()
@@ -1502,4 +1504,125 @@ fn a_2025_11_25_hosts_event_streams_begin_with_a_priming_event_and_older_hosts_g
         first[0].0.ends_with("-0") && first[0].1.is_empty(),
         "{opened}"
     );
+}
+
+/// How many files the process `pid` has open.
+fn open_files(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// The resident memory of the process `pid`, in KiB.
+fn resident_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_flood_of_connections_that_never_authenticate_and_a_slow_body_cannot_lock_hosts_out() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let token = add_token(dir.path(), "laptop", "write");
+    std::fs::write(
+        dir.path().join("hintgate.toml"),
+        format!(
+            "[listen]\naddress = \"127.0.0.1:0\"\nheader_timeout_s = 5\nbody_timeout_s = 2\nmax_unauthenticated = 64\nmax_unauthenticated_per_address = 32\n\n[servers.fx]\ncommand = \"python3\"\nargs = [\"{}\"]\ntrust = \"trusted\"\n",
+            fixture_server()
+        ),
+    )
+    .unwrap();
+    let gateway = Listening::spawn_args(
+        dir.path(),
+        &[
+            "run".to_owned(),
+            "--config".to_owned(),
+            "hintgate.toml".to_owned(),
+        ],
+    );
+    let pid = gateway.child.id();
+    let bearer = format!("Authorization: Bearer {token}");
+
+    // 2,000 connections that send half a request and then nothing, as a
+    // client that means to hold the gateway's open files would.
+    let half = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\n", gateway.host());
+    let mut flood = Vec::new();
+    for _ in 0..2000 {
+        if let Ok(mut stream) = std::net::TcpStream::connect(gateway.host()) {
+            let _ = stream.write_all(half.as_bytes());
+            flood.push(stream);
+        }
+    }
+    assert!(flood.len() >= 1900, "only {} connected", flood.len());
+
+    // A host still gets in, behind all of them in the listener's queue: by
+    // the time it is answered, every connection of the flood was taken.
+    let opened = gateway.post(std::slice::from_ref(&bearer), &initialize());
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
+    let files = open_files(pid);
+    assert!(
+        files < 200,
+        "the gateway holds {files} files with the flood open: the connections that never authenticated are not bounded"
+    );
+    // And a real host's calls go through while the flood is still open.
+    let write = sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&token),
+        "legacy",
+        json!([{"name": "fx__write_note", "arguments": {"text": "under a flood"}}]),
+    );
+    assert_eq!(texts(&write)[0], "noted", "{write}");
+    let rss = resident_kib(pid);
+    assert!(
+        rss < 128 * 1024,
+        "the gateway's resident memory is {rss} KiB"
+    );
+    drop(flood);
+
+    // A host that authenticates and then sends its body slowly is answered
+    // 408 once its body sends nothing for `body_timeout_s`.
+    let slow = answer_to_unfinished(
+        &gateway,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{bearer}\r\nContent-Length: 100\r\n\r\n",
+            gateway.host()
+        ),
+        &[b"{\"jsonrpc\":".to_vec()],
+    );
+    assert!(slow.starts_with("HTTP/1.1 408"), "{slow}");
+
+    // A connection that never finishes its headers is closed at
+    // `header_timeout_s`, with nothing passed to the gateway.
+    let mut idle = std::net::TcpStream::connect(gateway.host()).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    idle.write_all(half.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let ended = idle.read_to_end(&mut answer);
+    assert!(
+        ended.is_ok() || !answer.is_empty(),
+        "the half-sent request was not closed: {ended:?}"
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+
+    let log = gateway.stop();
+    assert!(
+        log.contains("connections that have not authenticated are kept"),
+        "the bound hit is not logged: {log}"
+    );
+    assert!(
+        log.contains("sent no complete request headers within 5 s"),
+        "{log}"
+    );
+    assert!(log.contains("sent nothing for 2 s"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }

@@ -86,6 +86,19 @@ pub struct ListenSettings {
     pub oauth_read_scope: Option<String>,
     /// The token scope that gives write.
     pub oauth_write_scope: Option<String>,
+    /// How long a connection has to send a request's headers, in seconds;
+    /// also how long a kept-alive connection may sit idle between requests.
+    /// `None`: the HTTP side's default.
+    pub header_timeout_s: Option<u64>,
+    /// How long a request's body may go without sending a byte, in seconds.
+    /// `None`: the HTTP side's default.
+    pub body_timeout_s: Option<u64>,
+    /// The most connections at once that have not yet sent an
+    /// authenticated request; past it the oldest of them is closed.
+    /// `None`: the HTTP side's default.
+    pub max_unauthenticated: Option<u64>,
+    /// The same, from one source address. `None`: the HTTP side's default.
+    pub max_unauthenticated_per_address: Option<u64>,
 }
 
 /// The `[gateway]` table.

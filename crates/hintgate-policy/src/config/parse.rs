@@ -38,6 +38,10 @@ const LISTEN_KEYS: &[&str] = &[
     "oauth_audience",
     "oauth_read_scope",
     "oauth_write_scope",
+    "header_timeout_s",
+    "body_timeout_s",
+    "max_unauthenticated",
+    "max_unauthenticated_per_address",
 ];
 const AUDIT_KEYS: &[&str] = &[
     "redact",
@@ -1511,6 +1515,17 @@ impl Walker<'_> {
                 ),
             }
         }
+        settings.header_timeout_s = self.bounded_in(table, "listen", "header_timeout_s", 1, 3600);
+        settings.body_timeout_s = self.bounded_in(table, "listen", "body_timeout_s", 1, 3600);
+        settings.max_unauthenticated =
+            self.bounded_in(table, "listen", "max_unauthenticated", 1, 1_000_000);
+        settings.max_unauthenticated_per_address = self.bounded_in(
+            table,
+            "listen",
+            "max_unauthenticated_per_address",
+            1,
+            1_000_000,
+        );
         settings.tls_cert = self.listen_path(table, "tls_cert", "the TLS certificate");
         settings.tls_key = self.listen_path(table, "tls_key", "the TLS key");
         for (present, missing) in [("tls_cert", "tls_key"), ("tls_key", "tls_cert")] {
