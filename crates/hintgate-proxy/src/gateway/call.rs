@@ -49,8 +49,9 @@ pub(crate) struct CallContext {
     pub digest_text: Option<std::sync::Arc<str>>,
     /// How that definition compares with its pin.
     pub pin: PinStatus,
-    /// Whether a failure may be retried (design §4.5).
-    pub retry_eligible: bool,
+    /// Whether the tool is effectively read-only or idempotent (the tool's
+    /// half of whether a failure may be retried, design §4.5).
+    pub repeatable: bool,
     /// Whether its result taints the session (design §4.4).
     pub taints: bool,
     /// The tool's output schema, compiled, to check its result against.
@@ -336,7 +337,7 @@ impl CallContext {
             digest: None,
             digest_text: None,
             pin: PinStatus::New,
-            retry_eligible: false,
+            repeatable: false,
             taints: false,
             output: None,
             approver: Approver::Nobody,

@@ -245,18 +245,6 @@ impl Gateway {
         }
     }
 
-    /// Whether a failed keyed call is retried once with its key: for a
-    /// trusted server, on its first attempt.
-    pub(super) fn key_makes_retry_safe(&self, cx: &CallContext) -> bool {
-        cx.attempt == 0
-            && cx.idem.as_ref().is_some_and(|idem| idem.claimed)
-            && cx.server.is_some_and(|idx| {
-                self.policy
-                    .server(self.upstreams.name(idx))
-                    .is_some_and(|server| server.trust == hintgate_policy::tool::Trust::Trusted)
-            })
-    }
-
     fn principal_of(&self, cx: &CallContext) -> String {
         self.sessions
             .get(&cx.request.session)

@@ -46,6 +46,7 @@ pub(crate) mod modern;
 pub(crate) mod pipeline;
 pub(crate) mod relay;
 pub(crate) mod request;
+pub(crate) mod retry;
 pub(crate) mod routing;
 pub(crate) mod session;
 pub(crate) mod subscriptions;

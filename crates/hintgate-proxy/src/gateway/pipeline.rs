@@ -55,6 +55,7 @@ use super::catalog::Listing;
 use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
 use super::request::{HostRequest, ServerIdx};
+use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
 use super::session::HostSession;
 use super::upstreams::{Readiness, Unresolved};
 use super::{Gateway, Observed, Waiting};
@@ -139,7 +140,7 @@ impl Gateway {
                 cx.digest = Some(digest);
                 cx.digest_text.clone_from(&entry.digest_text);
                 cx.pin = self.catalog.pin_status(idx, &cx.tool, digest);
-                cx.retry_eligible = entry.retry_eligible;
+                cx.repeatable = entry.repeatable;
                 cx.taints = entry.taints;
                 cx.output = entry.output_validator();
                 let remembered = if self
@@ -490,7 +491,7 @@ impl Gateway {
                 "server `{}` stopped or started again before the call was sent",
                 self.upstreams.name(idx)
             );
-            self.call_unsent(cx, &why);
+            self.call_failed(cx, Failure::Unsent, &why);
             return;
         }
         // INVARIANT: a call decided for the read-only instance goes to it,
@@ -516,7 +517,7 @@ impl Gateway {
                             "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
                             self.upstreams.name(idx)
                         );
-                        self.call_unsent(cx, &why);
+                        self.call_failed(cx, Failure::Unsent, &why);
                         return;
                     }
                 }
@@ -568,11 +569,49 @@ impl Gateway {
                 "server `{}` {reason}: the call was not sent, and the server is started again on its next request",
                 self.upstreams.name(idx)
             );
-            self.call_failed(cx, &why);
+            self.call_failed(cx, Failure::Failed, &why);
             return;
         }
         self.inflight
             .wait_up(target, id, UpPurpose::Call(cx), timeout);
+    }
+
+    /// A forwarded call failed or could not be sent: what happens next is
+    /// [`after_failure`]'s (design §4.5); this applies it.
+    pub(super) fn call_failed(&mut self, mut cx: Box<CallContext>, failure: Failure, reason: &str) {
+        let trusted = cx.server.is_some_and(|idx| {
+            self.policy
+                .server(self.upstreams.name(idx))
+                .is_some_and(|server| server.trust == hintgate_policy::tool::Trust::Trusted)
+        });
+        let next = after_failure(FailedCall {
+            failure,
+            trusted,
+            repeatable: cx.repeatable,
+            key_claimed: cx.idem.as_ref().is_some_and(|idem| idem.claimed),
+            attempt: cx.attempt,
+        });
+        match next {
+            AfterFailure::Retry(outcome) => {
+                match failure {
+                    Failure::Failed => {
+                        tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, and a read-only or idempotent tool or a call with an idempotency key)")
+                    }
+                    Failure::Unsent => {
+                        tracing::debug!(tool.name = %cx.tool, "{reason}; the call goes through the pipeline again")
+                    }
+                }
+                self.record_outcome(&cx, outcome);
+                cx.next_attempt();
+                self.run_pipeline(cx);
+            }
+            AfterFailure::Report { outcome, note } => {
+                let text = format!("{reason}. {note}");
+                let line =
+                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                self.answer_call(&cx, line, outcome);
+            }
+        }
     }
 
     /// A server answered a call.
