@@ -32,7 +32,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::Gateway;
-use super::call::{CallContext, Idem, Outcome, Refusal};
+use super::call::{CallContext, CallEnd, Idem, Outcome, Refusal};
 use super::journal::unix_now;
 use super::request::ServerIdx;
 use crate::json::{ObjectWriter, members, string_literal};
@@ -123,9 +123,9 @@ impl Gateway {
         self.sealer.peek(state).ok()?.key
     }
 
-    /// Step 4, before anyone is asked: what the store says of the key. A
-    /// refusal (a replay is one) when the call must not be sent.
-    pub(super) fn look_up_key(&self, cx: &CallContext) -> Option<Refusal> {
+    /// Step 4, before anyone is asked: what the store says of the key. How
+    /// the call ends (a replay, or a refusal) when it must not be sent.
+    pub(super) fn look_up_key(&self, cx: &CallContext) -> Option<CallEnd> {
         let idem = cx.idem.as_ref().filter(|idem| !idem.claimed)?;
         let scope = idem.scope.as_deref()?;
         let store = self.store.as_ref()?;
@@ -133,15 +133,15 @@ impl Gateway {
         match store.key_record(scope, unix_now(), window) {
             Ok(None) => None,
             Ok(Some(record)) => Some(self.key_taken(cx, &record)),
-            Err(err) => Some(Refusal::KeyInUse(format!(
+            Err(err) => Some(CallEnd::Refused(Refusal::KeyInUse(format!(
                 "hintgate could not look up its idempotency key in the store ({err}), so it did not send it"
-            ))),
+            )))),
         }
     }
 
     /// In `send_call`, right before the send: the store's claim on the key.
     /// `Err` is how the call ends instead (a replay, or a refusal).
-    pub(super) fn claim_key(&mut self, cx: &mut CallContext) -> Result<(), Refusal> {
+    pub(super) fn claim_key(&mut self, cx: &mut CallContext) -> Result<(), CallEnd> {
         let owner = self.run_name.clone();
         let window = self.window_s();
         let principal = self.principal_of(cx);
@@ -165,41 +165,41 @@ impl Gateway {
                 Ok(())
             }
             Ok(Some(record)) => Err(self.key_taken(cx, &record)),
-            Err(err) => Err(Refusal::KeyInUse(format!(
+            Err(err) => Err(CallEnd::Refused(Refusal::KeyInUse(format!(
                 "hintgate could not claim its idempotency key in the store ({err}), so it did not send it"
-            ))),
+            )))),
         }
     }
 
     /// How a call ends whose key is already in the store.
-    fn key_taken(&self, cx: &CallContext, record: &KeyRecord) -> Refusal {
+    fn key_taken(&self, cx: &CallContext, record: &KeyRecord) -> CallEnd {
         let Some(idem) = &cx.idem else {
-            return Refusal::KeyInUse("no key".to_owned());
+            return CallEnd::Refused(Refusal::KeyInUse("no key".to_owned()));
         };
         let key = crate::json::string_literal(&idem.key);
         if record.seal != Seal::Valid {
-            return Refusal::KeyInUse(format!(
+            return CallEnd::Refused(Refusal::KeyInUse(format!(
                 "hintgate's record of the idempotency key {key} does not verify (someone without the audit key changed the store), so the call is not sent"
-            ));
+            )));
         }
         if record.principal != self.principal_of(cx) {
-            return Refusal::KeyInUse(format!(
+            return CallEnd::Refused(Refusal::KeyInUse(format!(
                 "the idempotency key {key} was used by another host; choose another key"
-            ));
+            )));
         }
         match record.state {
             KeyState::Done if record.arguments == idem.digest => {
-                Refusal::Replayed(record.result.clone())
+                CallEnd::Replayed(record.result.clone())
             }
-            KeyState::Done => Refusal::KeyInUse(format!(
+            KeyState::Done => CallEnd::Refused(Refusal::KeyInUse(format!(
                 "a call with the idempotency key {key} already ran, with other arguments; a key stands for one call (use a new key for a new call)"
-            )),
-            KeyState::Running => Refusal::KeyInUse(format!(
+            ))),
+            KeyState::Running => CallEnd::Refused(Refusal::KeyInUse(format!(
                 "a call with the idempotency key {key} was sent and has not ended (it may still run, or the gateway that sent it stopped); it is not sent twice"
-            )),
-            KeyState::Unknown => Refusal::KeyInUse(format!(
+            ))),
+            KeyState::Unknown => CallEnd::Refused(Refusal::KeyInUse(format!(
                 "a call with the idempotency key {key} was sent and no answer came, so hintgate does not know whether it ran; it is not sent again (check with the server, then use a new key)"
-            )),
+            ))),
         }
     }
 

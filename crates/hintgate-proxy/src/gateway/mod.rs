@@ -64,7 +64,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use self::call::{CallContext, Outcome};
+use self::call::{CallContext, CallEnd, Outcome};
 use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
 use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
@@ -905,8 +905,8 @@ impl Gateway {
                                 Err(err) => err.clone(),
                                 Ok(_) => "the record was not committed".to_owned(),
                             };
-                            let refusal = call::Refusal::Unrecorded(err);
-                            let line = self.refusal_line(&cx, &refusal);
+                            let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
+                            let line = self.end_line(&cx, &end);
                             if let Some(session) = self.sessions.get(&cx.request.session) {
                                 session.send(line);
                             }
@@ -1015,7 +1015,7 @@ impl Gateway {
                     let why = format!(
                         "server `{name}` was not ready to take the call within {seconds} s (it did not finish starting or listing its tools)"
                     );
-                    self.refuse(cx, call::Refusal::ServerUnavailable(why));
+                    self.end_call(cx, CallEnd::Refused(call::Refusal::ServerUnavailable(why)));
                 }
                 Waiting::Request(request) => {
                     let why = format!(
@@ -1287,7 +1287,7 @@ impl Gateway {
         self.withdraw_hook_calls(
             session,
             Some(request_id),
-            &call::Refusal::Withdrawn(Outcome::Cancelled),
+            &CallEnd::Withdrawn(Outcome::Cancelled),
         );
         let asks = self.inflight.host_ids(
             session,
@@ -1306,7 +1306,7 @@ impl Gateway {
             }
         }
         for cx in cancelled {
-            self.refuse(cx, call::Refusal::Withdrawn(Outcome::Cancelled));
+            self.end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
         }
         if let Some((idx, up_id)) = self.inflight.find_host_request(session, request_id) {
             if let Some(UpPurpose::Call(cx)) = self.inflight.take_up(idx, up_id) {
@@ -1421,11 +1421,11 @@ impl Gateway {
         for item in waiting {
             match item {
                 Waiting::Call(cx) if cx.request.session == session => {
-                    let refusal = match ending {
-                        Ending::HostGone => call::Refusal::Withdrawn(Outcome::HostGone),
-                        Ending::Shutdown => call::Refusal::Shutdown,
+                    let end = match ending {
+                        Ending::HostGone => CallEnd::Withdrawn(Outcome::HostGone),
+                        Ending::Shutdown => CallEnd::Refused(call::Refusal::Shutdown),
                     };
-                    self.refuse(cx, refusal);
+                    self.end_call(cx, end);
                 }
                 Waiting::Request(request) if request.session == session => {
                     if ending == Ending::Shutdown {

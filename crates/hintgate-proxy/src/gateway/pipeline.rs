@@ -49,7 +49,8 @@ use tokio::time::Instant;
 
 use super::call::HookAsk;
 use super::call::{
-    Approver, CallContext, Outcome, Refusal, Refused, Step, answer_line, error_result, read_result,
+    Approver, CallContext, CallEnd, Outcome, Refusal, Refused, Step, answer_line, error_result,
+    read_result,
 };
 use super::catalog::Listing;
 use super::inflight::UpPurpose;
@@ -94,7 +95,7 @@ impl Gateway {
         // A gateway asked to stop sends nothing new: a call read in the
         // same turn as the stop ends here, on record.
         if self.stopping {
-            return Step::Refuse(cx, Refusal::Shutdown);
+            return Step::refused(cx, Refusal::Shutdown);
         }
 
         // 0. A 2026-07-28 retry that answers a server's own question is no
@@ -106,10 +107,10 @@ impl Gateway {
         // 1. Resolve the host's name to a server and its own tool name.
         let (idx, tool) = match self.resolve(&cx.params.name) {
             Ok(found) => found,
-            Err(Unresolved::Unknown) => return Step::Refuse(cx, Refusal::UnknownTool),
+            Err(Unresolved::Unknown) => return Step::refused(cx, Refusal::UnknownTool),
             Err(Unresolved::Ambiguous(found)) => {
                 let why = self.ambiguity(&found);
-                return Step::Refuse(cx, Refusal::AmbiguousName(why));
+                return Step::refused(cx, Refusal::AmbiguousName(why));
             }
         };
         cx.server = Some(idx);
@@ -122,16 +123,16 @@ impl Gateway {
                 cx.request.wait_until = None;
             }
             Ready::NotYet => return Step::Wait(cx),
-            Ready::No(reason) => return Step::Refuse(cx, Refusal::ServerUnavailable(reason)),
+            Ready::No(reason) => return Step::refused(cx, Refusal::ServerUnavailable(reason)),
         }
         let Some(entry) = self.catalog.tool(idx, &cx.tool) else {
-            return Step::Refuse(cx, Refusal::UnknownTool);
+            return Step::refused(cx, Refusal::UnknownTool);
         };
         // A name a person could misread is never decided on (see
         // `hintgate_policy::name`): the tool is not listed either.
         if let Some(trouble) = &entry.name_trouble {
             let refusal = Refusal::Name(trouble.code(), trouble.describe());
-            return Step::Refuse(cx, refusal);
+            return Step::refused(cx, refusal);
         }
 
         // 3. Decide, with the decision hook where it takes part.
@@ -198,12 +199,12 @@ impl Gateway {
                                 // are read now (a call whose arguments do not
                                 // parse is refused before anyone is asked).
                                 if let Err(problem) = cx.parse_arguments() {
-                                    return Step::Refuse(cx, Refusal::Malformed(problem));
+                                    return Step::refused(cx, Refusal::Malformed(problem));
                                 }
                                 self.prepare_key(&mut cx, idx);
                                 let Some(config) = self.policy.hook_for(call.server).cloned()
                                 else {
-                                    return Step::Refuse(
+                                    return Step::refused(
                                         cx,
                                         Refusal::Malformed("no hook".to_owned()),
                                     );
@@ -256,7 +257,7 @@ impl Gateway {
         let verdict = decision.verdict;
         cx.decision = Some(decision);
         if verdict == Verdict::Deny {
-            return Step::Refuse(
+            return Step::refused(
                 cx,
                 Refusal::Denied {
                     extra: None,
@@ -272,16 +273,16 @@ impl Gateway {
                 Ok(Ready::Yes) => {}
                 Ok(Ready::NotYet) => return Step::Wait(cx),
                 Ok(Ready::No(reason)) => {
-                    return Step::Refuse(cx, Refusal::ServerUnavailable(reason));
+                    return Step::refused(cx, Refusal::ServerUnavailable(reason));
                 }
-                Err(why) => return Step::Refuse(cx, Refusal::ReadOnlyDiffers(why)),
+                Err(why) => return Step::refused(cx, Refusal::ReadOnlyDiffers(why)),
             }
         }
 
         // 4. Validate the arguments against the tool's input schema, with
         //    an idempotency key filled in where the tool takes one.
         if let Err(problem) = cx.parse_arguments() {
-            return Step::Refuse(cx, Refusal::Malformed(problem));
+            return Step::refused(cx, Refusal::Malformed(problem));
         }
         self.prepare_key(&mut cx, idx);
         if let Some(validator) = input {
@@ -292,13 +293,13 @@ impl Gateway {
                     .take(5)
                     .map(|err| format!("{err} (at `{}`)", err.instance_path()))
                     .collect();
-                return Step::Refuse(cx, Refusal::InvalidArguments(problems));
+                return Step::refused(cx, Refusal::InvalidArguments(problems));
             }
         }
         // A key that ran with these arguments is answered from the store,
         // before anyone is asked; one that cannot be used is refused.
-        if let Some(refusal) = self.look_up_key(&cx) {
-            return Step::Refuse(cx, refusal);
+        if let Some(end) = self.look_up_key(&cx) {
+            return Step::End(cx, end);
         }
 
         // 5. Ask a person, where the decision says so. A call a person
@@ -311,7 +312,7 @@ impl Gateway {
         if modern_host && super::modern::carries_our_answer(&cx) {
             return match self.open_modern_answer(&mut cx) {
                 Ok(()) => Step::Forward(cx),
-                Err(refusal) => Step::Refuse(cx, refusal),
+                Err(refusal) => Step::refused(cx, refusal),
             };
         }
         match verdict {
@@ -334,7 +335,7 @@ impl Gateway {
         match step {
             Step::Forward(cx) => self.record_and_forward(cx),
             Step::Ask(cx) => self.ask(cx),
-            Step::Refuse(cx, refusal) => self.refuse(cx, refusal),
+            Step::End(cx, end) => self.end_call(cx, end),
             Step::Wait(cx) => self.park(Waiting::Call(cx)),
             Step::Hook(cx, ask) => self.ask_hook(cx, ask),
             Step::Done => {}
@@ -449,7 +450,7 @@ impl Gateway {
         if place.is_none() && self.journal.enabled() {
             // INVARIANT: with a log, no call is sent without its record.
             let refusal = Refusal::Unrecorded("no record could be made of it".to_owned());
-            self.refuse(cx, refusal);
+            self.end_call(cx, CallEnd::Refused(refusal));
             return;
         }
         self.call_after_commit(cx, place);
@@ -525,10 +526,10 @@ impl Gateway {
         };
         // The key is claimed right before the send: of two calls with one
         // key, one is sent.
-        if let Err(refusal) = self.claim_key(&mut cx) {
-            self.record_outcome(&cx, refusal.outcome());
-            self.taint_by_replay(&cx, &refusal);
-            let line = self.refusal_line(&cx, &refusal);
+        if let Err(end) = self.claim_key(&mut cx) {
+            self.record_outcome(&cx, end.outcome());
+            self.taint_by_replay(&cx, &end);
+            let line = self.end_line(&cx, &end);
             self.send_host(cx.request.session, line);
             return;
         }
@@ -804,8 +805,8 @@ impl Gateway {
 
     /// A replayed result of a private-data tool taints the session as the
     /// answer it repeats did.
-    fn taint_by_replay(&mut self, cx: &CallContext, refusal: &Refusal) {
-        if let (Refusal::Replayed(_), Some(idx)) = (refusal, cx.server)
+    fn taint_by_replay(&mut self, cx: &CallContext, end: &CallEnd) {
+        if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server)
             && cx.taints
         {
             let what = format!("a replayed result of `{}`", cx.tool);
@@ -815,17 +816,14 @@ impl Gateway {
 
     /// A call ends at the gateway: its record, and its answer after it (a
     /// call the host withdrew gets no answer).
-    pub(super) fn refuse(&mut self, cx: Box<CallContext>, refusal: Refusal) {
-        self.taint_by_replay(&cx, &refusal);
-        let decision = refusal.decision(cx.decision.as_ref());
-        self.record_call(
-            &cx,
-            Some((refusal.outcome(), &decision, refusal.approver())),
-        );
-        if matches!(refusal, Refusal::Withdrawn(_)) {
+    pub(super) fn end_call(&mut self, cx: Box<CallContext>, end: CallEnd) {
+        self.taint_by_replay(&cx, &end);
+        let decision = end.decision(cx.decision.as_ref());
+        self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
+        if matches!(end, CallEnd::Withdrawn(_)) {
             return;
         }
-        let line = self.refusal_line_with(&cx, &refusal, &decision);
+        let line = self.end_line_with(&cx, &end, &decision);
         self.send_host(cx.request.session, line);
     }
 
@@ -834,31 +832,25 @@ impl Gateway {
     pub(super) fn refuse_unparsed(&mut self, request: HostRequest, refusal: Refusal) {
         let has_id = request.spans.id.is_some();
         let cx = CallContext::unread(request);
-        let decision = refusal.decision(None);
-        self.record_call(
-            &cx,
-            Some((refusal.outcome(), &decision, refusal.approver())),
-        );
+        let end = CallEnd::Refused(refusal);
+        let decision = end.decision(None);
+        self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         if has_id {
-            let line = self.refusal_line_with(&cx, &refusal, &decision);
+            let line = self.end_line_with(&cx, &end, &decision);
             self.send_host(cx.request.session, line);
         }
     }
 
-    /// The line that answers a refused call (the one mapping, [`Refusal::answer`]).
-    pub(super) fn refusal_line(&self, cx: &CallContext, refusal: &Refusal) -> String {
-        let decision = refusal.decision(cx.decision.as_ref());
-        self.refusal_line_with(cx, refusal, &decision)
+    /// The line that answers a call that ends at the gateway (the one
+    /// mapping, [`CallEnd::answer`]).
+    pub(super) fn end_line(&self, cx: &CallContext, end: &CallEnd) -> String {
+        let decision = end.decision(cx.decision.as_ref());
+        self.end_line_with(cx, end, &decision)
     }
 
-    fn refusal_line_with(
-        &self,
-        cx: &CallContext,
-        refusal: &Refusal,
-        decision: &Decision,
-    ) -> String {
+    fn end_line_with(&self, cx: &CallContext, end: &CallEnd, decision: &Decision) -> String {
         let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
-        let answer = refusal.answer(Refused {
+        let answer = end.answer(Refused {
             host_name: &cx.params.name,
             server,
             tool: if cx.tool.is_empty() {
