@@ -183,6 +183,44 @@ pub(crate) enum Step {
     Done,
 }
 
+/// Where a step leaves a call it does not pass on to the next one (the
+/// call itself stays with the pipeline, which makes the [`Step`]).
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// A person must answer first.
+    Ask,
+    /// It ends at the gateway.
+    End(CallEnd),
+    /// Its server is starting or listing its tools: try again then.
+    Wait,
+    /// The decision hook must answer first.
+    Hook(Box<HookAsk>),
+}
+
+impl Exit {
+    /// The step the call takes.
+    pub fn with(self, cx: Box<CallContext>) -> Step {
+        match self {
+            Self::Ask => Step::Ask(cx),
+            Self::End(end) => Step::End(cx, end),
+            Self::Wait => Step::Wait(cx),
+            Self::Hook(ask) => Step::Hook(cx, *ask),
+        }
+    }
+}
+
+impl From<Refusal> for Exit {
+    fn from(refusal: Refusal) -> Self {
+        Self::End(CallEnd::Refused(refusal))
+    }
+}
+
+impl From<CallEnd> for Exit {
+    fn from(end: CallEnd) -> Self {
+        Self::End(end)
+    }
+}
+
 /// How a call ends at the gateway, without a server's answer: refused, or
 /// one of the ways that are no refusal.
 #[derive(Debug, Clone)]

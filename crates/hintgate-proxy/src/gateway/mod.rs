@@ -49,6 +49,7 @@ pub(crate) mod request;
 pub(crate) mod retry;
 pub(crate) mod routing;
 pub(crate) mod session;
+pub(crate) mod steps;
 pub(crate) mod subscriptions;
 pub(crate) mod upstreams;
 pub(crate) mod watch;

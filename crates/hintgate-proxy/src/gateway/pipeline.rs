@@ -38,19 +38,19 @@
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
 //! [`Policy::instance`]: hintgate_policy::decide::Policy::instance
 
+use std::sync::Arc;
+
 use hintgate_policy::config::Instance;
-use hintgate_policy::decide::{
-    Call, Decision, HookAnswer, RememberOffer, Remembered, Scope, SessionState, Verdict,
-};
+use hintgate_policy::decide::{Decision, RememberOffer, Remembered, SessionState, Verdict};
 use hintgate_policy::hook::Question;
+use hintgate_policy::pin::PinDigest;
 use hintgate_store::Remember;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::call::HookAsk;
 use super::call::{
-    Approver, CallContext, CallEnd, Outcome, Refusal, Refused, Step, answer_line, error_result,
-    read_result,
+    Approver, CallContext, CallEnd, Exit, HookAsk, Outcome, Refusal, Refused, Step, answer_line,
+    error_result, read_result,
 };
 use super::catalog::Listing;
 use super::inflight::UpPurpose;
@@ -58,17 +58,11 @@ use super::journal::{CallFields, unix_now};
 use super::request::{HostRequest, ServerIdx};
 use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
 use super::session::HostSession;
+use super::steps::{self, Approval, CallFacts, Decided, SessionFacts};
 use super::upstreams::{Readiness, Unresolved};
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members, string_literal};
-
-/// Whether a server can take a call for this tool now.
-enum Ready {
-    Yes,
-    NotYet,
-    No(String),
-}
 
 // === impl Gateway ===
 
@@ -89,161 +83,104 @@ impl Gateway {
 
     /// The pipeline, top to bottom (see the module's documentation).
     pub(super) fn intercept(&mut self, mut cx: Box<CallContext>) -> Step {
-        let session = cx.request.session;
-        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
-
         // A gateway asked to stop sends nothing new: a call read in the
         // same turn as the stop ends here, on record.
         if self.stopping {
             return Step::refused(cx, Refusal::Shutdown);
         }
-
+        let id = cx.request.session;
+        let session = SessionFacts::of(id, self.sessions.get(&id));
         // 0. A 2026-07-28 retry that answers a server's own question is no
         //    new call: it resumes the call that asked (see `relay`).
-        if modern_host && self.answers_relayed_question(&cx) {
+        if session.modern && self.answers_relayed_question(&cx) {
             return self.answer_relayed(cx);
         }
+        match self.steps(&mut cx, session) {
+            // 6. Audit, then forward (once this turn's records are durable).
+            Ok(()) => Step::Forward(cx),
+            Err(exit) => exit.with(cx),
+        }
+    }
 
+    /// Steps 1 to 5; `Ok` when the call is to be forwarded.
+    fn steps(&mut self, cx: &mut CallContext, session: SessionFacts) -> Result<(), Exit> {
         // 1. Resolve the host's name to a server and its own tool name.
+        let idx = self.resolve_call(cx)?;
+        // 2. The definition is ready: the server runs, its tools are listed.
+        self.definition_ready(cx, idx)?;
+        // 3. Decide, with the decision hook where it takes part.
+        let (verdict, input) = self.decide_call(cx, idx, session)?;
+        // 3b. A call for the read-only instance needs it running, and
+        //     listing the definition decided on.
+        if cx.instance == Instance::ReadOnly {
+            self.read_only_ready(cx, idx)?;
+        }
+        // 4. Validate the arguments against the tool's input schema, with
+        //    an idempotency key filled in where the tool takes one; a key
+        //    that ran with these arguments is answered from the store.
+        self.validate(cx, idx, input.as_deref())?;
+        // 5. Ask a person, where the decision says so.
+        self.approve(cx, session, verdict)
+    }
+
+    /// Step 1: the host's name to a server and the server's own name (a
+    /// name two servers' prefixes fit is refused, never guessed).
+    fn resolve_call(&self, cx: &mut CallContext) -> Result<ServerIdx, Exit> {
         let (idx, tool) = match self.resolve(&cx.params.name) {
             Ok(found) => found,
-            Err(Unresolved::Unknown) => return Step::refused(cx, Refusal::UnknownTool),
+            Err(Unresolved::Unknown) => return Err(Refusal::UnknownTool.into()),
             Err(Unresolved::Ambiguous(found)) => {
-                let why = self.ambiguity(&found);
-                return Step::refused(cx, Refusal::AmbiguousName(why));
+                return Err(Refusal::AmbiguousName(self.ambiguity(&found)).into());
             }
         };
         cx.server = Some(idx);
         cx.tool = tool;
+        Ok(idx)
+    }
 
-        // 2. The definition is ready: the server runs, its tools are listed.
-        match self.definition_ready(&mut cx, idx) {
-            Ready::Yes => {
-                cx.generation = self.upstreams.get(idx).map(|up| up.generation());
-                cx.request.wait_until = None;
-            }
-            Ready::NotYet => return Step::Wait(cx),
-            Ready::No(reason) => return Step::refused(cx, Refusal::ServerUnavailable(reason)),
-        }
+    /// Step 3: the decision on the definition the server lists now, and
+    /// where the call goes; a deny ends the call here. The verdict, and the
+    /// tool's input schema for step 4.
+    fn decide_call(
+        &mut self,
+        cx: &mut CallContext,
+        idx: ServerIdx,
+        session: SessionFacts,
+    ) -> Result<(Verdict, Option<Arc<jsonschema::Validator>>), Exit> {
         let Some(entry) = self.catalog.tool(idx, &cx.tool) else {
-            return Step::refused(cx, Refusal::UnknownTool);
+            return Err(Refusal::UnknownTool.into());
         };
         // A name a person could misread is never decided on (see
         // `hintgate_policy::name`): the tool is not listed either.
         if let Some(trouble) = &entry.name_trouble {
-            let refusal = Refusal::Name(trouble.code(), trouble.describe());
-            return Step::refused(cx, refusal);
+            return Err(Refusal::Name(trouble.code(), trouble.describe()).into());
         }
-
-        // 3. Decide, with the decision hook where it takes part.
+        let input = entry.input_validator();
+        let server = self.upstreams.name(idx);
         let decision = match (&entry.tool, entry.digest) {
             (Ok(tool), Some(digest)) => {
+                let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
                 cx.digest = Some(digest);
                 cx.digest_text.clone_from(&entry.digest_text);
-                cx.pin = self.catalog.pin_status(idx, &cx.tool, digest);
+                cx.pin = facts.pin;
                 cx.repeatable = entry.repeatable;
                 cx.taints = entry.taints;
                 cx.output = entry.output_validator();
-                let remembered = if self
-                    .sessions
-                    .get(&session)
-                    .is_some_and(|host| host.remembers(idx, &cx.tool))
-                {
-                    Remembered::Session
-                } else {
-                    self.catalog.approved_always(idx, &cx.tool, digest)
-                };
-                let (tainted, scope) = self
-                    .sessions
-                    .get(&session)
-                    .map_or((false, Scope::Read), |host| (host.tainted, host.scope));
-                let call = Call {
-                    server: self.upstreams.name(idx),
-                    tool,
-                    pin: cx.pin,
-                    session: SessionState {
-                        tainted,
-                        remembered,
-                        scope,
-                    },
-                    sandbox: self.catalog.sandbox(idx),
-                    hook: HookAnswer::None,
-                };
                 // Where it goes is decided with it, on the same definition:
                 // what the read-only credentials prove holds only there.
-                cx.instance = self.policy.instance(call.server, tool, call.sandbox);
-                match self.policy.hook_so_far(&call) {
-                    None => self.policy.decide(&call),
-                    Some(so_far) => {
-                        let state = (so_far.verdict, so_far.codes().collect::<Vec<_>>());
-                        // An answer stands for the state it was given for.
-                        let answered = cx
-                            .hook
-                            .as_ref()
-                            .filter(|given| given.digest == digest && given.so_far == state);
-                        match answered {
-                            Some(given) => self.policy.decide(&Call {
-                                hook: given.answer.as_answer(),
-                                ..call
-                            }),
-                            None if cx.hook_asks >= super::hooks::MAX_HOOK_ASKS => {
-                                let why = "the call changed each time the decision hook was asked about it";
-                                self.policy.decide(&Call {
-                                    hook: HookAnswer::Failed(why),
-                                    ..call
-                                })
-                            }
-                            None => {
-                                // The hook sees the arguments as they will
-                                // be sent, an idempotency key filled in: they
-                                // are read now (a call whose arguments do not
-                                // parse is refused before anyone is asked).
-                                if let Err(problem) = cx.parse_arguments() {
-                                    return Step::refused(cx, Refusal::Malformed(problem));
-                                }
-                                self.prepare_key(&mut cx, idx);
-                                let Some(config) = self.policy.hook_for(call.server).cloned()
-                                else {
-                                    return Step::refused(
-                                        cx,
-                                        Refusal::Malformed("no hook".to_owned()),
-                                    );
-                                };
-                                let slot = self.hooks.slot_of(&config);
-                                let id = self.hooks.next_id();
-                                let id_text = id.to_string();
-                                let line = self.policy.hook_question(&Question {
-                                    id: &id_text,
-                                    call: &call,
-                                    identity: self.catalog.identity(idx).unwrap_or_default(),
-                                    arguments: cx.arguments.as_ref(),
-                                    host: self
-                                        .sessions
-                                        .get(&session)
-                                        .and_then(|host| host.principal.as_deref()),
-                                    so_far: &so_far,
-                                });
-                                cx.hook_asks += 1;
-                                return Step::Hook(
-                                    cx,
-                                    HookAsk {
-                                        slot,
-                                        id,
-                                        line,
-                                        digest,
-                                        so_far: state,
-                                    },
-                                );
-                            }
-                        }
+                cx.instance = facts.instance;
+                let call = facts.call(server, tool);
+                match steps::decide(&self.policy, call, digest, cx.hook.as_ref(), cx.hook_asks) {
+                    Decided::Decision(decision) => decision,
+                    Decided::AskHook(so_far) => {
+                        return Err(self.ask_hook_about(cx, idx, facts, so_far));
                     }
                 }
             }
             _ => Decision::invalid_definition(),
         };
-        let input = entry.input_validator();
         tracing::debug!(
-            server.id = %self.upstreams.name(idx),
+            server.id = %server,
             tool.name = %cx.tool,
             decision.verdict = ?decision.verdict,
             decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
@@ -257,77 +194,134 @@ impl Gateway {
         let verdict = decision.verdict;
         cx.decision = Some(decision);
         if verdict == Verdict::Deny {
-            return Step::refused(
-                cx,
-                Refusal::Denied {
-                    extra: None,
-                    by: Approver::Gateway,
-                },
-            );
+            let by = Approver::Gateway;
+            return Err(Refusal::Denied { extra: None, by }.into());
         }
+        Ok((verdict, input))
+    }
 
-        // 3b. A call for the read-only instance needs it running, and
-        //     listing the definition decided on.
-        if cx.instance == Instance::ReadOnly {
-            match self.read_only_ready(&mut cx, idx) {
-                Ok(Ready::Yes) => {}
-                Ok(Ready::NotYet) => return Step::Wait(cx),
-                Ok(Ready::No(reason)) => {
-                    return Step::refused(cx, Refusal::ServerUnavailable(reason));
-                }
-                Err(why) => return Step::refused(cx, Refusal::ReadOnlyDiffers(why)),
-            }
+    /// What a call to `tool` of server `idx` is decided on besides its
+    /// definition, read once.
+    fn call_facts(
+        &self,
+        idx: ServerIdx,
+        name: &str,
+        tool: &hintgate_policy::tool::Tool,
+        digest: PinDigest,
+        session: SessionFacts,
+    ) -> CallFacts {
+        let remembered = if self
+            .sessions
+            .get(&session.id)
+            .is_some_and(|host| host.remembers(idx, name))
+        {
+            Remembered::Session
+        } else {
+            self.catalog.approved_always(idx, name, digest)
+        };
+        let sandbox = self.catalog.sandbox(idx);
+        CallFacts {
+            digest,
+            pin: self.catalog.pin_status(idx, name, digest),
+            session: SessionState {
+                tainted: session.tainted,
+                remembered,
+                scope: session.scope,
+            },
+            sandbox,
+            instance: self
+                .policy
+                .instance(self.upstreams.name(idx), tool, sandbox),
         }
+    }
 
-        // 4. Validate the arguments against the tool's input schema, with
-        //    an idempotency key filled in where the tool takes one.
+    /// Step 3, where the decision hook must answer first: the question, with
+    /// the arguments as they will be sent (an idempotency key filled in),
+    /// read now (a call whose arguments do not parse is refused before
+    /// anyone is asked).
+    fn ask_hook_about(
+        &mut self,
+        cx: &mut CallContext,
+        idx: ServerIdx,
+        facts: CallFacts,
+        so_far: Decision,
+    ) -> Exit {
         if let Err(problem) = cx.parse_arguments() {
-            return Step::refused(cx, Refusal::Malformed(problem));
+            return Refusal::Malformed(problem).into();
         }
-        self.prepare_key(&mut cx, idx);
+        self.prepare_key(cx, idx);
+        let server = self.upstreams.name(idx);
+        let (Some(config), Some(Ok(tool))) = (
+            self.policy.hook_for(server).cloned(),
+            self.catalog.tool(idx, &cx.tool).map(|entry| &entry.tool),
+        ) else {
+            return Refusal::Malformed("no hook".to_owned()).into();
+        };
+        let slot = self.hooks.slot_of(&config);
+        let id = self.hooks.next_id();
+        let line = self.policy.hook_question(&Question {
+            id: &id.to_string(),
+            call: &facts.call(server, tool),
+            identity: self.catalog.identity(idx).unwrap_or_default(),
+            arguments: cx.arguments.as_ref(),
+            host: self
+                .sessions
+                .get(&cx.request.session)
+                .and_then(|host| host.principal.as_deref()),
+            so_far: &so_far,
+        });
+        cx.hook_asks += 1;
+        Exit::Hook(Box::new(HookAsk {
+            slot,
+            id,
+            line,
+            digest: facts.digest,
+            so_far: (so_far.verdict, so_far.codes().collect()),
+        }))
+    }
+
+    /// Step 4: the arguments, read once, match the tool's input schema (an
+    /// idempotency key filled in first); a key that ran with these
+    /// arguments is answered from the store, before anyone is asked, and
+    /// one that cannot be used is refused.
+    fn validate(
+        &self,
+        cx: &mut CallContext,
+        idx: ServerIdx,
+        input: Option<&jsonschema::Validator>,
+    ) -> Result<(), Exit> {
+        cx.parse_arguments().map_err(Refusal::Malformed)?;
+        self.prepare_key(cx, idx);
         if let Some(validator) = input {
-            let arguments = cx.arguments_or_empty();
-            if !validator.is_valid(arguments) {
-                let problems = validator
-                    .iter_errors(arguments)
-                    .take(5)
-                    .map(|err| format!("{err} (at `{}`)", err.instance_path()))
-                    .collect();
-                return Step::refused(cx, Refusal::InvalidArguments(problems));
+            steps::check_arguments(validator, cx.arguments_or_empty())
+                .map_err(Refusal::InvalidArguments)?;
+        }
+        match self.look_up_key(cx) {
+            Some(end) => Err(end.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Step 5: a call a person approved goes on if this is the definition
+    /// they approved; a 2026-07-28 host's retry may carry the person's
+    /// answer to the gateway's question; else an ask asks.
+    fn approve(
+        &mut self,
+        cx: &mut CallContext,
+        session: SessionFacts,
+        verdict: Verdict,
+    ) -> Result<(), Exit> {
+        let carries = session.modern && super::modern::carries_our_answer(cx);
+        match steps::approval(verdict, cx.digest, cx.approved, carries) {
+            Approval::Approved => Ok(()),
+            Approval::CarriesAnswer => Ok(self.open_modern_answer(cx)?),
+            Approval::Ask => Err(Exit::Ask),
+            Approval::Policy => {
+                let first = cx.decision.as_ref().and_then(|d| d.reasons.first());
+                cx.approver = Approver::Policy(first.map(|reason| reason.code));
+                Ok(())
             }
         }
-        // A key that ran with these arguments is answered from the store,
-        // before anyone is asked; one that cannot be used is refused.
-        if let Some(end) = self.look_up_key(&cx) {
-            return Step::End(cx, end);
-        }
-
-        // 5. Ask a person, where the decision says so. A call a person
-        //    approved goes on if this is the definition they approved; a
-        //    2026-07-28 host's retry may carry the person's answer to the
-        //    gateway's question.
-        if cx.approved.is_some() && cx.approved == cx.digest {
-            return Step::Forward(cx);
-        }
-        if modern_host && super::modern::carries_our_answer(&cx) {
-            return match self.open_modern_answer(&mut cx) {
-                Ok(()) => Step::Forward(cx),
-                Err(refusal) => Step::refused(cx, refusal),
-            };
-        }
-        match verdict {
-            Verdict::Ask => return Step::Ask(cx),
-            Verdict::Allow | Verdict::Deny => {}
-        }
-        cx.approver = Approver::Policy(
-            cx.decision
-                .as_ref()
-                .and_then(|decision| decision.reasons.first())
-                .map(|reason| reason.code),
-        );
-
-        // 6. Audit, then forward (once this turn's records are durable).
-        Step::Forward(cx)
     }
 
     /// Acts on where the pipeline left a call.
@@ -345,55 +339,63 @@ impl Gateway {
     /// Step 2: the server runs and has listed its tools. Starts it, or lists
     /// them, when needed (once per call each, so a server that keeps failing
     /// answers the call instead of holding it).
-    fn definition_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Ready {
+    fn definition_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<(), Exit> {
         match self.readiness(idx, &mut cx.request.restarted) {
             Readiness::Ready => {}
-            Readiness::Pending => return Ready::NotYet,
-            Readiness::Failed(reason) => return Ready::No(reason),
+            Readiness::Pending => return Err(Exit::Wait),
+            Readiness::Failed(reason) => return Err(Refusal::ServerUnavailable(reason).into()),
         }
-        match self.catalog.server(idx).map(|server| &server.listing) {
-            Some(Listing::Listed) => Ready::Yes,
-            Some(Listing::InProgress) => Ready::NotYet,
-            Some(Listing::Failed(reason)) if cx.relisted => Ready::No(reason.clone()),
+        let listed = match self.catalog.server(idx).map(|server| &server.listing) {
+            Some(Listing::Listed) => true,
+            Some(Listing::InProgress) => false,
+            Some(Listing::Failed(reason)) if cx.relisted => {
+                return Err(Refusal::ServerUnavailable(reason.clone()).into());
+            }
             Some(Listing::Unlisted | Listing::Failed(_)) => {
                 cx.relisted = true;
                 self.list_tools(idx);
                 // A server without tools is listed at once.
-                match self.catalog.server(idx).map(|server| &server.listing) {
-                    Some(Listing::Listed) => Ready::Yes,
-                    _ => Ready::NotYet,
-                }
+                self.catalog
+                    .server(idx)
+                    .is_some_and(|server| server.listing == Listing::Listed)
             }
-            None => Ready::No("no such server".to_owned()),
+            None => return Err(Refusal::ServerUnavailable("no such server".to_owned()).into()),
+        };
+        if !listed {
+            return Err(Exit::Wait);
         }
+        cx.generation = self.upstreams.get(idx).map(|up| up.generation());
+        cx.request.wait_until = None;
+        Ok(())
     }
 
     /// Step 3b: the read-only instance of server `idx` runs, has listed its
     /// tools, and lists the definition the call was decided on (by pin
     /// digest) under a plain name unlike its others. Starts it, or lists
-    /// them, when needed (once per call each). `Err` says how the instance
-    /// differs: a server that lists another definition, or none, on the
-    /// instance that runs the call is not sent the call there, and never
-    /// the full instance instead.
-    fn read_only_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<Ready, String> {
-        let name = self.upstreams.name(idx).to_owned();
+    /// them, when needed (once per call each). A server that lists another
+    /// definition, or none, on the instance that runs the call is not sent
+    /// the call there (`read-only-instance-differs`), and never the full
+    /// instance instead.
+    fn read_only_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<(), Exit> {
+        let unavailable = |why: String| Exit::from(Refusal::ServerUnavailable(why));
         let Some(instance) = self.upstreams.get(idx).and_then(|up| up.read_only) else {
-            return Ok(Ready::No(format!(
+            let name = self.upstreams.name(idx);
+            return Err(unavailable(format!(
                 "server `{name}` has no read-only instance"
             )));
         };
         match self.readiness(instance, &mut cx.read_only_restarted) {
             Readiness::Ready => {}
-            Readiness::Pending => return Ok(Ready::NotYet),
+            Readiness::Pending => return Err(Exit::Wait),
             Readiness::Failed(reason) => {
-                return Ok(Ready::No(format!("its read-only instance: {reason}")));
+                return Err(unavailable(format!("its read-only instance: {reason}")));
             }
         }
         match self.catalog.server(instance).map(|server| &server.listing) {
             Some(Listing::Listed) => {}
-            Some(Listing::InProgress) => return Ok(Ready::NotYet),
+            Some(Listing::InProgress) => return Err(Exit::Wait),
             Some(Listing::Failed(reason)) if cx.read_only_relisted => {
-                return Ok(Ready::No(format!("its read-only instance: {reason}")));
+                return Err(unavailable(format!("its read-only instance: {reason}")));
             }
             Some(Listing::Unlisted | Listing::Failed(_)) => {
                 cx.read_only_relisted = true;
@@ -403,23 +405,24 @@ impl Gateway {
                     .server(instance)
                     .is_none_or(|server| server.listing != Listing::Listed)
                 {
-                    return Ok(Ready::NotYet);
+                    return Err(Exit::Wait);
                 }
             }
-            None => return Ok(Ready::No("no such server".to_owned())),
+            None => return Err(unavailable("no such server".to_owned())),
         }
         // The decision took the full instance's sandbox for proof: the
         // instance that runs the call must enforce as much.
         let (full, own) = (self.catalog.sandbox(idx), self.catalog.sandbox(instance));
         if (full.no_network && !own.no_network) || (full.no_writes && !own.no_writes) {
-            return Ok(Ready::No(
+            return Err(unavailable(
                 "its read-only instance's sandbox does not enforce what the full instance's does"
                     .to_owned(),
             ));
         }
-        self.read_only_lists(instance, &cx.tool, cx.digest)?;
+        self.read_only_lists(instance, &cx.tool, cx.digest)
+            .map_err(Refusal::ReadOnlyDiffers)?;
         cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
-        Ok(Ready::Yes)
+        Ok(())
     }
 
     /// Whether the read-only instance `instance` lists `tool` as the
