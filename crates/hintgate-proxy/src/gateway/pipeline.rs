@@ -465,66 +465,16 @@ impl Gateway {
         let Some(idx) = cx.server else {
             return;
         };
-        // Its host went away, or the gateway was asked to stop, in the turn
-        // that forwarded it: nothing new starts now. Its record is durable,
-        // so it ends on record, and was never sent.
-        let host_gone = self
-            .sessions
-            .get(&cx.request.session)
-            .is_none_or(|host| host.closed);
-        if host_gone {
-            self.record_outcome(&cx, Outcome::HostGone);
-            return;
-        }
-        if self.stopping {
-            let text = format!(
-                "hintgate shut down before it sent this call to `{}`; it did not run.",
-                self.upstreams.name(idx)
-            );
-            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
-            self.answer_call(&cx, line, Outcome::Shutdown);
+        if self.ended_before_send(&cx, idx) {
             return;
         }
         // The server failed or started again since the call was decided:
         // what it lists now was not decided on, and the call never left.
-        let current = self.upstreams.get(idx).is_some_and(|up| {
-            up.phase == super::upstreams::Phase::Ready && Some(up.generation()) == cx.generation
-        });
-        if !current {
-            let why = format!(
-                "server `{}` stopped or started again before the call was sent",
-                self.upstreams.name(idx)
-            );
-            self.call_failed(cx, Failure::Unsent, &why);
-            return;
-        }
-        // INVARIANT: a call decided for the read-only instance goes to it,
-        // to the start that listed the definition decided on, and nowhere
-        // else; the full instance never runs it instead.
-        let target = match cx.instance {
-            Instance::Full => idx,
-            Instance::ReadOnly => {
-                let instance = self.upstreams.get(idx).and_then(|up| up.read_only);
-                let current = instance
-                    .and_then(|instance| self.upstreams.get(instance))
-                    .is_some_and(|up| {
-                        up.phase == super::upstreams::Phase::Ready
-                            && Some(up.generation()) == cx.read_only_generation
-                    });
-                let listed = instance.is_some_and(|instance| {
-                    self.read_only_lists(instance, &cx.tool, cx.digest).is_ok()
-                });
-                match instance {
-                    Some(instance) if current && listed => instance,
-                    _ => {
-                        let why = format!(
-                            "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
-                            self.upstreams.name(idx)
-                        );
-                        self.call_failed(cx, Failure::Unsent, &why);
-                        return;
-                    }
-                }
+        let target = match self.send_target(&cx, idx) {
+            Ok(target) => target,
+            Err(why) => {
+                self.call_failed(cx, Failure::Unsent, &why);
+                return;
             }
         };
         // The key is claimed right before the send: of two calls with one
@@ -580,6 +530,69 @@ impl Gateway {
             .wait_up(target, id, UpPurpose::Call(cx), timeout);
     }
 
+    /// Its host went away, or the gateway was asked to stop, in the turn
+    /// that forwarded the call: nothing new starts now. Its record is
+    /// durable, so it ends on record, and was never sent. Whether it ended.
+    fn ended_before_send(&mut self, cx: &CallContext, idx: ServerIdx) -> bool {
+        let host_gone = self
+            .sessions
+            .get(&cx.request.session)
+            .is_none_or(|host| host.closed);
+        if host_gone {
+            self.record_outcome(cx, Outcome::HostGone);
+            return true;
+        }
+        if self.stopping {
+            let text = format!(
+                "hintgate shut down before it sent this call to `{}`; it did not run.",
+                self.upstreams.name(idx)
+            );
+            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+            self.answer_call(cx, line, Outcome::Shutdown);
+            return true;
+        }
+        false
+    }
+
+    /// Where a call whose record is durable is sent: the start of its
+    /// server whose definitions were decided on, or, for a call decided for
+    /// the read-only instance, the start of that instance that listed the
+    /// definition decided on. `Err` says why it cannot be sent (the server
+    /// stopped or started again since).
+    fn send_target(&self, cx: &CallContext, idx: ServerIdx) -> Result<ServerIdx, String> {
+        let current = self.upstreams.get(idx).is_some_and(|up| {
+            up.phase == super::upstreams::Phase::Ready && Some(up.generation()) == cx.generation
+        });
+        if !current {
+            return Err(format!(
+                "server `{}` stopped or started again before the call was sent",
+                self.upstreams.name(idx)
+            ));
+        }
+        // INVARIANT: a call decided for the read-only instance goes to it,
+        // to the start that listed the definition decided on, and nowhere
+        // else; the full instance never runs it instead.
+        if cx.instance == Instance::Full {
+            return Ok(idx);
+        }
+        let instance = self.upstreams.get(idx).and_then(|up| up.read_only);
+        let current = instance
+            .and_then(|instance| self.upstreams.get(instance))
+            .is_some_and(|up| {
+                up.phase == super::upstreams::Phase::Ready
+                    && Some(up.generation()) == cx.read_only_generation
+            });
+        let listed = instance
+            .is_some_and(|instance| self.read_only_lists(instance, &cx.tool, cx.digest).is_ok());
+        match instance {
+            Some(instance) if current && listed => Ok(instance),
+            _ => Err(format!(
+                "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
+                self.upstreams.name(idx)
+            )),
+        }
+    }
+
     /// A forwarded call failed or could not be sent: what happens next is
     /// [`after_failure`]'s (design §4.5); this applies it.
     pub(super) fn call_failed(&mut self, mut cx: Box<CallContext>, failure: Failure, reason: &str) {
@@ -626,98 +639,115 @@ impl Gateway {
         message: &Message<'_>,
     ) {
         let session = cx.request.session;
-        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
         let outcome = match message.result {
             None => Outcome::ProtocolError,
-            Some(raw) => match read_result(raw.get()) {
-                Err(err) => {
-                    let text = format!(
-                        "hintgate did not pass on the answer of `{}`: its result cannot be read one way only ({err})",
-                        self.upstreams.name(idx)
-                    );
-                    tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                    let line = self.result_line(session, cx.request.id(), &error_result(&text));
-                    self.answer_call(&cx, line, Outcome::ProtocolError);
+            Some(raw) => {
+                let view = match read_result(raw.get()) {
+                    Ok(view) => view,
+                    Err(err) => {
+                        let text = format!(
+                            "hintgate did not pass on the answer of `{}`: its result cannot be read one way only ({err})",
+                            self.upstreams.name(idx)
+                        );
+                        tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+                        let line = self.result_line(session, cx.request.id(), &error_result(&text));
+                        self.answer_call(&cx, line, Outcome::ProtocolError);
+                        return;
+                    }
+                };
+                let asks = view.result_type.as_deref() == Some("input_required");
+                // A 2026-07-28 server asks a legacy host for input: the
+                // gateway asks the host and calls the server again.
+                if asks && !self.sessions.get(&session).is_some_and(HostSession::modern) {
+                    let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                    self.gather_for_legacy_host(cx, &result);
                     return;
                 }
-                Ok(view) => {
-                    // A 2026-07-28 server asks a legacy host for input: the
-                    // gateway asks the host and calls the server again.
-                    if !modern_host && view.result_type.as_deref() == Some("input_required") {
-                        let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
-                        self.gather_for_legacy_host(cx, &result);
-                        return;
-                    }
-                    // A 2026-07-28 host gets the server's questions marked
-                    // as the server's; the host's retry is a call of its own.
-                    if let Some(marked) = view
-                        .result_type
-                        .as_deref()
-                        .filter(|kind| *kind == "input_required")
-                        .and_then(|_| self.marked_input_required(idx, raw.get()))
-                    {
-                        let (line, outcome) = match marked {
-                            Ok(result) => (
-                                crate::frame::response(cx.request.id(), &result),
-                                Outcome::InputRequired,
-                            ),
-                            Err(why) => {
-                                tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
-                                let text = format!(
-                                    "hintgate did not pass on the server's question: {why}"
-                                );
-                                let result = error_result(&text);
-                                let line = self.result_line(session, cx.request.id(), &result);
-                                (line, Outcome::ProtocolError)
-                            }
-                        };
-                        self.answer_call(&cx, line, outcome);
-                        return;
-                    }
-                    if cx.taints {
-                        let what = format!("a result of `{}`", cx.tool);
-                        self.taint(session, idx, &what);
-                    }
-                    let is_error = view.is_error == Some(true);
-                    if let (false, Some(validator), Some(structured)) =
-                        (is_error, &cx.output, view.structured)
-                    {
-                        let structured: Value =
-                            serde_json::from_str(structured.get()).unwrap_or(Value::Null);
-                        let problems: Vec<String> = validator
-                            .iter_errors(&structured)
-                            .take(5)
-                            .map(|err| err.to_string())
-                            .collect();
-                        if !problems.is_empty() {
-                            let text = format!(
-                                "`{}` returned structured content that does not match the tool's output schema: {}",
-                                self.upstreams.name(idx),
-                                problems.join("; ")
-                            );
-                            tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                            let refused = error_result(&text);
-                            // The call ran: a later call with its key gets
-                            // what this host got.
-                            self.key_done(&cx, &refused.to_string());
-                            let line = self.result_line(session, cx.request.id(), &refused);
-                            self.answer_call(&cx, line, Outcome::OutputSchemaMismatch);
-                            return;
-                        }
-                    }
-                    // The call ran: a keyed one's result is recorded as the
-                    // answer to a later call with the same key.
-                    self.key_done(&cx, raw.get());
-                    if is_error {
-                        Outcome::ToolError
-                    } else {
-                        Outcome::Ok
-                    }
+                // A 2026-07-28 host gets the server's questions marked as
+                // the server's; the host's retry is a call of its own.
+                if let Some(marked) = asks
+                    .then(|| self.marked_input_required(idx, raw.get()))
+                    .flatten()
+                {
+                    self.pass_on_question(idx, &cx, marked);
+                    return;
                 }
-            },
+                match self.call_result(idx, &cx, raw.get(), &view) {
+                    Some(outcome) => outcome,
+                    None => return,
+                }
+            }
         };
         let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
         self.answer_call(&cx, line, outcome);
+    }
+
+    /// A 2026-07-28 server's questions, marked as the server's, answer the
+    /// call to a 2026-07-28 host (or why they could not be passed on).
+    fn pass_on_question(
+        &mut self,
+        idx: ServerIdx,
+        cx: &CallContext,
+        marked: Result<Value, String>,
+    ) {
+        let (line, outcome) = match marked {
+            Ok(result) => (
+                crate::frame::response(cx.request.id(), &result),
+                Outcome::InputRequired,
+            ),
+            Err(why) => {
+                tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
+                let text = format!("hintgate did not pass on the server's question: {why}");
+                let line =
+                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                (line, Outcome::ProtocolError)
+            }
+        };
+        self.answer_call(cx, line, outcome);
+    }
+
+    /// A call's result, read: it taints the session where the tool returns
+    /// private data, its structured content must match the output schema,
+    /// and a keyed call's result is kept for a later call with the key. Its
+    /// outcome, or `None` when the call was answered here instead.
+    fn call_result(
+        &mut self,
+        idx: ServerIdx,
+        cx: &CallContext,
+        raw: &str,
+        view: &super::call::CallResultView<'_>,
+    ) -> Option<Outcome> {
+        let session = cx.request.session;
+        if cx.taints {
+            let what = format!("a result of `{}`", cx.tool);
+            self.taint(session, idx, &what);
+        }
+        let is_error = view.is_error == Some(true);
+        if let (false, Some(validator), Some(structured)) = (is_error, &cx.output, view.structured)
+            && let Err(problems) = steps::check_output(validator, structured.get())
+        {
+            let text = format!(
+                "`{}` returned structured content that does not match the tool's output schema: {}",
+                self.upstreams.name(idx),
+                problems.join("; ")
+            );
+            tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+            let refused = error_result(&text);
+            // The call ran: a later call with its key gets what this host
+            // got.
+            self.key_done(cx, &refused.to_string());
+            let line = self.result_line(session, cx.request.id(), &refused);
+            self.answer_call(cx, line, Outcome::OutputSchemaMismatch);
+            return None;
+        }
+        // The call ran: a keyed one's result is recorded as the answer to a
+        // later call with the same key.
+        self.key_done(cx, raw);
+        Some(if is_error {
+            Outcome::ToolError
+        } else {
+            Outcome::Ok
+        })
     }
 
     /// Ends a forwarded call: its outcome joins the turn's records, and its

@@ -7,6 +7,8 @@
 //! - [`decide`]: step 3, the policy's decision, with the decision hook's
 //!   answer where it takes part (or the hook must be asked first);
 //! - [`check_arguments`]: step 4, the arguments against the input schema;
+//! - [`check_output`]: a result's structured content against the output
+//!   schema;
 //! - [`approval`]: step 5, whether the call goes on, is asked about, or
 //!   carries a person's answer.
 
@@ -152,6 +154,30 @@ pub(crate) fn check_arguments(
         .take(5)
         .map(|err| format!("{err} (at `{}`)", err.instance_path()))
         .collect())
+}
+
+/// A result's `structuredContent` (as JSON text) against the tool's output
+/// schema: what is wrong with it (at most five problems), if anything.
+/// Content that is not JSON is checked as `null`.
+///
+/// # Errors
+///
+/// The problems, when the content does not match.
+pub(crate) fn check_output(
+    validator: &jsonschema::Validator,
+    structured: &str,
+) -> Result<(), Vec<String>> {
+    let structured: Value = serde_json::from_str(structured).unwrap_or(Value::Null);
+    let problems: Vec<String> = validator
+        .iter_errors(&structured)
+        .take(5)
+        .map(|err| err.to_string())
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// Step 5's result.
@@ -339,6 +365,23 @@ mod tests {
         .unwrap();
         let problems = check_arguments(&strict, &Value::Object(many)).unwrap_err();
         assert_eq!(problems.len(), 5, "at most five problems are named");
+    }
+
+    #[test]
+    fn structured_content_is_checked_against_the_output_schema() {
+        let validator = jsonschema::validator_for(&json!({
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+        }))
+        .unwrap();
+        assert_eq!(check_output(&validator, r#"{"n": 3}"#), Ok(()));
+        assert_eq!(
+            check_output(&validator, r#"{"n": "3"}"#).unwrap_err().len(),
+            1
+        );
+        // Content that cannot be read is not taken for a match.
+        assert!(check_output(&validator, "not json").is_err());
     }
 
     #[test]
