@@ -52,14 +52,14 @@ use super::call::{
     Approver, CallContext, CallEnd, Exit, HookAsk, Outcome, Refusal, Refused, Step, answer_line,
     error_result, read_result,
 };
-use super::catalog::Listing;
+use super::catalog::{Catalog, Listing};
 use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
 use super::request::{HostRequest, ServerIdx};
 use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
 use super::session::HostSession;
 use super::steps::{self, Approval, CallFacts, Decided, SessionFacts};
-use super::upstreams::{Readiness, Unresolved};
+use super::upstreams::{Readiness, Unresolved, Upstreams};
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members, string_literal};
@@ -419,31 +419,10 @@ impl Gateway {
                     .to_owned(),
             ));
         }
-        self.read_only_lists(instance, &cx.tool, cx.digest)
+        read_only_lists(&self.catalog, instance, &cx.tool, cx.digest)
             .map_err(Refusal::ReadOnlyDiffers)?;
         cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
         Ok(())
-    }
-
-    /// Whether the read-only instance `instance` lists `tool` as the
-    /// definition of `digest`; `Err` says how it does not.
-    fn read_only_lists(
-        &self,
-        instance: ServerIdx,
-        tool: &str,
-        digest: Option<hintgate_policy::pin::PinDigest>,
-    ) -> Result<(), String> {
-        let shown = hintgate_policy::sanitize::escape_line(tool);
-        match self.catalog.tool(instance, tool) {
-            None => Err(format!("it does not list `{shown}`")),
-            Some(entry) if entry.name_trouble.is_some() => Err(format!(
-                "it lists `{shown}` under a name that could mean another tool"
-            )),
-            Some(entry) if entry.digest.is_none() || entry.digest != digest => Err(format!(
-                "it lists `{shown}` with another definition than the full instance, whose definition was decided on"
-            )),
-            Some(_) => Ok(()),
-        }
     }
 
     /// Step 6: the call's record joins the turn's batch; the call is sent at
@@ -470,7 +449,7 @@ impl Gateway {
         }
         // The server failed or started again since the call was decided:
         // what it lists now was not decided on, and the call never left.
-        let target = match self.send_target(&cx, idx) {
+        let target = match send_target(&self.upstreams, &self.catalog, &cx, idx) {
             Ok(target) => target,
             Err(why) => {
                 self.call_failed(cx, Failure::Unsent, &why);
@@ -552,45 +531,6 @@ impl Gateway {
             return true;
         }
         false
-    }
-
-    /// Where a call whose record is durable is sent: the start of its
-    /// server whose definitions were decided on, or, for a call decided for
-    /// the read-only instance, the start of that instance that listed the
-    /// definition decided on. `Err` says why it cannot be sent (the server
-    /// stopped or started again since).
-    fn send_target(&self, cx: &CallContext, idx: ServerIdx) -> Result<ServerIdx, String> {
-        let current = self.upstreams.get(idx).is_some_and(|up| {
-            up.phase == super::upstreams::Phase::Ready && Some(up.generation()) == cx.generation
-        });
-        if !current {
-            return Err(format!(
-                "server `{}` stopped or started again before the call was sent",
-                self.upstreams.name(idx)
-            ));
-        }
-        // INVARIANT: a call decided for the read-only instance goes to it,
-        // to the start that listed the definition decided on, and nowhere
-        // else; the full instance never runs it instead.
-        if cx.instance == Instance::Full {
-            return Ok(idx);
-        }
-        let instance = self.upstreams.get(idx).and_then(|up| up.read_only);
-        let current = instance
-            .and_then(|instance| self.upstreams.get(instance))
-            .is_some_and(|up| {
-                up.phase == super::upstreams::Phase::Ready
-                    && Some(up.generation()) == cx.read_only_generation
-            });
-        let listed = instance
-            .is_some_and(|instance| self.read_only_lists(instance, &cx.tool, cx.digest).is_ok());
-        match instance {
-            Some(instance) if current && listed => Ok(instance),
-            _ => Err(format!(
-                "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
-                self.upstreams.name(idx)
-            )),
-        }
     }
 
     /// A forwarded call failed or could not be sent: what happens next is
@@ -930,6 +870,71 @@ impl Gateway {
         {
             tracing::error!(server.id = %name, tool.name = %cx.tool, "the approval could not be stored: {err}");
         }
+    }
+}
+
+/// Whether the read-only instance `instance` lists `tool` as the
+/// definition of `digest`; `Err` says how it does not.
+fn read_only_lists(
+    catalog: &Catalog,
+    instance: ServerIdx,
+    tool: &str,
+    digest: Option<hintgate_policy::pin::PinDigest>,
+) -> Result<(), String> {
+    let shown = hintgate_policy::sanitize::escape_line(tool);
+    match catalog.tool(instance, tool) {
+        None => Err(format!("it does not list `{shown}`")),
+        Some(entry) if entry.name_trouble.is_some() => Err(format!(
+            "it lists `{shown}` under a name that could mean another tool"
+        )),
+        Some(entry) if entry.digest.is_none() || entry.digest != digest => Err(format!(
+            "it lists `{shown}` with another definition than the full instance, whose definition was decided on"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Where a call whose record is durable is sent: the start of its
+/// server whose definitions were decided on, or, for a call decided for
+/// the read-only instance, the start of that instance that listed the
+/// definition decided on. `Err` says why it cannot be sent (the server
+/// stopped or started again since).
+fn send_target(
+    upstreams: &Upstreams,
+    catalog: &Catalog,
+    cx: &CallContext,
+    idx: ServerIdx,
+) -> Result<ServerIdx, String> {
+    let current = upstreams.get(idx).is_some_and(|up| {
+        up.phase == super::upstreams::Phase::Ready && Some(up.generation()) == cx.generation
+    });
+    if !current {
+        return Err(format!(
+            "server `{}` stopped or started again before the call was sent",
+            upstreams.name(idx)
+        ));
+    }
+    // INVARIANT: a call decided for the read-only instance goes to it,
+    // to the start that listed the definition decided on, and nowhere
+    // else; the full instance never runs it instead.
+    if cx.instance == Instance::Full {
+        return Ok(idx);
+    }
+    let instance = upstreams.get(idx).and_then(|up| up.read_only);
+    let current = instance
+        .and_then(|instance| upstreams.get(instance))
+        .is_some_and(|up| {
+            up.phase == super::upstreams::Phase::Ready
+                && Some(up.generation()) == cx.read_only_generation
+        });
+    let listed = instance
+        .is_some_and(|instance| read_only_lists(catalog, instance, &cx.tool, cx.digest).is_ok());
+    match instance {
+        Some(instance) if current && listed => Ok(instance),
+        _ => Err(format!(
+            "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
+            upstreams.name(idx)
+        )),
     }
 }
 
