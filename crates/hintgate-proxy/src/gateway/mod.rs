@@ -15,11 +15,17 @@
 //! | `ask` | calls held while a person is asked, and the approval queue |
 //! | `routing` | everything that is not a tool call, and lists merged across servers |
 //! | `subscriptions` | the hosts' resource subscriptions, by server and URI, with the sessions that hold each |
+//! | `watch` | the thread that watches the store (approval-queue answers, standing approvals changed elsewhere) |
+//! | `hooks` | the decision hooks' processes, and the calls that wait for their answers |
+//! | `keys` | what the gateway knows of a call's idempotency key (the store holds the records) |
 //!
-//! `call` holds the call context and the one place where a refusal
-//! becomes an answer; `modern` the 2026-07-28 era; `relay` a server's own
-//! questions, marked as the server's, and questions across eras; `watch`
-//! the thread that watches the store.
+//! `call` holds the call context and `CallEnd`, how a call ends at
+//! the gateway (a refusal, or a replay, a question, a withdrawal), with the
+//! one place where it becomes an answer; `steps` the pipeline's decisions
+//! as pure functions over the facts read once per call; `retry` what
+//! happens to a call that failed or was not sent (design §4.5), as one
+//! pure function; `modern` the 2026-07-28 era; `relay` a server's own
+//! questions, marked as the server's, and questions across eras.
 //!
 //! **Turns.** The loop takes every event that has arrived (host lines,
 //! server lines, answers from the store watcher), handles them, and ends the

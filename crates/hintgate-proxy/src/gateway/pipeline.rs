@@ -1,22 +1,34 @@
 //! The interception pipeline: the one path of every `tools/call`.
 //!
 //! A host's call is read once into a [`CallContext`] and goes, in this
-//! order, through [`Gateway::intercept`]:
+//! order, through [`Gateway::intercept`]. The session's facts are read once
+//! ([`SessionFacts`]); each step is a function that passes the call on or
+//! says where it leaves it ([`Exit`]: it ends, waits, is asked about or
+//! waits for the decision hook), and what a step decides is a pure function
+//! of `steps`, tested without a gateway:
 //!
-//! 1. **resolve**: the host's name to a server and the server's own name
-//!    (a name two servers' prefixes fit is refused, never guessed);
-//! 2. **definition ready**: the server runs and its tools are listed (else
-//!    the call waits, and comes back here when that changes); a tool whose
-//!    name is not plain, or looks like another of its server's, is refused
-//!    (`hintgate_policy::name`);
-//! 3. **decide**: [`Policy::decide`] on the definition, its pin, the
-//!    session's taint and the approvals that stand, and which instance of
-//!    its server the call goes to ([`Policy::instance`]); a deny ends here;
-//!    a call for the read-only instance waits for it to run and is refused
-//!    unless it lists the definition decided on (step 3b);
-//! 4. **validate**: the arguments against the tool's input schema;
-//! 5. **ask**, when the decision says so: a person answers through the host
-//!    (elicitation, or an input-required result) or the approval queue;
+//! 1. **resolve** (`resolve_call`): the host's name to a server and the
+//!    server's own name (a name two servers' prefixes fit is refused, never
+//!    guessed);
+//! 2. **definition ready** (`definition_ready`): the server runs and its
+//!    tools are listed (else the call waits, and comes back here when that
+//!    changes);
+//! 3. **decide** (`decide_call`): a tool whose name is not plain, or looks
+//!    like another of its server's, is refused (`hintgate_policy::name`);
+//!    the facts of the call are read once ([`CallFacts`]: the pin, the
+//!    session's taint, scope and standing approval, the sandbox's proof,
+//!    and which instance of its server the call goes to,
+//!    [`Policy::instance`]), and [`steps::decide`] gives [`Policy::decide`]
+//!    on them, with the decision hook where it takes part; a deny ends
+//!    here; a call for the read-only instance waits for it to run and is
+//!    refused unless it lists the definition decided on (step 3b,
+//!    `read_only_ready`);
+//! 4. **validate** (`validate`): the arguments, parsed once, against the
+//!    tool's input schema ([`steps::check_arguments`]); a call whose
+//!    idempotency key ran with these arguments is answered from the store;
+//! 5. **ask** (`approve`, [`steps::approval`]), when the decision says so:
+//!    a person answers through the host (elicitation, or an input-required
+//!    result) or the approval queue;
 //! 6. **audit, then forward**: the call's record joins the turn's batch, and
 //!    the call is sent once that batch is durable ([`Gateway::end_turn`]).
 //!
@@ -33,9 +45,12 @@
 //! and sent again with the server's questions answered. A call never
 //! reaches a server but through [`Gateway::send_call`], which only the end
 //! of a turn calls, for calls the pipeline forwarded, and which sends one
-//! only to the start of its server whose definitions were decided on.
+//! only to the start of its server whose definitions were decided on. A
+//! call that fails there, or is not sent, goes where
+//! [`retry::after_failure`] says (design §4.5).
 //!
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
+//! [`retry::after_failure`]: super::retry::after_failure
 //! [`Policy::instance`]: hintgate_policy::decide::Policy::instance
 
 use std::sync::Arc;
