@@ -913,7 +913,8 @@ impl Gateway {
                                 Ok(_) => "the record was not committed".to_owned(),
                             };
                             let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
-                            let line = self.end_line(&cx, &end);
+                            let line =
+                                self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
                             if let Some(session) = self.sessions.get(&cx.request.session) {
                                 session.send(line);
                             }

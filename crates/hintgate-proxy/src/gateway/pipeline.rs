@@ -476,7 +476,7 @@ impl Gateway {
         if let Err(end) = self.claim_key(&mut cx) {
             self.record_outcome(&cx, end.outcome());
             self.taint_by_replay(&cx, &end);
-            let line = self.end_line(&cx, &end);
+            let line = self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
             self.send_host(cx.request.session, line);
             return;
         }
@@ -811,7 +811,7 @@ impl Gateway {
         if matches!(end, CallEnd::Withdrawn(_)) {
             return;
         }
-        let line = self.end_line_with(&cx, &end, &decision);
+        let line = self.end_line(&cx, &end, &decision);
         self.send_host(cx.request.session, line);
     }
 
@@ -824,19 +824,14 @@ impl Gateway {
         let decision = end.decision(None);
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         if has_id {
-            let line = self.end_line_with(&cx, &end, &decision);
+            let line = self.end_line(&cx, &end, &decision);
             self.send_host(cx.request.session, line);
         }
     }
 
-    /// The line that answers a call that ends at the gateway (the one
-    /// mapping, [`CallEnd::answer`]).
-    pub(super) fn end_line(&self, cx: &CallContext, end: &CallEnd) -> String {
-        let decision = end.decision(cx.decision.as_ref());
-        self.end_line_with(cx, end, &decision)
-    }
-
-    fn end_line_with(&self, cx: &CallContext, end: &CallEnd, decision: &Decision) -> String {
+    /// The line that answers a call that ends at the gateway, as `decision`
+    /// (the one mapping, [`CallEnd::answer`]).
+    pub(super) fn end_line(&self, cx: &CallContext, end: &CallEnd, decision: &Decision) -> String {
         let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
         let answer = end.answer(Refused {
             host_name: &cx.params.name,
@@ -1034,4 +1029,70 @@ fn call_line(
         writer.member("_meta", &modern_meta.to_string());
     }
     Some(cx.request.with_id_and_params(&id_text, &writer.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hintgate_policy::config::parse_str;
+    use hintgate_policy::decide::Policy;
+    use hintgate_policy::pin::PinDigest;
+    use hintgate_policy::tool::{SandboxProof, Tool};
+    use hintgate_store::{MemoryStore, Store};
+    use serde_json::json;
+
+    use super::read_only_lists;
+    use crate::gateway::catalog::{Catalog, Naming};
+
+    /// A catalog whose one server (a read-only instance, as step 3b sees
+    /// it) lists `tools`.
+    fn listing(tools: &[serde_json::Value]) -> Catalog {
+        let (config, _) = parse_str("[servers.fx]\ncommand = \"x\"\ntrust = \"trusted\"\n");
+        let policy = Policy::new(config.unwrap());
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        let mut catalog = Catalog::new(1, Some(store));
+        catalog
+            .open(
+                0,
+                "fx",
+                Some("key".to_owned()),
+                "x".to_owned(),
+                SandboxProof::default(),
+            )
+            .unwrap();
+        catalog.begin_listing(0);
+        catalog.add_page(0, tools.to_vec());
+        let naming = Naming { prefix: None };
+        catalog.finish_listing(0, "fx", &policy, &naming, 1);
+        catalog
+    }
+
+    #[test]
+    fn step_3b_sends_a_call_to_the_read_only_instance_only_as_the_definition_decided_on() {
+        let note = json!({"name": "note", "inputSchema": {"type": "object"}});
+        let changed =
+            json!({"name": "note", "description": "other", "inputSchema": {"type": "object"}});
+        let alike = json!({"name": "read", "inputSchema": {"type": "object"}});
+        let alike_too = json!({"name": "READ", "inputSchema": {"type": "object"}});
+        let catalog = listing(&[note.clone(), alike.clone(), alike_too]);
+        let digest_of = |tool: &serde_json::Value| {
+            Some(PinDigest::of(&Tool::from_value(tool.clone()).unwrap()))
+        };
+        // The definition decided on, listed as it was: the call goes there.
+        assert_eq!(
+            read_only_lists(&catalog, 0, "note", digest_of(&note)),
+            Ok(())
+        );
+        // Listed otherwise, or decided on nothing: it does not.
+        let other = read_only_lists(&catalog, 0, "note", digest_of(&changed)).unwrap_err();
+        assert!(other.contains("another definition"), "{other}");
+        assert!(read_only_lists(&catalog, 0, "note", None).is_err());
+        // Not listed at all.
+        let missing = read_only_lists(&catalog, 0, "gone", digest_of(&note)).unwrap_err();
+        assert!(missing.contains("does not list `gone`"), "{missing}");
+        // Listed under a name that looks like another of its tools.
+        let misread = read_only_lists(&catalog, 0, "read", digest_of(&alike)).unwrap_err();
+        assert!(misread.contains("could mean another tool"), "{misread}");
+    }
 }
