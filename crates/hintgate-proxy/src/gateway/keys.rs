@@ -31,15 +31,55 @@ use hintgate_store::{KeyClaim, KeyEnd, KeyRecord, KeyState, Seal, key_scope};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
+use std::sync::Arc;
+
+use hintgate_policy::decide::Policy;
+use hintgate_store::Store;
+
 use super::Gateway;
 use super::call::{CallContext, CallEnd, Idem, Outcome, Refusal};
+use super::catalog::Catalog;
 use super::journal::unix_now;
 use super::request::ServerIdx;
+use super::session::Sessions;
+use super::upstreams::Upstreams;
 use crate::json::{ObjectWriter, members, string_literal};
+use crate::seal::Sealer;
+
+/// What the key rules read of the gateway's state: the policy (which
+/// property is a server's key, and the window), the servers' names and
+/// tools, the store, the sessions' principals, the sealer of the
+/// gateway's questions and the run's name. They change only the call.
+pub(crate) struct Keys<'a> {
+    policy: &'a Policy,
+    upstreams: &'a Upstreams,
+    catalog: &'a Catalog,
+    store: Option<&'a Arc<dyn Store>>,
+    sessions: &'a Sessions,
+    sealer: &'a Sealer,
+    run_name: &'a String,
+}
 
 // === impl Gateway ===
 
 impl Gateway {
+    /// The key rules' view of the gateway.
+    pub(super) fn keys(&self) -> Keys<'_> {
+        Keys {
+            policy: &self.policy,
+            upstreams: &self.upstreams,
+            catalog: &self.catalog,
+            store: self.store.as_ref(),
+            sessions: &self.sessions,
+            sealer: &self.sealer,
+            run_name: &self.run_name,
+        }
+    }
+}
+
+// === impl Keys ===
+
+impl Keys<'_> {
     /// Step 4: finds the call's idempotency key, and fills one in when the
     /// host left it out. Nothing for a tool that takes no key.
     pub(super) fn prepare_key(&self, cx: &mut CallContext, idx: ServerIdx) {
@@ -141,20 +181,19 @@ impl Gateway {
 
     /// In `send_call`, right before the send: the store's claim on the key.
     /// `Err` is how the call ends instead (a replay, or a refusal).
-    pub(super) fn claim_key(&mut self, cx: &mut CallContext) -> Result<(), CallEnd> {
-        let owner = self.run_name.clone();
+    pub(super) fn claim_key(&self, cx: &mut CallContext) -> Result<(), CallEnd> {
         let window = self.window_s();
         let principal = self.principal_of(cx);
         let Some(idem) = cx.idem.as_mut().filter(|idem| !idem.claimed) else {
             return Ok(());
         };
-        let (Some(scope), Some(store)) = (idem.scope.clone(), self.store.clone()) else {
+        let (Some(scope), Some(store)) = (idem.scope.as_deref(), self.store) else {
             return Ok(());
         };
         let claim = KeyClaim {
-            scope: &scope,
-            owner: &owner,
-            principal: &principal,
+            scope,
+            owner: self.run_name,
+            principal,
             arguments: &idem.digest,
             now: unix_now(),
             window_s: window,
@@ -204,7 +243,7 @@ impl Gateway {
     }
 
     /// Records how a claimed call ended (a result is recorded by
-    /// [`Gateway::key_done`]).
+    /// [`Keys::key_done`]).
     pub(super) fn end_key_by_outcome(&self, cx: &CallContext, outcome: Outcome) {
         let end = match outcome {
             // Recorded with the result, or retried with the claim kept.
@@ -238,17 +277,17 @@ impl Gateway {
         let (Some(scope), Some(store)) = (&idem.scope, &self.store) else {
             return;
         };
-        if let Err(err) = store.end_key(scope, &self.run_name, end, unix_now()) {
+        if let Err(err) = store.end_key(scope, self.run_name, end, unix_now()) {
             // The record stays `running`: a later call with the key is
             // refused, never sent twice.
             tracing::error!(tool.name = %cx.tool, "the end of a keyed call could not be recorded: {err}");
         }
     }
 
-    fn principal_of(&self, cx: &CallContext) -> String {
+    fn principal_of(&self, cx: &CallContext) -> &str {
         self.sessions
             .get(&cx.request.session)
-            .and_then(|host| host.principal.clone())
+            .and_then(|host| host.principal.as_deref())
             .unwrap_or_default()
     }
 

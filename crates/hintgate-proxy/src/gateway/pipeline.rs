@@ -264,7 +264,7 @@ impl Gateway {
         if let Err(problem) = cx.parse_arguments() {
             return Refusal::Malformed(problem).into();
         }
-        self.prepare_key(cx, idx);
+        self.keys().prepare_key(cx, idx);
         let server = self.upstreams.name(idx);
         let (Some(config), Some(Ok(tool))) = (
             self.policy.hook_for(server).cloned(),
@@ -306,12 +306,12 @@ impl Gateway {
         input: Option<&jsonschema::Validator>,
     ) -> Result<(), Exit> {
         cx.parse_arguments().map_err(Refusal::Malformed)?;
-        self.prepare_key(cx, idx);
+        self.keys().prepare_key(cx, idx);
         if let Some(validator) = input {
             steps::check_arguments(validator, cx.arguments_or_empty())
                 .map_err(Refusal::InvalidArguments)?;
         }
-        match self.look_up_key(cx) {
+        match self.keys().look_up_key(cx) {
             Some(end) => Err(end.into()),
             None => Ok(()),
         }
@@ -473,7 +473,7 @@ impl Gateway {
         };
         // The key is claimed right before the send: of two calls with one
         // key, one is sent.
-        if let Err(end) = self.claim_key(&mut cx) {
+        if let Err(end) = self.keys().claim_key(&mut cx) {
             self.record_outcome(&cx, end.outcome());
             self.taint_by_replay(&cx, &end);
             let line = self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
@@ -690,14 +690,14 @@ impl Gateway {
             let refused = error_result(&text);
             // The call ran: a later call with its key gets what this host
             // got.
-            self.key_done(cx, &refused.to_string());
+            self.keys().key_done(cx, &refused.to_string());
             let line = self.result_line(session, cx.request.id(), &refused);
             self.answer_call(cx, line, Outcome::OutputSchemaMismatch);
             return None;
         }
         // The call ran: a keyed one's result is recorded as the answer to a
         // later call with the same key.
-        self.key_done(cx, raw);
+        self.keys().key_done(cx, raw);
         Some(if is_error {
             Outcome::ToolError
         } else {
@@ -714,7 +714,7 @@ impl Gateway {
 
     /// Records how a forwarded call ended.
     pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
-        self.end_key_by_outcome(cx, outcome);
+        self.keys().end_key_by_outcome(cx, outcome);
         let Some(seq) = cx.record else {
             return;
         };
