@@ -1012,6 +1012,120 @@ mod tests {
     }
 
     #[test]
+    fn each_way_a_call_ends_keeps_its_outcome_reason_and_answer() {
+        let (config, _) = hintgate_policy::config::parse_str("[servers.fx]\ncommand = \"x\"\n");
+        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
+        let decided = Decision::deny(ReasonCode::RuleDeny);
+        let answer_of = |end: &CallEnd| {
+            let decision = end.decision(None);
+            let answer = end.answer(Refused {
+                host_name: "fx__note",
+                server: "fx",
+                tool: "note",
+                decision: &decision,
+                policy: &policy,
+            });
+            answer_line("7", answer, |_| {})
+        };
+        let refused = |refusal| CallEnd::Refused(refusal);
+        // (how it ends, outcome, reason code without a decision of its own)
+        let table = [
+            (
+                refused(Refusal::Malformed("x".into())),
+                Outcome::Denied,
+                ReasonCode::MalformedRequest,
+            ),
+            (
+                refused(Refusal::UnknownTool),
+                Outcome::Denied,
+                ReasonCode::UnknownTool,
+            ),
+            (
+                refused(Refusal::InvalidArguments(vec!["p".into()])),
+                Outcome::InvalidArguments,
+                ReasonCode::InternalError,
+            ),
+            (
+                refused(Refusal::Shutdown),
+                Outcome::Shutdown,
+                ReasonCode::Shutdown,
+            ),
+            (
+                refused(Refusal::KeyInUse("k".into())),
+                Outcome::Denied,
+                ReasonCode::IdempotencyConflict,
+            ),
+            (
+                refused(Refusal::ReadOnlyDiffers("r".into())),
+                Outcome::Denied,
+                ReasonCode::ReadOnlyInstanceDiffers,
+            ),
+            (
+                CallEnd::Replayed(None),
+                Outcome::Replayed,
+                ReasonCode::InternalError,
+            ),
+            (
+                CallEnd::InputRequired("{}".into()),
+                Outcome::InputRequired,
+                ReasonCode::InternalError,
+            ),
+            (
+                CallEnd::Withdrawn(Outcome::HostGone),
+                Outcome::HostGone,
+                ReasonCode::Cancelled,
+            ),
+        ];
+        for (end, outcome, code) in &table {
+            assert_eq!(end.outcome(), *outcome, "{end:?}");
+            assert_eq!(end.decision(None), Decision::deny(*code), "{end:?}");
+            // A decision of the call's own is what the record shows, but
+            // where the end names its own reason.
+            let own = end.decision(Some(&decided));
+            let names_own = matches!(
+                end,
+                CallEnd::Refused(
+                    Refusal::Malformed(_)
+                        | Refusal::UnknownTool
+                        | Refusal::KeyInUse(_)
+                        | Refusal::ReadOnlyDiffers(_)
+                )
+            );
+            assert_eq!(own == decided, !names_own, "{end:?}");
+            assert_eq!(end.approver(), Approver::Gateway, "{end:?}");
+        }
+        let by = Approver::Person(Channel::Elicitation);
+        let denied = refused(Refusal::Denied {
+            extra: None,
+            by: by.clone(),
+        });
+        assert_eq!(denied.approver(), by);
+        // The answers: a JSON-RPC error for what cannot be read or routed,
+        // the recorded result of a replay, the question as it was written.
+        assert_eq!(
+            answer_of(&refused(Refusal::UnknownTool)),
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"unknown tool `fx__note`"}}"#
+        );
+        assert_eq!(
+            answer_of(&CallEnd::Withdrawn(Outcome::Cancelled)),
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"the request was cancelled"}}"#
+        );
+        assert_eq!(
+            answer_of(&CallEnd::InputRequired(
+                r#"{"resultType":"input_required"}"#.into()
+            )),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required"}}"#
+        );
+        assert_eq!(
+            answer_of(&CallEnd::Replayed(Some(r#"{"content":[]}"#.into()))),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#
+        );
+        let lost = answer_of(&CallEnd::Replayed(None));
+        assert!(lost.contains(r#""isError":true"#), "{lost}");
+        assert!(lost.contains("It was not run twice."), "{lost}");
+    }
+
+    #[test]
     fn approvers_and_outcomes_keep_their_stable_names() {
         assert_eq!(
             Approver::Policy(Some(ReasonCode::ReadOnly)).to_string(),
