@@ -599,11 +599,19 @@ impl Policy {
     /// for a trusted server and a tool that is effectively read-only or
     /// idempotent. Everything else reports the failure and is never replayed.
     pub fn retry_eligible(&self, server: &str, tool: &Tool, sandbox: SandboxProof) -> bool {
-        let Some(config) = self.server(server) else {
-            return false;
-        };
-        let effective = assessment_of(config, tool, sandbox).effective;
-        config.trust == Trust::Trusted && (effective.read_only || effective.idempotent)
+        self.server(server)
+            .is_some_and(|config| config.trust == Trust::Trusted)
+            && self.repeatable(server, tool, sandbox)
+    }
+
+    /// The tool's half of [`Policy::retry_eligible`]: it is effectively
+    /// read-only or idempotent (its hints as the gateway vouches for them,
+    /// for a configured server).
+    pub fn repeatable(&self, server: &str, tool: &Tool, sandbox: SandboxProof) -> bool {
+        self.server(server).is_some_and(|config| {
+            let effective = assessment_of(config, tool, sandbox).effective;
+            effective.read_only || effective.idempotent
+        })
     }
 
     /// Whether a result of this tool taints the session (design §4.4).

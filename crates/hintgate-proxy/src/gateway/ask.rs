@@ -24,7 +24,7 @@ use hintgate_policy::prompt::PromptInput;
 use hintgate_store::{Answer, NewPending, Remember};
 use serde_json::{Map, Value, json};
 
-use super::call::{Approver, CallContext, Channel, Refusal};
+use super::call::{Approver, CallContext, CallEnd, Channel, Refusal};
 use super::inflight::{DeadlineKey, Expired, HostPurpose};
 use super::journal::unix_now;
 use super::request::SessionId;
@@ -106,7 +106,7 @@ impl Gateway {
             .map_or((false, false), |host| (host.elicitation, host.modern()));
         if !elicitation && self.store.is_none() {
             let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
-            self.refuse(cx, denied(extra, Approver::Gateway));
+            self.end_call(cx, denied(extra, Approver::Gateway).into());
             return;
         }
         // A prompt that goes to the store (the approval queue) shows the
@@ -239,7 +239,7 @@ impl Gateway {
             } else {
                 Approver::Person(Channel::Elicitation)
             };
-            self.refuse(cx, denied(why, by));
+            self.end_call(cx, denied(why, by).into());
             return;
         }
         let remember = remember_of(
@@ -283,7 +283,7 @@ impl Gateway {
         let seconds = self.limits.ask_timeout.as_secs();
         self.observe_unanswered(&cx, format!("did not answer within {seconds} s"));
         let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
-        self.refuse(cx, denied(&why, Approver::Gateway));
+        self.end_call(cx, denied(&why, Approver::Gateway).into());
     }
 
     /// Reports a question nobody answered to the observer.
@@ -319,7 +319,7 @@ impl Gateway {
                 let extra = format!(
                     "It needs a person's approval, and the gateway could not seal the question: {err}."
                 );
-                self.refuse(cx, denied(&extra, Approver::Gateway));
+                self.end_call(cx, denied(&extra, Approver::Gateway).into());
                 return;
             }
         };
@@ -333,7 +333,7 @@ impl Gateway {
             },
             "requestState": state,
         });
-        self.refuse(cx, Refusal::InputRequired(result.to_string()));
+        self.end_call(cx, CallEnd::InputRequired(result.to_string()));
     }
 
     /// A 2026-07-28 host retried a call with the person's answer and the
@@ -407,7 +407,7 @@ impl Gateway {
     /// Puts a call that needs a person in the approval queue and holds it.
     fn enqueue(&mut self, cx: Box<CallContext>, prompt: String) {
         let (Some(store), Some(idx)) = (self.store.clone(), cx.server) else {
-            self.refuse(cx, denied("It needs a person's approval, and this host cannot ask one (it did not declare elicitation).", Approver::Gateway));
+            self.end_call(cx, denied("It needs a person's approval, and this host cannot ask one (it did not declare elicitation).", Approver::Gateway).into());
             return;
         };
         let server = self.upstreams.name(idx).to_owned();
@@ -438,19 +438,20 @@ impl Gateway {
                 let extra = format!(
                     "It needs a person's approval; this host cannot ask one, and the approval queue could not be written ({err})."
                 );
-                self.refuse(cx, denied(&extra, Approver::Gateway));
+                self.end_call(cx, denied(&extra, Approver::Gateway).into());
                 return;
             }
         };
         self.watch_keys();
         let Some(watcher) = &self.watcher else {
             let _ = store.withdraw(id, "the gateway cannot watch the queue");
-            self.refuse(
+            self.end_call(
                 cx,
                 denied(
                     "It needs a person's approval, and the approval queue cannot be watched.",
                     Approver::Gateway,
-                ),
+                )
+                .into(),
             );
             return;
         };
@@ -508,7 +509,7 @@ impl Gateway {
         let why = format!(
             "It needs a person's approval, and this host cannot ask one (it did not declare elicitation): it waited in the approval queue as #{id} and nobody answered within {seconds} s (`hintgate approvals approve {id}` answers; `ask_timeout_s` sets the wait)."
         );
-        self.refuse(cx, denied(&why, Approver::Gateway));
+        self.end_call(cx, denied(&why, Approver::Gateway).into());
     }
 
     /// The host cancelled a queued call: withdraw it and record it refused.
@@ -540,7 +541,11 @@ impl Gateway {
             .collect();
         for id in ids {
             if shutdown {
-                self.withdraw_queued_as(id, "the gateway shut down", Refusal::Shutdown);
+                self.withdraw_queued_as(
+                    id,
+                    "the gateway shut down",
+                    CallEnd::Refused(Refusal::Shutdown),
+                );
             } else {
                 self.withdraw_queued(id, "the session ended before anyone answered");
             }
@@ -558,15 +563,16 @@ impl Gateway {
                             &json!({"requestId": format!("hintgate-{n}"), "reason": "the gateway shut down"}),
                         ),
                     );
-                    self.refuse(cx, Refusal::Shutdown);
+                    self.end_call(cx, CallEnd::Refused(Refusal::Shutdown));
                     continue;
                 }
-                self.refuse(
+                self.end_call(
                     cx,
                     denied(
                         "The session ended before anyone answered.",
                         Approver::Gateway,
-                    ),
+                    )
+                    .into(),
                 );
             }
         }
@@ -574,12 +580,12 @@ impl Gateway {
 
     fn withdraw_queued(&mut self, id: u64, why: &str) {
         let extra = format!("It waited in the approval queue as #{id}; {why}.");
-        self.withdraw_queued_as(id, why, denied(&extra, Approver::Gateway));
+        self.withdraw_queued_as(id, why, denied(&extra, Approver::Gateway).into());
     }
 
     /// Withdraws a queued call from the queue (`why` is what the queue
-    /// records) and ends it with `refusal`.
-    fn withdraw_queued_as(&mut self, id: u64, why: &str, refusal: Refusal) {
+    /// records) and ends it with `end`.
+    fn withdraw_queued_as(&mut self, id: u64, why: &str, end: CallEnd) {
         let Some(queued) = self.asks.queued.remove(&id) else {
             return;
         };
@@ -592,7 +598,7 @@ impl Gateway {
         {
             tracing::error!("the approval queue could not be written: {err}");
         }
-        self.refuse(queued.cx, refusal);
+        self.end_call(queued.cx, end);
     }
 
     fn apply_queue_answer(&mut self, cx: Box<CallContext>, answer: &Answer) {
@@ -610,7 +616,10 @@ impl Gateway {
                 answer: format!("denied by {by} (hintgate approvals)"),
             });
             let extra = format!("It was denied in the approval queue by {by}.");
-            self.refuse(cx, denied(&extra, Approver::Person(Channel::Queue(by))));
+            self.end_call(
+                cx,
+                denied(&extra, Approver::Person(Channel::Queue(by))).into(),
+            );
             return;
         }
         // The offer is checked again (in `record_approval`): the queue is

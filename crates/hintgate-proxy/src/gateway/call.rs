@@ -5,9 +5,10 @@
 //! tool's name and where the name, the arguments and the gateway's own
 //! answer sit in the line) and travels through every step: it waits for a
 //! server, is decided, is asked about, is recorded and is sent, and its
-//! answer ends it. [`Refusal`] names every way a call ends at the gateway;
-//! [`Refusal::answer`] is the only code that turns one into a JSON-RPC error
-//! or an `isError` result.
+//! answer ends it. [`CallEnd`] names every way a call ends at the gateway
+//! (a [`Refusal`], or a replay, a question, a withdrawal, which are none);
+//! [`CallEnd::answer`] is the only code that turns one into a JSON-RPC
+//! error or an `isError` result.
 
 use std::ops::Range;
 
@@ -49,8 +50,9 @@ pub(crate) struct CallContext {
     pub digest_text: Option<std::sync::Arc<str>>,
     /// How that definition compares with its pin.
     pub pin: PinStatus,
-    /// Whether a failure may be retried (design §4.5).
-    pub retry_eligible: bool,
+    /// Whether the tool is effectively read-only or idempotent (the tool's
+    /// half of whether a failure may be retried, design §4.5).
+    pub repeatable: bool,
     /// Whether its result taints the session (design §4.4).
     pub taints: bool,
     /// The tool's output schema, compiled, to check its result against.
@@ -172,7 +174,7 @@ pub(crate) enum Step {
     /// A person must answer first.
     Ask(Box<CallContext>),
     /// It ends at the gateway.
-    Refuse(Box<CallContext>, Refusal),
+    End(Box<CallContext>, CallEnd),
     /// Its server is starting or listing its tools: try again then.
     Wait(Box<CallContext>),
     /// The decision hook must answer first.
@@ -181,7 +183,64 @@ pub(crate) enum Step {
     Done,
 }
 
-/// Every way a call ends at the gateway.
+/// Where a step leaves a call it does not pass on to the next one (the
+/// call itself stays with the pipeline, which makes the [`Step`]).
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// A person must answer first.
+    Ask,
+    /// It ends at the gateway.
+    End(CallEnd),
+    /// Its server is starting or listing its tools: try again then.
+    Wait,
+    /// The decision hook must answer first.
+    Hook(Box<HookAsk>),
+}
+
+impl Exit {
+    /// The step the call takes.
+    pub fn with(self, cx: Box<CallContext>) -> Step {
+        match self {
+            Self::Ask => Step::Ask(cx),
+            Self::End(end) => Step::End(cx, end),
+            Self::Wait => Step::Wait(cx),
+            Self::Hook(ask) => Step::Hook(cx, *ask),
+        }
+    }
+}
+
+impl From<Refusal> for Exit {
+    fn from(refusal: Refusal) -> Self {
+        Self::End(CallEnd::Refused(refusal))
+    }
+}
+
+impl From<CallEnd> for Exit {
+    fn from(end: CallEnd) -> Self {
+        Self::End(end)
+    }
+}
+
+/// How a call ends at the gateway, without a server's answer: refused, or
+/// one of the ways that are no refusal.
+#[derive(Debug, Clone)]
+pub(crate) enum CallEnd {
+    /// The gateway refused it.
+    Refused(Refusal),
+    /// The call's idempotency key already ran with these arguments: the
+    /// host gets the recorded result (`None`: it was too large to keep),
+    /// and the server is not called. A success.
+    Replayed(Option<String>),
+    /// The call was asked about through an input-required result: the host
+    /// retries with the answer (a 2026-07-28 host). Not a refusal to the
+    /// host; the call ends here and its retry is a call of its own.
+    InputRequired(String),
+    /// The host cancelled the call, or went away, before it was sent: it is
+    /// recorded with this outcome and not answered.
+    Withdrawn(Outcome),
+}
+
+/// Every way the gateway refuses a call.
 #[derive(Debug, Clone)]
 pub(crate) enum Refusal {
     /// The request is not one the gateway can decide on (no `name`, a
@@ -200,17 +259,10 @@ pub(crate) enum Refusal {
     },
     /// The arguments do not match the tool's input schema.
     InvalidArguments(Vec<String>),
-    /// The call was asked about through an input-required result: the host
-    /// retries with the answer (a 2026-07-28 host). Not a refusal to the
-    /// host; the call ends here and its retry is a call of its own.
-    InputRequired(String),
     /// The audit log could not record the call, so it does not run.
     Unrecorded(String),
     /// A returned `requestState` or relayed answer cannot be used.
     BadState(String),
-    /// The host cancelled the call, or went away, before it was sent: it is
-    /// recorded with this outcome and not answered.
-    Withdrawn(Outcome),
     /// The tool's name keeps it from being listed or called (it is not
     /// plain, or it looks like another): the reason code, and what is wrong
     /// with the name.
@@ -221,10 +273,6 @@ pub(crate) enum Refusal {
     /// The gateway shut down before the call was sent (it waited for its
     /// server, or for a person).
     Shutdown,
-    /// The call's idempotency key already ran with these arguments: the
-    /// host gets the recorded result (`None`: it was too large to keep),
-    /// and the server is not called.
-    Replayed(Option<String>),
     /// The call's idempotency key cannot be used: why.
     KeyInUse(String),
     /// The call goes to the server's read-only instance, which does not
@@ -336,7 +384,7 @@ impl CallContext {
             digest: None,
             digest_text: None,
             pin: PinStatus::New,
-            retry_eligible: false,
+            repeatable: false,
             taints: false,
             output: None,
             approver: Approver::Nobody,
@@ -500,17 +548,85 @@ fn parse_params(request: &HostRequest) -> Result<CallParams, String> {
     })
 }
 
-// === impl Refusal ===
+// === impl Step ===
 
-impl Refusal {
+impl Step {
+    /// The call is refused.
+    pub fn refused(cx: Box<CallContext>, refusal: Refusal) -> Self {
+        Self::End(cx, CallEnd::Refused(refusal))
+    }
+}
+
+// === impl CallEnd ===
+
+impl From<Refusal> for CallEnd {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
+    }
+}
+
+impl CallEnd {
     /// How the audit log records a call that ended this way.
     pub fn outcome(&self) -> Outcome {
         match self {
-            Self::InvalidArguments(_) => Outcome::InvalidArguments,
+            Self::Refused(refusal) => refusal.outcome(),
+            Self::Replayed(_) => Outcome::Replayed,
             Self::InputRequired(_) => Outcome::InputRequired,
             Self::Withdrawn(outcome) => *outcome,
+        }
+    }
+
+    /// The decision the record shows: the call's own, or a deny that says
+    /// why the gateway could not decide.
+    pub fn decision(&self, call_decision: Option<&Decision>) -> Decision {
+        let code = match self {
+            Self::Refused(refusal) => return refusal.decision(call_decision),
+            Self::Replayed(_) | Self::InputRequired(_) => ReasonCode::InternalError,
+            Self::Withdrawn(_) => ReasonCode::Cancelled,
+        };
+        call_decision
+            .cloned()
+            .unwrap_or_else(|| Decision::deny(code))
+    }
+
+    /// Who the record names as having ended the call.
+    pub fn approver(&self) -> Approver {
+        match self {
+            Self::Refused(Refusal::Denied { by, .. }) => by.clone(),
+            _ => Approver::Gateway,
+        }
+    }
+
+    /// The answer the host gets: a JSON-RPC error for a request the gateway
+    /// could not read or route, an input-required result for a question,
+    /// the recorded result for a replay, and otherwise an `isError` result
+    /// that says what was refused, why and how to allow it (a refusal is
+    /// never dressed as success).
+    pub fn answer(&self, cx: Refused<'_>) -> Answer {
+        match self {
+            Self::Refused(refusal) => refusal.answer(cx),
+            Self::Withdrawn(_) => Answer::Error(-32800, "the request was cancelled".to_owned()),
+            Self::InputRequired(result) => Answer::Raw(result.clone()),
+            Self::Replayed(Some(result)) => match serde_json::from_str::<Value>(result) {
+                Ok(result) if result.is_object() => Answer::Result(result),
+                _ => Answer::Raw(result.clone()),
+            },
+            Self::Replayed(None) => Answer::Result(error_result(&format!(
+                "this call already ran on `{}` with the same idempotency key and arguments; its result was too large to keep, so it cannot be shown again. It was not run twice.",
+                cx.server
+            ))),
+        }
+    }
+}
+
+// === impl Refusal ===
+
+impl Refusal {
+    /// How the audit log records a call refused this way.
+    fn outcome(&self) -> Outcome {
+        match self {
+            Self::InvalidArguments(_) => Outcome::InvalidArguments,
             Self::Shutdown => Outcome::Shutdown,
-            Self::Replayed(_) => Outcome::Replayed,
             Self::KeyInUse(_)
             | Self::ReadOnlyDiffers(_)
             | Self::Malformed(_)
@@ -526,7 +642,7 @@ impl Refusal {
 
     /// The decision the record shows: the call's own, or a deny that says
     /// why the gateway could not decide.
-    pub fn decision(&self, call_decision: Option<&Decision>) -> Decision {
+    fn decision(&self, call_decision: Option<&Decision>) -> Decision {
         let fallback = |code| {
             call_decision
                 .cloned()
@@ -539,31 +655,17 @@ impl Refusal {
             Self::BadState(_) => Decision::deny(ReasonCode::InvalidRequestState),
             Self::Name(code, _) => Decision::deny(*code),
             Self::AmbiguousName(_) => Decision::deny(ReasonCode::AmbiguousToolName),
-            Self::Denied { .. }
-            | Self::InvalidArguments(_)
-            | Self::InputRequired(_)
-            | Self::Unrecorded(_) => fallback(ReasonCode::InternalError),
-            Self::Withdrawn(_) => fallback(ReasonCode::Cancelled),
+            Self::Denied { .. } | Self::InvalidArguments(_) | Self::Unrecorded(_) => {
+                fallback(ReasonCode::InternalError)
+            }
             Self::Shutdown => fallback(ReasonCode::Shutdown),
-            Self::Replayed(_) => fallback(ReasonCode::InternalError),
             Self::KeyInUse(_) => Decision::deny(ReasonCode::IdempotencyConflict),
             Self::ReadOnlyDiffers(_) => Decision::deny(ReasonCode::ReadOnlyInstanceDiffers),
         }
     }
 
-    /// Who the record names as having ended the call.
-    pub fn approver(&self) -> Approver {
-        match self {
-            Self::Denied { by, .. } => by.clone(),
-            _ => Approver::Gateway,
-        }
-    }
-
-    /// The answer the host gets: a JSON-RPC error for a request the gateway
-    /// could not read or route, an input-required result for a question,
-    /// and otherwise an `isError` result that says what was refused, why
-    /// and how to allow it (a refusal is never dressed as success).
-    pub fn answer(&self, cx: Refused<'_>) -> Answer {
+    /// The answer the host gets for a refusal.
+    fn answer(&self, cx: Refused<'_>) -> Answer {
         match self {
             Self::Malformed(text) => Answer::Error(-32602, text.clone()),
             Self::UnknownTool => Answer::Error(-32602, format!("unknown tool `{}`", cx.host_name)),
@@ -592,16 +694,6 @@ impl Refusal {
             Self::AmbiguousName(why) => Answer::Result(error_result(&format!(
                 "hintgate does not run `{}`: {why}.",
                 escape_line(cx.host_name)
-            ))),
-            Self::Withdrawn(_) => Answer::Error(-32800, "the request was cancelled".to_owned()),
-            Self::InputRequired(result) => Answer::Raw(result.clone()),
-            Self::Replayed(Some(result)) => match serde_json::from_str::<Value>(result) {
-                Ok(result) if result.is_object() => Answer::Result(result),
-                _ => Answer::Raw(result.clone()),
-            },
-            Self::Replayed(None) => Answer::Result(error_result(&format!(
-                "this call already ran on `{}` with the same idempotency key and arguments; its result was too large to keep, so it cannot be shown again. It was not run twice.",
-                cx.server
             ))),
             Self::KeyInUse(why) => Answer::Result(error_result(&format!(
                 "hintgate did not send this call to `{}`: {why}.",
@@ -917,6 +1009,120 @@ mod tests {
         // An array would be read field by field: `isError` first.
         assert!(read_result(r#"[true]"#).is_err());
         assert!(read_result(r#"[]"#).is_err());
+    }
+
+    #[test]
+    fn each_way_a_call_ends_keeps_its_outcome_reason_and_answer() {
+        let (config, _) = hintgate_policy::config::parse_str("[servers.fx]\ncommand = \"x\"\n");
+        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
+        let decided = Decision::deny(ReasonCode::RuleDeny);
+        let answer_of = |end: &CallEnd| {
+            let decision = end.decision(None);
+            let answer = end.answer(Refused {
+                host_name: "fx__note",
+                server: "fx",
+                tool: "note",
+                decision: &decision,
+                policy: &policy,
+            });
+            answer_line("7", answer, |_| {})
+        };
+        let refused = |refusal| CallEnd::Refused(refusal);
+        // (how it ends, outcome, reason code without a decision of its own)
+        let table = [
+            (
+                refused(Refusal::Malformed("x".into())),
+                Outcome::Denied,
+                ReasonCode::MalformedRequest,
+            ),
+            (
+                refused(Refusal::UnknownTool),
+                Outcome::Denied,
+                ReasonCode::UnknownTool,
+            ),
+            (
+                refused(Refusal::InvalidArguments(vec!["p".into()])),
+                Outcome::InvalidArguments,
+                ReasonCode::InternalError,
+            ),
+            (
+                refused(Refusal::Shutdown),
+                Outcome::Shutdown,
+                ReasonCode::Shutdown,
+            ),
+            (
+                refused(Refusal::KeyInUse("k".into())),
+                Outcome::Denied,
+                ReasonCode::IdempotencyConflict,
+            ),
+            (
+                refused(Refusal::ReadOnlyDiffers("r".into())),
+                Outcome::Denied,
+                ReasonCode::ReadOnlyInstanceDiffers,
+            ),
+            (
+                CallEnd::Replayed(None),
+                Outcome::Replayed,
+                ReasonCode::InternalError,
+            ),
+            (
+                CallEnd::InputRequired("{}".into()),
+                Outcome::InputRequired,
+                ReasonCode::InternalError,
+            ),
+            (
+                CallEnd::Withdrawn(Outcome::HostGone),
+                Outcome::HostGone,
+                ReasonCode::Cancelled,
+            ),
+        ];
+        for (end, outcome, code) in &table {
+            assert_eq!(end.outcome(), *outcome, "{end:?}");
+            assert_eq!(end.decision(None), Decision::deny(*code), "{end:?}");
+            // A decision of the call's own is what the record shows, but
+            // where the end names its own reason.
+            let own = end.decision(Some(&decided));
+            let names_own = matches!(
+                end,
+                CallEnd::Refused(
+                    Refusal::Malformed(_)
+                        | Refusal::UnknownTool
+                        | Refusal::KeyInUse(_)
+                        | Refusal::ReadOnlyDiffers(_)
+                )
+            );
+            assert_eq!(own == decided, !names_own, "{end:?}");
+            assert_eq!(end.approver(), Approver::Gateway, "{end:?}");
+        }
+        let by = Approver::Person(Channel::Elicitation);
+        let denied = refused(Refusal::Denied {
+            extra: None,
+            by: by.clone(),
+        });
+        assert_eq!(denied.approver(), by);
+        // The answers: a JSON-RPC error for what cannot be read or routed,
+        // the recorded result of a replay, the question as it was written.
+        assert_eq!(
+            answer_of(&refused(Refusal::UnknownTool)),
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"unknown tool `fx__note`"}}"#
+        );
+        assert_eq!(
+            answer_of(&CallEnd::Withdrawn(Outcome::Cancelled)),
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"the request was cancelled"}}"#
+        );
+        assert_eq!(
+            answer_of(&CallEnd::InputRequired(
+                r#"{"resultType":"input_required"}"#.into()
+            )),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required"}}"#
+        );
+        assert_eq!(
+            answer_of(&CallEnd::Replayed(Some(r#"{"content":[]}"#.into()))),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#
+        );
+        let lost = answer_of(&CallEnd::Replayed(None));
+        assert!(lost.contains(r#""isError":true"#), "{lost}");
+        assert!(lost.contains("It was not run twice."), "{lost}");
     }
 
     #[test]

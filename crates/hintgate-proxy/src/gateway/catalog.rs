@@ -65,8 +65,9 @@ pub(crate) struct ToolEntry {
     pub read_scope: bool,
     /// Why its name keeps it from being listed or called, if it does.
     pub name_trouble: Option<NameTrouble>,
-    /// Whether a failed call may be retried (design §4.5).
-    pub retry_eligible: bool,
+    /// Whether it is effectively read-only or idempotent: the tool's half
+    /// of whether a failed call may be retried (design §4.5).
+    pub repeatable: bool,
     /// Whether its results taint the session (design §4.4).
     pub taints: bool,
 }
@@ -880,14 +881,14 @@ impl ToolEntry {
     ) -> Self {
         let tool = Tool::from_value(raw.clone()).map_err(|err| err.to_string());
         let digest = tool.as_ref().ok().map(PinDigest::of);
-        let (host_view, read_scope, retry_eligible, taints) = match &tool {
+        let (host_view, read_scope, repeatable, taints) = match &tool {
             Ok(tool) => (
                 name_trouble
                     .is_none()
                     .then(|| host_view(&raw, tool, server_name, policy, naming, sandbox))
                     .flatten(),
                 policy.visible_to(server_name, tool, sandbox, Scope::Read),
-                policy.retry_eligible(server_name, tool, sandbox),
+                policy.repeatable(server_name, tool, sandbox),
                 policy.taints_session(server_name, &tool.name),
             ),
             Err(_) => (None, false, false, false),
@@ -902,7 +903,7 @@ impl ToolEntry {
             host_view,
             read_scope,
             name_trouble,
-            retry_eligible,
+            repeatable,
             taints,
         }
     }

@@ -24,7 +24,7 @@ use hintgate_policy::reason::ReasonCode;
 use tokio::time::Instant;
 
 use super::Gateway;
-use super::call::{CallContext, HookAsk, HookVerdict, Outcome, Refusal};
+use super::call::{CallContext, CallEnd, HookAsk, HookVerdict, Outcome, Refusal};
 use super::inflight::{DeadlineKey, Expired};
 use super::request::SessionId;
 use crate::event::HookEvent;
@@ -389,7 +389,7 @@ impl Gateway {
         &mut self,
         session: SessionId,
         request_id: Option<&str>,
-        refusal: &Refusal,
+        end: &CallEnd,
     ) {
         let mut ids: Vec<u64> = self
             .hooks
@@ -410,7 +410,7 @@ impl Gateway {
                 {
                     process.kill();
                 }
-                self.refuse(held.cx, refusal.clone());
+                self.end_call(held.cx, end.clone());
             }
         }
     }
@@ -434,10 +434,10 @@ fn failed(why: &str) -> OwnedAnswer {
 }
 
 /// The outcome a call withdrawn while the hook was asked ends with.
-pub(crate) fn withdrawn(ending_shutdown: bool) -> Refusal {
+pub(crate) fn withdrawn(ending_shutdown: bool) -> CallEnd {
     if ending_shutdown {
-        Refusal::Shutdown
+        CallEnd::Refused(Refusal::Shutdown)
     } else {
-        Refusal::Withdrawn(Outcome::HostGone)
+        CallEnd::Withdrawn(Outcome::HostGone)
     }
 }

@@ -31,15 +31,55 @@ use hintgate_store::{KeyClaim, KeyEnd, KeyRecord, KeyState, Seal, key_scope};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
+use std::sync::Arc;
+
+use hintgate_policy::decide::Policy;
+use hintgate_store::Store;
+
 use super::Gateway;
-use super::call::{CallContext, Idem, Outcome, Refusal};
+use super::call::{CallContext, CallEnd, Idem, Outcome, Refusal};
+use super::catalog::Catalog;
 use super::journal::unix_now;
 use super::request::ServerIdx;
+use super::session::Sessions;
+use super::upstreams::Upstreams;
 use crate::json::{ObjectWriter, members, string_literal};
+use crate::seal::Sealer;
+
+/// What the key rules read of the gateway's state: the policy (which
+/// property is a server's key, and the window), the servers' names and
+/// tools, the store, the sessions' principals, the sealer of the
+/// gateway's questions and the run's name. They change only the call.
+pub(crate) struct Keys<'a> {
+    policy: &'a Policy,
+    upstreams: &'a Upstreams,
+    catalog: &'a Catalog,
+    store: Option<&'a Arc<dyn Store>>,
+    sessions: &'a Sessions,
+    sealer: &'a Sealer,
+    run_name: &'a String,
+}
 
 // === impl Gateway ===
 
 impl Gateway {
+    /// The key rules' view of the gateway.
+    pub(super) fn keys(&self) -> Keys<'_> {
+        Keys {
+            policy: &self.policy,
+            upstreams: &self.upstreams,
+            catalog: &self.catalog,
+            store: self.store.as_ref(),
+            sessions: &self.sessions,
+            sealer: &self.sealer,
+            run_name: &self.run_name,
+        }
+    }
+}
+
+// === impl Keys ===
+
+impl Keys<'_> {
     /// Step 4: finds the call's idempotency key, and fills one in when the
     /// host left it out. Nothing for a tool that takes no key.
     pub(super) fn prepare_key(&self, cx: &mut CallContext, idx: ServerIdx) {
@@ -123,9 +163,9 @@ impl Gateway {
         self.sealer.peek(state).ok()?.key
     }
 
-    /// Step 4, before anyone is asked: what the store says of the key. A
-    /// refusal (a replay is one) when the call must not be sent.
-    pub(super) fn look_up_key(&self, cx: &CallContext) -> Option<Refusal> {
+    /// Step 4, before anyone is asked: what the store says of the key. How
+    /// the call ends (a replay, or a refusal) when it must not be sent.
+    pub(super) fn look_up_key(&self, cx: &CallContext) -> Option<CallEnd> {
         let idem = cx.idem.as_ref().filter(|idem| !idem.claimed)?;
         let scope = idem.scope.as_deref()?;
         let store = self.store.as_ref()?;
@@ -133,28 +173,27 @@ impl Gateway {
         match store.key_record(scope, unix_now(), window) {
             Ok(None) => None,
             Ok(Some(record)) => Some(self.key_taken(cx, &record)),
-            Err(err) => Some(Refusal::KeyInUse(format!(
+            Err(err) => Some(CallEnd::Refused(Refusal::KeyInUse(format!(
                 "hintgate could not look up its idempotency key in the store ({err}), so it did not send it"
-            ))),
+            )))),
         }
     }
 
     /// In `send_call`, right before the send: the store's claim on the key.
     /// `Err` is how the call ends instead (a replay, or a refusal).
-    pub(super) fn claim_key(&mut self, cx: &mut CallContext) -> Result<(), Refusal> {
-        let owner = self.run_name.clone();
+    pub(super) fn claim_key(&self, cx: &mut CallContext) -> Result<(), CallEnd> {
         let window = self.window_s();
         let principal = self.principal_of(cx);
         let Some(idem) = cx.idem.as_mut().filter(|idem| !idem.claimed) else {
             return Ok(());
         };
-        let (Some(scope), Some(store)) = (idem.scope.clone(), self.store.clone()) else {
+        let (Some(scope), Some(store)) = (idem.scope.as_deref(), self.store) else {
             return Ok(());
         };
         let claim = KeyClaim {
-            scope: &scope,
-            owner: &owner,
-            principal: &principal,
+            scope,
+            owner: self.run_name,
+            principal,
             arguments: &idem.digest,
             now: unix_now(),
             window_s: window,
@@ -165,46 +204,46 @@ impl Gateway {
                 Ok(())
             }
             Ok(Some(record)) => Err(self.key_taken(cx, &record)),
-            Err(err) => Err(Refusal::KeyInUse(format!(
+            Err(err) => Err(CallEnd::Refused(Refusal::KeyInUse(format!(
                 "hintgate could not claim its idempotency key in the store ({err}), so it did not send it"
-            ))),
+            )))),
         }
     }
 
     /// How a call ends whose key is already in the store.
-    fn key_taken(&self, cx: &CallContext, record: &KeyRecord) -> Refusal {
+    fn key_taken(&self, cx: &CallContext, record: &KeyRecord) -> CallEnd {
         let Some(idem) = &cx.idem else {
-            return Refusal::KeyInUse("no key".to_owned());
+            return CallEnd::Refused(Refusal::KeyInUse("no key".to_owned()));
         };
         let key = crate::json::string_literal(&idem.key);
         if record.seal != Seal::Valid {
-            return Refusal::KeyInUse(format!(
+            return CallEnd::Refused(Refusal::KeyInUse(format!(
                 "hintgate's record of the idempotency key {key} does not verify (someone without the audit key changed the store), so the call is not sent"
-            ));
+            )));
         }
         if record.principal != self.principal_of(cx) {
-            return Refusal::KeyInUse(format!(
+            return CallEnd::Refused(Refusal::KeyInUse(format!(
                 "the idempotency key {key} was used by another host; choose another key"
-            ));
+            )));
         }
         match record.state {
             KeyState::Done if record.arguments == idem.digest => {
-                Refusal::Replayed(record.result.clone())
+                CallEnd::Replayed(record.result.clone())
             }
-            KeyState::Done => Refusal::KeyInUse(format!(
+            KeyState::Done => CallEnd::Refused(Refusal::KeyInUse(format!(
                 "a call with the idempotency key {key} already ran, with other arguments; a key stands for one call (use a new key for a new call)"
-            )),
-            KeyState::Running => Refusal::KeyInUse(format!(
+            ))),
+            KeyState::Running => CallEnd::Refused(Refusal::KeyInUse(format!(
                 "a call with the idempotency key {key} was sent and has not ended (it may still run, or the gateway that sent it stopped); it is not sent twice"
-            )),
-            KeyState::Unknown => Refusal::KeyInUse(format!(
+            ))),
+            KeyState::Unknown => CallEnd::Refused(Refusal::KeyInUse(format!(
                 "a call with the idempotency key {key} was sent and no answer came, so hintgate does not know whether it ran; it is not sent again (check with the server, then use a new key)"
-            )),
+            ))),
         }
     }
 
     /// Records how a claimed call ended (a result is recorded by
-    /// [`Gateway::key_done`]).
+    /// [`Keys::key_done`]).
     pub(super) fn end_key_by_outcome(&self, cx: &CallContext, outcome: Outcome) {
         let end = match outcome {
             // Recorded with the result, or retried with the claim kept.
@@ -238,29 +277,17 @@ impl Gateway {
         let (Some(scope), Some(store)) = (&idem.scope, &self.store) else {
             return;
         };
-        if let Err(err) = store.end_key(scope, &self.run_name, end, unix_now()) {
+        if let Err(err) = store.end_key(scope, self.run_name, end, unix_now()) {
             // The record stays `running`: a later call with the key is
             // refused, never sent twice.
             tracing::error!(tool.name = %cx.tool, "the end of a keyed call could not be recorded: {err}");
         }
     }
 
-    /// Whether a failed keyed call is retried once with its key: for a
-    /// trusted server, on its first attempt.
-    pub(super) fn key_makes_retry_safe(&self, cx: &CallContext) -> bool {
-        cx.attempt == 0
-            && cx.idem.as_ref().is_some_and(|idem| idem.claimed)
-            && cx.server.is_some_and(|idx| {
-                self.policy
-                    .server(self.upstreams.name(idx))
-                    .is_some_and(|server| server.trust == hintgate_policy::tool::Trust::Trusted)
-            })
-    }
-
-    fn principal_of(&self, cx: &CallContext) -> String {
+    fn principal_of(&self, cx: &CallContext) -> &str {
         self.sessions
             .get(&cx.request.session)
-            .and_then(|host| host.principal.clone())
+            .and_then(|host| host.principal.as_deref())
             .unwrap_or_default()
     }
 

@@ -15,11 +15,17 @@
 //! | `ask` | calls held while a person is asked, and the approval queue |
 //! | `routing` | everything that is not a tool call, and lists merged across servers |
 //! | `subscriptions` | the hosts' resource subscriptions, by server and URI, with the sessions that hold each |
+//! | `watch` | the thread that watches the store (approval-queue answers, standing approvals changed elsewhere) |
+//! | `hooks` | the decision hooks' processes, and the calls that wait for their answers |
+//! | `keys` | what the gateway knows of a call's idempotency key (the store holds the records) |
 //!
-//! `call` holds the call context and the one place where a refusal
-//! becomes an answer; `modern` the 2026-07-28 era; `relay` a server's own
-//! questions, marked as the server's, and questions across eras; `watch`
-//! the thread that watches the store.
+//! `call` holds the call context and `CallEnd`, how a call ends at
+//! the gateway (a refusal, or a replay, a question, a withdrawal), with the
+//! one place where it becomes an answer; `steps` the pipeline's decisions
+//! as pure functions over the facts read once per call; `retry` what
+//! happens to a call that failed or was not sent (design §4.5), as one
+//! pure function; `modern` the 2026-07-28 era; `relay` a server's own
+//! questions, marked as the server's, and questions across eras.
 //!
 //! **Turns.** The loop takes every event that has arrived (host lines,
 //! server lines, answers from the store watcher), handles them, and ends the
@@ -46,8 +52,10 @@ pub(crate) mod modern;
 pub(crate) mod pipeline;
 pub(crate) mod relay;
 pub(crate) mod request;
+pub(crate) mod retry;
 pub(crate) mod routing;
 pub(crate) mod session;
+pub(crate) mod steps;
 pub(crate) mod subscriptions;
 pub(crate) mod upstreams;
 pub(crate) mod watch;
@@ -63,7 +71,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use self::call::{CallContext, Outcome};
+use self::call::{CallContext, CallEnd, Outcome};
 use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
 use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
@@ -904,8 +912,9 @@ impl Gateway {
                                 Err(err) => err.clone(),
                                 Ok(_) => "the record was not committed".to_owned(),
                             };
-                            let refusal = call::Refusal::Unrecorded(err);
-                            let line = self.refusal_line(&cx, &refusal);
+                            let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
+                            let line =
+                                self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
                             if let Some(session) = self.sessions.get(&cx.request.session) {
                                 session.send(line);
                             }
@@ -1014,7 +1023,7 @@ impl Gateway {
                     let why = format!(
                         "server `{name}` was not ready to take the call within {seconds} s (it did not finish starting or listing its tools)"
                     );
-                    self.refuse(cx, call::Refusal::ServerUnavailable(why));
+                    self.end_call(cx, CallEnd::Refused(call::Refusal::ServerUnavailable(why)));
                 }
                 Waiting::Request(request) => {
                     let why = format!(
@@ -1286,7 +1295,7 @@ impl Gateway {
         self.withdraw_hook_calls(
             session,
             Some(request_id),
-            &call::Refusal::Withdrawn(Outcome::Cancelled),
+            &CallEnd::Withdrawn(Outcome::Cancelled),
         );
         let asks = self.inflight.host_ids(
             session,
@@ -1305,7 +1314,7 @@ impl Gateway {
             }
         }
         for cx in cancelled {
-            self.refuse(cx, call::Refusal::Withdrawn(Outcome::Cancelled));
+            self.end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
         }
         if let Some((idx, up_id)) = self.inflight.find_host_request(session, request_id) {
             if let Some(UpPurpose::Call(cx)) = self.inflight.take_up(idx, up_id) {
@@ -1420,11 +1429,11 @@ impl Gateway {
         for item in waiting {
             match item {
                 Waiting::Call(cx) if cx.request.session == session => {
-                    let refusal = match ending {
-                        Ending::HostGone => call::Refusal::Withdrawn(Outcome::HostGone),
-                        Ending::Shutdown => call::Refusal::Shutdown,
+                    let end = match ending {
+                        Ending::HostGone => CallEnd::Withdrawn(Outcome::HostGone),
+                        Ending::Shutdown => CallEnd::Refused(call::Refusal::Shutdown),
                     };
-                    self.refuse(cx, refusal);
+                    self.end_call(cx, end);
                 }
                 Waiting::Request(request) if request.session == session => {
                     if ending == Ending::Shutdown {

@@ -1,22 +1,34 @@
 //! The interception pipeline: the one path of every `tools/call`.
 //!
 //! A host's call is read once into a [`CallContext`] and goes, in this
-//! order, through [`Gateway::intercept`]:
+//! order, through [`Gateway::intercept`]. The session's facts are read once
+//! ([`SessionFacts`]); each step is a function that passes the call on or
+//! says where it leaves it ([`Exit`]: it ends, waits, is asked about or
+//! waits for the decision hook), and what a step decides is a pure function
+//! of `steps`, tested without a gateway:
 //!
-//! 1. **resolve**: the host's name to a server and the server's own name
-//!    (a name two servers' prefixes fit is refused, never guessed);
-//! 2. **definition ready**: the server runs and its tools are listed (else
-//!    the call waits, and comes back here when that changes); a tool whose
-//!    name is not plain, or looks like another of its server's, is refused
-//!    (`hintgate_policy::name`);
-//! 3. **decide**: [`Policy::decide`] on the definition, its pin, the
-//!    session's taint and the approvals that stand, and which instance of
-//!    its server the call goes to ([`Policy::instance`]); a deny ends here;
-//!    a call for the read-only instance waits for it to run and is refused
-//!    unless it lists the definition decided on (step 3b);
-//! 4. **validate**: the arguments against the tool's input schema;
-//! 5. **ask**, when the decision says so: a person answers through the host
-//!    (elicitation, or an input-required result) or the approval queue;
+//! 1. **resolve** (`resolve_call`): the host's name to a server and the
+//!    server's own name (a name two servers' prefixes fit is refused, never
+//!    guessed);
+//! 2. **definition ready** (`definition_ready`): the server runs and its
+//!    tools are listed (else the call waits, and comes back here when that
+//!    changes);
+//! 3. **decide** (`decide_call`): a tool whose name is not plain, or looks
+//!    like another of its server's, is refused (`hintgate_policy::name`);
+//!    the facts of the call are read once ([`CallFacts`]: the pin, the
+//!    session's taint, scope and standing approval, the sandbox's proof,
+//!    and which instance of its server the call goes to,
+//!    [`Policy::instance`]), and [`steps::decide`] gives [`Policy::decide`]
+//!    on them, with the decision hook where it takes part; a deny ends
+//!    here; a call for the read-only instance waits for it to run and is
+//!    refused unless it lists the definition decided on (step 3b,
+//!    `read_only_ready`);
+//! 4. **validate** (`validate`): the arguments, parsed once, against the
+//!    tool's input schema ([`steps::check_arguments`]); a call whose
+//!    idempotency key ran with these arguments is answered from the store;
+//! 5. **ask** (`approve`, [`steps::approval`]), when the decision says so:
+//!    a person answers through the host (elicitation, or an input-required
+//!    result) or the approval queue;
 //! 6. **audit, then forward**: the call's record joins the turn's batch, and
 //!    the call is sent once that batch is durable ([`Gateway::end_turn`]).
 //!
@@ -33,40 +45,39 @@
 //! and sent again with the server's questions answered. A call never
 //! reaches a server but through [`Gateway::send_call`], which only the end
 //! of a turn calls, for calls the pipeline forwarded, and which sends one
-//! only to the start of its server whose definitions were decided on.
+//! only to the start of its server whose definitions were decided on. A
+//! call that fails there, or is not sent, goes where
+//! [`retry::after_failure`] says (design §4.5).
 //!
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
+//! [`retry::after_failure`]: super::retry::after_failure
 //! [`Policy::instance`]: hintgate_policy::decide::Policy::instance
 
+use std::sync::Arc;
+
 use hintgate_policy::config::Instance;
-use hintgate_policy::decide::{
-    Call, Decision, HookAnswer, RememberOffer, Remembered, Scope, SessionState, Verdict,
-};
+use hintgate_policy::decide::{Decision, RememberOffer, Remembered, SessionState, Verdict};
 use hintgate_policy::hook::Question;
+use hintgate_policy::pin::PinDigest;
 use hintgate_store::Remember;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::call::HookAsk;
 use super::call::{
-    Approver, CallContext, Outcome, Refusal, Refused, Step, answer_line, error_result, read_result,
+    Approver, CallContext, CallEnd, Exit, HookAsk, Outcome, Refusal, Refused, Step, answer_line,
+    error_result, read_result,
 };
-use super::catalog::Listing;
+use super::catalog::{Catalog, Listing};
 use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
 use super::request::{HostRequest, ServerIdx};
+use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
 use super::session::HostSession;
-use super::upstreams::{Readiness, Unresolved};
+use super::steps::{self, Approval, CallFacts, Decided, SessionFacts};
+use super::upstreams::{Readiness, Unresolved, Upstreams};
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members, string_literal};
-
-/// Whether a server can take a call for this tool now.
-enum Ready {
-    Yes,
-    NotYet,
-    No(String),
-}
 
 // === impl Gateway ===
 
@@ -87,161 +98,104 @@ impl Gateway {
 
     /// The pipeline, top to bottom (see the module's documentation).
     pub(super) fn intercept(&mut self, mut cx: Box<CallContext>) -> Step {
-        let session = cx.request.session;
-        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
-
         // A gateway asked to stop sends nothing new: a call read in the
         // same turn as the stop ends here, on record.
         if self.stopping {
-            return Step::Refuse(cx, Refusal::Shutdown);
+            return Step::refused(cx, Refusal::Shutdown);
         }
-
+        let id = cx.request.session;
+        let session = SessionFacts::of(id, self.sessions.get(&id));
         // 0. A 2026-07-28 retry that answers a server's own question is no
         //    new call: it resumes the call that asked (see `relay`).
-        if modern_host && self.answers_relayed_question(&cx) {
+        if session.modern && self.answers_relayed_question(&cx) {
             return self.answer_relayed(cx);
         }
+        match self.steps(&mut cx, session) {
+            // 6. Audit, then forward (once this turn's records are durable).
+            Ok(()) => Step::Forward(cx),
+            Err(exit) => exit.with(cx),
+        }
+    }
 
+    /// Steps 1 to 5; `Ok` when the call is to be forwarded.
+    fn steps(&mut self, cx: &mut CallContext, session: SessionFacts) -> Result<(), Exit> {
         // 1. Resolve the host's name to a server and its own tool name.
+        let idx = self.resolve_call(cx)?;
+        // 2. The definition is ready: the server runs, its tools are listed.
+        self.definition_ready(cx, idx)?;
+        // 3. Decide, with the decision hook where it takes part.
+        let (verdict, input) = self.decide_call(cx, idx, session)?;
+        // 3b. A call for the read-only instance needs it running, and
+        //     listing the definition decided on.
+        if cx.instance == Instance::ReadOnly {
+            self.read_only_ready(cx, idx)?;
+        }
+        // 4. Validate the arguments against the tool's input schema, with
+        //    an idempotency key filled in where the tool takes one; a key
+        //    that ran with these arguments is answered from the store.
+        self.validate(cx, idx, input.as_deref())?;
+        // 5. Ask a person, where the decision says so.
+        self.approve(cx, session, verdict)
+    }
+
+    /// Step 1: the host's name to a server and the server's own name (a
+    /// name two servers' prefixes fit is refused, never guessed).
+    fn resolve_call(&self, cx: &mut CallContext) -> Result<ServerIdx, Exit> {
         let (idx, tool) = match self.resolve(&cx.params.name) {
             Ok(found) => found,
-            Err(Unresolved::Unknown) => return Step::Refuse(cx, Refusal::UnknownTool),
+            Err(Unresolved::Unknown) => return Err(Refusal::UnknownTool.into()),
             Err(Unresolved::Ambiguous(found)) => {
-                let why = self.ambiguity(&found);
-                return Step::Refuse(cx, Refusal::AmbiguousName(why));
+                return Err(Refusal::AmbiguousName(self.ambiguity(&found)).into());
             }
         };
         cx.server = Some(idx);
         cx.tool = tool;
+        Ok(idx)
+    }
 
-        // 2. The definition is ready: the server runs, its tools are listed.
-        match self.definition_ready(&mut cx, idx) {
-            Ready::Yes => {
-                cx.generation = self.upstreams.get(idx).map(|up| up.generation());
-                cx.request.wait_until = None;
-            }
-            Ready::NotYet => return Step::Wait(cx),
-            Ready::No(reason) => return Step::Refuse(cx, Refusal::ServerUnavailable(reason)),
-        }
+    /// Step 3: the decision on the definition the server lists now, and
+    /// where the call goes; a deny ends the call here. The verdict, and the
+    /// tool's input schema for step 4.
+    fn decide_call(
+        &mut self,
+        cx: &mut CallContext,
+        idx: ServerIdx,
+        session: SessionFacts,
+    ) -> Result<(Verdict, Option<Arc<jsonschema::Validator>>), Exit> {
         let Some(entry) = self.catalog.tool(idx, &cx.tool) else {
-            return Step::Refuse(cx, Refusal::UnknownTool);
+            return Err(Refusal::UnknownTool.into());
         };
         // A name a person could misread is never decided on (see
         // `hintgate_policy::name`): the tool is not listed either.
         if let Some(trouble) = &entry.name_trouble {
-            let refusal = Refusal::Name(trouble.code(), trouble.describe());
-            return Step::Refuse(cx, refusal);
+            return Err(Refusal::Name(trouble.code(), trouble.describe()).into());
         }
-
-        // 3. Decide, with the decision hook where it takes part.
+        let input = entry.input_validator();
+        let server = self.upstreams.name(idx);
         let decision = match (&entry.tool, entry.digest) {
             (Ok(tool), Some(digest)) => {
+                let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
                 cx.digest = Some(digest);
                 cx.digest_text.clone_from(&entry.digest_text);
-                cx.pin = self.catalog.pin_status(idx, &cx.tool, digest);
-                cx.retry_eligible = entry.retry_eligible;
+                cx.pin = facts.pin;
+                cx.repeatable = entry.repeatable;
                 cx.taints = entry.taints;
                 cx.output = entry.output_validator();
-                let remembered = if self
-                    .sessions
-                    .get(&session)
-                    .is_some_and(|host| host.remembers(idx, &cx.tool))
-                {
-                    Remembered::Session
-                } else {
-                    self.catalog.approved_always(idx, &cx.tool, digest)
-                };
-                let (tainted, scope) = self
-                    .sessions
-                    .get(&session)
-                    .map_or((false, Scope::Read), |host| (host.tainted, host.scope));
-                let call = Call {
-                    server: self.upstreams.name(idx),
-                    tool,
-                    pin: cx.pin,
-                    session: SessionState {
-                        tainted,
-                        remembered,
-                        scope,
-                    },
-                    sandbox: self.catalog.sandbox(idx),
-                    hook: HookAnswer::None,
-                };
                 // Where it goes is decided with it, on the same definition:
                 // what the read-only credentials prove holds only there.
-                cx.instance = self.policy.instance(call.server, tool, call.sandbox);
-                match self.policy.hook_so_far(&call) {
-                    None => self.policy.decide(&call),
-                    Some(so_far) => {
-                        let state = (so_far.verdict, so_far.codes().collect::<Vec<_>>());
-                        // An answer stands for the state it was given for.
-                        let answered = cx
-                            .hook
-                            .as_ref()
-                            .filter(|given| given.digest == digest && given.so_far == state);
-                        match answered {
-                            Some(given) => self.policy.decide(&Call {
-                                hook: given.answer.as_answer(),
-                                ..call
-                            }),
-                            None if cx.hook_asks >= super::hooks::MAX_HOOK_ASKS => {
-                                let why = "the call changed each time the decision hook was asked about it";
-                                self.policy.decide(&Call {
-                                    hook: HookAnswer::Failed(why),
-                                    ..call
-                                })
-                            }
-                            None => {
-                                // The hook sees the arguments as they will
-                                // be sent, an idempotency key filled in: they
-                                // are read now (a call whose arguments do not
-                                // parse is refused before anyone is asked).
-                                if let Err(problem) = cx.parse_arguments() {
-                                    return Step::Refuse(cx, Refusal::Malformed(problem));
-                                }
-                                self.prepare_key(&mut cx, idx);
-                                let Some(config) = self.policy.hook_for(call.server).cloned()
-                                else {
-                                    return Step::Refuse(
-                                        cx,
-                                        Refusal::Malformed("no hook".to_owned()),
-                                    );
-                                };
-                                let slot = self.hooks.slot_of(&config);
-                                let id = self.hooks.next_id();
-                                let id_text = id.to_string();
-                                let line = self.policy.hook_question(&Question {
-                                    id: &id_text,
-                                    call: &call,
-                                    identity: self.catalog.identity(idx).unwrap_or_default(),
-                                    arguments: cx.arguments.as_ref(),
-                                    host: self
-                                        .sessions
-                                        .get(&session)
-                                        .and_then(|host| host.principal.as_deref()),
-                                    so_far: &so_far,
-                                });
-                                cx.hook_asks += 1;
-                                return Step::Hook(
-                                    cx,
-                                    HookAsk {
-                                        slot,
-                                        id,
-                                        line,
-                                        digest,
-                                        so_far: state,
-                                    },
-                                );
-                            }
-                        }
+                cx.instance = facts.instance;
+                let call = facts.call(server, tool);
+                match steps::decide(&self.policy, call, digest, cx.hook.as_ref(), cx.hook_asks) {
+                    Decided::Decision(decision) => decision,
+                    Decided::AskHook(so_far) => {
+                        return Err(self.ask_hook_about(cx, idx, facts, so_far));
                     }
                 }
             }
             _ => Decision::invalid_definition(),
         };
-        let input = entry.input_validator();
         tracing::debug!(
-            server.id = %self.upstreams.name(idx),
+            server.id = %server,
             tool.name = %cx.tool,
             decision.verdict = ?decision.verdict,
             decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
@@ -255,77 +209,134 @@ impl Gateway {
         let verdict = decision.verdict;
         cx.decision = Some(decision);
         if verdict == Verdict::Deny {
-            return Step::Refuse(
-                cx,
-                Refusal::Denied {
-                    extra: None,
-                    by: Approver::Gateway,
-                },
-            );
+            let by = Approver::Gateway;
+            return Err(Refusal::Denied { extra: None, by }.into());
         }
+        Ok((verdict, input))
+    }
 
-        // 3b. A call for the read-only instance needs it running, and
-        //     listing the definition decided on.
-        if cx.instance == Instance::ReadOnly {
-            match self.read_only_ready(&mut cx, idx) {
-                Ok(Ready::Yes) => {}
-                Ok(Ready::NotYet) => return Step::Wait(cx),
-                Ok(Ready::No(reason)) => {
-                    return Step::Refuse(cx, Refusal::ServerUnavailable(reason));
-                }
-                Err(why) => return Step::Refuse(cx, Refusal::ReadOnlyDiffers(why)),
-            }
+    /// What a call to `tool` of server `idx` is decided on besides its
+    /// definition, read once.
+    fn call_facts(
+        &self,
+        idx: ServerIdx,
+        name: &str,
+        tool: &hintgate_policy::tool::Tool,
+        digest: PinDigest,
+        session: SessionFacts,
+    ) -> CallFacts {
+        let remembered = if self
+            .sessions
+            .get(&session.id)
+            .is_some_and(|host| host.remembers(idx, name))
+        {
+            Remembered::Session
+        } else {
+            self.catalog.approved_always(idx, name, digest)
+        };
+        let sandbox = self.catalog.sandbox(idx);
+        CallFacts {
+            digest,
+            pin: self.catalog.pin_status(idx, name, digest),
+            session: SessionState {
+                tainted: session.tainted,
+                remembered,
+                scope: session.scope,
+            },
+            sandbox,
+            instance: self
+                .policy
+                .instance(self.upstreams.name(idx), tool, sandbox),
         }
+    }
 
-        // 4. Validate the arguments against the tool's input schema, with
-        //    an idempotency key filled in where the tool takes one.
+    /// Step 3, where the decision hook must answer first: the question, with
+    /// the arguments as they will be sent (an idempotency key filled in),
+    /// read now (a call whose arguments do not parse is refused before
+    /// anyone is asked).
+    fn ask_hook_about(
+        &mut self,
+        cx: &mut CallContext,
+        idx: ServerIdx,
+        facts: CallFacts,
+        so_far: Decision,
+    ) -> Exit {
         if let Err(problem) = cx.parse_arguments() {
-            return Step::Refuse(cx, Refusal::Malformed(problem));
+            return Refusal::Malformed(problem).into();
         }
-        self.prepare_key(&mut cx, idx);
+        self.keys().prepare_key(cx, idx);
+        let server = self.upstreams.name(idx);
+        let (Some(config), Some(Ok(tool))) = (
+            self.policy.hook_for(server).cloned(),
+            self.catalog.tool(idx, &cx.tool).map(|entry| &entry.tool),
+        ) else {
+            return Refusal::Malformed("no hook".to_owned()).into();
+        };
+        let slot = self.hooks.slot_of(&config);
+        let id = self.hooks.next_id();
+        let line = self.policy.hook_question(&Question {
+            id: &id.to_string(),
+            call: &facts.call(server, tool),
+            identity: self.catalog.identity(idx).unwrap_or_default(),
+            arguments: cx.arguments.as_ref(),
+            host: self
+                .sessions
+                .get(&cx.request.session)
+                .and_then(|host| host.principal.as_deref()),
+            so_far: &so_far,
+        });
+        cx.hook_asks += 1;
+        Exit::Hook(Box::new(HookAsk {
+            slot,
+            id,
+            line,
+            digest: facts.digest,
+            so_far: (so_far.verdict, so_far.codes().collect()),
+        }))
+    }
+
+    /// Step 4: the arguments, read once, match the tool's input schema (an
+    /// idempotency key filled in first); a key that ran with these
+    /// arguments is answered from the store, before anyone is asked, and
+    /// one that cannot be used is refused.
+    fn validate(
+        &self,
+        cx: &mut CallContext,
+        idx: ServerIdx,
+        input: Option<&jsonschema::Validator>,
+    ) -> Result<(), Exit> {
+        cx.parse_arguments().map_err(Refusal::Malformed)?;
+        self.keys().prepare_key(cx, idx);
         if let Some(validator) = input {
-            let arguments = cx.arguments_or_empty();
-            if !validator.is_valid(arguments) {
-                let problems = validator
-                    .iter_errors(arguments)
-                    .take(5)
-                    .map(|err| format!("{err} (at `{}`)", err.instance_path()))
-                    .collect();
-                return Step::Refuse(cx, Refusal::InvalidArguments(problems));
+            steps::check_arguments(validator, cx.arguments_or_empty())
+                .map_err(Refusal::InvalidArguments)?;
+        }
+        match self.keys().look_up_key(cx) {
+            Some(end) => Err(end.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Step 5: a call a person approved goes on if this is the definition
+    /// they approved; a 2026-07-28 host's retry may carry the person's
+    /// answer to the gateway's question; else an ask asks.
+    fn approve(
+        &mut self,
+        cx: &mut CallContext,
+        session: SessionFacts,
+        verdict: Verdict,
+    ) -> Result<(), Exit> {
+        let carries = session.modern && super::modern::carries_our_answer(cx);
+        match steps::approval(verdict, cx.digest, cx.approved, carries) {
+            Approval::Approved => Ok(()),
+            Approval::CarriesAnswer => Ok(self.open_modern_answer(cx)?),
+            Approval::Ask => Err(Exit::Ask),
+            Approval::Policy => {
+                let first = cx.decision.as_ref().and_then(|d| d.reasons.first());
+                cx.approver = Approver::Policy(first.map(|reason| reason.code));
+                Ok(())
             }
         }
-        // A key that ran with these arguments is answered from the store,
-        // before anyone is asked; one that cannot be used is refused.
-        if let Some(refusal) = self.look_up_key(&cx) {
-            return Step::Refuse(cx, refusal);
-        }
-
-        // 5. Ask a person, where the decision says so. A call a person
-        //    approved goes on if this is the definition they approved; a
-        //    2026-07-28 host's retry may carry the person's answer to the
-        //    gateway's question.
-        if cx.approved.is_some() && cx.approved == cx.digest {
-            return Step::Forward(cx);
-        }
-        if modern_host && super::modern::carries_our_answer(&cx) {
-            return match self.open_modern_answer(&mut cx) {
-                Ok(()) => Step::Forward(cx),
-                Err(refusal) => Step::Refuse(cx, refusal),
-            };
-        }
-        match verdict {
-            Verdict::Ask => return Step::Ask(cx),
-            Verdict::Allow | Verdict::Deny => {}
-        }
-        cx.approver = Approver::Policy(
-            cx.decision
-                .as_ref()
-                .and_then(|decision| decision.reasons.first())
-                .map(|reason| reason.code),
-        );
-
-        // 6. Audit, then forward (once this turn's records are durable).
-        Step::Forward(cx)
     }
 
     /// Acts on where the pipeline left a call.
@@ -333,7 +344,7 @@ impl Gateway {
         match step {
             Step::Forward(cx) => self.record_and_forward(cx),
             Step::Ask(cx) => self.ask(cx),
-            Step::Refuse(cx, refusal) => self.refuse(cx, refusal),
+            Step::End(cx, end) => self.end_call(cx, end),
             Step::Wait(cx) => self.park(Waiting::Call(cx)),
             Step::Hook(cx, ask) => self.ask_hook(cx, ask),
             Step::Done => {}
@@ -343,55 +354,63 @@ impl Gateway {
     /// Step 2: the server runs and has listed its tools. Starts it, or lists
     /// them, when needed (once per call each, so a server that keeps failing
     /// answers the call instead of holding it).
-    fn definition_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Ready {
+    fn definition_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<(), Exit> {
         match self.readiness(idx, &mut cx.request.restarted) {
             Readiness::Ready => {}
-            Readiness::Pending => return Ready::NotYet,
-            Readiness::Failed(reason) => return Ready::No(reason),
+            Readiness::Pending => return Err(Exit::Wait),
+            Readiness::Failed(reason) => return Err(Refusal::ServerUnavailable(reason).into()),
         }
-        match self.catalog.server(idx).map(|server| &server.listing) {
-            Some(Listing::Listed) => Ready::Yes,
-            Some(Listing::InProgress) => Ready::NotYet,
-            Some(Listing::Failed(reason)) if cx.relisted => Ready::No(reason.clone()),
+        let listed = match self.catalog.server(idx).map(|server| &server.listing) {
+            Some(Listing::Listed) => true,
+            Some(Listing::InProgress) => false,
+            Some(Listing::Failed(reason)) if cx.relisted => {
+                return Err(Refusal::ServerUnavailable(reason.clone()).into());
+            }
             Some(Listing::Unlisted | Listing::Failed(_)) => {
                 cx.relisted = true;
                 self.list_tools(idx);
                 // A server without tools is listed at once.
-                match self.catalog.server(idx).map(|server| &server.listing) {
-                    Some(Listing::Listed) => Ready::Yes,
-                    _ => Ready::NotYet,
-                }
+                self.catalog
+                    .server(idx)
+                    .is_some_and(|server| server.listing == Listing::Listed)
             }
-            None => Ready::No("no such server".to_owned()),
+            None => return Err(Refusal::ServerUnavailable("no such server".to_owned()).into()),
+        };
+        if !listed {
+            return Err(Exit::Wait);
         }
+        cx.generation = self.upstreams.get(idx).map(|up| up.generation());
+        cx.request.wait_until = None;
+        Ok(())
     }
 
     /// Step 3b: the read-only instance of server `idx` runs, has listed its
     /// tools, and lists the definition the call was decided on (by pin
     /// digest) under a plain name unlike its others. Starts it, or lists
-    /// them, when needed (once per call each). `Err` says how the instance
-    /// differs: a server that lists another definition, or none, on the
-    /// instance that runs the call is not sent the call there, and never
-    /// the full instance instead.
-    fn read_only_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<Ready, String> {
-        let name = self.upstreams.name(idx).to_owned();
+    /// them, when needed (once per call each). A server that lists another
+    /// definition, or none, on the instance that runs the call is not sent
+    /// the call there (`read-only-instance-differs`), and never the full
+    /// instance instead.
+    fn read_only_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<(), Exit> {
+        let unavailable = |why: String| Exit::from(Refusal::ServerUnavailable(why));
         let Some(instance) = self.upstreams.get(idx).and_then(|up| up.read_only) else {
-            return Ok(Ready::No(format!(
+            let name = self.upstreams.name(idx);
+            return Err(unavailable(format!(
                 "server `{name}` has no read-only instance"
             )));
         };
         match self.readiness(instance, &mut cx.read_only_restarted) {
             Readiness::Ready => {}
-            Readiness::Pending => return Ok(Ready::NotYet),
+            Readiness::Pending => return Err(Exit::Wait),
             Readiness::Failed(reason) => {
-                return Ok(Ready::No(format!("its read-only instance: {reason}")));
+                return Err(unavailable(format!("its read-only instance: {reason}")));
             }
         }
         match self.catalog.server(instance).map(|server| &server.listing) {
             Some(Listing::Listed) => {}
-            Some(Listing::InProgress) => return Ok(Ready::NotYet),
+            Some(Listing::InProgress) => return Err(Exit::Wait),
             Some(Listing::Failed(reason)) if cx.read_only_relisted => {
-                return Ok(Ready::No(format!("its read-only instance: {reason}")));
+                return Err(unavailable(format!("its read-only instance: {reason}")));
             }
             Some(Listing::Unlisted | Listing::Failed(_)) => {
                 cx.read_only_relisted = true;
@@ -401,44 +420,24 @@ impl Gateway {
                     .server(instance)
                     .is_none_or(|server| server.listing != Listing::Listed)
                 {
-                    return Ok(Ready::NotYet);
+                    return Err(Exit::Wait);
                 }
             }
-            None => return Ok(Ready::No("no such server".to_owned())),
+            None => return Err(unavailable("no such server".to_owned())),
         }
         // The decision took the full instance's sandbox for proof: the
         // instance that runs the call must enforce as much.
         let (full, own) = (self.catalog.sandbox(idx), self.catalog.sandbox(instance));
         if (full.no_network && !own.no_network) || (full.no_writes && !own.no_writes) {
-            return Ok(Ready::No(
+            return Err(unavailable(
                 "its read-only instance's sandbox does not enforce what the full instance's does"
                     .to_owned(),
             ));
         }
-        self.read_only_lists(instance, &cx.tool, cx.digest)?;
+        read_only_lists(&self.catalog, instance, &cx.tool, cx.digest)
+            .map_err(Refusal::ReadOnlyDiffers)?;
         cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
-        Ok(Ready::Yes)
-    }
-
-    /// Whether the read-only instance `instance` lists `tool` as the
-    /// definition of `digest`; `Err` says how it does not.
-    fn read_only_lists(
-        &self,
-        instance: ServerIdx,
-        tool: &str,
-        digest: Option<hintgate_policy::pin::PinDigest>,
-    ) -> Result<(), String> {
-        let shown = hintgate_policy::sanitize::escape_line(tool);
-        match self.catalog.tool(instance, tool) {
-            None => Err(format!("it does not list `{shown}`")),
-            Some(entry) if entry.name_trouble.is_some() => Err(format!(
-                "it lists `{shown}` under a name that could mean another tool"
-            )),
-            Some(entry) if entry.digest.is_none() || entry.digest != digest => Err(format!(
-                "it lists `{shown}` with another definition than the full instance, whose definition was decided on"
-            )),
-            Some(_) => Ok(()),
-        }
+        Ok(())
     }
 
     /// Step 6: the call's record joins the turn's batch; the call is sent at
@@ -448,7 +447,7 @@ impl Gateway {
         if place.is_none() && self.journal.enabled() {
             // INVARIANT: with a log, no call is sent without its record.
             let refusal = Refusal::Unrecorded("no record could be made of it".to_owned());
-            self.refuse(cx, refusal);
+            self.end_call(cx, CallEnd::Refused(refusal));
             return;
         }
         self.call_after_commit(cx, place);
@@ -460,74 +459,24 @@ impl Gateway {
         let Some(idx) = cx.server else {
             return;
         };
-        // Its host went away, or the gateway was asked to stop, in the turn
-        // that forwarded it: nothing new starts now. Its record is durable,
-        // so it ends on record, and was never sent.
-        let host_gone = self
-            .sessions
-            .get(&cx.request.session)
-            .is_none_or(|host| host.closed);
-        if host_gone {
-            self.record_outcome(&cx, Outcome::HostGone);
-            return;
-        }
-        if self.stopping {
-            let text = format!(
-                "hintgate shut down before it sent this call to `{}`; it did not run.",
-                self.upstreams.name(idx)
-            );
-            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
-            self.answer_call(&cx, line, Outcome::Shutdown);
+        if self.ended_before_send(&cx, idx) {
             return;
         }
         // The server failed or started again since the call was decided:
         // what it lists now was not decided on, and the call never left.
-        let current = self.upstreams.get(idx).is_some_and(|up| {
-            up.phase == super::upstreams::Phase::Ready && Some(up.generation()) == cx.generation
-        });
-        if !current {
-            let why = format!(
-                "server `{}` stopped or started again before the call was sent",
-                self.upstreams.name(idx)
-            );
-            self.call_unsent(cx, &why);
-            return;
-        }
-        // INVARIANT: a call decided for the read-only instance goes to it,
-        // to the start that listed the definition decided on, and nowhere
-        // else; the full instance never runs it instead.
-        let target = match cx.instance {
-            Instance::Full => idx,
-            Instance::ReadOnly => {
-                let instance = self.upstreams.get(idx).and_then(|up| up.read_only);
-                let current = instance
-                    .and_then(|instance| self.upstreams.get(instance))
-                    .is_some_and(|up| {
-                        up.phase == super::upstreams::Phase::Ready
-                            && Some(up.generation()) == cx.read_only_generation
-                    });
-                let listed = instance.is_some_and(|instance| {
-                    self.read_only_lists(instance, &cx.tool, cx.digest).is_ok()
-                });
-                match instance {
-                    Some(instance) if current && listed => instance,
-                    _ => {
-                        let why = format!(
-                            "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
-                            self.upstreams.name(idx)
-                        );
-                        self.call_unsent(cx, &why);
-                        return;
-                    }
-                }
+        let target = match send_target(&self.upstreams, &self.catalog, &cx, idx) {
+            Ok(target) => target,
+            Err(why) => {
+                self.call_failed(cx, Failure::Unsent, &why);
+                return;
             }
         };
         // The key is claimed right before the send: of two calls with one
         // key, one is sent.
-        if let Err(refusal) = self.claim_key(&mut cx) {
-            self.record_outcome(&cx, refusal.outcome());
-            self.taint_by_replay(&cx, &refusal);
-            let line = self.refusal_line(&cx, &refusal);
+        if let Err(end) = self.keys().claim_key(&mut cx) {
+            self.record_outcome(&cx, end.outcome());
+            self.taint_by_replay(&cx, &end);
+            let line = self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
             self.send_host(cx.request.session, line);
             return;
         }
@@ -568,11 +517,73 @@ impl Gateway {
                 "server `{}` {reason}: the call was not sent, and the server is started again on its next request",
                 self.upstreams.name(idx)
             );
-            self.call_failed(cx, &why);
+            self.call_failed(cx, Failure::Failed, &why);
             return;
         }
         self.inflight
             .wait_up(target, id, UpPurpose::Call(cx), timeout);
+    }
+
+    /// Its host went away, or the gateway was asked to stop, in the turn
+    /// that forwarded the call: nothing new starts now. Its record is
+    /// durable, so it ends on record, and was never sent. Whether it ended.
+    fn ended_before_send(&mut self, cx: &CallContext, idx: ServerIdx) -> bool {
+        let host_gone = self
+            .sessions
+            .get(&cx.request.session)
+            .is_none_or(|host| host.closed);
+        if host_gone {
+            self.record_outcome(cx, Outcome::HostGone);
+            return true;
+        }
+        if self.stopping {
+            let text = format!(
+                "hintgate shut down before it sent this call to `{}`; it did not run.",
+                self.upstreams.name(idx)
+            );
+            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+            self.answer_call(cx, line, Outcome::Shutdown);
+            return true;
+        }
+        false
+    }
+
+    /// A forwarded call failed or could not be sent: what happens next is
+    /// [`after_failure`]'s (design §4.5); this applies it.
+    pub(super) fn call_failed(&mut self, mut cx: Box<CallContext>, failure: Failure, reason: &str) {
+        let trusted = cx.server.is_some_and(|idx| {
+            self.policy
+                .server(self.upstreams.name(idx))
+                .is_some_and(|server| server.trust == hintgate_policy::tool::Trust::Trusted)
+        });
+        let next = after_failure(FailedCall {
+            failure,
+            trusted,
+            repeatable: cx.repeatable,
+            key_claimed: cx.idem.as_ref().is_some_and(|idem| idem.claimed),
+            attempt: cx.attempt,
+        });
+        match next {
+            AfterFailure::Retry(outcome) => {
+                match failure {
+                    Failure::Failed => {
+                        tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, and a read-only or idempotent tool or a call with an idempotency key)")
+                    }
+                    Failure::Unsent => {
+                        tracing::debug!(tool.name = %cx.tool, "{reason}; the call goes through the pipeline again")
+                    }
+                }
+                self.record_outcome(&cx, outcome);
+                cx.next_attempt();
+                self.run_pipeline(cx);
+            }
+            AfterFailure::Report { outcome, note } => {
+                let text = format!("{reason}. {note}");
+                let line =
+                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                self.answer_call(&cx, line, outcome);
+            }
+        }
     }
 
     /// A server answered a call.
@@ -583,98 +594,115 @@ impl Gateway {
         message: &Message<'_>,
     ) {
         let session = cx.request.session;
-        let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
         let outcome = match message.result {
             None => Outcome::ProtocolError,
-            Some(raw) => match read_result(raw.get()) {
-                Err(err) => {
-                    let text = format!(
-                        "hintgate did not pass on the answer of `{}`: its result cannot be read one way only ({err})",
-                        self.upstreams.name(idx)
-                    );
-                    tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                    let line = self.result_line(session, cx.request.id(), &error_result(&text));
-                    self.answer_call(&cx, line, Outcome::ProtocolError);
+            Some(raw) => {
+                let view = match read_result(raw.get()) {
+                    Ok(view) => view,
+                    Err(err) => {
+                        let text = format!(
+                            "hintgate did not pass on the answer of `{}`: its result cannot be read one way only ({err})",
+                            self.upstreams.name(idx)
+                        );
+                        tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+                        let line = self.result_line(session, cx.request.id(), &error_result(&text));
+                        self.answer_call(&cx, line, Outcome::ProtocolError);
+                        return;
+                    }
+                };
+                let asks = view.result_type.as_deref() == Some("input_required");
+                // A 2026-07-28 server asks a legacy host for input: the
+                // gateway asks the host and calls the server again.
+                if asks && !self.sessions.get(&session).is_some_and(HostSession::modern) {
+                    let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                    self.gather_for_legacy_host(cx, &result);
                     return;
                 }
-                Ok(view) => {
-                    // A 2026-07-28 server asks a legacy host for input: the
-                    // gateway asks the host and calls the server again.
-                    if !modern_host && view.result_type.as_deref() == Some("input_required") {
-                        let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
-                        self.gather_for_legacy_host(cx, &result);
-                        return;
-                    }
-                    // A 2026-07-28 host gets the server's questions marked
-                    // as the server's; the host's retry is a call of its own.
-                    if let Some(marked) = view
-                        .result_type
-                        .as_deref()
-                        .filter(|kind| *kind == "input_required")
-                        .and_then(|_| self.marked_input_required(idx, raw.get()))
-                    {
-                        let (line, outcome) = match marked {
-                            Ok(result) => (
-                                crate::frame::response(cx.request.id(), &result),
-                                Outcome::InputRequired,
-                            ),
-                            Err(why) => {
-                                tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
-                                let text = format!(
-                                    "hintgate did not pass on the server's question: {why}"
-                                );
-                                let result = error_result(&text);
-                                let line = self.result_line(session, cx.request.id(), &result);
-                                (line, Outcome::ProtocolError)
-                            }
-                        };
-                        self.answer_call(&cx, line, outcome);
-                        return;
-                    }
-                    if cx.taints {
-                        let what = format!("a result of `{}`", cx.tool);
-                        self.taint(session, idx, &what);
-                    }
-                    let is_error = view.is_error == Some(true);
-                    if let (false, Some(validator), Some(structured)) =
-                        (is_error, &cx.output, view.structured)
-                    {
-                        let structured: Value =
-                            serde_json::from_str(structured.get()).unwrap_or(Value::Null);
-                        let problems: Vec<String> = validator
-                            .iter_errors(&structured)
-                            .take(5)
-                            .map(|err| err.to_string())
-                            .collect();
-                        if !problems.is_empty() {
-                            let text = format!(
-                                "`{}` returned structured content that does not match the tool's output schema: {}",
-                                self.upstreams.name(idx),
-                                problems.join("; ")
-                            );
-                            tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                            let refused = error_result(&text);
-                            // The call ran: a later call with its key gets
-                            // what this host got.
-                            self.key_done(&cx, &refused.to_string());
-                            let line = self.result_line(session, cx.request.id(), &refused);
-                            self.answer_call(&cx, line, Outcome::OutputSchemaMismatch);
-                            return;
-                        }
-                    }
-                    // The call ran: a keyed one's result is recorded as the
-                    // answer to a later call with the same key.
-                    self.key_done(&cx, raw.get());
-                    if is_error {
-                        Outcome::ToolError
-                    } else {
-                        Outcome::Ok
-                    }
+                // A 2026-07-28 host gets the server's questions marked as
+                // the server's; the host's retry is a call of its own.
+                if let Some(marked) = asks
+                    .then(|| self.marked_input_required(idx, raw.get()))
+                    .flatten()
+                {
+                    self.pass_on_question(idx, &cx, marked);
+                    return;
                 }
-            },
+                match self.call_result(idx, &cx, raw.get(), &view) {
+                    Some(outcome) => outcome,
+                    None => return,
+                }
+            }
         };
         let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
         self.answer_call(&cx, line, outcome);
+    }
+
+    /// A 2026-07-28 server's questions, marked as the server's, answer the
+    /// call to a 2026-07-28 host (or why they could not be passed on).
+    fn pass_on_question(
+        &mut self,
+        idx: ServerIdx,
+        cx: &CallContext,
+        marked: Result<Value, String>,
+    ) {
+        let (line, outcome) = match marked {
+            Ok(result) => (
+                crate::frame::response(cx.request.id(), &result),
+                Outcome::InputRequired,
+            ),
+            Err(why) => {
+                tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
+                let text = format!("hintgate did not pass on the server's question: {why}");
+                let line =
+                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                (line, Outcome::ProtocolError)
+            }
+        };
+        self.answer_call(cx, line, outcome);
+    }
+
+    /// A call's result, read: it taints the session where the tool returns
+    /// private data, its structured content must match the output schema,
+    /// and a keyed call's result is kept for a later call with the key. Its
+    /// outcome, or `None` when the call was answered here instead.
+    fn call_result(
+        &mut self,
+        idx: ServerIdx,
+        cx: &CallContext,
+        raw: &str,
+        view: &super::call::CallResultView<'_>,
+    ) -> Option<Outcome> {
+        let session = cx.request.session;
+        if cx.taints {
+            let what = format!("a result of `{}`", cx.tool);
+            self.taint(session, idx, &what);
+        }
+        let is_error = view.is_error == Some(true);
+        if let (false, Some(validator), Some(structured)) = (is_error, &cx.output, view.structured)
+            && let Err(problems) = steps::check_output(validator, structured.get())
+        {
+            let text = format!(
+                "`{}` returned structured content that does not match the tool's output schema: {}",
+                self.upstreams.name(idx),
+                problems.join("; ")
+            );
+            tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+            let refused = error_result(&text);
+            // The call ran: a later call with its key gets what this host
+            // got.
+            self.keys().key_done(cx, &refused.to_string());
+            let line = self.result_line(session, cx.request.id(), &refused);
+            self.answer_call(cx, line, Outcome::OutputSchemaMismatch);
+            return None;
+        }
+        // The call ran: a keyed one's result is recorded as the answer to a
+        // later call with the same key.
+        self.keys().key_done(cx, raw);
+        Some(if is_error {
+            Outcome::ToolError
+        } else {
+            Outcome::Ok
+        })
     }
 
     /// Ends a forwarded call: its outcome joins the turn's records, and its
@@ -686,7 +714,7 @@ impl Gateway {
 
     /// Records how a forwarded call ended.
     pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
-        self.end_key_by_outcome(cx, outcome);
+        self.keys().end_key_by_outcome(cx, outcome);
         let Some(seq) = cx.record else {
             return;
         };
@@ -765,8 +793,8 @@ impl Gateway {
 
     /// A replayed result of a private-data tool taints the session as the
     /// answer it repeats did.
-    fn taint_by_replay(&mut self, cx: &CallContext, refusal: &Refusal) {
-        if let (Refusal::Replayed(_), Some(idx)) = (refusal, cx.server)
+    fn taint_by_replay(&mut self, cx: &CallContext, end: &CallEnd) {
+        if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server)
             && cx.taints
         {
             let what = format!("a replayed result of `{}`", cx.tool);
@@ -776,17 +804,14 @@ impl Gateway {
 
     /// A call ends at the gateway: its record, and its answer after it (a
     /// call the host withdrew gets no answer).
-    pub(super) fn refuse(&mut self, cx: Box<CallContext>, refusal: Refusal) {
-        self.taint_by_replay(&cx, &refusal);
-        let decision = refusal.decision(cx.decision.as_ref());
-        self.record_call(
-            &cx,
-            Some((refusal.outcome(), &decision, refusal.approver())),
-        );
-        if matches!(refusal, Refusal::Withdrawn(_)) {
+    pub(super) fn end_call(&mut self, cx: Box<CallContext>, end: CallEnd) {
+        self.taint_by_replay(&cx, &end);
+        let decision = end.decision(cx.decision.as_ref());
+        self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
+        if matches!(end, CallEnd::Withdrawn(_)) {
             return;
         }
-        let line = self.refusal_line_with(&cx, &refusal, &decision);
+        let line = self.end_line(&cx, &end, &decision);
         self.send_host(cx.request.session, line);
     }
 
@@ -795,31 +820,20 @@ impl Gateway {
     pub(super) fn refuse_unparsed(&mut self, request: HostRequest, refusal: Refusal) {
         let has_id = request.spans.id.is_some();
         let cx = CallContext::unread(request);
-        let decision = refusal.decision(None);
-        self.record_call(
-            &cx,
-            Some((refusal.outcome(), &decision, refusal.approver())),
-        );
+        let end = CallEnd::Refused(refusal);
+        let decision = end.decision(None);
+        self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         if has_id {
-            let line = self.refusal_line_with(&cx, &refusal, &decision);
+            let line = self.end_line(&cx, &end, &decision);
             self.send_host(cx.request.session, line);
         }
     }
 
-    /// The line that answers a refused call (the one mapping, [`Refusal::answer`]).
-    pub(super) fn refusal_line(&self, cx: &CallContext, refusal: &Refusal) -> String {
-        let decision = refusal.decision(cx.decision.as_ref());
-        self.refusal_line_with(cx, refusal, &decision)
-    }
-
-    fn refusal_line_with(
-        &self,
-        cx: &CallContext,
-        refusal: &Refusal,
-        decision: &Decision,
-    ) -> String {
+    /// The line that answers a call that ends at the gateway, as `decision`
+    /// (the one mapping, [`CallEnd::answer`]).
+    pub(super) fn end_line(&self, cx: &CallContext, end: &CallEnd, decision: &Decision) -> String {
         let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
-        let answer = refusal.answer(Refused {
+        let answer = end.answer(Refused {
             host_name: &cx.params.name,
             server,
             tool: if cx.tool.is_empty() {
@@ -866,6 +880,71 @@ impl Gateway {
         {
             tracing::error!(server.id = %name, tool.name = %cx.tool, "the approval could not be stored: {err}");
         }
+    }
+}
+
+/// Whether the read-only instance `instance` lists `tool` as the
+/// definition of `digest`; `Err` says how it does not.
+fn read_only_lists(
+    catalog: &Catalog,
+    instance: ServerIdx,
+    tool: &str,
+    digest: Option<hintgate_policy::pin::PinDigest>,
+) -> Result<(), String> {
+    let shown = hintgate_policy::sanitize::escape_line(tool);
+    match catalog.tool(instance, tool) {
+        None => Err(format!("it does not list `{shown}`")),
+        Some(entry) if entry.name_trouble.is_some() => Err(format!(
+            "it lists `{shown}` under a name that could mean another tool"
+        )),
+        Some(entry) if entry.digest.is_none() || entry.digest != digest => Err(format!(
+            "it lists `{shown}` with another definition than the full instance, whose definition was decided on"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Where a call whose record is durable is sent: the start of its
+/// server whose definitions were decided on, or, for a call decided for
+/// the read-only instance, the start of that instance that listed the
+/// definition decided on. `Err` says why it cannot be sent (the server
+/// stopped or started again since).
+fn send_target(
+    upstreams: &Upstreams,
+    catalog: &Catalog,
+    cx: &CallContext,
+    idx: ServerIdx,
+) -> Result<ServerIdx, String> {
+    let current = upstreams.get(idx).is_some_and(|up| {
+        up.phase == super::upstreams::Phase::Ready && Some(up.generation()) == cx.generation
+    });
+    if !current {
+        return Err(format!(
+            "server `{}` stopped or started again before the call was sent",
+            upstreams.name(idx)
+        ));
+    }
+    // INVARIANT: a call decided for the read-only instance goes to it,
+    // to the start that listed the definition decided on, and nowhere
+    // else; the full instance never runs it instead.
+    if cx.instance == Instance::Full {
+        return Ok(idx);
+    }
+    let instance = upstreams.get(idx).and_then(|up| up.read_only);
+    let current = instance
+        .and_then(|instance| upstreams.get(instance))
+        .is_some_and(|up| {
+            up.phase == super::upstreams::Phase::Ready
+                && Some(up.generation()) == cx.read_only_generation
+        });
+    let listed = instance
+        .is_some_and(|instance| read_only_lists(catalog, instance, &cx.tool, cx.digest).is_ok());
+    match instance {
+        Some(instance) if current && listed => Ok(instance),
+        _ => Err(format!(
+            "the read-only instance of `{}` stopped, started again or changed its tools before the call was sent",
+            upstreams.name(idx)
+        )),
     }
 }
 
@@ -950,4 +1029,70 @@ fn call_line(
         writer.member("_meta", &modern_meta.to_string());
     }
     Some(cx.request.with_id_and_params(&id_text, &writer.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hintgate_policy::config::parse_str;
+    use hintgate_policy::decide::Policy;
+    use hintgate_policy::pin::PinDigest;
+    use hintgate_policy::tool::{SandboxProof, Tool};
+    use hintgate_store::{MemoryStore, Store};
+    use serde_json::json;
+
+    use super::read_only_lists;
+    use crate::gateway::catalog::{Catalog, Naming};
+
+    /// A catalog whose one server (a read-only instance, as step 3b sees
+    /// it) lists `tools`.
+    fn listing(tools: &[serde_json::Value]) -> Catalog {
+        let (config, _) = parse_str("[servers.fx]\ncommand = \"x\"\ntrust = \"trusted\"\n");
+        let policy = Policy::new(config.unwrap());
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        let mut catalog = Catalog::new(1, Some(store));
+        catalog
+            .open(
+                0,
+                "fx",
+                Some("key".to_owned()),
+                "x".to_owned(),
+                SandboxProof::default(),
+            )
+            .unwrap();
+        catalog.begin_listing(0);
+        catalog.add_page(0, tools.to_vec());
+        let naming = Naming { prefix: None };
+        catalog.finish_listing(0, "fx", &policy, &naming, 1);
+        catalog
+    }
+
+    #[test]
+    fn step_3b_sends_a_call_to_the_read_only_instance_only_as_the_definition_decided_on() {
+        let note = json!({"name": "note", "inputSchema": {"type": "object"}});
+        let changed =
+            json!({"name": "note", "description": "other", "inputSchema": {"type": "object"}});
+        let alike = json!({"name": "read", "inputSchema": {"type": "object"}});
+        let alike_too = json!({"name": "READ", "inputSchema": {"type": "object"}});
+        let catalog = listing(&[note.clone(), alike.clone(), alike_too]);
+        let digest_of = |tool: &serde_json::Value| {
+            Some(PinDigest::of(&Tool::from_value(tool.clone()).unwrap()))
+        };
+        // The definition decided on, listed as it was: the call goes there.
+        assert_eq!(
+            read_only_lists(&catalog, 0, "note", digest_of(&note)),
+            Ok(())
+        );
+        // Listed otherwise, or decided on nothing: it does not.
+        let other = read_only_lists(&catalog, 0, "note", digest_of(&changed)).unwrap_err();
+        assert!(other.contains("another definition"), "{other}");
+        assert!(read_only_lists(&catalog, 0, "note", None).is_err());
+        // Not listed at all.
+        let missing = read_only_lists(&catalog, 0, "gone", digest_of(&note)).unwrap_err();
+        assert!(missing.contains("does not list `gone`"), "{missing}");
+        // Listed under a name that looks like another of its tools.
+        let misread = read_only_lists(&catalog, 0, "read", digest_of(&alike)).unwrap_err();
+        assert!(misread.contains("could mean another tool"), "{misread}");
+    }
 }

@@ -45,7 +45,7 @@ use hintgate_policy::tool::Trust;
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
-use super::call::{Approver, CallContext, Channel, Continuation, Outcome, Refusal, Step};
+use super::call::{Approver, CallContext, CallEnd, Channel, Continuation, Outcome, Refusal, Step};
 use super::inflight::{HostPurpose, UpPurpose};
 use super::request::ServerIdx;
 use crate::frame::{self, Message};
@@ -511,24 +511,24 @@ impl Gateway {
             Ok(claim) => claim.pin,
             Err(err) => {
                 let text = format!("The relayed answer could not be used: {err}.");
-                return Step::Refuse(cx, Refusal::BadState(text));
+                return Step::refused(cx, Refusal::BadState(text));
             }
         };
         if let Err(err) = self.sealer.open(&state, &tool, &Value::Null, &binding) {
             let text = format!("The relayed answer could not be used: {err}.");
-            return Step::Refuse(cx, Refusal::BadState(text));
+            return Step::refused(cx, Refusal::BadState(text));
         }
         let mut parts = binding.splitn(4, ':');
         let (Some("relay"), Some(idx), Some(call_id), Some(question_id)) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Step::Refuse(
+            return Step::refused(
                 cx,
                 Refusal::BadState("The relayed answer names no question.".to_owned()),
             );
         };
         let (Ok(idx), Ok(call_id)) = (idx.parse::<ServerIdx>(), call_id.parse::<u64>()) else {
-            return Step::Refuse(
+            return Step::refused(
                 cx,
                 Refusal::BadState("The relayed answer names no question.".to_owned()),
             );
@@ -543,7 +543,7 @@ impl Gateway {
             }
             _ => {
                 let text = "The server's call this answer was for has ended.".to_owned();
-                return Step::Refuse(cx, Refusal::BadState(text));
+                return Step::refused(cx, Refusal::BadState(text));
             }
         }
         tracing::debug!(host.id = %new_host_id, "a relayed answer goes to the server's question");
@@ -719,7 +719,7 @@ impl Gateway {
         if let Err(err) = crate::json::check_depth(&placed, self.limits.max_depth) {
             let text = super::call::too_deep_message(&err);
             tracing::warn!(tool.name = %cx.tool, "the host's answers to the server's questions, put in the call's params, {err}; the call was not sent again");
-            self.refuse(cx, super::call::Refusal::Malformed(text));
+            self.end_call(cx, CallEnd::Refused(Refusal::Malformed(text)));
             return;
         }
         // The same call, its params as the host sent them, with the server's

@@ -29,11 +29,11 @@ use hintgate_policy::tool::SandboxProof;
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::call::CallContext;
 use super::catalog::Listing;
 use super::inflight::UpPurpose;
 use super::journal::unix_now;
 use super::request::ServerIdx;
+use super::retry::Failure;
 use crate::conn::QueueGauge;
 use crate::frame::{self, Message};
 use crate::upstream::{Link, LinkTarget};
@@ -820,7 +820,7 @@ impl Gateway {
             UpPurpose::Forward(request) => {
                 self.reply_error(request.session, request.id(), -32603, why);
             }
-            UpPurpose::Call(cx) => self.call_failed(cx, why),
+            UpPurpose::Call(cx) => self.call_failed(cx, Failure::Failed, why),
             UpPurpose::Fanout { aggregate, .. } => {
                 self.fanout_done(aggregate, idx, Some(why.to_owned()));
             }
@@ -861,7 +861,7 @@ impl Gateway {
             UpPurpose::Call(cx) => {
                 self.cancel_upstream(idx, id, "timed out");
                 let why = format!("server `{name}` did not answer within {timeout} s");
-                self.call_failed(cx, &why);
+                self.call_failed(cx, Failure::Failed, &why);
             }
             UpPurpose::Forward(request) => {
                 self.cancel_upstream(idx, id, "timed out");
@@ -901,54 +901,6 @@ impl Gateway {
                 &json!({"requestId": id, "reason": reason}),
             ),
         );
-    }
-
-    /// A forwarded call failed (a timeout, a crash): retry it when design
-    /// §4.5 allows, otherwise tell the host.
-    pub(super) fn call_failed(&mut self, mut cx: Box<CallContext>, reason: &str) {
-        if cx.retry_eligible && cx.attempt == 0 || self.key_makes_retry_safe(&cx) {
-            tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, and a read-only or idempotent tool or a call with an idempotency key)");
-            self.record_outcome(&cx, super::call::Outcome::FailedRetried);
-            cx.next_attempt();
-            self.run_pipeline(cx);
-            return;
-        }
-        let why = if cx.retry_eligible {
-            "it already failed once"
-        } else {
-            "hintgate retries only read-only or idempotent tools of trusted servers"
-        };
-        let text = format!("{reason}. The call was not retried: {why}.");
-        let line = self.result_line(
-            cx.request.session,
-            cx.request.id(),
-            &super::call::error_result(&text),
-        );
-        self.answer_call(&cx, line, super::call::Outcome::Failed);
-    }
-
-    /// A decided call could not be sent: its server stopped or started
-    /// again since. It never reached the server, so it goes through the
-    /// pipeline again (decided on what the server lists now), a few times
-    /// at most, whatever design §4.5 says of retries.
-    pub(super) fn call_unsent(&mut self, mut cx: Box<CallContext>, reason: &str) {
-        /// A server that restarts this often between a decision and its send
-        /// is not going to take the call.
-        const MAX_UNSENT: u32 = 3;
-        self.record_outcome(&cx, super::call::Outcome::Unsent);
-        if cx.attempt >= MAX_UNSENT {
-            let text = format!("{reason}. The call was not sent.");
-            let line = self.result_line(
-                cx.request.session,
-                cx.request.id(),
-                &super::call::error_result(&text),
-            );
-            self.send_host(cx.request.session, line);
-            return;
-        }
-        tracing::debug!(tool.name = %cx.tool, "{reason}; the call goes through the pipeline again");
-        cx.next_attempt();
-        self.run_pipeline(cx);
     }
 
     /// Stops every server: closes its input, waits a moment, then kills it.
