@@ -416,28 +416,7 @@ async fn open(target: &Egress) -> Result<TcpStream, Refusal> {
                     status: "502 Bad Gateway",
                     why: format!("its name does not resolve: {err}"),
                 })?;
-            let all: Vec<SocketAddr> = resolved.collect();
-            let local_name = target.host == "localhost";
-            let usable: Vec<SocketAddr> = all
-                .iter()
-                .copied()
-                .filter(|address| local_name || !is_local(address.ip()))
-                .collect();
-            if usable.is_empty() {
-                let shown: Vec<String> = all.iter().map(|a| a.ip().to_string()).collect();
-                return Err(Refusal {
-                    status: "403 Forbidden",
-                    why: if shown.is_empty() {
-                        "its name resolves to no address".to_owned()
-                    } else {
-                        format!(
-                            "its name resolves to {} (this machine, a link-local or an unspecified address), which only a list naming that address or `localhost` allows",
-                            shown.join(", ")
-                        )
-                    },
-                });
-            }
-            usable
+            usable(target, resolved.collect())?
         }
     };
     let mut last = None;
@@ -453,6 +432,32 @@ async fn open(target: &Egress) -> Result<TcpStream, Refusal> {
             "it cannot be reached ({})",
             last.unwrap_or_else(|| "no address".to_owned())
         ),
+    })
+}
+
+/// The addresses a listed name may lead to, of those it resolved to: none
+/// on this machine or link-local, unless the name is `localhost`.
+fn usable(target: &Egress, all: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, Refusal> {
+    let local_name = target.host == "localhost";
+    let usable: Vec<SocketAddr> = all
+        .iter()
+        .copied()
+        .filter(|address| local_name || !is_local(address.ip()))
+        .collect();
+    if !usable.is_empty() {
+        return Ok(usable);
+    }
+    let shown: Vec<String> = all.iter().map(|a| a.ip().to_string()).collect();
+    Err(Refusal {
+        status: "403 Forbidden",
+        why: if shown.is_empty() {
+            "its name resolves to no address".to_owned()
+        } else {
+            format!(
+                "its name resolves to {} (this machine, a link-local or an unspecified address), which only a list naming that address or `localhost` allows",
+                shown.join(", ")
+            )
+        },
     })
 }
 
@@ -799,6 +804,40 @@ mod tests {
                 assert!(read.is_err() || rest.is_empty(), "{rest:?}");
             }
         });
+    }
+
+    #[test]
+    fn a_name_rebound_to_this_machine_is_refused_and_its_public_addresses_kept() {
+        let name = Egress::parse("api.example.com:443").unwrap();
+        let at = |text: &str| SocketAddr::new(text.parse().unwrap(), 443);
+        // DNS rebinding: the name now answers with this machine's loopback
+        // or a metadata address; nothing is connected to.
+        for rebound in [
+            vec![at("127.0.0.1")],
+            vec![at("169.254.169.254"), at("::1")],
+            vec![at("::ffff:127.0.0.1")],
+        ] {
+            let refusal = usable(&name, rebound).unwrap_err();
+            assert_eq!(refusal.status, "403 Forbidden");
+            assert!(refusal.why.contains("this machine"), "{}", refusal.why);
+        }
+        assert!(
+            usable(&name, Vec::new())
+                .unwrap_err()
+                .why
+                .contains("no address")
+        );
+        // Mixed answers: only the addresses off this machine are tried.
+        assert_eq!(
+            usable(&name, vec![at("127.0.0.1"), at("140.82.112.6")]).unwrap(),
+            vec![at("140.82.112.6")]
+        );
+        // `localhost`, named as such, is this machine by the user's choice.
+        let localhost = Egress::parse("localhost:443").unwrap();
+        assert_eq!(
+            usable(&localhost, vec![at("127.0.0.1")]).unwrap(),
+            vec![at("127.0.0.1")]
+        );
     }
 
     #[test]

@@ -728,6 +728,25 @@ mod tests {
     }
 
     #[test]
+    fn a_list_of_hosts_needs_the_namespace_and_proves_only_that_nothing_else_is_reached() {
+        let mut sandbox = table(false, &[]);
+        sandbox.egress =
+            vec![hintgate_policy::config::Egress::parse("api.github.com:443").unwrap()];
+        let report = kernel(7, true).report(&sandbox);
+        assert!(report.holds(Property::NetworkNamespace));
+        assert!(report.holds(Property::UnixSockets));
+        let proof = report.proof(&sandbox);
+        assert!(!proof.no_network && proof.egress_only && proof.no_writes);
+        // Without a namespace of its own, nothing holds and it does not start.
+        let report = kernel(7, false).report(&sandbox);
+        assert_eq!(
+            report.missing_required()[0].property,
+            Property::NetworkNamespace
+        );
+        assert!(!report.proof(&sandbox).egress_only);
+    }
+
+    #[test]
     fn without_user_namespaces_no_network_is_missing_and_unproven() {
         let sandbox = table(false, &[]);
         let report = kernel(7, false).report(&sandbox);
