@@ -335,12 +335,14 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// Reads a request head: what it asks for, or why it is refused (with what
 /// it asked for, as far as it could be read).
 fn parse(head: &[u8]) -> Result<Request, (String, Refusal)> {
+    // What the server wrote is shown in the log and its answer printable
+    // and short, whatever it holds (terminal escapes, line breaks).
     let bad = |asked: &str, why: &str| {
         (
-            asked.to_owned(),
+            printable(asked),
             Refusal {
                 status: "400 Bad Request",
-                why: why.to_owned(),
+                why: printable(why),
             },
         )
     };
@@ -355,11 +357,7 @@ fn parse(head: &[u8]) -> Result<Request, (String, Refusal)> {
     else {
         return Err(bad("?", "its request line is not `METHOD target HTTP/1.x`"));
     };
-    let shown: String = target
-        .chars()
-        .take(256)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
+    let shown = printable(target);
     if !version.starts_with("HTTP/1.") {
         return Err(bad(&shown, "it is not an HTTP/1 request"));
     }
@@ -401,6 +399,15 @@ fn parse(head: &[u8]) -> Result<Request, (String, Refusal)> {
     let mut rewritten = format!("{method} {path} {version}").into_bytes();
     rewritten.extend_from_slice(head.get(line_end..).unwrap_or_default());
     Ok(Request::Forward(destination, rewritten))
+}
+
+/// `text` with every control character replaced by `?`, cut at 300
+/// characters.
+fn printable(text: &str) -> String {
+    text.chars()
+        .take(300)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// Resolves `target` (here, not in the server) and opens a connection to
@@ -711,6 +718,8 @@ mod tests {
                 "CONNECT localhost HTTP/1.1\r\n\r\n".to_owned(),
                 "CONNECT\r\n\r\n".to_owned(),
                 "\u{1b}[2J\r\n\r\n".to_owned(),
+                "CONNECT evil\u{1b}[2J.example:443 HTTP/1.1\r\n\r\n".to_owned(),
+                "GET http://evil\u{7}.example/ HTTP/1.1\r\n\r\n".to_owned(),
             ] {
                 let answer = exchange(address, &request).await;
                 assert!(
@@ -718,8 +727,9 @@ mod tests {
                     "{request:?}: {answer}"
                 );
             }
-            assert_eq!(log.text().matches("refused").count(), 7, "{}", log.text());
-            assert!(!log.text().contains('\u{1b}'));
+            assert_eq!(log.text().matches("refused").count(), 9, "{}", log.text());
+            assert!(!log.text().contains('\u{1b}'), "{}", log.text());
+            assert!(!log.text().contains('\u{7}'), "{}", log.text());
         });
     }
 
