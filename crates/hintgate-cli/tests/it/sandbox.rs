@@ -604,7 +604,8 @@ fn the_fetch_server_with_one_allowed_host_reaches_that_api_and_nothing_else() {
 }
 
 #[test]
-fn config_check_reads_a_list_of_hosts_and_names_a_malformed_one_by_file_line_and_key() {
+fn config_check_and_sandbox_explain_read_a_list_of_hosts_and_a_malformed_one_is_named_by_file_line_and_key()
+ {
     let dir = tempfile::tempdir().unwrap();
     let good = "[servers.gh]\ncommand = \"gh-server\"\n\n[servers.gh.sandbox]\nnetwork = [\"api.github.com:443\", \"[::1]:8080\"]\n";
     std::fs::write(dir.path().join("good.toml"), good).unwrap();
@@ -616,6 +617,36 @@ fn config_check_reads_a_list_of_hosts_and_names_a_malformed_one_by_file_line_and
         crate::util::stderr(&output)
     );
     let bad = "[servers.gh]\ncommand = \"gh-server\"\n\n[servers.gh.sandbox]\nnetwork = [\n  \"api.github.com:443\",\n  \"*.github.com:443\",\n]\n";
+    // `sandbox explain` names the hosts, in words and in JSON.
+    let with_sh = good.replace("gh-server", "sh");
+    std::fs::write(dir.path().join("good.toml"), with_sh).unwrap();
+    let explained = crate::util::run(
+        dir.path(),
+        &["sandbox", "explain", "gh", "--config", "good.toml"],
+    );
+    let said = crate::util::stdout(&explained);
+    assert!(
+        said.contains("Network: only api.github.com:443, [::1]:8080"),
+        "{said}"
+    );
+    assert!(said.contains("Open-world"), "{said}");
+    let explained = crate::util::run(
+        dir.path(),
+        &[
+            "sandbox",
+            "explain",
+            "gh",
+            "--config",
+            "good.toml",
+            "--json",
+        ],
+    );
+    let value: Value = serde_json::from_str(&crate::util::stdout(&explained)).unwrap();
+    assert_eq!(
+        value["network_hosts"],
+        json!(["api.github.com:443", "[::1]:8080"])
+    );
+    assert_eq!(value["proves"]["no_network"], json!(false), "{value}");
     std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
     let output = crate::util::run(dir.path(), &["config", "check", "bad.toml"]);
     let said = format!(
