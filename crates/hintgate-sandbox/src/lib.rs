@@ -607,6 +607,9 @@ pub fn command(
         for name in EGRESS_VARIABLES {
             command.env(name, sys::egress::PROXY_URL);
         }
+        // Node.js's own `fetch` follows them only when told to (from
+        // 22.21 and 24); older releases ignore the variable.
+        command.env("NODE_USE_ENV_PROXY", "1");
         Some((channel, end))
     } else {
         None

@@ -906,7 +906,7 @@ def proxy():
     return s.recv(16).decode()
 def direct(port):
     return lambda: socket.create_connection(("127.0.0.1", port), timeout=5).close() or "connected"
-print(json.dumps({"attempt": "env", "ok": True, "detail": os.environ.get("HTTPS_PROXY", "") + " " + os.environ.get("all_proxy", "")}), flush=True)
+print(json.dumps({"attempt": "env", "ok": True, "detail": os.environ.get("HTTPS_PROXY", "") + " " + os.environ.get("all_proxy", "") + " " + os.environ.get("NODE_USE_ENV_PROXY", "")}), flush=True)
 attempt("proxy", proxy)
 attempt("outside", direct(int(sys.argv[1])))
 attempt("other-port", direct(3129))
@@ -977,7 +977,7 @@ fn a_list_of_hosts_gives_the_gateway_a_listener_in_the_servers_namespace_and_not
     }
     assert_eq!(
         outcomes["env"].1,
-        "http://127.0.0.1:3128 http://127.0.0.1:3128"
+        "http://127.0.0.1:3128 http://127.0.0.1:3128 1"
     );
     succeeded(&outcomes, "proxy");
     assert_eq!(outcomes["proxy"].1, "welcome");
