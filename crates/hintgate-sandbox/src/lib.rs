@@ -12,6 +12,10 @@
 //!   Landlock denies TCP bind and connect where the kernel's ABI has it, and
 //!   no Unix socket reaches a local daemon (seccomp refuses them but for
 //!   `socketpair` plumbing; Landlock ABI 9 denies the connection too);
+//!   `network = ["host:port", ...]` is the same namespace with one way
+//!   out: a listener on its 127.0.0.1:3128, made there by the child and
+//!   handed to the gateway ([`Confinement::egress_listener`]), whose egress
+//!   proxy reaches only those hosts;
 //! - **everything else**: a clean environment, `no_new_privs`, resource
 //!   limits (open files, processes counted in the server's own user
 //!   namespace, address space), its own process group and, where the
