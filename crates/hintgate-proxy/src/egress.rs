@@ -396,8 +396,33 @@ fn parse(head: &[u8]) -> Result<Request, (String, Refusal)> {
     } else {
         path.to_owned()
     };
-    let mut rewritten = format!("{method} {path} {version}").into_bytes();
-    rewritten.extend_from_slice(head.get(line_end..).unwrap_or_default());
+    // One request per connection: the host it goes to is the one this
+    // connection was opened to, so the upstream is asked to close after
+    // its answer (a client that would send the next request, to another
+    // host, on the same connection opens a new one), and the headers meant
+    // for the proxy stay here.
+    let mut rewritten = format!("{method} {path} {version}\r\n").into_bytes();
+    let headers = head.get(line_end + 2..).unwrap_or_default();
+    for line in headers.split(|byte| *byte == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        let name = line.split(|byte| *byte == b':').next().unwrap_or_default();
+        let hop = [
+            &b"connection"[..],
+            b"proxy-connection",
+            b"keep-alive",
+            b"proxy-authorization",
+        ]
+        .iter()
+        .any(|hop| name.trim_ascii().eq_ignore_ascii_case(hop));
+        if !hop {
+            rewritten.extend_from_slice(line);
+            rewritten.extend_from_slice(b"\r\n");
+        }
+    }
+    rewritten.extend_from_slice(b"Connection: close\r\n\r\n");
     Ok(Request::Forward(destination, rewritten))
 }
 
@@ -551,9 +576,14 @@ mod tests {
                     let Ok(Some((head, _))) = read_head(&mut stream, 65536).await else {
                         return;
                     };
-                    let line = String::from_utf8_lossy(&head);
-                    let line = line.lines().next().unwrap_or_default().to_owned();
-                    let body = format!("api saw: {line}");
+                    // A plain request's whole head; only the request line
+                    // of one that came through a tunnel (`Host: x`).
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let body = if head.contains("Host: x") {
+                        format!("api saw: {}", head.lines().next().unwrap_or_default())
+                    } else {
+                        format!("api saw: {head}")
+                    };
                     let _ = stream
                         .write_all(
                             format!(
@@ -638,12 +668,13 @@ mod tests {
             let (_proxy, address) = proxy(&[format!("localhost:{port}")], Limits::default());
             let answer = exchange(
                 address,
-                &format!("GET http://localhost:{port}/search?q=1 HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"),
+                &format!("GET http://localhost:{port}/search?q=1 HTTP/1.1\r\nHost: localhost:{port}\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n"),
             )
             .await;
             assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+            // In origin form, without the proxy's headers, closing after.
             assert!(
-                answer.ends_with("api saw: GET /search?q=1 HTTP/1.1"),
+                answer.ends_with(&format!("api saw: GET /search?q=1 HTTP/1.1\r\nHost: localhost:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n")),
                 "{answer}"
             );
             assert!(log.text().contains("allowed"));
