@@ -162,6 +162,7 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
             "properties": properties(&report),
             "starts": starts,
             "proves": report.proof(sandbox),
+            "network_hosts": sandbox.egress_hosts(),
         });
         output::out(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
         return Ok(Exit::Success);
@@ -210,9 +211,14 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
         out,
         "Network: {}",
         if sandbox.network {
-            "allowed (not confined)"
+            "allowed (not confined)".to_owned()
+        } else if !sandbox.egress.is_empty() {
+            format!(
+                "only {} (own user and network namespace, whose one way out is an egress proxy hintgate runs on its 127.0.0.1:3128, named by HTTP_PROXY, HTTPS_PROXY and ALL_PROXY; names resolved by hintgate; every connection logged; no Unix sockets but socketpair plumbing). Open-world: it can send what it has to those hosts",
+                sandbox.egress_hosts().join(", ")
+            )
         } else {
-            "none (own user and network namespace, loopback down; no Unix sockets but socketpair plumbing, so no local daemon's socket either)"
+            "none (own user and network namespace, loopback down; no Unix sockets but socketpair plumbing, so no local daemon's socket either)".to_owned()
         }
     );
     out.push_str("\nOn this kernel:\n");

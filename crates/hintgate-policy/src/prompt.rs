@@ -90,7 +90,20 @@ impl Policy {
                 (reason.code.description(), words)
             })
             .collect();
-        let risks = risk_lines(input.server, trust, declared, &assessment, input.decision);
+        // The hosts of an enforced `network = ["host:port", ...]`: where
+        // this server can send what it has.
+        let egress = match config.and_then(|server| server.sandbox.as_ref()) {
+            Some(sandbox) if input.sandbox.egress_only => sandbox.egress_hosts(),
+            _ => Vec::new(),
+        };
+        let risks = risk_lines(
+            input.server,
+            trust,
+            declared,
+            &assessment,
+            input.decision,
+            &egress,
+        );
         Facts {
             trust,
             identity,
@@ -249,6 +262,7 @@ fn risk_lines(
     declared: DeclaredHints,
     assessment: &HintAssessment,
     decision: &Decision,
+    egress: &[String],
 ) -> Vec<String> {
     let effective = assessment.effective;
     let mut lines = Vec::new();
@@ -322,7 +336,13 @@ fn risk_lines(
     } else if !effective.read_only && !decision.has(ReasonCode::NotReadOnly) {
         lines.push("this tool may change things".to_owned());
     }
-    if effective.open_world {
+    if effective.open_world && !egress.is_empty() {
+        // The hosts are the configuration's, not the server's text.
+        lines.push(format!(
+            "this tool may send data to the hosts its sandbox lets it reach (through hintgate's egress proxy, nothing else): {}",
+            egress.join(", ")
+        ));
+    } else if effective.open_world {
         lines.push("this tool may reach outside this machine".to_owned());
     }
     if decision.has(ReasonCode::OpenWorldAfterPrivateData) {
@@ -381,6 +401,61 @@ mod tests {
             sandbox: SandboxProof::default(),
             changes,
         })
+    }
+
+    #[test]
+    fn a_server_with_a_list_of_hosts_is_open_world_and_the_prompt_names_the_hosts() {
+        let (config, diagnostics) = crate::config::parse_str(
+            "[servers.gh]\ncommand = \"x\"\n[servers.gh.sandbox]\nnetwork = [\"api.github.com:443\", \"[::1]:8080\"]\n",
+        );
+        assert!(diagnostics.is_empty(), "{diagnostics:?}");
+        let config = config.unwrap();
+        let sandbox = config.servers["gh"].sandbox.as_ref().unwrap().proof();
+        let policy = Policy::new(config);
+        // The server claims a closed world; the hosts say otherwise.
+        let tool = Tool::from_value(json!({
+            "name": "search",
+            "annotations": {"readOnlyHint": true, "openWorldHint": false}
+        }))
+        .unwrap();
+        let decision = policy.decide(&Call {
+            server: "gh",
+            tool: &tool,
+            pin: PinStatus::Unchanged,
+            session: SessionState::default(),
+            sandbox,
+            hook: Default::default(),
+        });
+        assert_eq!(decision.verdict, crate::decide::Verdict::Ask);
+        assert!(!decision.has(ReasonCode::SandboxConfined), "{decision:?}");
+        let input = PromptInput {
+            server: "gh",
+            identity: None,
+            previous_identity: None,
+            tool: &tool,
+            arguments: None,
+            decision: &decision,
+            sandbox,
+            changes: &[],
+        };
+        let text = policy.prompt(&input);
+        assert!(
+            text.contains("the server says this tool stays on this machine (unverified)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("may send data to the hosts its sandbox lets it reach (through hintgate's egress proxy, nothing else): api.github.com:443, [::1]:8080"),
+            "{text}"
+        );
+        let details = policy.prompt_details(&input);
+        assert!(details["risks"].to_string().contains("api.github.com:443"));
+        // A sandbox that is not enforced names no hosts: it keeps nothing to them.
+        let unenforced = policy.prompt(&PromptInput {
+            sandbox: SandboxProof::default(),
+            ..input
+        });
+        assert!(!unenforced.contains("api.github.com"), "{unenforced}");
+        assert!(unenforced.contains("this tool may reach outside this machine"));
     }
 
     #[test]

@@ -160,6 +160,12 @@ pub struct SandboxProof {
     pub no_network: bool,
     /// The server can write nowhere outside its own process.
     pub no_writes: bool,
+    /// The server's network namespace reaches only the hosts its sandbox
+    /// table lists (`network = ["host:port", ...]`), through the gateway's
+    /// egress proxy. Not a closed world: it can send data to those hosts,
+    /// so this lowers no friction; the prompt names the hosts.
+    #[serde(default)]
+    pub egress_only: bool,
 }
 
 /// What a server's read-only instance proves, whatever the server says:
@@ -504,6 +510,7 @@ mod tests {
             SandboxProof {
                 no_network: true,
                 no_writes: true,
+                egress_only: false,
             },
         );
         assert!(a.effective.read_only && !a.effective.open_world && !a.effective.destructive);

@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 pub mod conn;
+pub mod egress;
 pub mod event;
 pub mod frame;
 pub mod gateway;

@@ -82,7 +82,16 @@ pub struct Process {
     child: Child,
     /// Its sandbox, when it has one: dropped after the child, it kills the
     /// process group and removes the private home.
-    confinement: Option<Box<Confinement>>,
+    confinement: Option<Box<Sandboxed>>,
+}
+
+/// A running server's sandbox, and the egress proxy of a sandbox with a
+/// list of hosts (stopped first, then the sandbox).
+#[derive(Debug)]
+struct Sandboxed {
+    /// Held only to be dropped (fields drop in order: the proxy first).
+    _egress: Option<crate::egress::EgressProxy>,
+    confinement: Confinement,
 }
 
 /// Lines over a pair of byte streams.
@@ -123,6 +132,14 @@ pub enum SpawnError {
     /// A pipe was not set up.
     #[error("cannot connect to `{0}`: no pipe")]
     NoPipe(String),
+    /// The egress proxy of a sandbox with a list of hosts cannot start.
+    #[error("cannot start the egress proxy of `{name}`: {source}")]
+    Egress {
+        /// The server's configured name.
+        name: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The sandbox cannot be set up (or the kernel cannot enforce it).
     #[error("cannot start `{name}` in its sandbox: {source}")]
     Sandbox {
@@ -196,7 +213,10 @@ impl Link {
     /// process.
     pub fn sandbox(&self) -> Option<&Report> {
         match self {
-            Self::Stdio(process) => process.confinement.as_deref().map(Confinement::report),
+            Self::Stdio(process) => process
+                .confinement
+                .as_deref()
+                .map(|sandboxed| sandboxed.confinement.report()),
             Self::Http(_) | Self::Streams(_) => None,
         }
     }
@@ -260,7 +280,7 @@ impl Process {
                     .map_err(sandboxed)?;
                 let (command, confinement) =
                     hintgate_sandbox::command(&plan, Kernel::current()).map_err(sandboxed)?;
-                (Command::from(command), Some(Box::new(confinement)))
+                (Command::from(command), Some(confinement))
             }
             None => {
                 let mut command = Command::new(spec.command);
@@ -277,8 +297,27 @@ impl Process {
             command: spec.command.to_owned(),
             source,
         })?;
+        let mut egress = None;
         if let Some(confinement) = &mut confinement {
             confinement.started(child.id());
+            // `network = ["host:port", ...]`: the listener the sandbox made
+            // in the server's namespace, served here.
+            let failed = |source| SpawnError::Egress {
+                name: spec.name.to_owned(),
+                source,
+            };
+            if let Some(listener) = confinement.egress_listener().map_err(failed)? {
+                let hosts = spec.sandbox.map_or(&[][..], |sandbox| &sandbox.egress[..]);
+                egress = Some(
+                    crate::egress::spawn(
+                        listener,
+                        spec.name,
+                        hosts,
+                        crate::egress::Limits::default(),
+                    )
+                    .map_err(failed)?,
+                );
+            }
         }
         let stdin = child
             .stdin
@@ -304,7 +343,12 @@ impl Process {
         Ok(Self {
             lines,
             child,
-            confinement,
+            confinement: confinement.map(|confinement| {
+                Box::new(Sandboxed {
+                    _egress: egress,
+                    confinement,
+                })
+            }),
         })
     }
 
@@ -322,7 +366,8 @@ impl Process {
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
-        // Whatever the server left running in its group goes with it.
+        // Whatever the server left running in its group goes with it, and
+        // so does its way out.
         drop(confinement);
     }
 }

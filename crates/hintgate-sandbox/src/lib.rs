@@ -12,6 +12,10 @@
 //!   Landlock denies TCP bind and connect where the kernel's ABI has it, and
 //!   no Unix socket reaches a local daemon (seccomp refuses them but for
 //!   `socketpair` plumbing; Landlock ABI 9 denies the connection too);
+//!   `network = ["host:port", ...]` is the same namespace with one way
+//!   out: a listener on its 127.0.0.1:3128, made there by the child and
+//!   handed to the gateway ([`Confinement::egress_listener`]), whose egress
+//!   proxy reaches only those hosts;
 //! - **everything else**: a clean environment, `no_new_privs`, resource
 //!   limits (open files, processes counted in the server's own user
 //!   namespace, address space), its own process group and, where the
@@ -184,6 +188,10 @@ pub struct Confinement {
     pids: Option<cgroup::PidsGroup>,
     home: Option<tempfile::TempDir>,
     group: Option<u32>,
+    /// With `network = ["host:port", ...]`: where the egress proxy's
+    /// listener arrives from the child.
+    #[cfg(target_os = "linux")]
+    egress: Option<sys::egress::Channel>,
 }
 
 // === impl Kernel ===
@@ -442,15 +450,17 @@ impl Report {
     /// only when writes are confined, the table names no writable path
     /// (the private home goes with the process) and reads are confined too.
     pub fn proof(&self, sandbox: &SandboxConfig) -> SandboxProof {
-        let no_network = !sandbox.network
+        let confined = !sandbox.network
             && self.holds(Property::NetworkNamespace)
             && self.holds(Property::UnixSockets);
         let no_writes = sandbox.write.is_empty()
             && self.holds(Property::FilesWrite)
             && self.holds(Property::FilesRead);
+        // A list of hosts is a way out: only "nothing else" holds.
         SandboxProof {
-            no_network,
+            no_network: confined && sandbox.egress.is_empty(),
             no_writes,
+            egress_only: confined && !sandbox.egress.is_empty(),
         }
     }
 
@@ -505,6 +515,32 @@ impl Confinement {
     /// dropped.
     pub fn started(&mut self, pid: Option<u32>) {
         self.group = pid;
+    }
+
+    /// With `network = ["host:port", ...]` and the server's own network
+    /// namespace: the listening socket of its egress proxy, made in that
+    /// namespace on 127.0.0.1 (where the server's `HTTP_PROXY`,
+    /// `HTTPS_PROXY` and `ALL_PROXY` point). The caller accepts on it and
+    /// decides where each connection may go; nothing else in the namespace
+    /// leads out. `None` without a list of hosts, or without a network
+    /// namespace (a `best_effort` sandbox on a kernel that refuses one).
+    /// Called once, after the process was started; never waits.
+    ///
+    /// # Errors
+    ///
+    /// The child sent no listener (it did not start).
+    pub fn egress_listener(&mut self) -> std::io::Result<Option<std::net::TcpListener>> {
+        #[cfg(target_os = "linux")]
+        {
+            match self.egress.take() {
+                Some(mut channel) => channel.receive().map(Some),
+                None => Ok(None),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Ok(None)
+        }
     }
 }
 
@@ -561,6 +597,27 @@ pub fn command(
         command.env(key, value);
     }
     command.env("HOME", home.path()).env("TMPDIR", &tmp);
+    // `network = ["host:port", ...]` in a namespace of its own: an egress
+    // proxy in it, which every common HTTP client finds by these names.
+    #[cfg(target_os = "linux")]
+    let egress = if !plan.config.network
+        && !plan.config.egress.is_empty()
+        && report.holds(Property::NetworkNamespace)
+    {
+        let (channel, end) = sys::egress::Channel::new().map_err(|source| SandboxError::Path {
+            path: PathBuf::from("socketpair"),
+            source,
+        })?;
+        for name in EGRESS_VARIABLES {
+            command.env(name, sys::egress::PROXY_URL);
+        }
+        // Node.js's own `fetch` follows them only when told to (from
+        // 22.21 and 24); older releases ignore the variable.
+        command.env("NODE_USE_ENV_PROXY", "1");
+        Some((channel, end))
+    } else {
+        None
+    };
     {
         use std::os::unix::process::CommandExt;
         command.process_group(0);
@@ -585,6 +642,7 @@ pub fn command(
         &report,
         home.path(),
         pids.as_ref().map(cgroup::PidsGroup::procs),
+        egress.as_ref().map(|(_, end)| *end),
     )?;
     Ok((
         command,
@@ -594,9 +652,23 @@ pub fn command(
             pids,
             home: Some(home),
             group: None,
+            #[cfg(target_os = "linux")]
+            egress: egress.map(|(channel, _)| channel),
         },
     ))
 }
+
+/// The variables that name the egress proxy to the server's HTTP clients
+/// (curl, Python's `urllib`, `requests` and `httpx`, Go, `undici`'s
+/// environment agent), in both cases.
+pub const EGRESS_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
 
 /// The process limit of `plan`, with the processes of the sandbox's own
 /// that count against it (the relay and the init of a PID namespace).
@@ -660,6 +732,25 @@ mod tests {
         let sandbox = table(true, &[]);
         let proof = kernel(7, true).report(&sandbox).proof(&sandbox);
         assert!(!proof.no_network && proof.no_writes);
+    }
+
+    #[test]
+    fn a_list_of_hosts_needs_the_namespace_and_proves_only_that_nothing_else_is_reached() {
+        let mut sandbox = table(false, &[]);
+        sandbox.egress =
+            vec![hintgate_policy::config::Egress::parse("api.github.com:443").unwrap()];
+        let report = kernel(7, true).report(&sandbox);
+        assert!(report.holds(Property::NetworkNamespace));
+        assert!(report.holds(Property::UnixSockets));
+        let proof = report.proof(&sandbox);
+        assert!(!proof.no_network && proof.egress_only && proof.no_writes);
+        // Without a namespace of its own, nothing holds and it does not start.
+        let report = kernel(7, false).report(&sandbox);
+        assert_eq!(
+            report.missing_required()[0].property,
+            Property::NetworkNamespace
+        );
+        assert!(!report.proof(&sandbox).egress_only);
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
 };
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -23,6 +23,8 @@ use seccompiler::{
 };
 
 use crate::plan::Access as PlanAccess;
+
+pub(crate) mod egress;
 use crate::{Kernel, Plan, Property, Report, SandboxError};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION`: ask the kernel for its ABI.
@@ -149,6 +151,10 @@ struct Prepared {
     /// The gateway's process id, to tell whether it died before the child
     /// asked for SIGKILL with it.
     gateway: libc::pid_t,
+    /// With `network = ["host:port", ...]`: the channel through which the
+    /// child hands the gateway the egress proxy's listener, made in its new
+    /// network namespace (see [`egress`]).
+    egress: Option<egress::ChildEnd>,
 }
 
 /// Adds the confinement of `plan`, as `report` says it holds, to `command`.
@@ -159,6 +165,7 @@ pub(crate) fn confine(
     report: &Report,
     home: &Path,
     cgroup_procs: Option<std::path::PathBuf>,
+    egress: Option<egress::ChildEnd>,
 ) -> Result<(), SandboxError> {
     let cgroup_procs = match cgroup_procs {
         Some(path) => {
@@ -171,7 +178,7 @@ pub(crate) fn confine(
         None => None,
     };
     let ruleset = if report.holds(Property::FilesRead) {
-        Some(ruleset(plan, kernel, report, home)?)
+        Some(ruleset(plan, kernel, report, home, egress.is_some())?)
     } else {
         None
     };
@@ -187,6 +194,9 @@ pub(crate) fn confine(
             unshare |= libc::CLONE_NEWNET;
         }
     }
+    // The listener is made only in a network namespace of the server's own:
+    // anywhere else it would listen on the gateway's loopback.
+    let egress = egress.filter(|_| unshare & libc::CLONE_NEWNET != 0);
     let pid_namespace = report.holds(Property::PidNamespace);
     if pid_namespace {
         unshare |= pid_flags(kernel.user_namespaces, kernel.root).unwrap_or(0);
@@ -210,6 +220,7 @@ pub(crate) fn confine(
             (libc::RLIMIT_NPROC, processes),
             (libc::RLIMIT_AS, plan.limits.address_space),
         ],
+        egress,
     };
     let hook = move || prepared.apply();
     // SAFETY: the hook runs in the child between fork and exec and makes
@@ -246,6 +257,11 @@ impl Prepared {
                 write_file(c"/proc/self/uid_map", &self.uid_map)?;
                 write_file(c"/proc/self/gid_map", &self.gid_map)?;
             }
+        }
+        // In the new network namespace, with its capabilities still held
+        // and before the relay and the init close every descriptor.
+        if let Some(end) = self.egress.take() {
+            end.open()?;
         }
         if self.pid_namespace {
             supervise()?;
@@ -555,6 +571,7 @@ fn ruleset(
     kernel: &Kernel,
     report: &Report,
     home: &Path,
+    egress: bool,
 ) -> Result<RulesetCreated, SandboxError> {
     let abi = ABI::from(i32::try_from(kernel.landlock_abi).unwrap_or(i32::MAX));
     let build = |err: &dyn std::fmt::Display| SandboxError::Build(format!("Landlock: {err}"));
@@ -574,6 +591,14 @@ fn ruleset(
             .map_err(|err| build(&err))?;
     }
     let mut created = ruleset.create().map_err(|err| build(&err))?;
+    if egress && report.holds(Property::TcpDenied) {
+        // The one TCP connection the server may make: to its egress proxy
+        // (its namespace has only the loopback, so only the proxy listens
+        // on that port there).
+        created = created
+            .add_rule(NetPort::new(egress::PROXY_PORT, AccessNet::ConnectTcp))
+            .map_err(|err| build(&err))?;
+    }
     // Beneath a writable path the server may do everything the ABI
     // handles, except, with `network = false`, connect or send to a
     // pathname Unix socket (ABI 9): that reaches whoever listens there.

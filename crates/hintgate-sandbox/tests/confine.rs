@@ -888,3 +888,140 @@ fn the_limits_on_open_files_and_address_space_hold() {
         outcomes["open-many"].1
     );
 }
+
+/// The script a confined server runs for the egress test: it prints its
+/// proxy variables, says hello through the proxy's address and reads the
+/// answer, then tries the test's own loopback listener and another port of
+/// its own loopback, each directly.
+const EGRESS_SCRIPT: &str = r#"
+import json, os, socket, sys
+def attempt(name, fn):
+    try:
+        print(json.dumps({"attempt": name, "ok": True, "detail": fn()}), flush=True)
+    except OSError as err:
+        print(json.dumps({"attempt": name, "ok": False, "detail": repr(err)}), flush=True)
+def proxy():
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+    s.sendall(b"hello")
+    return s.recv(16).decode()
+def direct(port):
+    return lambda: socket.create_connection(("127.0.0.1", port), timeout=5).close() or "connected"
+print(json.dumps({"attempt": "env", "ok": True, "detail": os.environ.get("HTTPS_PROXY", "") + " " + os.environ.get("all_proxy", "") + " " + os.environ.get("NODE_USE_ENV_PROXY", "")}), flush=True)
+attempt("proxy", proxy)
+attempt("outside", direct(int(sys.argv[1])))
+attempt("other-port", direct(3129))
+"#;
+
+#[test]
+fn a_list_of_hosts_gives_the_gateway_a_listener_in_the_servers_namespace_and_nothing_else() {
+    let Some(python) = python() else {
+        println!("skipped: no system python3");
+        return;
+    };
+    let kernel = Kernel::probe();
+    let sandbox = SandboxConfig {
+        egress: vec![hintgate_policy::config::Egress::parse("api.example.com:443").unwrap()],
+        ..SandboxConfig::default()
+    };
+    let report = kernel.report(&sandbox);
+    if !report.holds(Property::NetworkNamespace) || !report.holds(Property::FilesRead) {
+        println!("skipped: this kernel cannot make a network namespace or confine files");
+        return;
+    }
+    let proof = report.proof(&sandbox);
+    assert!(!proof.no_network && proof.egress_only, "{proof:?}");
+    // A listener of the test's, on this machine's loopback: the server must
+    // not reach it directly.
+    let outside = TcpListener::bind("127.0.0.1:0").unwrap();
+    outside.set_nonblocking(true).unwrap();
+    let port = outside.local_addr().unwrap().port();
+    let args = vec!["-c".to_owned(), EGRESS_SCRIPT.to_owned(), port.to_string()];
+    let plan = Plan::new(python, &args, &BTreeMap::new(), &sandbox, &inherited()).unwrap();
+    let (mut command, mut confinement) = hintgate_sandbox::command(&plan, &kernel).unwrap();
+    println!("sandbox {}", confinement.report().summary());
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    confinement.started(Some(child.id()));
+    let listener = confinement
+        .egress_listener()
+        .unwrap()
+        .expect("a listener for the egress proxy");
+    // Only once: a second call has nothing.
+    assert!(confinement.egress_listener().unwrap().is_none());
+    // What the server connects to at 127.0.0.1:3128 in its namespace is
+    // this listener, in the test's hands.
+    let (mut stream, _) = listener.accept().unwrap();
+    let mut hello = [0_u8; 5];
+    std::io::Read::read_exact(&mut stream, &mut hello).unwrap();
+    assert_eq!(&hello, b"hello");
+    std::io::Write::write_all(&mut stream, b"welcome").unwrap();
+    drop(stream);
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    println!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success());
+    let mut outcomes = Outcomes::new();
+    for line in stdout.lines() {
+        let value: Value = serde_json::from_str(line).unwrap();
+        outcomes.insert(
+            value["attempt"].as_str().unwrap().to_owned(),
+            (
+                value["ok"].as_bool().unwrap(),
+                value["detail"].as_str().unwrap().to_owned(),
+            ),
+        );
+    }
+    assert_eq!(
+        outcomes["env"].1,
+        "http://127.0.0.1:3128 http://127.0.0.1:3128 1"
+    );
+    succeeded(&outcomes, "proxy");
+    assert_eq!(outcomes["proxy"].1, "welcome");
+    refused(&outcomes, "outside");
+    refused(&outcomes, "other-port");
+    assert_eq!(
+        outside.accept().map_err(|err| err.kind()).unwrap_err(),
+        ErrorKind::WouldBlock,
+        "the test's listener was reached from the sandbox"
+    );
+    drop(confinement);
+}
+
+#[test]
+fn without_a_list_of_hosts_there_is_no_egress_listener() {
+    let Some(python) = python() else {
+        println!("skipped: no system python3");
+        return;
+    };
+    let kernel = Kernel::probe();
+    for sandbox in [
+        SandboxConfig::default(),
+        SandboxConfig {
+            network: true,
+            ..SandboxConfig::default()
+        },
+    ] {
+        let plan = Plan::new(
+            python,
+            &[
+                "-c".to_owned(),
+                "import os; assert 'HTTPS_PROXY' not in os.environ".to_owned(),
+            ],
+            &BTreeMap::new(),
+            &sandbox,
+            &inherited(),
+        )
+        .unwrap();
+        let Ok((mut command, mut confinement)) = hintgate_sandbox::command(&plan, &kernel) else {
+            println!("skipped: this kernel cannot hold the sandbox");
+            return;
+        };
+        let status = command.stdin(Stdio::null()).status().unwrap();
+        assert!(status.success());
+        assert!(confinement.egress_listener().unwrap().is_none());
+    }
+}

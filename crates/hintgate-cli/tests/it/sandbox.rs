@@ -500,6 +500,168 @@ fn the_fetch_server_without_network_cannot_reach_this_machines_loopback() {
 }
 
 #[test]
+fn the_fetch_server_with_one_allowed_host_reaches_that_api_and_nothing_else() {
+    // `network = ["localhost:PORT"]`: the real fetch server, confined in
+    // its own network namespace, reaches a local "API" on this machine's
+    // loopback through the gateway's egress proxy (it finds it by
+    // HTTP_PROXY), and not a second one on another port. Both attempts are
+    // in the gateway's log with the server's name; the tool stays
+    // open-world, and the prompt and the audit record name the host.
+    use std::sync::atomic::Ordering;
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (api, api_seen) = loopback_page();
+    let (other, other_seen) = loopback_page();
+    let port = api
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let other_port = other
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let api = format!("http://localhost:{port}/page");
+    let config = format!(
+        "[servers.fetch]\ncommand = {:?}\nargs = [\"--allow-private-ips\", \"--ignore-robots-txt\"]\ntrust = \"untrusted\"\n\n\
+         [servers.fetch.sandbox]\nnetwork = [\"localhost:{port}\"]\n",
+        crate::peers::venv_bin("mcp-server-fetch"),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    let list = host.request("tools/list", json!({}));
+    // Not proven closed: it can send data to that host.
+    assert_eq!(
+        tool(&list, "fetch__fetch")["annotations"]["openWorldHint"],
+        true,
+        "{list}"
+    );
+    let fetched = host.call("fetch__fetch", json!({"url": api, "raw": true}));
+    assert!(
+        text(&fetched).contains("the page on the loopback"),
+        "{fetched}\n{}",
+        host.log()
+    );
+    assert!(api_seen.load(Ordering::SeqCst) >= 1);
+    let refused = host.call("fetch__fetch", json!({"url": other, "raw": true}));
+    println!("fetch answered: {}", text(&refused));
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        !text(&refused).contains("the page on the loopback"),
+        "{refused}"
+    );
+    assert_eq!(
+        other_seen.load(Ordering::SeqCst),
+        0,
+        "the second listener was reached from the sandbox"
+    );
+    // Both calls were asked about, and the prompt named the host.
+    assert_eq!(host.requests.len(), 2, "{:?}", host.requests);
+    let prompt = host.requests[0]["params"]["message"].as_str().unwrap();
+    println!("the prompt:\n{prompt}");
+    assert!(
+        prompt.contains(&format!(
+            "this tool may send data to the hosts its sandbox lets it reach (through hintgate's egress proxy, nothing else): localhost:{port}"
+        )),
+        "{prompt}"
+    );
+    host.close();
+    let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap_or_default();
+    let line_with = |needle: &str| {
+        log.lines()
+            .find(|line| line.contains(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` in the log:\n{log}"))
+            .to_owned()
+    };
+    let allowed = line_with(&format!("egress: connection to localhost:{port} allowed"));
+    assert!(allowed.contains("fetch"), "{allowed}");
+    let refusal = line_with(&format!(
+        "egress: connection to 127.0.0.1:{other_port} refused"
+    ));
+    assert!(refusal.contains("fetch"), "{refusal}");
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in &records {
+        assert_eq!(
+            record["egress"],
+            json!([format!("localhost:{port}")]),
+            "{record}"
+        );
+        let reasons = record["reasons"].as_array().unwrap();
+        assert!(!reasons.contains(&json!("sandbox-confined")), "{record}");
+    }
+}
+
+#[test]
+fn config_check_and_sandbox_explain_read_a_list_of_hosts_and_a_malformed_one_is_named_by_file_line_and_key()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let good = "[servers.gh]\ncommand = \"gh-server\"\n\n[servers.gh.sandbox]\nnetwork = [\"api.github.com:443\", \"[::1]:8080\"]\n";
+    std::fs::write(dir.path().join("good.toml"), good).unwrap();
+    let output = crate::util::run(dir.path(), &["config", "check", "good.toml"]);
+    assert_eq!(
+        crate::util::code(&output),
+        0,
+        "{}",
+        crate::util::stderr(&output)
+    );
+    let bad = "[servers.gh]\ncommand = \"gh-server\"\n\n[servers.gh.sandbox]\nnetwork = [\n  \"api.github.com:443\",\n  \"*.github.com:443\",\n]\n";
+    // `sandbox explain` names the hosts, in words and in JSON.
+    let with_sh = good.replace("gh-server", "sh");
+    std::fs::write(dir.path().join("good.toml"), with_sh).unwrap();
+    let explained = crate::util::run(
+        dir.path(),
+        &["sandbox", "explain", "gh", "--config", "good.toml"],
+    );
+    let said = crate::util::stdout(&explained);
+    assert!(
+        said.contains("Network: only api.github.com:443, [::1]:8080"),
+        "{said}"
+    );
+    assert!(said.contains("Open-world"), "{said}");
+    let explained = crate::util::run(
+        dir.path(),
+        &[
+            "sandbox",
+            "explain",
+            "gh",
+            "--config",
+            "good.toml",
+            "--json",
+        ],
+    );
+    let value: Value = serde_json::from_str(&crate::util::stdout(&explained)).unwrap();
+    assert_eq!(
+        value["network_hosts"],
+        json!(["api.github.com:443", "[::1]:8080"])
+    );
+    assert_eq!(value["proves"]["no_network"], json!(false), "{value}");
+    std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
+    let output = crate::util::run(dir.path(), &["config", "check", "bad.toml"]);
+    let said = format!(
+        "{}{}",
+        crate::util::stdout(&output),
+        crate::util::stderr(&output)
+    );
+    println!("{said}");
+    assert_ne!(crate::util::code(&output), 0, "{said}");
+    assert!(said.contains("bad.toml:7"), "{said}");
+    assert!(said.contains("servers.gh.sandbox.network[1]"), "{said}");
+    assert!(said.contains("wildcard"), "{said}");
+}
+
+#[test]
 fn the_memory_server_keeps_its_file_in_its_one_writable_directory_across_a_restart() {
     if !kernel_confines() {
         return;

@@ -306,8 +306,14 @@ pub struct SandboxConfig {
     pub read: Vec<String>,
     /// Paths the server may write.
     pub write: Vec<String>,
-    /// Whether the server may use the network (default: no).
+    /// Whether the server may use the network unconfined (default: no).
+    /// `false` with [`SandboxConfig::egress`] empty is no network at all.
     pub network: bool,
+    /// `network = ["host:port", ...]`: the only hosts and ports the server
+    /// may reach, through an egress proxy the gateway runs for it (its own
+    /// network namespace has nothing else). Empty unless the table gave a
+    /// list; a list implies `network` is `false`.
+    pub egress: Vec<Egress>,
     /// Start the server even when the kernel cannot enforce everything.
     pub best_effort: bool,
     /// The most files it may have open at once (`RLIMIT_NOFILE`); `None`
@@ -319,6 +325,22 @@ pub struct SandboxConfig {
     /// The most address space each of its processes may map, in MiB
     /// (`RLIMIT_AS`); `None` is the sandbox's default.
     pub max_memory_mb: Option<u64>,
+}
+
+/// One `host:port` a sandboxed server may reach through the gateway's
+/// egress proxy (`network = ["host:port", ...]`).
+///
+/// The host is a DNS name (kept in lowercase) or an IP literal, as written;
+/// the proxy matches what a server asks for against it as text, so a name
+/// allows that name (resolved by the gateway) and not the addresses it
+/// happens to resolve to, and an address allows only itself.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Egress {
+    /// The host name in lowercase, or an IP literal (an IPv6 one without
+    /// its brackets).
+    pub host: String,
+    /// The TCP port.
+    pub port: u16,
 }
 
 /// One `[[rules]]` entry.
@@ -525,13 +547,117 @@ impl SandboxConfig {
     }
 
     /// What this sandbox proves once the kernel enforces it: no network when
-    /// `network = false`, no writes when `write` is empty. A sandbox that is
-    /// not enforced proves nothing; that is the caller's to know.
+    /// `network = false` with no host list (a list of hosts is a way out:
+    /// it proves only that the server reaches nothing else), no writes when
+    /// `write` is empty. A sandbox that is not enforced proves nothing;
+    /// that is the caller's to know.
     pub fn proof(&self) -> crate::tool::SandboxProof {
         crate::tool::SandboxProof {
-            no_network: !self.network,
+            no_network: !self.network && self.egress.is_empty(),
             no_writes: self.write.is_empty(),
+            egress_only: !self.network && !self.egress.is_empty(),
         }
+    }
+
+    /// The hosts of `network = ["host:port", ...]`, as written (`host:port`,
+    /// an IPv6 address in brackets), in order.
+    pub fn egress_hosts(&self) -> Vec<String> {
+        self.egress.iter().map(Egress::to_string).collect()
+    }
+}
+
+// === impl Egress ===
+
+impl Egress {
+    /// Reads one `host:port` entry; `Err` says what is wrong with it, in
+    /// words for a diagnostic.
+    ///
+    /// # Errors
+    ///
+    /// The entry has no port, a port that is not 1 to 65535, an empty host,
+    /// a host that is neither a DNS name nor an IP literal (a wildcard, a
+    /// URL, a path, an address with a zone), or an IPv6 literal without its
+    /// brackets.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.contains("://") || text.contains('/') {
+            return Err("is a URL or a path, not `host:port`".to_owned());
+        }
+        let Some((host, port)) = text.rsplit_once(':') else {
+            return Err("has no port: write `host:port`".to_owned());
+        };
+        let digits = !port.is_empty()
+            && !port.starts_with('0')
+            && port.bytes().all(|byte| byte.is_ascii_digit());
+        let port = match port.parse::<u16>() {
+            Ok(number) if digits && number > 0 => number,
+            _ => return Err(format!("has a port `{port}` that is not 1 to 65535")),
+        };
+        if let Some(inner) = host.strip_prefix('[') {
+            let Some(inner) = inner.strip_suffix(']') else {
+                return Err("has an IPv6 address without its closing `]`".to_owned());
+            };
+            return match inner.parse::<std::net::Ipv6Addr>() {
+                Ok(address) => Ok(Self {
+                    host: address.to_string(),
+                    port,
+                }),
+                Err(_) => Err(format!("has `{inner}`, which is not an IPv6 address")),
+            };
+        }
+        if host.contains(':') {
+            return Err("has an IPv6 address without brackets: write `[address]:port`".to_owned());
+        }
+        if host.is_empty() {
+            return Err("has no host".to_owned());
+        }
+        if host.contains('*') {
+            return Err("has a wildcard: name each host".to_owned());
+        }
+        if let Ok(address) = host.parse::<std::net::Ipv4Addr>() {
+            return Ok(Self {
+                host: address.to_string(),
+                port,
+            });
+        }
+        let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        let label_ok = |label: &str| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+        };
+        // A name whose last label is all digits would be read as an IPv4
+        // address by some resolvers (`1.2.3.04`): refused, as is anything
+        // that is not letters, digits, `-` and `_` in dotted labels.
+        let numeric_tail = name
+            .rsplit('.')
+            .next()
+            .is_some_and(|last| last.bytes().all(|byte| byte.is_ascii_digit()));
+        if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) || numeric_tail {
+            return Err(format!(
+                "has `{host}`, which is not a host name or an IP address"
+            ));
+        }
+        Ok(Self { host: name, port })
+    }
+}
+
+impl std::fmt::Display for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl Serialize for Egress {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 

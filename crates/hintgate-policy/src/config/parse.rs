@@ -12,9 +12,9 @@ use toml::Spanned;
 use toml::de::{DeArray, DeString, DeTable, DeValue};
 
 use super::{
-    Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, GatewaySettings, HookConfig,
-    HookMode, Label, ListenSettings, PrivateData, Profile, ReadOnlyConfig, Rule, SandboxConfig,
-    ServerConfig, ServerHook, Transport, ValidConfig,
+    Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, Egress, GatewaySettings,
+    HookConfig, HookMode, Label, ListenSettings, PrivateData, Profile, ReadOnlyConfig, Rule,
+    SandboxConfig, ServerConfig, ServerHook, Transport, ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -1003,21 +1003,8 @@ impl Walker<'_> {
             *target = paths.unwrap_or_default();
         }
         sandbox.network = match entry(table, "network") {
-            // A list of `host:port` the server may reach needs a filtering
-            // proxy inside the namespace; until it exists, say so rather
-            // than take the list for "no network" or "any network".
             Some((_, value)) if matches!(value.get_ref(), DeValue::Array(_)) => {
-                self.push(
-                    Diagnostic::error(
-                        DiagCode::InvalidValue,
-                        join(path, "network"),
-                        "a list of hosts the server may reach is not supported yet".to_owned(),
-                    )
-                    .at(value.span())
-                    .with_help(
-                        "write `network = false` (no network at all) or `network = true` (unconfined network)",
-                    ),
-                );
+                sandbox.egress = self.egress(table, path);
                 false
             }
             _ => self.boolean(table, path, "network").unwrap_or(false),
@@ -1027,6 +1014,52 @@ impl Walker<'_> {
         sandbox.max_memory_mb = self.bounded_in(table, path, "max_memory_mb", 16, 1 << 30);
         sandbox.best_effort = self.boolean(table, path, "best_effort").unwrap_or(false);
         sandbox
+    }
+
+    /// `network = ["host:port", ...]`: each entry read with
+    /// [`Egress::parse`], a bad one named at its own position; an empty
+    /// list is refused (it would read as "no network" to one reader and as
+    /// "some network" to another), and a repeated entry is kept once.
+    fn egress(&mut self, table: &DeTable<'_>, path: &str) -> Vec<Egress> {
+        let mut hosts: Vec<Egress> = Vec::new();
+        let list = self.string_array(table, path, "network", |walker, text, span, item_path| {
+            if let Err(problem) = Egress::parse(text) {
+                walker.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        item_path,
+                        format!("network host `{text}` {problem}"),
+                    )
+                    .at(span)
+                    .with_help(
+                        "write each host the server may reach as `host:port` (`api.github.com:443`, `10.0.0.5:8080`, `[::1]:8080`)",
+                    ),
+                );
+            }
+        });
+        for text in list.unwrap_or_default() {
+            if let Ok(host) = Egress::parse(&text)
+                && !hosts.contains(&host)
+            {
+                hosts.push(host);
+            }
+        }
+        if let Some((_, value)) = entry(table, "network")
+            && matches!(value.get_ref(), DeValue::Array(items) if items.is_empty())
+        {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    join(path, "network"),
+                    "an empty list of network hosts".to_owned(),
+                )
+                .at(value.span())
+                .with_help(
+                    "write `network = false` for no network at all, or name the hosts the server may reach as `host:port`",
+                ),
+            );
+        }
+        hosts
     }
 
     fn rules(&mut self, array: &DeArray<'_>) -> Vec<Rule> {

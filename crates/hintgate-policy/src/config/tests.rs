@@ -331,8 +331,54 @@ fn the_audit_key_file_is_an_absolute_path_or_a_variable() {
     );
 }
 
+/// Each malformed `network` entry is refused at its own line and key.
+fn sandbox_limits_refuse_malformed_hosts() {
+    for (entry, words) in [
+        ("example.com", "no port"),
+        ("example.com:0", "not 1 to 65535"),
+        ("example.com:65536", "not 1 to 65535"),
+        ("example.com:+443", "not 1 to 65535"),
+        ("example.com:", "not 1 to 65535"),
+        (":443", "no host"),
+        ("*.example.com:443", "wildcard"),
+        ("https://example.com:443", "URL"),
+        ("::1:443", "without brackets"),
+        ("[::1:443", "closing"),
+        ("[nope]:443", "not an IPv6 address"),
+        ("exa mple.com:443", "not a host name"),
+        ("-bad.example.com:443", "not a host name"),
+        ("1.2.3.04:443", "not a host name"),
+    ] {
+        let text = format!(
+            "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nnetwork = [\n  \"ok.example.com:443\",\n  \"{entry}\",\n]\n"
+        );
+        let (config, diagnostics) = parse_str(&text);
+        assert!(config.is_none(), "{entry}");
+        assert_eq!(diagnostics.len(), 1, "{entry}: {diagnostics:?}");
+        let diagnostic = &diagnostics[0];
+        assert_eq!(diagnostic.code, DiagCode::InvalidValue, "{entry}");
+        assert_eq!(diagnostic.key, "servers.fs.sandbox.network[1]", "{entry}");
+        assert!(
+            diagnostic.message.contains(words),
+            "{entry}: {}",
+            diagnostic.message
+        );
+        // Its position is the entry's own line (the sixth).
+        let span = diagnostic.span.clone().expect("a span");
+        assert_eq!(text[..span.start].lines().count(), 6, "{entry}");
+    }
+    let (_, diagnostics) =
+        parse_str("[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nnetwork = []\n");
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].key, "servers.fs.sandbox.network");
+    let (_, diagnostics) =
+        parse_str("[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nnetwork = [443]\n");
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].key, "servers.fs.sandbox.network[0]");
+}
+
 #[test]
-fn sandbox_limits_are_read_and_a_list_of_hosts_is_refused() {
+fn sandbox_limits_and_a_list_of_hosts_are_read() {
     let (config, diagnostics) = parse_str(
         "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nread = [\"/data\"]\nmax_open_files = 256\nmax_processes = 32\nmax_memory_mb = 2048\n",
     );
@@ -342,14 +388,20 @@ fn sandbox_limits_are_read_and_a_list_of_hosts_is_refused() {
     assert_eq!(sandbox.max_processes, Some(32));
     assert_eq!(sandbox.max_memory_mb, Some(2048));
     assert!(!sandbox.network);
-    // Not yet: a list would have to be enforced by a filtering proxy.
-    let (_, diagnostics) = parse_str(
-        "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nnetwork = [\"example.com:443\"]\n",
+    // A list of hosts: the server reaches those, through the gateway.
+    let (config, diagnostics) = parse_str(
+        "[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nnetwork = [\"API.example.com:443\", \"10.0.0.5:8080\", \"[::1]:80\", \"api.example.com:443\"]\n",
     );
-    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
-    assert_eq!(diagnostics[0].code, DiagCode::InvalidValue);
-    assert_eq!(diagnostics[0].key, "servers.fs.sandbox.network");
-    assert!(diagnostics[0].message.contains("not supported yet"));
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let sandbox = config.unwrap().servers["fs"].sandbox.clone().unwrap();
+    assert!(!sandbox.network);
+    assert_eq!(
+        sandbox.egress_hosts(),
+        ["api.example.com:443", "10.0.0.5:8080", "[::1]:80"]
+    );
+    let proof = sandbox.proof();
+    assert!(!proof.no_network && proof.egress_only, "{proof:?}");
+    sandbox_limits_refuse_malformed_hosts();
     assert_eq!(
         codes("[servers.fs]\ncommand = \"x\"\n[servers.fs.sandbox]\nmax_processes = 0\n"),
         vec![(

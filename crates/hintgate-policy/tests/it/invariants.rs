@@ -85,15 +85,28 @@ fn profile() -> impl Strategy<Value = Profile> {
 }
 
 fn sandbox() -> impl Strategy<Value = Option<SandboxConfig>> {
-    proptest::option::of(
-        (any::<bool>(), any::<bool>()).prop_map(|(network, writes)| SandboxConfig {
+    proptest::option::of((any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(network, hosts, writes)| SandboxConfig {
             read: vec!["/data".into()],
             write: if writes { vec!["/data".into()] } else { vec![] },
-            network,
+            network: network && !hosts,
+            egress: if hosts && !network {
+                egress_hosts()
+            } else {
+                vec![]
+            },
             best_effort: false,
             ..SandboxConfig::default()
-        }),
-    )
+        },
+    ))
+}
+
+/// The hosts of a `network = ["host:port", ...]` list.
+fn egress_hosts() -> Vec<config::Egress> {
+    ["api.example.com:443", "127.0.0.1:8080"]
+        .into_iter()
+        .map(|text| config::Egress::parse(text).unwrap())
+        .collect()
 }
 
 /// A read-only instance, vouched for or not.
@@ -358,6 +371,60 @@ proptest! {
         prop_assert!(friction(verdict_after) >= friction(verdict_before),
             "{verdict_before:?} -> {verdict_after:?}");
         prop_assert!(visible_before || !visible_after, "a hidden tool became visible");
+    }
+
+    /// A list of hosts the server may reach (`network = ["host:port"]`)
+    /// never lowers friction for an untrusted server: it is decided, listed
+    /// and proven exactly as with the network unconfined (the same
+    /// writable paths), never as with no network, and never with less
+    /// friction than with no sandbox at all.
+    #[test]
+    fn an_allow_list_network_never_lowers_friction_for_an_untrusted_server(
+        scenario in scenario(),
+        claims in annotations(),
+        writes in any::<bool>(),
+    ) {
+        let scenario = scenario.untrusted();
+        let tool = tool_named(scenario.tool, claims, None);
+        let with_network = |network: bool, egress: Vec<config::Egress>| {
+            let mut variant = scenario.clone();
+            if let Some(server) = variant.config.servers.get_mut(scenario.server) {
+                server.sandbox = Some(SandboxConfig {
+                    read: vec!["/data".into()],
+                    write: if writes { vec!["/data".into()] } else { vec![] },
+                    network,
+                    egress,
+                    ..SandboxConfig::default()
+                });
+            }
+            variant
+        };
+        let listed = with_network(false, egress_hosts());
+        let open = with_network(true, Vec::new());
+        let closed = with_network(false, Vec::new());
+        let mut bare = scenario.clone();
+        if let Some(server) = bare.config.servers.get_mut(scenario.server) {
+            server.sandbox = None;
+        }
+        let decide = |variant: &Scenario| variant.decide(&Policy::new(variant.config.clone()), &tool);
+        let (listed_verdict, listed_codes, listed_visible) = decide(&listed);
+        let (open_verdict, open_codes, open_visible) = decide(&open);
+        prop_assert_eq!(listed_verdict, open_verdict);
+        prop_assert_eq!(&listed_codes, &open_codes);
+        prop_assert_eq!(listed_visible, open_visible);
+        let (closed_verdict, _, closed_visible) = decide(&closed);
+        prop_assert!(friction(listed_verdict) >= friction(closed_verdict));
+        prop_assert!(closed_visible || !listed_visible);
+        let (bare_verdict, _, bare_visible) = decide(&bare);
+        prop_assert!(friction(listed_verdict) >= friction(bare_verdict));
+        prop_assert!(bare_visible || !listed_visible);
+        // Nothing is proven closed: the tool stays open-world.
+        let sandbox = proof(&listed.config, scenario.server, true);
+        prop_assert!(!sandbox.no_network && sandbox.egress_only);
+        let assessment = Policy::new(listed.config.clone())
+            .assess(scenario.server, &tool, sandbox)
+            .unwrap();
+        prop_assert!(assessment.effective.open_world);
     }
 
     /// Vouched read-only credentials never lower friction for a tool that

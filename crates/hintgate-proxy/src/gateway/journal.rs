@@ -100,6 +100,9 @@ pub(crate) struct CallFields<'a> {
     /// read-only one (`identity` stays the full instance's, whose
     /// definitions are pinned).
     pub instance: Option<(Instance, Option<&'a str>)>,
+    /// For a server whose enforced sandbox lets it reach a list of hosts
+    /// (`network = ["host:port", ...]`): those hosts, as configured.
+    pub egress: Option<&'a [String]>,
 }
 
 // === impl Journal ===
@@ -309,6 +312,16 @@ impl Journal {
             Some(arguments) => self.redactor.write_canonical(arguments, out),
             None => out.push_str("null"),
         }
+        if let Some(hosts) = fields.egress {
+            out.push_str(",\"egress\":[");
+            for (idx, host) in hosts.iter().enumerate() {
+                if idx > 0 {
+                    out.push(',');
+                }
+                push_string(out, host);
+            }
+            out.push(']');
+        }
         if let Some(host) = fields.host {
             out.push_str(",\"host\":");
             push_string(out, host);
@@ -420,6 +433,7 @@ mod tests {
             host: Some("alice"),
             idempotency: None,
             instance: None,
+            egress: None,
         });
         journal.batch[0].body.clone()
     }
@@ -443,6 +457,37 @@ mod tests {
     }
 
     #[test]
+    fn the_hosts_a_server_may_reach_are_in_its_record_canonically() {
+        let (mut journal, _) = journal();
+        let decision = Decision::deny(ReasonCode::RuleDeny);
+        let hosts = [
+            "api.github.com:443".to_owned(),
+            "[::1]:8080\n\"x".to_owned(),
+        ];
+        journal.call(&CallFields {
+            request_id: "1",
+            server: "gh",
+            identity: Some("k"),
+            tool: "search",
+            arguments: None,
+            decision: &decision,
+            approver: &Approver::Gateway,
+            pin: None,
+            outcome: Some(Outcome::Denied),
+            host: Some("alice"),
+            idempotency: None,
+            instance: None,
+            egress: Some(&hosts),
+        });
+        let body = journal.batch[0].body.clone();
+        let parsed: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(canonical_json(&parsed), body);
+        assert_eq!(parsed["egress"], json!(hosts));
+        // Without a list, no key.
+        assert!(!record_of(&json!({})).contains("egress"));
+    }
+
+    #[test]
     fn a_turn_commits_its_records_in_order_in_one_append() {
         let (mut journal, store) = journal();
         let decision = Decision::deny(ReasonCode::UnknownTool);
@@ -459,6 +504,7 @@ mod tests {
             host: None,
             idempotency: None,
             instance: None,
+            egress: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -527,6 +573,7 @@ mod tests {
             host: None,
             idempotency: None,
             instance: None,
+            egress: None,
         };
         let to_forward = CallFields {
             request_id: "2",

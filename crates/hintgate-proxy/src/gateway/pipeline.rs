@@ -743,6 +743,14 @@ impl Gateway {
         };
         let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
         let identity = cx.server.and_then(|idx| self.catalog.key(idx));
+        // The hosts an enforced `network = ["host:port", ...]` lets the
+        // server reach: where it can send what it has.
+        let egress = cx
+            .server
+            .filter(|idx| self.catalog.sandbox(*idx).egress_only)
+            .and_then(|_| self.policy.server(server))
+            .and_then(|config| config.sandbox.as_ref())
+            .map(hintgate_policy::config::SandboxConfig::egress_hosts);
         let tool = if cx.tool.is_empty() {
             cx.params.name.as_str()
         } else {
@@ -780,6 +788,7 @@ impl Gateway {
                 .as_ref()
                 .map(|idem| (idem.key.as_str(), idem.filled)),
             instance: instance_fields(&self.upstreams, cx),
+            egress: egress.as_deref(),
         };
         self.journal.call(&fields)
     }
