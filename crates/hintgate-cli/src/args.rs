@@ -92,6 +92,22 @@ pub enum SandboxCommand {
     /// The exact paths and rights, environment and limits a server would get.
     #[command(after_help = EXIT_CODES_HELP)]
     Explain(SandboxExplainArgs),
+    /// Install a server's package outside the sandbox, with the network, so
+    /// that its launcher (`npx -y PKG`, `uvx PKG`, `uv run`) fetches nothing
+    /// inside it.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Prepare(SandboxPrepareArgs),
+}
+
+/// `hintgate sandbox prepare`
+#[derive(Debug, Args)]
+pub struct SandboxPrepareArgs {
+    /// The server, as named in the config.
+    #[arg(value_name = "SERVER")]
+    pub server: String,
+    /// The configuration.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
 }
 
 /// `hintgate sandbox check`

@@ -15,6 +15,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use hintgate_sandbox::launch::{Ecosystem, first_operand, npm_name, split_spec};
 use serde::Serialize;
 
 /// What a command line resolves to.
@@ -89,58 +90,11 @@ pub fn resolve(
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Ecosystem {
-    Npm,
-    PyPi,
-}
-
-/// The first argument that is not an option (`npx -y pkg`, `uvx pkg`).
-fn first_operand(args: &[String]) -> Option<&str> {
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            // Options that take a value.
-            "-p" | "--package" | "--from" | "--with" | "--python" | "-c" | "--call" => {
-                args.next();
-            }
-            option if option.starts_with('-') => {}
-            operand => return Some(operand),
-        }
-    }
-    None
-}
-
-/// The name in an npm spec (`@scope/name@1.2.3` → `@scope/name`).
-fn npm_name(spec: &str) -> String {
-    let (scope, rest) = match spec.strip_prefix('@') {
-        Some(rest) => ("@", rest),
-        None => ("", spec),
-    };
-    let name = rest.split('@').next().unwrap_or(rest);
-    format!("{scope}{name}")
-}
-
-/// A version written in the spec itself.
+/// A version written in the spec itself (the spec parsing is the
+/// sandbox's, which resolves the same lines to what they run).
 fn pinned_spec(ecosystem: Ecosystem, spec: &str) -> Option<Package> {
-    let (name, version) = match ecosystem {
-        Ecosystem::Npm => {
-            let name = npm_name(spec);
-            let version = spec.get(name.len()..)?.strip_prefix('@')?;
-            (name, version.to_owned())
-        }
-        Ecosystem::PyPi => {
-            let (name, version) = spec.split_once("==").or_else(|| spec.split_once('@'))?;
-            (name.to_owned(), version.to_owned())
-        }
-    };
-    // A range or a tag (`^1`, `latest`) is not a version it resolved to.
-    let exact = !version.is_empty()
-        && version.chars().next().is_some_and(|ch| ch.is_ascii_digit())
-        && version
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '+'));
-    exact.then_some(Package { name, version })
+    let (name, version) = split_spec(ecosystem, spec);
+    version.map(|version| Package { name, version })
 }
 
 fn find_executable(command: &str, path: Option<&OsStr>) -> Option<PathBuf> {
