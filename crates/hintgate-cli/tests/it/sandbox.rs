@@ -1091,3 +1091,100 @@ fn an_npx_server_that_is_not_installed_fails_at_once_naming_the_command_to_run()
     let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap();
     assert!(log.contains("hintgate sandbox prepare"), "{log}");
 }
+
+#[test]
+fn the_time_server_through_uvx_runs_from_its_installed_tool_confined() {
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Installed by the test setup with `uv tool install` (what `hintgate
+    // sandbox prepare` runs for this line).
+    let tools = crate::peers::tools().join("uv/tools");
+    let tools_env = tools.display().to_string();
+    let config = "[servers.time]\ncommand = \"uvx\"\nargs = [\"mcp-server-time==2026.10.19\", \"--local-timezone\", \"UTC\"]\n\
+                  trust = \"untrusted\"\n\n[servers.time.sandbox]\nnetwork = false\n";
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let explained = crate::util::stdout(&crate::util::run_with(
+        dir.path(),
+        &["sandbox", "explain", "time", "--config", "hintgate.toml"],
+        &[("UV_TOOL_DIR", &tools_env)],
+    ));
+    assert!(
+        explained.contains("Resolved: uvx mcp-server-time 2026.10.19"),
+        "{explained}"
+    );
+    let mut host = Host::start(
+        dir.path(),
+        &["run", "--config", "hintgate.toml"],
+        &[("UV_TOOL_DIR", &tools_env)],
+    );
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+    let list = host.request("tools/list", json!({}));
+    // No network and no writes, proven: read-only and closed-world, so it
+    // runs untrusted without a prompt.
+    let get = tool(&list, "time__get_current_time");
+    assert_eq!(get["annotations"]["openWorldHint"], false, "{list}");
+    let now = host.call("time__get_current_time", json!({"timezone": "UTC"}));
+    assert!(!is_error(&now), "{now}");
+    assert!(text(&now).contains("UTC"), "{now}");
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+    host.close();
+}
+
+#[test]
+fn sandbox_prepare_installs_with_the_launchers_own_tool_and_says_where() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let cache = dir.path().join("npm-cache");
+    // An `npm` that records how it was asked and installs as `npm exec`
+    // does, into npm's `npx` cache (the test fetches nothing).
+    let npm = bin.join("npm");
+    std::fs::write(
+        &npm,
+        "#!/bin/sh\necho \"$@\" > \"$npm_config_cache/asked\"\n\
+         pkg=\"$npm_config_cache/_npx/feed/node_modules/@scope/server\"\n\
+         mkdir -p \"$pkg\"\necho '// server' > \"$pkg/index.js\"\n\
+         echo '{\"name\":\"@scope/server\",\"version\":\"1.2.3\",\"bin\":\"index.js\"}' > \"$pkg/package.json\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&npm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    let config = "[servers.s]\ncommand = \"npx\"\nargs = [\"-y\", \"@scope/server@1.2.3\", \"--flag\"]\n\n[servers.s.sandbox]\nnetwork = false\n";
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let cache_env = cache.display().to_string();
+    let env = [("PATH", path.as_str()), ("npm_config_cache", &cache_env)];
+    // Before: the sandbox refuses at once, naming the command to run.
+    let before = crate::util::run_with(
+        dir.path(),
+        &["sandbox", "explain", "s", "--config", "hintgate.toml"],
+        &env,
+    );
+    assert!(
+        crate::util::stderr(&before).contains("hintgate sandbox prepare"),
+        "{}",
+        crate::util::stderr(&before)
+    );
+    let prepared = crate::util::run_with(
+        dir.path(),
+        &["sandbox", "prepare", "s", "--config", "hintgate.toml"],
+        &env,
+    );
+    let said = crate::util::stdout(&prepared);
+    assert_eq!(
+        crate::util::code(&prepared),
+        0,
+        "{said}{}",
+        crate::util::stderr(&prepared)
+    );
+    assert_eq!(
+        std::fs::read_to_string(cache.join("asked")).unwrap().trim(),
+        "exec --yes --package=@scope/server@1.2.3 -c true"
+    );
+    assert!(said.contains("Installed @scope/server 1.2.3 at "), "{said}");
+    assert!(said.contains("index.js --flag"), "{said}");
+}
