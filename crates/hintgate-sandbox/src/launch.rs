@@ -613,6 +613,72 @@ fn uv_run(line: &LauncherLine) -> Result<Launch, SandboxError> {
     })
 }
 
+/// A sandbox table proposed for a server's command line: every absolute
+/// path its arguments name that exists, as `read` (or as `write` when it is
+/// beneath one of `write`, which the user names), and no network. The
+/// launcher's package is not listed: the plan grants it whatever the table.
+#[must_use]
+pub fn suggest(args: &[String], write: &[PathBuf]) -> hintgate_policy::config::SandboxConfig {
+    let mut read = Vec::new();
+    let mut writable: Vec<String> = write
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect();
+    for arg in args {
+        // `/data` and `--root=/data`.
+        let value = arg
+            .split_once('=')
+            .filter(|(key, _)| key.starts_with('-'))
+            .map_or(arg.as_str(), |(_, value)| value);
+        let path = Path::new(value);
+        if !path.is_absolute() || !path.exists() {
+            continue;
+        }
+        let shown = value.to_owned();
+        if write.iter().any(|dir| path.starts_with(dir)) {
+            if !writable.contains(&shown) && !write.iter().any(|dir| dir == path) {
+                writable.push(shown);
+            }
+        } else if !read.contains(&shown) {
+            read.push(shown);
+        }
+    }
+    // A path beneath a writable one is writable already.
+    writable.dedup();
+    hintgate_policy::config::SandboxConfig {
+        read,
+        write: writable,
+        network: false,
+        ..hintgate_policy::config::SandboxConfig::default()
+    }
+}
+
+/// A sandbox table as the TOML a config holds (`[servers.NAME.sandbox]`).
+#[must_use]
+pub fn table_toml(server: &str, table: &hintgate_policy::config::SandboxConfig) -> String {
+    let list = |paths: &[String]| {
+        let quoted: Vec<String> = paths
+            .iter()
+            .map(|path| serde_json::Value::String(path.clone()).to_string())
+            .collect();
+        format!("[{}]", quoted.join(", "))
+    };
+    let name = if server
+        .chars()
+        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+    {
+        server.to_owned()
+    } else {
+        serde_json::Value::String(server.to_owned()).to_string()
+    };
+    format!(
+        "[servers.{name}.sandbox]\nread = {}\nwrite = {}\nnetwork = {}\n",
+        list(&table.read),
+        list(&table.write),
+        table.network
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -723,6 +789,34 @@ mod tests {
         .to_string();
         assert!(err.contains("hintgate sandbox prepare"), "{err}");
         assert!(err.contains("1.2.3") && err.contains("9.9.9"), "{err}");
+    }
+
+    #[test]
+    fn a_suggested_table_reads_the_paths_named_and_writes_only_where_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let docs = dir.path().join("docs");
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        let args = strings(&[
+            "-y",
+            "@scope/server",
+            docs.to_str().unwrap(),
+            &format!("--out={}", out.display()),
+            "/no/such/path",
+            "relative/dir",
+        ]);
+        let table = suggest(&args, std::slice::from_ref(&out));
+        assert_eq!(table.read, [docs.display().to_string()]);
+        assert_eq!(table.write, [out.display().to_string()]);
+        assert!(!table.network);
+        let toml = table_toml("fs", &table);
+        assert!(
+            toml.starts_with("[servers.fs.sandbox]\nread = [\""),
+            "{toml}"
+        );
+        assert!(toml.ends_with("network = false\n"), "{toml}");
+        assert!(table_toml("a.b", &table).starts_with("[servers.\"a.b\".sandbox]"));
     }
 
     #[test]
