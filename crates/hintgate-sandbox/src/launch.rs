@@ -304,7 +304,20 @@ fn pyvenv_home(root: &Path) -> Option<PathBuf> {
         let (key, value) = line.split_once('=')?;
         (key.trim() == "home").then(|| PathBuf::from(value.trim()))
     })?;
-    crate::plan::runtime_prefix(&home.join("python"))
+    let prefix = crate::plan::runtime_prefix(&home.join("python"))?;
+    // Only a Python installation (`PREFIX/lib/pythonX.Y`): a `pyvenv.cfg`
+    // is a file in the environment, which a server that may write there can
+    // edit, and `home = /home/me/bin` must not open the user's home.
+    let installation = std::fs::read_dir(prefix.join("lib"))
+        .ok()?
+        .flatten()
+        .any(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with("python"))
+        });
+    installation.then_some(prefix)
 }
 
 fn not_prepared(line: &LauncherLine, detail: String) -> SandboxError {
@@ -824,11 +837,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let venv = dir.path().join(".venv");
         std::fs::create_dir_all(venv.join("bin")).unwrap();
-        std::fs::write(venv.join("pyvenv.cfg"), "home = /opt/python/bin\n").unwrap();
+        let base = dir.path().join("base");
+        std::fs::create_dir_all(base.join("bin")).unwrap();
+        std::fs::create_dir_all(base.join("lib/python3.12")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", base.join("bin").display()),
+        )
+        .unwrap();
         std::os::unix::fs::symlink("/bin/sh", venv.join("bin/python")).unwrap();
         let program = venv.join("bin/python");
         let launch = venv_interpreter(&program, program.to_str().unwrap(), &[]).unwrap();
-        assert_eq!(launch.trees, [venv.clone(), PathBuf::from("/opt/python")]);
+        assert_eq!(launch.trees, [venv.clone(), base]);
+        // A `home` that is no Python installation (a server that may write
+        // the environment edited it to open the user's home) adds nothing.
+        let home = dir.path().join("me");
+        std::fs::create_dir_all(home.join("bin")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", home.join("bin").display()),
+        )
+        .unwrap();
+        let launch = venv_interpreter(&program, program.to_str().unwrap(), &[]).unwrap();
+        assert_eq!(launch.trees, [venv.clone()]);
         // Not a venv's when the pyvenv.cfg is only beside what the link
         // points at, or the program is no interpreter.
         assert!(venv_interpreter(Path::new("/bin/sh"), "/bin/sh", &[]).is_none());
