@@ -859,7 +859,7 @@ mod tests {
         )
         .unwrap();
         let launch = venv_interpreter(&program, program.to_str().unwrap(), &[]).unwrap();
-        assert_eq!(launch.trees, [venv.clone()]);
+        assert_eq!(launch.trees, std::slice::from_ref(&venv));
         // Not a venv's when the pyvenv.cfg is only beside what the link
         // points at, or the program is no interpreter.
         assert!(venv_interpreter(Path::new("/bin/sh"), "/bin/sh", &[]).is_none());

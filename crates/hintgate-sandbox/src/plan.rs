@@ -225,10 +225,16 @@ impl Plan {
         }
         // A script named on the command line (`node server.js`,
         // `python3 server.py`): the interpreter reads it and its modules.
+        // A relative one is the gateway's current directory's, where the
+        // server starts (`.venv/bin/python server.py`).
         for arg in &args {
-            let candidate = Path::new(arg);
-            if candidate.is_absolute() && candidate.is_file() {
-                scripts.push(candidate.to_path_buf());
+            if arg.starts_with('-') {
+                continue;
+            }
+            if let Ok(candidate) = std::path::absolute(arg)
+                && candidate.is_file()
+            {
+                scripts.push(candidate);
             }
         }
         for exe in &programs {
@@ -452,6 +458,61 @@ mod tests {
         );
         assert!(has(dir.path(), Access::Read));
         assert!(!has(dir.path(), Access::ReadWrite));
+    }
+
+    #[test]
+    fn a_venv_interpreter_gets_its_environment_and_a_relative_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join(".venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        std::os::unix::fs::symlink("/bin/sh", venv.join("bin/python")).unwrap();
+        let script = dir.path().join("server.py");
+        std::fs::write(&script, "print()\n").unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        let relative = pathdiff(&script, &cwd);
+        let plan = Plan::new(
+            venv.join("bin/python").to_str().unwrap(),
+            &[relative],
+            &BTreeMap::new(),
+            &SandboxConfig::default(),
+            &inherited(),
+        )
+        .unwrap();
+        let has = |path: &Path, access: Access| {
+            plan.rules.iter().any(|rule| {
+                path.canonicalize().unwrap().starts_with(&rule.path) && covers(rule.access, access)
+            })
+        };
+        assert!(
+            has(&venv.join("pyvenv.cfg"), Access::ReadExec),
+            "{:#?}",
+            plan.rules
+        );
+        assert!(has(&script, Access::Read), "{:#?}", plan.rules);
+        assert!(!has(dir.path(), Access::Read), "{:#?}", plan.rules);
+        assert_eq!(
+            plan.launch.as_ref().map(|launch| launch.launcher.as_str()),
+            Some("virtual environment")
+        );
+    }
+
+    /// `path` relative to `base` (both absolute), through `..` as needed.
+    fn pathdiff(path: &Path, base: &Path) -> String {
+        let common = path
+            .components()
+            .zip(base.components())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let ups = base.components().count() - common;
+        let mut out = PathBuf::new();
+        for _ in 0..ups {
+            out.push("..");
+        }
+        for part in path.components().skip(common) {
+            out.push(part);
+        }
+        out.display().to_string()
     }
 
     #[test]
