@@ -181,35 +181,16 @@ fn python_script_package(executable: &Path) -> Option<Package> {
 }
 
 /// The version of `name` in npm's `npx` cache: the most recently installed
-/// copy, which is what `npx` runs without a version.
+/// copy, which is what `npx` runs without a version (and what the sandbox
+/// runs for the same line).
 fn npx_cached(name: &str, home: Option<&Path>) -> Option<Package> {
     let cache = std::env::var_os("npm_config_cache")
         .map(PathBuf::from)
         .or_else(|| home.map(|home| home.join(".npm")))?;
-    let mut newest: Option<(std::time::SystemTime, String)> = None;
-    for entry in std::fs::read_dir(cache.join("_npx")).ok()?.flatten() {
-        let manifest = entry
-            .path()
-            .join("node_modules")
-            .join(name)
-            .join("package.json");
-        let Ok(text) = std::fs::read_to_string(&manifest) else {
-            continue;
-        };
-        let Some(version) = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|value| value.get("version")?.as_str().map(str::to_owned))
-        else {
-            continue;
-        };
-        let modified = std::fs::metadata(&manifest)
-            .and_then(|meta| meta.modified())
-            .unwrap_or(std::time::UNIX_EPOCH);
-        if newest.as_ref().is_none_or(|(time, _)| modified > *time) {
-            newest = Some((modified, version));
-        }
-    }
-    newest.map(|(_, version)| Package {
+    let (_, version) = hintgate_sandbox::launch::npx_installed(&cache, name)
+        .into_iter()
+        .next()?;
+    Some(Package {
         name: name.to_owned(),
         version,
     })

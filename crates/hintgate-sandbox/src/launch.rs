@@ -341,9 +341,11 @@ pub fn npm_cache(inherited: &BTreeMap<String, String>) -> Option<PathBuf> {
         .or_else(|| home(inherited).map(|home| home.join(".npm")))
 }
 
-/// The installed copies of an npm package in npm's `npx` cache, newest
-/// first: each its package directory and version.
-fn npx_installed(cache: &Path, name: &str) -> Vec<(PathBuf, String)> {
+/// The installed copies of an npm package in npm's `npx` cache (`cache`
+/// is npm's cache directory), newest first: each its package directory and
+/// version.
+#[must_use]
+pub fn npx_installed(cache: &Path, name: &str) -> Vec<(PathBuf, String)> {
     let mut found: Vec<(std::time::SystemTime, PathBuf, String)> = Vec::new();
     let Ok(entries) = std::fs::read_dir(cache.join("_npx")) else {
         return Vec::new();
