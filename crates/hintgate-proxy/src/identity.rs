@@ -282,3 +282,60 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod sandbox_agrees {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The version the identity pins for an unpinned `npx -y PKG` is the
+    /// one the sandbox runs: both take the newest copy in npm's cache.
+    #[test]
+    fn the_identity_pins_the_version_the_sandbox_runs() {
+        let home = tempfile::tempdir().unwrap();
+        for (hash, version, age) in [("old", "1.0.0", 1000), ("new", "2.0.0", 2000)] {
+            let package = home
+                .path()
+                .join(".npm/_npx")
+                .join(hash)
+                .join("node_modules/@scope/server");
+            std::fs::create_dir_all(&package).unwrap();
+            std::fs::write(package.join("index.js"), "").unwrap();
+            std::fs::write(
+                package.join("package.json"),
+                format!(r#"{{"name":"@scope/server","version":"{version}","bin":"index.js"}}"#),
+            )
+            .unwrap();
+            // Installed at different times: the later one is newer.
+            std::fs::File::options()
+                .write(true)
+                .open(package.join("package.json"))
+                .unwrap()
+                .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(age))
+                .unwrap();
+        }
+        let args = vec!["-y".to_owned(), "@scope/server".to_owned()];
+        let identity = resolve("npx", &args, None, Some(home.path()));
+        let node_dir = tempfile::tempdir().unwrap();
+        let node = node_dir.path().join("node");
+        std::fs::write(&node, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&node, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let inherited = BTreeMap::from([
+            ("HOME".to_owned(), home.path().display().to_string()),
+            ("PATH".to_owned(), node_dir.path().display().to_string()),
+        ]);
+        let plan = hintgate_sandbox::Plan::new(
+            "npx",
+            &args,
+            &BTreeMap::new(),
+            &hintgate_policy::config::SandboxConfig::default(),
+            &inherited,
+        )
+        .unwrap();
+        let runs = plan.launch.and_then(|launch| launch.version);
+        assert_eq!(identity.package.map(|package| package.version), runs);
+        assert_eq!(runs.as_deref(), Some("2.0.0"));
+    }
+}
