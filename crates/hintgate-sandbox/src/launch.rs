@@ -6,8 +6,8 @@
 //! and runs its entry point directly, so nothing is fetched inside.
 //!
 //! Resolution reads a few files and never starts a process; a command that
-//! is not a launcher costs a comparison of its name and, for a virtual
-//! environment's interpreter, two `stat` calls.
+//! is neither a launcher nor a Python interpreter costs comparisons of its
+//! name, and an interpreter two `stat` calls (is there a `pyvenv.cfg`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -252,6 +252,15 @@ pub(crate) fn resolve(
             Some(Ecosystem::PyPi) => pypi(&line, inherited).map(Some),
             None => uv_run(&line).map(Some),
         };
+    }
+    // Only an interpreter's name is looked for on `PATH` here: any other
+    // program costs a comparison.
+    let python = Path::new(command)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .is_some_and(|name| name.starts_with("python"));
+    if !python {
+        return Ok(None);
     }
     let search = vars.get("PATH").map(String::as_str).unwrap_or_default();
     let named = crate::plan::find(command, search);
