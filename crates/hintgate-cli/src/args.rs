@@ -92,6 +92,40 @@ pub enum SandboxCommand {
     /// The exact paths and rights, environment and limits a server would get.
     #[command(after_help = EXIT_CODES_HELP)]
     Explain(SandboxExplainArgs),
+    /// Install a server's package outside the sandbox, with the network, so
+    /// that its launcher (`npx -y PKG`, `uvx PKG`, `uv run`) fetches nothing
+    /// inside it.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Prepare(SandboxPrepareArgs),
+    /// Propose a sandbox table for a server of the hosts' configs (what
+    /// `hintgate wrap --sandbox` would write).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Suggest(SandboxSuggestArgs),
+}
+
+/// `hintgate sandbox suggest`
+#[derive(Debug, Args)]
+pub struct SandboxSuggestArgs {
+    /// The server, as named in the host's config.
+    #[arg(value_name = "SERVER")]
+    pub server: String,
+    /// Only this host's configs (repeatable; default: every host).
+    #[arg(long, value_enum, value_name = "HOST")]
+    pub host: Vec<crate::hosts::Host>,
+    /// A path the server may write (repeatable; otherwise it only reads).
+    #[arg(long, value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+}
+
+/// `hintgate sandbox prepare`
+#[derive(Debug, Args)]
+pub struct SandboxPrepareArgs {
+    /// The server, as named in the config.
+    #[arg(value_name = "SERVER")]
+    pub server: String,
+    /// The configuration.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
 }
 
 /// `hintgate sandbox check`
@@ -282,6 +316,14 @@ pub struct WrapArgs {
     /// Where the record of wrapped entries is kept (as for `hintgate run`).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Confine each wrapped stdio server: the paths its arguments name may
+    /// be read, those under `--write` written, and no network (the table is
+    /// shown; `hintgate sandbox suggest` shows it alone).
+    #[arg(long)]
+    pub sandbox: bool,
+    /// With `--sandbox`: a path the servers may write (repeatable).
+    #[arg(long, value_name = "PATH", requires = "sandbox")]
+    pub write: Vec<PathBuf>,
 }
 
 /// `hintgate unwrap`
@@ -747,6 +789,18 @@ pub struct RunArgs {
     /// its URL, with its token, is written to stderr.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true)]
     pub console: Option<Option<std::net::SocketAddr>>,
+    /// Wrap mode: run the server in a kernel sandbox with no network (its
+    /// `[sandbox]` table: `read` and `write` from the flags below).
+    #[arg(long)]
+    pub sandbox: bool,
+    /// Wrap mode: a path the sandboxed server may read (repeatable; implies
+    /// `--sandbox`).
+    #[arg(long, value_name = "PATH")]
+    pub sandbox_read: Vec<String>,
+    /// Wrap mode: a path the sandboxed server may write (repeatable; implies
+    /// `--sandbox`).
+    #[arg(long, value_name = "PATH")]
+    pub sandbox_write: Vec<String>,
     /// Wrap mode: the server's command line.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

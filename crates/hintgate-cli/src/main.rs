@@ -64,6 +64,8 @@ fn main() -> Exit {
         Command::Unwrap(args) => wrap::unwrap(args),
         Command::Sandbox(SandboxCommand::Check(args)) => sandbox::check(args),
         Command::Sandbox(SandboxCommand::Explain(args)) => sandbox::explain(args),
+        Command::Sandbox(SandboxCommand::Prepare(args)) => sandbox::prepare(args),
+        Command::Sandbox(SandboxCommand::Suggest(args)) => wrap::suggest(args),
     };
     match result {
         Ok(exit) => exit,

@@ -571,13 +571,22 @@ fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
     }
     let trust = args.trust.map_or(Trust::Untrusted, Trust::from);
     let profile = args.profile.map_or(Profile::AskWrites, Profile::from);
-    Ok(ValidConfig::wrap(
-        &name,
-        transport,
-        trust,
-        profile,
-        args.unattended,
-    ))
+    let sandboxed = args.sandbox || !args.sandbox_read.is_empty() || !args.sandbox_write.is_empty();
+    if sandboxed && !matches!(transport, Transport::Stdio { .. }) {
+        return Err(InputError(
+            "--sandbox confines a server started from a command; one reached by `--url` runs elsewhere".to_owned(),
+        ));
+    }
+    let mut config = ValidConfig::wrap(&name, transport, trust, profile, args.unattended);
+    if sandboxed && let Some(server) = config.servers.get_mut(&name) {
+        server.sandbox = Some(hintgate_policy::config::SandboxConfig {
+            read: args.sandbox_read.clone(),
+            write: args.sandbox_write.clone(),
+            network: false,
+            ..hintgate_policy::config::SandboxConfig::default()
+        });
+    }
+    Ok(config)
 }
 
 /// A server name from its command line: the package a runner such as `npx`

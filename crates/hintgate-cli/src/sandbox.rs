@@ -6,10 +6,11 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 use hintgate_policy::config::{SandboxConfig, Transport};
+use hintgate_sandbox::launch::{Ecosystem, launcher_line, split_spec};
 use hintgate_sandbox::{Access, Kernel, Plan, Property, Report};
 use serde_json::json;
 
-use crate::args::{SandboxCheckArgs, SandboxExplainArgs};
+use crate::args::{SandboxCheckArgs, SandboxExplainArgs, SandboxPrepareArgs};
 use crate::exit::Exit;
 use crate::load::{self, ProcessEnv};
 use crate::output;
@@ -169,6 +170,22 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
     }
     let mut out = String::new();
     let _ = writeln!(out, "Server `{}`: {}", args.server, plan.program.display());
+    if let Some(launch) = &plan.launch {
+        let package = match (&launch.package, &launch.version) {
+            (Some(name), Some(version)) => format!(" {name} {version}"),
+            (Some(name), None) => format!(" {name}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "Resolved: {}{package}, installed at {}\n  runs: {} {}\n  why: {}",
+            launch.launcher,
+            launch.installed.display(),
+            plan.program.display(),
+            plan.args.join(" "),
+            launch.why
+        );
+    }
     out.push_str("\nPaths (and everything beneath them):\n");
     for rule in &plan.rules {
         let access = match rule.access {
@@ -230,6 +247,151 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
     }
     output::out(&out)?;
     Ok(Exit::Success)
+}
+
+/// Runs `hintgate sandbox prepare SERVER --config FILE`: installs the
+/// package a launcher line would fetch, outside the sandbox and with the
+/// network, where the plan then finds it (npm's `npx` cache, uv's or pipx's
+/// tools, the project's `.venv`), and says what it installed where.
+pub fn prepare(args: &SandboxPrepareArgs) -> Result<Exit> {
+    let loaded = load::config(&args.config)?;
+    if !loaded.diagnostics.is_empty() {
+        output::err(&loaded.render())?;
+    }
+    let Some(config) = loaded.config else {
+        return Ok(Exit::Usage);
+    };
+    let config = crate::run::expand(config, &ProcessEnv)?;
+    let Some(server) = config.servers.get(&args.server) else {
+        output::err(&format!(
+            "error: unknown server `{}` in {}\n",
+            args.server,
+            args.config.display()
+        ))?;
+        return Ok(Exit::Usage);
+    };
+    let Transport::Stdio {
+        command,
+        args: argv,
+        env,
+    } = &server.transport
+    else {
+        output::err(&format!(
+            "error: server `{}` is reached by URL; there is nothing to install\n",
+            args.server
+        ))?;
+        return Ok(Exit::Usage);
+    };
+    let Some(line) = launcher_line(command, argv) else {
+        output::out(&format!(
+            "Server `{}` runs `{command}` directly, not through a launcher that fetches a package: nothing to install.\n",
+            args.server
+        ))?;
+        return Ok(Exit::Success);
+    };
+    let (program, install): (&str, Vec<String>) = match (line.ecosystem, line.launcher) {
+        (Some(Ecosystem::Npm), _) => (
+            "npm",
+            vec![
+                "exec".into(),
+                "--yes".into(),
+                format!("--package={}", line.spec),
+                "-c".into(),
+                "true".into(),
+            ],
+        ),
+        (Some(Ecosystem::PyPi), launcher) => {
+            let (name, version) = split_spec(Ecosystem::PyPi, &line.spec);
+            let requirement = match version {
+                Some(version) => format!("{name}=={version}"),
+                None => name,
+            };
+            if launcher == "pipx run" {
+                (
+                    "pipx",
+                    vec!["install".into(), "--force".into(), requirement],
+                )
+            } else {
+                ("uv", vec!["tool".into(), "install".into(), requirement])
+            }
+        }
+        (None, _) => {
+            let mut sync = vec!["sync".to_owned()];
+            if !line.spec.is_empty() {
+                sync.push("--project".into());
+                sync.push(line.spec.clone());
+            }
+            ("uv", sync)
+        }
+    };
+    output::err(&format!(
+        "installing for server `{}` (outside the sandbox, with the network): {program} {}\n",
+        args.server,
+        install.join(" ")
+    ))?;
+    let status = std::process::Command::new(program)
+        .args(&install)
+        .stdin(std::process::Stdio::null())
+        // Its output is for the user, not for a script reading ours.
+        .stdout(std::process::Stdio::inherit())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => {
+            output::err(&format!(
+                "error: `{program} {}` failed ({status}); nothing was installed for server `{}`\n",
+                install.join(" "),
+                args.server
+            ))?;
+            return Ok(Exit::Error);
+        }
+        Err(err) => {
+            output::err(&format!(
+                "error: cannot run `{program}` to install server `{}`'s package: {err}\n",
+                args.server
+            ))?;
+            return Ok(Exit::Error);
+        }
+    }
+    // What the sandbox will run now: the plan resolves the line again.
+    let sandbox = server.sandbox.clone().unwrap_or_default();
+    let inherited: BTreeMap<String, String> = std::env::vars().collect();
+    match Plan::new(command, argv, env, &sandbox, &inherited) {
+        Ok(plan) => {
+            let mut out = String::new();
+            if let Some(launch) = &plan.launch {
+                let _ = writeln!(
+                    out,
+                    "Installed {}{} at {}",
+                    launch
+                        .package
+                        .as_deref()
+                        .unwrap_or("the project's environment"),
+                    launch
+                        .version
+                        .as_deref()
+                        .map(|version| format!(" {version}"))
+                        .unwrap_or_default(),
+                    launch.installed.display()
+                );
+            }
+            let _ = writeln!(
+                out,
+                "In its sandbox, server `{}` runs: {} {}",
+                args.server,
+                plan.program.display(),
+                plan.args.join(" ")
+            );
+            output::out(&out)?;
+            Ok(Exit::Success)
+        }
+        Err(err) => {
+            output::err(&format!(
+                "error: `{program}` succeeded, but the sandbox still cannot find what to run: {err}\n"
+            ))?;
+            Ok(Exit::Error)
+        }
+    }
 }
 
 fn properties(report: &Report) -> Vec<serde_json::Value> {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::args::{TrustArg, UnwrapArgs, WrapArgs};
+use crate::args::{SandboxSuggestArgs, TrustArg, UnwrapArgs, WrapArgs};
 use crate::exit::Exit;
 use crate::hosts::edit::{self, WrapSpec};
 use crate::hosts::{self, DiscoveryEnv, Entry, Host, Location};
@@ -74,6 +74,7 @@ pub fn wrap(args: &WrapArgs) -> Result<Exit> {
             TrustArg::Trusted => "trusted",
             TrustArg::Untrusted => "untrusted",
         }),
+        extra: Vec::new(),
     };
     let state_dir = crate::state::state_dir(args.state_dir.as_deref())?;
     let mut records = load_records(&state_dir)?;
@@ -105,9 +106,26 @@ pub fn wrap(args: &WrapArgs) -> Result<Exit> {
                     entry.name
                 );
             };
+            let mut spec = spec.clone();
+            let mut table = None;
+            if args.sandbox
+                && let hosts::Transport::Stdio { args: argv, .. } = &entry.transport
+            {
+                let suggested = hintgate_sandbox::launch::suggest(argv, &args.write);
+                spec.extra = sandbox_flags(&suggested);
+                table = Some(hintgate_sandbox::launch::table_toml(
+                    &entry.name,
+                    &suggested,
+                ));
+            }
             match edit::wrap(&text, &current, &spec) {
                 Ok(rewrite) => {
                     report.push_str(&format!("{verb}  {label}  {shown}\n"));
+                    if let Some(table) = &table {
+                        for line in table.lines() {
+                            report.push_str(&format!("    {line}\n"));
+                        }
+                    }
                     new_records.push(record(&file, &entry, &rewrite));
                     text = rewrite.text;
                 }
@@ -144,6 +162,61 @@ pub fn wrap(args: &WrapArgs) -> Result<Exit> {
         report.push_str("no MCP servers found in the hosts' configs\n");
     }
     output::out(&report)?;
+    Ok(Exit::Success)
+}
+
+/// The `hintgate run` flags that give a wrapped server `table`.
+fn sandbox_flags(table: &hintgate_policy::config::SandboxConfig) -> Vec<String> {
+    let mut flags = vec!["--sandbox".to_owned()];
+    for path in &table.read {
+        flags.extend(["--sandbox-read".to_owned(), path.clone()]);
+    }
+    for path in &table.write {
+        flags.extend(["--sandbox-write".to_owned(), path.clone()]);
+    }
+    flags
+}
+
+/// Runs `hintgate sandbox suggest SERVER`: the sandbox table `hintgate wrap
+/// --sandbox` would give each host entry of that name, changing nothing.
+pub fn suggest(args: &SandboxSuggestArgs) -> Result<Exit> {
+    let env = discovery_env()?;
+    let files = read_configs(&env, &args.host)?;
+    let mut out = String::new();
+    let mut matched = false;
+    for file in files {
+        let shown = hosts::display_path(&file.location.path, &env.home);
+        for entry in parse(&file, &file.text)? {
+            if entry.name != args.server {
+                continue;
+            }
+            matched = true;
+            let label = label(file.location.host, &entry);
+            match &entry.transport {
+                hosts::Transport::Stdio { command, args: argv, .. } => {
+                    let table = hintgate_sandbox::launch::suggest(argv, &args.write);
+                    out.push_str(&format!("# {label}  {shown}\n"));
+                    if let Some(line) = hintgate_sandbox::launch::launcher_line(command, argv) {
+                        out.push_str(&format!(
+                            "# `{}` starts {}: run `hintgate sandbox prepare {} --config FILE` once so nothing is fetched inside the sandbox\n",
+                            line.launcher,
+                            line.spec,
+                            entry.name
+                        ));
+                    }
+                    out.push_str(&hintgate_sandbox::launch::table_toml(&entry.name, &table));
+                    out.push('\n');
+                }
+                _ => out.push_str(&format!(
+                    "# {label}  {shown}: reached by URL, it runs elsewhere; no sandbox of this machine confines it\n\n"
+                )),
+            }
+        }
+    }
+    if !matched {
+        return Err(no_such_server(std::slice::from_ref(&args.server)).into());
+    }
+    output::out(&out)?;
     Ok(Exit::Success)
 }
 

@@ -15,6 +15,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use hintgate_sandbox::launch::{Ecosystem, first_operand, npm_name, split_spec};
 use serde::Serialize;
 
 /// What a command line resolves to.
@@ -89,58 +90,11 @@ pub fn resolve(
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Ecosystem {
-    Npm,
-    PyPi,
-}
-
-/// The first argument that is not an option (`npx -y pkg`, `uvx pkg`).
-fn first_operand(args: &[String]) -> Option<&str> {
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            // Options that take a value.
-            "-p" | "--package" | "--from" | "--with" | "--python" | "-c" | "--call" => {
-                args.next();
-            }
-            option if option.starts_with('-') => {}
-            operand => return Some(operand),
-        }
-    }
-    None
-}
-
-/// The name in an npm spec (`@scope/name@1.2.3` → `@scope/name`).
-fn npm_name(spec: &str) -> String {
-    let (scope, rest) = match spec.strip_prefix('@') {
-        Some(rest) => ("@", rest),
-        None => ("", spec),
-    };
-    let name = rest.split('@').next().unwrap_or(rest);
-    format!("{scope}{name}")
-}
-
-/// A version written in the spec itself.
+/// A version written in the spec itself (the spec parsing is the
+/// sandbox's, which resolves the same lines to what they run).
 fn pinned_spec(ecosystem: Ecosystem, spec: &str) -> Option<Package> {
-    let (name, version) = match ecosystem {
-        Ecosystem::Npm => {
-            let name = npm_name(spec);
-            let version = spec.get(name.len()..)?.strip_prefix('@')?;
-            (name, version.to_owned())
-        }
-        Ecosystem::PyPi => {
-            let (name, version) = spec.split_once("==").or_else(|| spec.split_once('@'))?;
-            (name.to_owned(), version.to_owned())
-        }
-    };
-    // A range or a tag (`^1`, `latest`) is not a version it resolved to.
-    let exact = !version.is_empty()
-        && version.chars().next().is_some_and(|ch| ch.is_ascii_digit())
-        && version
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '+'));
-    exact.then_some(Package { name, version })
+    let (name, version) = split_spec(ecosystem, spec);
+    version.map(|version| Package { name, version })
 }
 
 fn find_executable(command: &str, path: Option<&OsStr>) -> Option<PathBuf> {
@@ -227,35 +181,16 @@ fn python_script_package(executable: &Path) -> Option<Package> {
 }
 
 /// The version of `name` in npm's `npx` cache: the most recently installed
-/// copy, which is what `npx` runs without a version.
+/// copy, which is what `npx` runs without a version (and what the sandbox
+/// runs for the same line).
 fn npx_cached(name: &str, home: Option<&Path>) -> Option<Package> {
     let cache = std::env::var_os("npm_config_cache")
         .map(PathBuf::from)
         .or_else(|| home.map(|home| home.join(".npm")))?;
-    let mut newest: Option<(std::time::SystemTime, String)> = None;
-    for entry in std::fs::read_dir(cache.join("_npx")).ok()?.flatten() {
-        let manifest = entry
-            .path()
-            .join("node_modules")
-            .join(name)
-            .join("package.json");
-        let Ok(text) = std::fs::read_to_string(&manifest) else {
-            continue;
-        };
-        let Some(version) = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|value| value.get("version")?.as_str().map(str::to_owned))
-        else {
-            continue;
-        };
-        let modified = std::fs::metadata(&manifest)
-            .and_then(|meta| meta.modified())
-            .unwrap_or(std::time::UNIX_EPOCH);
-        if newest.as_ref().is_none_or(|(time, _)| modified > *time) {
-            newest = Some((modified, version));
-        }
-    }
-    newest.map(|(_, version)| Package {
+    let (_, version) = hintgate_sandbox::launch::npx_installed(&cache, name)
+        .into_iter()
+        .next()?;
+    Some(Package {
         name: name.to_owned(),
         version,
     })
@@ -345,5 +280,62 @@ mod tests {
             None,
             "not a package from node_modules"
         );
+    }
+}
+
+#[cfg(test)]
+mod sandbox_agrees {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The version the identity pins for an unpinned `npx -y PKG` is the
+    /// one the sandbox runs: both take the newest copy in npm's cache.
+    #[test]
+    fn the_identity_pins_the_version_the_sandbox_runs() {
+        let home = tempfile::tempdir().unwrap();
+        for (hash, version, age) in [("old", "1.0.0", 1000), ("new", "2.0.0", 2000)] {
+            let package = home
+                .path()
+                .join(".npm/_npx")
+                .join(hash)
+                .join("node_modules/@scope/server");
+            std::fs::create_dir_all(&package).unwrap();
+            std::fs::write(package.join("index.js"), "").unwrap();
+            std::fs::write(
+                package.join("package.json"),
+                format!(r#"{{"name":"@scope/server","version":"{version}","bin":"index.js"}}"#),
+            )
+            .unwrap();
+            // Installed at different times: the later one is newer.
+            std::fs::File::options()
+                .write(true)
+                .open(package.join("package.json"))
+                .unwrap()
+                .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(age))
+                .unwrap();
+        }
+        let args = vec!["-y".to_owned(), "@scope/server".to_owned()];
+        let identity = resolve("npx", &args, None, Some(home.path()));
+        let node_dir = tempfile::tempdir().unwrap();
+        let node = node_dir.path().join("node");
+        std::fs::write(&node, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&node, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let inherited = BTreeMap::from([
+            ("HOME".to_owned(), home.path().display().to_string()),
+            ("PATH".to_owned(), node_dir.path().display().to_string()),
+        ]);
+        let plan = hintgate_sandbox::Plan::new(
+            "npx",
+            &args,
+            &BTreeMap::new(),
+            &hintgate_policy::config::SandboxConfig::default(),
+            &inherited,
+        )
+        .unwrap();
+        let runs = plan.launch.and_then(|launch| launch.version);
+        assert_eq!(identity.package.map(|package| package.version), runs);
+        assert_eq!(runs.as_deref(), Some("2.0.0"));
     }
 }

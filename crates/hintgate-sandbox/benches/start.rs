@@ -8,7 +8,8 @@
 //!   the seccomp programs, the pids cgroup where one is used, and in the
 //!   child the namespaces, limits and restrictions; then the home and
 //!   group removed. The kernel probe is made once per gateway and is not
-//!   counted.
+//!   counted;
+//! - `plan`: the plan alone (launcher resolution included), no process.
 //!
 //! `cargo bench -p hintgate-sandbox --bench start` runs it in full; under
 //! `cargo test` each case runs once, so it stays a test that the path works.
@@ -61,5 +62,19 @@ fn sandboxed(bencher: divan::Bencher<'_, '_>) {
         confinement.started(Some(child.id()));
         assert!(child.wait().unwrap().success());
         drop(confinement);
+    });
+}
+
+/// The plan alone for a plain program: what launcher resolution adds to it
+/// (recognising no launcher and no virtual environment) must stay a few
+/// comparisons and `stat` calls, never a process.
+#[divan::bench]
+fn plan(bencher: divan::Bencher<'_, '_>) {
+    let inherited: BTreeMap<String, String> = std::env::vars().collect();
+    let table = SandboxConfig::default();
+    bencher.bench(|| {
+        let plan = Plan::new(program(), &[], &BTreeMap::new(), &table, &inherited).unwrap();
+        assert!(plan.launch.is_none());
+        plan
     });
 }

@@ -46,6 +46,7 @@ use serde::Serialize;
 
 #[cfg(target_os = "linux")]
 mod cgroup;
+pub mod launch;
 mod plan;
 #[cfg(target_os = "linux")]
 #[expect(
@@ -54,6 +55,7 @@ mod plan;
 )]
 mod sys;
 
+pub use launch::Resolution;
 pub use plan::{Access, Limits, PathRule, Plan};
 
 /// What this kernel can enforce, found by asking it.
@@ -166,6 +168,20 @@ pub enum SandboxError {
     /// The program could not be found.
     #[error("cannot find `{0}` on PATH")]
     NotFound(String),
+    /// A launcher's package is not installed: the launcher would fetch it
+    /// at start, which nothing inside the sandbox may do.
+    #[error(
+        "`{launcher}` would fetch `{package}` inside the sandbox, where nothing is fetched: {detail}; install it once, outside, with `{}`",
+        launch::PREPARE_HINT
+    )]
+    NotPrepared {
+        /// The launcher (`npx`, `uvx`, ...).
+        launcher: String,
+        /// The package spec (or project) as the config writes it.
+        package: String,
+        /// What was looked for, and where.
+        detail: String,
+    },
     /// A sandbox path or the private home could not be used.
     #[error("sandbox path `{path}`: {source}")]
     Path {

@@ -11,6 +11,7 @@ use hintgate_policy::config::SandboxConfig;
 use serde::Serialize;
 
 use crate::SandboxError;
+use crate::launch::{self, Resolution};
 
 /// How a path may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -52,7 +53,8 @@ pub struct Limits {
 /// Everything needed to start one sandboxed server.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
-    /// The program, resolved on `PATH`.
+    /// The program, resolved on `PATH` (for a launcher line, what the
+    /// launcher would have run: see [`Plan::launch`]).
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<String>,
@@ -64,6 +66,10 @@ pub struct Plan {
     pub env: Vec<(String, String)>,
     /// Its limits.
     pub limits: Limits,
+    /// What a launcher line (`npx -y PKG`, `uvx PKG`, `uv run`) or a
+    /// virtual environment's interpreter was resolved to, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch: Option<Resolution>,
     /// The table it was made from.
     #[serde(skip)]
     pub config: SandboxConfig,
@@ -132,6 +138,8 @@ impl Plan {
     /// # Errors
     ///
     /// [`SandboxError::NotFound`] when the program is not on `PATH`;
+    /// [`SandboxError::NotPrepared`] when a launcher's package is not
+    /// installed (the launcher would fetch it, which the sandbox cannot);
     /// [`SandboxError::Path`] when a path of the table does not exist (a
     /// rule cannot be made for it, and silently dropping it would confine
     /// the server to less than the table says, or make the user think it
@@ -162,8 +170,20 @@ impl Plan {
             }
         }
         let search = vars.get("PATH").cloned().unwrap_or_default();
+        // A launcher runs what it would have fetched, installed beforehand;
+        // a virtual environment's interpreter gets its environment.
+        let resolved = launch::resolve(command, args, &vars, inherited)?;
+        let (command, args, trees, resolution) = match resolved {
+            Some(launch) => (
+                launch.command,
+                launch.args,
+                launch.trees,
+                Some(launch.resolution),
+            ),
+            None => (command.to_owned(), args.to_vec(), Vec::new(), None),
+        };
         let program =
-            resolve(command, &search).ok_or_else(|| SandboxError::NotFound(command.to_owned()))?;
+            find(&command, &search).ok_or_else(|| SandboxError::NotFound(command.clone()))?;
 
         let mut rules = Vec::new();
         // Landlock acts on what a path names, not on the name: each rule is
@@ -195,7 +215,7 @@ impl Plan {
         if let Some((interpreter, argument)) = shebang(&program) {
             let interpreter_path = PathBuf::from(&interpreter);
             let runs = if interpreter_path.file_name().is_some_and(|n| n == "env") {
-                argument.as_deref().and_then(|arg| resolve(arg, &search))
+                argument.as_deref().and_then(|arg| find(arg, &search))
             } else {
                 Some(interpreter_path.clone())
             };
@@ -205,13 +225,32 @@ impl Plan {
         }
         // A script named on the command line (`node server.js`,
         // `python3 server.py`): the interpreter reads it and its modules.
-        for arg in args {
-            let candidate = Path::new(arg);
-            if candidate.is_absolute() && candidate.is_file() {
-                scripts.push(candidate.to_path_buf());
+        // A relative one is the gateway's current directory's, where the
+        // server starts (`.venv/bin/python server.py`).
+        for arg in &args {
+            if arg.starts_with('-') {
+                continue;
+            }
+            if let Ok(candidate) = std::path::absolute(arg)
+                && candidate.is_file()
+            {
+                scripts.push(candidate);
             }
         }
         for exe in &programs {
+            // An interpreter named inside a virtual environment (a `#!`
+            // line's `.venv/bin/python`) needs the environment too.
+            let python = exe
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("python"));
+            if let Some(root) = python.then(|| launch::venv_of(exe)).flatten() {
+                add(
+                    root,
+                    Access::ReadExec,
+                    "the interpreter's virtual environment",
+                );
+            }
             add(
                 exe.clone(),
                 Access::ReadExec,
@@ -223,6 +262,13 @@ impl Plan {
                 }
                 add(real, Access::ReadExec, "the program and its interpreter");
             }
+        }
+        for tree in trees {
+            add(
+                tree,
+                Access::ReadExec,
+                "the launcher's package or environment",
+            );
         }
         for script in &scripts {
             match environment_root(script) {
@@ -255,17 +301,18 @@ impl Plan {
         };
         Ok(Self {
             program,
-            args: args.to_vec(),
+            args,
             rules,
             env: vars.into_iter().collect(),
             limits,
+            launch: resolution,
             config: sandbox.clone(),
         })
     }
 }
 
 /// Finds `command` on `search` (a `PATH` value), as `execvp` would.
-fn resolve(command: &str, search: &str) -> Option<PathBuf> {
+pub(crate) fn find(command: &str, search: &str) -> Option<PathBuf> {
     if command.contains('/') {
         let path = PathBuf::from(command);
         return path.is_file().then_some(path);
@@ -301,7 +348,7 @@ fn shebang(program: &Path) -> Option<(String, Option<String>)> {
 
 /// The installation an interpreter belongs to (`PREFIX` of
 /// `PREFIX/bin/python3.11`), unless that is the system's own.
-fn runtime_prefix(real: &Path) -> Option<PathBuf> {
+pub(crate) fn runtime_prefix(real: &Path) -> Option<PathBuf> {
     let bin = real.parent()?;
     if bin.file_name()? != "bin" {
         return None;
@@ -411,6 +458,61 @@ mod tests {
         );
         assert!(has(dir.path(), Access::Read));
         assert!(!has(dir.path(), Access::ReadWrite));
+    }
+
+    #[test]
+    fn a_venv_interpreter_gets_its_environment_and_a_relative_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join(".venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        std::os::unix::fs::symlink("/bin/sh", venv.join("bin/python")).unwrap();
+        let script = dir.path().join("server.py");
+        std::fs::write(&script, "print()\n").unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        let relative = pathdiff(&script, &cwd);
+        let plan = Plan::new(
+            venv.join("bin/python").to_str().unwrap(),
+            &[relative],
+            &BTreeMap::new(),
+            &SandboxConfig::default(),
+            &inherited(),
+        )
+        .unwrap();
+        let has = |path: &Path, access: Access| {
+            plan.rules.iter().any(|rule| {
+                path.canonicalize().unwrap().starts_with(&rule.path) && covers(rule.access, access)
+            })
+        };
+        assert!(
+            has(&venv.join("pyvenv.cfg"), Access::ReadExec),
+            "{:#?}",
+            plan.rules
+        );
+        assert!(has(&script, Access::Read), "{:#?}", plan.rules);
+        assert!(!has(dir.path(), Access::Read), "{:#?}", plan.rules);
+        assert_eq!(
+            plan.launch.as_ref().map(|launch| launch.launcher.as_str()),
+            Some("virtual environment")
+        );
+    }
+
+    /// `path` relative to `base` (both absolute), through `..` as needed.
+    fn pathdiff(path: &Path, base: &Path) -> String {
+        let common = path
+            .components()
+            .zip(base.components())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let ups = base.components().count() - common;
+        let mut out = PathBuf::new();
+        for _ in 0..ups {
+            out.push("..");
+        }
+        for part in path.components().skip(common) {
+            out.push(part);
+        }
+        out.display().to_string()
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct WrapSpec {
     pub hintgate: String,
     /// `--trust` for the wrapped server, if chosen.
     pub trust: Option<&'static str>,
+    /// More `hintgate run` flags for this entry (its sandbox table).
+    pub extra: Vec<String>,
 }
 
 /// A rewritten file and the region that changed.
@@ -41,6 +43,7 @@ pub fn wrap(text: &str, entry: &Entry, spec: &WrapSpec) -> Result<Rewrite, Strin
     if let Some(trust) = spec.trust {
         run.extend(["--trust".to_owned(), trust.to_owned()]);
     }
+    run.extend(spec.extra.iter().cloned());
     let hintgate = quote(&spec.hintgate);
     let mut edits: Vec<(Range<usize>, String)> = Vec::new();
     match &entry.transport {

@@ -222,6 +222,7 @@ fn wrap_all(location: &Location, text: &str) -> String {
     let spec = edit::WrapSpec {
         hintgate: "/opt/hintgate".to_owned(),
         trust: None,
+        extra: Vec::new(),
     };
     let mut out = text.to_owned();
     let names: Vec<String> = entries(location, text)

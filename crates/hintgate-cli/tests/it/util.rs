@@ -155,3 +155,13 @@ impl Rng {
         self.below(100) < percent
     }
 }
+
+/// Runs `hintgate` in `dir` with `args` and extra environment.
+pub fn run_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    hintgate()
+        .current_dir(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("hintgate runs")
+}

@@ -548,3 +548,105 @@ fn a_wrapped_entry_starts_the_real_server_as_the_host_would() {
     );
     assert_eq!(report["asked"], json!([]), "a trusted read runs unasked");
 }
+
+#[test]
+#[expect(
+    clippy::disallowed_macros,
+    reason = "says why the confined run is skipped on a kernel without Landlock"
+)]
+fn wrap_sandbox_proposes_a_table_writes_it_with_the_wrap_and_unwrap_restores_the_bytes() {
+    let server = repo_root().join(".tools/npm/node_modules/.bin/mcp-server-filesystem");
+    assert!(
+        server.exists(),
+        "the real MCP peers are not installed: run ./scripts/setup-peers (./scripts/test does)"
+    );
+    let machine = Machine::with(&[("project/docs/notes.txt", "hello from disk")]);
+    let docs = machine.path("project/docs");
+    let out = machine.path("project/out");
+    std::fs::create_dir_all(&out).unwrap();
+    let config = json!({
+        "mcpServers": {
+            "fs": {
+                "command": server.display().to_string(),
+                "args": [docs.display().to_string(), out.display().to_string()]
+            }
+        }
+    });
+    let original = serde_json::to_string_pretty(&config).unwrap();
+    std::fs::create_dir_all(machine.path("home/.cursor")).unwrap();
+    std::fs::write(machine.path("home/.cursor/mcp.json"), &original).unwrap();
+    let out_arg = out.display().to_string();
+
+    let suggested = machine.hintgate(&["sandbox", "suggest", "fs", "--write", &out_arg]);
+    assert_eq!(code(&suggested), 0, "{}", stderr(&suggested));
+    let table = format!(
+        "[servers.fs.sandbox]\nread = [{:?}]\nwrite = [{:?}]\nnetwork = false\n",
+        docs.display().to_string(),
+        out_arg
+    );
+    assert!(
+        stdout(&suggested).contains(&table),
+        "{}",
+        stdout(&suggested)
+    );
+
+    let wrap = machine.hintgate(&["wrap", "--sandbox", "--write", &out_arg]);
+    assert_eq!(code(&wrap), 0, "{}", stderr(&wrap));
+    assert!(
+        stdout(&wrap).contains("    network = false"),
+        "the table is shown: {}",
+        stdout(&wrap)
+    );
+    let wrapped: Value = serde_json::from_str(&machine.read("home/.cursor/mcp.json")).unwrap();
+    let args: Vec<String> = wrapped["mcpServers"]["fs"]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arg| arg.as_str().unwrap().to_owned())
+        .collect();
+    let flags = args.join(" ");
+    assert!(
+        flags.contains(&format!(
+            "--sandbox --sandbox-read {} --sandbox-write {out_arg} --",
+            docs.display()
+        )),
+        "{flags}"
+    );
+
+    // The wrapped line runs the server confined to its table.
+    let kernel = hintgate_sandbox::Kernel::current();
+    let report = kernel.report(&hintgate_policy::config::SandboxConfig::default());
+    if report.holds(hintgate_sandbox::Property::FilesRead) {
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut host = crate::host::Host::start(machine.root(), &arg_refs, &[]);
+        host.initialize(json!({"elicitation": {}}));
+        host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+        let read = host.call("read_text_file", json!({"path": docs.join("notes.txt")}));
+        assert_eq!(crate::host::text(&read), "hello from disk", "{read}");
+        let written = host.call(
+            "write_file",
+            json!({"path": out.join("made.txt"), "content": "made"}),
+        );
+        assert!(!crate::host::is_error(&written), "{written}");
+        assert_eq!(
+            std::fs::read_to_string(out.join("made.txt")).unwrap(),
+            "made"
+        );
+        let inside_docs = host.call(
+            "write_file",
+            json!({"path": docs.join("notes.txt"), "content": "changed"}),
+        );
+        assert!(crate::host::is_error(&inside_docs), "{inside_docs}");
+        assert_eq!(
+            std::fs::read_to_string(docs.join("notes.txt")).unwrap(),
+            "hello from disk"
+        );
+        host.close();
+    } else {
+        println!("not run confined: this kernel cannot enforce files-read");
+    }
+
+    let unwrap = machine.hintgate(&["unwrap"]);
+    assert_eq!(code(&unwrap), 0, "{}", stderr(&unwrap));
+    assert_eq!(machine.read("home/.cursor/mcp.json"), original);
+}
