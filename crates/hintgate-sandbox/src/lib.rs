@@ -42,6 +42,7 @@ use serde::Serialize;
 
 #[cfg(target_os = "linux")]
 mod cgroup;
+pub mod denial;
 mod plan;
 #[cfg(target_os = "linux")]
 #[expect(
