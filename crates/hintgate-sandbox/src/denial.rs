@@ -96,7 +96,7 @@ pub fn notes(
     }
     if notes.is_empty() && landlock_abi > 0 {
         notes.push(if landlock_abi >= 7 {
-            "what the sandbox denied is not known to hintgate: Landlock records its denials in the kernel's audit log where audit is enabled (record type LANDLOCK_ACCESS), which hintgate does not read (it needs CAP_AUDIT_READ)".to_owned()
+            "what the sandbox denied is not known to hintgate: Landlock records its denials in the kernel's audit log where audit is enabled (record type LANDLOCK_ACCESS), which hintgate does not read (reading it takes CAP_AUDIT_READ)".to_owned()
         } else {
             format!(
                 "what the sandbox denied is not known to hintgate: this kernel's Landlock (ABI {landlock_abi}) records no denials (ABI 7 does, in the audit log)"
