@@ -103,6 +103,18 @@ impl StderrTail {
             .unwrap_or_default()
     }
 
+    /// The tail as a clause for a reason, as [`StderrTail::clause`], or ""
+    /// when the server wrote nothing there (for a server still running,
+    /// whose silence on stderr says nothing of how it ended).
+    pub fn said(&self) -> String {
+        let empty = self
+            .inner
+            .lock()
+            .map(|inner| inner.lines.is_empty())
+            .unwrap_or(true);
+        if empty { String::new() } else { self.clause() }
+    }
+
     /// The tail as a clause for a reason (`; the lines of its standard
     /// error: ...`, the lines joined by ` | `), or one that says the server
     /// wrote nothing there.
@@ -293,6 +305,7 @@ mod tests {
         tail.push(b"   ", false);
         assert!(tail.lines().is_empty());
         assert_eq!(tail.clause(), "; it wrote nothing to its standard error");
+        assert_eq!(tail.said(), "");
     }
 
     #[tokio::test]

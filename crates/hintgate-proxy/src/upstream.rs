@@ -251,11 +251,11 @@ impl Link {
         }
     }
 
-    /// For a child process, the last lines of its standard error as a
-    /// clause for a reason (see [`StderrTail::clause`]).
+    /// For a child process that wrote to its standard error, its last
+    /// lines there as a clause for a reason (see [`StderrTail::said`]).
     pub fn stderr_clause(&self) -> Option<String> {
         match self {
-            Self::Stdio(process) => Some(process.tail.clause()),
+            Self::Stdio(process) => Some(process.tail.said()),
             Self::Http(_) | Self::Streams(_) => None,
         }
     }
