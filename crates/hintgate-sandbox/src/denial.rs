@@ -32,12 +32,34 @@ const DENIED: [&str; 7] = [
     "access denied",
 ];
 
+/// What a line says when a connection or a name lookup failed for want of
+/// a network (lower case).
+const NO_NETWORK: [&str; 6] = [
+    "network is unreachable",
+    "enetunreach",
+    "eai_again",
+    "temporary failure in name resolution",
+    "name or service not known",
+    "getaddrinfo",
+];
+
+/// What a line says when a system call was refused or is missing (lower
+/// case): the seccomp filter's answers.
+const REFUSED_CALL: [&str; 4] = [
+    "operation not permitted",
+    "eperm",
+    "function not implemented",
+    "enosys",
+];
+
 /// Notes on what `plan`'s sandbox denied that the server's last lines of
 /// standard error (`stderr`, escaped) name, in words for the host: each
 /// path a line that reports a denial names, which no rule of the plan
 /// grants (outside its private `home`), or which a rule grants only for
-/// reading. When none is found and Landlock confined the server
-/// (`landlock_abi` > 0), one note says where the kernel records its
+/// reading; with `network = false`, a failed connection or name lookup
+/// those lines report; else an error number they report that the seccomp
+/// filter also answers with. When none is found and Landlock confined the
+/// server (`landlock_abi` > 0), one note says where the kernel records its
 /// denials, or that this kernel's Landlock records none.
 pub fn notes(
     plan: &Plan,
@@ -93,6 +115,22 @@ pub fn notes(
                 Some(Access::Device | Access::ReadWrite) => {}
             }
         }
+    }
+    let said = |words: &[&str]| {
+        stderr.iter().any(|line| {
+            let lower = line.to_lowercase();
+            words.iter().any(|word| lower.contains(word))
+        })
+    };
+    if !plan.config.network && said(&NO_NETWORK) {
+        notes.push(
+            "the sandbox gives it no network (`network = false`), and its standard error reports a connection or a name lookup that failed, as every one does there".to_owned(),
+        );
+    }
+    if notes.is_empty() && said(&REFUSED_CALL) {
+        notes.push(
+            "its standard error reports EPERM or ENOSYS, which is also what the sandbox's seccomp filter answers the system calls it refuses (`hintgate sandbox explain` lists them)".to_owned(),
+        );
     }
     if notes.is_empty() && landlock_abi > 0 {
         notes.push(if landlock_abi >= 7 {
@@ -192,6 +230,26 @@ mod tests {
         );
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("only read `/data/out.txt`"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_failed_lookup_without_network_and_a_refused_call_are_set_beside_the_sandbox() {
+        let plan = plan(&[("/data", Access::Read)]);
+        let stderr = vec!["npm error network request to https://registry.npmjs.org/x failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org".to_owned()];
+        let notes_ = notes(&plan, None, 7, &stderr);
+        assert_eq!(notes_.len(), 1, "{notes_:?}");
+        assert!(
+            notes_[0].contains("no network (`network = false`)"),
+            "{notes_:?}"
+        );
+        // With the network allowed, the sandbox is not what failed it.
+        let mut open = plan.clone();
+        open.config.network = true;
+        assert!(notes(&open, None, 7, &stderr)[0].contains("audit log"));
+        let stderr = vec!["prctl: Operation not permitted".to_owned()];
+        let notes_ = notes(&plan, None, 7, &stderr);
+        assert_eq!(notes_.len(), 1, "{notes_:?}");
+        assert!(notes_[0].contains("seccomp filter"), "{notes_:?}");
     }
 
     #[test]
