@@ -71,7 +71,7 @@ fn a_server_silent_at_start_fails_at_its_start_timeout_with_what_it_said() {
     let mut host = gateway(
         dir.path(),
         "[gateway]\ncall_timeout_s = 1\n\n[servers.mute]\ncommand = \"sh\"\n\
-         args = [\"-c\", \"echo 'npm warn: fetching the package from the registry' >&2; exec cat >/dev/null\"]\n\
+         args = [\"-c\", \"echo 'npm warn: fetching the package from the registry' >&2; exec sleep 600\"]\n\
          trust = \"trusted\"\n",
     );
     let said = call_error(&mut host, "mute");
@@ -147,7 +147,8 @@ fn a_confined_server_whose_import_the_sandbox_denies_says_so_everywhere() {
         format!(
             "import sys\n\
              sys.path.insert(0, {lib:?})\n\
-             if len(sys.argv) > 1:\n    open({settings:?}).read()\n\
+             if sys.argv[1:] == ['--settings']:\n    open({settings:?}).read()\n\
+             if sys.argv[1:] == ['--fetch']:\n    import socket\n    socket.create_connection(('registry.npmjs.org', 443), timeout=5)\n\
              import helper\n",
             lib = lib.display().to_string(),
             settings = settings.display().to_string(),
@@ -171,9 +172,10 @@ fn a_confined_server_whose_import_the_sandbox_denies_says_so_everywhere() {
         )
     };
     let config = format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
         table("imports", ""),
-        table("reads", ", \"--settings\"")
+        table("reads", ", \"--settings\""),
+        table("fetches", ", \"--fetch\"")
     );
     std::fs::write(dir.path().join("hintgate.toml"), &config).unwrap();
 
@@ -199,6 +201,17 @@ fn a_confined_server_whose_import_the_sandbox_denies_says_so_everywhere() {
             "the sandbox grants no access to `{}`",
             settings.display()
         )),
+        "{said}"
+    );
+    // A lookup the network namespace fails: set beside `network = false`.
+    let called = host.request(
+        "tools/call",
+        json!({"name": "fetches__anything", "arguments": {}}),
+    );
+    let said = text(&called["result"]);
+    assert!(said.contains("exited with status 1"), "{called}");
+    assert!(
+        said.contains("the sandbox gives it no network (`network = false`)"),
         "{said}"
     );
     drop(host);

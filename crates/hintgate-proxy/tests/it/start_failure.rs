@@ -144,7 +144,7 @@ async fn lint_says_why_a_server_exited_and_what_it_said_before_timing_out() {
     assert!(text.contains("cannot reach the registry"), "{text}");
     // Silent at start: it fails at the deadline, with what it said so far.
     let error = probe::probe(
-        &target("echo 'fetching the package' >&2; exec cat >/dev/null"),
+        &target("echo 'fetching the package' >&2; exec sleep 600"),
         options,
     )
     .await
@@ -152,4 +152,15 @@ async fn lint_says_why_a_server_exited_and_what_it_said_before_timing_out() {
     let text = error.to_string();
     assert!(matches!(error, ProbeError::Timeout { .. }), "{text}");
     assert!(text.contains("fetching the package"), "{text}");
+}
+
+#[tokio::test]
+async fn a_server_that_closes_its_output_and_lives_on_is_said_to() {
+    // Its standard output goes nowhere, and it stays: after a moment's
+    // grace the link ends, saying so and what it wrote.
+    let reason = end_of("echo 'detaching' >&2; exec sleep 600 >/dev/null 2>&1").await;
+    assert_eq!(
+        reason,
+        "closed its output, and did not exit; the lines of its standard error: detaching"
+    );
 }
