@@ -473,16 +473,24 @@ impl Ending {
             None => format!("{closed}, and did not exit"),
         };
         reason.push_str(&self.tail.clause());
-        if let Some(confined) = &self.confined {
-            let notes = hintgate_sandbox::denial::notes(
-                &confined.plan,
-                confined.home.as_deref(),
-                confined.landlock_abi,
-                &self.tail.lines(),
-            );
-            for note in notes {
-                reason.push_str("; ");
-                reason.push_str(&note);
+        if let Some(confined) = self.confined.take() {
+            // The notes resolve the paths the server named (through their
+            // links, as Landlock sees them): off the loop's thread, and
+            // not waited for past the grace.
+            let lines = self.tail.lines();
+            let notes = tokio::task::spawn_blocking(move || {
+                hintgate_sandbox::denial::notes(
+                    &confined.plan,
+                    confined.home.as_deref(),
+                    confined.landlock_abi,
+                    &lines,
+                )
+            });
+            if let Ok(Ok(notes)) = tokio::time::timeout(END_GRACE, notes).await {
+                for note in notes {
+                    reason.push_str("; ");
+                    reason.push_str(&note);
+                }
             }
         }
         reason
