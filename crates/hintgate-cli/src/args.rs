@@ -148,6 +148,15 @@ pub struct SandboxExplainArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Also start the server in its sandbox, as `hintgate lint` does (its
+    /// handshake and its tool list), and say whether it starts, or why not
+    /// (exit 1 when it does not).
+    #[arg(long)]
+    pub start: bool,
+    /// With `--start`: how long the start and the listing may take, in
+    /// seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, requires = "start")]
+    pub timeout_s: u64,
 }
 
 /// Where the commands that read the store (`pins`, `log`, `approvals`)

@@ -1,11 +1,13 @@
 //! `hintgate sandbox check` and `hintgate sandbox explain`: what this kernel
-//! can enforce, and exactly what one server would get.
+//! can enforce, and exactly what one server would get (and, with
+//! `--start`, whether it starts in that sandbox, or why not).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
 use hintgate_policy::config::{SandboxConfig, Transport};
+use hintgate_proxy::probe;
 use hintgate_sandbox::launch::{Ecosystem, launcher_line, split_spec};
 use hintgate_sandbox::{Access, Kernel, Plan, Property, Report};
 use serde_json::json;
@@ -154,6 +156,21 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
     };
     let report = Kernel::current().report(sandbox);
     let starts = sandbox.best_effort || report.missing_required().is_empty();
+    let started = args.start.then(|| {
+        try_start(
+            probe::Target::Stdio {
+                command: command.clone(),
+                args: argv.clone(),
+                env: env.clone(),
+                sandbox: Some(sandbox.clone()),
+            },
+            args.timeout_s,
+        )
+    });
+    let exit = match &started {
+        Some(Err(_)) => Exit::Error,
+        _ => Exit::Success,
+    };
     if args.json {
         let value = json!({
             "server": args.server,
@@ -164,9 +181,13 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
             "starts": starts,
             "proves": report.proof(sandbox),
             "network_hosts": sandbox.egress_hosts(),
+            "start": started.as_ref().map(|started| match started {
+                Ok(tools) => json!({"started": true, "tools": tools}),
+                Err(why) => json!({"started": false, "error": why}),
+            }),
         });
         output::out(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
-        return Ok(Exit::Success);
+        return Ok(exit);
     }
     let mut out = String::new();
     let _ = writeln!(out, "Server `{}`: {}", args.server, plan.program.display());
@@ -245,8 +266,41 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
             "\nThe server would not start: the kernel cannot enforce what its table asks (set `best_effort = true` to run it with what holds).\n",
         );
     }
+    match &started {
+        Some(Ok(tools)) => {
+            let _ = writeln!(
+                out,
+                "\nStarted in its sandbox: yes; it lists {tools} tool{}.",
+                if *tools == 1 { "" } else { "s" }
+            );
+        }
+        Some(Err(why)) => {
+            let _ = writeln!(out, "\nStarted in its sandbox: no: {why}");
+        }
+        None => {}
+    }
     output::out(&out)?;
-    Ok(Exit::Success)
+    Ok(exit)
+}
+
+/// Starts the server of `target` (in its sandbox) as `hintgate lint` does,
+/// lists its tools and stops it: how many it lists, or why it did not
+/// start, in the words the gateway's error would use.
+fn try_start(target: probe::Target, timeout_s: u64) -> Result<usize, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| format!("cannot start the runtime: {err}"))?;
+    let options = probe::Options {
+        timeout: std::time::Duration::from_secs(timeout_s.max(1)),
+        call_read_only: false,
+    };
+    let probed = runtime.block_on(probe::probe(&target, options));
+    // Child processes are killed with their handles; let the runtime finish that.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    probed
+        .map(|probed| probed.listing.tools.len())
+        .map_err(|err| err.to_string())
 }
 
 /// Runs `hintgate sandbox prepare SERVER --config FILE`: installs the

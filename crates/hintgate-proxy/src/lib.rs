@@ -23,6 +23,8 @@
 //! - [`conn`]: reading lines under a size limit and writing them in batches,
 //!   counting what waits to be written ([`QueueGauge`]);
 //! - [`upstream`]: how a server is reached ([`Connector`], [`Link`]);
+//! - [`tail`]: a stdio server's last lines of standard error and how it
+//!   ended, for the reason its calls fail with;
 //! - [`upstream_http`]: Streamable HTTP servers, as the same stream of lines
 //!   (their event streams read under a bound by a private `sse` module);
 //! - [`stdio`]: the host's stdin and stdout, read from the event loop;
@@ -48,6 +50,7 @@ pub mod probe;
 pub mod seal;
 mod sse;
 pub mod stdio;
+pub mod tail;
 pub mod upstream;
 pub mod upstream_http;
 pub mod versions;

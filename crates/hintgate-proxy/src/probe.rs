@@ -95,15 +95,18 @@ pub enum ProbeError {
     #[error("cannot connect: {0}")]
     Connect(String),
     /// The server did not answer in time.
-    #[error("no answer to `{method}` within {timeout_s} s")]
+    #[error("no answer to `{method}` within {timeout_s} s{stderr}")]
     Timeout {
         /// The request that got no answer.
         method: String,
         /// The probe's timeout, in seconds.
         timeout_s: u64,
+        /// For a child process, its last lines of standard error as a
+        /// clause (`; the lines of its standard error: ...`); else empty.
+        stderr: String,
     },
     /// The server stopped or broke the protocol.
-    #[error("the server {reason} during `{method}`")]
+    #[error("during `{method}`, the server {reason}")]
     Closed {
         /// The request in flight.
         method: String,
@@ -484,6 +487,11 @@ impl Session {
                     return Err(ProbeError::Timeout {
                         method: method.to_owned(),
                         timeout_s: self.timeout_s,
+                        stderr: self
+                            .link
+                            .as_ref()
+                            .and_then(Link::stderr_clause)
+                            .unwrap_or_default(),
                     });
                 }
                 Ok(None) => {

@@ -13,23 +13,37 @@
 //! does not read its input and stop sending to it. A child process is
 //! killed when its [`Process`] is dropped, so nothing outlives the gateway.
 //!
+//! A child process's standard error goes to the gateway's log, line by
+//! line, and its last lines are kept ([`crate::tail`]): when the process
+//! closes its output, the link waits a moment for its exit status and its
+//! last words, and the reason the gateway gets says how it ended and what
+//! it wrote last (for a confined one, also what its sandbox denied that
+//! those lines name), never only "closed its output".
+//!
 //! A server with a `[sandbox]` table is started confined
 //! ([`hintgate_sandbox`]): a clean environment, its own process group
 //! (killed with it), a private home removed when it stops, and what the
 //! kernel enforces; its [`Link::sandbox`] report says what holds.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hintgate_policy::config::{SandboxConfig, ServerConfig, Transport};
 use hintgate_sandbox::{Confinement, Kernel, Plan, Report};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
 use crate::event::{Event, EventSender, UpstreamEvent};
+use crate::tail::{StderrLine, StderrTail, describe_exit, read_stderr_line};
+
+/// How long a server that closed its output is given to exit and to finish
+/// its standard error before the gateway is told, without them.
+pub const END_GRACE: Duration = Duration::from_secs(2);
 
 /// Where a link delivers what it reads (the gateway's event channel, with
 /// the server's index and the link's generation), and how much it may hold
@@ -79,7 +93,14 @@ pub enum Link {
 #[derive(Debug)]
 pub struct Process {
     lines: StreamLink,
-    child: Child,
+    pid: Option<u32>,
+    /// Sending on it, or dropping it, kills the child (its waiter does).
+    kill: Option<oneshot::Sender<()>>,
+    /// How the child ended, once it has: `Some(None)` when its status could
+    /// not be read.
+    exited: watch::Receiver<Option<Option<ExitStatus>>>,
+    /// The last lines of its standard error.
+    tail: Arc<StderrTail>,
     /// Its sandbox, when it has one: dropped after the child, it kills the
     /// process group and removes the private home.
     confinement: Option<Box<Sandboxed>>,
@@ -92,6 +113,27 @@ struct Sandboxed {
     /// Held only to be dropped (fields drop in order: the proxy first).
     _egress: Option<crate::egress::EgressProxy>,
     confinement: Confinement,
+}
+
+/// What a process link waits for, and says, when the process closes its
+/// output: its exit status, the end of its standard error, and for a
+/// confined one what the sandbox denied that those lines name.
+#[derive(Debug)]
+struct Ending {
+    exited: watch::Receiver<Option<Option<ExitStatus>>>,
+    stderr_done: watch::Receiver<bool>,
+    tail: Arc<StderrTail>,
+    confined: Option<Confined>,
+}
+
+/// What is known of a confined process's sandbox, to say what it denied.
+#[derive(Debug)]
+struct Confined {
+    plan: Plan,
+    home: Option<PathBuf>,
+    /// Its PID namespace's supervisor reports a signal as 128 + its number.
+    supervisor: bool,
+    landlock_abi: u32,
 }
 
 /// Lines over a pair of byte streams.
@@ -186,7 +228,7 @@ impl Link {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        Self::Streams(StreamLink::new(from_server, to_server, target))
+        Self::Streams(StreamLink::new(from_server, to_server, target, None))
     }
 
     /// Sends one line (one message) to the server, counted in the link's
@@ -224,7 +266,16 @@ impl Link {
     /// The process id, for a child process.
     pub fn pid(&self) -> Option<u32> {
         match self {
-            Self::Stdio(process) => process.child.id(),
+            Self::Stdio(process) => process.pid,
+            Self::Http(_) | Self::Streams(_) => None,
+        }
+    }
+
+    /// For a child process that wrote to its standard error, its last
+    /// lines there as a clause for a reason (see [`StderrTail::said`]).
+    pub fn stderr_clause(&self) -> Option<String> {
+        match self {
+            Self::Stdio(process) => Some(process.tail.said()),
             Self::Http(_) | Self::Streams(_) => None,
         }
     }
@@ -233,7 +284,7 @@ impl Link {
 // === impl StreamLink ===
 
 impl StreamLink {
-    fn new<R, W>(from_server: R, to_server: W, target: LinkTarget) -> Self
+    fn new<R, W>(from_server: R, to_server: W, target: LinkTarget, ending: Option<Ending>) -> Self
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -246,7 +297,7 @@ impl StreamLink {
             Arc::clone(&queue),
             || async {},
         ));
-        tokio::spawn(read_lines(from_server, target));
+        tokio::spawn(read_lines(from_server, target, ending));
         Self { tx, queue }
     }
 
@@ -269,6 +320,7 @@ impl Process {
     ///
     /// [`SpawnError`] when the program cannot be run.
     pub fn spawn(spec: &Spawn<'_>, target: LinkTarget) -> Result<Self, SpawnError> {
+        let mut confined = None;
         let (mut command, mut confinement) = match spec.sandbox {
             Some(sandbox) => {
                 let sandboxed = |source| SpawnError::Sandbox {
@@ -278,8 +330,24 @@ impl Process {
                 let inherited = std::env::vars().collect();
                 let plan = Plan::new(spec.command, spec.args, spec.env, sandbox, &inherited)
                     .map_err(sandboxed)?;
+                let kernel = Kernel::current();
                 let (command, confinement) =
-                    hintgate_sandbox::command(&plan, Kernel::current()).map_err(sandboxed)?;
+                    hintgate_sandbox::command(&plan, kernel).map_err(sandboxed)?;
+                confined = Some(Confined {
+                    home: confinement.home().map(std::path::Path::to_path_buf),
+                    supervisor: confinement
+                        .report()
+                        .holds(hintgate_sandbox::Property::PidNamespace),
+                    landlock_abi: if confinement
+                        .report()
+                        .holds(hintgate_sandbox::Property::FilesRead)
+                    {
+                        kernel.landlock_abi
+                    } else {
+                        0
+                    },
+                    plan,
+                });
                 (Command::from(command), Some(confinement))
             }
             None => {
@@ -331,18 +399,37 @@ impl Process {
             .stderr
             .take()
             .ok_or_else(|| SpawnError::NoPipe(spec.name.to_owned()))?;
-        let lines = StreamLink::new(stdout, stdin, target);
+        let pid = child.id();
+        let tail = Arc::new(StderrTail::default());
+        let (stderr_done_tx, stderr_done) = watch::channel(false);
         let name = spec.name.to_owned();
+        let kept = Arc::clone(&tail);
         tokio::spawn(async move {
-            // A server's stderr is its log: pass it on to ours, line by line.
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(server.id = %name, "{line}");
+            // A server's stderr is its log: pass it on to ours, line by
+            // line (escaped, and bounded), keeping the last lines.
+            let mut reader = BufReader::new(stderr);
+            while let Ok(StderrLine::Line { bytes, cut }) = read_stderr_line(&mut reader).await {
+                let line = kept.push(&bytes, cut);
+                if !line.trim().is_empty() {
+                    tracing::info!(server.id = %name, "{line}");
+                }
             }
+            stderr_done_tx.send_replace(true);
         });
+        let (kill, exited) = wait_for(child);
+        let ending = Ending {
+            exited: exited.clone(),
+            stderr_done,
+            tail: Arc::clone(&tail),
+            confined,
+        };
+        let lines = StreamLink::new(stdout, stdin, target, Some(ending));
         Ok(Self {
             lines,
-            child,
+            pid,
+            kill: Some(kill),
+            exited,
+            tail,
             confinement: confinement.map(|confinement| {
                 Box::new(Sandboxed {
                     _egress: egress,
@@ -357,14 +444,21 @@ impl Process {
     pub async fn stop(self) {
         let Self {
             lines,
-            mut child,
+            kill,
+            mut exited,
             confinement,
+            ..
         } = self;
         drop(lines);
-        let exited = tokio::time::timeout(std::time::Duration::from_secs(2), child.wait()).await;
-        if exited.is_err() {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+        let timed_out =
+            tokio::time::timeout(Duration::from_secs(2), exited.wait_for(Option::is_some))
+                .await
+                .is_err();
+        if timed_out {
+            if let Some(kill) = kill {
+                let _ = kill.send(());
+            }
+            let _ = exited.wait_for(Option::is_some).await;
         }
         // Whatever the server left running in its group goes with it, and
         // so does its way out.
@@ -372,7 +466,87 @@ impl Process {
     }
 }
 
-async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
+/// Waits for `child` in a task of its own: the status it ended with goes to
+/// the receiver; a send on the sender, or its drop, kills the child first.
+fn wait_for(
+    mut child: Child,
+) -> (
+    oneshot::Sender<()>,
+    watch::Receiver<Option<Option<ExitStatus>>>,
+) {
+    let (kill, killed) = oneshot::channel::<()>();
+    let (status_tx, status) = watch::channel(None);
+    tokio::spawn(async move {
+        let ended = tokio::select! {
+            ended = child.wait() => ended.ok(),
+            _ = killed => {
+                let _ = child.start_kill();
+                child.wait().await.ok()
+            }
+        };
+        status_tx.send_replace(Some(ended));
+    });
+    (kill, status)
+}
+
+// === impl Ending ===
+
+impl Ending {
+    /// Why the link ended, said fully: `closed` (what the reader saw), or
+    /// how the process ended, then its last lines of standard error and,
+    /// for a confined one, what its sandbox denied that they name. Waits at
+    /// most [`END_GRACE`] for the process to exit and its standard error to
+    /// end.
+    async fn reason(mut self, closed: String) -> String {
+        let grace = tokio::time::sleep(END_GRACE);
+        tokio::pin!(grace);
+        let status = tokio::select! {
+            ended = self.exited.wait_for(Option::is_some) => ended.ok().and_then(|ended| *ended),
+            () = &mut grace => None,
+        };
+        tokio::select! {
+            _ = self.stderr_done.wait_for(|done| *done) => {}
+            () = &mut grace => {}
+        }
+        let supervisor = self
+            .confined
+            .as_ref()
+            .is_some_and(|confined| confined.supervisor);
+        let mut reason = match status {
+            Some(Some(status)) => describe_exit(&status, supervisor),
+            Some(None) => closed,
+            None => format!("{closed}, and did not exit"),
+        };
+        reason.push_str(&self.tail.clause());
+        if let Some(confined) = self.confined.take() {
+            // The notes resolve the paths the server named (through their
+            // links, as Landlock sees them): off the loop's thread, and
+            // not waited for past the grace.
+            let lines = self.tail.lines();
+            let notes = tokio::task::spawn_blocking(move || {
+                hintgate_sandbox::denial::notes(
+                    &confined.plan,
+                    confined.home.as_deref(),
+                    confined.landlock_abi,
+                    &lines,
+                )
+            });
+            if let Ok(Ok(notes)) = tokio::time::timeout(END_GRACE, notes).await {
+                for note in notes {
+                    reason.push_str("; ");
+                    reason.push_str(&note);
+                }
+            }
+        }
+        reason
+    }
+}
+
+async fn read_lines<R: AsyncRead + Unpin>(
+    from_server: R,
+    target: LinkTarget,
+    mut ending: Option<Ending>,
+) {
     let LinkTarget {
         server,
         generation,
@@ -398,6 +572,15 @@ async fn read_lines<R: AsyncRead + Unpin>(from_server: R, target: LinkTarget) {
             )),
             Ok(LineRead::Eof) => UpstreamEvent::Closed("closed its output".to_owned()),
             Err(err) => UpstreamEvent::Closed(format!("output failed: {err}")),
+        };
+        // A process that closed its output is given a moment to say how
+        // it ended.
+        let event = match event {
+            UpstreamEvent::Closed(closed) => match ending.take() {
+                Some(ending) => UpstreamEvent::Closed(ending.reason(closed).await),
+                None => UpstreamEvent::Closed(closed),
+            },
+            other => other,
         };
         let last = !matches!(event, UpstreamEvent::Line(_));
         if events

@@ -46,6 +46,7 @@ use serde::Serialize;
 
 #[cfg(target_os = "linux")]
 mod cgroup;
+pub mod denial;
 pub mod launch;
 mod plan;
 #[cfg(target_os = "linux")]

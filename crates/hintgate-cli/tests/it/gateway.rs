@@ -233,6 +233,12 @@ fn a_crash_mid_call_is_retried_once_for_a_trusted_read_only_tool() {
         "{}",
         text(&failed)
     );
+    // A crash later says how the server ended, as one at start does.
+    assert!(
+        text(&failed).contains("exited with status 3"),
+        "{}",
+        text(&failed)
+    );
     assert!(
         text(&failed).contains("it already failed once"),
         "{}",

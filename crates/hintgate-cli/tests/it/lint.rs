@@ -336,7 +336,7 @@ fn a_server_that_crashes_hangs_or_writes_garbage_is_exit_one() {
     assert_eq!(code(&crashed), 1);
     assert!(
         stderr(&crashed).contains("cannot lint `python3 ")
-            && stderr(&crashed).contains("closed its output"),
+            && stderr(&crashed).contains("exited with status 7"),
         "{}",
         stderr(&crashed)
     );

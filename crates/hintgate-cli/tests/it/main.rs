@@ -31,6 +31,7 @@ mod sandbox;
 mod scan;
 mod soak;
 mod standing;
+mod start_failure;
 mod store;
 mod util;
 mod wrap;

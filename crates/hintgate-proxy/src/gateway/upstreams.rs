@@ -206,6 +206,12 @@ impl Upstream {
         Ok(())
     }
 
+    /// For a child process, its last lines of standard error as a clause
+    /// for a reason.
+    pub fn stderr_clause(&self) -> Option<String> {
+        self.link.as_ref().and_then(Link::stderr_clause)
+    }
+
     /// The link, taken (to stop it).
     pub fn take_link(&mut self) -> Option<Link> {
         self.link.take()
@@ -846,9 +852,15 @@ impl Gateway {
                 self.send_initialize(idx);
             }
             UpPurpose::Initialize => {
+                // A server silent at start often said why on stderr.
+                let said = self
+                    .upstreams
+                    .get(idx)
+                    .and_then(Upstream::stderr_clause)
+                    .unwrap_or_default();
                 self.upstream_failed(
                     idx,
-                    format!("did not answer `initialize` within {timeout} s"),
+                    format!("did not answer `initialize` within {timeout} s{said}"),
                 );
             }
             UpPurpose::LateDiscover | UpPurpose::Quiet => {}

@@ -19,4 +19,5 @@ mod names;
 mod pipeline;
 mod read_only;
 mod runtime;
+mod start_failure;
 mod taint;
