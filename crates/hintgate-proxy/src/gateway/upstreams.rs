@@ -388,6 +388,16 @@ impl Gateway {
                 return;
             }
         }
+        self.open_started(idx, sandbox);
+    }
+
+    /// A server just connected: its identity read, its part of the catalog
+    /// opened (its pins; none for a read-only instance), its era probed,
+    /// and its read-only instance started beside it.
+    fn open_started(&mut self, idx: ServerIdx, sandbox: SandboxProof) {
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
         let (identity, resolved) = identity_of(&up.config);
         let name = up.name.clone();
         tracing::info!(server.id = %name, identity = %identity, "identity");
