@@ -803,7 +803,7 @@ impl Gateway {
             stopping: false,
             finished: false,
         };
-        gateway.start_hooks();
+        gateway.hooks.start_all(&gateway.events);
         gateway.prefixes_overlap = gateway.prefixes_overlap();
         if gateway.prefixes_overlap {
             tracing::error!(
@@ -1538,7 +1538,7 @@ impl Gateway {
         if let Some(watcher) = self.watcher.take() {
             watcher.stop();
         }
-        self.stop_hooks();
+        self.hooks.stop_all();
         self.stop_servers().await;
     }
 
