@@ -1118,25 +1118,11 @@ mod tests {
         assert!(read_result(r#"[]"#).is_err());
     }
 
-    #[test]
-    fn each_way_a_call_ends_keeps_its_outcome_reason_and_answer() {
-        let (config, _) = hintgate_policy::config::parse_str("[servers.fx]\ncommand = \"x\"\n");
-        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
-        let decided = Decision::deny(ReasonCode::RuleDeny);
-        let answer_of = |end: &CallEnd| {
-            let decision = end.decision(None);
-            let answer = end.answer(Refused {
-                host_name: "fx__note",
-                server: "fx",
-                tool: "note",
-                decision: &decision,
-                policy: &policy,
-            });
-            answer_line("7", answer, |_| {})
-        };
+    /// Every way a call ends at the gateway: how it ends, its outcome, and
+    /// the reason code its record shows without a decision of its own.
+    fn every_end() -> Vec<(CallEnd, Outcome, ReasonCode)> {
         let refused = |refusal| CallEnd::Refused(refusal);
-        // (how it ends, outcome, reason code without a decision of its own)
-        let table = [
+        vec![
             (
                 refused(Refusal::Malformed("x".into())),
                 Outcome::Denied,
@@ -1182,7 +1168,27 @@ mod tests {
                 Outcome::HostGone,
                 ReasonCode::Cancelled,
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn each_way_a_call_ends_keeps_its_outcome_reason_and_answer() {
+        let (config, _) = hintgate_policy::config::parse_str("[servers.fx]\ncommand = \"x\"\n");
+        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
+        let decided = Decision::deny(ReasonCode::RuleDeny);
+        let answer_of = |end: &CallEnd| {
+            let decision = end.decision(None);
+            let answer = end.answer(Refused {
+                host_name: "fx__note",
+                server: "fx",
+                tool: "note",
+                decision: &decision,
+                policy: &policy,
+            });
+            answer_line("7", answer, |_| {})
+        };
+        let refused = |refusal| CallEnd::Refused(refusal);
+        let table = every_end();
         for (end, outcome, code) in &table {
             assert_eq!(end.outcome(), *outcome, "{end:?}");
             assert_eq!(end.decision(None), Decision::deny(*code), "{end:?}");

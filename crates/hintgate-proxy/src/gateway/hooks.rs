@@ -400,7 +400,7 @@ impl Gateway {
                 if self.hooks.slots.get(idx).is_some() {
                     tracing::warn!(tool.name = %cx.tool, "the decision hook could not be asked: {why}");
                 }
-                self.hook_answered(cx, digest, so_far, OwnedAnswer::Failed(why));
+                self.run_pipeline(answered(cx, digest, so_far, OwnedAnswer::Failed(why)));
                 return;
             }
         };
@@ -440,7 +440,7 @@ impl Gateway {
             return;
         };
         self.inflight.cancel_deadline(&held.deadline);
-        self.hook_answered(held.cx, held.digest, held.so_far, answer);
+        self.run_pipeline(answered(held.cx, held.digest, held.so_far, answer));
     }
 
     /// A hook did not answer in time: its call is refused. A persistent
@@ -451,23 +451,12 @@ impl Gateway {
         };
         let why = format!("the decision hook did not answer within {timeout_ms} ms");
         tracing::warn!(tool.name = %held.cx.tool, "{why}");
-        self.hook_answered(held.cx, held.digest, held.so_far, OwnedAnswer::Failed(why));
-    }
-
-    /// The call goes through the pipeline again, with the hook's answer.
-    fn hook_answered(
-        &mut self,
-        mut cx: Box<CallContext>,
-        digest: PinDigest,
-        so_far: (Verdict, Vec<ReasonCode>),
-        answer: OwnedAnswer,
-    ) {
-        cx.hook = Some(HookVerdict {
-            answer,
-            digest,
-            so_far,
-        });
-        self.run_pipeline(cx);
+        self.run_pipeline(answered(
+            held.cx,
+            held.digest,
+            held.so_far,
+            OwnedAnswer::Failed(why),
+        ));
     }
 
     /// The host cancelled a call, or its session ended, while the hook was
@@ -485,6 +474,21 @@ impl Gateway {
             self.end_call(held.cx, end.clone());
         }
     }
+}
+
+/// The call with the hook's answer, to go through the pipeline again.
+fn answered(
+    mut cx: Box<CallContext>,
+    digest: PinDigest,
+    so_far: (Verdict, Vec<ReasonCode>),
+    answer: OwnedAnswer,
+) -> Box<CallContext> {
+    cx.hook = Some(HookVerdict {
+        answer,
+        digest,
+        so_far,
+    });
+    cx
 }
 
 /// The outcome a call withdrawn while the hook was asked ends with.

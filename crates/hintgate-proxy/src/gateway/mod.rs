@@ -658,6 +658,35 @@ async fn read_host<R: AsyncRead + Unpin>(
     }
 }
 
+/// The URI of a server's `notifications/resources/updated`, an update of a
+/// private-data server's resource being its data reaching the host (design
+/// §4.4); `None` when it is dropped. The host shows or reads what the URI
+/// names: one that breaks a line or hides characters is dropped, as it would
+/// be left out of `resources/list`.
+fn updated_uri(server: &str, message: &Message<'_>) -> Option<String> {
+    let uri = message
+        .params
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default();
+    if let Err(err) = crate::json::find_duplicate_key(message.line()) {
+        tracing::warn!(
+            server.id = %server,
+            "its `notifications/resources/updated` cannot be read one way only ({err}); dropped"
+        );
+        return None;
+    }
+    if let Some(problem) = hintgate_policy::name::uri_problem(&uri) {
+        tracing::warn!(
+            server.id = %server,
+            resource.uri = %hintgate_policy::sanitize::escape_line(&uri),
+            "its URI {problem}; the server's `notifications/resources/updated` is dropped"
+        );
+        return None;
+    }
+    Some(uri)
+}
+
 /// A server's progress notification with its message made one line with
 /// nothing hidden in it (the rest as sent), or `None` when the message
 /// needed no change.
@@ -1825,7 +1854,11 @@ impl Gateway {
             }
             // An update of a private-data server's resource is its data
             // reaching the host (design §4.4).
-            "notifications/resources/updated" => self.on_server_resource_updated(idx, message),
+            "notifications/resources/updated" => {
+                if let Some(uri) = updated_uri(self.upstreams.name(idx), message) {
+                    self.on_resource_updated(idx, message, &uri);
+                }
+            }
             "notifications/message" if self.upstreams.get(idx).is_some_and(|up| up.modern) => {
                 self.on_modern_log(idx, message);
             }
@@ -1863,34 +1896,6 @@ impl Gateway {
             }
             self.send_host_note(session, message.with_params(&params.to_string()));
         }
-    }
-
-    /// An update of a private-data server's resource is its data reaching
-    /// the host (design §4.4). The host shows or reads what the URI names:
-    /// one that breaks a line or hides characters is dropped, as it would be
-    /// left out of `resources/list`.
-    fn on_server_resource_updated(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        let uri = message
-            .params
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_default();
-        if let Err(err) = crate::json::find_duplicate_key(message.line()) {
-            tracing::warn!(
-                server.id = %self.upstreams.name(idx),
-                "its `notifications/resources/updated` cannot be read one way only ({err}); dropped"
-            );
-            return;
-        }
-        if let Some(problem) = hintgate_policy::name::uri_problem(&uri) {
-            tracing::warn!(
-                server.id = %self.upstreams.name(idx),
-                resource.uri = %hintgate_policy::sanitize::escape_line(&uri),
-                "its URI {problem}; the server's `notifications/resources/updated` is dropped"
-            );
-            return;
-        }
-        self.on_resource_updated(idx, message, &uri);
     }
 
     /// A change notification to every host: as sent to a legacy host, on
