@@ -1029,19 +1029,8 @@ impl Gateway {
 
     /// A result for a host's request, with what a 2026-07-28 host requires.
     fn reply(&mut self, session: SessionId, id: &str, result: &Value) {
-        let line = self.result_line(session, id, result);
+        let line = self.sessions.result_line(session, id, result);
         self.send_host(session, line);
-    }
-
-    /// A result line for a host, with what a 2026-07-28 host requires.
-    fn result_line(&self, session: SessionId, id: &str, result: &Value) -> String {
-        let modern = self.sessions.get(&session).is_some_and(HostSession::modern);
-        if modern && result.is_object() && result.get("resultType").is_none() {
-            let mut result = result.clone();
-            modern::modernize(true, "", &mut result);
-            return frame::response(id, &result);
-        }
-        frame::response(id, result)
     }
 
     fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str) {
@@ -1487,7 +1476,7 @@ impl Gateway {
                         self.upstreams.name(idx)
                     );
                     let result = call::error_result(&text);
-                    let line = self.result_line(session, cx.request.id(), &result);
+                    let line = self.sessions.result_line(session, cx.request.id(), &result);
                     self.answer_call(&cx, line, Outcome::Shutdown);
                 }
                 (UpPurpose::Forward(request), Ending::Shutdown) => {

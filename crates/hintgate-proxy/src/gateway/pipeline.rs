@@ -500,7 +500,9 @@ impl Gateway {
             // The params were read before, so this does not happen; if it
             // did, nothing but the decided call may go out.
             let text = "hintgate could not rebuild the call's params; it was not sent";
-            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(text));
+            let line =
+                self.sessions
+                    .result_line(cx.request.session, cx.request.id(), &error_result(text));
             self.answer_call(&cx, line, Outcome::Failed);
             return;
         };
@@ -543,7 +545,11 @@ impl Gateway {
                 "hintgate shut down before it sent this call to `{}`; it did not run.",
                 self.upstreams.name(idx)
             );
-            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+            let line = self.sessions.result_line(
+                cx.request.session,
+                cx.request.id(),
+                &error_result(&text),
+            );
             self.answer_call(cx, line, Outcome::Shutdown);
             return true;
         }
@@ -581,8 +587,11 @@ impl Gateway {
             }
             AfterFailure::Report { outcome, note } => {
                 let text = format!("{reason}. {note}");
-                let line =
-                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                let line = self.sessions.result_line(
+                    cx.request.session,
+                    cx.request.id(),
+                    &error_result(&text),
+                );
                 self.answer_call(&cx, line, outcome);
             }
         }
@@ -607,7 +616,11 @@ impl Gateway {
                             self.upstreams.name(idx)
                         );
                         tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                        let line = self.result_line(session, cx.request.id(), &error_result(&text));
+                        let line = self.sessions.result_line(
+                            session,
+                            cx.request.id(),
+                            &error_result(&text),
+                        );
                         self.answer_call(&cx, line, Outcome::ProtocolError);
                         return;
                     }
@@ -655,8 +668,11 @@ impl Gateway {
             Err(why) => {
                 tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
                 let text = format!("hintgate did not pass on the server's question: {why}");
-                let line =
-                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                let line = self.sessions.result_line(
+                    cx.request.session,
+                    cx.request.id(),
+                    &error_result(&text),
+                );
                 (line, Outcome::ProtocolError)
             }
         };
@@ -693,7 +709,9 @@ impl Gateway {
             // The call ran: a later call with its key gets what this host
             // got.
             self.keys().key_done(cx, &refused.to_string());
-            let line = self.result_line(session, cx.request.id(), &refused);
+            let line = self
+                .sessions
+                .result_line(session, cx.request.id(), &refused);
             self.answer_call(cx, line, Outcome::OutputSchemaMismatch);
             return None;
         }

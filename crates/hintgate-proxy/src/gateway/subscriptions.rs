@@ -20,7 +20,7 @@ use hintgate_policy::sanitize::escape_line;
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::inflight::UpPurpose;
+use super::inflight::{InFlight, UpPurpose};
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::frame::{self, Message};
 
@@ -315,7 +315,8 @@ impl Gateway {
         else {
             return;
         };
-        let Some(UpPurpose::Subscribe { uri }) = self.peek_subscribe(idx, listen) else {
+        let Some(UpPurpose::Subscribe { uri }) = peek_subscribe(&mut self.inflight, idx, listen)
+        else {
             return;
         };
         self.inflight.take_up(idx, listen);
@@ -343,15 +344,6 @@ impl Gateway {
         }
         for request in waiting {
             self.reply(request.session, request.id(), &json!({}));
-        }
-    }
-
-    /// The purpose of request `id` to `idx`, when it is a listen stream
-    /// for a subscription that still waits for its acknowledgement.
-    fn peek_subscribe(&mut self, idx: ServerIdx, id: u64) -> Option<UpPurpose> {
-        match self.inflight.peek_up_mut(idx, id) {
-            Some(UpPurpose::Subscribe { uri }) => Some(UpPurpose::Subscribe { uri: uri.clone() }),
-            _ => None,
         }
     }
 
@@ -496,6 +488,15 @@ impl Gateway {
             }
             self.send_host_note(session, line.clone());
         }
+    }
+}
+
+/// The purpose of request `id` to `idx`, when it is a listen stream for a
+/// subscription that still waits for its acknowledgement.
+fn peek_subscribe(inflight: &mut InFlight, idx: ServerIdx, id: u64) -> Option<UpPurpose> {
+    match inflight.peek_up_mut(idx, id) {
+        Some(UpPurpose::Subscribe { uri }) => Some(UpPurpose::Subscribe { uri: uri.clone() }),
+        _ => None,
     }
 }
 
