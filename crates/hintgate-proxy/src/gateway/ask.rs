@@ -162,7 +162,7 @@ impl Gateway {
             .catalog
             .tool(idx, &cx.tool)
             .and_then(|entry| entry.tool.as_ref().ok())?;
-        let changes = match cx.pin {
+        let changes = match cx.pin() {
             PinStatus::Changed => self
                 .catalog
                 .pinned_definition(idx, &cx.tool)
@@ -274,7 +274,7 @@ impl Gateway {
     /// asked is asked about anew), to the start of the server it lists it.
     fn resume_approved(&mut self, mut cx: Box<CallContext>, approver: Approver) {
         cx.approver = approver;
-        cx.approved = cx.digest;
+        cx.approved = cx.digest();
         self.run_pipeline(cx);
     }
 
@@ -306,7 +306,7 @@ impl Gateway {
         let sealed = self.sealer.seal(
             &cx.params.name,
             cx.arguments_or_empty(),
-            cx.digest_text.as_deref().unwrap_or_default(),
+            cx.digest_text().unwrap_or_default(),
             self.limits.ask_timeout.as_secs(),
             cx.idem
                 .as_ref()
@@ -353,7 +353,7 @@ impl Gateway {
             state,
             &cx.params.name,
             cx.arguments_or_empty(),
-            cx.digest_text.as_deref().unwrap_or_default(),
+            cx.digest_text().unwrap_or_default(),
         ) {
             tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
             let extra = format!("The approval could not be used: {err}.");
@@ -398,7 +398,7 @@ impl Gateway {
             answer: "approved".to_owned(),
         });
         cx.approver = Approver::Person(Channel::InputRequired);
-        cx.approved = cx.digest;
+        cx.approved = cx.digest();
         Ok(())
     }
 
@@ -420,7 +420,7 @@ impl Gateway {
             server: server.clone(),
             server_key: self.catalog.key(idx).unwrap_or_default().to_owned(),
             tool: cx.tool.clone(),
-            digest: cx.digest_text.as_deref().unwrap_or_default().to_owned(),
+            digest: cx.digest_text().unwrap_or_default().to_owned(),
             prompt,
             // The same content as JSON, arguments redacted as in the prompt,
             // for a reader that renders it itself (the web console).

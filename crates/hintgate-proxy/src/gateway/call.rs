@@ -44,19 +44,9 @@ pub(crate) struct CallContext {
     pub tool: String,
     /// The policy's decision, once decided.
     pub decision: Option<Decision>,
-    /// The pin digest of the definition decided on.
-    pub digest: Option<PinDigest>,
-    /// The same, as the audit log writes it.
-    pub digest_text: Option<std::sync::Arc<str>>,
-    /// How that definition compares with its pin.
-    pub pin: PinStatus,
-    /// Whether the tool is effectively read-only or idempotent (the tool's
-    /// half of whether a failure may be retried, design §4.5).
-    pub repeatable: bool,
-    /// Whether its result taints the session (design §4.4).
-    pub taints: bool,
-    /// The tool's output schema, compiled, to check its result against.
-    pub output: Option<std::sync::Arc<jsonschema::Validator>>,
+    /// What step 3 read of the definition decided on, once it was decided
+    /// on a valid one (see [`Definition`]).
+    definition: Option<Definition>,
     /// Who let it through, once someone did.
     pub approver: Approver,
     /// Attempts made before this one (design §4.5 retries once).
@@ -95,6 +85,29 @@ pub(crate) struct CallContext {
     pub read_only_restarted: Option<ServerIdx>,
     /// The read-only instance's tools were listed once for this call.
     pub read_only_relisted: bool,
+}
+
+/// What step 3 of the pipeline reads of the definition a call is decided
+/// on: known together, once the call's tool has a valid definition.
+///
+/// A retry keeps it (`CallContext::next_attempt` does not clear it): until
+/// the next attempt decides on a definition of its own, the call's record
+/// names the pin of the one last decided on, as it always has.
+#[derive(Debug, Clone)]
+pub(crate) struct Definition {
+    /// The pin digest of the definition decided on.
+    pub digest: PinDigest,
+    /// The same, as the audit log writes it.
+    pub digest_text: Option<std::sync::Arc<str>>,
+    /// How that definition compares with its pin.
+    pub pin: PinStatus,
+    /// Whether the tool is effectively read-only or idempotent (the tool's
+    /// half of whether a failure may be retried, design §4.5).
+    pub repeatable: bool,
+    /// Whether its result taints the session (design §4.4).
+    pub taints: bool,
+    /// The tool's output schema, compiled, to check its result against.
+    pub output: Option<std::sync::Arc<jsonschema::Validator>>,
 }
 
 /// What a 2026-07-28 server's input-required continuation adds to the
@@ -381,12 +394,7 @@ impl CallContext {
             server: None,
             tool: String::new(),
             decision: None,
-            digest: None,
-            digest_text: None,
-            pin: PinStatus::New,
-            repeatable: false,
-            taints: false,
-            output: None,
+            definition: None,
             approver: Approver::Nobody,
             attempt: 0,
             relisted: false,
@@ -404,6 +412,52 @@ impl CallContext {
             read_only_restarted: None,
             read_only_relisted: false,
         }
+    }
+
+    /// The call is decided on `definition` (step 3).
+    pub fn decided_on(&mut self, definition: Definition) {
+        self.definition = Some(definition);
+    }
+
+    /// The pin digest of the definition decided on.
+    pub fn digest(&self) -> Option<PinDigest> {
+        self.definition.as_ref().map(|definition| definition.digest)
+    }
+
+    /// The same, as the audit log writes it.
+    pub fn digest_text(&self) -> Option<&str> {
+        self.definition
+            .as_ref()
+            .and_then(|definition| definition.digest_text.as_deref())
+    }
+
+    /// How the definition decided on compares with its pin (`new` before
+    /// one is).
+    pub fn pin(&self) -> PinStatus {
+        self.definition
+            .as_ref()
+            .map_or(PinStatus::New, |definition| definition.pin)
+    }
+
+    /// Whether the tool is effectively read-only or idempotent.
+    pub fn repeatable(&self) -> bool {
+        self.definition
+            .as_ref()
+            .is_some_and(|definition| definition.repeatable)
+    }
+
+    /// Whether the tool's result taints the session.
+    pub fn taints(&self) -> bool {
+        self.definition
+            .as_ref()
+            .is_some_and(|definition| definition.taints)
+    }
+
+    /// The tool's output schema, compiled, if it has one.
+    pub fn output(&self) -> Option<&jsonschema::Validator> {
+        self.definition
+            .as_ref()
+            .and_then(|definition| definition.output.as_deref())
     }
 
     /// The same call, to go through the pipeline once more (a retry, or a
@@ -968,6 +1022,59 @@ mod tests {
         assert_eq!(cx.request.id(), "7");
     }
 
+    fn decided(digest: PinDigest, pin: PinStatus) -> Definition {
+        Definition {
+            digest,
+            digest_text: Some(digest.to_string().into()),
+            pin,
+            repeatable: true,
+            taints: true,
+            output: None,
+        }
+    }
+
+    /// What a retried call's record reads of its context: the pin of the
+    /// definition last decided on stays until an attempt decides on one of
+    /// its own; the decision, the instance and the start it was decided
+    /// for do not.
+    #[test]
+    fn a_retried_call_keeps_the_pin_its_record_names_until_decided_again() {
+        let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fs__read","arguments":{}}}"#;
+        let mut cx = CallContext::parse(request(line)).unwrap();
+        assert_eq!(
+            (cx.digest(), cx.digest_text(), cx.pin()),
+            (None, None, PinStatus::New)
+        );
+        assert!(!cx.repeatable() && !cx.taints() && cx.output().is_none());
+
+        let first = PinDigest([1; 32]);
+        cx.decided_on(decided(first, PinStatus::Unchanged));
+        cx.decision = Some(Decision::deny(ReasonCode::RuleDeny));
+        cx.instance = Instance::ReadOnly;
+        cx.generation = Some(3);
+        cx.approved = Some(first);
+        cx.next_attempt();
+
+        assert_eq!(cx.attempt, 1);
+        let first_text = first.to_string();
+        assert_eq!(cx.digest(), Some(first));
+        assert_eq!(cx.digest_text(), Some(first_text.as_str()));
+        assert_eq!(cx.pin(), PinStatus::Unchanged);
+        assert!(cx.repeatable() && cx.taints());
+        assert!(cx.decision.is_none());
+        assert_eq!(cx.instance, Instance::Full);
+        assert_eq!(cx.generation, None);
+        // What a person approved stays with the call.
+        assert_eq!(cx.approved, Some(first));
+
+        let second = PinDigest([2; 32]);
+        cx.decided_on(decided(second, PinStatus::Changed));
+        let second_text = second.to_string();
+        assert_eq!(cx.digest(), Some(second));
+        assert_eq!(cx.digest_text(), Some(second_text.as_str()));
+        assert_eq!(cx.pin(), PinStatus::Changed);
+    }
+
     #[test]
     fn params_without_a_string_name_are_malformed() {
         for params in [r#"{}"#, r#"{"name":3}"#, r#"[]"#, r#""x""#] {
@@ -1011,25 +1118,11 @@ mod tests {
         assert!(read_result(r#"[]"#).is_err());
     }
 
-    #[test]
-    fn each_way_a_call_ends_keeps_its_outcome_reason_and_answer() {
-        let (config, _) = hintgate_policy::config::parse_str("[servers.fx]\ncommand = \"x\"\n");
-        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
-        let decided = Decision::deny(ReasonCode::RuleDeny);
-        let answer_of = |end: &CallEnd| {
-            let decision = end.decision(None);
-            let answer = end.answer(Refused {
-                host_name: "fx__note",
-                server: "fx",
-                tool: "note",
-                decision: &decision,
-                policy: &policy,
-            });
-            answer_line("7", answer, |_| {})
-        };
+    /// Every way a call ends at the gateway: how it ends, its outcome, and
+    /// the reason code its record shows without a decision of its own.
+    fn every_end() -> Vec<(CallEnd, Outcome, ReasonCode)> {
         let refused = |refusal| CallEnd::Refused(refusal);
-        // (how it ends, outcome, reason code without a decision of its own)
-        let table = [
+        vec![
             (
                 refused(Refusal::Malformed("x".into())),
                 Outcome::Denied,
@@ -1075,7 +1168,27 @@ mod tests {
                 Outcome::HostGone,
                 ReasonCode::Cancelled,
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn each_way_a_call_ends_keeps_its_outcome_reason_and_answer() {
+        let (config, _) = hintgate_policy::config::parse_str("[servers.fx]\ncommand = \"x\"\n");
+        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
+        let decided = Decision::deny(ReasonCode::RuleDeny);
+        let answer_of = |end: &CallEnd| {
+            let decision = end.decision(None);
+            let answer = end.answer(Refused {
+                host_name: "fx__note",
+                server: "fx",
+                tool: "note",
+                decision: &decision,
+                policy: &policy,
+            });
+            answer_line("7", answer, |_| {})
+        };
+        let refused = |refusal| CallEnd::Refused(refusal);
+        let table = every_end();
         for (end, outcome, code) in &table {
             assert_eq!(end.outcome(), *outcome, "{end:?}");
             assert_eq!(end.decision(None), Decision::deny(*code), "{end:?}");

@@ -95,6 +95,28 @@ struct Pinned {
     seen: Option<String>,
 }
 
+/// What a listing is compared with its pins by.
+struct PinCheck<'a> {
+    server_name: &'a str,
+    /// The server's identity for people, as the listing found it.
+    identity: &'a str,
+    trusted: bool,
+    /// Now, in the store's seconds.
+    now: i64,
+    store: Option<&'a dyn Store>,
+}
+
+/// What a listing's comparison with its pins leaves to write to the store.
+#[derive(Default)]
+struct PinWrites {
+    /// A trusted server's tools pinned on first sight.
+    first_seen: Vec<Pin>,
+    /// Unchanged tools seen under a new identity.
+    reidentified: Vec<Pin>,
+    /// The last store failure.
+    failure: Option<String>,
+}
+
 /// One server's part of the catalog.
 #[derive(Debug)]
 pub(crate) struct ServerTools {
@@ -483,21 +505,18 @@ impl Catalog {
         }
         server.tools.clear();
         server.order.clear();
-        let mut failure = None;
-        let mut first_seen = Vec::new();
-        let mut reidentified = Vec::new();
+        let check = PinCheck {
+            server_name,
+            identity: &identity,
+            trusted,
+            now,
+            store: store.as_deref(),
+        };
+        let mut writes = PinWrites::default();
         let mut unpinned = 0usize;
         let sandbox = server.sandbox;
         for (name, entry) in prepare(pages, server_name, policy, naming, sandbox) {
-            // A trusted server's new tool is pinned on first sight, and a
-            // pin is kept when its tool is gone: a server that lists new
-            // names every time would grow the pins without end. Past the
-            // cap, a new tool is not pinned, and so not listed.
-            let new_past_cap = trusted
-                && server.pins.len() >= cap
-                && entry.name_trouble.is_none()
-                && matches!((&entry.tool, entry.digest), (Ok(tool), Some(_)) if !server.pins.contains_key(&tool.name));
-            if new_past_cap {
+            if server.new_past_cap(&entry, trusted, cap) {
                 unpinned += 1;
                 continue;
             }
@@ -508,67 +527,9 @@ impl Catalog {
             }
             match (&entry.tool, entry.digest) {
                 (Ok(_), Some(_)) if entry.name_trouble.is_some() => {}
-                (Ok(tool), Some(digest)) => match server.pins.get(&tool.name) {
-                    // A trusted server's new tools are pinned on first sight.
-                    None if trusted => {
-                        server.pins.insert(
-                            tool.name.clone(),
-                            Pinned {
-                                digest,
-                                definition: Some(tool.clone()),
-                                identity: identity.clone(),
-                                seen: None,
-                            },
-                        );
-                        if let Some(key) = &server.key {
-                            first_seen.push(stored_pin(
-                                key,
-                                server_name,
-                                &identity,
-                                &entry.raw,
-                                digest,
-                                now,
-                            ));
-                        }
-                    }
-                    None => {}
-                    Some(pinned) if pinned.digest != digest => {
-                        tracing::warn!(server.id = %server_name, tool.name = %tool.name, "definition changed since it was approved; held for approval");
-                        let seen_digest = digest.to_string();
-                        if pinned.seen.as_deref() != Some(seen_digest.as_str())
-                            && let (Some(store), Some(key)) = (&store, &server.key)
-                        {
-                            let seen = Seen {
-                                digest: seen_digest.clone(),
-                                definition: entry.raw.clone(),
-                                identity: identity.clone(),
-                            };
-                            if let Err(err) = store.see(key, &tool.name, &seen) {
-                                failure = Some(err.to_string());
-                            }
-                        }
-                        if let Some(pinned) = server.pins.get_mut(&tool.name) {
-                            pinned.seen = Some(seen_digest);
-                        }
-                    }
-                    Some(pinned) => {
-                        // Unchanged, under a new identity: the pin now names
-                        // the identity it was confirmed under.
-                        if pinned.identity != identity
-                            && pinned.seen.is_none()
-                            && let Some(key) = &server.key
-                        {
-                            reidentified.push(stored_pin(
-                                key,
-                                server_name,
-                                &identity,
-                                &entry.raw,
-                                digest,
-                                now,
-                            ));
-                        }
-                    }
-                },
+                (Ok(tool), Some(digest)) => {
+                    server.compare_pin(tool, digest, &entry.raw, &check, &mut writes);
+                }
                 (Err(err), _) => {
                     tracing::warn!(server.id = %server_name, tool.name = %escape_line(&name), "invalid tool definition: {err}");
                 }
@@ -587,22 +548,7 @@ impl Catalog {
                 server.pins.len()
             );
         }
-        if let Some(store) = &store {
-            first_seen.extend(reidentified.iter().cloned());
-            if !first_seen.is_empty()
-                && let Err(err) = store.put_pins(&first_seen)
-            {
-                failure = Some(err.to_string());
-            }
-            for pin in &reidentified {
-                if let Some(pinned) = server.pins.get_mut(&pin.tool) {
-                    pinned.identity = identity.clone();
-                }
-            }
-            if let Err(err) = server.record_removed(store.as_ref(), server_name, &identity) {
-                failure = Some(err.to_string());
-            }
-        }
+        let failure = server.write_pins(&check, writes);
         server.listing = Listing::Listed;
         Listed {
             store_failure: failure,
@@ -764,6 +710,120 @@ impl Catalog {
 // === impl ServerTools ===
 
 impl ServerTools {
+    /// A trusted server's new tool is pinned on first sight, and a pin is
+    /// kept when its tool is gone: a server that lists new names every time
+    /// would grow the pins without end. Past the cap, a new tool is not
+    /// pinned, and so not listed: whether `entry` is such a tool.
+    fn new_past_cap(&self, entry: &ToolEntry, trusted: bool, cap: usize) -> bool {
+        trusted
+            && self.pins.len() >= cap
+            && entry.name_trouble.is_none()
+            && matches!((&entry.tool, entry.digest), (Ok(tool), Some(_)) if !self.pins.contains_key(&tool.name))
+    }
+
+    /// Compares a listed tool with its pin: a trusted server's new tool is
+    /// pinned on first sight, a changed definition is held for approval
+    /// (what was seen recorded once), and an unchanged one seen under a new
+    /// identity is pinned again under it.
+    fn compare_pin(
+        &mut self,
+        tool: &Tool,
+        digest: PinDigest,
+        raw: &Value,
+        check: &PinCheck<'_>,
+        writes: &mut PinWrites,
+    ) {
+        let (server_name, identity, now) = (check.server_name, check.identity, check.now);
+        match self.pins.get(&tool.name) {
+            // A trusted server's new tools are pinned on first sight.
+            None if check.trusted => {
+                self.pins.insert(
+                    tool.name.clone(),
+                    Pinned {
+                        digest,
+                        definition: Some(tool.clone()),
+                        identity: identity.to_owned(),
+                        seen: None,
+                    },
+                );
+                if let Some(key) = &self.key {
+                    writes.first_seen.push(stored_pin(
+                        key,
+                        server_name,
+                        identity,
+                        raw,
+                        digest,
+                        now,
+                    ));
+                }
+            }
+            None => {}
+            Some(pinned) if pinned.digest != digest => {
+                tracing::warn!(server.id = %server_name, tool.name = %tool.name, "definition changed since it was approved; held for approval");
+                let seen_digest = digest.to_string();
+                if pinned.seen.as_deref() != Some(seen_digest.as_str())
+                    && let (Some(store), Some(key)) = (check.store, &self.key)
+                {
+                    let seen = Seen {
+                        digest: seen_digest.clone(),
+                        definition: raw.clone(),
+                        identity: identity.to_owned(),
+                    };
+                    if let Err(err) = store.see(key, &tool.name, &seen) {
+                        writes.failure = Some(err.to_string());
+                    }
+                }
+                if let Some(pinned) = self.pins.get_mut(&tool.name) {
+                    pinned.seen = Some(seen_digest);
+                }
+            }
+            Some(pinned) => {
+                // Unchanged, under a new identity: the pin now names
+                // the identity it was confirmed under.
+                if pinned.identity != identity
+                    && pinned.seen.is_none()
+                    && let Some(key) = &self.key
+                {
+                    writes.reidentified.push(stored_pin(
+                        key,
+                        server_name,
+                        identity,
+                        raw,
+                        digest,
+                        now,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Writes what a listing's comparison left to the store: the new pins,
+    /// those under a new identity (named by it here too), and the pinned
+    /// tools it no longer lists. The last failure, if any.
+    fn write_pins(&mut self, check: &PinCheck<'_>, writes: PinWrites) -> Option<String> {
+        let PinWrites {
+            mut first_seen,
+            reidentified,
+            mut failure,
+        } = writes;
+        if let Some(store) = check.store {
+            first_seen.extend(reidentified.iter().cloned());
+            if !first_seen.is_empty()
+                && let Err(err) = store.put_pins(&first_seen)
+            {
+                failure = Some(err.to_string());
+            }
+            for pin in &reidentified {
+                if let Some(pinned) = self.pins.get_mut(&pin.tool) {
+                    pinned.identity = check.identity.to_owned();
+                }
+            }
+            if let Err(err) = self.record_removed(store, check.server_name, check.identity) {
+                failure = Some(err.to_string());
+            }
+        }
+        failure
+    }
     /// The standing approvals that approve, by tool, from those read from
     /// the store. INVARIANT: only an approval whose seal verifies and whose
     /// grant the audit log holds, revoked by nothing since, approves; each

@@ -27,7 +27,7 @@ use super::Gateway;
 use super::call::{CallContext, CallEnd, HookAsk, HookVerdict, Outcome, Refusal};
 use super::inflight::{DeadlineKey, Expired};
 use super::request::SessionId;
-use crate::event::HookEvent;
+use crate::event::{EventSender, HookEvent};
 use crate::hook::{HookError, HookProcess};
 
 /// The soonest a persistent hook is started again after its last start.
@@ -103,34 +103,28 @@ impl Hooks {
         self.next_id += 1;
         self.next_id
     }
-}
 
-// === impl Gateway ===
-
-impl Gateway {
     /// Starts every persistent hook, as the gateway starts: a hook that
     /// cannot start is logged, and the calls it would decide are refused.
-    pub(super) fn start_hooks(&mut self) {
-        for slot in 0..self.hooks.slots.len() {
+    pub fn start_all(&mut self, events: &EventSender) {
+        for slot in 0..self.slots.len() {
             let persistent = self
-                .hooks
                 .slots
                 .get(slot)
                 .is_some_and(|slot| slot.config.mode == HookMode::Persistent);
-            if persistent && let Err(err) = self.start_hook(slot) {
+            if persistent && let Err(err) = self.start(slot, events) {
                 tracing::error!("{err}; the calls it decides are refused until it starts");
             }
         }
     }
 
-    fn start_hook(&mut self, idx: usize) -> Result<(), HookError> {
-        let events = self.events.clone();
-        let Some(slot) = self.hooks.slots.get_mut(idx) else {
+    fn start(&mut self, idx: usize, events: &EventSender) -> Result<(), HookError> {
+        let Some(slot) = self.slots.get_mut(idx) else {
             return Err(HookError::Gone);
         };
         slot.generation += 1;
         slot.started = Some(Instant::now());
-        match HookProcess::spawn(&slot.config, idx, slot.generation, events) {
+        match HookProcess::spawn(&slot.config, idx, slot.generation, events.clone()) {
             Ok(process) => {
                 slot.running = Some(process);
                 slot.start_failed = None;
@@ -143,51 +137,36 @@ impl Gateway {
         }
     }
 
-    /// Step 3 of the pipeline, for a call the hook takes part in: the
-    /// question goes to the hook, and the call waits for the answer.
-    pub(super) fn ask_hook(&mut self, cx: Box<CallContext>, ask: HookAsk) {
-        let HookAsk {
-            slot: idx,
-            id,
-            line,
-            digest,
-            so_far,
-        } = ask;
+    /// Sends hook `idx` question `id`: its mode and deadline in
+    /// milliseconds, or why it cannot be asked.
+    fn ask(
+        &mut self,
+        idx: usize,
+        id: u64,
+        line: String,
+        events: &EventSender,
+    ) -> Result<u64, String> {
         let Some((mode, timeout_ms)) = self
-            .hooks
             .slots
             .get(idx)
             .map(|slot| (slot.config.mode, slot.config.timeout_ms))
         else {
-            self.hook_answered(cx, digest, so_far, failed("no such hook"));
-            return;
+            return Err("no such hook".to_owned());
         };
-        let sent = match mode {
-            HookMode::Persistent => self.ask_persistent(idx, line),
-            HookMode::PerCall => self.ask_per_call(idx, id, line),
-        };
-        if let Err(why) = sent {
-            tracing::warn!(tool.name = %cx.tool, "the decision hook could not be asked: {why}");
-            self.hook_answered(cx, digest, so_far, OwnedAnswer::Failed(why));
-            return;
+        match mode {
+            HookMode::Persistent => self.ask_persistent(idx, line, events)?,
+            HookMode::PerCall => self.ask_per_call(idx, id, line, events)?,
         }
-        let deadline = self
-            .inflight
-            .deadline(Duration::from_millis(timeout_ms), Expired::Hook(id));
-        self.hooks.held.insert(
-            id,
-            Held {
-                cx,
-                slot: idx,
-                deadline,
-                digest,
-                so_far,
-            },
-        );
+        Ok(timeout_ms)
     }
 
-    fn ask_persistent(&mut self, idx: usize, line: String) -> Result<(), String> {
-        let (running, recent, start_failed) = match self.hooks.slots.get(idx) {
+    fn ask_persistent(
+        &mut self,
+        idx: usize,
+        line: String,
+        events: &EventSender,
+    ) -> Result<(), String> {
+        let (running, recent, start_failed) = match self.slots.get(idx) {
             Some(slot) => (
                 slot.running.is_some(),
                 slot.started
@@ -208,10 +187,9 @@ impl Gateway {
                     ),
                 });
             }
-            self.start_hook(idx).map_err(|err| err.to_string())?;
+            self.start(idx, events).map_err(|err| err.to_string())?;
         }
         let Some(process) = self
-            .hooks
             .slots
             .get_mut(idx)
             .and_then(|slot| slot.running.as_mut())
@@ -221,28 +199,33 @@ impl Gateway {
         process.ask(line).map_err(|err| err.to_string())
     }
 
-    fn ask_per_call(&mut self, idx: usize, id: u64, line: String) -> Result<(), String> {
-        let events = self.events.clone();
-        let Some(slot) = self.hooks.slots.get_mut(idx) else {
+    fn ask_per_call(
+        &mut self,
+        idx: usize,
+        id: u64,
+        line: String,
+        events: &EventSender,
+    ) -> Result<(), String> {
+        let Some(slot) = self.slots.get_mut(idx) else {
             return Err("no such hook".to_owned());
         };
-        let mut process =
-            HookProcess::spawn(&slot.config, idx, id, events).map_err(|err| err.to_string())?;
+        let mut process = HookProcess::spawn(&slot.config, idx, id, events.clone())
+            .map_err(|err| err.to_string())?;
         process.ask(line).map_err(|err| err.to_string())?;
         process.close_input();
         slot.per_call.insert(id, process);
         Ok(())
     }
 
-    /// A line, or the end, from a hook.
-    pub(super) fn on_hook_event(&mut self, idx: usize, generation: u64, event: HookEvent) {
-        let Some(slot) = self.hooks.slots.get(idx) else {
-            return;
+    /// What a line, or the end, from hook `idx` means for its calls.
+    fn on_event(&mut self, idx: usize, generation: u64, event: HookEvent) -> Heard {
+        let Some(slot) = self.slots.get(idx) else {
+            return Heard::Nothing;
         };
         let per_call = slot.config.mode == HookMode::PerCall;
         if !per_call && generation != slot.generation {
             // An earlier start's last words: its calls were failed already.
-            return;
+            return Heard::Nothing;
         }
         match event {
             HookEvent::Line(line) => {
@@ -251,7 +234,6 @@ impl Gateway {
                     // One process, one question: the answer is for it,
                     // and an id it gives must be that question's.
                     if let Some(mut process) = self
-                        .hooks
                         .slots
                         .get_mut(idx)
                         .and_then(|slot| slot.per_call.remove(&generation))
@@ -265,12 +247,11 @@ impl Gateway {
                         )),
                         _ => reply.answer,
                     };
-                    self.hook_reply(idx, generation, answer);
-                    return;
+                    return Heard::Reply(generation, answer);
                 }
                 let question = reply.id.as_deref().and_then(|id| id.parse::<u64>().ok());
                 match (question, reply.answer) {
-                    (Some(id), answer) => self.hook_reply(idx, id, answer),
+                    (Some(id), answer) => Heard::Reply(id, answer),
                     // A line that names no question cannot be matched to
                     // a call: the hook is not speaking the protocol, so
                     // every call it has is refused and it is started again.
@@ -282,23 +263,171 @@ impl Gateway {
                             }
                         };
                         tracing::warn!("{why}; its calls are refused and it is started again");
-                        self.hook_broke(idx, &why);
+                        Heard::Broke(why)
                     }
                 }
             }
             HookEvent::Broken(why) | HookEvent::Closed(why) => {
                 let why = format!("the decision hook {why}");
                 if per_call {
-                    self.hooks
-                        .slots
+                    self.slots
                         .get_mut(idx)
                         .and_then(|slot| slot.per_call.remove(&generation));
-                    self.hook_reply(idx, generation, OwnedAnswer::Failed(why));
+                    Heard::Reply(generation, OwnedAnswer::Failed(why))
                 } else {
                     tracing::warn!(
                         "{why}; its calls are refused, and it is started again on the next call"
                     );
-                    self.hook_broke(idx, &why);
+                    Heard::Broke(why)
+                }
+            }
+        }
+    }
+
+    /// The call waiting for question `id` of hook `idx`, taken; `None` for
+    /// a late or unknown answer (its call timed out, or was withdrawn).
+    fn take_answered(&mut self, idx: usize, id: u64) -> Option<Held> {
+        let owned = self.held.get(&id).is_some_and(|held| held.slot == idx);
+        if !owned {
+            tracing::debug!(
+                question = id,
+                "a late or unknown answer of the decision hook"
+            );
+            return None;
+        }
+        self.held.remove(&id)
+    }
+
+    /// A persistent hook stopped speaking the protocol, or ended: it is
+    /// stopped (and started again on the next call); the questions it had,
+    /// in order, whose calls are refused.
+    fn broke(&mut self, idx: usize) -> Vec<u64> {
+        if let Some(slot) = self.slots.get_mut(idx)
+            && let Some(mut process) = slot.running.take()
+        {
+            process.kill();
+        }
+        let mut ids: Vec<u64> = self
+            .held
+            .iter()
+            .filter(|(_, held)| held.slot == idx)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Question `id` was not answered in time: its call, taken, and its
+    /// deadline in milliseconds. A per-call hook is killed.
+    fn timed_out(&mut self, id: u64) -> Option<(Held, u64)> {
+        let held = self.held.remove(&id)?;
+        let timeout_ms = self.slots.get_mut(held.slot).map_or(0, |slot| {
+            if let Some(mut process) = slot.per_call.remove(&id) {
+                process.kill();
+            }
+            slot.config.timeout_ms
+        });
+        Some((held, timeout_ms))
+    }
+
+    /// The calls of `session` waiting for a hook (one, for `request_id`),
+    /// taken in the order they were asked about; a per-call hook asked
+    /// about one is killed.
+    fn withdraw(&mut self, session: SessionId, request_id: Option<&str>) -> Vec<Held> {
+        let mut ids: Vec<u64> = self
+            .held
+            .iter()
+            .filter(|(_, held)| {
+                held.cx.request.session == session
+                    && request_id.is_none_or(|id| held.cx.request.id() == id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        let mut taken = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(held) = self.held.remove(&id) {
+                if let Some(slot) = self.slots.get_mut(held.slot)
+                    && let Some(mut process) = slot.per_call.remove(&id)
+                {
+                    process.kill();
+                }
+                taken.push(held);
+            }
+        }
+        taken
+    }
+
+    /// Every hook process is stopped (the gateway shuts down).
+    pub fn stop_all(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(mut process) = slot.running.take() {
+                process.kill();
+            }
+            for (_, mut process) in slot.per_call.drain() {
+                process.kill();
+            }
+        }
+    }
+}
+
+/// What a hook's line or end means for the calls waiting on it.
+enum Heard {
+    /// Nothing: an earlier start's last words, or an unknown hook.
+    Nothing,
+    /// The answer to a question.
+    Reply(u64, OwnedAnswer),
+    /// The hook broke: every call it has is refused, for this reason.
+    Broke(String),
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Step 3 of the pipeline, for a call the hook takes part in: the
+    /// question goes to the hook, and the call waits for the answer.
+    pub(super) fn ask_hook(&mut self, cx: Box<CallContext>, ask: HookAsk) {
+        let HookAsk {
+            slot: idx,
+            id,
+            line,
+            digest,
+            so_far,
+        } = ask;
+        let timeout_ms = match self.hooks.ask(idx, id, line, &self.events) {
+            Ok(timeout_ms) => timeout_ms,
+            Err(why) => {
+                if self.hooks.slots.get(idx).is_some() {
+                    tracing::warn!(tool.name = %cx.tool, "the decision hook could not be asked: {why}");
+                }
+                self.run_pipeline(answered(cx, digest, so_far, OwnedAnswer::Failed(why)));
+                return;
+            }
+        };
+        let deadline = self
+            .inflight
+            .deadline(Duration::from_millis(timeout_ms), Expired::Hook(id));
+        self.hooks.held.insert(
+            id,
+            Held {
+                cx,
+                slot: idx,
+                deadline,
+                digest,
+                so_far,
+            },
+        );
+    }
+
+    /// A line, or the end, from a hook: the calls it answers, or every call
+    /// it had when it broke, go through the pipeline again.
+    pub(super) fn on_hook_event(&mut self, idx: usize, generation: u64, event: HookEvent) {
+        match self.hooks.on_event(idx, generation, event) {
+            Heard::Nothing => {}
+            Heard::Reply(id, answer) => self.hook_reply(idx, id, answer),
+            Heard::Broke(why) => {
+                for id in self.hooks.broke(idx) {
+                    self.hook_reply(idx, id, OwnedAnswer::Failed(why.clone()));
                 }
             }
         }
@@ -307,78 +436,27 @@ impl Gateway {
     /// The answer to question `id` of hook `idx`; a late one (its call timed
     /// out, or was withdrawn) is dropped.
     fn hook_reply(&mut self, idx: usize, id: u64, answer: OwnedAnswer) {
-        let owned = self
-            .hooks
-            .held
-            .get(&id)
-            .is_some_and(|held| held.slot == idx);
-        if !owned {
-            tracing::debug!(
-                question = id,
-                "a late or unknown answer of the decision hook"
-            );
-            return;
-        }
-        let Some(held) = self.hooks.held.remove(&id) else {
+        let Some(held) = self.hooks.take_answered(idx, id) else {
             return;
         };
         self.inflight.cancel_deadline(&held.deadline);
-        self.hook_answered(held.cx, held.digest, held.so_far, answer);
-    }
-
-    /// A persistent hook stopped speaking the protocol, or ended: every
-    /// call it has is refused, and it is stopped (and started again on the
-    /// next call).
-    fn hook_broke(&mut self, idx: usize, why: &str) {
-        if let Some(slot) = self.hooks.slots.get_mut(idx)
-            && let Some(mut process) = slot.running.take()
-        {
-            process.kill();
-        }
-        let mut ids: Vec<u64> = self
-            .hooks
-            .held
-            .iter()
-            .filter(|(_, held)| held.slot == idx)
-            .map(|(id, _)| *id)
-            .collect();
-        ids.sort_unstable();
-        for id in ids {
-            self.hook_reply(idx, id, OwnedAnswer::Failed(why.to_owned()));
-        }
+        self.run_pipeline(answered(held.cx, held.digest, held.so_far, answer));
     }
 
     /// A hook did not answer in time: its call is refused. A persistent
     /// hook goes on (its late answer is dropped); a per-call one is killed.
     pub(super) fn hook_timed_out(&mut self, id: u64) {
-        let Some(held) = self.hooks.held.remove(&id) else {
+        let Some((held, timeout_ms)) = self.hooks.timed_out(id) else {
             return;
         };
-        let timeout_ms = self.hooks.slots.get_mut(held.slot).map_or(0, |slot| {
-            if let Some(mut process) = slot.per_call.remove(&id) {
-                process.kill();
-            }
-            slot.config.timeout_ms
-        });
         let why = format!("the decision hook did not answer within {timeout_ms} ms");
         tracing::warn!(tool.name = %held.cx.tool, "{why}");
-        self.hook_answered(held.cx, held.digest, held.so_far, OwnedAnswer::Failed(why));
-    }
-
-    /// The call goes through the pipeline again, with the hook's answer.
-    fn hook_answered(
-        &mut self,
-        mut cx: Box<CallContext>,
-        digest: PinDigest,
-        so_far: (Verdict, Vec<ReasonCode>),
-        answer: OwnedAnswer,
-    ) {
-        cx.hook = Some(HookVerdict {
-            answer,
-            digest,
-            so_far,
-        });
-        self.run_pipeline(cx);
+        self.run_pipeline(answered(
+            held.cx,
+            held.digest,
+            held.so_far,
+            OwnedAnswer::Failed(why),
+        ));
     }
 
     /// The host cancelled a call, or its session ended, while the hook was
@@ -391,46 +469,26 @@ impl Gateway {
         request_id: Option<&str>,
         end: &CallEnd,
     ) {
-        let mut ids: Vec<u64> = self
-            .hooks
-            .held
-            .iter()
-            .filter(|(_, held)| {
-                held.cx.request.session == session
-                    && request_id.is_none_or(|id| held.cx.request.id() == id)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        ids.sort_unstable();
-        for id in ids {
-            if let Some(held) = self.hooks.held.remove(&id) {
-                self.inflight.cancel_deadline(&held.deadline);
-                if let Some(slot) = self.hooks.slots.get_mut(held.slot)
-                    && let Some(mut process) = slot.per_call.remove(&id)
-                {
-                    process.kill();
-                }
-                self.end_call(held.cx, end.clone());
-            }
-        }
-    }
-
-    /// Every hook process is stopped (the gateway shuts down).
-    pub(super) fn stop_hooks(&mut self) {
-        for slot in &mut self.hooks.slots {
-            if let Some(mut process) = slot.running.take() {
-                process.kill();
-            }
-            for (_, mut process) in slot.per_call.drain() {
-                process.kill();
-            }
+        for held in self.hooks.withdraw(session, request_id) {
+            self.inflight.cancel_deadline(&held.deadline);
+            self.end_call(held.cx, end.clone());
         }
     }
 }
 
-/// A failure, in words.
-fn failed(why: &str) -> OwnedAnswer {
-    OwnedAnswer::Failed(why.to_owned())
+/// The call with the hook's answer, to go through the pipeline again.
+fn answered(
+    mut cx: Box<CallContext>,
+    digest: PinDigest,
+    so_far: (Verdict, Vec<ReasonCode>),
+    answer: OwnedAnswer,
+) -> Box<CallContext> {
+    cx.hook = Some(HookVerdict {
+        answer,
+        digest,
+        so_far,
+    });
+    cx
 }
 
 /// The outcome a call withdrawn while the hook was asked ends with.

@@ -658,6 +658,123 @@ async fn read_host<R: AsyncRead + Unpin>(
     }
 }
 
+/// The URI of a server's `notifications/resources/updated`, an update of a
+/// private-data server's resource being its data reaching the host (design
+/// §4.4); `None` when it is dropped. The host shows or reads what the URI
+/// names: one that breaks a line or hides characters is dropped, as it would
+/// be left out of `resources/list`.
+fn updated_uri(server: &str, message: &Message<'_>) -> Option<String> {
+    let uri = message
+        .params
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default();
+    if let Err(err) = crate::json::find_duplicate_key(message.line()) {
+        tracing::warn!(
+            server.id = %server,
+            "its `notifications/resources/updated` cannot be read one way only ({err}); dropped"
+        );
+        return None;
+    }
+    if let Some(problem) = hintgate_policy::name::uri_problem(&uri) {
+        tracing::warn!(
+            server.id = %server,
+            resource.uri = %hintgate_policy::sanitize::escape_line(&uri),
+            "its URI {problem}; the server's `notifications/resources/updated` is dropped"
+        );
+        return None;
+    }
+    Some(uri)
+}
+
+/// A server's progress notification with its message made one line with
+/// nothing hidden in it (the rest as sent), or `None` when the message
+/// needed no change.
+fn progress_cleaned(message: &Message<'_>) -> Option<String> {
+    let mut params: Value = message
+        .params
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or(Value::Null);
+    let cleaned = match params.get_mut("message") {
+        Some(Value::String(text)) => {
+            let clean = hintgate_policy::sanitize::one_line(
+                &hintgate_policy::sanitize::sanitize(text).text,
+            );
+            let changed = clean != *text;
+            *text = clean;
+            changed
+        }
+        _ => false,
+    };
+    cleaned.then(|| message.with_params(&params.to_string()))
+}
+
+/// The gateway's bounds, from its configuration.
+fn limits_of(gateway: &hintgate_policy::config::GatewaySettings) -> Limits {
+    Limits {
+        call_timeout: Duration::from_secs(gateway.call_timeout_s),
+        ask_timeout: Duration::from_secs(gateway.ask_timeout_s),
+        max_line: usize::try_from(gateway.max_message_bytes).unwrap_or(usize::MAX),
+        max_depth: usize::try_from(gateway.max_json_depth).unwrap_or(64),
+    }
+}
+
+/// This run's name: the process id and the start time in milliseconds.
+fn new_run_name() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis())
+    )
+}
+
+/// The redactor of the audit records.
+///
+/// The digests redaction markers keep are keyed with the audit key's subkey
+/// for them, so records of any run can be matched; a log without a key
+/// (none, or one kept in memory) gets a key per run.
+fn redactor_of(settings: &Settings) -> Result<hintgate_policy::redact::Redactor, RunError> {
+    let stored_key = settings
+        .store
+        .as_ref()
+        .and_then(|store| store.redaction_key());
+    let digest_key = match stored_key {
+        Some(key) => key,
+        None => {
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).map_err(|err| RunError::NoRandomness(err.to_string()))?;
+            key
+        }
+    };
+    Ok(hintgate_policy::redact::Redactor::new(
+        &settings.policy.config().audit,
+        hintgate_policy::redact::DigestKey::new(digest_key),
+    ))
+}
+
+/// Every decision hook configured: the gateway's, then each server's own.
+fn hook_configs(
+    config: &hintgate_policy::config::ValidConfig,
+) -> Vec<hintgate_policy::config::HookConfig> {
+    config
+        .gateway
+        .decide
+        .iter()
+        .chain(
+            config
+                .servers
+                .values()
+                .filter_map(|server| match &server.decide {
+                    hintgate_policy::config::ServerHook::Own(hook) => Some(hook),
+                    _ => None,
+                }),
+        )
+        .cloned()
+        .collect()
+}
+
 // === impl Gateway ===
 
 impl Gateway {
@@ -671,64 +788,19 @@ impl Gateway {
             return Err(RunError::WrapNeedsOne(servers.len()));
         }
         let gateway = settings.policy.config().gateway.clone();
-        let limits = Limits {
-            call_timeout: Duration::from_secs(gateway.call_timeout_s),
-            ask_timeout: Duration::from_secs(gateway.ask_timeout_s),
-            max_line: usize::try_from(gateway.max_message_bytes).unwrap_or(usize::MAX),
-            max_depth: usize::try_from(gateway.max_json_depth).unwrap_or(64),
-        };
+        let limits = limits_of(&gateway);
         let sealer =
             crate::seal::Sealer::new().map_err(|err| RunError::NoRandomness(err.to_string()))?;
-        let run_name = format!(
-            "{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |elapsed| elapsed.as_millis())
-        );
-        // The digests redaction markers keep are keyed with the audit key's
-        // subkey for them, so records of any run can be matched; a log
-        // without a key (none, or one kept in memory) gets a key per run.
-        let stored_key = settings
-            .store
-            .as_ref()
-            .and_then(|store| store.redaction_key());
-        let digest_key = match stored_key {
-            Some(key) => key,
-            None => {
-                let mut key = [0u8; 32];
-                getrandom::fill(&mut key).map_err(|err| RunError::NoRandomness(err.to_string()))?;
-                key
-            }
-        };
-        let redactor = hintgate_policy::redact::Redactor::new(
-            &settings.policy.config().audit,
-            hintgate_policy::redact::DigestKey::new(digest_key),
-        );
+        let run_name = new_run_name();
+        let redactor = redactor_of(&settings)?;
         let log = settings
             .store
             .clone()
             .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
         let upstreams = Upstreams::new(servers);
         let count = upstreams.instances();
-        let config = settings.policy.config();
-        let hook_configs: Vec<_> = config
-            .gateway
-            .decide
-            .iter()
-            .chain(
-                config
-                    .servers
-                    .values()
-                    .filter_map(|server| match &server.decide {
-                        hintgate_policy::config::ServerHook::Own(hook) => Some(hook),
-                        _ => None,
-                    }),
-            )
-            .cloned()
-            .collect();
         let mut gateway = Self {
-            hooks: hooks::Hooks::new(hook_configs),
+            hooks: hooks::Hooks::new(hook_configs(settings.policy.config())),
             separator: gateway.separator.clone(),
             limits,
             mode: settings.mode,
@@ -760,7 +832,7 @@ impl Gateway {
             stopping: false,
             finished: false,
         };
-        gateway.start_hooks();
+        gateway.hooks.start_all(&gateway.events);
         gateway.prefixes_overlap = gateway.prefixes_overlap();
         if gateway.prefixes_overlap {
             tracing::error!(
@@ -957,19 +1029,8 @@ impl Gateway {
 
     /// A result for a host's request, with what a 2026-07-28 host requires.
     fn reply(&mut self, session: SessionId, id: &str, result: &Value) {
-        let line = self.result_line(session, id, result);
+        let line = self.sessions.result_line(session, id, result);
         self.send_host(session, line);
-    }
-
-    /// A result line for a host, with what a 2026-07-28 host requires.
-    fn result_line(&self, session: SessionId, id: &str, result: &Value) -> String {
-        let modern = self.sessions.get(&session).is_some_and(HostSession::modern);
-        if modern && result.is_object() && result.get("resultType").is_none() {
-            let mut result = result.clone();
-            modern::modernize(true, "", &mut result);
-            return frame::response(id, &result);
-        }
-        frame::response(id, result)
     }
 
     fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str) {
@@ -1415,7 +1476,7 @@ impl Gateway {
                         self.upstreams.name(idx)
                     );
                     let result = call::error_result(&text);
-                    let line = self.result_line(session, cx.request.id(), &result);
+                    let line = self.sessions.result_line(session, cx.request.id(), &result);
                     self.answer_call(&cx, line, Outcome::Shutdown);
                 }
                 (UpPurpose::Forward(request), Ending::Shutdown) => {
@@ -1495,7 +1556,7 @@ impl Gateway {
         if let Some(watcher) = self.watcher.take() {
             watcher.stop();
         }
-        self.stop_hooks();
+        self.hooks.stop_all();
         self.stop_servers().await;
     }
 
@@ -1664,9 +1725,19 @@ impl Gateway {
             }
             return;
         }
-        // A server-to-host request the host said it takes (elicitation,
-        // sampling, roots): to the host under an id of ours, and the answer
-        // back. A question a person reads is marked as the server's first.
+        self.relay_to_legacy_host(idx, generation, session, message);
+    }
+
+    /// A server-to-host request the host said it takes (elicitation,
+    /// sampling, roots): to the host under an id of ours, and the answer
+    /// back. A question a person reads is marked as the server's first.
+    fn relay_to_legacy_host(
+        &mut self,
+        idx: ServerIdx,
+        generation: u64,
+        session: SessionId,
+        message: &Message<'_>,
+    ) {
         let capabilities = self
             .sessions
             .get(&session)
@@ -1765,29 +1836,7 @@ impl Gateway {
                     .unwrap_or(Value::Null);
                 self.on_listen_acknowledged(idx, &params);
             }
-            "notifications/cancelled" => {
-                let params: Value = message
-                    .params
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
-                    .unwrap_or(Value::Null);
-                let request_id = params
-                    .get("requestId")
-                    .map(Value::to_string)
-                    .unwrap_or_default();
-                let found = self.inflight.take_host_where(|purpose| {
-                    matches!(purpose, HostPurpose::Relay { server, upstream_id, .. } if *server == idx && *upstream_id == request_id)
-                });
-                for (session, n, _) in found {
-                    let mut params = params.clone();
-                    if let Some(object) = params.as_object_mut() {
-                        object.insert(
-                            "requestId".to_owned(),
-                            Value::String(format!("hintgate-{n}")),
-                        );
-                    }
-                    self.send_host_note(session, message.with_params(&params.to_string()));
-                }
-            }
+            "notifications/cancelled" => self.on_server_cancelled(idx, message),
             method @ ("notifications/prompts/list_changed"
             | "notifications/resources/list_changed") => {
                 self.notify_hosts(method, message.line());
@@ -1795,59 +1844,46 @@ impl Gateway {
             // An update of a private-data server's resource is its data
             // reaching the host (design §4.4).
             "notifications/resources/updated" => {
-                // The host shows or reads what the URI names: one that breaks
-                // a line or hides characters is dropped, as it would be left
-                // out of `resources/list`.
-                let uri = message
-                    .params
-                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-                    .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
-                    .unwrap_or_default();
-                if let Err(err) = crate::json::find_duplicate_key(message.line()) {
-                    tracing::warn!(
-                        server.id = %self.upstreams.name(idx),
-                        "its `notifications/resources/updated` cannot be read one way only ({err}); dropped"
-                    );
-                    return;
+                if let Some(uri) = updated_uri(self.upstreams.name(idx), message) {
+                    self.on_resource_updated(idx, message, &uri);
                 }
-                if let Some(problem) = hintgate_policy::name::uri_problem(&uri) {
-                    tracing::warn!(
-                        server.id = %self.upstreams.name(idx),
-                        resource.uri = %hintgate_policy::sanitize::escape_line(&uri),
-                        "its URI {problem}; the server's `notifications/resources/updated` is dropped"
-                    );
-                    return;
-                }
-                self.on_resource_updated(idx, message, &uri);
             }
             "notifications/message" if self.upstreams.get(idx).is_some_and(|up| up.modern) => {
                 self.on_modern_log(idx, message);
             }
             // A host shows a progress message as a line of its own: made
             // one, with nothing hidden in it (the rest as sent).
-            "notifications/progress" => {
-                let mut params: Value = message
-                    .params
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
-                    .unwrap_or(Value::Null);
-                let cleaned = match params.get_mut("message") {
-                    Some(Value::String(text)) => {
-                        let clean = hintgate_policy::sanitize::one_line(
-                            &hintgate_policy::sanitize::sanitize(text).text,
-                        );
-                        let changed = clean != *text;
-                        *text = clean;
-                        changed
-                    }
-                    _ => false,
-                };
-                if cleaned {
-                    self.send_every_host(&message.with_params(&params.to_string()));
-                } else {
-                    self.send_every_host(message.line());
-                }
-            }
+            "notifications/progress" => match progress_cleaned(message) {
+                Some(line) => self.send_every_host(&line),
+                None => self.send_every_host(message.line()),
+            },
             _ => self.send_every_host(message.line()),
+        }
+    }
+
+    /// A server cancelled a request of its own: each host it was relayed to
+    /// is told, under the id the gateway gave it there.
+    fn on_server_cancelled(&mut self, idx: ServerIdx, message: &Message<'_>) {
+        let params: Value = message
+            .params
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        let request_id = params
+            .get("requestId")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        let found = self.inflight.take_host_where(|purpose| {
+            matches!(purpose, HostPurpose::Relay { server, upstream_id, .. } if *server == idx && *upstream_id == request_id)
+        });
+        for (session, n, _) in found {
+            let mut params = params.clone();
+            if let Some(object) = params.as_object_mut() {
+                object.insert(
+                    "requestId".to_owned(),
+                    Value::String(format!("hintgate-{n}")),
+                );
+            }
+            self.send_host_note(session, message.with_params(&params.to_string()));
         }
     }
 

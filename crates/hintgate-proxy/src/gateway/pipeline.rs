@@ -64,8 +64,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::call::{
-    Approver, CallContext, CallEnd, Exit, HookAsk, Outcome, Refusal, Refused, Step, answer_line,
-    error_result, read_result,
+    Approver, CallContext, CallEnd, Definition, Exit, HookAsk, Outcome, Refusal, Refused, Step,
+    answer_line, error_result, read_result,
 };
 use super::catalog::{Catalog, Listing};
 use super::inflight::UpPurpose;
@@ -175,12 +175,14 @@ impl Gateway {
         let decision = match (&entry.tool, entry.digest) {
             (Ok(tool), Some(digest)) => {
                 let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
-                cx.digest = Some(digest);
-                cx.digest_text.clone_from(&entry.digest_text);
-                cx.pin = facts.pin;
-                cx.repeatable = entry.repeatable;
-                cx.taints = entry.taints;
-                cx.output = entry.output_validator();
+                cx.decided_on(Definition {
+                    digest,
+                    digest_text: entry.digest_text.clone(),
+                    pin: facts.pin,
+                    repeatable: entry.repeatable,
+                    taints: entry.taints,
+                    output: entry.output_validator(),
+                });
                 // Where it goes is decided with it, on the same definition:
                 // what the read-only credentials prove holds only there.
                 cx.instance = facts.instance;
@@ -327,7 +329,7 @@ impl Gateway {
         verdict: Verdict,
     ) -> Result<(), Exit> {
         let carries = session.modern && super::modern::carries_our_answer(cx);
-        match steps::approval(verdict, cx.digest, cx.approved, carries) {
+        match steps::approval(verdict, cx.digest(), cx.approved, carries) {
             Approval::Approved => Ok(()),
             Approval::CarriesAnswer => Ok(self.open_modern_answer(cx)?),
             Approval::Ask => Err(Exit::Ask),
@@ -434,7 +436,7 @@ impl Gateway {
                     .to_owned(),
             ));
         }
-        read_only_lists(&self.catalog, instance, &cx.tool, cx.digest)
+        read_only_lists(&self.catalog, instance, &cx.tool, cx.digest())
             .map_err(Refusal::ReadOnlyDiffers)?;
         cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
         Ok(())
@@ -498,7 +500,9 @@ impl Gateway {
             // The params were read before, so this does not happen; if it
             // did, nothing but the decided call may go out.
             let text = "hintgate could not rebuild the call's params; it was not sent";
-            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(text));
+            let line =
+                self.sessions
+                    .result_line(cx.request.session, cx.request.id(), &error_result(text));
             self.answer_call(&cx, line, Outcome::Failed);
             return;
         };
@@ -541,7 +545,11 @@ impl Gateway {
                 "hintgate shut down before it sent this call to `{}`; it did not run.",
                 self.upstreams.name(idx)
             );
-            let line = self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+            let line = self.sessions.result_line(
+                cx.request.session,
+                cx.request.id(),
+                &error_result(&text),
+            );
             self.answer_call(cx, line, Outcome::Shutdown);
             return true;
         }
@@ -559,7 +567,7 @@ impl Gateway {
         let next = after_failure(FailedCall {
             failure,
             trusted,
-            repeatable: cx.repeatable,
+            repeatable: cx.repeatable(),
             key_claimed: cx.idem.as_ref().is_some_and(|idem| idem.claimed),
             attempt: cx.attempt,
         });
@@ -579,8 +587,11 @@ impl Gateway {
             }
             AfterFailure::Report { outcome, note } => {
                 let text = format!("{reason}. {note}");
-                let line =
-                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                let line = self.sessions.result_line(
+                    cx.request.session,
+                    cx.request.id(),
+                    &error_result(&text),
+                );
                 self.answer_call(&cx, line, outcome);
             }
         }
@@ -605,7 +616,11 @@ impl Gateway {
                             self.upstreams.name(idx)
                         );
                         tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                        let line = self.result_line(session, cx.request.id(), &error_result(&text));
+                        let line = self.sessions.result_line(
+                            session,
+                            cx.request.id(),
+                            &error_result(&text),
+                        );
                         self.answer_call(&cx, line, Outcome::ProtocolError);
                         return;
                     }
@@ -653,8 +668,11 @@ impl Gateway {
             Err(why) => {
                 tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
                 let text = format!("hintgate did not pass on the server's question: {why}");
-                let line =
-                    self.result_line(cx.request.session, cx.request.id(), &error_result(&text));
+                let line = self.sessions.result_line(
+                    cx.request.session,
+                    cx.request.id(),
+                    &error_result(&text),
+                );
                 (line, Outcome::ProtocolError)
             }
         };
@@ -673,12 +691,12 @@ impl Gateway {
         view: &super::call::CallResultView<'_>,
     ) -> Option<Outcome> {
         let session = cx.request.session;
-        if cx.taints {
+        if cx.taints() {
             let what = format!("a result of `{}`", cx.tool);
             self.taint(session, idx, &what);
         }
         let is_error = view.is_error == Some(true);
-        if let (false, Some(validator), Some(structured)) = (is_error, &cx.output, view.structured)
+        if let (false, Some(validator), Some(structured)) = (is_error, cx.output(), view.structured)
             && let Err(problems) = steps::check_output(validator, structured.get())
         {
             let text = format!(
@@ -691,7 +709,9 @@ impl Gateway {
             // The call ran: a later call with its key gets what this host
             // got.
             self.keys().key_done(cx, &refused.to_string());
-            let line = self.result_line(session, cx.request.id(), &refused);
+            let line = self
+                .sessions
+                .result_line(session, cx.request.id(), &refused);
             self.answer_call(cx, line, Outcome::OutputSchemaMismatch);
             return None;
         }
@@ -777,7 +797,7 @@ impl Gateway {
             arguments,
             decision,
             approver: &approver,
-            pin: cx.digest_text.as_deref(),
+            pin: cx.digest_text(),
             outcome,
             host: self
                 .sessions
@@ -804,7 +824,7 @@ impl Gateway {
     /// answer it repeats did.
     fn taint_by_replay(&mut self, cx: &CallContext, end: &CallEnd) {
         if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server)
-            && cx.taints
+            && cx.taints()
         {
             let what = format!("a replayed result of `{}`", cx.tool);
             self.taint(cx.request.session, idx, &what);
@@ -878,7 +898,7 @@ impl Gateway {
         {
             host.remembered.insert((idx, cx.tool.clone()));
         }
-        let Some(digest) = cx.digest else {
+        let Some(digest) = cx.digest() else {
             return;
         };
         let always = remember == Remember::Always && may_remember && self.store.is_some();
@@ -947,7 +967,7 @@ fn send_target(
                 && Some(up.generation()) == cx.read_only_generation
         });
     let listed = instance
-        .is_some_and(|instance| read_only_lists(catalog, instance, &cx.tool, cx.digest).is_ok());
+        .is_some_and(|instance| read_only_lists(catalog, instance, &cx.tool, cx.digest()).is_ok());
     match instance {
         Some(instance) if current && listed => Ok(instance),
         _ => Err(format!(
@@ -965,7 +985,7 @@ fn instance_fields<'a>(
     cx: &CallContext,
 ) -> Option<(Instance, Option<&'a str>)> {
     let instance = upstreams.get(cx.server?)?.read_only?;
-    cx.digest?;
+    cx.digest()?;
     let key = match cx.instance {
         Instance::ReadOnly => upstreams
             .get(instance)

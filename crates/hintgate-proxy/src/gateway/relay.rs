@@ -572,6 +572,39 @@ impl Gateway {
 
     /// A 2026-07-28 server wants input for a legacy host's call: ask the
     /// host each question and send the call again with the answers.
+    /// The questions a server's input-required result asks, each as the
+    /// host is to be asked it (key, method, params), marked as the
+    /// server's; or why one cannot be relayed.
+    fn marked_questions(
+        &self,
+        cx: &CallContext,
+        requests: Map<String, Value>,
+    ) -> Result<Vec<(String, String, Value)>, String> {
+        // Each question a person reads is marked as the server's.
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        let mut questions = Vec::with_capacity(requests.len());
+        for (key, question) in requests {
+            let method = question
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or(ELICITATION)
+                .to_owned();
+            let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
+            // The host is asked only what it said it takes, as when the
+            // server asks it directly.
+            self.host_takes(cx.request.session, &method)
+                .and_then(|()| match cx.server {
+                    Some(idx) => self.mark_for_host(idx, &method, &mut params),
+                    None => mark_question(&server, &method, &mut params),
+                })?;
+            questions.push((key, method, params));
+        }
+        Ok(questions)
+    }
+
     pub(super) fn gather_for_legacy_host(&mut self, cx: Box<CallContext>, result: &Value) {
         let requests = result
             .get("inputRequests")
@@ -612,35 +645,15 @@ impl Gateway {
             self.answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
-        // Each question a person reads is marked as the server's.
-        let server = cx
-            .server
-            .map_or("", |idx| self.upstreams.name(idx))
-            .to_owned();
-        let mut questions = Vec::with_capacity(requests.len());
-        for (key, question) in requests {
-            let method = question
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or(ELICITATION)
-                .to_owned();
-            let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
-            // The host is asked only what it said it takes, as when the
-            // server asks it directly.
-            let marked = self
-                .host_takes(session, &method)
-                .and_then(|()| match cx.server {
-                    Some(idx) => self.mark_for_host(idx, &method, &mut params),
-                    None => mark_question(&server, &method, &mut params),
-                });
-            if let Err(why) = marked {
+        let questions = match self.marked_questions(&cx, requests) {
+            Ok(questions) => questions,
+            Err(why) => {
                 let text = format!("the server asked for input hintgate cannot relay: {why}");
                 let line = frame::error_response(cx.request.id(), -32603, &text);
                 self.answer_call(&cx, line, Outcome::ProtocolError);
                 return;
             }
-            questions.push((key, method, params));
-        }
+        };
         // The call's first send is over: its outcome says the server asked.
         self.record_outcome(&cx, Outcome::InputRequired);
         let gather = self.routing.next_number();

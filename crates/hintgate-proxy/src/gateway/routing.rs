@@ -49,7 +49,7 @@ use serde_json::{Map, Value, json};
 use super::inflight::UpPurpose;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use super::session::{Era, declares_form_elicitation};
-use super::upstreams::{Phase, Readiness, Unresolved};
+use super::upstreams::{Phase, Readiness, Unresolved, Upstreams};
 use super::{Gateway, Mode, Waiting};
 use crate::frame::Message;
 use crate::versions::LEGACY_VERSIONS;
@@ -93,6 +93,44 @@ struct Aggregate {
     /// How many pages each server has sent, and their bytes.
     pages: BTreeMap<ServerIdx, (usize, usize)>,
     remaining: usize,
+}
+
+impl Aggregate {
+    /// Keeps a page of server `idx`'s part of the list: the pages it has
+    /// sent so far, and why the rest of its part is left out, if it is.
+    ///
+    /// INVARIANT: a server's part of a merged list is bounded, by entries
+    /// and by bytes; the rest is left out.
+    fn keep_page(
+        &mut self,
+        idx: ServerIdx,
+        method: &str,
+        mut items: Vec<Value>,
+        page_bytes: usize,
+        max_bytes: usize,
+    ) -> (usize, Option<String>) {
+        let (seen, bytes) = self.pages.entry(idx).or_default();
+        *seen += 1;
+        *bytes = bytes.saturating_add(page_bytes);
+        let pages = *seen;
+        let kept = self.items.entry(idx).or_default();
+        if *bytes > max_bytes {
+            let why = format!(
+                "its pages of `{method}` came to more than `max_message_bytes` ({max_bytes} bytes)"
+            );
+            return (pages, Some(why));
+        }
+        let room = MAX_LISTED.saturating_sub(kept.len());
+        let mut cut = None;
+        if items.len() > room {
+            items.truncate(room);
+            cut = Some(format!(
+                "it lists more than {MAX_LISTED} entries in `{method}`"
+            ));
+        }
+        kept.extend(items);
+        (pages, cut)
+    }
 }
 
 // === impl Routing ===
@@ -288,102 +326,8 @@ impl Gateway {
             .map(|host| host.protocol_version().to_owned())
             .unwrap_or_default();
         match self.mode {
-            Mode::Wrap => {
-                let info = self
-                    .upstreams
-                    .get(0)
-                    .and_then(|up| up.info.clone())
-                    .unwrap_or_else(|| json!({}));
-                let mut capabilities = info
-                    .get("capabilities")
-                    .cloned()
-                    .unwrap_or_else(|| json!({}));
-                without_tasks(&mut capabilities);
-                if let Some(caps) = capabilities.as_object_mut() {
-                    caps.insert("tools".to_owned(), json!({"listChanged": true}));
-                }
-                let mut server_info = info.get("serverInfo").cloned().unwrap_or_else(
-                    || json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")}),
-                );
-                // A host shows the server's name and title as its own
-                // lines: one line each, nothing hidden.
-                clean_texts(&mut server_info);
-                if let Some(Value::String(version)) = server_info.get_mut("version") {
-                    *version = one_line(&sanitize(version).text);
-                }
-                let mut result = json!({
-                    "protocolVersion": version,
-                    "capabilities": capabilities,
-                    "serverInfo": server_info,
-                });
-                if let (Some(object), Some(instructions)) = (
-                    result.as_object_mut(),
-                    info.get("instructions").and_then(Value::as_str),
-                ) {
-                    object.insert(
-                        "instructions".to_owned(),
-                        Value::String(sanitize(instructions).text),
-                    );
-                }
-                result
-            }
-            Mode::Gateway => {
-                let mut capabilities = Map::new();
-                capabilities.insert("tools".to_owned(), json!({"listChanged": true}));
-                let any = |name: &str| {
-                    self.upstreams
-                        .iter()
-                        .any(|up| up.capability(name).is_some())
-                };
-                let any_flag = |name: &str, flag: &str| {
-                    self.upstreams.iter().any(|up| {
-                        up.capability(name)
-                            .and_then(|caps| caps.get(flag))
-                            .and_then(Value::as_bool)
-                            .unwrap_or(false)
-                    })
-                };
-                if any("resources") {
-                    capabilities.insert(
-                        "resources".to_owned(),
-                        json!({"subscribe": any_flag("resources", "subscribe"), "listChanged": any_flag("resources", "listChanged")}),
-                    );
-                }
-                if any("prompts") {
-                    capabilities.insert(
-                        "prompts".to_owned(),
-                        json!({"listChanged": any_flag("prompts", "listChanged")}),
-                    );
-                }
-                if any("completions") {
-                    capabilities.insert("completions".to_owned(), json!({}));
-                }
-                if any("logging") {
-                    capabilities.insert("logging".to_owned(), json!({}));
-                }
-                let instructions: Vec<String> = self
-                    .upstreams
-                    .iter()
-                    .filter_map(|up| {
-                        let text = up.info.as_ref()?.get("instructions")?.as_str()?;
-                        Some(format!("## {}\n{}", up.name, own_section(text)))
-                    })
-                    .collect();
-                let mut result = json!({
-                    "protocolVersion": version,
-                    "capabilities": capabilities,
-                    "serverInfo": {"name": "hintgate", "title": "hintgate gateway", "version": env!("CARGO_PKG_VERSION")},
-                });
-                if !instructions.is_empty()
-                    && let Some(object) = result.as_object_mut()
-                {
-                    object.insert(
-                        "instructions".to_owned(),
-                        Value::String(instructions.join("\n\n")),
-                    );
-                }
-                result
-            }
+            Mode::Wrap => wrapped_initialize_result(&version, &self.upstreams),
+            Mode::Gateway => gateway_initialize_result(&version, &self.upstreams),
         }
     }
 
@@ -455,57 +399,13 @@ impl Gateway {
     }
 
     /// Any other request: passed through in wrap mode, routed in gateway mode.
-    pub(super) fn on_other_request(&mut self, mut request: HostRequest) {
+    pub(super) fn on_other_request(&mut self, request: HostRequest) {
         let session = request.session;
         if request.method.as_str() == "logging/setLevel" && !self.set_log_level(&request) {
             return;
         }
         if self.mode == Mode::Wrap {
-            if request.method.as_str().starts_with("tasks/") {
-                let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
-                self.reply_error(session, request.id(), -32601, text);
-                return;
-            }
-            let params = request.params();
-            let subject = match request.method.as_str() {
-                "prompts/get" => params.get("name"),
-                "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                    params.get("uri")
-                }
-                _ => None,
-            };
-            if let Some(subject) = subject {
-                let subject = subject.as_str().unwrap_or("");
-                if let Some(why) = self.refusal(0, request.method.as_str(), subject) {
-                    self.reply_error(session, request.id(), -32602, &why);
-                    return;
-                }
-            }
-            if request.method.as_str() == "completion/complete"
-                && let Err(why) = self.completion_target(&params, None)
-            {
-                tracing::warn!("a `completion/complete` is refused: {why}");
-                self.reply_error(session, request.id(), -32602, &why);
-                return;
-            }
-            // The gateway follows every page of the server's prompts and
-            // screens them at once, so prompts that look alike are found
-            // across pages, as tools are: a page the host had seen could
-            // not be taken back.
-            if request.method.as_str() == "prompts/list" {
-                self.fan_out(request, "prompts", "prompts");
-                return;
-            }
-            match self.readiness(0, &mut request.restarted) {
-                Readiness::Ready => self.forward(0, request, None),
-                Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
-                Readiness::Failed(reason) => self.reply_error(
-                    session,
-                    request.id(),
-                    -32603,
-                    &format!("the server is not available: {reason}"),
-                ),
-            }
+            self.on_wrapped_request(request);
             return;
         }
         let params = request.params();
@@ -513,29 +413,7 @@ impl Gateway {
             "resources/list" => self.fan_out(request, "resources", "resources"),
             "resources/templates/list" => self.fan_out(request, "resources", "resourceTemplates"),
             "prompts/list" => self.fan_out(request, "prompts", "prompts"),
-            "logging/setLevel" => {
-                let timeout = self.limits.call_timeout;
-                let targets: Vec<(ServerIdx, u64)> = self
-                    .upstreams
-                    .iter_mut()
-                    .enumerate()
-                    // `logging/setLevel` is gone from 2026-07-28.
-                    .filter(|(_, up)| {
-                        up.phase == Phase::Ready && !up.modern && up.capability("logging").is_some()
-                    })
-                    .map(|(idx, up)| (idx, up.next_id()))
-                    .collect();
-                for (idx, id) in targets {
-                    let generation = self
-                        .upstreams
-                        .get(idx)
-                        .map_or(0, super::upstreams::Upstream::generation);
-                    // Each server sets its own level; the answers are not needed.
-                    self.inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
-                    self.send_upstream(idx, generation, request.with_id(&id.to_string()));
-                }
-                self.reply(session, request.id(), &json!({}));
-            }
+            "logging/setLevel" => self.set_level_everywhere(&request),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
                 if let Some(why) = self.refusal(0, request.method.as_str(), uri) {
@@ -555,30 +433,7 @@ impl Gateway {
                     }
                 }
             }
-            "prompts/get" => {
-                let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-                match self.resolve(name) {
-                    Ok((idx, own)) => {
-                        if let Some(why) = self.refusal(idx, "prompts/get", &own) {
-                            self.reply_error(session, request.id(), -32602, &why);
-                            return;
-                        }
-                        let mut params = params.clone();
-                        if let Some(object) = params.as_object_mut() {
-                            object.insert("name".to_owned(), Value::String(own));
-                        }
-                        self.route(idx, request, Some(params));
-                    }
-                    Err(Unresolved::Unknown) => {
-                        let text = format!("unknown prompt `{}`", escape_line(name));
-                        self.reply_error(session, request.id(), -32602, &text);
-                    }
-                    Err(Unresolved::Ambiguous(found)) => {
-                        let text = format!("prompt `{name}`: {}", self.ambiguity(&found));
-                        self.reply_error(session, request.id(), -32602, &text);
-                    }
-                }
-            }
+            "prompts/get" => self.get_prompt(request, &params),
             "completion/complete" => match self.completion_target(&params, request.restarted) {
                 Ok((idx, params)) => self.route(idx, request, params),
                 Err(why) => {
@@ -590,6 +445,111 @@ impl Gateway {
                 let text =
                     format!("method `{other}` is not supported by the gateway in gateway mode");
                 self.reply_error(session, request.id(), -32601, &text);
+            }
+        }
+    }
+
+    /// A request other than a tool call, in wrap mode: tasks refused, a
+    /// prompt, resource or completion the policy refuses answered, the rest
+    /// sent to the one server once it is ready.
+    fn on_wrapped_request(&mut self, mut request: HostRequest) {
+        let session = request.session;
+        if request.method.as_str().starts_with("tasks/") {
+            let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
+            self.reply_error(session, request.id(), -32601, text);
+            return;
+        }
+        let params = request.params();
+        let subject = match request.method.as_str() {
+            "prompts/get" => params.get("name"),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
+            _ => None,
+        };
+        if let Some(subject) = subject {
+            let subject = subject.as_str().unwrap_or("");
+            if let Some(why) = self.refusal(0, request.method.as_str(), subject) {
+                self.reply_error(session, request.id(), -32602, &why);
+                return;
+            }
+        }
+        if request.method.as_str() == "completion/complete"
+            && let Err(why) = self.completion_target(&params, None)
+        {
+            tracing::warn!("a `completion/complete` is refused: {why}");
+            self.reply_error(session, request.id(), -32602, &why);
+            return;
+        }
+        // The gateway follows every page of the server's prompts and
+        // screens them at once, so prompts that look alike are found
+        // across pages, as tools are: a page the host had seen could
+        // not be taken back.
+        if request.method.as_str() == "prompts/list" {
+            self.fan_out(request, "prompts", "prompts");
+            return;
+        }
+        match self.readiness(0, &mut request.restarted) {
+            Readiness::Ready => self.forward(0, request, None),
+            Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
+            Readiness::Failed(reason) => self.reply_error(
+                session,
+                request.id(),
+                -32603,
+                &format!("the server is not available: {reason}"),
+            ),
+        }
+    }
+
+    /// `logging/setLevel` in gateway mode: sent to each ready server that
+    /// logs (their answers not needed), and answered at once.
+    fn set_level_everywhere(&mut self, request: &HostRequest) {
+        let session = request.session;
+        let timeout = self.limits.call_timeout;
+        let targets: Vec<(ServerIdx, u64)> = self
+            .upstreams
+            .iter_mut()
+            .enumerate()
+            // `logging/setLevel` is gone from 2026-07-28.
+            .filter(|(_, up)| {
+                up.phase == Phase::Ready && !up.modern && up.capability("logging").is_some()
+            })
+            .map(|(idx, up)| (idx, up.next_id()))
+            .collect();
+        for (idx, id) in targets {
+            let generation = self
+                .upstreams
+                .get(idx)
+                .map_or(0, super::upstreams::Upstream::generation);
+            // Each server sets its own level; the answers are not needed.
+            self.inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
+            self.send_upstream(idx, generation, request.with_id(&id.to_string()));
+        }
+        self.reply(session, request.id(), &json!({}));
+    }
+
+    /// `prompts/get` in gateway mode: to the server whose prompt the name
+    /// is, under its own name, unless the policy refuses it.
+    fn get_prompt(&mut self, request: HostRequest, params: &Value) {
+        let session = request.session;
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        match self.resolve(name) {
+            Ok((idx, own)) => {
+                if let Some(why) = self.refusal(idx, "prompts/get", &own) {
+                    self.reply_error(session, request.id(), -32602, &why);
+                    return;
+                }
+                let mut params = params.clone();
+                if let Some(object) = params.as_object_mut() {
+                    object.insert("name".to_owned(), Value::String(own));
+                }
+                self.route(idx, request, Some(params));
+            }
+            Err(Unresolved::Unknown) => {
+                let text = format!("unknown prompt `{}`", escape_line(name));
+                self.reply_error(session, request.id(), -32602, &text);
+            }
+            Err(Unresolved::Ambiguous(found)) => {
+                let text = format!("prompt `{name}`: {}", self.ambiguity(&found));
+                self.reply_error(session, request.id(), -32602, &text);
             }
         }
     }
@@ -946,37 +906,16 @@ impl Gateway {
         else {
             return;
         };
-        let mut items = result
+        let items = result
             .get(key)
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
         let max_bytes = self.limits.max_line;
-        let mut pages = 0;
-        let mut cut = None;
-        if let Some(state) = self.routing.aggregates.get_mut(&aggregate) {
-            let (seen, bytes) = state.pages.entry(idx).or_default();
-            *seen += 1;
-            *bytes = bytes.saturating_add(page_bytes);
-            pages = *seen;
-            let kept = state.items.entry(idx).or_default();
-            // INVARIANT: a server's part of a merged list is bounded, by
-            // entries and by bytes; the rest is left out.
-            if *bytes > max_bytes {
-                cut = Some(format!(
-                    "its pages of `{method}` came to more than `max_message_bytes` ({max_bytes} bytes)"
-                ));
-            } else {
-                let room = MAX_LISTED.saturating_sub(kept.len());
-                if items.len() > room {
-                    items.truncate(room);
-                    cut = Some(format!(
-                        "it lists more than {MAX_LISTED} entries in `{method}`"
-                    ));
-                }
-                kept.extend(items);
-            }
-        }
+        let (pages, cut) = match self.routing.aggregates.get_mut(&aggregate) {
+            Some(state) => state.keep_page(idx, method, items, page_bytes, max_bytes),
+            None => (0, None),
+        };
         if let Some(why) = cut {
             tracing::warn!(server.id = %server, "{why}: the rest is left out of the list, and cannot be routed to it");
             self.fanout_done(aggregate, idx, None);
@@ -1281,4 +1220,102 @@ fn clean_texts(item: &mut Value) {
             *text = clean;
         }
     }
+}
+
+/// The `initialize` result a host gets in wrap mode: the one server's
+/// capabilities (tasks left out, tools' list changes announced) and its
+/// information, each text made what a host can show.
+fn wrapped_initialize_result(version: &str, upstreams: &Upstreams) -> Value {
+    let info = upstreams
+        .get(0)
+        .and_then(|up| up.info.clone())
+        .unwrap_or_else(|| json!({}));
+    let mut capabilities = info
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    without_tasks(&mut capabilities);
+    if let Some(caps) = capabilities.as_object_mut() {
+        caps.insert("tools".to_owned(), json!({"listChanged": true}));
+    }
+    let mut server_info = info
+        .get("serverInfo")
+        .cloned()
+        .unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")}));
+    // A host shows the server's name and title as its own
+    // lines: one line each, nothing hidden.
+    clean_texts(&mut server_info);
+    if let Some(Value::String(version)) = server_info.get_mut("version") {
+        *version = one_line(&sanitize(version).text);
+    }
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": capabilities,
+        "serverInfo": server_info,
+    });
+    if let (Some(object), Some(instructions)) = (
+        result.as_object_mut(),
+        info.get("instructions").and_then(Value::as_str),
+    ) {
+        object.insert(
+            "instructions".to_owned(),
+            Value::String(sanitize(instructions).text),
+        );
+    }
+    result
+}
+
+/// The `initialize` result a host gets in gateway mode: what any server
+/// offers, and each server's instructions in a section of its own.
+fn gateway_initialize_result(version: &str, upstreams: &Upstreams) -> Value {
+    let mut capabilities = Map::new();
+    capabilities.insert("tools".to_owned(), json!({"listChanged": true}));
+    let any = |name: &str| upstreams.iter().any(|up| up.capability(name).is_some());
+    let any_flag = |name: &str, flag: &str| {
+        upstreams.iter().any(|up| {
+            up.capability(name)
+                .and_then(|caps| caps.get(flag))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        })
+    };
+    if any("resources") {
+        capabilities.insert(
+            "resources".to_owned(),
+            json!({"subscribe": any_flag("resources", "subscribe"), "listChanged": any_flag("resources", "listChanged")}),
+        );
+    }
+    if any("prompts") {
+        capabilities.insert(
+            "prompts".to_owned(),
+            json!({"listChanged": any_flag("prompts", "listChanged")}),
+        );
+    }
+    if any("completions") {
+        capabilities.insert("completions".to_owned(), json!({}));
+    }
+    if any("logging") {
+        capabilities.insert("logging".to_owned(), json!({}));
+    }
+    let instructions: Vec<String> = upstreams
+        .iter()
+        .filter_map(|up| {
+            let text = up.info.as_ref()?.get("instructions")?.as_str()?;
+            Some(format!("## {}\n{}", up.name, own_section(text)))
+        })
+        .collect();
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": capabilities,
+        "serverInfo": {"name": "hintgate", "title": "hintgate gateway", "version": env!("CARGO_PKG_VERSION")},
+    });
+    if !instructions.is_empty()
+        && let Some(object) = result.as_object_mut()
+    {
+        object.insert(
+            "instructions".to_owned(),
+            Value::String(instructions.join("\n\n")),
+        );
+    }
+    result
 }

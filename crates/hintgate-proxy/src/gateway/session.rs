@@ -131,6 +131,17 @@ pub(crate) struct HostSession {
 // === impl Sessions ===
 
 impl Sessions {
+    /// A result line for a host, with what a 2026-07-28 host requires.
+    pub fn result_line(&self, session: SessionId, id: &str, result: &Value) -> String {
+        let modern = self.get(&session).is_some_and(HostSession::modern);
+        if modern && result.is_object() && result.get("resultType").is_none() {
+            let mut result = result.clone();
+            super::modern::modernize(true, "", &mut result);
+            return crate::frame::response(id, &result);
+        }
+        crate::frame::response(id, result)
+    }
+
     /// Adds a session under its number.
     pub fn insert(&mut self, id: SessionId, session: HostSession) {
         self.list.insert(id.0, session);

@@ -20,7 +20,7 @@ use hintgate_policy::sanitize::escape_line;
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::inflight::UpPurpose;
+use super::inflight::{InFlight, UpPurpose};
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::frame::{self, Message};
 
@@ -197,6 +197,57 @@ impl Subscriptions {
 // === impl Gateway ===
 
 impl Gateway {
+    /// A host's `resources/unsubscribe`: its subscription still waiting
+    /// for the server's acknowledgement answered now, and the server told
+    /// when the last session leaves.
+    fn unsubscribe(&mut self, idx: ServerIdx, request: HostRequest, uri: &str, modern: bool) {
+        let session = request.session;
+        // Its own subscription still waiting for the server's
+        // acknowledgement is answered now: it will not be made.
+        let mine: Vec<HostRequest> = match self.subscriptions.get_mut(idx, uri) {
+            Some(sub) => {
+                let (mine, rest) = std::mem::take(&mut sub.waiting)
+                    .into_iter()
+                    .partition(|waiting| waiting.session == session);
+                sub.waiting = rest;
+                mine
+            }
+            None => Vec::new(),
+        };
+        for waiting in mine {
+            self.reply_error(
+                session,
+                waiting.id(),
+                -32603,
+                "the host unsubscribed before the server acknowledged the subscription",
+            );
+        }
+        let held = self
+            .subscriptions
+            .get(idx, uri)
+            .is_some_and(|sub| sub.sessions.contains(&session));
+        let ended = self.subscriptions.leave(idx, uri, session);
+        match ended {
+            // The last session left: the server is told, a legacy one
+            // by the host's own request.
+            Some(Ended { listen: None, .. }) => self.forward_plain(idx, request),
+            Some(Ended {
+                listen: Some(listen),
+                ..
+            }) => {
+                // Nothing waits for its acknowledgement any more.
+                self.inflight.take_up(idx, listen);
+                self.cancel_upstream(idx, listen, "unsubscribed");
+                self.reply(session, request.id(), &json!({}));
+            }
+            // Another session still holds it, or a 2026-07-28 server
+            // has nothing to be told.
+            None if held || modern => self.reply(session, request.id(), &json!({})),
+            // Nothing the gateway knows of: the server answers.
+            None => self.forward_plain(idx, request),
+        }
+    }
+
     /// A host's `resources/subscribe` or `resources/unsubscribe` for server
     /// `idx`, which is ready: kept per session, and carried to the server
     /// in its era.
@@ -210,50 +261,7 @@ impl Gateway {
         let session = request.session;
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         if request.method.as_str() == "resources/unsubscribe" {
-            // Its own subscription still waiting for the server's
-            // acknowledgement is answered now: it will not be made.
-            let mine: Vec<HostRequest> = match self.subscriptions.get_mut(idx, &uri) {
-                Some(sub) => {
-                    let (mine, rest) = std::mem::take(&mut sub.waiting)
-                        .into_iter()
-                        .partition(|waiting| waiting.session == session);
-                    sub.waiting = rest;
-                    mine
-                }
-                None => Vec::new(),
-            };
-            for waiting in mine {
-                self.reply_error(
-                    session,
-                    waiting.id(),
-                    -32603,
-                    "the host unsubscribed before the server acknowledged the subscription",
-                );
-            }
-            let held = self
-                .subscriptions
-                .get(idx, &uri)
-                .is_some_and(|sub| sub.sessions.contains(&session));
-            let ended = self.subscriptions.leave(idx, &uri, session);
-            match ended {
-                // The last session left: the server is told, a legacy one
-                // by the host's own request.
-                Some(Ended { listen: None, .. }) => self.forward_plain(idx, request),
-                Some(Ended {
-                    listen: Some(listen),
-                    ..
-                }) => {
-                    // Nothing waits for its acknowledgement any more.
-                    self.inflight.take_up(idx, listen);
-                    self.cancel_upstream(idx, listen, "unsubscribed");
-                    self.reply(session, request.id(), &json!({}));
-                }
-                // Another session still holds it, or a 2026-07-28 server
-                // has nothing to be told.
-                None if held || modern => self.reply(session, request.id(), &json!({})),
-                // Nothing the gateway knows of: the server answers.
-                None => self.forward_plain(idx, request),
-            }
+            self.unsubscribe(idx, request, &uri, modern);
             return;
         }
         if let Err(why) = self.subscriptions.room(idx, &uri, session) {
@@ -307,7 +315,8 @@ impl Gateway {
         else {
             return;
         };
-        let Some(UpPurpose::Subscribe { uri }) = self.peek_subscribe(idx, listen) else {
+        let Some(UpPurpose::Subscribe { uri }) = peek_subscribe(&mut self.inflight, idx, listen)
+        else {
             return;
         };
         self.inflight.take_up(idx, listen);
@@ -335,15 +344,6 @@ impl Gateway {
         }
         for request in waiting {
             self.reply(request.session, request.id(), &json!({}));
-        }
-    }
-
-    /// The purpose of request `id` to `idx`, when it is a listen stream
-    /// for a subscription that still waits for its acknowledgement.
-    fn peek_subscribe(&mut self, idx: ServerIdx, id: u64) -> Option<UpPurpose> {
-        match self.inflight.peek_up_mut(idx, id) {
-            Some(UpPurpose::Subscribe { uri }) => Some(UpPurpose::Subscribe { uri: uri.clone() }),
-            _ => None,
         }
     }
 
@@ -488,6 +488,15 @@ impl Gateway {
             }
             self.send_host_note(session, line.clone());
         }
+    }
+}
+
+/// The purpose of request `id` to `idx`, when it is a listen stream for a
+/// subscription that still waits for its acknowledgement.
+fn peek_subscribe(inflight: &mut InFlight, idx: ServerIdx, id: u64) -> Option<UpPurpose> {
+    match inflight.peek_up_mut(idx, id) {
+        Some(UpPurpose::Subscribe { uri }) => Some(UpPurpose::Subscribe { uri: uri.clone() }),
+        _ => None,
     }
 }
 

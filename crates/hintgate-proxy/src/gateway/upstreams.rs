@@ -394,6 +394,16 @@ impl Gateway {
                 return;
             }
         }
+        self.open_started(idx, sandbox);
+    }
+
+    /// A server just connected: its identity read, its part of the catalog
+    /// opened (its pins; none for a read-only instance), its era probed,
+    /// and its read-only instance started beside it.
+    fn open_started(&mut self, idx: ServerIdx, sandbox: SandboxProof) {
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
         let (identity, resolved) = identity_of(&up.config);
         let name = up.name.clone();
         tracing::info!(server.id = %name, identity = %identity, "identity");
@@ -674,14 +684,18 @@ impl Gateway {
     fn finish_listing(&mut self, idx: ServerIdx) {
         let name = self.upstreams.name(idx).to_owned();
         if self.upstreams.is_read_only(idx) {
-            let naming = self.naming(idx);
+            let naming = naming(&self.mode, &self.separator, self.upstreams.name(idx));
             self.catalog
                 .finish_read_only_listing(idx, &name, &self.policy, &naming);
             return;
         }
-        let listed =
-            self.catalog
-                .finish_listing(idx, &name, &self.policy, &self.naming(idx), unix_now());
+        let listed = self.catalog.finish_listing(
+            idx,
+            &name,
+            &self.policy,
+            &naming(&self.mode, &self.separator, self.upstreams.name(idx)),
+            unix_now(),
+        );
         if let Some(reason) = listed.store_failure {
             // Without its pins the gateway cannot tell a changed definition
             // from a new one: it fails closed, and stops the server.
@@ -795,7 +809,7 @@ impl Gateway {
     pub(super) fn unusable_answer(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
         match purpose {
             UpPurpose::Call(cx) => {
-                let line = self.result_line(
+                let line = self.sessions.result_line(
                     cx.request.session,
                     cx.request.id(),
                     &super::call::error_result(why),
@@ -1000,21 +1014,20 @@ impl Gateway {
 
     /// A server's name as the host sees it for `name` (prompts and tools).
     pub(super) fn prefixed(&self, idx: ServerIdx, name: &str) -> String {
-        match self.naming(idx).prefix {
+        match naming(&self.mode, &self.separator, self.upstreams.name(idx)).prefix {
             Some(prefix) => prefix + name,
             None => name.to_owned(),
         }
     }
+}
 
-    fn naming(&self, idx: ServerIdx) -> super::catalog::Naming {
-        super::catalog::Naming {
-            prefix: match self.mode {
-                super::Mode::Wrap => None,
-                super::Mode::Gateway => {
-                    Some(format!("{}{}", self.upstreams.name(idx), self.separator))
-                }
-            },
-        }
+/// What the host-facing names of server `server`'s tools look like.
+fn naming(mode: &super::Mode, separator: &str, server: &str) -> super::catalog::Naming {
+    super::catalog::Naming {
+        prefix: match mode {
+            super::Mode::Wrap => None,
+            super::Mode::Gateway => Some(format!("{server}{separator}")),
+        },
     }
 }
 

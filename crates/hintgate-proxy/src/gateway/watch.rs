@@ -102,6 +102,45 @@ fn lock(watched: &Mutex<Watched>) -> std::sync::MutexGuard<'_, Watched> {
     watched.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Sends the loop every answer the store holds for a queued question still
+/// watched, and stops watching it.
+fn send_answers(store: &dyn Store, watched: &Mutex<Watched>, events: &EventSender, queue: &[u64]) {
+    match store.answers(queue) {
+        Ok(answers) => {
+            for (id, answer) in answers {
+                if lock(watched).queue.remove(&id) {
+                    // Blocks while the loop's channel is full (this
+                    // thread is outside the runtime); the loop
+                    // never waits for this thread.
+                    let _ = events.blocking_send(Event::Answered { id, answer });
+                }
+            }
+        }
+        Err(err) => tracing::warn!("cannot read the approval queue: {err}"),
+    }
+}
+
+/// Reads each watched tool's standing approvals and sends the loop the set.
+fn send_approvals(store: &dyn Store, events: &EventSender, keys: Vec<String>) {
+    for key in keys {
+        // The whole set goes to the loop each time, not only when it
+        // differs from the last read: between two reads the gateway
+        // may have approved, and another process revoked, the same
+        // tool, and only the loop knows what its copy holds.
+        let read_at = Instant::now();
+        match store.approvals_of(&key) {
+            Ok(approvals) => {
+                let _ = events.blocking_send(Event::Approvals {
+                    key,
+                    approvals,
+                    read_at,
+                });
+            }
+            Err(err) => tracing::warn!("cannot read the standing approvals: {err}"),
+        }
+    }
+}
+
 fn watch_loop(
     store: &dyn Store,
     watched: &Mutex<Watched>,
@@ -126,40 +165,12 @@ fn watch_loop(
         }
         // Look first: an answer may have come before the watch began.
         if !queue.is_empty() {
-            match store.answers(&queue) {
-                Ok(answers) => {
-                    for (id, answer) in answers {
-                        if lock(watched).queue.remove(&id) {
-                            // Blocks while the loop's channel is full (this
-                            // thread is outside the runtime); the loop
-                            // never waits for this thread.
-                            let _ = events.blocking_send(Event::Answered { id, answer });
-                        }
-                    }
-                }
-                Err(err) => tracing::warn!("cannot read the approval queue: {err}"),
-            }
+            send_answers(store, watched, events, &queue);
         }
         let watching_keys = !keys.is_empty();
         if watching_keys && last_read.elapsed() >= APPROVALS_INTERVAL {
             last_read = Instant::now();
-            for key in keys {
-                // The whole set goes to the loop each time, not only when it
-                // differs from the last read: between two reads the gateway
-                // may have approved, and another process revoked, the same
-                // tool, and only the loop knows what its copy holds.
-                let read_at = Instant::now();
-                match store.approvals_of(&key) {
-                    Ok(approvals) => {
-                        let _ = events.blocking_send(Event::Approvals {
-                            key,
-                            approvals,
-                            read_at,
-                        });
-                    }
-                    Err(err) => tracing::warn!("cannot read the standing approvals: {err}"),
-                }
-            }
+            send_approvals(store, events, keys);
         }
         let ready = match &mut watch {
             Some(watch) => watch,

@@ -277,6 +277,17 @@ async fn a_read_left_unanswered_is_retried_once_and_its_answer_reaches_the_host(
     };
     assert_eq!(outcome_of(calls[0]), Some(json!("failed, retried")));
     assert_eq!(outcome_of(calls[1]), Some(json!("ok")));
+    // The retry's record is the first attempt's, field for field: the same
+    // definition's pin, decision, arguments and request.
+    let body_of = |seq: u64| {
+        records
+            .iter()
+            .find(|entry| entry.seq == seq)
+            .map(|entry| entry.body.clone())
+    };
+    let first = body_of(calls[0]).unwrap();
+    assert!(first["pin"].is_string(), "{first}");
+    assert_eq!(Some(first), body_of(calls[1]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
