@@ -111,8 +111,11 @@ async fn a_2026_07_28_servers_log_message_reaches_only_a_request_that_asked_for_
         .request("logging/setLevel", json!({"level": "warning"}))
         .await;
     assert_eq!(set["result"], json!({}), "{set}");
-    // A message with no request in flight is nobody's.
+    // A message with no request in flight is nobody's. The gateway has
+    // handled it before the next call is sent: a call in flight when it
+    // arrived would have asked for it.
     gateway.push("fx", &note("emergency", "nobody asked"));
+    gateway.handled("fx").await;
     let answer = gateway.call("echo", json!({})).await;
     assert!(answer.get("result").is_some(), "{answer}");
     assert_eq!(logs(&gateway), [json!("high enough")]);
@@ -186,8 +189,10 @@ async fn a_legacy_hosts_subscription_is_a_listen_stream_on_a_2026_07_28_server()
         "{cancelled:?}"
     );
     assert!(received(&gateway, "resources/unsubscribe").is_empty());
-    // Its updates no longer reach the host.
+    // Its updates no longer reach the host: one the gateway has handled
+    // did not come before the answer to a later call.
     gateway.push("fx", &update(&listen_id));
+    gateway.handled("fx").await;
     let answer = gateway.call("echo", json!({})).await;
     assert!(answer.get("result").is_some(), "{answer}");
     assert!(

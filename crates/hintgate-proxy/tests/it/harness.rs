@@ -977,6 +977,24 @@ impl Harness {
             .unwrap();
     }
 
+    /// Waits until the gateway has handled every line `server` sent before
+    /// now. The server pings the gateway, which answers a server's `ping`
+    /// itself (with an error when it cannot tell whose it is, an answer
+    /// all the same). The gateway handles one server's lines in the order
+    /// it sent them, so its answer to the ping means every line before it
+    /// was handled, and what the gateway wrote the host for them comes
+    /// before whatever it writes the host later.
+    pub async fn handled(&mut self, server: &str) {
+        self.next_id += 1;
+        let id = format!("handled-{}", self.next_id);
+        self.push(
+            server,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string(),
+        );
+        self.received_eventually(server, &format!(r#""id":"{id}""#))
+            .await;
+    }
+
     /// The legacy handshake, with these host capabilities.
     pub async fn initialize(&mut self, capabilities: Value) -> Value {
         let init = self
@@ -996,8 +1014,12 @@ impl Harness {
             .await
     }
 
-    /// A server now lists `tools`, and says so (`list_changed`).
-    pub fn change_tools(&self, server: &str, tools: Vec<Value>) {
+    /// A server now lists `tools`, and says so (`list_changed`); returns
+    /// once the gateway has taken it in: it asked the server for its list
+    /// again. A call or a `tools/list` from the host after that waits for
+    /// the new list.
+    pub async fn change_tools(&self, server: &str, tools: Vec<Value>) {
+        let before = self.count_received(server, "tools/list");
         self.tools_now
             .lock()
             .unwrap()
@@ -1006,6 +1028,7 @@ impl Harness {
         push.expect("the server runs")
             .send(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned())
             .unwrap();
+        eventually(|| self.count_received(server, "tools/list") > before).await;
     }
 
     /// The next request the gateway sends the host (what comes before it is
