@@ -211,7 +211,7 @@ async fn a_subscription_the_2026_07_28_server_does_not_acknowledge_fails_in_time
     script.modern = true;
     script.resources = vec![json!({"uri": "test://watched", "name": "watched"})];
     script.silent.push("subscriptions/listen".to_owned());
-    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(1)).await;
     gateway.initialize(json!({})).await;
     let subscribed = gateway
         .request("resources/subscribe", json!({"uri": "test://watched"}))

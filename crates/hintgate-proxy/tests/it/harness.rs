@@ -27,6 +27,12 @@ use tokio::sync::mpsc;
 /// It bounds a broken test; no test asserts on time.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// The gateway's `call_timeout_s` in [`Setup::wrap`]: longer than any wait
+/// of the test's ([`PATIENCE`]), so a call that is answered is never failed
+/// for being slow on a busy machine, and a broken test fails on the
+/// harness's bound first.
+pub const CALL_PATIENCE_S: u32 = 30;
+
 /// What happened, in order, across the gateway, the store and the servers.
 #[derive(Debug, Default, Clone)]
 pub struct Timeline(Arc<Mutex<Vec<String>>>);
@@ -740,11 +746,16 @@ pub struct Setup {
 
 impl Setup {
     /// Wrap mode: one server `fx` with these tools, trusted or not.
+    ///
+    /// Its calls may take [`CALL_PATIENCE_S`]: a test whose server answers
+    /// never meets the limit, however busy the machine. A test of what
+    /// happens when a server does not answer sets a short one
+    /// ([`Setup::with_call_timeout`]).
     pub fn wrap(script: ServerScript, trusted: bool) -> Self {
         let trust = if trusted { "trusted" } else { "untrusted" };
         Self {
             config: format!(
-                "[gateway]\ncall_timeout_s = 1\nask_timeout_s = 2\n\n[servers.fx]\ncommand = \"scripted\"\ntrust = \"{trust}\"\n"
+                "[gateway]\ncall_timeout_s = {CALL_PATIENCE_S}\nask_timeout_s = 2\n\n[servers.fx]\ncommand = \"scripted\"\ntrust = \"{trust}\"\n"
             ),
             mode: Mode::Wrap,
             scripts: HashMap::from([("fx".to_owned(), script)]),
@@ -754,9 +765,10 @@ impl Setup {
 
     /// The same, with the gateway's `call_timeout_s` set to `seconds`.
     pub fn with_call_timeout(mut self, seconds: u32) -> Self {
-        self.config = self
-            .config
-            .replace("call_timeout_s = 1", &format!("call_timeout_s = {seconds}"));
+        self.config = self.config.replace(
+            &format!("call_timeout_s = {CALL_PATIENCE_S}\n"),
+            &format!("call_timeout_s = {seconds}\n"),
+        );
         self
     }
 }

@@ -129,7 +129,9 @@ async fn a_keyed_call_with_no_answer_is_never_sent_again() {
     // Untrusted: no automatic retry, so the first call's outcome is unknown.
     let script = ServerScript::with_tools(vec![keyed_tool("charge")])
         .answering("charge", Behaviour::HangOnce);
-    let mut setup = Setup::wrap(script, false);
+    // The first call waits out the deadline; the last one, answered, has
+    // the same deadline to spare.
+    let mut setup = Setup::wrap(script, false).with_call_timeout(3);
     setup
         .config
         .push_str("\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n");
