@@ -27,10 +27,10 @@ use tokio::sync::mpsc;
 /// It bounds a broken test; no test asserts on time.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// The gateway's `call_timeout_s` in [`Setup::wrap`]: longer than any wait
-/// of the test's ([`PATIENCE`]), so a call that is answered is never failed
-/// for being slow on a busy machine, and a broken test fails on the
-/// harness's bound first.
+/// The gateway's `call_timeout_s` and `ask_timeout_s` in [`Setup::wrap`]:
+/// longer than any wait of the test's ([`PATIENCE`]), so a call that is
+/// answered is never failed for being slow on a busy machine, and a broken
+/// test fails on the harness's bound first.
 pub const CALL_PATIENCE_S: u32 = 30;
 
 /// What happened, in order, across the gateway, the store and the servers.
@@ -747,20 +747,30 @@ pub struct Setup {
 impl Setup {
     /// Wrap mode: one server `fx` with these tools, trusted or not.
     ///
-    /// Its calls may take [`CALL_PATIENCE_S`]: a test whose server answers
-    /// never meets the limit, however busy the machine. A test of what
-    /// happens when a server does not answer sets a short one
-    /// ([`Setup::with_call_timeout`]).
+    /// Its calls, and its questions to a person, may take
+    /// [`CALL_PATIENCE_S`]: a test whose server or person answers never
+    /// meets the limit, however busy the machine. A test of what happens
+    /// when nobody answers sets a short one ([`Setup::with_call_timeout`],
+    /// [`Setup::with_ask_timeout`]).
     pub fn wrap(script: ServerScript, trusted: bool) -> Self {
         let trust = if trusted { "trusted" } else { "untrusted" };
         Self {
             config: format!(
-                "[gateway]\ncall_timeout_s = {CALL_PATIENCE_S}\nask_timeout_s = 2\n\n[servers.fx]\ncommand = \"scripted\"\ntrust = \"{trust}\"\n"
+                "[gateway]\ncall_timeout_s = {CALL_PATIENCE_S}\nask_timeout_s = {CALL_PATIENCE_S}\n\n[servers.fx]\ncommand = \"scripted\"\ntrust = \"{trust}\"\n"
             ),
             mode: Mode::Wrap,
             scripts: HashMap::from([("fx".to_owned(), script)]),
             store: None,
         }
+    }
+
+    /// The same, with the gateway's `ask_timeout_s` set to `seconds`.
+    pub fn with_ask_timeout(mut self, seconds: u32) -> Self {
+        self.config = self.config.replace(
+            &format!("ask_timeout_s = {CALL_PATIENCE_S}\n"),
+            &format!("ask_timeout_s = {seconds}\n"),
+        );
+        self
     }
 
     /// The same, with the gateway's `call_timeout_s` set to `seconds`.

@@ -170,7 +170,9 @@ async fn a_hook_denies_and_the_server_never_sees_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hook_is_not_asked_about_a_deny_rule_or_a_changed_definition() {
     let log = HookLog::new();
-    let mut setup = setup(&log, "persistent", true);
+    // The changed definition waits for a person this host cannot ask,
+    // until the (short) deadline.
+    let mut setup = setup(&log, "persistent", true).with_ask_timeout(2);
     setup.config.push_str(
         "\n[[rules]]\nserver = \"fx\"\ntool = \"allow_write\"\naction = \"deny\"\nreason = \"never\"\n",
     );
@@ -331,7 +333,9 @@ async fn answers_of_a_persistent_hook_are_matched_by_id_whatever_their_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_call_hook_runs_once_for_each_call() {
     let log = HookLog::new();
-    let mut gateway = Harness::start(setup(&log, "per-call", false)).await;
+    // An abstaining hook leaves a write to a person this host cannot ask:
+    // it waits for the (short) deadline.
+    let mut gateway = Harness::start(setup(&log, "per-call", false).with_ask_timeout(2)).await;
     gateway.initialize(json!({})).await;
     assert!(!is_error(&gateway.call("allow_write", json!({})).await));
     // One process per question: an answer without an id is its own.

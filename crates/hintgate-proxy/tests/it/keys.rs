@@ -186,7 +186,9 @@ async fn a_replayed_private_result_taints_the_session_it_reaches() {
     });
     let script = || ServerScript::with_tools(vec![keyed_tool("charge"), fetch.clone()]);
     let setup = |store| {
-        let mut setup = Setup::wrap(script(), true);
+        // The fetch after private data is asked about: it waits for a
+        // person this host cannot ask, until the (short) deadline.
+        let mut setup = Setup::wrap(script(), true).with_ask_timeout(2);
         setup.config.push_str(
             "private_data = [\"charge\"]\n\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n",
         );
