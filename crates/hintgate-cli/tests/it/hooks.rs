@@ -22,12 +22,17 @@ fn example(name: &str) -> String {
         .to_string()
 }
 
+/// How long a hook may take here, where the test is not about its time
+/// limit: a busy machine can take seconds to start Python, and the default
+/// limit (2 s) would refuse the call for it.
+const HOOK_PATIENCE: &str = "decide_timeout_ms = 15000\n";
+
 /// A config with the filesystem server `fs` (untrusted) over `root`, and
 /// the hook `command`.
 fn config(dir: &Path, root: &Path, command: &[String], mode: &str) -> std::path::PathBuf {
     let command: Vec<String> = command.iter().map(|word| format!("{word:?}")).collect();
     let text = format!(
-        "[gateway]\ndecide_command = [{}]\ndecide_command_mode = \"{mode}\"\nask_timeout_s = 1\n\n[servers.fs]\ncommand = {:?}\nargs = [{:?}]\n",
+        "[gateway]\ndecide_command = [{}]\ndecide_command_mode = \"{mode}\"\n{HOOK_PATIENCE}ask_timeout_s = 1\n\n[servers.fs]\ncommand = {:?}\nargs = [{:?}]\n",
         command.join(", "),
         npm_bin("mcp-server-filesystem"),
         root.display().to_string(),
@@ -212,10 +217,9 @@ fn explain_names_a_hook_that_fails() {
 
 fn config_with_timeout(dir: &Path, command: &[String]) -> std::path::PathBuf {
     let path = config(dir, dir, command, "per-call");
-    let text = std::fs::read_to_string(&path).unwrap().replace(
-        "ask_timeout_s = 1\n",
-        "ask_timeout_s = 1\ndecide_timeout_ms = 300\n",
-    );
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(HOOK_PATIENCE, "decide_timeout_ms = 300\n");
     std::fs::write(&path, text).unwrap();
     path
 }

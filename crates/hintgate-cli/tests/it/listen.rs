@@ -564,33 +564,26 @@ fn a_servers_question_never_reaches_a_session_it_may_not_be_for() {
     assert_ne!(a, b);
     // A's call holds the server: it asks A a question nobody answers, and
     // waits for the answer.
-    let (url, a_session) = (gateway.url.clone(), a.clone());
-    let host = gateway.host();
-    let held = std::thread::spawn(move || {
-        let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                          "params": {"name": "ask_host", "arguments": {}}})
-        .to_string();
-        http(
-            &url,
-            &format!(
-                "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{a_session}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            ),
-        )
-    });
-    // Once A's call is in flight, B's call makes the server ask a question:
-    // it could be for either, so it is asked of neither.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "ask_host", "arguments": {}}})
+    .to_string();
+    let held = read_until(
+        &gateway.host(),
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{a}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{call}",
+            gateway.host(),
+            call.len()
+        ),
+        "elicitation/create",
+        None,
+    );
+    // A's call is in flight, and its question has gone out to A (A's stream
+    // carries it): now B's call makes the server ask a question, which could
+    // be for either, so it is asked of neither.
     let fixture_log = dir.path().join("fixture.log");
-    let started = Instant::now();
-    while !std::fs::read_to_string(&fixture_log).is_ok_and(|log| log.contains("call ask_host")) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "A's call never reached the server"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // And its question has gone out to A.
-    std::thread::sleep(Duration::from_millis(300));
+    held.found
+        .recv_timeout(Duration::from_secs(60))
+        .expect("A was asked its call's question");
     let asked = gateway.post(
         std::slice::from_ref(&b),
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -606,7 +599,7 @@ fn a_servers_question_never_reaches_a_session_it_may_not_be_for() {
     // A saw its own questions, and only them: one for each time its call
     // was sent (unanswered, it timed out and was sent once more), none of
     // B's.
-    let held = held.join().unwrap();
+    let held = held.rest.join().unwrap();
     let sends = std::fs::read_to_string(&fixture_log)
         .unwrap()
         .matches("call ask_host")
@@ -1104,7 +1097,9 @@ fn what_a_host_sends_out_of_order_is_refused_and_two_hosts_with_one_id_each_get_
         })
     };
     let slow = call("slow", json!({"seconds": 1}));
-    std::thread::sleep(Duration::from_millis(200));
+    // The server has the slow call (and runs it for a second): the quick
+    // one comes while it is in flight.
+    fixture_logged(dir.path(), "call slow");
     let quick = call("echo", json!({"text": "quick"}));
     let (slow, quick) = (slow.join().unwrap(), quick.join().unwrap());
     let (slow, quick) = (body(&slow), body(&quick));
@@ -1155,35 +1150,86 @@ fn legacy_session(gateway: &Listening) -> String {
 
 /// Opens the session's standalone stream (GET) and reads it on a thread
 /// until a line contains `needle` or 30 s pass: what it read.
+///
+/// It returns once the gateway has answered with its headers: the gateway
+/// opens the stream before it answers, so whatever it sends the session
+/// from then on goes to this stream.
 fn read_stream_until(
     gateway: &Listening,
     session: &str,
     needle: &'static str,
 ) -> std::thread::JoinHandle<String> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(gateway.host()).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
     let request = format!(
         "GET /mcp HTTP/1.1\r\nHost: {}\r\n{session}\r\nMCP-Protocol-Version: 2025-11-25\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
         gateway.host()
     );
+    let reading = read_until(&gateway.host(), &request, "\r\n\r\n", Some(needle));
+    reading
+        .found
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the gateway answered the GET");
+    reading.rest
+}
+
+/// A request on a connection of its own, read on a thread.
+struct Reading {
+    /// Says once what was read contains the needle.
+    found: std::sync::mpsc::Receiver<()>,
+    /// Everything read, until it contains `stop`, the gateway closes the
+    /// connection, or 30 s pass with nothing to read.
+    rest: std::thread::JoinHandle<String>,
+}
+
+/// Sends `request` to `host` and reads the answer on a thread, saying when
+/// it contains `needle`.
+fn read_until(
+    host: &str,
+    request: &str,
+    needle: &'static str,
+    stop: Option<&'static str>,
+) -> Reading {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     stream.write_all(request.as_bytes()).unwrap();
-    std::thread::spawn(move || {
+    let (tx, found) = std::sync::mpsc::channel();
+    let rest = std::thread::spawn(move || {
         let mut read = Vec::new();
         let mut buf = [0_u8; 4096];
+        let mut told = false;
         loop {
             match stream.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => read.extend_from_slice(&buf[..n]),
             }
-            if String::from_utf8_lossy(&read).contains(needle) {
+            let text = String::from_utf8_lossy(&read);
+            if !told && text.contains(needle) {
+                told = true;
+                let _ = tx.send(());
+            }
+            if stop.is_some_and(|stop| text.contains(stop)) {
                 break;
             }
         }
         String::from_utf8_lossy(&read).into_owned()
-    })
+    });
+    Reading { found, rest }
+}
+
+/// Waits until the fixture server's log (`FIXTURE_LOG`) has a line that
+/// contains `needle`: the server received what it names.
+fn fixture_logged(dir: &Path, needle: &str) {
+    let log = dir.join("fixture.log");
+    let started = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains(needle)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the server never logged `{needle}`"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `hintgate run --listen --no-auth --trust trusted` in front of the
@@ -1252,7 +1298,6 @@ fn a_legacy_hosts_subscriptions_and_log_level_reach_a_2026_07_28_server_for_its_
     // B changes the resource: A, subscribed, is told on its stream; B,
     // which is not, is not (its call's stream would carry it).
     let told = read_stream_until(&gateway, &a, "notifications/resources/updated");
-    std::thread::sleep(Duration::from_millis(200));
     let touched = request(
         &b,
         4,

@@ -187,7 +187,7 @@ async fn issue_11_an_over_deep_tool_list_leaves_out_only_its_server() {
     let mut deep_tool = tool("deep", true);
     deep_tool["inputSchema"]["x-nested"] = serde_json::from_str(&nested(100)).unwrap();
     let setup = Setup {
-        config: "[gateway]\ncall_timeout_s = 2\n\n[servers.deep]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        config: "[gateway]\ncall_timeout_s = 30\n\n[servers.deep]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
         mode: Mode::Gateway,
         scripts: HashMap::from([
             ("deep".to_owned(), ServerScript::with_tools(vec![deep_tool, tool("read", true)])),
@@ -230,7 +230,7 @@ fn endless_and_ok() -> Setup {
     ok.templates = vec![json!({"uriTemplate": "ok://{x}", "name": "t"})];
     ok.prompts = vec![json!({"name": "p"})];
     Setup {
-        config: "[gateway]\ncall_timeout_s = 1\n\n[servers.endless]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
+        config: "[gateway]\ncall_timeout_s = 30\n\n[servers.endless]\ncommand = \"x\"\ntrust = \"trusted\"\n\n[servers.ok]\ncommand = \"x\"\ntrust = \"trusted\"\n".to_owned(),
         mode: Mode::Gateway,
         scripts: HashMap::from([("endless".to_owned(), endless), ("ok".to_owned(), ok)]),
         store: None,
@@ -893,7 +893,7 @@ async fn issue_11_a_host_whose_requests_pile_up_is_not_read_until_some_end() {
     // until its deadline (1 s).
     let script =
         ServerScript::with_tools(vec![tool("slow", false)]).answering("slow", Behaviour::Hang);
-    let mut setup = small_messages(script);
+    let mut setup = small_messages(script).with_call_timeout(1);
     setup
         .config
         .push_str("\n[[rules]]\nserver = \"fx\"\ntool = \"slow\"\naction = \"allow\"\n");

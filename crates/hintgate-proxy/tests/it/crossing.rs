@@ -111,8 +111,11 @@ async fn a_2026_07_28_servers_log_message_reaches_only_a_request_that_asked_for_
         .request("logging/setLevel", json!({"level": "warning"}))
         .await;
     assert_eq!(set["result"], json!({}), "{set}");
-    // A message with no request in flight is nobody's.
+    // A message with no request in flight is nobody's. The gateway has
+    // handled it before the next call is sent: a call in flight when it
+    // arrived would have asked for it.
     gateway.push("fx", &note("emergency", "nobody asked"));
+    gateway.handled("fx").await;
     let answer = gateway.call("echo", json!({})).await;
     assert!(answer.get("result").is_some(), "{answer}");
     assert_eq!(logs(&gateway), [json!("high enough")]);
@@ -186,8 +189,10 @@ async fn a_legacy_hosts_subscription_is_a_listen_stream_on_a_2026_07_28_server()
         "{cancelled:?}"
     );
     assert!(received(&gateway, "resources/unsubscribe").is_empty());
-    // Its updates no longer reach the host.
+    // Its updates no longer reach the host: one the gateway has handled
+    // did not come before the answer to a later call.
     gateway.push("fx", &update(&listen_id));
+    gateway.handled("fx").await;
     let answer = gateway.call("echo", json!({})).await;
     assert!(answer.get("result").is_some(), "{answer}");
     assert!(
@@ -206,7 +211,7 @@ async fn a_subscription_the_2026_07_28_server_does_not_acknowledge_fails_in_time
     script.modern = true;
     script.resources = vec![json!({"uri": "test://watched", "name": "watched"})];
     script.silent.push("subscriptions/listen".to_owned());
-    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(1)).await;
     gateway.initialize(json!({})).await;
     let subscribed = gateway
         .request("resources/subscribe", json!({"uri": "test://watched"}))

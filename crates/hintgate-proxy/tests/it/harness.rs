@@ -27,6 +27,12 @@ use tokio::sync::mpsc;
 /// It bounds a broken test; no test asserts on time.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// The gateway's `call_timeout_s` and `ask_timeout_s` in [`Setup::wrap`]:
+/// longer than any wait of the test's ([`PATIENCE`]), so a call that is
+/// answered is never failed for being slow on a busy machine, and a broken
+/// test fails on the harness's bound first.
+pub const CALL_PATIENCE_S: u32 = 30;
+
 /// What happened, in order, across the gateway, the store and the servers.
 #[derive(Debug, Default, Clone)]
 pub struct Timeline(Arc<Mutex<Vec<String>>>);
@@ -740,11 +746,17 @@ pub struct Setup {
 
 impl Setup {
     /// Wrap mode: one server `fx` with these tools, trusted or not.
+    ///
+    /// Its calls, and its questions to a person, may take
+    /// [`CALL_PATIENCE_S`]: a test whose server or person answers never
+    /// meets the limit, however busy the machine. A test of what happens
+    /// when nobody answers sets a short one ([`Setup::with_call_timeout`],
+    /// [`Setup::with_ask_timeout`]).
     pub fn wrap(script: ServerScript, trusted: bool) -> Self {
         let trust = if trusted { "trusted" } else { "untrusted" };
         Self {
             config: format!(
-                "[gateway]\ncall_timeout_s = 1\nask_timeout_s = 2\n\n[servers.fx]\ncommand = \"scripted\"\ntrust = \"{trust}\"\n"
+                "[gateway]\ncall_timeout_s = {CALL_PATIENCE_S}\nask_timeout_s = {CALL_PATIENCE_S}\n\n[servers.fx]\ncommand = \"scripted\"\ntrust = \"{trust}\"\n"
             ),
             mode: Mode::Wrap,
             scripts: HashMap::from([("fx".to_owned(), script)]),
@@ -752,11 +764,21 @@ impl Setup {
         }
     }
 
+    /// The same, with the gateway's `ask_timeout_s` set to `seconds`.
+    pub fn with_ask_timeout(mut self, seconds: u32) -> Self {
+        self.config = self.config.replace(
+            &format!("ask_timeout_s = {CALL_PATIENCE_S}\n"),
+            &format!("ask_timeout_s = {seconds}\n"),
+        );
+        self
+    }
+
     /// The same, with the gateway's `call_timeout_s` set to `seconds`.
     pub fn with_call_timeout(mut self, seconds: u32) -> Self {
-        self.config = self
-            .config
-            .replace("call_timeout_s = 1", &format!("call_timeout_s = {seconds}"));
+        self.config = self.config.replace(
+            &format!("call_timeout_s = {CALL_PATIENCE_S}\n"),
+            &format!("call_timeout_s = {seconds}\n"),
+        );
         self
     }
 }
@@ -977,6 +999,24 @@ impl Harness {
             .unwrap();
     }
 
+    /// Waits until the gateway has handled every line `server` sent before
+    /// now. The server pings the gateway, which answers a server's `ping`
+    /// itself (with an error when it cannot tell whose it is, an answer
+    /// all the same). The gateway handles one server's lines in the order
+    /// it sent them, so its answer to the ping means every line before it
+    /// was handled, and what the gateway wrote the host for them comes
+    /// before whatever it writes the host later.
+    pub async fn handled(&mut self, server: &str) {
+        self.next_id += 1;
+        let id = format!("handled-{}", self.next_id);
+        self.push(
+            server,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string(),
+        );
+        self.received_eventually(server, &format!(r#""id":"{id}""#))
+            .await;
+    }
+
     /// The legacy handshake, with these host capabilities.
     pub async fn initialize(&mut self, capabilities: Value) -> Value {
         let init = self
@@ -996,8 +1036,12 @@ impl Harness {
             .await
     }
 
-    /// A server now lists `tools`, and says so (`list_changed`).
-    pub fn change_tools(&self, server: &str, tools: Vec<Value>) {
+    /// A server now lists `tools`, and says so (`list_changed`); returns
+    /// once the gateway has taken it in: it asked the server for its list
+    /// again. A call or a `tools/list` from the host after that waits for
+    /// the new list.
+    pub async fn change_tools(&self, server: &str, tools: Vec<Value>) {
+        let before = self.count_received(server, "tools/list");
         self.tools_now
             .lock()
             .unwrap()
@@ -1006,6 +1050,7 @@ impl Harness {
         push.expect("the server runs")
             .send(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned())
             .unwrap();
+        eventually(|| self.count_received(server, "tools/list") > before).await;
     }
 
     /// The next request the gateway sends the host (what comes before it is

@@ -129,7 +129,9 @@ async fn a_keyed_call_with_no_answer_is_never_sent_again() {
     // Untrusted: no automatic retry, so the first call's outcome is unknown.
     let script = ServerScript::with_tools(vec![keyed_tool("charge")])
         .answering("charge", Behaviour::HangOnce);
-    let mut setup = Setup::wrap(script, false);
+    // The first call waits out the deadline; the last one, answered, has
+    // the same deadline to spare.
+    let mut setup = Setup::wrap(script, false).with_call_timeout(3);
     setup
         .config
         .push_str("\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n");
@@ -184,7 +186,9 @@ async fn a_replayed_private_result_taints_the_session_it_reaches() {
     });
     let script = || ServerScript::with_tools(vec![keyed_tool("charge"), fetch.clone()]);
     let setup = |store| {
-        let mut setup = Setup::wrap(script(), true);
+        // The fetch after private data is asked about: it waits for a
+        // person this host cannot ask, until the (short) deadline.
+        let mut setup = Setup::wrap(script(), true).with_ask_timeout(2);
         setup.config.push_str(
             "private_data = [\"charge\"]\n\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n",
         );

@@ -214,7 +214,7 @@ async fn a_deny_rule_refuses_before_the_server_and_says_how_to_allow() {
 async fn a_server_that_never_lists_its_tools_fails_the_call_with_a_clear_error() {
     let mut script = reader();
     script.silent_list = true;
-    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(1)).await;
     gateway.initialize(json!({})).await;
     let failed = gateway.call("read", json!({"n": 1})).await;
     assert!(is_error(&failed), "{failed}");
@@ -230,7 +230,7 @@ async fn a_server_that_never_lists_its_tools_fails_the_call_with_a_clear_error()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_the_server_never_answers_ends_at_the_deadline_and_is_not_replayed() {
     let script = reader().answering("write", Behaviour::Hang);
-    let mut setup = Setup::wrap(script, true);
+    let mut setup = Setup::wrap(script, true).with_call_timeout(1);
     setup
         .config
         .push_str("\n[[rules]]\nserver = \"fx\"\ntool = \"write\"\naction = \"allow\"\n");
@@ -256,7 +256,9 @@ async fn a_read_left_unanswered_is_retried_once_and_its_answer_reaches_the_host(
     // `read` is read-only and idempotent on a trusted server: design §4.5
     // retries it once.
     let script = reader().answering("read", Behaviour::HangOnce);
-    let mut gateway = Harness::start(Setup::wrap(script, true)).await;
+    // The first attempt waits out the deadline; the second, answered, has
+    // the same deadline to spare.
+    let mut gateway = Harness::start(Setup::wrap(script, true).with_call_timeout(3)).await;
     gateway.initialize(json!({})).await;
     let answer = gateway.call("read", json!({"n": 4})).await;
     assert_eq!(text(&answer), r#"{"n":4}"#, "{answer}");
@@ -312,7 +314,7 @@ async fn a_server_whose_tool_list_never_ends_cannot_hold_a_call() {
 async fn a_server_that_keeps_relisting_cannot_hold_a_call() {
     let mut relisting = reader();
     relisting.changes_on_list = true;
-    let mut gateway = Harness::start(Setup::wrap(relisting, true)).await;
+    let mut gateway = Harness::start(Setup::wrap(relisting, true).with_call_timeout(1)).await;
     gateway.initialize(json!({})).await;
     // Every list comes with the news that it changed again, so the list
     // never settles; the call's own wait for it ends.
