@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Action, HookConfig, Instance, Profile, ServerConfig, ValidConfig};
 use crate::pin::PinStatus;
@@ -15,7 +15,7 @@ use crate::tool::{EffectiveHints, HintAssessment, SandboxProof, Tool, Trust};
 /// The outcome of a decision.
 ///
 /// Deliberately not `#[non_exhaustive]`: a new verdict must break every match.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// The call runs without asking.

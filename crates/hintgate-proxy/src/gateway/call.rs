@@ -754,31 +754,6 @@ impl std::fmt::Display for Approver {
     }
 }
 
-// === impl Outcome ===
-
-impl Outcome {
-    /// The stable name the audit log keeps.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::ToolError => "tool-error",
-            Self::ProtocolError => "protocol-error",
-            Self::OutputSchemaMismatch => "output-schema-mismatch",
-            Self::Failed => "failed",
-            Self::FailedRetried => "failed, retried",
-            Self::Unsent => "unsent",
-            Self::Denied => "denied",
-            Self::InvalidArguments => "invalid-arguments",
-            Self::InputRequired => "input-required",
-            Self::Relayed => "relayed",
-            Self::Cancelled => "cancelled",
-            Self::HostGone => "host-gone",
-            Self::Shutdown => "shutdown",
-            Self::Replayed => "replayed",
-        }
-    }
-}
-
 /// What the gateway reads of a `tools/call` result: whether it reports an
 /// error, and its structured content. A result that repeats one of these
 /// keys cannot be read one way only, and is a protocol error.
@@ -930,9 +905,7 @@ mod tests {
             "person (hintgate approvals, ann)"
         );
         assert_eq!(Approver::Gateway.to_string(), "gateway");
-        assert_eq!(Outcome::FailedRetried.as_str(), "failed, retried");
-        assert_eq!(Outcome::HostGone.as_str(), "host-gone");
-        assert_eq!(Outcome::Shutdown.as_str(), "shutdown");
-        assert_eq!(Outcome::Unsent.as_str(), "unsent");
+        // How a call ended is named by the store's record type
+        // (`journal::code_of`), tested there.
     }
 }
