@@ -807,4 +807,222 @@ mod tests {
             assert_eq!(serde_json::to_value(found).unwrap(), json!(found.as_str()));
         }
     }
+
+    const SCHEMA: &str = include_str!("../../../docs/audit-record.schema.json");
+
+    fn schema() -> Value {
+        serde_json::from_str(SCHEMA).unwrap()
+    }
+
+    /// A validator for the definition `name` of the schema.
+    fn validator(name: &str) -> jsonschema::Validator {
+        let mut wrapper = schema();
+        wrapper["$ref"] = json!(format!("#/$defs/{name}"));
+        wrapper.as_object_mut().unwrap().remove("oneOf");
+        jsonschema::validator_for(&wrapper).unwrap()
+    }
+
+    fn def(name: &str) -> Value {
+        schema()["$defs"][name].clone()
+    }
+
+    fn strings(value: &Value) -> std::collections::BTreeSet<String> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn keys(value: &Value) -> std::collections::BTreeSet<String> {
+        value.as_object().unwrap().keys().cloned().collect()
+    }
+
+    /// A call record with every field there is, and one with only the
+    /// fields always written.
+    fn calls() -> (CallRecord, CallRecord) {
+        let bare = CallRecord {
+            approver: "gateway".into(),
+            arguments: Arguments::null(),
+            host: None,
+            idempotency: None,
+            identity: None,
+            instance: None,
+            instance_identity: None,
+            outcome: None,
+            pin: None,
+            reasons: Vec::new(),
+            request: "1".into(),
+            server: String::new(),
+            session: "s".into(),
+            tool: "t".into(),
+            verdict: Verdict::Deny,
+        };
+        let full = CallRecord {
+            arguments: Arguments::from_value(&json!({"a": [1, 2.5]})),
+            host: Some("ci".into()),
+            idempotency: Some(Idempotency {
+                filled: true,
+                key: "k".into(),
+            }),
+            identity: Some("sha256:x".into()),
+            instance: Some(Instance::ReadOnly),
+            instance_identity: Some("sha256:y".into()),
+            outcome: Some(OutcomeCode::Denied),
+            pin: Some("sha256:z".into()),
+            ..bare.clone()
+        };
+        (full, bare)
+    }
+
+    /// The schema says what the types write: its enums are the types'
+    /// codes, and for each kind its properties are the fields a record
+    /// with every field writes, and its required ones the fields a record
+    /// with none of the optional ones writes.
+    #[test]
+    fn the_schema_is_the_record_types() {
+        let names = |codes: &[&str]| codes.iter().map(|code| (*code).to_owned()).collect();
+        assert_eq!(
+            strings(&def("outcomeCode")["enum"]),
+            names(&OutcomeCode::ALL.map(OutcomeCode::as_str))
+        );
+        assert_eq!(
+            strings(&def("revokeWhy")["enum"]),
+            names(&RevokeWhy::ALL.map(RevokeWhy::as_str))
+        );
+        assert_eq!(
+            strings(&def("rollbackFound")["enum"]),
+            names(&RollbackFound::ALL.map(RollbackFound::as_str))
+        );
+        let verdicts = [Verdict::Allow, Verdict::Ask, Verdict::Deny]
+            .map(|verdict| serde_json::to_value(verdict).unwrap());
+        assert_eq!(strings(&def("verdict")["enum"]), strings(&json!(verdicts)));
+        let instances = [Instance::Full, Instance::ReadOnly]
+            .map(|instance| serde_json::to_value(instance).unwrap());
+        assert_eq!(
+            strings(&def("instance")["enum"]),
+            strings(&json!(instances))
+        );
+
+        let written = |record: &Record| keys(&serde_json::from_str(&record.to_json()).unwrap());
+        let (full, bare) = calls();
+        let mut call_properties = keys(&def("callFields")["properties"]);
+        call_properties.extend(keys(&def("call")["properties"]));
+        assert_eq!(call_properties, written(&Record::Call(full)));
+        assert_eq!(
+            strings(&def("callFields")["required"]),
+            written(&Record::Call(bare))
+        );
+        let outcome = Record::Outcome(OutcomeRecord {
+            attempt: 0,
+            duration_ms: 1,
+            outcome: OutcomeCode::Ok,
+        });
+        assert_eq!(keys(&def("outcomeFields")["properties"]), written(&outcome));
+        assert_eq!(
+            strings(&def("outcomeFields")["required"]),
+            written(&outcome)
+        );
+        let grant = Record::Grant(GrantRecord {
+            digest: "d".into(),
+            server: "s".into(),
+            server_key: "k".into(),
+            tool: "t".into(),
+        });
+        assert_eq!(keys(&def("grantFields")["properties"]), written(&grant));
+        assert_eq!(strings(&def("grantFields")["required"]), written(&grant));
+        let revoke = Record::Revoke(RevokeRecord {
+            server: "s".into(),
+            server_key: "k".into(),
+            tool: "t".into(),
+            why: RevokeWhy::Revoked,
+        });
+        assert_eq!(keys(&def("revokeFields")["properties"]), written(&revoke));
+        assert_eq!(strings(&def("revokeFields")["required"]), written(&revoke));
+        let rollback = Record::Rollback(RollbackRecord {
+            found: RollbackFound::HeadMissing,
+            head: "h".into(),
+            head_link: None,
+            head_seq: None,
+            log_end: 3,
+            why: None,
+        });
+        assert_eq!(
+            keys(&def("rollbackFields")["properties"]),
+            written(&rollback)
+        );
+        assert_eq!(
+            strings(&def("rollbackFields")["required"]),
+            written(&rollback)
+        );
+    }
+
+    /// Every golden record's body is valid under its kind's definition,
+    /// and so is every record the types write.
+    #[test]
+    fn golden_records_validate_against_the_schema() {
+        for row in golden() {
+            let body: Value = serde_json::from_str(&row.body).unwrap();
+            let validator = validator(&row.kind);
+            let errors: Vec<String> = validator
+                .iter_errors(&body)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "record {}: {errors:?}", row.seq);
+        }
+        let (full, bare) = calls();
+        for call in [full, bare] {
+            let body: Value = serde_json::from_str(&Record::Call(call).to_json()).unwrap();
+            assert!(validator("call").is_valid(&body), "{body}");
+        }
+    }
+
+    /// What the reader refuses, the schema refuses too: a field unknown,
+    /// missing, of another type, or a code hintgate does not write.
+    #[test]
+    fn the_schema_refuses_what_the_reader_refuses() {
+        let call = validator("call");
+        let mut body = call_body();
+        assert!(call.is_valid(&body));
+        for (key, value) in [
+            ("extra", json!(1)),
+            ("verdict", json!("maybe")),
+            ("outcome", json!("exploded")),
+            ("instance", json!("half")),
+            ("server", json!(1)),
+            ("idempotency", json!({"filled": true, "key": "k", "x": 1})),
+            ("idempotency", json!({"key": "k"})),
+        ] {
+            let saved = body.get(key).cloned();
+            body[key] = value;
+            assert!(!call.is_valid(&body), "{key}: {body}");
+            assert!(read(EntryKind::Call, None, &body).is_err(), "{key}: {body}");
+            match saved {
+                Some(saved) => body[key] = saved,
+                None => {
+                    body.as_object_mut().unwrap().remove(key);
+                }
+            }
+        }
+        for key in ["pin", "identity", "verdict", "arguments"] {
+            let mut without = call_body();
+            without.as_object_mut().unwrap().remove(key);
+            assert!(!call.is_valid(&without), "{key}");
+            assert!(read(EntryKind::Call, None, &without).is_err(), "{key}");
+        }
+        let outcomes = validator("outcomes");
+        for wrong in [
+            json!({"outcomes": []}),
+            json!({"outcomes": [{"attempt": 0, "duration_ms": 1, "outcome": "ok"}]}),
+            json!({"outcomes": [{"attempt": 0, "call": 1, "duration_ms": 1, "outcome": "ok", "x": 1}]}),
+        ] {
+            assert!(!outcomes.is_valid(&wrong), "{wrong}");
+            assert!(read(EntryKind::Outcomes, None, &wrong).is_err(), "{wrong}");
+        }
+        let revoke = validator("revoke");
+        let wrong = json!({"server": "s", "server_key": "k", "tool": "t", "why": "because"});
+        assert!(!revoke.is_valid(&wrong));
+        assert!(read(EntryKind::Revoke, None, &wrong).is_err());
+    }
 }
