@@ -131,6 +131,42 @@ pub struct Decision {
     pub note: Option<String>,
 }
 
+/// The key of a refused call's result `_meta` under which the gateway says
+/// why it refused ([`DecisionMeta`]).
+pub const DECISION_META_KEY: &str = "hintgate/decision";
+
+/// Why the gateway refused a call, as the call's result carries it under
+/// `_meta["hintgate/decision"]` ([`DECISION_META_KEY`]): one type for the
+/// gateway that writes it and the HTTP host side that reads it, so neither
+/// goes by field names of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionMeta {
+    /// Always [`Verdict::Deny`]: the call was refused.
+    pub verdict: Verdict,
+    /// The decision's reason codes, the first the one that settled it.
+    pub reasons: Vec<ReasonCode>,
+    /// The decision hook's own words, when its reason is the hook's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_reason: Option<String>,
+}
+
+impl DecisionMeta {
+    /// What a refusal of a call decided as `decision` says.
+    pub fn refused(decision: &Decision) -> Self {
+        Self {
+            verdict: Verdict::Deny,
+            reasons: decision.codes().collect(),
+            hook_reason: decision.note.clone(),
+        }
+    }
+
+    /// The reason that settled it.
+    pub fn first_reason(&self) -> Option<ReasonCode> {
+        self.reasons.first().copied()
+    }
+}
+
 /// A validated configuration, ready to decide calls.
 #[derive(Debug, Clone)]
 pub struct Policy {

@@ -12,7 +12,7 @@
 use std::ops::Range;
 
 use hintgate_policy::config::Instance;
-use hintgate_policy::decide::{Decision, Verdict};
+use hintgate_policy::decide::{DECISION_META_KEY, Decision, DecisionMeta, Verdict};
 use hintgate_policy::hook::OwnedAnswer;
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
@@ -701,20 +701,11 @@ fn denial(cx: Refused<'_>, extra: Option<&str>) -> Value {
     text.push_str(&format!("\nTo allow it: {how}."));
     let mut result = error_result(&text);
     if let Some(object) = result.as_object_mut() {
+        // The codes stay codes; the decision hook's words beside them. One
+        // type for this and the HTTP host side that reads it.
         object.insert(
             "_meta".to_owned(),
-            match &decision.note {
-                // The codes stay codes; the decision hook's words beside them.
-                Some(note) => json!({"hintgate/decision": {
-                    "verdict": "deny",
-                    "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
-                    "hook_reason": note,
-                }}),
-                None => json!({"hintgate/decision": {
-                    "verdict": "deny",
-                    "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
-                }}),
-            },
+            json!({ DECISION_META_KEY: DecisionMeta::refused(decision) }),
         );
     }
     result
