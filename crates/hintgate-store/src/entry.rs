@@ -6,12 +6,13 @@
 //!
 //! It is the leaf of the modules around the log: `audit`, `standing`,
 //! `rollback` and `head` import from it, and it imports from none of them
-//! (only `key` and `body`), so their imports run one way: each of `audit`,
+//! (only `key`, `body` and `record`, the record types, which import only
+//! the kinds from here), so their imports run one way: each of `audit`,
 //! `standing`, `rollback`, `head` and `entry` imports only from those after
 //! it in that list. What needs more than this module knows stays where that
-//! is known: [`Entry::from_stored`], which holds a body to the fields
-//! `standing` and `rollback` write for its kind, is in `audit`, with the
-//! appending and the verification of the log.
+//! is known: [`Entry::from_stored`], which reads a body as its kind's
+//! record type, is in `audit`, with the appending and the verification of
+//! the log.
 
 use std::fmt::Write as _;
 
