@@ -390,6 +390,14 @@ impl Record {
         if record.to_json() != body {
             return Err(NotARecord::NotAsWritten { kind: name });
         }
+        // The arguments are kept as the text they are: that text must be
+        // canonical too, as the redactor writes it.
+        if let Self::Call(call) = &record
+            && hintgate_policy::pin::canonical_json(&call.arguments.to_value())
+                != call.arguments.as_str()
+        {
+            return Err(NotARecord::NotAsWritten { kind: name });
+        }
         Ok(record)
     }
 
@@ -769,6 +777,14 @@ mod tests {
         // Not canonical: the same fields, out of order.
         let shuffled = r#"{"verdict":"deny","approver":"gateway","arguments":null,"identity":null,"pin":null,"reasons":[],"request":"1","server":"fs","session":"s","tool":"t"}"#;
         assert!(Record::read(EntryKind::Call, None, shuffled).is_err());
+        // Not canonical inside the arguments, which are kept as their text.
+        let text = hintgate_policy::pin::canonical_json(&call_body())
+            .replace(r#""arguments":{"a":1}"#, r#""arguments":{"b":2,"a":1}"#);
+        assert!(text.contains(r#"{"b":2,"a":1}"#));
+        assert!(matches!(
+            Record::read(EntryKind::Call, None, &text),
+            Err(NotARecord::NotAsWritten { .. })
+        ));
 
         let outcome = json!({"attempt": 0, "duration_ms": 3, "outcome": "ok"});
         assert!(read(EntryKind::Outcome, Some(1), &outcome).is_ok());
