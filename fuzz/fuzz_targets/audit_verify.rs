@@ -15,8 +15,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use arbitrary::Arbitrary;
+use hintgate_store::record::{
+    Arguments, CallRecord, OutcomeCode, OutcomeItem, OutcomeRecord, OutcomesRecord, Verdict,
+};
 use hintgate_store::{
-    AuditKey, AuditLog, AuditSetup, EntryKind, HeadPlace, KeySource, NewEntry, SqliteStore,
+    AuditKey, AuditLog, AuditSetup, HeadPlace, KeySource, NewEntry, Record, SqliteStore,
 };
 use libfuzzer_sys::fuzz_target;
 use rusqlite::{Connection, params};
@@ -147,36 +150,68 @@ fn make_template() -> Option<Template> {
     let path = dir.path().join("state.db");
     {
         let store = open(&path).ok()?;
-        let call = |tool: &str, verdict: &str| {
-            NewEntry::from_value(
+        // Records as the gateway writes them, through the record types.
+        let call = |tool: &str, verdict: Verdict| {
+            NewEntry::of(
                 1_700_000_000,
-                EntryKind::Call,
                 None,
-                &json!({"server": "fs", "tool": tool, "arguments": {"path": "/tmp/a"}, "verdict": verdict, "reasons": ["read-only"]}),
+                &Record::Call(CallRecord {
+                    approver: "read-only".into(),
+                    arguments: Arguments::from_value(&json!({"path": "/tmp/a"})),
+                    host: None,
+                    idempotency: None,
+                    identity: Some("sha256:fs".into()),
+                    instance: None,
+                    instance_identity: None,
+                    outcome: None,
+                    pin: None,
+                    reasons: vec!["read-only".into()],
+                    request: "1".into(),
+                    server: "fs".into(),
+                    session: "fuzz".into(),
+                    tool: tool.into(),
+                    verdict,
+                }),
             )
         };
-        store.append(&[call("read_file", "allow")]).ok()?;
+        let outcome = |at: i64, call: u64, ms: u64, outcome: OutcomeCode| {
+            NewEntry::of(
+                at,
+                Some(call),
+                &Record::Outcome(OutcomeRecord {
+                    attempt: 0,
+                    duration_ms: ms,
+                    outcome,
+                }),
+            )
+        };
+        let ended = |call: u64, outcome: OutcomeCode| OutcomeItem {
+            attempt: 0,
+            call,
+            duration_ms: 1,
+            outcome,
+        };
+        store.append(&[call("read_file", Verdict::Allow)]).ok()?;
         store
-            .append(&[NewEntry::from_value(
-                1_700_000_001,
-                EntryKind::Outcome,
-                Some(1),
-                &json!({"outcome": "ok", "ms": 12}),
-            )])
-            .ok()?;
-        store
-            .append(&[call("write_file", "ask"), call("delete", "deny")])
+            .append(&[outcome(1_700_000_001, 1, 12, OutcomeCode::Ok)])
             .ok()?;
         store
             .append(&[
-                NewEntry::from_value(
+                call("write_file", Verdict::Ask),
+                call("delete", Verdict::Deny),
+            ])
+            .ok()?;
+        store
+            .append(&[
+                NewEntry::of(
                     1_700_000_005,
-                    EntryKind::Outcomes,
                     None,
-                    &json!({"outcomes": [{"call": 3, "outcome": "ok"}, {"call": 4, "outcome": "denied"}]}),
+                    &Record::Outcomes(OutcomesRecord {
+                        outcomes: vec![ended(3, OutcomeCode::Ok), ended(4, OutcomeCode::Denied)],
+                    }),
                 ),
-                call("list", "allow"),
-                NewEntry::from_value(1_700_000_006, EntryKind::Outcome, Some(6), &json!({"outcome": "failed", "error": "no such file"})),
+                call("list", Verdict::Allow),
+                outcome(1_700_000_006, 6, 3, OutcomeCode::Failed),
             ])
             .ok()?;
         let count = store.entries(0, 100).ok()?.len();

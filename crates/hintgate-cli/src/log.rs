@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hintgate_policy::config::Instance;
+use hintgate_policy::decide::Verdict;
 use hintgate_policy::sanitize::escape_line;
-use hintgate_store::{Entry, EntryKind, HeadState, Span, Verification, WitnessKey};
+use hintgate_store::record::OutcomeCode;
+use hintgate_store::{Entry, HeadState, Record, Span, Verification, WitnessKey};
 use serde_json::Value;
 
 use crate::args::{LogArgs, LogCommand, SetupWitnessArgs, VerifyArgs};
@@ -97,14 +99,13 @@ enum Filed {
 }
 
 fn filed(entry: &Entry) -> Filed {
-    if entry.malformed.is_some() {
-        return Filed::Unreadable;
-    }
-    match (entry.kind, entry.call) {
-        (Some(EntryKind::Call), _) => Filed::Call,
-        (Some(EntryKind::Outcome), Some(call)) => Filed::Outcome(call),
-        (Some(EntryKind::Grant | EntryKind::Revoke | EntryKind::Rollback), _) => Filed::Standing,
-        (Some(EntryKind::Outcome), None) | (Some(EntryKind::Outcomes) | None, _) => {
+    match (&entry.record, entry.call) {
+        (Some(Record::Call(_)), _) => Filed::Call,
+        (Some(Record::Outcome(_)), Some(call)) => Filed::Outcome(call),
+        (Some(Record::Grant(_) | Record::Revoke(_) | Record::Rollback(_)), _) => Filed::Standing,
+        // A malformed record, and a record of several outcomes that
+        // `expand` gave back whole (it never does for one that reads).
+        (Some(Record::Outcome(_)), None) | (Some(Record::Outcomes(_)) | None, _) => {
             Filed::Unreadable
         }
     }
@@ -233,147 +234,110 @@ impl View<'_> {
         if self.since.is_some_and(|since| entry.at < since) {
             return;
         }
-        let rollback = entry.kind == Some(EntryKind::Rollback);
-        let keep = rollback
-            || (args.verdict.is_none()
-                && args
-                    .server
-                    .as_ref()
-                    .is_none_or(|server| text_of(entry, "server") == *server)
-                && args
-                    .tool
-                    .as_ref()
-                    .is_none_or(|tool| text_of(entry, "tool") == *tool));
+        let Some(record) = &entry.record else {
+            return;
+        };
+        // The server and tool an approval record names (none: a rollback).
+        let named = match record {
+            Record::Grant(grant) => Some((&grant.server, &grant.tool)),
+            Record::Revoke(revoke) => Some((&revoke.server, &revoke.tool)),
+            _ => None,
+        };
+        let keep = named.is_none_or(|(server, tool)| {
+            args.verdict.is_none()
+                && args.server.as_ref().is_none_or(|wanted| server == wanted)
+                && args.tool.as_ref().is_none_or(|wanted| tool == wanted)
+        });
         if !keep {
             return;
         }
         if args.json {
-            let mut record = entry.body.clone();
-            if let Some(object) = record.as_object_mut() {
-                object.insert("seq".into(), Value::from(entry.seq));
-                object.insert("at".into(), Value::from(entry.at));
-                object.insert("kind".into(), Value::from(entry.stored_kind.as_str()));
-            }
-            out.push_str(&format!("{record}\n"));
+            out.push_str(&format!(
+                "{}\n",
+                json_line(record, entry.seq, entry.at, entry.stored_kind.as_str())
+            ));
             return;
         }
-        let server = match text_of(entry, "server") {
-            // A standing approval of a tool without a pin: its key.
-            server if server.is_empty() => {
-                let key = text_of(entry, "server_key");
-                format!("key {}", key.get(..16).unwrap_or(&key))
+        let server = |server: &str, key: &str| {
+            if server.is_empty() {
+                // A standing approval of a tool without a pin: its key.
+                format!("key {}", key.get(..16).unwrap_or(key))
+            } else {
+                server.to_owned()
             }
-            server => server,
         };
-        let what = match entry.kind {
-            Some(EntryKind::Grant) => {
-                let digest = text_of(entry, "digest");
-                format!(
-                    "{} / {}  approved always ({})",
-                    escape_line(&server),
-                    escape_line(&text_of(entry, "tool")),
-                    escape_line(digest.get(..19).unwrap_or(&digest))
-                )
-            }
-            Some(EntryKind::Revoke) => format!(
-                "{} / {}  standing approval revoked ({})",
-                escape_line(&server),
-                escape_line(&text_of(entry, "tool")),
-                escape_line(&text_of(entry, "why"))
+        let what = match record {
+            Record::Grant(grant) => format!(
+                "{} / {}  approved always ({})",
+                escape_line(&server(&grant.server, &grant.server_key)),
+                escape_line(&grant.tool),
+                escape_line(grant.digest.get(..19).unwrap_or(&grant.digest))
             ),
-            _ => {
-                let named = entry
-                    .body
-                    .get("head_seq")
-                    .and_then(Value::as_u64)
-                    .map_or_else(String::new, |head| {
-                        format!(" where its head named record {head}")
-                    });
+            Record::Revoke(revoke) => format!(
+                "{} / {}  standing approval revoked ({})",
+                escape_line(&server(&revoke.server, &revoke.server_key)),
+                escape_line(&revoke.tool),
+                revoke.why.as_str()
+            ),
+            Record::Rollback(rollback) => {
+                let named = rollback.head_seq.map_or_else(String::new, |head| {
+                    format!(" where its head named record {head}")
+                });
                 format!(
                     "rollback accepted ({}): the log ended at record {}{named}; standing approvals granted before this record approve nothing",
-                    escape_line(&text_of(entry, "found")),
-                    entry
-                        .body
-                        .get("log_end")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0),
+                    rollback.found.as_str(),
+                    rollback.log_end,
                 )
             }
+            Record::Call(_) | Record::Outcome(_) | Record::Outcomes(_) => return,
         };
         out.push_str(&format!("{:>6}  {}  {what}\n", entry.seq, utc(entry.at)));
     }
 
     /// Prints a call (with its outcome, when known) if the filters keep it.
-    fn call(&mut self, call: &Entry, ended: Option<&Entry>, out: &mut String) {
+    fn call(&mut self, entry: &Entry, ended: Option<&Entry>, out: &mut String) {
         let args = self.args;
+        let Some(call) = entry.call_record() else {
+            return;
+        };
         let keep = args
             .server
             .as_ref()
-            .is_none_or(|server| text_of(call, "server") == *server)
-            && args
-                .tool
-                .as_ref()
-                .is_none_or(|tool| text_of(call, "tool") == *tool)
+            .is_none_or(|server| call.server == *server)
+            && args.tool.as_ref().is_none_or(|tool| call.tool == *tool)
             && args
                 .verdict
                 .as_ref()
-                .is_none_or(|verdict| text_of(call, "verdict") == *verdict)
-            && self.since.is_none_or(|since| call.at >= since);
+                .is_none_or(|verdict| verdict_name(call.verdict) == verdict.as_str())
+            && self.since.is_none_or(|since| entry.at >= since);
         if !keep {
             return;
         }
         if args.follow {
             self.shown
-                .insert(call.seq, (text_of(call, "server"), text_of(call, "tool")));
+                .insert(entry.seq, (call.server.clone(), call.tool.clone()));
         }
-        let seq = call.seq;
+        let seq = entry.seq;
+        let ended = ended.and_then(Entry::outcome_record);
         let outcome = call
-            .body
-            .get("outcome")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| {
-                ended
-                    .and_then(|entry| entry.body.get("outcome"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| "pending".to_owned());
+            .outcome
+            .or(ended.map(|ended| ended.outcome))
+            .map_or("pending", OutcomeCode::as_str);
         if args.json {
-            let mut record = call.body.clone();
+            let mut record = json_line(&Record::Call(call.clone()), seq, entry.at, "call");
             if let Some(object) = record.as_object_mut() {
-                object.insert("seq".into(), Value::from(seq));
-                object.insert("at".into(), Value::from(call.at));
-                object.insert("kind".into(), Value::from("call"));
                 object.insert("outcome".into(), Value::from(outcome));
                 if let Some(ended) = ended {
-                    object.insert(
-                        "duration_ms".into(),
-                        ended
-                            .body
-                            .get("duration_ms")
-                            .cloned()
-                            .unwrap_or(Value::Null),
-                    );
+                    object.insert("duration_ms".into(), Value::from(ended.duration_ms));
                 }
             }
             out.push_str(&format!("{record}\n"));
         } else {
-            let reasons: Vec<String> = call
-                .body
-                .get("reasons")
-                .and_then(Value::as_array)
-                .map(|list| {
-                    list.iter()
-                        .filter_map(Value::as_str)
-                        .map(escape_line)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let reasons: Vec<String> = call.reasons.iter().map(|text| escape_line(text)).collect();
             // A call decided for a server's read-only instance says so; one
             // for the full instance (or a server without a read-only one)
             // reads as it always did.
-            let instance = if text_of(call, "instance") == Instance::ReadOnly.as_str() {
+            let instance = if call.instance == Some(Instance::ReadOnly) {
                 "  on read-only instance"
             } else {
                 ""
@@ -382,13 +346,13 @@ impl View<'_> {
             // its line, escaped, so no name can write a line of its own.
             out.push_str(&format!(
                 "{seq:>6}  {}  {} / {}  {}  ({})  by {}{instance}  -> {}\n",
-                utc(call.at),
-                escape_line(&text_of(call, "server")),
-                escape_line(&text_of(call, "tool")),
-                escape_line(&text_of(call, "verdict")),
+                utc(entry.at),
+                escape_line(&call.server),
+                escape_line(&call.tool),
+                verdict_name(call.verdict),
                 reasons.join(", "),
-                escape_line(&text_of(call, "approver")),
-                escape_line(&outcome),
+                escape_line(&call.approver),
+                outcome,
             ));
         }
     }
@@ -398,12 +362,9 @@ impl View<'_> {
         let Some((server, tool)) = self.shown.get(&call) else {
             return;
         };
-        let outcome = text_of(entry, "outcome");
-        let duration = entry
-            .body
-            .get("duration_ms")
-            .cloned()
-            .unwrap_or(Value::Null);
+        let Some(ended) = entry.outcome_record() else {
+            return;
+        };
         if self.args.json {
             let record = serde_json::json!({
                 "seq": entry.seq,
@@ -412,8 +373,8 @@ impl View<'_> {
                 "call": call,
                 "server": server,
                 "tool": tool,
-                "outcome": outcome,
-                "duration_ms": duration,
+                "outcome": ended.outcome,
+                "duration_ms": ended.duration_ms,
             });
             out.push_str(&format!("{record}\n"));
         } else {
@@ -423,10 +384,31 @@ impl View<'_> {
                 utc(entry.at),
                 escape_line(server),
                 escape_line(tool),
-                escape_line(&outcome),
-                escape_line(&duration.to_string()),
+                ended.outcome,
+                ended.duration_ms,
             ));
         }
+    }
+}
+
+/// A record as `hintgate log --json` prints it: its fields, with its
+/// sequence number, time and kind.
+fn json_line(record: &Record, seq: u64, at: i64, kind: &str) -> Value {
+    let mut line = serde_json::to_value(record).unwrap_or(Value::Null);
+    if let Some(object) = line.as_object_mut() {
+        object.insert("seq".into(), Value::from(seq));
+        object.insert("at".into(), Value::from(at));
+        object.insert("kind".into(), Value::from(kind));
+    }
+    line
+}
+
+/// A verdict as the log and `--verdict` name it.
+const fn verdict_name(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allow => "allow",
+        Verdict::Ask => "ask",
+        Verdict::Deny => "deny",
     }
 }
 
@@ -768,15 +750,6 @@ fn records(span: Span) -> String {
     }
 }
 
-fn text_of(entry: &Entry, key: &str) -> String {
-    entry
-        .body
-        .get(key)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned()
-}
-
 /// Seconds since the Unix epoch, now.
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -972,7 +945,34 @@ mod tests {
         }
     }
 
-    fn record(seq: u64, kind: EntryKind, call: Option<u64>, body: Value) -> Entry {
+    /// A stored record of `kind`: a call or outcome body given in part is
+    /// completed with the fields the gateway always writes (so a test
+    /// names only what it is about); what it gives stays as given.
+    fn record(seq: u64, kind: EntryKind, call: Option<u64>, mut body: Value) -> Entry {
+        let fill = |item: &mut Value, defaults: Value| {
+            if let (Some(item), Value::Object(defaults)) = (item.as_object_mut(), defaults) {
+                for (key, value) in defaults {
+                    item.entry(key).or_insert(value);
+                }
+            }
+        };
+        let outcome_defaults = || json!({"attempt": 0, "duration_ms": 0});
+        match kind {
+            EntryKind::Call => fill(
+                &mut body,
+                json!({"approver": "rule", "arguments": null, "identity": null, "pin": null,
+                       "reasons": [], "request": "1", "session": "s"}),
+            ),
+            EntryKind::Outcome => fill(&mut body, outcome_defaults()),
+            EntryKind::Outcomes => {
+                if let Some(items) = body.get_mut("outcomes").and_then(Value::as_array_mut) {
+                    for item in items {
+                        fill(item, outcome_defaults());
+                    }
+                }
+            }
+            _ => {}
+        }
         let kind = kind.as_str();
         Entry::from_stored(
             seq,
@@ -1050,15 +1050,15 @@ mod tests {
         );
         assert_eq!(
             lines[2],
-            r#"     4  2026-11-29T21:58:38Z  malformed outcomes record, shown as stored: {"outcomes":[{"call":2,"outcome":"ok"},{"outcome":"failed"}]}"#
+            r#"     4  2026-11-29T21:58:38Z  malformed outcomes record (its body is not what hintgate writes for a `outcomes` record), shown as stored: {"outcomes":[{"attempt":0,"call":2,"duration_ms":0,"outcome":"ok"},{"attempt":0,"duration_ms":0,"outcome":"failed"}]}"#
         );
         assert_eq!(
             lines[3],
-            r#"     5  2026-11-29T21:58:38Z  malformed outcomes record, shown as stored: {"outcomes":"ok"}"#
+            r#"     5  2026-11-29T21:58:38Z  malformed outcomes record (its body is not what hintgate writes for a `outcomes` record), shown as stored: {"outcomes":"ok"}"#
         );
         assert_eq!(
             lines[4],
-            r#"     6  2026-11-29T21:58:38Z  malformed outcome record, shown as stored: {"outcome":"ok"}"#
+            r#"     6  2026-11-29T21:58:38Z  malformed outcome record (its body is not what hintgate writes for a `outcome` record), shown as stored: {"attempt":0,"duration_ms":0,"outcome":"ok"}"#
         );
 
         let json: Vec<Value> = grouped(true)
@@ -1075,7 +1075,7 @@ mod tests {
         assert_eq!(json[1]["outcome"], "pending");
         assert_eq!(
             json[3],
-            json!({"seq": 5, "at": 1_795_989_518, "kind": "malformed",
+            json!({"seq": 5, "at": 1_795_989_518, "kind": "malformed", "problem": "unexpected-body",
                    "record": {"kind": "outcomes", "call": null, "body": {"outcomes": "ok"}}})
         );
     }

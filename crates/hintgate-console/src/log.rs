@@ -10,9 +10,10 @@ use axum::extract::{Query, State};
 use axum::http::HeaderValue;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use hintgate_store::{Entry, EntryKind, HeadState, Store, StoreError, Verification};
+use hintgate_policy::decide::Verdict;
+use hintgate_store::record::OutcomeCode;
+use hintgate_store::{Entry, HeadState, Record, Store, StoreError, Verification};
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::html::{self, View, escape};
 use crate::{Console, now};
@@ -56,7 +57,7 @@ impl Filters {
     fn keeps(&self, call: &Call, now: i64) -> bool {
         (self.server.is_empty() || call.server == self.server)
             && (self.tool.is_empty() || call.tool == self.tool)
-            && (self.verdict.is_empty() || call.verdict == self.verdict)
+            && (self.verdict.is_empty() || verdict_name(call.verdict) == self.verdict)
             && self
                 .since_seconds()
                 .is_none_or(|since| call.at >= now - since)
@@ -71,19 +72,20 @@ struct Call {
     at: i64,
     server: String,
     tool: String,
-    verdict: String,
+    verdict: Verdict,
     reasons: Vec<String>,
     approver: String,
-    outcome: String,
+    /// How it ended, as the log names it (`pending` until it has).
+    outcome: &'static str,
 }
 
-fn text_of(entry: &Entry, key: &str) -> String {
-    entry
-        .body
-        .get(key)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned()
+/// A verdict as the log, the filters and the page's classes name it.
+const fn verdict_name(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allow => "allow",
+        Verdict::Ask => "ask",
+        Verdict::Deny => "deny",
+    }
 }
 
 /// The calls after `after`, oldest first, each with its outcome; and the
@@ -99,46 +101,29 @@ fn calls(store: &dyn Store, after: u64) -> Result<(Vec<Call>, u64), StoreError> 
         };
         last = end.seq;
         for entry in batch.into_iter().flat_map(Entry::expand) {
-            if entry.malformed.is_some() {
-                continue;
-            }
-            match entry.kind {
-                Some(EntryKind::Call) => {
+            // A malformed record has no record: it is neither a call nor
+            // an outcome.
+            match &entry.record {
+                Some(Record::Call(call)) => {
                     index.insert(entry.seq, calls.len());
-                    let outcome = entry
-                        .body
-                        .get("outcome")
-                        .and_then(Value::as_str)
-                        .unwrap_or("pending")
-                        .to_owned();
                     calls.push(Call {
                         seq: entry.seq,
                         at: entry.at,
-                        server: text_of(&entry, "server"),
-                        tool: text_of(&entry, "tool"),
-                        verdict: text_of(&entry, "verdict"),
-                        reasons: entry
-                            .body
-                            .get("reasons")
-                            .and_then(Value::as_array)
-                            .map(|list| {
-                                list.iter()
-                                    .filter_map(Value::as_str)
-                                    .map(str::to_owned)
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        approver: text_of(&entry, "approver"),
-                        outcome,
+                        server: call.server.clone(),
+                        tool: call.tool.clone(),
+                        verdict: call.verdict,
+                        reasons: call.reasons.clone(),
+                        approver: call.approver.clone(),
+                        outcome: call.outcome.map_or("pending", OutcomeCode::as_str),
                     });
                 }
-                Some(EntryKind::Outcome) => {
+                Some(Record::Outcome(ended)) => {
                     if let Some(call) = entry
                         .call
                         .and_then(|seq| index.get(&seq))
                         .and_then(|&at| calls.get_mut(at))
                     {
-                        call.outcome = text_of(&entry, "outcome");
+                        call.outcome = ended.outcome.as_str();
                     }
                 }
                 _ => {}
@@ -154,20 +139,15 @@ fn rows(calls: &[&Call]) -> String {
         let _ = writeln!(
             out,
             "<tr class=\"v-{verdict_class}\"><td>{seq}</td><td>{at}</td><td class=\"server\">{server}</td><td class=\"tool\">{tool}</td><td class=\"verdict\">{verdict}</td><td>{reasons}</td><td>{approver}</td><td>{outcome}</td></tr>",
-            verdict_class = match call.verdict.as_str() {
-                "allow" => "allow",
-                "ask" => "ask",
-                "deny" => "deny",
-                _ => "other",
-            },
+            verdict_class = verdict_name(call.verdict),
             seq = call.seq,
             at = html::utc(call.at),
             server = html::line(&call.server),
             tool = html::line(&call.tool),
-            verdict = html::line(&call.verdict),
+            verdict = verdict_name(call.verdict),
             reasons = html::line(&call.reasons.join(", ")),
             approver = html::line(&call.approver),
-            outcome = html::line(&call.outcome),
+            outcome = html::line(call.outcome),
         );
     }
     out
@@ -182,7 +162,9 @@ fn chart(calls: &[&Call], from: i64, to: i64) -> String {
     let mut counts = vec![[0_u64; 3]; usize::try_from(BARS).unwrap_or(0)];
     for call in calls {
         let slot = ((call.at - from).clamp(0, span - 1) * BARS / span).clamp(0, BARS - 1);
-        let verdict = VERDICTS.iter().position(|v| *v == call.verdict);
+        let verdict = VERDICTS
+            .iter()
+            .position(|v| *v == verdict_name(call.verdict));
         if let (Some(bar), Some(verdict)) = (
             usize::try_from(slot)
                 .ok()

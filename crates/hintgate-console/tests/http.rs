@@ -16,8 +16,8 @@ use axum::body::Body;
 use axum::http::{Request, Response, StatusCode, header};
 use hintgate_console::{CONTENT_SECURITY_POLICY, Console};
 use hintgate_store::{
-    ApprovalQueue, AuditLog, EntryKind, MemoryStore, NewEntry, NewPending, PendingState, Pin,
-    PinStore, Remember, Seal, Seen, Store,
+    ApprovalQueue, AuditLog, MemoryStore, NewPending, PendingState, Pin, PinStore, Remember, Seal,
+    Seen, Store,
 };
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -537,10 +537,8 @@ async fn the_log_filters_charts_and_states_the_chain_escaped() {
     let f = fixture().await;
     let at = now() - 60;
     let call = |server: &str, tool: &str, verdict: &str, approver: &str| {
-        NewEntry::from_value(
+        hintgate_store::test_util::call_entry(
             at,
-            EntryKind::Call,
-            None,
             &json!({"server": server, "tool": tool, "verdict": verdict,
                     "reasons": ["rule"], "approver": approver}),
         )
@@ -559,11 +557,10 @@ async fn the_log_filters_charts_and_states_the_chain_escaped() {
         ])
         .unwrap();
     f.store
-        .append(&[NewEntry::from_value(
+        .append(&[hintgate_store::test_util::outcome_entry(
             at + 1,
-            EntryKind::Outcome,
-            Some(seqs[0]),
-            &json!({"outcome": "ok", "duration_ms": 3}),
+            seqs[0],
+            hintgate_store::record::OutcomeCode::Ok,
         )])
         .unwrap();
     let (_, _, page) = send(&f.console, get("/log", Some(&f.cookie))).await;

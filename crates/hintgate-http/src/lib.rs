@@ -52,7 +52,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use base64::Engine as _;
+use hintgate_policy::decide::DecisionMeta;
 pub use hintgate_policy::decide::Scope;
+use hintgate_policy::reason::ReasonCode;
 use hintgate_proxy::frame::{Kind, Message};
 use hintgate_proxy::versions::{LEGACY_VERSIONS, MODERN_VERSION};
 use hintgate_proxy::{HostConn, HostPort};
@@ -921,13 +923,27 @@ fn primes(headers: &HeaderMap) -> bool {
         .is_some_and(|version| LEGACY_VERSIONS.contains(&version) && version >= "2025-11-25")
 }
 
-/// The gateway refused a call because the session's scope only reads.
+/// The gateway refused a call because the session's scope only reads: the
+/// answer's decision, read as the type the gateway writes it with
+/// ([`DecisionMeta`]), was settled by [`ReasonCode::ScopeReadOnly`].
 fn refused_for_scope(line: &str) -> bool {
-    serde_json::from_str::<Value>(line).is_ok_and(|value| {
-        value
-            .pointer("/result/_meta/hintgate~1decision/reasons/0")
-            .and_then(Value::as_str)
-            == Some("scope-read-only")
+    /// What this reads of an answer: its result's decision, nothing else.
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        result: Refused,
+    }
+    #[derive(serde::Deserialize)]
+    struct Refused {
+        #[serde(rename = "_meta")]
+        meta: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "hintgate/decision")]
+        decision: DecisionMeta,
+    }
+    serde_json::from_str::<Answer>(line).is_ok_and(|answer| {
+        answer.result.meta.decision.first_reason() == Some(ReasonCode::ScopeReadOnly)
     })
 }
 
@@ -1253,5 +1269,22 @@ mod tests {
         assert!(!refused_for_scope(
             r#"{"jsonrpc":"2.0","id":1,"result":{"isError":true,"content":[],"_meta":{"hintgate/decision":{"verdict":"deny","reasons":["rule-deny"]}}}}"#
         ));
+        // What the gateway writes reads back as what it wrote.
+        let decision = hintgate_policy::decide::Decision::deny(ReasonCode::ScopeReadOnly);
+        let line = json!({"jsonrpc": "2.0", "id": 1, "result": {
+            "content": [], "isError": true,
+            "_meta": {hintgate_policy::decide::DECISION_META_KEY: DecisionMeta::refused(&decision)},
+        }})
+        .to_string();
+        assert!(refused_for_scope(&line), "{line}");
+        // A decision that is not one the gateway writes (an unknown code,
+        // an unknown field) is no scope refusal.
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"hintgate/decision":{"verdict":"deny","reasons":["scope-read-only-ish"]}}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"hintgate/decision":{"verdict":"deny","reasons":["scope-read-only"],"x":1}}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"scope-read-only"}}"#,
+        ] {
+            assert!(!refused_for_scope(line), "{line}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Action, HookConfig, Instance, Profile, ServerConfig, ValidConfig};
 use crate::pin::PinStatus;
@@ -15,7 +15,7 @@ use crate::tool::{EffectiveHints, HintAssessment, SandboxProof, Tool, Trust};
 /// The outcome of a decision.
 ///
 /// Deliberately not `#[non_exhaustive]`: a new verdict must break every match.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// The call runs without asking.
@@ -129,6 +129,42 @@ pub struct Decision {
     /// The decision hook's own words, for a [`ReasonCode::Hook`] or
     /// [`ReasonCode::HookFailed`] reason (shown as `hook:NOTE`).
     pub note: Option<String>,
+}
+
+/// The key of a refused call's result `_meta` under which the gateway says
+/// why it refused ([`DecisionMeta`]).
+pub const DECISION_META_KEY: &str = "hintgate/decision";
+
+/// Why the gateway refused a call, as the call's result carries it under
+/// `_meta["hintgate/decision"]` ([`DECISION_META_KEY`]): one type for the
+/// gateway that writes it and the HTTP host side that reads it, so neither
+/// goes by field names of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionMeta {
+    /// Always [`Verdict::Deny`]: the call was refused.
+    pub verdict: Verdict,
+    /// The decision's reason codes, the first the one that settled it.
+    pub reasons: Vec<ReasonCode>,
+    /// The decision hook's own words, when its reason is the hook's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_reason: Option<String>,
+}
+
+impl DecisionMeta {
+    /// What a refusal of a call decided as `decision` says.
+    pub fn refused(decision: &Decision) -> Self {
+        Self {
+            verdict: Verdict::Deny,
+            reasons: decision.codes().collect(),
+            hook_reason: decision.note.clone(),
+        }
+    }
+
+    /// The reason that settled it.
+    pub fn first_reason(&self) -> Option<ReasonCode> {
+        self.reasons.first().copied()
+    }
 }
 
 /// A validated configuration, ready to decide calls.

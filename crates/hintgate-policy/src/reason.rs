@@ -3,7 +3,7 @@
 //! The same codes appear in `hintgate explain`, the prompt a human sees and the
 //! audit log. They are part of the public interface: never rename a shipped code.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a decision came out as it did. Each has a stable kebab-case code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -278,6 +278,15 @@ impl std::fmt::Display for ReasonCode {
 impl Serialize for ReasonCode {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
+    }
+}
+
+/// A code read back by its stable name; a name no code has is an error.
+impl<'de> Deserialize<'de> for ReasonCode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Self::parse(&name)
+            .ok_or_else(|| serde::de::Error::custom(format_args!("`{name}` is not a reason code")))
     }
 }
 

@@ -1,8 +1,8 @@
 //! The audit log, a keyed chain: one record per tool call that reached the
 //! gateway, and the outcome of each call that was sent on, in a record of
-//! its own ([`EntryKind::Outcome`]) or, with the outcomes of the other calls
+//! its own ([`EntryKind::Outcome`](crate::EntryKind::Outcome)) or, with the outcomes of the other calls
 //! that ended in the same turn of the gateway, in one shared record
-//! ([`EntryKind::Outcomes`]).
+//! ([`EntryKind::Outcomes`](crate::EntryKind::Outcomes)).
 //!
 //! Each record carries the link of the one before (`prev`) and its own
 //! (`hash`): HMAC-SHA-256, under the chain subkey of the audit key
@@ -27,11 +27,12 @@ use serde::Serialize;
 
 use crate::body::{self, Malformed};
 use crate::entry::{
-    Entry, EntryKind, GENESIS, Link, NewEntry, keyed_link, keyed_tail, kind_from, kind_name,
-    link_of, mac_matches, plain_link,
+    Entry, GENESIS, Link, NewEntry, keyed_link, keyed_tail, kind_from, kind_name, link_of,
+    mac_matches, plain_link,
 };
 use crate::head::{self, HeadRead, HeadWriter};
 use crate::key::AuditKey;
+use crate::record::Record;
 use crate::rollback::{AcceptedRollback, Rollback};
 use crate::standing::IndexRow;
 use crate::witness::{self, Checker, WitnessKey, WitnessWriter};
@@ -509,7 +510,7 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     /// [`Rollback`]; a gateway does not open such a store, and no other
     /// handle appends to it): compares the head with the log again, under
     /// the log's write lock, and when they still disagree appends a record
-    /// of kind [`EntryKind::Rollback`] naming what was found, then writes
+    /// of kind [`EntryKind::Rollback`](crate::EntryKind::Rollback) naming what was found, then writes
     /// the head after it. From then on appends work again, `verify` names
     /// the record (`rolled-back`), and every standing approval granted
     /// before it approves nothing. `None` when the head and the log agree
@@ -565,8 +566,8 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
 
 impl Entry {
     /// An entry from its stored columns: its kind read by name, its body
-    /// read strictly (and, for the kinds whose bodies the store reads, held
-    /// to their fields), and [`Entry::malformed`] set when either is not
+    /// read strictly, as JSON and as the record type of its kind
+    /// ([`Record::read`]), and [`Entry::malformed`] set when either is not
     /// what hintgate writes.
     #[must_use]
     pub fn from_stored(
@@ -580,14 +581,19 @@ impl Entry {
     ) -> Self {
         let kind = kind_from(&stored_kind);
         let (body, body_problem) = body::read(&stored_body);
+        let mut record = None;
         let malformed = match kind {
             None => Some(Malformed::UnknownKind {
                 kind: stored_kind.clone(),
             }),
-            Some(kind) => body_problem.or_else(|| {
-                (!crate::standing::body_fits(kind, &body)).then(|| Malformed::UnexpectedBody {
+            Some(kind) => body_problem.or_else(|| match Record::read(kind, call, &stored_body) {
+                Ok(read) => {
+                    record = Some(read);
+                    None
+                }
+                Err(_) => Some(Malformed::UnexpectedBody {
                     kind: stored_kind.clone(),
-                })
+                }),
             }),
         };
         Self {
@@ -601,6 +607,7 @@ impl Entry {
             stored_kind,
             stored_body,
             malformed,
+            record,
         }
     }
 }
@@ -1137,13 +1144,10 @@ impl Walk {
             if let Some(row) = crate::standing::index_of_entry(entry) {
                 self.indexed.insert(seq, row);
             }
-            if entry.kind == Some(EntryKind::Rollback)
-                && let Ok(body) =
-                    serde_json::from_str::<crate::rollback::RollbackBody>(&entry.stored_body)
-            {
+            if let Some(Record::Rollback(body)) = &entry.record {
                 findings.push(Problem::RolledBack {
                     seq,
-                    found: body.found,
+                    found: body.found.as_str().to_owned(),
                     head_seq: body.head_seq,
                     log_end: body.log_end,
                 });
@@ -1985,6 +1989,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::EntryKind;
 
     proptest! {
         /// `verify` reads a stored body strictly and requires it canonical;
@@ -2012,7 +2017,7 @@ mod tests {
     #[test]
     fn an_outcomes_record_splits_into_one_outcome_per_call() {
         let expanded = outcomes_record(
-            r#"{"outcomes":[{"call":3,"outcome":"ok"},{"call":4,"outcome":"failed"}]}"#,
+            r#"{"outcomes":[{"attempt":0,"call":3,"duration_ms":5,"outcome":"ok"},{"attempt":1,"call":4,"duration_ms":0,"outcome":"failed"}]}"#,
         )
         .expand();
         assert_eq!(
@@ -2026,14 +2031,24 @@ mod tests {
             ]
         );
         assert_eq!(expanded[1].body["outcome"], "failed");
+        assert_eq!(
+            expanded[1].outcome_record(),
+            Some(&crate::record::OutcomeRecord {
+                attempt: 1,
+                duration_ms: 0,
+                outcome: crate::record::OutcomeCode::Failed
+            })
+        );
     }
 
     #[test]
     fn an_outcomes_record_that_cannot_be_split_is_given_back_whole() {
         for body in [
             // An item that names no call (or not as a sequence number).
-            r#"{"outcomes":[{"call":3,"outcome":"ok"},{"outcome":"ok"}]}"#,
-            r#"{"outcomes":[{"call":"3","outcome":"ok"}]}"#,
+            r#"{"outcomes":[{"attempt":0,"call":3,"duration_ms":5,"outcome":"ok"},{"attempt":0,"duration_ms":5,"outcome":"ok"}]}"#,
+            r#"{"outcomes":[{"attempt":0,"call":"3","duration_ms":5,"outcome":"ok"}]}"#,
+            // An outcome hintgate does not write.
+            r#"{"outcomes":[{"attempt":0,"call":3,"duration_ms":5,"outcome":"exploded"}]}"#,
             // Not a list, an empty one, or none at all.
             r#"{"outcomes":{"call":3,"outcome":"ok"}}"#,
             r#"{"outcomes":[]}"#,

@@ -6,12 +6,13 @@
 //!
 //! It is the leaf of the modules around the log: `audit`, `standing`,
 //! `rollback` and `head` import from it, and it imports from none of them
-//! (only `key` and `body`), so their imports run one way: each of `audit`,
+//! (only `key`, `body` and `record`, the record types, which import only
+//! the kinds from here), so their imports run one way: each of `audit`,
 //! `standing`, `rollback`, `head` and `entry` imports only from those after
 //! it in that list. What needs more than this module knows stays where that
-//! is known: [`Entry::from_stored`], which holds a body to the fields
-//! `standing` and `rollback` write for its kind, is in `audit`, with the
-//! appending and the verification of the log.
+//! is known: [`Entry::from_stored`], which reads a body as its kind's
+//! record type, is in `audit`, with the appending and the verification of
+//! the log.
 
 use std::fmt::Write as _;
 
@@ -24,6 +25,7 @@ use hintgate_policy::pin::canonical_json;
 
 use crate::body::Malformed;
 use crate::key::AuditKey;
+use crate::record::{OutcomeRecord, Record};
 
 /// The link before the first record.
 pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -123,9 +125,14 @@ pub struct Entry {
     /// The body as stored: the text the link covers.
     pub stored_body: String,
     /// Why the record cannot be read as the gateway writes records: a kind
-    /// it does not know, or a body that is not JSON, repeats a key or is
-    /// not canonical. Readers show such a record as malformed, as stored.
+    /// it does not know, or a body that is not JSON, repeats a key, is not
+    /// canonical or is not a record of its kind. Readers show such a record
+    /// as malformed, as stored.
     pub malformed: Option<Malformed>,
+    /// The record, read strictly ([`Record::read`]): what readers go by.
+    /// `None` exactly when [`Entry::malformed`] says why.
+    #[serde(skip)]
+    pub record: Option<Record>,
 }
 
 // === links ===
@@ -269,61 +276,73 @@ impl Entry {
     /// losing it or taking it for a call.
     #[must_use]
     pub fn expand(self) -> Vec<Self> {
-        if self.kind != Some(EntryKind::Outcomes)
-            || self.malformed.is_some()
-            || !self.splits_into_outcomes()
-        {
+        let Some(Record::Outcomes(outcomes)) = &self.record else {
             return vec![self];
-        }
+        };
+        let items = outcomes.outcomes.clone();
         let Self {
             seq,
             at,
-            mut body,
             prev,
             hash,
             stored_kind,
             stored_body,
             ..
         } = self;
-        let items = match body.get_mut("outcomes").map(Value::take) {
-            Some(Value::Array(items)) => items,
-            _ => Vec::new(),
-        };
         items
             .into_iter()
             .map(|item| Self {
                 seq,
                 at,
                 kind: Some(EntryKind::Outcome),
-                call: item.get("call").and_then(Value::as_u64),
-                body: item,
+                call: Some(item.call),
+                body: to_value(&item),
                 prev: prev.clone(),
                 hash: hash.clone(),
                 stored_kind: stored_kind.clone(),
                 stored_body: stored_body.clone(),
                 malformed: None,
+                record: Some(Record::Outcome(OutcomeRecord {
+                    attempt: item.attempt,
+                    duration_ms: item.duration_ms,
+                    outcome: item.outcome,
+                })),
             })
             .collect()
     }
 
-    /// Whether the body is a non-empty list of outcomes that each name
-    /// their call.
-    fn splits_into_outcomes(&self) -> bool {
-        self.body
-            .get("outcomes")
-            .and_then(Value::as_array)
-            .is_some_and(|items| {
-                !items.is_empty()
-                    && items
-                        .iter()
-                        .all(|item| item.get("call").and_then(Value::as_u64).is_some())
-            })
+    /// The call record, when this entry is one.
+    #[must_use]
+    pub fn call_record(&self) -> Option<&crate::record::CallRecord> {
+        self.record.as_ref().and_then(Record::as_call)
+    }
+
+    /// The outcome record, when this entry is one (also one that
+    /// [`Entry::expand`] made from a record of several outcomes).
+    #[must_use]
+    pub const fn outcome_record(&self) -> Option<&OutcomeRecord> {
+        match &self.record {
+            Some(Record::Outcome(record)) => Some(record),
+            _ => None,
+        }
     }
 }
 
 // === impl NewEntry ===
 
 impl NewEntry {
+    /// An entry holding `record`, written by its one writer
+    /// ([`Record::to_json`]); `call` names the call of an outcome.
+    #[must_use]
+    pub fn of(at: i64, call: Option<u64>, record: &Record) -> Self {
+        Self {
+            at,
+            kind: record.kind(),
+            call,
+            body: record.to_json(),
+        }
+    }
+
     /// An entry whose body is `body` as canonical JSON.
     #[must_use]
     pub fn from_value(at: i64, kind: EntryKind, call: Option<u64>, body: &Value) -> Self {

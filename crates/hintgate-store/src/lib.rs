@@ -179,6 +179,7 @@ mod idempotency;
 mod key;
 mod postgres;
 mod queue;
+pub mod record;
 mod rollback;
 mod rows;
 mod standing;
@@ -199,6 +200,7 @@ pub use postgres::{PG_SCHEMA_VERSION, PgStore};
 pub use queue::{
     Answer, Answered, ApprovalQueue, NewPending, Pending, PendingState, QueueWatch, Remember,
 };
+pub use record::{NotARecord, Record};
 pub use rollback::{AcceptedRollback, HeadFound, Rollback};
 pub use rows::Seal;
 pub use standing::{IndexRow, Standing};
@@ -1738,6 +1740,87 @@ pub mod test_util {
         let plain = postgres_database()?;
         let url = plain.replace("sslmode=disable", "sslmode=require");
         Some((url, ca))
+    }
+
+    /// A call record for a test, as the gateway writes them: the fields of
+    /// `fields` that a call record has (`server`, `tool`, `verdict`, …)
+    /// are taken as they are, and every other one goes into its
+    /// arguments, so a test can tell records apart by anything.
+    ///
+    /// # Panics
+    ///
+    /// When `fields` is not an object, or a field it gives has another
+    /// type than the record's.
+    #[must_use]
+    #[expect(
+        clippy::expect_used,
+        reason = "test helper: a wrong fixture is a failed test"
+    )]
+    pub fn call_entry(at: i64, fields: &serde_json::Value) -> crate::NewEntry {
+        const CALL_FIELDS: [&str; 15] = [
+            "approver",
+            "arguments",
+            "host",
+            "idempotency",
+            "identity",
+            "instance",
+            "instance_identity",
+            "outcome",
+            "pin",
+            "reasons",
+            "request",
+            "server",
+            "session",
+            "tool",
+            "verdict",
+        ];
+        let mut body = serde_json::Map::new();
+        for (key, value) in [
+            ("approver", serde_json::json!("rule-allow")),
+            ("identity", serde_json::Value::Null),
+            ("pin", serde_json::Value::Null),
+            ("reasons", serde_json::json!(["rule-allow"])),
+            ("request", serde_json::json!("1")),
+            ("server", serde_json::json!("fs")),
+            ("session", serde_json::json!("test")),
+            ("tool", serde_json::json!("read")),
+            ("verdict", serde_json::json!("allow")),
+        ] {
+            body.insert(key.to_owned(), value);
+        }
+        let mut arguments = serde_json::Map::new();
+        let given = fields.as_object().expect("the fields of a call record");
+        for (key, value) in given {
+            if CALL_FIELDS.contains(&key.as_str()) {
+                body.insert(key.clone(), value.clone());
+            } else {
+                arguments.insert(key.clone(), value.clone());
+            }
+        }
+        body.entry("arguments")
+            .or_insert(serde_json::Value::Object(arguments));
+        let body = serde_json::Value::Object(body);
+        let record: crate::record::CallRecord =
+            serde_json::from_value(body).expect("a call record");
+        crate::NewEntry::of(at, None, &crate::Record::Call(record))
+    }
+
+    /// The outcome record of the call at `call`, as the gateway writes it.
+    #[must_use]
+    pub fn outcome_entry(
+        at: i64,
+        call: u64,
+        outcome: crate::record::OutcomeCode,
+    ) -> crate::NewEntry {
+        crate::NewEntry::of(
+            at,
+            Some(call),
+            &crate::Record::Outcome(crate::record::OutcomeRecord {
+                attempt: 0,
+                duration_ms: 1,
+                outcome,
+            }),
+        )
     }
 
     #[cfg(test)]

@@ -8,7 +8,7 @@
 //! ([`StoreError::RolledBack`](crate::StoreError::RolledBack)), and any
 //! other store handle refuses to append to it, until a person accepts it
 //! (`hintgate log accept-rollback`, [`AuditLog::accept_rollback`]): that
-//! appends a record of its own ([`EntryKind::Rollback`]) naming what was
+//! appends a record of its own ([`EntryKind::Rollback`](crate::EntryKind::Rollback)) naming what was
 //! found, so the gap stays visible to `verify` (`rolled-back`), and every
 //! standing approval granted before it approves nothing (the records lost
 //! may have revoked it).
@@ -22,12 +22,13 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::StoreError;
-use crate::entry::{EntryKind, GENESIS, NewEntry, keyed_tail, to_value};
+use crate::entry::{GENESIS, NewEntry, keyed_tail};
 use crate::head::{self, HeadRead};
 use crate::key::AuditKey;
+use crate::record::{Record, RollbackFound, RollbackRecord};
 
 /// What a store found when it compared its head with the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,25 +86,6 @@ pub struct AcceptedRollback {
     pub seq: u64,
     /// What was found.
     pub rollback: Rollback,
-}
-
-/// The body of a [`EntryKind::Rollback`] record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RollbackBody {
-    /// [`HeadFound::code`].
-    pub(crate) found: String,
-    /// The head file.
-    pub(crate) head: String,
-    /// The head's link, for `cut-off` and `head-mismatch`.
-    pub(crate) head_link: Option<String>,
-    /// The head's sequence number, for `cut-off` and `head-mismatch`.
-    pub(crate) head_seq: Option<u64>,
-    /// The log's last record when it was accepted (before this one).
-    pub(crate) log_end: u64,
-    /// What was wrong with the head, for `head-damaged` and
-    /// `head-unreadable`.
-    pub(crate) why: Option<String>,
 }
 
 // === impl HeadFound ===
@@ -178,31 +160,23 @@ impl Rollback {
             HeadFound::HeadUnreadable { error } => (None, None, Some(error.clone())),
             HeadFound::HeadMissing | HeadFound::LogDeleted => (None, None, None),
         };
-        let body = RollbackBody {
-            found: self.found.code().to_owned(),
+        let found = match &self.found {
+            HeadFound::CutOff { .. } => RollbackFound::CutOff,
+            HeadFound::HeadMismatch { .. } => RollbackFound::HeadMismatch,
+            HeadFound::HeadMissing => RollbackFound::HeadMissing,
+            HeadFound::HeadDamaged { .. } => RollbackFound::HeadDamaged,
+            HeadFound::HeadUnreadable { .. } => RollbackFound::HeadUnreadable,
+            HeadFound::LogDeleted => RollbackFound::LogDeleted,
+        };
+        let body = RollbackRecord {
+            found,
             head: self.head.clone(),
             head_link,
             head_seq,
             log_end: self.log_end,
             why,
         };
-        NewEntry::from_value(at, EntryKind::Rollback, None, &to_value(&body))
-    }
-}
-
-// === impl RollbackBody ===
-
-impl RollbackBody {
-    /// Whether its fields are the ones hintgate writes for its code.
-    pub(crate) fn fits(&self) -> bool {
-        let named = self.head_seq.is_some() && self.head_link.is_some();
-        let bare = self.head_seq.is_none() && self.head_link.is_none();
-        match self.found.as_str() {
-            "cut-off" | "head-mismatch" => named && self.why.is_none(),
-            "head-damaged" | "head-unreadable" => bare && self.why.is_some(),
-            "head-missing" | "log-deleted" => bare && self.why.is_none(),
-            _ => false,
-        }
+        NewEntry::of(at, None, &Record::Rollback(body))
     }
 }
 
@@ -271,8 +245,9 @@ pub(crate) fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entry::EntryKind;
 
-    fn body(found: &HeadFound) -> RollbackBody {
+    fn body(found: &HeadFound) -> RollbackRecord {
         let entry = Rollback {
             head: "/state/state.db.audit-head".into(),
             log_end: 30,
@@ -306,10 +281,29 @@ mod tests {
         ] {
             let written = body(&found);
             assert!(written.fits(), "{found:?}");
-            assert_eq!(written.found, found.code());
-            let mut other = written.clone();
-            other.found = "note".into();
-            assert!(!other.fits());
+            assert_eq!(written.found.as_str(), found.code());
+            for code in RollbackFound::ALL {
+                let mut other = written.clone();
+                other.found = code;
+                let same_fields = matches!(
+                    (code, written.found),
+                    (
+                        RollbackFound::CutOff | RollbackFound::HeadMismatch,
+                        RollbackFound::CutOff | RollbackFound::HeadMismatch
+                    ) | (
+                        RollbackFound::HeadDamaged | RollbackFound::HeadUnreadable,
+                        RollbackFound::HeadDamaged | RollbackFound::HeadUnreadable
+                    ) | (
+                        RollbackFound::HeadMissing | RollbackFound::LogDeleted,
+                        RollbackFound::HeadMissing | RollbackFound::LogDeleted
+                    )
+                );
+                assert_eq!(
+                    other.fits(),
+                    same_fields,
+                    "{code:?} with the fields of {found:?}"
+                );
+            }
             let mut other = written.clone();
             other.head_seq = other.head_seq.xor(Some(1));
             assert!(!other.fits(), "{found:?}");

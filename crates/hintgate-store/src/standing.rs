@@ -22,21 +22,21 @@
 //! the records, so that is as visible as deleting the revocation record
 //! itself (`approval-index-missing`, `approval-index-wrong`).
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Serialize;
 
-use crate::entry::{Entry, EntryKind, NewEntry, to_value};
+use crate::entry::{Entry, EntryKind, NewEntry};
 use crate::key::AuditKey;
+use crate::record::{GrantRecord, Record, RevokeRecord, RevokeWhy};
 use crate::rows::Sealer;
 use crate::{Approval, Seal, from_sql};
 
 /// Why a [`EntryKind::Revoke`] record was written: a person revoked the
 /// approval (`hintgate pins revoke`, the console).
-pub(crate) const REVOKED: &str = "revoked";
+pub(crate) const REVOKED: RevokeWhy = RevokeWhy::Revoked;
 
 /// Why a [`EntryKind::Revoke`] record was written: the server's identity
 /// changed, and the approvals of its old identity went with its pins.
-pub(crate) const IDENTITY_CHANGED: &str = "identity-changed";
+pub(crate) const IDENTITY_CHANGED: RevokeWhy = RevokeWhy::IdentityChanged;
 
 /// The kind name and the key and tool of the approval index's row for
 /// an accepted rollback (it names no approval: it voids all before it).
@@ -121,44 +121,18 @@ impl std::fmt::Display for Standing {
     }
 }
 
-/// The body of a [`EntryKind::Grant`] record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct GrantBody {
-    /// The pin digest of the definition approved.
-    pub(crate) digest: String,
-    /// The configured server name of the tool's pin when it was granted
-    /// (for people; empty when it had none).
-    pub(crate) server: String,
-    /// The server's identity key.
-    pub(crate) server_key: String,
-    /// The server's own tool name.
-    pub(crate) tool: String,
-}
-
-/// The body of a [`EntryKind::Revoke`] record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RevokeBody {
-    /// As in [`GrantBody`].
-    pub(crate) server: String,
-    /// The server's identity key.
-    pub(crate) server_key: String,
-    /// The server's own tool name.
-    pub(crate) tool: String,
-    /// [`REVOKED`] or [`IDENTITY_CHANGED`].
-    pub(crate) why: String,
-}
-
 /// The grant record of a standing approval.
 pub(crate) fn grant(at: i64, server: &str, server_key: &str, tool: &str, digest: &str) -> NewEntry {
-    let body = GrantBody {
-        digest: digest.to_owned(),
-        server: server.to_owned(),
-        server_key: server_key.to_owned(),
-        tool: tool.to_owned(),
-    };
-    NewEntry::from_value(at, EntryKind::Grant, None, &to_value(&body))
+    NewEntry::of(
+        at,
+        None,
+        &Record::Grant(GrantRecord {
+            digest: digest.to_owned(),
+            server: server.to_owned(),
+            server_key: server_key.to_owned(),
+            tool: tool.to_owned(),
+        }),
+    )
 }
 
 /// The revocation record of a standing approval.
@@ -167,29 +141,18 @@ pub(crate) fn revocation(
     server: &str,
     server_key: &str,
     tool: &str,
-    why: &str,
+    why: RevokeWhy,
 ) -> NewEntry {
-    let body = RevokeBody {
-        server: server.to_owned(),
-        server_key: server_key.to_owned(),
-        tool: tool.to_owned(),
-        why: why.to_owned(),
-    };
-    NewEntry::from_value(at, EntryKind::Revoke, None, &to_value(&body))
-}
-
-/// Whether `body`, read strictly, is what hintgate writes for a record of
-/// `kind` (always true for the kinds whose bodies it does not type).
-pub(crate) fn body_fits(kind: EntryKind, body: &Value) -> bool {
-    match kind {
-        EntryKind::Call | EntryKind::Outcome | EntryKind::Outcomes => true,
-        EntryKind::Grant => GrantBody::deserialize(body).is_ok(),
-        EntryKind::Revoke => RevokeBody::deserialize(body)
-            .is_ok_and(|body| body.why == REVOKED || body.why == IDENTITY_CHANGED),
-        EntryKind::Rollback => {
-            crate::rollback::RollbackBody::deserialize(body).is_ok_and(|body| body.fits())
-        }
-    }
+    NewEntry::of(
+        at,
+        None,
+        &Record::Revoke(RevokeRecord {
+            server: server.to_owned(),
+            server_key: server_key.to_owned(),
+            tool: tool.to_owned(),
+            why,
+        }),
+    )
 }
 
 /// The approval index's row for a record: the key and tool it names (for
@@ -198,10 +161,10 @@ pub(crate) fn body_fits(kind: EntryKind, body: &Value) -> bool {
 pub(crate) fn index_of(kind: EntryKind, body: &str) -> Option<(String, String)> {
     match kind {
         EntryKind::Call | EntryKind::Outcome | EntryKind::Outcomes => None,
-        EntryKind::Grant => serde_json::from_str::<GrantBody>(body)
+        EntryKind::Grant => serde_json::from_str::<GrantRecord>(body)
             .ok()
             .map(|body| (body.server_key, body.tool)),
-        EntryKind::Revoke => serde_json::from_str::<RevokeBody>(body)
+        EntryKind::Revoke => serde_json::from_str::<RevokeRecord>(body)
             .ok()
             .map(|body| (body.server_key, body.tool)),
         EntryKind::Rollback => Some((ROLLBACK_SUBJECT.0.to_owned(), ROLLBACK_SUBJECT.1.to_owned())),
@@ -312,14 +275,14 @@ impl AlwaysRead {
     /// Whether `record` is a well-formed grant of this row's key, tool and
     /// digest.
     fn is_grant(&self, record: &Entry) -> bool {
-        if record.kind != Some(EntryKind::Grant) || record.malformed.is_some() {
-            return false;
+        match &record.record {
+            Some(Record::Grant(body)) => {
+                body.server_key == self.server_key
+                    && body.tool == self.tool
+                    && body.digest == self.digest
+            }
+            _ => false,
         }
-        serde_json::from_str::<GrantBody>(&record.stored_body).is_ok_and(|body| {
-            body.server_key == self.server_key
-                && body.tool == self.tool
-                && body.digest == self.digest
-        })
     }
 }
 
@@ -336,8 +299,7 @@ mod tests {
             grant.body,
             r#"{"digest":"sha256:a","server":"fs","server_key":"k","tool":"read"}"#
         );
-        let value: Value = serde_json::from_str(&grant.body).unwrap();
-        assert!(body_fits(EntryKind::Grant, &value));
+        assert!(Record::read(EntryKind::Grant, None, &grant.body).is_ok());
         assert_eq!(
             index_of(EntryKind::Grant, &grant.body),
             Some(("k".to_owned(), "read".to_owned()))
@@ -347,17 +309,23 @@ mod tests {
             json!({"digest": "sha256:a", "server": "fs", "server_key": "k", "tool": "read", "extra": 1}),
             json!({"digest": 1, "server": "fs", "server_key": "k", "tool": "read"}),
         ] {
-            assert!(!body_fits(EntryKind::Grant, &wrong), "{wrong}");
+            let text = hintgate_policy::pin::canonical_json(&wrong);
+            assert!(
+                Record::read(EntryKind::Grant, None, &text).is_err(),
+                "{wrong}"
+            );
         }
         let revoked = revocation(1, "fs", "k", "read", REVOKED);
-        let value: Value = serde_json::from_str(&revoked.body).unwrap();
-        assert!(body_fits(EntryKind::Revoke, &value));
-        let mut other = value.clone();
-        other["why"] = json!("because");
+        assert_eq!(
+            revoked.body,
+            r#"{"server":"fs","server_key":"k","tool":"read","why":"revoked"}"#
+        );
+        assert!(Record::read(EntryKind::Revoke, None, &revoked.body).is_ok());
+        let other = revoked.body.replace("\"revoked\"", "\"because\"");
         assert!(
-            !body_fits(EntryKind::Revoke, &other),
+            Record::read(EntryKind::Revoke, None, &other).is_err(),
             "a reason hintgate does not write"
         );
-        assert!(body_fits(EntryKind::Call, &json!("anything")));
+        assert!(Record::read(EntryKind::Call, None, "\"anything\"").is_err());
     }
 }

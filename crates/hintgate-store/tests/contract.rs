@@ -201,20 +201,17 @@ fn server_keys_hide_secrets_but_change_with_them() {
 fn audit_contract(log: &dyn hintgate_store::AuditLog) {
     use hintgate_store::{EntryKind, NewEntry};
     let call = |tool: &str| {
-        NewEntry::from_value(
+        hintgate_store::test_util::call_entry(
             1_795_000_000,
-            EntryKind::Call,
-            None,
             &json!({"server": "fs", "tool": tool, "verdict": "allow"}),
         )
     };
     let seqs = log.append(&[call("read"), call("write")]).unwrap();
     assert_eq!(seqs, vec![1, 2]);
-    let outcome = NewEntry::from_value(
+    let outcome = hintgate_store::test_util::outcome_entry(
         1_795_000_001,
-        EntryKind::Outcome,
-        Some(1),
-        &json!({"outcome": "ok"}),
+        1,
+        hintgate_store::record::OutcomeCode::Ok,
     );
     assert_eq!(log.append(&[outcome]).unwrap(), vec![3]);
     let entries = log.entries(0, 10).unwrap();
@@ -254,7 +251,10 @@ fn audit_contract(log: &dyn hintgate_store::AuditLog) {
         1_795_000_002,
         EntryKind::Outcomes,
         None,
-        &json!({"outcomes": [{"call": 4, "outcome": "ok"}, {"call": 5, "outcome": "tool-error"}]}),
+        &json!({"outcomes": [
+            {"attempt": 0, "call": 4, "duration_ms": 2, "outcome": "ok"},
+            {"attempt": 0, "call": 5, "duration_ms": 3, "outcome": "tool-error"},
+        ]}),
     );
     assert_eq!(log.append(&[outcomes]).unwrap(), vec![44]);
     let stored = log.entries(43, 10).unwrap().remove(0);
@@ -279,10 +279,9 @@ fn the_audit_log_keeps_its_contract_in_memory_and_in_sqlite() {
 
 #[test]
 fn a_failed_sqlite_append_keeps_nothing_and_the_next_append_works() {
-    use hintgate_store::{AuditLog, EntryKind, NewEntry};
-    let entry = |tool: &str| {
-        NewEntry::from_value(1_795_000_000, EntryKind::Call, None, &json!({"tool": tool}))
-    };
+    use hintgate_store::AuditLog;
+    let entry =
+        |tool: &str| hintgate_store::test_util::call_entry(1_795_000_000, &json!({"tool": tool}));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
     let log = SqliteStore::open(&path).unwrap();
@@ -538,7 +537,7 @@ fn an_answer_on_one_gateway_releases_a_call_waiting_on_another_via_postgres() {
 
 #[test]
 fn gateways_appending_at_once_to_postgres_keep_one_chain() {
-    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    use hintgate_store::AuditLog;
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
     };
@@ -547,10 +546,8 @@ fn gateways_appending_at_once_to_postgres_keep_one_chain() {
         for (n, store) in stores.iter().enumerate() {
             scope.spawn(move || {
                 for i in 0..25 {
-                    let entry = NewEntry::from_value(
+                    let entry = hintgate_store::test_util::call_entry(
                         1_795_000_000,
-                        EntryKind::Call,
-                        None,
                         &json!({"gateway": n, "call": i}),
                     );
                     store.append(&[entry.clone(), entry]).unwrap();
@@ -565,12 +562,11 @@ fn gateways_appending_at_once_to_postgres_keep_one_chain() {
 
 #[test]
 fn a_postgres_store_appends_again_on_a_new_connection_after_losing_its_own() {
-    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    use hintgate_store::AuditLog;
     let Some(url) = hintgate_store::test_util::postgres_database() else {
         return;
     };
-    let entry =
-        |n: u64| NewEntry::from_value(1_795_000_000, EntryKind::Call, None, &json!({"call": n}));
+    let entry = |n: u64| hintgate_store::test_util::call_entry(1_795_000_000, &json!({"call": n}));
     let store = keyed_pg(&url);
     // The statements of an append are prepared on the first one.
     assert_eq!(store.append(&[entry(1)]).unwrap(), [1]);
@@ -683,7 +679,7 @@ fn reordered_entries_break_the_chain_at_the_first_moved() {
 
 #[test]
 fn two_writers_on_one_file_both_chain_every_entry() {
-    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    use hintgate_store::AuditLog;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
     drop(SqliteStore::open(&path).unwrap());
@@ -693,12 +689,10 @@ fn two_writers_on_one_file_both_chain_every_entry() {
             std::thread::spawn(move || {
                 let log = SqliteStore::open(&path).unwrap();
                 for batch in 0..50 {
-                    let entries: Vec<NewEntry> = (0..4)
+                    let entries: Vec<hintgate_store::NewEntry> = (0..4)
                         .map(|n| {
-                            NewEntry::from_value(
+                            hintgate_store::test_util::call_entry(
                                 1_795_000_000,
-                                EntryKind::Call,
-                                None,
                                 &json!({"writer": writer, "batch": batch, "n": n}),
                             )
                         })
@@ -719,16 +713,9 @@ fn two_writers_on_one_file_both_chain_every_entry() {
 
 #[test]
 fn waiting_for_entries_sees_another_connections_commit() {
-    use hintgate_store::{AuditLog, EntryKind, NewEntry};
+    use hintgate_store::AuditLog;
     use std::time::Duration;
-    let entry = || {
-        NewEntry::from_value(
-            1_795_000_000,
-            EntryKind::Call,
-            None,
-            &json!({"tool": "read"}),
-        )
-    };
+    let entry = || hintgate_store::test_util::call_entry(1_795_000_000, &json!({"tool": "read"}));
     let memory = MemoryStore::default();
     assert!(
         !memory

@@ -1093,10 +1093,8 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
     .unwrap();
     let forged: Vec<hintgate_store::NewEntry> = (0..6)
         .map(|n| {
-            hintgate_store::NewEntry::from_value(
+            hintgate_store::test_util::call_entry(
                 1_795_000_000,
-                hintgate_store::EntryKind::Call,
-                None,
                 &json!({"server": "fx", "tool": "echo", "n": n}),
             )
         })
@@ -1569,4 +1567,85 @@ fn the_witness_commands_take_the_witness_the_config_names() {
         "{}",
         crate::util::stderr(&again)
     );
+}
+
+/// Every line `hintgate log --json` prints validates against the checked-in
+/// schema of audit records: calls that ran, were refused or were malformed
+/// requests, a standing approval granted and revoked (written by the store
+/// as `hintgate pins` does), and a record put in the database that is not
+/// one hintgate writes.
+#[test]
+fn log_json_output_validates_against_the_audit_record_schema() {
+    use hintgate_store::PinStore as _;
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::util::repo_root().join("docs/audit-record.schema.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = session(dir.path(), &["--trust", "trusted"], &[]);
+    host.initialize(json!({}));
+    assert!(text(&host.call("echo", json!({"text": "hi", "n": [1, 2.5]}))).contains("hi"));
+    let unknown = host.request(
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let nameless = host.request("tools/call", json!({"arguments": {}}));
+    assert_eq!(nameless["error"]["code"], -32602, "{nameless}");
+    assert!(host.close().success());
+
+    let state = dir.path().join("state");
+    let db = state.join("state.db");
+    {
+        let store = hintgate_store::SqliteStore::open_with(
+            &db,
+            hintgate_store::AuditSetup {
+                key: hintgate_store::KeySource::File(hintgate_store::SqliteStore::key_path(&db)),
+                head: hintgate_store::HeadPlace::File(hintgate_store::SqliteStore::head_path(&db)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        // The approval of the tool the host called, on the server it ran on.
+        let called = &log_json(dir.path(), &[])[0];
+        let key = called["identity"].as_str().unwrap();
+        let pin = called["pin"].as_str().unwrap();
+        store.approve_always(key, "echo", pin).unwrap();
+        assert!(store.revoke(key, "echo").unwrap());
+    }
+    // A record no hintgate writes, behind the gateway's back.
+    sql(
+        &state,
+        "INSERT INTO audit (seq, at, kind, call_seq, body, prev, hash) \
+         SELECT MAX(seq) + 1, 0, 'call', NULL, '{\"tool\":\"x\"}', 'p', 'h' FROM audit",
+    );
+
+    let records = log_json(dir.path(), &[]);
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|record| record["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["call", "call", "call", "grant", "revoke", "malformed"],
+        "{records:#?}"
+    );
+    assert_eq!(records[0]["outcome"], "ok");
+    assert!(records[0]["duration_ms"].is_u64(), "{}", records[0]);
+    assert_eq!(records[5]["problem"], "unexpected-body");
+    for record in &records {
+        let errors: Vec<String> = validator
+            .iter_errors(record)
+            .map(|error| error.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{record}: {errors:#?}");
+    }
+    // The schema is strict: a line with a field no record has does not
+    // validate.
+    let mut extra = records[0].clone();
+    extra["note"] = json!("x");
+    assert!(!validator.is_valid(&extra));
 }

@@ -9,7 +9,7 @@ mod parse;
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::glob::Glob;
 use crate::tool::Trust;
@@ -253,7 +253,7 @@ pub struct UnsandboxedVouch {
 }
 
 /// Which instance of a server a call goes to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Instance {
     /// The server's own, with its full credentials (every server has one).

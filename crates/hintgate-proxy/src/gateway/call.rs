@@ -13,7 +13,7 @@
 use std::ops::Range;
 
 use hintgate_policy::config::Instance;
-use hintgate_policy::decide::{Decision, Verdict};
+use hintgate_policy::decide::{DECISION_META_KEY, Decision, DecisionMeta, Verdict};
 use hintgate_policy::hook::OwnedAnswer;
 use hintgate_policy::pin::{PinDigest, PinStatus};
 use hintgate_policy::reason::ReasonCode;
@@ -847,20 +847,11 @@ fn denial(cx: Refused<'_>, extra: Option<&str>) -> Value {
     text.push_str(&format!("\nTo allow it: {how}."));
     let mut result = error_result(&text);
     if let Some(object) = result.as_object_mut() {
+        // The codes stay codes; the decision hook's words beside them. One
+        // type for this and the HTTP host side that reads it.
         object.insert(
             "_meta".to_owned(),
-            match &decision.note {
-                // The codes stay codes; the decision hook's words beside them.
-                Some(note) => json!({"hintgate/decision": {
-                    "verdict": "deny",
-                    "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
-                    "hook_reason": note,
-                }}),
-                None => json!({"hintgate/decision": {
-                    "verdict": "deny",
-                    "reasons": decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
-                }}),
-            },
+            json!({ DECISION_META_KEY: DecisionMeta::refused(decision) }),
         );
     }
     result
@@ -896,31 +887,6 @@ impl std::fmt::Display for Approver {
             Self::Person(Channel::InputRequired) => f.write_str("person (input-required)"),
             Self::Person(Channel::Queue(by)) => write!(f, "person (hintgate approvals, {by})"),
             Self::Person(Channel::RelayedAnswer) => f.write_str("person (relayed answer)"),
-        }
-    }
-}
-
-// === impl Outcome ===
-
-impl Outcome {
-    /// The stable name the audit log keeps.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::ToolError => "tool-error",
-            Self::ProtocolError => "protocol-error",
-            Self::OutputSchemaMismatch => "output-schema-mismatch",
-            Self::Failed => "failed",
-            Self::FailedRetried => "failed, retried",
-            Self::Unsent => "unsent",
-            Self::Denied => "denied",
-            Self::InvalidArguments => "invalid-arguments",
-            Self::InputRequired => "input-required",
-            Self::Relayed => "relayed",
-            Self::Cancelled => "cancelled",
-            Self::HostGone => "host-gone",
-            Self::Shutdown => "shutdown",
-            Self::Replayed => "replayed",
         }
     }
 }
@@ -1249,9 +1215,7 @@ mod tests {
             "person (hintgate approvals, ann)"
         );
         assert_eq!(Approver::Gateway.to_string(), "gateway");
-        assert_eq!(Outcome::FailedRetried.as_str(), "failed, retried");
-        assert_eq!(Outcome::HostGone.as_str(), "host-gone");
-        assert_eq!(Outcome::Shutdown.as_str(), "shutdown");
-        assert_eq!(Outcome::Unsent.as_str(), "unsent");
+        // How a call ended is named by the store's record type
+        // (`journal::code_of`), tested there.
     }
 }

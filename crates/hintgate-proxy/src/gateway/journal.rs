@@ -16,26 +16,28 @@
 //! [`OUTCOME_FLUSH`] later. A crash can lose the outcomes of that last
 //! moment, never a call record (design §8).
 //!
-//! Records are written as canonical JSON (sorted keys, no whitespace, the
-//! form the keyed chain covers byte for byte) straight from the call's typed
-//! values, once. The store chains them under the audit key and, after the
+//! Records are the store's record types ([`hintgate_store::record`]),
+//! written once by their one writer as canonical JSON (sorted keys, no
+//! whitespace, the form the keyed chain covers byte for byte); the
+//! arguments go in as the redactor writes them, without a second pass. The store chains them under the audit key and, after the
 //! commit, writes the log's head (and, when a witness is set up, a
 //! checkpoint now and then) outside the database; the journal sees none of
 //! it.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hintgate_policy::config::Instance;
-use hintgate_policy::decide::{Decision, Verdict};
+use hintgate_policy::decide::Decision;
 use hintgate_policy::redact::Redactor;
-use hintgate_store::{AuditLog, EntryKind, NewEntry};
+use hintgate_store::record::{
+    Arguments, CallRecord, Idempotency, OutcomeCode, OutcomeItem, OutcomeRecord, OutcomesRecord,
+};
+use hintgate_store::{AuditLog, NewEntry, Record};
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::call::{Approver, Outcome};
-use crate::json::{push_string, string_literal};
 
 /// How long an outcome record waits for the next commit before it is
 /// committed on its own.
@@ -50,7 +52,7 @@ const MAX_HELD: usize = 10_000;
 #[derive(Debug)]
 pub(crate) struct Journal {
     log: Option<Arc<dyn AuditLog>>,
-    /// This gateway run, as the records name it, as a JSON string.
+    /// This gateway run, as the records name it.
     session: String,
     redactor: Redactor,
     batch: Vec<NewEntry>,
@@ -112,7 +114,7 @@ impl Journal {
     pub fn new(log: Option<Arc<dyn AuditLog>>, session: String, redactor: Redactor) -> Self {
         Self {
             log,
-            session: string_literal(&session),
+            session,
             redactor,
             batch: Vec::with_capacity(64),
             held: Vec::with_capacity(64),
@@ -140,14 +142,8 @@ impl Journal {
     /// batch (`None` without a log).
     pub fn call(&mut self, fields: &CallFields<'_>) -> Option<usize> {
         self.log.as_ref()?;
-        let mut body = String::with_capacity(384);
-        self.write_call(fields, &mut body);
-        self.batch.push(NewEntry {
-            at: unix_now(),
-            kind: EntryKind::Call,
-            call: None,
-            body,
-        });
+        let record = Record::Call(self.call_record(fields));
+        self.batch.push(NewEntry::of(unix_now(), None, &record));
         self.held.push(fields.outcome.is_some());
         self.urgent = true;
         self.since.get_or_insert_with(Instant::now);
@@ -170,36 +166,30 @@ impl Journal {
     fn outcomes_entry(&self) -> Option<NewEntry> {
         let entry = match self.outcomes.as_slice() {
             [] => return None,
-            [(call, outcome, millis, attempt)] => NewEntry {
-                at: unix_now(),
-                kind: EntryKind::Outcome,
-                call: Some(*call),
-                body: format!(
-                    "{{\"attempt\":{attempt},\"duration_ms\":{millis},\"outcome\":\"{}\"}}",
-                    outcome.as_str()
-                ),
-            },
-            several => {
-                let mut body = String::with_capacity(16 + several.len() * 80);
-                body.push_str("{\"outcomes\":[");
-                for (idx, (call, outcome, millis, attempt)) in several.iter().enumerate() {
-                    if idx > 0 {
-                        body.push(',');
-                    }
-                    let _ = write!(
-                        body,
-                        "{{\"attempt\":{attempt},\"call\":{call},\"duration_ms\":{millis},\"outcome\":\"{}\"}}",
-                        outcome.as_str()
-                    );
-                }
-                body.push_str("]}");
-                NewEntry {
-                    at: unix_now(),
-                    kind: EntryKind::Outcomes,
-                    call: None,
-                    body,
-                }
-            }
+            [(call, outcome, millis, attempt)] => NewEntry::of(
+                unix_now(),
+                Some(*call),
+                &Record::Outcome(OutcomeRecord {
+                    attempt: *attempt,
+                    duration_ms: *millis,
+                    outcome: code_of(*outcome),
+                }),
+            ),
+            several => NewEntry::of(
+                unix_now(),
+                None,
+                &Record::Outcomes(OutcomesRecord {
+                    outcomes: several
+                        .iter()
+                        .map(|(call, outcome, millis, attempt)| OutcomeItem {
+                            attempt: *attempt,
+                            call: *call,
+                            duration_ms: *millis,
+                            outcome: code_of(*outcome),
+                        })
+                        .collect(),
+                }),
+            ),
         };
         Some(entry)
     }
@@ -300,85 +290,70 @@ impl Journal {
         );
     }
 
-    /// The record body, keys in sorted order: canonical JSON.
-    fn write_call(&self, fields: &CallFields<'_>, out: &mut String) {
-        out.push_str("{\"approver\":");
-        match fields.approver {
-            Approver::Policy(Some(code)) => push_string(out, code.as_str()),
-            other => push_string(out, &other.to_string()),
-        }
-        out.push_str(",\"arguments\":");
-        match fields.arguments {
-            Some(arguments) => self.redactor.write_canonical(arguments, out),
-            None => out.push_str("null"),
-        }
-        if let Some(hosts) = fields.egress {
-            out.push_str(",\"egress\":[");
-            for (idx, host) in hosts.iter().enumerate() {
-                if idx > 0 {
-                    out.push(',');
-                }
-                push_string(out, host);
+    /// The record of a call: its arguments redacted, in the canonical form
+    /// the redactor writes.
+    fn call_record(&self, fields: &CallFields<'_>) -> CallRecord {
+        let arguments = match fields.arguments {
+            Some(arguments) => {
+                let mut text = String::with_capacity(128);
+                self.redactor.write_canonical(arguments, &mut text);
+                // The redactor writes one JSON value; were it ever not to,
+                // the record says `null` rather than hold what cannot read.
+                Arguments::from_canonical(text).unwrap_or_else(|_| Arguments::null())
             }
-            out.push(']');
-        }
-        if let Some(host) = fields.host {
-            out.push_str(",\"host\":");
-            push_string(out, host);
-        }
-        if let Some((key, filled)) = fields.idempotency {
+            None => Arguments::null(),
+        };
+        CallRecord {
+            approver: match fields.approver {
+                Approver::Policy(Some(code)) => code.as_str().to_owned(),
+                other => other.to_string(),
+            },
+            arguments,
+            egress: fields.egress.map(<[String]>::to_vec),
+            host: fields.host.map(str::to_owned),
             // Kept whole, whatever redaction makes of the arguments: it is
             // what matches this call with a later one that replays it.
-            out.push_str(",\"idempotency\":{\"filled\":");
-            out.push_str(if filled { "true" } else { "false" });
-            out.push_str(",\"key\":");
-            push_string(out, key);
-            out.push('}');
+            idempotency: fields.idempotency.map(|(key, filled)| Idempotency {
+                filled,
+                key: key.to_owned(),
+            }),
+            identity: fields.identity.map(str::to_owned),
+            instance: fields.instance.map(|(instance, _)| instance),
+            instance_identity: fields.instance.and_then(|(_, key)| key).map(str::to_owned),
+            outcome: fields.outcome.map(code_of),
+            pin: fields.pin.map(str::to_owned),
+            reasons: fields
+                .decision
+                .reason_texts()
+                .map(std::borrow::Cow::into_owned)
+                .collect(),
+            request: fields.request_id.to_owned(),
+            server: fields.server.to_owned(),
+            session: self.session.clone(),
+            tool: fields.tool.to_owned(),
+            verdict: fields.decision.verdict,
         }
-        out.push_str(",\"identity\":");
-        match fields.identity {
-            Some(key) => push_string(out, key),
-            None => out.push_str("null"),
-        }
-        if let Some((instance, key)) = fields.instance {
-            out.push_str(",\"instance\":");
-            push_string(out, instance.as_str());
-            if let Some(key) = key {
-                out.push_str(",\"instance_identity\":");
-                push_string(out, key);
-            }
-        }
-        if let Some(outcome) = fields.outcome {
-            out.push_str(",\"outcome\":");
-            push_string(out, outcome.as_str());
-        }
-        out.push_str(",\"pin\":");
-        match fields.pin {
-            Some(digest) => push_string(out, digest),
-            None => out.push_str("null"),
-        }
-        out.push_str(",\"reasons\":[");
-        for (idx, text) in fields.decision.reason_texts().enumerate() {
-            if idx > 0 {
-                out.push(',');
-            }
-            push_string(out, &text);
-        }
-        out.push_str("],\"request\":");
-        push_string(out, fields.request_id);
-        out.push_str(",\"server\":");
-        push_string(out, fields.server);
-        out.push_str(",\"session\":");
-        out.push_str(&self.session);
-        out.push_str(",\"tool\":");
-        push_string(out, fields.tool);
-        out.push_str(",\"verdict\":");
-        out.push_str(match fields.decision.verdict {
-            Verdict::Allow => "\"allow\"",
-            Verdict::Ask => "\"ask\"",
-            Verdict::Deny => "\"deny\"",
-        });
-        out.push('}');
+    }
+}
+
+/// How a call ended, as its record names it.
+pub(crate) const fn code_of(outcome: Outcome) -> OutcomeCode {
+    match outcome {
+        Outcome::Ok => OutcomeCode::Ok,
+        Outcome::ToolError => OutcomeCode::ToolError,
+        Outcome::ProtocolError => OutcomeCode::ProtocolError,
+        Outcome::OutputSchemaMismatch => OutcomeCode::OutputSchemaMismatch,
+        Outcome::Failed => OutcomeCode::Failed,
+        Outcome::FailedRetried => OutcomeCode::FailedRetried,
+        Outcome::Unsent => OutcomeCode::Unsent,
+        Outcome::Denied => OutcomeCode::Denied,
+        Outcome::InvalidArguments => OutcomeCode::InvalidArguments,
+        Outcome::InputRequired => OutcomeCode::InputRequired,
+        Outcome::Relayed => OutcomeCode::Relayed,
+        Outcome::Cancelled => OutcomeCode::Cancelled,
+        Outcome::HostGone => OutcomeCode::HostGone,
+        Outcome::Shutdown => OutcomeCode::Shutdown,
+        Outcome::Replayed => OutcomeCode::Replayed,
     }
 }
 
@@ -394,8 +369,10 @@ pub(crate) fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hintgate_policy::decide::Verdict;
     use hintgate_policy::pin::canonical_json;
     use hintgate_policy::reason::ReasonCode;
+    use hintgate_store::EntryKind;
     use hintgate_store::MemoryStore;
     use proptest::prelude::*;
     use serde_json::json;
@@ -643,6 +620,195 @@ mod tests {
         assert_eq!(expanded[1].body["outcome"], "tool-error");
         assert_eq!(expanded[1].body["attempt"], 1);
         assert!(store.verify().unwrap().complete());
+    }
+
+    /// The journal writes, through the record types, exactly the bytes
+    /// it wrote before them: the same calls and outcomes as those of the
+    /// golden log (written by the journal before the types) give the same
+    /// bodies, byte for byte.
+    #[test]
+    fn the_journal_writes_the_golden_records_byte_for_byte() {
+        use super::super::call::Channel;
+        use hintgate_policy::decide::RememberOffer;
+        use hintgate_policy::reason::Reason;
+
+        const GOLDEN: &str =
+            include_str!("../../../hintgate-store/tests/data/golden-records.jsonl");
+        let golden: Vec<(String, String)> = GOLDEN
+            .lines()
+            .map(|line| {
+                let row: Value = serde_json::from_str(line).unwrap();
+                (
+                    row["kind"].as_str().unwrap().to_owned(),
+                    row["body"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let store = Arc::new(MemoryStore::default());
+        let log: Arc<dyn AuditLog> = store.clone();
+        let mut journal = Journal::new(Some(log), "g-1f2e\u{e9}".into(), test_redactor());
+        let deny = Decision::deny(ReasonCode::RuleDeny);
+        let allow = Decision {
+            verdict: Verdict::Allow,
+            reasons: vec![Reason::new(ReasonCode::RuleAllow)],
+            remember: RememberOffer::NotAsked,
+            note: None,
+        };
+        let ask = Decision {
+            verdict: Verdict::Ask,
+            reasons: vec![
+                Reason::new(ReasonCode::Hook),
+                Reason::new(ReasonCode::RuleAsk),
+            ],
+            remember: RememberOffer::NotAsked,
+            note: Some("needs \"a\" person\n".into()),
+        };
+        let args = json!({"path": "/tmp/x y", "token": "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789", "n": [1, -2, 1.5, 12_345_678_901_234_567_890_u64, null, true], "\u{1f600}": {"z": "é\t"}});
+        let base = CallFields {
+            request_id: "1",
+            server: "fs",
+            identity: Some("sha256:fs-key"),
+            tool: "read_file",
+            arguments: Some(&args),
+            decision: &allow,
+            approver: &Approver::Policy(Some(ReasonCode::RuleAllow)),
+            pin: Some("sha256:0123"),
+            outcome: None,
+            host: None,
+            idempotency: None,
+            instance: None,
+            egress: None,
+        };
+        let queue = Approver::Person(Channel::Queue("alice".into()));
+        let elicitation = Approver::Person(Channel::Elicitation);
+        let input = Approver::Person(Channel::InputRequired);
+        let relayed = Approver::Person(Channel::RelayedAnswer);
+        let no_arguments = json!([]);
+        let calls = [
+            base,
+            CallFields {
+                request_id: "\"r-\\\"2\"",
+                server: "",
+                identity: None,
+                tool: "nope",
+                arguments: None,
+                decision: &deny,
+                approver: &Approver::Gateway,
+                pin: None,
+                outcome: Some(Outcome::Denied),
+                ..base
+            },
+            CallFields {
+                request_id: "3",
+                decision: &ask,
+                approver: &queue,
+                host: Some("ci-bot"),
+                idempotency: Some(("key-1", true)),
+                ..base
+            },
+            CallFields {
+                request_id: "4",
+                approver: &elicitation,
+                idempotency: Some(("host key", false)),
+                instance: Some((Instance::ReadOnly, Some("sha256:ro-key"))),
+                ..base
+            },
+            CallFields {
+                request_id: "5",
+                approver: &input,
+                instance: Some((Instance::Full, None)),
+                outcome: Some(Outcome::InputRequired),
+                ..base
+            },
+            CallFields {
+                request_id: "6",
+                approver: &relayed,
+                outcome: Some(Outcome::Relayed),
+                arguments: Some(&no_arguments),
+                ..base
+            },
+            CallFields {
+                request_id: "7",
+                approver: &Approver::Policy(None),
+                outcome: Some(Outcome::InvalidArguments),
+                ..base
+            },
+            CallFields {
+                request_id: "8",
+                outcome: Some(Outcome::Replayed),
+                idempotency: Some(("k", false)),
+                ..base
+            },
+        ];
+        for fields in &calls {
+            journal.call(fields);
+        }
+        journal.commit().unwrap();
+        journal.outcome(1, Outcome::Ok, 12, 0);
+        journal.commit().unwrap();
+        let all = [
+            Outcome::Ok,
+            Outcome::ToolError,
+            Outcome::ProtocolError,
+            Outcome::OutputSchemaMismatch,
+            Outcome::Failed,
+            Outcome::FailedRetried,
+            Outcome::Unsent,
+            Outcome::Denied,
+            Outcome::InvalidArguments,
+            Outcome::InputRequired,
+            Outcome::Relayed,
+            Outcome::Cancelled,
+            Outcome::HostGone,
+            Outcome::Shutdown,
+            Outcome::Replayed,
+        ];
+        for (idx, outcome) in all.iter().enumerate() {
+            journal.outcome(
+                idx as u64 + 1,
+                *outcome,
+                idx as u64 * 1000,
+                (idx % 3) as u32,
+            );
+        }
+        journal.commit().unwrap();
+        for outcome in all {
+            journal.outcome(4, outcome, 0, 1);
+            journal.commit().unwrap();
+        }
+        let written: Vec<(String, String)> = store
+            .entries(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|entry| (entry.stored_kind, entry.stored_body))
+            .collect();
+        assert_eq!(written.len(), 25);
+        assert_eq!(written, golden[..25]);
+        // Every outcome keeps the name it always had.
+        let names: Vec<&str> = all
+            .iter()
+            .map(|outcome| code_of(*outcome).as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ok",
+                "tool-error",
+                "protocol-error",
+                "output-schema-mismatch",
+                "failed",
+                "failed, retried",
+                "unsent",
+                "denied",
+                "invalid-arguments",
+                "input-required",
+                "relayed",
+                "cancelled",
+                "host-gone",
+                "shutdown",
+                "replayed"
+            ]
+        );
     }
 
     fn json_value() -> impl Strategy<Value = Value> {

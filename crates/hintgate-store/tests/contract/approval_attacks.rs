@@ -174,10 +174,8 @@ fn last_of(store: &dyn Store, kind: EntryKind) -> u64 {
 fn calls(store: &dyn Store, count: usize) {
     let entries: Vec<NewEntry> = (0..count)
         .map(|n| {
-            NewEntry::from_value(
+            hintgate_store::test_util::call_entry(
                 1_795_000_000,
-                EntryKind::Call,
-                None,
                 &json!({"server": "fs", "tool": "read", "n": n}),
             )
         })
@@ -339,7 +337,7 @@ fn a_copy_put_back_and_written_to_is_refused_at_the_heads_place() {
         // a team store) appends past the head: the log is as long as the
         // head says, but the record at its place is another one.
         let others: Vec<NewEntry> = (0..6)
-            .map(|n| NewEntry::from_value(0, EntryKind::Call, None, &json!({"n": n})))
+            .map(|n| hintgate_store::test_util::call_entry(0, &json!({"n": n})))
             .collect();
         (case.headless)().append(&others).unwrap();
         assert!(
@@ -361,7 +359,7 @@ fn another_writers_appends_after_the_head_are_no_rollback() {
         // The head is a lower bound: on a team store other gateways append
         // after this one's last commit.
         let others: Vec<NewEntry> = (0..5)
-            .map(|n| NewEntry::from_value(0, EntryKind::Call, None, &json!({"n": n})))
+            .map(|n| hintgate_store::test_util::call_entry(0, &json!({"n": n})))
             .collect();
         (case.headless)().append(&others).unwrap();
         let store = (case.gateway)().unwrap();

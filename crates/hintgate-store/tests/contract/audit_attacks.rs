@@ -2,8 +2,8 @@
 //! SQLite and PostgreSQL: each one must make `verify` fail.
 
 use hintgate_store::{
-    AuditLog, AuditSetup, EntryKind, HeadPlace, HeadState, KeyError, KeySource, NewEntry, Problem,
-    Span, SqliteStore, StoreError, Verification,
+    AuditLog, AuditSetup, HeadPlace, HeadState, KeyError, KeySource, NewEntry, Problem, Span,
+    SqliteStore, StoreError, Verification,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -137,10 +137,8 @@ fn fill(log: &dyn AuditLog) {
     for n in 0..10 {
         let calls: Vec<NewEntry> = (0..4)
             .map(|i| {
-                NewEntry::from_value(
+                hintgate_store::test_util::call_entry(
                     1_795_000_000 + n,
-                    EntryKind::Call,
-                    None,
                     &json!({"server": "fs", "tool": format!("tool-{n}-{i}"), "verdict": "allow"}),
                 )
             })
@@ -220,7 +218,7 @@ const ATTACKS: &[(&str, Attack, &[&str])] = &[
         |db| {
             let mut rows = db.rows();
             let mut forged = rows[0].clone();
-            forged.body = r#"{"server":"fs","tool":"forged","verdict":"allow"}"#.to_owned();
+            forged.body = hintgate_store::test_util::call_entry(0, &json!({"tool": "forged"})).body;
             rows.insert(1, forged);
             for (idx, row) in rows.iter_mut().enumerate() {
                 row.seq = i64::try_from(idx).unwrap() + 1;
@@ -240,7 +238,7 @@ const ATTACKS: &[(&str, Attack, &[&str])] = &[
                 seq: last.seq + 1,
                 prev: last.hash.clone(),
                 hash: format!("hmac-sha256:{key_id}:{}", "ab".repeat(32)),
-                body: r#"{"server":"fs","tool":"forged","verdict":"allow"}"#.to_owned(),
+                body: hintgate_store::test_util::call_entry(0, &json!({"tool": "forged"})).body,
                 ..last.clone()
             };
             let mut rows = rows.clone();
@@ -451,7 +449,8 @@ fn unkeyed_rows(count: i64) -> Vec<Row> {
             at: 1_790_000_000,
             kind: "call".to_owned(),
             call: None,
-            body: format!(r#"{{"server":"fs","tool":"old-{seq}","verdict":"allow"}}"#),
+            body: hintgate_store::test_util::call_entry(0, &json!({"tool": format!("old-{seq}")}))
+                .body,
             prev: String::new(),
             hash: String::new(),
         })
@@ -613,7 +612,7 @@ fn a_missing_key_of_a_keyed_log_is_named_and_not_replaced() {
     );
     assert!(
         matches!(
-            log.append(&[NewEntry::from_value(0, EntryKind::Call, None, &json!({}))]),
+            log.append(&[hintgate_store::test_util::call_entry(0, &json!({}))]),
             Err(StoreError::NoKey)
         ),
         "nothing is chained without the key"
@@ -735,7 +734,7 @@ fn a_sqlite_log_deleted_with_its_head_is_told_from_a_new_one() {
     ));
     assert!(!head.exists(), "no head hides the deletion");
     let reader = reader_of(&path);
-    let entry = NewEntry::from_value(0, EntryKind::Call, None, &json!({"tool": "x"}));
+    let entry = hintgate_store::test_util::call_entry(0, &json!({"tool": "x"}));
     assert!(matches!(
         reader.append(std::slice::from_ref(&entry)),
         Err(StoreError::RolledBack(_))
@@ -863,7 +862,7 @@ fn a_postgres_log_takes_no_record_without_the_shared_key() {
     };
     fill(&log);
     let url = database_of(dir.path()).unwrap();
-    let entry = NewEntry::from_value(0, EntryKind::Call, None, &json!({"tool": "x"}));
+    let entry = hintgate_store::test_util::call_entry(0, &json!({"tool": "x"}));
     // Without a key: refused.
     let keyless = hintgate_store::PgStore::open(&url).unwrap();
     assert!(matches!(
@@ -916,7 +915,7 @@ fn the_head_names_the_last_commit_and_never_a_failed_one() {
              BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
         )
         .unwrap();
-    let entry = |tool: &str| NewEntry::from_value(0, EntryKind::Call, None, &json!({"tool": tool}));
+    let entry = |tool: &str| hintgate_store::test_util::call_entry(0, &json!({"tool": tool}));
     assert!(log.append(&[entry("kept"), entry("refused")]).is_err());
     assert_eq!(
         head_of(&log),
@@ -943,12 +942,20 @@ proptest::proptest! {
         let log = SqliteStore::open(&path).unwrap();
         for n in 0..4 {
             let calls: Vec<NewEntry> = (0..3)
-                .map(|i| NewEntry::from_value(
-                    1_795_000_000 + n,
-                    if i == 2 { EntryKind::Outcome } else { EntryKind::Call },
-                    (i == 2).then_some(1),
-                    &json!({"tool": format!("t{n}{i}"), "n": n}),
-                ))
+                .map(|i| {
+                    if i == 2 {
+                        hintgate_store::test_util::outcome_entry(
+                            1_795_000_000 + n,
+                            1,
+                            hintgate_store::record::OutcomeCode::Ok,
+                        )
+                    } else {
+                        hintgate_store::test_util::call_entry(
+                            1_795_000_000 + n,
+                            &json!({"tool": format!("t{n}{i}"), "n": n}),
+                        )
+                    }
+                })
                 .collect();
             log.append(&calls).unwrap();
         }
@@ -1029,10 +1036,8 @@ fn the_witness_finds_a_rewrite_by_the_keys_holder<S: AuditLog>(
     // Two runs of the gateway: each checkpoints at its first commit.
     fill(&open(dir));
     open(dir)
-        .append(&[NewEntry::from_value(
+        .append(&[hintgate_store::test_util::call_entry(
             1_795_000_100,
-            EntryKind::Call,
-            None,
             &json!({"tool": "late"}),
         )])
         .unwrap();
