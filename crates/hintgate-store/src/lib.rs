@@ -1802,7 +1802,7 @@ pub mod test_util {
         let body = serde_json::Value::Object(body);
         let record: crate::record::CallRecord =
             serde_json::from_value(body).expect("a call record");
-        crate::NewEntry::of(at, None, &crate::Record::Call(record))
+        crate::NewEntry::of(at, None, &crate::Record::Call(Box::new(record)))
     }
 
     /// The outcome record of the call at `call`, as the gateway writes it.

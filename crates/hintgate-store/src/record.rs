@@ -39,8 +39,9 @@ use crate::entry::EntryKind;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Record {
-    /// A call and the decision on it ([`EntryKind::Call`]).
-    Call(CallRecord),
+    /// A call and the decision on it ([`EntryKind::Call`]); boxed, as the
+    /// largest kind by far.
+    Call(Box<CallRecord>),
     /// How one call ended ([`EntryKind::Outcome`]); the record's `call`
     /// names the call.
     Outcome(OutcomeRecord),
@@ -932,10 +933,10 @@ mod tests {
         let (full, bare) = calls();
         let mut call_properties = keys(&def("callFields")["properties"]);
         call_properties.extend(keys(&def("call")["properties"]));
-        assert_eq!(call_properties, written(&Record::Call(full)));
+        assert_eq!(call_properties, written(&Record::Call(Box::new(full))));
         assert_eq!(
             strings(&def("callFields")["required"]),
-            written(&Record::Call(bare))
+            written(&Record::Call(Box::new(bare)))
         );
         let outcome = Record::Outcome(OutcomeRecord {
             attempt: 0,
@@ -996,7 +997,7 @@ mod tests {
         }
         let (full, bare) = calls();
         for call in [full, bare] {
-            let body: Value = serde_json::from_str(&Record::Call(call).to_json()).unwrap();
+            let body: Value = serde_json::from_str(&Record::Call(Box::new(call)).to_json()).unwrap();
             assert!(validator("call").is_valid(&body), "{body}");
         }
     }

@@ -142,7 +142,7 @@ impl Journal {
     /// batch (`None` without a log).
     pub fn call(&mut self, fields: &CallFields<'_>) -> Option<usize> {
         self.log.as_ref()?;
-        let record = Record::Call(self.call_record(fields));
+        let record = Record::Call(Box::new(self.call_record(fields)));
         self.batch.push(NewEntry::of(unix_now(), None, &record));
         self.held.push(fields.outcome.is_some());
         self.urgent = true;
