@@ -1,9 +1,5 @@
 //! The flow against a scripted HTTP client and a clock that only moves when
 //! told: every check and every attack, without a network.
-#![expect(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -6,10 +6,6 @@
 //! token endpoint authentication, the refusal of a resource mismatch).
 //!
 //! The suite comes from `.tools/` (installed by `scripts/setup-peers`).
-#![expect(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -64,7 +60,7 @@ fn auth_scenarios(dir: &Path) -> Vec<String> {
 
 fn baselined() -> Vec<String> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/conformance-auth-expected-failures.yml");
+        .join("tests/it/conformance-auth-expected-failures.yml");
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
