@@ -27,6 +27,8 @@
 //! `Debug` and `Display` never show the value; no error ([`OAuthError`])
 //! carries a value a server sent in a token field.
 
+#![forbid(unsafe_code)]
+
 pub mod challenge;
 pub mod flow;
 mod http;
