@@ -264,11 +264,12 @@ pub async fn register_dynamic<H: HttpClient>(
         });
     }
     let reg: RegistrationResponse =
-        serde_json::from_slice(&response.body).map_err(|e| OAuthError::Malformed {
+        serde_json::from_slice(&response.body).map_err(|_| OAuthError::Malformed {
             what: "registration response",
             url: endpoint.to_owned(),
-            // serde's message names a field or a position, never a value.
-            reason: e.to_string(),
+            // serde's message can quote a value, and this response carries
+            // the client secret: a fixed text instead.
+            reason: "not a JSON object with a string client_id".to_owned(),
         })?;
     if let (Some(uris), Some(ours)) = (&reg.redirect_uris, redirect_uri)
         && uris.iter().any(|u| u != ours)

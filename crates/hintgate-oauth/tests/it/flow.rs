@@ -429,6 +429,29 @@ fn step_up_is_never_granted_silently() {
     assert!(err.to_string().contains("auth login docs --scope"));
 }
 
+#[tokio::test]
+async fn a_malformed_registration_response_does_not_quote_its_secret() {
+    let http = FakeHttp::default();
+    http.post(
+        "https://auth.example/register",
+        201,
+        json!({"client_id": "x", "client_secret": 987_654_321}),
+    );
+    let err = register::register_dynamic(
+        &http,
+        "https://auth.example/register",
+        &server_meta(),
+        "hintgate",
+        None,
+        &["client_credentials"],
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), "oauth-malformed");
+    assert!(!format!("{err} {err:?}").contains("987654321"));
+}
+
 #[test]
 fn attack_redirect_to_a_non_loopback_uri_is_refused() {
     let meta = server_meta();
