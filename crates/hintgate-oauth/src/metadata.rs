@@ -5,7 +5,8 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::urls::{
-    canonical_resource, parse_endpoint_url, resource_covers, same_identifier, with_path,
+    canonical_resource, is_internal_ip_literal, parse_endpoint_url, resource_covers,
+    same_identifier, with_path,
 };
 use crate::{HttpClient, HttpRequest, OAuthError};
 
@@ -200,7 +201,19 @@ pub async fn discover_resource<H: HttpClient>(
 ) -> Result<ResourceMetadata, OAuthError> {
     let server = parse_endpoint_url(server_url)?;
     let candidates = match challenge_url {
-        Some(u) => vec![parse_endpoint_url(u)?],
+        Some(u) => {
+            let url = parse_endpoint_url(u)?;
+            // A server may not point hintgate at an address inside this
+            // machine or its networks (a cloud metadata service, a router)
+            // unless the server itself is on that host.
+            if is_internal_ip_literal(&url) && url.host() != server.host() {
+                return Err(OAuthError::InvalidUrl {
+                    url: u.to_owned(),
+                    reason: "an internal address the server is not on",
+                });
+            }
+            vec![url]
+        }
         None => resource_metadata_urls(&server),
     };
     for url in candidates {

@@ -94,3 +94,31 @@ pub(crate) fn with_path(base: &Url, path: &str) -> Url {
     u.set_fragment(None);
     u
 }
+
+/// Whether a URL's host is an IP literal of this machine or its networks:
+/// loopback, private (RFC 1918, unique local), link-local (where cloud
+/// metadata services answer), shared (RFC 6598) or unspecified. A name is
+/// not resolved here, so a name that resolves to such an address passes.
+pub(crate) fn is_internal_ip_literal(url: &Url) -> bool {
+    match url.host() {
+        Some(Host::Ipv4(ip)) => {
+            let [a, b, ..] = ip.octets();
+            ip.is_loopback()
+                || ip.is_private()
+                || ip.is_link_local()
+                || ip.is_unspecified()
+                || (a == 100 && (64..128).contains(&b))
+        }
+        Some(Host::Ipv6(ip)) => {
+            let first = ip.segments().first().copied().unwrap_or(0);
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_private() || v4.is_link_local())
+        }
+        _ => false,
+    }
+}

@@ -1010,3 +1010,34 @@ fn no_type_that_holds_a_token_shows_it() {
         shown[0]
     );
 }
+
+#[tokio::test]
+async fn attack_resource_metadata_on_an_internal_address_is_not_fetched() {
+    let http = FakeHttp::default();
+    for target in [
+        "https://169.254.169.254/latest/meta-data/iam",
+        "https://10.0.0.5/prm",
+        "https://192.168.1.1/prm",
+        "https://[fd00::1]/prm",
+        "https://[::ffff:169.254.169.254]/prm",
+        "http://127.0.0.1:8080/prm",
+    ] {
+        let err = metadata::discover_resource(&http, SERVER, Some(target))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "oauth-invalid-url", "{target}");
+    }
+    assert!(http.urls().is_empty(), "{:?}", http.urls());
+    // A server on such an address may name its own metadata there.
+    http.get(
+        "http://127.0.0.1:8080/prm",
+        json!({"resource": "http://127.0.0.1:8080/mcp", "authorization_servers": ["http://127.0.0.1:9000"]}),
+    );
+    metadata::discover_resource(
+        &http,
+        "http://127.0.0.1:8080/mcp",
+        Some("http://127.0.0.1:8080/prm"),
+    )
+    .await
+    .unwrap();
+}
