@@ -335,6 +335,16 @@ pub async fn discover_server<H: HttpClient>(
             issuer: issuer.to_string(),
         });
     }
+    // As for the resource metadata: no authorization server on an internal
+    // address the resource (the server) is not on.
+    let resource_host = Url::parse(&resource.resource).ok();
+    if is_internal_ip_literal(issuer) && resource_host.as_ref().and_then(Url::host) != issuer.host()
+    {
+        return Err(OAuthError::InvalidUrl {
+            url: issuer.to_string(),
+            reason: "an internal address the server is not on",
+        });
+    }
     for url in server_metadata_urls(issuer) {
         if let Some((doc, from)) = get_json(http, &url).await? {
             return check_server_metadata(&doc, &from, issuer);

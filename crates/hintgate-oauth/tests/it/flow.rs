@@ -1041,3 +1041,19 @@ async fn attack_resource_metadata_on_an_internal_address_is_not_fetched() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn attack_authorization_server_on_an_internal_address_is_not_fetched() {
+    let http = FakeHttp::default();
+    let resource = ResourceMetadata {
+        resource: SERVER.into(),
+        authorization_servers: vec!["https://169.254.169.254".into()],
+        scopes_supported: None,
+    };
+    let issuer = metadata::choose_issuer(&resource, None).unwrap();
+    let err = metadata::discover_server(&http, &resource, &issuer)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "oauth-invalid-url");
+    assert!(http.urls().is_empty(), "{:?}", http.urls());
+}
