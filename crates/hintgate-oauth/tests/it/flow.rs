@@ -1057,3 +1057,45 @@ async fn attack_authorization_server_on_an_internal_address_is_not_fetched() {
     assert_eq!(err.code(), "oauth-invalid-url");
     assert!(http.urls().is_empty(), "{:?}", http.urls());
 }
+
+#[tokio::test]
+async fn loopback_listener_ends_the_login_after_16_wrong_states() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = RedirectListener::bind(0).await.unwrap();
+    let redirect = listener.redirect_uri().to_owned();
+    let request = flow::authorization_request(
+        &server_meta(),
+        &public_client(),
+        SERVER,
+        &[],
+        &redirect,
+        Pkce::generate().unwrap(),
+        Secret::new("good-state"),
+    )
+    .unwrap();
+    let addr = redirect
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let local = tokio::spawn(async move {
+        // Each connection waits for its answer, so the listener has read
+        // every one of them before the next is made.
+        for _ in 0..17 {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            s.write_all(b"GET /callback?code=evil&state=bad HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            assert!(out.starts_with("HTTP/1.1 400"), "{out}");
+        }
+    });
+    let err = listener
+        .wait(&request, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(err, OAuthError::StateMismatch);
+    local.await.unwrap();
+}
