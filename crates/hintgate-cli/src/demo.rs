@@ -129,6 +129,7 @@ fn server(
         decide: hintgate_policy::config::ServerHook::Inherit,
         idempotency_key: None,
         read_only: None,
+        oauth: None,
     }
 }
 

@@ -324,7 +324,8 @@ impl View<'_> {
             .or(ended.map(|ended| ended.outcome))
             .map_or("pending", OutcomeCode::as_str);
         if args.json {
-            let mut record = json_line(&Record::Call(Box::new(call.clone())), seq, entry.at, "call");
+            let mut record =
+                json_line(&Record::Call(Box::new(call.clone())), seq, entry.at, "call");
             if let Some(object) = record.as_object_mut() {
                 object.insert("outcome".into(), Value::from(outcome));
                 if let Some(ended) = ended {

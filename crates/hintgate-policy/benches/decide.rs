@@ -59,6 +59,7 @@ fn world() -> World {
                 decide: hintgate_policy::config::ServerHook::Inherit,
                 idempotency_key: None,
                 read_only: None,
+                oauth: None,
             };
             (name, config)
         })

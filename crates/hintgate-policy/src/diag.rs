@@ -63,6 +63,9 @@ pub enum DiagCode {
     /// sandbox: the credentials guard only what they reach, and nothing
     /// stops the server writing this machine's files.
     VouchWithoutSandbox,
+    /// A client secret written in the config file (`[servers.NAME.oauth]
+    /// client_secret`), where every reader of the file sees it.
+    SecretInConfig,
 }
 
 /// One problem in a configuration.
@@ -111,7 +114,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -131,6 +134,7 @@ impl DiagCode {
         Self::LookAlikeServerNames,
         Self::ReadOnlyUnchanged,
         Self::VouchWithoutSandbox,
+        Self::SecretInConfig,
     ];
 
     /// The stable kebab-case code.
@@ -155,6 +159,7 @@ impl DiagCode {
             Self::LookAlikeServerNames => "look-alike-server-names",
             Self::ReadOnlyUnchanged => "read-only-unchanged",
             Self::VouchWithoutSandbox => "vouch-without-sandbox",
+            Self::SecretInConfig => "secret-in-config",
         }
     }
 }

@@ -997,7 +997,8 @@ mod tests {
         }
         let (full, bare) = calls();
         for call in [full, bare] {
-            let body: Value = serde_json::from_str(&Record::Call(Box::new(call)).to_json()).unwrap();
+            let body: Value =
+                serde_json::from_str(&Record::Call(Box::new(call)).to_json()).unwrap();
             assert!(validator("call").is_valid(&body), "{body}");
         }
     }

@@ -170,6 +170,7 @@ fn server_keys_hide_secrets_but_change_with_them() {
         decide: hintgate_policy::config::ServerHook::Inherit,
         idempotency_key: None,
         read_only: None,
+        oauth: None,
     };
     let caps = json!({"elicitation": {}});
     let key = hintgate_store::server_key(&server("secret-1"), &json!(null), &caps, b"salt");

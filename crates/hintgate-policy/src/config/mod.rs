@@ -221,6 +221,49 @@ pub struct ServerConfig {
     /// A second instance of the server, with credentials that can only
     /// read, for the calls that only read (`[servers.NAME.read_only]`).
     pub read_only: Option<ReadOnlyConfig>,
+    /// How hintgate signs in to a URL server behind OAuth
+    /// (`[servers.NAME.oauth]`); `None` when the table is absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// A `[servers.NAME.oauth]` table: hintgate as the OAuth client of a URL
+/// server (docs/oauth-client.md). Every key is optional: without any, the
+/// client is registered dynamically or by a client ID metadata document.
+/// A client secret is never written here, only where to read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OAuthConfig {
+    /// A pre-registered client id.
+    pub client_id: Option<String>,
+    /// A file holding the client secret (readable by its owner only).
+    pub client_secret_file: Option<String>,
+    /// An environment variable holding the client secret.
+    pub client_secret_env: Option<String>,
+    /// The URL of a client ID metadata document the user hosts (https).
+    pub client_metadata_url: Option<String>,
+    /// The issuer to sign in with, among those the server's resource
+    /// metadata names.
+    pub authorization_server: Option<String>,
+    /// The scopes to ask for instead of those the server suggests.
+    pub scopes: Option<Vec<String>>,
+    /// How a token is obtained.
+    pub grant: OAuthGrant,
+    /// The loopback port of the redirect (a pre-registered client may need
+    /// a fixed one); any free port when unset.
+    pub redirect_port: Option<u16>,
+}
+
+/// How a token is obtained (`[servers.NAME.oauth] grant`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OAuthGrant {
+    /// A person signs in in a browser; the redirect comes to loopback.
+    #[default]
+    AuthorizationCode,
+    /// A person signs in on another device (RFC 8628).
+    Device,
+    /// A service account: the client's own secret, no person.
+    ClientCredentials,
 }
 
 /// A `[servers.NAME.read_only]` table: how to reach a second instance of
@@ -405,6 +448,7 @@ impl ValidConfig {
             decide: ServerHook::Inherit,
             idempotency_key: Some(DEFAULT_IDEMPOTENCY_KEY.to_owned()),
             read_only: None,
+            oauth: None,
         };
         Self {
             gateway: GatewaySettings {

@@ -13,8 +13,8 @@ use toml::de::{DeArray, DeString, DeTable, DeValue};
 
 use super::{
     Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, Egress, GatewaySettings,
-    HookConfig, HookMode, Label, ListenSettings, PrivateData, Profile, ReadOnlyConfig, Rule,
-    SandboxConfig, ServerConfig, ServerHook, Transport, ValidConfig,
+    HookConfig, HookMode, Label, ListenSettings, OAuthConfig, OAuthGrant, PrivateData, Profile,
+    ReadOnlyConfig, Rule, SandboxConfig, ServerConfig, ServerHook, Transport, ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -80,6 +80,20 @@ const SERVER_KEYS: &[&str] = &[
     "decide_timeout_ms",
     "idempotency_key",
     "read_only",
+    "oauth",
+];
+/// `client_secret` is listed so that it is reported as
+/// `secret-in-config`, not as an unknown key.
+const OAUTH_KEYS: &[&str] = &[
+    "client_id",
+    "client_secret",
+    "client_secret_file",
+    "client_secret_env",
+    "client_metadata_url",
+    "authorization_server",
+    "scopes",
+    "grant",
+    "redirect_port",
 ];
 const READ_ONLY_KEYS: &[&str] = &["command", "args", "env", "url", "headers", "vouch"];
 const SANDBOX_KEYS: &[&str] = &[
@@ -731,6 +745,7 @@ impl Walker<'_> {
         let transport = match (command, url) {
             (Some((command, command_span)), None) => {
                 self.only_with(table, path, "headers", "`url`");
+                self.only_with(table, path, "oauth", "`url`");
                 if command.trim().is_empty() {
                     self.push(
                         Diagnostic::error(
@@ -784,6 +799,16 @@ impl Walker<'_> {
             }
         };
         let transport = transport?;
+        let oauth = match (entry(table, "oauth"), &transport) {
+            (Some((_, value)), Transport::Http { .. }) => match value.get_ref() {
+                DeValue::Table(oauth) => Some(self.oauth(oauth, &join(path, "oauth"))),
+                other => {
+                    self.wrong_value_type(value, &join(path, "oauth"), "a table", other);
+                    None
+                }
+            },
+            _ => None,
+        };
         let vouch_span = read_only_table
             .as_ref()
             .and_then(|(_, read_only)| entry(read_only, "vouch"))
@@ -800,6 +825,7 @@ impl Walker<'_> {
             decide,
             idempotency_key,
             read_only,
+            oauth,
         };
         // The same words `explain` gives as a caveat: what the vouch does
         // not cover on a server that runs here unconfined.
@@ -816,6 +842,145 @@ impl Walker<'_> {
             self.push(diagnostic);
         }
         Some(config)
+    }
+
+    /// A `[servers.NAME.oauth]` table. A client secret written in it is
+    /// refused (`secret-in-config`): only where to read one is accepted.
+    fn oauth(&mut self, table: &DeTable<'_>, path: &str) -> OAuthConfig {
+        self.check_keys(table, path, OAUTH_KEYS);
+        // No span: `config check` would print the line, and the secret on
+        // it, to a terminal or a CI log. The key names the place.
+        if entry(table, "client_secret").is_some() {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::SecretInConfig,
+                    join(path, "client_secret"),
+                    "a client secret is never written in the config file",
+                )
+                .with_help(
+                    "put it in a file only you can read and name it in `client_secret_file`, or in an environment variable named in `client_secret_env`",
+                ),
+            );
+        }
+        let client_id = self.string(table, path, "client_id").map(|(text, _)| text);
+        let secret_file = self.template(table, path, "client_secret_file");
+        let secret_env = self.string(table, path, "client_secret_env");
+        if let (Some(_), Some((_, span))) = (&secret_file, &secret_env) {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::ConflictingKeys,
+                    join(path, "client_secret_env"),
+                    "`client_secret_file` and `client_secret_env` both name the client secret",
+                )
+                .at(span.clone())
+                .with_help("keep one of them"),
+            );
+        }
+        let secret_span = secret_file
+            .as_ref()
+            .or(secret_env.as_ref())
+            .map(|(_, span)| span.clone());
+        if let (Some(span), None) = (&secret_span, &client_id) {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::MissingKey,
+                    join(path, "client_id"),
+                    "a client secret needs the `client_id` it belongs to",
+                )
+                .at(span.clone()),
+            );
+        }
+        let mut urls = [None, None];
+        for (slot, key) in urls
+            .iter_mut()
+            .zip(["client_metadata_url", "authorization_server"])
+        {
+            if let Some((text, span)) = self.template(table, path, key) {
+                let key_path = join(path, key);
+                if key == "client_metadata_url"
+                    && !text.starts_with("https://")
+                    && !text.starts_with("${")
+                {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            key_path,
+                            format!("`{text}` is not an https URL"),
+                        )
+                        .at(span)
+                        .with_help("a client ID metadata document is served over https, at a URL with a path"),
+                    );
+                } else {
+                    self.check_url(&text, span, &key_path);
+                }
+                *slot = Some(text);
+            }
+        }
+        let [client_metadata_url, authorization_server] = urls;
+        let scopes = self.string_array(table, path, "scopes", |walker, text, span, key| {
+            if text.is_empty() || text.contains(char::is_whitespace) {
+                walker.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        key,
+                        format!("`{text}` is not one scope"),
+                    )
+                    .at(span)
+                    .with_help("write each scope as its own string, without spaces"),
+                );
+            }
+        });
+        let grant = match self.string(table, path, "grant") {
+            Some((text, span)) => {
+                match text.as_str() {
+                    "authorization_code" => OAuthGrant::AuthorizationCode,
+                    "device" => OAuthGrant::Device,
+                    "client_credentials" => {
+                        if secret_span.is_none() {
+                            self.push(
+                            Diagnostic::error(
+                                DiagCode::MissingKey,
+                                join(path, "grant"),
+                                "`client_credentials` needs a client secret",
+                            )
+                            .at(span)
+                            .with_help("add `client_id` and `client_secret_file` or `client_secret_env`"),
+                        );
+                        }
+                        OAuthGrant::ClientCredentials
+                    }
+                    other => {
+                        self.push(
+                            Diagnostic::error(
+                                DiagCode::InvalidValue,
+                                join(path, "grant"),
+                                format!("unknown grant `{other}`"),
+                            )
+                            .at(span)
+                            .with_help(help_one_of(
+                                other,
+                                &["authorization_code", "device", "client_credentials"],
+                            )),
+                        );
+                        OAuthGrant::AuthorizationCode
+                    }
+                }
+            }
+            None => OAuthGrant::AuthorizationCode,
+        };
+        let redirect_port = self
+            .bounded_in(table, path, "redirect_port", 1, u64::from(u16::MAX))
+            .and_then(|port| u16::try_from(port).ok());
+        OAuthConfig {
+            client_id,
+            client_secret_file: secret_file.map(|(text, _)| text),
+            client_secret_env: secret_env.map(|(text, _)| text),
+            client_metadata_url,
+            authorization_server,
+            scopes,
+            grant,
+            redirect_port,
+        }
     }
 
     /// A `[servers.NAME.read_only]` table: the server's transport with

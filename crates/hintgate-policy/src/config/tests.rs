@@ -874,3 +874,131 @@ fn a_vouched_stdio_server_without_a_sandbox_is_warned_about_as_explain_says() {
         assert_eq!(codes(&quiet), vec![], "{quiet}");
     }
 }
+
+#[test]
+fn an_oauth_table_is_read_with_its_defaults() {
+    let source = r#"
+[servers.docs]
+url = "https://docs.example/mcp"
+
+[servers.docs.oauth]
+
+[servers.svc]
+url = "https://svc.example/mcp"
+
+[servers.svc.oauth]
+client_id = "hintgate-svc"
+client_secret_file = "/etc/hintgate/svc-secret"
+authorization_server = "https://auth.example"
+scopes = ["files:read", "offline_access"]
+grant = "client_credentials"
+redirect_port = 8765
+"#;
+    let (config, diagnostics) = parse_str(source);
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let config = config.unwrap();
+    assert_eq!(
+        config.servers["docs"].oauth,
+        Some(super::OAuthConfig::default())
+    );
+    let svc = config.servers["svc"].oauth.clone().unwrap();
+    assert_eq!(svc.client_id.as_deref(), Some("hintgate-svc"));
+    assert_eq!(
+        svc.client_secret_file.as_deref(),
+        Some("/etc/hintgate/svc-secret")
+    );
+    assert_eq!(svc.grant, super::OAuthGrant::ClientCredentials);
+    assert_eq!(svc.redirect_port, Some(8765));
+    assert_eq!(
+        svc.scopes,
+        Some(vec!["files:read".to_owned(), "offline_access".to_owned()])
+    );
+    // A server without the table has none.
+    let (config, _) = parse_str("[servers.a]\nurl = \"https://a.example\"\n");
+    assert_eq!(config.unwrap().servers["a"].oauth, None);
+}
+
+#[test]
+fn a_client_secret_in_the_config_is_refused_where_it_is_written() {
+    let source = "[servers.a]\nurl = \"https://a.example\"\n[servers.a.oauth]\nclient_id = \"c\"\nclient_secret = \"s3cret\"\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none());
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    let d = &diagnostics[0];
+    assert_eq!(d.code, DiagCode::SecretInConfig);
+    assert_eq!(d.code.as_str(), "secret-in-config");
+    assert_eq!(d.key, "servers.a.oauth.client_secret");
+    // No span: the renderer would print the line, secret included.
+    assert_eq!(d.span, None);
+    assert!(!d.message.contains("s3cret") && !format!("{d:?}").contains("s3cret"));
+}
+
+#[test]
+fn every_problem_of_an_oauth_table_is_named_by_its_key() {
+    let url = "[servers.a]\nurl = \"https://a.example\"\n[servers.a.oauth]\n";
+    for (body, expected) in [
+        (
+            "client_secret_file = \"/s\"\n",
+            vec![(DiagCode::MissingKey, "servers.a.oauth.client_id")],
+        ),
+        (
+            "client_id = \"c\"\nclient_secret_file = \"/s\"\nclient_secret_env = \"S\"\n",
+            vec![(
+                DiagCode::ConflictingKeys,
+                "servers.a.oauth.client_secret_env",
+            )],
+        ),
+        (
+            "grant = \"client_credentials\"\n",
+            vec![(DiagCode::MissingKey, "servers.a.oauth.grant")],
+        ),
+        (
+            "grant = \"implicit\"\n",
+            vec![(DiagCode::InvalidValue, "servers.a.oauth.grant")],
+        ),
+        (
+            "client_metadata_url = \"http://me.example/c.json\"\n",
+            vec![(
+                DiagCode::InvalidValue,
+                "servers.a.oauth.client_metadata_url",
+            )],
+        ),
+        (
+            "authorization_server = \"http://auth.example\"\n",
+            vec![(
+                DiagCode::InsecureUrl,
+                "servers.a.oauth.authorization_server",
+            )],
+        ),
+        (
+            "scopes = [\"a b\", \"\"]\n",
+            vec![
+                (DiagCode::InvalidValue, "servers.a.oauth.scopes[0]"),
+                (DiagCode::InvalidValue, "servers.a.oauth.scopes[1]"),
+            ],
+        ),
+        (
+            "redirect_port = 70000\n",
+            vec![(DiagCode::InvalidValue, "servers.a.oauth.redirect_port")],
+        ),
+        (
+            "client_name = \"x\"\n",
+            vec![(DiagCode::UnknownKey, "servers.a.oauth.client_name")],
+        ),
+    ] {
+        let found = codes(&format!("{url}{body}"));
+        let expected: Vec<(DiagCode, String)> = expected
+            .into_iter()
+            .map(|(code, key)| (code, key.to_owned()))
+            .collect();
+        assert_eq!(found, expected, "{body}");
+    }
+    assert_eq!(
+        codes("[servers.a]\nurl = \"https://a.example\"\noauth = 1\n"),
+        vec![(DiagCode::WrongType, "servers.a.oauth".to_owned())]
+    );
+    assert_eq!(
+        codes("[servers.a]\ncommand = \"x\"\n[servers.a.oauth]\n"),
+        vec![(DiagCode::ConflictingKeys, "servers.a.oauth".to_owned())]
+    );
+}

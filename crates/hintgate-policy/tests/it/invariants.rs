@@ -135,6 +135,7 @@ fn server_config(name: &'static str) -> impl Strategy<Value = ServerConfig> {
         decide: hintgate_policy::config::ServerHook::Inherit,
         idempotency_key: None,
         read_only,
+        oauth: None,
     })
 }
 
