@@ -32,6 +32,9 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     };
     let mut config = expand(config, &ProcessEnv)?;
     refuse_unwired_oauth(&config)?;
+    if config.gateway.principal.is_none() {
+        config.gateway.principal = Some(local_principal());
+    }
     if let Some(seconds) = args.call_timeout {
         config.gateway.call_timeout_s = seconds.max(1);
     }
@@ -614,6 +617,30 @@ fn derive_name(command: &str, args: &[String]) -> String {
     crate::hosts::edit::server_name(base)
 }
 
+/// The host on stdio, as idempotency keys are kept: `local:NAME`, the name
+/// of the effective user (`local:uid-N` when the user database does not
+/// name it), so two users' gateways on one store keep their keys apart.
+fn local_principal() -> String {
+    let uid = rustix::process::geteuid().as_raw();
+    let name = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|passwd| user_name(&passwd, uid));
+    match name {
+        Some(name) => format!("local:{name}"),
+        None => format!("local:uid-{uid}"),
+    }
+}
+
+/// The name of user `uid` in a `passwd` file's text.
+fn user_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id = fields.nth(1)?.parse::<u32>().ok()?;
+        (id == uid && !name.is_empty()).then(|| name.to_owned())
+    })
+}
+
 /// A server with a `[servers.NAME.oauth]` table is refused: the table is
 /// read and checked (`config check`), but the gateway does not sign in to
 /// servers with OAuth yet, and starting it without would send its calls
@@ -748,6 +775,16 @@ mod tests {
         let (config, diagnostics) = hintgate_policy::config::parse_str(text);
         assert!(diagnostics.is_empty(), "{diagnostics:?}");
         config.unwrap().listen
+    }
+
+    #[test]
+    fn the_stdio_principal_is_the_local_users_name() {
+        let passwd =
+            "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/sh\nbroken\n";
+        assert_eq!(user_name(passwd, 1000).as_deref(), Some("alice"));
+        assert_eq!(user_name(passwd, 0).as_deref(), Some("root"));
+        assert_eq!(user_name(passwd, 4242), None);
+        assert!(local_principal().starts_with("local:"));
     }
 
     #[test]

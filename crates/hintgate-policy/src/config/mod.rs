@@ -138,6 +138,11 @@ pub struct GatewaySettings {
     /// How long a write's recorded result answers a call with the same
     /// idempotency key, in seconds (`idempotency_window_s`).
     pub idempotency_window_s: u64,
+    /// Who the host on stdio is (`principal`): the name its idempotency
+    /// keys are kept under, so that two users' gateways on one store never
+    /// answer each other's keys. `None`: `hintgate run` names the local
+    /// user (`local:NAME`).
+    pub principal: Option<String>,
 }
 
 /// The user's own program that takes part in every `tools/call` decision
@@ -424,6 +429,7 @@ impl Default for GatewaySettings {
             store: None,
             decide: None,
             idempotency_window_s: 86_400,
+            principal: None,
         }
     }
 }

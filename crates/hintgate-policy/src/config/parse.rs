@@ -65,6 +65,7 @@ const GATEWAY_KEYS: &[&str] = &[
     "decide_command_mode",
     "decide_timeout_ms",
     "idempotency_window_s",
+    "principal",
 ];
 const SERVER_KEYS: &[&str] = &[
     "command",
@@ -472,6 +473,25 @@ impl Walker<'_> {
             self.bounded(table, "idempotency_window_s", 1, MAX_IDEMPOTENCY_WINDOW_S)
         {
             settings.idempotency_window_s = window;
+        }
+        if let Some((principal, span)) = self.string(table, "gateway", "principal") {
+            if principal.is_empty()
+                || principal.len() > 256
+                || principal
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control())
+            {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "gateway.principal",
+                        "the principal must be one name of at most 256 characters, without spaces or control characters",
+                    )
+                    .at(span),
+                );
+            } else {
+                settings.principal = Some(principal);
+            }
         }
         settings.decide = match self.hook(table, "gateway") {
             ServerHook::Own(hook) => Some(hook),

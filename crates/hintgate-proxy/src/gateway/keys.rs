@@ -284,10 +284,14 @@ impl Keys<'_> {
         }
     }
 
+    /// Whose keys a call's are: its session's authenticated principal, or
+    /// for the host on stdio the gateway's own (`[gateway] principal`, the
+    /// local user unless configured).
     fn principal_of(&self, cx: &CallContext) -> &str {
         self.sessions
             .get(&cx.request.session)
             .and_then(|host| host.principal.as_deref())
+            .or(self.policy.config().gateway.principal.as_deref())
             .unwrap_or_default()
     }
 

@@ -3,6 +3,8 @@
 //! calls with one key in one turn send one, and a keyed call whose outcome
 //! is unknown is never sent again.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use crate::harness::{Behaviour, Harness, ServerScript, Setup, is_error, text};
@@ -218,4 +220,47 @@ async fn a_replayed_private_result_taints_the_session_it_reaches() {
         .rfind(|record| record["tool"] == "fetch")
         .unwrap();
     assert_eq!(fetch_record["reasons"][0], "open-world-after-private-data");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_users_stdio_gateways_on_one_store_never_answer_each_others_keys() {
+    let setup = |principal: &str, store| {
+        let mut setup = Setup::wrap(ServerScript::with_tools(vec![keyed_tool("charge")]), true);
+        setup.config = setup.config.replace(
+            "[gateway]\n",
+            &format!("[gateway]\nprincipal = \"{principal}\"\n"),
+        );
+        setup
+            .config
+            .push_str("\n[[rules]]\ntool = \"charge\"\naction = \"allow\"\n");
+        setup.store = store;
+        setup
+    };
+    let arguments = json!({"amount": 9, "idempotency_key": "k-shared"});
+    let mut alice = Harness::start(setup("local:alice", None)).await;
+    alice.initialize(json!({})).await;
+    assert!(!is_error(&alice.call("charge", arguments.clone()).await));
+    let store = alice.close().await;
+
+    // Bob's gateway on the same store, with the same key and arguments:
+    // refused as another host's key, never answered with Alice's result.
+    let mut bob = Harness::start(setup("local:bob", Some(Arc::clone(&store)))).await;
+    bob.initialize(json!({})).await;
+    let refused = bob.call("charge", arguments.clone()).await;
+    assert!(is_error(&refused), "{refused}");
+    assert!(bob.calls_received("fx").is_empty(), "not sent again");
+    let store = bob.close().await;
+    let bobs = store
+        .call_records()
+        .into_iter()
+        .rfind(|record| record["tool"] == "charge")
+        .unwrap();
+    assert_eq!(bobs["reasons"][0], "idempotency-conflict", "{bobs}");
+
+    // Alice again: her own key replays her result.
+    let mut alice = Harness::start(setup("local:alice", Some(store))).await;
+    alice.initialize(json!({})).await;
+    let replayed = alice.call("charge", arguments).await;
+    assert!(!is_error(&replayed), "{replayed}");
+    assert!(alice.calls_received("fx").is_empty(), "replayed, not run");
 }
