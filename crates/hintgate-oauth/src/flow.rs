@@ -134,7 +134,7 @@ pub fn authorization_request(
     state: Secret,
 ) -> Result<AuthorizationRequest, OAuthError> {
     server.require_pkce_s256()?;
-    crate::loopback::check_redirect_uri(redirect_uri)?;
+    crate::urls::check_redirect_uri(redirect_uri)?;
     let endpoint =
         server
             .authorization_endpoint

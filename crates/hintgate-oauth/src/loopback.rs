@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use url::{Host, Url};
 
 use crate::OAuthError;
 use crate::flow::{AuthorizationRequest, parse_redirect};
@@ -22,31 +21,7 @@ const MAX_HEAD: usize = 8 * 1024;
 /// login by sending one, nor keep the listener forever).
 const MAX_BAD_CALLBACKS: u32 = 16;
 
-/// Checks a redirect URI: `http` on a loopback IP literal (`127.0.0.1` or
-/// `[::1]`, not a name a resolver could answer), with a port, no fragment,
-/// no user information. Anything else is refused: a code must never be
-/// sent to another machine.
-pub fn check_redirect_uri(uri: &str) -> Result<Url, OAuthError> {
-    let refuse = || OAuthError::RedirectNotLoopback {
-        uri: uri.to_owned(),
-    };
-    let url = Url::parse(uri).map_err(|_| refuse())?;
-    let loopback_ip = match url.host() {
-        Some(Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(Host::Ipv6(ip)) => ip.is_loopback(),
-        _ => false,
-    };
-    if url.scheme() != "http"
-        || !loopback_ip
-        || url.port().is_none()
-        || url.fragment().is_some()
-        || !url.username().is_empty()
-        || url.password().is_some()
-    {
-        return Err(refuse());
-    }
-    Ok(url)
-}
+pub use crate::urls::check_redirect_uri;
 
 /// A listener for one login's redirect.
 #[derive(Debug)]

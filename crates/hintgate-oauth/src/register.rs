@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::loopback::check_redirect_uri;
 use crate::metadata::ServerMetadata;
+use crate::urls::check_redirect_uri;
 use crate::{HttpClient, HttpRequest, OAuthError, Secret, parse_endpoint_url};
 
 /// Where a pre-registered client's secret is read from. Never the config

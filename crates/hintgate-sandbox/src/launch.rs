@@ -263,7 +263,7 @@ pub(crate) fn resolve(
         return Ok(None);
     }
     let search = vars.get("PATH").map(String::as_str).unwrap_or_default();
-    let named = crate::plan::find(command, search);
+    let named = find(command, search);
     Ok(named.and_then(|program| venv_interpreter(&program, command, args)))
 }
 
@@ -313,7 +313,7 @@ fn pyvenv_home(root: &Path) -> Option<PathBuf> {
         let (key, value) = line.split_once('=')?;
         (key.trim() == "home").then(|| PathBuf::from(value.trim()))
     })?;
-    let prefix = crate::plan::runtime_prefix(&home.join("python"))?;
+    let prefix = runtime_prefix(&home.join("python"))?;
     // Only a Python installation (`PREFIX/lib/pythonX.Y`): a `pyvenv.cfg`
     // is a file in the environment, which a server that may write there can
     // edit, and `home = /home/me/bin` must not open the user's home.
@@ -701,6 +701,39 @@ pub fn table_toml(server: &str, table: &hintgate_policy::config::SandboxConfig) 
         list(&table.write),
         table.network
     )
+}
+
+// === paths the plan and the launchers both look up ===
+
+/// Finds `command` on `search` (a `PATH` value), as `execvp` would.
+pub(crate) fn find(command: &str, search: &str) -> Option<PathBuf> {
+    if command.contains('/') {
+        let path = PathBuf::from(command);
+        return path.is_file().then_some(path);
+    }
+    search
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(command))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// The installation an interpreter belongs to (`PREFIX` of
+/// `PREFIX/bin/python3.11`), unless that is the system's own.
+pub(crate) fn runtime_prefix(real: &Path) -> Option<PathBuf> {
+    let bin = real.parent()?;
+    if bin.file_name()? != "bin" {
+        return None;
+    }
+    let prefix = bin.parent()?;
+    let system = [Path::new("/"), Path::new("/usr"), Path::new("/usr/local")];
+    (!system.contains(&prefix)).then(|| prefix.to_path_buf())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use hintgate_policy::config::SandboxConfig;
 use serde::Serialize;
 
 use crate::SandboxError;
-use crate::launch::{self, Resolution};
+use crate::launch::{self, Resolution, find, runtime_prefix};
 
 /// How a path may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -311,25 +311,6 @@ impl Plan {
     }
 }
 
-/// Finds `command` on `search` (a `PATH` value), as `execvp` would.
-pub(crate) fn find(command: &str, search: &str) -> Option<PathBuf> {
-    if command.contains('/') {
-        let path = PathBuf::from(command);
-        return path.is_file().then_some(path);
-    }
-    search
-        .split(':')
-        .filter(|dir| !dir.is_empty())
-        .map(|dir| Path::new(dir).join(command))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-}
-
 /// The interpreter of a `#!` script and its one optional argument.
 fn shebang(program: &Path) -> Option<(String, Option<String>)> {
     let mut head = [0_u8; 256];
@@ -344,18 +325,6 @@ fn shebang(program: &Path) -> Option<(String, Option<String>)> {
     // `#!/usr/bin/env -S node --flag` and `#!/usr/bin/env node`.
     let argument = words.find(|word| !word.starts_with('-')).map(str::to_owned);
     Some((interpreter, argument))
-}
-
-/// The installation an interpreter belongs to (`PREFIX` of
-/// `PREFIX/bin/python3.11`), unless that is the system's own.
-pub(crate) fn runtime_prefix(real: &Path) -> Option<PathBuf> {
-    let bin = real.parent()?;
-    if bin.file_name()? != "bin" {
-        return None;
-    }
-    let prefix = bin.parent()?;
-    let system = [Path::new("/"), Path::new("/usr"), Path::new("/usr/local")];
-    (!system.contains(&prefix)).then(|| prefix.to_path_buf())
 }
 
 /// The environment a script runs in: the outermost `node_modules` above

@@ -134,10 +134,16 @@ impl Sessions {
     /// A result line for a host, with what a 2026-07-28 host requires.
     pub fn result_line(&self, session: SessionId, id: &str, result: &Value) -> String {
         let modern = self.get(&session).is_some_and(HostSession::modern);
-        if modern && result.is_object() && result.get("resultType").is_none() {
-            let mut result = result.clone();
-            super::modern::modernize(true, "", &mut result);
-            return crate::frame::response(id, &result);
+        if modern
+            && let Some(object) = result.as_object()
+            && !object.contains_key("resultType")
+        {
+            // What `modern::modernize` adds to a result no cacheable method
+            // gave: said here, so a session does not reach back into the era
+            // module that reads sessions.
+            let mut object = object.clone();
+            object.insert("resultType".to_owned(), Value::from("complete"));
+            return crate::frame::response(id, &Value::Object(object));
         }
         crate::frame::response(id, result)
     }
