@@ -23,13 +23,32 @@ fn tools() -> PathBuf {
     dir
 }
 
-/// The example client, built by `cargo test` next to this test's binary.
+/// The example client, which `cargo test` builds beside this test's binary:
+/// `examples/conformance_client` after `cargo build --examples`, and under
+/// its hashed name (`conformance_client-HASH`) when only tests were built;
+/// the newest of those.
 fn client_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let target = exe.parent().unwrap().parent().unwrap();
-    let path = target.join("examples").join("conformance_client");
-    assert!(path.exists(), "{} not built", path.display());
-    path
+    let examples = exe.parent().unwrap().parent().unwrap().join("examples");
+    let newest = std::fs::read_dir(&examples)
+        .unwrap_or_else(|err| panic!("{}: {err}", examples.display()))
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name == "conformance_client"
+                || name
+                    .strip_prefix("conformance_client-")
+                    .is_some_and(|hash| !hash.contains('.'))
+        })
+        .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
+        .max();
+    match newest {
+        Some((_, path)) => path,
+        None => panic!(
+            "the example client is not built in {}: run `cargo test -p hintgate-oauth`",
+            examples.display()
+        ),
+    }
 }
 
 fn suite(dir: &Path, args: &[&str]) -> Output {
