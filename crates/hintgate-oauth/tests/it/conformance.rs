@@ -31,7 +31,7 @@ fn client_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let examples = exe.parent().unwrap().parent().unwrap().join("examples");
     let newest = std::fs::read_dir(&examples)
-        .unwrap_or_else(|err| panic!("{}: {err}", examples.display()))
+        .unwrap()
         .filter_map(Result::ok)
         .filter(|entry| {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -42,13 +42,12 @@ fn client_binary() -> PathBuf {
         })
         .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
         .max();
-    match newest {
-        Some((_, path)) => path,
-        None => panic!(
-            "the example client is not built in {}: run `cargo test -p hintgate-oauth`",
-            examples.display()
-        ),
-    }
+    assert!(
+        newest.is_some(),
+        "the example client is not built in {}: run `cargo test -p hintgate-oauth`",
+        examples.display()
+    );
+    newest.unwrap().1
 }
 
 fn suite(dir: &Path, args: &[&str]) -> Output {
