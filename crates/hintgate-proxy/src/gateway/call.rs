@@ -58,6 +58,9 @@ pub(crate) struct CallContext {
     pub record: Option<u64>,
     /// When it was sent upstream, for the record's duration.
     pub started: Option<Instant>,
+    /// When a person was last asked about it (elicitation or the approval
+    /// queue), for the time it waited for an answer.
+    pub asked: Option<Instant>,
     /// For a server's input-required continuation: the server's questions
     /// answered, and its own state, sent with the host's params.
     pub continuation: Option<Continuation>,
@@ -400,6 +403,7 @@ impl CallContext {
             relisted: false,
             record: None,
             started: None,
+            asked: None,
             continuation: None,
             generation: None,
             approved: None,
