@@ -208,7 +208,10 @@ impl Gateway {
             tool: cx.tool.clone(),
             decision: decision.clone(),
         });
-        if let Some(metrics) = &self.metrics {
+        if let Some(metrics) = &self.metrics
+            && !cx.counted
+        {
+            cx.counted = true;
             metrics.decided(self.upstreams.configured_of(idx), &decision);
         }
         let verdict = decision.verdict;
