@@ -183,13 +183,17 @@ fn metrics_count_allowed_denied_and_asked_calls_in_a_format_promtool_accepts() {
     let declined = host.call("fx__write_note", json!({"text": "y"}));
     assert!(is_error(&declined), "{declined}");
 
+    // A server that dies mid-call: an upstream error.
+    let crashed = host.call("fx__crash", json!({}));
+    assert!(is_error(&crashed), "{crashed}");
+
     let (status, body) = scrape(&addr, &addr, &[]);
     assert_eq!(status, 200, "{body}");
     let found = samples(&body);
     let calls = |labels: &[&str]| sum(&found, "hintgate_calls_total", labels);
     assert_eq!(
         calls(&["server=\"fx\"", "verdict=\"allow\""]),
-        2.0,
+        3.0,
         "{body}"
     );
     assert_eq!(
@@ -199,7 +203,7 @@ fn metrics_count_allowed_denied_and_asked_calls_in_a_format_promtool_accepts() {
     );
     // An approved call goes through the pipeline again: still one call.
     assert_eq!(calls(&["server=\"fx\"", "verdict=\"ask\""]), 2.0, "{body}");
-    assert_eq!(calls(&[]), 5.0, "{body}");
+    assert_eq!(calls(&[]), 6.0, "{body}");
     let asks = |labels: &[&str]| sum(&found, "hintgate_asks_total", labels);
     assert_eq!(
         asks(&["channel=\"elicitation\"", "outcome=\"approved\""]),
@@ -215,19 +219,18 @@ fn metrics_count_allowed_denied_and_asked_calls_in_a_format_promtool_accepts() {
         2.0,
         "{body}"
     );
-    // Three calls reached the server (two echoes, one note), none failed.
+    // Two echoes and a note were answered; the crash failed (and a
+    // read-only call may be tried once more): each send is timed.
+    let errors = sum(&found, "hintgate_upstream_errors_total", &["server=\"fx\""]);
+    assert!((1.0..=2.0).contains(&errors), "{body}");
     assert_eq!(
         sum(
             &found,
             "hintgate_upstream_latency_seconds_count",
             &["server=\"fx\""]
         ),
-        3.0,
+        3.0 + errors,
         "{body}"
-    );
-    assert_eq!(
-        sum(&found, "hintgate_upstream_errors_total", &["server=\"fx\""]),
-        0.0
     );
     assert!(
         sum(&found, "hintgate_audit_commit_seconds_count", &[]) >= 1.0,
@@ -237,7 +240,7 @@ fn metrics_count_allowed_denied_and_asked_calls_in_a_format_promtool_accepts() {
     assert_eq!(sum(&found, "hintgate_waiting_calls", &[]), 0.0, "{body}");
     // A tool name is never a label; the arguments never appear.
     assert!(
-        !body.contains("echo") && !body.contains("write_note"),
+        !body.contains("echo") && !body.contains("write_note") && !body.contains("crash"),
         "{body}"
     );
     assert!(!body.contains("\"x\"") && !body.contains("noted"), "{body}");
@@ -357,4 +360,83 @@ fn a_metrics_token_is_no_hosts_token() {
     let answer = gateway.post(&[format!("Authorization: Bearer {writer}")], &initialize());
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     gateway.stop();
+}
+
+/// Scrapes `addr` until `series` reads `value` (the gauges are set as the
+/// gateway's turn ends), failing after a minute.
+fn scrape_until(addr: &str, series: &str, value: f64) -> String {
+    let started = Instant::now();
+    loop {
+        let (status, body) = scrape(addr, addr, &[]);
+        assert_eq!(status, 200, "{body}");
+        if samples(&body).get(series) == Some(&value) {
+            return body;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{series} never read {value}: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_call_waiting_in_the_approval_queue_shows_until_a_person_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    let mut host = Host::start(
+        dir.path(),
+        &[
+            "run",
+            "--config",
+            "hintgate.toml",
+            "--metrics",
+            "127.0.0.1:0",
+            "--ask-timeout",
+            "600",
+        ],
+        &[],
+    );
+    let addr = metrics_addr(&host);
+    // No elicitation: a call that needs a person waits in the queue.
+    host.initialize(json!({}));
+    host.send(
+        &json!({"jsonrpc": "2.0", "id": "q1", "method": "tools/call",
+        "params": {"name": "fx__write_note", "arguments": {"text": "queued"}}}),
+    );
+    let waiting = scrape_until(&addr, "hintgate_waiting_calls{for=\"person\"}", 1.0);
+    assert_eq!(
+        sum(&samples(&waiting), "hintgate_asks_total", &[]),
+        0.0,
+        "{waiting}"
+    );
+
+    let state = dir.path().join("state").display().to_string();
+    let approved = run(
+        dir.path(),
+        &["approvals", "--state-dir", &state, "approve", "1"],
+    );
+    assert_eq!(code(&approved), 0, "{approved:?}");
+    let answer = host.wait_for(&json!("q1"));
+    assert_eq!(text(&answer["result"]), "noted", "{answer}");
+
+    let body = scrape_until(&addr, "hintgate_waiting_calls{for=\"person\"}", 0.0);
+    let found = samples(&body);
+    assert_eq!(
+        sum(
+            &found,
+            "hintgate_asks_total",
+            &["channel=\"queue\"", "outcome=\"approved\""]
+        ),
+        1.0,
+        "{body}"
+    );
+    assert_eq!(sum(&found, "hintgate_person_wait_seconds_count", &[]), 1.0);
+    assert_eq!(
+        sum(&found, "hintgate_calls_total", &["verdict=\"ask\""]),
+        1.0,
+        "{body}"
+    );
+    promtool_check(&body);
+    host.close();
 }

@@ -944,6 +944,9 @@ impl Gateway {
     /// produced, in order.
     fn end_turn(&mut self) {
         self.turn += 1;
+        // The gauges as the turn leaves them, before anyone is told: a host
+        // that scrapes after its answer never sees them behind it.
+        self.count_gauges();
         // Sending a call can send it through the pipeline again (its server
         // restarted since it was decided), which may record and forward it
         // anew: the loop commits and sends until nothing is left.
@@ -1008,6 +1011,7 @@ impl Gateway {
                 }
             }
         }
+        // Sending may have sent calls through the pipeline again.
         self.count_gauges();
     }
 
