@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 use hintgate_proxy::metrics::{CONTENT_TYPE, Metrics};
 
 /// Where the metrics are served.
@@ -54,7 +54,11 @@ pub fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<dyn ScrapeAuth>>) 
         .with_state(Shared { metrics, auth })
 }
 
-async fn scrape(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+async fn scrape(
+    State(shared): State<Shared>,
+    ticket: Option<Extension<Arc<crate::listener::Ticket>>>,
+    headers: HeaderMap,
+) -> Response {
     match &shared.auth {
         None => {
             if !host_is_loopback(&headers) {
@@ -95,6 +99,11 @@ async fn scrape(State(shared): State<Shared>, headers: HeaderMap) -> Response {
                 }
             }
         }
+    }
+    // The scraper's connection passed: like a host's, it no longer counts
+    // among those that have not authenticated, nor is closed for them.
+    if let Some(Extension(ticket)) = ticket {
+        ticket.admitted();
     }
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],

@@ -282,8 +282,9 @@ impl Metrics {
         }
     }
 
-    /// The `server`th configured server started in its sandbox (`true`),
-    /// or its sandbox could not be set up (`false`).
+    /// The `server`th configured server, which has a sandbox configured,
+    /// started confined (`true`), or failed to start or started unconfined
+    /// (`false`).
     pub fn sandbox(&self, server: usize, started: bool) {
         let Some(metrics) = self.servers.get(server) else {
             return;
@@ -402,7 +403,7 @@ impl Metrics {
             ),
             (
                 "hintgate_sandbox_failures_total",
-                "Starts of a server whose configured sandbox could not be set up.",
+                "Starts of a server with a sandbox configured that failed or ran unconfined.",
                 2,
             ),
         ];

@@ -440,3 +440,56 @@ fn a_call_waiting_in_the_approval_queue_shows_until_a_person_answers() {
     promtool_check(&body);
     host.close();
 }
+
+#[test]
+fn sandbox_starts_and_failures_are_counted_by_server() {
+    let Some(python) = crate::sandbox::system_python() else {
+        panic!("no system python3 to run the fixture");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // `gone` cannot start in its sandbox (its program does not exist);
+    // `sb` starts in one where this kernel can confine it.
+    let config = format!(
+        "[servers.sb]\ncommand = {python:?}\nargs = [{:?}]\ntrust = \"trusted\"\n\n\
+         [servers.sb.sandbox]\nnetwork = false\n\n\
+         [servers.gone]\ncommand = \"/nonexistent/hintgate-test/python3\"\n\n\
+         [servers.gone.sandbox]\nnetwork = false\n",
+        fixture_server(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = Host::start(
+        dir.path(),
+        &[
+            "run",
+            "--config",
+            "hintgate.toml",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let addr = metrics_addr(&host);
+    host.initialize(json!({}));
+    let body = scrape_until(
+        &addr,
+        "hintgate_sandbox_failures_total{server=\"gone\"}",
+        1.0,
+    );
+    let found = samples(&body);
+    assert_eq!(
+        found.get("hintgate_sandbox_starts_total{server=\"gone\"}"),
+        Some(&0.0),
+        "{body}"
+    );
+    if crate::sandbox::kernel_confines() {
+        let echoed = host.call("sb__echo", json!({"text": "confined"}));
+        assert!(text(&echoed).contains("confined"), "{echoed}");
+        let body = scrape_until(&addr, "hintgate_sandbox_starts_total{server=\"sb\"}", 1.0);
+        assert_eq!(
+            samples(&body).get("hintgate_sandbox_failures_total{server=\"sb\"}"),
+            Some(&0.0),
+            "{body}"
+        );
+    }
+    host.close();
+}
