@@ -218,9 +218,11 @@ pub enum TokenCommand {
         /// Its name: who holds it (letters, digits, `_`, `-`, `.`).
         name: String,
         /// What it may do: `read` sees and runs only the tools that are
-        /// effectively read-only; `write` whatever the configuration allows.
+        /// effectively read-only; `write` whatever the configuration allows;
+        /// `metrics` only reads `/metrics` (`hintgate run --metrics`), and
+        /// is refused as a host's token.
         #[arg(long, value_enum)]
-        scope: ScopeArg,
+        scope: TokenScopeArg,
     },
     /// The tokens, by name, with their scope and whether their seal holds.
     List {
@@ -798,6 +800,13 @@ pub struct RunArgs {
     /// its URL, with its token, is written to stderr.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true)]
     pub console: Option<Option<std::net::SocketAddr>>,
+    /// Serve the gateway's metrics in the Prometheus text format at
+    /// `http://ADDR/metrics` (the address is written to stderr). On
+    /// loopback anyone on this machine may read them; on any other address
+    /// only with a token of scope `metrics` (`hintgate token add NAME
+    /// --scope metrics`).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Wrap mode: run the server in a kernel sandbox with no network (its
     /// `[sandbox]` table: `read` and `write` from the flags below).
     #[arg(long)]
@@ -925,6 +934,18 @@ pub enum ScopeArg {
     Read,
     /// Whatever the configuration and profile let through.
     Write,
+}
+
+/// `--scope` of `hintgate token add`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TokenScopeArg {
+    /// A host that sees and runs only the tools that are effectively
+    /// read-only.
+    Read,
+    /// A host that runs whatever the configuration and profile let through.
+    Write,
+    /// A scraper of `/metrics`; no host may use it.
+    Metrics,
 }
 
 /// `--sandbox`

@@ -238,6 +238,7 @@ async fn drive(config: ValidConfig) -> Result<()> {
         // The demo remembers nothing across runs.
         store: None,
         connector: None,
+        metrics: None,
     };
     let gateway = tokio::spawn(hintgate_proxy::run(settings, gateway_read, gateway_write));
     let (host_read, writer) = tokio::io::split(host_end);

@@ -18,6 +18,7 @@ mod hosts;
 mod lint;
 mod load;
 mod log;
+mod metrics;
 mod output;
 mod pins;
 mod run;

@@ -71,12 +71,23 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     .store;
     let console_store = std::sync::Arc::clone(&store);
     let token_store = std::sync::Arc::clone(&store);
+    let metrics_plan = match args.metrics {
+        Some(addr) => Some(crate::metrics::plan(
+            addr,
+            &config,
+            std::sync::Arc::clone(&store),
+        )?),
+        None => None,
+    };
     let settings = Settings {
         policy: Policy::new(config),
         mode,
         observer: None,
         store: Some(store),
         connector: None,
+        metrics: metrics_plan
+            .as_ref()
+            .map(|plan| std::sync::Arc::clone(&plan.metrics)),
     };
     // Over stdio one thread serves the one host. Over HTTP the connections,
     // their parsing and the delivery of each session's lines run on two
@@ -106,6 +117,9 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
                     tracing::warn!("the console stopped: {err}");
                 }
             });
+        }
+        if let Some(metrics) = metrics_plan {
+            crate::metrics::start(metrics).await?;
         }
         let stop = stop_signal();
         if let Some(plan) = plan {
@@ -365,7 +379,9 @@ async fn listen(
     } else {
         let rows = store.tokens().context("cannot read the hosts' tokens")?;
         rows.iter()
-            .any(|row| row.seal == hintgate_store::Seal::Valid)
+            .any(|row| {
+                row.seal == hintgate_store::Seal::Valid && row.scope != crate::token::METRICS_SCOPE
+            })
             .then(|| -> std::sync::Arc<dyn hintgate_http::Authenticate> {
                 std::sync::Arc::new(crate::token::StoreTokens { store })
             })

@@ -7,7 +7,7 @@ use hintgate_http::{Authenticate, Principal, Scope};
 use hintgate_policy::sanitize::escape_line;
 use hintgate_store::{Seal, Store, new_token, token_hash};
 
-use crate::args::{ScopeArg, TokenArgs, TokenCommand};
+use crate::args::{TokenArgs, TokenCommand, TokenScopeArg};
 use crate::exit::Exit;
 use crate::output;
 
@@ -35,7 +35,7 @@ pub fn run(args: &TokenArgs) -> Result<Exit> {
     }
 }
 
-fn add(store: &dyn Store, name: &str, scope: ScopeArg) -> Result<Exit> {
+fn add(store: &dyn Store, name: &str, scope: TokenScopeArg) -> Result<Exit> {
     if name.is_empty()
         || name.len() > 64
         || !name
@@ -75,7 +75,9 @@ fn list(store: &dyn Store, json: bool) -> Result<Exit> {
         return Ok(Exit::Success);
     }
     if tokens.is_empty() {
-        output::out("No token: add one with `hintgate token add NAME --scope read|write`.\n")?;
+        output::out(
+            "No token: add one with `hintgate token add NAME --scope read|write|metrics`.\n",
+        )?;
         return Ok(Exit::Success);
     }
     let mut text = String::new();
@@ -98,12 +100,16 @@ fn list(store: &dyn Store, json: bool) -> Result<Exit> {
 }
 
 /// The stored name of a scope.
-pub(crate) fn scope_name(scope: ScopeArg) -> &'static str {
+pub(crate) fn scope_name(scope: TokenScopeArg) -> &'static str {
     match scope {
-        ScopeArg::Read => "read",
-        ScopeArg::Write => "write",
+        TokenScopeArg::Read => "read",
+        TokenScopeArg::Write => "write",
+        TokenScopeArg::Metrics => METRICS_SCOPE,
     }
 }
+
+/// The stored scope of a token that reads `/metrics` and nothing else.
+pub(crate) const METRICS_SCOPE: &str = "metrics";
 
 /// Hosts' bearer tokens checked against the store's.
 #[derive(Debug)]
@@ -123,7 +129,10 @@ impl Authenticate for StoreTokens {
         };
         let scope = match row.scope.as_str() {
             "write" => Scope::Write,
-            _ => Scope::Read,
+            "read" => Scope::Read,
+            // A `metrics` token (or a scope this build does not know) is
+            // no host's: it gives neither read nor write.
+            _ => return None,
         };
         Some(Principal {
             name: row.name,

@@ -30,11 +30,13 @@
 #![forbid(unsafe_code)]
 
 mod listener;
+pub mod metrics;
 pub mod oauth;
 mod route;
 mod tls;
 
 pub use listener::Limits;
+pub use metrics::{METRICS_PATH, ScrapeAuth, ScrapeCheck, metrics_router};
 pub use oauth::{OAuth, OAuthSettings};
 pub use tls::{HANDSHAKE_TIMEOUT, Tls};
 

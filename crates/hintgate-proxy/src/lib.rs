@@ -33,6 +33,8 @@
 //!   Streamable HTTP host side opens one per host session);
 //! - [`identity`]: what a server's command line resolves to;
 //! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions;
+//! - [`metrics`]: what the gateway counts for a dashboard, rendered in
+//!   the Prometheus text format;
 //! - [`probe`]: the small client `hintgate lint` and `scan` use to list one
 //!   server's tools.
 #![forbid(unsafe_code)]
@@ -46,6 +48,7 @@ pub(crate) mod hook;
 pub mod hosts;
 pub mod identity;
 pub mod json;
+pub mod metrics;
 pub mod probe;
 pub mod seal;
 mod sse;
@@ -69,4 +72,5 @@ pub use gateway::{
     serve,
 };
 pub use hosts::{HostConn, HostPort, HostSink};
+pub use metrics::Metrics;
 pub use upstream::{Connector, Link, LinkTarget, SystemConnector};

@@ -101,7 +101,7 @@ impl Listening {
     }
 
     /// One POST to `/mcp` with `body` and extra header lines.
-    fn post(&self, headers: &[String], body: &Value) -> String {
+    pub(crate) fn post(&self, headers: &[String], body: &Value) -> String {
         let body = body.to_string();
         let mut request = format!(
             "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -166,7 +166,7 @@ fn header<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-fn initialize() -> Value {
+pub(crate) fn initialize() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}})

@@ -23,6 +23,7 @@ mod hostile_http;
 mod keys;
 mod lint;
 mod listen;
+mod metrics;
 mod packaging;
 mod peers;
 mod pinning;

@@ -31,7 +31,7 @@ fn escape_server() -> String {
 
 /// The system's python3 (a version manager's shim on `PATH` lives in a
 /// home the sandbox does not open).
-fn system_python() -> Option<&'static str> {
+pub(crate) fn system_python() -> Option<&'static str> {
     ["/usr/bin/python3", "/bin/python3"]
         .into_iter()
         .find(|path| Path::new(path).is_file())
@@ -39,7 +39,7 @@ fn system_python() -> Option<&'static str> {
 
 /// Whether this kernel confines files and the network; prints what it
 /// enforces, or why the test skips.
-fn kernel_confines() -> bool {
+pub(crate) fn kernel_confines() -> bool {
     let kernel = Kernel::current();
     let report = kernel.report(&SandboxConfig::default());
     println!("sandbox on this kernel: {}", report.summary());

@@ -30,6 +30,7 @@ use super::journal::unix_now;
 use super::request::SessionId;
 use super::{Gateway, Observed};
 use crate::frame::{self, Message};
+use crate::metrics::{AskChannel, AskEnding};
 
 /// What the person may answer in the form.
 const APPROVE: &str = "approve";
@@ -61,6 +62,11 @@ impl Asks {
             run,
             queued: HashMap::new(),
         }
+    }
+
+    /// How many calls wait in the approval queue.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
     }
 }
 
@@ -133,6 +139,8 @@ impl Gateway {
             object.insert("mode".to_owned(), json!("form"));
         }
         let timeout = self.limits.ask_timeout;
+        let mut cx = cx;
+        cx.asked = Some(tokio::time::Instant::now());
         let n = self
             .inflight
             .wait_host(session, HostPurpose::Ask(cx), timeout);
@@ -234,6 +242,12 @@ impl Gateway {
                 approved: false,
                 answer: short.to_owned(),
             });
+            let ending = if is_error {
+                AskEnding::Failed
+            } else {
+                AskEnding::Declined
+            };
+            self.count_ask(&cx, AskChannel::Elicitation, ending);
             let by = if is_error {
                 Approver::Gateway
             } else {
@@ -265,6 +279,7 @@ impl Gateway {
             approved: true,
             answer: answer.to_owned(),
         });
+        self.count_ask(&cx, AskChannel::Elicitation, AskEnding::Approved);
         self.resume_approved(cx, Approver::Person(Channel::Elicitation));
     }
 
@@ -281,9 +296,18 @@ impl Gateway {
     /// Nobody answered the elicitation in time.
     pub(super) fn ask_timed_out(&mut self, cx: Box<CallContext>) {
         let seconds = self.limits.ask_timeout.as_secs();
+        self.count_ask(&cx, AskChannel::Elicitation, AskEnding::TimedOut);
         self.observe_unanswered(&cx, format!("did not answer within {seconds} s"));
         let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
         self.end_call(cx, denied(&why, Approver::Gateway).into());
+    }
+
+    /// Counts a question to a person that ended, and how long the person
+    /// had it.
+    fn count_ask(&self, cx: &CallContext, channel: AskChannel, ending: AskEnding) {
+        if let Some(metrics) = &self.metrics {
+            metrics.asked(channel, ending, cx.asked.map(|asked| asked.elapsed()));
+        }
     }
 
     /// Reports a question nobody answered to the observer.
@@ -383,6 +407,7 @@ impl Gateway {
                 approved: false,
                 answer: why.to_owned(),
             });
+            self.count_ask(cx, AskChannel::InputRequired, AskEnding::Declined);
             return Err(denied(why, Approver::Person(Channel::InputRequired)));
         }
         let remember = remember_of(
@@ -397,6 +422,7 @@ impl Gateway {
             approved: true,
             answer: "approved".to_owned(),
         });
+        self.count_ask(cx, AskChannel::InputRequired, AskEnding::Approved);
         cx.approver = Approver::Person(Channel::InputRequired);
         cx.approved = cx.digest();
         Ok(())
@@ -469,6 +495,8 @@ impl Gateway {
         let deadline = self
             .inflight
             .deadline(self.limits.ask_timeout, Expired::Queue(id));
+        let mut cx = cx;
+        cx.asked = Some(tokio::time::Instant::now());
         self.asks.queued.insert(id, Queued { cx, deadline });
     }
 
@@ -505,6 +533,7 @@ impl Gateway {
 
     fn queued_unanswered(&mut self, cx: Box<CallContext>, id: u64) {
         let seconds = self.limits.ask_timeout.as_secs();
+        self.count_ask(&cx, AskChannel::Queue, AskEnding::TimedOut);
         self.observe_unanswered(&cx, format!("nobody answered within {seconds} s"));
         let why = format!(
             "It needs a person's approval, and this host cannot ask one (it did not declare elicitation): it waited in the approval queue as #{id} and nobody answered within {seconds} s (`hintgate approvals approve {id}` answers; `ask_timeout_s` sets the wait)."
@@ -555,6 +584,7 @@ impl Gateway {
         );
         for (_, n, purpose) in asks {
             if let HostPurpose::Ask(cx) = purpose {
+                self.count_ask(&cx, AskChannel::Elicitation, AskEnding::Failed);
                 if shutdown {
                     self.send_host(
                         session,
@@ -589,6 +619,7 @@ impl Gateway {
         let Some(queued) = self.asks.queued.remove(&id) else {
             return;
         };
+        self.count_ask(&queued.cx, AskChannel::Queue, AskEnding::Failed);
         self.inflight.cancel_deadline(&queued.deadline);
         if let Some(watcher) = &self.watcher {
             watcher.unwatch_queue(id);
@@ -615,6 +646,7 @@ impl Gateway {
                 approved: false,
                 answer: format!("denied by {by} (hintgate approvals)"),
             });
+            self.count_ask(&cx, AskChannel::Queue, AskEnding::Declined);
             let extra = format!("It was denied in the approval queue by {by}.");
             self.end_call(
                 cx,
@@ -635,6 +667,7 @@ impl Gateway {
                 answer.remember.as_str()
             ),
         });
+        self.count_ask(&cx, AskChannel::Queue, AskEnding::Approved);
         self.resume_approved(cx, Approver::Person(Channel::Queue(by)));
     }
 }

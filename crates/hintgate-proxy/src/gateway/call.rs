@@ -58,6 +58,13 @@ pub(crate) struct CallContext {
     pub record: Option<u64>,
     /// When it was sent upstream, for the record's duration.
     pub started: Option<Instant>,
+    /// When a person was last asked about it (elicitation or the approval
+    /// queue), for the time it waited for an answer.
+    pub asked: Option<Instant>,
+    /// Its decision was counted in the metrics: a call that goes through
+    /// the pipeline again (approved, or its server restarted) is counted
+    /// once, under its first decision.
+    pub counted: bool,
     /// For a server's input-required continuation: the server's questions
     /// answered, and its own state, sent with the host's params.
     pub continuation: Option<Continuation>,
@@ -400,6 +407,8 @@ impl CallContext {
             relisted: false,
             record: None,
             started: None,
+            asked: None,
+            counted: false,
             continuation: None,
             generation: None,
             approved: None,

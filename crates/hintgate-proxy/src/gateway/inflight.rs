@@ -110,6 +110,9 @@ pub(crate) struct InFlight {
     /// How many of each server's own requests wait for a host (kept as
     /// entries come and go, so the bound on them costs no scan).
     relays: HashMap<ServerIdx, usize>,
+    /// How many of the host entries are questions to a person (kept as
+    /// entries come and go, for the metrics' gauge).
+    asks: usize,
 }
 
 // === impl InFlight ===
@@ -233,6 +236,9 @@ impl InFlight {
         if let HostPurpose::Relay { server, .. } = &purpose {
             *self.relays.entry(*server).or_default() += 1;
         }
+        if matches!(purpose, HostPurpose::Ask(_)) {
+            self.asks += 1;
+        }
         self.host
             .insert((session, n), Waiting { deadline, purpose });
         n
@@ -242,12 +248,20 @@ impl InFlight {
     pub fn take_host(&mut self, session: SessionId, n: u64) -> Option<HostPurpose> {
         let waiting = self.host.remove(&(session, n))?;
         self.deadlines.remove(&waiting.deadline);
+        if matches!(waiting.purpose, HostPurpose::Ask(_)) {
+            self.asks = self.asks.saturating_sub(1);
+        }
         if let HostPurpose::Relay { server, .. } = &waiting.purpose
             && let Some(count) = self.relays.get_mut(server)
         {
             *count = count.saturating_sub(1);
         }
         Some(waiting.purpose)
+    }
+
+    /// How many questions about a held call wait for a person's answer.
+    pub fn asks(&self) -> usize {
+        self.asks
     }
 
     /// How many of `server`'s own requests wait for a host.

@@ -69,6 +69,8 @@ pub(crate) struct Journal {
     since: Option<Instant>,
     /// Records and commits so far, for the log at the end.
     counts: (u64, u64),
+    /// Where each commit's latency is counted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// What a call record says.
@@ -122,7 +124,14 @@ impl Journal {
             urgent: false,
             since: None,
             counts: (0, 0),
+            metrics: None,
         }
+    }
+
+    /// The same journal, counting each commit's latency in `metrics`.
+    pub fn with_metrics(mut self, metrics: Option<Arc<crate::metrics::Metrics>>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// `arguments` as the log keeps them: redacted as a record's are.
@@ -245,7 +254,12 @@ impl Journal {
             return Ok(Vec::new());
         }
         self.urgent = false;
-        match log.append(&self.batch) {
+        let began = std::time::Instant::now();
+        let appended = log.append(&self.batch);
+        if let Some(metrics) = &self.metrics {
+            metrics.committed(began.elapsed());
+        }
+        match appended {
             Ok(seqs) => {
                 self.counts.0 += self.batch.len() as u64;
                 self.counts.1 += 1;

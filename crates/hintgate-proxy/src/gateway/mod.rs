@@ -141,6 +141,11 @@ pub struct Settings {
     /// How servers are reached; `None` is the system's (child processes and
     /// HTTP). Tests pass in-memory pipes.
     pub connector: Option<Arc<dyn Connector>>,
+    /// Where to count calls, questions, latencies and queues for a
+    /// dashboard ([`crate::metrics`]); made with
+    /// [`Metrics::for_config`](crate::metrics::Metrics::for_config) of this
+    /// policy's configuration. `None` counts nothing.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// Something the gateway decided or was told about a tool call.
@@ -247,6 +252,8 @@ pub(crate) struct Gateway {
     separator: String,
     limits: Limits,
     observer: Option<mpsc::UnboundedSender<Observed>>,
+    /// What is counted for a dashboard; the loop only adds to it.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     store: Option<Arc<dyn Store>>,
     connector: Arc<dyn Connector>,
     events: EventSender,
@@ -806,7 +813,9 @@ impl Gateway {
             mode: settings.mode,
             observer: settings.observer,
             catalog: catalog::Catalog::new(count, settings.store.clone()),
-            journal: journal::Journal::new(log, run_name.clone(), redactor),
+            journal: journal::Journal::new(log, run_name.clone(), redactor)
+                .with_metrics(settings.metrics.clone()),
+            metrics: settings.metrics,
             asks: ask::Asks::new(run_name.clone()),
             run_name,
             store: settings.store,
@@ -935,6 +944,9 @@ impl Gateway {
     /// produced, in order.
     fn end_turn(&mut self) {
         self.turn += 1;
+        // The gauges as the turn leaves them, before anyone is told: a host
+        // that scrapes after its answer never sees them behind it.
+        self.count_gauges();
         // Sending a call can send it through the pipeline again (its server
         // restarted since it was decided), which may record and forward it
         // anew: the loop commits and sends until nothing is left.
@@ -955,9 +967,13 @@ impl Gateway {
                     Outgoing::HostNote(session, line, list) => {
                         if let Some(host) = self.sessions.get_mut(&session)
                             && !host.notify(line)
-                            && let Some(method) = list
                         {
-                            host.told.dropped(method);
+                            if let Some(metrics) = &self.metrics {
+                                metrics.dropped_notification();
+                            }
+                            if let Some(method) = list {
+                                host.told.dropped(method);
+                            }
                         }
                     }
                     Outgoing::Upstream(idx, generation, line) => {
@@ -994,6 +1010,21 @@ impl Gateway {
                     },
                 }
             }
+        }
+        // Sending may have sent calls through the pipeline again.
+        self.count_gauges();
+    }
+
+    /// Sets the metrics' gauges as this turn leaves them.
+    fn count_gauges(&self) {
+        if let Some(metrics) = &self.metrics {
+            let for_server = self
+                .waiting
+                .iter()
+                .filter(|waiting| matches!(waiting, Waiting::Call(_)))
+                .count();
+            let for_person = self.asks.queued().saturating_add(self.inflight.asks());
+            metrics.gauges(self.sessions.count(), for_server, for_person);
         }
     }
 

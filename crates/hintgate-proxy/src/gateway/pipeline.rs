@@ -208,6 +208,12 @@ impl Gateway {
             tool: cx.tool.clone(),
             decision: decision.clone(),
         });
+        if let Some(metrics) = &self.metrics
+            && !cx.counted
+        {
+            cx.counted = true;
+            metrics.decided(self.upstreams.configured_of(idx), &decision);
+        }
         let verdict = decision.verdict;
         cx.decision = Some(decision);
         if verdict == Verdict::Deny {
@@ -735,6 +741,7 @@ impl Gateway {
     /// Records how a forwarded call ended.
     pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
         self.keys().end_key_by_outcome(cx, outcome);
+        self.count_upstream(cx, outcome);
         let Some(seq) = cx.record else {
             return;
         };
@@ -742,6 +749,32 @@ impl Gateway {
             u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
         });
         self.journal.outcome(seq, outcome, millis, cx.attempt);
+    }
+
+    /// Counts a call its server answered or failed: its latency, and an
+    /// error when it failed. A call that never reached its server, or whose
+    /// end is the host's or the gateway's doing, is not counted.
+    fn count_upstream(&self, cx: &CallContext, outcome: Outcome) {
+        let (Some(metrics), Some(started), Some(idx)) = (&self.metrics, cx.started, cx.server)
+        else {
+            return;
+        };
+        let failed = match outcome {
+            Outcome::Ok
+            | Outcome::ToolError
+            | Outcome::OutputSchemaMismatch
+            | Outcome::InputRequired => false,
+            Outcome::ProtocolError | Outcome::Failed | Outcome::FailedRetried => true,
+            Outcome::Unsent
+            | Outcome::Denied
+            | Outcome::InvalidArguments
+            | Outcome::Relayed
+            | Outcome::Cancelled
+            | Outcome::HostGone
+            | Outcome::Shutdown
+            | Outcome::Replayed => return,
+        };
+        metrics.upstream(self.upstreams.configured_of(idx), started.elapsed(), failed);
     }
 
     /// The call's record (with its outcome, for a call that ends at the

@@ -163,6 +163,11 @@ impl Sessions {
         self.list.get_mut(&id.0)
     }
 
+    /// How many sessions are open.
+    pub fn count(&self) -> usize {
+        self.list.len()
+    }
+
     /// The numbers of every session, in order.
     pub fn keys(&self) -> impl Iterator<Item = SessionId> + '_ {
         self.list.keys().copied().map(SessionId)

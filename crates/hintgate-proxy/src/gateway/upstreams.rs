@@ -276,6 +276,11 @@ impl Upstreams {
         self.by_name.get(name).copied()
     }
 
+    /// The configured server `idx` is, or is the read-only instance of.
+    pub fn configured_of(&self, idx: ServerIdx) -> ServerIdx {
+        self.get(idx).and_then(|up| up.read_only_of).unwrap_or(idx)
+    }
+
     /// A server's configured name ("" for none).
     pub fn name(&self, idx: ServerIdx) -> &str {
         self.list.get(idx).map_or("", |up| up.name.as_str())
@@ -372,7 +377,16 @@ impl Gateway {
         // A sandbox the kernel cannot enforce stops the server at connect
         // (unless `best_effort`); what holds is what the policy is told.
         let mut sandbox = SandboxProof::default();
-        match connector.connect(&up.config, target) {
+        let sandboxed = up.config.sandbox.is_some();
+        let of = up.read_only_of.unwrap_or(idx);
+        let connected = connector.connect(&up.config, target);
+        if sandboxed && let Some(metrics) = &self.metrics {
+            let confined = connected
+                .as_ref()
+                .is_ok_and(|link| link.sandbox().is_some());
+            metrics.sandbox(of, confined);
+        }
+        match connected {
             Ok(link) => {
                 tracing::info!(server.id = %up.name, pid = ?link.pid(), "started");
                 if let (Some(report), Some(table)) = (link.sandbox(), &up.config.sandbox) {

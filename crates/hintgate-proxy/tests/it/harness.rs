@@ -832,6 +832,7 @@ impl Harness {
             observer: None,
             store: Some(as_store),
             connector: Some(connector),
+            metrics: None,
         };
         let (host_end, gateway_end) = tokio::io::duplex(1 << 20);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
