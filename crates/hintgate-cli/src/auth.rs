@@ -11,19 +11,17 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use hintgate_oauth::challenge::{BearerChallenge, parse_www_authenticate};
-use hintgate_oauth::flow::{self, Pkce, TokenSet};
+use hintgate_oauth::flow::{self, Pkce};
 use hintgate_oauth::loopback::RedirectListener;
 use hintgate_oauth::metadata::{self, ServerMetadata};
-use hintgate_oauth::register::{
-    self, Client, ClientSettings, RegistrationPlan, SecretSource, TokenAuth,
-};
+use hintgate_oauth::register::{self, Client, ClientSettings, RegistrationPlan, SecretSource};
+use hintgate_oauth::stored::StoredLogin;
 use hintgate_oauth::{
     Clock as _, HttpClient as _, HttpRequest, OAuthError, ReqwestClient, Secret, SystemClock,
 };
 use hintgate_policy::config::{OAuthConfig, OAuthGrant, Transport, ValidConfig};
 use hintgate_policy::sanitize::escape_line;
 use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
-use serde::{Deserialize, Serialize};
 
 use crate::args::{AuthArgs, AuthCommand};
 use crate::exit::Exit;
@@ -101,73 +99,6 @@ fn oauth_server(config: &ValidConfig, name: &str) -> Result<(String, OAuthConfig
             escape_line(name)
         ))
         .into()),
-    }
-}
-
-/// What the store keeps of a login, encrypted: the tokens and what a
-/// refresh or a revocation needs. The client secret is not kept: it is read
-/// again from its file or variable. No `Debug`: it holds tokens.
-#[derive(Serialize, Deserialize)]
-struct KeptLogin {
-    access_token: String,
-    refresh_token: Option<String>,
-    issuer: String,
-    token_endpoint: String,
-    revocation_endpoint: Option<String>,
-    resource: String,
-    client_id: String,
-    token_auth: String,
-}
-
-impl KeptLogin {
-    fn of(tokens: &TokenSet, meta: &ServerMetadata, client: &Client, resource: &str) -> Self {
-        Self {
-            access_token: tokens.access_token.expose().to_owned(),
-            refresh_token: tokens
-                .refresh_token
-                .as_ref()
-                .map(|token| token.expose().to_owned()),
-            issuer: meta.issuer.clone(),
-            token_endpoint: meta.token_endpoint.clone(),
-            revocation_endpoint: meta.revocation_endpoint.clone(),
-            resource: resource.to_owned(),
-            client_id: client.client_id.clone(),
-            token_auth: match client.auth {
-                TokenAuth::None => "none",
-                TokenAuth::ClientSecretBasic => "client_secret_basic",
-                TokenAuth::ClientSecretPost => "client_secret_post",
-            }
-            .to_owned(),
-        }
-    }
-
-    /// The authorization server's endpoints as kept.
-    fn server(&self) -> Result<ServerMetadata> {
-        serde_json::from_value(serde_json::json!({
-            "issuer": self.issuer,
-            "token_endpoint": self.token_endpoint,
-            "revocation_endpoint": self.revocation_endpoint,
-        }))
-        .context("a kept login does not read")
-    }
-
-    /// The client as kept, its secret read again from the config.
-    fn client(&self, oauth: &OAuthConfig) -> Result<Client, OAuthError> {
-        let auth = match self.token_auth.as_str() {
-            "client_secret_basic" => TokenAuth::ClientSecretBasic,
-            "client_secret_post" => TokenAuth::ClientSecretPost,
-            _ => TokenAuth::None,
-        };
-        let client_secret = match (auth, secret_source(oauth)) {
-            (TokenAuth::None, _) | (_, None) => None,
-            (_, Some(source)) => Some(source.load()?),
-        };
-        Ok(Client {
-            client_id: self.client_id.clone(),
-            client_secret,
-            auth,
-            redirect_uri: None,
-        })
     }
 }
 
@@ -358,8 +289,12 @@ async fn login(
             (tokens, client)
         }
     };
-    let kept = KeptLogin::of(&tokens, &meta, &client, &resource.resource);
-    let secret = GrantSecret::new(serde_json::to_string(&kept).context("a login does not write")?);
+    let secret = GrantSecret::new(
+        StoredLogin::new(tokens.clone(), &meta, &client, &resource.resource)
+            .to_json()
+            .expose()
+            .to_owned(),
+    );
     let scope = tokens.scopes.join(" ");
     let expires_at = tokens.expires_at.and_then(|at| i64::try_from(at).ok());
     store.put_grant(&NewGrant {
@@ -502,9 +437,8 @@ async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -
         ))?;
         return Ok(Exit::Success);
     };
-    let login: KeptLogin =
-        serde_json::from_str(secret.expose()).context("a kept login does not read")?;
-    let meta = login.server()?;
+    let login = StoredLogin::from_json(secret.expose()).map_err(|err| failed(&err))?;
+    let meta = login.server();
     if meta.revocation_endpoint.is_none() {
         output::out(&format!(
             "Signed out of `{name}`; its authorization server cannot revoke tokens, so they stand until they expire.\n"
@@ -512,13 +446,14 @@ async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -
         return Ok(Exit::Success);
     }
     let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
-    let client = login.client(oauth).map_err(|err| failed(&err))?;
+    let client = login
+        .client(secret_source(oauth).as_ref())
+        .map_err(|err| failed(&err))?;
     let mut revoked = Vec::new();
     let mut problems = Vec::new();
-    let refresh = login.refresh_token.map(Secret::new);
     for (token, hint) in [
-        (Some(Secret::new(login.access_token)), "access_token"),
-        (refresh, "refresh_token"),
+        (Some(login.tokens.access_token), "access_token"),
+        (login.tokens.refresh_token, "refresh_token"),
     ] {
         let Some(token) = token else { continue };
         match flow::revoke(&http, &meta, &client, &token, hint).await {

@@ -20,6 +20,8 @@ use crate::util::{code, hintgate, run, stderr, stdout};
 
 const ACCESS: &str = "at-5f0e-SECRET-access";
 const REFRESH: &str = "rt-77c2-SECRET-refresh";
+const ACCESS_2: &str = "at-9d41-SECRET-access-2";
+const REFRESH_2: &str = "rt-0b3e-SECRET-refresh-2";
 
 /// What the authorization server saw.
 #[derive(Debug, Default)]
@@ -32,6 +34,13 @@ struct Seen {
     revoked: Vec<String>,
     /// Whether the person approved the device authorization.
     device_approved: bool,
+    /// The access token the MCP endpoint takes now.
+    valid: Option<String>,
+    /// The `Authorization` of each request to the MCP endpoint.
+    mcp_auth: Vec<Option<String>>,
+    /// The `expires_in` of the tokens a code is exchanged for (3600 when
+    /// unset).
+    expires_in: Option<i64>,
 }
 
 struct AuthServer {
@@ -86,7 +95,15 @@ fn read_request(stream: &mut TcpStream) -> (String, String, BTreeMap<String, Str
             break;
         }
         if let Some((name, value)) = header.split_once(':') {
-            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+            // A header sent twice is kept as both values, as HTTP joins
+            // them.
+            headers
+                .entry(name.trim().to_ascii_lowercase())
+                .and_modify(|joined: &mut String| {
+                    joined.push_str(", ");
+                    joined.push_str(value.trim());
+                })
+                .or_insert_with(|| value.trim().to_owned());
         }
     }
     let length: usize = headers
@@ -123,8 +140,14 @@ fn serve(stream: &mut TcpStream, base: &str, seen: &Mutex<Seen>) {
     let (path, query_text) = target.split_once('?').unwrap_or((&target, ""));
     match (method.as_str(), path) {
         ("POST", "/mcp") => {
-            if headers.get("authorization") == Some(&format!("Bearer {ACCESS}")) {
-                json_answer(stream, &json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+            let given = headers.get("authorization").cloned();
+            let valid = {
+                let mut seen = seen.lock().unwrap();
+                seen.mcp_auth.push(given.clone());
+                seen.valid.clone()
+            };
+            if valid.is_some_and(|token| given == Some(format!("Bearer {token}"))) {
+                mcp(stream, &body);
             } else {
                 answer(
                     stream,
@@ -209,6 +232,7 @@ fn serve(stream: &mut TcpStream, base: &str, seen: &Mutex<Seen>) {
                 && form.get("resource") == Some(&format!("{base}/mcp"));
             seen.lock().unwrap().token.push(form);
             if approved {
+                seen.lock().unwrap().valid = Some(ACCESS.to_owned());
                 json_answer(
                     stream,
                     &json!({
@@ -226,6 +250,34 @@ fn serve(stream: &mut TcpStream, base: &str, seen: &Mutex<Seen>) {
                 );
             }
         }
+        ("POST", "/token")
+            if form_pairs(&body).get("grant_type").map(String::as_str) == Some("refresh_token") =>
+        {
+            let form = form_pairs(&body);
+            let good = form.get("refresh_token").map(String::as_str) == Some(REFRESH)
+                && form.get("resource") == Some(&format!("{base}/mcp"));
+            seen.lock().unwrap().token.push(form);
+            if good {
+                seen.lock().unwrap().valid = Some(ACCESS_2.to_owned());
+                json_answer(
+                    stream,
+                    &json!({
+                        "access_token": ACCESS_2,
+                        "token_type": "Bearer",
+                        "expires_in": 3600,
+                        "refresh_token": REFRESH_2,
+                        "scope": "docs:read offline_access",
+                    }),
+                );
+            } else {
+                answer(
+                    stream,
+                    "400 Bad Request",
+                    &[("Content-Type", "application/json".to_owned())],
+                    r#"{"error":"invalid_grant"}"#,
+                );
+            }
+        }
         ("POST", "/token") => {
             let form = form_pairs(&body);
             let challenge = seen.lock().unwrap().authorize["code_challenge"].clone();
@@ -237,12 +289,17 @@ fn serve(stream: &mut TcpStream, base: &str, seen: &Mutex<Seen>) {
                 && expected == challenge;
             seen.lock().unwrap().token.push(form);
             if good {
+                let expires_in = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.valid = Some(ACCESS.to_owned());
+                    seen.expires_in.unwrap_or(3600)
+                };
                 json_answer(
                     stream,
                     &json!({
                         "access_token": ACCESS,
                         "token_type": "Bearer",
-                        "expires_in": 3600,
+                        "expires_in": expires_in,
                         "refresh_token": REFRESH,
                         "scope": "docs:read offline_access",
                     }),
@@ -266,6 +323,35 @@ fn serve(stream: &mut TcpStream, base: &str, seen: &Mutex<Seen>) {
         }
         _ => answer(stream, "404 Not Found", &[], ""),
     }
+}
+
+/// The MCP endpoint, for a request with the token it takes: one read-only
+/// tool.
+fn mcp(stream: &mut TcpStream, body: &[u8]) {
+    let message: Value = serde_json::from_slice(body).unwrap();
+    let Some(id) = message.get("id").cloned() else {
+        answer(stream, "202 Accepted", &[], "");
+        return;
+    };
+    let result = match message["method"].as_str() {
+        Some("initialize") => json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "docs", "version": "1"},
+        }),
+        Some("tools/list") => json!({"tools": [{
+            "name": "search",
+            "description": "Search the docs.",
+            "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+            "annotations": {"readOnlyHint": true},
+        }]}),
+        Some("tools/call") => json!({"content": [{"type": "text", "text": "found it"}]}),
+        _ => json!({}),
+    };
+    json_answer(
+        stream,
+        &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+    );
 }
 
 fn write_config(dir: &Path, url: &str) -> String {
@@ -512,4 +598,167 @@ fn login_with_the_device_grant_waits_for_the_person_on_another_device() {
         "docs: signed in; granted `docs:read`; the server gave no expiry\n"
     );
     assert_no_token(dir.path(), &[&line, &stdout(&out), &stdout(&status)]);
+}
+
+/// Signs in to `docs` as a person would: runs `hintgate auth login`,
+/// follows the address it prints, and waits for it to end.
+fn sign_in(dir: &Path, config: &str, server: &AuthServer) {
+    let state = dir.join("state").display().to_string();
+    let mut child = hintgate()
+        .current_dir(dir)
+        .args([
+            "auth",
+            "--config",
+            config,
+            "--state-dir",
+            &state,
+            "login",
+            "docs",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let address = loop {
+        let mut line = String::new();
+        assert_ne!(
+            errors.read_line(&mut line).unwrap(),
+            0,
+            "no address printed"
+        );
+        if line.starts_with(&format!("{}/authorize?", server.base)) {
+            break line.trim().to_owned();
+        }
+    };
+    browse(&address);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn the_gateway_sends_the_stored_token_refreshes_it_after_a_401_and_names_the_login_when_there_is_none()
+ {
+    let server = AuthServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.docs]\nurl = \"{}\"\ntrust = \"trusted\"\nheaders = {{ Authorization = \"Bearer static-header\" }}\n\n[servers.docs.oauth]\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+
+    // No login yet: the server's calls fail, naming the command.
+    let mut host = crate::host::Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.initialize(json!({}));
+    let listed = host.request("tools/list", json!({}));
+    assert!(
+        !listed.to_string().contains("search"),
+        "a server without a login lists nothing: {listed}"
+    );
+    host.close();
+    let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap();
+    assert!(log.contains("hintgate auth login docs"), "{log}");
+
+    sign_in(dir.path(), &config, &server);
+
+    let mut host = crate::host::Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.initialize(json!({}));
+    let listed = host.request("tools/list", json!({}));
+    let tool = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .find(|name| name.ends_with("search"))
+        .unwrap_or_else(|| panic!("no search tool: {listed}"))
+        .to_owned();
+    let result = host.call(&tool, json!({"q": "oauth"}));
+    assert_eq!(crate::host::text(&result), "found it", "{result}");
+    assert!(
+        server
+            .seen
+            .lock()
+            .unwrap()
+            .mcp_auth
+            .contains(&Some(format!("Bearer {ACCESS}")))
+    );
+
+    // The server stops taking the token: the gateway refreshes it once and
+    // the call goes through with the new one.
+    server.seen.lock().unwrap().valid = None;
+    let result = host.call(&tool, json!({"q": "again"}));
+    assert_eq!(crate::host::text(&result), "found it", "{result}");
+    {
+        let seen = server.seen.lock().unwrap();
+        let refreshes: Vec<_> = seen
+            .token
+            .iter()
+            .filter(|form| form.get("grant_type").map(String::as_str) == Some("refresh_token"))
+            .collect();
+        assert_eq!(refreshes.len(), 1);
+        assert_eq!(
+            seen.mcp_auth.last().unwrap().as_deref(),
+            Some(format!("Bearer {ACCESS_2}").as_str())
+        );
+    }
+    host.close();
+    let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap();
+    assert!(!log.contains("SECRET"), "a token is in the gateway's log");
+    // The bearer token took the place of the configured `Authorization`.
+    assert!(
+        server
+            .seen
+            .lock()
+            .unwrap()
+            .mcp_auth
+            .iter()
+            .flatten()
+            .all(|auth| !auth.contains("static-header")),
+    );
+    assert_no_token(dir.path(), &[]);
+
+    // The rotated tokens were kept: logout revokes the new pair.
+    let out = auth(dir.path(), &config, &["logout", "docs"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        server.seen.lock().unwrap().revoked,
+        [ACCESS_2.to_owned(), REFRESH_2.to_owned()]
+    );
+}
+
+#[test]
+fn a_token_about_to_expire_is_refreshed_before_it_is_sent() {
+    let server = AuthServer::start();
+    // The token expires in 30 seconds: within the minute before expiry.
+    server.seen.lock().unwrap().expires_in = Some(30);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.docs]\nurl = \"{}\"\ntrust = \"trusted\"\n\n[servers.docs.oauth]\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    sign_in(dir.path(), &config, &server);
+    let mut host = crate::host::Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.initialize(json!({}));
+    let listed = host.request("tools/list", json!({}));
+    assert!(listed.to_string().contains("search"), "{listed}");
+    host.close();
+    let seen = server.seen.lock().unwrap();
+    let sent: Vec<_> = seen.mcp_auth.iter().flatten().collect();
+    assert!(!sent.is_empty());
+    assert!(
+        sent.iter()
+            .all(|auth| **auth == format!("Bearer {ACCESS_2}")),
+        "the expiring token was sent: {sent:?}"
+    );
 }
