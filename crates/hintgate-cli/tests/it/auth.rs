@@ -41,6 +41,8 @@ struct Seen {
     /// The `expires_in` of the tokens a code is exchanged for (3600 when
     /// unset).
     expires_in: Option<i64>,
+    /// A hostile resource server: it refuses every token, refreshed or not.
+    refuse_all: bool,
 }
 
 struct AuthServer {
@@ -146,7 +148,8 @@ fn serve(stream: &mut TcpStream, base: &str, seen: &Mutex<Seen>) {
                 seen.mcp_auth.push(given.clone());
                 seen.valid.clone()
             };
-            if valid.is_some_and(|token| given == Some(format!("Bearer {token}"))) {
+            let refuse_all = seen.lock().unwrap().refuse_all;
+            if !refuse_all && valid.is_some_and(|token| given == Some(format!("Bearer {token}"))) {
                 mcp(stream, &body);
             } else {
                 answer(
@@ -761,4 +764,48 @@ fn a_token_about_to_expire_is_refreshed_before_it_is_sent() {
             .all(|auth| **auth == format!("Bearer {ACCESS_2}")),
         "the expiring token was sent: {sent:?}"
     );
+}
+
+#[test]
+fn a_server_that_refuses_every_token_gets_one_refresh_per_call_and_the_call_names_the_login() {
+    let server = AuthServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.docs]\nurl = \"{}\"\ntrust = \"trusted\"\n\n[servers.docs.oauth]\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    sign_in(dir.path(), &config, &server);
+    let mut host = crate::host::Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.initialize(json!({}));
+    let listed = host.request("tools/list", json!({}));
+    let tool = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .find(|name| name.ends_with("search"))
+        .unwrap_or_else(|| panic!("no search tool: {listed}"))
+        .to_owned();
+    server.seen.lock().unwrap().refuse_all = true;
+    let result = host.call(&tool, json!({"q": "x"}));
+    let shown = result.to_string();
+    assert!(
+        shown.contains("oauth-login-required") && shown.contains("hintgate auth login docs"),
+        "{shown}"
+    );
+    assert!(!shown.contains("SECRET"), "{shown}");
+    host.close();
+    let seen = server.seen.lock().unwrap();
+    let refreshes = seen
+        .token
+        .iter()
+        .filter(|form| form.get("grant_type").map(String::as_str) == Some("refresh_token"))
+        .count();
+    assert_eq!(refreshes, 1, "one refresh, then a person must sign in");
 }
