@@ -70,6 +70,9 @@ pub enum Command {
     /// The bearer tokens hosts use to reach `hintgate run --listen` over
     /// HTTP: add one (shown once), list them, revoke one.
     Token(TokenArgs),
+    /// Sign in to a remote server behind OAuth (the tokens are kept
+    /// encrypted in the store), see the logins, sign out.
+    Auth(AuthArgs),
     /// Route the MCP servers of the hosts' configs through `hintgate run`,
     /// with a backup of each file changed.
     #[command(after_help = WRAP_HELP)]
@@ -208,6 +211,58 @@ pub struct TokenArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: TokenCommand,
+}
+
+/// `hintgate auth`
+#[derive(Debug, Args)]
+pub struct AuthArgs {
+    /// Which store keeps the tokens (the gateway's); `--config` names the
+    /// gateway's config, which is required: its `[servers.NAME]` say where
+    /// each server is and how to sign in to it.
+    #[command(flatten)]
+    pub at: StoreArgs,
+    /// The audit key's file, under a subkey of which the tokens are
+    /// encrypted (default as for `hintgate run`; made on first use beside a
+    /// SQLite store).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub audit_key: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AuthCommand,
+}
+
+/// `hintgate auth ...`
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Sign in to the server `SERVER` of the config: prints the address to
+    /// open in a browser and waits for its answer on loopback (or, with
+    /// `--device`, a code to enter on another device), keeps the tokens,
+    /// and says what was granted and until when.
+    Login {
+        /// The server's name in the config.
+        server: String,
+        /// A scope to ask for (repeat for several); default the config's
+        /// `scopes`, else those the server suggests.
+        #[arg(long, value_name = "SCOPE")]
+        scope: Vec<String>,
+        /// Sign in on another device (the device authorization grant),
+        /// for a machine without a browser.
+        #[arg(long)]
+        device: bool,
+    },
+    /// The servers of the config that sign in with OAuth: signed in or
+    /// not, the scopes granted and until when (never a token).
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget the tokens of `SERVER`, and revoke them where its
+    /// authorization server can.
+    Logout {
+        /// The server's name in the config.
+        server: String,
+    },
 }
 
 /// `hintgate token ...`

@@ -6,6 +6,7 @@
 
 mod approvals;
 mod args;
+mod auth;
 mod config_check;
 mod console;
 mod demo;
@@ -61,6 +62,7 @@ fn main() -> Exit {
         Command::Approvals(args) => approvals::run(args),
         Command::Console(args) => console::run(args),
         Command::Token(args) => token::run(args),
+        Command::Auth(args) => auth::run(args),
         Command::Wrap(args) => wrap::wrap(args),
         Command::Unwrap(args) => wrap::unwrap(args),
         Command::Sandbox(SandboxCommand::Check(args)) => sandbox::check(args),

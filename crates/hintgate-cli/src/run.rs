@@ -31,7 +31,6 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
         None => (wrap_config(args)?, Mode::Wrap),
     };
     let mut config = expand(config, &ProcessEnv)?;
-    refuse_unwired_oauth(&config)?;
     if config.gateway.principal.is_none() {
         config.gateway.principal = Some(local_principal());
     }
@@ -657,23 +656,6 @@ fn user_name(passwd: &str, uid: u32) -> Option<String> {
     })
 }
 
-/// A server with a `[servers.NAME.oauth]` table is refused: the table is
-/// read and checked (`config check`), but the gateway does not sign in to
-/// servers with OAuth yet, and starting it without would send its calls
-/// unauthenticated as if the table were not there.
-fn refuse_unwired_oauth(config: &ValidConfig) -> Result<(), InputError> {
-    match config
-        .servers
-        .iter()
-        .find(|(_, server)| server.oauth.is_some())
-    {
-        Some((name, _)) => Err(InputError(format!(
-            "servers.{name}.oauth: hintgate cannot sign in to a server with OAuth yet (the table is checked, not used; see docs/oauth-client.md): remove the table and reach the server with `headers` until it can"
-        ))),
-        None => Ok(()),
-    }
-}
-
 /// Expands every `${VAR}` of the servers' command lines, environments, URLs
 /// and headers: the edge of the program, where the environment is read.
 pub(crate) fn expand(mut config: ValidConfig, vars: &dyn Vars) -> Result<ValidConfig, InputError> {
@@ -801,20 +783,6 @@ mod tests {
         assert_eq!(user_name(passwd, 0).as_deref(), Some("root"));
         assert_eq!(user_name(passwd, 4242), None);
         assert!(local_principal().starts_with("local:"));
-    }
-
-    #[test]
-    fn a_server_with_an_oauth_table_is_refused_until_the_gateway_signs_in() {
-        let (config, diagnostics) = hintgate_policy::config::parse_str(
-            "[servers.docs]\nurl = \"https://docs.example/mcp\"\n\n[servers.docs.oauth]\nclient_id = \"hintgate\"\n",
-        );
-        assert!(diagnostics.is_empty(), "{diagnostics:?}");
-        let err = refuse_unwired_oauth(&config.unwrap()).unwrap_err();
-        assert!(err.0.contains("servers.docs.oauth"), "{err:?}");
-        let (plain, _) = hintgate_policy::config::parse_str(
-            "[servers.docs]\nurl = \"https://docs.example/mcp\"\n",
-        );
-        assert!(refuse_unwired_oauth(&plain.unwrap()).is_ok());
     }
 
     #[test]

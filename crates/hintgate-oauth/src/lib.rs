@@ -36,6 +36,7 @@ pub mod loopback;
 pub mod metadata;
 pub mod register;
 mod secret;
+pub mod stored;
 mod urls;
 
 pub use http::{

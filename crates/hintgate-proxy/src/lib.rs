@@ -56,6 +56,7 @@ pub mod stdio;
 pub mod tail;
 pub mod upstream;
 pub mod upstream_http;
+pub mod upstream_oauth;
 pub mod versions;
 
 /// Internals the fuzz targets under `fuzz/` exercise, behind the `fuzzing`

@@ -75,8 +75,19 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
 }
 
 /// The connector of `hintgate run`: child processes and HTTP.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemConnector;
+#[derive(Debug, Default, Clone)]
+pub struct SystemConnector {
+    /// The store that keeps the OAuth logins of URL servers behind OAuth.
+    store: Option<Arc<dyn hintgate_store::Store>>,
+}
+
+impl SystemConnector {
+    /// The connector of a gateway whose OAuth logins are kept in `store`.
+    #[must_use]
+    pub fn with_store(store: Option<Arc<dyn hintgate_store::Store>>) -> Self {
+        Self { store }
+    }
+}
 
 /// How the gateway reaches one server.
 #[derive(Debug)]
@@ -210,7 +221,15 @@ impl Connector for SystemConnector {
             .map(Link::Stdio)
             .map_err(|err| err.to_string()),
             Transport::Http { url, headers } => {
-                crate::upstream_http::HttpLink::connect(url, headers, target)
+                let auth = server.oauth.as_ref().map(|oauth| {
+                    Arc::new(crate::upstream_oauth::OAuthBearer::new(
+                        &server.name,
+                        url,
+                        oauth,
+                        self.store.clone(),
+                    ))
+                });
+                crate::upstream_http::HttpLink::connect_with(url, headers, target, auth)
                     .map(Link::Http)
                     .map_err(|err| err.to_string())
             }

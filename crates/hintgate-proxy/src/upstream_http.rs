@@ -55,6 +55,8 @@ struct Shared {
     /// Messages whose POST the server has not answered yet.
     queue: Arc<QueueGauge>,
     session: Mutex<Session>,
+    /// The bearer token of a server behind OAuth.
+    auth: Option<Arc<crate::upstream_oauth::OAuthBearer>>,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +78,24 @@ pub enum HttpError {
     Client(String),
 }
 
+/// The headers of one POST that come from the session and the message.
+struct RequestHead<'a> {
+    session_id: Option<&'a str>,
+    version: Option<&'a str>,
+    /// The method, sent as `mcp-method` (with `mcp-name`) to servers of
+    /// the 2026-07-28 era only.
+    method: Option<&'a str>,
+    name: Option<&'a str>,
+}
+
+/// `Authorization: Bearer TOKEN`, marked sensitive (never shown by the
+/// client's `Debug`); `None` for a token that is no header value.
+fn bearer_header(token: &hintgate_oauth::Secret) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
 /// Installs ring as the process's TLS provider (once; later calls do nothing).
 fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -93,6 +113,23 @@ impl HttpLink {
         url: &str,
         headers: &BTreeMap<String, String>,
         target: LinkTarget,
+    ) -> Result<Self, HttpError> {
+        Self::connect_with(url, headers, target, None)
+    }
+
+    /// Sets up the link to a server behind OAuth: each request carries the
+    /// bearer token of `auth`, refreshed before it expires and once after a
+    /// 401; a call that needs a login fails with an error naming the
+    /// command that signs in.
+    ///
+    /// # Errors
+    ///
+    /// [`HttpError`] when a header is invalid or the client cannot be built.
+    pub fn connect_with(
+        url: &str,
+        headers: &BTreeMap<String, String>,
+        target: LinkTarget,
+        auth: Option<Arc<crate::upstream_oauth::OAuthBearer>>,
     ) -> Result<Self, HttpError> {
         install_tls_provider();
         let mut header_map = HeaderMap::new();
@@ -118,6 +155,7 @@ impl HttpLink {
             events: target.events,
             queue: target.queue,
             session: Mutex::new(Session::default()),
+            auth,
         });
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let worker = Arc::clone(&shared);
@@ -160,11 +198,15 @@ impl HttpLink {
             .ok()
             .and_then(|session| session.id.clone());
         if let Some(id) = session {
+            let bearer = match &self.shared.auth {
+                Some(auth) => auth.bearer().await.ok(),
+                None => None,
+            };
             let request = self
                 .shared
                 .client
                 .delete(&self.shared.url)
-                .headers(self.shared.headers.clone())
+                .headers(self.shared.headers_with(bearer.as_ref()))
                 .header("mcp-session-id", id);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), request.send()).await;
         }
@@ -306,44 +348,50 @@ impl Shared {
             .unwrap_or_default();
         let version = meta_version.clone().or(version);
         let len = line.len();
-        // The URL parsed once: the client would parse the text each time.
-        let request = match &self.parsed {
-            Some(url) => self.client.post(url.clone()),
-            None => self.client.post(&self.url),
+        let head = RequestHead {
+            session_id: session_id.as_deref(),
+            version: version.as_deref(),
+            method: method.as_deref().filter(|_| meta_version.is_some()),
+            name: name.as_deref(),
         };
-        let request = if self.headers.is_empty() {
-            request
-        } else {
-            request.headers(self.headers.clone())
+        let (bearer, retry) = match &self.auth {
+            Some(auth) => match auth.bearer().await {
+                Ok(token) => (Some(token), Some(line.clone())),
+                Err(message) => {
+                    self.queue.written(len);
+                    self.fail_request(id.as_deref().filter(|_| is_request), &message)
+                        .await;
+                    return;
+                }
+            },
+            None => (None, None),
         };
-        let mut request = request
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )
-            .header(
-                reqwest::header::ACCEPT,
-                HeaderValue::from_static("application/json, text/event-stream"),
-            )
-            .body(line);
-        if let Some(session_id) = &session_id {
-            request = request.header("mcp-session-id", session_id);
-        }
-        if let Some(version) = &version {
-            request = request.header("mcp-protocol-version", version);
-        }
-        if meta_version.is_some()
-            && let Some(method) = &method
+        let mut sent = self.request(line, &head, bearer.as_ref()).send().await;
+        // A 401 to the token sent: refreshed once, and sent again.
+        if let (Some(auth), Some(used), Some(body), Ok(response)) =
+            (&self.auth, &bearer, retry, &sent)
+            && response.status() == reqwest::StatusCode::UNAUTHORIZED
         {
-            // 2026-07-28 servers route and check on these headers.
-            request = request.header("mcp-method", method);
-            if let Some(name) = &name
-                && let Ok(value) = HeaderValue::from_str(name)
-            {
-                request = request.header("mcp-name", value);
+            match auth.after_unauthorized(used).await {
+                Ok(token) => {
+                    sent = self.request(body, &head, Some(&token)).send().await;
+                    if sent.as_ref().is_ok_and(|response| {
+                        response.status() == reqwest::StatusCode::UNAUTHORIZED
+                    }) {
+                        self.queue.written(len);
+                        self.fail_request(id.as_deref().filter(|_| is_request), &auth.refused())
+                            .await;
+                        return;
+                    }
+                }
+                Err(message) => {
+                    self.queue.written(len);
+                    self.fail_request(id.as_deref().filter(|_| is_request), &message)
+                        .await;
+                    return;
+                }
             }
         }
-        let sent = request.send().await;
         // The server answered (or the exchange failed): the message no
         // longer waits for it.
         self.queue.written(len);
@@ -427,6 +475,62 @@ impl Shared {
         }
     }
 
+    /// The configured headers, with `Authorization: Bearer` in place of any
+    /// configured `Authorization` when there is a bearer token.
+    fn headers_with(&self, bearer: Option<&hintgate_oauth::Secret>) -> HeaderMap {
+        let mut headers = self.headers.clone();
+        if let Some(value) = bearer.and_then(bearer_header) {
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        headers
+    }
+
+    /// The POST of `body`, with the headers of the session and the
+    /// message, and the bearer token of a server behind OAuth.
+    fn request(
+        &self,
+        body: String,
+        head: &RequestHead<'_>,
+        bearer: Option<&hintgate_oauth::Secret>,
+    ) -> reqwest::RequestBuilder {
+        // The URL parsed once: the client would parse the text each time.
+        let request = match &self.parsed {
+            Some(url) => self.client.post(url.clone()),
+            None => self.client.post(&self.url),
+        };
+        let request = if self.headers.is_empty() && bearer.is_none() {
+            request
+        } else {
+            request.headers(self.headers_with(bearer))
+        };
+        let mut request = request
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )
+            .header(
+                reqwest::header::ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            )
+            .body(body);
+        if let Some(session_id) = head.session_id {
+            request = request.header("mcp-session-id", session_id);
+        }
+        if let Some(version) = head.version {
+            request = request.header("mcp-protocol-version", version);
+        }
+        if let Some(method) = head.method {
+            // 2026-07-28 servers route and check on these headers.
+            request = request.header("mcp-method", method);
+            if let Some(name) = head.name
+                && let Ok(value) = HeaderValue::from_str(name)
+            {
+                request = request.header("mcp-name", value);
+            }
+        }
+        request
+    }
+
     async fn emit_body(&self, body: &str, method: Option<&str>) {
         let body = body.trim();
         if body.is_empty() {
@@ -505,10 +609,14 @@ impl Shared {
             }
             _ => return,
         };
+        let bearer = match &self.auth {
+            Some(auth) => auth.bearer().await.ok(),
+            None => None,
+        };
         let mut request = self
             .client
             .get(&self.url)
-            .headers(self.headers.clone())
+            .headers(self.headers_with(bearer.as_ref()))
             .header("accept", "text/event-stream");
         if let Some(session_id) = &session_id {
             request = request.header("mcp-session-id", session_id);

@@ -200,8 +200,13 @@ impl KeyState {
 impl KeyCipher {
     /// The cipher of `key`.
     pub(crate) fn of(key: &AuditKey) -> Result<Self, StoreError> {
-        let unbound = UnboundKey::new(&CHACHA20_POLY1305, &key.subkey(PURPOSE))
-            .map_err(|_| StoreError::Randomness("the results key is not usable".to_owned()))?;
+        Self::for_purpose(key, PURPOSE)
+    }
+
+    /// The cipher under the audit key's subkey for `purpose`.
+    pub(crate) fn for_purpose(key: &AuditKey, purpose: &str) -> Result<Self, StoreError> {
+        let unbound = UnboundKey::new(&CHACHA20_POLY1305, &key.subkey(purpose))
+            .map_err(|_| StoreError::Randomness("an encryption key is not usable".to_owned()))?;
         Ok(Self {
             key: LessSafeKey::new(unbound),
         })
@@ -209,7 +214,7 @@ impl KeyCipher {
 
     /// `plain`, encrypted for `scope`: a fresh nonce, then the ciphertext
     /// and its tag.
-    fn seal(&self, scope: &str, plain: &str) -> Result<Vec<u8>, StoreError> {
+    pub(crate) fn seal(&self, scope: &str, plain: &str) -> Result<Vec<u8>, StoreError> {
         let mut nonce = [0u8; NONCE_LEN];
         getrandom::fill(&mut nonce).map_err(|err| StoreError::Randomness(err.to_string()))?;
         let mut sealed = plain.as_bytes().to_vec();
@@ -219,7 +224,7 @@ impl KeyCipher {
                 Aad::from(scope.as_bytes()),
                 &mut sealed,
             )
-            .map_err(|_| StoreError::Randomness("a result could not be encrypted".to_owned()))?;
+            .map_err(|_| StoreError::Randomness("a value could not be encrypted".to_owned()))?;
         let mut out = nonce.to_vec();
         out.append(&mut sealed);
         Ok(out)
@@ -227,7 +232,7 @@ impl KeyCipher {
 
     /// The plain text of `sealed` for `scope`; `None` when it does not
     /// decrypt (altered, or for another scope).
-    fn open(&self, scope: &str, sealed: &[u8]) -> Option<String> {
+    pub(crate) fn open(&self, scope: &str, sealed: &[u8]) -> Option<String> {
         let (nonce, body) = sealed.split_at_checked(NONCE_LEN)?;
         let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
         let mut body = body.to_vec();

@@ -73,13 +73,13 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The SQLite schema's steps, each to the version it names: run in order,
 /// each in a transaction of its own that holds the write lock and reads the
 /// version again, so two processes that open an old file at once run each
 /// step once (`ALTER TABLE` has no `IF NOT EXISTS`).
-const SQLITE_MIGRATIONS: [(i64, &str); 8] = [
+const SQLITE_MIGRATIONS: [(i64, &str); 9] = [
     (
         1,
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -155,6 +155,14 @@ const SQLITE_MIGRATIONS: [(i64, &str); 8] = [
              claimed_at INTEGER NOT NULL, done_at INTEGER, result BLOB, tag TEXT);
          CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (claimed_at);",
     ),
+    // The OAuth grants hintgate holds for remote servers (see `upstream`).
+    (
+        9,
+        "CREATE TABLE IF NOT EXISTS upstream_grants (
+             server TEXT NOT NULL, principal TEXT NOT NULL, scope TEXT NOT NULL,
+             expires_at INTEGER, updated_at INTEGER NOT NULL, secret BLOB NOT NULL, tag TEXT,
+             PRIMARY KEY (server, principal));",
+    ),
 ];
 
 /// Runs one step of [`SQLITE_MIGRATIONS`], unless another process ran it
@@ -184,6 +192,7 @@ mod rollback;
 mod rows;
 mod standing;
 mod tokens;
+mod upstream;
 mod witness;
 
 pub use audit::{
@@ -205,17 +214,26 @@ pub use rollback::{AcceptedRollback, HeadFound, Rollback};
 pub use rows::Seal;
 pub use standing::{IndexRow, Standing};
 pub use tokens::{TOKEN_PREFIX, TokenRow, TokenStore, new_token, token_hash};
+pub use upstream::{
+    GrantInfo, GrantSecret, KeptGrant, MAX_GRANT_SECRET_BYTES, NewGrant, UpstreamTokenStore,
+};
 pub use witness::{
     EVERY as WITNESS_EVERY, EVERY_RECORDS as WITNESS_EVERY_RECORDS, WitnessError, WitnessKey,
     WitnessSettings, setup as setup_witness, state_path as witness_state_path,
 };
 
 /// Everything the gateway keeps: pins, standing approvals, the audit log,
-/// the approval queue, the tokens of HTTP hosts and the records of writes
-/// sent with idempotency keys.
-pub trait Store: PinStore + AuditLog + ApprovalQueue + TokenStore + IdempotencyStore {}
+/// the approval queue, the tokens of HTTP hosts, the records of writes
+/// sent with idempotency keys and the OAuth grants for remote servers.
+pub trait Store:
+    PinStore + AuditLog + ApprovalQueue + TokenStore + IdempotencyStore + UpstreamTokenStore
+{
+}
 
-impl<T: PinStore + AuditLog + ApprovalQueue + TokenStore + IdempotencyStore> Store for T {}
+impl<T: PinStore + AuditLog + ApprovalQueue + TokenStore + IdempotencyStore + UpstreamTokenStore>
+    Store for T
+{
+}
 
 /// One pinned tool definition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -634,6 +652,8 @@ struct MemoryState {
     tokens: BTreeMap<String, (String, String, i64)>,
     /// Records of keyed writes, by scope.
     keys: BTreeMap<String, idempotency::KeyRow>,
+    /// Upstream OAuth grants, by server and principal.
+    grants: BTreeMap<(String, String), upstream::GrantRow>,
 }
 
 impl Default for MemoryStore {
@@ -2068,6 +2088,116 @@ impl IdempotencyStore for SqliteStore {
         }
         transaction.commit()?;
         Ok(())
+    }
+}
+
+impl UpstreamTokenStore for MemoryStore {
+    fn put_grant(&self, grant: &NewGrant<'_>) -> Result<(), StoreError> {
+        let row = upstream::GrantTools::of(&self.key)?.row(grant)?;
+        self.lock()
+            .grants
+            .insert((row.server.clone(), row.principal.clone()), row);
+        Ok(())
+    }
+
+    fn grant(&self, server: &str, principal: &str) -> Result<Option<KeptGrant>, StoreError> {
+        let tools = upstream::GrantTools::of(&self.key)?;
+        Ok(self
+            .lock()
+            .grants
+            .get(&(server.to_owned(), principal.to_owned()))
+            .map(|row| tools.open(row)))
+    }
+
+    fn grants(&self) -> Result<Vec<GrantInfo>, StoreError> {
+        let sealer = rows::Sealer::of(&self.key);
+        Ok(self
+            .lock()
+            .grants
+            .values()
+            .map(|row| upstream::info_of(row, Some(&sealer)))
+            .collect())
+    }
+
+    fn delete_grant(&self, server: &str, principal: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .lock()
+            .grants
+            .remove(&(server.to_owned(), principal.to_owned()))
+            .is_some())
+    }
+}
+
+/// The columns of an upstream grant, in the order the queries name them.
+const GRANT_COLUMNS: &str = "server, principal, scope, expires_at, updated_at, secret, tag";
+
+fn grant_row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<upstream::GrantRow> {
+    Ok(upstream::GrantRow {
+        server: row.get(0)?,
+        principal: row.get(1)?,
+        scope: row.get(2)?,
+        expires_at: row.get(3)?,
+        updated_at: row.get(4)?,
+        secret: row.get(5)?,
+        tag: row.get(6)?,
+    })
+}
+
+impl UpstreamTokenStore for SqliteStore {
+    fn put_grant(&self, grant: &NewGrant<'_>) -> Result<(), StoreError> {
+        let key = self.audit_key().ok_or(StoreError::Unsealed)?;
+        let row = upstream::GrantTools::of(key)?.row(grant)?;
+        self.lock().execute(
+            &format!(
+                "INSERT OR REPLACE INTO upstream_grants ({GRANT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+            ),
+            params![
+                row.server,
+                row.principal,
+                row.scope,
+                row.expires_at,
+                row.updated_at,
+                row.secret,
+                row.tag
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn grant(&self, server: &str, principal: &str) -> Result<Option<KeptGrant>, StoreError> {
+        let key = self.audit_key().ok_or(StoreError::Unsealed)?;
+        let tools = upstream::GrantTools::of(key)?;
+        let row = self
+            .lock()
+            .query_row(
+                &format!(
+                    "SELECT {GRANT_COLUMNS} FROM upstream_grants WHERE server = ?1 AND principal = ?2"
+                ),
+                params![server, principal],
+                grant_row_of,
+            )
+            .optional()?;
+        Ok(row.map(|row| tools.open(&row)))
+    }
+
+    fn grants(&self) -> Result<Vec<GrantInfo>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare(&format!(
+            "SELECT {GRANT_COLUMNS} FROM upstream_grants ORDER BY server, principal"
+        ))?;
+        let rows = statement.query_map([], grant_row_of)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(upstream::info_of(&row?, self.sealer.as_ref()));
+        }
+        Ok(out)
+    }
+
+    fn delete_grant(&self, server: &str, principal: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().execute(
+            "DELETE FROM upstream_grants WHERE server = ?1 AND principal = ?2",
+            params![server, principal],
+        )? > 0)
     }
 }
 

@@ -42,7 +42,7 @@ use crate::{
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 6;
+pub const PG_SCHEMA_VERSION: i64 = 7;
 
 /// How long connecting, a silent connection or one statement may take
 /// before it fails (unless the address sets its own).
@@ -575,6 +575,17 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
                  claimed_at BIGINT NOT NULL, done_at BIGINT, result BYTEA, tag TEXT);
              CREATE INDEX IF NOT EXISTS idempotency_by_age ON hintgate.idempotency (claimed_at);
              UPDATE hintgate.meta SET value = '6' WHERE key = 'schema_version';",
+        )?;
+    }
+    if found < 7 {
+        // The OAuth grants hintgate holds for remote servers (see
+        // `upstream`).
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS hintgate.upstream_grants (
+                 server TEXT NOT NULL, principal TEXT NOT NULL, scope TEXT NOT NULL,
+                 expires_at BIGINT, updated_at BIGINT NOT NULL, secret BYTEA NOT NULL, tag TEXT,
+                 PRIMARY KEY (server, principal));
+             UPDATE hintgate.meta SET value = '7' WHERE key = 'schema_version';",
         )?;
     }
     let mut salt = vec![0u8; 32];
@@ -1577,6 +1588,98 @@ impl crate::IdempotencyStore for PgStore {
             tx.commit()?;
             Ok(())
         })
+    }
+}
+
+/// The columns of an upstream grant, in the order the queries name them.
+const PG_GRANT_COLUMNS: &str = "server, principal, scope, expires_at, updated_at, secret, tag";
+
+fn pg_grant_row(row: &::postgres::Row) -> crate::upstream::GrantRow {
+    crate::upstream::GrantRow {
+        server: row.get(0),
+        principal: row.get(1),
+        scope: row.get(2),
+        expires_at: row.get(3),
+        updated_at: row.get(4),
+        secret: row.get(5),
+        tag: row.get(6),
+    }
+}
+
+impl PgStore {
+    fn grant_tools(&self) -> Result<crate::upstream::GrantTools, StoreError> {
+        let key = self.keying.key.as_ref().ok_or(StoreError::Unsealed)?;
+        crate::upstream::GrantTools::of(key)
+    }
+}
+
+impl crate::UpstreamTokenStore for PgStore {
+    fn put_grant(&self, grant: &crate::NewGrant<'_>) -> Result<(), StoreError> {
+        let row = self.grant_tools()?.row(grant)?;
+        self.call(move |client| {
+            client.execute(
+                &format!(
+                    "INSERT INTO hintgate.upstream_grants ({PG_GRANT_COLUMNS})
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (server, principal) DO UPDATE SET
+                         scope = EXCLUDED.scope, expires_at = EXCLUDED.expires_at,
+                         updated_at = EXCLUDED.updated_at, secret = EXCLUDED.secret,
+                         tag = EXCLUDED.tag"
+                ),
+                &[
+                    &row.server,
+                    &row.principal,
+                    &row.scope,
+                    &row.expires_at,
+                    &row.updated_at,
+                    &row.secret,
+                    &row.tag,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn grant(&self, server: &str, principal: &str) -> Result<Option<crate::KeptGrant>, StoreError> {
+        let tools = self.grant_tools()?;
+        let (server, principal) = (server.to_owned(), principal.to_owned());
+        let row = self.call(move |client| {
+            Ok(client.query_opt(
+                &format!(
+                    "SELECT {PG_GRANT_COLUMNS} FROM hintgate.upstream_grants
+                     WHERE server = $1 AND principal = $2"
+                ),
+                &[&server, &principal],
+            )?)
+        })?;
+        Ok(row.map(|row| tools.open(&pg_grant_row(&row))))
+    }
+
+    fn grants(&self) -> Result<Vec<crate::GrantInfo>, StoreError> {
+        let rows = self.call(|client| {
+            Ok(client.query(
+                &format!(
+                    "SELECT {PG_GRANT_COLUMNS} FROM hintgate.upstream_grants
+                     ORDER BY server, principal"
+                ),
+                &[],
+            )?)
+        })?;
+        Ok(rows
+            .iter()
+            .map(|row| crate::upstream::info_of(&pg_grant_row(row), self.sealer.as_ref()))
+            .collect())
+    }
+
+    fn delete_grant(&self, server: &str, principal: &str) -> Result<bool, StoreError> {
+        let (server, principal) = (server.to_owned(), principal.to_owned());
+        let removed = self.call(move |client| {
+            Ok(client.execute(
+                "DELETE FROM hintgate.upstream_grants WHERE server = $1 AND principal = $2",
+                &[&server, &principal],
+            )?)
+        })?;
+        Ok(removed > 0)
     }
 }
 

@@ -192,6 +192,20 @@ impl Sealer {
         self.check("idempotency", &key_row_fields(row), tag)
     }
 
+    /// The seal of an upstream OAuth grant: every column but the seal.
+    pub(crate) fn grant_row(&self, row: &crate::upstream::GrantRow) -> String {
+        self.seal("upstream grant", &grant_row_fields(row))
+    }
+
+    /// Whether `tag` is the seal of `row`.
+    pub(crate) fn check_grant_row(
+        &self,
+        row: &crate::upstream::GrantRow,
+        tag: Option<&str>,
+    ) -> Seal {
+        self.check("upstream grant", &grant_row_fields(row), tag)
+    }
+
     /// The seal of a standing approval: its key, tool and digest, and the
     /// sequence number of its grant record, so that a row put back from an
     /// older copy names the grant it had, which a later record supersedes.
@@ -323,5 +337,19 @@ fn key_row_fields(row: &crate::idempotency::KeyRow) -> [Field<'_>; 8] {
         // An absent end and an absent result are told from any value.
         Field::Int(row.done_at.unwrap_or(i64::MIN)),
         Field::Bytes(row.result.as_deref().unwrap_or(b"\0none")),
+    ]
+}
+
+fn grant_row_fields(row: &crate::upstream::GrantRow) -> [Field<'_>; 7] {
+    [
+        Field::Bytes(row.server.as_bytes()),
+        Field::Bytes(row.principal.as_bytes()),
+        Field::Bytes(row.scope.as_bytes()),
+        // Whether there is an expiry, then its value, so no value stands
+        // for its absence.
+        Field::Int(i64::from(row.expires_at.is_some())),
+        Field::Int(row.expires_at.unwrap_or(0)),
+        Field::Int(row.updated_at),
+        Field::Bytes(&row.secret),
     ]
 }

@@ -1280,6 +1280,9 @@ mod row_attacks;
 #[path = "contract/keys.rs"]
 mod keys;
 
+#[path = "contract/grants.rs"]
+mod grants;
+
 #[path = "contract/approval_attacks.rs"]
 mod approval_attacks;
 

@@ -10,6 +10,7 @@
 
 mod approvals;
 mod audit;
+mod auth;
 mod browser;
 mod config_check;
 mod conformance;

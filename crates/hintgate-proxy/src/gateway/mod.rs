@@ -818,10 +818,10 @@ impl Gateway {
             metrics: settings.metrics,
             asks: ask::Asks::new(run_name.clone()),
             run_name,
-            store: settings.store,
             connector: settings
                 .connector
-                .unwrap_or_else(|| Arc::new(SystemConnector)),
+                .unwrap_or_else(|| Arc::new(SystemConnector::with_store(settings.store.clone()))),
+            store: settings.store,
             events,
             sealer,
             sessions: session::Sessions::default(),

@@ -649,6 +649,25 @@ impl hintgate_store::IdempotencyStore for TestStore {
     }
 }
 
+impl hintgate_store::UpstreamTokenStore for TestStore {
+    fn put_grant(&self, grant: &hintgate_store::NewGrant<'_>) -> Result<(), StoreError> {
+        self.inner.put_grant(grant)
+    }
+    fn grant(
+        &self,
+        server: &str,
+        principal: &str,
+    ) -> Result<Option<hintgate_store::KeptGrant>, StoreError> {
+        self.inner.grant(server, principal)
+    }
+    fn grants(&self) -> Result<Vec<hintgate_store::GrantInfo>, StoreError> {
+        self.inner.grants()
+    }
+    fn delete_grant(&self, server: &str, principal: &str) -> Result<bool, StoreError> {
+        self.inner.delete_grant(server, principal)
+    }
+}
+
 impl hintgate_store::TokenStore for TestStore {
     fn add_token(&self, name: &str, hash: &str, scope: &str) -> Result<(), StoreError> {
         self.inner.add_token(name, hash, scope)

@@ -13,6 +13,8 @@ use serde_json::json;
 /// schema the store's tables are in.
 pub(super) trait Raw {
     fn execute(&mut self, sql: &str);
+    /// `bytes` as a literal of the database's binary type.
+    fn bytes_literal(&self, bytes: &[u8]) -> String;
 }
 
 struct Sqlite(rusqlite::Connection);
@@ -20,6 +22,9 @@ struct Sqlite(rusqlite::Connection);
 impl Raw for Sqlite {
     fn execute(&mut self, sql: &str) {
         self.0.execute_batch(&sql.replace("{s}", "")).unwrap();
+    }
+    fn bytes_literal(&self, bytes: &[u8]) -> String {
+        format!("X'{}'", hex::encode(bytes))
     }
 }
 
@@ -30,6 +35,9 @@ impl Raw for Postgres {
         self.0
             .batch_execute(&sql.replace("{s}", "hintgate."))
             .unwrap();
+    }
+    fn bytes_literal(&self, bytes: &[u8]) -> String {
+        format!("'\\x{}'::bytea", hex::encode(bytes))
     }
 }
 

@@ -1,0 +1,477 @@
+//! `hintgate auth login|status|logout`: hintgate signs in to a remote
+//! (`url`) server behind OAuth, keeps the tokens in the store (encrypted
+//! under a subkey of the audit key, per server and principal), says what
+//! was granted and until when, and signs out (revoking the tokens where the
+//! authorization server can).
+//!
+//! No token is ever printed, logged or put in an error: they travel as
+//! `Secret`s and are stored as a `GrantSecret`.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use hintgate_oauth::challenge::{BearerChallenge, parse_www_authenticate};
+use hintgate_oauth::flow::{self, Pkce};
+use hintgate_oauth::loopback::RedirectListener;
+use hintgate_oauth::metadata::{self, ServerMetadata};
+use hintgate_oauth::register::{self, Client, ClientSettings, RegistrationPlan, SecretSource};
+use hintgate_oauth::stored::StoredLogin;
+use hintgate_oauth::{
+    Clock as _, HttpClient as _, HttpRequest, OAuthError, ReqwestClient, Secret, SystemClock,
+};
+use hintgate_policy::config::{OAuthConfig, OAuthGrant, Transport, ValidConfig};
+use hintgate_policy::sanitize::escape_line;
+use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
+
+use crate::args::{AuthArgs, AuthCommand};
+use crate::exit::Exit;
+use crate::load::InputError;
+use crate::output;
+
+/// The principal of a login made on the command line: the gateway's single
+/// user (a `--listen` gateway's principals sign in on their own, later).
+const LOCAL_PRINCIPAL: &str = "";
+
+/// How long a login waits for the browser's redirect.
+const REDIRECT_DEADLINE: Duration = Duration::from_secs(600);
+
+/// How long one request to a server or an authorization server may take.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs `hintgate auth`.
+pub fn run(args: &AuthArgs) -> Result<Exit> {
+    let Some(path) = args.at.config.as_deref() else {
+        return Err(InputError(
+            "hintgate auth needs the gateway's config: --config FILE".to_owned(),
+        )
+        .into());
+    };
+    let loaded = crate::load::config(path)?;
+    let Some(config) = loaded.config else {
+        return Err(InputError(loaded.render()).into());
+    };
+    let config = crate::run::expand(config, &crate::load::ProcessEnv)?;
+    // Signing in seals a row with the audit key, made on first use as a
+    // gateway makes it; the others only read it.
+    let usage = match args.command {
+        AuthCommand::Status { .. } => crate::state::Use::Rows,
+        _ => crate::state::Use::Gateway,
+    };
+    let store = crate::state::open_store_of(&args.at, args.audit_key.as_deref(), &usage)?.store;
+    // The HTTP client's TLS runs on ring, as the gateway's does (already
+    // installed when this is not the first client of the process).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    match &args.command {
+        AuthCommand::Login {
+            server,
+            scope,
+            device,
+        } => {
+            let (url, oauth) = oauth_server(&config, server)?;
+            runtime.block_on(login(store.as_ref(), server, &url, &oauth, scope, *device))
+        }
+        AuthCommand::Status { json } => status(store.as_ref(), &config, *json),
+        AuthCommand::Logout { server } => {
+            let (url, oauth) = oauth_server(&config, server)?;
+            runtime.block_on(logout(store.as_ref(), server, &url, &oauth))
+        }
+    }
+}
+
+/// The URL and `[servers.NAME.oauth]` table of the server `name` (an
+/// absent table signs in with the defaults).
+fn oauth_server(config: &ValidConfig, name: &str) -> Result<(String, OAuthConfig)> {
+    let Some(server) = config.servers.get(name) else {
+        return Err(InputError(format!(
+            "no server is named `{}` in the config",
+            escape_line(name)
+        ))
+        .into());
+    };
+    match &server.transport {
+        Transport::Http { url, .. } => Ok((url.clone(), server.oauth.clone().unwrap_or_default())),
+        Transport::Stdio { .. } => Err(InputError(format!(
+            "servers.{}: a stdio server does not sign in with OAuth (only a `url` server does)",
+            escape_line(name)
+        ))
+        .into()),
+    }
+}
+
+fn secret_source(oauth: &OAuthConfig) -> Option<SecretSource> {
+    oauth
+        .client_secret_file
+        .as_ref()
+        .map(|path| SecretSource::File(path.into()))
+        .or_else(|| oauth.client_secret_env.clone().map(SecretSource::Env))
+}
+
+/// An OAuth error as the command reports it: its code and its text (which
+/// never holds a token).
+fn failed(err: &OAuthError) -> anyhow::Error {
+    anyhow::anyhow!("{}: {err}", err.code())
+}
+
+/// The server's challenge to a request without a token: an `initialize`
+/// sent as a host would, whose 401 names the resource metadata and scopes.
+async fn probe(http: &ReqwestClient, url: &str) -> Option<BearerChallenge> {
+    let mut request = HttpRequest::post_json(
+        url,
+        &serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "hintgate", "version": env!("CARGO_PKG_VERSION")}}
+        }),
+    );
+    request.headers.push((
+        "accept".to_owned(),
+        "application/json, text/event-stream".to_owned(),
+    ));
+    let response = http.send(request).await.ok()?;
+    if response.status != 401 && response.status != 403 {
+        return None;
+    }
+    parse_www_authenticate(&response.header_values("www-authenticate"))
+}
+
+async fn login(
+    store: &dyn Store,
+    name: &str,
+    url: &str,
+    oauth: &OAuthConfig,
+    scope: &[String],
+    device: bool,
+) -> Result<Exit> {
+    let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
+    let clock = SystemClock;
+    let challenge = probe(&http, url).await;
+    let resource = metadata::discover_resource(
+        &http,
+        url,
+        challenge
+            .as_ref()
+            .and_then(|challenge| challenge.resource_metadata.as_deref()),
+    )
+    .await
+    .map_err(|err| failed(&err))?;
+    let issuer = metadata::choose_issuer(&resource, oauth.authorization_server.as_deref())
+        .map_err(|err| failed(&err))?;
+    let meta = metadata::discover_server(&http, &resource, &issuer)
+        .await
+        .map_err(|err| failed(&err))?;
+    let chosen: Option<Vec<String>> = if scope.is_empty() {
+        oauth.scopes.clone()
+    } else {
+        Some(scope.to_vec())
+    };
+    let secret = secret_source(oauth)
+        .map(|source| source.load())
+        .transpose()
+        .map_err(|err| failed(&err))?;
+    let grant = if device {
+        OAuthGrant::Device
+    } else {
+        oauth.grant
+    };
+    let (tokens, client) = match grant {
+        OAuthGrant::ClientCredentials => {
+            let client = Client {
+                client_id: oauth.client_id.clone().unwrap_or_default(),
+                auth: register::token_auth_for(&meta, secret.is_some()),
+                client_secret: secret,
+                redirect_uri: None,
+            };
+            let scopes = flow::choose_scopes(
+                chosen.as_deref(),
+                challenge.as_ref(),
+                &resource,
+                &meta,
+                false,
+            );
+            let tokens = flow::client_credentials(
+                &http,
+                &clock,
+                &meta,
+                &client,
+                &resource.resource,
+                &scopes,
+            )
+            .await
+            .map_err(|err| failed(&err))?;
+            (tokens, client)
+        }
+        OAuthGrant::Device => {
+            let client = client_for(
+                &http,
+                oauth,
+                secret,
+                &meta,
+                None,
+                &[
+                    "urn:ietf:params:oauth:grant-type:device_code",
+                    "refresh_token",
+                ],
+            )
+            .await?;
+            let scopes = flow::choose_scopes(
+                chosen.as_deref(),
+                challenge.as_ref(),
+                &resource,
+                &meta,
+                true,
+            );
+            let started =
+                flow::start_device(&http, &clock, &meta, &client, &resource.resource, &scopes)
+                    .await
+                    .map_err(|err| failed(&err))?;
+            output::err(&format!(
+                "To sign in to `{name}`, open {} and enter the code {}\n",
+                escape_line(
+                    started
+                        .verification_uri_complete
+                        .as_deref()
+                        .unwrap_or(&started.verification_uri)
+                ),
+                escape_line(&started.user_code),
+            ))?;
+            let tokens = flow::poll_device(&http, &clock, &meta, &client, &started)
+                .await
+                .map_err(|err| failed(&err))?;
+            (tokens, client)
+        }
+        OAuthGrant::AuthorizationCode => {
+            let listener = RedirectListener::bind(oauth.redirect_port.unwrap_or(0))
+                .await
+                .map_err(|err| failed(&err))?;
+            let redirect = listener.redirect_uri().to_owned();
+            let client = client_for(
+                &http,
+                oauth,
+                secret,
+                &meta,
+                Some(&redirect),
+                &["authorization_code", "refresh_token"],
+            )
+            .await?;
+            let scopes = flow::choose_scopes(
+                chosen.as_deref(),
+                challenge.as_ref(),
+                &resource,
+                &meta,
+                true,
+            );
+            let request = flow::authorization_request(
+                &meta,
+                &client,
+                &resource.resource,
+                &scopes,
+                &redirect,
+                Pkce::generate().map_err(|err| failed(&err))?,
+                flow::random_value().map_err(|err| failed(&err))?,
+            )
+            .map_err(|err| failed(&err))?;
+            output::err(&format!(
+                "To sign in to `{name}`, open this address in a browser (hintgate waits for its answer on {}):\n{}\n",
+                escape_line(&redirect),
+                escape_line(&request.url)
+            ))?;
+            let code = listener
+                .wait(&request, REDIRECT_DEADLINE)
+                .await
+                .map_err(|err| failed(&err))?;
+            let tokens = flow::exchange_code(&http, &clock, &meta, &client, &request, &code)
+                .await
+                .map_err(|err| failed(&err))?;
+            (tokens, client)
+        }
+    };
+    let secret = GrantSecret::new(
+        StoredLogin::new(tokens.clone(), &meta, &client, &resource.resource)
+            .to_json()
+            .expose()
+            .to_owned(),
+    );
+    let scope = tokens.scopes.join(" ");
+    let expires_at = tokens.expires_at.and_then(|at| i64::try_from(at).ok());
+    store.put_grant(&NewGrant {
+        server: url,
+        principal: LOCAL_PRINCIPAL,
+        scope: &scope,
+        expires_at,
+        updated_at: i64::try_from(clock.now()).unwrap_or(i64::MAX),
+        secret: &secret,
+    })?;
+    output::out(&format!(
+        "Signed in to `{name}`: granted {}; {}{}.\n",
+        shown_scope(&scope),
+        expiry(expires_at),
+        if tokens.refresh_token.is_some() {
+            ", refreshed as it expires"
+        } else {
+            ", with no refresh token (sign in again then)"
+        }
+    ))?;
+    Ok(Exit::Success)
+}
+
+/// The client for a login, in the spec's order (pre-registered, client ID
+/// metadata document, dynamic registration).
+async fn client_for(
+    http: &ReqwestClient,
+    oauth: &OAuthConfig,
+    secret: Option<Secret>,
+    meta: &ServerMetadata,
+    redirect: Option<&str>,
+    grants: &[&str],
+) -> Result<Client> {
+    let has_secret = secret.is_some();
+    let settings = ClientSettings {
+        client_id: oauth.client_id.clone(),
+        client_secret: secret_source(oauth),
+        client_metadata_url: oauth.client_metadata_url.clone(),
+        client_name: "hintgate".to_owned(),
+    };
+    let client =
+        match register::plan_registration(&settings, meta, redirect).map_err(|err| failed(&err))? {
+            RegistrationPlan::PreRegistered(mut client) => {
+                if let Some(secret) = secret {
+                    client.client_secret = Some(secret);
+                    client.auth = register::token_auth_for(meta, has_secret);
+                }
+                client
+            }
+            RegistrationPlan::MetadataDocument(client) => client,
+            RegistrationPlan::Dynamic { endpoint } => register::register_dynamic(
+                http, &endpoint, meta, "hintgate", redirect, grants, None,
+            )
+            .await
+            .map_err(|err| failed(&err))?,
+        };
+    Ok(client)
+}
+
+fn shown_scope(scope: &str) -> String {
+    if scope.is_empty() {
+        "no scope named".to_owned()
+    } else {
+        format!("`{}`", escape_line(scope))
+    }
+}
+
+fn expiry(expires_at: Option<i64>) -> String {
+    match expires_at {
+        Some(at) => format!("the access token expires at {}", crate::log::utc(at)),
+        None => "the server gave no expiry".to_owned(),
+    }
+}
+
+fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
+    let grants = store.grants()?;
+    let mut rows = Vec::new();
+    for (name, server) in &config.servers {
+        let Transport::Http { url, .. } = &server.transport else {
+            continue;
+        };
+        let grant = grants
+            .iter()
+            .find(|grant| &grant.server == url && grant.principal == LOCAL_PRINCIPAL);
+        if grant.is_none() && server.oauth.is_none() {
+            continue;
+        }
+        rows.push((name, grant));
+    }
+    if json {
+        let out: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, grant)| {
+                serde_json::json!({
+                    "server": name,
+                    "signed_in": grant.is_some_and(|grant| grant.seal == Seal::Valid),
+                    "scope": grant.map(|grant| grant.scope.clone()),
+                    "expires_at": grant.and_then(|grant| grant.expires_at),
+                    "seal": grant.map(|grant| grant.seal.as_str()),
+                })
+            })
+            .collect();
+        output::out(&format!("{}\n", serde_json::Value::Array(out)))?;
+        return Ok(Exit::Success);
+    }
+    if rows.is_empty() {
+        output::out("No server of this config signs in with OAuth.\n")?;
+        return Ok(Exit::Success);
+    }
+    let mut text = String::new();
+    for (name, grant) in rows {
+        let line = match grant {
+            None => format!("{name}: not signed in (hintgate auth login {name})\n"),
+            Some(grant) if grant.seal != Seal::Valid => format!(
+                "{name}: the stored login's seal does not verify: it is not used (hintgate auth login {name})\n"
+            ),
+            Some(grant) => format!(
+                "{name}: signed in; granted {}; {}\n",
+                shown_scope(&grant.scope),
+                expiry(grant.expires_at)
+            ),
+        };
+        text.push_str(&line);
+    }
+    output::out(&text)?;
+    Ok(Exit::Success)
+}
+
+async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -> Result<Exit> {
+    let Some(kept) = store.grant(url, LOCAL_PRINCIPAL)? else {
+        output::err(&format!("`{name}` is not signed in.\n"))?;
+        return Ok(Exit::Error);
+    };
+    // The tokens are forgotten first: a revocation that fails leaves none
+    // behind for the gateway to use.
+    store.delete_grant(url, LOCAL_PRINCIPAL)?;
+    let Some(secret) = kept.secret else {
+        output::out(&format!(
+            "Signed out of `{name}` (the stored login's seal did not verify: nothing to revoke).\n"
+        ))?;
+        return Ok(Exit::Success);
+    };
+    let login = StoredLogin::from_json(secret.expose()).map_err(|err| failed(&err))?;
+    let meta = login.server();
+    if meta.revocation_endpoint.is_none() {
+        output::out(&format!(
+            "Signed out of `{name}`; its authorization server cannot revoke tokens, so they stand until they expire.\n"
+        ))?;
+        return Ok(Exit::Success);
+    }
+    let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
+    let client = login
+        .client(secret_source(oauth).as_ref())
+        .map_err(|err| failed(&err))?;
+    let mut revoked = Vec::new();
+    let mut problems = Vec::new();
+    for (token, hint) in [
+        (Some(login.tokens.access_token), "access_token"),
+        (login.tokens.refresh_token, "refresh_token"),
+    ] {
+        let Some(token) = token else { continue };
+        match flow::revoke(&http, &meta, &client, &token, hint).await {
+            Ok(_) => revoked.push(hint),
+            Err(err) => problems.push(format!("{hint}: {}", failed(&err))),
+        }
+    }
+    if problems.is_empty() {
+        output::out(&format!(
+            "Signed out of `{name}`; revoked its {}.\n",
+            revoked.join(" and ")
+        ))?;
+        Ok(Exit::Success)
+    } else {
+        output::err(&format!(
+            "Signed out of `{name}`, but the authorization server did not revoke: {}\n",
+            escape_line(&problems.join("; "))
+        ))?;
+        Ok(Exit::Error)
+    }
+}

@@ -1,0 +1,207 @@
+//! The bearer token of a URL server behind OAuth (`[servers.NAME.oauth]`):
+//! the login `hintgate auth login` kept in the store, sent as
+//! `Authorization: Bearer`, refreshed before it expires and once after a
+//! 401, the refreshed tokens written back (a rotated refresh token
+//! replacing the old one). A server with no login, or whose login cannot be
+//! refreshed, fails its calls with an error that names `hintgate auth login
+//! NAME`; the host is never kept waiting on a person signing in.
+//!
+//! No token is logged or put in an error: they are `Secret`s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hintgate_oauth::register::SecretSource;
+use hintgate_oauth::stored::StoredLogin;
+use hintgate_oauth::{Clock as _, OAuthError, ReqwestClient, Secret, SystemClock};
+use hintgate_policy::config::OAuthConfig;
+use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
+
+/// The principal whose login a gateway uses (the command line's logins).
+const PRINCIPAL: &str = "";
+
+/// A token that expires within this many seconds is refreshed first.
+const REFRESH_MARGIN_S: u64 = 60;
+
+/// How long a refresh may take.
+const REFRESH_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The bearer token of one URL server.
+#[derive(Debug)]
+pub struct OAuthBearer {
+    name: String,
+    url: String,
+    secret: Option<SecretSource>,
+    store: Option<Arc<dyn Store>>,
+    login: tokio::sync::Mutex<Option<StoredLogin>>,
+}
+
+impl OAuthBearer {
+    /// The bearer of the server `name` at `url`, whose login is in `store`.
+    #[must_use]
+    pub fn new(name: &str, url: &str, oauth: &OAuthConfig, store: Option<Arc<dyn Store>>) -> Self {
+        let secret = oauth
+            .client_secret_file
+            .as_ref()
+            .map(|path| SecretSource::File(path.into()))
+            .or_else(|| oauth.client_secret_env.clone().map(SecretSource::Env));
+        Self {
+            name: name.to_owned(),
+            url: url.to_owned(),
+            secret,
+            store,
+            login: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// What a call that needs a login is failed with.
+    fn login_required(&self, why: &str) -> String {
+        format!(
+            "oauth-login-required: `{}` needs a login ({why}): run `hintgate auth login {}`",
+            self.name, self.name
+        )
+    }
+
+    /// The login kept in the store, when there is one whose seal holds.
+    async fn load(&self) -> Result<StoredLogin, String> {
+        let Some(store) = self.store.clone() else {
+            return Err(self.login_required("the gateway has no store"));
+        };
+        let url = self.url.clone();
+        let kept = tokio::task::spawn_blocking(move || store.grant(&url, PRINCIPAL))
+            .await
+            .map_err(|_| self.login_required("the store could not be read"))?
+            .map_err(|err| self.login_required(&format!("the store: {err}")))?;
+        let Some(kept) = kept else {
+            return Err(self.login_required("none is kept"));
+        };
+        match (kept.info.seal, kept.secret) {
+            (Seal::Valid, Some(secret)) => StoredLogin::from_json(secret.expose())
+                .map_err(|err| self.login_required(err.code())),
+            _ => Err(self.login_required("the kept login's seal does not verify")),
+        }
+    }
+
+    /// Refreshes `login`, keeps the result, and returns it.
+    async fn refresh(&self, login: &StoredLogin) -> Result<StoredLogin, String> {
+        if login.tokens.refresh_token.is_none() {
+            return Err(self.login_required("the token expired and there is no refresh token"));
+        }
+        let failed = |err: OAuthError| self.login_required(&format!("refresh: {}", err.code()));
+        let http = ReqwestClient::new(REFRESH_DEADLINE).map_err(failed)?;
+        let client = login.client(self.secret.as_ref()).map_err(failed)?;
+        let tokens = hintgate_oauth::flow::refresh(
+            &http,
+            &SystemClock,
+            &login.server(),
+            &client,
+            &login.resource,
+            &login.tokens,
+        )
+        .await
+        .map_err(failed)?;
+        let fresh = StoredLogin {
+            tokens,
+            ..login.clone()
+        };
+        self.keep(&fresh).await;
+        tracing::info!("refreshed the OAuth token of `{}`", self.name);
+        Ok(fresh)
+    }
+
+    /// Writes `login` back to the store (a failure is logged: the token in
+    /// hand still serves this run).
+    async fn keep(&self, login: &StoredLogin) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let url = self.url.clone();
+        let scope = login.tokens.scopes.join(" ");
+        let expires_at = login
+            .tokens
+            .expires_at
+            .and_then(|at| i64::try_from(at).ok());
+        let secret = GrantSecret::new(login.to_json().expose().to_owned());
+        let now = i64::try_from(SystemClock.now()).unwrap_or(i64::MAX);
+        let written = tokio::task::spawn_blocking(move || {
+            store.put_grant(&NewGrant {
+                server: &url,
+                principal: PRINCIPAL,
+                scope: &scope,
+                expires_at,
+                updated_at: now,
+                secret: &secret,
+            })
+        })
+        .await;
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::warn!(
+                "the refreshed OAuth token of `{}` could not be kept in the store",
+                self.name
+            );
+        }
+    }
+
+    /// The access token to send: the kept one, refreshed first when it
+    /// expires within a minute.
+    ///
+    /// # Errors
+    ///
+    /// A message naming `hintgate auth login NAME` when there is no login
+    /// or it cannot be refreshed.
+    pub async fn bearer(&self) -> Result<Secret, String> {
+        let mut held = self.login.lock().await;
+        let login = match held.take() {
+            Some(login) => login,
+            None => self.load().await?,
+        };
+        let login = if login
+            .tokens
+            .needs_refresh(SystemClock.now(), REFRESH_MARGIN_S)
+        {
+            self.refresh(&login).await?
+        } else {
+            login
+        };
+        let token = login.tokens.access_token.clone();
+        *held = Some(login);
+        Ok(token)
+    }
+
+    /// The access token to retry with after the server refused `used` with
+    /// a 401: one refreshed once (or one another call refreshed since).
+    ///
+    /// # Errors
+    ///
+    /// A message naming `hintgate auth login NAME` when no refresh helps.
+    pub async fn after_unauthorized(&self, used: &Secret) -> Result<Secret, String> {
+        let mut held = self.login.lock().await;
+        let login = match held.take() {
+            Some(login) => login,
+            None => self.load().await?,
+        };
+        if &login.tokens.access_token != used {
+            let token = login.tokens.access_token.clone();
+            *held = Some(login);
+            return Ok(token);
+        }
+        let fresh = self.refresh(&login).await;
+        match fresh {
+            Ok(fresh) => {
+                let token = fresh.tokens.access_token.clone();
+                *held = Some(fresh);
+                Ok(token)
+            }
+            Err(err) => {
+                *held = Some(login);
+                Err(err)
+            }
+        }
+    }
+
+    /// What a second 401 in a row is failed with.
+    #[must_use]
+    pub fn refused(&self) -> String {
+        self.login_required("the server refused the refreshed token")
+    }
+}
