@@ -109,24 +109,37 @@ pub fn check(args: &SandboxCheckArgs) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// Runs `hintgate sandbox explain SERVER --config FILE`.
-pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
-    let loaded = load::config(&args.config)?;
+/// Server `name` of the configuration at `path`, its `${VAR}`s expanded;
+/// `None` once what is wrong (the configuration's problems, an unknown
+/// server) has been said.
+fn configured_server(
+    path: &std::path::Path,
+    name: &str,
+) -> Result<Option<hintgate_policy::config::ServerConfig>> {
+    let loaded = load::config(path)?;
     if !loaded.diagnostics.is_empty() {
         output::err(&loaded.render())?;
     }
     let Some(config) = loaded.config else {
-        return Ok(Exit::Usage);
+        return Ok(None);
     };
-    let config = crate::run::expand(config, &ProcessEnv)?;
-    let Some(server) = config.servers.get(&args.server) else {
+    let mut config = crate::run::expand(config, &ProcessEnv)?;
+    let server = config.servers.remove(name);
+    if server.is_none() {
         output::err(&format!(
-            "error: unknown server `{}` in {}\n",
-            args.server,
-            args.config.display()
+            "error: unknown server `{name}` in {}\n",
+            path.display()
         ))?;
+    }
+    Ok(server)
+}
+
+/// Runs `hintgate sandbox explain SERVER --config FILE`.
+pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
+    let Some(server) = configured_server(&args.config, &args.server)? else {
         return Ok(Exit::Usage);
     };
+    let server = &server;
     let Some(sandbox) = &server.sandbox else {
         output::err(&format!(
             "error: server `{}` has no [servers.{}.sandbox] table: it runs unconfined\n",
@@ -308,22 +321,10 @@ fn try_start(target: probe::Target, timeout_s: u64) -> Result<usize, String> {
 /// network, where the plan then finds it (npm's `npx` cache, uv's or pipx's
 /// tools, the project's `.venv`), and says what it installed where.
 pub fn prepare(args: &SandboxPrepareArgs) -> Result<Exit> {
-    let loaded = load::config(&args.config)?;
-    if !loaded.diagnostics.is_empty() {
-        output::err(&loaded.render())?;
-    }
-    let Some(config) = loaded.config else {
+    let Some(server) = configured_server(&args.config, &args.server)? else {
         return Ok(Exit::Usage);
     };
-    let config = crate::run::expand(config, &ProcessEnv)?;
-    let Some(server) = config.servers.get(&args.server) else {
-        output::err(&format!(
-            "error: unknown server `{}` in {}\n",
-            args.server,
-            args.config.display()
-        ))?;
-        return Ok(Exit::Usage);
-    };
+    let server = &server;
     let Transport::Stdio {
         command,
         args: argv,

@@ -380,8 +380,20 @@ impl Process {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // A launcher the sandbox resolved (`uvx PKG` to the package's entry
+        // point) is named with what ran, so a missing file is the right one.
+        let shown = match &confined {
+            Some(confined) if confined.plan.program != std::path::Path::new(spec.command) => {
+                format!(
+                    "{} (resolved to {})",
+                    spec.command,
+                    confined.plan.program.display()
+                )
+            }
+            _ => spec.command.to_owned(),
+        };
         let mut child = command.spawn().map_err(|source| SpawnError::Exec {
-            command: spec.command.to_owned(),
+            command: shown,
             source,
         })?;
         let mut egress = None;
