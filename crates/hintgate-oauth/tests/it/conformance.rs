@@ -1,5 +1,5 @@
 //! The official MCP conformance suite's client authorization scenarios
-//! (`auth/*`), each run against `examples/conformance_client.rs`, a minimal
+//! (`auth/*`), each run against `src/bin/conformance_client.rs`, a minimal
 //! MCP client that signs in with this crate. The suite runs its own
 //! authorization server and MCP server on loopback and checks every step
 //! (metadata discovery, registration, PKCE, `resource`, scopes, step-up,
@@ -23,31 +23,9 @@ fn tools() -> PathBuf {
     dir
 }
 
-/// The example client, which `cargo test` builds beside this test's binary:
-/// `examples/conformance_client` after `cargo build --examples`, and under
-/// its hashed name (`conformance_client-HASH`) when only tests were built;
-/// the newest of those.
+/// The conformance client, built by cargo for this test.
 fn client_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let examples = exe.parent().unwrap().parent().unwrap().join("examples");
-    let newest = std::fs::read_dir(&examples)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|entry| {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            name == "conformance_client"
-                || name
-                    .strip_prefix("conformance_client-")
-                    .is_some_and(|hash| !hash.contains('.'))
-        })
-        .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
-        .max();
-    assert!(
-        newest.is_some(),
-        "the example client is not built in {}: run `cargo test -p hintgate-oauth`",
-        examples.display()
-    );
-    newest.unwrap().1
+    PathBuf::from(env!("CARGO_BIN_EXE_conformance_client"))
 }
 
 fn suite(dir: &Path, args: &[&str]) -> Output {
