@@ -155,9 +155,10 @@ fn make_template() -> Option<Template> {
             NewEntry::of(
                 1_700_000_000,
                 None,
-                &Record::Call(CallRecord {
+                &Record::Call(Box::new(CallRecord {
                     approver: "read-only".into(),
                     arguments: Arguments::from_value(&json!({"path": "/tmp/a"})),
+                    egress: None,
                     host: None,
                     idempotency: None,
                     identity: Some("sha256:fs".into()),
@@ -171,7 +172,7 @@ fn make_template() -> Option<Template> {
                     session: "fuzz".into(),
                     tool: tool.into(),
                     verdict,
-                }),
+                })),
             )
         };
         let outcome = |at: i64, call: u64, ms: u64, outcome: OutcomeCode| {

@@ -79,6 +79,9 @@ struct Input {
     read_scope: bool,
     no_network: bool,
     no_writes: bool,
+    /// The sandbox lets the server reach only listed hosts (never together
+    /// with no network, as the sandbox reports it).
+    egress_only: bool,
 }
 
 fuzz_target!(|input: Input| {
@@ -180,6 +183,7 @@ fuzz_target!(|input: Input| {
     let sandbox = SandboxProof {
         no_network: input.no_network,
         no_writes: input.no_writes,
+        egress_only: input.egress_only && !input.no_network,
     };
     let decide = |tool: &Tool, pin: PinStatus| {
         policy.decide(&Call {

@@ -29,7 +29,11 @@ fuzz_target!(|line: &str| {
                 hintgate_policy::Verdict::Deny => "deny",
             };
             let again = serde_json::json!({"id": reply.id, "verdict": verdict, "reason": reason});
-            assert_eq!(Reply::parse(&again.to_string()).answer, reply.answer, "{line:?}");
+            assert_eq!(
+                Reply::parse(&again.to_string()).answer,
+                reply.answer,
+                "{line:?}"
+            );
         }
         OwnedAnswer::Abstain | OwnedAnswer::Failed(_) => {}
     }
