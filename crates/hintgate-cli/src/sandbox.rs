@@ -139,7 +139,6 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
     let Some(server) = configured_server(&args.config, &args.server)? else {
         return Ok(Exit::Usage);
     };
-    let server = &server;
     let Some(sandbox) = &server.sandbox else {
         output::err(&format!(
             "error: server `{}` has no [servers.{}.sandbox] table: it runs unconfined\n",
@@ -324,7 +323,6 @@ pub fn prepare(args: &SandboxPrepareArgs) -> Result<Exit> {
     let Some(server) = configured_server(&args.config, &args.server)? else {
         return Ok(Exit::Usage);
     };
-    let server = &server;
     let Transport::Stdio {
         command,
         args: argv,
