@@ -609,7 +609,59 @@ pub enum LogCommand {
     /// in the log itself, so `verify` keeps naming it.
     #[command(after_help = ACCEPT_ROLLBACK_HELP)]
     AcceptRollback,
+    /// Copy the log to the system log (journald or syslog), a message per
+    /// record with its fields and its chain position, so that a copy kept
+    /// elsewhere witnesses every record shipped.
+    #[command(after_help = SHIP_HELP)]
+    Ship(ShipArgs),
 }
+
+/// `hintgate log ship`
+#[derive(Debug, Args)]
+pub struct ShipArgs {
+    /// The system log's local socket.
+    #[arg(long, value_name = "PATH", default_value = "/dev/log")]
+    pub socket: PathBuf,
+    /// Remember the last record shipped (and its link) in FILE, and start
+    /// after it: a restarted shipper neither repeats nor skips a record, and
+    /// refuses a log whose record there is not the one shipped.
+    #[arg(long, value_name = "FILE")]
+    pub cursor: Option<PathBuf>,
+    /// Keep running and ship records as they are committed (Ctrl-C stops);
+    /// wait for a system log that refuses messages, rather than stop.
+    #[arg(long)]
+    pub follow: bool,
+    /// Ship nothing: compare the messages saved from the system log in FILE
+    /// (one per line, as `journalctl -o cat` or a syslog file holds them)
+    /// with the log, and name every record the log no longer holds as it
+    /// was shipped.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["follow", "cursor"])]
+    pub check: Option<PathBuf>,
+}
+
+const SHIP_HELP: &str = "\
+Each record is one message to the system log's local socket, in the format
+of the C library's syslog() (facility authpriv; severity notice for a
+refused call or a record that cannot be read, info otherwise): the fields of
+its `hintgate log --json` line, with `prev` and `link`, its place in the
+keyed chain. A record too large for one datagram is shipped with its place
+and links only, marked \"truncated\".
+
+Run it as a service beside the gateway, with a cursor:
+
+  hintgate log ship --follow --cursor /var/lib/hintgate/ship.cursor
+
+With --check FILE it ships nothing: each message saved from the system log
+(a line holding `hintgate[PID]: ` and the message, or the message alone) is
+compared with the log, and a record whose link differs, that the log no
+longer holds, or a gap between the shipped records' links is named.
+
+Exit codes:
+  0   every record after the cursor shipped (without --follow)
+  1   error: the store cannot be read, the system log refused a message, or
+      the record at the cursor is no longer the one shipped (the log was
+      rewritten, rolled back or replaced since)
+  2   --check: a shipped record the log no longer holds as it was shipped";
 
 const ACCEPT_ROLLBACK_HELP: &str = "\
 Run `hintgate log verify` first: it names what the log lacks. This command

@@ -22,6 +22,7 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
         Some(LogCommand::Verify(verify)) => return run_verify(args, verify),
         Some(LogCommand::SetupWitness(setup)) => return run_setup_witness(args, setup),
         Some(LogCommand::AcceptRollback) => return run_accept_rollback(args),
+        Some(LogCommand::Ship(ship)) => return crate::ship::run(args, ship),
         None => {}
     }
     // Reading the records needs no key.

@@ -25,6 +25,7 @@ mod pins;
 mod run;
 mod sandbox;
 mod scan;
+mod ship;
 mod state;
 mod token;
 mod wrap;

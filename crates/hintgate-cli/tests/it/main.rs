@@ -31,6 +31,7 @@ mod pinning;
 mod read_only;
 mod sandbox;
 mod scan;
+mod ship;
 mod soak;
 mod standing;
 mod start_failure;

@@ -10,6 +10,7 @@ use crate::util::{code, hintgate, repo_root, stderr};
 
 /// The example unit, relative to the repository's root.
 const UNIT: &str = "examples/systemd/hintgate.service";
+const SHIP_UNIT: &str = "examples/systemd/hintgate-ship.service";
 
 /// The unit's text.
 fn unit_text() -> String {
@@ -113,11 +114,37 @@ fn exists(program: &str) -> bool {
 }
 
 #[test]
+fn the_unit_passes_systemd_analyze_verify() {
+    verify_unit(UNIT, "hintgate.service");
+}
+
+#[test]
+fn the_shippers_unit_passes_systemd_analyze_verify_and_its_command_line_parses() {
+    verify_unit(SHIP_UNIT, "hintgate-ship.service");
+    let command = directive(
+        &service_directives(&std::fs::read_to_string(repo_root().join(SHIP_UNIT)).unwrap()),
+        "ExecStart",
+    );
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert!(words[0].ends_with("/hintgate"), "{command}");
+    // `--help` at the end: clap reads every word before it, so an option
+    // the command does not take fails here.
+    let output = hintgate()
+        .args(words[1..].iter().map(|word| word.replace("%S", "/var/lib")))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{command}: {}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("--cursor"));
+}
+
+/// `systemd-analyze verify` on the unit at `path` (in the repository), run
+/// with the built binary in place of its `ExecStart` program.
 #[expect(
     clippy::disallowed_macros,
     reason = "the test says when it cannot run systemd-analyze"
 )]
-fn the_unit_passes_systemd_analyze_verify() {
+fn verify_unit(path: &str, name: &str) {
     if !exists("systemd-analyze") {
         // The command line and the sandbox's options are still checked by
         // the other tests of this module.
@@ -126,12 +153,13 @@ fn the_unit_passes_systemd_analyze_verify() {
     }
     // The unit names the installed binary; verify checks that ExecStart's
     // program exists and is executable, so point it at the one built here.
-    let text = unit_text();
-    let program = &exec_start()[0];
+    let text = std::fs::read_to_string(repo_root().join(path)).unwrap();
+    let command = directive(&service_directives(&text), "ExecStart");
+    let program = command.split_whitespace().next().unwrap();
     let built = env!("CARGO_BIN_EXE_hintgate");
     assert!(Path::new(built).is_absolute());
     let dir = tempfile::tempdir().unwrap();
-    let unit = dir.path().join("hintgate.service");
+    let unit = dir.path().join(name);
     std::fs::write(
         &unit,
         text.replacen(
@@ -155,10 +183,7 @@ fn the_unit_passes_systemd_analyze_verify() {
     assert!(output.status.success(), "systemd-analyze verify: {said}");
     // An unknown key or a value systemd cannot parse is only a warning,
     // with exit 0: every line about the unit is a failure.
-    let about_unit: Vec<&str> = said
-        .lines()
-        .filter(|line| line.contains("hintgate.service"))
-        .collect();
+    let about_unit: Vec<&str> = said.lines().filter(|line| line.contains(name)).collect();
     assert!(
         about_unit.is_empty(),
         "systemd-analyze verify warns about the unit:\n{}",
