@@ -52,6 +52,12 @@ pub(crate) enum UpPurpose {
         /// The resource's URI.
         uri: String,
     },
+    /// A legacy server's `resources/subscribe`, sent again for the hosts'
+    /// subscription after the server stopped and started.
+    Resubscribe {
+        /// The resource's URI.
+        uri: String,
+    },
 }
 
 /// What a request sent to a host was for.

@@ -1720,6 +1720,17 @@ impl Gateway {
                 };
                 self.subscription_failed(idx, &uri, &why);
             }
+            UpPurpose::Resubscribe { uri } => {
+                if let Some(error) = message.error {
+                    let why = format!(
+                        "server `{}` started again and refused the subscription to `{}` its hosts hold: {}",
+                        self.upstreams.name(idx),
+                        hintgate_policy::sanitize::escape_line(&uri),
+                        subscriptions::error_message(error.get())
+                    );
+                    self.subscription_failed(idx, &uri, &why);
+                }
+            }
             UpPurpose::Quiet => {}
         }
     }

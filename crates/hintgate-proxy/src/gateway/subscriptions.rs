@@ -48,6 +48,9 @@ pub(crate) struct Subscription {
     /// Host requests (`resources/subscribe`) waiting for the
     /// acknowledgement.
     pub waiting: Vec<HostRequest>,
+    /// Its server stopped since it was made: it is made again when the
+    /// server is ready again.
+    pub lost: bool,
 }
 
 /// A subscription no session holds any more, to end on its server.
@@ -60,6 +63,9 @@ pub(crate) struct Ended {
     /// The listen request to cancel (a 2026-07-28 server); `None` for a
     /// legacy server, which is sent `resources/unsubscribe`.
     pub listen: Option<u64>,
+    /// The server stopped since it was made, and so has forgotten it:
+    /// nothing is sent.
+    pub lost: bool,
 }
 
 /// The `message` of a server's JSON-RPC error (`raw`), made one line with
@@ -159,6 +165,7 @@ impl Subscriptions {
             server,
             uri: key.1,
             listen: sub.listen,
+            lost: sub.lost,
         })
     }
 
@@ -179,19 +186,65 @@ impl Subscriptions {
             .collect()
     }
 
-    /// The server stopped, and forgot its subscriptions: every one of it
-    /// is removed, and returned.
-    pub fn forget_server(&mut self, server: ServerIdx) -> Vec<(String, Subscription)> {
+    /// The server stopped, and forgot its subscriptions. Those a session
+    /// holds are kept, marked lost (no listen stream, not acknowledged), to
+    /// be made again when the server is ready again; those only waited for
+    /// are removed. Returns, for each, its URI, the host requests that
+    /// waited for it, and the sessions that still hold it.
+    pub fn orphan_server(&mut self, server: ServerIdx) -> Vec<Orphaned> {
         let keys: Vec<(ServerIdx, String)> = self
             .list
             .keys()
             .filter(|(idx, _)| *idx == server)
             .cloned()
             .collect();
-        keys.into_iter()
-            .filter_map(|key| self.list.remove(&key).map(|sub| (key.1, sub)))
+        let mut orphaned = Vec::new();
+        for key in keys {
+            let Some(sub) = self.list.get_mut(&key) else {
+                continue;
+            };
+            let waiting = std::mem::take(&mut sub.waiting);
+            let sessions: Vec<SessionId> = sub.sessions.iter().copied().collect();
+            if sessions.is_empty() {
+                self.list.remove(&key);
+            } else {
+                sub.listen = None;
+                sub.acknowledged = false;
+                sub.lost = true;
+            }
+            orphaned.push(Orphaned {
+                uri: key.1,
+                waiting,
+                sessions,
+            });
+        }
+        orphaned
+    }
+
+    /// The subscriptions of `server` lost when it stopped, now to be made
+    /// again: each is no longer marked lost; returns their URIs.
+    pub fn take_lost(&mut self, server: ServerIdx) -> Vec<String> {
+        self.list
+            .iter_mut()
+            .filter(|((idx, _), sub)| *idx == server && sub.lost)
+            .map(|((_, uri), sub)| {
+                sub.lost = false;
+                uri.clone()
+            })
             .collect()
     }
+}
+
+/// A subscription of a server that stopped (see
+/// [`Subscriptions::orphan_server`]).
+#[derive(Debug)]
+pub(crate) struct Orphaned {
+    /// Its URI.
+    pub uri: String,
+    /// Host requests that waited for its acknowledgement.
+    pub waiting: Vec<HostRequest>,
+    /// The sessions that hold it (none: it was removed).
+    pub sessions: Vec<SessionId>,
 }
 
 // === impl Gateway ===
@@ -229,8 +282,14 @@ impl Gateway {
         let ended = self.subscriptions.leave(idx, uri, session);
         match ended {
             // The last session left: the server is told, a legacy one
-            // by the host's own request.
-            Some(Ended { listen: None, .. }) => self.forward_plain(idx, request),
+            // by the host's own request (unless it stopped since, and so
+            // forgot the subscription).
+            Some(Ended {
+                listen: None,
+                lost: false,
+                ..
+            }) if !modern => self.forward_plain(idx, request),
+            Some(Ended { listen: None, .. }) => self.reply(session, request.id(), &json!({})),
             Some(Ended {
                 listen: Some(listen),
                 ..
@@ -380,6 +439,9 @@ impl Gateway {
     /// session holds any more end on their servers.
     pub(super) fn end_subscriptions(&mut self, session: SessionId) {
         for ended in self.subscriptions.leave_all(session) {
+            if ended.lost {
+                continue;
+            }
             let ready = self
                 .upstreams
                 .get(ended.server)
@@ -416,20 +478,69 @@ impl Gateway {
         }
     }
 
-    /// Server `idx` stopped: it forgot its subscriptions, and so does the
-    /// gateway (a host subscribes again).
-    pub(super) fn forget_subscriptions(&mut self, idx: ServerIdx, why: &str) {
-        for (uri, sub) in self.subscriptions.forget_server(idx) {
-            if !sub.sessions.is_empty() {
-                tracing::warn!(
-                    server.id = %self.upstreams.name(idx),
-                    resource.uri = %escape_line(&uri),
-                    "the server stopped: its hosts get no more updates of a resource they subscribed to"
-                );
-            }
-            for request in sub.waiting {
+    /// Server `idx` stopped: it forgot its subscriptions. What waited for
+    /// one gets `why`; one a session holds is kept and made again when the
+    /// server is ready again ([`Gateway::restore_subscriptions`]), and its
+    /// sessions are told the resource may have changed
+    /// (`notifications/resources/updated`, which carries nothing of the
+    /// server's): updates made while the server was down reach no one, and
+    /// the host's read of it starts the server again.
+    pub(super) fn orphan_subscriptions(&mut self, idx: ServerIdx, why: &str) {
+        for orphaned in self.subscriptions.orphan_server(idx) {
+            for request in orphaned.waiting {
                 self.reply_error(request.session, request.id(), -32603, why);
             }
+            if orphaned.sessions.is_empty() {
+                continue;
+            }
+            tracing::warn!(
+                server.id = %self.upstreams.name(idx),
+                resource.uri = %escape_line(&orphaned.uri),
+                "the server stopped: its hosts are told to read a resource they subscribed to again, and the subscription is made again when the server starts"
+            );
+            let line = frame::notification(
+                "notifications/resources/updated",
+                &json!({"uri": orphaned.uri}),
+            );
+            for session in orphaned.sessions {
+                self.send_host_note(session, line.clone());
+            }
+        }
+    }
+
+    /// Server `idx` is ready again after it stopped: the subscriptions its
+    /// sessions still hold are made again, in its era (a legacy server is
+    /// sent `resources/subscribe`, a 2026-07-28 one gets a listen stream).
+    /// One it refuses is forgotten, and the refusal logged.
+    pub(super) fn restore_subscriptions(&mut self, idx: ServerIdx) {
+        let uris = self.subscriptions.take_lost(idx);
+        let timeout = self.limits.call_timeout;
+        for uri in uris {
+            let Some(up) = self.upstreams.get_mut(idx) else {
+                return;
+            };
+            let modern = up.modern;
+            let id = up.next_id();
+            let generation = up.generation();
+            let line = if modern {
+                self.subscriptions.entry(idx, &uri).listen = Some(id);
+                let params = self.with_modern_meta(
+                    json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}),
+                );
+                self.inflight
+                    .wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
+                frame::request(&id.to_string(), "subscriptions/listen", &params)
+            } else {
+                let line = frame::request(
+                    &id.to_string(),
+                    "resources/subscribe",
+                    &json!({"uri": uri.clone()}),
+                );
+                self.inflight
+                    .wait_up(idx, id, UpPurpose::Resubscribe { uri }, timeout);
+                line
+            };
+            self.send_upstream(idx, generation, line);
         }
     }
 
@@ -517,12 +628,45 @@ mod tests {
             Some(Ended {
                 server: 0,
                 uri: "test://r".to_owned(),
-                listen: None
+                listen: None,
+                lost: false,
             })
         );
         assert!(subs.get(0, "test://r").is_none());
         // Leaving what one never held ends nothing.
         assert_eq!(subs.leave(0, "test://r", a), None);
+    }
+
+    #[test]
+    fn a_stopped_servers_held_subscriptions_are_kept_to_be_made_again_once() {
+        let mut subs = Subscriptions::default();
+        let (a, b) = (SessionId(1), SessionId(2));
+        subs.entry(0, "test://held").sessions.insert(a);
+        subs.entry(0, "test://held").listen = Some(7);
+        subs.entry(0, "test://held").acknowledged = true;
+        subs.entry(1, "test://other").sessions.insert(b);
+        // Only waited for: nothing holds it once the server stopped.
+        let _ = subs.entry(0, "test://waited");
+        let orphaned = subs.orphan_server(0);
+        let uris: Vec<&str> = orphaned.iter().map(|o| o.uri.as_str()).collect();
+        assert_eq!(uris, ["test://held", "test://waited"]);
+        assert_eq!(orphaned[0].sessions, [a]);
+        assert!(orphaned[1].sessions.is_empty());
+        assert!(subs.get(0, "test://waited").is_none());
+        let held = subs.get(0, "test://held").unwrap();
+        assert!(held.lost && held.listen.is_none() && !held.acknowledged);
+        // The other server's are untouched.
+        assert!(!subs.get(1, "test://other").unwrap().lost);
+        // Made again once, when the server is ready.
+        assert_eq!(subs.take_lost(0), ["test://held"]);
+        assert!(subs.take_lost(0).is_empty());
+        // A session that leaves a lost subscription ends it without telling
+        // the server, which forgot it.
+        subs.entry(0, "test://held").lost = true;
+        assert_eq!(
+            subs.leave(0, "test://held", a).map(|ended| ended.lost),
+            Some(true)
+        );
     }
 
     #[test]

@@ -606,6 +606,7 @@ impl Gateway {
                 }
             }
         }
+        self.restore_subscriptions(idx);
         self.list_tools(idx);
         self.retry_waiting();
     }
@@ -735,7 +736,7 @@ impl Gateway {
             let why = format!("server `{name}` stopped before answering: {reason}");
             self.give_up(idx, purpose, &why);
         }
-        self.forget_subscriptions(idx, &format!("server `{name}` stopped: {reason}"));
+        self.orphan_subscriptions(idx, &format!("server `{name}` stopped: {reason}"));
         // The server's own requests relayed to a host cannot be answered now.
         self.inflight.take_host_where(|purpose| {
             matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
@@ -858,7 +859,9 @@ impl Gateway {
             UpPurpose::Fanout { aggregate, .. } => {
                 self.fanout_done(aggregate, idx, Some(why.to_owned()));
             }
-            UpPurpose::Subscribe { uri } => self.subscription_failed(idx, &uri, why),
+            UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
+                self.subscription_failed(idx, &uri, why);
+            }
         }
     }
 
@@ -916,7 +919,7 @@ impl Gateway {
                 let why = format!("did not answer `{method}` within {timeout} s");
                 self.fanout_done(aggregate, idx, Some(why));
             }
-            UpPurpose::Subscribe { uri } => {
+            UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
                 self.cancel_upstream(idx, id, "timed out");
                 let why = format!(
                     "server `{name}` did not acknowledge the subscription to `{}` within {timeout} s",

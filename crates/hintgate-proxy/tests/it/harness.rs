@@ -232,6 +232,9 @@ impl Connector for ScriptedConnector {
     }
 }
 
+/// What [`Harness::crash_server`] pushes: the server ends there.
+const CRASH: &str = "\u{0}crash";
+
 /// One start of a scripted server, and what it shares with the test.
 struct Served {
     name: String,
@@ -271,6 +274,10 @@ async fn serve(served: Served, end: DuplexStream, mut pushed: mpsc::UnboundedRec
                 _ => return,
             },
             Some(push) = pushed.recv() => {
+                if push == CRASH {
+                    // Its output closes, as a process's does when it dies.
+                    return;
+                }
                 write(&mut writer, &push).await;
                 served.pushed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 continue;
@@ -1009,6 +1016,11 @@ impl Harness {
             "io.modelcontextprotocol/clientInfo": {"name": "modern-test-host", "version": "1"},
         });
         self.request(method, params).await
+    }
+
+    /// The server's current start dies: its output closes.
+    pub fn crash_server(&self, server: &str) {
+        self.push(server, CRASH);
     }
 
     /// A server sends this line of its own accord.
