@@ -1323,7 +1323,10 @@ impl Gateway {
                 if let Some(host) = self.sessions.get_mut(&session)
                     && host.listen.as_deref() == Some(request_id.as_str())
                 {
+                    // The host's listen stream ends, and with it the
+                    // resource subscriptions it held.
                     host.listen = None;
+                    self.end_subscriptions(session);
                     return;
                 }
                 self.cancel_host_request(session, &request_id);

@@ -504,15 +504,47 @@ impl Gateway {
     }
 
     /// `subscriptions/listen`: the stream change notifications travel on.
+    ///
+    /// A host has one listen stream: a new one takes the place of the one
+    /// before, and the resource subscriptions that one held end. The
+    /// resources in `resourceSubscriptions` are held for the session
+    /// (`Gateway::listen_to_resources`), and the acknowledgement names
+    /// those honoured.
     pub(super) fn on_listen(&mut self, request: HostRequest) {
         let session = request.session;
         let subscription = request.id().to_owned();
+        let replaced = self
+            .sessions
+            .get_mut(&session)
+            .and_then(|host| host.listen.take());
+        if replaced.is_some() {
+            self.end_subscriptions(session);
+        }
+        let asked = request
+            .params()
+            .pointer("/notifications/resourceSubscriptions")
+            .map(|uris| {
+                uris.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .take(super::subscriptions::PER_SESSION)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            });
+        let mut ack = json!({"_meta": {META_SUBSCRIPTION: serde_json::from_str::<Value>(&subscription).unwrap_or(Value::Null)}});
+        if let Some(uris) = asked {
+            let honoured = self.listen_to_resources(session, &uris);
+            if let Some(object) = ack.as_object_mut() {
+                object.insert(
+                    "notifications".to_owned(),
+                    json!({"resourceSubscriptions": honoured}),
+                );
+            }
+        }
         self.send_host(
             session,
-            frame::notification(
-                "notifications/subscriptions/acknowledged",
-                &json!({"_meta": {META_SUBSCRIPTION: serde_json::from_str::<Value>(&subscription).unwrap_or(Value::Null)}}),
-            ),
+            frame::notification("notifications/subscriptions/acknowledged", &ack),
         );
         if let Some(host) = self.sessions.get_mut(&session) {
             host.listen = Some(subscription);

@@ -658,7 +658,7 @@ impl Gateway {
     /// resource `name` (by URI) is refused: the prompt was left out of the
     /// server's listing for its name, or the name or URI could not be shown
     /// as it is.
-    fn refusal(&self, idx: ServerIdx, method: &str, name: &str) -> Option<String> {
+    pub(super) fn refusal(&self, idx: ServerIdx, method: &str, name: &str) -> Option<String> {
         if method == "prompts/get" {
             let why = name_problem(name)
                 .map(|problem| format!("its name {problem}"))
@@ -676,7 +676,7 @@ impl Gateway {
         ))
     }
 
-    fn resource_owner(&self, uri: &str) -> Option<ServerIdx> {
+    pub(super) fn resource_owner(&self, uri: &str) -> Option<ServerIdx> {
         if let Some(idx) = self.routing.resource_listed_by(uri) {
             return Some(idx);
         }

@@ -48,8 +48,9 @@ pub(crate) struct Subscription {
     /// Host requests (`resources/subscribe`) waiting for the
     /// acknowledgement.
     pub waiting: Vec<HostRequest>,
-    /// Its server stopped since it was made: it is made again when the
-    /// server is ready again.
+    /// It is not made on its server: the server stopped since it was made,
+    /// or was not ready when a 2026-07-28 host asked for it. It is made
+    /// when the server is ready ([`Gateway::restore_subscriptions`]).
     pub lost: bool,
 }
 
@@ -508,6 +509,55 @@ impl Gateway {
         }
     }
 
+    /// A 2026-07-28 host's listen stream asks for the updates of `uris`
+    /// (`resourceSubscriptions`; such a host has no `resources/subscribe`).
+    /// Each URI the gateway would let the session read, that a server owns
+    /// (the wrapped one in wrap mode), and that fits the bounds is held for
+    /// `session` as a legacy host's subscription is, and made on its server
+    /// now, or when the server is ready. Returns the URIs honoured, for the
+    /// host's acknowledgement; the rest get no updates, and are logged.
+    pub(super) fn listen_to_resources(
+        &mut self,
+        session: SessionId,
+        uris: &[String],
+    ) -> Vec<String> {
+        let mut honoured = Vec::new();
+        for uri in uris {
+            let owner = if self.mode == super::Mode::Wrap {
+                Some(0)
+            } else {
+                self.resource_owner(uri)
+            };
+            let refused = self
+                .refusal(0, "resources/subscribe", uri)
+                .or_else(|| owner.is_none().then(|| "no server lists it".to_owned()))
+                .or_else(|| owner.and_then(|idx| self.subscriptions.room(idx, uri, session).err()));
+            let Some(idx) = owner.filter(|_| refused.is_none()) else {
+                tracing::warn!(
+                    resource.uri = %escape_line(uri),
+                    "a 2026-07-28 host's subscription is not honoured: {}",
+                    refused.unwrap_or_default()
+                );
+                continue;
+            };
+            let sub = self.subscriptions.entry(idx, uri);
+            if sub.sessions.is_empty() && sub.waiting.is_empty() && sub.listen.is_none() {
+                // Nobody held it: it is made on the server.
+                sub.lost = true;
+            }
+            sub.sessions.insert(session);
+            honoured.push(uri.clone());
+            let ready = self
+                .upstreams
+                .get(idx)
+                .is_some_and(|up| up.phase == super::upstreams::Phase::Ready);
+            if ready {
+                self.restore_subscriptions(idx);
+            }
+        }
+        honoured
+    }
+
     /// Server `idx` is ready again after it stopped: the subscriptions its
     /// sessions still hold are made again, in its era (a legacy server is
     /// sent `resources/subscribe`, a 2026-07-28 one gets a listen stream).
@@ -597,7 +647,33 @@ impl Gateway {
             if private {
                 self.taint(session, idx, "`notifications/resources/updated`");
             }
-            self.send_host_note(session, line.clone());
+            // A 2026-07-28 host gets it on its own listen stream.
+            let listen = self
+                .sessions
+                .get(&session)
+                .filter(|host| host.era == super::session::Era::Modern)
+                .and_then(|host| host.listen.as_deref())
+                .and_then(|id| serde_json::from_str::<Value>(id).ok());
+            let to_host = match listen {
+                Some(id) => {
+                    let mut params = params.clone();
+                    if !params.is_object() {
+                        params = json!({"uri": uri});
+                    }
+                    if let Some(object) = params.as_object_mut() {
+                        let meta = object.entry("_meta").or_insert_with(|| json!({}));
+                        if !meta.is_object() {
+                            *meta = json!({});
+                        }
+                        if let Some(meta) = meta.as_object_mut() {
+                            meta.insert("io.modelcontextprotocol/subscriptionId".to_owned(), id);
+                        }
+                    }
+                    frame::notification("notifications/resources/updated", &params)
+                }
+                None => line.clone(),
+            };
+            self.send_host_note(session, to_host);
         }
     }
 }

@@ -18,7 +18,7 @@ mod keys;
 mod names;
 mod pipeline;
 mod read_only;
-mod resubscribe;
 mod runtime;
 mod start_failure;
+mod subscriptions;
 mod taint;

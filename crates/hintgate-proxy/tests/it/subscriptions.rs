@@ -1,7 +1,13 @@
+//! Resource subscriptions the gateway holds for hosts.
+//!
 //! A server that stops and starts again has forgotten its subscriptions;
 //! the hosts that hold them have not. The gateway tells them the resource
 //! may have changed and makes each subscription again when the server is
 //! ready, in its era, so updates reach the hosts after a restart as before.
+//!
+//! A 2026-07-28 host has no `resources/subscribe`: it names the resources
+//! it follows in its listen stream (`resourceSubscriptions`), and gets
+//! their updates on that stream, whatever the era of their server.
 
 use serde_json::{Value, json};
 
@@ -159,4 +165,124 @@ async fn a_host_that_unsubscribes_while_the_server_is_down_is_unsubscribed_on_it
         "{:?}",
         gateway.notes
     );
+}
+
+/// A 2026-07-28 host's listen stream, with `resourceSubscriptions`, as the
+/// host's first message after a `tools/list`; returns the acknowledgement.
+async fn modern_listen(gateway: &mut Harness, uris: Value) -> Value {
+    let listed = gateway
+        .modern_request("tools/list", json!({}), json!({}))
+        .await;
+    assert!(listed.get("result").is_some(), "{listed}");
+    let listen = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true, "resourceSubscriptions": uris},
+                   "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientCapabilities": {}}}});
+    gateway.send_raw(&listen.to_string()).await;
+    loop {
+        let message = gateway.next().await;
+        if message["method"] == "notifications/subscriptions/acknowledged" {
+            return message;
+        }
+    }
+}
+
+/// Wrap mode in front of one trusted server of the era given, with one
+/// resource.
+async fn watched_server(modern: bool) -> Harness {
+    let mut script = ServerScript::with_tools(vec![tool("echo", true)]);
+    script.modern = modern;
+    script.resources = vec![json!({"uri": "test://watched", "name": "watched"})];
+    Harness::start(Setup::wrap(script, true).with_call_timeout(10)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_hosts_listen_stream_subscribes_it_to_a_legacy_servers_resource() {
+    let mut gateway = watched_server(false).await;
+    let ack = modern_listen(
+        &mut gateway,
+        json!(["test://watched", "test://b\u{202e}txt.exe"]),
+    )
+    .await;
+    // Its own stream, and only the URI the gateway can show as it is.
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "listen-1",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["test://watched"]),
+        "{ack}"
+    );
+    eventually(|| received(&gateway, "resources/subscribe").len() == 1).await;
+    assert_eq!(
+        received(&gateway, "resources/subscribe")[0]["params"],
+        json!({"uri": "test://watched"})
+    );
+    // The server's update reaches the host on the host's stream.
+    gateway.push(
+        "fx",
+        &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                "params": {"uri": "test://watched"}})
+        .to_string(),
+    );
+    let update = next_update(&mut gateway).await;
+    assert_eq!(update["params"]["uri"], "test://watched", "{update}");
+    assert_eq!(
+        update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "listen-1",
+        "{update}"
+    );
+    // The host ends its stream: the server is told, once.
+    gateway
+        .send_raw(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": "listen-1"}})
+            .to_string(),
+        )
+        .await;
+    gateway
+        .received_eventually("fx", "resources/unsubscribe")
+        .await;
+    assert_eq!(received(&gateway, "resources/unsubscribe").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_hosts_listen_stream_follows_a_2026_07_28_servers_resource_on_the_hosts_own_id()
+ {
+    let mut gateway = watched_server(true).await;
+    let ack = modern_listen(&mut gateway, json!(["test://watched"])).await;
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["test://watched"]),
+        "{ack}"
+    );
+    // The server gets a listen stream of the gateway's for the URI.
+    let server_listen = loop {
+        let listens: Vec<Value> = received(&gateway, "subscriptions/listen")
+            .into_iter()
+            .filter(|listen| {
+                listen["params"]["notifications"]["resourceSubscriptions"]
+                    == json!(["test://watched"])
+            })
+            .collect();
+        if let Some(listen) = listens.first() {
+            break listen.clone();
+        }
+        gateway.handled("fx").await;
+    };
+    gateway.push(
+        "fx",
+        &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                "params": {"uri": "test://watched",
+                           "_meta": {"io.modelcontextprotocol/subscriptionId": server_listen["id"]}}})
+        .to_string(),
+    );
+    let update = next_update(&mut gateway).await;
+    // The host's id, not the gateway's stream on the server.
+    assert_eq!(
+        update["params"]["_meta"],
+        json!({"io.modelcontextprotocol/subscriptionId": "listen-1"}),
+        "{update}"
+    );
+    assert_eq!(update["params"]["uri"], "test://watched");
 }
