@@ -131,6 +131,17 @@ pub enum HookEvent {
 pub enum UpstreamEvent {
     /// One line.
     Line(String),
+    /// One line the server sent on the stream that answers the gateway's
+    /// request `request` (Streamable HTTP, a POST answered with an event
+    /// stream): a request of the server's own there belongs to that
+    /// request, and so to the host session that made it. The relation comes
+    /// from the transport, never from what the server wrote.
+    LineOnStream {
+        /// The line.
+        line: String,
+        /// The id of the gateway's request whose stream carried it.
+        request: u64,
+    },
     /// The server broke the protocol (a giant line, bytes that are not
     /// UTF-8); it is stopped and restarted on the next call.
     Broken(String),

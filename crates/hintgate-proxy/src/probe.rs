@@ -498,7 +498,7 @@ impl Session {
                     return Err(closed(method, "stopped".to_owned()));
                 }
                 Ok(Some(Event::Upstream { event, .. })) => match event {
-                    UpstreamEvent::Line(line) => line,
+                    UpstreamEvent::Line(line) | UpstreamEvent::LineOnStream { line, .. } => line,
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
                         return Err(closed(method, reason));
                     }

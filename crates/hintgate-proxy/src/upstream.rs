@@ -613,7 +613,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
             },
             other => other,
         };
-        let last = !matches!(event, UpstreamEvent::Line(_));
+        let last = matches!(event, UpstreamEvent::Broken(_) | UpstreamEvent::Closed(_));
         if events
             .send(Event::Upstream {
                 server,

@@ -219,7 +219,10 @@ impl Shared {
     /// Sends an event to the loop; a line waits for room there first, so
     /// a server that floods the loop is held in this exchange.
     async fn emit(&self, event: UpstreamEvent) {
-        if matches!(event, UpstreamEvent::Line(_)) {
+        if matches!(
+            event,
+            UpstreamEvent::Line(_) | UpstreamEvent::LineOnStream { .. }
+        ) {
             self.events.room().await;
         }
         let _ = self
@@ -234,6 +237,16 @@ impl Shared {
 
     /// One line to the gateway, as a single line of JSON.
     async fn emit_message(&self, text: &str) {
+        self.emit_message_on(text, None).await;
+    }
+
+    /// One line to the gateway, as a single line of JSON; `on_stream`: the
+    /// id of the gateway's request whose event stream carried it.
+    async fn emit_message_on(&self, text: &str, on_stream: Option<u64>) {
+        let line = |line: String| match on_stream {
+            Some(request) => UpstreamEvent::LineOnStream { line, request },
+            None => UpstreamEvent::Line(line),
+        };
         let text = text.trim();
         if text.is_empty() {
             return;
@@ -249,14 +262,11 @@ impl Shared {
         if text.contains('\n') {
             // Line framing towards the gateway: re-serialise compactly.
             match serde_json::from_str::<Value>(text) {
-                Ok(value) => self.emit(UpstreamEvent::Line(value.to_string())).await,
-                Err(_) => {
-                    self.emit(UpstreamEvent::Line(text.replace('\n', " ")))
-                        .await
-                }
+                Ok(value) => self.emit(line(value.to_string())).await,
+                Err(_) => self.emit(line(text.replace('\n', " "))).await,
             }
         } else {
-            self.emit(UpstreamEvent::Line(text.to_owned())).await;
+            self.emit(line(text.to_owned())).await;
         }
     }
 
@@ -429,7 +439,12 @@ impl Shared {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if status.is_success() && is_sse {
-            self.read_sse(response).await;
+            // What comes on a request's own stream is part of it.
+            let on_stream = id
+                .as_deref()
+                .filter(|_| is_request)
+                .and_then(|id| id.parse::<u64>().ok());
+            self.read_sse(response, on_stream).await;
         } else {
             match self.read_body(response).await {
                 Ok(body) if status.is_success() => {
@@ -577,7 +592,7 @@ impl Shared {
     /// Reads an SSE stream, sending each event's data as one message. A
     /// line or an event longer than the limit breaks the link: nothing of
     /// it is held beyond that ([`SseDecoder`]).
-    async fn read_sse(&self, mut response: reqwest::Response) {
+    async fn read_sse(&self, mut response: reqwest::Response, on_stream: Option<u64>) {
         let mut decoder = SseDecoder::new(self.max_message);
         let mut events = Vec::new();
         loop {
@@ -587,7 +602,7 @@ impl Shared {
             };
             let fed = decoder.feed(&chunk, &mut events);
             for data in events.drain(..) {
-                self.emit_message(&data).await;
+                self.emit_message_on(&data, on_stream).await;
             }
             if let Err(err) = fed {
                 self.emit(UpstreamEvent::Broken(format!("sent {err}")))
@@ -595,7 +610,7 @@ impl Shared {
                 return;
             }
         }
-        self.emit_message(&decoder.finish()).await;
+        self.emit_message_on(&decoder.finish(), on_stream).await;
     }
 
     /// Reads the GET stream for messages the server sends on its own, for
@@ -625,7 +640,7 @@ impl Shared {
             request = request.header("mcp-protocol-version", version);
         }
         match request.send().await {
-            Ok(response) if response.status().is_success() => self.read_sse(response).await,
+            Ok(response) if response.status().is_success() => self.read_sse(response, None).await,
             // 405 and the like: the server has no such stream.
             Ok(_) | Err(_) => {}
         }

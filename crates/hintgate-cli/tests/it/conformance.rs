@@ -31,22 +31,22 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const GATEWAY_SERVING: &str = "hintgate: serving MCP at ";
 
 /// What the fixture writes on stderr once it serves (its `--http` mode).
-const FIXTURE_SERVING: &str = "serving MCP at ";
+pub(crate) const FIXTURE_SERVING: &str = "serving MCP at ";
 
 /// A server in another process that serves MCP over Streamable HTTP; it is
 /// killed when dropped.
-struct Served {
+pub(crate) struct Served {
     child: Child,
     /// Held open so the server never sees its input end.
     _stdin: Option<ChildStdin>,
-    url: String,
+    pub(crate) url: String,
     stderr: PathBuf,
 }
 
 impl Served {
     /// Starts `command` and waits for the stderr line that starts with
     /// `announce` and names the URL. Stderr is also copied to `stderr`.
-    fn start(mut command: Command, announce: &str, stderr: PathBuf) -> Self {
+    pub(crate) fn start(mut command: Command, announce: &str, stderr: PathBuf) -> Self {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -104,7 +104,7 @@ impl Drop for Served {
     }
 }
 
-fn fixture() -> String {
+pub(crate) fn fixture() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/peers/conformance_server.py")
         .display()

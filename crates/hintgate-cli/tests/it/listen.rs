@@ -1671,3 +1671,87 @@ fn a_flood_of_connections_that_never_authenticate_and_a_slow_body_cannot_lock_ho
     assert!(log.contains("sent nothing for 2 s"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// [`sdk`] for a host that answers a question only once another host was
+/// asked one too (`common.py`'s `meet`): its file `mine`, the other's
+/// `theirs`, in `dir`.
+fn sdk_meeting(dir: &Path, url: &str, mine: &str, theirs: &str, calls: &Value) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/http_host.py");
+    let spec = json!({"url": url, "token": null, "mode": "legacy", "answer": "accept",
+        "calls": calls,
+        "meet": {"mine": dir.join(mine), "theirs": dir.join(theirs)}});
+    let output = std::process::Command::new(venv_bin("python"))
+        .current_dir(dir)
+        .arg(script)
+        .arg(spec.to_string())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the SDK host failed\nstdout:\n{out}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(out.trim()).unwrap_or_else(|err| panic!("{err}: {out}"))
+}
+
+#[test]
+fn a_streamable_http_servers_question_reaches_the_host_whose_call_its_stream_answers() {
+    // A legacy server over Streamable HTTP asks its question on the event
+    // stream that answers the call's POST. Two hosts' calls are in flight
+    // on it at once (each host answers only once both are asked), so
+    // nothing but that stream says whose question it is; before, the
+    // gateway refused both as "several host sessions use this server".
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(venv_bin("python"));
+    command.current_dir(dir.path()).args([
+        crate::conformance::fixture().as_str(),
+        "--http",
+        "0",
+        "--legacy-only",
+    ]);
+    let server = crate::conformance::Served::start(
+        command,
+        crate::conformance::FIXTURE_SERVING,
+        dir.path().join("fixture.stderr"),
+    );
+    let gateway = Listening::spawn_args(
+        dir.path(),
+        &[
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--trust",
+            "trusted",
+            "--url",
+            &server.url,
+        ]
+        .map(str::to_owned),
+    );
+    let url = format!("{}/mcp", gateway.base());
+    let call = |who: &str| json!([{"name": "test_elicitation", "arguments": {"message": format!("a question for {who}")}}]);
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| sdk_meeting(dir.path(), &url, "a", "b", &call("a")));
+        let b = scope.spawn(|| sdk_meeting(dir.path(), &url, "b", "a", &call("b")));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (who, report) in [("a", &a), ("b", &b)] {
+        let asked = report["asked"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{who}: {report}");
+        // Each host was asked its own call's question, marked as the
+        // server's.
+        let question = asked[0].as_str().unwrap();
+        assert!(
+            question.contains(&format!("a question for {who}")),
+            "{who}: {question}"
+        );
+        assert_eq!(report["results"][0]["isError"], false, "{who}: {report}");
+        assert!(
+            texts(report)[0].contains("action=accept"),
+            "{who}: {report}"
+        );
+    }
+    let log = gateway.stop();
+    assert!(!log.contains("cannot tell which host"), "{log}");
+}

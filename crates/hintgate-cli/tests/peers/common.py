@@ -12,8 +12,23 @@ ASKED = []
 
 
 async def elicit(context, params):
-    """Answers every question as the spec says, and remembers what was asked."""
+    """Answers every question as the spec says, and remembers what was asked.
+
+    With `meet` in the spec ({"mine": PATH, "theirs": PATH}), a question is
+    answered only once another host has been asked one too: this host
+    writes its file, then waits for the other's (at most a minute, then it
+    answers anyway, so a test that fails does not hang)."""
     ASKED.append(params.message)
+    meet = SPEC.get("meet")
+    if meet:
+        import anyio
+
+        with open(meet["mine"], "w") as mine:
+            mine.write(params.message)
+        for _ in range(3000):
+            if os.path.exists(meet["theirs"]):
+                break
+            await anyio.sleep(0.02)
     if SPEC["answer"] == "accept":
         return types.ElicitResult(action="accept", content={"approve": True})
     return types.ElicitResult(action="decline")

@@ -14,7 +14,10 @@ check.
     conformance_server.py --http PORT  serves Streamable HTTP at
                                        http://127.0.0.1:PORT/mcp (0 picks a
                                        free port) and prints that URL on
-                                       stderr once it listens
+                                       stderr once it listens; with
+                                       --legacy-only, a `server/discover`
+                                       POST is refused (method not found),
+                                       so a client settles on the legacy era
 
 Over HTTP the SDK does its own Host/Origin checks (DNS rebinding) and
 keeps an in-memory event store, so a stream the server closes mid-call
@@ -620,10 +623,49 @@ class MemoryEventStore(EventStore):
         return stream_id
 
 
-async def serve_http(server, port):
+def refuse_discover(app):
+    """An ASGI app that answers a POST of `server/discover` with "method not
+    found" (the legacy era's answer) and passes everything else to `app`."""
+
+    async def legacy_only(scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message)
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        body = b"".join(chunk.get("body", b"") for chunk in chunks)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        if isinstance(request, dict) and request.get("method") == "server/discover":
+            answer = json.dumps(
+                {"jsonrpc": "2.0", "id": request.get("id"), "error": {"code": -32601, "message": "Method not found"}}
+            ).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": answer})
+            return
+        replay = iter(chunks)
+
+        async def again():
+            return next(replay, None) or await receive()
+
+        await app(scope, again, send)
+
+    return legacy_only
+
+
+async def serve_http(server, port, legacy_only=False):
     import uvicorn
 
     app = server.streamable_http_app(event_store=MemoryEventStore(), retry_interval=100, host="127.0.0.1")
+    if legacy_only:
+        app = refuse_discover(app)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -642,14 +684,15 @@ def main():
     parser.add_argument(
         "--legacy-only",
         action="store_true",
-        help="on stdio, serve only the initialize handshake (2025-11-25 and older)",
+        help="serve only the initialize handshake (2025-11-25 and older): on stdio anything before it is "
+        "refused, over HTTP `server/discover` is",
     )
     args = parser.parse_args()
     server = build_server()
     if args.http is None:
         anyio.run(serve_stdio, server, args.legacy_only)
     else:
-        anyio.run(serve_http, server, args.http)
+        anyio.run(serve_http, server, args.http, args.legacy_only)
 
 
 if __name__ == "__main__":

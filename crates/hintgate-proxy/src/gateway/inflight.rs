@@ -204,6 +204,16 @@ impl InFlight {
         sessions.into_iter()
     }
 
+    /// The host session whose request (a call or a forwarded request) is
+    /// request `id` in flight on `server`.
+    pub fn session_of(&self, server: ServerIdx, id: u64) -> Option<SessionId> {
+        match &self.up.get(&(server, id))?.purpose {
+            UpPurpose::Call(cx) => Some(cx.request.session),
+            UpPurpose::Forward(request) => Some(request.session),
+            _ => None,
+        }
+    }
+
     /// The host requests in flight on `server` (forwarded requests and
     /// calls).
     pub fn requests_on(&self, server: ServerIdx) -> impl Iterator<Item = &HostRequest> {

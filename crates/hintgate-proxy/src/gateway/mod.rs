@@ -904,7 +904,10 @@ impl Gateway {
                     return;
                 }
                 match event {
-                    UpstreamEvent::Line(line) => self.on_upstream_line(server, &line),
+                    UpstreamEvent::Line(line) => self.on_upstream_line(server, &line, None),
+                    UpstreamEvent::LineOnStream { line, request } => {
+                        self.on_upstream_line(server, &line, Some(request));
+                    }
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
                         self.upstream_failed(server, reason);
                     }
@@ -1596,7 +1599,7 @@ impl Gateway {
 
     // --- the upstream side ---
 
-    fn on_upstream_line(&mut self, idx: ServerIdx, line: &str) {
+    fn on_upstream_line(&mut self, idx: ServerIdx, line: &str, on_stream: Option<u64>) {
         // A line is passed on as its text, which no parser of the gateway
         // reads whole: its depth is checked here, before anything else.
         if let Err(err) = crate::json::check_depth(line, self.limits.max_depth) {
@@ -1667,7 +1670,7 @@ impl Gateway {
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
-            Kind::Request => self.on_upstream_request(idx, &message),
+            Kind::Request => self.on_upstream_request(idx, &message, on_stream),
             Kind::Notification => self.on_upstream_notification(idx, &message),
         }
     }
@@ -1738,15 +1741,25 @@ impl Gateway {
         }
     }
 
-    fn on_upstream_request(&mut self, idx: ServerIdx, message: &Message<'_>) {
+    fn on_upstream_request(
+        &mut self,
+        idx: ServerIdx,
+        message: &Message<'_>,
+        on_stream: Option<u64>,
+    ) {
         let Some(up) = self.upstreams.get(idx) else {
             return;
         };
         let generation = up.generation();
-        // A server's own request goes to the session that has requests in
-        // flight on it (over stdio, the one session); when several have, or
-        // none does and several are open, it is not the gateway's to guess.
-        let Some(session) = self.session_for_server(idx) else {
+        // A server's own request goes to the session whose request's stream
+        // carried it (Streamable HTTP), else to the session that has
+        // requests in flight on it (over stdio, the one session); when
+        // several have, or none does and several are open, it is not the
+        // gateway's to guess.
+        let session = on_stream
+            .and_then(|request| self.inflight.session_of(idx, request))
+            .or_else(|| self.session_for_server(idx));
+        let Some(session) = session else {
             let text = "hintgate cannot tell which host this request is for: several host sessions use this server at once, and the request does not say which call it belongs to";
             tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
             self.send_upstream(
