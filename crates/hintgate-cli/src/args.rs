@@ -914,6 +914,13 @@ pub struct RunArgs {
     /// --scope metrics`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Export a trace of every tool call (its decision, the wait for a
+    /// person, the audit record, the server's round trip) to the
+    /// OpenTelemetry collector at URL, over OTLP/HTTP (`http://127.0.0.1:4318`;
+    /// spans go to `/v1/traces`); names only, never argument values.
+    /// Overrides `[telemetry] otlp_endpoint`.
+    #[arg(long, value_name = "URL", value_parser = otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
     /// Wrap mode: run the server in a kernel sandbox with no network (its
     /// `[sandbox]` table: `read` and `write` from the flags below).
     #[arg(long)]
@@ -1115,4 +1122,26 @@ pub enum ProfileArg {
     HideWrites,
     /// Every call asks.
     AskAll,
+}
+
+/// An OTLP collector's base URL: `http://` or `https://` and an address,
+/// without credentials (they would show in `ps`), a query or a fragment.
+fn otlp_endpoint(text: &str) -> Result<String, String> {
+    let authority = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+        .map(|rest| rest.split('/').next().unwrap_or(""));
+    match authority {
+        Some(authority) if authority.contains('@') => {
+            Err("the URL carries credentials; give the collector's address only".to_owned())
+        }
+        Some(authority)
+            if !authority.is_empty()
+                && !text.contains(char::is_whitespace)
+                && !text.contains(['?', '#']) =>
+        {
+            Ok(text.to_owned())
+        }
+        _ => Err("not the base URL of an OTLP collector (`http://127.0.0.1:4318`)".to_owned()),
+    }
 }

@@ -40,6 +40,9 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
     if let Some(seconds) = args.ask_timeout {
         config.gateway.ask_timeout_s = seconds.max(1);
     }
+    if let Some(endpoint) = &args.otlp_endpoint {
+        config.telemetry.otlp_endpoint = Some(endpoint.clone());
+    }
     let configured = config
         .gateway
         .store

@@ -54,6 +54,7 @@ pub mod seal;
 mod sse;
 pub mod stdio;
 pub mod tail;
+pub mod telemetry;
 pub mod upstream;
 pub mod upstream_http;
 pub mod upstream_oauth;

@@ -97,7 +97,7 @@ fn bearer_header(token: &hintgate_oauth::Secret) -> Option<HeaderValue> {
 }
 
 /// Installs ring as the process's TLS provider (once; later calls do nothing).
-fn install_tls_provider() {
+pub(crate) fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 

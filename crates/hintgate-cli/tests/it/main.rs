@@ -36,5 +36,6 @@ mod soak;
 mod standing;
 mod start_failure;
 mod store;
+mod telemetry;
 mod util;
 mod wrap;

@@ -58,6 +58,19 @@ pub struct ValidConfig {
     pub labels: Vec<Label>,
     /// The `[listen]` table: how `hintgate run` serves hosts over HTTP.
     pub listen: ListenSettings,
+    /// The `[telemetry]` table: where traces of calls go.
+    pub telemetry: TelemetrySettings,
+}
+
+/// The `[telemetry]` table: OpenTelemetry traces of tool calls, exported
+/// over OTLP (HTTP, JSON); off unless an endpoint is named.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TelemetrySettings {
+    /// The collector's base URL (`http://127.0.0.1:4318`); spans go to
+    /// `/v1/traces` under it.
+    pub otlp_endpoint: Option<String>,
+    /// The service name the spans carry (default `hintgate`).
+    pub service_name: Option<String>,
 }
 
 /// The `[listen]` table: the HTTP host side of `hintgate run`, each value
@@ -467,6 +480,7 @@ impl ValidConfig {
             audit: AuditSettings::default(),
             labels: Vec::new(),
             listen: ListenSettings::default(),
+            telemetry: TelemetrySettings::default(),
         }
     }
 }

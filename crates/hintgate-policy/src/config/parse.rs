@@ -14,7 +14,8 @@ use toml::de::{DeArray, DeString, DeTable, DeValue};
 use super::{
     Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, Egress, GatewaySettings,
     HookConfig, HookMode, Label, ListenSettings, OAuthConfig, OAuthGrant, PrivateData, Profile,
-    ReadOnlyConfig, Rule, SandboxConfig, ServerConfig, ServerHook, Transport, ValidConfig,
+    ReadOnlyConfig, Rule, SandboxConfig, ServerConfig, ServerHook, TelemetrySettings, Transport,
+    ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -26,7 +27,16 @@ use crate::vars::{self, Vars};
 type Key<'i> = Spanned<DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
-const TOP_KEYS: &[&str] = &["gateway", "servers", "rules", "audit", "labels", "listen"];
+const TOP_KEYS: &[&str] = &[
+    "gateway",
+    "servers",
+    "rules",
+    "audit",
+    "labels",
+    "listen",
+    "telemetry",
+];
+const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint", "service_name"];
 const LISTEN_KEYS: &[&str] = &[
     "address",
     "public",
@@ -310,6 +320,16 @@ impl Walker<'_> {
             },
             None => ListenSettings::default(),
         };
+        let telemetry = match entry(top, "telemetry") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Table(table) => self.telemetry(table),
+                other => {
+                    self.wrong_value_type(value, "telemetry", "a table", other);
+                    TelemetrySettings::default()
+                }
+            },
+            None => TelemetrySettings::default(),
+        };
         Some(ValidConfig {
             gateway,
             servers,
@@ -317,6 +337,7 @@ impl Walker<'_> {
             audit,
             labels,
             listen,
+            telemetry,
         })
     }
 
@@ -1697,6 +1718,64 @@ impl Walker<'_> {
             )
             .at(value.span()),
         );
+    }
+}
+
+// === the [telemetry] table ===
+
+impl Walker<'_> {
+    /// The `[telemetry]` table: the OTLP collector traces go to.
+    fn telemetry(&mut self, table: &DeTable<'_>) -> TelemetrySettings {
+        self.check_keys(table, "telemetry", TELEMETRY_KEYS);
+        let mut settings = TelemetrySettings::default();
+        if let Some((text, at)) = self.string(table, "telemetry", "otlp_endpoint") {
+            let rest = text
+                .strip_prefix("http://")
+                .or_else(|| text.strip_prefix("https://"));
+            let authority = rest.map(|rest| rest.split('/').next().unwrap_or(""));
+            match authority {
+                Some(authority) if authority.contains('@') => self.push(
+                    Diagnostic::error(
+                        DiagCode::SecretInConfig,
+                        "telemetry.otlp_endpoint",
+                        "the collector's URL carries credentials; they would be written where the configuration is read",
+                    )
+                    // No line of the file is shown: it holds the secret.
+                    .with_help("give the collector's address only"),
+                ),
+                Some(authority)
+                    if !authority.is_empty()
+                        && !text.contains(char::is_whitespace)
+                        && !text.contains(['?', '#']) =>
+                {
+                    settings.otlp_endpoint = Some(text);
+                }
+                _ => self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "telemetry.otlp_endpoint",
+                        format!("`{text}` is not the base URL of an OTLP collector"),
+                    )
+                    .at(at)
+                    .with_help("write it as `http://127.0.0.1:4318` (spans go to `/v1/traces` under it)"),
+                ),
+            }
+        }
+        if let Some((name, at)) = self.string(table, "telemetry", "service_name") {
+            if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+                self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "telemetry.service_name",
+                        "the service name must be one line of at most 128 characters",
+                    )
+                    .at(at),
+                );
+            } else {
+                settings.service_name = Some(name);
+            }
+        }
+        settings
     }
 }
 

@@ -141,6 +141,7 @@ impl Gateway {
         let timeout = self.limits.ask_timeout;
         let mut cx = cx;
         cx.asked = Some(tokio::time::Instant::now());
+        cx.trace_mark(|trace| &mut trace.asked);
         let n = self
             .inflight
             .wait_host(session, HostPurpose::Ask(cx), timeout);
@@ -497,6 +498,7 @@ impl Gateway {
             .deadline(self.limits.ask_timeout, Expired::Queue(id));
         let mut cx = cx;
         cx.asked = Some(tokio::time::Instant::now());
+        cx.trace_mark(|trace| &mut trace.asked);
         self.asks.queued.insert(id, Queued { cx, deadline });
     }
 

@@ -92,6 +92,8 @@ pub(crate) struct CallContext {
     pub read_only_restarted: Option<ServerIdx>,
     /// The read-only instance's tools were listed once for this call.
     pub read_only_relisted: bool,
+    /// What its trace notes as it goes, when traces are exported.
+    pub trace: Option<Box<crate::telemetry::CallTrace>>,
 }
 
 /// What step 3 of the pipeline reads of the definition a call is decided
@@ -420,6 +422,37 @@ impl CallContext {
             read_only_generation: None,
             read_only_restarted: None,
             read_only_relisted: false,
+            trace: None,
+        }
+    }
+
+    /// The `traceparent` the host sent in the call's `_meta`, if any (read
+    /// alone: the arguments are skipped, not kept).
+    pub fn host_traceparent(&self) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            traceparent: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Params {
+            #[serde(rename = "_meta")]
+            meta: Option<Meta>,
+        }
+        let params = self.request.line.get(self.params.span.clone())?;
+        serde_json::from_str::<Params>(params)
+            .ok()?
+            .meta?
+            .traceparent
+    }
+
+    /// The trace notes that the call reached `mark` now (the first time
+    /// only: a call that goes through the pipeline again keeps its first).
+    pub fn trace_mark(
+        &mut self,
+        mark: fn(&mut crate::telemetry::CallTrace) -> &mut Option<std::time::SystemTime>,
+    ) {
+        if let Some(trace) = self.trace.as_deref_mut() {
+            mark(trace).get_or_insert_with(std::time::SystemTime::now);
         }
     }
 

@@ -254,6 +254,9 @@ pub(crate) struct Gateway {
     observer: Option<mpsc::UnboundedSender<Observed>>,
     /// What is counted for a dashboard; the loop only adds to it.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Where each call's trace goes, when `[telemetry] otlp_endpoint` names
+    /// a collector ([`crate::telemetry`]).
+    tracer: Option<crate::telemetry::Tracer>,
     store: Option<Arc<dyn Store>>,
     connector: Arc<dyn Connector>,
     events: EventSender,
@@ -609,8 +612,17 @@ async fn drive(mut gateway: Gateway, mut events_rx: crate::event::EventReceiver,
     // writer can finish and the servers' readers end.
     events_rx.close();
     gateway.shutdown().await;
+    // The traces of the last calls (their shutdown outcomes included).
+    let tracer = gateway.tracer.take();
     drop(gateway);
+    if let Some(tracer) = tracer {
+        tracer.finish(TRACE_FLUSH).await;
+    }
 }
+
+/// How long a stopping gateway waits for the collector to take the traces
+/// still queued.
+const TRACE_FLUSH: Duration = Duration::from_secs(2);
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -782,6 +794,27 @@ fn hook_configs(
         .collect()
 }
 
+/// The tracer `[telemetry]` asks for, its exporter started; `None` when
+/// it names no collector, or the exporter cannot start (said in the log).
+fn tracer_of(config: &hintgate_policy::config::ValidConfig) -> Option<crate::telemetry::Tracer> {
+    let endpoint = config.telemetry.otlp_endpoint.as_deref()?;
+    let service = config
+        .telemetry
+        .service_name
+        .as_deref()
+        .unwrap_or("hintgate");
+    match crate::telemetry::Tracer::start(endpoint, service) {
+        Ok(tracer) => {
+            tracing::info!("traces of calls go to the OTLP collector at {endpoint}");
+            Some(tracer)
+        }
+        Err(why) => {
+            tracing::error!("no traces: {why}");
+            None
+        }
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
@@ -816,6 +849,7 @@ impl Gateway {
             journal: journal::Journal::new(log, run_name.clone(), redactor)
                 .with_metrics(settings.metrics.clone()),
             metrics: settings.metrics,
+            tracer: tracer_of(settings.policy.config()),
             asks: ask::Asks::new(run_name.clone()),
             run_name,
             connector: settings

@@ -78,6 +78,7 @@ use super::upstreams::{Readiness, Unresolved, Upstreams};
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members, string_literal};
+use crate::telemetry::CallTrace;
 
 // === impl Gateway ===
 
@@ -85,7 +86,15 @@ impl Gateway {
     /// A host's `tools/call`: read once, then the pipeline.
     pub(super) fn on_tools_call(&mut self, request: HostRequest) {
         match CallContext::parse(request) {
-            Ok(cx) => self.run_pipeline(Box::new(cx)),
+            Ok(mut cx) => {
+                if self.tracer.is_some() {
+                    let traceparent = cx.host_traceparent();
+                    cx.trace = Some(Box::new(crate::telemetry::CallTrace::begin(
+                        traceparent.as_deref(),
+                    )));
+                }
+                self.run_pipeline(Box::new(cx));
+            }
             Err((request, refusal)) => self.refuse_unparsed(*request, refusal),
         }
     }
@@ -196,6 +205,7 @@ impl Gateway {
             }
             _ => Decision::invalid_definition(),
         };
+        cx.trace_mark(|trace| &mut trace.decided);
         tracing::debug!(
             server.id = %server,
             tool.name = %cx.tool,
@@ -450,7 +460,8 @@ impl Gateway {
 
     /// Step 6: the call's record joins the turn's batch; the call is sent at
     /// the end of the turn, once the batch is durable.
-    pub(super) fn record_and_forward(&mut self, cx: Box<CallContext>) {
+    pub(super) fn record_and_forward(&mut self, mut cx: Box<CallContext>) {
+        cx.trace_mark(|trace| &mut trace.ready);
         let place = self.record_call(&cx, None);
         if place.is_none() && self.journal.enabled() {
             // INVARIANT: with a log, no call is sent without its record.
@@ -494,6 +505,7 @@ impl Gateway {
         };
         let id = up.next_id();
         let modern = up.modern;
+        let traceparent = cx.trace.as_deref_mut().map(CallTrace::forwarding);
         let session_meta = self.session_meta(cx.request.session);
         let Some(line) = call_line(
             &cx,
@@ -501,6 +513,7 @@ impl Gateway {
             modern,
             &session_meta,
             id,
+            traceparent.as_deref(),
         ) else {
             drop(session_meta);
             // The params were read before, so this does not happen; if it
@@ -740,6 +753,7 @@ impl Gateway {
 
     /// Records how a forwarded call ended.
     pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
+        self.export_trace(cx, outcome, cx.decision.as_ref());
         self.keys().end_key_by_outcome(cx, outcome);
         self.count_upstream(cx, outcome);
         let Some(seq) = cx.record else {
@@ -749,6 +763,62 @@ impl Gateway {
             u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
         });
         self.journal.outcome(seq, outcome, millis, cx.attempt);
+    }
+
+    /// Sends the call's spans to the tracer, when it ended with `outcome`
+    /// (not when it goes on: a retry, or a server's question to answer
+    /// first). Names only: server, tool, verdict, reason codes, outcome.
+    fn export_trace(&self, cx: &CallContext, outcome: Outcome, decision: Option<&Decision>) {
+        let (Some(tracer), Some(trace)) = (&self.tracer, cx.trace.as_deref()) else {
+            return;
+        };
+        if matches!(outcome, Outcome::FailedRetried | Outcome::InputRequired) {
+            return;
+        }
+        let code = super::journal::code_of(outcome).as_str();
+        let mut attributes = vec![
+            ("mcp.method.name", "tools/call".to_owned()),
+            (
+                "mcp.tool.name",
+                if cx.tool.is_empty() {
+                    cx.params.name.clone()
+                } else {
+                    cx.tool.clone()
+                },
+            ),
+            ("hintgate.outcome", code.to_owned()),
+            ("hintgate.approver", cx.approver.to_string()),
+        ];
+        if let Some(idx) = cx.server {
+            attributes.push(("mcp.server.name", self.upstreams.name(idx).to_owned()));
+        }
+        if let Some(decision) = decision {
+            let verdict = match decision.verdict {
+                hintgate_policy::decide::Verdict::Allow => "allow",
+                hintgate_policy::decide::Verdict::Ask => "ask",
+                hintgate_policy::decide::Verdict::Deny => "deny",
+            };
+            attributes.push(("hintgate.verdict", verdict.to_owned()));
+            let reasons: Vec<&str> = decision.codes().map(|code| code.as_str()).collect();
+            attributes.push(("hintgate.reasons", reasons.join(",")));
+        }
+        if cx.instance == Instance::ReadOnly {
+            attributes.push(("hintgate.instance", "read-only".to_owned()));
+        }
+        if cx.attempt > 0 {
+            attributes.push(("hintgate.attempt", cx.attempt.to_string()));
+        }
+        let error = matches!(
+            outcome,
+            Outcome::ProtocolError
+                | Outcome::Failed
+                | Outcome::Unsent
+                | Outcome::OutputSchemaMismatch
+        )
+        .then(|| code.to_owned());
+        for span in trace.spans(attributes, error) {
+            tracer.record(span);
+        }
     }
 
     /// Counts a call its server answered or failed: its latency, and an
@@ -870,6 +940,7 @@ impl Gateway {
         self.taint_by_replay(&cx, &end);
         let decision = end.decision(cx.decision.as_ref());
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
+        self.export_trace(&cx, end.outcome(), Some(&decision));
         if matches!(end, CallEnd::Withdrawn(_)) {
             return;
         }
@@ -1042,14 +1113,38 @@ fn call_line(
     modern: bool,
     modern_meta: &Value,
     id: u64,
+    traceparent: Option<&str>,
 ) -> Option<String> {
     let id_text = id.to_string();
     let ours = super::modern::carries_our_answer(cx);
     let continuation = cx.continuation.as_ref();
     let filled = cx.arguments_filled.as_deref();
-    if wrap && !modern && !ours && continuation.is_none() && filled.is_none() {
+    if wrap
+        && !modern
+        && !ours
+        && continuation.is_none()
+        && filled.is_none()
+        && traceparent.is_none()
+    {
         return Some(cx.request.with_id(&id_text));
     }
+    // The `_meta` keys the gateway sets: the 2026-07-28 ones, and the trace
+    // context of the call's forward span (in place of the host's).
+    let set_meta = modern || traceparent.is_some();
+    let meta_ours: std::borrow::Cow<'_, Value> = match traceparent {
+        None => std::borrow::Cow::Borrowed(modern_meta),
+        Some(traceparent) => {
+            let mut meta = if modern {
+                modern_meta.clone()
+            } else {
+                Value::Object(serde_json::Map::new())
+            };
+            if let Some(object) = meta.as_object_mut() {
+                object.insert("traceparent".to_owned(), Value::from(traceparent));
+            }
+            std::borrow::Cow::Owned(meta)
+        }
+    };
     let params = cx.request.line.get(cx.params.span.clone())?;
     let found = members(params).ok()?;
     let mut writer = ObjectWriter::with_capacity(params.len() + 256);
@@ -1071,8 +1166,8 @@ fn call_line(
                     writer.member("inputResponses", &rest);
                 }
             }
-            "_meta" if modern => {
-                writer.member("_meta", &super::modern::merged_meta(value, modern_meta));
+            "_meta" if set_meta => {
+                writer.member("_meta", &super::modern::merged_meta(value, &meta_ours));
                 meta_done = true;
             }
             _ => writer.copy(text),
@@ -1087,8 +1182,8 @@ fn call_line(
             writer.member("requestState", state);
         }
     }
-    if modern && !meta_done {
-        writer.member("_meta", &modern_meta.to_string());
+    if set_meta && !meta_done {
+        writer.member("_meta", &meta_ours.to_string());
     }
     Some(cx.request.with_id_and_params(&id_text, &writer.finish()))
 }
