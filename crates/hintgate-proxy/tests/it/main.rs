@@ -10,6 +10,7 @@
 
 mod bounds;
 mod crossing;
+mod egress_netns;
 mod harness;
 mod hooks;
 mod hostile;
