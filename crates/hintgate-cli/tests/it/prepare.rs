@@ -1,13 +1,17 @@
 //! `prepare = "on-start"`: the gateway installs a launcher's package that is
 //! not installed before the server's confined start, end to end with the
-//! real `npx -y @modelcontextprotocol/server-filesystem` and the real npm.
+//! real `npx -y @modelcontextprotocol/server-filesystem` and the real npm,
+//! and the real `uvx mcp-server-time` and uv.
 //!
 //! Nothing leaves the machine: npm installs from a registry the test runs
 //! on the loopback (`tests/fixtures/npm_registry.py`, which serves the
 //! packages installed in the test peers' `node_modules`, packed again), into
-//! an npm cache the test makes empty. The test starts with the package not
-//! installed, watches npm fetch it, and ends with it installed, pinned at
-//! the version installed, and confined.
+//! an npm cache the test makes empty; uv from a directory of wheels made
+//! again from the peers' installed time server (`tests/fixtures/
+//! wheelhouse.py`), with no index, into a tool directory the test makes.
+//! Each test starts with the package not installed, watches it installed,
+//! and ends with it installed, pinned at the version installed, and
+//! confined.
 #![expect(
     clippy::disallowed_macros,
     reason = "the tests print what the sandbox enforced, and why one skips"
@@ -294,4 +298,109 @@ fn no_install_at_start_where_the_server_may_write_its_package_or_the_table_does_
     host.close();
     assert!(registry.asked().is_empty(), "{:?}", registry.asked());
     assert!(installed(&cache).is_empty());
+}
+
+/// uv's settings for the test: its tool, bin and cache directories in
+/// `dir`, the test peers' interpreter, and an index of wheels made again from
+/// the time server the peers installed as a uv tool
+/// (`tests/fixtures/wheelhouse.py`), with no other index: nothing is
+/// fetched from anywhere.
+fn uv_env(dir: &Path) -> Vec<(String, String)> {
+    let peers_tool = crate::peers::tools().join("uv/tools/mcp-server-time");
+    let site = std::fs::read_dir(peers_tool.join("lib"))
+        .unwrap()
+        .flatten()
+        .map(|lib| lib.path().join("site-packages"))
+        .find(|site| site.is_dir())
+        .unwrap();
+    let wheels = dir.join("wheels");
+    let made = Command::new(system_python().expect("python3"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wheelhouse.py"))
+        .arg(&site)
+        .arg(&wheels)
+        .status()
+        .unwrap();
+    assert!(made.success(), "the wheels were not made");
+    let config = dir.join("uv.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "no-index = true\nfind-links = [{:?}]\n",
+            wheels.display().to_string()
+        ),
+    )
+    .unwrap();
+    // The interpreter the wheels were installed for.
+    let cfg = std::fs::read_to_string(peers_tool.join("pyvenv.cfg")).unwrap();
+    let home = cfg
+        .lines()
+        .find_map(|line| line.strip_prefix("home = "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let path = |name: &str| dir.join(name).display().to_string();
+    vec![
+        ("UV_CONFIG_FILE".into(), config.display().to_string()),
+        ("UV_TOOL_DIR".into(), path("uv-tools")),
+        ("UV_TOOL_BIN_DIR".into(), path("uv-bin")),
+        ("UV_CACHE_DIR".into(), path("uv-cache")),
+        ("UV_PYTHON".into(), format!("{home}/python3")),
+        ("UV_PYTHON_DOWNLOADS".into(), "never".into()),
+    ]
+}
+
+#[test]
+fn a_uvx_server_not_installed_is_installed_at_its_first_start_then_runs_confined() {
+    if !kernel_confines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let env = uv_env(dir.path());
+    let tool = dir.path().join("uv-tools/mcp-server-time");
+    assert!(!tool.exists());
+    // `uvx` and the `uv` beside it from the peers' environment.
+    let config = format!(
+        "[servers.time]\ncommand = \"uvx\"\nargs = [\"mcp-server-time==2026.10.19\", \"--local-timezone\", \"UTC\"]\n\
+         env = {{ PATH = {:?} }}\ntrust = \"untrusted\"\n\n\
+         [servers.time.sandbox]\nnetwork = false\nprepare = \"on-start\"\n",
+        format!(
+            "{}:/usr/bin:/bin",
+            crate::peers::tools().join("venv/bin").display()
+        ),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let mut host = start(dir.path(), &env);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "decline"}));
+    let list = host.request("tools/list", json!({}));
+    // Installed, then confined: no network and no writes, proven, so the
+    // untrusted server's tools run without a prompt.
+    assert_eq!(
+        tool_of(&list)["annotations"]["openWorldHint"],
+        false,
+        "{list}\n{}",
+        host.log()
+    );
+    let now = host.call("time__get_current_time", json!({"timezone": "UTC"}));
+    assert!(!is_error(&now), "{now}");
+    assert!(text(&now).contains("UTC"), "{now}");
+    assert!(host.requests.is_empty(), "{:?}", host.requests);
+    host.close();
+    let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap();
+    assert!(
+        log.contains("uv tool install --no-build mcp-server-time==2026.10.19"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "installed mcp-server-time 2026.10.19 at {}",
+            tool.display()
+        )),
+        "{log}"
+    );
+    assert!(tool.join("bin/mcp-server-time").is_file());
+}
+
+fn tool_of(list: &serde_json::Value) -> &serde_json::Value {
+    tool(list, "time__get_current_time")
 }
