@@ -92,20 +92,6 @@ fn needed_with(server: &ServerConfig, inherited: &BTreeMap<String, String>) -> N
             "server `{name}` runs a `uv run` project, which `prepare = \"on-start\"` does not sync (its sync would run the project's own build outside the sandbox); sync it once with `hintgate sandbox prepare {name} --config FILE`"
         ));
     }
-    let dirs = launch::install_dirs(&line, inherited);
-    for written in &sandbox.write {
-        let written = Path::new(written);
-        if let Some(dir) = dirs
-            .iter()
-            .find(|dir| dir.starts_with(written) || written.starts_with(dir))
-        {
-            return Needed::Refused(format!(
-                "server `{name}` may write `{}`, where its package is installed (`{}`): an install outside its sandbox would run what it could change, so hintgate does not install at start; install it with `hintgate sandbox prepare {name} --config FILE`",
-                written.display(),
-                dir.display()
-            ));
-        }
-    }
     let search = env
         .get("PATH")
         .or_else(|| inherited.get("PATH"))
@@ -115,6 +101,17 @@ fn needed_with(server: &ServerConfig, inherited: &BTreeMap<String, String>) -> N
         Ok(install) => install,
         Err(err) => return Needed::Refused(format!("cannot install at start: {err}")),
     };
+    if !install.program.is_absolute() {
+        return Needed::Refused(format!(
+            "server `{name}`'s installer `{}` was not found at an absolute path on its `PATH`; install its package with `hintgate sandbox prepare {name} --config FILE`",
+            install.program.display()
+        ));
+    }
+    if let Some(why) = writable_input(sandbox, &line, inherited, &search, &install) {
+        return Needed::Refused(format!(
+            "server `{name}` may write {why}: an install outside its sandbox would run what it could change, so hintgate does not install at start; install its package with `hintgate sandbox prepare {name} --config FILE`"
+        ));
+    }
     let mut run_env = inherited.clone();
     run_env.insert("PATH".to_owned(), search);
     Needed::Install(Box::new(Preparation {
@@ -126,6 +123,66 @@ fn needed_with(server: &ServerConfig, inherited: &BTreeMap<String, String>) -> N
         server_env: env.clone(),
         sandbox: sandbox.clone(),
     }))
+}
+
+/// What of the install's inputs the sandbox lets the server write, in
+/// words, if any: where the package is installed (npm's cache, the tool
+/// directory, also beneath it), or, beneath a writable path, a directory of
+/// the `PATH` the installer runs with (its `node`, say), the installer
+/// itself (as found and as it resolves), the home directory (its `.npmrc`,
+/// uv's and pip's settings) or a settings file the environment names. A
+/// server that may change any of them chooses what the next install
+/// outside its sandbox runs.
+fn writable_input(
+    sandbox: &hintgate_policy::config::SandboxConfig,
+    line: &hintgate_policy::launcher::LauncherLine,
+    inherited: &BTreeMap<String, String>,
+    search: &str,
+    install: &Install,
+) -> Option<String> {
+    let installed = launch::install_dirs(line, inherited);
+    let mut read: Vec<(String, std::path::PathBuf)> = search
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| ("a directory of its `PATH`".to_owned(), dir.into()))
+        .collect();
+    read.push(("its installer".to_owned(), install.program.clone()));
+    if let Ok(real) = install.program.canonicalize() {
+        read.push(("its installer".to_owned(), real));
+    }
+    for key in [
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "npm_config_userconfig",
+        "npm_config_globalconfig",
+        "UV_CONFIG_FILE",
+        "PIP_CONFIG_FILE",
+    ] {
+        if let Some(value) = inherited.get(key) {
+            read.push((format!("what `{key}` names"), value.into()));
+        }
+    }
+    for written in &sandbox.write {
+        let written = Path::new(written);
+        if let Some(dir) = installed
+            .iter()
+            .find(|dir| dir.starts_with(written) || written.starts_with(dir))
+        {
+            return Some(format!(
+                "`{}`, where its package is installed (`{}`)",
+                written.display(),
+                dir.display()
+            ));
+        }
+        if let Some((what, path)) = read.iter().find(|(_, path)| path.starts_with(written)) {
+            return Some(format!(
+                "`{}`, which holds {what} (`{}`)",
+                written.display(),
+                path.display()
+            ));
+        }
+    }
+    None
 }
 
 impl Preparation {
@@ -148,6 +205,9 @@ impl Preparation {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // Not the gateway's directory: no project's `.npmrc` or
+            // `uv.toml` there has a say.
+            .current_dir("/")
             .spawn()
             .map_err(|err| {
                 format!(
@@ -332,6 +392,34 @@ mod tests {
         std::fs::create_dir_all(&cache).unwrap();
         match needed_with(&server("npx", &line, writes), &inherited) {
             Needed::Refused(why) => assert!(why.contains("may write"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // A table that may write a directory of the installer's `PATH`
+        // (where a `node` or an `npm` could be planted), or the home
+        // directory (its `.npmrc`).
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let mut on_path = on_start();
+        on_path.write = vec![bin.display().to_string()];
+        let planted = BTreeMap::from([
+            ("npm_config_cache".to_owned(), cache.display().to_string()),
+            (
+                "PATH".to_owned(),
+                format!("{}:/usr/bin:/bin", bin.display()),
+            ),
+        ]);
+        match needed_with(&server("npx", &line, on_path), &planted) {
+            Needed::Refused(why) => assert!(why.contains("`PATH`"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let mut in_home = on_start();
+        in_home.write = vec![home.display().to_string()];
+        let mut with_home = inherited.clone();
+        with_home.insert("HOME".to_owned(), home.join("me").display().to_string());
+        match needed_with(&server("npx", &line, in_home), &with_home) {
+            Needed::Refused(why) => assert!(why.contains("`HOME`"), "{why}"),
             other => panic!("{other:?}"),
         }
         // A `uv run` project is not synced at start.
