@@ -163,6 +163,17 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
         Ok(plan) => plan,
         Err(err) => {
             output::err(&format!("error: {err}\n"))?;
+            // Where the table says so, the gateway installs it at start.
+            match hintgate_proxy::prepare::needed(&server) {
+                hintgate_proxy::prepare::Needed::Install(preparation) => output::err(&format!(
+                    "note: its sandbox table says `prepare = \"on-start\"`: the gateway installs it before its first start, outside the sandbox, with `{}`\n",
+                    preparation.install.describe()
+                ))?,
+                hintgate_proxy::prepare::Needed::Refused(why) => output::err(&format!(
+                    "note: its sandbox table says `prepare = \"on-start\"`, but the gateway will not install it: {why}\n"
+                ))?,
+                hintgate_proxy::prepare::Needed::Nothing => {}
+            }
             return Ok(Exit::Error);
         }
     };

@@ -247,17 +247,12 @@ impl Preparation {
                 said(&tail)
             ));
         }
-        let inherited: BTreeMap<String, String> = self
-            .env
-            .iter()
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect();
         match Plan::new(
             &self.command,
             &self.args,
             &self.server_env,
             &self.sandbox,
-            &inherited,
+            &self.env,
         ) {
             Ok(plan) => {
                 let installed = plan.launch.as_ref().map_or_else(

@@ -132,6 +132,19 @@ fn an_npx_server_not_installed_is_installed_at_its_first_start_then_runs_confine
     assert!(installed(&cache).is_empty());
     write_config(dir.path(), &data, "");
     let env = npm_env(dir.path(), &cache, &registry.url);
+    // Before: `sandbox explain` says the gateway will install it, and how.
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let explained = crate::util::run_with(
+        dir.path(),
+        &["sandbox", "explain", "fs", "--config", "hintgate.toml"],
+        &env_refs,
+    );
+    let said = crate::util::stderr(&explained);
+    assert!(
+        said.contains("the gateway installs it before its first start")
+            && said.contains(&format!("--ignore-scripts --package={PACKAGE} -c true")),
+        "{said}"
+    );
     let mut host = start(dir.path(), &env);
     host.initialize(json!({"elicitation": {}}));
     host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
