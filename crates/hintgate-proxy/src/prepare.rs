@@ -65,6 +65,14 @@ pub enum Needed {
 /// disk (a few files; no process is started).
 #[must_use]
 pub fn needed(server: &ServerConfig) -> Needed {
+    // Every start asks: one comparison unless the table says so.
+    let on_start = server
+        .sandbox
+        .as_ref()
+        .is_some_and(|sandbox| sandbox.prepare == Prepare::OnStart);
+    if !on_start {
+        return Needed::Nothing;
+    }
     let inherited: BTreeMap<String, String> = std::env::vars().collect();
     needed_with(server, &inherited)
 }
