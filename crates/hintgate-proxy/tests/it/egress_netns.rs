@@ -31,126 +31,16 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{TcpListener, ToSocketAddrs};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hintgate_policy::config::{Egress, SandboxConfig};
 use hintgate_proxy::event::{Event, UpstreamEvent};
 use hintgate_proxy::upstream::{LinkTarget, Process, Spawn};
 use hintgate_sandbox::{Kernel, Property};
 
-const PORT_A: u16 = 8080;
-const PORT_B: u16 = 8081;
-
-/// A network namespace of the test's, joined to this one by a veth pair,
-/// with the API running in it; removed (with the veth) when dropped.
-struct ApiNamespace {
-    name: String,
-    /// The namespace's end of the veth: where the API listens.
-    api: String,
-    /// This namespace's end.
-    gateway: String,
-    server: Child,
-    log: PathBuf,
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-impl ApiNamespace {
-    fn make(dir: &Path) -> Self {
-        // Unique among the tests of this process and the processes of
-        // this machine.
-        static MADE: AtomicU32 = AtomicU32::new(0);
-        let id = std::process::id() * 4 + MADE.fetch_add(1, Ordering::SeqCst) % 4;
-        let name = format!("hintgate-egress-{id}");
-        let (outer, inner) = (
-            format!("hge{}a", id % 1_000_000),
-            format!("hge{}b", id % 1_000_000),
-        );
-        let net = format!("10.213.{}", id % 250);
-        let (gateway, api) = (format!("{net}.1"), format!("{net}.2"));
-        assert!(ip(&["netns", "add", &name]), "ip netns add {name}");
-        let made = ip(&[
-            "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &name,
-        ]) && ip(&["addr", "add", &format!("{gateway}/30"), "dev", &outer])
-            && ip(&["link", "set", &outer, "up"])
-            && ip(&[
-                "netns",
-                "exec",
-                &name,
-                "ip",
-                "addr",
-                "add",
-                &format!("{api}/30"),
-                "dev",
-                &inner,
-            ])
-            && ip(&["netns", "exec", &name, "ip", "link", "set", &inner, "up"])
-            && ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
-        if !made {
-            ip(&["netns", "del", &name]);
-            panic!("could not join namespace {name} by a veth pair");
-        }
-        let log = dir.join("api.log");
-        let ready = dir.join("api.ready");
-        let server = Command::new("ip")
-            .args(["netns", "exec", &name, "python3"])
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fixtures/api_server.py"
-            ))
-            .arg(&log)
-            .arg(&ready)
-            .args([PORT_A.to_string(), PORT_B.to_string()])
-            .spawn()
-            .unwrap();
-        let made = Self {
-            name,
-            api,
-            gateway,
-            server,
-            log,
-        };
-        assert!(soon(|| ready.exists()), "the API did not start");
-        made
-    }
-
-    /// What the API was asked, as `PORT PATH` lines.
-    fn asked(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for ApiNamespace {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-        ip(&["netns", "del", &self.name]);
-    }
-}
-
-/// Polls until `check` holds, for at most a generous while.
-fn soon(check: impl Fn() -> bool) -> bool {
-    for _ in 0..500 {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
-}
+use crate::netns::{ApiNamespace, PORT_A, PORT_B};
 
 /// A listener on this machine's loopback that counts what connects.
 fn loopback_listener() -> (u16, Arc<AtomicUsize>) {
@@ -270,8 +160,7 @@ fn a_server_reaches_the_api_in_a_namespace_of_the_tests_through_the_egress_proxy
         );
         return;
     }
-    if !ip(&["netns", "list"]) || !Path::new("/proc/self/ns/net").exists() || !is_root() {
-        println!("skipped: making a network namespace and a veth pair needs iproute2 and root");
+    if !crate::netns::available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -354,15 +243,6 @@ fn a_server_reaches_the_api_in_a_namespace_of_the_tests_through_the_egress_proxy
     });
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|line| line.starts_with("Uid:"))
-            .is_some_and(|line| line.split_whitespace().nth(2) == Some("0"))
-    })
-}
-
 /// Node.js's own `fetch` follows the proxy variables only when told
 /// (`NODE_USE_ENV_PROXY=1`, from 22.21 and 24), which the sandbox sets: the
 /// peers' Node 22 (22.23) reaches the listed API through the egress proxy
@@ -377,8 +257,7 @@ fn node_fetch_reaches_the_listed_api_through_the_egress_proxy() {
         );
         return;
     }
-    if !ip(&["netns", "list"]) || !is_root() {
-        println!("skipped: making a network namespace and a veth pair needs iproute2 and root");
+    if !crate::netns::available() {
         return;
     }
     let node = Path::new(env!("CARGO_MANIFEST_DIR"))

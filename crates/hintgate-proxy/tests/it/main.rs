@@ -17,6 +17,7 @@ mod hostile;
 mod http;
 mod keys;
 mod names;
+mod netns;
 mod pipeline;
 mod read_only;
 mod runtime;
