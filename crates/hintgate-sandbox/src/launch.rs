@@ -705,8 +705,12 @@ pub fn table_toml(server: &str, table: &hintgate_policy::config::SandboxConfig) 
     } else {
         serde_json::Value::String(server.to_owned()).to_string()
     };
+    let prepare = match table.prepare {
+        hintgate_policy::config::Prepare::OnStart => "prepare = \"on-start\"\n",
+        hintgate_policy::config::Prepare::ByHand => "",
+    };
     format!(
-        "[servers.{name}.sandbox]\nread = {}\nwrite = {}\nnetwork = {}\n",
+        "[servers.{name}.sandbox]\nread = {}\nwrite = {}\nnetwork = {}\n{prepare}",
         list(&table.read),
         list(&table.write),
         table.network

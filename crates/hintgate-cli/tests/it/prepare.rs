@@ -28,17 +28,17 @@ use crate::sandbox::{
 };
 use crate::util::tool;
 
-const PACKAGE: &str = "@modelcontextprotocol/server-filesystem";
+pub(crate) const PACKAGE: &str = "@modelcontextprotocol/server-filesystem";
 
 /// The local npm registry: its URL and what it was asked for.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     log: PathBuf,
 }
 
 impl Registry {
-    fn start(dir: &Path) -> Self {
+    pub(crate) fn start(dir: &Path) -> Self {
         let python = system_python().expect("python3");
         let port_file = dir.join("registry.port");
         let child = Command::new(python)
@@ -74,7 +74,7 @@ impl Drop for Registry {
 }
 
 /// The versions of the package in npm's `npx` cache at `cache`.
-fn installed(cache: &Path) -> Vec<String> {
+pub(crate) fn installed(cache: &Path) -> Vec<String> {
     hintgate_sandbox::launch::npx_installed(cache, PACKAGE)
         .into_iter()
         .map(|(_, version)| version)
@@ -97,7 +97,7 @@ fn write_config(dir: &Path, data: &Path, extra: &str) {
 
 /// npm's settings for the test: its cache, the registry, nothing else of
 /// this machine's (no user config, no retries that outlast a test).
-fn npm_env(dir: &Path, cache: &Path, registry: &str) -> Vec<(String, String)> {
+pub(crate) fn npm_env(dir: &Path, cache: &Path, registry: &str) -> Vec<(String, String)> {
     vec![
         ("npm_config_cache".into(), cache.display().to_string()),
         ("npm_config_registry".into(), registry.to_owned()),
