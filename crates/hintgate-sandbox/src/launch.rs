@@ -799,6 +799,83 @@ mod tests {
     }
 
     #[test]
+    fn only_a_registry_name_and_version_is_installed_with_the_launchers_own_installer() {
+        for spec in [
+            "pkg",
+            "pkg@1.2.3",
+            "@scope/pkg@^1.2",
+            "pkg@latest",
+            "a.b-c_d~e",
+        ] {
+            assert!(registry_spec(Ecosystem::Npm, spec), "{spec}");
+        }
+        for spec in [
+            "git+https://example.com/x.git",
+            "github:user/repo",
+            "user/repo",
+            "./local",
+            "../up",
+            "/abs",
+            "file:x",
+            "https://example.com/x.tgz",
+            "-x",
+            "@scope",
+            "@/x",
+            "pkg@1.0;rm",
+            "pkg@$(x)",
+        ] {
+            assert!(!registry_spec(Ecosystem::Npm, spec), "{spec}");
+        }
+        for spec in [
+            "mcp-server-time",
+            "mcp_server.time==2026.10.19",
+            "pkg==1.0+local",
+        ] {
+            assert!(registry_spec(Ecosystem::PyPi, spec), "{spec}");
+        }
+        for spec in [
+            "pkg[extra]",
+            "git+https://example.com/x",
+            "pkg @ https://example.com/x.whl",
+            "./dir",
+            "pkg>=1",
+            "-e",
+            "pkg==1;python_version<'4'",
+        ] {
+            assert!(!registry_spec(Ecosystem::PyPi, spec), "{spec}");
+        }
+        // The installer beside the launcher the config names, not another
+        // one earlier on the `PATH`.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (first, node) = (dir.path().join("first"), dir.path().join("node"));
+        for (bin, names) in [(&first, &["npm"][..]), (&node, &["npx", "npm"][..])] {
+            std::fs::create_dir_all(bin).unwrap();
+            for name in names {
+                let path = bin.join(name);
+                std::fs::write(&path, "").unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+        let search = format!("{}:{}", first.display(), node.display());
+        let line = launcher_line("npx", &strings(&["-y", "pkg@1.2.3"])).unwrap();
+        let npm = install(&line, "npx", &search).unwrap();
+        assert_eq!(npm.program, node.join("npm"));
+        assert_eq!(
+            npm.describe(),
+            format!(
+                "{} exec --yes --ignore-scripts --package=pkg@1.2.3 -c true",
+                node.join("npm").display()
+            )
+        );
+        let line = launcher_line("uvx", &strings(&["mcp-server-time==1.0"])).unwrap();
+        assert_eq!(
+            install(&line, "uvx", &search).unwrap().args,
+            ["tool", "install", "--no-build", "mcp-server-time==1.0"]
+        );
+    }
+
+    #[test]
     fn a_manifest_cannot_point_its_command_outside_its_package() {
         let dir = tempfile::tempdir().unwrap();
         let package = dir.path().join("node_modules/evil");
