@@ -142,6 +142,16 @@ pub(crate) enum Readiness {
 
 // === impl Upstream ===
 
+impl Drop for Upstream {
+    /// An install still running for a gateway that stops ends with it (its
+    /// process is killed with the task).
+    fn drop(&mut self) {
+        if let Some(task) = self.installing.take() {
+            task.abort();
+        }
+    }
+}
+
 impl Upstream {
     fn new(config: ServerConfig) -> Self {
         Self {
