@@ -509,6 +509,16 @@ pub fn python_tool_dirs(inherited: &BTreeMap<String, String>) -> Vec<PathBuf> {
     dirs
 }
 
+/// The version of the PyPI package `name` installed as a uv or pipx tool:
+/// the first tool directory that has it, in the order the sandbox looks
+/// ([`python_tool_dirs`]).
+#[must_use]
+pub fn tool_installed(inherited: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    python_tool_dirs(inherited)
+        .iter()
+        .find_map(|dir| installed_version(&dir.join(name), name))
+}
+
 /// A normalized Python distribution name (PEP 503, with `_`).
 fn normalized(name: &str) -> String {
     name.to_ascii_lowercase().replace(['-', '.'], "_")
