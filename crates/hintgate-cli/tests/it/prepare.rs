@@ -371,9 +371,10 @@ fn a_uvx_server_not_installed_is_installed_at_its_first_start_then_runs_confined
     let env = uv_env(dir.path());
     let tool = dir.path().join("uv-tools/mcp-server-time");
     assert!(!tool.exists());
-    // `uvx` and the `uv` beside it from the peers' environment.
+    // `uvx` and the `uv` beside it from the peers' environment; no version
+    // in the line: the one installed is the one pinned.
     let config = format!(
-        "[servers.time]\ncommand = \"uvx\"\nargs = [\"mcp-server-time==2026.10.19\", \"--local-timezone\", \"UTC\"]\n\
+        "[servers.time]\ncommand = \"uvx\"\nargs = [\"mcp-server-time\", \"--local-timezone\", \"UTC\"]\n\
          env = {{ PATH = {:?} }}\ntrust = \"untrusted\"\n\n\
          [servers.time.sandbox]\nnetwork = false\nprepare = \"on-start\"\n",
         format!(
@@ -401,7 +402,7 @@ fn a_uvx_server_not_installed_is_installed_at_its_first_start_then_runs_confined
     host.close();
     let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap();
     assert!(
-        log.contains("uv tool install --no-build mcp-server-time==2026.10.19"),
+        log.contains("uv tool install --no-build mcp-server-time"),
         "{log}"
     );
     assert!(
@@ -410,6 +411,10 @@ fn a_uvx_server_not_installed_is_installed_at_its_first_start_then_runs_confined
             tool.display()
         )),
         "{log}"
+    );
+    assert!(
+        log.contains("(mcp-server-time 2026.10.19)"),
+        "the identity does not pin the version installed:\n{log}"
     );
     assert!(tool.join("bin/mcp-server-time").is_file());
 }
