@@ -118,6 +118,10 @@ pub struct SandboxSuggestArgs {
     /// A path the server may write (repeatable; otherwise it only reads).
     #[arg(long, value_name = "PATH")]
     pub write: Vec<PathBuf>,
+    /// Propose `prepare = "on-start"` for a server started through a
+    /// launcher: the gateway installs its package before its first start.
+    #[arg(long)]
+    pub prepare_on_start: bool,
 }
 
 /// `hintgate sandbox prepare`
@@ -390,6 +394,12 @@ pub struct WrapArgs {
     /// With `--sandbox`: a path the servers may write (repeatable).
     #[arg(long, value_name = "PATH", requires = "sandbox")]
     pub write: Vec<PathBuf>,
+    /// With `--sandbox`: a server started through a launcher (`npx -y
+    /// PKG`, `uvx PKG`) whose package is not installed gets it installed by
+    /// the gateway before its first start (`prepare = "on-start"`), instead
+    /// of failing until it is installed by hand.
+    #[arg(long, requires = "sandbox")]
+    pub prepare_on_start: bool,
 }
 
 /// `hintgate unwrap`
@@ -933,6 +943,13 @@ pub struct RunArgs {
     /// `--sandbox`).
     #[arg(long, value_name = "PATH")]
     pub sandbox_write: Vec<String>,
+    /// Wrap mode: who installs the package of a launcher line (`npx -y
+    /// PKG`, `uvx PKG`) that is not installed: the user with `hintgate
+    /// sandbox prepare` (`by-hand`, the default) or the gateway before the
+    /// server's first start (`on-start`); the sandbox table's `prepare`
+    /// (implies `--sandbox`).
+    #[arg(long, value_enum, value_name = "WHO")]
+    pub sandbox_prepare: Option<PrepareArg>,
     /// Wrap mode: the server's command line.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -1100,6 +1117,24 @@ impl From<ProfileArg> for hintgate_policy::config::Profile {
             ProfileArg::AskWrites => Self::AskWrites,
             ProfileArg::HideWrites => Self::HideWrites,
             ProfileArg::AskAll => Self::AskAll,
+        }
+    }
+}
+
+/// `--sandbox-prepare`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrepareArg {
+    /// The user installs it with `hintgate sandbox prepare` (the default).
+    ByHand,
+    /// The gateway installs it before the server's first start.
+    OnStart,
+}
+
+impl From<PrepareArg> for hintgate_policy::config::Prepare {
+    fn from(arg: PrepareArg) -> Self {
+        match arg {
+            PrepareArg::ByHand => Self::ByHand,
+            PrepareArg::OnStart => Self::OnStart,
         }
     }
 }

@@ -593,7 +593,10 @@ fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
     }
     let trust = args.trust.map_or(Trust::Untrusted, Trust::from);
     let profile = args.profile.map_or(Profile::AskWrites, Profile::from);
-    let sandboxed = args.sandbox || !args.sandbox_read.is_empty() || !args.sandbox_write.is_empty();
+    let sandboxed = args.sandbox
+        || !args.sandbox_read.is_empty()
+        || !args.sandbox_write.is_empty()
+        || args.sandbox_prepare.is_some();
     if sandboxed && !matches!(transport, Transport::Stdio { .. }) {
         return Err(InputError(
             "--sandbox confines a server started from a command; one reached by `--url` runs elsewhere".to_owned(),
@@ -605,6 +608,7 @@ fn wrap_config(args: &RunArgs) -> Result<ValidConfig, InputError> {
             read: args.sandbox_read.clone(),
             write: args.sandbox_write.clone(),
             network: false,
+            prepare: args.sandbox_prepare.map(Into::into).unwrap_or_default(),
             ..hintgate_policy::config::SandboxConfig::default()
         });
     }

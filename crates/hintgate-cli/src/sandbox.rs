@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use hintgate_policy::config::{SandboxConfig, Transport};
 use hintgate_proxy::probe;
-use hintgate_sandbox::launch::{Ecosystem, launcher_line, split_spec};
+use hintgate_sandbox::launch::{self, launcher_line};
 use hintgate_sandbox::{Access, Kernel, Plan, Property, Report};
 use serde_json::json;
 
@@ -163,6 +163,17 @@ pub fn explain(args: &SandboxExplainArgs) -> Result<Exit> {
         Ok(plan) => plan,
         Err(err) => {
             output::err(&format!("error: {err}\n"))?;
+            // Where the table says so, the gateway installs it at start.
+            match hintgate_proxy::prepare::needed(&server) {
+                hintgate_proxy::prepare::Needed::Install(preparation) => output::err(&format!(
+                    "note: its sandbox table says `prepare = \"on-start\"`: the gateway installs it before its first start, outside the sandbox, with `{}`\n",
+                    preparation.install.describe()
+                ))?,
+                hintgate_proxy::prepare::Needed::Refused(why) => output::err(&format!(
+                    "note: its sandbox table says `prepare = \"on-start\"`, but the gateway will not install it: {why}\n"
+                ))?,
+                hintgate_proxy::prepare::Needed::Nothing => {}
+            }
             return Ok(Exit::Error);
         }
     };
@@ -342,48 +353,29 @@ pub fn prepare(args: &SandboxPrepareArgs) -> Result<Exit> {
         ))?;
         return Ok(Exit::Success);
     };
-    let (program, install): (&str, Vec<String>) = match (line.ecosystem, line.launcher) {
-        (Some(Ecosystem::Npm), _) => (
-            "npm",
-            vec![
-                "exec".into(),
-                "--yes".into(),
-                format!("--package={}", line.spec),
-                "-c".into(),
-                "true".into(),
-            ],
-        ),
-        (Some(Ecosystem::PyPi), launcher) => {
-            let (name, version) = split_spec(Ecosystem::PyPi, &line.spec);
-            let requirement = match version {
-                Some(version) => format!("{name}=={version}"),
-                None => name,
-            };
-            if launcher == "pipx run" {
-                (
-                    "pipx",
-                    vec!["install".into(), "--force".into(), requirement],
-                )
-            } else {
-                ("uv", vec!["tool".into(), "install".into(), requirement])
-            }
-        }
-        (None, _) => {
-            let mut sync = vec!["sync".to_owned()];
-            if !line.spec.is_empty() {
-                sync.push("--project".into());
-                sync.push(line.spec.clone());
-            }
-            ("uv", sync)
+    let inherited: BTreeMap<String, String> = std::env::vars().collect();
+    // The launcher's own installer, found where the server's `PATH` finds
+    // the launcher: the same command the gateway runs at start.
+    let search = env
+        .get("PATH")
+        .or_else(|| inherited.get("PATH"))
+        .cloned()
+        .unwrap_or_default();
+    let install = match launch::install(&line, command, &search) {
+        Ok(install) => install,
+        Err(err) => {
+            output::err(&format!("error: {err}\n"))?;
+            return Ok(Exit::Error);
         }
     };
+    let shown = install.describe();
     output::err(&format!(
-        "installing for server `{}` (outside the sandbox, with the network): {program} {}\n",
-        args.server,
-        install.join(" ")
+        "installing for server `{}` (outside the sandbox, with the network): {shown}\n",
+        args.server
     ))?;
-    let status = std::process::Command::new(program)
-        .args(&install)
+    let status = std::process::Command::new(&install.program)
+        .args(&install.args)
+        .env("PATH", &search)
         .stdin(std::process::Stdio::null())
         // Its output is for the user, not for a script reading ours.
         .stdout(std::process::Stdio::inherit())
@@ -392,15 +384,14 @@ pub fn prepare(args: &SandboxPrepareArgs) -> Result<Exit> {
         Ok(status) if status.success() => {}
         Ok(status) => {
             output::err(&format!(
-                "error: `{program} {}` failed ({status}); nothing was installed for server `{}`\n",
-                install.join(" "),
+                "error: `{shown}` failed ({status}); nothing was installed for server `{}`\n",
                 args.server
             ))?;
             return Ok(Exit::Error);
         }
         Err(err) => {
             output::err(&format!(
-                "error: cannot run `{program}` to install server `{}`'s package: {err}\n",
+                "error: cannot run `{shown}` to install server `{}`'s package: {err}\n",
                 args.server
             ))?;
             return Ok(Exit::Error);
@@ -408,7 +399,6 @@ pub fn prepare(args: &SandboxPrepareArgs) -> Result<Exit> {
     }
     // What the sandbox will run now: the plan resolves the line again.
     let sandbox = server.sandbox.clone().unwrap_or_default();
-    let inherited: BTreeMap<String, String> = std::env::vars().collect();
     match Plan::new(command, argv, env, &sandbox, &inherited) {
         Ok(plan) => {
             let mut out = String::new();
@@ -440,7 +430,7 @@ pub fn prepare(args: &SandboxPrepareArgs) -> Result<Exit> {
         }
         Err(err) => {
             output::err(&format!(
-                "error: `{program}` succeeded, but the sandbox still cannot find what to run: {err}\n"
+                "error: `{shown}` succeeded, but the sandbox still cannot find what to run: {err}\n"
             ))?;
             Ok(Exit::Error)
         }

@@ -109,9 +109,16 @@ pub fn wrap(args: &WrapArgs) -> Result<Exit> {
             let mut spec = spec.clone();
             let mut table = None;
             if args.sandbox
-                && let hosts::Transport::Stdio { args: argv, .. } = &entry.transport
+                && let hosts::Transport::Stdio {
+                    command,
+                    args: argv,
+                    ..
+                } = &entry.transport
             {
-                let suggested = hintgate_sandbox::launch::suggest(argv, &args.write);
+                let mut suggested = hintgate_sandbox::launch::suggest(argv, &args.write);
+                if args.prepare_on_start {
+                    suggested.prepare = prepare_for(command, argv);
+                }
                 spec.extra = sandbox_flags(&suggested);
                 table = Some(hintgate_sandbox::launch::table_toml(
                     &entry.name,
@@ -174,7 +181,19 @@ fn sandbox_flags(table: &hintgate_policy::config::SandboxConfig) -> Vec<String> 
     for path in &table.write {
         flags.extend(["--sandbox-write".to_owned(), path.clone()]);
     }
+    if table.prepare == hintgate_policy::config::Prepare::OnStart {
+        flags.extend(["--sandbox-prepare".to_owned(), "on-start".to_owned()]);
+    }
     flags
+}
+
+/// `prepare = "on-start"` for a line whose launcher installs a package
+/// (not a `uv run` project, which is synced by hand), else the default.
+fn prepare_for(command: &str, args: &[String]) -> hintgate_policy::config::Prepare {
+    match hintgate_sandbox::launch::launcher_line(command, args) {
+        Some(line) if line.ecosystem.is_some() => hintgate_policy::config::Prepare::OnStart,
+        _ => hintgate_policy::config::Prepare::ByHand,
+    }
 }
 
 /// Runs `hintgate sandbox suggest SERVER`: the sandbox table `hintgate wrap
@@ -194,11 +213,16 @@ pub fn suggest(args: &SandboxSuggestArgs) -> Result<Exit> {
             let label = label(file.location.host, &entry);
             match &entry.transport {
                 hosts::Transport::Stdio { command, args: argv, .. } => {
-                    let table = hintgate_sandbox::launch::suggest(argv, &args.write);
+                    let mut table = hintgate_sandbox::launch::suggest(argv, &args.write);
+                    if args.prepare_on_start {
+                        table.prepare = prepare_for(command, argv);
+                    }
                     out.push_str(&format!("# {label}  {shown}\n"));
-                    if let Some(line) = hintgate_sandbox::launch::launcher_line(command, argv) {
+                    if let Some(line) = hintgate_sandbox::launch::launcher_line(command, argv)
+                        && table.prepare != hintgate_policy::config::Prepare::OnStart
+                    {
                         out.push_str(&format!(
-                            "# `{}` starts {}: run `hintgate sandbox prepare {} --config FILE` once so nothing is fetched inside the sandbox\n",
+                            "# `{}` starts {}: run `hintgate sandbox prepare {} --config FILE` once (or, for a package, add `prepare = \"on-start\"`) so nothing is fetched inside the sandbox\n",
                             line.launcher,
                             line.spec,
                             entry.name

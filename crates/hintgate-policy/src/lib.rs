@@ -55,6 +55,7 @@ pub mod diag;
 pub mod explain;
 pub mod glob;
 pub mod hook;
+pub mod launcher;
 pub mod name;
 pub mod pin;
 pub mod prompt;

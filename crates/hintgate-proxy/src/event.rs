@@ -147,6 +147,9 @@ pub enum UpstreamEvent {
     Broken(String),
     /// The server closed its output (it exited or crashed).
     Closed(String),
+    /// The install before its start (`prepare = "on-start"`) ended: what
+    /// was installed where, or why not.
+    Prepared(Result<String, String>),
 }
 
 /// The sending half of the event channel; each reader, the host's writer

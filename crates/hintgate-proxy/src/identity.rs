@@ -9,8 +9,9 @@
 //! (`pkg@1.2.3`, `pkg==1.2.3`); in the `package.json` above an executable
 //! that lives in a `node_modules` tree; in the `.dist-info` of the module a
 //! Python console script imports; in npm's `npx` cache (the most recently
-//! installed copy). When none applies the version is left out, and the
-//! identity rests on the command line and the executable.
+//! installed copy); in uv's or pipx's tool directory (for `uvx PKG`). When
+//! none applies the version is left out, and the identity rests on the
+//! command line and the executable.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -78,7 +79,7 @@ pub fn resolve(
     let package = match spec {
         Some((ecosystem, spec)) => pinned_spec(ecosystem, spec).or_else(|| match ecosystem {
             Ecosystem::Npm => npx_cached(&npm_name(spec), home),
-            Ecosystem::PyPi => None,
+            Ecosystem::PyPi => tool_installed(&split_spec(ecosystem, spec).0, &tool_env(home)),
         }),
         None => executable
             .as_deref()
@@ -178,6 +179,35 @@ fn python_script_package(executable: &Path) -> Option<Package> {
         }
     }
     None
+}
+
+/// What says where uv and pipx keep their tools: the home directory given
+/// and the gateway's own settings (as the sandbox reads them).
+fn tool_env(home: Option<&Path>) -> std::collections::BTreeMap<String, String> {
+    let mut vars: std::collections::BTreeMap<String, String> =
+        ["UV_TOOL_DIR", "XDG_DATA_HOME", "PIPX_HOME"]
+            .into_iter()
+            .filter_map(|key| Some((key.to_owned(), std::env::var(key).ok()?)))
+            .collect();
+    if let Some(home) = home {
+        vars.insert("HOME".to_owned(), home.display().to_string());
+    }
+    vars
+}
+
+/// The version of the PyPI package `name` installed as a uv or pipx tool,
+/// which is what `uvx` without a version runs in the sandbox (and what a
+/// `prepare = "on-start"` install left there): the first tool directory
+/// that has it, in the sandbox's order.
+fn tool_installed(
+    name: &str,
+    vars: &std::collections::BTreeMap<String, String>,
+) -> Option<Package> {
+    let version = hintgate_sandbox::launch::tool_installed(vars, name)?;
+    Some(Package {
+        name: name.to_owned(),
+        version,
+    })
 }
 
 /// The version of `name` in npm's `npx` cache: the most recently installed
@@ -337,5 +367,38 @@ mod sandbox_agrees {
         let runs = plan.launch.and_then(|launch| launch.version);
         assert_eq!(identity.package.map(|package| package.version), runs);
         assert_eq!(runs.as_deref(), Some("2.0.0"));
+    }
+
+    /// The same for an unpinned `uvx PKG`: the version installed as a tool
+    /// (by hand, or by an install at start) is the one pinned.
+    #[test]
+    fn the_identity_pins_the_tool_version_the_sandbox_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let tools = dir.path().join("tools");
+        let venv = tools.join("mcp-server-x");
+        let site = venv.join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(site.join("mcp_server_x-1.4.2.dist-info")).unwrap();
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(venv.join("bin/mcp-server-x"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            venv.join("bin/mcp-server-x"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let vars = BTreeMap::from([("UV_TOOL_DIR".to_owned(), tools.display().to_string())]);
+        let pinned = tool_installed("mcp-server-x", &vars).map(|package| package.version);
+        let mut inherited = vars.clone();
+        inherited.insert("PATH".to_owned(), "/usr/bin:/bin".to_owned());
+        let plan = hintgate_sandbox::Plan::new(
+            "uvx",
+            &["mcp-server-x".to_owned()],
+            &BTreeMap::new(),
+            &hintgate_policy::config::SandboxConfig::default(),
+            &inherited,
+        )
+        .unwrap();
+        let runs = plan.launch.and_then(|launch| launch.version);
+        assert_eq!(pinned, runs);
+        assert_eq!(runs.as_deref(), Some("1.4.2"));
     }
 }

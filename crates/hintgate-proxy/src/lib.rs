@@ -49,6 +49,7 @@ pub mod hosts;
 pub mod identity;
 pub mod json;
 pub mod metrics;
+pub mod prepare;
 pub mod probe;
 pub mod seal;
 mod sse;

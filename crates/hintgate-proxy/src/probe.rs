@@ -502,6 +502,8 @@ impl Session {
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
                         return Err(closed(method, reason));
                     }
+                    // The probe installs nothing.
+                    UpstreamEvent::Prepared(_) => continue,
                 },
                 Ok(Some(_)) => continue,
             };

@@ -72,6 +72,15 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
     ///
     /// Why the server cannot be reached, in words for the host and the log.
     fn connect(&self, server: &ServerConfig, target: LinkTarget) -> Result<Link, String>;
+
+    /// What `server`'s start needs before [`Connector::connect`]: an
+    /// install of its launcher's package where its sandbox table says
+    /// `prepare = "on-start"` (see [`crate::prepare`]). Nothing, unless the
+    /// connector starts processes.
+    fn prepare(&self, server: &ServerConfig) -> crate::prepare::Needed {
+        let _ = server;
+        crate::prepare::Needed::Nothing
+    }
 }
 
 /// The connector of `hintgate run`: child processes and HTTP.
@@ -206,6 +215,10 @@ pub enum SpawnError {
 // === impl SystemConnector ===
 
 impl Connector for SystemConnector {
+    fn prepare(&self, server: &ServerConfig) -> crate::prepare::Needed {
+        crate::prepare::needed(server)
+    }
+
     fn connect(&self, server: &ServerConfig, target: LinkTarget) -> Result<Link, String> {
         match &server.transport {
             Transport::Stdio { command, args, env } => Process::spawn(

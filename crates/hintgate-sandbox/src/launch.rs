@@ -17,15 +17,9 @@ use serde::Serialize;
 
 use crate::SandboxError;
 
-/// The package manager a launcher installs from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Ecosystem {
-    /// npm (`npx`, `npm exec`, `pnpm dlx`, `bunx`).
-    Npm,
-    /// PyPI (`uvx`, `uv tool run`, `pipx run`).
-    PyPi,
-}
+pub use hintgate_policy::launcher::{
+    Ecosystem, LauncherLine, first_operand, launcher_line, npm_name, split_spec,
+};
 
 /// What a launcher line was resolved to, for `hintgate sandbox explain`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,176 +53,192 @@ pub(crate) struct Launch {
     pub resolution: Resolution,
 }
 
-/// The first argument that is not an option (`npx -y pkg`, `uvx pkg`),
-/// skipping the value of the options that take one.
-#[must_use]
-pub fn first_operand(args: &[String]) -> Option<&str> {
-    operand_index(args).and_then(|index| args.get(index).map(String::as_str))
+/// What installs a launcher line's package outside the sandbox, with the
+/// network: what `hintgate sandbox prepare` runs, and the gateway before a
+/// confined start where the table says `prepare = "on-start"`.
+///
+/// It is built from the configuration alone: the launcher's own installer
+/// (found beside the launcher the config names, else on the same `PATH`),
+/// fixed words, and the package's registry name and version as the config
+/// writes them. No shell reads it, nothing a server wrote reaches it, and
+/// no code of the package runs outside the sandbox: npm is told to run no
+/// install scripts, uv and pipx to build nothing (wheels only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Install {
+    /// The installer, as found.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Whether it installs a registry package (`false` for `uv run`'s
+    /// `uv sync` of a project, which runs the project's own build).
+    pub package: bool,
 }
 
-fn operand_index(args: &[String]) -> Option<usize> {
-    let mut index = 0;
-    while let Some(arg) = args.get(index) {
-        match arg.as_str() {
-            // Options that take a value.
-            "-p" | "--package" | "--from" | "--with" | "--python" | "-c" | "--call"
-            | "--directory" | "--project" | "--cache" | "--registry" => index += 2,
-            option if option.starts_with('-') => index += 1,
-            _ => return Some(index),
+impl Install {
+    /// The command as one line, for the log and errors (`npm exec --yes
+    /// ...`).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut line = self.program.display().to_string();
+        for arg in &self.args {
+            line.push(' ');
+            line.push_str(arg);
         }
+        line
     }
-    None
 }
 
-/// The name in an npm spec (`@scope/name@1.2.3` → `@scope/name`).
-#[must_use]
-pub fn npm_name(spec: &str) -> String {
-    let (scope, rest) = match spec.strip_prefix('@') {
-        Some(rest) => ("@", rest),
-        None => ("", spec),
+/// Whether `spec` is a package as a registry names it (`name`,
+/// `name@1.2.3`, `@scope/name@latest`; `name==1.2.3`), not a URL, a path or
+/// a git repository, whose fetch could run code of its own.
+fn registry_spec(ecosystem: Ecosystem, spec: &str) -> bool {
+    let plain = |text: &str, extra: &[char]| {
+        !text.is_empty()
+            && !text.starts_with(['-', '.', '_'])
+            && text
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || extra.contains(&ch))
     };
-    let name = rest.split('@').next().unwrap_or(rest);
-    format!("{scope}{name}")
-}
-
-/// A package spec split into its name and the exact version written in it,
-/// if any (`pkg@1.2.3`, `pkg==1.2.3`; a range or a tag is no version).
-#[must_use]
-pub fn split_spec(ecosystem: Ecosystem, spec: &str) -> (String, Option<String>) {
-    let (name, version) = match ecosystem {
+    match ecosystem {
         Ecosystem::Npm => {
             let name = npm_name(spec);
-            let version = spec
-                .get(name.len()..)
-                .and_then(|rest| rest.strip_prefix('@'))
-                .map(str::to_owned);
-            (name, version)
+            let version = spec.get(name.len()..).unwrap_or_default();
+            let unscoped = match name.strip_prefix('@') {
+                Some(scoped) => match scoped.split_once('/') {
+                    Some((scope, rest)) if plain(scope, &['-', '.', '_', '~']) => rest,
+                    _ => return false,
+                },
+                None => name.as_str(),
+            };
+            plain(unscoped, &['-', '.', '_', '~'])
+                && (version.is_empty()
+                    || version.strip_prefix('@').is_some_and(|version| {
+                        plain(
+                            version,
+                            &['-', '.', '+', '^', '~', '<', '>', '=', ' ', '|', '*'],
+                        )
+                    }))
         }
-        Ecosystem::PyPi => match spec.split_once("==").or_else(|| spec.split_once('@')) {
-            Some((name, version)) => (name.to_owned(), Some(version.to_owned())),
-            None => (spec.to_owned(), None),
-        },
-    };
-    let exact = version.filter(|version| {
-        version.chars().next().is_some_and(|ch| ch.is_ascii_digit())
-            && version
-                .chars()
-                .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '+'))
-    });
-    (name, exact)
-}
-
-/// A package a launcher line starts, as `hintgate sandbox prepare` installs
-/// it: the launcher, the spec as written, and the command to run from it
-/// when the line names one (`npx -p PKG CMD`, `uvx --from PKG CMD`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LauncherLine {
-    /// The launcher (`npx`, `npm exec`, `pnpm dlx`, `bunx`, `uvx`,
-    /// `uv tool run`, `pipx run`, `uv run`).
-    pub launcher: &'static str,
-    /// Its ecosystem (`None` for `uv run`, which runs a project).
-    pub ecosystem: Option<Ecosystem>,
-    /// The package spec as written (for `uv run`, the project directory).
-    pub spec: String,
-    /// The command to run from the package, when not its own name.
-    pub bin: Option<String>,
-    /// The arguments the server gets.
-    pub rest: Vec<String>,
-}
-
-impl LauncherLine {
-    /// The package's name (without its version).
-    #[must_use]
-    pub fn name(&self) -> String {
-        match self.ecosystem {
-            Some(ecosystem) => split_spec(ecosystem, &self.spec).0,
-            None => self.spec.clone(),
+        Ecosystem::PyPi => {
+            let (name, version) = match spec.split_once("==") {
+                Some((name, version)) => (name, Some(version)),
+                None => (spec, None),
+            };
+            plain(name, &['-', '.', '_'])
+                && version.is_none_or(|version| plain(version, &['.', '-', '+', '!']))
         }
     }
-
-    /// The exact version the spec pins, if it does.
-    #[must_use]
-    pub fn version(&self) -> Option<String> {
-        self.ecosystem
-            .and_then(|ecosystem| split_spec(ecosystem, &self.spec).1)
-    }
 }
 
-/// Recognises a launcher line; `None` for any other command (no file is
-/// read).
-#[must_use]
-pub fn launcher_line(command: &str, args: &[String]) -> Option<LauncherLine> {
-    let program = Path::new(command)
-        .file_name()
-        .and_then(OsStr::to_str)
-        .unwrap_or(command);
-    let (launcher, ecosystem, args): (&'static str, _, &[String]) = match (
-        program,
-        args.first().map(String::as_str),
-        args.get(1).map(String::as_str),
-    ) {
-        ("npx" | "pnpx", ..) => ("npx", Some(Ecosystem::Npm), args),
-        ("bunx", ..) => ("bunx", Some(Ecosystem::Npm), args),
-        ("npm", Some("exec" | "x"), _) => ("npm exec", Some(Ecosystem::Npm), args.get(1..)?),
-        ("pnpm", Some("dlx"), _) => ("pnpm dlx", Some(Ecosystem::Npm), args.get(1..)?),
-        ("uvx", ..) => ("uvx", Some(Ecosystem::PyPi), args),
-        ("uv", Some("tool"), Some("run")) => ("uv tool run", Some(Ecosystem::PyPi), args.get(2..)?),
-        ("uv", Some("run"), _) => ("uv run", None, args.get(1..)?),
-        ("pipx", Some("run"), _) => ("pipx run", Some(Ecosystem::PyPi), args.get(1..)?),
-        _ => return None,
-    };
-    let index = operand_index(args)?;
-    let operand = args.get(index)?.clone();
-    let mut rest: Vec<String> = args.get(index + 1..).unwrap_or_default().to_vec();
-    if rest.first().is_some_and(|arg| arg == "--") {
-        rest.remove(0);
+/// The installer of a launcher line and its arguments; `search` is the
+/// `PATH` the server gets (where its launcher is found).
+///
+/// # Errors
+///
+/// [`SandboxError::NotPrepared`] for a package spec that is not a
+/// registry name and version (a URL, a path, a git repository): the sandbox
+/// could not find what such a fetch installs, and the fetch itself could
+/// run the package's code.
+pub fn install(line: &LauncherLine, command: &str, search: &str) -> Result<Install, SandboxError> {
+    if let Some(ecosystem) = line.ecosystem
+        && !registry_spec(ecosystem, &line.spec)
+    {
+        return Err(not_prepared(
+            line,
+            format!(
+                "`{}` is not a registry package name and version, which is all hintgate installs",
+                line.spec
+            ),
+        ));
     }
-    let option = |names: &[&str]| -> Option<String> {
-        let before = args.get(..index).unwrap_or_default();
-        before.iter().enumerate().find_map(|(i, arg)| {
-            names.iter().find_map(|name| {
-                if arg == name {
-                    before.get(i + 1).cloned()
-                } else {
-                    arg.strip_prefix(&format!("{name}=")).map(str::to_owned)
-                }
-            })
-        })
+    let (tool, args): (&str, Vec<String>) = match (line.ecosystem, line.launcher) {
+        (Some(Ecosystem::Npm), _) => (
+            "npm",
+            vec![
+                "exec".into(),
+                "--yes".into(),
+                "--ignore-scripts".into(),
+                format!("--package={}", line.spec),
+                "-c".into(),
+                "true".into(),
+            ],
+        ),
+        (Some(Ecosystem::PyPi), "pipx run") => (
+            "pipx",
+            vec![
+                "install".into(),
+                "--force".into(),
+                "--pip-args=--only-binary=:all:".into(),
+                requirement(&line.spec),
+            ],
+        ),
+        (Some(Ecosystem::PyPi), _) => (
+            "uv",
+            vec![
+                "tool".into(),
+                "install".into(),
+                "--no-build".into(),
+                requirement(&line.spec),
+            ],
+        ),
+        (None, _) => {
+            let mut sync = vec!["sync".to_owned()];
+            if !line.spec.is_empty() {
+                sync.push("--project".into());
+                sync.push(line.spec.clone());
+            }
+            ("uv", sync)
+        }
     };
-    if ecosystem.is_none() {
-        // `uv run [--directory D] SCRIPT|python|CMD ...`: the project is the
-        // directory named, or the script's.
-        let project = option(&["--directory", "--project"]);
-        let mut rest_all = vec![operand];
-        rest_all.extend(rest);
-        return Some(LauncherLine {
-            launcher,
-            ecosystem,
-            spec: project.unwrap_or_default(),
-            bin: None,
-            rest: rest_all,
-        });
-    }
-    let from = match ecosystem {
-        Some(Ecosystem::Npm) => option(&["--package", "-p"]),
-        _ => option(&["--from"]),
-    };
-    Some(match from {
-        Some(spec) => LauncherLine {
-            launcher,
-            ecosystem,
-            spec,
-            bin: Some(operand),
-            rest,
-        },
-        None => LauncherLine {
-            launcher,
-            ecosystem,
-            spec: operand,
-            bin: None,
-            rest,
-        },
+    Ok(Install {
+        program: installer(command, tool, search),
+        args,
+        package: line.ecosystem.is_some(),
     })
+}
+
+/// A PyPI spec as a requirement (`name==1.2.3`, or the name alone).
+fn requirement(spec: &str) -> String {
+    match split_spec(Ecosystem::PyPi, spec) {
+        (name, Some(version)) => format!("{name}=={version}"),
+        (name, None) => name,
+    }
+}
+
+/// The launcher's own installer: the launcher itself when it is the tool
+/// (`uv tool run`, `pipx run`), else the tool beside it (`npm` beside
+/// `npx`, `uv` beside `uvx`), else the tool on the same `PATH`; its bare
+/// name when none is found (the start then fails naming it).
+fn installer(command: &str, tool: &str, search: &str) -> PathBuf {
+    let launcher = find(command, search);
+    if let Some(launcher) = &launcher {
+        if launcher.file_name().is_some_and(|name| name == tool) {
+            return launcher.clone();
+        }
+        if let Some(beside) = launcher.parent().map(|dir| dir.join(tool))
+            && is_executable(&beside)
+        {
+            return beside;
+        }
+    }
+    find(tool, search).unwrap_or_else(|| PathBuf::from(tool))
+}
+
+/// Where a launcher line's installer writes: npm's cache, uv's and pipx's
+/// tool directories, or the project. A sandbox that may write there could
+/// change what the next install outside runs, so the gateway does not
+/// install at start for it.
+#[must_use]
+pub fn install_dirs(line: &LauncherLine, inherited: &BTreeMap<String, String>) -> Vec<PathBuf> {
+    match line.ecosystem {
+        Some(Ecosystem::Npm) => npm_cache(inherited).into_iter().collect(),
+        Some(Ecosystem::PyPi) => python_tool_dirs(inherited),
+        None => vec![PathBuf::from(if line.spec.is_empty() {
+            "."
+        } else {
+            line.spec.as_str()
+        })],
+    }
 }
 
 /// The command that installs a server's package outside the sandbox, for
@@ -499,6 +509,16 @@ pub fn python_tool_dirs(inherited: &BTreeMap<String, String>) -> Vec<PathBuf> {
     dirs
 }
 
+/// The version of the PyPI package `name` installed as a uv or pipx tool:
+/// the first tool directory that has it, in the order the sandbox looks
+/// ([`python_tool_dirs`]).
+#[must_use]
+pub fn tool_installed(inherited: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    python_tool_dirs(inherited)
+        .iter()
+        .find_map(|dir| installed_version(&dir.join(name), name))
+}
+
 /// A normalized Python distribution name (PEP 503, with `_`).
 fn normalized(name: &str) -> String {
     name.to_ascii_lowercase().replace(['-', '.'], "_")
@@ -695,8 +715,12 @@ pub fn table_toml(server: &str, table: &hintgate_policy::config::SandboxConfig) 
     } else {
         serde_json::Value::String(server.to_owned()).to_string()
     };
+    let prepare = match table.prepare {
+        hintgate_policy::config::Prepare::OnStart => "prepare = \"on-start\"\n",
+        hintgate_policy::config::Prepare::ByHand => "",
+    };
     format!(
-        "[servers.{name}.sandbox]\nread = {}\nwrite = {}\nnetwork = {}\n",
+        "[servers.{name}.sandbox]\nread = {}\nwrite = {}\nnetwork = {}\n{prepare}",
         list(&table.read),
         list(&table.write),
         table.network
@@ -781,6 +805,83 @@ mod tests {
             split_spec(Ecosystem::Npm, "pkg@latest"),
             ("pkg".into(), None),
             "a tag is not a version"
+        );
+    }
+
+    #[test]
+    fn only_a_registry_name_and_version_is_installed_with_the_launchers_own_installer() {
+        for spec in [
+            "pkg",
+            "pkg@1.2.3",
+            "@scope/pkg@^1.2",
+            "pkg@latest",
+            "a.b-c_d~e",
+        ] {
+            assert!(registry_spec(Ecosystem::Npm, spec), "{spec}");
+        }
+        for spec in [
+            "git+https://example.com/x.git",
+            "github:user/repo",
+            "user/repo",
+            "./local",
+            "../up",
+            "/abs",
+            "file:x",
+            "https://example.com/x.tgz",
+            "-x",
+            "@scope",
+            "@/x",
+            "pkg@1.0;rm",
+            "pkg@$(x)",
+        ] {
+            assert!(!registry_spec(Ecosystem::Npm, spec), "{spec}");
+        }
+        for spec in [
+            "mcp-server-time",
+            "mcp_server.time==2026.10.19",
+            "pkg==1.0+local",
+        ] {
+            assert!(registry_spec(Ecosystem::PyPi, spec), "{spec}");
+        }
+        for spec in [
+            "pkg[extra]",
+            "git+https://example.com/x",
+            "pkg @ https://example.com/x.whl",
+            "./dir",
+            "pkg>=1",
+            "-e",
+            "pkg==1;python_version<'4'",
+        ] {
+            assert!(!registry_spec(Ecosystem::PyPi, spec), "{spec}");
+        }
+        // The installer beside the launcher the config names, not another
+        // one earlier on the `PATH`.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (first, node) = (dir.path().join("first"), dir.path().join("node"));
+        for (bin, names) in [(&first, &["npm"][..]), (&node, &["npx", "npm"][..])] {
+            std::fs::create_dir_all(bin).unwrap();
+            for name in names {
+                let path = bin.join(name);
+                std::fs::write(&path, "").unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+        let search = format!("{}:{}", first.display(), node.display());
+        let line = launcher_line("npx", &strings(&["-y", "pkg@1.2.3"])).unwrap();
+        let npm = install(&line, "npx", &search).unwrap();
+        assert_eq!(npm.program, node.join("npm"));
+        assert_eq!(
+            npm.describe(),
+            format!(
+                "{} exec --yes --ignore-scripts --package=pkg@1.2.3 -c true",
+                node.join("npm").display()
+            )
+        );
+        let line = launcher_line("uvx", &strings(&["mcp-server-time==1.0"])).unwrap();
+        assert_eq!(
+            install(&line, "uvx", &search).unwrap().args,
+            ["tool", "install", "--no-build", "mcp-server-time==1.0"]
         );
     }
 

@@ -16,6 +16,7 @@ mod config_check;
 mod conformance;
 mod console;
 mod corpus;
+mod egress;
 mod explain;
 mod gateway;
 mod hooks;
@@ -25,9 +26,13 @@ mod keys;
 mod lint;
 mod listen;
 mod metrics;
+// The network namespace the egress tests make, shared with the proxy's.
+#[path = "../../../hintgate-proxy/tests/it/netns.rs"]
+mod netns;
 mod packaging;
 mod peers;
 mod pinning;
+mod prepare;
 mod read_only;
 mod sandbox;
 mod scan;

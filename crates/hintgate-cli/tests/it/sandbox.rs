@@ -60,14 +60,14 @@ pub(crate) fn kernel_confines() -> bool {
     true
 }
 
-struct Layout {
-    dir: tempfile::TempDir,
-    data: PathBuf,
-    secret: PathBuf,
-    escape: PathBuf,
+pub(crate) struct Layout {
+    pub dir: tempfile::TempDir,
+    pub data: PathBuf,
+    pub secret: PathBuf,
+    pub escape: PathBuf,
 }
 
-fn layout() -> Layout {
+pub(crate) fn layout() -> Layout {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
@@ -721,7 +721,7 @@ fn fixture_alive(pid: u32) -> bool {
 }
 
 /// Polls until `check` holds, for at most a generous while; whether it did.
-fn soon(check: impl Fn() -> bool) -> bool {
+pub(crate) fn soon(check: impl Fn() -> bool) -> bool {
     for _ in 0..500 {
         if check() {
             return true;
@@ -1069,7 +1069,7 @@ fn venv_server() -> String {
 }
 
 /// Whether a tool's error is the kernel's refusal (EACCES from Landlock).
-fn kernel_refused(result: &Value) -> bool {
+pub(crate) fn kernel_refused(result: &Value) -> bool {
     let said = text(result).to_ascii_lowercase();
     is_error(result) && (said.contains("permission denied") || said.contains("eacces"))
 }
@@ -1146,7 +1146,7 @@ fn npx_cache(dir: &Path) -> PathBuf {
 }
 
 /// `PATH` with Node 22 of the test peers first.
-fn node22_path() -> String {
+pub(crate) fn node22_path() -> String {
     format!(
         "{}:/usr/bin:/bin",
         crate::peers::tools()
@@ -1314,6 +1314,10 @@ fn sandbox_prepare_installs_with_the_launchers_own_tool_and_says_where() {
     )
     .unwrap();
     std::fs::set_permissions(&npm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The launcher the config names, beside it: its `npm` is the one run.
+    let npx = bin.join("npx");
+    std::fs::write(&npx, "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(&npx, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::create_dir(&cache).unwrap();
     let config = "[servers.s]\ncommand = \"npx\"\nargs = [\"-y\", \"@scope/server@1.2.3\", \"--flag\"]\n\n[servers.s.sandbox]\nnetwork = false\n";
     std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
@@ -1345,7 +1349,7 @@ fn sandbox_prepare_installs_with_the_launchers_own_tool_and_says_where() {
     );
     assert_eq!(
         std::fs::read_to_string(cache.join("asked")).unwrap().trim(),
-        "exec --yes --package=@scope/server@1.2.3 -c true"
+        "exec --yes --ignore-scripts --package=@scope/server@1.2.3 -c true"
     );
     assert!(said.contains("Installed @scope/server 1.2.3 at "), "{said}");
     assert!(said.contains("index.js --flag"), "{said}");

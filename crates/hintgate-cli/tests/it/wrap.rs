@@ -650,3 +650,85 @@ fn wrap_sandbox_proposes_a_table_writes_it_with_the_wrap_and_unwrap_restores_the
     assert_eq!(code(&unwrap), 0, "{}", stderr(&unwrap));
     assert_eq!(machine.read("home/.cursor/mcp.json"), original);
 }
+
+#[test]
+fn wrap_sandbox_prepare_on_start_confines_an_npx_entry_with_nothing_installed_by_hand() {
+    // `hintgate wrap --sandbox --prepare-on-start` on the launch line of the
+    // host configs, whose package is not installed: the wrapped line
+    // installs it at its first start (from the test's registry on the
+    // loopback) and runs it confined; nothing was run by hand.
+    if !crate::sandbox::kernel_confines() {
+        return;
+    }
+    let machine = Machine::with(&[("project/docs/notes.txt", "hello from disk")]);
+    let docs = machine.path("project/docs");
+    let config = json!({
+        "mcpServers": {
+            "fs": {
+                "command": "npx",
+                "args": ["-y", crate::prepare::PACKAGE, docs.display().to_string()]
+            }
+        }
+    });
+    let original = serde_json::to_string_pretty(&config).unwrap();
+    std::fs::create_dir_all(machine.path("home/.cursor")).unwrap();
+    std::fs::write(machine.path("home/.cursor/mcp.json"), &original).unwrap();
+    let suggested = machine.hintgate(&["sandbox", "suggest", "fs", "--prepare-on-start"]);
+    assert!(
+        stdout(&suggested).contains("network = false\nprepare = \"on-start\"\n"),
+        "{}",
+        stdout(&suggested)
+    );
+    let wrap = machine.hintgate(&["wrap", "--sandbox", "--prepare-on-start"]);
+    assert_eq!(code(&wrap), 0, "{}", stderr(&wrap));
+    assert!(
+        stdout(&wrap).contains("    prepare = \"on-start\""),
+        "the table is shown: {}",
+        stdout(&wrap)
+    );
+    let wrapped: Value = serde_json::from_str(&machine.read("home/.cursor/mcp.json")).unwrap();
+    let args: Vec<String> = wrapped["mcpServers"]["fs"]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arg| arg.as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        args.join(" ").contains(&format!(
+            "--sandbox --sandbox-read {} --sandbox-prepare on-start -- npx -y",
+            docs.display()
+        )),
+        "{args:?}"
+    );
+
+    let registry = crate::prepare::Registry::start(machine.root());
+    let cache = machine.path("npm-cache");
+    std::fs::create_dir(&cache).unwrap();
+    let mut env = crate::prepare::npm_env(machine.root(), &cache, &registry.url);
+    env.push(("PATH".into(), crate::sandbox::node22_path()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut host = crate::host::Host::start(machine.root(), &arg_refs, &env);
+    host.initialize(json!({"elicitation": {}}));
+    host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    let read = host.call("read_text_file", json!({"path": docs.join("notes.txt")}));
+    assert_eq!(
+        crate::host::text(&read),
+        "hello from disk",
+        "{read}\n{}",
+        host.log()
+    );
+    // It ran in its sandbox, after the install.
+    let log = host.log();
+    assert!(log.contains("sandbox enforced: files-read"), "{log}");
+    assert!(
+        log.contains("installing its package before its confined start"),
+        "{log}"
+    );
+    host.close();
+    assert_eq!(crate::prepare::installed(&cache), ["2026.8.31"]);
+
+    let unwrap = machine.hintgate(&["unwrap"]);
+    assert_eq!(code(&unwrap), 0, "{}", stderr(&unwrap));
+    assert_eq!(machine.read("home/.cursor/mcp.json"), original);
+}

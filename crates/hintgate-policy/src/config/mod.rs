@@ -386,6 +386,36 @@ pub struct SandboxConfig {
     /// The most address space each of its processes may map, in MiB
     /// (`RLIMIT_AS`); `None` is the sandbox's default.
     pub max_memory_mb: Option<u64>,
+    /// Who installs the package a launcher line (`npx -y PKG`, `uvx PKG`)
+    /// starts, when it is not installed: the user, with `hintgate sandbox
+    /// prepare` (the default), or the gateway before the confined start.
+    pub prepare: Prepare,
+}
+
+/// `prepare` in a sandbox table: who installs a launcher's package that is
+/// not installed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Prepare {
+    /// `"by-hand"`: the server does not start, and its calls fail at once
+    /// with an error naming `hintgate sandbox prepare`.
+    #[default]
+    ByHand,
+    /// `"on-start"`: the gateway runs what `hintgate sandbox prepare` runs,
+    /// outside the sandbox and with the network, before the confined start,
+    /// bounded by the server's start timeout.
+    OnStart,
+}
+
+impl Prepare {
+    /// The value as a config writes it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::ByHand => "by-hand",
+            Self::OnStart => "on-start",
+        }
+    }
 }
 
 /// One `host:port` a sandboxed server may reach through the gateway's

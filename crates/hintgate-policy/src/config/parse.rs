@@ -13,9 +13,9 @@ use toml::de::{DeArray, DeString, DeTable, DeValue};
 
 use super::{
     Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, Egress, GatewaySettings,
-    HookConfig, HookMode, Label, ListenSettings, OAuthConfig, OAuthGrant, PrivateData, Profile,
-    ReadOnlyConfig, Rule, SandboxConfig, ServerConfig, ServerHook, TelemetrySettings, Transport,
-    ValidConfig,
+    HookConfig, HookMode, Label, ListenSettings, OAuthConfig, OAuthGrant, Prepare, PrivateData,
+    Profile, ReadOnlyConfig, Rule, SandboxConfig, ServerConfig, ServerHook, TelemetrySettings,
+    Transport, ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -115,6 +115,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_open_files",
     "max_processes",
     "max_memory_mb",
+    "prepare",
 ];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
 const LABEL_KEYS: &[&str] = &["server", "tool", "paid", "reason"];
@@ -762,6 +763,12 @@ impl Walker<'_> {
         let private_data = self.private_data(table, path);
         let decide = self.hook(table, path);
         let idempotency_key = self.idempotency_key(table, path);
+        let prepare_span = match entry(table, "sandbox").map(|(_, value)| value.get_ref()) {
+            Some(DeValue::Table(sandbox)) => {
+                entry(sandbox, "prepare").map(|(_, value)| value.span())
+            }
+            _ => None,
+        };
         let sandbox = match entry(table, "sandbox") {
             Some((_, value)) => match value.get_ref() {
                 DeValue::Table(sandbox) => Some(self.sandbox(sandbox, &format!("{path}.sandbox"))),
@@ -868,6 +875,7 @@ impl Walker<'_> {
             read_only,
             oauth,
         };
+        self.nothing_to_prepare(&config, path, prepare_span);
         // The same words `explain` gives as a caveat: what the vouch does
         // not cover on a server that runs here unconfined.
         if let Some(vouch) = config.unsandboxed_vouch() {
@@ -883,6 +891,53 @@ impl Walker<'_> {
             self.push(diagnostic);
         }
         Some(config)
+    }
+
+    /// `prepare = "on-start"` on a server whose command is no launcher that
+    /// fetches a package (`npx`, `uvx`, ...): there is nothing to install,
+    /// and the key does nothing (`nothing-to-prepare`).
+    fn nothing_to_prepare(
+        &mut self,
+        config: &ServerConfig,
+        path: &str,
+        span: Option<Range<usize>>,
+    ) {
+        let Transport::Stdio { command, args, .. } = &config.transport else {
+            return;
+        };
+        let on_start = config
+            .sandbox
+            .as_ref()
+            .is_some_and(|sandbox| sandbox.prepare == Prepare::OnStart);
+        if !on_start {
+            return;
+        }
+        let message = match crate::launcher::launcher_line(command, args) {
+            Some(line) if line.ecosystem.is_some() => return,
+            // `uv sync` would run the project's own build outside the
+            // sandbox: a project is synced by hand.
+            Some(_) => format!(
+                "server `{}` runs a `uv run` project, which is not synced at start: its sync would run the project's own build outside the sandbox",
+                config.name
+            ),
+            None => format!(
+                "server `{}` runs `{command}` directly, not through a launcher that fetches a package: there is nothing to install at start",
+                config.name
+            ),
+        };
+        let mut diagnostic = Diagnostic::warning(
+            DiagCode::NothingToPrepare,
+            join(&join(path, "sandbox"), "prepare"),
+            message,
+        )
+        .with_help(format!(
+            "`prepare = \"on-start\"` installs the package `npx`, `npm exec`, `pnpm dlx`, `bunx`, `uvx`, `uv tool run` or `pipx run` would fetch; remove it here (for a project, run `hintgate sandbox prepare {} --config FILE` once)",
+            config.name
+        ));
+        if let Some(span) = span {
+            diagnostic = diagnostic.at(span);
+        }
+        self.push(diagnostic);
     }
 
     /// A `[servers.NAME.oauth]` table. A client secret written in it is
@@ -1219,6 +1274,21 @@ impl Walker<'_> {
         sandbox.max_processes = self.bounded_in(table, path, "max_processes", 1, 1 << 22);
         sandbox.max_memory_mb = self.bounded_in(table, path, "max_memory_mb", 16, 1 << 30);
         sandbox.best_effort = self.boolean(table, path, "best_effort").unwrap_or(false);
+        if let Some((text, span)) = self.string(table, path, "prepare") {
+            match text.as_str() {
+                "by-hand" => sandbox.prepare = Prepare::ByHand,
+                "on-start" => sandbox.prepare = Prepare::OnStart,
+                other => self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        join(path, "prepare"),
+                        format!("unknown way to prepare `{other}`"),
+                    )
+                    .at(span)
+                    .with_help(help_one_of(other, &["by-hand", "on-start"])),
+                ),
+            }
+        }
         sandbox
     }
 

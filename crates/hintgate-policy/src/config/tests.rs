@@ -1002,3 +1002,66 @@ fn every_problem_of_an_oauth_table_is_named_by_its_key() {
         vec![(DiagCode::ConflictingKeys, "servers.a.oauth".to_owned())]
     );
 }
+
+#[test]
+fn prepare_on_start_is_read_and_named_where_there_is_nothing_to_install() {
+    let (config, diagnostics) = parse_str(
+        "[servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"@scope/server\"]\n[servers.fs.sandbox]\nprepare = \"on-start\"\n",
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let sandbox = config.unwrap().servers["fs"].sandbox.clone().unwrap();
+    assert_eq!(sandbox.prepare, Prepare::OnStart);
+    // The default: the user prepares it.
+    let (config, _) = parse_str("[servers.fs]\ncommand = \"npx\"\n[servers.fs.sandbox]\n");
+    assert_eq!(
+        config.unwrap().servers["fs"]
+            .sandbox
+            .clone()
+            .unwrap()
+            .prepare,
+        Prepare::ByHand
+    );
+    // A plain program has nothing to install: a warning at the key.
+    assert_eq!(
+        codes(
+            "[servers.fs]\ncommand = \"/usr/bin/server\"\n[servers.fs.sandbox]\nprepare = \"on-start\"\n"
+        ),
+        [(
+            DiagCode::NothingToPrepare,
+            "servers.fs.sandbox.prepare".to_owned()
+        )]
+    );
+    // `npm start` is not `npm exec`.
+    assert_eq!(
+        codes(
+            "[servers.fs]\ncommand = \"npm\"\nargs = [\"start\"]\n[servers.fs.sandbox]\nprepare = \"on-start\"\n"
+        )
+        .len(),
+        1
+    );
+    assert_eq!(
+        codes(
+            "[servers.fs]\ncommand = \"uv\"\nargs = [\"run\", \"server.py\"]\n[servers.fs.sandbox]\nprepare = \"on-start\"\n"
+        ),
+        [(
+            DiagCode::NothingToPrepare,
+            "servers.fs.sandbox.prepare".to_owned()
+        )]
+    );
+    let found = codes(
+        "[servers.fs]\ncommand = \"uvx\"\nargs = [\"pkg\"]\n[servers.fs.sandbox]\nprepare = \"always\"\n",
+    );
+    assert_eq!(
+        found,
+        [(
+            DiagCode::InvalidValue,
+            "servers.fs.sandbox.prepare".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes(
+            "[servers.fs]\ncommand = \"uvx\"\nargs = [\"pkg\"]\n[servers.fs.sandbox]\nprepare = true\n"
+        ),
+        [(DiagCode::WrongType, "servers.fs.sandbox.prepare".to_owned())]
+    );
+}

@@ -945,6 +945,7 @@ impl Gateway {
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
                         self.upstream_failed(server, reason);
                     }
+                    UpstreamEvent::Prepared(result) => self.prepared(server, result),
                 }
             }
             Event::Answered { id, answer } => self.on_queue_answer(id, &answer),

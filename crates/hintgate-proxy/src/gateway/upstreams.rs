@@ -104,6 +104,11 @@ pub(crate) struct Upstream {
     /// For a read-only instance: its identity key in the store (the full
     /// instance's is the catalog's), for the audit record.
     pub identity_key: Option<String>,
+    /// Its package was just installed (`prepare = "on-start"`): the next
+    /// start connects without looking again.
+    prepared: bool,
+    /// The install running before its start, if one does.
+    installing: Option<tokio::task::AbortHandle>,
 }
 
 /// A line for a server was not sent: the server left more unread, from
@@ -137,6 +142,16 @@ pub(crate) enum Readiness {
 
 // === impl Upstream ===
 
+impl Drop for Upstream {
+    /// An install still running for a gateway that stops ends with it (its
+    /// process is killed with the task).
+    fn drop(&mut self) {
+        if let Some(task) = self.installing.take() {
+            task.abort();
+        }
+    }
+}
+
 impl Upstream {
     fn new(config: ServerConfig) -> Self {
         Self {
@@ -154,6 +169,8 @@ impl Upstream {
             read_only: None,
             read_only_of: None,
             identity_key: None,
+            prepared: false,
+            installing: None,
         }
     }
 
@@ -345,6 +362,9 @@ impl Gateway {
     /// Starts a server: connects, resolves its identity, loads its pins, and
     /// probes its era.
     pub(super) fn start(&mut self, idx: ServerIdx) {
+        if self.install_first(idx) {
+            return;
+        }
         let target_events = self.events.clone();
         let max_line = self.limits.max_line;
         let connector = self.connector.clone();
@@ -409,6 +429,71 @@ impl Gateway {
             }
         }
         self.open_started(idx, sandbox);
+    }
+
+    /// Before a start: where the server's sandbox table says `prepare =
+    /// "on-start"` and its launcher's package is not installed, the install
+    /// runs first, in a task of its own bounded by the start timeout (the
+    /// call timeout), and the start goes on when it ends
+    /// ([`Gateway::prepared`]); one that cannot be done fails the start.
+    /// Returns whether the start waits for it (or failed).
+    fn install_first(&mut self, idx: ServerIdx) -> bool {
+        let connector = self.connector.clone();
+        let events = self.events.clone();
+        let timeout = self.limits.call_timeout;
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return false;
+        };
+        if std::mem::take(&mut up.prepared) {
+            return false;
+        }
+        let preparation = match connector.prepare(&up.config) {
+            crate::prepare::Needed::Nothing => return false,
+            crate::prepare::Needed::Refused(reason) => {
+                tracing::error!(server.id = %up.name, "{reason}");
+                up.link = None;
+                up.phase = Phase::Failed(reason);
+                return true;
+            }
+            crate::prepare::Needed::Install(preparation) => preparation,
+        };
+        up.generation += 1;
+        up.link = None;
+        up.phase = Phase::Starting;
+        let generation = up.generation;
+        if let Some(earlier) = up.installing.take() {
+            earlier.abort();
+        }
+        let task = tokio::spawn(async move {
+            let result = preparation.run(timeout).await;
+            let event = crate::event::UpstreamEvent::Prepared(result);
+            let _ = events
+                .send(crate::event::Event::Upstream {
+                    server: idx,
+                    generation,
+                    event,
+                })
+                .await;
+        });
+        up.installing = Some(task.abort_handle());
+        true
+    }
+
+    /// The install before a server's start ended: the start goes on, or
+    /// fails with why (the command named), as the server's calls are told.
+    pub(super) fn prepared(&mut self, idx: ServerIdx, result: Result<String, String>) {
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return;
+        };
+        up.installing = None;
+        match result {
+            Ok(installed) => {
+                tracing::info!(server.id = %up.name, "{installed}");
+                up.prepared = true;
+                self.start(idx);
+            }
+            Err(reason) => self.upstream_failed(idx, reason),
+        }
     }
 
     /// A server just connected: its identity read, its part of the catalog

@@ -10,12 +10,14 @@
 
 mod bounds;
 mod crossing;
+mod egress_netns;
 mod harness;
 mod hooks;
 mod hostile;
 mod http;
 mod keys;
 mod names;
+mod netns;
 mod pipeline;
 mod read_only;
 mod runtime;
