@@ -249,6 +249,10 @@ pub enum AuthCommand {
         /// for a machine without a browser.
         #[arg(long)]
         device: bool,
+        /// Sign in the server's read-only instance: a token of its own,
+        /// asked for with `[servers.SERVER.read_only] scopes` only.
+        #[arg(long)]
+        read_only: bool,
     },
     /// The servers of the config that sign in with OAuth: signed in or
     /// not, the scopes granted and until when (never a token).
@@ -257,11 +261,14 @@ pub enum AuthCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Forget the tokens of `SERVER`, and revoke them where its
-    /// authorization server can.
+    /// Forget the tokens of `SERVER` (its read-only instance's too), and
+    /// revoke them where its authorization server can.
     Logout {
         /// The server's name in the config.
         server: String,
+        /// Sign out the read-only instance only.
+        #[arg(long)]
+        read_only: bool,
     },
 }
 

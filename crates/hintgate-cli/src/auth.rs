@@ -15,13 +15,13 @@ use hintgate_oauth::flow::{self, Pkce};
 use hintgate_oauth::loopback::RedirectListener;
 use hintgate_oauth::metadata::{self, ServerMetadata};
 use hintgate_oauth::register::{self, Client, ClientSettings, RegistrationPlan, SecretSource};
-use hintgate_oauth::stored::StoredLogin;
+use hintgate_oauth::stored::{StoredLogin, grant_key, scopes_beyond};
 use hintgate_oauth::{
     Clock as _, HttpClient as _, HttpRequest, OAuthError, ReqwestClient, Secret, SystemClock,
 };
 use hintgate_policy::config::{OAuthConfig, OAuthGrant, Transport, ValidConfig};
 use hintgate_policy::sanitize::escape_line;
-use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
+use hintgate_store::{GrantSecret, KeptGrant, NewGrant, Seal, Store};
 
 use crate::args::{AuthArgs, AuthCommand};
 use crate::exit::Exit;
@@ -70,35 +70,100 @@ pub fn run(args: &AuthArgs) -> Result<Exit> {
             server,
             scope,
             device,
+            read_only,
         } => {
-            let (url, oauth) = oauth_server(&config, server)?;
-            runtime.block_on(login(store.as_ref(), server, &url, &oauth, scope, *device))
+            let target = Target::of(&config, server, *read_only)?;
+            if target.read_only && !scope.is_empty() {
+                return Err(InputError(format!(
+                    "--scope does not apply with --read-only: the read-only instance's token is asked for with `[servers.{}.read_only] scopes` only",
+                    escape_line(server)
+                ))
+                .into());
+            }
+            runtime.block_on(login(store.as_ref(), &target, scope, *device))
         }
         AuthCommand::Status { json } => status(store.as_ref(), &config, *json),
-        AuthCommand::Logout { server } => {
-            let (url, oauth) = oauth_server(&config, server)?;
-            runtime.block_on(logout(store.as_ref(), server, &url, &oauth))
+        AuthCommand::Logout { server, read_only } => {
+            let mut targets = Vec::new();
+            if !*read_only {
+                targets.push(Target::of(&config, server, false)?);
+            }
+            if let Ok(target) = Target::of(&config, server, true) {
+                targets.push(target);
+            } else if *read_only {
+                Target::of(&config, server, true)?;
+            }
+            runtime.block_on(logout(store.as_ref(), server, &targets))
         }
     }
 }
 
-/// The URL and `[servers.NAME.oauth]` table of the server `name` (an
-/// absent table signs in with the defaults).
-fn oauth_server(config: &ValidConfig, name: &str) -> Result<(String, OAuthConfig)> {
-    let Some(server) = config.servers.get(name) else {
-        return Err(InputError(format!(
-            "no server is named `{}` in the config",
-            escape_line(name)
-        ))
-        .into());
-    };
-    match &server.transport {
-        Transport::Http { url, .. } => Ok((url.clone(), server.oauth.clone().unwrap_or_default())),
-        Transport::Stdio { .. } => Err(InputError(format!(
-            "servers.{}: a stdio server does not sign in with OAuth (only a `url` server does)",
-            escape_line(name)
-        ))
-        .into()),
+/// One login of a server: its own (full) instance's, or its read-only
+/// instance's, whose token is asked for with the read-only table's scopes
+/// and kept under its own key.
+#[derive(Debug)]
+struct Target {
+    /// The server's name in the config.
+    name: String,
+    /// The URL the instance is reached at.
+    url: String,
+    /// How it signs in.
+    oauth: OAuthConfig,
+    /// The store's key for its login.
+    key: String,
+    /// Whether this is the read-only instance's login.
+    read_only: bool,
+}
+
+impl Target {
+    /// The login of the server `name` (its read-only instance's with
+    /// `read_only`); an absent `oauth` table signs in with the defaults.
+    fn of(config: &ValidConfig, name: &str, read_only: bool) -> Result<Self> {
+        let Some(server) = config.servers.get(name) else {
+            return Err(InputError(format!(
+                "no server is named `{}` in the config",
+                escape_line(name)
+            ))
+            .into());
+        };
+        let instance = if read_only {
+            match server.read_only.as_ref().and_then(|table| table.scopes.as_ref()) {
+                Some(_) => server.read_only_instance(),
+                None => None,
+            }
+            .ok_or_else(|| {
+                InputError(format!(
+                    "servers.{}: no read-only instance signs in with a token of its own (`[servers.{}.read_only] scopes`)",
+                    escape_line(name),
+                    escape_line(name)
+                ))
+            })?
+        } else {
+            server.clone()
+        };
+        match &instance.transport {
+            Transport::Http { url, .. } => Ok(Self {
+                name: name.to_owned(),
+                url: url.clone(),
+                oauth: instance.oauth.clone().unwrap_or_default(),
+                key: grant_key(url, read_only),
+                read_only,
+            }),
+            Transport::Stdio { .. } => Err(InputError(format!(
+                "servers.{}: a stdio server does not sign in with OAuth (only a `url` server does)",
+                escape_line(name)
+            ))
+            .into()),
+        }
+    }
+
+    /// How messages name it: `` `docs` `` or `` `docs` (read-only instance) ``.
+    fn label(&self) -> String {
+        if self.read_only {
+            format!("`{}` (read-only instance)", self.name)
+        } else {
+            format!("`{}`", self.name)
+        }
     }
 }
 
@@ -138,14 +203,8 @@ async fn probe(http: &ReqwestClient, url: &str) -> Option<BearerChallenge> {
     parse_www_authenticate(&response.header_values("www-authenticate"))
 }
 
-async fn login(
-    store: &dyn Store,
-    name: &str,
-    url: &str,
-    oauth: &OAuthConfig,
-    scope: &[String],
-    device: bool,
-) -> Result<Exit> {
+async fn login(store: &dyn Store, target: &Target, scope: &[String], device: bool) -> Result<Exit> {
+    let (name, url, oauth) = (target.name.as_str(), target.url.as_str(), &target.oauth);
     let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
     let clock = SystemClock;
     let challenge = probe(&http, url).await;
@@ -289,6 +348,9 @@ async fn login(
             (tokens, client)
         }
     };
+    if target.read_only {
+        refuse_widened(&http, &meta, &client, &tokens, target).await?;
+    }
     let secret = GrantSecret::new(
         StoredLogin::new(tokens.clone(), &meta, &client, &resource.resource)
             .to_json()
@@ -298,7 +360,7 @@ async fn login(
     let scope = tokens.scopes.join(" ");
     let expires_at = tokens.expires_at.and_then(|at| i64::try_from(at).ok());
     store.put_grant(&NewGrant {
-        server: url,
+        server: &target.key,
         principal: LOCAL_PRINCIPAL,
         scope: &scope,
         expires_at,
@@ -306,7 +368,8 @@ async fn login(
         secret: &secret,
     })?;
     output::out(&format!(
-        "Signed in to `{name}`: granted {}; {}{}.\n",
+        "Signed in to {}: granted {}; {}{}.\n",
+        target.label(),
         shown_scope(&scope),
         expiry(expires_at),
         if tokens.refresh_token.is_some() {
@@ -316,6 +379,45 @@ async fn login(
         }
     ))?;
     Ok(Exit::Success)
+}
+
+/// A read-only instance's token must carry no scope beyond
+/// `[servers.NAME.read_only] scopes`: one an authorization server widened
+/// is revoked (where it can be) and not kept, since the vouch for the
+/// instance would rest on it.
+async fn refuse_widened(
+    http: &ReqwestClient,
+    meta: &ServerMetadata,
+    client: &Client,
+    tokens: &flow::TokenSet,
+    target: &Target,
+) -> Result<()> {
+    let allowed = target.oauth.scopes.clone().unwrap_or_default();
+    let beyond = scopes_beyond(&tokens.scopes, &allowed);
+    if beyond.is_empty() {
+        return Ok(());
+    }
+    for (token, hint) in [
+        (Some(&tokens.access_token), "access_token"),
+        (tokens.refresh_token.as_ref(), "refresh_token"),
+    ] {
+        if let Some(token) = token
+            && meta.revocation_endpoint.is_some()
+        {
+            let _ = flow::revoke(http, meta, client, token, hint).await;
+        }
+    }
+    Err(anyhow::anyhow!(
+        "oauth-read-only-scope-widened: the authorization server granted {} beyond the read-only scopes {} of {}: the token is not kept{}",
+        shown_scope(&beyond.join(" ")),
+        shown_scope(&allowed.join(" ")),
+        target.label(),
+        if meta.revocation_endpoint.is_some() {
+            " (it was revoked)"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// The client for a login, in the spec's order (pre-registered, client ID
@@ -369,27 +471,34 @@ fn expiry(expires_at: Option<i64>) -> String {
     }
 }
 
+/// The logins of the config's servers, with what the store keeps of each:
+/// every `url` server with an `oauth` table (or a kept login), and the
+/// read-only instance of each server whose `read_only` table names
+/// `scopes`.
 fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
     let grants = store.grants()?;
     let mut rows = Vec::new();
     for (name, server) in &config.servers {
-        let Transport::Http { url, .. } = &server.transport else {
-            continue;
-        };
-        let grant = grants
-            .iter()
-            .find(|grant| &grant.server == url && grant.principal == LOCAL_PRINCIPAL);
-        if grant.is_none() && server.oauth.is_none() {
-            continue;
+        for read_only in [false, true] {
+            let Ok(target) = Target::of(config, name, read_only) else {
+                continue;
+            };
+            let grant = grants
+                .iter()
+                .find(|grant| grant.server == target.key && grant.principal == LOCAL_PRINCIPAL);
+            if grant.is_none() && server.oauth.is_none() {
+                continue;
+            }
+            rows.push((target, grant));
         }
-        rows.push((name, grant));
     }
     if json {
         let out: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(name, grant)| {
+            .map(|(target, grant)| {
                 serde_json::json!({
-                    "server": name,
+                    "server": target.name,
+                    "instance": if target.read_only { "read-only" } else { "full" },
                     "signed_in": grant.is_some_and(|grant| grant.seal == Seal::Valid),
                     "scope": grant.map(|grant| grant.scope.clone()),
                     "expires_at": grant.and_then(|grant| grant.expires_at),
@@ -405,14 +514,25 @@ fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
         return Ok(Exit::Success);
     }
     let mut text = String::new();
-    for (name, grant) in rows {
+    for (target, grant) in rows {
+        let (shown, login) = if target.read_only {
+            (
+                format!("{} (read-only)", target.name),
+                format!("hintgate auth login {} --read-only", target.name),
+            )
+        } else {
+            (
+                target.name.clone(),
+                format!("hintgate auth login {}", target.name),
+            )
+        };
         let line = match grant {
-            None => format!("{name}: not signed in (hintgate auth login {name})\n"),
+            None => format!("{shown}: not signed in ({login})\n"),
             Some(grant) if grant.seal != Seal::Valid => format!(
-                "{name}: the stored login's seal does not verify: it is not used (hintgate auth login {name})\n"
+                "{shown}: the stored login's seal does not verify: it is not used ({login})\n"
             ),
             Some(grant) => format!(
-                "{name}: signed in; granted {}; {}\n",
+                "{shown}: signed in; granted {}; {}\n",
                 shown_scope(&grant.scope),
                 expiry(grant.expires_at)
             ),
@@ -423,17 +543,35 @@ fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -> Result<Exit> {
-    let Some(kept) = store.grant(url, LOCAL_PRINCIPAL)? else {
+/// Signs out of each of `targets` that is signed in; `name` is not signed
+/// in when none is.
+async fn logout(store: &dyn Store, name: &str, targets: &[Target]) -> Result<Exit> {
+    let mut any = false;
+    let mut exit = Exit::Success;
+    for target in targets {
+        let Some(kept) = store.grant(&target.key, LOCAL_PRINCIPAL)? else {
+            continue;
+        };
+        any = true;
+        if logout_one(store, target, kept).await? != Exit::Success {
+            exit = Exit::Error;
+        }
+    }
+    if !any {
         output::err(&format!("`{name}` is not signed in.\n"))?;
         return Ok(Exit::Error);
-    };
+    }
+    Ok(exit)
+}
+
+async fn logout_one(store: &dyn Store, target: &Target, kept: KeptGrant) -> Result<Exit> {
+    let label = target.label();
     // The tokens are forgotten first: a revocation that fails leaves none
     // behind for the gateway to use.
-    store.delete_grant(url, LOCAL_PRINCIPAL)?;
+    store.delete_grant(&target.key, LOCAL_PRINCIPAL)?;
     let Some(secret) = kept.secret else {
         output::out(&format!(
-            "Signed out of `{name}` (the stored login's seal did not verify: nothing to revoke).\n"
+            "Signed out of {label} (the stored login's seal did not verify: nothing to revoke).\n"
         ))?;
         return Ok(Exit::Success);
     };
@@ -441,13 +579,13 @@ async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -
     let meta = login.server();
     if meta.revocation_endpoint.is_none() {
         output::out(&format!(
-            "Signed out of `{name}`; its authorization server cannot revoke tokens, so they stand until they expire.\n"
+            "Signed out of {label}; its authorization server cannot revoke tokens, so they stand until they expire.\n"
         ))?;
         return Ok(Exit::Success);
     }
     let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
     let client = login
-        .client(secret_source(oauth).as_ref())
+        .client(secret_source(&target.oauth).as_ref())
         .map_err(|err| failed(&err))?;
     let mut revoked = Vec::new();
     let mut problems = Vec::new();
@@ -463,13 +601,13 @@ async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -
     }
     if problems.is_empty() {
         output::out(&format!(
-            "Signed out of `{name}`; revoked its {}.\n",
+            "Signed out of {label}; revoked its {}.\n",
             revoked.join(" and ")
         ))?;
         Ok(Exit::Success)
     } else {
         output::err(&format!(
-            "Signed out of `{name}`, but the authorization server did not revoke: {}\n",
+            "Signed out of {label}, but the authorization server did not revoke: {}\n",
             escape_line(&problems.join("; "))
         ))?;
         Ok(Exit::Error)

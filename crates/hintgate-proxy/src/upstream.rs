@@ -282,6 +282,15 @@ impl Link {
         }
     }
 
+    /// For a server behind OAuth, the scopes of the token it was sent last
+    /// (as granted; never the token).
+    pub fn token_scope(&self) -> Option<String> {
+        match self {
+            Self::Http(link) => link.token_scope(),
+            Self::Stdio(_) | Self::Streams(_) => None,
+        }
+    }
+
     /// The process id, for a child process.
     pub fn pid(&self) -> Option<u32> {
         match self {

@@ -104,6 +104,14 @@ fn install_tls_provider() {
 // === impl HttpLink ===
 
 impl HttpLink {
+    /// For a server behind OAuth, the scopes of the token it was sent last.
+    pub fn token_scope(&self) -> Option<String> {
+        self.shared
+            .auth
+            .as_ref()
+            .and_then(|auth| auth.token_scope())
+    }
+
     /// Sets up the link; nothing is sent until the first message.
     ///
     /// # Errors
@@ -407,6 +415,16 @@ impl Shared {
             }
         };
         let status = response.status();
+        // A 403 `insufficient_scope` asks for more power: never granted
+        // silently, the call fails naming how a person grants it.
+        if status == reqwest::StatusCode::FORBIDDEN
+            && let Some(auth) = &self.auth
+            && let Some(asked) = step_up_scopes(response.headers())
+        {
+            self.fail_request(id.as_deref().filter(|_| is_request), &auth.step_up(&asked))
+                .await;
+            return;
+        }
         if method.as_deref() == Some("initialize")
             && let Some(session) = response
                 .headers()
@@ -630,4 +648,17 @@ impl Shared {
             Ok(_) | Err(_) => {}
         }
     }
+}
+
+/// The scopes a 403's `WWW-Authenticate` asks for when it is a step-up
+/// (`error="insufficient_scope"`); `None` for any other 403.
+fn step_up_scopes(headers: &reqwest::header::HeaderMap) -> Option<Vec<String>> {
+    let values: Vec<&str> = headers
+        .get_all(reqwest::header::WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    hintgate_oauth::challenge::parse_www_authenticate(&values)
+        .filter(hintgate_oauth::challenge::BearerChallenge::is_insufficient_scope)
+        .map(|challenge| challenge.scope.unwrap_or_default())
 }

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hintgate_oauth::register::SecretSource;
-use hintgate_oauth::stored::StoredLogin;
+use hintgate_oauth::stored::{StoredLogin, grant_key, scopes_beyond};
 use hintgate_oauth::{Clock as _, OAuthError, ReqwestClient, Secret, SystemClock};
-use hintgate_policy::config::OAuthConfig;
+use hintgate_policy::config::{Instance, OAuthConfig};
+use hintgate_policy::sanitize::escape_line;
 use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
 
 /// The principal whose login a gateway uses (the command line's logins).
@@ -26,14 +27,20 @@ const REFRESH_MARGIN_S: u64 = 60;
 /// How long a refresh may take.
 const REFRESH_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The bearer token of one URL server.
+/// The bearer token of one URL server (or of its read-only instance).
 #[derive(Debug)]
 pub struct OAuthBearer {
     name: String,
-    url: String,
+    /// The store's key for the login: the URL, or `read-only URL`.
+    key: String,
+    /// For the read-only instance: the only scopes its token may carry.
+    read_only: Option<Vec<String>>,
     secret: Option<SecretSource>,
     store: Option<Arc<dyn Store>>,
     login: tokio::sync::Mutex<Option<StoredLogin>>,
+    /// The scopes of the token sent last (space-separated, as granted),
+    /// for the prompt and the record: which token a call used.
+    scope: std::sync::Mutex<Option<String>>,
 }
 
 impl OAuthBearer {
@@ -45,21 +52,119 @@ impl OAuthBearer {
             .as_ref()
             .map(|path| SecretSource::File(path.into()))
             .or_else(|| oauth.client_secret_env.clone().map(SecretSource::Env));
+        let read_only = oauth.instance == Instance::ReadOnly;
         Self {
             name: name.to_owned(),
-            url: url.to_owned(),
+            key: grant_key(url, read_only),
+            read_only: read_only.then(|| oauth.scopes.clone().unwrap_or_default()),
             secret,
             store,
             login: tokio::sync::Mutex::new(None),
+            scope: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The command that signs this login in.
+    fn login_command(&self) -> String {
+        if self.read_only.is_some() {
+            format!("hintgate auth login {} --read-only", self.name)
+        } else {
+            format!("hintgate auth login {}", self.name)
+        }
+    }
+
+    /// How errors name the server: `` `docs` `` or `` `docs`'s read-only
+    /// instance ``.
+    fn label(&self) -> String {
+        if self.read_only.is_some() {
+            format!("the read-only instance of `{}`", self.name)
+        } else {
+            format!("`{}`", self.name)
         }
     }
 
     /// What a call that needs a login is failed with.
     fn login_required(&self, why: &str) -> String {
         format!(
-            "oauth-login-required: `{}` needs a login ({why}): run `hintgate auth login {}`",
-            self.name, self.name
+            "oauth-login-required: {} needs a login ({why}): run `{}`",
+            self.label(),
+            self.login_command()
         )
+    }
+
+    /// The scopes of the token the server was sent last (as granted, never
+    /// the token): `None` before one was sent.
+    #[must_use]
+    pub fn token_scope(&self) -> Option<String> {
+        self.scope.lock().ok().and_then(|scope| scope.clone())
+    }
+
+    /// What a 403 `insufficient_scope` is failed with: more power is never
+    /// granted silently, so the call fails, naming how a person grants it
+    /// (the full instance), or saying that the read-only instance's token
+    /// is not widened. `asked` is the challenge's `scope`, reduced to the
+    /// characters a scope may hold (RFC 6749 §3.3).
+    #[must_use]
+    pub fn step_up(&self, asked: &[String]) -> String {
+        let asked: Vec<String> = asked
+            .iter()
+            .take(16)
+            .map(|scope| {
+                scope
+                    .chars()
+                    .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\' && *c != '`')
+                    .take(64)
+                    .collect::<String>()
+            })
+            .filter(|scope| !scope.is_empty())
+            .collect();
+        let shown = if asked.is_empty() {
+            "none named".to_owned()
+        } else {
+            format!("`{}`", asked.join(" "))
+        };
+        if self.read_only.is_some() {
+            return format!(
+                "oauth-step-up-required: {} refused this call for want of scopes (it asks for {shown}); the read-only instance's token keeps the scopes of `[servers.{}.read_only] scopes` and hintgate does not widen it. The call did not run.",
+                self.label(),
+                escape_line(&self.name)
+            );
+        }
+        let flags: String = asked
+            .iter()
+            .map(|scope| format!(" --scope {scope}"))
+            .collect();
+        format!(
+            "oauth-step-up-required: `{}` asks for more scopes than its login holds ({shown}); hintgate never grants them silently. The call did not run: a person may grant them with `hintgate auth login {}{}`",
+            self.name,
+            self.name,
+            if flags.is_empty() {
+                " --scope ...".to_owned()
+            } else {
+                flags
+            }
+        )
+    }
+
+    /// The token of `login` to send, its scopes noted; a read-only
+    /// instance's token with scopes beyond its own is not sent.
+    fn usable(&self, login: &StoredLogin) -> Result<Secret, String> {
+        if let Some(allowed) = &self.read_only {
+            let beyond = scopes_beyond(&login.tokens.scopes, allowed);
+            if !beyond.is_empty() {
+                return Err(format!(
+                    "oauth-read-only-scope-widened: the token of {} carries `{}` beyond `[servers.{}.read_only] scopes`: it is not used; run `{}`",
+                    self.label(),
+                    escape_line(&beyond.join(" ")),
+                    escape_line(&self.name),
+                    self.login_command()
+                ));
+            }
+        }
+        if let Ok(mut scope) = self.scope.lock() {
+            *scope = Some(login.tokens.scopes.join(" "));
+        }
+        Ok(login.tokens.access_token.clone())
     }
 
     /// The login kept in the store, when there is one whose seal holds.
@@ -67,8 +172,8 @@ impl OAuthBearer {
         let Some(store) = self.store.clone() else {
             return Err(self.login_required("the gateway has no store"));
         };
-        let url = self.url.clone();
-        let kept = tokio::task::spawn_blocking(move || store.grant(&url, PRINCIPAL))
+        let key = self.key.clone();
+        let kept = tokio::task::spawn_blocking(move || store.grant(&key, PRINCIPAL))
             .await
             .map_err(|_| self.login_required("the store could not be read"))?
             .map_err(|err| self.login_required(&format!("the store: {err}")))?;
@@ -105,7 +210,7 @@ impl OAuthBearer {
             ..login.clone()
         };
         self.keep(&fresh).await;
-        tracing::info!("refreshed the OAuth token of `{}`", self.name);
+        tracing::info!("refreshed the OAuth token of {}", self.label());
         Ok(fresh)
     }
 
@@ -115,7 +220,7 @@ impl OAuthBearer {
         let Some(store) = self.store.clone() else {
             return;
         };
-        let url = self.url.clone();
+        let key = self.key.clone();
         let scope = login.tokens.scopes.join(" ");
         let expires_at = login
             .tokens
@@ -125,7 +230,7 @@ impl OAuthBearer {
         let now = i64::try_from(SystemClock.now()).unwrap_or(i64::MAX);
         let written = tokio::task::spawn_blocking(move || {
             store.put_grant(&NewGrant {
-                server: &url,
+                server: &key,
                 principal: PRINCIPAL,
                 scope: &scope,
                 expires_at,
@@ -136,8 +241,8 @@ impl OAuthBearer {
         .await;
         if !matches!(written, Ok(Ok(()))) {
             tracing::warn!(
-                "the refreshed OAuth token of `{}` could not be kept in the store",
-                self.name
+                "the refreshed OAuth token of {} could not be kept in the store",
+                self.label()
             );
         }
     }
@@ -163,9 +268,9 @@ impl OAuthBearer {
         } else {
             login
         };
-        let token = login.tokens.access_token.clone();
+        let token = self.usable(&login);
         *held = Some(login);
-        Ok(token)
+        token
     }
 
     /// The access token to retry with after the server refused `used` with
@@ -181,16 +286,16 @@ impl OAuthBearer {
             None => self.load().await?,
         };
         if &login.tokens.access_token != used {
-            let token = login.tokens.access_token.clone();
+            let token = self.usable(&login);
             *held = Some(login);
-            return Ok(token);
+            return token;
         }
         let fresh = self.refresh(&login).await;
         match fresh {
             Ok(fresh) => {
-                let token = fresh.tokens.access_token.clone();
+                let token = self.usable(&fresh);
                 *held = Some(fresh);
-                Ok(token)
+                token
             }
             Err(err) => {
                 *held = Some(login);

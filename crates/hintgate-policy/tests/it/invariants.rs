@@ -118,6 +118,7 @@ fn read_only() -> impl Strategy<Value = Option<ReadOnlyConfig>> {
             env: BTreeMap::new(),
         },
         vouch,
+        scopes: None,
     }))
 }
 
@@ -342,6 +343,7 @@ impl Scenario {
                     env: BTreeMap::new(),
                 },
                 vouch,
+                scopes: None,
             });
         }
         scenario

@@ -184,6 +184,7 @@ impl Gateway {
         } else {
             cx.arguments_or_empty().clone()
         };
+        let token_scope = super::pipeline::token_scope_of(&self.upstreams, cx);
         Some(render(
             &self.policy,
             &PromptInput {
@@ -195,6 +196,7 @@ impl Gateway {
                 decision: &decision,
                 sandbox: self.catalog.sandbox(idx),
                 changes: &changes,
+                token_scope: token_scope.as_deref(),
             },
         ))
     }

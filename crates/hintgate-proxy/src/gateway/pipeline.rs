@@ -820,6 +820,7 @@ impl Gateway {
                 parsed.as_ref()
             }
         };
+        let token_scope = token_scope_of(&self.upstreams, cx);
         let fields = CallFields {
             // The host's own id, which its log shows; the gateway's is an
             // artefact of the transport.
@@ -842,6 +843,7 @@ impl Gateway {
                 .map(|idem| (idem.key.as_str(), idem.filled)),
             instance: instance_fields(&self.upstreams, cx),
             egress: egress.as_deref(),
+            token_scope: token_scope.as_deref(),
         };
         self.journal.call(&fields)
     }
@@ -1008,6 +1010,21 @@ fn send_target(
             upstreams.name(idx)
         )),
     }
+}
+
+/// For a call to a server behind OAuth: the scopes of the token the
+/// instance it goes to sends (the read-only instance's own, for a call
+/// decided for it).
+pub(super) fn token_scope_of(
+    upstreams: &super::upstreams::Upstreams,
+    cx: &CallContext,
+) -> Option<String> {
+    let idx = cx.server?;
+    let idx = match cx.instance {
+        Instance::ReadOnly => upstreams.get(idx)?.read_only?,
+        Instance::Full => idx,
+    };
+    upstreams.get(idx)?.token_scope()
 }
 
 /// What the record says of a call's instance: for a server with a

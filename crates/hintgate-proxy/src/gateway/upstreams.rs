@@ -206,6 +206,11 @@ impl Upstream {
         Ok(())
     }
 
+    /// For a server behind OAuth, the scopes of the token it was sent last.
+    pub fn token_scope(&self) -> Option<String> {
+        self.link.as_ref().and_then(Link::token_scope)
+    }
+
     /// For a child process, its last lines of standard error as a clause
     /// for a reason.
     pub fn stderr_clause(&self) -> Option<String> {
