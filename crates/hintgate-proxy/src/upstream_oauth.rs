@@ -310,3 +310,60 @@ impl OAuthBearer {
         self.login_required("the server refused the refreshed token")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(instance: Instance) -> OAuthBearer {
+        let oauth = OAuthConfig {
+            scopes: Some(vec!["docs:read".to_owned()]),
+            instance,
+            ..OAuthConfig::default()
+        };
+        OAuthBearer::new("docs", "https://docs.example/mcp", &oauth, None)
+    }
+
+    #[test]
+    fn a_step_up_names_the_login_and_keeps_the_servers_text_to_scope_characters() {
+        let full = bearer(Instance::Full);
+        let asked = vec!["docs:write".to_owned(), "x`; rm -rf ~\n\"evil\"".to_owned()];
+        let message = full.step_up(&asked);
+        assert!(
+            message.starts_with("oauth-step-up-required: `docs` asks for more scopes than its login holds (`docs:write x;rm-rf~evil`)"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("`hintgate auth login docs --scope docs:write --scope x;rm-rf~evil`"),
+            "{message}"
+        );
+        assert!(!message.contains('\n'));
+        let many: Vec<String> = (0..100)
+            .map(|n| format!("s{n}{}", "a".repeat(200)))
+            .collect();
+        assert!(full.step_up(&many).len() < 16 * 2 * 80 + 400);
+        assert!(full.step_up(&[]).contains("--scope ..."));
+
+        let read_only = bearer(Instance::ReadOnly);
+        let message = read_only.step_up(&asked);
+        assert!(
+            message.contains("the read-only instance of `docs`")
+                && message.contains("hintgate does not widen it")
+                && !message.contains("auth login"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_read_only_instance_keeps_its_login_apart_and_names_its_own_command() {
+        let read_only = bearer(Instance::ReadOnly);
+        assert_eq!(read_only.key, "read-only https://docs.example/mcp");
+        assert!(
+            read_only
+                .login_required("none is kept")
+                .ends_with("run `hintgate auth login docs --read-only`")
+        );
+        assert_eq!(bearer(Instance::Full).key, "https://docs.example/mcp");
+        assert_eq!(read_only.token_scope(), None);
+    }
+}
