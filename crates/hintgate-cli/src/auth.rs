@@ -17,7 +17,8 @@ use hintgate_oauth::metadata::{self, ServerMetadata};
 use hintgate_oauth::register::{self, Client, ClientSettings, RegistrationPlan, SecretSource};
 use hintgate_oauth::stored::{StoredLogin, grant_key, scopes_beyond};
 use hintgate_oauth::{
-    Clock as _, HttpClient as _, HttpRequest, OAuthError, ReqwestClient, Secret, SystemClock,
+    AddressGuard, Clock as _, HttpClient as _, HttpRequest, OAuthError, ReqwestClient, Secret,
+    SystemClock,
 };
 use hintgate_policy::config::{OAuthConfig, OAuthGrant, Transport, ValidConfig};
 use hintgate_policy::sanitize::escape_line;
@@ -205,7 +206,8 @@ async fn probe(http: &ReqwestClient, url: &str) -> Option<BearerChallenge> {
 
 async fn login(store: &dyn Store, target: &Target, scope: &[String], device: bool) -> Result<Exit> {
     let (name, url, oauth) = (target.name.as_str(), target.url.as_str(), &target.oauth);
-    let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
+    let http = ReqwestClient::guarded(REQUEST_DEADLINE, AddressGuard::for_server(url).await)
+        .map_err(|err| failed(&err))?;
     let clock = SystemClock;
     let challenge = probe(&http, url).await;
     let resource = metadata::discover_resource(
@@ -583,7 +585,11 @@ async fn logout_one(store: &dyn Store, target: &Target, kept: KeptGrant) -> Resu
         ))?;
         return Ok(Exit::Success);
     }
-    let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
+    let http = ReqwestClient::guarded(
+        REQUEST_DEADLINE,
+        AddressGuard::for_server(&target.url).await,
+    )
+    .map_err(|err| failed(&err))?;
     let client = login
         .client(secret_source(&target.oauth).as_ref())
         .map_err(|err| failed(&err))?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hintgate_oauth::register::SecretSource;
 use hintgate_oauth::stored::{StoredLogin, grant_key, scopes_beyond};
-use hintgate_oauth::{Clock as _, OAuthError, ReqwestClient, Secret, SystemClock};
+use hintgate_oauth::{AddressGuard, Clock as _, OAuthError, ReqwestClient, Secret, SystemClock};
 use hintgate_policy::config::{Instance, OAuthConfig};
 use hintgate_policy::sanitize::escape_line;
 use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
@@ -31,6 +31,8 @@ const REFRESH_DEADLINE: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct OAuthBearer {
     name: String,
+    /// The server's URL, whose address classes the SSRF guard allows.
+    url: String,
     /// The store's key for the login: the URL, or `read-only URL`.
     key: String,
     /// For the read-only instance: the only scopes its token may carry.
@@ -55,6 +57,7 @@ impl OAuthBearer {
         let read_only = oauth.instance == Instance::ReadOnly;
         Self {
             name: name.to_owned(),
+            url: url.to_owned(),
             key: grant_key(url, read_only),
             read_only: read_only.then(|| oauth.scopes.clone().unwrap_or_default()),
             secret,
@@ -193,7 +196,8 @@ impl OAuthBearer {
             return Err(self.login_required("the token expired and there is no refresh token"));
         }
         let failed = |err: OAuthError| self.login_required(&format!("refresh: {}", err.code()));
-        let http = ReqwestClient::new(REFRESH_DEADLINE).map_err(failed)?;
+        let guard = AddressGuard::for_server(&self.url).await;
+        let http = ReqwestClient::guarded(REFRESH_DEADLINE, guard).map_err(failed)?;
         let client = login.client(self.secret.as_ref()).map_err(failed)?;
         let tokens = hintgate_oauth::flow::refresh(
             &http,
