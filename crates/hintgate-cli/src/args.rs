@@ -253,6 +253,10 @@ pub enum AuthCommand {
         /// asked for with `[servers.SERVER.read_only] scopes` only.
         #[arg(long)]
         read_only: bool,
+        /// Sign in for the `--listen` principal NAME (a host token's
+        /// name): that principal's calls go with this login and no other.
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
     },
     /// The servers of the config that sign in with OAuth: signed in or
     /// not, the scopes granted and until when (never a token).
@@ -269,6 +273,9 @@ pub enum AuthCommand {
         /// Sign out the read-only instance only.
         #[arg(long)]
         read_only: bool,
+        /// Sign out the `--listen` principal NAME's logins.
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
     },
 }
 

@@ -22,15 +22,15 @@ use hintgate_oauth::{
 };
 use hintgate_policy::config::{OAuthConfig, OAuthGrant, Transport, ValidConfig};
 use hintgate_policy::sanitize::escape_line;
-use hintgate_store::{GrantSecret, KeptGrant, NewGrant, Seal, Store};
+use hintgate_store::{GrantInfo, GrantSecret, KeptGrant, NewGrant, Seal, Store};
 
 use crate::args::{AuthArgs, AuthCommand};
 use crate::exit::Exit;
 use crate::load::InputError;
 use crate::output;
 
-/// The principal of a login made on the command line: the gateway's single
-/// user (a `--listen` gateway's principals sign in on their own, later).
+/// The principal of a login made on the command line without
+/// `--principal`: the gateway's own (its listings, a stdio host's calls).
 const LOCAL_PRINCIPAL: &str = "";
 
 /// How long a login waits for the browser's redirect.
@@ -72,8 +72,10 @@ pub fn run(args: &AuthArgs) -> Result<Exit> {
             scope,
             device,
             read_only,
+            principal,
         } => {
-            let target = Target::of(&config, server, *read_only)?;
+            let mut target = Target::of(&config, server, *read_only)?;
+            target.principal = checked_principal(principal.as_deref())?;
             if target.read_only && !scope.is_empty() {
                 return Err(InputError(format!(
                     "--scope does not apply with --read-only: the read-only instance's token is asked for with `[servers.{}.read_only] scopes` only",
@@ -84,7 +86,12 @@ pub fn run(args: &AuthArgs) -> Result<Exit> {
             runtime.block_on(login(store.as_ref(), &target, scope, *device))
         }
         AuthCommand::Status { json } => status(store.as_ref(), &config, *json),
-        AuthCommand::Logout { server, read_only } => {
+        AuthCommand::Logout {
+            server,
+            read_only,
+            principal,
+        } => {
+            let principal = checked_principal(principal.as_deref())?;
             let mut targets = Vec::new();
             if !*read_only {
                 targets.push(Target::of(&config, server, false)?);
@@ -94,15 +101,38 @@ pub fn run(args: &AuthArgs) -> Result<Exit> {
             } else if *read_only {
                 Target::of(&config, server, true)?;
             }
+            for target in &mut targets {
+                target.principal.clone_from(&principal);
+            }
             runtime.block_on(logout(store.as_ref(), server, &targets))
         }
     }
 }
 
+/// The principal a login is for: `--principal NAME` (one name of at most
+/// 256 characters, without spaces or control characters, as a host
+/// token's), else the command line's own.
+fn checked_principal(principal: Option<&str>) -> Result<String> {
+    let Some(name) = principal else {
+        return Ok(LOCAL_PRINCIPAL.to_owned());
+    };
+    if name.is_empty()
+        || name.len() > 256
+        || name.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(InputError(
+            "--principal must be one name of at most 256 characters, without spaces or control characters".to_owned(),
+        )
+        .into());
+    }
+    Ok(name.to_owned())
+}
+
 /// One login of a server: its own (full) instance's, or its read-only
 /// instance's, whose token is asked for with the read-only table's scopes
-/// and kept under its own key.
-#[derive(Debug)]
+/// and kept under its own key; the command line's, or a `--listen`
+/// principal's.
+#[derive(Debug, Clone)]
 struct Target {
     /// The server's name in the config.
     name: String,
@@ -114,6 +144,8 @@ struct Target {
     key: String,
     /// Whether this is the read-only instance's login.
     read_only: bool,
+    /// The principal it is for (`""`: the command line's).
+    principal: String,
 }
 
 impl Target {
@@ -149,6 +181,7 @@ impl Target {
                 oauth: instance.oauth.clone().unwrap_or_default(),
                 key: grant_key(url, read_only),
                 read_only,
+                principal: LOCAL_PRINCIPAL.to_owned(),
             }),
             Transport::Stdio { .. } => Err(InputError(format!(
                 "servers.{}: a stdio server does not sign in with OAuth (only a `url` server does)",
@@ -158,13 +191,17 @@ impl Target {
         }
     }
 
-    /// How messages name it: `` `docs` `` or `` `docs` (read-only instance) ``.
+    /// How messages name it: `` `docs` ``, `` `docs` (read-only
+    /// instance) ``, `` `docs` for principal `alice` ``.
     fn label(&self) -> String {
+        let mut label = format!("`{}`", self.name);
         if self.read_only {
-            format!("`{}` (read-only instance)", self.name)
-        } else {
-            format!("`{}`", self.name)
+            label.push_str(" (read-only instance)");
         }
+        if !self.principal.is_empty() {
+            label.push_str(&format!(" for principal `{}`", self.principal));
+        }
+        label
     }
 }
 
@@ -363,7 +400,7 @@ async fn login(store: &dyn Store, target: &Target, scope: &[String], device: boo
     let expires_at = tokens.expires_at.and_then(|at| i64::try_from(at).ok());
     store.put_grant(&NewGrant {
         server: &target.key,
-        principal: LOCAL_PRINCIPAL,
+        principal: &target.principal,
         scope: &scope,
         expires_at,
         updated_at: i64::try_from(clock.now()).unwrap_or(i64::MAX),
@@ -488,10 +525,20 @@ fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
             let grant = grants
                 .iter()
                 .find(|grant| grant.server == target.key && grant.principal == LOCAL_PRINCIPAL);
-            if grant.is_none() && server.oauth.is_none() {
-                continue;
+            // The `--listen` principals' own logins of the same server.
+            let theirs: Vec<(Target, Option<&GrantInfo>)> = grants
+                .iter()
+                .filter(|grant| grant.server == target.key && grant.principal != LOCAL_PRINCIPAL)
+                .map(|grant| {
+                    let mut theirs = target.clone();
+                    theirs.principal.clone_from(&grant.principal);
+                    (theirs, Some(grant))
+                })
+                .collect();
+            if grant.is_some() || server.oauth.is_some() {
+                rows.push((target, grant));
             }
-            rows.push((target, grant));
+            rows.extend(theirs);
         }
     }
     if json {
@@ -501,6 +548,7 @@ fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
                 serde_json::json!({
                     "server": target.name,
                     "instance": if target.read_only { "read-only" } else { "full" },
+                    "principal": (!target.principal.is_empty()).then_some(&target.principal),
                     "signed_in": grant.is_some_and(|grant| grant.seal == Seal::Valid),
                     "scope": grant.map(|grant| grant.scope.clone()),
                     "expires_at": grant.and_then(|grant| grant.expires_at),
@@ -517,17 +565,17 @@ fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
     }
     let mut text = String::new();
     for (target, grant) in rows {
-        let (shown, login) = if target.read_only {
-            (
-                format!("{} (read-only)", target.name),
-                format!("hintgate auth login {} --read-only", target.name),
-            )
-        } else {
-            (
-                target.name.clone(),
-                format!("hintgate auth login {}", target.name),
-            )
-        };
+        let mut shown = target.name.clone();
+        let mut login = format!("hintgate auth login {}", target.name);
+        if target.read_only {
+            shown.push_str(" (read-only)");
+            login.push_str(" --read-only");
+        }
+        if !target.principal.is_empty() {
+            let principal = escape_line(&target.principal);
+            shown.push_str(&format!(" for principal {principal}"));
+            login.push_str(&format!(" --principal {principal}"));
+        }
         let line = match grant {
             None => format!("{shown}: not signed in ({login})\n"),
             Some(grant) if grant.seal != Seal::Valid => format!(
@@ -551,7 +599,7 @@ async fn logout(store: &dyn Store, name: &str, targets: &[Target]) -> Result<Exi
     let mut any = false;
     let mut exit = Exit::Success;
     for target in targets {
-        let Some(kept) = store.grant(&target.key, LOCAL_PRINCIPAL)? else {
+        let Some(kept) = store.grant(&target.key, &target.principal)? else {
             continue;
         };
         any = true;
@@ -570,7 +618,7 @@ async fn logout_one(store: &dyn Store, target: &Target, kept: KeptGrant) -> Resu
     let label = target.label();
     // The tokens are forgotten first: a revocation that fails leaves none
     // behind for the gateway to use.
-    store.delete_grant(&target.key, LOCAL_PRINCIPAL)?;
+    store.delete_grant(&target.key, &target.principal)?;
     let Some(secret) = kept.secret else {
         output::out(&format!(
             "Signed out of {label} (the stored login's seal did not verify: nothing to revoke).\n"

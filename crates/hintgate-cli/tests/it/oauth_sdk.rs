@@ -624,3 +624,191 @@ fn refresh_expiry_and_revocation_against_the_sdks_authorization_server() {
     assert!(issued["refresh_token"].as_u64().unwrap() >= 1, "{issued}");
     assert_no_token(dir.path(), &short, &[]);
 }
+
+/// Teams: a `--listen` gateway whose principals each sign in once. The
+/// gateway's own login (its listings) may read and write; Alice signed in
+/// for herself with `notes:read` only; Bob did not sign in. Alice's read
+/// goes with her token; her write goes with her token too, and the server
+/// refuses it, although the gateway's own token could write; Bob's calls
+/// fail naming his login, and none of them reaches the server with anyone
+/// else's token.
+#[test]
+fn each_listen_principal_calls_with_its_own_login_and_never_anothers() {
+    let notes = Notes::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &notes,
+        "scopes = [\"notes:read\", \"notes:write\"]\n",
+    );
+    let alice = crate::listen::add_token(dir.path(), "alice", "write");
+    let bob = crate::listen::add_token(dir.path(), "bob", "write");
+    let own = sign_in(dir.path(), &config, &notes, &["notes"]);
+    let hers = sign_in(
+        dir.path(),
+        &config,
+        &notes,
+        &["notes", "--principal", "alice", "--scope", "notes:read"],
+    );
+    assert!(
+        hers.contains(
+            "Signed in to `notes` for principal `alice`: granted `notes:read offline_access`"
+        ),
+        "{hers}"
+    );
+    let status = stdout(&auth(dir.path(), &config, &["status"]));
+    let lines: Vec<&str> = status.lines().collect();
+    assert!(
+        lines[0].starts_with("notes: signed in; granted `notes:read notes:write offline_access`"),
+        "{status}"
+    );
+    assert!(
+        lines[1].starts_with(
+            "notes for principal alice: signed in; granted `notes:read offline_access`"
+        ),
+        "{status}"
+    );
+    assert_eq!(lines.len(), 2, "Bob has no login: {status}");
+
+    let mut command = hintgate();
+    command
+        .current_dir(dir.path())
+        .env("HINTGATE_STATE_DIR", dir.path().join("state"))
+        .args(["run", "--listen", "127.0.0.1:0", "--config", &config]);
+    let gateway = crate::listen::Listening::spawn(command);
+    let calls = json!([
+        {"name": "notes__read_notes", "arguments": {}},
+        {"name": "notes__write_note", "arguments": {"text": "from alice"}},
+    ]);
+    let by_alice = crate::listen::sdk(
+        dir.path(),
+        &gateway.url,
+        Some(&alice),
+        "legacy",
+        calls.clone(),
+    );
+    let by_bob = crate::listen::sdk(dir.path(), &gateway.url, Some(&bob), "legacy", calls);
+    let log = gateway.stop();
+
+    assert_eq!(
+        by_alice["results"][0]["text"][0], "the first note",
+        "{by_alice}"
+    );
+    let refused = by_alice["results"][1].to_string();
+    assert!(
+        refused.contains("oauth-step-up-required")
+            && refused.contains(
+                "hintgate auth login notes --principal alice --scope notes:read --scope notes:write"
+            ),
+        "{by_alice}"
+    );
+    for result in by_bob["results"].as_array().unwrap() {
+        let shown = result.to_string();
+        assert!(
+            shown.contains("oauth-login-required")
+                && shown.contains("needs a login for principal `bob`")
+                && shown.contains("hintgate auth login notes --principal bob"),
+            "{by_bob}"
+        );
+    }
+    let state = notes.state();
+    assert_eq!(state["refused_writes"], 1, "{state}");
+    assert_eq!(state["notes"], json!(["the first note"]));
+
+    let records = log_json(dir.path(), &[]);
+    let of = |host: &str, tool: &str| -> Vec<&Value> {
+        records
+            .iter()
+            .filter(|record| {
+                record["kind"] == "call" && record["host"] == host && record["tool"] == tool
+            })
+            .collect()
+    };
+    assert_eq!(
+        of("alice", "read_notes")[0]["token_scope"],
+        "notes:read offline_access"
+    );
+    assert_eq!(
+        of("alice", "write_note")[0]["token_scope"],
+        "notes:read offline_access"
+    );
+    assert!(
+        of("bob", "read_notes")[0].get("token_scope").is_none(),
+        "Bob's call went with no token: {records:#?}"
+    );
+    assert_no_token(
+        dir.path(),
+        &notes,
+        &[
+            &own,
+            &hers,
+            &status,
+            &by_alice.to_string(),
+            &by_bob.to_string(),
+            &log,
+        ],
+    );
+
+    // Alice signs out; her calls then name her login again.
+    let out = auth(
+        dir.path(),
+        &config,
+        &["logout", "notes", "--principal", "alice"],
+    );
+    assert_eq!(
+        stdout(&out),
+        "Signed out of `notes` for principal `alice`; revoked its access_token and refresh_token.\n"
+    );
+    assert!(
+        stdout(&auth(dir.path(), &config, &["status"]))
+            .lines()
+            .count()
+            == 1
+    );
+}
+
+/// The same team before a server that speaks only the session-based era
+/// and serves a session only to the credential that opened it (the SDK's
+/// rule): Alice's call with her own login on the session the gateway
+/// opened is refused by the server (404), and hintgate fails that call,
+/// naming why, instead of taking the 404 for the end of the session; the
+/// gateway's own token never stands in for hers.
+#[test]
+fn a_server_that_binds_its_session_to_who_opened_it_refuses_a_principals_login_cleanly() {
+    let notes = Notes::start(&["--legacy-only"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &notes, "");
+    let alice = crate::listen::add_token(dir.path(), "alice", "write");
+    sign_in(dir.path(), &config, &notes, &["notes"]);
+    sign_in(
+        dir.path(),
+        &config,
+        &notes,
+        &["notes", "--principal", "alice"],
+    );
+    let mut command = hintgate();
+    command
+        .current_dir(dir.path())
+        .env("HINTGATE_STATE_DIR", dir.path().join("state"))
+        .args(["run", "--listen", "127.0.0.1:0", "--config", &config]);
+    let gateway = crate::listen::Listening::spawn(command);
+    let calls = json!([
+        {"name": "notes__read_notes", "arguments": {}},
+        {"name": "notes__read_notes", "arguments": {}},
+    ]);
+    let by_alice = crate::listen::sdk(dir.path(), &gateway.url, Some(&alice), "legacy", calls);
+    let log = gateway.stop();
+    for result in by_alice["results"].as_array().unwrap() {
+        let shown = result.to_string();
+        assert!(
+            shown.contains("oauth-principal-session-refused")
+                && shown.contains("principal `alice`"),
+            "{by_alice}"
+        );
+    }
+    assert!(
+        !log.contains("ended the HTTP session"),
+        "the session stood: {log}"
+    );
+    assert_no_token(dir.path(), &notes, &[&by_alice.to_string(), &log]);
+}

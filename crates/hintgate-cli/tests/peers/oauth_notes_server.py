@@ -26,11 +26,14 @@ dynamically registered public client. A revocation without the field gets
 an empty one before the SDK reads it; the SDK still authenticates the
 client as it registered (`none`: no secret; Basic: the header's).
 
-    oauth_notes_server.py [--access-ttl SECONDS] [--lying]
+    oauth_notes_server.py [--access-ttl SECONDS] [--lying] [--legacy-only]
 
 `--lying` makes `write_note` claim to only read (`readOnlyHint`), as a
 hostile server would: a gateway that believes it sends the write with
-whatever token it reads with. It prints `serving MCP at http://127.0.0.1:PORT/mcp` on stderr once it
+whatever token it reads with. `--legacy-only` refuses the 2026-07-28
+`server/discover` probe, so a client settles on the session-based era, in
+which the SDK serves a session only to the credential that opened it. It
+prints `serving MCP at http://127.0.0.1:PORT/mcp` on stderr once it
 listens. Tokens are random: a test never knows one, and never needs to.
 
 Test endpoints (no token is ever shown):
@@ -196,7 +199,7 @@ async def revoke_shim(app, scope, receive, send):
     await app(scope, replaying(body, receive), send)
 
 
-def scope_guard(app, provider, metadata_url):
+def scope_guard(app, provider, metadata_url, legacy_only):
     """`write_note` needs `notes:write`: a call to it with a token that
     lacks it is answered 403 `insufficient_scope`, naming what it needs."""
 
@@ -212,6 +215,19 @@ def scope_guard(app, provider, metadata_url):
             request = json.loads(body)
         except ValueError:
             request = None
+        if legacy_only and isinstance(request, dict) and request.get("method") == "server/discover":
+            refusal = json.dumps(
+                {"jsonrpc": "2.0", "id": request.get("id"), "error": {"code": -32601, "message": "Method not found"}}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(refusal)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": refusal})
+            return
         is_write = (
             isinstance(request, dict)
             and request.get("method") == "tools/call"
@@ -244,6 +260,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--access-ttl", type=int, default=3600)
     parser.add_argument("--lying", action="store_true")
+    parser.add_argument("--legacy-only", action="store_true")
     args = parser.parse_args()
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -315,7 +332,12 @@ def main():
     import anyio
     import uvicorn
 
-    app = scope_guard(server.streamable_http_app(), provider, f"{base}/.well-known/oauth-protected-resource/mcp")
+    app = scope_guard(
+        server.streamable_http_app(),
+        provider,
+        f"{base}/.well-known/oauth-protected-resource/mcp",
+        args.legacy_only,
+    )
 
     async def serve():
         listener.listen(64)

@@ -184,7 +184,9 @@ impl Gateway {
         } else {
             cx.arguments_or_empty().clone()
         };
-        let token_scope = super::pipeline::token_scope_of(&self.upstreams, cx);
+        let principal = self.principal_for_upstream(cx.request.session);
+        let token_scope =
+            super::pipeline::token_scope_of(&self.upstreams, cx, principal.as_deref());
         Some(render(
             &self.policy,
             &PromptInput {

@@ -514,10 +514,11 @@ impl Gateway {
         };
         cx.started = Some(Instant::now());
         let turn = self.turn;
+        let principal = self.principal_for_upstream(cx.request.session);
         let sent = self
             .upstreams
             .get_mut(target)
-            .map_or(Ok(()), |up| up.send_now(line, turn));
+            .map_or(Ok(()), |up| up.send_now(line, turn, principal));
         if let Err(err) = sent {
             // The server has left too much unread: the call is not queued
             // behind it; it fails now, with its outcome recorded (or is
@@ -820,7 +821,8 @@ impl Gateway {
                 parsed.as_ref()
             }
         };
-        let token_scope = token_scope_of(&self.upstreams, cx);
+        let principal = self.principal_for_upstream(cx.request.session);
+        let token_scope = token_scope_of(&self.upstreams, cx, principal.as_deref());
         let fields = CallFields {
             // The host's own id, which its log shows; the gateway's is an
             // artefact of the transport.
@@ -1018,13 +1020,14 @@ fn send_target(
 pub(super) fn token_scope_of(
     upstreams: &super::upstreams::Upstreams,
     cx: &CallContext,
+    principal: Option<&str>,
 ) -> Option<String> {
     let idx = cx.server?;
     let idx = match cx.instance {
         Instance::ReadOnly => upstreams.get(idx)?.read_only?,
         Instance::Full => idx,
     };
-    upstreams.get(idx)?.token_scope()
+    upstreams.get(idx)?.token_scope(principal.unwrap_or(""))
 }
 
 /// What the record says of a call's instance: for a server with a
