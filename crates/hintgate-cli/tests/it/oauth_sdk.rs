@@ -366,7 +366,12 @@ fn a_read_only_instance_signs_in_with_its_own_read_scoped_token() {
     for record in log_json(dir.path(), &[]) {
         assert!(validator.is_valid(&record), "{record}");
     }
-    assert_no_token(dir.path(), &notes, &[&full, &read_only, &status, &answers]);
+    let shown_prompts = prompts.borrow().join("\n");
+    assert_no_token(
+        dir.path(),
+        &notes,
+        &[&full, &read_only, &status, &answers, &shown_prompts],
+    );
 
     // Logout signs out of both logins and revokes their four tokens.
     let out = auth(dir.path(), &config, &["logout", "notes"]);
@@ -531,6 +536,7 @@ fn a_step_up_is_never_granted_silently_and_names_the_login() {
             && shown.contains("hintgate auth login notes --scope notes:read --scope notes:write"),
         "{shown}"
     );
+    let asked = prompts.borrow().join("\n");
     {
         // The server is untrusted: the person approved the read and the
         // write, each prompt naming the token by its scopes.
@@ -563,7 +569,7 @@ fn a_step_up_is_never_granted_silently_and_names_the_login() {
     let wrote_now = host.call("notes__write_note", json!({"text": "more"}));
     assert_eq!(text(&wrote_now), "noted (2 notes)", "{wrote_now}");
     host.close();
-    assert_no_token(dir.path(), &notes, &[&said, &shown]);
+    assert_no_token(dir.path(), &notes, &[&said, &shown, &asked]);
 }
 
 /// The whole browser-less life of a login against the SDK's authorization
