@@ -454,15 +454,17 @@ impl Shared {
         // session the gateway opened with its own: a server that serves a
         // session only to the credential that opened it answers 404. That
         // fails the request; the session stands for everyone else.
-        if status.as_u16() == 404 && session_id.is_some() && !principal.is_empty() {
-            if let Some(auth) = &self.auth {
-                self.fail_request(
-                    id.as_deref().filter(|_| is_request),
-                    &auth.session_refused(principal),
-                )
-                .await;
-                return;
-            }
+        if status.as_u16() == 404
+            && session_id.is_some()
+            && !principal.is_empty()
+            && let Some(auth) = &self.auth
+        {
+            self.fail_request(
+                id.as_deref().filter(|_| is_request),
+                &auth.session_refused(principal),
+            )
+            .await;
+            return;
         }
         if status.as_u16() == 404 && session_id.is_some() {
             self.emit(UpstreamEvent::Closed(
