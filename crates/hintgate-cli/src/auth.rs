@@ -398,6 +398,7 @@ async fn login(store: &dyn Store, target: &Target, scope: &[String], device: boo
     );
     let scope = tokens.scopes.join(" ");
     let expires_at = tokens.expires_at.and_then(|at| i64::try_from(at).ok());
+    let replaced = store.grant(&target.key, &target.principal)?;
     store.put_grant(&NewGrant {
         server: &target.key,
         principal: &target.principal,
@@ -406,6 +407,7 @@ async fn login(store: &dyn Store, target: &Target, scope: &[String], device: boo
         updated_at: i64::try_from(clock.now()).unwrap_or(i64::MAX),
         secret: &secret,
     })?;
+    revoke_replaced(replaced, target).await?;
     output::out(&format!(
         "Signed in to {}: granted {}; {}{}.\n",
         target.label(),
@@ -614,6 +616,60 @@ async fn logout(store: &dyn Store, name: &str, targets: &[Target]) -> Result<Exi
     Ok(exit)
 }
 
+/// Revokes the access and refresh tokens of `login` at its authorization
+/// server's revocation endpoint: which were, and what went wrong.
+async fn revoke_login(
+    login: &StoredLogin,
+    target: &Target,
+) -> Result<(Vec<&'static str>, Vec<String>)> {
+    let meta = login.server();
+    let http = ReqwestClient::guarded(
+        REQUEST_DEADLINE,
+        AddressGuard::for_server(&target.url).await,
+    )
+    .map_err(|err| failed(&err))?;
+    let client = login
+        .client(secret_source(&target.oauth).as_ref())
+        .map_err(|err| failed(&err))?;
+    let mut revoked = Vec::new();
+    let mut problems = Vec::new();
+    for (token, hint) in [
+        (Some(&login.tokens.access_token), "access_token"),
+        (login.tokens.refresh_token.as_ref(), "refresh_token"),
+    ] {
+        let Some(token) = token else { continue };
+        match flow::revoke(&http, &meta, &client, token, hint).await {
+            Ok(_) => revoked.push(hint),
+            Err(err) => problems.push(format!("{hint}: {}", failed(&err))),
+        }
+    }
+    Ok((revoked, problems))
+}
+
+/// A login that a new one replaced: its tokens are revoked where the
+/// authorization server can (best effort; said on standard error when it
+/// fails), so that no token hintgate no longer keeps stays good.
+async fn revoke_replaced(store_kept: Option<KeptGrant>, target: &Target) -> Result<()> {
+    let Some(secret) = store_kept.and_then(|kept| kept.secret) else {
+        return Ok(());
+    };
+    let Ok(login) = StoredLogin::from_json(secret.expose()) else {
+        return Ok(());
+    };
+    if login.server().revocation_endpoint.is_none() {
+        return Ok(());
+    }
+    let (_, problems) = revoke_login(&login, target).await?;
+    if !problems.is_empty() {
+        output::err(&format!(
+            "The previous login of {} was replaced, but its authorization server did not revoke: {}\n",
+            target.label(),
+            escape_line(&problems.join("; "))
+        ))?;
+    }
+    Ok(())
+}
+
 async fn logout_one(store: &dyn Store, target: &Target, kept: KeptGrant) -> Result<Exit> {
     let label = target.label();
     // The tokens are forgotten first: a revocation that fails leaves none
@@ -633,26 +689,7 @@ async fn logout_one(store: &dyn Store, target: &Target, kept: KeptGrant) -> Resu
         ))?;
         return Ok(Exit::Success);
     }
-    let http = ReqwestClient::guarded(
-        REQUEST_DEADLINE,
-        AddressGuard::for_server(&target.url).await,
-    )
-    .map_err(|err| failed(&err))?;
-    let client = login
-        .client(secret_source(&target.oauth).as_ref())
-        .map_err(|err| failed(&err))?;
-    let mut revoked = Vec::new();
-    let mut problems = Vec::new();
-    for (token, hint) in [
-        (Some(login.tokens.access_token), "access_token"),
-        (login.tokens.refresh_token, "refresh_token"),
-    ] {
-        let Some(token) = token else { continue };
-        match flow::revoke(&http, &meta, &client, &token, hint).await {
-            Ok(_) => revoked.push(hint),
-            Err(err) => problems.push(format!("{hint}: {}", failed(&err))),
-        }
-    }
+    let (revoked, problems) = revoke_login(&login, target).await?;
     if problems.is_empty() {
         output::out(&format!(
             "Signed out of {label}; revoked its {}.\n",

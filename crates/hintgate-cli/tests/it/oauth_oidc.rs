@@ -1,10 +1,14 @@
-//! hintgate as a service account (the client credentials grant) of a real
+//! hintgate as a service account (the client credentials grant) and on a
+//! machine without a browser (the device grant) against a real
 //! authorization server: `oidc-provider` from npm, installed by
-//! `scripts/setup-peers`, whose client authentication, client credentials
-//! grant, resource indicators, revocation and metadata are its own code.
-//! The resource server beside it (`tests/peers/oidc_notes_server.cjs`)
-//! takes only the tokens oidc-provider issued for it, with the scope each
-//! tool needs. No person and no browser take part.
+//! `scripts/setup-peers`, whose client authentication, grants, device
+//! pages, development sign-in and consent pages, refresh with rotation,
+//! resource indicators, revocation and metadata are its own code. The
+//! resource server beside it (`tests/peers/oidc_notes_server.cjs`) takes
+//! only the tokens oidc-provider issued for it, with the scope each tool
+//! needs. No browser takes part; for the device grant the person on the
+//! other device is `tests/peers/oidc_person.py`, which submits
+//! oidc-provider's pages as a browser would.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
@@ -69,6 +73,16 @@ impl Notes {
         }
     }
 
+    fn post(&self, path: &str) {
+        let answer = crate::util::http(
+            &self.base,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
     fn get(&self, path: &str) -> Value {
         let answer = crate::util::http(
             &self.base,
@@ -89,9 +103,9 @@ impl Drop for Notes {
 /// Client credentials end to end: `hintgate auth login` gets a token with
 /// the client's secret from a private file and nothing else, the gateway's
 /// read goes with it, a write the server refuses for want of `notes:write`
-/// fails naming the login with more scopes, that login gets them, and
-/// `logout` revokes the token at oidc-provider, after which the server
-/// takes it no more.
+/// fails naming the login with more scopes, that login gets them (and the
+/// token it replaces is revoked), and `logout` revokes the token at
+/// oidc-provider: no token hintgate was given stands.
 #[test]
 fn a_service_account_signs_in_with_client_credentials_at_oidc_provider() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,7 +146,7 @@ fn a_service_account_signs_in_with_client_credentials_at_oidc_provider() {
         ) && said.ends_with(", with no refresh token (sign in again then).\n"),
         "{said}"
     );
-    assert_eq!(notes.get("/test/state")["issued"], 1);
+    assert_eq!(notes.get("/test/state")["issued"]["client_credentials"], 1);
 
     let mut host = Host::start(dir.path(), &["run", "--config", &config], &[]);
     host.respond_with(|_| json!({"action": "accept", "content": {"approve": true}}));
@@ -178,7 +192,10 @@ fn a_service_account_signs_in_with_client_credentials_at_oidc_provider() {
         "Signed out of `notes`; revoked its access_token.\n"
     );
     let server = notes.get("/test/state");
-    assert_eq!(server["revoked"], 1, "{server}");
+    // The first token was revoked when the wider login replaced it, the
+    // second on logout: none stands.
+    assert_eq!(server["revoked"], 2, "{server}");
+    assert_eq!(server["live"]["client_credentials"], 0, "{server}");
     assert_eq!(server["refused_writes"], 1);
     assert_eq!(server["notes"], json!(["the first note", "y"]));
 
@@ -208,6 +225,153 @@ fn a_service_account_signs_in_with_client_credentials_at_oidc_provider() {
     for place in &places {
         assert!(!place.contains("svc-SECRET"), "the client secret leaked");
         for token in &issued {
+            assert!(!place.contains(token.as_str()), "a token leaked");
+        }
+    }
+}
+
+/// Every token `notes` issued, to search for.
+fn issued(notes: &Notes) -> Vec<String> {
+    notes
+        .get("/test/issued")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| token.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The device grant end to end, with no browser on this machine: `hintgate
+/// auth login` prints oidc-provider's verification address and code, the
+/// person enters them on "another device" (oidc-provider's own device,
+/// sign-in and consent pages), hintgate polls until the token comes; the
+/// gateway's calls go with it, the server stops taking it and the gateway
+/// refreshes it once (oidc-provider rotates the refresh token), and
+/// `logout` revokes the pair.
+#[test]
+fn a_login_on_another_device_against_oidc_provider_is_refreshed_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("client-secret");
+    std::fs::write(&secret, "unused-SECRET\n").unwrap();
+    let notes = Notes::start(&secret);
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.notes]\nurl = \"{}/mcp\"\ntrust = \"trusted\"\n\n[servers.notes.oauth]\nclient_id = \"hintgate-device\"\ngrant = \"device\"\nscopes = [\"notes:read\"]\n",
+            notes.base
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let state = dir.path().join("state").display().to_string();
+
+    let mut child = crate::util::hintgate()
+        .current_dir(dir.path())
+        .args([
+            "auth",
+            "--config",
+            &config,
+            "--state-dir",
+            &state,
+            "login",
+            "notes",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let mut asked = String::new();
+    errors.read_line(&mut asked).unwrap();
+    let (uri, code_shown) = asked
+        .trim()
+        .strip_prefix("To sign in to `notes`, open ")
+        .and_then(|rest| rest.split_once(" and enter the code "))
+        .unwrap_or_else(|| panic!("{asked}"));
+    assert!(
+        uri.starts_with(&format!("{}/device", notes.base)),
+        "{asked}"
+    );
+    let person = Command::new(crate::peers::venv_bin("python"))
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/oidc_person.py"))
+        .args([uri, code_shown])
+        .output()
+        .unwrap();
+    assert!(
+        person.status.success(),
+        "the person could not approve: {}",
+        String::from_utf8_lossy(&person.stdout)
+    );
+    let out = child.wait_with_output().unwrap();
+    let said = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.starts_with(
+            "Signed in to `notes`: granted `notes:read`; the access token expires at "
+        ) && said.ends_with(", refreshed as it expires.\n"),
+        "{said}"
+    );
+
+    let mut host = Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.initialize(json!({}));
+    let read = host.call("notes__read_notes", json!({}));
+    assert_eq!(text(&read), "the first note", "{read}");
+    notes.post("/test/expire");
+    let again = host.call("notes__read_notes", json!({}));
+    assert_eq!(text(&again), "the first note", "{again}");
+    host.close();
+    let server = notes.get("/test/state");
+    assert_eq!(
+        server["issued"],
+        json!({"client_credentials": 0, "access": 2, "refresh": 2}),
+        "one login, one refresh that rotated the refresh token: {server}"
+    );
+
+    let out = run(
+        dir.path(),
+        &[
+            "auth",
+            "--config",
+            &config,
+            "--state-dir",
+            &state,
+            "logout",
+            "notes",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "Signed out of `notes`; revoked its access_token and refresh_token.\n"
+    );
+    // Nothing hintgate held stands: the refreshed pair was revoked, the
+    // first refresh token was spent by the rotation.
+    let after = notes.get("/test/state");
+    assert_eq!(
+        after["live"],
+        json!({"client_credentials": 0, "access": 0, "refresh": 0}),
+        "{after}"
+    );
+
+    let tokens = issued(&notes);
+    let mut places = vec![
+        asked.clone(),
+        said,
+        read.to_string(),
+        again.to_string(),
+        stdout(&out),
+        std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap(),
+        stdout(&run(dir.path(), &["log", "--state-dir", &state, "--json"])),
+    ];
+    for entry in std::fs::read_dir(dir.path().join("state")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            places.push(String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned());
+        }
+    }
+    for place in &places {
+        for token in &tokens {
             assert!(!place.contains(token.as_str()), "a token leaked");
         }
     }

@@ -1,7 +1,10 @@
 // A remote MCP server behind OAuth whose authorization server is
 // `oidc-provider` (npm, a certified OpenID Provider and OAuth 2.0
 // authorization server), for the end-to-end test of hintgate as a service
-// account: the client credentials grant, resource indicators (RFC 8707),
+// account and on a machine without a browser: the client credentials grant,
+// the device authorization grant (RFC 8628) with oidc-provider's own device
+// pages and its development sign-in and consent pages (a test plays the
+// person there), refresh with rotation, resource indicators (RFC 8707),
 // revocation (RFC 7009) and the metadata are oidc-provider's code. This
 // file adds the resource server: a minimal MCP endpoint (JSON answers, no
 // session) that takes only access tokens oidc-provider issued for it, found
@@ -11,16 +14,19 @@
 //
 //     node oidc_notes_server.cjs SECRET_FILE
 //
-// registers one confidential client, `hintgate-service`, whose secret is
-// read from SECRET_FILE, and prints `serving MCP at http://127.0.0.1:PORT/mcp`
+// registers a confidential client, `hintgate-service` (client credentials),
+// whose secret is read from SECRET_FILE, and a public one,
+// `hintgate-device` (the device grant and refresh), and prints `serving MCP at http://127.0.0.1:PORT/mcp`
 // on stderr once it listens. Run with NODE_PATH naming the node_modules
 // that hold oidc-provider.
 //
 // Test endpoints (no token is ever shown but by /test/issued):
 //
-//     GET /test/state   tokens issued and revoked, writes refused, the notes
-//     GET /test/issued  every access token issued, so that a test can
-//                       search what hintgate wrote for them
+//     GET  /test/state   tokens issued, still standing, and revoked; writes
+//                        refused; the notes
+//     GET  /test/issued  every access and refresh token issued, so that a
+//                        test can search what hintgate wrote for them
+//     POST /test/expire  the resource server takes no token issued so far
 
 'use strict';
 
@@ -31,7 +37,10 @@ const { default: Provider, errors } = require('oidc-provider');
 const secret = fs.readFileSync(process.argv[2], 'utf8').trim();
 const notes = ['the first note'];
 const issued = [];
+const counts = { client_credentials: 0, access: 0, refresh: 0 };
+const byKind = { client_credentials: [], access: [], refresh: [] };
 let revoked = 0;
+let expired = new Set();
 let refusedWrites = 0;
 
 const server = http.createServer();
@@ -42,6 +51,13 @@ server.listen(0, '127.0.0.1', () => {
   const provider = new Provider(base, {
     clients: [
       {
+        client_id: 'hintgate-device',
+        token_endpoint_auth_method: 'none',
+        grant_types: ['urn:ietf:params:oauth:grant-type:device_code', 'refresh_token'],
+        redirect_uris: [],
+        response_types: [],
+      },
+      {
         client_id: 'hintgate-service',
         client_secret: secret,
         grant_types: ['client_credentials'],
@@ -50,9 +66,10 @@ server.listen(0, '127.0.0.1', () => {
         token_endpoint_auth_method: 'client_secret_basic',
       },
     ],
-    scopes: ['notes:read', 'notes:write'],
+    scopes: ['openid', 'offline_access', 'notes:read', 'notes:write'],
     features: {
-      devInteractions: { enabled: false },
+      devInteractions: { enabled: true },
+      deviceFlow: { enabled: true },
       clientCredentials: { enabled: true },
       revocation: { enabled: true },
       resourceIndicators: {
@@ -68,10 +85,19 @@ server.listen(0, '127.0.0.1', () => {
       },
     },
   });
-  provider.on('client_credentials.saved', (token) => issued.push(token.jti));
-  provider.on('client_credentials.destroyed', () => {
-    revoked += 1;
-  });
+  const saved = (kind) => (token) => {
+    issued.push(token.jti);
+    byKind[kind].push(token.jti);
+    counts[kind] += 1;
+  };
+  provider.on('client_credentials.saved', saved('client_credentials'));
+  provider.on('access_token.saved', saved('access'));
+  provider.on('refresh_token.saved', saved('refresh'));
+  for (const kind of ['client_credentials', 'access_token', 'refresh_token']) {
+    provider.on(`${kind}.destroyed`, () => {
+      revoked += 1;
+    });
+  }
   const callback = provider.callback();
 
   const json = (res, status, body, headers = {}) => {
@@ -91,8 +117,10 @@ server.listen(0, '127.0.0.1', () => {
   const mcp = async (req, res, body) => {
     const header = req.headers.authorization || '';
     const value = header.startsWith('Bearer ') ? header.slice(7) : '';
-    const token = value ? await provider.ClientCredentials.find(value) : undefined;
-    if (!token || token.isExpired || token.aud !== resource) {
+    const token = value
+      ? (await provider.AccessToken.find(value)) || (await provider.ClientCredentials.find(value))
+      : undefined;
+    if (!token || token.isExpired || expired.has(value) || token.aud !== resource) {
       refuse(res, 401, 'invalid_token');
       return;
     }
@@ -161,7 +189,32 @@ server.listen(0, '127.0.0.1', () => {
     } else if (path === '/.well-known/oauth-protected-resource/mcp') {
       json(res, 200, { resource, authorization_servers: [base], scopes_supported: ['notes:read', 'notes:write'] });
     } else if (path === '/test/state') {
-      json(res, 200, { issued: issued.length, revoked, refused_writes: refusedWrites, notes });
+      // How many of the tokens issued still stand (not revoked, spent or
+      // expired), by kind.
+      const live = async (model, jtis) => {
+        let count = 0;
+        for (const jti of jtis) {
+          const found = await model.find(jti);
+          if (found && !found.isExpired && !found.consumed) {
+            count += 1;
+          }
+        }
+        return count;
+      };
+      Promise.all([
+        live(provider.ClientCredentials, byKind.client_credentials),
+        live(provider.AccessToken, byKind.access),
+        live(provider.RefreshToken, byKind.refresh),
+      ]).then(([cc, access, refresh]) => json(res, 200, {
+        issued: counts,
+        live: { client_credentials: cc, access, refresh },
+        revoked,
+        refused_writes: refusedWrites,
+        notes,
+      }));
+    } else if (path === '/test/expire' && req.method === 'POST') {
+      expired = new Set(issued);
+      json(res, 200, {});
     } else if (path === '/test/issued') {
       json(res, 200, issued);
     } else {
