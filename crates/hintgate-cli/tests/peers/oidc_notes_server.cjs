@@ -12,11 +12,12 @@
 // `read_notes` needs `notes:read`, `write_note` needs `notes:write` (a 403
 // `insufficient_scope` naming what it needs otherwise).
 //
-//     node oidc_notes_server.cjs SECRET_FILE
+//     node oidc_notes_server.cjs SECRET_FILE [SERVICE_TTL]
 //
 // registers a confidential client, `hintgate-service` (client credentials),
 // whose secret is read from SECRET_FILE, and a public one,
-// `hintgate-device` (the device grant and refresh), and prints `serving MCP at http://127.0.0.1:PORT/mcp`
+// `hintgate-device` (the device grant and refresh); the service account's
+// tokens live SERVICE_TTL seconds (default 3600), and it prints `serving MCP at http://127.0.0.1:PORT/mcp`
 // on stderr once it listens. Run with NODE_PATH naming the node_modules
 // that hold oidc-provider.
 //
@@ -35,6 +36,7 @@ const http = require('node:http');
 const { default: Provider, errors } = require('oidc-provider');
 
 const secret = fs.readFileSync(process.argv[2], 'utf8').trim();
+const serviceTtl = Number(process.argv[3] || 3600);
 const notes = ['the first note'];
 const issued = [];
 const counts = { client_credentials: 0, access: 0, refresh: 0 };
@@ -76,11 +78,12 @@ server.listen(0, '127.0.0.1', () => {
         enabled: true,
         defaultResource: () => resource,
         useGrantedResource: () => true,
-        getResourceServerInfo: (ctx, asked) => {
+        getResourceServerInfo: (ctx, asked, client) => {
           if (asked !== resource) {
             throw new errors.InvalidTarget();
           }
-          return { scope: 'notes:read notes:write', accessTokenFormat: 'opaque', accessTokenTTL: 3600 };
+          const ttl = client.clientId === 'hintgate-service' ? serviceTtl : 3600;
+          return { scope: 'notes:read notes:write', accessTokenFormat: 'opaque', accessTokenTTL: ttl };
         },
       },
     },
