@@ -418,10 +418,28 @@ fn browse(address: &str) {
 }
 
 /// Every byte hintgate left where a person or a host can read it: its
-/// output, and the state directory's files (the database among them).
+/// output, the gateway's log, the audit log as `hintgate log` shows it, and
+/// the state directory's files (the database among them).
 fn assert_no_token(dir: &Path, outputs: &[&str]) {
     for output in outputs {
         assert!(!output.contains("SECRET"), "a token was printed: {output}");
+    }
+    let gateway_log = std::fs::read_to_string(dir.join("hintgate.stderr")).unwrap_or_default();
+    assert!(
+        !gateway_log.contains("SECRET"),
+        "a token is in the gateway's log"
+    );
+    if dir.join("state").exists() {
+        let state = dir.join("state").display().to_string();
+        for format in [&["--json"][..], &[][..]] {
+            let mut args = vec!["log", "--state-dir", state.as_str()];
+            args.extend_from_slice(format);
+            let shown = stdout(&run(dir, &args));
+            assert!(
+                !shown.contains("SECRET"),
+                "a token is in the audit log: {shown}"
+            );
+        }
     }
     for entry in std::fs::read_dir(dir.join("state")).unwrap() {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();
