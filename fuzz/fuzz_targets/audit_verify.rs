@@ -170,6 +170,7 @@ fn make_template() -> Option<Template> {
                     request: "1".into(),
                     server: "fs".into(),
                     session: "fuzz".into(),
+                    token_scope: None,
                     tool: tool.into(),
                     verdict,
                 })),

@@ -253,6 +253,14 @@ pub enum AuthCommand {
         /// for a machine without a browser.
         #[arg(long)]
         device: bool,
+        /// Sign in the server's read-only instance: a token of its own,
+        /// asked for with `[servers.SERVER.read_only] scopes` only.
+        #[arg(long)]
+        read_only: bool,
+        /// Sign in for the `--listen` principal NAME (a host token's
+        /// name): that principal's calls go with this login and no other.
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
     },
     /// The servers of the config that sign in with OAuth: signed in or
     /// not, the scopes granted and until when (never a token).
@@ -261,11 +269,17 @@ pub enum AuthCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Forget the tokens of `SERVER`, and revoke them where its
-    /// authorization server can.
+    /// Forget the tokens of `SERVER` (its read-only instance's too), and
+    /// revoke them where its authorization server can.
     Logout {
         /// The server's name in the config.
         server: String,
+        /// Sign out the read-only instance only.
+        #[arg(long)]
+        read_only: bool,
+        /// Sign out the `--listen` principal NAME's logins.
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
     },
 }
 

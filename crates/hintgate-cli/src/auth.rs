@@ -15,21 +15,22 @@ use hintgate_oauth::flow::{self, Pkce};
 use hintgate_oauth::loopback::RedirectListener;
 use hintgate_oauth::metadata::{self, ServerMetadata};
 use hintgate_oauth::register::{self, Client, ClientSettings, RegistrationPlan, SecretSource};
-use hintgate_oauth::stored::StoredLogin;
+use hintgate_oauth::stored::{StoredLogin, grant_key, scopes_beyond};
 use hintgate_oauth::{
-    Clock as _, HttpClient as _, HttpRequest, OAuthError, ReqwestClient, Secret, SystemClock,
+    AddressGuard, Clock as _, HttpClient as _, HttpRequest, OAuthError, ReqwestClient, Secret,
+    SystemClock,
 };
 use hintgate_policy::config::{OAuthConfig, OAuthGrant, Transport, ValidConfig};
 use hintgate_policy::sanitize::escape_line;
-use hintgate_store::{GrantSecret, NewGrant, Seal, Store};
+use hintgate_store::{GrantInfo, GrantSecret, KeptGrant, NewGrant, Seal, Store};
 
 use crate::args::{AuthArgs, AuthCommand};
 use crate::exit::Exit;
 use crate::load::InputError;
 use crate::output;
 
-/// The principal of a login made on the command line: the gateway's single
-/// user (a `--listen` gateway's principals sign in on their own, later).
+/// The principal of a login made on the command line without
+/// `--principal`: the gateway's own (its listings, a stdio host's calls).
 const LOCAL_PRINCIPAL: &str = "";
 
 /// How long a login waits for the browser's redirect.
@@ -70,35 +71,137 @@ pub fn run(args: &AuthArgs) -> Result<Exit> {
             server,
             scope,
             device,
+            read_only,
+            principal,
         } => {
-            let (url, oauth) = oauth_server(&config, server)?;
-            runtime.block_on(login(store.as_ref(), server, &url, &oauth, scope, *device))
+            let mut target = Target::of(&config, server, *read_only)?;
+            target.principal = checked_principal(principal.as_deref())?;
+            if target.read_only && !scope.is_empty() {
+                return Err(InputError(format!(
+                    "--scope does not apply with --read-only: the read-only instance's token is asked for with `[servers.{}.read_only] scopes` only",
+                    escape_line(server)
+                ))
+                .into());
+            }
+            runtime.block_on(login(store.as_ref(), &target, scope, *device))
         }
         AuthCommand::Status { json } => status(store.as_ref(), &config, *json),
-        AuthCommand::Logout { server } => {
-            let (url, oauth) = oauth_server(&config, server)?;
-            runtime.block_on(logout(store.as_ref(), server, &url, &oauth))
+        AuthCommand::Logout {
+            server,
+            read_only,
+            principal,
+        } => {
+            let principal = checked_principal(principal.as_deref())?;
+            let mut targets = Vec::new();
+            if !*read_only {
+                targets.push(Target::of(&config, server, false)?);
+            }
+            if let Ok(target) = Target::of(&config, server, true) {
+                targets.push(target);
+            } else if *read_only {
+                Target::of(&config, server, true)?;
+            }
+            for target in &mut targets {
+                target.principal.clone_from(&principal);
+            }
+            runtime.block_on(logout(store.as_ref(), server, &targets))
         }
     }
 }
 
-/// The URL and `[servers.NAME.oauth]` table of the server `name` (an
-/// absent table signs in with the defaults).
-fn oauth_server(config: &ValidConfig, name: &str) -> Result<(String, OAuthConfig)> {
-    let Some(server) = config.servers.get(name) else {
-        return Err(InputError(format!(
-            "no server is named `{}` in the config",
-            escape_line(name)
-        ))
-        .into());
+/// The principal a login is for: `--principal NAME` (one name of at most
+/// 256 characters, without spaces or control characters, as a host
+/// token's), else the command line's own.
+fn checked_principal(principal: Option<&str>) -> Result<String> {
+    let Some(name) = principal else {
+        return Ok(LOCAL_PRINCIPAL.to_owned());
     };
-    match &server.transport {
-        Transport::Http { url, .. } => Ok((url.clone(), server.oauth.clone().unwrap_or_default())),
-        Transport::Stdio { .. } => Err(InputError(format!(
-            "servers.{}: a stdio server does not sign in with OAuth (only a `url` server does)",
-            escape_line(name)
-        ))
-        .into()),
+    if name.is_empty()
+        || name.len() > 256
+        || name.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(InputError(
+            "--principal must be one name of at most 256 characters, without spaces or control characters".to_owned(),
+        )
+        .into());
+    }
+    Ok(name.to_owned())
+}
+
+/// One login of a server: its own (full) instance's, or its read-only
+/// instance's, whose token is asked for with the read-only table's scopes
+/// and kept under its own key; the command line's, or a `--listen`
+/// principal's.
+#[derive(Debug, Clone)]
+struct Target {
+    /// The server's name in the config.
+    name: String,
+    /// The URL the instance is reached at.
+    url: String,
+    /// How it signs in.
+    oauth: OAuthConfig,
+    /// The store's key for its login.
+    key: String,
+    /// Whether this is the read-only instance's login.
+    read_only: bool,
+    /// The principal it is for (`""`: the command line's).
+    principal: String,
+}
+
+impl Target {
+    /// The login of the server `name` (its read-only instance's with
+    /// `read_only`); an absent `oauth` table signs in with the defaults.
+    fn of(config: &ValidConfig, name: &str, read_only: bool) -> Result<Self> {
+        let Some(server) = config.servers.get(name) else {
+            return Err(InputError(format!(
+                "no server is named `{}` in the config",
+                escape_line(name)
+            ))
+            .into());
+        };
+        let instance = if read_only {
+            match server.read_only.as_ref().and_then(|table| table.scopes.as_ref()) {
+                Some(_) => server.read_only_instance(),
+                None => None,
+            }
+            .ok_or_else(|| {
+                InputError(format!(
+                    "servers.{}: no read-only instance signs in with a token of its own (`[servers.{}.read_only] scopes`)",
+                    escape_line(name),
+                    escape_line(name)
+                ))
+            })?
+        } else {
+            server.clone()
+        };
+        match &instance.transport {
+            Transport::Http { url, .. } => Ok(Self {
+                name: name.to_owned(),
+                url: url.clone(),
+                oauth: instance.oauth.clone().unwrap_or_default(),
+                key: grant_key(url, read_only),
+                read_only,
+                principal: LOCAL_PRINCIPAL.to_owned(),
+            }),
+            Transport::Stdio { .. } => Err(InputError(format!(
+                "servers.{}: a stdio server does not sign in with OAuth (only a `url` server does)",
+                escape_line(name)
+            ))
+            .into()),
+        }
+    }
+
+    /// How messages name it: `` `docs` ``, `` `docs` (read-only
+    /// instance) ``, `` `docs` for principal `alice` ``.
+    fn label(&self) -> String {
+        let mut label = format!("`{}`", self.name);
+        if self.read_only {
+            label.push_str(" (read-only instance)");
+        }
+        if !self.principal.is_empty() {
+            label.push_str(&format!(" for principal `{}`", self.principal));
+        }
+        label
     }
 }
 
@@ -138,15 +241,10 @@ async fn probe(http: &ReqwestClient, url: &str) -> Option<BearerChallenge> {
     parse_www_authenticate(&response.header_values("www-authenticate"))
 }
 
-async fn login(
-    store: &dyn Store,
-    name: &str,
-    url: &str,
-    oauth: &OAuthConfig,
-    scope: &[String],
-    device: bool,
-) -> Result<Exit> {
-    let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
+async fn login(store: &dyn Store, target: &Target, scope: &[String], device: bool) -> Result<Exit> {
+    let (name, url, oauth) = (target.name.as_str(), target.url.as_str(), &target.oauth);
+    let http = ReqwestClient::guarded(REQUEST_DEADLINE, AddressGuard::for_server(url).await)
+        .map_err(|err| failed(&err))?;
     let clock = SystemClock;
     let challenge = probe(&http, url).await;
     let resource = metadata::discover_resource(
@@ -289,6 +387,9 @@ async fn login(
             (tokens, client)
         }
     };
+    if target.read_only {
+        refuse_widened(&http, &meta, &client, &tokens, target).await?;
+    }
     let secret = GrantSecret::new(
         StoredLogin::new(tokens.clone(), &meta, &client, &resource.resource)
             .to_json()
@@ -297,25 +398,69 @@ async fn login(
     );
     let scope = tokens.scopes.join(" ");
     let expires_at = tokens.expires_at.and_then(|at| i64::try_from(at).ok());
+    let replaced = store.grant(&target.key, &target.principal)?;
     store.put_grant(&NewGrant {
-        server: url,
-        principal: LOCAL_PRINCIPAL,
+        server: &target.key,
+        principal: &target.principal,
         scope: &scope,
         expires_at,
         updated_at: i64::try_from(clock.now()).unwrap_or(i64::MAX),
         secret: &secret,
     })?;
+    revoke_replaced(replaced, target).await?;
     output::out(&format!(
-        "Signed in to `{name}`: granted {}; {}{}.\n",
+        "Signed in to {}: granted {}; {}{}.\n",
+        target.label(),
         shown_scope(&scope),
         expiry(expires_at),
         if tokens.refresh_token.is_some() {
             ", refreshed as it expires"
+        } else if grant == OAuthGrant::ClientCredentials {
+            ", renewed with the client's secret as it expires"
         } else {
             ", with no refresh token (sign in again then)"
         }
     ))?;
     Ok(Exit::Success)
+}
+
+/// A read-only instance's token must carry no scope beyond
+/// `[servers.NAME.read_only] scopes`: one an authorization server widened
+/// is revoked (where it can be) and not kept, since the vouch for the
+/// instance would rest on it.
+async fn refuse_widened(
+    http: &ReqwestClient,
+    meta: &ServerMetadata,
+    client: &Client,
+    tokens: &flow::TokenSet,
+    target: &Target,
+) -> Result<()> {
+    let allowed = target.oauth.scopes.clone().unwrap_or_default();
+    let beyond = scopes_beyond(&tokens.scopes, &allowed);
+    if beyond.is_empty() {
+        return Ok(());
+    }
+    for (token, hint) in [
+        (Some(&tokens.access_token), "access_token"),
+        (tokens.refresh_token.as_ref(), "refresh_token"),
+    ] {
+        if let Some(token) = token
+            && meta.revocation_endpoint.is_some()
+        {
+            let _ = flow::revoke(http, meta, client, token, hint).await;
+        }
+    }
+    Err(anyhow::anyhow!(
+        "oauth-read-only-scope-widened: the authorization server granted {} beyond the read-only scopes {} of {}: the token is not kept{}",
+        shown_scope(&beyond.join(" ")),
+        shown_scope(&allowed.join(" ")),
+        target.label(),
+        if meta.revocation_endpoint.is_some() {
+            " (it was revoked)"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// The client for a login, in the spec's order (pre-registered, client ID
@@ -369,27 +514,45 @@ fn expiry(expires_at: Option<i64>) -> String {
     }
 }
 
+/// The logins of the config's servers, with what the store keeps of each:
+/// every `url` server with an `oauth` table (or a kept login), and the
+/// read-only instance of each server whose `read_only` table names
+/// `scopes`.
 fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
     let grants = store.grants()?;
     let mut rows = Vec::new();
     for (name, server) in &config.servers {
-        let Transport::Http { url, .. } = &server.transport else {
-            continue;
-        };
-        let grant = grants
-            .iter()
-            .find(|grant| &grant.server == url && grant.principal == LOCAL_PRINCIPAL);
-        if grant.is_none() && server.oauth.is_none() {
-            continue;
+        for read_only in [false, true] {
+            let Ok(target) = Target::of(config, name, read_only) else {
+                continue;
+            };
+            let grant = grants
+                .iter()
+                .find(|grant| grant.server == target.key && grant.principal == LOCAL_PRINCIPAL);
+            // The `--listen` principals' own logins of the same server.
+            let theirs: Vec<(Target, Option<&GrantInfo>)> = grants
+                .iter()
+                .filter(|grant| grant.server == target.key && grant.principal != LOCAL_PRINCIPAL)
+                .map(|grant| {
+                    let mut theirs = target.clone();
+                    theirs.principal.clone_from(&grant.principal);
+                    (theirs, Some(grant))
+                })
+                .collect();
+            if grant.is_some() || server.oauth.is_some() {
+                rows.push((target, grant));
+            }
+            rows.extend(theirs);
         }
-        rows.push((name, grant));
     }
     if json {
         let out: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(name, grant)| {
+            .map(|(target, grant)| {
                 serde_json::json!({
-                    "server": name,
+                    "server": target.name,
+                    "instance": if target.read_only { "read-only" } else { "full" },
+                    "principal": (!target.principal.is_empty()).then_some(&target.principal),
                     "signed_in": grant.is_some_and(|grant| grant.seal == Seal::Valid),
                     "scope": grant.map(|grant| grant.scope.clone()),
                     "expires_at": grant.and_then(|grant| grant.expires_at),
@@ -405,14 +568,25 @@ fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
         return Ok(Exit::Success);
     }
     let mut text = String::new();
-    for (name, grant) in rows {
+    for (target, grant) in rows {
+        let mut shown = target.name.clone();
+        let mut login = format!("hintgate auth login {}", target.name);
+        if target.read_only {
+            shown.push_str(" (read-only)");
+            login.push_str(" --read-only");
+        }
+        if !target.principal.is_empty() {
+            let principal = escape_line(&target.principal);
+            shown.push_str(&format!(" for principal {principal}"));
+            login.push_str(&format!(" --principal {principal}"));
+        }
         let line = match grant {
-            None => format!("{name}: not signed in (hintgate auth login {name})\n"),
+            None => format!("{shown}: not signed in ({login})\n"),
             Some(grant) if grant.seal != Seal::Valid => format!(
-                "{name}: the stored login's seal does not verify: it is not used (hintgate auth login {name})\n"
+                "{shown}: the stored login's seal does not verify: it is not used ({login})\n"
             ),
             Some(grant) => format!(
-                "{name}: signed in; granted {}; {}\n",
+                "{shown}: signed in; granted {}; {}\n",
                 shown_scope(&grant.scope),
                 expiry(grant.expires_at)
             ),
@@ -423,17 +597,89 @@ fn status(store: &dyn Store, config: &ValidConfig, json: bool) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -> Result<Exit> {
-    let Some(kept) = store.grant(url, LOCAL_PRINCIPAL)? else {
+/// Signs out of each of `targets` that is signed in; `name` is not signed
+/// in when none is.
+async fn logout(store: &dyn Store, name: &str, targets: &[Target]) -> Result<Exit> {
+    let mut any = false;
+    let mut exit = Exit::Success;
+    for target in targets {
+        let Some(kept) = store.grant(&target.key, &target.principal)? else {
+            continue;
+        };
+        any = true;
+        if logout_one(store, target, kept).await? != Exit::Success {
+            exit = Exit::Error;
+        }
+    }
+    if !any {
         output::err(&format!("`{name}` is not signed in.\n"))?;
         return Ok(Exit::Error);
+    }
+    Ok(exit)
+}
+
+/// Revokes the access and refresh tokens of `login` at its authorization
+/// server's revocation endpoint: which were, and what went wrong.
+async fn revoke_login(
+    login: &StoredLogin,
+    target: &Target,
+) -> Result<(Vec<&'static str>, Vec<String>)> {
+    let meta = login.server();
+    let http = ReqwestClient::guarded(
+        REQUEST_DEADLINE,
+        AddressGuard::for_server(&target.url).await,
+    )
+    .map_err(|err| failed(&err))?;
+    let client = login
+        .client(secret_source(&target.oauth).as_ref())
+        .map_err(|err| failed(&err))?;
+    let mut revoked = Vec::new();
+    let mut problems = Vec::new();
+    for (token, hint) in [
+        (Some(&login.tokens.access_token), "access_token"),
+        (login.tokens.refresh_token.as_ref(), "refresh_token"),
+    ] {
+        let Some(token) = token else { continue };
+        match flow::revoke(&http, &meta, &client, token, hint).await {
+            Ok(_) => revoked.push(hint),
+            Err(err) => problems.push(format!("{hint}: {}", failed(&err))),
+        }
+    }
+    Ok((revoked, problems))
+}
+
+/// A login that a new one replaced: its tokens are revoked where the
+/// authorization server can (best effort; said on standard error when it
+/// fails), so that no token hintgate no longer keeps stays good.
+async fn revoke_replaced(store_kept: Option<KeptGrant>, target: &Target) -> Result<()> {
+    let Some(secret) = store_kept.and_then(|kept| kept.secret) else {
+        return Ok(());
     };
+    let Ok(login) = StoredLogin::from_json(secret.expose()) else {
+        return Ok(());
+    };
+    if login.server().revocation_endpoint.is_none() {
+        return Ok(());
+    }
+    let (_, problems) = revoke_login(&login, target).await?;
+    if !problems.is_empty() {
+        output::err(&format!(
+            "The previous login of {} was replaced, but its authorization server did not revoke: {}\n",
+            target.label(),
+            escape_line(&problems.join("; "))
+        ))?;
+    }
+    Ok(())
+}
+
+async fn logout_one(store: &dyn Store, target: &Target, kept: KeptGrant) -> Result<Exit> {
+    let label = target.label();
     // The tokens are forgotten first: a revocation that fails leaves none
     // behind for the gateway to use.
-    store.delete_grant(url, LOCAL_PRINCIPAL)?;
+    store.delete_grant(&target.key, &target.principal)?;
     let Some(secret) = kept.secret else {
         output::out(&format!(
-            "Signed out of `{name}` (the stored login's seal did not verify: nothing to revoke).\n"
+            "Signed out of {label} (the stored login's seal did not verify: nothing to revoke).\n"
         ))?;
         return Ok(Exit::Success);
     };
@@ -441,35 +687,20 @@ async fn logout(store: &dyn Store, name: &str, url: &str, oauth: &OAuthConfig) -
     let meta = login.server();
     if meta.revocation_endpoint.is_none() {
         output::out(&format!(
-            "Signed out of `{name}`; its authorization server cannot revoke tokens, so they stand until they expire.\n"
+            "Signed out of {label}; its authorization server cannot revoke tokens, so they stand until they expire.\n"
         ))?;
         return Ok(Exit::Success);
     }
-    let http = ReqwestClient::new(REQUEST_DEADLINE).map_err(|err| failed(&err))?;
-    let client = login
-        .client(secret_source(oauth).as_ref())
-        .map_err(|err| failed(&err))?;
-    let mut revoked = Vec::new();
-    let mut problems = Vec::new();
-    for (token, hint) in [
-        (Some(login.tokens.access_token), "access_token"),
-        (login.tokens.refresh_token, "refresh_token"),
-    ] {
-        let Some(token) = token else { continue };
-        match flow::revoke(&http, &meta, &client, &token, hint).await {
-            Ok(_) => revoked.push(hint),
-            Err(err) => problems.push(format!("{hint}: {}", failed(&err))),
-        }
-    }
+    let (revoked, problems) = revoke_login(&login, target).await?;
     if problems.is_empty() {
         output::out(&format!(
-            "Signed out of `{name}`; revoked its {}.\n",
+            "Signed out of {label}; revoked its {}.\n",
             revoked.join(" and ")
         ))?;
         Ok(Exit::Success)
     } else {
         output::err(&format!(
-            "Signed out of `{name}`, but the authorization server did not revoke: {}\n",
+            "Signed out of {label}, but the authorization server did not revoke: {}\n",
             escape_line(&problems.join("; "))
         ))?;
         Ok(Exit::Error)

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::OAuthError;
@@ -171,27 +172,224 @@ impl Clock for SystemClock {
     }
 }
 
+/// Where an address is, as the SSRF guard sorts addresses: on the public
+/// internet, or inside this machine or its networks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddressClass {
+    /// Anywhere on the internet.
+    Public,
+    /// This machine (`127.0.0.0/8`, `::1`).
+    Loopback,
+    /// A private network (RFC 1918, IPv6 unique local `fc00::/7`).
+    Private,
+    /// A link (`169.254.0.0/16`, where cloud metadata services answer,
+    /// `fe80::/10`).
+    LinkLocal,
+    /// Carrier-grade NAT (`100.64.0.0/10`, RFC 6598).
+    Shared,
+    /// The unspecified address (`0.0.0.0`, `::`), which connects to this
+    /// machine.
+    Unspecified,
+}
+
+impl AddressClass {
+    /// The class of `ip` (an IPv4 address mapped into IPv6 is sorted as
+    /// the IPv4 address).
+    #[must_use]
+    pub fn of(ip: IpAddr) -> Self {
+        let v4 = match ip {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => v4,
+                None => {
+                    let first = v6.segments().first().copied().unwrap_or(0);
+                    return if v6.is_loopback() {
+                        Self::Loopback
+                    } else if v6.is_unspecified() {
+                        Self::Unspecified
+                    } else if (first & 0xfe00) == 0xfc00 {
+                        Self::Private
+                    } else if (first & 0xffc0) == 0xfe80 {
+                        Self::LinkLocal
+                    } else {
+                        Self::Public
+                    };
+                }
+            },
+        };
+        let [a, b, ..] = v4.octets();
+        if v4.is_loopback() {
+            Self::Loopback
+        } else if v4.is_unspecified() {
+            Self::Unspecified
+        } else if v4.is_private() {
+            Self::Private
+        } else if v4.is_link_local() {
+            Self::LinkLocal
+        } else if a == 100 && (64..128).contains(&b) {
+            Self::Shared
+        } else {
+            Self::Public
+        }
+    }
+
+    /// The class as errors name it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Public => "public",
+            Self::Loopback => "loopback",
+            Self::Private => "private",
+            Self::LinkLocal => "link-local",
+            Self::Shared => "shared",
+            Self::Unspecified => "unspecified",
+        }
+    }
+}
+
+/// The SSRF guard of a client: the classes of address it may connect to.
+/// Public addresses always; an internal class only when the MCP server's
+/// own URL is in it ([`AddressGuard::for_server`]), so that a server on the
+/// internet cannot point hintgate (through its metadata, its authorization
+/// server's endpoints, or a name that resolves inside) at this machine or
+/// its networks, while a server on loopback or a private network can still
+/// name an authorization server beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressGuard {
+    allowed: Vec<AddressClass>,
+}
+
+impl AddressGuard {
+    /// A guard that allows public addresses and the classes `internal`.
+    #[must_use]
+    pub fn allowing(internal: &[AddressClass]) -> Self {
+        let mut allowed = vec![AddressClass::Public];
+        for class in internal {
+            if !allowed.contains(class) {
+                allowed.push(*class);
+            }
+        }
+        Self { allowed }
+    }
+
+    /// The guard for a server at `url`: public addresses, and the classes
+    /// of the addresses its host is (an IP literal) or resolves to (a name
+    /// that does not resolve adds none).
+    pub async fn for_server(url: &str) -> Self {
+        let mut classes = Vec::new();
+        if let Ok(parsed) = url::Url::parse(url) {
+            match parsed.host() {
+                Some(url::Host::Ipv4(ip)) => classes.push(AddressClass::of(IpAddr::V4(ip))),
+                Some(url::Host::Ipv6(ip)) => classes.push(AddressClass::of(IpAddr::V6(ip))),
+                Some(url::Host::Domain(name)) => {
+                    let port = parsed.port_or_known_default().unwrap_or(443);
+                    if let Ok(addrs) = tokio::net::lookup_host((name, port)).await {
+                        classes.extend(addrs.map(|addr| AddressClass::of(addr.ip())));
+                    }
+                }
+                None => {}
+            }
+        }
+        Self::allowing(&classes)
+    }
+
+    /// Whether the guard lets a client connect to `ip`.
+    #[must_use]
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        self.allowed.contains(&AddressClass::of(ip))
+    }
+
+    /// Why `host` is refused, when it is an IP literal the guard does not
+    /// permit (a name is checked as it resolves).
+    fn refuses_literal(&self, url: &str) -> Option<String> {
+        let parsed = url::Url::parse(url).ok()?;
+        let ip = match parsed.host()? {
+            url::Host::Ipv4(ip) => IpAddr::V4(ip),
+            url::Host::Ipv6(ip) => IpAddr::V6(ip),
+            url::Host::Domain(_) => return None,
+        };
+        (!self.permits(ip)).then(|| {
+            format!(
+                "refused: an address of class `{}`, which the server's own address is not",
+                AddressClass::of(ip).as_str()
+            )
+        })
+    }
+}
+
+/// reqwest's resolver behind the guard: the system's resolver, keeping
+/// only the addresses the guard permits. A name that resolves only to
+/// refused addresses fails, naming their class; no connection is tried.
+#[derive(Debug)]
+struct GuardedResolver {
+    guard: AddressGuard,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let guard = self.guard.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let found: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let (kept, refused): (Vec<_>, Vec<_>) =
+                found.into_iter().partition(|addr| guard.permits(addr.ip()));
+            if kept.is_empty() {
+                let classes: Vec<&str> = refused
+                    .iter()
+                    .map(|addr| AddressClass::of(addr.ip()).as_str())
+                    .collect();
+                let message = if classes.is_empty() {
+                    "the name resolves to no address".to_owned()
+                } else {
+                    format!(
+                        "refused: the name resolves only to addresses of class `{}`, which the server's own address is not",
+                        classes.first().copied().unwrap_or("internal")
+                    )
+                };
+                return Err(message.into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(kept.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
 /// [`HttpClient`] over reqwest: no redirects followed, a deadline per
-/// request, bodies bounded. The caller installs rustls's crypto provider
-/// before building it (as the gateway does at start-up).
+/// request, bodies bounded, and the SSRF guard of the server it signs in
+/// to ([`AddressGuard`]) on every connection. The caller installs rustls's
+/// crypto provider before building it (as the gateway does at start-up).
 #[derive(Debug, Clone)]
 pub struct ReqwestClient {
     client: reqwest::Client,
+    guard: AddressGuard,
 }
 
 impl ReqwestClient {
-    /// A client with `timeout` per request.
+    /// A client with `timeout` per request that reaches public addresses
+    /// only (and the server's own classes: see [`ReqwestClient::guarded`]).
     pub fn new(timeout: Duration) -> Result<Self, OAuthError> {
+        Self::guarded(timeout, AddressGuard::allowing(&[]))
+    }
+
+    /// A client with `timeout` per request that connects only to what
+    /// `guard` permits, whether a URL names an IP literal or a name that
+    /// resolves to it.
+    pub fn guarded(timeout: Duration, guard: AddressGuard) -> Result<Self, OAuthError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .user_agent(concat!("hintgate/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
+            .dns_resolver(std::sync::Arc::new(GuardedResolver {
+                guard: guard.clone(),
+            }))
             .build()
             .map_err(|e| OAuthError::Transport {
                 url: String::new(),
                 reason: format!("building the HTTP client: {e}"),
             })?;
-        Ok(Self { client })
+        Ok(Self { client, guard })
     }
 }
 
@@ -201,12 +399,17 @@ impl HttpClient for ReqwestClient {
         request: HttpRequest,
     ) -> impl Future<Output = Result<HttpResponse, OAuthError>> + Send {
         let client = self.client.clone();
+        let refused = self.guard.refuses_literal(&request.url);
         async move {
             let url = request.url.clone();
             let transport = |reason: String| OAuthError::Transport {
                 url: url.clone(),
                 reason,
             };
+            // An IP literal never reaches the resolver: it is checked here.
+            if let Some(reason) = refused {
+                return Err(transport(reason));
+            }
             let mut builder = match request.method {
                 Method::Get => client.get(&request.url),
                 Method::Post => client.post(&request.url),
@@ -222,7 +425,7 @@ impl HttpClient for ReqwestClient {
             let mut response = builder
                 .send()
                 .await
-                .map_err(|e| transport(e.without_url().to_string()))?;
+                .map_err(|e| transport(error_chain(&e.without_url())))?;
             let status = response.status().as_u16();
             let headers = response
                 .headers()
@@ -249,4 +452,20 @@ impl HttpClient for ReqwestClient {
             })
         }
     }
+}
+
+/// An error and its causes, joined (reqwest's own text says only "error
+/// sending request"; the resolver's refusal is among the causes).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }

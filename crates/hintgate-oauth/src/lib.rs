@@ -40,8 +40,8 @@ pub mod stored;
 mod urls;
 
 pub use http::{
-    Clock, HttpClient, HttpRequest, HttpResponse, MAX_BODY_BYTES, Method, ReqwestClient,
-    SystemClock,
+    AddressClass, AddressGuard, Clock, HttpClient, HttpRequest, HttpResponse, MAX_BODY_BYTES,
+    Method, ReqwestClient, SystemClock,
 };
 pub use secret::Secret;
 pub use urls::{is_loopback_host, parse_endpoint_url};

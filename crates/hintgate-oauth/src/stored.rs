@@ -10,6 +10,33 @@ use crate::metadata::ServerMetadata;
 use crate::register::{Client, SecretSource, TokenAuth};
 use crate::{OAuthError, Secret};
 
+/// The key a login is kept under in the store, for the server at `url`:
+/// the URL itself for the server's own (full) instance, and `read-only
+/// URL` for its read-only instance's token, asked for with fewer scopes
+/// (`[servers.NAME.read_only] scopes`). A URL holds no space, so the two
+/// never meet.
+#[must_use]
+pub fn grant_key(url: &str, read_only: bool) -> String {
+    if read_only {
+        format!("read-only {url}")
+    } else {
+        url.to_owned()
+    }
+}
+
+/// The scopes of `granted` beyond `allowed` (`offline_access`, which asks
+/// for a refresh token and no power over the resource, is always
+/// allowed): what an authorization server added to a read-only token that
+/// was asked for with `allowed` only. Empty when it added nothing.
+#[must_use]
+pub fn scopes_beyond(granted: &[String], allowed: &[String]) -> Vec<String> {
+    granted
+        .iter()
+        .filter(|scope| *scope != "offline_access" && !allowed.contains(scope))
+        .cloned()
+        .collect()
+}
+
 /// A login as kept. `Debug` never shows a token.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoredLogin {
@@ -192,5 +219,20 @@ mod tests {
         assert!(!format!("{login:?}").contains("hidden"));
         let err = StoredLogin::from_json("{\"access_token\":\"at-hidden\"").unwrap_err();
         assert!(!err.to_string().contains("hidden"), "{err}");
+    }
+
+    #[test]
+    fn the_read_only_instance_keeps_its_login_apart_and_its_scopes_are_checked() {
+        let url = "https://rs.example/mcp";
+        assert_eq!(grant_key(url, false), url);
+        assert_eq!(grant_key(url, true), "read-only https://rs.example/mcp");
+        let allowed = ["docs:read".to_owned()];
+        let scopes = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(scopes_beyond(&scopes(&["docs:read", "offline_access"]), &allowed).is_empty());
+        assert!(scopes_beyond(&[], &allowed).is_empty());
+        assert_eq!(
+            scopes_beyond(&scopes(&["docs:read", "docs:write"]), &allowed),
+            scopes(&["docs:write"])
+        );
     }
 }

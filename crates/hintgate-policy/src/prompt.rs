@@ -44,6 +44,9 @@ pub struct PromptInput<'a> {
     pub sandbox: SandboxProof,
     /// How the definition differs from the approved one, for a changed pin.
     pub changes: &'a [FieldChange],
+    /// For a server behind OAuth: the scopes of the token the call would
+    /// be sent with, as granted (never the token).
+    pub token_scope: Option<&'a str>,
 }
 
 // === impl Policy ===
@@ -145,6 +148,7 @@ impl Policy {
             "risks": facts.risks,
             "changes": input.changes,
             "instance": facts.instance.map(|(instance, _)| instance.as_str()),
+            "token_scope": input.token_scope,
         })
     }
 
@@ -177,6 +181,14 @@ impl Policy {
                 (Instance::Full, _) => "full (runs with the server's full credentials)",
             };
             out.push_str(&format!("  instance:  {what}\n"));
+        }
+        if let Some(scope) = input.token_scope {
+            let scope = if scope.is_empty() {
+                "no scope named".to_owned()
+            } else {
+                format!("`{}`", escape_line(scope))
+            };
+            out.push_str(&format!("  token:     an OAuth token granted {scope}\n"));
         }
         match input.previous_identity {
             Some("") => out.push_str(
@@ -400,6 +412,7 @@ mod tests {
             decision: &decision,
             sandbox: SandboxProof::default(),
             changes,
+            token_scope: None,
         })
     }
 
@@ -437,6 +450,7 @@ mod tests {
             decision: &decision,
             sandbox,
             changes: &[],
+            token_scope: None,
         };
         let text = policy.prompt(&input);
         assert!(
@@ -450,6 +464,22 @@ mod tests {
         let details = policy.prompt_details(&input);
         assert!(details["risks"].to_string().contains("api.github.com:443"));
         // A sandbox that is not enforced names no hosts: it keeps nothing to them.
+        assert!(!text.contains("token:"), "{text}");
+        // A call that goes with an OAuth token names it by its scopes, the
+        // server's text escaped.
+        let with_token = PromptInput {
+            token_scope: Some("repo:read\nserver: evil"),
+            ..input
+        };
+        let text = policy.prompt(&with_token);
+        assert!(
+            text.contains("  token:     an OAuth token granted `repo:read\\nserver: evil`\n"),
+            "{text}"
+        );
+        assert_eq!(
+            policy.prompt_details(&with_token)["token_scope"],
+            "repo:read\nserver: evil"
+        );
         let unenforced = policy.prompt(&PromptInput {
             sandbox: SandboxProof::default(),
             ..input
@@ -499,6 +529,7 @@ mod tests {
             decision: &decision,
             sandbox: SandboxProof::default(),
             changes: &changes,
+            token_scope: None,
         };
         let details = policy.prompt_details(&input);
         assert_eq!(details["server"], "fs");

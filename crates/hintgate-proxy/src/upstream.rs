@@ -266,9 +266,16 @@ impl Link {
     /// Sends one line (one message) to the server, counted in the link's
     /// queue until it is written.
     pub fn send(&self, line: String) {
+        self.send_as(line, None);
+    }
+
+    /// Sends one line on behalf of a `--listen` principal (`None`: the
+    /// gateway's own, or a stdio host's): an HTTP server behind OAuth gets
+    /// it with that principal's own login; to others it is [`Link::send`].
+    pub fn send_as(&self, line: String, principal: Option<Arc<str>>) {
         match self {
             Self::Stdio(process) => process.lines.send(line),
-            Self::Http(link) => link.send(line),
+            Self::Http(link) => link.send_as(line, principal),
             Self::Streams(link) => link.send(line),
         }
     }
@@ -292,6 +299,15 @@ impl Link {
                 .as_deref()
                 .map(|sandboxed| sandboxed.confinement.report()),
             Self::Http(_) | Self::Streams(_) => None,
+        }
+    }
+
+    /// For a server behind OAuth, the scopes of the token it was sent last
+    /// (as granted; never the token).
+    pub fn token_scope(&self, principal: &str) -> Option<String> {
+        match self {
+            Self::Http(link) => link.token_scope(principal),
+            Self::Stdio(_) | Self::Streams(_) => None,
         }
     }
 

@@ -36,7 +36,9 @@ use crate::upstream::LinkTarget;
 /// A link to a Streamable HTTP server.
 #[derive(Debug)]
 pub struct HttpLink {
-    tx: mpsc::UnboundedSender<String>,
+    /// Each message, with the `--listen` principal it is sent for (`None`:
+    /// the gateway's own, or a stdio host's).
+    tx: mpsc::UnboundedSender<(String, Option<Arc<str>>)>,
     shared: Arc<Shared>,
 }
 
@@ -104,6 +106,15 @@ pub(crate) fn install_tls_provider() {
 // === impl HttpLink ===
 
 impl HttpLink {
+    /// For a server behind OAuth, the scopes of the token it was sent last
+    /// for `principal` (`""`: the gateway's own login).
+    pub fn token_scope(&self, principal: &str) -> Option<String> {
+        self.shared
+            .auth
+            .as_ref()
+            .and_then(|auth| auth.token_scope(principal))
+    }
+
     /// Sets up the link; nothing is sent until the first message.
     ///
     /// # Errors
@@ -157,7 +168,7 @@ impl HttpLink {
             session: Mutex::new(Session::default()),
             auth,
         });
-        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(String, Option<Arc<str>>)>();
         let worker = Arc::clone(&shared);
         tokio::spawn(async move {
             // When the link is dropped the channel closes, this task ends,
@@ -166,8 +177,8 @@ impl HttpLink {
             loop {
                 tokio::select! {
                     line = rx.recv() => match line {
-                        Some(line) => {
-                            exchanges.spawn(Arc::clone(&worker).post(line));
+                        Some((line, principal)) => {
+                            exchanges.spawn(Arc::clone(&worker).post(line, principal));
                         }
                         None => break,
                     },
@@ -182,9 +193,15 @@ impl HttpLink {
     /// Sends one message, counted in the link's queue until the server
     /// answers its POST.
     pub fn send(&self, line: String) {
+        self.send_as(line, None);
+    }
+
+    /// Sends one message on behalf of a `--listen` principal: for a server
+    /// behind OAuth, it goes with that principal's own login.
+    pub fn send_as(&self, line: String, principal: Option<Arc<str>>) {
         let len = line.len();
         self.shared.queue.queued(len);
-        if self.tx.send(line).is_err() {
+        if self.tx.send((line, principal)).is_err() {
             self.shared.queue.withdrawn(len);
         }
     }
@@ -199,7 +216,7 @@ impl HttpLink {
             .and_then(|session| session.id.clone());
         if let Some(id) = session {
             let bearer = match &self.shared.auth {
-                Some(auth) => auth.bearer().await.ok(),
+                Some(auth) => auth.bearer("").await.ok(),
                 None => None,
             };
             let request = self
@@ -282,7 +299,8 @@ impl Shared {
         }
     }
 
-    async fn post(self: Arc<Self>, line: String) {
+    async fn post(self: Arc<Self>, line: String, principal: Option<Arc<str>>) {
+        let principal = principal.as_deref().unwrap_or("");
         // Only what the headers need is read of the params (the version in
         // `_meta`, the tool's name or the resource's URI), not the
         // arguments.
@@ -365,7 +383,7 @@ impl Shared {
             name: name.as_deref(),
         };
         let (bearer, retry) = match &self.auth {
-            Some(auth) => match auth.bearer().await {
+            Some(auth) => match auth.bearer(principal).await {
                 Ok(token) => (Some(token), Some(line.clone())),
                 Err(message) => {
                     self.queue.written(len);
@@ -382,15 +400,18 @@ impl Shared {
             (&self.auth, &bearer, retry, &sent)
             && response.status() == reqwest::StatusCode::UNAUTHORIZED
         {
-            match auth.after_unauthorized(used).await {
+            match auth.after_unauthorized(principal, used).await {
                 Ok(token) => {
                     sent = self.request(body, &head, Some(&token)).send().await;
                     if sent.as_ref().is_ok_and(|response| {
                         response.status() == reqwest::StatusCode::UNAUTHORIZED
                     }) {
                         self.queue.written(len);
-                        self.fail_request(id.as_deref().filter(|_| is_request), &auth.refused())
-                            .await;
+                        self.fail_request(
+                            id.as_deref().filter(|_| is_request),
+                            &auth.refused(principal),
+                        )
+                        .await;
                         return;
                     }
                 }
@@ -417,6 +438,19 @@ impl Shared {
             }
         };
         let status = response.status();
+        // A 403 `insufficient_scope` asks for more power: never granted
+        // silently, the call fails naming how a person grants it.
+        if status == reqwest::StatusCode::FORBIDDEN
+            && let Some(auth) = &self.auth
+            && let Some(asked) = step_up_scopes(response.headers())
+        {
+            self.fail_request(
+                id.as_deref().filter(|_| is_request),
+                &auth.step_up(principal, &asked),
+            )
+            .await;
+            return;
+        }
         if method.as_deref() == Some("initialize")
             && let Some(session) = response
                 .headers()
@@ -425,6 +459,22 @@ impl Shared {
             && let Ok(mut state) = self.session.lock()
         {
             state.id = Some(session.to_owned());
+        }
+        // A request sent with a `--listen` principal's own login on the
+        // session the gateway opened with its own: a server that serves a
+        // session only to the credential that opened it answers 404. That
+        // fails the request; the session stands for everyone else.
+        if status.as_u16() == 404
+            && session_id.is_some()
+            && !principal.is_empty()
+            && let Some(auth) = &self.auth
+        {
+            self.fail_request(
+                id.as_deref().filter(|_| is_request),
+                &auth.session_refused(principal),
+            )
+            .await;
+            return;
         }
         if status.as_u16() == 404 && session_id.is_some() {
             self.emit(UpstreamEvent::Closed(
@@ -625,7 +675,7 @@ impl Shared {
             _ => return,
         };
         let bearer = match &self.auth {
-            Some(auth) => auth.bearer().await.ok(),
+            Some(auth) => auth.bearer("").await.ok(),
             None => None,
         };
         let mut request = self
@@ -645,4 +695,17 @@ impl Shared {
             Ok(_) | Err(_) => {}
         }
     }
+}
+
+/// The scopes a 403's `WWW-Authenticate` asks for when it is a step-up
+/// (`error="insufficient_scope"`); `None` for any other 403.
+fn step_up_scopes(headers: &reqwest::header::HeaderMap) -> Option<Vec<String>> {
+    let values: Vec<&str> = headers
+        .get_all(reqwest::header::WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    hintgate_oauth::challenge::parse_www_authenticate(&values)
+        .filter(hintgate_oauth::challenge::BearerChallenge::is_insufficient_scope)
+        .map(|challenge| challenge.scope.unwrap_or_default())
 }

@@ -107,6 +107,11 @@ pub struct CallRecord {
     pub server: String,
     /// The gateway run that saw the call.
     pub session: String,
+    /// For a call sent to a server behind OAuth: the scopes of the token it
+    /// went with, space-separated as the authorization server granted them
+    /// (never the token itself). Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_scope: Option<String>,
     /// The server's own tool name (or the name the host called).
     pub tool: String,
     /// The decision.
@@ -879,6 +884,7 @@ mod tests {
             request: "1".into(),
             server: String::new(),
             session: "s".into(),
+            token_scope: None,
             tool: "t".into(),
             verdict: Verdict::Deny,
         };
@@ -895,6 +901,7 @@ mod tests {
             instance_identity: Some("sha256:y".into()),
             outcome: Some(OutcomeCode::Denied),
             pin: Some("sha256:z".into()),
+            token_scope: Some("docs:read offline_access".into()),
             ..bare.clone()
         };
         (full, bare)

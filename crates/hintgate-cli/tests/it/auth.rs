@@ -43,6 +43,8 @@ struct Seen {
     expires_in: Option<i64>,
     /// A hostile resource server: it refuses every token, refreshed or not.
     refuse_all: bool,
+    /// The token endpoint the metadata names, instead of its own.
+    token_endpoint: Option<String>,
 }
 
 struct AuthServer {
@@ -178,7 +180,12 @@ fn serve(stream: &mut TcpStream, base: &str, seen: &Mutex<Seen>) {
             &json!({
                 "issuer": base,
                 "authorization_endpoint": format!("{base}/authorize"),
-                "token_endpoint": format!("{base}/token"),
+                "token_endpoint": seen
+                    .lock()
+                    .unwrap()
+                    .token_endpoint
+                    .clone()
+                    .unwrap_or_else(|| format!("{base}/token")),
                 "registration_endpoint": format!("{base}/register"),
                 "revocation_endpoint": format!("{base}/revoke"),
                 "device_authorization_endpoint": format!("{base}/device"),
@@ -411,10 +418,28 @@ fn browse(address: &str) {
 }
 
 /// Every byte hintgate left where a person or a host can read it: its
-/// output, and the state directory's files (the database among them).
+/// output, the gateway's log, the audit log as `hintgate log` shows it, and
+/// the state directory's files (the database among them).
 fn assert_no_token(dir: &Path, outputs: &[&str]) {
     for output in outputs {
         assert!(!output.contains("SECRET"), "a token was printed: {output}");
+    }
+    let gateway_log = std::fs::read_to_string(dir.join("hintgate.stderr")).unwrap_or_default();
+    assert!(
+        !gateway_log.contains("SECRET"),
+        "a token is in the gateway's log"
+    );
+    if dir.join("state").exists() {
+        let state = dir.join("state").display().to_string();
+        for format in [&["--json"][..], &[][..]] {
+            let mut args = vec!["log", "--state-dir", state.as_str()];
+            args.extend_from_slice(format);
+            let shown = stdout(&run(dir, &args));
+            assert!(
+                !shown.contains("SECRET"),
+                "a token is in the audit log: {shown}"
+            );
+        }
     }
     for entry in std::fs::read_dir(dir.join("state")).unwrap() {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();
@@ -808,4 +833,63 @@ fn a_server_that_refuses_every_token_gets_one_refresh_per_call_and_the_call_name
         .filter(|form| form.get("grant_type").map(String::as_str) == Some("refresh_token"))
         .count();
     assert_eq!(refreshes, 1, "one refresh, then a person must sign in");
+}
+
+/// The SSRF guard end to end: an authorization server whose metadata names
+/// a token endpoint on `0.0.0.0` (which connects to this machine, as
+/// loopback does, but is another class of address than the server's own)
+/// gets no connection: the login fails naming the refusal, and the code is
+/// never sent.
+#[test]
+fn a_token_endpoint_on_another_internal_address_than_the_servers_is_refused() {
+    let server = AuthServer::start();
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    server.seen.lock().unwrap().token_endpoint = Some(format!("https://0.0.0.0:{port}/token"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &server.url());
+    let state = dir.path().join("state").display().to_string();
+    let mut child = hintgate()
+        .current_dir(dir.path())
+        .args([
+            "auth",
+            "--config",
+            &config,
+            "--state-dir",
+            &state,
+            "login",
+            "docs",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let address = loop {
+        let mut line = String::new();
+        assert_ne!(errors.read_line(&mut line).unwrap(), 0, "no address");
+        if line.starts_with(&format!("{}/authorize?", server.base)) {
+            break line.trim().to_owned();
+        }
+    };
+    browse(&address);
+    let mut rest = String::new();
+    errors.read_to_string(&mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{rest}");
+    assert!(
+        rest.contains("oauth-transport")
+            && rest.contains(
+                "refused: an address of class `unspecified`, which the server's own address is not"
+            ),
+        "{rest}"
+    );
+    assert!(
+        server.seen.lock().unwrap().token.is_empty(),
+        "the code went nowhere"
+    );
+    let status = auth(dir.path(), &config, &["status"]);
+    assert_eq!(
+        stdout(&status),
+        "docs: not signed in (hintgate auth login docs)\n"
+    );
 }

@@ -29,6 +29,8 @@ mod metrics;
 // The network namespace the egress tests make, shared with the proxy's.
 #[path = "../../../hintgate-proxy/tests/it/netns.rs"]
 mod netns;
+mod oauth_oidc;
+mod oauth_sdk;
 mod packaging;
 mod peers;
 mod pinning;

@@ -6,6 +6,7 @@ import sys
 
 import mcp_types as types
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 SPEC = json.loads(sys.argv[1])
 ASKED = []
@@ -57,7 +58,12 @@ async def report(client):
     listed = await client.list_tools()
     results = []
     for call in SPEC.get("calls", []):
-        result = await client.call_tool(call["name"], call.get("arguments", {}))
+        # A JSON-RPC error answer is reported as such (`error`), not raised.
+        try:
+            result = await client.call_tool(call["name"], call.get("arguments", {}))
+        except MCPError as err:
+            results.append({"isError": True, "error": str(err), "text": []})
+            continue
         results.append({"isError": bool(result.is_error), "text": text_of(result)})
     print(json.dumps({
         "protocol": client.protocol_version,

@@ -285,11 +285,14 @@ async fn run() -> Result<(), String> {
         .ok()
         .and_then(|c| serde_json::from_str(&c).ok())
         .unwrap_or(Value::Null);
+    // The suite's servers are on loopback: the guard allows what the
+    // server's own address is.
+    let guard = hintgate_oauth::AddressGuard::for_server(&server_url).await;
     let mut s = Session {
         server_url,
         context,
         scenario,
-        oauth: ReqwestClient::new(Duration::from_secs(20)).map_err(|e| e.to_string())?,
+        oauth: ReqwestClient::guarded(Duration::from_secs(20), guard).map_err(|e| e.to_string())?,
         mcp: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()

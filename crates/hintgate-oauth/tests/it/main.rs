@@ -9,3 +9,4 @@
 
 mod conformance;
 mod flow;
+mod guard;

@@ -269,6 +269,12 @@ pub struct OAuthConfig {
     /// The loopback port of the redirect (a pre-registered client may need
     /// a fixed one); any free port when unset.
     pub redirect_port: Option<u16>,
+    /// Whose login this table signs in: the full instance's, or the
+    /// read-only instance's, whose token is asked for with the read-only
+    /// table's `scopes` and kept apart ([`ServerConfig::read_only_instance`]
+    /// sets it; a config never writes it).
+    #[serde(skip_serializing_if = "Instance::is_full")]
+    pub instance: Instance,
 }
 
 /// How a token is obtained (`[servers.NAME.oauth] grant`).
@@ -299,6 +305,13 @@ pub struct ReadOnlyConfig {
     /// server can reach (`vouch = true`): a tool that claims to only read,
     /// even on an untrusted server, is then effectively read-only.
     pub vouch: bool,
+    /// For a URL server behind OAuth: the instance signs in with a token of
+    /// its own, asked for with these scopes only (`scopes = [...]`), kept
+    /// apart from the full instance's login (`hintgate auth login NAME
+    /// --read-only`). `None`: the instance uses what `headers` and `url`
+    /// give it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// What vouched read-only credentials leave open on a stdio server without
@@ -587,11 +600,24 @@ impl ServerConfig {
     /// The configuration of the read-only instance as a server of its own
     /// (the same name, trust and sandbox; its transport), for whatever
     /// starts or connects it; `None` without a `read_only` table.
+    ///
+    /// With `scopes`, the instance signs in with its own OAuth token: its
+    /// `oauth` table is the server's with those scopes, marked as the
+    /// read-only instance's ([`OAuthConfig::instance`]).
     pub fn read_only_instance(&self) -> Option<ServerConfig> {
         let table = self.read_only.as_ref()?;
+        let oauth = match (&self.oauth, &table.scopes) {
+            (Some(oauth), Some(scopes)) => Some(OAuthConfig {
+                scopes: Some(scopes.clone()),
+                instance: Instance::ReadOnly,
+                ..oauth.clone()
+            }),
+            (oauth, _) => oauth.clone(),
+        };
         Some(Self {
             transport: table.transport.clone(),
             read_only: None,
+            oauth,
             ..self.clone()
         })
     }
@@ -606,6 +632,11 @@ impl Instance {
             Self::Full => "full",
             Self::ReadOnly => "read-only",
         }
+    }
+
+    /// Whether this is the full instance.
+    pub const fn is_full(&self) -> bool {
+        matches!(self, Self::Full)
     }
 }
 

@@ -106,7 +106,9 @@ const OAUTH_KEYS: &[&str] = &[
     "grant",
     "redirect_port",
 ];
-const READ_ONLY_KEYS: &[&str] = &["command", "args", "env", "url", "headers", "vouch"];
+const READ_ONLY_KEYS: &[&str] = &[
+    "command", "args", "env", "url", "headers", "vouch", "scopes",
+];
 const SANDBOX_KEYS: &[&str] = &[
     "read",
     "write",
@@ -862,7 +864,13 @@ impl Walker<'_> {
             .and_then(|(_, read_only)| entry(read_only, "vouch"))
             .map(|(_, value)| value.span());
         let read_only = read_only_table.and_then(|(span, read_only)| {
-            self.read_only(name, read_only, &join(path, "read_only"), &transport, span)
+            self.read_only(
+                name,
+                read_only,
+                &join(path, "read_only"),
+                (&transport, oauth.is_some()),
+                span,
+            )
         });
         let config = ServerConfig {
             name: name.to_owned(),
@@ -1013,19 +1021,7 @@ impl Walker<'_> {
             }
         }
         let [client_metadata_url, authorization_server] = urls;
-        let scopes = self.string_array(table, path, "scopes", |walker, text, span, key| {
-            if text.is_empty() || text.contains(char::is_whitespace) {
-                walker.push(
-                    Diagnostic::error(
-                        DiagCode::InvalidValue,
-                        key,
-                        format!("`{text}` is not one scope"),
-                    )
-                    .at(span)
-                    .with_help("write each scope as its own string, without spaces"),
-                );
-            }
-        });
+        let scopes = self.string_array(table, path, "scopes", Self::check_scope);
         let grant = match self.string(table, path, "grant") {
             Some((text, span)) => {
                 match text.as_str() {
@@ -1076,6 +1072,7 @@ impl Walker<'_> {
             scopes,
             grant,
             redirect_port,
+            instance: super::Instance::Full,
         }
     }
 
@@ -1086,11 +1083,12 @@ impl Walker<'_> {
         name: &str,
         table: &DeTable<'_>,
         path: &str,
-        base: &Transport,
+        (base, has_oauth): (&Transport, bool),
         span: Range<usize>,
     ) -> Option<ReadOnlyConfig> {
         self.check_keys(table, path, READ_ONLY_KEYS);
         let vouch = self.boolean(table, path, "vouch").unwrap_or(false);
+        let scopes = self.read_only_scopes(table, path, base, has_oauth);
         let transport = match base {
             Transport::Stdio { command, args, env } => {
                 for url_only in ["url", "headers"] {
@@ -1140,9 +1138,11 @@ impl Walker<'_> {
         };
         // INVARIANT: a read-only instance runs with credentials of its own;
         // one reached exactly as the full instance is would prove nothing.
-        if transport == *base {
+        // A read-scoped token (`scopes`) is credentials of its own.
+        if transport == *base && scopes.is_none() {
             let what = match base {
                 Transport::Stdio { .. } => "`args`, `env` or `command`",
+                Transport::Http { .. } if has_oauth => "`headers`, `url` or `scopes`",
                 Transport::Http { .. } => "`headers` or `url`",
             };
             self.push(
@@ -1160,7 +1160,52 @@ impl Walker<'_> {
             );
             return None;
         }
-        Some(ReadOnlyConfig { transport, vouch })
+        Some(ReadOnlyConfig {
+            transport,
+            vouch,
+            scopes,
+        })
+    }
+
+    /// `scopes` of a `read_only` table: the only scopes the read-only
+    /// instance's own OAuth token is asked for. Only a `url` server with an
+    /// `oauth` table has a token to ask for, and an empty list would leave
+    /// the scopes to the server.
+    fn read_only_scopes(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        base: &Transport,
+        has_oauth: bool,
+    ) -> Option<Vec<String>> {
+        let (_, value) = entry(table, "scopes")?;
+        let span = value.span();
+        if !matches!(base, Transport::Http { .. }) || !has_oauth {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::ConflictingKeys,
+                    join(path, "scopes"),
+                    "`scopes` asks for a read-scoped OAuth token: it only applies to a server with `url` and an `oauth` table",
+                )
+                .at(span)
+                .with_help("add a `[servers.NAME.oauth]` table, or give the read-only credentials in `headers`"),
+            );
+            return None;
+        }
+        let scopes = self.string_array(table, path, "scopes", Self::check_scope)?;
+        if scopes.is_empty() {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    join(path, "scopes"),
+                    "`scopes` is empty: the server would choose what the read-only token may do",
+                )
+                .at(span)
+                .with_help("name the read scopes, such as `scopes = [\"docs:read\"]`"),
+            );
+            return None;
+        }
+        Some(scopes)
     }
 
     /// `idempotency_key`: the input property's name, or `false` for none.
@@ -1194,6 +1239,22 @@ impl Walker<'_> {
     }
 
     /// Reports `key` when present in a server of the other transport.
+    /// One OAuth scope: not empty, no whitespace (a scope list is
+    /// space-separated on the wire, so `"a b"` would ask for two).
+    fn check_scope(&mut self, text: &str, span: Range<usize>, key: &str) {
+        if text.is_empty() || text.contains(char::is_whitespace) {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    key,
+                    format!("`{text}` is not one scope"),
+                )
+                .at(span)
+                .with_help("write each scope as its own string, without spaces"),
+            );
+        }
+    }
+
     fn only_with(&mut self, table: &DeTable<'_>, path: &str, key: &str, needs: &str) {
         if let Some((found, _)) = entry(table, key) {
             self.push(

@@ -772,6 +772,91 @@ headers = { Authorization = "Bearer ${READ}" }
 }
 
 #[test]
+fn a_read_only_table_with_scopes_signs_in_with_a_token_of_its_own() {
+    let source = r#"
+[servers.docs]
+url = "https://docs.example/mcp"
+
+[servers.docs.oauth]
+client_id = "hintgate"
+scopes = ["docs:read", "docs:write"]
+
+[servers.docs.read_only]
+scopes = ["docs:read"]
+vouch = true
+"#;
+    let (config, diagnostics) = parse_str(source);
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let config = config.unwrap();
+    let server = &config.servers["docs"];
+    assert_eq!(
+        server.read_only.as_ref().unwrap().scopes,
+        Some(vec!["docs:read".to_owned()])
+    );
+    assert!(server.credentials().read_only);
+    assert_eq!(server.oauth.as_ref().unwrap().instance, Instance::Full);
+    // The instance is reached at the same URL, with its own login: the
+    // read-only table's scopes, marked as the read-only instance's.
+    let instance = server.read_only_instance().unwrap();
+    assert_eq!(instance.transport, server.transport);
+    let oauth = instance.oauth.unwrap();
+    assert_eq!(oauth.scopes, Some(vec!["docs:read".to_owned()]));
+    assert_eq!(oauth.instance, Instance::ReadOnly);
+    assert_eq!(oauth.client_id.as_deref(), Some("hintgate"));
+
+    // Scopes need a token to ask for; an empty list or a spaced scope is
+    // refused.
+    assert_eq!(
+        codes(
+            "[servers.api]\nurl = \"https://a.example\"\n[servers.api.read_only]\nscopes = [\"r\"]\n"
+        ),
+        vec![
+            (
+                DiagCode::ReadOnlyUnchanged,
+                "servers.api.read_only".to_owned()
+            ),
+            (
+                DiagCode::ConflictingKeys,
+                "servers.api.read_only.scopes".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(
+        codes(
+            "[servers.db]\ncommand = \"pg\"\n[servers.db.read_only]\nargs = [\"r\"]\nscopes = [\"r\"]\n"
+        ),
+        vec![(
+            DiagCode::ConflictingKeys,
+            "servers.db.read_only.scopes".to_owned()
+        )]
+    );
+    assert_eq!(
+        codes(
+            "[servers.api]\nurl = \"https://a.example\"\n[servers.api.oauth]\n[servers.api.read_only]\nscopes = []\n"
+        ),
+        vec![
+            (
+                DiagCode::ReadOnlyUnchanged,
+                "servers.api.read_only".to_owned()
+            ),
+            (
+                DiagCode::InvalidValue,
+                "servers.api.read_only.scopes".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(
+        codes(
+            "[servers.api]\nurl = \"https://a.example\"\n[servers.api.oauth]\n[servers.api.read_only]\nscopes = [\"a b\"]\n"
+        ),
+        vec![(
+            DiagCode::InvalidValue,
+            "servers.api.read_only.scopes[0]".to_owned()
+        )]
+    );
+}
+
+#[test]
 fn a_read_only_table_is_checked_like_a_server_table() {
     let base = "[servers.db]\ncommand = \"pg\"\nargs = [\"${W}\"]\n[servers.db.read_only]\n";
     assert_eq!(

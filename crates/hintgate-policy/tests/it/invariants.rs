@@ -118,6 +118,7 @@ fn read_only() -> impl Strategy<Value = Option<ReadOnlyConfig>> {
             env: BTreeMap::new(),
         },
         vouch,
+        scopes: None,
     }))
 }
 
@@ -343,6 +344,7 @@ impl Scenario {
                     env: BTreeMap::new(),
                 },
                 vouch,
+                scopes: None,
             });
         }
         scenario

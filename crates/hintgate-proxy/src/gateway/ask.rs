@@ -185,6 +185,9 @@ impl Gateway {
         } else {
             cx.arguments_or_empty().clone()
         };
+        let principal = self.principal_for_upstream(cx.request.session);
+        let token_scope =
+            super::pipeline::token_scope_of(&self.upstreams, cx, principal.as_deref());
         Some(render(
             &self.policy,
             &PromptInput {
@@ -196,6 +199,7 @@ impl Gateway {
                 decision: &decision,
                 sandbox: self.catalog.sandbox(idx),
                 changes: &changes,
+                token_scope: token_scope.as_deref(),
             },
         ))
     }

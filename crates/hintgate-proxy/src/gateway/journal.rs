@@ -107,6 +107,9 @@ pub(crate) struct CallFields<'a> {
     /// For a server whose enforced sandbox lets it reach a list of hosts
     /// (`network = ["host:port", ...]`): those hosts, as configured.
     pub egress: Option<&'a [String]>,
+    /// For a call sent to a server behind OAuth: the scopes of the token it
+    /// goes with, as granted (never the token).
+    pub token_scope: Option<&'a str>,
 }
 
 // === impl Journal ===
@@ -344,6 +347,7 @@ impl Journal {
             request: fields.request_id.to_owned(),
             server: fields.server.to_owned(),
             session: self.session.clone(),
+            token_scope: fields.token_scope.map(str::to_owned),
             tool: fields.tool.to_owned(),
             verdict: fields.decision.verdict,
         }
@@ -425,6 +429,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            token_scope: None,
         });
         journal.batch[0].body.clone()
     }
@@ -469,6 +474,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: Some(&hosts),
+            token_scope: None,
         });
         let body = journal.batch[0].body.clone();
         let parsed: Value = serde_json::from_str(&body).unwrap();
@@ -496,6 +502,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            token_scope: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -565,6 +572,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            token_scope: None,
         };
         let to_forward = CallFields {
             request_id: "2",
@@ -692,6 +700,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            token_scope: None,
         };
         let queue = Approver::Person(Channel::Queue("alice".into()));
         let elicitation = Approver::Person(Channel::Elicitation);

@@ -238,8 +238,10 @@ enum Outgoing {
     /// A notification to a host, dropped when the host is not reading; a
     /// change to a list (`Some` of its notification) is told later then.
     HostNote(SessionId, String, Option<&'static str>),
-    /// A line to a server (dropped when the server restarted meanwhile).
-    Upstream(ServerIdx, u64, String),
+    /// A line to a server (dropped when the server restarted meanwhile),
+    /// and the `--listen` principal it is sent for (`None`: the gateway's
+    /// own, or a stdio host's).
+    Upstream(ServerIdx, u64, String, Option<Arc<str>>),
     /// A call to send upstream once its record (at this place in the turn's
     /// batch) is durable.
     Call(Box<CallContext>, Option<usize>),
@@ -1014,10 +1016,12 @@ impl Gateway {
                             }
                         }
                     }
-                    Outgoing::Upstream(idx, generation, line) => {
+                    Outgoing::Upstream(idx, generation, line, principal) => {
                         let turn = self.turn;
                         let sent = match self.upstreams.get_mut(idx) {
-                            Some(up) if up.generation() == generation => up.send_now(line, turn),
+                            Some(up) if up.generation() == generation => {
+                                up.send_now(line, turn, principal)
+                            }
                             _ => Ok(()),
                         };
                         if let Err(err) = sent {
@@ -1087,7 +1091,33 @@ impl Gateway {
 
     /// A line for a server, sent at the end of the turn.
     fn send_upstream(&mut self, idx: ServerIdx, generation: u64, line: String) {
-        self.outbox.push(Outgoing::Upstream(idx, generation, line));
+        self.outbox
+            .push(Outgoing::Upstream(idx, generation, line, None));
+    }
+
+    /// A line for a server on behalf of the host of `session`: a server
+    /// behind OAuth gets it with the login of the host's `--listen`
+    /// principal, never another's.
+    fn send_upstream_for(
+        &mut self,
+        session: SessionId,
+        idx: ServerIdx,
+        generation: u64,
+        line: String,
+    ) {
+        let principal = self.principal_for_upstream(session);
+        self.outbox
+            .push(Outgoing::Upstream(idx, generation, line, principal));
+    }
+
+    /// The `--listen` principal whose upstream logins serve the requests of
+    /// the host of `session` (`None`: a stdio host, whose requests go with
+    /// the command line's logins).
+    pub(super) fn principal_for_upstream(&self, session: SessionId) -> Option<Arc<str>> {
+        self.sessions
+            .get(&session)
+            .and_then(|host| host.principal.as_deref())
+            .map(Arc::from)
     }
 
     /// A call to send once its record (at `place` in the turn's batch) is

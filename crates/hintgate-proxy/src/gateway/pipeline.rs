@@ -527,10 +527,11 @@ impl Gateway {
         };
         cx.started = Some(Instant::now());
         let turn = self.turn;
+        let principal = self.principal_for_upstream(cx.request.session);
         let sent = self
             .upstreams
             .get_mut(target)
-            .map_or(Ok(()), |up| up.send_now(line, turn));
+            .map_or(Ok(()), |up| up.send_now(line, turn, principal));
         if let Err(err) = sent {
             // The server has left too much unread: the call is not queued
             // behind it; it fails now, with its outcome recorded (or is
@@ -890,6 +891,8 @@ impl Gateway {
                 parsed.as_ref()
             }
         };
+        let principal = self.principal_for_upstream(cx.request.session);
+        let token_scope = token_scope_of(&self.upstreams, cx, principal.as_deref());
         let fields = CallFields {
             // The host's own id, which its log shows; the gateway's is an
             // artefact of the transport.
@@ -912,6 +915,7 @@ impl Gateway {
                 .map(|idem| (idem.key.as_str(), idem.filled)),
             instance: instance_fields(&self.upstreams, cx),
             egress: egress.as_deref(),
+            token_scope: token_scope.as_deref(),
         };
         self.journal.call(&fields)
     }
@@ -1079,6 +1083,22 @@ fn send_target(
             upstreams.name(idx)
         )),
     }
+}
+
+/// For a call to a server behind OAuth: the scopes of the token the
+/// instance it goes to sends (the read-only instance's own, for a call
+/// decided for it).
+pub(super) fn token_scope_of(
+    upstreams: &super::upstreams::Upstreams,
+    cx: &CallContext,
+    principal: Option<&str>,
+) -> Option<String> {
+    let idx = cx.server?;
+    let idx = match cx.instance {
+        Instance::ReadOnly => upstreams.get(idx)?.read_only?,
+        Instance::Full => idx,
+    };
+    upstreams.get(idx)?.token_scope(principal.unwrap_or(""))
 }
 
 /// What the record says of a call's instance: for a server with a

@@ -770,9 +770,10 @@ impl Gateway {
             None => request.with_id(&id_text),
         };
         drop(session_meta);
+        let session = request.session;
         self.inflight
             .wait_up(idx, id, UpPurpose::Forward(Box::new(request)), timeout);
-        self.send_upstream(idx, generation, line);
+        self.send_upstream_for(session, idx, generation, line);
     }
 
     /// A server answered a forwarded request. A resource or a prompt of a

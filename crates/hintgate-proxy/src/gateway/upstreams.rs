@@ -204,7 +204,12 @@ impl Upstream {
     /// [`NotReading`] when the line would not fit on top of what the server
     /// left unread within the queue's bound: the line is not sent (see
     /// [`Gateway::not_reading`]).
-    pub(super) fn send_now(&mut self, line: String, turn: u64) -> Result<(), NotReading> {
+    pub(super) fn send_now(
+        &mut self,
+        line: String,
+        turn: u64,
+        principal: Option<std::sync::Arc<str>>,
+    ) -> Result<(), NotReading> {
         let Some(link) = &self.link else {
             return Ok(());
         };
@@ -219,8 +224,15 @@ impl Upstream {
             return Err(NotReading { unread });
         }
         self.sent.1 = self.sent.1.saturating_add(line.len() + 1);
-        link.send(line);
+        link.send_as(line, principal);
         Ok(())
+    }
+
+    /// For a server behind OAuth, the scopes of the token it was sent last.
+    pub fn token_scope(&self, principal: &str) -> Option<String> {
+        self.link
+            .as_ref()
+            .and_then(|link| link.token_scope(principal))
     }
 
     /// For a child process, its last lines of standard error as a clause
