@@ -165,6 +165,7 @@ fn demo_config(exe: &str) -> ValidConfig {
         audit: Default::default(),
         labels: Vec::new(),
         listen: Default::default(),
+        previews: Vec::new(),
     }
 }
 

@@ -97,6 +97,7 @@ fn world() -> World {
         audit: Default::default(),
         labels: Vec::new(),
         listen: Default::default(),
+        previews: Vec::new(),
     };
     let tools = (0..N_SERVERS * TOOLS_PER_SERVER)
         .map(|idx| {

@@ -169,6 +169,7 @@ pub fn explain(policy: &Policy, input: &ExplainInput<'_>) -> Explanation {
             decision: &decision,
             sandbox: input.sandbox,
             changes: &changes,
+            preview: None,
         })
     });
     let title = tool

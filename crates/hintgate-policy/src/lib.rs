@@ -57,6 +57,7 @@ pub mod glob;
 pub mod hook;
 pub mod name;
 pub mod pin;
+pub mod preview;
 pub mod prompt;
 pub mod reason;
 pub mod redact;

@@ -158,6 +158,7 @@ fn config() -> impl Strategy<Value = ValidConfig> {
             audit: Default::default(),
             labels: Vec::new(),
             listen: Default::default(),
+            previews: Vec::new(),
         })
 }
 

@@ -51,6 +51,7 @@ fn prompt_for(
         decision: &decision,
         sandbox: SandboxProof::default(),
         changes: &changes,
+        preview: None,
     })
 }
 

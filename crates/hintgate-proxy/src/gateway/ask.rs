@@ -195,6 +195,7 @@ impl Gateway {
                 decision: &decision,
                 sandbox: self.catalog.sandbox(idx),
                 changes: &changes,
+                preview: None,
             },
         ))
     }
