@@ -11,7 +11,7 @@
 //! previews' arithmetic that needs no file (the new content of an
 //! `edit_file`, [`apply_edits`]) is here too.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::pin::PinDigest;
@@ -27,7 +27,7 @@ pub const PROMPT_LINES: usize = 120;
 pub const RECORD_TEXT_BYTES: usize = 16 * 1024;
 
 /// Where a preview comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PreviewSource {
     /// Computed by hintgate from the local file (`files`).
@@ -39,7 +39,7 @@ pub enum PreviewSource {
 }
 
 /// What a preview's text is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PreviewKind {
     /// A unified diff.

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 
 use hintgate_policy::decide::RememberOffer;
 use hintgate_policy::pin::{PinStatus, diff};
+use hintgate_policy::preview::Previewed;
 use hintgate_policy::prompt::PromptInput;
 use hintgate_store::{Answer, NewPending, Remember};
 use serde_json::{Map, Value, json};
@@ -152,8 +153,15 @@ impl Gateway {
 
     /// The prompt for a call (design §4.3).
     fn prompt(&self, cx: &CallContext, redacted: bool) -> String {
-        self.with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
-            .unwrap_or_default()
+        let prompt = self
+            .with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
+            .unwrap_or_default();
+        if cx.preview_changed {
+            return format!(
+                "hintgate: the file changed after you were asked about this call; below is what it would change now.\n\n{prompt}"
+            );
+        }
+        prompt
     }
 
     /// Renders what a prompt for a call shows with `render`: the text, or
@@ -184,6 +192,13 @@ impl Gateway {
         } else {
             cx.arguments_or_empty().clone()
         };
+        // What goes to the store keeps no secret: the preview as it may be
+        // stored.
+        let preview = if redacted {
+            self.storable_preview(cx)
+        } else {
+            cx.preview.clone()
+        };
         Some(render(
             &self.policy,
             &PromptInput {
@@ -195,7 +210,7 @@ impl Gateway {
                 decision: &decision,
                 sandbox: self.catalog.sandbox(idx),
                 changes: &changes,
-                preview: None,
+                preview: preview.as_ref(),
             },
         ))
     }
@@ -291,6 +306,7 @@ impl Gateway {
     fn resume_approved(&mut self, mut cx: Box<CallContext>, approver: Approver) {
         cx.approver = approver;
         cx.approved = cx.digest();
+        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
         self.run_pipeline(cx);
     }
 
@@ -331,7 +347,7 @@ impl Gateway {
         let sealed = self.sealer.seal(
             &cx.params.name,
             cx.arguments_or_empty(),
-            cx.digest_text().unwrap_or_default(),
+            &super::previews::sealed_pin(&cx),
             self.limits.ask_timeout.as_secs(),
             cx.idem
                 .as_ref()
@@ -378,7 +394,7 @@ impl Gateway {
             state,
             &cx.params.name,
             cx.arguments_or_empty(),
-            cx.digest_text().unwrap_or_default(),
+            &super::previews::sealed_pin(cx),
         ) {
             tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
             let extra = format!("The approval could not be used: {err}.");
@@ -426,6 +442,7 @@ impl Gateway {
         self.count_ask(cx, AskChannel::InputRequired, AskEnding::Approved);
         cx.approver = Approver::Person(Channel::InputRequired);
         cx.approved = cx.digest();
+        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
         Ok(())
     }
 

@@ -107,6 +107,8 @@ pub(crate) struct CallFields<'a> {
     /// For a server whose enforced sandbox lets it reach a list of hosts
     /// (`network = ["host:port", ...]`): those hosts, as configured.
     pub egress: Option<&'a [String]>,
+    /// The call's preview, as the log keeps it.
+    pub preview: Option<&'a hintgate_store::record::PreviewRecord>,
 }
 
 // === impl Journal ===
@@ -336,6 +338,7 @@ impl Journal {
             instance_identity: fields.instance.and_then(|(_, key)| key).map(str::to_owned),
             outcome: fields.outcome.map(code_of),
             pin: fields.pin.map(str::to_owned),
+            preview: fields.preview.cloned(),
             reasons: fields
                 .decision
                 .reason_texts()
@@ -425,6 +428,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            preview: None,
         });
         journal.batch[0].body.clone()
     }
@@ -469,6 +473,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: Some(&hosts),
+            preview: None,
         });
         let body = journal.batch[0].body.clone();
         let parsed: Value = serde_json::from_str(&body).unwrap();
@@ -496,6 +501,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            preview: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -565,6 +571,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            preview: None,
         };
         let to_forward = CallFields {
             request_id: "2",
@@ -692,6 +699,7 @@ mod tests {
             idempotency: None,
             instance: None,
             egress: None,
+            preview: None,
         };
         let queue = Approver::Person(Channel::Queue("alice".into()));
         let elicitation = Approver::Person(Channel::Elicitation);

@@ -336,12 +336,25 @@ impl Gateway {
     ) -> Result<(), Exit> {
         let carries = session.modern && super::modern::carries_our_answer(cx);
         match steps::approval(verdict, cx.digest(), cx.approved, carries) {
-            Approval::Approved => Ok(()),
-            Approval::CarriesAnswer => Ok(self.open_modern_answer(cx)?),
-            Approval::Ask => Err(Exit::Ask),
+            // An approval is for what the person was shown: a file that
+            // changed since is asked about again.
+            Approval::Approved => self.still_as_shown(cx),
+            Approval::CarriesAnswer => {
+                cx.preview = self.preview_of(cx);
+                if self.sealed_for_another_preview(cx) {
+                    cx.preview_changed = true;
+                    return Err(Exit::Ask);
+                }
+                Ok(self.open_modern_answer(cx)?)
+            }
+            Approval::Ask => {
+                cx.preview = self.preview_of(cx);
+                Err(Exit::Ask)
+            }
             Approval::Policy => {
                 let first = cx.decision.as_ref().and_then(|d| d.reasons.first());
                 cx.approver = Approver::Policy(first.map(|reason| reason.code));
+                self.preview_for_record(cx);
                 Ok(())
             }
         }
@@ -820,6 +833,7 @@ impl Gateway {
                 parsed.as_ref()
             }
         };
+        let preview = self.preview_record(cx);
         let fields = CallFields {
             // The host's own id, which its log shows; the gateway's is an
             // artefact of the transport.
@@ -842,6 +856,7 @@ impl Gateway {
                 .map(|idem| (idem.key.as_str(), idem.filled)),
             instance: instance_fields(&self.upstreams, cx),
             egress: egress.as_deref(),
+            preview: preview.as_ref(),
         };
         self.journal.call(&fields)
     }
