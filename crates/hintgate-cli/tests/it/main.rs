@@ -28,6 +28,7 @@ mod metrics;
 mod packaging;
 mod peers;
 mod pinning;
+mod previews;
 mod read_only;
 mod sandbox;
 mod scan;

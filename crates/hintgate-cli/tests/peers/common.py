@@ -12,9 +12,20 @@ ASKED = []
 
 
 async def elicit(context, params):
-    """Answers every question as the spec says, and remembers what was asked."""
+    """Answers every question as the spec says, and remembers what was asked.
+
+    `answers` (optional) gives the answer to each question in turn, `answer`
+    the rest; `on_ask` (optional) writes a file while question `ask` (from
+    0) is open, as someone else working on it meanwhile would."""
     ASKED.append(params.message)
-    if SPEC["answer"] == "accept":
+    asked = len(ASKED) - 1
+    for change in SPEC.get("on_ask", []):
+        if change.get("ask", 0) == asked:
+            with open(change["write"], "w") as file:
+                file.write(change["content"])
+    answers = SPEC.get("answers") or []
+    answer = answers[asked] if asked < len(answers) else SPEC["answer"]
+    if answer == "accept":
         return types.ElicitResult(action="accept", content={"approve": True})
     return types.ElicitResult(action="decline")
 

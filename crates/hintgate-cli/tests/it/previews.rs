@@ -1,0 +1,267 @@
+//! Previews with real parts (design §4.3): the reference filesystem server,
+//! untrusted, behind the gateway; the Python SDK as a host that asks a
+//! person, and a host that cannot (the approval queue, `hintgate
+//! approvals`). A person asked about a write sees the diff of what it will
+//! change; a file that changed since they saw it is asked about again, not
+//! written on the old approval; and nothing outside the directories the
+//! server serves is ever read by the gateway.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::approvals::{approvals, listed, send_call, the_call};
+use crate::host::{Host, is_error, text};
+use crate::peers::{npm_bin, run_python, wrapped};
+use crate::util::{code, log_json, stderr, stdout};
+
+/// A directory the reference filesystem server serves, with one file.
+fn served(dir: &Path) -> (PathBuf, PathBuf) {
+    let data = dir.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let data = data.canonicalize().unwrap();
+    let file = data.join("notes.txt");
+    std::fs::write(&file, "one\ntwo\nthree\n").unwrap();
+    (data, file)
+}
+
+/// The gateway in wrap mode before the reference filesystem server
+/// serving `data`, untrusted (the default).
+fn gateway_command(data: &Path) -> Vec<String> {
+    wrapped(
+        &["--name", "fs", "--ask-timeout", "60"],
+        &[npm_bin("mcp-server-filesystem"), data.display().to_string()],
+    )
+}
+
+/// The Python SDK host (with elicitation) making `calls`; `extra` adds to
+/// the spec (the answers in turn, files written while a question is open).
+fn ask_host(dir: &Path, data: &Path, calls: Value, extra: Value) -> Value {
+    let mut spec = json!({"command": gateway_command(data), "answer": "decline", "calls": calls});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    run_python(dir, "sdk_host.py", &spec)
+}
+
+/// What the prompt shows of a write of `notes.txt` from "two" to "2".
+fn expected_diff(file: &Path) -> String {
+    let path = file.display();
+    format!(
+        "  preview (what the call will change, computed by hintgate from the file on this machine):\n    | --- a{path}\n    | +++ b{path}\n    | @@ -1,3 +1,3 @@\n    |  one\n    | -two\n    | +2\n    |  three\n"
+    )
+}
+
+fn asked(report: &Value) -> Vec<String> {
+    report["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_write_over_a_file_shows_its_exact_diff_in_the_elicitation_message_and_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, file) = served(dir.path());
+    let path = file.display().to_string();
+    let report = ask_host(
+        dir.path(),
+        &data,
+        json!([{"name": "write_file", "arguments": {"path": path, "content": "one\n2\nthree\n"}}]),
+        json!({"answer": "accept"}),
+    );
+    let asked = asked(&report);
+    assert_eq!(asked.len(), 1, "{report}");
+    assert!(asked[0].contains(&expected_diff(&file)), "{}", asked[0]);
+    assert_eq!(report["results"][0]["isError"], false, "{report}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\n2\nthree\n");
+
+    // The record keeps the preview the person approved: source, digest, text.
+    let records = log_json(dir.path(), &[]);
+    let call = records
+        .iter()
+        .find(|record| record["tool"] == "write_file")
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(call["preview"]["source"], "files", "{call}");
+    assert_eq!(call["preview"]["kind"], "diff", "{call}");
+    assert!(
+        call["preview"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(
+        call["preview"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("-two\n+2\n"),
+        "{call}"
+    );
+    let verify = crate::util::run(dir.path(), &["log", "--state-dir", "state", "verify"]);
+    assert_eq!(code(&verify), 0, "{}{}", stdout(&verify), stderr(&verify));
+}
+
+#[test]
+fn a_file_changed_while_the_person_was_asked_is_asked_about_again_and_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, file) = served(dir.path());
+    let path = file.display().to_string();
+    // While the first question is open, someone else changes the file; the
+    // person approves what they saw, then declines what it has become.
+    let report = ask_host(
+        dir.path(),
+        &data,
+        json!([{"name": "write_file", "arguments": {"path": path, "content": "one\n2\nthree\n"}}]),
+        json!({
+            "answers": ["accept", "decline"],
+            "on_ask": [{"ask": 0, "write": path, "content": "someone else's work\n"}],
+        }),
+    );
+    let asked = asked(&report);
+    assert_eq!(asked.len(), 2, "asked again: {report}");
+    assert!(asked[0].contains(&expected_diff(&file)), "{}", asked[0]);
+    assert!(
+        asked[1].starts_with("hintgate: the file changed after you were asked about this call"),
+        "{}",
+        asked[1]
+    );
+    assert!(
+        asked[1].contains("    | -someone else's work\n    | +one\n    | +2\n    | +three\n"),
+        "{}",
+        asked[1]
+    );
+    assert_eq!(report["results"][0]["isError"], true, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "someone else's work\n",
+        "never written on the old approval"
+    );
+}
+
+#[test]
+fn the_queue_shows_the_diff_and_an_approval_given_for_an_older_file_is_asked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, file) = served(dir.path());
+    let path = file.display().to_string();
+    let fs = npm_bin("mcp-server-filesystem");
+    let data_text = data.display().to_string();
+    let mut host = Host::start(
+        dir.path(),
+        &[
+            "run",
+            "--name",
+            "fs",
+            "--ask-timeout",
+            "600",
+            "--",
+            &fs,
+            &data_text,
+        ],
+        &[],
+    );
+    // No elicitation: the call waits in the approval queue.
+    host.initialize(json!({}));
+    send_call(
+        &mut host,
+        "w1",
+        "write_file",
+        json!({"path": path, "content": "one\n2\nthree\n"}),
+    );
+    let waiting = listed(dir.path(), &[], 1);
+    assert!(
+        waiting[0]["prompt"]
+            .as_str()
+            .unwrap()
+            .contains(&expected_diff(&file)),
+        "{}",
+        waiting[0]
+    );
+    let id = waiting[0]["id"].to_string();
+    let shown = approvals(dir.path(), &[], &["show", &id]);
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    let shown = stdout(&shown);
+    assert!(
+        shown.contains("    the whole preview (source: files):\n      | --- a")
+            && shown.contains("      | -two\n      | +2\n"),
+        "{shown}"
+    );
+    assert!(shown.contains("      | @@ -1,3 +1,3 @@\n"), "{shown}");
+
+    // The file changes after the person read the diff, before they approve.
+    std::fs::write(&file, "changed meanwhile\n").unwrap();
+    let approved = approvals(dir.path(), &[], &["approve", &id]);
+    assert_eq!(code(&approved), 0, "{}", stderr(&approved));
+    // Asked again, in the queue, with what the call would change now.
+    let again = listed(dir.path(), &[], 1);
+    assert_ne!(again[0]["id"].to_string(), id);
+    let prompt = again[0]["prompt"].as_str().unwrap();
+    assert!(
+        prompt.starts_with("hintgate: the file changed after you were asked about this call")
+            && prompt.contains("    | -changed meanwhile\n"),
+        "{prompt}"
+    );
+    let denied = approvals(dir.path(), &[], &["deny", &again[0]["id"].to_string()]);
+    assert_eq!(code(&denied), 0, "{}", stderr(&denied));
+    let result = the_call(&mut host, "w1");
+    assert!(is_error(&result), "{result}");
+    assert!(
+        text(&result).contains("denied in the approval queue"),
+        "{result}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "changed meanwhile\n"
+    );
+    host.close();
+}
+
+#[test]
+fn nothing_outside_the_served_directories_is_read_and_the_call_is_still_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _) = served(dir.path());
+    std::fs::create_dir(dir.path().join("outside")).unwrap();
+    let outside = dir.path().join("outside").canonicalize().unwrap();
+    // A FIFO nobody writes to: were the gateway to open it to read, it
+    // would wait forever, and so would this test.
+    let fifo = outside.join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink(&fifo, data.join("link")).unwrap();
+    std::os::unix::fs::symlink(&outside, data.join("sub")).unwrap();
+    let write = |path: PathBuf| json!({"name": "write_file", "arguments": {"path": path.display().to_string(), "content": "x"}});
+    let report = ask_host(
+        dir.path(),
+        &data,
+        json!([
+            write(data.join("link")),
+            write(fifo.clone()),
+            write(data.join("sub/pipe"))
+        ]),
+        json!({}),
+    );
+    let asked = asked(&report);
+    assert_eq!(asked.len(), 3, "each call is still asked about: {report}");
+    assert!(
+        asked[0].contains("  no preview: the path leads outside the directories the server serves (through a symbolic link)\n"),
+        "{}",
+        asked[0]
+    );
+    assert!(
+        asked[1].contains("  no preview: the file is outside the directories the server serves\n"),
+        "{}",
+        asked[1]
+    );
+    assert!(
+        asked[2].contains("  no preview: the path leads outside"),
+        "{}",
+        asked[2]
+    );
+    for result in report["results"].as_array().unwrap() {
+        assert_eq!(result["isError"], true, "declined: {report}");
+    }
+}
