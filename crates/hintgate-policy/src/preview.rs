@@ -253,6 +253,59 @@ fn cut(preview: &Preview) -> Cut<'_> {
     Cut { lines, note }
 }
 
+/// A previewer command's answer line, read strictly: one JSON object with
+/// the question's `id` (a string, or an integer; a per-call previewer may
+/// leave it out) and either `kind`
+/// (`"diff"` or `"text"`) and `text`, or `none` (why there is no preview);
+/// nothing else. The `id` when one could be read, and the preview, or why
+/// there is none (the previewer's own words, or what was wrong with its
+/// answer).
+pub fn read_answer(line: &str) -> (Option<String>, Previewed) {
+    let source = PreviewSource::Command;
+    let garbage = |what: &str| {
+        Previewed::unavailable(
+            source,
+            format!("the previewer answered what is not a preview ({what})"),
+        )
+    };
+    let Ok(Value::Object(answer)) = serde_json::from_str::<Value>(line) else {
+        return (None, garbage("not one JSON object"));
+    };
+    let id = match answer.get("id") {
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(Value::Number(id)) if id.is_u64() => Some(id.to_string()),
+        _ => None,
+    };
+    if id.is_none() && answer.get("id").is_some_and(|id| !id.is_null()) {
+        return (
+            None,
+            garbage("an `id` that is neither a string nor an integer"),
+        );
+    }
+    if let Some(key) = answer
+        .keys()
+        .find(|key| !["id", "kind", "text", "none"].contains(&key.as_str()))
+    {
+        return (
+            id,
+            garbage(&format!("an unknown key `{}`", escape_line(key))),
+        );
+    }
+    let previewed = match (answer.get("kind"), answer.get("text"), answer.get("none")) {
+        (None, None, Some(Value::String(why))) => Previewed::unavailable(source, why.clone()),
+        (Some(Value::String(kind)), Some(Value::String(text)), None) => {
+            let kind = match kind.as_str() {
+                "diff" => PreviewKind::Diff,
+                "text" => PreviewKind::Text,
+                _ => return (id, garbage("a `kind` other than `diff` or `text`")),
+            };
+            Previewed::Shown(Preview::new(source, kind, text.clone()))
+        }
+        _ => garbage("neither `kind` and `text` strings nor a `none` string"),
+    };
+    (id, previewed)
+}
+
 /// The text the audit record keeps of a preview: whole up to
 /// [`RECORD_TEXT_BYTES`], cut at a character boundary with a note past it;
 /// and whether it was cut.
@@ -367,6 +420,46 @@ mod tests {
         );
         assert!(apply_edits("a", &serde_json::json!([{"oldText": "z", "newText": ""}])).is_err());
         assert!(apply_edits("a", &serde_json::json!({"oldText": "a"})).is_err());
+    }
+
+    #[test]
+    fn a_previewer_answer_is_read_strictly() {
+        let (id, shown) = read_answer(r#"{"id": "7", "kind": "diff", "text": "-a\n+b\n"}"#);
+        assert_eq!(id.as_deref(), Some("7"));
+        assert_eq!(
+            shown,
+            Previewed::Shown(Preview::new(
+                PreviewSource::Command,
+                PreviewKind::Diff,
+                "-a\n+b\n".into()
+            ))
+        );
+        let (id, _) = read_answer(r#"{"kind": "text", "text": "a per-call answer"}"#);
+        assert_eq!(id, None);
+        let (id, none) = read_answer(r#"{"id": 7, "none": "not a write"}"#);
+        assert_eq!(id.as_deref(), Some("7"));
+        assert_eq!(
+            none,
+            Previewed::unavailable(PreviewSource::Command, "not a write")
+        );
+        for garbage in [
+            "nonsense",
+            "[1]",
+            r#"{"id": [1], "kind": "text", "text": "x"}"#,
+            r#"{"id": "1", "kind": "html", "text": "x"}"#,
+            r#"{"id": "1", "kind": "text"}"#,
+            r#"{"id": "1", "kind": "text", "text": "x", "none": "y"}"#,
+            r#"{"id": "1", "text": "x", "allow": true}"#,
+        ] {
+            let (_, previewed) = read_answer(garbage);
+            let Previewed::Unavailable { why, .. } = previewed else {
+                panic!("{garbage} read as a preview");
+            };
+            assert!(
+                why.starts_with("the previewer answered what is not a preview"),
+                "{why}"
+            );
+        }
     }
 
     #[test]

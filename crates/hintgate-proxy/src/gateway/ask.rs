@@ -105,7 +105,15 @@ fn requested_schema(offer: RememberOffer, can_remember_always: bool) -> Value {
 
 impl Gateway {
     /// Step 5 of the pipeline: a person must approve the call.
-    pub(super) fn ask(&mut self, cx: Box<CallContext>) {
+    pub(super) fn ask(&mut self, mut cx: Box<CallContext>) {
+        // A previewer command is asked first; the call comes back here
+        // with its preview, or why there is none.
+        if cx.preview.is_none()
+            && let Some(config) = self.previewer_command(&cx)
+        {
+            self.preview_then_ask(cx, &config);
+            return;
+        }
         let session = cx.request.session;
         let (elicitation, modern) = self
             .sessions
@@ -140,7 +148,6 @@ impl Gateway {
             object.insert("mode".to_owned(), json!("form"));
         }
         let timeout = self.limits.ask_timeout;
-        let mut cx = cx;
         cx.asked = Some(tokio::time::Instant::now());
         let n = self
             .inflight

@@ -50,6 +50,7 @@ pub(crate) mod journal;
 pub(crate) mod keys;
 pub(crate) mod modern;
 pub(crate) mod pipeline;
+pub(crate) mod previewers;
 pub(crate) mod previews;
 pub(crate) mod relay;
 pub(crate) mod request;

@@ -225,7 +225,7 @@ impl Gateway {
 
     /// What a call to `tool` of server `idx` is decided on besides its
     /// definition, read once.
-    fn call_facts(
+    pub(super) fn call_facts(
         &self,
         idx: ServerIdx,
         name: &str,

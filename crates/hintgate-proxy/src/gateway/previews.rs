@@ -56,10 +56,12 @@ impl Gateway {
                 &built_in
             }
         };
-        Some(match previewer {
-            Previewer::Files(spec) => preview::file_preview(spec, cx.arguments_or_empty()),
-            Previewer::Command(_) | Previewer::DryRun { .. } => self.asked_preview(cx, previewer),
-        })
+        match previewer {
+            Previewer::Files(spec) => Some(preview::file_preview(spec, cx.arguments_or_empty())),
+            // Asked for while the call waits, just before a person is
+            // asked (`previewers`, `dry_run`), never computed again.
+            Previewer::Command(_) | Previewer::DryRun { .. } => None,
+        }
     }
 
     /// Step 5, a call a person approved: its file preview is computed
@@ -174,24 +176,15 @@ impl Gateway {
 }
 
 /// What the sealed question of a 2026-07-28 host binds for `cx`: the pin of
-/// the definition and, where there is one, the preview's digest.
+/// the definition and, where there is one, the file preview's digest.
 pub(super) fn sealed_pin(cx: &CallContext) -> String {
     let pin = cx.digest_text().unwrap_or_default();
     match &cx.preview {
-        Some(previewed) => format!("{pin}{PREVIEW_MARK}{}", previewed.digest()),
-        None => pin.to_owned(),
-    }
-}
-
-impl Gateway {
-    /// A preview from a previewer command or a dry run, which are asked
-    /// for while the call waits (`gateway::previewers`).
-    fn asked_preview(&self, _cx: &CallContext, previewer: &Previewer) -> Previewed {
-        let source = match previewer {
-            Previewer::DryRun { .. } => PreviewSource::DryRun,
-            Previewer::Command(_) | Previewer::Files(_) => PreviewSource::Command,
-        };
-        Previewed::unavailable(source, "this source is asked for while the call waits")
+        // Only a file preview is computed again when the host returns.
+        Some(previewed) if previewed.source() == PreviewSource::Files => {
+            format!("{pin}{PREVIEW_MARK}{}", previewed.digest())
+        }
+        Some(_) | None => pin.to_owned(),
     }
 }
 

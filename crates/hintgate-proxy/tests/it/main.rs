@@ -17,6 +17,7 @@ mod http;
 mod keys;
 mod names;
 mod pipeline;
+mod previewers;
 mod read_only;
 mod runtime;
 mod start_failure;
