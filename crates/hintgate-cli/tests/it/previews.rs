@@ -265,3 +265,141 @@ fn nothing_outside_the_served_directories_is_read_and_the_call_is_still_asked() 
         assert_eq!(result["isError"], true, "declined: {report}");
     }
 }
+
+/// Runs one of `examples/previews` with `args`, asks it `questions` (one a
+/// line), and returns its answers.
+fn example_previewer(script: &str, args: &[&str], questions: &[Value]) -> Vec<Value> {
+    use std::io::Write;
+    let path = crate::util::repo_root()
+        .join("examples/previews")
+        .join(script);
+    let mut child = std::process::Command::new("python3")
+        .arg(path)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for question in questions {
+        writeln!(stdin, "{question}").unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn question(id: &str, tool: &str, arguments: Value) -> Value {
+    json!({"version": 1, "id": id, "tool": {"name": tool}, "arguments": arguments})
+}
+
+#[test]
+fn the_example_git_previewer_shows_what_a_commit_would_record_and_reads_one_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = crate::util::git_repo(dir.path());
+    std::fs::write(repo.join("notes.txt"), "hello\n").unwrap();
+    let added = std::process::Command::new("git")
+        .current_dir(&repo)
+        .args(["add", "notes.txt"])
+        .status()
+        .unwrap();
+    assert!(added.success());
+    let repo_text = repo.display().to_string();
+    let other = dir.path().display().to_string();
+    let answers = example_previewer(
+        "git_preview.py",
+        &[&repo_text],
+        &[
+            question(
+                "1",
+                "git_commit",
+                json!({"repo_path": repo_text, "message": "m"}),
+            ),
+            question(
+                "2",
+                "git_commit",
+                json!({"repo_path": other, "message": "m"}),
+            ),
+            question("3", "git_reset", json!({"repo_path": repo_text})),
+        ],
+    );
+    assert_eq!(answers[0]["id"], "1");
+    assert_eq!(answers[0]["kind"], "diff");
+    let text = answers[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("+++ b/notes.txt\n") && text.contains("+hello\n"),
+        "{text}"
+    );
+    assert!(
+        answers[1]["none"]
+            .as_str()
+            .unwrap()
+            .contains("another repository")
+    );
+    assert_eq!(answers[2]["kind"], "diff");
+}
+
+#[test]
+fn the_example_sql_previewer_plans_on_a_read_only_connection_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("data.db");
+    let made = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3; c = sqlite3.connect({:?}); c.execute('CREATE TABLE t (a INTEGER)'); c.executemany('INSERT INTO t VALUES (?)', [(1,), (2,), (3,)]); c.commit()",
+            db.display().to_string()
+        ))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let db_text = db.display().to_string();
+    let answers = example_previewer(
+        "sql_preview.py",
+        &[&db_text],
+        &[
+            question(
+                "1",
+                "write_query",
+                json!({"query": "DELETE FROM t WHERE a > 1"}),
+            ),
+            question(
+                "2",
+                "write_query",
+                json!({"query": "DELETE FROM t; DROP TABLE t"}),
+            ),
+            question(
+                "3",
+                "write_query",
+                json!({"query": "INSERT INTO nowhere VALUES (1)"}),
+            ),
+        ],
+    );
+    assert_eq!(answers[0]["kind"], "text", "{answers:?}");
+    let text = answers[0]["text"].as_str().unwrap();
+    assert!(text.contains("plan: SCAN t"), "{text}");
+    assert!(
+        text.contains("rows its WHERE clause matches now in t: 2"),
+        "{text}"
+    );
+    assert!(
+        answers[1]["none"]
+            .as_str()
+            .unwrap()
+            .contains("one complete statement")
+    );
+    assert!(answers[2]["none"].as_str().unwrap().contains("cannot plan"));
+    let count = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3; print(sqlite3.connect({:?}).execute('SELECT count(*) FROM t').fetchone()[0])",
+            db_text
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&count.stdout).trim(), "3");
+}
