@@ -114,6 +114,12 @@ impl Gateway {
             self.preview_then_ask(cx, &config);
             return;
         }
+        if cx.preview.is_none()
+            && let Some(argument) = self.dry_run_argument(&cx)
+        {
+            self.dry_run_then_ask(cx, &argument);
+            return;
+        }
         let session = cx.request.session;
         let (elicitation, modern) = self
             .sessions

@@ -986,7 +986,7 @@ fn read_only_lists(
 /// the read-only instance, the start of that instance that listed the
 /// definition decided on. `Err` says why it cannot be sent (the server
 /// stopped or started again since).
-fn send_target(
+pub(super) fn send_target(
     upstreams: &Upstreams,
     catalog: &Catalog,
     cx: &CallContext,
@@ -1058,10 +1058,23 @@ fn call_line(
     modern_meta: &Value,
     id: u64,
 ) -> Option<String> {
+    call_line_with(cx, None, wrap, modern, modern_meta, id)
+}
+
+/// [`call_line`], with `arguments` (JSON text) in place of the call's own
+/// when given: a trusted server's dry run (`dry_run`).
+pub(super) fn call_line_with(
+    cx: &CallContext,
+    arguments: Option<&str>,
+    wrap: bool,
+    modern: bool,
+    modern_meta: &Value,
+    id: u64,
+) -> Option<String> {
     let id_text = id.to_string();
     let ours = super::modern::carries_our_answer(cx);
     let continuation = cx.continuation.as_ref();
-    let filled = cx.arguments_filled.as_deref();
+    let filled = arguments.or(cx.arguments_filled.as_deref());
     if wrap && !modern && !ours && continuation.is_none() && filled.is_none() {
         return Some(cx.request.with_id(&id_text));
     }

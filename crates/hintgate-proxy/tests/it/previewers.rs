@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Harness, ServerScript, Setup, is_error, tool};
+use crate::harness::{Behaviour, Harness, ServerScript, Setup, is_error, tool};
 
 /// Where the fixture previewer logs its questions.
 struct PreviewLog {
@@ -152,4 +152,85 @@ async fn a_persistent_previewer_adds_its_preview_and_its_failures_leave_the_prom
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_call_previewer_adds_its_preview_and_its_failures_leave_the_prompt_intact() {
     previews_in("per-call").await;
+}
+
+/// Wrap mode before one scripted server (trusted or not) whose `edit`
+/// tool writes and is previewed by the server's own dry run (`dryRun`).
+fn dry_run_setup(script: ServerScript, trusted: bool) -> Setup {
+    let mut setup = Setup::wrap(script, trusted);
+    setup
+        .config
+        .push_str("\n[[previews]]\ntool = \"edit\"\ndry_run_argument = \"dryRun\"\n");
+    setup
+}
+
+/// Calls `edit`, and returns the question the person gets.
+async fn edit_asked(gateway: &mut Harness) -> Value {
+    gateway
+        .send_raw(r#"{"jsonrpc":"2.0","id":"e1","method":"tools/call","params":{"name":"edit","arguments":{"n":1}}}"#)
+        .await;
+    let question = gateway.next_request().await;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    question
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_servers_dry_run_is_shown_as_its_claim_and_the_call_runs_as_asked() {
+    let script = ServerScript::with_tools(vec![tool("edit", false)]);
+    let mut gateway = Harness::start(dry_run_setup(script, true)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let question = edit_asked(&mut gateway).await;
+    let message = question["params"]["message"].as_str().unwrap();
+    // The scripted server answers with the arguments it got: the dry run
+    // is the call with `dryRun` set.
+    assert!(
+        message.contains("  preview (the server's own dry run: its claim, which hintgate does not check):\n    | {\"dryRun\":true,\"n\":1}\n"),
+        "{message}"
+    );
+    gateway
+        .send_raw(&json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"approve": true}}}).to_string())
+        .await;
+    let answer = gateway.response(&json!("e1")).await;
+    assert!(!is_error(&answer), "{answer}");
+    let calls = gateway.calls_received("fx");
+    assert_eq!(calls.len(), 2, "the dry run, then the call: {calls:?}");
+    assert_eq!(
+        calls[0]["params"]["arguments"],
+        json!({"n": 1, "dryRun": true})
+    );
+    assert_eq!(calls[1]["params"]["arguments"], json!({"n": 1}));
+    gateway.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_server_is_never_sent_a_dry_run_and_a_silent_one_leaves_the_prompt() {
+    let script = ServerScript::with_tools(vec![tool("edit", false)]);
+    let mut gateway = Harness::start(dry_run_setup(script, false)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let question = edit_asked(&mut gateway).await;
+    let message = question["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "  no preview: a dry run is asked only of a trusted server, and `fx` is not trusted\n"
+        ),
+        "{message}"
+    );
+    assert!(gateway.calls_received("fx").is_empty(), "nothing was sent");
+    gateway.close().await;
+
+    // A trusted server that never answers its dry run: the person is asked
+    // all the same, once the call timeout has passed.
+    let script =
+        ServerScript::with_tools(vec![tool("edit", false)]).answering("edit", Behaviour::Hang);
+    let mut gateway = Harness::start(dry_run_setup(script, true).with_call_timeout(1)).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let question = edit_asked(&mut gateway).await;
+    let message = question["params"]["message"].as_str().unwrap();
+    assert!(
+        message
+            .contains("  no preview: the server's dry run failed: it did not answer within 1 s\n"),
+        "{message}"
+    );
+    assert!(message.contains("\n  why you are asked:\n"), "{message}");
+    gateway.close().await;
 }
