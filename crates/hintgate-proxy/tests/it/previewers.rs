@@ -234,3 +234,139 @@ async fn an_untrusted_server_is_never_sent_a_dry_run_and_a_silent_one_leaves_the
     assert!(message.contains("\n  why you are asked:\n"), "{message}");
     gateway.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_hosts_approval_is_for_the_diff_it_was_shown_and_a_changed_file_is_asked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let file = root.join("notes.txt");
+    std::fs::write(&file, "old\n").unwrap();
+    let script = ServerScript::with_tools(vec![tool("save", false)]);
+    let mut setup = Setup::wrap(script, false);
+    setup.config.push_str(&format!(
+        "\n[[previews]]\ntool = \"save\"\nfiles = {{ path = \"path\", content = \"text\", roots = [{:?}] }}\n",
+        root.display().to_string()
+    ));
+    let mut gateway = Harness::start(setup).await;
+    let capabilities = json!({"elicitation": {"form": {}}});
+    let path = file.display().to_string();
+    let arguments = json!({"path": path, "text": "new\n"});
+    let asked = gateway
+        .modern_request(
+            "tools/call",
+            json!({"name": "save", "arguments": arguments}),
+            capabilities.clone(),
+        )
+        .await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let message = asked["result"]["inputRequests"]["hintgate/approve"]["params"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("    | -old\n    | +new\n"), "{message}");
+
+    // The file changes before the host comes back with the approval.
+    std::fs::write(&file, "changed\n").unwrap();
+    let approve = json!({"hintgate/approve": {"action": "accept", "content": {"approve": true}}});
+    let retried = gateway
+        .modern_request(
+            "tools/call",
+            json!({"name": "save", "arguments": arguments,
+                   "requestState": asked["result"]["requestState"], "inputResponses": approve}),
+            capabilities.clone(),
+        )
+        .await;
+    assert_eq!(
+        retried["result"]["resultType"], "input_required",
+        "asked again: {retried}"
+    );
+    let again = retried["result"]["inputRequests"]["hintgate/approve"]["params"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        again.starts_with("hintgate: the file changed after you were asked about this call")
+            && again.contains("    | -changed\n    | +new\n"),
+        "{again}"
+    );
+    assert!(
+        gateway.calls_received("fx").is_empty(),
+        "not sent on the old approval"
+    );
+
+    // Approved as it is now, it runs.
+    let approved = gateway
+        .modern_request(
+            "tools/call",
+            json!({"name": "save", "arguments": arguments,
+                   "requestState": retried["result"]["requestState"], "inputResponses": approve}),
+            capabilities,
+        )
+        .await;
+    assert!(!is_error(&approved), "{approved}");
+    assert_eq!(gateway.calls_received("fx").len(), 1);
+    gateway.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_approval_still_runs_unprompted_and_the_preview_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let file = root.join("notes.txt");
+    std::fs::write(&file, "old\n").unwrap();
+    // Trusted, and not destructive: it may be remembered for the session.
+    let save = json!({"name": "save", "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": false, "destructiveHint": false, "openWorldHint": false}});
+    let mut setup = Setup::wrap(ServerScript::with_tools(vec![save]), true);
+    setup.config.push_str(&format!(
+        "\n[[previews]]\ntool = \"save\"\nfiles = {{ path = \"path\", content = \"text\", roots = [{:?}] }}\n",
+        root.display().to_string()
+    ));
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let path = file.display().to_string();
+    gateway
+        .send_raw(
+            &json!({"jsonrpc": "2.0", "id": "s1", "method": "tools/call",
+            "params": {"name": "save", "arguments": {"path": path, "text": "one\n"}}})
+            .to_string(),
+        )
+        .await;
+    let question = gateway.next_request().await;
+    assert!(
+        question["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("    | +one\n")
+    );
+    gateway
+        .send_raw(
+            &json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept",
+            "content": {"approve": true, "remember": "this tool for the rest of this session"}}})
+            .to_string(),
+        )
+        .await;
+    assert!(!is_error(&gateway.response(&json!("s1")).await));
+    // The next call runs without a prompt: the approval is for the tool.
+    let second = gateway
+        .call("save", json!({"path": path, "text": "two\n"}))
+        .await;
+    assert!(!is_error(&second), "{second}");
+    assert_eq!(
+        gateway.requests.len(),
+        1,
+        "asked once: {:?}",
+        gateway.requests
+    );
+    let store = gateway.close().await;
+    let records = store.call_records();
+    let last = records.last().unwrap();
+    assert_eq!(last["approver"], "remembered-approval", "{last}");
+    assert_eq!(last["preview"]["source"], "files", "{last}");
+    assert!(
+        last["preview"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("-old\n+two\n"),
+        "{last}"
+    );
+}
