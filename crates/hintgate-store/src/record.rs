@@ -145,7 +145,6 @@ pub struct PreviewRecord {
     pub truncated: bool,
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
 fn is_false(value: &bool) -> bool {
     !*value
 }

@@ -108,11 +108,7 @@ impl Gateway {
     /// For a call a remembered approval let through: its preview, for the
     /// record (nobody is shown it).
     pub(super) fn preview_for_record(&self, cx: &mut CallContext) {
-        if cx
-            .decision
-            .as_ref()
-            .is_some_and(|decision| remembered(decision))
-        {
+        if cx.decision.as_ref().is_some_and(remembered) {
             cx.preview = self.preview_of(cx);
         }
     }
