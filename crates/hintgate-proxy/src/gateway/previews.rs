@@ -23,6 +23,7 @@ use hintgate_policy::preview::{Preview, PreviewSource, Previewed, record_text};
 use hintgate_policy::reason::ReasonCode;
 use hintgate_policy::redact::looks_like_secret;
 use hintgate_store::record::PreviewRecord;
+use serde_json::Value;
 
 use super::Gateway;
 use super::call::{CallContext, Exit};
@@ -31,6 +32,10 @@ use crate::preview;
 
 /// What replaces a line of a stored preview that looks like a credential.
 const WITHHELD_LINE: &str = "[withheld: a line that looks like a credential]";
+
+/// What replaces, in a stored preview, a value the log redacts in the
+/// arguments (a path that looks like a credential, say).
+const REDACTED_VALUE: &str = "[redacted]";
 
 /// What the sealed question of a 2026-07-28 host binds besides the
 /// definition's pin: the preview's digest.
@@ -114,19 +119,24 @@ impl Gateway {
     }
 
     /// The preview as it may be kept in the store (the approval queue, the
-    /// audit log): lines that look like credentials withheld, and all of
-    /// it when the call's arguments hold values the log redacts. The digest
-    /// stays the one the person's approval binds.
+    /// audit log): lines that look like credentials withheld, the values
+    /// the log redacts in the arguments replaced, and all of it when such a
+    /// value spans lines. The digest stays the one the person's approval
+    /// binds.
     pub(super) fn storable_preview(&self, cx: &CallContext) -> Option<Previewed> {
         let previewed = cx.preview.as_ref()?;
         let Previewed::Shown(shown) = previewed else {
             return Some(previewed.clone());
         };
         let arguments = cx.arguments_or_empty();
-        if self.journal.redacted(arguments) != *arguments {
+        let mut redacted = Vec::new();
+        redacted_values(arguments, &self.journal.redacted(arguments), &mut redacted);
+        // A value the log redacts that spans lines reaches the diff in
+        // pieces, which cannot be told apart: the text is withheld.
+        if redacted.iter().any(|value| value.contains('\n')) {
             return Some(Previewed::unavailable(
                 shown.source,
-                "withheld from the store: the call's arguments hold values the audit log redacts",
+                "withheld from the store: the call's arguments hold text the audit log redacts",
             ));
         }
         let mut text = String::with_capacity(shown.text.len());
@@ -137,6 +147,9 @@ impl Gateway {
             } else {
                 text.push_str(line);
             }
+        }
+        for value in redacted.iter().filter(|value| !value.is_empty()) {
+            text = text.replace(value.as_str(), REDACTED_VALUE);
         }
         Some(Previewed::Shown(Preview {
             text,
@@ -181,6 +194,37 @@ pub(super) fn sealed_pin(cx: &CallContext) -> String {
             format!("{pin}{PREVIEW_MARK}{}", previewed.digest())
         }
         Some(_) | None => pin.to_owned(),
+    }
+}
+
+/// The values of `original` that `redacted` (the same arguments as the log
+/// keeps them) replaced, as text.
+fn redacted_values(original: &Value, redacted: &Value, out: &mut Vec<String>) {
+    match (original, redacted) {
+        (Value::Object(one), Value::Object(other)) => {
+            for (key, value) in one {
+                match other.get(key) {
+                    Some(kept) => redacted_values(value, kept, out),
+                    None => out.push(text_of(value)),
+                }
+            }
+        }
+        (Value::Array(one), Value::Array(other)) if one.len() == other.len() => {
+            for (value, kept) in one.iter().zip(other) {
+                redacted_values(value, kept, out);
+            }
+        }
+        (one, other) if one != other => out.push(text_of(one)),
+        _ => {}
+    }
+}
+
+/// A value as a preview's text would hold it: a string as it is, anything
+/// else as JSON.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
     }
 }
 

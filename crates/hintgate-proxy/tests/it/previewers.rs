@@ -370,3 +370,76 @@ async fn a_standing_approval_still_runs_unprompted_and_the_preview_is_recorded()
         "{last}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_keeps_no_secret_in_the_store_though_the_person_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let file = root.join("env");
+    std::fs::write(
+        &file,
+        "USER=me\nOLD=ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+    )
+    .unwrap();
+    let mut setup = Setup::wrap(ServerScript::with_tools(vec![tool("save", false)]), false);
+    setup.config.push_str(&format!(
+        "\n[[previews]]\ntool = \"save\"\nfiles = {{ path = \"path\", content = \"text\", roots = [{:?}] }}\n",
+        root.display().to_string()
+    ));
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({"elicitation": {}})).await;
+    let path = file.display().to_string();
+    let secret = "ghp_0123456789abcdefghijklmnopqrstuvwxyz";
+    for (id, text) in [
+        ("one-line", format!("TOKEN={secret}")),
+        ("lines", format!("USER=me\nTOKEN={secret}\n")),
+    ] {
+        gateway
+            .send_raw(
+                &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "save", "arguments": {"path": path, "text": text}}})
+                .to_string(),
+            )
+            .await;
+        let question = gateway.next_request().await;
+        // The person is shown what the call would write.
+        let message = question["params"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("    | +TOKEN={secret}")),
+            "{message}"
+        );
+        gateway
+            .send_raw(
+                &json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "decline"}})
+                    .to_string(),
+            )
+            .await;
+        assert!(is_error(&gateway.response(&json!(id)).await));
+    }
+    let store = gateway.close().await;
+    let records = store.call_records();
+    assert_eq!(records.len(), 2);
+    for record in &records {
+        let kept = record["preview"].to_string();
+        assert!(!kept.contains("ghp_"), "{kept}");
+        assert!(
+            record["preview"]["digest"]
+                .as_str()
+                .unwrap()
+                .starts_with("sha256:")
+        );
+    }
+    let one_line = records[0]["preview"]["text"].as_str().unwrap();
+    assert!(
+        one_line.contains("[withheld: a line that looks like a credential]"),
+        "{one_line}"
+    );
+    assert!(
+        records[1]["preview"]["none"]
+            .as_str()
+            .unwrap()
+            .contains("withheld from the store"),
+        "{}",
+        records[1]
+    );
+}
