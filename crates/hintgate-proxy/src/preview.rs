@@ -72,6 +72,24 @@ pub fn builtin_roots(config: &ServerConfig) -> Option<Vec<String>> {
     )
 }
 
+/// [`builtin_roots`], for a server whose command line names neither the
+/// package nor its executable (`node .../dist/index.js /data`) but whose
+/// identity, as the gateway resolved it at start, is the package: the
+/// absolute paths among its arguments.
+pub fn builtin_roots_by_identity(config: &ServerConfig, identity: &str) -> Option<Vec<String>> {
+    let Transport::Stdio { args, .. } = &config.transport else {
+        return None;
+    };
+    // The identity ends `(PACKAGE VERSION)` when it resolved to a package.
+    let package = identity.rsplit_once(" (")?.1.split(' ').next()?;
+    (package == REFERENCE_PACKAGE).then(|| {
+        args.iter()
+            .filter(|arg| arg.starts_with('/'))
+            .cloned()
+            .collect()
+    })
+}
+
 /// The built-in preview of the reference filesystem server's `tool`, with
 /// `roots`: `write_file`, `edit_file`, `move_file` and `create_directory`.
 pub fn builtin(tool: &str, roots: Vec<String>) -> Option<FilePreview> {
@@ -187,16 +205,23 @@ struct Roots {
 }
 
 impl Roots {
-    /// The roots; one that does not resolve is left out.
+    /// The roots; one that does not resolve to a directory is left out.
     fn of(roots: &[String]) -> Result<Self, String> {
+        // A root is a directory: an argument that names a file (a
+        // script the server runs) serves nothing.
         let real: Vec<PathBuf> = roots
             .iter()
             .filter_map(|root| std::fs::canonicalize(root).ok())
+            .filter(|root| root.is_dir())
             .collect();
         if real.is_empty() {
             return Err("no directory the server serves is known to hintgate".to_owned());
         }
-        let mut written: Vec<PathBuf> = roots.iter().map(PathBuf::from).collect();
+        let mut written: Vec<PathBuf> = roots
+            .iter()
+            .map(PathBuf::from)
+            .filter(|root| root.is_dir())
+            .collect();
         written.extend(real.iter().cloned());
         Ok(Self { written, real })
     }
@@ -534,5 +559,21 @@ mod tests {
             None
         );
         assert_eq!(builtin_roots(&server("npx", &["other", "/a"])), None);
+        let node = server("node", &["/x/server-filesystem/dist/index.js", "/data"]);
+        assert_eq!(builtin_roots(&node), None);
+        assert_eq!(
+            builtin_roots_by_identity(
+                &node,
+                "node /x/dist/index.js /data -> /usr/bin/node (@modelcontextprotocol/server-filesystem 2026.8.31)"
+            ),
+            Some(vec![
+                "/x/server-filesystem/dist/index.js".to_owned(),
+                "/data".to_owned()
+            ])
+        );
+        assert_eq!(
+            builtin_roots_by_identity(&node, "node /x/dist/index.js -> /usr/bin/node (other 1.0)"),
+            None
+        );
     }
 }

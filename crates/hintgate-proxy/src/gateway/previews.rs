@@ -56,7 +56,11 @@ impl Gateway {
         let previewer = match config.preview_for(name, &cx.tool) {
             Some(previewer) => previewer,
             None => {
-                let roots = preview::builtin_roots(config.servers.get(name)?)?;
+                let server = config.servers.get(name)?;
+                let roots = preview::builtin_roots(server).or_else(|| {
+                    let identity = self.catalog.identity(idx)?;
+                    preview::builtin_roots_by_identity(server, identity)
+                })?;
                 built_in = Previewer::Files(preview::builtin(&cx.tool, roots)?);
                 &built_in
             }
