@@ -23,6 +23,9 @@ pub const PROMPT_HUNKS: usize = 3;
 /// How many lines of a preview the prompt shows at most.
 pub const PROMPT_LINES: usize = 120;
 
+/// The most characters of one line of a preview the prompt shows.
+pub const PROMPT_LINE_CHARS: usize = 400;
+
 /// The most bytes of a preview's text the audit record keeps.
 pub const RECORD_TEXT_BYTES: usize = 16 * 1024;
 
@@ -165,8 +168,9 @@ impl Previewed {
     }
 
     /// The prompt's section, each line indented and escaped: the label and
-    /// the text cut to [`PROMPT_HUNKS`] hunks (a diff) and [`PROMPT_LINES`]
-    /// lines, with what was left out counted; or "no preview: WHY".
+    /// the text cut to [`PROMPT_HUNKS`] hunks (a diff), [`PROMPT_LINES`]
+    /// lines and [`PROMPT_LINE_CHARS`] characters a line, with what was
+    /// left out counted; or "no preview: WHY".
     pub fn render(&self) -> String {
         let preview = match self {
             Self::Shown(preview) => preview,
@@ -178,7 +182,17 @@ impl Previewed {
         let cut = cut(preview);
         for line in &cut.lines {
             out.push_str("    | ");
-            out.push_str(&escape_line(line));
+            let count = line.chars().count();
+            if count > PROMPT_LINE_CHARS {
+                let kept: String = line.chars().take(PROMPT_LINE_CHARS).collect();
+                out.push_str(&escape_line(&kept));
+                out.push_str(&format!(
+                    " [{} more characters; the console shows all]",
+                    count - PROMPT_LINE_CHARS
+                ));
+            } else {
+                out.push_str(&escape_line(line));
+            }
             out.push('\n');
         }
         if let Some(note) = cut.note {
@@ -374,6 +388,19 @@ mod tests {
         assert!(
             shown.contains("3 of 40 hunks shown; the console shows all"),
             "{shown}"
+        );
+        let long_line = Previewed::Shown(Preview::new(
+            PreviewSource::Command,
+            PreviewKind::Text,
+            "x".repeat(PROMPT_LINE_CHARS + 5),
+        ))
+        .render();
+        assert!(
+            long_line.contains(&format!(
+                "{} [5 more characters; the console shows all]\n",
+                "x".repeat(PROMPT_LINE_CHARS)
+            )),
+            "{long_line}"
         );
         let short = Previewed::Shown(diff_of(2)).render();
         assert!(!short.contains("hunks shown"), "{short}");
