@@ -106,8 +106,19 @@ fn requested_schema(offer: RememberOffer, can_remember_always: bool) -> Value {
 impl Gateway {
     /// Step 5 of the pipeline: a person must approve the call.
     pub(super) fn ask(&mut self, mut cx: Box<CallContext>) {
-        // A previewer command is asked first; the call comes back here
-        // with its preview, or why there is none.
+        let session = cx.request.session;
+        let (elicitation, modern) = self
+            .sessions
+            .get(&session)
+            .map_or((false, false), |host| (host.elicitation, host.modern()));
+        if !elicitation && self.store.is_none() {
+            let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
+            self.end_call(cx, denied(extra, Approver::Gateway).into());
+            return;
+        }
+        // Someone can be asked: a previewer command, or the server's dry
+        // run, is asked first; the call comes back here with its preview,
+        // or why there is none.
         if cx.preview.is_none()
             && let Some(config) = self.previewer_command(&cx)
         {
@@ -118,16 +129,6 @@ impl Gateway {
             && let Some(argument) = self.dry_run_argument(&cx)
         {
             self.dry_run_then_ask(cx, &argument);
-            return;
-        }
-        let session = cx.request.session;
-        let (elicitation, modern) = self
-            .sessions
-            .get(&session)
-            .map_or((false, false), |host| (host.elicitation, host.modern()));
-        if !elicitation && self.store.is_none() {
-            let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
-            self.end_call(cx, denied(extra, Approver::Gateway).into());
             return;
         }
         // A prompt that goes to the store (the approval queue) shows the
