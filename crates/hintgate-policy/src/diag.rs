@@ -66,6 +66,9 @@ pub enum DiagCode {
     /// A client secret written in the config file (`[servers.NAME.oauth]
     /// client_secret`), where every reader of the file sees it.
     SecretInConfig,
+    /// A `[[previews]]` dry run for a server that is not trusted: it is
+    /// never sent, and the prompt says "no preview".
+    DryRunUntrusted,
 }
 
 /// One problem in a configuration.
@@ -114,7 +117,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -135,6 +138,7 @@ impl DiagCode {
         Self::ReadOnlyUnchanged,
         Self::VouchWithoutSandbox,
         Self::SecretInConfig,
+        Self::DryRunUntrusted,
     ];
 
     /// The stable kebab-case code.
@@ -160,6 +164,7 @@ impl DiagCode {
             Self::ReadOnlyUnchanged => "read-only-unchanged",
             Self::VouchWithoutSandbox => "vouch-without-sandbox",
             Self::SecretInConfig => "secret-in-config",
+            Self::DryRunUntrusted => "dry-run-untrusted",
         }
     }
 }

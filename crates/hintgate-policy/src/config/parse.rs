@@ -338,7 +338,7 @@ impl Walker<'_> {
         };
         let previews = match entry(top, "previews") {
             Some((_, value)) => match value.get_ref() {
-                DeValue::Array(array) => self.previews(array),
+                DeValue::Array(array) => self.previews(array, &servers),
                 other => {
                     self.wrong_value_type(
                         value,
@@ -1361,7 +1361,11 @@ impl Walker<'_> {
 
     /// The `[[previews]]` entries: each names its tools as a rule does and
     /// exactly one source.
-    fn previews(&mut self, array: &DeArray<'_>) -> Vec<PreviewRule> {
+    fn previews(
+        &mut self,
+        array: &DeArray<'_>,
+        servers: &BTreeMap<String, ServerConfig>,
+    ) -> Vec<PreviewRule> {
         let mut previews = Vec::new();
         for (idx, value) in array.iter().enumerate() {
             let path = format!("previews[{idx}]");
@@ -1420,6 +1424,27 @@ impl Walker<'_> {
                 continue;
             };
             self.warn_unknown_server(table, value, &path, &server, "preview");
+            let untrusted = server
+                .literal()
+                .and_then(|name| servers.get(&name))
+                .filter(|config| config.trust == Trust::Untrusted);
+            if let (Previewer::DryRun { .. }, Some(config)) = (&previewer, untrusted) {
+                let span = entry(table, "dry_run_argument").map_or(value.span(), |(_, v)| v.span());
+                self.push(
+                    Diagnostic::warning(
+                        DiagCode::DryRunUntrusted,
+                        join(&path, "dry_run_argument"),
+                        format!(
+                            "server `{}` is not trusted, so its dry run is never asked for",
+                            escape_line(&config.name)
+                        ),
+                    )
+                    .at(span)
+                    .with_help(
+                        "trust the server, or preview its calls another way (`files` or `command`)",
+                    ),
+                );
+            }
             previews.push(PreviewRule {
                 server,
                 tool,

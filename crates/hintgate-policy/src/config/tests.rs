@@ -1109,3 +1109,18 @@ fn a_malformed_preview_names_its_key() {
         );
     }
 }
+
+#[test]
+fn a_dry_run_for_an_untrusted_server_is_warned_about() {
+    let source = "[servers.fs]\ncommand = \"x\"\n[servers.ok]\ncommand = \"y\"\ntrust = \"trusted\"\n\
+        [[previews]]\nserver = \"fs\"\ndry_run_argument = \"dryRun\"\n\
+        [[previews]]\nserver = \"ok\"\ndry_run_argument = \"dryRun\"\n";
+    assert_eq!(
+        codes(source),
+        vec![(
+            DiagCode::DryRunUntrusted,
+            "previews[0].dry_run_argument".to_owned()
+        )]
+    );
+    assert!(parse_str(source).0.is_some(), "a warning, not an error");
+}
