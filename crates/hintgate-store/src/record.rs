@@ -623,7 +623,9 @@ mod tests {
     /// Records written by the journal and the store before these types
     /// (a keyed log, under the key of [`golden_key`]), one stored row a
     /// line: `seq`, `at`, `kind`, `call`, `body` (the stored text), `prev`
-    /// and `hash`.
+    /// and `hash`; its last two, call records with a `preview` (shown, and
+    /// none), were written since, by these types, so that a field added
+    /// later is held to its bytes too.
     const GOLDEN: &str = include_str!("../tests/data/golden-records.jsonl");
 
     fn golden_key() -> AuditKey {
