@@ -111,7 +111,9 @@ impl Gateway {
             .split_once(PREVIEW_MARK)
             .map_or(claim.pin.as_str(), |(pin, _)| pin)
             == pin;
-        same_definition && claim.pin != sealed_pin(cx)
+        let same_call = claim.tool == cx.params.name
+            && claim.arguments == crate::seal::arguments_digest(cx.arguments_or_empty());
+        same_call && same_definition && claim.pin != sealed_pin(cx)
     }
 
     /// For a call a remembered approval let through: its preview, for the
