@@ -432,3 +432,50 @@ fn the_example_sql_previewer_plans_on_a_read_only_connection_and_changes_nothing
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&count.stdout).trim(), "3");
 }
+
+#[test]
+fn a_trusted_reference_servers_dry_run_is_shown_as_its_claim_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, file) = served(dir.path());
+    let config = format!(
+        "[servers.fs]\ncommand = {:?}\nargs = [{:?}]\ntrust = \"trusted\"\n\n\
+         [[previews]]\nserver = \"fs\"\ntool = \"edit_file\"\ndry_run_argument = \"dryRun\"\n",
+        npm_bin("mcp-server-filesystem"),
+        data.display().to_string(),
+    );
+    std::fs::write(dir.path().join("hintgate.toml"), config).unwrap();
+    let command = vec![
+        crate::peers::hintgate_path(),
+        "run".to_owned(),
+        "--config".to_owned(),
+        "hintgate.toml".to_owned(),
+    ];
+    let path = file.display().to_string();
+    let report = run_python(
+        dir.path(),
+        "sdk_host.py",
+        &json!({"command": command, "answer": "decline", "calls": [
+            {"name": "fs__edit_file", "arguments": {"path": path, "edits": [{"oldText": "two", "newText": "2"}]}},
+        ]}),
+    );
+    let asked = asked(&report);
+    assert_eq!(asked.len(), 1, "{report}");
+    assert!(
+        asked[0].contains(
+            "  preview (the server's own dry run: its claim, which hintgate does not check):\n"
+        ),
+        "{}",
+        asked[0]
+    );
+    assert!(
+        asked[0].contains("    | -two\n") && asked[0].contains("    | +2\n"),
+        "{}",
+        asked[0]
+    );
+    assert_eq!(report["results"][0]["isError"], true, "declined: {report}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "one\ntwo\nthree\n",
+        "neither the dry run nor the declined call wrote it"
+    );
+}
