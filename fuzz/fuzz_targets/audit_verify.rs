@@ -166,6 +166,7 @@ fn make_template() -> Option<Template> {
                     instance_identity: None,
                     outcome: None,
                     pin: None,
+                    preview: None,
                     reasons: vec!["read-only".into()],
                     request: "1".into(),
                     server: "fs".into(),

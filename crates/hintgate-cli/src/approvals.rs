@@ -23,6 +23,7 @@ pub fn run(args: &ApprovalsArgs) -> Result<Exit> {
     .store;
     match &args.command {
         ApprovalsCommand::List { json } => list(store.as_ref(), *json),
+        ApprovalsCommand::Show { id, json } => show(store.as_ref(), *id, *json),
         ApprovalsCommand::Approve { id, remember } => {
             let remember = match remember {
                 RememberArg::Call => Remember::Call,
@@ -88,6 +89,66 @@ fn list(store: &dyn Store, json: bool) -> Result<Exit> {
             id = pending.id
         ));
     }
+    output::out(&text)?;
+    Ok(Exit::Success)
+}
+
+/// `hintgate approvals show ID`: the call's prompt, then its whole
+/// preview, each line escaped and marked as the prompt marks it.
+fn show(store: &dyn Store, id: u64, json: bool) -> Result<Exit> {
+    let Some(pending) = store.pending(id)? else {
+        output::err(&format!("error: no call #{id} in the approval queue\n"))?;
+        return Ok(Exit::Error);
+    };
+    if json {
+        output::out(&format!("{}\n", serde_json::to_string(&pending)?))?;
+        return Ok(Exit::Success);
+    }
+    let mut text = format!(
+        "#{id}  {server} / {tool}  ({state})\n",
+        server = escape_line(&pending.server),
+        tool = escape_line(&pending.tool),
+        state = match &pending.state {
+            PendingState::Waiting => "waiting".to_owned(),
+            PendingState::Answered(answer) => format!(
+                "answered: {} by {}",
+                if answer.approve { "approved" } else { "denied" },
+                escape_line(&answer.by)
+            ),
+            PendingState::Withdrawn { why } => format!("withdrawn: {}", escape_line(why)),
+        },
+    );
+    if pending.seal == Seal::Broken {
+        text.push_str(
+            "    SEAL BROKEN: put in the queue or changed without the audit key; it cannot be answered\n",
+        );
+    }
+    for line in escape_invisible(&pending.prompt).lines() {
+        text.push_str(&format!("    {line}\n"));
+    }
+    let preview = pending
+        .details
+        .as_ref()
+        .and_then(|details| details.get("preview"));
+    if let Some(whole) = preview
+        .and_then(|preview| preview.get("text"))
+        .and_then(|text| text.as_str())
+    {
+        let source = preview
+            .and_then(|preview| preview.get("source"))
+            .and_then(|source| source.as_str())
+            .unwrap_or("unknown");
+        text.push_str(&format!(
+            "\n    the whole preview (source: {}):\n",
+            escape_line(source)
+        ));
+        for line in whole.lines() {
+            text.push_str(&format!("      | {}\n", escape_line(line)));
+        }
+    }
+    text.push_str(&format!(
+        "    -> hintgate approvals approve {id}   |   hintgate approvals deny {id}\n"
+    ));
     output::out(&text)?;
     Ok(Exit::Success)
 }

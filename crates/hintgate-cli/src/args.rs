@@ -319,6 +319,15 @@ pub enum ApprovalsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// One waiting call: its whole prompt, and its whole preview (the
+    /// prompt shows a long diff's first hunks).
+    Show {
+        /// The call's number (from `list`, or the gateway's log).
+        id: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Let a waiting call run.
     Approve {
         /// The call's number (from `list`, or the gateway's log).

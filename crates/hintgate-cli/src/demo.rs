@@ -166,6 +166,7 @@ fn demo_config(exe: &str) -> ValidConfig {
         labels: Vec::new(),
         listen: Default::default(),
         telemetry: Default::default(),
+        previews: Vec::new(),
     }
 }
 

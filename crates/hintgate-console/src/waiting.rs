@@ -273,12 +273,42 @@ fn shown(pending: &Pending) -> String {
         }
         out.push_str("</tbody></table></dd>\n");
     }
+    out.push_str(&preview(details));
     out.push_str("</dl>\n");
     let _ = writeln!(
         out,
         "<details class=\"prompt\"><summary>The prompt as a host that can ask shows it</summary><pre class=\"prompt\">{prompt}</pre></details>"
     );
     out
+}
+
+/// What the call will do, as its preview says, whole (the prompt's text
+/// shows a long diff's first hunks): the text, escaped, under its source;
+/// or why there is none. Empty for a call without a preview.
+fn preview(details: &Value) -> String {
+    let Some(preview) = details.get("preview").filter(|preview| preview.is_object()) else {
+        return String::new();
+    };
+    let source = match preview.get("source").and_then(Value::as_str) {
+        Some("files") => "computed by hintgate from the file on this machine",
+        Some("command") => "from your previewer command",
+        Some("dry-run") => "the server's own dry run: its claim, which hintgate does not check",
+        _ => "of unknown source",
+    };
+    match (
+        preview.get("text").and_then(Value::as_str),
+        preview.get("none").and_then(Value::as_str),
+    ) {
+        (Some(text), _) => format!(
+            "<dt>What it will change ({source})</dt><dd><pre class=\"preview\">{}</pre></dd>\n",
+            html::block(text)
+        ),
+        (None, Some(none)) => format!(
+            "<dt>What it will change</dt><dd>no preview: {}</dd>\n",
+            html::line(none)
+        ),
+        (None, None) => String::new(),
+    }
 }
 
 /// The form of an answer.

@@ -628,7 +628,8 @@ async fn a_call_with_the_prompts_content_is_laid_out_and_every_part_escaped() {
         "arguments": {"path": "<img src=x onerror=alert(1)>", "n": 3},
         "why": ["the tool may change things (a rule's <b>reason</b>)"],
         "risks": ["`notes` is not trusted", "WARNING: this tool may delete or overwrite data"],
-        "changes": [{"field": "description", "old": "\"Writes.\"", "new": "\"Writes.<script>x()</script>\""}]
+        "changes": [{"field": "description", "old": "\"Writes.\"", "new": "\"Writes.<script>x()</script>\""}],
+        "preview": {"source": "files", "kind": "diff", "digest": "sha256:p", "text": "--- a/n\n+++ b/n\n@@ -1 +1 @@\n-old\n+<script>y()</script>\n"}
     });
     enqueue_with(
         &f.store,
@@ -640,7 +641,9 @@ async fn a_call_with_the_prompts_content_is_laid_out_and_every_part_escaped() {
     );
     let (_, _, page) = send(&f.console, get("/", Some(&f.cookie))).await;
     assert!(
-        !page.contains("<script>document") && !page.contains("<script>x()"),
+        !page.contains("<script>document")
+            && !page.contains("<script>x()")
+            && !page.contains("<script>y()"),
         "{page}"
     );
     assert!(
@@ -657,6 +660,8 @@ async fn a_call_with_the_prompts_content_is_laid_out_and_every_part_escaped() {
         "it was python3 old.py\\u{202e}.",
         "<td class=\"old\"><pre>Writes.</pre></td><td class=\"new\"><pre>Writes.&lt;script&gt;x()&lt;/script&gt;</pre></td>",
         "<pre class=\"prompt\">the prompt&#39;s text</pre>",
+        "<dt>What it will change (computed by hintgate from the file on this machine)</dt>",
+        "-old\n+&lt;script&gt;y()&lt;/script&gt;\n</pre>",
     ] {
         assert!(page.contains(part), "{part} in {page}");
     }

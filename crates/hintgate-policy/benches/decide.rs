@@ -98,6 +98,7 @@ fn world() -> World {
         labels: Vec::new(),
         listen: Default::default(),
         telemetry: Default::default(),
+        previews: Vec::new(),
     };
     let tools = (0..N_SERVERS * TOOLS_PER_SERVER)
         .map(|idx| {

@@ -69,6 +69,9 @@ pub enum DiagCode {
     /// `prepare = "on-start"` in the sandbox of a server whose command is
     /// no launcher that fetches a package: nothing would be installed.
     NothingToPrepare,
+    /// A `[[previews]]` dry run for a server that is not trusted: it is
+    /// never sent, and the prompt says "no preview".
+    DryRunUntrusted,
 }
 
 /// One problem in a configuration.
@@ -117,7 +120,7 @@ pub struct Located<'a> {
 
 impl DiagCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::TomlSyntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -139,6 +142,7 @@ impl DiagCode {
         Self::VouchWithoutSandbox,
         Self::SecretInConfig,
         Self::NothingToPrepare,
+        Self::DryRunUntrusted,
     ];
 
     /// The stable kebab-case code.
@@ -165,6 +169,7 @@ impl DiagCode {
             Self::VouchWithoutSandbox => "vouch-without-sandbox",
             Self::SecretInConfig => "secret-in-config",
             Self::NothingToPrepare => "nothing-to-prepare",
+            Self::DryRunUntrusted => "dry-run-untrusted",
         }
     }
 }

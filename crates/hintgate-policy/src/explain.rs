@@ -170,6 +170,7 @@ pub fn explain(policy: &Policy, input: &ExplainInput<'_>) -> Explanation {
             sandbox: input.sandbox,
             changes: &changes,
             token_scope: None,
+            preview: None,
         })
     });
     let title = tool

@@ -58,6 +58,7 @@ pub mod hook;
 pub mod launcher;
 pub mod name;
 pub mod pin;
+pub mod preview;
 pub mod prompt;
 pub mod reason;
 pub mod redact;

@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::config::Instance;
 use crate::decide::{Decision, Policy};
 use crate::pin::FieldChange;
+use crate::preview::Previewed;
 use crate::reason::ReasonCode;
 use crate::sanitize::{escape_invisible, escape_line};
 use crate::tool::{DeclaredHints, HintAssessment, SandboxProof, Tool, Trust};
@@ -47,6 +48,9 @@ pub struct PromptInput<'a> {
     /// For a server behind OAuth: the scopes of the token the call would
     /// be sent with, as granted (never the token).
     pub token_scope: Option<&'a str>,
+    /// What the call will do, where a preview is configured for the tool
+    /// (or why there is none).
+    pub preview: Option<&'a Previewed>,
 }
 
 // === impl Policy ===
@@ -119,7 +123,8 @@ impl Policy {
     /// The prompt's content as JSON, for a reader that renders it itself
     /// (the web console): `server`, `trust`, `identity`,
     /// `previous_identity`, `tool`, `title`, `arguments`, `why`, `risks` and
-    /// `changes` (`field`, `old`, `new`). Strings are as the server or the
+    /// `changes` (`field`, `old`, `new`), and `preview`
+    /// ([`Previewed::details`]). Strings are as the server or the
     /// configuration wrote them, not escaped: the reader escapes them for
     /// where it shows them. Total, as [`Policy::prompt`] is.
     pub fn prompt_details(&self, input: &PromptInput<'_>) -> Value {
@@ -149,6 +154,7 @@ impl Policy {
             "changes": input.changes,
             "instance": facts.instance.map(|(instance, _)| instance.as_str()),
             "token_scope": input.token_scope,
+            "preview": input.preview.map(Previewed::details),
         })
     }
 
@@ -223,6 +229,10 @@ impl Policy {
                     out.push('\n');
                 }
             }
+        }
+
+        if let Some(preview) = input.preview {
+            out.push_str(&preview.render());
         }
 
         out.push_str("\n  why you are asked:\n");
@@ -413,7 +423,70 @@ mod tests {
             sandbox: SandboxProof::default(),
             changes,
             token_scope: None,
+            preview: None,
         })
+    }
+
+    #[test]
+    fn a_preview_is_shown_after_the_arguments_and_in_the_details() {
+        use crate::preview::{Preview, PreviewKind, PreviewSource};
+        let policy = Policy::new(ValidConfig::wrap(
+            "fs",
+            crate::config::Transport::Stdio {
+                command: "x".into(),
+                args: Vec::new(),
+                env: Default::default(),
+            },
+            Trust::Untrusted,
+            crate::config::Profile::AskWrites,
+            false,
+        ));
+        let tool = Tool::from_value(json!({"name": "write_file"})).unwrap();
+        let decision = policy.decide(&Call {
+            server: "fs",
+            tool: &tool,
+            pin: PinStatus::Unchanged,
+            session: SessionState::default(),
+            sandbox: SandboxProof::default(),
+            hook: Default::default(),
+        });
+        let diff = "--- a/n\n+++ b/n\n@@ -1 +1 @@\n-old\n+new\n";
+        let shown = Previewed::Shown(Preview::new(
+            PreviewSource::Files,
+            PreviewKind::Diff,
+            diff.into(),
+        ));
+        let input = PromptInput {
+            server: "fs",
+            identity: None,
+            previous_identity: None,
+            tool: &tool,
+            arguments: Some(&json!({"path": "/d/n", "content": "new\n"})),
+            decision: &decision,
+            sandbox: SandboxProof::default(),
+            changes: &[],
+            token_scope: None,
+            preview: Some(&shown),
+        };
+        let text = policy.prompt(&input);
+        let at = text.find("  preview (what the call will change, computed by hintgate from the file on this machine):\n    | --- a/n\n    | +++ b/n\n    | @@ -1 +1 @@\n    | -old\n    | +new\n");
+        let why = text.find("why you are asked");
+        assert!(at.is_some() && at < why, "{text}");
+        let details = policy.prompt_details(&input);
+        assert_eq!(details["preview"]["text"], diff);
+        assert_eq!(details["preview"]["source"], "files");
+        let none = Previewed::unavailable(
+            PreviewSource::Files,
+            "the file is outside the directories the server serves",
+        );
+        let text = policy.prompt(&PromptInput {
+            preview: Some(&none),
+            ..input
+        });
+        assert!(
+            text.contains("  no preview: the file is outside the directories the server serves\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -451,6 +524,7 @@ mod tests {
             sandbox,
             changes: &[],
             token_scope: None,
+            preview: None,
         };
         let text = policy.prompt(&input);
         assert!(
@@ -530,6 +604,7 @@ mod tests {
             sandbox: SandboxProof::default(),
             changes: &changes,
             token_scope: None,
+            preview: None,
         };
         let details = policy.prompt_details(&input);
         assert_eq!(details["server"], "fs");

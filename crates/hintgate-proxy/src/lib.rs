@@ -32,6 +32,8 @@
 //! - [`hosts`]: host sessions opened while the gateway runs (the
 //!   Streamable HTTP host side opens one per host session);
 //! - [`identity`]: what a server's command line resolves to;
+//! - [`preview`]: the file previews the gateway computes itself (what a
+//!   write will change, read under the directories a server serves);
 //! - [`seal`]: the sealed, single-use `requestState` of 2026-07-28 questions;
 //! - [`metrics`]: what the gateway counts for a dashboard, rendered in
 //!   the Prometheus text format;
@@ -50,6 +52,7 @@ pub mod identity;
 pub mod json;
 pub mod metrics;
 pub mod prepare;
+pub mod preview;
 pub mod probe;
 pub mod seal;
 mod sse;

@@ -16,7 +16,8 @@
 //!   does a body that the type would not write back byte for byte (a field
 //!   written as `null` where it is left out when absent, or the reverse).
 //!   Every record any hintgate wrote reads: the fields added since the first
-//!   build (a call's `egress`, `host`, `idempotency`, `instance`, `instance_identity`)
+//!   build (a call's `egress`, `host`, `idempotency`, `instance`, `instance_identity`,
+//!   `preview`)
 //!   are optional, and the golden records of `tests/data` (a keyed log
 //!   written by the journal before these types) read and are written back
 //!   byte for byte, so their links still verify.
@@ -32,6 +33,7 @@ use serde_json::value::RawValue;
 
 pub use hintgate_policy::config::Instance;
 pub use hintgate_policy::decide::Verdict;
+pub use hintgate_policy::preview::{PreviewKind, PreviewSource};
 
 use crate::entry::EntryKind;
 
@@ -98,6 +100,11 @@ pub struct CallRecord {
     /// The pin digest of the definition decided on (`sha256:...`; `null`
     /// when there was none).
     pub pin: Option<String>,
+    /// What the call would do, as previewed for the person asked about it
+    /// (or for a call a standing approval let through), where a preview is
+    /// configured for its tool. Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<PreviewRecord>,
     /// The decision's reasons, the first the one that settled it: each a
     /// reason code, or `hook:NOTE` / `hook-failed:WHAT`.
     pub reasons: Vec<String>,
@@ -116,6 +123,35 @@ pub struct CallRecord {
     pub tool: String,
     /// The decision.
     pub verdict: Verdict,
+}
+
+/// A call's preview as the log keeps it: its digest (what an approval
+/// bound) and source, and its text up to a bound, or why there was none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewRecord {
+    /// `sha256:...` over the preview (or over why there was none).
+    pub digest: String,
+    /// What its text is. Left out when there was no preview.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<PreviewKind>,
+    /// Why there was no preview. Left out when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub none: Option<String>,
+    /// Where it came from.
+    pub source: PreviewSource,
+    /// Its text, up to [`hintgate_policy::preview::RECORD_TEXT_BYTES`]
+    /// bytes, lines that look like credentials withheld. Left out when there
+    /// was no preview.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The text was cut at the bound. Left out when it was not.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub truncated: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// A call's idempotency key.
@@ -592,7 +628,9 @@ mod tests {
     /// Records written by the journal and the store before these types
     /// (a keyed log, under the key of [`golden_key`]), one stored row a
     /// line: `seq`, `at`, `kind`, `call`, `body` (the stored text), `prev`
-    /// and `hash`.
+    /// and `hash`; its last two, call records with a `preview` (shown, and
+    /// none), were written since, by these types, so that a field added
+    /// later is held to its bytes too.
     const GOLDEN: &str = include_str!("../tests/data/golden-records.jsonl");
 
     fn golden_key() -> AuditKey {
@@ -880,6 +918,7 @@ mod tests {
             instance_identity: None,
             outcome: None,
             pin: None,
+            preview: None,
             reasons: Vec::new(),
             request: "1".into(),
             server: String::new(),
@@ -902,6 +941,14 @@ mod tests {
             outcome: Some(OutcomeCode::Denied),
             pin: Some("sha256:z".into()),
             token_scope: Some("docs:read offline_access".into()),
+            preview: Some(PreviewRecord {
+                digest: "sha256:p".into(),
+                kind: Some(PreviewKind::Diff),
+                none: None,
+                source: PreviewSource::Files,
+                text: Some("--- a/f\n+++ b/f\n".into()),
+                truncated: true,
+            }),
             ..bare.clone()
         };
         (full, bare)
@@ -944,6 +991,30 @@ mod tests {
         assert_eq!(
             strings(&def("callFields")["required"]),
             written(&Record::Call(Box::new(bare)))
+        );
+        let every = PreviewRecord {
+            digest: "sha256:p".into(),
+            kind: Some(PreviewKind::Text),
+            none: Some("why".into()),
+            source: PreviewSource::DryRun,
+            text: Some("t".into()),
+            truncated: true,
+        };
+        let preview = &def("callFields")["properties"]["preview"];
+        assert_eq!(
+            keys(&preview["properties"]),
+            keys(&serde_json::to_value(&every).unwrap())
+        );
+        assert_eq!(
+            strings(&preview["properties"]["source"]["enum"]),
+            [
+                PreviewSource::Files,
+                PreviewSource::Command,
+                PreviewSource::DryRun
+            ]
+            .iter()
+            .map(|source| source.as_str().to_owned())
+            .collect()
         );
         let outcome = Record::Outcome(OutcomeRecord {
             attempt: 0,

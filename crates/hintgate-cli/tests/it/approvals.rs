@@ -18,7 +18,7 @@ fn gateway(dir: &Path, flags: &[&str]) -> Host {
 }
 
 /// `hintgate approvals ARGS` in another process, on the same store.
-fn approvals(dir: &Path, store: &[&str], args: &[&str]) -> Output {
+pub(crate) fn approvals(dir: &Path, store: &[&str], args: &[&str]) -> Output {
     hintgate()
         .current_dir(dir)
         .env("HINTGATE_STATE_DIR", dir.join("state"))
@@ -30,13 +30,13 @@ fn approvals(dir: &Path, store: &[&str], args: &[&str]) -> Output {
 }
 
 /// Sends a call without waiting for its answer.
-fn send_call(host: &mut Host, id: &str, tool: &str, arguments: Value) {
+pub(crate) fn send_call(host: &mut Host, id: &str, tool: &str, arguments: Value) {
     host.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": tool, "arguments": arguments}}));
 }
 
 /// Waits until the queue lists `count` calls; returns them.
-fn listed(dir: &Path, store: &[&str], count: usize) -> Vec<Value> {
+pub(crate) fn listed(dir: &Path, store: &[&str], count: usize) -> Vec<Value> {
     for _ in 0..1200 {
         let out = approvals(dir, store, &["list", "--json"]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -52,7 +52,7 @@ fn listed(dir: &Path, store: &[&str], count: usize) -> Vec<Value> {
     panic!("the queue never listed {count} calls");
 }
 
-fn the_call(host: &mut Host, id: &str) -> Value {
+pub(crate) fn the_call(host: &mut Host, id: &str) -> Value {
     host.wait_for(&json!(id))["result"].clone()
 }
 

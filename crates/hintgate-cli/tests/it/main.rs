@@ -35,6 +35,7 @@ mod packaging;
 mod peers;
 mod pinning;
 mod prepare;
+mod previews;
 mod read_only;
 mod sandbox;
 mod scan;

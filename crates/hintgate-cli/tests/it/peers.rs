@@ -31,13 +31,13 @@ pub(crate) fn venv_bin(name: &str) -> String {
     tools().join("venv/bin").join(name).display().to_string()
 }
 
-fn hintgate_path() -> String {
+pub(crate) fn hintgate_path() -> String {
     env!("CARGO_BIN_EXE_hintgate").to_owned()
 }
 
 /// Runs one of the Python SDK scripts in `tests/peers` with a JSON spec and
 /// returns the JSON report it prints.
-fn run_python(dir: &Path, script: &str, spec: &Value) -> Value {
+pub(crate) fn run_python(dir: &Path, script: &str, spec: &Value) -> Value {
     run_python_with(dir, script, spec, &[])
 }
 
@@ -89,7 +89,7 @@ pub(crate) fn sdk_host_with_env(
     )
 }
 
-fn wrapped(flags: &[&str], server: &[String]) -> Vec<String> {
+pub(crate) fn wrapped(flags: &[&str], server: &[String]) -> Vec<String> {
     let mut command = vec![hintgate_path(), "run".to_owned()];
     command.extend(flags.iter().map(|flag| (*flag).to_owned()));
     command.push("--".to_owned());
@@ -97,7 +97,7 @@ fn wrapped(flags: &[&str], server: &[String]) -> Vec<String> {
     command
 }
 
-fn result_text(report: &Value, idx: usize) -> String {
+pub(crate) fn result_text(report: &Value, idx: usize) -> String {
     report["results"][idx]["text"][0]
         .as_str()
         .unwrap_or_default()

@@ -18,8 +18,12 @@ async def elicit(context, params):
     With `meet` in the spec ({"mine": PATH, "theirs": PATH}), a question is
     answered only once another host has been asked one too: this host
     writes its file, then waits for the other's (at most a minute, then it
-    answers anyway, so a test that fails does not hang)."""
+    answers anyway, so a test that fails does not hang). `answers`
+    (optional) gives the answer to each question in turn, `answer` the
+    rest; `on_ask` (optional) writes a file while question `ask` (from 0)
+    is open, as someone else working on it meanwhile would."""
     ASKED.append(params.message)
+    asked = len(ASKED) - 1
     meet = SPEC.get("meet")
     if meet:
         import anyio
@@ -30,7 +34,13 @@ async def elicit(context, params):
             if os.path.exists(meet["theirs"]):
                 break
             await anyio.sleep(0.02)
-    if SPEC["answer"] == "accept":
+    for change in SPEC.get("on_ask", []):
+        if change.get("ask", 0) == asked:
+            with open(change["write"], "w") as file:
+                file.write(change["content"])
+    answers = SPEC.get("answers") or []
+    answer = answers[asked] if asked < len(answers) else SPEC["answer"]
+    if answer == "accept":
         return types.ElicitResult(action="accept", content={"approve": True})
     return types.ElicitResult(action="decline")
 

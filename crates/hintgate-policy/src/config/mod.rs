@@ -60,6 +60,10 @@ pub struct ValidConfig {
     pub listen: ListenSettings,
     /// The `[telemetry]` table: where traces of calls go.
     pub telemetry: TelemetrySettings,
+    /// The `[[previews]]`, in file order: how a call is previewed for the
+    /// person asked about it (design §4.3). The first that matches a tool
+    /// applies.
+    pub previews: Vec<PreviewRule>,
 }
 
 /// The `[telemetry]` table: OpenTelemetry traces of tool calls, exported
@@ -71,6 +75,77 @@ pub struct TelemetrySettings {
     pub otlp_endpoint: Option<String>,
     /// The service name the spans carry (default `hintgate`).
     pub service_name: Option<String>,
+}
+
+/// One `[[previews]]` entry: how the calls of matching tools are previewed
+/// when a person is asked about them. A preview only adds information to
+/// the prompt; it never takes part in the decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PreviewRule {
+    /// Which servers it applies to (default: all).
+    #[serde(serialize_with = "serialize_glob")]
+    pub server: Glob,
+    /// Which tools, by the server's own tool name (default: all).
+    #[serde(serialize_with = "serialize_glob")]
+    pub tool: Glob,
+    /// Where the preview comes from.
+    pub previewer: Previewer,
+}
+
+/// Where a preview comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Previewer {
+    /// The user's previewer command (`command`, `command_mode`,
+    /// `timeout_ms`): the decision hook's sibling, told the call as one
+    /// JSON object, answering a preview or why there is none.
+    Command(HookConfig),
+    /// A preview hintgate computes itself from the local file (`files`).
+    Files(FilePreview),
+    /// A trusted server's own dry run (`dry_run_argument`): the same call
+    /// with this argument set to `true`, sent only to a trusted server.
+    DryRun {
+        /// The argument that asks for a dry run (`dryRun`).
+        argument: String,
+    },
+}
+
+/// A `files` table of `[[previews]]`: which arguments of a call name the
+/// file and what it becomes, and the directories hintgate may read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FilePreview {
+    /// The argument holding the file's path (`path`).
+    pub path: String,
+    /// What the call does to it.
+    pub change: FileChange,
+    /// The directories the server serves: nothing outside them is read
+    /// (symbolic links resolved). Empty for the built-in previews of a
+    /// server hintgate recognises, whose directories are its arguments.
+    pub roots: Vec<String>,
+}
+
+/// What a call does to a file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileChange {
+    /// Replaces its content with the argument `content`.
+    Write {
+        /// The argument holding the new content.
+        content: String,
+    },
+    /// Applies the argument `edits`: an array of `{"oldText", "newText"}`
+    /// (the reference filesystem server's `edit_file`).
+    Edit {
+        /// The argument holding the edits.
+        edits: String,
+    },
+    /// Moves it to the argument `destination`.
+    Move {
+        /// The argument holding where it goes.
+        destination: String,
+    },
+    /// Creates a directory at the path (`create_directory = true`).
+    CreateDirectory,
 }
 
 /// The `[listen]` table: the HTTP host side of `hintgate run`, each value
@@ -524,7 +599,17 @@ impl ValidConfig {
             labels: Vec::new(),
             listen: ListenSettings::default(),
             telemetry: TelemetrySettings::default(),
+            previews: Vec::new(),
         }
+    }
+
+    /// The preview configured for `tool` of `server`: the first
+    /// `[[previews]]` entry that matches.
+    pub fn preview_for(&self, server: &str, tool: &str) -> Option<&Previewer> {
+        self.previews
+            .iter()
+            .find(|rule| rule.server.matches(server) && rule.tool.matches(tool))
+            .map(|rule| &rule.previewer)
     }
 }
 

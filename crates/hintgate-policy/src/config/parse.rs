@@ -12,10 +12,10 @@ use toml::Spanned;
 use toml::de::{DeArray, DeString, DeTable, DeValue};
 
 use super::{
-    Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, Egress, GatewaySettings,
-    HookConfig, HookMode, Label, ListenSettings, OAuthConfig, OAuthGrant, Prepare, PrivateData,
-    Profile, ReadOnlyConfig, Rule, SandboxConfig, ServerConfig, ServerHook, TelemetrySettings,
-    Transport, ValidConfig,
+    Action, DEFAULT_DECIDE_TIMEOUT_MS, DEFAULT_IDEMPOTENCY_KEY, Egress, FileChange, FilePreview,
+    GatewaySettings, HookConfig, HookMode, Label, ListenSettings, OAuthConfig, OAuthGrant, Prepare,
+    PreviewRule, Previewer, PrivateData, Profile, ReadOnlyConfig, Rule, SandboxConfig,
+    ServerConfig, ServerHook, TelemetrySettings, Transport, ValidConfig,
 };
 use crate::diag::{DiagCode, Diagnostic};
 use crate::glob::Glob;
@@ -35,6 +35,7 @@ const TOP_KEYS: &[&str] = &[
     "labels",
     "listen",
     "telemetry",
+    "previews",
 ];
 const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint", "service_name"];
 const LISTEN_KEYS: &[&str] = &[
@@ -121,6 +122,29 @@ const SANDBOX_KEYS: &[&str] = &[
 ];
 const RULE_KEYS: &[&str] = &["server", "tool", "action", "reason"];
 const LABEL_KEYS: &[&str] = &["server", "tool", "paid", "reason"];
+const PREVIEW_KEYS: &[&str] = &[
+    "server",
+    "tool",
+    "command",
+    "command_mode",
+    "timeout_ms",
+    "files",
+    "dry_run_argument",
+];
+const PREVIEW_FILES_KEYS: &[&str] = &[
+    "path",
+    "content",
+    "edits",
+    "destination",
+    "create_directory",
+    "roots",
+];
+
+/// The longest a previewer command may be given to answer: ten seconds
+/// (the person waits for the prompt meanwhile).
+const MAX_PREVIEW_TIMEOUT_MS: u64 = 10_000;
+/// How long a previewer command may take unless the configuration says.
+const DEFAULT_PREVIEW_TIMEOUT_MS: u64 = 2000;
 
 /// The longest a decision hook may be given to answer: a minute (the call
 /// waits for it, and so does the host).
@@ -333,6 +357,21 @@ impl Walker<'_> {
             },
             None => TelemetrySettings::default(),
         };
+        let previews = match entry(top, "previews") {
+            Some((_, value)) => match value.get_ref() {
+                DeValue::Array(array) => self.previews(array, &servers),
+                other => {
+                    self.wrong_value_type(
+                        value,
+                        "previews",
+                        "an array of tables (`[[previews]]`)",
+                        other,
+                    );
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
         Some(ValidConfig {
             gateway,
             servers,
@@ -341,6 +380,7 @@ impl Walker<'_> {
             labels,
             listen,
             telemetry,
+            previews,
         })
     }
 
@@ -1467,6 +1507,259 @@ impl Walker<'_> {
             });
         }
         rules
+    }
+
+    /// The `[[previews]]` entries: each names its tools as a rule does and
+    /// exactly one source.
+    fn previews(
+        &mut self,
+        array: &DeArray<'_>,
+        servers: &BTreeMap<String, ServerConfig>,
+    ) -> Vec<PreviewRule> {
+        let mut previews = Vec::new();
+        for (idx, value) in array.iter().enumerate() {
+            let path = format!("previews[{idx}]");
+            let DeValue::Table(table) = value.get_ref() else {
+                self.wrong_value_type(value, &path, "a table", value.get_ref());
+                continue;
+            };
+            self.check_keys(table, &path, PREVIEW_KEYS);
+            let server = self.glob_key(table, &path, "server");
+            let tool = self.glob_key(table, &path, "tool");
+            let sources: Vec<&str> = ["command", "files", "dry_run_argument"]
+                .into_iter()
+                .filter(|key| entry(table, key).is_some())
+                .collect();
+            if sources.len() != 1 {
+                let message = if sources.is_empty() {
+                    "a preview names no source".to_owned()
+                } else {
+                    format!(
+                        "a preview names more than one source: {}",
+                        sources.join(", ")
+                    )
+                };
+                let code = if sources.is_empty() {
+                    DiagCode::MissingKey
+                } else {
+                    DiagCode::ConflictingKeys
+                };
+                self.push(
+                    Diagnostic::error(code, path.clone(), message)
+                        .at(value.span())
+                        .with_help("give exactly one of `command`, `files` and `dry_run_argument`"),
+                );
+                continue;
+            }
+            if !sources.contains(&"command") {
+                for key in ["command_mode", "timeout_ms"] {
+                    if let Some((found, _)) = entry(table, key) {
+                        self.push(
+                            Diagnostic::error(
+                                DiagCode::ConflictingKeys,
+                                join(&path, key),
+                                format!("`{key}` only applies beside a `command`"),
+                            )
+                            .at(found.span()),
+                        );
+                    }
+                }
+            }
+            let previewer = match sources.first().copied() {
+                Some("command") => self.preview_command(table, &path),
+                Some("files") => self.preview_files(table, &path),
+                _ => self.preview_dry_run(table, &path),
+            };
+            let (Some(server), Some(tool), Some(previewer)) = (server, tool, previewer) else {
+                continue;
+            };
+            self.warn_unknown_server(table, value, &path, &server, "preview");
+            let untrusted = server
+                .literal()
+                .and_then(|name| servers.get(&name))
+                .filter(|config| config.trust == Trust::Untrusted);
+            if let (Previewer::DryRun { .. }, Some(config)) = (&previewer, untrusted) {
+                let span = entry(table, "dry_run_argument").map_or(value.span(), |(_, v)| v.span());
+                self.push(
+                    Diagnostic::warning(
+                        DiagCode::DryRunUntrusted,
+                        join(&path, "dry_run_argument"),
+                        format!(
+                            "server `{}` is not trusted, so its dry run is never asked for",
+                            escape_line(&config.name)
+                        ),
+                    )
+                    .at(span)
+                    .with_help(
+                        "trust the server, or preview its calls another way (`files` or `command`)",
+                    ),
+                );
+            }
+            previews.push(PreviewRule {
+                server,
+                tool,
+                previewer,
+            });
+        }
+        previews
+    }
+
+    /// `command`, `command_mode` and `timeout_ms` of a `[[previews]]` entry.
+    fn preview_command(&mut self, table: &DeTable<'_>, path: &str) -> Option<Previewer> {
+        let command = self.string_array(table, path, "command", |walker, text, span, key| {
+            walker.check_template(text, span, key);
+        })?;
+        let mode = match self.string(table, path, "command_mode") {
+            Some((text, span)) => match text.as_str() {
+                "persistent" => HookMode::Persistent,
+                "per-call" => HookMode::PerCall,
+                other => {
+                    self.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            join(path, "command_mode"),
+                            format!("unknown previewer mode `{other}`"),
+                        )
+                        .at(span)
+                        .with_help(help_one_of(other, &["persistent", "per-call"])),
+                    );
+                    return None;
+                }
+            },
+            None => HookMode::default(),
+        };
+        let timeout = self.bounded_in(table, path, "timeout_ms", 1, MAX_PREVIEW_TIMEOUT_MS);
+        if command
+            .first()
+            .is_none_or(|program| program.trim().is_empty())
+        {
+            let span = entry(table, "command").map_or(0..0, |(_, value)| value.span());
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    join(path, "command"),
+                    "the previewer's program cannot be empty",
+                )
+                .at(span)
+                .with_help(
+                    "name the program and its arguments, e.g. `[\"/usr/local/bin/preview\"]`",
+                ),
+            );
+            return None;
+        }
+        Some(Previewer::Command(HookConfig {
+            command,
+            mode,
+            timeout_ms: timeout.unwrap_or(DEFAULT_PREVIEW_TIMEOUT_MS),
+        }))
+    }
+
+    /// The `files` table of a `[[previews]]` entry: the path argument,
+    /// exactly one of `content`, `edits`, `destination` and
+    /// `create_directory = true`, and absolute `roots`.
+    fn preview_files(&mut self, table: &DeTable<'_>, path: &str) -> Option<Previewer> {
+        let (_, value) = entry(table, "files")?;
+        let files_path = join(path, "files");
+        let DeValue::Table(files) = value.get_ref() else {
+            self.wrong_value_type(value, &files_path, "a table", value.get_ref());
+            return None;
+        };
+        self.check_keys(files, &files_path, PREVIEW_FILES_KEYS);
+        let argument = self.string(files, &files_path, "path");
+        if argument.is_none() && entry(files, "path").is_none() {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::MissingKey,
+                    files_path.clone(),
+                    "`files` names no `path` argument",
+                )
+                .at(value.span())
+                .with_help("add `path = \"path\"`: the argument that holds the file's path"),
+            );
+        }
+        let mut changes = Vec::new();
+        for key in ["content", "edits", "destination"] {
+            if let Some((text, _)) = self.string(files, &files_path, key) {
+                changes.push(match key {
+                    "content" => FileChange::Write { content: text },
+                    "edits" => FileChange::Edit { edits: text },
+                    _ => FileChange::Move { destination: text },
+                });
+            }
+        }
+        if self.boolean(files, &files_path, "create_directory") == Some(true) {
+            changes.push(FileChange::CreateDirectory);
+        }
+        if changes.len() != 1 {
+            self.push(
+                Diagnostic::error(
+                    if changes.is_empty() {
+                        DiagCode::MissingKey
+                    } else {
+                        DiagCode::ConflictingKeys
+                    },
+                    files_path.clone(),
+                    "`files` must say exactly one thing the call does to the file",
+                )
+                .at(value.span())
+                .with_help(
+                    "give one of `content`, `edits`, `destination` and `create_directory = true`",
+                ),
+            );
+        }
+        let roots = self
+            .string_array(files, &files_path, "roots", |walker, text, span, key| {
+                if !text.starts_with('/') {
+                    walker.push(
+                        Diagnostic::error(
+                            DiagCode::InvalidValue,
+                            key,
+                            format!("`{}` is not an absolute path", escape_line(text)),
+                        )
+                        .at(span)
+                        .with_help("name each directory the server serves by its absolute path"),
+                    );
+                }
+            })
+            .unwrap_or_default();
+        if roots.is_empty() {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::MissingKey,
+                    join(&files_path, "roots"),
+                    "`files` names no directory hintgate may read",
+                )
+                .at(value.span())
+                .with_help(
+                    "add `roots = [\"/path/the/server/serves\"]`: nothing outside them is read",
+                ),
+            );
+        }
+        let (Some((argument, _)), [change]) = (argument, changes.as_slice()) else {
+            return None;
+        };
+        Some(Previewer::Files(FilePreview {
+            path: argument,
+            change: change.clone(),
+            roots,
+        }))
+    }
+
+    /// `dry_run_argument` of a `[[previews]]` entry.
+    fn preview_dry_run(&mut self, table: &DeTable<'_>, path: &str) -> Option<Previewer> {
+        let (argument, span) = self.string(table, path, "dry_run_argument")?;
+        if argument.is_empty() {
+            self.push(
+                Diagnostic::error(
+                    DiagCode::InvalidValue,
+                    join(path, "dry_run_argument"),
+                    "`dry_run_argument` cannot be empty",
+                )
+                .at(span),
+            );
+            return None;
+        }
+        Some(Previewer::DryRun { argument })
     }
 
     fn labels(&mut self, array: &DeArray<'_>) -> Vec<Label> {

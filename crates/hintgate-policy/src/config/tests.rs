@@ -1150,3 +1150,125 @@ fn prepare_on_start_is_read_and_named_where_there_is_nothing_to_install() {
         [(DiagCode::WrongType, "servers.fs.sandbox.prepare".to_owned())]
     );
 }
+
+#[test]
+fn previews_take_one_source_each_and_name_the_first_that_matches() {
+    let source = "[servers.fs]\ncommand = \"x\"\n\n\
+        [[previews]]\nserver = \"fs\"\ntool = \"save_*\"\n\
+        files = { path = \"file\", content = \"text\", roots = [\"/srv/notes\"] }\n\n\
+        [[previews]]\nserver = \"fs\"\ntool = \"*\"\ncommand = [\"/bin/preview\", \"--sql\"]\ncommand_mode = \"per-call\"\ntimeout_ms = 500\n\n\
+        [[previews]]\ntool = \"edit_file\"\ndry_run_argument = \"dryRun\"\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let config = config.unwrap();
+    assert_eq!(
+        config.preview_for("fs", "save_note"),
+        Some(&Previewer::Files(FilePreview {
+            path: "file".into(),
+            change: FileChange::Write {
+                content: "text".into()
+            },
+            roots: vec!["/srv/notes".into()],
+        }))
+    );
+    assert_eq!(
+        config.preview_for("fs", "query"),
+        Some(&Previewer::Command(HookConfig {
+            command: vec!["/bin/preview".into(), "--sql".into()],
+            mode: HookMode::PerCall,
+            timeout_ms: 500,
+        }))
+    );
+    assert_eq!(
+        config.preview_for("other", "edit_file"),
+        Some(&Previewer::DryRun {
+            argument: "dryRun".into()
+        })
+    );
+    assert_eq!(config.preview_for("other", "write_file"), None);
+}
+
+#[test]
+fn a_malformed_preview_names_its_key() {
+    let cases = [
+        (
+            "[[previews]]\ntool = \"x\"\n",
+            DiagCode::MissingKey,
+            "previews[0]",
+        ),
+        (
+            "[[previews]]\ncommand = [\"a\"]\ndry_run_argument = \"d\"\n",
+            DiagCode::ConflictingKeys,
+            "previews[0]",
+        ),
+        (
+            "[[previews]]\ndry_run_argument = \"d\"\ntimeout_ms = 5\n",
+            DiagCode::ConflictingKeys,
+            "previews[0].timeout_ms",
+        ),
+        (
+            "[[previews]]\ncommand = [\"a\"]\ntimeout_ms = 0\n",
+            DiagCode::InvalidValue,
+            "previews[0].timeout_ms",
+        ),
+        (
+            "[[previews]]\ncommand = [\"a\"]\ncommand_mode = \"often\"\n",
+            DiagCode::InvalidValue,
+            "previews[0].command_mode",
+        ),
+        (
+            "[[previews]]\nfiles = { path = \"p\", content = \"c\", roots = [\"rel\"] }\n",
+            DiagCode::InvalidValue,
+            "previews[0].files.roots[0]",
+        ),
+        (
+            "[[previews]]\nfiles = { path = \"p\", content = \"c\" }\n",
+            DiagCode::MissingKey,
+            "previews[0].files.roots",
+        ),
+        (
+            "[[previews]]\nfiles = { path = \"p\", content = \"c\", edits = \"e\", roots = [\"/r\"] }\n",
+            DiagCode::ConflictingKeys,
+            "previews[0].files",
+        ),
+        (
+            "[[previews]]\nfiles = { content = \"c\", roots = [\"/r\"] }\n",
+            DiagCode::MissingKey,
+            "previews[0].files",
+        ),
+        (
+            "[[previews]]\nfiles = { path = \"p\", contents = \"c\", content = \"c\", roots = [\"/r\"] }\n",
+            DiagCode::UnknownKey,
+            "previews[0].files.contents",
+        ),
+        ("previews = 3\n", DiagCode::WrongType, "previews"),
+    ];
+    for (source, code, key) in cases {
+        let (config, diagnostics) = parse_str(source);
+        assert!(config.is_none(), "{source}");
+        assert!(
+            diagnostics.iter().any(|d| d.code == code && d.key == key),
+            "{source}: {diagnostics:?}"
+        );
+        // Each names its line, as every config error does.
+        assert!(
+            diagnostics.iter().all(|d| d.span.is_some()),
+            "{source}: {diagnostics:?}"
+        );
+    }
+}
+
+#[test]
+fn a_dry_run_for_an_untrusted_server_is_warned_about() {
+    let source = "[servers.fs]\ncommand = \"x\"\n[servers.ok]\ncommand = \"y\"\ntrust = \"trusted\"\n\
+        [[previews]]\nserver = \"fs\"\ndry_run_argument = \"dryRun\"\n\
+        [[previews]]\nserver = \"ok\"\ndry_run_argument = \"dryRun\"\n";
+    assert_eq!(
+        codes(source),
+        vec![(
+            DiagCode::DryRunUntrusted,
+            "previews[0].dry_run_argument".to_owned()
+        )]
+    );
+    assert!(parse_str(source).0.is_some(), "a warning, not an error");
+}

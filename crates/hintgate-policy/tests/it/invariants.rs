@@ -160,6 +160,7 @@ fn config() -> impl Strategy<Value = ValidConfig> {
             labels: Vec::new(),
             listen: Default::default(),
             telemetry: Default::default(),
+            previews: Vec::new(),
         })
 }
 
@@ -375,6 +376,42 @@ proptest! {
         prop_assert!(friction(verdict_after) >= friction(verdict_before),
             "{verdict_before:?} -> {verdict_after:?}");
         prop_assert!(visible_before || !visible_after, "a hidden tool became visible");
+    }
+
+    /// A preview only adds information: whatever `[[previews]]` the
+    /// configuration has (a file preview, a previewer command, a dry run,
+    /// for any server and tool), every decision, its reasons and the
+    /// tool's visibility are what they are without it.
+    #[test]
+    fn previews_never_change_a_decision(
+        scenario in scenario(),
+        claims in annotations(),
+        source in 0..3u8,
+        for_this_server in any::<bool>(),
+    ) {
+        let tool = tool_named(scenario.tool, claims, None);
+        let without = scenario.decide(&Policy::new(scenario.config.clone()), &tool);
+        let previewer = match source {
+            0 => config::Previewer::Files(config::FilePreview {
+                path: "path".into(),
+                change: config::FileChange::Write { content: "content".into() },
+                roots: vec!["/".into()],
+            }),
+            1 => config::Previewer::Command(HookConfig {
+                command: vec!["preview".into()],
+                mode: HookMode::Persistent,
+                timeout_ms: 100,
+            }),
+            _ => config::Previewer::DryRun { argument: "dryRun".into() },
+        };
+        let mut with = scenario.config.clone();
+        with.previews.push(config::PreviewRule {
+            server: Glob::new(if for_this_server { scenario.server } else { "*" }).unwrap(),
+            tool: Glob::new("*").unwrap(),
+            previewer,
+        });
+        let previewed = scenario.decide(&Policy::new(with), &tool);
+        prop_assert_eq!(without, previewed);
     }
 
     /// A list of hosts the server may reach (`network = ["host:port"]`)

@@ -52,6 +52,7 @@ fn prompt_for(
         sandbox: SandboxProof::default(),
         changes: &changes,
         token_scope: None,
+        preview: None,
     })
 }
 

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 
 use hintgate_policy::decide::RememberOffer;
 use hintgate_policy::pin::{PinStatus, diff};
+use hintgate_policy::preview::Previewed;
 use hintgate_policy::prompt::PromptInput;
 use hintgate_store::{Answer, NewPending, Remember};
 use serde_json::{Map, Value, json};
@@ -104,7 +105,7 @@ fn requested_schema(offer: RememberOffer, can_remember_always: bool) -> Value {
 
 impl Gateway {
     /// Step 5 of the pipeline: a person must approve the call.
-    pub(super) fn ask(&mut self, cx: Box<CallContext>) {
+    pub(super) fn ask(&mut self, mut cx: Box<CallContext>) {
         let session = cx.request.session;
         let (elicitation, modern) = self
             .sessions
@@ -113,6 +114,21 @@ impl Gateway {
         if !elicitation && self.store.is_none() {
             let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
             self.end_call(cx, denied(extra, Approver::Gateway).into());
+            return;
+        }
+        // Someone can be asked: a previewer command, or the server's dry
+        // run, is asked first; the call comes back here with its preview,
+        // or why there is none.
+        if cx.preview.is_none()
+            && let Some(config) = self.previewer_command(&cx)
+        {
+            self.preview_then_ask(cx, &config);
+            return;
+        }
+        if cx.preview.is_none()
+            && let Some(argument) = self.dry_run_argument(&cx)
+        {
+            self.dry_run_then_ask(cx, &argument);
             return;
         }
         // A prompt that goes to the store (the approval queue) shows the
@@ -139,7 +155,6 @@ impl Gateway {
             object.insert("mode".to_owned(), json!("form"));
         }
         let timeout = self.limits.ask_timeout;
-        let mut cx = cx;
         cx.asked = Some(tokio::time::Instant::now());
         cx.trace_mark(|trace| &mut trace.asked);
         let n = self
@@ -153,8 +168,15 @@ impl Gateway {
 
     /// The prompt for a call (design §4.3).
     fn prompt(&self, cx: &CallContext, redacted: bool) -> String {
-        self.with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
-            .unwrap_or_default()
+        let prompt = self
+            .with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
+            .unwrap_or_default();
+        if cx.preview_changed {
+            return format!(
+                "hintgate: the file changed after you were asked about this call; below is what it would change now.\n\n{prompt}"
+            );
+        }
+        prompt
     }
 
     /// Renders what a prompt for a call shows with `render`: the text, or
@@ -188,6 +210,13 @@ impl Gateway {
         let principal = self.principal_for_upstream(cx.request.session);
         let token_scope =
             super::pipeline::token_scope_of(&self.upstreams, cx, principal.as_deref());
+        // What goes to the store keeps no secret: the preview as it may be
+        // stored.
+        let preview = if redacted {
+            self.storable_preview(cx)
+        } else {
+            cx.preview.clone()
+        };
         Some(render(
             &self.policy,
             &PromptInput {
@@ -200,6 +229,7 @@ impl Gateway {
                 sandbox: self.catalog.sandbox(idx),
                 changes: &changes,
                 token_scope: token_scope.as_deref(),
+                preview: preview.as_ref(),
             },
         ))
     }
@@ -295,6 +325,7 @@ impl Gateway {
     fn resume_approved(&mut self, mut cx: Box<CallContext>, approver: Approver) {
         cx.approver = approver;
         cx.approved = cx.digest();
+        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
         self.run_pipeline(cx);
     }
 
@@ -335,7 +366,7 @@ impl Gateway {
         let sealed = self.sealer.seal(
             &cx.params.name,
             cx.arguments_or_empty(),
-            cx.digest_text().unwrap_or_default(),
+            &super::previews::sealed_pin(&cx),
             self.limits.ask_timeout.as_secs(),
             cx.idem
                 .as_ref()
@@ -382,7 +413,7 @@ impl Gateway {
             state,
             &cx.params.name,
             cx.arguments_or_empty(),
-            cx.digest_text().unwrap_or_default(),
+            &super::previews::sealed_pin(cx),
         ) {
             tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
             let extra = format!("The approval could not be used: {err}.");
@@ -430,6 +461,7 @@ impl Gateway {
         self.count_ask(cx, AskChannel::InputRequired, AskEnding::Approved);
         cx.approver = Approver::Person(Channel::InputRequired);
         cx.approved = cx.digest();
+        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use hintgate_policy::config::Instance;
 use hintgate_policy::decide::{DECISION_META_KEY, Decision, DecisionMeta, Verdict};
 use hintgate_policy::hook::OwnedAnswer;
 use hintgate_policy::pin::{PinDigest, PinStatus};
+use hintgate_policy::preview::Previewed;
 use hintgate_policy::reason::ReasonCode;
 use hintgate_policy::sanitize::escape_line;
 use serde::Deserialize;
@@ -94,6 +95,17 @@ pub(crate) struct CallContext {
     pub read_only_relisted: bool,
     /// What its trace notes as it goes, when traces are exported.
     pub trace: Option<Box<crate::telemetry::CallTrace>>,
+    /// What the call will do, as last previewed for a person (or why there
+    /// is none), where a preview is configured for its tool: shown when a
+    /// person is asked, and recorded with the call. Never decided on.
+    pub preview: Option<Previewed>,
+    /// The digest of the preview a person approved (with the definition,
+    /// [`CallContext::approved`]): a file preview computed again just
+    /// before the send that differs asks again.
+    pub approved_preview: Option<String>,
+    /// The file changed after the person was asked: the next prompt says
+    /// so.
+    pub preview_changed: bool,
 }
 
 /// What step 3 of the pipeline reads of the definition a call is decided
@@ -422,6 +434,9 @@ impl CallContext {
             read_only_generation: None,
             read_only_restarted: None,
             read_only_relisted: false,
+            preview: None,
+            approved_preview: None,
+            preview_changed: false,
             trace: None,
         }
     }

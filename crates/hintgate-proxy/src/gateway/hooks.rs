@@ -44,6 +44,11 @@ pub(crate) struct Hooks {
     slots: Vec<Slot>,
     held: HashMap<u64, Held>,
     next_id: u64,
+    /// The previewer commands, the hooks' siblings: their events come
+    /// through the same channel (slots from
+    /// [`PREVIEW_SLOTS`](super::previewers::PREVIEW_SLOTS)) and their
+    /// question ids from the same counter.
+    pub(crate) previewers: super::previewers::Previewers,
 }
 
 #[derive(Debug)]
@@ -358,8 +363,10 @@ impl Hooks {
         taken
     }
 
-    /// Every hook process is stopped (the gateway shuts down).
+    /// Every hook and previewer process is stopped (the gateway shuts
+    /// down).
     pub fn stop_all(&mut self) {
+        self.previewers.stop_all();
         for slot in &mut self.slots {
             if let Some(mut process) = slot.running.take() {
                 process.kill();
@@ -422,6 +429,10 @@ impl Gateway {
     /// A line, or the end, from a hook: the calls it answers, or every call
     /// it had when it broke, go through the pipeline again.
     pub(super) fn on_hook_event(&mut self, idx: usize, generation: u64, event: HookEvent) {
+        if let Some(previewer) = idx.checked_sub(super::previewers::PREVIEW_SLOTS) {
+            self.on_previewer_event(previewer, generation, event);
+            return;
+        }
         match self.hooks.on_event(idx, generation, event) {
             Heard::Nothing => {}
             Heard::Reply(id, answer) => self.hook_reply(idx, id, answer),
@@ -446,6 +457,9 @@ impl Gateway {
     /// A hook did not answer in time: its call is refused. A persistent
     /// hook goes on (its late answer is dropped); a per-call one is killed.
     pub(super) fn hook_timed_out(&mut self, id: u64) {
+        if self.previewer_timed_out(id) {
+            return;
+        }
         let Some((held, timeout_ms)) = self.hooks.timed_out(id) else {
             return;
         };
@@ -473,6 +487,7 @@ impl Gateway {
             self.inflight.cancel_deadline(&held.deadline);
             self.end_call(held.cx, end.clone());
         }
+        self.withdraw_previewed_calls(session, request_id, end);
     }
 }
 

@@ -37,6 +37,9 @@ pub(crate) enum UpPurpose {
     Forward(Box<HostRequest>),
     /// A tool call forwarded.
     Call(Box<CallContext>),
+    /// A trusted server's dry run of a call a person is to be asked about
+    /// (`dry_run`): the call waits here for it.
+    DryRun(Box<CallContext>),
     /// A page of a list merged across servers.
     Fanout {
         /// The merge it belongs to.
@@ -174,7 +177,7 @@ impl InFlight {
             .up
             .iter()
             .filter(|(_, waiting)| match &waiting.purpose {
-                UpPurpose::Call(cx) => cx.request.session == session,
+                UpPurpose::Call(cx) | UpPurpose::DryRun(cx) => cx.request.session == session,
                 UpPurpose::Forward(request) => request.session == session,
                 _ => false,
             })
@@ -196,7 +199,7 @@ impl InFlight {
             .iter()
             .filter(|((owner, _), _)| *owner == server)
             .filter_map(|(_, waiting)| match &waiting.purpose {
-                UpPurpose::Call(cx) => Some(cx.request.session),
+                UpPurpose::Call(cx) | UpPurpose::DryRun(cx) => Some(cx.request.session),
                 UpPurpose::Forward(request) => Some(request.session),
                 _ => None,
             })
@@ -221,7 +224,7 @@ impl InFlight {
             .iter()
             .filter(move |((owner, _), _)| *owner == server)
             .filter_map(|(_, waiting)| match &waiting.purpose {
-                UpPurpose::Call(cx) => Some(&cx.request),
+                UpPurpose::Call(cx) | UpPurpose::DryRun(cx) => Some(&cx.request),
                 UpPurpose::Forward(request) => Some(&**request),
                 _ => None,
             })
@@ -231,7 +234,7 @@ impl InFlight {
     pub fn find_host_request(&self, session: SessionId, host_id: &str) -> Option<(ServerIdx, u64)> {
         self.up.iter().find_map(|(key, waiting)| {
             let request = match &waiting.purpose {
-                UpPurpose::Call(cx) => &cx.request,
+                UpPurpose::Call(cx) | UpPurpose::DryRun(cx) => &cx.request,
                 UpPurpose::Forward(request) => request,
                 _ => return None,
             };

@@ -110,6 +110,8 @@ pub(crate) struct CallFields<'a> {
     /// For a call sent to a server behind OAuth: the scopes of the token it
     /// goes with, as granted (never the token).
     pub token_scope: Option<&'a str>,
+    /// The call's preview, as the log keeps it.
+    pub preview: Option<&'a hintgate_store::record::PreviewRecord>,
 }
 
 // === impl Journal ===
@@ -339,6 +341,7 @@ impl Journal {
             instance_identity: fields.instance.and_then(|(_, key)| key).map(str::to_owned),
             outcome: fields.outcome.map(code_of),
             pin: fields.pin.map(str::to_owned),
+            preview: fields.preview.cloned(),
             reasons: fields
                 .decision
                 .reason_texts()
@@ -430,6 +433,7 @@ mod tests {
             instance: None,
             egress: None,
             token_scope: None,
+            preview: None,
         });
         journal.batch[0].body.clone()
     }
@@ -475,6 +479,7 @@ mod tests {
             instance: None,
             egress: Some(&hosts),
             token_scope: None,
+            preview: None,
         });
         let body = journal.batch[0].body.clone();
         let parsed: Value = serde_json::from_str(&body).unwrap();
@@ -503,6 +508,7 @@ mod tests {
             instance: None,
             egress: None,
             token_scope: None,
+            preview: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -573,6 +579,7 @@ mod tests {
             instance: None,
             egress: None,
             token_scope: None,
+            preview: None,
         };
         let to_forward = CallFields {
             request_id: "2",
@@ -701,6 +708,7 @@ mod tests {
             instance: None,
             egress: None,
             token_scope: None,
+            preview: None,
         };
         let queue = Approver::Person(Channel::Queue("alice".into()));
         let elicitation = Approver::Person(Channel::Elicitation);

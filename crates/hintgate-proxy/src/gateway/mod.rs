@@ -44,12 +44,15 @@
 pub(crate) mod ask;
 pub(crate) mod call;
 pub(crate) mod catalog;
+pub(crate) mod dry_run;
 pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;
 pub(crate) mod keys;
 pub(crate) mod modern;
 pub(crate) mod pipeline;
+pub(crate) mod previewers;
+pub(crate) mod previews;
 pub(crate) mod relay;
 pub(crate) mod request;
 pub(crate) mod retry;
@@ -1480,8 +1483,14 @@ impl Gateway {
             self.end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
         }
         if let Some((idx, up_id)) = self.inflight.find_host_request(session, request_id) {
-            if let Some(UpPurpose::Call(cx)) = self.inflight.take_up(idx, up_id) {
-                self.record_outcome(&cx, Outcome::Cancelled);
+            match self.inflight.take_up(idx, up_id) {
+                Some(UpPurpose::Call(cx)) => self.record_outcome(&cx, Outcome::Cancelled),
+                // Cancelled while its server's dry run ran: it ends on
+                // record, never asked about.
+                Some(UpPurpose::DryRun(cx)) => {
+                    self.end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
+                }
+                _ => {}
             }
             self.cancel_upstream(idx, up_id, "the host cancelled the request");
         }
@@ -1580,6 +1589,9 @@ impl Gateway {
                     let result = call::error_result(&text);
                     let line = self.sessions.result_line(session, cx.request.id(), &result);
                     self.answer_call(&cx, line, Outcome::Shutdown);
+                }
+                (UpPurpose::DryRun(cx), ending) => {
+                    self.end_call(cx, hooks::withdrawn(ending == Ending::Shutdown));
                 }
                 (UpPurpose::Forward(request), Ending::Shutdown) => {
                     let text = "hintgate shut down before the server answered";
@@ -1771,6 +1783,7 @@ impl Gateway {
             UpPurpose::Initialize => self.on_initialized(idx, message),
             UpPurpose::ListTools => self.on_tools_page(idx, message),
             UpPurpose::Call(cx) => self.on_call_answer(idx, cx, message),
+            UpPurpose::DryRun(cx) => self.on_dry_run_answer(idx, cx, message),
             UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
             UpPurpose::Fanout { aggregate, method } => {
                 self.on_fanout_page(idx, id, aggregate, &method, message);

@@ -235,7 +235,7 @@ impl Gateway {
 
     /// What a call to `tool` of server `idx` is decided on besides its
     /// definition, read once.
-    fn call_facts(
+    pub(super) fn call_facts(
         &self,
         idx: ServerIdx,
         name: &str,
@@ -346,12 +346,25 @@ impl Gateway {
     ) -> Result<(), Exit> {
         let carries = session.modern && super::modern::carries_our_answer(cx);
         match steps::approval(verdict, cx.digest(), cx.approved, carries) {
-            Approval::Approved => Ok(()),
-            Approval::CarriesAnswer => Ok(self.open_modern_answer(cx)?),
-            Approval::Ask => Err(Exit::Ask),
+            // An approval is for what the person was shown: a file that
+            // changed since is asked about again.
+            Approval::Approved => self.still_as_shown(cx),
+            Approval::CarriesAnswer => {
+                cx.preview = self.preview_of(cx);
+                if self.sealed_for_another_preview(cx) {
+                    cx.preview_changed = true;
+                    return Err(Exit::Ask);
+                }
+                Ok(self.open_modern_answer(cx)?)
+            }
+            Approval::Ask => {
+                cx.preview = self.preview_of(cx);
+                Err(Exit::Ask)
+            }
             Approval::Policy => {
                 let first = cx.decision.as_ref().and_then(|d| d.reasons.first());
                 cx.approver = Approver::Policy(first.map(|reason| reason.code));
+                self.preview_for_record(cx);
                 Ok(())
             }
         }
@@ -893,6 +906,7 @@ impl Gateway {
         };
         let principal = self.principal_for_upstream(cx.request.session);
         let token_scope = token_scope_of(&self.upstreams, cx, principal.as_deref());
+        let preview = self.preview_record(cx);
         let fields = CallFields {
             // The host's own id, which its log shows; the gateway's is an
             // artefact of the transport.
@@ -916,6 +930,7 @@ impl Gateway {
             instance: instance_fields(&self.upstreams, cx),
             egress: egress.as_deref(),
             token_scope: token_scope.as_deref(),
+            preview: preview.as_ref(),
         };
         self.journal.call(&fields)
     }
@@ -1046,7 +1061,7 @@ fn read_only_lists(
 /// the read-only instance, the start of that instance that listed the
 /// definition decided on. `Err` says why it cannot be sent (the server
 /// stopped or started again since).
-fn send_target(
+pub(super) fn send_target(
     upstreams: &Upstreams,
     catalog: &Catalog,
     cx: &CallContext,
@@ -1135,10 +1150,25 @@ fn call_line(
     id: u64,
     traceparent: Option<&str>,
 ) -> Option<String> {
+    call_line_with(cx, None, wrap, modern, modern_meta, id, traceparent)
+}
+
+/// [`call_line`], with `arguments` (JSON text) in place of the call's own
+/// when given: a trusted server's dry run (`dry_run`, which is traced as
+/// no span of its own: `traceparent` is `None`).
+pub(super) fn call_line_with(
+    cx: &CallContext,
+    arguments: Option<&str>,
+    wrap: bool,
+    modern: bool,
+    modern_meta: &Value,
+    id: u64,
+    traceparent: Option<&str>,
+) -> Option<String> {
     let id_text = id.to_string();
     let ours = super::modern::carries_our_answer(cx);
     let continuation = cx.continuation.as_ref();
-    let filled = cx.arguments_filled.as_deref();
+    let filled = arguments.or(cx.arguments_filled.as_deref());
     if wrap
         && !modern
         && !ours

@@ -216,6 +216,20 @@ pub(crate) fn approval(
     }
 }
 
+/// Step 5, for a call a person approved: whether the approval still
+/// stands for what the call will do. It was given with the preview whose
+/// digest is `shown`; `now` is the file preview computed again just before
+/// the send (`None` where none is computed again: no preview, or one from a
+/// previewer command or a dry run, which is not run twice). It stands only
+/// when the two agree; a preview can only ask again, never let a call
+/// through that its decision would not.
+pub(crate) fn preview_stands(shown: Option<&str>, now: Option<&str>) -> bool {
+    match now {
+        None => true,
+        Some(now) => shown == Some(now),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,5 +417,10 @@ mod tests {
             Approval::CarriesAnswer
         );
         assert_eq!(approval(Verdict::Allow, one, None, false), Approval::Policy);
+        // An approval stands for the preview the person saw, and only that.
+        assert!(preview_stands(Some("sha256:a"), Some("sha256:a")));
+        assert!(!preview_stands(Some("sha256:a"), Some("sha256:b")));
+        assert!(!preview_stands(None, Some("sha256:b")));
+        assert!(preview_stands(Some("sha256:a"), None));
     }
 }

@@ -953,6 +953,7 @@ impl Gateway {
                 self.reply_error(request.session, request.id(), -32603, why);
             }
             UpPurpose::Call(cx) => self.call_failed(cx, Failure::Failed, why),
+            UpPurpose::DryRun(cx) => self.dry_run_failed(cx, why),
             UpPurpose::Fanout { aggregate, .. } => {
                 self.fanout_done(aggregate, idx, Some(why.to_owned()));
             }
@@ -1002,6 +1003,10 @@ impl Gateway {
                 self.cancel_upstream(idx, id, "timed out");
                 let why = format!("server `{name}` did not answer within {timeout} s");
                 self.call_failed(cx, Failure::Failed, &why);
+            }
+            UpPurpose::DryRun(cx) => {
+                self.cancel_upstream(idx, id, "timed out");
+                self.dry_run_failed(cx, &format!("it did not answer within {timeout} s"));
             }
             UpPurpose::Forward(request) => {
                 self.cancel_upstream(idx, id, "timed out");

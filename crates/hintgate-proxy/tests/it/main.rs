@@ -19,6 +19,7 @@ mod keys;
 mod names;
 mod netns;
 mod pipeline;
+mod previewers;
 mod read_only;
 mod runtime;
 mod start_failure;
