@@ -201,6 +201,10 @@ pub enum OutcomeCode {
     /// Its idempotency key had run with the same arguments: the recorded
     /// result was the answer, and the server was not called.
     Replayed,
+    /// The gateway was forwarding it when it stopped without ending it
+    /// (killed, crashed, the machine lost power): the server may or may not
+    /// have run it. Written by the next gateway that starts on the log.
+    Interrupted,
 }
 
 /// A standing ("always") approval granted ([`EntryKind::Grant`]): written
@@ -467,7 +471,7 @@ impl Eq for Arguments {}
 
 impl OutcomeCode {
     /// Every code, in the order they are declared.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Ok,
         Self::ToolError,
         Self::ProtocolError,
@@ -483,6 +487,7 @@ impl OutcomeCode {
         Self::HostGone,
         Self::Shutdown,
         Self::Replayed,
+        Self::Interrupted,
     ];
 
     /// The stable name the audit log keeps.
@@ -504,6 +509,7 @@ impl OutcomeCode {
             Self::HostGone => "host-gone",
             Self::Shutdown => "shutdown",
             Self::Replayed => "replayed",
+            Self::Interrupted => "interrupted",
         }
     }
 }
