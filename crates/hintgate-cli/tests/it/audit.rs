@@ -605,6 +605,11 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
         // Let through by the profile, a standing approval or the person;
         // never a call that ended at the gateway.
         assert_ne!(record["approver"], "gateway", "seed {seed}: {record}");
+        // Every gateway run has ended: no call it sent is left pending.
+        assert!(
+            record["outcome"] == "ok" || record["outcome"] == "interrupted",
+            "seed {seed}: {record}"
+        );
     }
     // Which outcomes a kill may lose. The gateway adds a call's outcome to
     // its journal in the turn the server's answer arrives, before it sends
@@ -633,7 +638,13 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
         let record = recorded[n];
         assert_eq!(record["tool"], tool.as_str(), "seed {seed}");
         let burst = burst_of[n];
-        if record["outcome"] == "pending" {
+        // A call whose outcome a kill lost is marked `interrupted` by the
+        // next start (or by `hintgate log`): none is left pending.
+        assert_ne!(
+            record["outcome"], "pending",
+            "seed {seed}: call {n}: {record}"
+        );
+        if record["outcome"] == "interrupted" {
             assert!(
                 may_be_lost(burst),
                 "seed {seed}: the outcome of call {n} (burst {burst}) was lost, but the kills cut bursts {killed_bursts:?} (burst: answers read)"
@@ -722,9 +733,18 @@ redact = ["/account/pin", "/cards/*/number", "SSN*"]
     // Two values, two digests: records can be matched, values told apart.
     assert_ne!(logged["cards"][0]["number"], logged["cards"][1]["number"]);
     // Not a byte of a redacted value in the store's files (database, WAL).
+    // The run's journal holds the same records: the same holds of it.
     let mut bytes = Vec::new();
-    for file in std::fs::read_dir(dir.path().join("state")).unwrap() {
-        bytes.extend(std::fs::read(file.unwrap().path()).unwrap());
+    let state = dir.path().join("state");
+    let journal = state.join("journal");
+    assert!(journal.is_dir(), "the run wrote a journal");
+    for folder in [state, journal] {
+        for file in std::fs::read_dir(folder).unwrap() {
+            let path = file.unwrap().path();
+            if path.is_file() {
+                bytes.extend(std::fs::read(path).unwrap());
+            }
+        }
     }
     let contains = |needle: &str| {
         bytes
@@ -770,7 +790,12 @@ fn copy_state(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for file in std::fs::read_dir(from).unwrap() {
         let file = file.unwrap();
-        std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+        if file.path().is_dir() {
+            // The journals: a directory of files.
+            copy_state(&file.path(), &to.join(file.file_name()));
+        } else {
+            std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+        }
     }
 }
 
@@ -990,6 +1015,10 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
             assert!(
                 text(&host.call("echo", json!({"text": format!("call {i}")}))).contains("call")
             );
+            // In the log before the call's outcome can be (`hintgate log`
+            // waits for the index): the run's first commit holds the call
+            // alone, as it did when calls were committed on their way.
+            log_json(dir.path(), &[]);
         }
         assert!(host.close().success());
     };
@@ -1036,7 +1065,11 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
         .to_owned();
     // Shown once: written nowhere in the state directory.
     for file in std::fs::read_dir(&state).unwrap() {
-        let bytes = std::fs::read(file.unwrap().path()).unwrap();
+        let path = file.unwrap().path();
+        if path.is_dir() {
+            continue;
+        }
+        let bytes = std::fs::read(path).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains(&key));
     }
     // Set up once.
@@ -1101,6 +1134,21 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
         .collect();
     hintgate_store::AuditLog::append(&forger, &forged).unwrap();
     drop(forger);
+    // The runs' journals still hold what the log held: verify finds the
+    // rewrite by them.
+    let journaled = verify(dir.path(), &state, &[]);
+    assert_eq!(crate::util::code(&journaled), 2);
+    assert!(
+        crate::util::stdout(&journaled).contains("journal as the journal holds it"),
+        "{}",
+        crate::util::stdout(&journaled)
+    );
+    // The key's holder deletes them too, and their index.
+    std::fs::remove_dir_all(state.join("journal")).unwrap();
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch("DELETE FROM journal_index; DELETE FROM journal_runs;")
+        .unwrap();
     let fooled = verify(dir.path(), &state, &[]);
     assert_eq!(
         crate::util::code(&fooled),
@@ -1194,6 +1242,9 @@ fn a_gateway_checkpoints_to_the_witness_its_config_names_and_no_other() {
     for i in 0..5 {
         let said = text(&host.call("fx__echo", json!({"text": format!("call {i}")})));
         assert!(said.contains("call"), "{said}");
+        // Indexed before the next call (`hintgate log` waits for that), so
+        // each call's record goes to the log in a commit of its own.
+        assert_eq!(log_json(dir.path(), &[]).len(), i + 1);
     }
     assert!(host.close().success());
     let checkpoints = std::fs::read_to_string(&witness).unwrap().lines().count();
@@ -1316,7 +1367,17 @@ fn rows_below_sequence_number_one_are_named_by_verify_and_counted_by_log() {
     );
     assert!(out.contains("record 2 stores its `at` as text"), "{out}");
     let (_, problems, _) = verify_codes(dir.path(), &state, &[]);
-    assert_eq!(problems, ["edited", "wrong-type", "wrong-type"], "{out}");
+    // The journal holds record 2 as it was written: the log's differs.
+    assert_eq!(
+        problems,
+        [
+            "edited",
+            "wrong-type",
+            "wrong-type",
+            "journal-index-differs"
+        ],
+        "{out}"
+    );
     let shown = crate::util::run(
         dir.path(),
         &["log", "--state-dir", state.to_str().unwrap(), "--json"],
@@ -1425,14 +1486,19 @@ fn a_log_deleted_with_its_head_is_not_taken_for_a_new_one() {
     let wiped = dir.path().join("wiped");
     copy_state(&state, &wiped);
     sql(&wiped, "DELETE FROM audit");
+    // The run's journal still holds its two records: the log does not.
     assert_eq!(
         verify_codes(dir.path(), &wiped, &[]).1,
-        ["cut-off".to_owned()]
+        ["cut-off", "journal-index-differs", "journal-index-differs"]
     );
     std::fs::remove_file(wiped.join("state.db.audit-head")).unwrap();
     assert_eq!(
         verify_codes(dir.path(), &wiped, &[]).1,
-        ["log-deleted".to_owned()]
+        [
+            "log-deleted",
+            "journal-index-differs",
+            "journal-index-differs"
+        ]
     );
     // With the key gone too, it is a new log as far as anything here can
     // tell: that is what the warning says a witness is for.

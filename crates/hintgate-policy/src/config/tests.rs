@@ -1002,3 +1002,32 @@ fn every_problem_of_an_oauth_table_is_named_by_its_key() {
         vec![(DiagCode::ConflictingKeys, "servers.a.oauth".to_owned())]
     );
 }
+
+#[test]
+fn the_journal_durability_and_segment_size_are_checked() {
+    let (config, diagnostics) =
+        parse_str("[audit]\ndurability = \"fsync\"\nsegment_bytes = 1048576\n");
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let audit = config.unwrap().audit;
+    assert!(audit.fsync);
+    assert_eq!(audit.segment_bytes, Some(1_048_576));
+    let (config, _) = parse_str("[audit]\n");
+    let audit = config.unwrap().audit;
+    assert_eq!((audit.fsync, audit.segment_bytes), (false, None));
+    let (config, _) = parse_str("[audit]\ndurability = \"write\"\n");
+    assert!(!config.unwrap().audit.fsync);
+    let source = "[audit]\ndurability = \"fsnyc\"\nsegment_bytes = 100\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none());
+    let found: Vec<(&str, &str)> = diagnostics
+        .iter()
+        .map(|d| (d.code.as_str(), d.key.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("invalid-value", "audit.durability"),
+            ("invalid-value", "audit.segment_bytes")
+        ]
+    );
+}

@@ -1,20 +1,28 @@
-//! The audit records of one turn of the event loop, committed together.
+//! The audit records of one turn of the event loop, written together.
 //!
 //! Every call that reaches the gateway gets a record; a call that is sent
 //! on gets one more with its outcome. The pipeline adds records to the turn's
 //! batch as it goes; at the end of a turn that made a call record, the batch
-//! is appended in one transaction (one commit for sixteen calls in flight,
-//! not sixteen), and only then are the turn's calls sent and its answers
-//! released (see `Gateway::end_turn`). So a call's record is durable before
-//! its server sees it, without a thread round trip per call: the commit runs
-//! on the loop's own thread, where a SQLite commit in WAL mode costs a
-//! write, not an fsync.
+//! is written at once (one write for sixteen calls in flight, not sixteen),
+//! and only then are the turn's calls sent and its answers released (see
+//! `Gateway::end_turn`). So a call's record is durable before its server
+//! sees it, without a thread round trip per call.
 //!
-//! Outcome records ride in the next commit: a turn that made only outcomes
-//! does not commit for them, and the host gets its answers at once. The next
-//! call's commit carries them, or, when no call comes, the flush at most
+//! Where the batch goes depends on the store. On SQLite, it is appended to
+//! this run's journal ([`hintgate_store::journal`]): framed, chained under
+//! the audit key, in one `write(2)` (and an `fdatasync` with `[audit]
+//! durability = "fsync"`); the indexer thread then appends it to the
+//! store's log in large batches, off the call path, and a record names its
+//! call by the call's number in the run, which the index turns into the
+//! log's sequence number. On any other store (PostgreSQL, memory), the
+//! batch is appended to the log in one transaction on the loop's thread.
+//!
+//! Outcome records ride in the next write: a turn that made only outcomes
+//! does not write for them, and the host gets its answers at once. The next
+//! call's write carries them, or, when no call comes, the flush at most
 //! [`OUTCOME_FLUSH`] later. A crash can lose the outcomes of that last
-//! moment, never a call record (design §8).
+//! moment, never a call record (design §8); the next gateway to start on
+//! the store marks the calls left without one `interrupted`.
 //!
 //! Records are the store's record types ([`hintgate_store::record`]),
 //! written once by their one writer as canonical JSON (sorted keys, no
@@ -30,6 +38,7 @@ use std::time::Duration;
 use hintgate_policy::config::Instance;
 use hintgate_policy::decide::Decision;
 use hintgate_policy::redact::Redactor;
+use hintgate_store::journal::{Durability, Indexer, JournalSettings, JournalWriter, Journaled};
 use hintgate_store::record::{
     Arguments, CallRecord, Idempotency, OutcomeCode, OutcomeItem, OutcomeRecord, OutcomesRecord,
 };
@@ -52,6 +61,10 @@ const MAX_HELD: usize = 10_000;
 #[derive(Debug)]
 pub(crate) struct Journal {
     log: Option<Arc<dyn AuditLog>>,
+    /// This run's journal file and the thread that indexes it, for a store
+    /// that keeps a journal index (SQLite); `None`: batches are appended to
+    /// the log itself.
+    file: Option<FileSink>,
     /// This gateway run, as the records name it.
     session: String,
     redactor: Redactor,
@@ -71,6 +84,13 @@ pub(crate) struct Journal {
     counts: (u64, u64),
     /// Where each commit's latency is counted.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+}
+
+/// A run's journal and its indexer.
+#[derive(Debug)]
+struct FileSink {
+    writer: JournalWriter,
+    indexer: Indexer,
 }
 
 /// What a call record says.
@@ -116,6 +136,7 @@ impl Journal {
     pub fn new(log: Option<Arc<dyn AuditLog>>, session: String, redactor: Redactor) -> Self {
         Self {
             log,
+            file: None,
             session,
             redactor,
             batch: Vec::with_capacity(64),
@@ -132,6 +153,69 @@ impl Journal {
     pub fn with_metrics(mut self, metrics: Option<Arc<crate::metrics::Metrics>>) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// The same journal, writing to a journal file of this run when the
+    /// store keeps a journal index (SQLite): first it imports what the
+    /// journals of ended runs hold and the index lacks (their calls left
+    /// pending marked `interrupted`), then it makes this run's journal.
+    ///
+    /// # Errors
+    ///
+    /// The journal cannot be made, or its indexer started.
+    pub fn with_journal(mut self, fsync: bool, segment_bytes: Option<u64>) -> Result<Self, String> {
+        let Some(log) = self.log.clone() else {
+            return Ok(self);
+        };
+        let (Some(index), Some(key)) = (log.journal_index(), log.audit_key()) else {
+            return Ok(self);
+        };
+        match hintgate_store::journal::import_ended(log.as_ref()) {
+            Ok(imported) if imported.runs > 0 => tracing::info!(
+                records = imported.records,
+                interrupted = imported.interrupted,
+                runs = imported.runs,
+                "imported the audit journals of ended runs"
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::warn!("the audit journals of ended runs were not imported: {err}"),
+        }
+        let settings = JournalSettings {
+            durability: if fsync {
+                Durability::Fsync
+            } else {
+                Durability::Write
+            },
+            segment_bytes: segment_bytes.unwrap_or(hintgate_store::journal::DEFAULT_SEGMENT_BYTES),
+        };
+        let writer = JournalWriter::create(index.journal_dir(), &self.session, key, settings)
+            .map_err(|err| err.to_string())?;
+        let indexer = Indexer::spawn(Arc::clone(&log), self.session.clone())
+            .map_err(|err| format!("the audit indexer could not start: {err}"))?;
+        self.file = Some(FileSink { writer, indexer });
+        Ok(self)
+    }
+
+    /// Ends this run's journal: waits for the indexer to index it, and,
+    /// when it has all, closes the run in the index (a call still without
+    /// an outcome is marked `interrupted`). What it could not index the
+    /// next start imports.
+    pub fn finish(&mut self) {
+        let Some(FileSink { writer, indexer }) = self.file.take() else {
+            return;
+        };
+        let indexed = indexer.finish();
+        if indexed.behind > 0 {
+            tracing::error!(
+                behind = indexed.behind,
+                "the audit index is behind this run's journal; the next start imports the rest"
+            );
+        } else if let Some(index) = self.log.as_ref().and_then(|log| log.journal_index())
+            && let Err(err) = index.close(writer.run())
+        {
+            tracing::warn!("this run's audit journal was not closed in the index: {err}");
+        }
+        drop(writer);
     }
 
     /// `arguments` as the log keeps them: redacted as a record's are.
@@ -228,8 +312,9 @@ impl Journal {
         !self.batch.is_empty() || !self.outcomes.is_empty()
     }
 
-    /// Commits this turn's records in one transaction; their sequence
-    /// numbers, in the order they were added.
+    /// Writes this turn's records at once; the numbers their outcomes name
+    /// them by, in the order they were added (the log's sequence numbers, or,
+    /// with a journal file, their numbers in this run).
     ///
     /// # Errors
     ///
@@ -255,13 +340,30 @@ impl Journal {
         }
         self.urgent = false;
         let began = std::time::Instant::now();
-        let appended = log.append(&self.batch);
+        let appended = match &mut self.file {
+            Some(sink) => sink
+                .writer
+                .append(&self.batch)
+                .map(|positions| {
+                    let numbers = positions.iter().map(|position| position.n).collect();
+                    sink.indexer.send(
+                        positions
+                            .into_iter()
+                            .zip(self.batch.drain(..))
+                            .map(|(position, entry)| Journaled { position, entry })
+                            .collect(),
+                    );
+                    numbers
+                })
+                .map_err(|err| err.to_string()),
+            None => log.append(&self.batch).map_err(|err| err.to_string()),
+        };
         if let Some(metrics) = &self.metrics {
             metrics.committed(began.elapsed());
         }
         match appended {
             Ok(seqs) => {
-                self.counts.0 += self.batch.len() as u64;
+                self.counts.0 += seqs.len() as u64;
                 self.counts.1 += 1;
                 self.batch.clear();
                 self.held.clear();
@@ -270,7 +372,6 @@ impl Journal {
                 Ok(seqs)
             }
             Err(err) => {
-                let err = err.to_string();
                 tracing::error!("the audit log could not be written: {err}");
                 if with_outcomes {
                     self.batch.pop();

@@ -195,6 +195,9 @@ pub enum RunError {
     /// The operating system gave no randomness for the sealing key.
     #[error("no randomness for the sealing key: {0}")]
     NoRandomness(String),
+    /// The run's audit journal could not be made.
+    #[error("the audit journal: {0}")]
+    Journal(String),
 }
 
 /// The limits the gateway runs with.
@@ -362,6 +365,7 @@ impl Drop for Gateway {
                 "the gateway stopped on a fatal error, and the audit log could not be written: {err}"
             ),
         }
+        self.journal.finish();
     }
 }
 
@@ -814,7 +818,12 @@ impl Gateway {
             observer: settings.observer,
             catalog: catalog::Catalog::new(count, settings.store.clone()),
             journal: journal::Journal::new(log, run_name.clone(), redactor)
-                .with_metrics(settings.metrics.clone()),
+                .with_metrics(settings.metrics.clone())
+                .with_journal(
+                    settings.policy.config().audit.fsync,
+                    settings.policy.config().audit.segment_bytes,
+                )
+                .map_err(RunError::Journal)?,
             metrics: settings.metrics,
             asks: ask::Asks::new(run_name.clone()),
             run_name,
@@ -1577,6 +1586,9 @@ impl Gateway {
         if let Err(err) = self.journal.commit() {
             tracing::error!("the last audit records could not be written: {err}");
         }
+        // Indexed before the servers are stopped and the process ends, so
+        // `hintgate log` after the run sees all of it.
+        self.journal.finish();
         self.finished = true;
         let (records, commits) = self.journal.counts();
         tracing::debug!(
