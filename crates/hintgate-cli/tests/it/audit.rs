@@ -209,6 +209,89 @@ fn a_second_signal_while_the_gateway_stops_loses_no_ending() {
     }
 }
 
+/// Waits until the fixture server's log at `calls` names `what`.
+fn wait_for_server(calls: &std::path::Path, what: &str) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !std::fs::read_to_string(calls)
+        .unwrap_or_default()
+        .contains(what)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`{what}` never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_call_a_killed_gateway_left_in_flight_is_interrupted_and_a_live_gateways_is_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = |name: &str| dir.path().join(format!("{name}.log"));
+    let slow = |host: &mut Host, id: &str| {
+        host.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "slow", "arguments": {"seconds": 60}}}));
+    };
+    // Two gateways on one state directory, each with a call at its server.
+    let a_log = calls("a").display().to_string();
+    let mut a = session_with(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--slow"],
+        &[("FIXTURE_LOG", &a_log)],
+    );
+    a.initialize(json!({}));
+    slow(&mut a, "in-a");
+    wait_for_server(&calls("a"), "call slow");
+    let b_log = calls("b").display().to_string();
+    let mut b = session_with(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--slow"],
+        &[("FIXTURE_LOG", &b_log)],
+    );
+    b.initialize(json!({}));
+    slow(&mut b, "in-b");
+    wait_for_server(&calls("b"), "call slow");
+
+    // A crashes. The next start on the directory (here `hintgate log`,
+    // which imports as a gateway's start does) ends A's call on record, and
+    // leaves B's alone: B's journal is live.
+    a.kill();
+    let records = log_json(dir.path(), &[]);
+    let outcome_of = |records: &[Value], request: &str| -> Vec<String> {
+        records
+            .iter()
+            .filter(|record| record["request"] == format!("\"{request}\""))
+            .map(|record| record["outcome"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(outcome_of(&records, "in-a"), ["interrupted"], "{records:?}");
+    assert_eq!(outcome_of(&records, "in-b"), ["pending"], "{records:?}");
+    // A third gateway starting on the directory changes nothing more.
+    let mut c = session(dir.path(), &["--trust", "trusted"], &[]);
+    c.initialize(json!({}));
+    assert!(text(&c.call("echo", json!({"text": "third"}))).contains("third"));
+    assert!(c.close().success());
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(outcome_of(&records, "in-a"), ["interrupted"], "{records:?}");
+    assert_eq!(outcome_of(&records, "in-b"), ["pending"], "{records:?}");
+
+    // B ends as it always did; every journal agrees with the log.
+    b.signal("TERM");
+    assert_eq!(b.wait().code(), Some(0));
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(outcome_of(&records, "in-a"), ["interrupted"], "{records:?}");
+    assert_eq!(outcome_of(&records, "in-b"), ["shutdown"], "{records:?}");
+    assert_eq!(records.len(), 3, "{records:?}");
+    let state = dir.path().join("state");
+    let checked = verify(dir.path(), &state, &["--json"]);
+    let report: Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(report["holds"], true, "{report}");
+    assert_eq!(report["journals"]["runs"], 3, "{report}");
+    assert_eq!(report["journals"]["live"], 0, "{report}");
+}
+
 #[test]
 fn since_leaves_out_older_calls() {
     let dir = tempfile::tempdir().unwrap();
