@@ -124,3 +124,72 @@ fn append_durably<const BATCH: usize>(bencher: Bencher<'_, '_>, backend: &str) {
             (log, dir)
         });
 }
+
+/// What a gateway on SQLite pays on the call path: each turn's records
+/// written to the run's journal in one `write(2)` (`durability = "write"`),
+/// the index fed later by its thread (not measured here: see
+/// `journal_and_index`).
+#[divan::bench(consts = [1, 16, 128], sample_count = 10, sample_size = 1)]
+fn journal_write<const BATCH: usize>(bencher: Bencher<'_, '_>) {
+    use hintgate_store::journal::{JournalSettings, JournalWriter};
+    bencher
+        .counter(ItemsCount::new(RECORDS))
+        .with_inputs(|| {
+            let records: Vec<NewEntry> = (0..RECORDS).map(record).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let writer = JournalWriter::create(
+                dir.path(),
+                "bench-1",
+                &AuditKey::from_secret([3; 32]),
+                JournalSettings::default(),
+            )
+            .unwrap();
+            (writer, records, dir)
+        })
+        .bench_local_values(|(mut writer, records, dir)| {
+            for turn in records.chunks(BATCH) {
+                let positions = writer.append(turn).expect("the records are written");
+                assert_eq!(positions.len(), turn.len());
+            }
+            (writer, dir)
+        });
+}
+
+/// The whole work of a gateway on SQLite: the journal writes on the call
+/// path and the indexer's appends to the store, to the last record indexed.
+#[divan::bench(consts = [1, 16, 128], sample_count = 10, sample_size = 1)]
+fn journal_and_index<const BATCH: usize>(bencher: Bencher<'_, '_>) {
+    use hintgate_store::journal::{Indexer, JournalSettings, JournalWriter, Journaled};
+    bencher
+        .counter(ItemsCount::new(RECORDS))
+        .with_inputs(|| {
+            let records: Vec<NewEntry> = (0..RECORDS).map(record).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("state.db");
+            let store: Arc<dyn AuditLog> = Arc::new(SqliteStore::open(&db).unwrap());
+            let writer = JournalWriter::create(
+                &SqliteStore::journal_dir(&db),
+                "bench-1",
+                store.audit_key().unwrap(),
+                JournalSettings::default(),
+            )
+            .unwrap();
+            (store, writer, records, dir)
+        })
+        .bench_local_values(|(store, mut writer, records, dir)| {
+            let indexer = Indexer::spawn(Arc::clone(&store), "bench-1".into()).unwrap();
+            for turn in records.chunks(BATCH) {
+                let positions = writer.append(turn).expect("the records are written");
+                indexer.send(
+                    positions
+                        .into_iter()
+                        .zip(turn.iter().cloned())
+                        .map(|(position, entry)| Journaled { position, entry })
+                        .collect(),
+                );
+            }
+            let indexed = indexer.finish();
+            assert_eq!(indexed.records, RECORDS as u64);
+            (store, writer, dir)
+        });
+}
