@@ -148,7 +148,9 @@ fn journal_write<const BATCH: usize>(bencher: Bencher<'_, '_>) {
         })
         .bench_local_values(|(mut writer, records, dir)| {
             for turn in records.chunks(BATCH) {
-                let positions = writer.append(turn).expect("the records are written");
+                let positions = writer
+                    .append(turn, &[true; BATCH])
+                    .expect("the records are written");
                 assert_eq!(positions.len(), turn.len());
             }
             (writer, dir)
@@ -179,12 +181,18 @@ fn journal_and_index<const BATCH: usize>(bencher: Bencher<'_, '_>) {
         .bench_local_values(|(store, mut writer, records, dir)| {
             let indexer = Indexer::spawn(Arc::clone(&store), "bench-1".into()).unwrap();
             for turn in records.chunks(BATCH) {
-                let positions = writer.append(turn).expect("the records are written");
+                let positions = writer
+                    .append(turn, &[true; BATCH])
+                    .expect("the records are written");
                 indexer.send(
                     positions
                         .into_iter()
                         .zip(turn.iter().cloned())
-                        .map(|(position, entry)| Journaled { position, entry })
+                        .map(|(position, entry)| Journaled {
+                            position,
+                            entry,
+                            forwarded: true,
+                        })
                         .collect(),
                 );
             }

@@ -12,6 +12,7 @@
 //! n     u64 LE   the record's number in its run, from 1
 //! at    i64 LE   seconds since the Unix epoch
 //! call  u64 LE   for an outcome: the run's number of its call; 0: none
+//! flags u8       1: a call the gateway forwarded (an outcome is due)
 //! klen  u8       the kind's length, then the kind (`call`, `outcome`, ...)
 //! body  ...      the record's canonical JSON (an `outcomes` record names
 //!                its calls by their numbers in the run)
@@ -62,8 +63,11 @@ pub const MIN_SEGMENT_BYTES: u64 = 4096;
 /// The subkey's purpose for the journal's links.
 const CHAIN_PURPOSE: &str = "journal chain v1";
 
-/// n, at, call and the kind's length.
-const FIXED: usize = 8 + 8 + 8 + 1;
+/// n, at, call, flags and the kind's length.
+const FIXED: usize = 8 + 8 + 8 + 1 + 1;
+
+/// The flag of a call the gateway forwarded.
+const FORWARDED: u8 = 1;
 
 /// A link's length.
 const LINK: usize = 32;
@@ -125,6 +129,8 @@ pub struct Journaled {
     pub position: Position,
     /// The record as the journal holds it.
     pub entry: NewEntry,
+    /// A call the gateway forwarded: an outcome is due.
+    pub forwarded: bool,
 }
 
 /// What the index knows of a run.
@@ -150,12 +156,21 @@ pub trait JournalIndex: Send + Sync {
     fn journal_dir(&self) -> &Path;
 
     /// Indexes records of `run`, oldest first; returns how many were new.
+    /// `calls` is the caller's memory of the log's numbers of the run's
+    /// forwarded calls still without an outcome (by their numbers in the
+    /// run), kept up to date here so an outcome's call is found without a
+    /// query; a call it lacks is looked up.
     ///
     /// # Errors
     ///
     /// [`StoreError`] when the log cannot be written, or the records do not
     /// follow what the index holds of the run.
-    fn index(&self, run: &str, records: &[Journaled]) -> Result<usize, StoreError>;
+    fn index(
+        &self,
+        run: &str,
+        records: &[Journaled],
+        calls: &mut HashMap<u64, u64>,
+    ) -> Result<usize, StoreError>;
 
     /// What the index knows of `run`.
     ///
@@ -290,8 +305,7 @@ fn encode(
     buf: &mut Vec<u8>,
     mac: &HmacSha256,
     prev: &[u8; LINK],
-    n: u64,
-    entry: &NewEntry,
+    (n, entry, forwarded): (u64, &NewEntry, bool),
 ) -> Result<[u8; LINK], JournalError> {
     let kind = kind_name(entry.kind).as_bytes();
     let len = FIXED + kind.len() + entry.body.len() + LINK;
@@ -304,6 +318,7 @@ fn encode(
     buf.extend_from_slice(&n.to_le_bytes());
     buf.extend_from_slice(&entry.at.to_le_bytes());
     buf.extend_from_slice(&entry.call.unwrap_or(0).to_le_bytes());
+    buf.push(if forwarded { FORWARDED } else { 0 });
     // Kind names are short and fixed.
     buf.push(u8::try_from(kind.len()).unwrap_or(u8::MAX));
     buf.extend_from_slice(kind);
@@ -363,6 +378,12 @@ impl JournalWriter {
         let first = dir.join(segment_name(run, 0));
         let file = open_segment(&first).map_err(io(&first))?;
         lock_exclusive(&file).map_err(io(&first))?;
+        if settings.durability == Durability::Fsync {
+            // The file's name, too, survives a power loss.
+            File::open(dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(io(dir))?;
+        }
         let lock = file.try_clone().map_err(io(&first))?;
         let mac = chain_mac(key);
         let link = genesis(&mac, run);
@@ -388,8 +409,9 @@ impl JournalWriter {
         &self.run
     }
 
-    /// Appends `entries` (which name calls by their numbers in this run) in
-    /// one write, followed by `fdatasync` when the settings ask; returns
+    /// Appends `entries` (which name calls by their numbers in this run;
+    /// `forwarded[i]`: entry `i` is a call the gateway forwards, whose
+    /// outcome is due) in one write, followed by `fdatasync` when the settings ask; returns
     /// where each landed. On an error nothing of them counts: a partly
     /// written frame is cut off again, or, when it cannot be, the next
     /// append begins a new segment (the torn bytes stay, a torn tail).
@@ -398,7 +420,11 @@ impl JournalWriter {
     ///
     /// [`JournalError`] when the file cannot be written or a record is too
     /// large.
-    pub fn append(&mut self, entries: &[NewEntry]) -> Result<Vec<Position>, JournalError> {
+    pub fn append(
+        &mut self,
+        entries: &[NewEntry],
+        forwarded: &[bool],
+    ) -> Result<Vec<Position>, JournalError> {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
@@ -418,7 +444,8 @@ impl JournalWriter {
         let mut positions = Vec::with_capacity(entries.len());
         for (idx, entry) in entries.iter().enumerate() {
             let n = self.next + idx as u64;
-            link = encode(&mut self.buf, &self.mac, &link, n, entry)?;
+            let due = forwarded.get(idx).copied().unwrap_or(false);
+            link = encode(&mut self.buf, &self.mac, &link, (n, entry, due))?;
             positions.push(Position {
                 n,
                 segment: self.segment,
@@ -554,6 +581,8 @@ pub struct Frame {
     pub position: Position,
     /// The record, calls named by their numbers in the run.
     pub entry: NewEntry,
+    /// A call the gateway forwarded: an outcome is due.
+    pub forwarded: bool,
 }
 
 /// Where reading a run's journal stopped short.
@@ -756,7 +785,7 @@ impl RunReader {
         if expected.as_slice() != link {
             return Err(self.broken("the frame's link does not match"));
         }
-        let entry = decode(content, self.next).map_err(|why| self.broken(why))?;
+        let (entry, forwarded) = decode(content, self.next).map_err(|why| self.broken(why))?;
         self.offset += 4 + u64::from(len);
         self.link = expected;
         let frame = Frame {
@@ -767,6 +796,7 @@ impl RunReader {
                 link: expected,
             },
             entry,
+            forwarded,
         };
         self.next += 1;
         Ok(Some(frame))
@@ -774,7 +804,7 @@ impl RunReader {
 }
 
 /// A frame's content (n to the end of its body) as a record.
-fn decode(content: &[u8], expected: u64) -> Result<NewEntry, String> {
+fn decode(content: &[u8], expected: u64) -> Result<(NewEntry, bool), String> {
     let word = |at: usize| -> [u8; 8] {
         let mut out = [0u8; 8];
         out.copy_from_slice(&content[at..at + 8]);
@@ -786,7 +816,12 @@ fn decode(content: &[u8], expected: u64) -> Result<NewEntry, String> {
     }
     let at = i64::from_le_bytes(word(8));
     let call = u64::from_le_bytes(word(16));
-    let kind_len = usize::from(content[24]);
+    let forwarded = match content[24] {
+        0 => false,
+        FORWARDED => true,
+        other => return Err(format!("flags {other:#x} hintgate does not write")),
+    };
+    let kind_len = usize::from(content[25]);
     let rest = &content[FIXED..];
     if kind_len > rest.len() {
         return Err("a kind longer than its frame".into());
@@ -797,12 +832,15 @@ fn decode(content: &[u8], expected: u64) -> Result<NewEntry, String> {
         .and_then(kind_from)
         .ok_or("a kind hintgate does not write")?;
     let body = std::str::from_utf8(body).map_err(|_| "a body that is not UTF-8")?;
-    Ok(NewEntry {
-        at,
-        kind,
-        call: (call != 0).then_some(call),
-        body: body.to_owned(),
-    })
+    Ok((
+        NewEntry {
+            at,
+            kind,
+            call: (call != 0).then_some(call),
+            body: body.to_owned(),
+        },
+        forwarded,
+    ))
 }
 
 // === calls named in a run, and in the log ===
@@ -818,20 +856,6 @@ pub fn ends(entry: &NewEntry) -> Vec<u64> {
             .unwrap_or_default(),
         _ => Vec::new(),
     }
-}
-
-/// Whether `entry` is a call the gateway forwarded (a call record without
-/// an outcome of its own), so that an outcome is due.
-#[must_use]
-pub fn forwarded(entry: &NewEntry) -> bool {
-    /// A call record's outcome, the rest skipped unread.
-    #[derive(serde::Deserialize)]
-    struct OutcomeOnly {
-        #[serde(default)]
-        outcome: Option<serde::de::IgnoredAny>,
-    }
-    entry.kind == EntryKind::Call
-        && serde_json::from_str::<OutcomeOnly>(&entry.body).is_ok_and(|body| body.outcome.is_none())
 }
 
 /// `entry` as the log holds it: each call it names by its number in the
@@ -907,9 +931,16 @@ pub fn import_ended(log: &dyn AuditLog) -> Result<Imported, StoreError> {
     let runs = journals(&dir).map_err(|err| {
         StoreError::Address(format!("the audit journal `{}`: {err}", dir.display()))
     })?;
+    // One read for all: a start on a directory of many ended runs reads
+    // no more than their names.
+    let closed: std::collections::HashSet<String> = index
+        .runs()?
+        .into_iter()
+        .filter(|(_, state)| state.closed)
+        .map(|(run, _)| run)
+        .collect();
     for (run, segments) in runs {
-        let state = index.run_state(&run)?;
-        if state.is_some_and(|state| state.closed) {
+        if closed.contains(&run) {
             continue;
         }
         let Ok(Some(_lock)) = lock_ended(&dir, &run) else {
@@ -922,15 +953,17 @@ pub fn import_ended(log: &dyn AuditLog) -> Result<Imported, StoreError> {
         }
         let mut reader = RunReader::new(&dir, &run, segments, key, state.map(|state| state.last));
         let mut batch = Vec::with_capacity(IMPORT_BATCH);
+        let mut calls = HashMap::new();
         let stop = loop {
             match reader.next_frame() {
                 Ok(Some(frame)) => {
                     batch.push(Journaled {
                         position: frame.position,
                         entry: frame.entry,
+                        forwarded: frame.forwarded,
                     });
                     if batch.len() == IMPORT_BATCH {
-                        imported.records += index.index(&run, &batch)? as u64;
+                        imported.records += index.index(&run, &batch, &mut calls)? as u64;
                         batch.clear();
                     }
                 }
@@ -938,7 +971,7 @@ pub fn import_ended(log: &dyn AuditLog) -> Result<Imported, StoreError> {
                 Err(stop) => break Some(stop),
             }
         };
-        imported.records += index.index(&run, &batch)? as u64;
+        imported.records += index.index(&run, &batch, &mut calls)? as u64;
         imported.interrupted += index.close(&run)?;
         imported.runs += 1;
         for torn in reader.torn.drain(..).chain(stop) {
@@ -1228,6 +1261,7 @@ fn index_loop(
         return done;
     };
     let mut pending: Vec<Journaled> = Vec::new();
+    let mut calls = HashMap::new();
     let mut open = true;
     let mut failing = false;
     while open {
@@ -1260,7 +1294,7 @@ fn index_loop(
             pending.clear();
             continue;
         }
-        match index.index(run, &pending) {
+        match index.index(run, &pending, &mut calls) {
             Ok(_) => {
                 done.records += pending.len() as u64;
                 pending.clear();
@@ -1318,7 +1352,7 @@ mod tests {
             let batch: Vec<NewEntry> = (0..3)
                 .map(|i| entry(&format!("{{\"t\":{turn},\"i\":{i}}}")))
                 .collect();
-            positions.extend(writer.append(&batch).unwrap());
+            positions.extend(writer.append(&batch, &[true]).unwrap());
         }
         let runs = journals(dir.path()).unwrap();
         assert!(runs["r-1"].len() > 1, "rotated: {runs:?}");
@@ -1375,7 +1409,7 @@ mod tests {
         let key = AuditKey::from_secret([5; 32]);
         let mut writer =
             JournalWriter::create(dir.path(), "r-3", &key, JournalSettings::default()).unwrap();
-        writer.append(&[entry("{}")]).unwrap();
+        writer.append(&[entry("{}")], &[]).unwrap();
         drop(writer);
         let path = dir.path().join(segment_name("r-3", 0));
         let mut file = std::fs::OpenOptions::new()
@@ -1437,7 +1471,5 @@ mod tests {
         let logged = in_log(&outcomes, |n| Some(n + 40)).unwrap();
         assert_eq!(ends(&logged), vec![41, 42]);
         assert!(in_log(&outcomes, |n| (n == 1).then_some(5)).is_none());
-        assert!(forwarded(&entry("{\"outcome\":null}")));
-        assert!(!forwarded(&entry("{\"outcome\":\"denied\"}")));
     }
 }

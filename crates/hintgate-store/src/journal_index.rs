@@ -14,9 +14,7 @@ use std::path::Path;
 use rusqlite::{OptionalExtension, params};
 
 use crate::audit::{Immediate, append_in_transaction};
-use crate::journal::{
-    JournalIndex, Journaled, Position, RunState, ends, forwarded, in_log, interrupted,
-};
+use crate::journal::{JournalIndex, Journaled, Position, RunState, ends, in_log, interrupted};
 use crate::{NewEntry, SqliteStore, StoreError};
 
 /// A number as SQLite keeps it.
@@ -102,7 +100,12 @@ impl JournalIndex for SqliteStore {
         &self.journal_dir
     }
 
-    fn index(&self, run: &str, records: &[Journaled]) -> Result<usize, StoreError> {
+    fn index(
+        &self,
+        run: &str,
+        records: &[Journaled],
+        calls: &mut HashMap<u64, u64>,
+    ) -> Result<usize, StoreError> {
         if records.is_empty() {
             return Ok(0);
         }
@@ -129,12 +132,12 @@ impl JournalIndex for SqliteStore {
         }
         // The log numbers the records it appends from its end on.
         let base = last_seq(&connection)? + 1;
-        let mut here: HashMap<u64, u64> = HashMap::with_capacity(fresh.len());
         let mut entries: Vec<NewEntry> = Vec::with_capacity(fresh.len());
         for (idx, record) in fresh.iter().enumerate() {
             let mut unknown = None;
             let entry = in_log(&record.entry, |call| {
-                here.get(&call)
+                calls
+                    .get(&call)
                     .copied()
                     .or_else(|| seq_in(&connection, run, call).ok().flatten())
                     .or_else(|| {
@@ -149,10 +152,18 @@ impl JournalIndex for SqliteStore {
                     unknown.unwrap_or(0)
                 ))
             })?;
-            here.insert(record.position.n, base + idx as u64);
+            if record.forwarded {
+                calls.insert(record.position.n, base + idx as u64);
+            }
             entries.push(entry);
         }
         let (seqs, tail) = append_in_transaction(&connection, &entries, self.keying.key.as_ref())?;
+        if seqs.first() != Some(&base) {
+            return Err(StoreError::Corrupt(format!(
+                "the log numbered run {run}'s records from {:?}, not {base}",
+                seqs.first()
+            )));
+        }
         let mut insert = connection.prepare_cached(
             "INSERT INTO journal_index (run, n, seq, segment, offset, open) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
@@ -165,10 +176,11 @@ impl JournalIndex for SqliteStore {
                 to_sql(*seq),
                 i64::from(record.position.segment),
                 to_sql(record.position.offset),
-                i64::from(forwarded(&record.entry))
+                i64::from(record.forwarded)
             ])?;
             for call in ends(&record.entry) {
                 settle.execute(params![run, to_sql(call)])?;
+                calls.remove(&call);
             }
         }
         drop((insert, settle));

@@ -56,7 +56,12 @@ fn run_of(store: &SqliteStore, run: &str, turns: &[Vec<NewEntry>]) -> JournalWri
     )
     .unwrap();
     for turn in turns {
-        writer.append(turn).unwrap();
+        // Every call of these runs is forwarded.
+        let forwarded: Vec<bool> = turn
+            .iter()
+            .map(|entry| entry.kind == EntryKind::Call)
+            .collect();
+        writer.append(turn, &forwarded).unwrap();
     }
     writer
 }
@@ -239,11 +244,12 @@ fn a_planted_journal_or_a_giant_frame_imports_nothing_and_allocates_nothing() {
     let forged = SqliteStore::journal_dir(&db).join(segment_name("r-forged", 0));
     let mut bytes = journal::SEGMENT_MAGIC.to_vec();
     let body = br#"{"tool":"x"}"#;
-    let len = (8 + 8 + 8 + 1 + 4 + body.len() + 32) as u32;
+    let len = (8 + 8 + 8 + 1 + 1 + 4 + body.len() + 32) as u32;
     bytes.extend_from_slice(&len.to_le_bytes());
     bytes.extend_from_slice(&1u64.to_le_bytes());
     bytes.extend_from_slice(&0i64.to_le_bytes());
     bytes.extend_from_slice(&0u64.to_le_bytes());
+    bytes.push(1);
     bytes.push(4);
     bytes.extend_from_slice(b"call");
     bytes.extend_from_slice(body);

@@ -341,21 +341,31 @@ impl Journal {
         self.urgent = false;
         let began = std::time::Instant::now();
         let appended = match &mut self.file {
-            Some(sink) => sink
-                .writer
-                .append(&self.batch)
-                .map(|positions| {
-                    let numbers = positions.iter().map(|position| position.n).collect();
-                    sink.indexer.send(
-                        positions
-                            .into_iter()
-                            .zip(self.batch.drain(..))
-                            .map(|(position, entry)| Journaled { position, entry })
-                            .collect(),
-                    );
-                    numbers
-                })
-                .map_err(|err| err.to_string()),
+            Some(sink) => {
+                // A call record not held for the next commit is a call to
+                // forward: its outcome is due, and a crash leaves it
+                // `interrupted`. (The outcomes record, last, has no flag.)
+                let forwarded: Vec<bool> = self.held.iter().map(|held| !held).collect();
+                sink.writer
+                    .append(&self.batch, &forwarded)
+                    .map(|positions| {
+                        let numbers = positions.iter().map(|position| position.n).collect();
+                        sink.indexer.send(
+                            positions
+                                .into_iter()
+                                .zip(self.batch.drain(..))
+                                .zip(forwarded.iter().copied().chain(std::iter::repeat(false)))
+                                .map(|((position, entry), forwarded)| Journaled {
+                                    position,
+                                    entry,
+                                    forwarded,
+                                })
+                                .collect(),
+                        );
+                        numbers
+                    })
+                    .map_err(|err| err.to_string())
+            }
             None => log.append(&self.batch).map_err(|err| err.to_string()),
         };
         if let Some(metrics) = &self.metrics {
