@@ -323,7 +323,7 @@ fn encode(
     buf.push(u8::try_from(kind.len()).unwrap_or(u8::MAX));
     buf.extend_from_slice(kind);
     buf.extend_from_slice(entry.body.as_bytes());
-    let link = link_of(mac, prev, &buf[start..]);
+    let link = link_of(mac, prev, buf.get(start..).unwrap_or_default());
     buf.extend_from_slice(&link);
     Ok(link)
 }
@@ -688,10 +688,9 @@ impl RunReader {
                 return Ok(None);
             };
             if self.file.is_none() {
-                let expected = if self.at == 0 {
-                    0
-                } else {
-                    self.segments[self.at - 1] + 1
+                let expected = match self.at.checked_sub(1) {
+                    Some(before) => self.segments.get(before).map_or(0, |before| before + 1),
+                    None => 0,
                 };
                 if segment != expected && self.offset == 0 {
                     return Err(self.broken(format!("segment {expected} is missing")));
@@ -740,7 +739,7 @@ impl RunReader {
     /// The frame at the current offset of the open segment; `None` at its
     /// end (a torn tail noted).
     fn frame_here(&mut self) -> Result<Option<Frame>, Stop> {
-        let segment = self.segments[self.at];
+        let segment = self.segments.get(self.at).copied().unwrap_or(0);
         let Some((reader, size)) = self.file.as_mut() else {
             return Ok(None);
         };
@@ -805,28 +804,30 @@ impl RunReader {
 
 /// A frame's content (n to the end of its body) as a record.
 fn decode(content: &[u8], expected: u64) -> Result<(NewEntry, bool), String> {
-    let word = |at: usize| -> [u8; 8] {
-        let mut out = [0u8; 8];
-        out.copy_from_slice(&content[at..at + 8]);
-        out
+    let Some((fixed, rest)) = content.split_first_chunk::<FIXED>() else {
+        return Err("a frame shorter than its fields".into());
     };
+    let word = |at: usize| -> [u8; 8] {
+        fixed
+            .get(at..at + 8)
+            .and_then(|word| word.try_into().ok())
+            .unwrap_or_default()
+    };
+    let [.., flags, kind_len] = *fixed;
     let n = u64::from_le_bytes(word(0));
     if n != expected {
         return Err(format!("record {n} where {expected} was due"));
     }
     let at = i64::from_le_bytes(word(8));
     let call = u64::from_le_bytes(word(16));
-    let forwarded = match content[24] {
+    let forwarded = match flags {
         0 => false,
         FORWARDED => true,
         other => return Err(format!("flags {other:#x} hintgate does not write")),
     };
-    let kind_len = usize::from(content[25]);
-    let rest = &content[FIXED..];
-    if kind_len > rest.len() {
+    let Some((kind, body)) = rest.split_at_checked(usize::from(kind_len)) else {
         return Err("a kind longer than its frame".into());
-    }
-    let (kind, body) = rest.split_at(kind_len);
+    };
     let kind = std::str::from_utf8(kind)
         .ok()
         .and_then(kind_from)
@@ -1082,7 +1083,10 @@ pub fn verify(log: &dyn AuditLog) -> Result<JournalCheck, StoreError> {
 }
 
 /// [`verify`] of one run.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one run's check, its parts handed in by the one caller"
+)]
 fn verify_run(
     log: &dyn AuditLog,
     index: &dyn JournalIndex,
