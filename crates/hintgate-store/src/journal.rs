@@ -186,15 +186,16 @@ pub trait JournalIndex: Send + Sync {
     /// [`StoreError`] when the index cannot be read.
     fn runs(&self) -> Result<Vec<(String, RunState)>, StoreError>;
 
-    /// Closes an ended run: appends an `interrupted` outcome for each call
-    /// it forwarded that has none, and marks the run closed, in one
-    /// transaction (a run closed already: nothing). Returns how many calls
-    /// were marked.
+    /// Closes an ended run: appends an `interrupted` outcome for each of
+    /// `open`, the calls it forwarded that have none (by their numbers in
+    /// the run; one not indexed is passed over), and marks the run closed,
+    /// in one transaction (a run closed already: nothing). Returns how many
+    /// calls were marked.
     ///
     /// # Errors
     ///
     /// [`StoreError`] when the log cannot be written.
-    fn close(&self, run: &str) -> Result<u64, StoreError>;
+    fn close(&self, run: &str, open: &[u64]) -> Result<u64, StoreError>;
 
     /// The log's sequence number of record `n` of `run`.
     ///
@@ -952,12 +953,25 @@ pub fn import_ended(log: &dyn AuditLog) -> Result<Imported, StoreError> {
         if state.is_some_and(|state| state.closed) {
             continue;
         }
-        let mut reader = RunReader::new(&dir, &run, segments, key, state.map(|state| state.last));
+        // The whole journal, from its first record: what was indexed is
+        // read (and its chain checked) to find the calls still open.
+        let indexed = state.map_or(0, |state| state.last.n);
+        let mut reader = RunReader::new(&dir, &run, segments, key, None);
         let mut batch = Vec::with_capacity(IMPORT_BATCH);
         let mut calls = HashMap::new();
+        let mut open = std::collections::BTreeSet::new();
         let stop = loop {
             match reader.next_frame() {
                 Ok(Some(frame)) => {
+                    if frame.forwarded {
+                        open.insert(frame.position.n);
+                    }
+                    for call in ends(&frame.entry) {
+                        open.remove(&call);
+                    }
+                    if frame.position.n <= indexed {
+                        continue;
+                    }
                     batch.push(Journaled {
                         position: frame.position,
                         entry: frame.entry,
@@ -973,7 +987,8 @@ pub fn import_ended(log: &dyn AuditLog) -> Result<Imported, StoreError> {
             }
         };
         imported.records += index.index(&run, &batch, &mut calls)? as u64;
-        imported.interrupted += index.close(&run)?;
+        let open: Vec<u64> = open.into_iter().collect();
+        imported.interrupted += index.close(&run, &open)?;
         imported.runs += 1;
         for torn in reader.torn.drain(..).chain(stop) {
             tracing::warn!(run, "the audit journal stops short: {torn:?}");
@@ -1190,12 +1205,15 @@ pub const INDEX_GATHER: std::time::Duration = std::time::Duration::from_millis(2
 const MAX_UNINDEXED: usize = 100_000;
 
 /// What an [`Indexer`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Indexed {
     /// Records indexed.
     pub records: u64,
     /// Records journaled that it could not index (the index failed).
     pub behind: u64,
+    /// The calls forwarded that have no outcome yet, by their numbers in
+    /// the run (what [`JournalIndex::close`] marks `interrupted`).
+    pub open: Vec<u64>,
 }
 
 /// Feeds the index from a run's journal on a thread of its own: the
@@ -1317,6 +1335,8 @@ fn index_loop(
             }
         }
     }
+    done.open = calls.into_keys().collect();
+    done.open.sort_unstable();
     done
 }
 

@@ -3,8 +3,8 @@
 //! Two tables (schema 10): `journal_runs`, one row per run with the
 //! position of its last indexed record and whether it is closed, and
 //! `journal_index`, one row per indexed record with its run, number,
-//! position, the log's sequence number, and whether it is a forwarded call
-//! still without an outcome (`open`). Each write is one `BEGIN IMMEDIATE`
+//! position and the log's sequence number (`WITHOUT ROWID`: one B-tree
+//! insert a record). Each write is one `BEGIN IMMEDIATE`
 //! transaction that reads the run's last number first, so two processes
 //! indexing one run write each record once.
 
@@ -165,10 +165,8 @@ impl JournalIndex for SqliteStore {
             )));
         }
         let mut insert = connection.prepare_cached(
-            "INSERT INTO journal_index (run, n, seq, segment, offset, open) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO journal_index (run, n, seq, segment, offset) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
-        let mut settle = connection
-            .prepare_cached("UPDATE journal_index SET open = 0 WHERE run = ?1 AND n = ?2")?;
         for (record, seq) in fresh.iter().zip(&seqs) {
             insert.execute(params![
                 run,
@@ -176,14 +174,12 @@ impl JournalIndex for SqliteStore {
                 to_sql(*seq),
                 i64::from(record.position.segment),
                 to_sql(record.position.offset),
-                i64::from(record.forwarded)
             ])?;
             for call in ends(&record.entry) {
-                settle.execute(params![run, to_sql(call)])?;
                 calls.remove(&call);
             }
         }
-        drop((insert, settle));
+        drop(insert);
         let last = fresh
             .last()
             .map_or(first.position, |record| record.position);
@@ -207,7 +203,7 @@ impl JournalIndex for SqliteStore {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    fn close(&self, run: &str) -> Result<u64, StoreError> {
+    fn close(&self, run: &str, open: &[u64]) -> Result<u64, StoreError> {
         self.keying.may_append()?;
         let connection = self.lock();
         let transaction = Immediate::begin(&connection)?;
@@ -215,20 +211,18 @@ impl JournalIndex for SqliteStore {
         if state.is_some_and(|state| state.closed) {
             return Ok(0);
         }
-        let open: Vec<u64> = connection
-            .prepare_cached("SELECT seq FROM journal_index WHERE run = ?1 AND open = 1 ORDER BY n")?
-            .query_map(params![run], |row| row.get::<_, i64>(0))?
-            .map(|seq| seq.map(from_sql))
-            .collect::<Result<_, _>>()?;
+        let mut seqs = Vec::with_capacity(open.len());
+        for call in open {
+            if let Some(seq) = seq_in(&connection, run, *call)? {
+                seqs.push(seq);
+            }
+        }
         let now = crate::unix_now();
-        let entries: Vec<NewEntry> = open.iter().map(|seq| interrupted(*seq, now)).collect();
+        let entries: Vec<NewEntry> = seqs.iter().map(|seq| interrupted(*seq, now)).collect();
         let tail = if entries.is_empty() {
             None
         } else {
             let (_, tail) = append_in_transaction(&connection, &entries, self.keying.key.as_ref())?;
-            connection
-                .prepare_cached("UPDATE journal_index SET open = 0 WHERE run = ?1 AND open = 1")?
-                .execute(params![run])?;
             Some(tail)
         };
         let last = state.map_or(
@@ -245,7 +239,7 @@ impl JournalIndex for SqliteStore {
         if let Some(tail) = tail {
             self.keying.committed(&tail);
         }
-        Ok(open.len() as u64)
+        Ok(seqs.len() as u64)
     }
 
     fn seq_of(&self, run: &str, n: u64) -> Result<Option<u64>, StoreError> {

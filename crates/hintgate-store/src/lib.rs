@@ -172,9 +172,8 @@ const SQLITE_MIGRATIONS: [(i64, &str); 10] = [
              offset INTEGER NOT NULL, link BLOB NOT NULL, closed INTEGER NOT NULL);
          CREATE TABLE IF NOT EXISTS journal_index (
              run TEXT NOT NULL, n INTEGER NOT NULL, seq INTEGER NOT NULL,
-             segment INTEGER NOT NULL, offset INTEGER NOT NULL, open INTEGER NOT NULL,
-             PRIMARY KEY (run, n));
-         CREATE INDEX IF NOT EXISTS journal_open ON journal_index (run, n) WHERE open = 1;",
+             segment INTEGER NOT NULL, offset INTEGER NOT NULL,
+             PRIMARY KEY (run, n)) WITHOUT ROWID;",
     ),
 ];
 

@@ -274,3 +274,45 @@ fn frame_ends(segment: &[u8]) -> Vec<usize> {
     }
     ends
 }
+
+#[test]
+fn a_run_indexed_in_part_before_its_crash_has_every_call_left_open_interrupted() {
+    let (_dir, db, store) = store();
+    let mut writer = run_of(&store, "r-5", &[vec![forwarded(1), forwarded(2)]]);
+    // Its indexer had indexed the first turn when the run crashed.
+    let index = store.journal_index().unwrap();
+    let mut reader = journal::RunReader::new(
+        &SqliteStore::journal_dir(&db),
+        "r-5",
+        vec![0],
+        store.audit_key().unwrap(),
+        None,
+    );
+    let first: Vec<journal::Journaled> = (0..2)
+        .map(|_| {
+            let frame = reader.next_frame().unwrap().unwrap();
+            journal::Journaled {
+                position: frame.position,
+                entry: frame.entry,
+                forwarded: frame.forwarded,
+            }
+        })
+        .collect();
+    let mut calls = std::collections::HashMap::new();
+    assert_eq!(index.index("r-5", &first, &mut calls).unwrap(), 2);
+    writer
+        .append(&[outcome(1), forwarded(3)], &[false, true])
+        .unwrap();
+    drop(writer);
+    let imported = import_ended(&store).unwrap();
+    assert_eq!((imported.records, imported.interrupted), (2, 2));
+    let entries = store.entries(0, 10).unwrap();
+    let interrupted: Vec<Option<u64>> = entries
+        .iter()
+        .filter(|entry| entry.body["outcome"] == "interrupted")
+        .map(|entry| entry.call)
+        .collect();
+    // Calls 2 and 3 (the log's 2 and 4); call 1 had its outcome.
+    assert_eq!(interrupted, [Some(2), Some(4)]);
+    assert_eq!(journal::verify(&store).unwrap().problems, vec![]);
+}

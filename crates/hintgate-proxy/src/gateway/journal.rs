@@ -211,7 +211,7 @@ impl Journal {
                 "the audit index is behind this run's journal; the next start imports the rest"
             );
         } else if let Some(index) = self.log.as_ref().and_then(|log| log.journal_index())
-            && let Err(err) = index.close(writer.run())
+            && let Err(err) = index.close(writer.run(), &indexed.open)
         {
             tracing::warn!("this run's audit journal was not closed in the index: {err}");
         }
