@@ -450,6 +450,10 @@ pub(crate) struct Keying {
     pub(crate) rolled_back: std::sync::Mutex<Option<Rollback>>,
 }
 
+/// What an append made by [`AuditLog::append_later`] reports, on the log's
+/// thread: the records' sequence numbers, or why they were not written.
+pub type AppendDone = Box<dyn FnOnce(Result<Vec<u64>, StoreError>) + Send>;
+
 /// The audit log.
 ///
 /// Contract: `append` writes its entries in order, each chained to the one
@@ -465,6 +469,21 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     /// [`StoreError`] when the log cannot be written, has no key, or its
     /// last record was chained under another key.
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError>;
+
+    /// Whether [`AuditLog::append_later`] appends off the caller's thread
+    /// (a log with a thread of its own: PostgreSQL). The default: no.
+    fn appends_later(&self) -> bool {
+        false
+    }
+
+    /// Appends `entries` as [`AuditLog::append`] does, but on the log's own
+    /// thread, and reports to `done` there when it is durable (or why it
+    /// is not); appends made this way are made in the order they are asked
+    /// for. The default (a log without a thread of its own) appends at once
+    /// and then reports.
+    fn append_later(&self, entries: Vec<NewEntry>, done: AppendDone) {
+        done(self.append(&entries));
+    }
 
     /// Entries after sequence number `after`, oldest first, at most `limit`.
     ///

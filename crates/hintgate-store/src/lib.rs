@@ -210,7 +210,7 @@ mod upstream;
 mod witness;
 
 pub use audit::{
-    AuditLog, AuditSetup, Checkpointed, HeadPlace, HeadState, KeySource, Problem, Span,
+    AppendDone, AuditLog, AuditSetup, Checkpointed, HeadPlace, HeadState, KeySource, Problem, Span,
     Verification, WitnessState,
 };
 pub use body::Malformed;

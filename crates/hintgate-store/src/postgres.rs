@@ -1013,6 +1013,46 @@ impl PinStore for PgStore {
 }
 
 impl AuditLog for PgStore {
+    fn appends_later(&self) -> bool {
+        true
+    }
+
+    /// The append's job is queued on the store's thread, behind any before
+    /// it, and reports there: the caller's thread does not wait for the
+    /// database.
+    fn append_later(&self, entries: Vec<NewEntry>, done: crate::AppendDone) {
+        if let Err(err) = self.keying.may_append() {
+            done(Err(err));
+            return;
+        }
+        let keying = Arc::clone(&self.keying);
+        let job: Job = Box::new(move |connection| {
+            done(connection.and_then(|connection| {
+                let statements = connection.append_statements()?;
+                let mut tx = connection.client.transaction()?;
+                let (seqs, tail) = append_with(
+                    &mut tx,
+                    &entries,
+                    keying.key.as_ref(),
+                    [&statements.lock, &statements.tail, &statements.insert],
+                )?;
+                tx.commit()?;
+                keying.committed(&tail);
+                Ok(seqs)
+            }));
+        });
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(job);
+        if let Err(std::sync::mpsc::SendError(job)) = sent {
+            job(Err(StoreError::Address(
+                "the store's thread ended".to_owned(),
+            )));
+        }
+    }
+
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         // The job runs on the store's thread, which outlives this call, so
         // it owns what it writes.

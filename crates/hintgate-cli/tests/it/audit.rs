@@ -1798,3 +1798,66 @@ fn log_json_output_validates_against_the_audit_record_schema() {
     extra["note"] = json!("x");
     assert!(!validator.is_valid(&extra));
 }
+
+#[test]
+fn a_postgres_log_that_stalls_holds_only_the_calls_waiting_for_their_records() {
+    // Against a real PostgreSQL when one is configured (`./scripts/test`
+    // starts one); the helper says so when none is.
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.key").display().to_string();
+    let calls = dir.path().join("calls.log");
+    let calls_text = calls.display().to_string();
+    let mut host = session(
+        dir.path(),
+        &["--trust", "trusted", "--store", &url, "--audit-key", &key],
+        &[("FIXTURE_LOG", &calls_text)],
+    );
+    host.initialize(json!({}));
+    assert!(text(&host.call("echo", json!({"text": "first"}))).contains("first"));
+
+    // Another session holds the log's table: the gateway's next write of
+    // the log waits for it, on the store's thread.
+    let mut locker = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut held = locker.transaction().unwrap();
+    held.batch_execute("LOCK TABLE hintgate.audit IN EXCLUSIVE MODE")
+        .unwrap();
+    host.send(
+        &json!({"jsonrpc": "2.0", "id": "held-1", "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"text": "held"}}}),
+    );
+    let mut watcher = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while watcher
+        .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never waited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The gateway goes on with what needs no record (an answer to the call
+    // arriving first would fail this: `request` takes only its own), and
+    // the call waits: its server has not seen it.
+    let listed = host.request("tools/list", json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let pong = host.request("ping", json!({}));
+    assert_eq!(pong["result"], json!({}), "{pong}");
+    assert!(
+        !std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .contains("held"),
+        "the call reached its server before its record was written"
+    );
+
+    held.rollback().unwrap();
+    let answer = host.wait_for(&json!("held-1"));
+    assert!(text(&answer["result"]).contains("held"), "{answer}");
+    assert!(host.close().success());
+}

@@ -46,7 +46,7 @@ use hintgate_store::{AuditLog, NewEntry, Record};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::call::{Approver, Outcome};
+use super::call::{Approver, CallContext, Outcome};
 
 /// How long an outcome record waits for the next commit before it is
 /// committed on its own.
@@ -65,6 +65,9 @@ pub(crate) struct Journal {
     /// that keeps a journal index (SQLite); `None`: batches are appended to
     /// the log itself.
     file: Option<FileSink>,
+    /// For a log that appends on a thread of its own (PostgreSQL): the
+    /// writes made there and the calls that wait for them.
+    later: Option<Later>,
     /// This gateway run, as the records name it.
     session: String,
     redactor: Redactor,
@@ -85,6 +88,44 @@ pub(crate) struct Journal {
     /// Where each commit's latency is counted.
     metrics: Option<Arc<crate::metrics::Metrics>>,
 }
+
+/// What the log reports of a write made off the loop's thread: its ticket,
+/// and the records' sequence numbers or why they were not written.
+type Report = (u64, Result<Vec<u64>, String>);
+
+/// Writes made off the loop's thread (a log with a thread of its own:
+/// PostgreSQL), one at a time, and the calls that wait for them.
+#[derive(Debug)]
+struct Later {
+    /// The write made and not yet reported.
+    pending: Option<Pending>,
+    next_ticket: u64,
+    reports_tx: std::sync::mpsc::Sender<Report>,
+    reports: std::sync::mpsc::Receiver<Report>,
+    /// Wakes the loop when a report comes.
+    wake: crate::event::EventSender,
+    /// The calls whose records ride in a write not yet reported: the write's
+    /// ticket (`None`: the next write, which the batch now fills), the call,
+    /// and its record's place in that write.
+    parked: Vec<(Option<u64>, Box<CallContext>, usize)>,
+}
+
+/// A write made off the loop's thread, not yet reported.
+#[derive(Debug)]
+struct Pending {
+    ticket: u64,
+    /// What is kept for the next write when this one fails: the records of
+    /// calls that ended at the gateway, and the outcomes.
+    kept: Vec<NewEntry>,
+    outcomes: Vec<(u64, Outcome, u64, u32)>,
+    /// Records in it.
+    records: u64,
+    began: std::time::Instant,
+}
+
+/// A write reported: its sequence numbers or why not, and the calls that
+/// waited for it with their records' places.
+pub(crate) type Reported = (Result<Vec<u64>, String>, Vec<(Box<CallContext>, usize)>);
 
 /// A run's journal and its indexer.
 #[derive(Debug)]
@@ -137,6 +178,7 @@ impl Journal {
         Self {
             log,
             file: None,
+            later: None,
             session,
             redactor,
             batch: Vec::with_capacity(64),
@@ -194,6 +236,146 @@ impl Journal {
             .map_err(|err| format!("the audit indexer could not start: {err}"))?;
         self.file = Some(FileSink { writer, indexer });
         Ok(self)
+    }
+
+    /// The same journal, writing off the loop's thread when the log can
+    /// (PostgreSQL; not with a journal file, whose write is the record):
+    /// each report wakes the loop through `wake`.
+    pub fn with_later(mut self, wake: crate::event::EventSender) -> Self {
+        if self.file.is_none() && self.log.as_ref().is_some_and(|log| log.appends_later()) {
+            let (reports_tx, reports) = std::sync::mpsc::channel();
+            self.later = Some(Later {
+                pending: None,
+                next_ticket: 1,
+                reports_tx,
+                reports,
+                wake,
+                parked: Vec::new(),
+            });
+        }
+        self
+    }
+
+    /// Whether the batch is written off the loop's thread
+    /// ([`Journal::write_later`]), its calls parked until it is reported.
+    pub fn writes_later(&self) -> bool {
+        self.later.is_some()
+    }
+
+    /// Starts writing the batch (and the outcomes waiting) off the loop's
+    /// thread; returns the write's ticket, `None` when there is nothing to
+    /// write or a write is still out (the batch waits for its report). The
+    /// calls parked for the next write ride in this one.
+    pub fn write_later(&mut self) -> Option<u64> {
+        let log = Arc::clone(self.log.as_ref()?);
+        if self.later.as_ref()?.pending.is_some() {
+            return None;
+        }
+        let outcomes = self.outcomes_entry();
+        let with_outcomes = outcomes.is_some();
+        if let Some(outcomes) = outcomes {
+            self.batch.push(outcomes);
+        }
+        if self.batch.is_empty() {
+            return None;
+        }
+        let kept: Vec<NewEntry> = self
+            .batch
+            .iter()
+            .zip(&self.held)
+            .filter(|(_, held)| **held)
+            .map(|(entry, _)| entry.clone())
+            .collect();
+        let entries = std::mem::take(&mut self.batch);
+        let outcomes = if with_outcomes {
+            std::mem::take(&mut self.outcomes)
+        } else {
+            Vec::new()
+        };
+        self.held.clear();
+        self.urgent = false;
+        self.since = None;
+        let later = self.later.as_mut()?;
+        let ticket = later.next_ticket;
+        later.next_ticket += 1;
+        later.pending = Some(Pending {
+            ticket,
+            kept,
+            outcomes,
+            records: entries.len() as u64,
+            began: std::time::Instant::now(),
+        });
+        for parked in &mut later.parked {
+            parked.0.get_or_insert(ticket);
+        }
+        let reports = later.reports_tx.clone();
+        let wake = later.wake.clone();
+        log.append_later(
+            entries,
+            Box::new(move |written| {
+                let _ = reports.send((ticket, written.map_err(|err| err.to_string())));
+                wake.wake();
+            }),
+        );
+        Some(ticket)
+    }
+
+    /// Parks a call until the write that holds its record (`ticket`, or the
+    /// next one) is reported.
+    pub fn park(&mut self, ticket: Option<u64>, cx: Box<CallContext>, place: usize) {
+        if let Some(later) = &mut self.later {
+            later.parked.push((ticket, cx, place));
+        }
+    }
+
+    /// The writes reported since the last look (waiting for the one out,
+    /// with `wait`), each with the calls parked for it.
+    pub fn reported(&mut self, wait: bool) -> Vec<Reported> {
+        let mut done = Vec::new();
+        loop {
+            let Some(later) = &mut self.later else {
+                return done;
+            };
+            let report = if wait && later.pending.is_some() {
+                later.reports.recv().ok()
+            } else {
+                later.reports.try_recv().ok()
+            };
+            let Some((ticket, written)) = report else {
+                return done;
+            };
+            let calls = later
+                .parked
+                .extract_if(.., |parked| parked.0 == Some(ticket));
+            let calls: Vec<(Box<CallContext>, usize)> =
+                calls.map(|(_, cx, place)| (cx, place)).collect();
+            if let Some(pending) = later.pending.take_if(|pending| pending.ticket == ticket) {
+                self.settle(pending, written.as_ref().err());
+            }
+            done.push((written, calls));
+        }
+    }
+
+    /// Counts a reported write, or keeps what must not be lost of one that
+    /// failed for the next.
+    fn settle(&mut self, pending: Pending, failed: Option<&String>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.committed(pending.began.elapsed());
+        }
+        let Some(err) = failed else {
+            self.counts.0 += pending.records;
+            self.counts.1 += 1;
+            return;
+        };
+        tracing::error!("the audit log could not be written: {err}");
+        self.held
+            .extend(std::iter::repeat_n(true, pending.kept.len()));
+        self.batch.extend(pending.kept);
+        let mut outcomes = pending.outcomes;
+        outcomes.append(&mut self.outcomes);
+        self.outcomes = outcomes;
+        self.give_up_beyond(MAX_HELD);
+        self.since = (!self.batch.is_empty() || !self.outcomes.is_empty()).then(Instant::now);
     }
 
     /// Ends this run's journal: waits for the indexer to index it, and,
@@ -290,6 +472,14 @@ impl Journal {
     /// Whether the batch must be committed now: it holds a call record, or
     /// its oldest outcome has waited [`OUTCOME_FLUSH`].
     pub fn due(&self, now: Instant) -> bool {
+        if self
+            .later
+            .as_ref()
+            .is_some_and(|later| later.pending.is_some())
+        {
+            // The batch goes in the write after the one out.
+            return false;
+        }
         self.urgent
             || self
                 .since
