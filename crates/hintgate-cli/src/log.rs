@@ -25,6 +25,25 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
         Some(LogCommand::Ship(ship)) => return crate::ship::run(args, ship),
         None => {}
     }
+    // What the journals of ended runs hold and the log lacks comes in first
+    // (their calls left pending marked `interrupted`), when the key is at
+    // hand to check their chains.
+    if let Ok(keyed) = crate::state::open_store_of(
+        &args.at,
+        args.audit_key.as_deref(),
+        &Use::Log { head: None },
+    ) {
+        import_journals(keyed.store.as_ref());
+        // And what running gateways have journaled is indexed: the log then
+        // shows every call sent before this command started.
+        if !hintgate_store::journal::wait_indexed(keyed.store.as_ref(), INDEX_PATIENCE)
+            .unwrap_or(true)
+        {
+            output::err(
+                "warning: a running gateway's audit index is behind its journal; the latest calls may not be shown yet\n",
+            )?;
+        }
+    }
     // Reading the records needs no key.
     let store = crate::state::open_store_of(&args.at, None, &Use::Other)?.store;
     let since = args.since.map(|since| since.resolve(unix_now()));
@@ -414,6 +433,29 @@ const fn verdict_name(verdict: Verdict) -> &'static str {
     }
 }
 
+/// How long `hintgate log` waits for running gateways' indexes to catch up
+/// with their journals.
+const INDEX_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Imports what the journals of ended runs hold and the log lacks,
+/// warning when it cannot.
+fn import_journals(store: &dyn hintgate_store::AuditLog) {
+    match hintgate_store::journal::import_ended(store) {
+        Ok(imported) if imported.interrupted > 0 => {
+            let _ = output::err(&format!(
+                "note: {} call(s) of {} ended gateway run(s) had no outcome, and are marked `interrupted`\n",
+                imported.interrupted, imported.runs
+            ));
+        }
+        Ok(_) => {}
+        Err(err) => {
+            let _ = output::err(&format!(
+                "warning: the journals of ended gateway runs could not be imported: {err}\n"
+            ));
+        }
+    }
+}
+
 /// Runs `hintgate log verify`.
 fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
     let opened = crate::state::open_store_of(
@@ -423,6 +465,8 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
             head: verify.head.clone(),
         },
     )?;
+    import_journals(opened.store.as_ref());
+    let _ = hintgate_store::journal::wait_indexed(opened.store.as_ref(), INDEX_PATIENCE);
     let key = match &verify.verification_key {
         Some(key) => Some(key.clone()),
         None => std::env::var(WITNESS_KEY_VAR)
@@ -459,18 +503,36 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
         }
         None => opened.store.verify()?,
     };
-    let warnings = witness_warnings(
+    let mut verification = verification;
+    let journals = hintgate_store::journal::verify(opened.store.as_ref())?;
+    verification
+        .problems
+        .extend(journals.problems.iter().cloned());
+    let mut warnings = witness_warnings(
         &verification,
         opened.store.head_path(),
         opened.configured_witness.as_deref(),
         opened.store.head_made_with_key(),
     );
+    warnings.extend(journals.torn.iter().map(|(run, torn)| Warning {
+        code: "journal-torn-tail",
+        message: match torn {
+            hintgate_store::journal::Stop::Torn { segment, offset } => format!(
+                "the journal of run {run} ends in part of a record (segment {segment}, byte {offset}): the gateway stopped in the middle of a write, and the calls of that record were never sent"
+            ),
+            other => format!("the journal of run {run} stops short: {other:?}"),
+        },
+    }));
     for warning in &warnings {
         output::err(&format!("warning: {}\n", warning.message))?;
     }
     if args.json || verify.json {
         let mut json = verification_json(&verification, &opened.key);
         if let Some(object) = json.as_object_mut() {
+            object.insert(
+                "journals".into(),
+                serde_json::json!({"runs": journals.runs, "live": journals.live, "records": journals.records}),
+            );
             object.insert(
                 "warnings".into(),
                 warnings
@@ -481,7 +543,22 @@ fn run_verify(args: &LogArgs, verify: &VerifyArgs) -> Result<Exit> {
         }
         output::out(&format!("{json}\n"))?;
     } else {
-        output::out(&render_verification(&verification, &opened.key))?;
+        let mut out = render_verification(&verification, &opened.key);
+        if journals.runs > 0 {
+            // Among the findings, before the verdict on the last line.
+            let verdict = out
+                .trim_end_matches('\n')
+                .rfind('\n')
+                .map_or(0, |at| at + 1);
+            out.insert_str(
+                verdict,
+                &format!(
+                    "  journals: {} run(s) ({} still running), {} record(s) found in the log as their journals hold them\n",
+                    journals.runs, journals.live, journals.records
+                ),
+            );
+        }
+        output::out(&out)?;
     }
     Ok(if !verification.holds() {
         Exit::Broken

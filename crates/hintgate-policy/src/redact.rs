@@ -92,6 +92,14 @@ pub struct AuditSettings {
     /// A checkpoint at the first commit at least this many seconds after
     /// the last (`witness_every_s`); `None`: the store's default (60).
     pub witness_every_s: Option<u64>,
+    /// `durability = "fsync"`: a run's journal is synced to the disk
+    /// (`fdatasync`) before the calls its write records are sent, so the
+    /// records survive a power loss; `false` (`"write"`, the default): one
+    /// write, which survives a crash of the gateway.
+    pub fsync: bool,
+    /// The size at which a run's journal segment is closed and the next
+    /// begun (`segment_bytes`); `None`: the store's default (64 MiB).
+    pub segment_bytes: Option<u64>,
 }
 
 /// The key of the digests redaction markers keep. Its `Debug` shows none
@@ -169,6 +177,8 @@ impl Default for AuditSettings {
             witness: None,
             witness_every_records: None,
             witness_every_s: None,
+            fsync: false,
+            segment_bytes: None,
         }
     }
 }

@@ -20,6 +20,10 @@
 //! keyed MAC and, where the store keeps one, writes the head after its
 //! commit.
 //!
+//! `journal_write` is what a gateway on SQLite pays on the call path
+//! instead (one `write(2)` of a turn's frames to its run's journal), and
+//! `index_journaled` the work its indexer thread does off it.
+//!
 //! `cargo bench -p hintgate-proxy --bench audit` runs it in full; under
 //! `cargo test` each case runs once, so it stays a test that the path works.
 #![expect(
@@ -122,5 +126,81 @@ fn append_durably<const BATCH: usize>(bencher: Bencher<'_, '_>, backend: &str) {
             // Dropped after the sample is timed: the directory is removed
             // outside the measurement.
             (log, dir)
+        });
+}
+
+/// What a gateway on SQLite pays on the call path: each turn's records
+/// written to the run's journal in one `write(2)` (`durability = "write"`),
+/// the index fed later by its thread (not measured here: see
+/// `journal_and_index`).
+#[divan::bench(consts = [1, 16, 128], sample_count = 10, sample_size = 1)]
+fn journal_write<const BATCH: usize>(bencher: Bencher<'_, '_>) {
+    use hintgate_store::journal::{JournalSettings, JournalWriter};
+    bencher
+        .counter(ItemsCount::new(RECORDS))
+        .with_inputs(|| {
+            let records: Vec<NewEntry> = (0..RECORDS).map(record).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let writer = JournalWriter::create(
+                dir.path(),
+                "bench-1",
+                &AuditKey::from_secret([3; 32]),
+                JournalSettings::default(),
+            )
+            .unwrap();
+            (writer, records, dir)
+        })
+        .bench_local_values(|(mut writer, records, dir)| {
+            for turn in records.chunks(BATCH) {
+                let positions = writer
+                    .append(turn, &[true; BATCH])
+                    .expect("the records are written");
+                assert_eq!(positions.len(), turn.len());
+            }
+            (writer, dir)
+        });
+}
+
+/// The indexer's work on SQLite, off the call path: journaled records
+/// appended to the store's log in batches of `BATCH` (what it gathers in
+/// 20 ms under load), with their index rows.
+#[divan::bench(consts = [16, 128, 1024], sample_count = 10, sample_size = 1)]
+fn index_journaled<const BATCH: usize>(bencher: Bencher<'_, '_>) {
+    use hintgate_store::journal::{JournalSettings, JournalWriter, Journaled};
+    bencher
+        .counter(ItemsCount::new(RECORDS))
+        .with_inputs(|| {
+            let records: Vec<NewEntry> = (0..RECORDS).map(record).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("state.db");
+            let store = SqliteStore::open(&db).unwrap();
+            let mut writer = JournalWriter::create(
+                &SqliteStore::journal_dir(&db),
+                "bench-1",
+                store.audit_key().unwrap(),
+                JournalSettings::default(),
+            )
+            .unwrap();
+            let journaled: Vec<Journaled> = writer
+                .append(&records, &[true; RECORDS])
+                .unwrap()
+                .into_iter()
+                .zip(records)
+                .map(|(position, entry)| Journaled {
+                    position,
+                    entry,
+                    forwarded: true,
+                })
+                .collect();
+            (store, journaled, dir)
+        })
+        .bench_local_values(|(store, journaled, dir)| {
+            let index = store.journal_index().unwrap();
+            let mut calls = std::collections::HashMap::new();
+            for batch in journaled.chunks(BATCH) {
+                let indexed = index.index("bench-1", batch, &mut calls).unwrap();
+                assert_eq!(indexed, batch.len());
+            }
+            (store, dir)
         });
 }

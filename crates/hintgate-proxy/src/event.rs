@@ -54,6 +54,9 @@ pub enum Event {
     /// The gateway is asked to stop (a signal): every call in flight ends,
     /// on record, before it exits.
     Stop,
+    /// The audit log reported a write it made off the loop's thread
+    /// (PostgreSQL): the calls whose records it held may be sent.
+    Reported,
     /// Something from a decision hook (`decide_command`): `slot` is which
     /// hook, `generation` which start of it (for a per-call hook, the id of
     /// the one question it was asked).
@@ -264,6 +267,12 @@ impl EventSender {
             }
             Closed
         })
+    }
+
+    /// Wakes the loop from a thread outside the runtime without waiting:
+    /// when the channel is full the loop turns soon anyway, and looks then.
+    pub fn wake(&self) {
+        let _ = self.tx.try_send(Event::Reported);
     }
 
     /// Whether the loop has ended.

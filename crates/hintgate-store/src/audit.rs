@@ -336,6 +336,52 @@ pub enum Problem {
         /// The record the checkpoint names.
         seq: u64,
     },
+    /// A run's journal does not hold its chain from `n` on: a frame was
+    /// edited, removed, inserted or moved, or a segment swapped or deleted.
+    JournalBroken {
+        /// The run.
+        run: String,
+        /// The segment.
+        segment: u32,
+        /// Where the frame that does not hold begins.
+        offset: u64,
+        /// The record number due there.
+        n: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// A record of an ended run's journal is not in the index (the log).
+    JournalNotIndexed {
+        /// The run.
+        run: String,
+        /// The record's number in the run.
+        n: u64,
+    },
+    /// The log's record for a journal record is not the journal's.
+    JournalIndexDiffers {
+        /// The run.
+        run: String,
+        /// The record's number in the run.
+        n: u64,
+        /// The log's record.
+        seq: u64,
+    },
+    /// The index holds records of a run whose journal is gone.
+    JournalMissing {
+        /// The run.
+        run: String,
+        /// The last record of it the index holds.
+        indexed: u64,
+    },
+    /// A run's journal ends before the last record the index holds of it.
+    JournalCut {
+        /// The run.
+        run: String,
+        /// The last record of it the index holds.
+        indexed: u64,
+        /// The last record its journal holds.
+        found: u64,
+    },
 }
 
 /// Where a store keeps its head file.
@@ -404,6 +450,10 @@ pub(crate) struct Keying {
     pub(crate) rolled_back: std::sync::Mutex<Option<Rollback>>,
 }
 
+/// What an append made by [`AuditLog::append_later`] reports, on the log's
+/// thread: the records' sequence numbers, or why they were not written.
+pub type AppendDone = Box<dyn FnOnce(Result<Vec<u64>, StoreError>) + Send>;
+
 /// The audit log.
 ///
 /// Contract: `append` writes its entries in order, each chained to the one
@@ -419,6 +469,21 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     /// [`StoreError`] when the log cannot be written, has no key, or its
     /// last record was chained under another key.
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError>;
+
+    /// Whether [`AuditLog::append_later`] appends off the caller's thread
+    /// (a log with a thread of its own: PostgreSQL). The default: no.
+    fn appends_later(&self) -> bool {
+        false
+    }
+
+    /// Appends `entries` as [`AuditLog::append`] does, but on the log's own
+    /// thread, and reports to `done` there when it is durable (or why it
+    /// is not); appends made this way are made in the order they are asked
+    /// for. The default (a log without a thread of its own) appends at once
+    /// and then reports.
+    fn append_later(&self, entries: Vec<NewEntry>, done: AppendDone) {
+        done(self.append(&entries));
+    }
 
     /// Entries after sequence number `after`, oldest first, at most `limit`.
     ///
@@ -475,6 +540,13 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
 
     /// The key the log is chained under, when the store has it.
     fn audit_key(&self) -> Option<&AuditKey> {
+        None
+    }
+
+    /// The index of the gateways' journals, for a log fed from them
+    /// (SQLite; see [`crate::journal`]); `None`: a gateway appends to the
+    /// log itself.
+    fn journal_index(&self) -> Option<&dyn crate::journal::JournalIndex> {
         None
     }
 
@@ -670,6 +742,11 @@ impl Problem {
             Self::WitnessOutOfOrder { .. } => "witness-out-of-order",
             Self::WitnessMismatch { .. } => "witness-mismatch",
             Self::WitnessCutOff { .. } => "witness-cut-off",
+            Self::JournalBroken { .. } => "journal-broken",
+            Self::JournalNotIndexed { .. } => "journal-not-indexed",
+            Self::JournalIndexDiffers { .. } => "journal-index-differs",
+            Self::JournalMissing { .. } => "journal-missing",
+            Self::JournalCut { .. } => "journal-cut",
         }
     }
 
@@ -689,6 +766,7 @@ impl Problem {
             | Self::RolledBack { seq, .. }
             | Self::ApprovalIndexMissing { seq }
             | Self::HeadMismatch { seq }
+            | Self::JournalIndexDiffers { seq, .. }
             | Self::WitnessMismatch { seq, .. } => Some(*seq),
             Self::MissingRecords { first, .. } => Some(*first),
             Self::CutOff { log_end, .. } | Self::WitnessCutOff { log_end, .. } => {
@@ -705,7 +783,11 @@ impl Problem {
             | Self::WitnessUnreadable { .. }
             | Self::WitnessDamaged { .. }
             | Self::WitnessForged { .. }
-            | Self::WitnessOutOfOrder { .. } => None,
+            | Self::WitnessOutOfOrder { .. }
+            | Self::JournalBroken { .. }
+            | Self::JournalNotIndexed { .. }
+            | Self::JournalMissing { .. }
+            | Self::JournalCut { .. } => None,
         }
     }
 }
@@ -836,6 +918,35 @@ impl std::fmt::Display for Problem {
             Self::WitnessCutOff { log_end, seq } => write!(
                 f,
                 "the log ends at record {log_end} but the witness has a checkpoint of record {seq}: records were cut off the end"
+            ),
+            Self::JournalBroken {
+                run,
+                segment,
+                offset,
+                n,
+                why,
+            } => write!(
+                f,
+                "the journal of run {run} breaks at record {n} (segment {segment}, byte {offset}): {why}; nothing after it is trusted"
+            ),
+            Self::JournalNotIndexed { run, n } => {
+                write!(f, "record {n} of run {run}'s journal is not in the log")
+            }
+            Self::JournalIndexDiffers { run, n, seq } => write!(
+                f,
+                "record {seq} of the log is not record {n} of run {run}'s journal as the journal holds it"
+            ),
+            Self::JournalMissing { run, indexed } => write!(
+                f,
+                "the journal of run {run} is gone, and the log holds {indexed} record(s) of it"
+            ),
+            Self::JournalCut {
+                run,
+                indexed,
+                found,
+            } => write!(
+                f,
+                "the journal of run {run} ends at record {found}, and the log holds it to record {indexed}: its end was cut off"
             ),
         }
     }
@@ -1865,6 +1976,10 @@ impl AuditLog for SqliteStore {
 
     fn audit_key(&self) -> Option<&AuditKey> {
         self.keying.key.as_ref()
+    }
+
+    fn journal_index(&self) -> Option<&dyn crate::journal::JournalIndex> {
+        Some(self)
     }
 
     fn head_path(&self) -> Option<&Path> {

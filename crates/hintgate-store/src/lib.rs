@@ -73,13 +73,13 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The SQLite schema's steps, each to the version it names: run in order,
 /// each in a transaction of its own that holds the write lock and reads the
 /// version again, so two processes that open an old file at once run each
 /// step once (`ALTER TABLE` has no `IF NOT EXISTS`).
-const SQLITE_MIGRATIONS: [(i64, &str); 9] = [
+const SQLITE_MIGRATIONS: [(i64, &str); 10] = [
     (
         1,
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -163,6 +163,18 @@ const SQLITE_MIGRATIONS: [(i64, &str); 9] = [
              expires_at INTEGER, updated_at INTEGER NOT NULL, secret BLOB NOT NULL, tag TEXT,
              PRIMARY KEY (server, principal));",
     ),
+    // The index of the gateways' journals (see `journal`): each run's last
+    // indexed record, and each indexed record's place in its run.
+    (
+        10,
+        "CREATE TABLE IF NOT EXISTS journal_runs (
+             run TEXT PRIMARY KEY, n INTEGER NOT NULL, segment INTEGER NOT NULL,
+             offset INTEGER NOT NULL, link BLOB NOT NULL, closed INTEGER NOT NULL);
+         CREATE TABLE IF NOT EXISTS journal_index (
+             run TEXT NOT NULL, n INTEGER NOT NULL, seq INTEGER NOT NULL,
+             segment INTEGER NOT NULL, offset INTEGER NOT NULL,
+             PRIMARY KEY (run, n)) WITHOUT ROWID;",
+    ),
 ];
 
 /// Runs one step of [`SQLITE_MIGRATIONS`], unless another process ran it
@@ -184,6 +196,8 @@ mod body;
 mod entry;
 mod head;
 mod idempotency;
+pub mod journal;
+mod journal_index;
 mod key;
 mod postgres;
 mod queue;
@@ -196,7 +210,7 @@ mod upstream;
 mod witness;
 
 pub use audit::{
-    AuditLog, AuditSetup, Checkpointed, HeadPlace, HeadState, KeySource, Problem, Span,
+    AppendDone, AuditLog, AuditSetup, Checkpointed, HeadPlace, HeadState, KeySource, Problem, Span,
     Verification, WitnessState,
 };
 pub use body::Malformed;
@@ -930,6 +944,8 @@ pub struct SqliteStore {
     keying: audit::Keying,
     /// Seals pins, standing approvals and answers (with the audit key).
     sealer: Option<rows::Sealer>,
+    /// Where the gateways' journals are ([`SqliteStore::journal_dir`]).
+    journal_dir: std::path::PathBuf,
 }
 
 impl SqliteStore {
@@ -967,6 +983,17 @@ impl SqliteStore {
         let mut name = path.file_name().unwrap_or_default().to_owned();
         name.push(".audit-head");
         path.with_file_name(name)
+    }
+
+    /// The directory of the gateways' journals of the store at `path`
+    /// (see [`journal`]): `journal` beside the database for the default
+    /// `state.db`, else the database's name and `.journal`.
+    #[must_use]
+    pub fn journal_dir(path: &Path) -> std::path::PathBuf {
+        match path.file_name().and_then(|name| name.to_str()) {
+            Some("state.db") | None => path.with_file_name("journal"),
+            Some(name) => path.with_file_name(format!("{name}.journal")),
+        }
     }
 
     /// Opens (or creates) the store at `path`, running its migrations, with
@@ -1030,6 +1057,7 @@ impl SqliteStore {
             salt,
             path: path.to_path_buf(),
             keying,
+            journal_dir: Self::journal_dir(path),
         })
     }
 

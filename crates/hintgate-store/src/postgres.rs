@@ -383,8 +383,11 @@ fn append_in(
 /// The lock, the tail query and the insert of an append, as text.
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1)";
 const TAIL_SQL: &str = "SELECT seq, hash FROM hintgate.audit ORDER BY seq DESC LIMIT 1";
+/// A whole append's records in one statement: one round trip to the
+/// server however many records a turn made.
 const INSERT_SQL: &str = "INSERT INTO hintgate.audit (seq, at, kind, call_seq, body, prev, hash)
-     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[],
+                          $6::text[], $7::text[])";
 
 /// [`append_in`] with the log's lock, tail query and insert given as
 /// `[lock, tail, insert]`: as text, or prepared on the store's connection
@@ -401,22 +404,33 @@ fn append_with<S: ::postgres::ToStatement + ?Sized>(
         Some(row) => (from_sql(row.try_get(0)?), row.try_get::<_, String>(1)?),
         None => (0, GENESIS.to_owned()),
     };
-    // Stored as chained: the canonical text the caller gave.
-    chain(tail, entries, key, |new, seq, prev, hash| {
-        tx.execute(
-            insert,
-            &[
-                &to_sql(seq),
-                &new.at,
-                &kind_name(new.kind),
-                &new.call.map(to_sql),
-                &new.body,
-                &prev,
-                &hash,
-            ],
-        )?;
-        index_in(tx, new, seq)
-    })
+    // Stored as chained: the canonical text the caller gave, all of it in
+    // one statement after the chain is made.
+    let mut links: (Vec<i64>, Vec<String>, Vec<String>) = (
+        Vec::with_capacity(entries.len()),
+        Vec::with_capacity(entries.len()),
+        Vec::with_capacity(entries.len()),
+    );
+    let chained = chain(tail, entries, key, |_, seq, prev, hash| {
+        links.0.push(to_sql(seq));
+        links.1.push(prev);
+        links.2.push(hash.to_owned());
+        Ok(())
+    })?;
+    let at: Vec<i64> = entries.iter().map(|new| new.at).collect();
+    let kind: Vec<&str> = entries.iter().map(|new| kind_name(new.kind)).collect();
+    let call: Vec<Option<i64>> = entries.iter().map(|new| new.call.map(to_sql)).collect();
+    let body: Vec<&str> = entries.iter().map(|new| new.body.as_str()).collect();
+    tx.execute(
+        insert,
+        &[&links.0, &at, &kind, &call, &body, &links.1, &links.2],
+    )?;
+    // The approval index's rows (grants, revocations, rollbacks: rare)
+    // after their records.
+    for (new, seq) in entries.iter().zip(&chained.0) {
+        index_in(tx, new, *seq)?;
+    }
+    Ok(chained)
 }
 
 /// The approval index's row of `new`, appended at `seq`, when it lists it.
@@ -999,6 +1013,46 @@ impl PinStore for PgStore {
 }
 
 impl AuditLog for PgStore {
+    fn appends_later(&self) -> bool {
+        true
+    }
+
+    /// The append's job is queued on the store's thread, behind any before
+    /// it, and reports there: the caller's thread does not wait for the
+    /// database.
+    fn append_later(&self, entries: Vec<NewEntry>, done: crate::AppendDone) {
+        if let Err(err) = self.keying.may_append() {
+            done(Err(err));
+            return;
+        }
+        let keying = Arc::clone(&self.keying);
+        let job: Job = Box::new(move |connection| {
+            done(connection.and_then(|connection| {
+                let statements = connection.append_statements()?;
+                let mut tx = connection.client.transaction()?;
+                let (seqs, tail) = append_with(
+                    &mut tx,
+                    &entries,
+                    keying.key.as_ref(),
+                    [&statements.lock, &statements.tail, &statements.insert],
+                )?;
+                tx.commit()?;
+                keying.committed(&tail);
+                Ok(seqs)
+            }));
+        });
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(job);
+        if let Err(std::sync::mpsc::SendError(job)) = sent {
+            job(Err(StoreError::Address(
+                "the store's thread ended".to_owned(),
+            )));
+        }
+    }
+
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         // The job runs on the store's thread, which outlives this call, so
         // it owns what it writes.

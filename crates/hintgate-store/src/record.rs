@@ -242,6 +242,10 @@ pub enum OutcomeCode {
     /// Its idempotency key had run with the same arguments: the recorded
     /// result was the answer, and the server was not called.
     Replayed,
+    /// The gateway was forwarding it when it stopped without ending it
+    /// (killed, crashed, the machine lost power): the server may or may not
+    /// have run it. Written by the next gateway that starts on the log.
+    Interrupted,
 }
 
 /// A standing ("always") approval granted ([`EntryKind::Grant`]): written
@@ -508,7 +512,7 @@ impl Eq for Arguments {}
 
 impl OutcomeCode {
     /// Every code, in the order they are declared.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Ok,
         Self::ToolError,
         Self::ProtocolError,
@@ -524,6 +528,7 @@ impl OutcomeCode {
         Self::HostGone,
         Self::Shutdown,
         Self::Replayed,
+        Self::Interrupted,
     ];
 
     /// The stable name the audit log keeps.
@@ -545,6 +550,7 @@ impl OutcomeCode {
             Self::HostGone => "host-gone",
             Self::Shutdown => "shutdown",
             Self::Replayed => "replayed",
+            Self::Interrupted => "interrupted",
         }
     }
 }
@@ -628,9 +634,9 @@ mod tests {
     /// Records written by the journal and the store before these types
     /// (a keyed log, under the key of [`golden_key`]), one stored row a
     /// line: `seq`, `at`, `kind`, `call`, `body` (the stored text), `prev`
-    /// and `hash`; its last two, call records with a `preview` (shown, and
-    /// none), were written since, by these types, so that a field added
-    /// later is held to its bytes too.
+    /// and `hash`; its last three, call records with a `preview` (shown, and
+    /// none) and an `interrupted` outcome, were written since, by these
+    /// types, so that a field or code added later is held to its bytes too.
     const GOLDEN: &str = include_str!("../tests/data/golden-records.jsonl");
 
     fn golden_key() -> AuditKey {

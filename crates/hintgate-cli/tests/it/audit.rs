@@ -209,6 +209,89 @@ fn a_second_signal_while_the_gateway_stops_loses_no_ending() {
     }
 }
 
+/// Waits until the fixture server's log at `calls` names `what`.
+fn wait_for_server(calls: &std::path::Path, what: &str) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !std::fs::read_to_string(calls)
+        .unwrap_or_default()
+        .contains(what)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`{what}` never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_call_a_killed_gateway_left_in_flight_is_interrupted_and_a_live_gateways_is_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = |name: &str| dir.path().join(format!("{name}.log"));
+    let slow = |host: &mut Host, id: &str| {
+        host.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "slow", "arguments": {"seconds": 60}}}));
+    };
+    // Two gateways on one state directory, each with a call at its server.
+    let a_log = calls("a").display().to_string();
+    let mut a = session_with(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--slow"],
+        &[("FIXTURE_LOG", &a_log)],
+    );
+    a.initialize(json!({}));
+    slow(&mut a, "in-a");
+    wait_for_server(&calls("a"), "call slow");
+    let b_log = calls("b").display().to_string();
+    let mut b = session_with(
+        dir.path(),
+        &["--trust", "trusted"],
+        &["--slow"],
+        &[("FIXTURE_LOG", &b_log)],
+    );
+    b.initialize(json!({}));
+    slow(&mut b, "in-b");
+    wait_for_server(&calls("b"), "call slow");
+
+    // A crashes. The next start on the directory (here `hintgate log`,
+    // which imports as a gateway's start does) ends A's call on record, and
+    // leaves B's alone: B's journal is live.
+    a.kill();
+    let records = log_json(dir.path(), &[]);
+    let outcome_of = |records: &[Value], request: &str| -> Vec<String> {
+        records
+            .iter()
+            .filter(|record| record["request"] == format!("\"{request}\""))
+            .map(|record| record["outcome"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(outcome_of(&records, "in-a"), ["interrupted"], "{records:?}");
+    assert_eq!(outcome_of(&records, "in-b"), ["pending"], "{records:?}");
+    // A third gateway starting on the directory changes nothing more.
+    let mut c = session(dir.path(), &["--trust", "trusted"], &[]);
+    c.initialize(json!({}));
+    assert!(text(&c.call("echo", json!({"text": "third"}))).contains("third"));
+    assert!(c.close().success());
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(outcome_of(&records, "in-a"), ["interrupted"], "{records:?}");
+    assert_eq!(outcome_of(&records, "in-b"), ["pending"], "{records:?}");
+
+    // B ends as it always did; every journal agrees with the log.
+    b.signal("TERM");
+    assert_eq!(b.wait().code(), Some(0));
+    let records = log_json(dir.path(), &[]);
+    assert_eq!(outcome_of(&records, "in-a"), ["interrupted"], "{records:?}");
+    assert_eq!(outcome_of(&records, "in-b"), ["shutdown"], "{records:?}");
+    assert_eq!(records.len(), 3, "{records:?}");
+    let state = dir.path().join("state");
+    let checked = verify(dir.path(), &state, &["--json"]);
+    let report: Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(report["holds"], true, "{report}");
+    assert_eq!(report["journals"]["runs"], 3, "{report}");
+    assert_eq!(report["journals"]["live"], 0, "{report}");
+}
+
 #[test]
 fn since_leaves_out_older_calls() {
     let dir = tempfile::tempdir().unwrap();
@@ -605,6 +688,11 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
         // Let through by the profile, a standing approval or the person;
         // never a call that ended at the gateway.
         assert_ne!(record["approver"], "gateway", "seed {seed}: {record}");
+        // Every gateway run has ended: no call it sent is left pending.
+        assert!(
+            record["outcome"] == "ok" || record["outcome"] == "interrupted",
+            "seed {seed}: {record}"
+        );
     }
     // Which outcomes a kill may lose. The gateway adds a call's outcome to
     // its journal in the turn the server's answer arrives, before it sends
@@ -633,7 +721,13 @@ fn the_audit_log_and_the_approvals_survive_kill_9() {
         let record = recorded[n];
         assert_eq!(record["tool"], tool.as_str(), "seed {seed}");
         let burst = burst_of[n];
-        if record["outcome"] == "pending" {
+        // A call whose outcome a kill lost is marked `interrupted` by the
+        // next start (or by `hintgate log`): none is left pending.
+        assert_ne!(
+            record["outcome"], "pending",
+            "seed {seed}: call {n}: {record}"
+        );
+        if record["outcome"] == "interrupted" {
             assert!(
                 may_be_lost(burst),
                 "seed {seed}: the outcome of call {n} (burst {burst}) was lost, but the kills cut bursts {killed_bursts:?} (burst: answers read)"
@@ -722,9 +816,18 @@ redact = ["/account/pin", "/cards/*/number", "SSN*"]
     // Two values, two digests: records can be matched, values told apart.
     assert_ne!(logged["cards"][0]["number"], logged["cards"][1]["number"]);
     // Not a byte of a redacted value in the store's files (database, WAL).
+    // The run's journal holds the same records: the same holds of it.
     let mut bytes = Vec::new();
-    for file in std::fs::read_dir(dir.path().join("state")).unwrap() {
-        bytes.extend(std::fs::read(file.unwrap().path()).unwrap());
+    let state = dir.path().join("state");
+    let journal = state.join("journal");
+    assert!(journal.is_dir(), "the run wrote a journal");
+    for folder in [state, journal] {
+        for file in std::fs::read_dir(folder).unwrap() {
+            let path = file.unwrap().path();
+            if path.is_file() {
+                bytes.extend(std::fs::read(path).unwrap());
+            }
+        }
     }
     let contains = |needle: &str| {
         bytes
@@ -770,7 +873,12 @@ fn copy_state(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for file in std::fs::read_dir(from).unwrap() {
         let file = file.unwrap();
-        std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+        if file.path().is_dir() {
+            // The journals: a directory of files.
+            copy_state(&file.path(), &to.join(file.file_name()));
+        } else {
+            std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+        }
     }
 }
 
@@ -990,6 +1098,10 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
             assert!(
                 text(&host.call("echo", json!({"text": format!("call {i}")}))).contains("call")
             );
+            // In the log before the call's outcome can be (`hintgate log`
+            // waits for the index): the run's first commit holds the call
+            // alone, as it did when calls were committed on their way.
+            log_json(dir.path(), &[]);
         }
         assert!(host.close().success());
     };
@@ -1036,7 +1148,11 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
         .to_owned();
     // Shown once: written nowhere in the state directory.
     for file in std::fs::read_dir(&state).unwrap() {
-        let bytes = std::fs::read(file.unwrap().path()).unwrap();
+        let path = file.unwrap().path();
+        if path.is_dir() {
+            continue;
+        }
+        let bytes = std::fs::read(path).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains(&key));
     }
     // Set up once.
@@ -1101,6 +1217,21 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
         .collect();
     hintgate_store::AuditLog::append(&forger, &forged).unwrap();
     drop(forger);
+    // The runs' journals still hold what the log held: verify finds the
+    // rewrite by them.
+    let journaled = verify(dir.path(), &state, &[]);
+    assert_eq!(crate::util::code(&journaled), 2);
+    assert!(
+        crate::util::stdout(&journaled).contains("journal as the journal holds it"),
+        "{}",
+        crate::util::stdout(&journaled)
+    );
+    // The key's holder deletes them too, and their index.
+    std::fs::remove_dir_all(state.join("journal")).unwrap();
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch("DELETE FROM journal_index; DELETE FROM journal_runs;")
+        .unwrap();
     let fooled = verify(dir.path(), &state, &[]);
     assert_eq!(
         crate::util::code(&fooled),
@@ -1194,6 +1325,9 @@ fn a_gateway_checkpoints_to_the_witness_its_config_names_and_no_other() {
     for i in 0..5 {
         let said = text(&host.call("fx__echo", json!({"text": format!("call {i}")})));
         assert!(said.contains("call"), "{said}");
+        // Indexed before the next call (`hintgate log` waits for that), so
+        // each call's record goes to the log in a commit of its own.
+        assert_eq!(log_json(dir.path(), &[]).len(), i + 1);
     }
     assert!(host.close().success());
     let checkpoints = std::fs::read_to_string(&witness).unwrap().lines().count();
@@ -1316,7 +1450,17 @@ fn rows_below_sequence_number_one_are_named_by_verify_and_counted_by_log() {
     );
     assert!(out.contains("record 2 stores its `at` as text"), "{out}");
     let (_, problems, _) = verify_codes(dir.path(), &state, &[]);
-    assert_eq!(problems, ["edited", "wrong-type", "wrong-type"], "{out}");
+    // The journal holds record 2 as it was written: the log's differs.
+    assert_eq!(
+        problems,
+        [
+            "edited",
+            "wrong-type",
+            "wrong-type",
+            "journal-index-differs"
+        ],
+        "{out}"
+    );
     let shown = crate::util::run(
         dir.path(),
         &["log", "--state-dir", state.to_str().unwrap(), "--json"],
@@ -1425,14 +1569,19 @@ fn a_log_deleted_with_its_head_is_not_taken_for_a_new_one() {
     let wiped = dir.path().join("wiped");
     copy_state(&state, &wiped);
     sql(&wiped, "DELETE FROM audit");
+    // The run's journal still holds its two records: the log does not.
     assert_eq!(
         verify_codes(dir.path(), &wiped, &[]).1,
-        ["cut-off".to_owned()]
+        ["cut-off", "journal-index-differs", "journal-index-differs"]
     );
     std::fs::remove_file(wiped.join("state.db.audit-head")).unwrap();
     assert_eq!(
         verify_codes(dir.path(), &wiped, &[]).1,
-        ["log-deleted".to_owned()]
+        [
+            "log-deleted",
+            "journal-index-differs",
+            "journal-index-differs"
+        ]
     );
     // With the key gone too, it is a new log as far as anything here can
     // tell: that is what the warning says a witness is for.
@@ -1648,4 +1797,67 @@ fn log_json_output_validates_against_the_audit_record_schema() {
     let mut extra = records[0].clone();
     extra["note"] = json!("x");
     assert!(!validator.is_valid(&extra));
+}
+
+#[test]
+fn a_postgres_log_that_stalls_holds_only_the_calls_waiting_for_their_records() {
+    // Against a real PostgreSQL when one is configured (`./scripts/test`
+    // starts one); the helper says so when none is.
+    let Some(url) = hintgate_store::test_util::postgres_database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.key").display().to_string();
+    let calls = dir.path().join("calls.log");
+    let calls_text = calls.display().to_string();
+    let mut host = session(
+        dir.path(),
+        &["--trust", "trusted", "--store", &url, "--audit-key", &key],
+        &[("FIXTURE_LOG", &calls_text)],
+    );
+    host.initialize(json!({}));
+    assert!(text(&host.call("echo", json!({"text": "first"}))).contains("first"));
+
+    // Another session holds the log's table: the gateway's next write of
+    // the log waits for it, on the store's thread.
+    let mut locker = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut held = locker.transaction().unwrap();
+    held.batch_execute("LOCK TABLE hintgate.audit IN EXCLUSIVE MODE")
+        .unwrap();
+    host.send(
+        &json!({"jsonrpc": "2.0", "id": "held-1", "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"text": "held"}}}),
+    );
+    let mut watcher = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while watcher
+        .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never waited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The gateway goes on with what needs no record (an answer to the call
+    // arriving first would fail this: `request` takes only its own), and
+    // the call waits: its server has not seen it.
+    let listed = host.request("tools/list", json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let pong = host.request("ping", json!({}));
+    assert_eq!(pong["result"], json!({}), "{pong}");
+    assert!(
+        !std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .contains("held"),
+        "the call reached its server before its record was written"
+    );
+
+    held.rollback().unwrap();
+    let answer = host.wait_for(&json!("held-1"));
+    assert!(text(&answer["result"]).contains("held"), "{answer}");
+    assert!(host.close().success());
 }

@@ -292,10 +292,17 @@ fn a_database_put_back_after_a_revocation_stops_the_gateway_until_accepted_and_t
             "{err}"
         );
         let (exit, codes) = verify(dir, &backend);
-        assert_eq!(
-            (exit, codes.as_slice()),
-            (2, ["cut-off".to_owned()].as_slice())
-        );
+        assert_eq!((exit, codes[0].as_str()), (2, "cut-off"), "{codes:?}");
+        // On SQLite, the journal of the run after the copy names each of
+        // its records the copy lacks.
+        let journaled = &codes[1..];
+        match backend {
+            Backend::Sqlite => assert!(
+                !journaled.is_empty() && journaled.iter().all(|code| code == "journal-not-indexed"),
+                "{codes:?}"
+            ),
+            Backend::Postgres { .. } => assert!(journaled.is_empty(), "{codes:?}"),
+        }
 
         // Accepted on purpose: the log says so, the gateway starts, and the
         // approval from the copy approves nothing: the tool is asked again.

@@ -61,6 +61,8 @@ const AUDIT_KEYS: &[&str] = &[
     "witness",
     "witness_every_records",
     "witness_every_s",
+    "durability",
+    "segment_bytes",
 ];
 const GATEWAY_KEYS: &[&str] = &[
     "profile",
@@ -154,6 +156,9 @@ const MAX_IDEMPOTENCY_WINDOW_S: u64 = 30 * 86_400;
 
 /// The most records between two witness checkpoints.
 const MAX_WITNESS_RECORDS: u64 = 1_000_000;
+/// The bounds of `[audit] segment_bytes`: 4 KiB to 1 TiB.
+const MIN_SEGMENT_BYTES: u64 = 4096;
+const MAX_SEGMENT_BYTES: u64 = 1 << 40;
 
 /// The longest timeout accepted: one day.
 const MAX_TIMEOUT_S: u64 = 86_400;
@@ -450,6 +455,28 @@ impl Walker<'_> {
         );
         settings.witness_every_s =
             self.bounded_in(table, "audit", "witness_every_s", 1, MAX_TIMEOUT_S);
+        if let Some((text, span)) = self.string(table, "audit", "durability") {
+            match text.as_str() {
+                "write" => settings.fsync = false,
+                "fsync" => settings.fsync = true,
+                other => self.push(
+                    Diagnostic::error(
+                        DiagCode::InvalidValue,
+                        "audit.durability",
+                        format!("unknown durability `{other}`"),
+                    )
+                    .at(span)
+                    .with_help(help_one_of(other, &["write", "fsync"])),
+                ),
+            }
+        }
+        settings.segment_bytes = self.bounded_in(
+            table,
+            "audit",
+            "segment_bytes",
+            MIN_SEGMENT_BYTES,
+            MAX_SEGMENT_BYTES,
+        );
         settings
     }
 

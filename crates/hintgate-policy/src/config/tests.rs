@@ -1272,3 +1272,32 @@ fn a_dry_run_for_an_untrusted_server_is_warned_about() {
     );
     assert!(parse_str(source).0.is_some(), "a warning, not an error");
 }
+
+#[test]
+fn the_journal_durability_and_segment_size_are_checked() {
+    let (config, diagnostics) =
+        parse_str("[audit]\ndurability = \"fsync\"\nsegment_bytes = 1048576\n");
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let audit = config.unwrap().audit;
+    assert!(audit.fsync);
+    assert_eq!(audit.segment_bytes, Some(1_048_576));
+    let (config, _) = parse_str("[audit]\n");
+    let audit = config.unwrap().audit;
+    assert_eq!((audit.fsync, audit.segment_bytes), (false, None));
+    let (config, _) = parse_str("[audit]\ndurability = \"write\"\n");
+    assert!(!config.unwrap().audit.fsync);
+    let source = "[audit]\ndurability = \"fsnyc\"\nsegment_bytes = 100\n";
+    let (config, diagnostics) = parse_str(source);
+    assert!(config.is_none());
+    let found: Vec<(&str, &str)> = diagnostics
+        .iter()
+        .map(|d| (d.code.as_str(), d.key.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("invalid-value", "audit.durability"),
+            ("invalid-value", "audit.segment_bytes")
+        ]
+    );
+}

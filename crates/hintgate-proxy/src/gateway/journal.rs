@@ -1,20 +1,28 @@
-//! The audit records of one turn of the event loop, committed together.
+//! The audit records of one turn of the event loop, written together.
 //!
 //! Every call that reaches the gateway gets a record; a call that is sent
 //! on gets one more with its outcome. The pipeline adds records to the turn's
 //! batch as it goes; at the end of a turn that made a call record, the batch
-//! is appended in one transaction (one commit for sixteen calls in flight,
-//! not sixteen), and only then are the turn's calls sent and its answers
-//! released (see `Gateway::end_turn`). So a call's record is durable before
-//! its server sees it, without a thread round trip per call: the commit runs
-//! on the loop's own thread, where a SQLite commit in WAL mode costs a
-//! write, not an fsync.
+//! is written at once (one write for sixteen calls in flight, not sixteen),
+//! and only then are the turn's calls sent and its answers released (see
+//! `Gateway::end_turn`). So a call's record is durable before its server
+//! sees it, without a thread round trip per call.
 //!
-//! Outcome records ride in the next commit: a turn that made only outcomes
-//! does not commit for them, and the host gets its answers at once. The next
-//! call's commit carries them, or, when no call comes, the flush at most
+//! Where the batch goes depends on the store. On SQLite, it is appended to
+//! this run's journal ([`hintgate_store::journal`]): framed, chained under
+//! the audit key, in one `write(2)` (and an `fdatasync` with `[audit]
+//! durability = "fsync"`); the indexer thread then appends it to the
+//! store's log in large batches, off the call path, and a record names its
+//! call by the call's number in the run, which the index turns into the
+//! log's sequence number. On any other store (PostgreSQL, memory), the
+//! batch is appended to the log in one transaction on the loop's thread.
+//!
+//! Outcome records ride in the next write: a turn that made only outcomes
+//! does not write for them, and the host gets its answers at once. The next
+//! call's write carries them, or, when no call comes, the flush at most
 //! [`OUTCOME_FLUSH`] later. A crash can lose the outcomes of that last
-//! moment, never a call record (design §8).
+//! moment, never a call record (design §8); the next gateway to start on
+//! the store marks the calls left without one `interrupted`.
 //!
 //! Records are the store's record types ([`hintgate_store::record`]),
 //! written once by their one writer as canonical JSON (sorted keys, no
@@ -30,6 +38,7 @@ use std::time::Duration;
 use hintgate_policy::config::Instance;
 use hintgate_policy::decide::Decision;
 use hintgate_policy::redact::Redactor;
+use hintgate_store::journal::{Durability, Indexer, JournalSettings, JournalWriter, Journaled};
 use hintgate_store::record::{
     Arguments, CallRecord, Idempotency, OutcomeCode, OutcomeItem, OutcomeRecord, OutcomesRecord,
 };
@@ -37,7 +46,7 @@ use hintgate_store::{AuditLog, NewEntry, Record};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::call::{Approver, Outcome};
+use super::call::{Approver, CallContext, Outcome};
 
 /// How long an outcome record waits for the next commit before it is
 /// committed on its own.
@@ -52,6 +61,13 @@ const MAX_HELD: usize = 10_000;
 #[derive(Debug)]
 pub(crate) struct Journal {
     log: Option<Arc<dyn AuditLog>>,
+    /// This run's journal file and the thread that indexes it, for a store
+    /// that keeps a journal index (SQLite); `None`: batches are appended to
+    /// the log itself.
+    file: Option<FileSink>,
+    /// For a log that appends on a thread of its own (PostgreSQL): the
+    /// writes made there and the calls that wait for them.
+    later: Option<Later>,
     /// This gateway run, as the records name it.
     session: String,
     redactor: Redactor,
@@ -71,6 +87,51 @@ pub(crate) struct Journal {
     counts: (u64, u64),
     /// Where each commit's latency is counted.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+}
+
+/// What the log reports of a write made off the loop's thread: its ticket,
+/// and the records' sequence numbers or why they were not written.
+type Report = (u64, Result<Vec<u64>, String>);
+
+/// Writes made off the loop's thread (a log with a thread of its own:
+/// PostgreSQL), one at a time, and the calls that wait for them.
+#[derive(Debug)]
+struct Later {
+    /// The write made and not yet reported.
+    pending: Option<Pending>,
+    next_ticket: u64,
+    reports_tx: std::sync::mpsc::Sender<Report>,
+    reports: std::sync::mpsc::Receiver<Report>,
+    /// Wakes the loop when a report comes.
+    wake: crate::event::EventSender,
+    /// The calls whose records ride in a write not yet reported: the write's
+    /// ticket (`None`: the next write, which the batch now fills), the call,
+    /// and its record's place in that write.
+    parked: Vec<(Option<u64>, Box<CallContext>, usize)>,
+}
+
+/// A write made off the loop's thread, not yet reported.
+#[derive(Debug)]
+struct Pending {
+    ticket: u64,
+    /// What is kept for the next write when this one fails: the records of
+    /// calls that ended at the gateway, and the outcomes.
+    kept: Vec<NewEntry>,
+    outcomes: Vec<(u64, Outcome, u64, u32)>,
+    /// Records in it.
+    records: u64,
+    began: std::time::Instant,
+}
+
+/// A write reported: its sequence numbers or why not, and the calls that
+/// waited for it with their records' places.
+pub(crate) type Reported = (Result<Vec<u64>, String>, Vec<(Box<CallContext>, usize)>);
+
+/// A run's journal and its indexer.
+#[derive(Debug)]
+struct FileSink {
+    writer: JournalWriter,
+    indexer: Indexer,
 }
 
 /// What a call record says.
@@ -121,6 +182,8 @@ impl Journal {
     pub fn new(log: Option<Arc<dyn AuditLog>>, session: String, redactor: Redactor) -> Self {
         Self {
             log,
+            file: None,
+            later: None,
             session,
             redactor,
             batch: Vec::with_capacity(64),
@@ -137,6 +200,209 @@ impl Journal {
     pub fn with_metrics(mut self, metrics: Option<Arc<crate::metrics::Metrics>>) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// The same journal, writing to a journal file of this run when the
+    /// store keeps a journal index (SQLite): first it imports what the
+    /// journals of ended runs hold and the index lacks (their calls left
+    /// pending marked `interrupted`), then it makes this run's journal.
+    ///
+    /// # Errors
+    ///
+    /// The journal cannot be made, or its indexer started.
+    pub fn with_journal(mut self, fsync: bool, segment_bytes: Option<u64>) -> Result<Self, String> {
+        let Some(log) = self.log.clone() else {
+            return Ok(self);
+        };
+        let (Some(index), Some(key)) = (log.journal_index(), log.audit_key()) else {
+            return Ok(self);
+        };
+        match hintgate_store::journal::import_ended(log.as_ref()) {
+            Ok(imported) if imported.runs > 0 => tracing::info!(
+                records = imported.records,
+                interrupted = imported.interrupted,
+                runs = imported.runs,
+                "imported the audit journals of ended runs"
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::warn!("the audit journals of ended runs were not imported: {err}"),
+        }
+        let settings = JournalSettings {
+            durability: if fsync {
+                Durability::Fsync
+            } else {
+                Durability::Write
+            },
+            segment_bytes: segment_bytes.unwrap_or(hintgate_store::journal::DEFAULT_SEGMENT_BYTES),
+        };
+        let writer = JournalWriter::create(index.journal_dir(), &self.session, key, settings)
+            .map_err(|err| err.to_string())?;
+        let indexer = Indexer::spawn(Arc::clone(&log), self.session.clone())
+            .map_err(|err| format!("the audit indexer could not start: {err}"))?;
+        self.file = Some(FileSink { writer, indexer });
+        Ok(self)
+    }
+
+    /// The same journal, writing off the loop's thread when the log can
+    /// (PostgreSQL; not with a journal file, whose write is the record):
+    /// each report wakes the loop through `wake`.
+    pub fn with_later(mut self, wake: crate::event::EventSender) -> Self {
+        if self.file.is_none() && self.log.as_ref().is_some_and(|log| log.appends_later()) {
+            let (reports_tx, reports) = std::sync::mpsc::channel();
+            self.later = Some(Later {
+                pending: None,
+                next_ticket: 1,
+                reports_tx,
+                reports,
+                wake,
+                parked: Vec::new(),
+            });
+        }
+        self
+    }
+
+    /// Whether the batch is written off the loop's thread
+    /// ([`Journal::write_later`]), its calls parked until it is reported.
+    pub fn writes_later(&self) -> bool {
+        self.later.is_some()
+    }
+
+    /// Starts writing the batch (and the outcomes waiting) off the loop's
+    /// thread; returns the write's ticket, `None` when there is nothing to
+    /// write or a write is still out (the batch waits for its report). The
+    /// calls parked for the next write ride in this one.
+    pub fn write_later(&mut self) -> Option<u64> {
+        let log = Arc::clone(self.log.as_ref()?);
+        if self.later.as_ref()?.pending.is_some() {
+            return None;
+        }
+        let outcomes = self.outcomes_entry();
+        let with_outcomes = outcomes.is_some();
+        if let Some(outcomes) = outcomes {
+            self.batch.push(outcomes);
+        }
+        if self.batch.is_empty() {
+            return None;
+        }
+        let kept: Vec<NewEntry> = self
+            .batch
+            .iter()
+            .zip(&self.held)
+            .filter(|(_, held)| **held)
+            .map(|(entry, _)| entry.clone())
+            .collect();
+        let entries = std::mem::take(&mut self.batch);
+        let outcomes = if with_outcomes {
+            std::mem::take(&mut self.outcomes)
+        } else {
+            Vec::new()
+        };
+        self.held.clear();
+        self.urgent = false;
+        self.since = None;
+        let later = self.later.as_mut()?;
+        let ticket = later.next_ticket;
+        later.next_ticket += 1;
+        later.pending = Some(Pending {
+            ticket,
+            kept,
+            outcomes,
+            records: entries.len() as u64,
+            began: std::time::Instant::now(),
+        });
+        for parked in &mut later.parked {
+            parked.0.get_or_insert(ticket);
+        }
+        let reports = later.reports_tx.clone();
+        let wake = later.wake.clone();
+        log.append_later(
+            entries,
+            Box::new(move |written| {
+                let _ = reports.send((ticket, written.map_err(|err| err.to_string())));
+                wake.wake();
+            }),
+        );
+        Some(ticket)
+    }
+
+    /// Parks a call until the write that holds its record (`ticket`, or the
+    /// next one) is reported.
+    pub fn park(&mut self, ticket: Option<u64>, cx: Box<CallContext>, place: usize) {
+        if let Some(later) = &mut self.later {
+            later.parked.push((ticket, cx, place));
+        }
+    }
+
+    /// The writes reported since the last look (waiting for the one out,
+    /// with `wait`), each with the calls parked for it.
+    pub fn reported(&mut self, wait: bool) -> Vec<Reported> {
+        let mut done = Vec::new();
+        loop {
+            let Some(later) = &mut self.later else {
+                return done;
+            };
+            let report = if wait && later.pending.is_some() {
+                later.reports.recv().ok()
+            } else {
+                later.reports.try_recv().ok()
+            };
+            let Some((ticket, written)) = report else {
+                return done;
+            };
+            let calls = later
+                .parked
+                .extract_if(.., |parked| parked.0 == Some(ticket));
+            let calls: Vec<(Box<CallContext>, usize)> =
+                calls.map(|(_, cx, place)| (cx, place)).collect();
+            if let Some(pending) = later.pending.take_if(|pending| pending.ticket == ticket) {
+                self.settle(pending, written.as_ref().err());
+            }
+            done.push((written, calls));
+        }
+    }
+
+    /// Counts a reported write, or keeps what must not be lost of one that
+    /// failed for the next.
+    fn settle(&mut self, pending: Pending, failed: Option<&String>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.committed(pending.began.elapsed());
+        }
+        let Some(err) = failed else {
+            self.counts.0 += pending.records;
+            self.counts.1 += 1;
+            return;
+        };
+        tracing::error!("the audit log could not be written: {err}");
+        self.held
+            .extend(std::iter::repeat_n(true, pending.kept.len()));
+        self.batch.extend(pending.kept);
+        let mut outcomes = pending.outcomes;
+        outcomes.append(&mut self.outcomes);
+        self.outcomes = outcomes;
+        self.give_up_beyond(MAX_HELD);
+        self.since = (!self.batch.is_empty() || !self.outcomes.is_empty()).then(Instant::now);
+    }
+
+    /// Ends this run's journal: waits for the indexer to index it, and,
+    /// when it has all, closes the run in the index (a call still without
+    /// an outcome is marked `interrupted`). What it could not index the
+    /// next start imports.
+    pub fn finish(&mut self) {
+        let Some(FileSink { writer, indexer }) = self.file.take() else {
+            return;
+        };
+        let indexed = indexer.finish();
+        if indexed.behind > 0 {
+            tracing::error!(
+                behind = indexed.behind,
+                "the audit index is behind this run's journal; the next start imports the rest"
+            );
+        } else if let Some(index) = self.log.as_ref().and_then(|log| log.journal_index())
+            && let Err(err) = index.close(writer.run(), &indexed.open)
+        {
+            tracing::warn!("this run's audit journal was not closed in the index: {err}");
+        }
+        drop(writer);
     }
 
     /// `arguments` as the log keeps them: redacted as a record's are.
@@ -211,6 +477,14 @@ impl Journal {
     /// Whether the batch must be committed now: it holds a call record, or
     /// its oldest outcome has waited [`OUTCOME_FLUSH`].
     pub fn due(&self, now: Instant) -> bool {
+        if self
+            .later
+            .as_ref()
+            .is_some_and(|later| later.pending.is_some())
+        {
+            // The batch goes in the write after the one out.
+            return false;
+        }
         self.urgent
             || self
                 .since
@@ -233,8 +507,9 @@ impl Journal {
         !self.batch.is_empty() || !self.outcomes.is_empty()
     }
 
-    /// Commits this turn's records in one transaction; their sequence
-    /// numbers, in the order they were added.
+    /// Writes this turn's records at once; the numbers their outcomes name
+    /// them by, in the order they were added (the log's sequence numbers, or,
+    /// with a journal file, their numbers in this run).
     ///
     /// # Errors
     ///
@@ -260,13 +535,40 @@ impl Journal {
         }
         self.urgent = false;
         let began = std::time::Instant::now();
-        let appended = log.append(&self.batch);
+        let appended = match &mut self.file {
+            Some(sink) => {
+                // A call record not held for the next commit is a call to
+                // forward: its outcome is due, and a crash leaves it
+                // `interrupted`. (The outcomes record, last, has no flag.)
+                let forwarded: Vec<bool> = self.held.iter().map(|held| !held).collect();
+                sink.writer
+                    .append(&self.batch, &forwarded)
+                    .map(|positions| {
+                        let numbers = positions.iter().map(|position| position.n).collect();
+                        sink.indexer.send(
+                            positions
+                                .into_iter()
+                                .zip(self.batch.drain(..))
+                                .zip(forwarded.iter().copied().chain(std::iter::repeat(false)))
+                                .map(|((position, entry), forwarded)| Journaled {
+                                    position,
+                                    entry,
+                                    forwarded,
+                                })
+                                .collect(),
+                        );
+                        numbers
+                    })
+                    .map_err(|err| err.to_string())
+            }
+            None => log.append(&self.batch).map_err(|err| err.to_string()),
+        };
         if let Some(metrics) = &self.metrics {
             metrics.committed(began.elapsed());
         }
         match appended {
             Ok(seqs) => {
-                self.counts.0 += self.batch.len() as u64;
+                self.counts.0 += seqs.len() as u64;
                 self.counts.1 += 1;
                 self.batch.clear();
                 self.held.clear();
@@ -275,7 +577,6 @@ impl Journal {
                 Ok(seqs)
             }
             Err(err) => {
-                let err = err.to_string();
                 tracing::error!("the audit log could not be written: {err}");
                 if with_outcomes {
                     self.batch.pop();

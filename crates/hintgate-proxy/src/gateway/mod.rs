@@ -198,6 +198,9 @@ pub enum RunError {
     /// The operating system gave no randomness for the sealing key.
     #[error("no randomness for the sealing key: {0}")]
     NoRandomness(String),
+    /// The run's audit journal could not be made.
+    #[error("the audit journal: {0}")]
+    Journal(String),
 }
 
 /// The limits the gateway runs with.
@@ -325,6 +328,17 @@ impl Drop for Gateway {
         if self.finished {
             return;
         }
+        // The calls parked for a write made off the loop's thread: never
+        // sent; once their write is reported, they end as `shutdown`.
+        for (written, calls) in self.journal.reported(true) {
+            for (mut cx, place) in calls {
+                cx.record = written
+                    .as_ref()
+                    .ok()
+                    .and_then(|seqs| seqs.get(place).copied());
+                self.record_outcome(&cx, Outcome::Shutdown);
+            }
+        }
         let (written, _) = self.journal.counts();
         // The calls the failed turn forwarded: their records wait in the
         // turn's batch, and they were never sent. Committed, they end as
@@ -370,6 +384,7 @@ impl Drop for Gateway {
                 "the gateway stopped on a fatal error, and the audit log could not be written: {err}"
             ),
         }
+        self.journal.finish();
     }
 }
 
@@ -852,7 +867,13 @@ impl Gateway {
             observer: settings.observer,
             catalog: catalog::Catalog::new(count, settings.store.clone()),
             journal: journal::Journal::new(log, run_name.clone(), redactor)
-                .with_metrics(settings.metrics.clone()),
+                .with_metrics(settings.metrics.clone())
+                .with_journal(
+                    settings.policy.config().audit.fsync,
+                    settings.policy.config().audit.segment_bytes,
+                )
+                .map_err(RunError::Journal)?
+                .with_later(events.clone()),
             metrics: settings.metrics,
             tracer: tracer_of(settings.policy.config()),
             asks: ask::Asks::new(run_name.clone()),
@@ -970,6 +991,37 @@ impl Gateway {
                 );
                 self.stopping = true;
             }
+            Event::Reported => self.calls_reported(false),
+        }
+    }
+
+    /// Sends the calls whose records the writes reported since the last
+    /// look hold (PostgreSQL, whose writes are made off the loop's thread),
+    /// or refuses them when their write failed; with `wait`, waits for the
+    /// write still out first.
+    fn calls_reported(&mut self, wait: bool) {
+        for (written, calls) in self.journal.reported(wait) {
+            for (mut cx, place) in calls {
+                match written.as_ref().map(|seqs| seqs.get(place).copied()) {
+                    Ok(Some(seq)) => {
+                        cx.record = Some(seq);
+                        self.send_call(cx);
+                    }
+                    Ok(None) => self.unrecorded(&cx, "the record was not committed".to_owned()),
+                    Err(err) => self.unrecorded(&cx, err.clone()),
+                }
+            }
+        }
+    }
+
+    /// Refuses a call whose record could not be written.
+    fn unrecorded(&mut self, cx: &CallContext, err: String) {
+        // INVARIANT: a call whose record is not durable does not run. Its
+        // refusal cannot be recorded either: the log is failing.
+        let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
+        let line = self.end_line(cx, &end, &end.decision(cx.decision.as_ref()));
+        if let Some(session) = self.sessions.get(&cx.request.session) {
+            session.send(line);
         }
     }
 
@@ -993,11 +1045,20 @@ impl Gateway {
         // Sending a call can send it through the pipeline again (its server
         // restarted since it was decided), which may record and forward it
         // anew: the loop commits and sends until nothing is left.
+        // Writes reported meanwhile (a wake-up the full channel lost).
+        self.calls_reported(false);
+        let later = self.journal.writes_later();
         while !self.outbox.is_empty() || self.journal.due(Instant::now()) {
-            let committed = if self.journal.due(Instant::now()) {
-                self.journal.commit()
-            } else {
+            // Off the loop's thread (PostgreSQL): the calls wait, parked,
+            // for the write's report; everything else goes on.
+            let mut started = None;
+            let committed = if !self.journal.due(Instant::now()) {
                 Ok(Vec::new())
+            } else if later {
+                started = self.journal.write_later();
+                Ok(Vec::new())
+            } else {
+                self.journal.commit()
             };
             let outbox = std::mem::take(&mut self.outbox);
             for outgoing in outbox {
@@ -1031,6 +1092,9 @@ impl Gateway {
                             self.not_reading(idx, err);
                         }
                     }
+                    Outgoing::Call(cx, Some(place)) if later => {
+                        self.journal.park(started, cx, place);
+                    }
                     Outgoing::Call(mut cx, place) => match (&committed, place) {
                         (Ok(seqs), Some(place)) if seqs.get(place).is_some() => {
                             cx.record = seqs.get(place).copied();
@@ -1038,19 +1102,11 @@ impl Gateway {
                         }
                         (Ok(_), None) => self.send_call(cx),
                         (result, _) => {
-                            // INVARIANT: a call whose record is not durable
-                            // does not run. Its refusal cannot be recorded
-                            // either: the log is failing.
                             let err = match result {
                                 Err(err) => err.clone(),
                                 Ok(_) => "the record was not committed".to_owned(),
                             };
-                            let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
-                            let line =
-                                self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
-                            if let Some(session) = self.sessions.get(&cx.request.session) {
-                                session.send(line);
-                            }
+                            self.unrecorded(&cx, err);
                         }
                     },
                 }
@@ -1648,6 +1704,13 @@ impl Gateway {
     /// there), the last records are committed, and only then are the
     /// answers sent and the servers stopped.
     async fn shutdown(&mut self) {
+        // A write still out (PostgreSQL) is waited for: its calls were not
+        // sent, and end on record (`shutdown`, or `host-gone`), unsent.
+        if self.journal.writes_later() {
+            let stopping = std::mem::replace(&mut self.stopping, true);
+            self.calls_reported(true);
+            self.stopping = stopping;
+        }
         self.end_open_sessions();
         // The last outcomes, whatever their age, before the host reads an
         // answer and before a server is stopped.
@@ -1660,6 +1723,9 @@ impl Gateway {
         if let Err(err) = self.journal.commit() {
             tracing::error!("the last audit records could not be written: {err}");
         }
+        // Indexed before the servers are stopped and the process ends, so
+        // `hintgate log` after the run sees all of it.
+        self.journal.finish();
         self.finished = true;
         let (records, commits) = self.journal.counts();
         tracing::debug!(

@@ -497,6 +497,11 @@ pub struct TestStore {
     /// might: a fatal error in the gateway's loop.
     pub panic_on_enqueue: std::sync::atomic::AtomicBool,
     timeline: Timeline,
+    /// Appends off the caller's thread, as PostgreSQL's store does (set
+    /// before the gateway starts: it asks once).
+    pub later: std::sync::atomic::AtomicBool,
+    /// Itself, for the thread of an append made off the caller's.
+    me: std::sync::Weak<TestStore>,
 }
 
 impl TestStore {
@@ -509,7 +514,19 @@ impl TestStore {
             commits: Mutex::default(),
             panic_on_enqueue: std::sync::atomic::AtomicBool::new(false),
             timeline,
+            later: std::sync::atomic::AtomicBool::new(false),
+            me: std::sync::Weak::new(),
         }
+    }
+
+    /// A store that appends off the caller's thread, on a thread of its
+    /// own per append, as PostgreSQL's store does on its connection's.
+    pub fn appending_later(timeline: Timeline) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            later: std::sync::atomic::AtomicBool::new(true),
+            ..Self::new(timeline)
+        })
     }
 
     pub fn set_mode(&self, mode: AppendMode) {
@@ -590,6 +607,19 @@ impl PinStore for TestStore {
 }
 
 impl AuditLog for TestStore {
+    fn appends_later(&self) -> bool {
+        self.later.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn append_later(&self, entries: Vec<NewEntry>, done: hintgate_store::AppendDone) {
+        match self.me.upgrade() {
+            Some(me) => {
+                std::thread::spawn(move || done(me.append(&entries)));
+            }
+            None => done(self.append(&entries)),
+        }
+    }
+
     fn append(&self, entries: &[NewEntry]) -> Result<Vec<u64>, StoreError> {
         let mut mode = self.mode.lock().unwrap();
         if *mode == AppendMode::Stall {

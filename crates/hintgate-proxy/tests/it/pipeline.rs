@@ -9,7 +9,8 @@ use hintgate_store::{AuditLog, EntryKind};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    AppendMode, Behaviour, Harness, ServerScript, Setup, eventually, is_error, text, tool,
+    AppendMode, Behaviour, Harness, ServerScript, Setup, TestStore, Timeline, eventually, is_error,
+    text, tool,
 };
 
 fn reader() -> ServerScript {
@@ -46,6 +47,111 @@ async fn no_call_reaches_its_server_before_its_record_is_durable() {
         .position("server fx received call 1")
         .unwrap();
     assert!(appended < received, "{:?}", gateway.timeline.events());
+}
+
+/// A gateway on a log that appends on a thread of its own (PostgreSQL),
+/// with that log's store.
+async fn on_a_log_that_appends_later() -> Harness {
+    let mut setup = Setup::wrap(reader(), true);
+    setup.store = Some(TestStore::appending_later(Timeline::default()));
+    let mut gateway = Harness::start(setup).await;
+    gateway.initialize(json!({})).await;
+    assert_eq!(
+        text(&gateway.call("read", json!({"n": 0})).await),
+        r#"{"n":0}"#
+    );
+    gateway
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_log_holds_only_the_calls_that_wait_for_their_records() {
+    let mut gateway = on_a_log_that_appends_later().await;
+    gateway.store.set_mode(AppendMode::Stall);
+    gateway
+        .send_raw(&json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
+        .await;
+    let store = gateway.store.clone();
+    eventually(|| *store.waiting.lock().unwrap() == 1).await;
+    // The log is stuck in the call's write, off the loop's thread: the
+    // gateway answers what needs no record meanwhile.
+    let listed = gateway.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let pong = gateway.request("ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}), "{pong}");
+    // The call itself waits for its record: its server has not seen it.
+    assert_eq!(gateway.calls_received("fx").len(), 1, "only the first call");
+
+    gateway.store.release();
+    let answer = gateway.response(&json!("c1")).await;
+    assert_eq!(text(&answer), r#"{"n":1}"#);
+    let appended = gateway.timeline.position("store appended Call 1").unwrap();
+    let received = gateway
+        .timeline
+        .position("server fx received call 1")
+        .unwrap();
+    assert!(appended < received, "{:?}", gateway.timeline.events());
+    // Its outcome is on record, naming the call's record.
+    let store = gateway.close().await;
+    let records = store.records();
+    let call = records
+        .iter()
+        .find(|entry| entry.body["arguments"]["n"] == 1)
+        .unwrap();
+    assert!(
+        records
+            .iter()
+            .any(|entry| entry.call == Some(call.seq) && entry.body["outcome"] == "ok"),
+        "{records:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_record_a_slow_log_fails_to_write_never_runs() {
+    let mut gateway = on_a_log_that_appends_later().await;
+    gateway.store.set_mode(AppendMode::Fail);
+    let refused = gateway.call("read", json!({"n": 1})).await;
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        text(&refused).contains("the audit log could not be written"),
+        "{refused}"
+    );
+    assert_eq!(gateway.calls_received("fx").len(), 1, "it never ran");
+    gateway.store.release();
+    assert!(!is_error(&gateway.call("read", json!({"n": 2})).await));
+    assert_eq!(gateway.calls_received("fx").len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_a_slow_log_when_the_gateway_stops_ends_unsent_on_record() {
+    let mut gateway = on_a_log_that_appends_later().await;
+    gateway.store.set_mode(AppendMode::Stall);
+    gateway
+        .send_raw(&json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call", "params": {"name": "read", "arguments": {"n": 1}}}).to_string())
+        .await;
+    let store = gateway.store.clone();
+    eventually(|| *store.waiting.lock().unwrap() == 1).await;
+    gateway.stop();
+    // The stop waits for the write out; let it go.
+    gateway.store.release();
+    let answer = gateway.response(&json!("c1")).await;
+    assert!(is_error(&answer), "{answer}");
+    assert!(
+        text(&answer).contains("shut down before it sent"),
+        "{answer}"
+    );
+    assert_eq!(gateway.calls_received("fx").len(), 1, "it never ran");
+    let store = gateway.close().await;
+    let records = store.records();
+    let call = records
+        .iter()
+        .find(|entry| entry.body["arguments"]["n"] == 1)
+        .unwrap();
+    assert!(
+        records
+            .iter()
+            .any(|entry| entry.call == Some(call.seq) && entry.body["outcome"] == "shutdown"),
+        "{records:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
