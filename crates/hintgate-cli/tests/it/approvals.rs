@@ -172,11 +172,8 @@ fn a_credential_in_a_waiting_call_reaches_the_person_redacted_and_never_the_stor
     assert_eq!(text(&the_call(&mut host, "c1")), "noted");
     assert!(host.close().success());
     let mut bytes = Vec::new();
-    for file in std::fs::read_dir(dir.path().join("state")).unwrap() {
-        let path = file.unwrap().path();
-        if path.is_file() {
-            bytes.extend(std::fs::read(path).unwrap());
-        }
+    for (_, file) in crate::util::files_under(&dir.path().join("state")) {
+        bytes.extend(file);
     }
     assert!(
         !bytes

@@ -1147,12 +1147,7 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
         .unwrap_or_else(|| panic!("the verification key is printed: {printed}"))
         .to_owned();
     // Shown once: written nowhere in the state directory.
-    for file in std::fs::read_dir(&state).unwrap() {
-        let path = file.unwrap().path();
-        if path.is_dir() {
-            continue;
-        }
-        let bytes = std::fs::read(path).unwrap();
+    for (_, bytes) in crate::util::files_under(&state) {
         assert!(!String::from_utf8_lossy(&bytes).contains(&key));
     }
     // Set up once.

@@ -221,11 +221,8 @@ fn a_service_account_signs_in_with_client_credentials_at_oidc_provider() {
         std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap(),
         stdout(&run(dir.path(), &["log", "--state-dir", &state, "--json"])),
     ];
-    for entry in std::fs::read_dir(dir.path().join("state")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            places.push(String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned());
-        }
+    for (_, bytes) in crate::util::files_under(&dir.path().join("state")) {
+        places.push(String::from_utf8_lossy(&bytes).into_owned());
     }
     for place in &places {
         assert!(!place.contains("svc-SECRET"), "the client secret leaked");
@@ -369,11 +366,8 @@ fn a_login_on_another_device_against_oidc_provider_is_refreshed_and_revoked() {
         std::fs::read_to_string(dir.path().join("hintgate.stderr")).unwrap(),
         stdout(&run(dir.path(), &["log", "--state-dir", &state, "--json"])),
     ];
-    for entry in std::fs::read_dir(dir.path().join("state")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            places.push(String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned());
-        }
+    for (_, bytes) in crate::util::files_under(&dir.path().join("state")) {
+        places.push(String::from_utf8_lossy(&bytes).into_owned());
     }
     for place in &places {
         for token in &tokens {

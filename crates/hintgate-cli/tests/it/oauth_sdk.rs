@@ -231,14 +231,11 @@ fn assert_no_token(dir: &Path, notes: &Notes, outputs: &[&str]) {
     let state = dir.join("state").display().to_string();
     let log = run(dir, &["log", "--state-dir", &state, "--json"]);
     places.push(("hintgate log".to_owned(), stdout(&log)));
-    for entry in std::fs::read_dir(dir.join("state")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            places.push((
-                path.display().to_string(),
-                String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned(),
-            ));
-        }
+    for (path, bytes) in crate::util::files_under(&dir.join("state")) {
+        places.push((
+            path.display().to_string(),
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ));
     }
     for (place, text) in &places {
         for token in &tokens {

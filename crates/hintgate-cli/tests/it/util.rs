@@ -165,3 +165,23 @@ pub fn run_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .output()
         .expect("hintgate runs")
 }
+
+/// Every file under `dir` (a state directory: `state.db` and its files,
+/// the audit journals in `journal/`, keys, heads), each with its bytes, for
+/// tests that a secret is written nowhere in clear.
+pub fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(next) = dirs.pop() {
+        for entry in std::fs::read_dir(next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.is_file() {
+                let bytes = std::fs::read(&path).unwrap();
+                files.push((path, bytes));
+            }
+        }
+    }
+    files
+}
