@@ -466,22 +466,8 @@ fn login_status_and_logout_against_a_loopback_authorization_server() {
     );
 
     // Login: hintgate prints the address, the test's browser follows it.
-    let mut child = hintgate()
-        .current_dir(dir.path())
-        .args([
-            "auth",
-            "--config",
-            &config,
-            "--state-dir",
-            &state,
-            "login",
-            "docs",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let (child, mut errors) =
+        crate::util::auth_command(dir.path(), &config, &state, &["login", "docs"]);
     let mut printed = String::new();
     let address = loop {
         let mut line = String::new();
@@ -588,25 +574,12 @@ fn login_with_the_device_grant_waits_for_the_person_on_another_device() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &server.url());
     let state = dir.path().join("state").display().to_string();
-    let mut child = hintgate()
-        .current_dir(dir.path())
-        .args([
-            "auth",
-            "--config",
-            &config,
-            "--state-dir",
-            &state,
-            "login",
-            "docs",
-            "--device",
-            "--scope",
-            "docs:read",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let (child, mut errors) = crate::util::auth_command(
+        dir.path(),
+        &config,
+        &state,
+        &["login", "docs", "--device", "--scope", "docs:read"],
+    );
     let mut line = String::new();
     errors.read_line(&mut line).unwrap();
     assert_eq!(
@@ -849,22 +822,8 @@ fn a_token_endpoint_on_another_internal_address_than_the_servers_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &server.url());
     let state = dir.path().join("state").display().to_string();
-    let mut child = hintgate()
-        .current_dir(dir.path())
-        .args([
-            "auth",
-            "--config",
-            &config,
-            "--state-dir",
-            &state,
-            "login",
-            "docs",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let (child, mut errors) =
+        crate::util::auth_command(dir.path(), &config, &state, &["login", "docs"]);
     let address = loop {
         let mut line = String::new();
         assert_ne!(errors.read_line(&mut line).unwrap(), 0, "no address");

@@ -268,22 +268,8 @@ fn a_login_on_another_device_against_oidc_provider_is_refreshed_and_revoked() {
     let config = config.display().to_string();
     let state = dir.path().join("state").display().to_string();
 
-    let mut child = crate::util::hintgate()
-        .current_dir(dir.path())
-        .args([
-            "auth",
-            "--config",
-            &config,
-            "--state-dir",
-            &state,
-            "login",
-            "notes",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let (child, mut errors) =
+        crate::util::auth_command(dir.path(), &config, &state, &["login", "notes"]);
     let mut asked = String::new();
     errors.read_line(&mut asked).unwrap();
     let (uri, code_shown) = asked

@@ -439,23 +439,12 @@ fn a_read_only_login_widened_by_the_authorization_server_is_refused() {
     );
     notes.post("/test/widen");
     let state = dir.path().join("state").display().to_string();
-    let mut child = hintgate()
-        .current_dir(dir.path())
-        .args([
-            "auth",
-            "--config",
-            &config,
-            "--state-dir",
-            &state,
-            "login",
-            "notes",
-            "--read-only",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut errors = BufReader::new(child.stderr.take().unwrap());
+    let (child, mut errors) = crate::util::auth_command(
+        dir.path(),
+        &config,
+        &state,
+        &["login", "notes", "--read-only"],
+    );
     let address = loop {
         let mut line = String::new();
         assert_ne!(errors.read_line(&mut line).unwrap(), 0);

@@ -185,3 +185,27 @@ pub fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     }
     files
 }
+
+/// `hintgate auth --config CONFIG --state-dir STATE ARGS...` started with its
+/// output piped, and a reader of its standard error, where `auth login`
+/// prints the address to visit.
+pub fn auth_command(
+    dir: &Path,
+    config: &str,
+    state: &str,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    let mut child = hintgate()
+        .current_dir(dir)
+        .args(["auth", "--config", config, "--state-dir", state])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let errors = std::io::BufReader::new(child.stderr.take().unwrap());
+    (child, errors)
+}
