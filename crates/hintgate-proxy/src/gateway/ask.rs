@@ -160,7 +160,7 @@ impl Gateway {
         let n = self
             .inflight
             .wait_host(session, HostPurpose::Ask(cx), timeout);
-        self.send_host(
+        self.outbox.host(
             session,
             frame::request(&format!("\"hintgate-{n}\""), "elicitation/create", &elicit),
         );
@@ -624,7 +624,7 @@ impl Gateway {
             if let HostPurpose::Ask(cx) = purpose {
                 self.count_ask(&cx, AskChannel::Elicitation, AskEnding::Failed);
                 if shutdown {
-                    self.send_host(
+                    self.outbox.host(
                         session,
                         frame::notification(
                             "notifications/cancelled",

@@ -50,6 +50,7 @@ pub(crate) mod inflight;
 pub(crate) mod journal;
 pub(crate) mod keys;
 pub(crate) mod modern;
+pub(crate) mod outbox;
 pub(crate) mod pipeline;
 pub(crate) mod previewers;
 pub(crate) mod previews;
@@ -76,6 +77,7 @@ use tokio::time::Instant;
 
 use self::call::{CallContext, CallEnd, Outcome};
 use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
+use self::outbox::{Outbox, Outgoing};
 use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
 use self::upstreams::Upstreams;
@@ -236,23 +238,6 @@ pub(crate) enum Waiting {
     Call(Box<CallContext>),
 }
 
-/// Something the turn produced, sent once the turn's records are durable.
-#[derive(Debug)]
-enum Outgoing {
-    /// A line to a host that it must get (an answer, a question).
-    Host(SessionId, String),
-    /// A notification to a host, dropped when the host is not reading; a
-    /// change to a list (`Some` of its notification) is told later then.
-    HostNote(SessionId, String, Option<&'static str>),
-    /// A line to a server (dropped when the server restarted meanwhile),
-    /// and the `--listen` principal it is sent for (`None`: the gateway's
-    /// own, or a stdio host's).
-    Upstream(ServerIdx, u64, String, Option<Arc<str>>),
-    /// A call to send upstream once its record (at this place in the turn's
-    /// batch) is durable.
-    Call(Box<CallContext>, Option<usize>),
-}
-
 /// The gateway's state: its parts, and what ties them together.
 pub(crate) struct Gateway {
     policy: Policy,
@@ -294,7 +279,7 @@ pub(crate) struct Gateway {
     /// Requests and calls waiting for a server to start or list its tools.
     waiting: Vec<Waiting>,
     /// What this turn produced, in order.
-    outbox: Vec<Outgoing>,
+    outbox: Outbox,
     /// Two servers' prefixes begin one another, so a host-facing name may
     /// fit several (a configuration validation would refuse).
     prefixes_overlap: bool,
@@ -343,7 +328,9 @@ impl Drop for Gateway {
         // The calls the failed turn forwarded: their records wait in the
         // turn's batch, and they were never sent. Committed, they end as
         // `shutdown`; if the log fails, they have no record and never ran.
-        let unsent: Vec<(Box<CallContext>, usize)> = std::mem::take(&mut self.outbox)
+        let unsent: Vec<(Box<CallContext>, usize)> = self
+            .outbox
+            .take()
             .into_iter()
             .filter_map(|outgoing| match outgoing {
                 Outgoing::Call(cx, Some(place)) => Some((cx, place)),
@@ -363,7 +350,7 @@ impl Drop for Gateway {
         // when the gateway is asked to stop. Nothing is sent: the loop is
         // gone.
         self.end_open_sessions();
-        self.outbox.clear();
+        drop(self.outbox.take());
         for idx in 0..self.upstreams.instances() {
             for (_, purpose) in self.inflight.drain_up(idx) {
                 if let UpPurpose::Call(cx) = purpose {
@@ -894,7 +881,7 @@ impl Gateway {
             gathers: relay::Gathers::new(),
             watcher: None,
             waiting: Vec::new(),
-            outbox: Vec::with_capacity(64),
+            outbox: Outbox::new(),
             turn: 0,
             policy: settings.policy,
             prefixes_overlap: false,
@@ -942,7 +929,7 @@ impl Gateway {
                         tracing::warn!(
                             "the host sent a message over the size limit; it was dropped"
                         );
-                        self.send_host(
+                        self.outbox.host(
                             session,
                             frame::error_response("null", -32600, "message too large"),
                         );
@@ -1060,7 +1047,7 @@ impl Gateway {
             } else {
                 self.journal.commit()
             };
-            let outbox = std::mem::take(&mut self.outbox);
+            let outbox = self.outbox.take();
             for outgoing in outbox {
                 match outgoing {
                     Outgoing::Host(session, line) => {
@@ -1129,44 +1116,12 @@ impl Gateway {
         }
     }
 
-    /// A line for a host, sent at the end of the turn.
-    fn send_host(&mut self, session: SessionId, line: String) {
-        self.outbox.push(Outgoing::Host(session, line));
-    }
-
-    /// A notification for a host, sent at the end of the turn unless the
-    /// host is not reading.
-    fn send_host_note(&mut self, session: SessionId, line: String) {
-        self.outbox.push(Outgoing::HostNote(session, line, None));
-    }
-
     /// A notification for every host session.
     fn send_every_host(&mut self, line: &str) {
         let sessions: Vec<SessionId> = self.sessions.keys().collect();
         for session in sessions {
-            self.send_host_note(session, line.to_owned());
+            self.outbox.host_note(session, line.to_owned(), None);
         }
-    }
-
-    /// A line for a server, sent at the end of the turn.
-    fn send_upstream(&mut self, idx: ServerIdx, generation: u64, line: String) {
-        self.outbox
-            .push(Outgoing::Upstream(idx, generation, line, None));
-    }
-
-    /// A line for a server on behalf of the host of `session`: a server
-    /// behind OAuth gets it with the login of the host's `--listen`
-    /// principal, never another's.
-    fn send_upstream_for(
-        &mut self,
-        session: SessionId,
-        idx: ServerIdx,
-        generation: u64,
-        line: String,
-    ) {
-        let principal = self.principal_for_upstream(session);
-        self.outbox
-            .push(Outgoing::Upstream(idx, generation, line, principal));
     }
 
     /// The `--listen` principal whose upstream logins serve the requests of
@@ -1179,20 +1134,10 @@ impl Gateway {
             .map(Arc::from)
     }
 
-    /// A call to send once its record (at `place` in the turn's batch) is
-    /// durable.
-    fn call_after_commit(&mut self, cx: Box<CallContext>, place: Option<usize>) {
-        self.outbox.push(Outgoing::Call(cx, place));
-    }
-
     /// A result for a host's request, with what a 2026-07-28 host requires.
     fn reply(&mut self, session: SessionId, id: &str, result: &Value) {
         let line = self.sessions.result_line(session, id, result);
-        self.send_host(session, line);
-    }
-
-    fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str) {
-        self.send_host(session, frame::error_response(id, code, message));
+        self.outbox.host(session, line);
     }
 
     fn expire(&mut self, now: Instant) {
@@ -1249,7 +1194,8 @@ impl Gateway {
                         "the servers were not ready to answer `{}` within {seconds} s",
                         request.method.as_str()
                     );
-                    self.reply_error(request.session, request.id(), -32603, &why);
+                    self.outbox
+                        .error(request.session, request.id(), -32603, &why);
                 }
             }
         }
@@ -1295,7 +1241,8 @@ impl Gateway {
                     frame::FrameError::NotJson(_) => (-32700, "parse error"),
                     _ => (-32600, "invalid request"),
                 };
-                self.reply_error(session, "null", code, &format!("{what}: {err}"));
+                self.outbox
+                    .error(session, "null", code, &format!("{what}: {err}"));
                 return;
             }
         };
@@ -1340,7 +1287,7 @@ impl Gateway {
         };
         tracing::warn!("{message}");
         let Ok(found) = crate::json::members(&line) else {
-            self.reply_error(session, "null", -32700, &message);
+            self.outbox.error(session, "null", -32700, &message);
             return;
         };
         // The envelope's members, each read only where it is given once.
@@ -1372,14 +1319,14 @@ impl Gateway {
         if is_call {
             if spans.id.is_none() && found.iter().any(|member| member.key == "id") {
                 // Its id is what repeats: the error goes under no id.
-                self.reply_error(session, "null", -32600, &message);
+                self.outbox.error(session, "null", -32600, &message);
             }
             let mut request = HostRequest::new(session, line, spans, Method::ToolsCall);
             request.host_id = host_id;
             self.refuse_unparsed(request, call::Refusal::Malformed(message));
         } else if has_method {
             if spans.id.is_some() || found.iter().any(|member| member.key == "id") {
-                self.reply_error(session, &id, -32600, &message);
+                self.outbox.error(session, &id, -32600, &message);
             }
         } else if spans.id.is_some() {
             // An answer to the gateway's own question that can be read two
@@ -1421,7 +1368,9 @@ impl Gateway {
                         self.dispatch(request);
                     }
                 }
-                None => self.reply_error(session, request.id(), -32600, "send `initialize` first"),
+                None => self
+                    .outbox
+                    .error(session, request.id(), -32600, "send `initialize` first"),
             },
             Method::Listen if modern_host => self.on_listen(request),
             Method::ToolsList => self.on_tools_list(request),
@@ -1484,7 +1433,7 @@ impl Gateway {
                     .map(|(idx, up)| (idx, up.generation()))
                     .collect();
                 for (idx, generation) in targets {
-                    self.send_upstream(idx, generation, line.clone());
+                    self.outbox.upstream(idx, generation, line.clone(), None);
                 }
             }
             other => {
@@ -1525,12 +1474,13 @@ impl Gateway {
         );
         for n in asks {
             if let Some(HostPurpose::Ask(cx)) = self.inflight.take_host(session, n) {
-                self.send_host_note(
+                self.outbox.host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
                         &json!({"requestId": format!("hintgate-{n}"), "reason": "the host cancelled the call"}),
                     ),
+                    None,
                 );
                 cancelled.push(cx);
             }
@@ -1577,7 +1527,8 @@ impl Gateway {
                 generation,
                 upstream_id,
             }) => {
-                self.send_upstream(server, generation, message.with_id(&upstream_id));
+                self.outbox
+                    .upstream(server, generation, message.with_id(&upstream_id), None);
             }
             None => tracing::debug!("a late or unknown response from the host: {id}"),
         }
@@ -1586,12 +1537,13 @@ impl Gateway {
     fn host_timed_out(&mut self, session: SessionId, n: u64) {
         match self.inflight.take_host(session, n) {
             Some(HostPurpose::Ask(cx)) => {
-                self.send_host_note(
+                self.outbox.host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
                         &json!({"requestId": format!("hintgate-{n}"), "reason": "nobody answered in time"}),
                     ),
+                    None,
                 );
                 self.ask_timed_out(cx);
             }
@@ -1603,17 +1555,19 @@ impl Gateway {
                 generation,
                 upstream_id,
             }) => {
-                self.send_host_note(
+                self.outbox.host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
                         &json!({"requestId": format!("hintgate-{n}"), "reason": "the server's request timed out"}),
                     ),
+                    None,
                 );
-                self.send_upstream(
+                self.outbox.upstream(
                     server,
                     generation,
                     frame::error_response(&upstream_id, -32603, "the host did not answer in time"),
+                    None,
                 );
             }
             None => {}
@@ -1651,7 +1605,7 @@ impl Gateway {
                 }
                 (UpPurpose::Forward(request), Ending::Shutdown) => {
                     let text = "hintgate shut down before the server answered";
-                    self.reply_error(session, request.id(), -32603, text);
+                    self.outbox.error(session, request.id(), -32603, text);
                 }
                 _ => {}
             }
@@ -1669,7 +1623,7 @@ impl Gateway {
                 Waiting::Request(request) if request.session == session => {
                     if ending == Ending::Shutdown {
                         let text = "hintgate shut down before the servers were ready";
-                        self.reply_error(session, request.id(), -32603, text);
+                        self.outbox.error(session, request.id(), -32603, text);
                     }
                 }
                 other => self.waiting.push(other),
@@ -1906,10 +1860,11 @@ impl Gateway {
         let Some(session) = session else {
             let text = "hintgate cannot tell which host this request is for: several host sessions use this server at once, and the request does not say which call it belongs to";
             tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
-            self.send_upstream(
+            self.outbox.upstream(
                 idx,
                 generation,
                 frame::error_response(message.id_text(), -32603, text),
+                None,
             );
             return;
         };
@@ -1919,10 +1874,11 @@ impl Gateway {
                 // A 2026-07-28 host takes no requests from a server, and no
                 // single call of the host can carry this one.
                 let text = "the host speaks 2026-07-28, which takes no requests from a server; this gateway cannot relay this one (no single call of the host is in flight on this server)";
-                self.send_upstream(
+                self.outbox.upstream(
                     idx,
                     generation,
                     frame::error_response(message.id_text(), -32601, text),
+                    None,
                 );
             }
             return;
@@ -1949,13 +1905,13 @@ impl Gateway {
             relay::ServerRequest::Relay => {}
             relay::ServerRequest::Pong => {
                 let line = frame::response(message.id_text(), &Value::Object(Map::new()));
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
                 return;
             }
             relay::ServerRequest::Refuse(why) => {
                 tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
                 let line = frame::error_response(message.id_text(), -32601, &why);
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
                 return;
             }
         }
@@ -1965,10 +1921,11 @@ impl Gateway {
                 "hintgate relays at most {MAX_RELAYED} of a server's requests to the host at a time; this one was not relayed"
             );
             tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
-            self.send_upstream(
+            self.outbox.upstream(
                 idx,
                 generation,
                 frame::error_response(message.id_text(), -32603, &text),
+                None,
             );
             return;
         }
@@ -1981,7 +1938,7 @@ impl Gateway {
                 Ok(()) => Some(params),
                 Err(why) => {
                     let line = frame::error_response(message.id_text(), -32602, &why);
-                    self.send_upstream(idx, generation, line);
+                    self.outbox.upstream(idx, generation, line, None);
                     return;
                 }
             }
@@ -2002,7 +1959,7 @@ impl Gateway {
             Some(params) => frame::request(&id, message.method(), &params),
             None => message.with_id(&id),
         };
-        self.send_host(session, line);
+        self.outbox.host(session, line);
     }
 
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
@@ -2085,7 +2042,8 @@ impl Gateway {
                     Value::String(format!("hintgate-{n}")),
                 );
             }
-            self.send_host_note(session, message.with_params(&params.to_string()));
+            self.outbox
+                .host_note(session, message.with_params(&params.to_string()), None);
         }
     }
 
@@ -2117,8 +2075,7 @@ impl Gateway {
             self.notify_modern(session, method);
         } else {
             let list = session::Told::list_changed(method);
-            self.outbox
-                .push(Outgoing::HostNote(session, line.to_owned(), list));
+            self.outbox.host_note(session, line.to_owned(), list);
         }
     }
 

@@ -263,10 +263,11 @@ impl Gateway {
         let id = up.next_id();
         let generation = up.generation();
         let listen = self.with_modern_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}}));
-        self.send_upstream(
+        self.outbox.upstream(
             idx,
             generation,
             frame::request(&id.to_string(), "subscriptions/listen", &listen),
+            None,
         );
         self.server_ready(idx);
     }
@@ -312,7 +313,7 @@ impl Gateway {
                 request.id(),
                 json!({"supported": supported, "requested": version})
             );
-            self.send_host(session, line);
+            self.outbox.host(session, line);
             return false;
         }
         let Some(host) = self.sessions.get_mut(&session) else {
@@ -341,7 +342,7 @@ impl Gateway {
     /// `server/discover`: answered once every server is up.
     pub(super) fn on_discover(&mut self, request: HostRequest) {
         let Some(meta) = modern_meta(&request) else {
-            self.reply_error(
+            self.outbox.error(
                 request.session,
                 request.id(),
                 -32602,
@@ -499,7 +500,8 @@ impl Gateway {
             tracing::debug!(server.id = %self.upstreams.name(idx), "a log message no request in flight asked for is dropped");
         }
         for session in to {
-            self.send_host_note(session, message.line().to_owned());
+            self.outbox
+                .host_note(session, message.line().to_owned(), None);
         }
     }
 
@@ -542,7 +544,7 @@ impl Gateway {
                 );
             }
         }
-        self.send_host(
+        self.outbox.host(
             session,
             frame::notification("notifications/subscriptions/acknowledged", &ack),
         );
@@ -563,8 +565,7 @@ impl Gateway {
         let id: Value = serde_json::from_str(&subscription).unwrap_or(Value::Null);
         let line = frame::notification(method, &json!({"_meta": {META_SUBSCRIPTION: id}}));
         let list = super::session::Told::list_changed(method);
-        self.outbox
-            .push(super::Outgoing::HostNote(session, line, list));
+        self.outbox.host_note(session, line, list);
     }
 }
 

@@ -482,7 +482,7 @@ impl Gateway {
             self.end_call(cx, CallEnd::Refused(refusal));
             return;
         }
-        self.call_after_commit(cx, place);
+        self.outbox.call(cx, place);
     }
 
     /// Sends a call whose record is durable. Called only by the end of a
@@ -509,7 +509,7 @@ impl Gateway {
             self.record_outcome(&cx, end.outcome());
             self.taint_by_replay(&cx, &end);
             let line = self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
-            self.send_host(cx.request.session, line);
+            self.outbox.host(cx.request.session, line);
             return;
         }
         let timeout = self.limits.call_timeout;
@@ -762,7 +762,7 @@ impl Gateway {
     /// answer goes to the host at the end of the turn, after them.
     pub(super) fn answer_call(&mut self, cx: &CallContext, line: String, outcome: Outcome) {
         self.record_outcome(cx, outcome);
-        self.send_host(cx.request.session, line);
+        self.outbox.host(cx.request.session, line);
     }
 
     /// Records how a forwarded call ended.
@@ -964,7 +964,7 @@ impl Gateway {
             return;
         }
         let line = self.end_line(&cx, &end, &decision);
-        self.send_host(cx.request.session, line);
+        self.outbox.host(cx.request.session, line);
     }
 
     /// A `tools/call` the gateway could not read ends here: recorded as a
@@ -977,7 +977,7 @@ impl Gateway {
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         if has_id {
             let line = self.end_line(&cx, &end, &decision);
-            self.send_host(cx.request.session, line);
+            self.outbox.host(cx.request.session, line);
         }
     }
 

@@ -389,7 +389,7 @@ impl Gateway {
             if let Some(up) = self.upstreams.get(idx) {
                 let generation = up.generation();
                 let line = frame::error_response(message.id_text(), -32602, &why);
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
             }
             return true;
         }
@@ -423,11 +423,11 @@ impl Gateway {
             if let Some(up) = self.upstreams.get(idx) {
                 let generation = up.generation();
                 let line = frame::error_response(message.id_text(), -32600, &text);
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
             }
             return true;
         }
-        self.send_host(session, line);
+        self.outbox.host(session, line);
         true
     }
 
@@ -560,7 +560,8 @@ impl Gateway {
         self.record_relayed(&cx);
         if let Some(up) = self.upstreams.get(idx) {
             let generation = up.generation();
-            self.send_upstream(idx, generation, frame::response(question_id, &answer));
+            self.outbox
+                .upstream(idx, generation, frame::response(question_id, &answer), None);
         }
         Step::Done
     }
@@ -671,7 +672,7 @@ impl Gateway {
             let n = self
                 .inflight
                 .wait_host(session, HostPurpose::Gather { gather, key }, timeout);
-            self.send_host(
+            self.outbox.host(
                 session,
                 frame::request(&format!("\"hintgate-{n}\""), &method, &params),
             );
@@ -694,7 +695,7 @@ impl Gateway {
                 let text = "hintgate shut down before the server's questions were answered; the call was not sent again";
                 let line =
                     frame::response(gather.cx.request.id(), &super::call::error_result(text));
-                self.send_host(session, line);
+                self.outbox.host(session, line);
             }
         }
     }

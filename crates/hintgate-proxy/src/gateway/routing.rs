@@ -308,7 +308,7 @@ impl Gateway {
                     "server `{}` did not start: {reason}",
                     self.upstreams.name(0)
                 );
-                self.reply_error(session, request.id(), -32603, &text);
+                self.outbox.error(session, request.id(), -32603, &text);
                 continue;
             }
             let result = self.initialize_result(session);
@@ -395,7 +395,7 @@ impl Gateway {
             "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"tools\":{tools}{extra}}}}}",
             request.id()
         );
-        self.send_host(session, line);
+        self.outbox.host(session, line);
     }
 
     /// Any other request: passed through in wrap mode, routed in gateway mode.
@@ -417,7 +417,7 @@ impl Gateway {
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
                 if let Some(why) = self.refusal(0, request.method.as_str(), uri) {
-                    self.reply_error(session, request.id(), -32602, &why);
+                    self.outbox.error(session, request.id(), -32602, &why);
                     return;
                 }
                 // A request that started its server again (which forgot what
@@ -429,7 +429,7 @@ impl Gateway {
                             "unknown resource `{}`; list resources first",
                             escape_line(uri)
                         );
-                        self.reply_error(session, request.id(), -32602, &text);
+                        self.outbox.error(session, request.id(), -32602, &text);
                     }
                 }
             }
@@ -438,13 +438,13 @@ impl Gateway {
                 Ok((idx, params)) => self.route(idx, request, params),
                 Err(why) => {
                     tracing::warn!("a `completion/complete` is refused: {why}");
-                    self.reply_error(session, request.id(), -32602, &why);
+                    self.outbox.error(session, request.id(), -32602, &why);
                 }
             },
             other => {
                 let text =
                     format!("method `{other}` is not supported by the gateway in gateway mode");
-                self.reply_error(session, request.id(), -32601, &text);
+                self.outbox.error(session, request.id(), -32601, &text);
             }
         }
     }
@@ -456,7 +456,7 @@ impl Gateway {
         let session = request.session;
         if request.method.as_str().starts_with("tasks/") {
             let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
-            self.reply_error(session, request.id(), -32601, text);
+            self.outbox.error(session, request.id(), -32601, text);
             return;
         }
         let params = request.params();
@@ -468,7 +468,7 @@ impl Gateway {
         if let Some(subject) = subject {
             let subject = subject.as_str().unwrap_or("");
             if let Some(why) = self.refusal(0, request.method.as_str(), subject) {
-                self.reply_error(session, request.id(), -32602, &why);
+                self.outbox.error(session, request.id(), -32602, &why);
                 return;
             }
         }
@@ -476,7 +476,7 @@ impl Gateway {
             && let Err(why) = self.completion_target(&params, None)
         {
             tracing::warn!("a `completion/complete` is refused: {why}");
-            self.reply_error(session, request.id(), -32602, &why);
+            self.outbox.error(session, request.id(), -32602, &why);
             return;
         }
         // The gateway follows every page of the server's prompts and
@@ -490,7 +490,7 @@ impl Gateway {
         match self.readiness(0, &mut request.restarted) {
             Readiness::Ready => self.forward(0, request, None),
             Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
-            Readiness::Failed(reason) => self.reply_error(
+            Readiness::Failed(reason) => self.outbox.error(
                 session,
                 request.id(),
                 -32603,
@@ -521,7 +521,8 @@ impl Gateway {
                 .map_or(0, super::upstreams::Upstream::generation);
             // Each server sets its own level; the answers are not needed.
             self.inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
-            self.send_upstream(idx, generation, request.with_id(&id.to_string()));
+            self.outbox
+                .upstream(idx, generation, request.with_id(&id.to_string()), None);
         }
         self.reply(session, request.id(), &json!({}));
     }
@@ -534,7 +535,7 @@ impl Gateway {
         match self.resolve(name) {
             Ok((idx, own)) => {
                 if let Some(why) = self.refusal(idx, "prompts/get", &own) {
-                    self.reply_error(session, request.id(), -32602, &why);
+                    self.outbox.error(session, request.id(), -32602, &why);
                     return;
                 }
                 let mut params = params.clone();
@@ -545,11 +546,11 @@ impl Gateway {
             }
             Err(Unresolved::Unknown) => {
                 let text = format!("unknown prompt `{}`", escape_line(name));
-                self.reply_error(session, request.id(), -32602, &text);
+                self.outbox.error(session, request.id(), -32602, &text);
             }
             Err(Unresolved::Ambiguous(found)) => {
                 let text = format!("prompt `{name}`: {}", self.ambiguity(&found));
-                self.reply_error(session, request.id(), -32602, &text);
+                self.outbox.error(session, request.id(), -32602, &text);
             }
         }
     }
@@ -566,7 +567,8 @@ impl Gateway {
                 super::modern::LOG_LEVELS.join(", "),
                 escape_line(level)
             );
-            self.reply_error(request.session, request.id(), -32602, &text);
+            self.outbox
+                .error(request.session, request.id(), -32602, &text);
             return false;
         }
         if let Some(host) = self.sessions.get_mut(&request.session) {
@@ -702,7 +704,8 @@ impl Gateway {
                     "server `{}` is not available: {reason}",
                     self.upstreams.name(idx)
                 );
-                self.reply_error(request.session, request.id(), -32603, &text);
+                self.outbox
+                    .error(request.session, request.id(), -32603, &text);
             }
         }
     }
@@ -773,7 +776,8 @@ impl Gateway {
         let session = request.session;
         self.inflight
             .wait_up(idx, id, UpPurpose::Forward(Box::new(request)), timeout);
-        self.send_upstream_for(session, idx, generation, line);
+        let principal = self.principal_for_upstream(session);
+        self.outbox.upstream(idx, generation, line, principal);
     }
 
     /// A server answered a forwarded request. A resource or a prompt of a
@@ -796,7 +800,8 @@ impl Gateway {
                 self.upstreams.name(idx)
             );
             tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-            self.reply_error(request.session, request.id(), -32603, &why);
+            self.outbox
+                .error(request.session, request.id(), -32603, &why);
             return;
         }
         let mut line = self.host_response(idx, request.session, message, request.id(), method);
@@ -815,7 +820,7 @@ impl Gateway {
         {
             self.taint(request.session, idx, &format!("`{method}`"));
         }
-        self.send_host(request.session, line);
+        self.outbox.host(request.session, line);
     }
 
     fn fan_out(&mut self, mut request: HostRequest, capability: &str, key: &'static str) {

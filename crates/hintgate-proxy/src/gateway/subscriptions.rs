@@ -269,7 +269,7 @@ impl Gateway {
             None => Vec::new(),
         };
         for waiting in mine {
-            self.reply_error(
+            self.outbox.error(
                 session,
                 waiting.id(),
                 -32603,
@@ -326,7 +326,7 @@ impl Gateway {
         }
         if let Err(why) = self.subscriptions.room(idx, &uri, session) {
             tracing::warn!(server.id = %self.upstreams.name(idx), "a `resources/subscribe` is refused: {why}");
-            self.reply_error(session, request.id(), -32603, &why);
+            self.outbox.error(session, request.id(), -32603, &why);
             return;
         }
         if !modern {
@@ -357,10 +357,11 @@ impl Gateway {
         self.subscriptions.entry(idx, &uri).listen = Some(id);
         self.inflight
             .wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
-        self.send_upstream(
+        self.outbox.upstream(
             idx,
             generation,
             frame::request(&id.to_string(), "subscriptions/listen", &params),
+            None,
         );
     }
 
@@ -416,7 +417,8 @@ impl Gateway {
         };
         tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
         for request in sub.waiting {
-            self.reply_error(request.session, request.id(), -32603, why);
+            self.outbox
+                .error(request.session, request.id(), -32603, why);
         }
     }
 
@@ -465,7 +467,7 @@ impl Gateway {
                     let generation = up.generation();
                     self.inflight
                         .wait_up(ended.server, id, UpPurpose::Quiet, timeout);
-                    self.send_upstream(
+                    self.outbox.upstream(
                         ended.server,
                         generation,
                         frame::request(
@@ -473,6 +475,7 @@ impl Gateway {
                             "resources/unsubscribe",
                             &json!({"uri": ended.uri}),
                         ),
+                        None,
                     );
                 }
             }
@@ -489,7 +492,8 @@ impl Gateway {
     pub(super) fn orphan_subscriptions(&mut self, idx: ServerIdx, why: &str) {
         for orphaned in self.subscriptions.orphan_server(idx) {
             for request in orphaned.waiting {
-                self.reply_error(request.session, request.id(), -32603, why);
+                self.outbox
+                    .error(request.session, request.id(), -32603, why);
             }
             if orphaned.sessions.is_empty() {
                 continue;
@@ -504,7 +508,7 @@ impl Gateway {
                 &json!({"uri": orphaned.uri}),
             );
             for session in orphaned.sessions {
-                self.send_host_note(session, line.clone());
+                self.outbox.host_note(session, line.clone(), None);
             }
         }
     }
@@ -590,7 +594,7 @@ impl Gateway {
                     .wait_up(idx, id, UpPurpose::Resubscribe { uri }, timeout);
                 line
             };
-            self.send_upstream(idx, generation, line);
+            self.outbox.upstream(idx, generation, line, None);
         }
     }
 
@@ -673,7 +677,7 @@ impl Gateway {
                 }
                 None => line.clone(),
             };
-            self.send_host_note(session, to_host);
+            self.outbox.host_note(session, to_host, None);
         }
     }
 }

@@ -609,10 +609,11 @@ impl Gateway {
         let id = up.next_id();
         let generation = up.generation;
         self.inflight.wait_up(idx, id, purpose, timeout);
-        self.send_upstream(
+        self.outbox.upstream(
             idx,
             generation,
             frame::request(&id.to_string(), method, &params),
+            None,
         );
         id
     }
@@ -630,10 +631,11 @@ impl Gateway {
                 tracing::info!(server.id = %up.name, version = ?info.get("protocolVersion"), "initialized");
                 up.info = Some(info);
                 let generation = up.generation;
-                self.send_upstream(
+                self.outbox.upstream(
                     idx,
                     generation,
                     frame::notification("notifications/initialized", &json!({})),
+                    None,
                 );
                 self.server_ready(idx);
             }
@@ -896,7 +898,12 @@ impl Gateway {
                     crate::json::JsonError::TooDeep { .. } => super::call::too_deep_message(err),
                     other => format!("hintgate refuses this message: {other}"),
                 };
-                self.send_upstream(idx, generation, frame::error_response(id, -32600, &text));
+                self.outbox.upstream(
+                    idx,
+                    generation,
+                    frame::error_response(id, -32600, &text),
+                    None,
+                );
             }
             (Some(_), None) => {}
             (None, Some(id)) => {
@@ -950,7 +957,8 @@ impl Gateway {
                 self.catalog.listing_failed(idx, why.to_owned());
             }
             UpPurpose::Forward(request) => {
-                self.reply_error(request.session, request.id(), -32603, why);
+                self.outbox
+                    .error(request.session, request.id(), -32603, why);
             }
             UpPurpose::Call(cx) => self.call_failed(cx, Failure::Failed, why),
             UpPurpose::DryRun(cx) => self.dry_run_failed(cx, why),
@@ -1014,7 +1022,8 @@ impl Gateway {
                     "server `{name}` did not answer `{}` within {timeout} s",
                     request.method.as_str()
                 );
-                self.reply_error(request.session, request.id(), -32603, &why);
+                self.outbox
+                    .error(request.session, request.id(), -32603, &why);
             }
             UpPurpose::Fanout { aggregate, method } => {
                 self.cancel_upstream(idx, id, "timed out");
@@ -1038,13 +1047,14 @@ impl Gateway {
             return;
         };
         let generation = up.generation;
-        self.send_upstream(
+        self.outbox.upstream(
             idx,
             generation,
             frame::notification(
                 "notifications/cancelled",
                 &json!({"requestId": id, "reason": reason}),
             ),
+            None,
         );
     }
 
