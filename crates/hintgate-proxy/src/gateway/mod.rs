@@ -242,7 +242,6 @@ pub(crate) enum Waiting {
 pub(crate) struct Gateway {
     policy: Policy,
     mode: Mode,
-    separator: String,
     limits: Limits,
     observer: Option<mpsc::UnboundedSender<Observed>>,
     /// What is counted for a dashboard; the loop only adds to it.
@@ -280,9 +279,6 @@ pub(crate) struct Gateway {
     waiting: Vec<Waiting>,
     /// What this turn produced, in order.
     outbox: Outbox,
-    /// Two servers' prefixes begin one another, so a host-facing name may
-    /// fit several (a configuration validation would refuse).
-    prefixes_overlap: bool,
     /// The gateway was asked to stop: the loop ends after this turn.
     stopping: bool,
     /// The shutdown ran to its end: the calls in flight have their endings
@@ -844,11 +840,10 @@ impl Gateway {
             .store
             .clone()
             .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
-        let upstreams = Upstreams::new(servers);
+        let upstreams = Upstreams::new(servers, settings.mode.clone(), gateway.separator.clone());
         let count = upstreams.instances();
         let mut gateway = Self {
             hooks: hooks::Hooks::new(hook_configs(settings.policy.config())),
-            separator: gateway.separator.clone(),
             limits,
             mode: settings.mode,
             observer: settings.observer,
@@ -884,16 +879,14 @@ impl Gateway {
             outbox: Outbox::new(),
             turn: 0,
             policy: settings.policy,
-            prefixes_overlap: false,
             stopping: false,
             finished: false,
         };
         gateway.hooks.start_all(&gateway.events);
-        gateway.prefixes_overlap = gateway.prefixes_overlap();
-        if gateway.prefixes_overlap {
+        if gateway.upstreams.prefixes_overlap() {
             tracing::error!(
                 "two servers' names run into the separator `{}`: a tool name either could own is neither listed nor routed (`hintgate config check` names them)",
-                gateway.separator
+                gateway.upstreams.separator()
             );
         }
         Ok(gateway)
@@ -1076,7 +1069,7 @@ impl Gateway {
                             _ => Ok(()),
                         };
                         if let Err(err) = sent {
-                            self.not_reading(idx, err);
+                            self.upstream_failed(idx, err.reason());
                         }
                     }
                     Outgoing::Call(cx, Some(place)) if later => {
@@ -1498,7 +1491,12 @@ impl Gateway {
                 }
                 _ => {}
             }
-            self.cancel_upstream(idx, up_id, "the host cancelled the request");
+            self.upstreams.cancel(
+                idx,
+                up_id,
+                "the host cancelled the request",
+                &mut self.outbox,
+            );
         }
     }
 
@@ -1691,7 +1689,7 @@ impl Gateway {
             watcher.stop();
         }
         self.hooks.stop_all();
-        self.stop_servers().await;
+        self.upstreams.stop_all().await;
     }
 
     // --- the upstream side ---

@@ -150,11 +150,11 @@ impl Gateway {
     /// Step 1: the host's name to a server and the server's own name (a
     /// name two servers' prefixes fit is refused, never guessed).
     fn resolve_call(&self, cx: &mut CallContext) -> Result<ServerIdx, Exit> {
-        let (idx, tool) = match self.resolve(&cx.params.name) {
+        let (idx, tool) = match self.upstreams.resolve(&cx.params.name) {
             Ok(found) => found,
             Err(Unresolved::Unknown) => return Err(Refusal::UnknownTool.into()),
             Err(Unresolved::Ambiguous(found)) => {
-                return Err(Refusal::AmbiguousName(self.ambiguity(&found)).into());
+                return Err(Refusal::AmbiguousName(self.upstreams.ambiguity(&found)).into());
             }
         };
         cx.server = Some(idx);
@@ -549,7 +549,8 @@ impl Gateway {
             // The server has left too much unread: the call is not queued
             // behind it; it fails now, with its outcome recorded (or is
             // retried on the server's next start, where design §4.5 allows).
-            let reason = self.not_reading(target, err);
+            let reason = err.reason();
+            self.upstream_failed(target, reason.clone());
             let why = format!(
                 "server `{}` {reason}: the call was not sent, and the server is started again on its next request",
                 self.upstreams.name(idx)

@@ -371,7 +371,12 @@ impl Gateway {
             for (name, view) in self.catalog.host_views(idx, scope) {
                 // A name another server's prefix also fits would not be
                 // routed: it is not listed either.
-                if self.prefixes_overlap && self.resolve(&self.prefixed(idx, name)).is_err() {
+                if self.upstreams.prefixes_overlap()
+                    && self
+                        .upstreams
+                        .resolve(&self.upstreams.prefixed(idx, name))
+                        .is_err()
+                {
                     tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %name, "left out of the tool list: another server's prefix fits its name too");
                     continue;
                 }
@@ -532,7 +537,7 @@ impl Gateway {
     fn get_prompt(&mut self, request: HostRequest, params: &Value) {
         let session = request.session;
         let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-        match self.resolve(name) {
+        match self.upstreams.resolve(name) {
             Ok((idx, own)) => {
                 if let Some(why) = self.refusal(idx, "prompts/get", &own) {
                     self.outbox.error(session, request.id(), -32602, &why);
@@ -549,7 +554,7 @@ impl Gateway {
                 self.outbox.error(session, request.id(), -32602, &text);
             }
             Err(Unresolved::Ambiguous(found)) => {
-                let text = format!("prompt `{name}`: {}", self.ambiguity(&found));
+                let text = format!("prompt `{name}`: {}", self.upstreams.ambiguity(&found));
                 self.outbox.error(session, request.id(), -32602, &text);
             }
         }
@@ -601,7 +606,7 @@ impl Gateway {
         match kind {
             Some("ref/prompt") => {
                 let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                let (idx, own) = match self.resolve(name) {
+                let (idx, own) = match self.upstreams.resolve(name) {
                     Ok(found) => found,
                     Err(Unresolved::Unknown) => {
                         return Err(format!(
@@ -613,7 +618,7 @@ impl Gateway {
                         return Err(format!(
                             "the completion's `ref` names prompt `{}`: {}",
                             escape_line(name),
-                            self.ambiguity(&found)
+                            self.upstreams.ambiguity(&found)
                         ));
                     }
                 };
@@ -969,10 +974,10 @@ impl Gateway {
                 let Some(own) = item.get("name").and_then(Value::as_str) else {
                     return false;
                 };
-                let prefixed = self.prefixed(idx, own);
+                let prefixed = self.upstreams.prefixed(idx, own);
                 // A name that could be another server's is not listed (and
                 // `prompts/get` refuses it: it does not resolve).
-                if !matches!(self.resolve(&prefixed), Ok((owner, _)) if owner == idx) {
+                if !matches!(self.upstreams.resolve(&prefixed), Ok((owner, _)) if owner == idx) {
                     tracing::warn!(server.id = %server, prompt.name = %escape_line(own), "the prompt's prefixed name `{}` could belong to another server; it is not listed", escape_line(&prefixed));
                     return false;
                 }

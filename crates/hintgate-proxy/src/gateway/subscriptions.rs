@@ -297,7 +297,8 @@ impl Gateway {
             }) => {
                 // Nothing waits for its acknowledgement any more.
                 self.inflight.take_up(idx, listen);
-                self.cancel_upstream(idx, listen, "unsubscribed");
+                self.upstreams
+                    .cancel(idx, listen, "unsubscribed", &mut self.outbox);
                 self.reply(session, request.id(), &json!({}));
             }
             // Another session still holds it, or a 2026-07-28 server
@@ -391,7 +392,8 @@ impl Gateway {
                 self.upstreams.name(idx),
                 escape_line(&uri)
             );
-            self.cancel_upstream(idx, listen, "not honoured");
+            self.upstreams
+                .cancel(idx, listen, "not honoured", &mut self.outbox);
             self.subscription_failed(idx, &uri, &why);
             return;
         }
@@ -456,7 +458,8 @@ impl Gateway {
                 Some(listen) => {
                     // Still waiting for its acknowledgement: nothing waits now.
                     self.inflight.take_up(ended.server, listen);
-                    self.cancel_upstream(ended.server, listen, "unsubscribed");
+                    self.upstreams
+                        .cancel(ended.server, listen, "unsubscribed", &mut self.outbox);
                 }
                 None => {
                     let timeout = self.limits.call_timeout;
