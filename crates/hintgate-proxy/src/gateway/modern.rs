@@ -361,7 +361,10 @@ impl Gateway {
 
     /// The `server/discover` result.
     pub(super) fn discover_result(&self, session: SessionId) -> Value {
-        let init = self.initialize_result(session);
+        let init = super::routing::initialize_result(
+            &self.sessions.protocol_version(session),
+            &self.upstreams,
+        );
         let mut supported = vec![MODERN_VERSION];
         supported.extend(LEGACY_VERSIONS);
         let mut result = json!({

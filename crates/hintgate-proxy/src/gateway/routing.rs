@@ -203,6 +203,162 @@ impl Routing {
         }
     }
 
+    /// Why a request for a server's prompt `name` (`prompts/get`) or
+    /// resource `name` (by URI) is refused: the prompt was left out of the
+    /// server's listing for its name, or the name or URI could not be shown
+    /// as it is.
+    pub fn refusal(
+        &self,
+        upstreams: &Upstreams,
+        idx: ServerIdx,
+        method: &str,
+        name: &str,
+    ) -> Option<String> {
+        if method == "prompts/get" {
+            let why = name_problem(name)
+                .map(|problem| format!("its name {problem}"))
+                .or_else(|| self.refused_prompt(idx, name).cloned())?;
+            return Some(format!(
+                "prompt `{}` of server `{}` is refused: {why}",
+                escape_line(name),
+                upstreams.name(idx)
+            ));
+        }
+        let problem = uri_problem(name)?;
+        Some(format!(
+            "resource `{}` is refused: its URI {problem}",
+            escape_line(name)
+        ))
+    }
+
+    /// The server a resource URI goes to: the one whose last listing has
+    /// it, or the only server with resources.
+    pub fn resource_owner(&self, upstreams: &Upstreams, uri: &str) -> Option<ServerIdx> {
+        if let Some(idx) = self.resource_listed_by(uri) {
+            return Some(idx);
+        }
+        let with_resources: Vec<ServerIdx> = upstreams
+            .iter()
+            .enumerate()
+            .filter(|(_, up)| up.capability("resources").is_some())
+            .map(|(idx, _)| idx)
+            .collect();
+        match with_resources.as_slice() {
+            [only] => Some(*only),
+            _ => None,
+        }
+    }
+
+    /// Where a host's `completion/complete` goes, by the prompt or the
+    /// resource its `ref` names, and the params it goes with (the prompt's
+    /// own name in gateway mode): only to the one server an exact, valid
+    /// name or URI leads to, never by guess. A prompt is resolved by its
+    /// prefix as `prompts/get` is, and refused as `prompts/get` would be; a
+    /// resource (or template) URI must be one a server listed in its last
+    /// complete listing (or belong to the server this request started
+    /// again), and one that breaks a line or hides characters is refused.
+    /// In wrap mode the one server gets it as sent, once its `ref` passes
+    /// the same checks (another kind of `ref` is the server's to judge).
+    ///
+    /// # Errors
+    ///
+    /// Why the completion is not sent, in words for the host.
+    pub fn completion_target(
+        &self,
+        upstreams: &Upstreams,
+        params: &Value,
+        restarted: Option<ServerIdx>,
+    ) -> Result<(ServerIdx, Option<Value>), String> {
+        let reference = params.get("ref").unwrap_or(&Value::Null);
+        let kind = reference.get("type").and_then(Value::as_str);
+        match kind {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let (idx, own) = match upstreams.resolve(name) {
+                    Ok(found) => found,
+                    Err(Unresolved::Unknown) => {
+                        return Err(format!(
+                            "the completion's `ref` names an unknown prompt `{}`",
+                            escape_line(name)
+                        ));
+                    }
+                    Err(Unresolved::Ambiguous(found)) => {
+                        return Err(format!(
+                            "the completion's `ref` names prompt `{}`: {}",
+                            escape_line(name),
+                            upstreams.ambiguity(&found)
+                        ));
+                    }
+                };
+                if let Some(why) = self.refusal(upstreams, idx, "prompts/get", &own) {
+                    return Err(why);
+                }
+                if upstreams.wraps() {
+                    return Ok((idx, None));
+                }
+                let mut params = params.clone();
+                if let Some(object) = params.pointer_mut("/ref").and_then(Value::as_object_mut) {
+                    object.insert("name".to_owned(), Value::String(own));
+                }
+                Ok((idx, Some(params)))
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                if let Some(why) = self.refusal(upstreams, 0, "resources/read", uri) {
+                    return Err(why);
+                }
+                if upstreams.wraps() {
+                    return Ok((0, None));
+                }
+                self.template_listed_by(uri)
+                    .or_else(|| self.resource_listed_by(uri))
+                    .or(restarted)
+                    .map(|idx| (idx, None))
+                    .ok_or_else(|| {
+                        format!(
+                            "the completion's `ref` names resource `{}`, which no server listed; list resources and resource templates first",
+                            escape_line(uri)
+                        )
+                    })
+            }
+            _ if upstreams.wraps() => Ok((0, None)),
+            _ => Err(
+                "the completion's `ref` is neither a `ref/prompt` nor a `ref/resource`".to_owned(),
+            ),
+        }
+    }
+
+    /// One page of server `idx`'s (named `server`) list passed through in
+    /// wrap mode, screened (see [`screen`]) before the host sees it: the
+    /// line as it came when nothing in it had to change. The prompts it
+    /// leaves out are remembered (`fresh`: the first page of a listing,
+    /// which replaces what was).
+    pub fn screen_page(
+        &mut self,
+        idx: ServerIdx,
+        server: &str,
+        key: &str,
+        line: String,
+        fresh: bool,
+    ) -> String {
+        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
+            return line;
+        };
+        let Some(items) = response
+            .pointer_mut(&format!("/result/{key}"))
+            .and_then(Value::as_array_mut)
+        else {
+            return line;
+        };
+        let before = items.clone();
+        let refused = screen(server, key, items);
+        let changed = *items != before;
+        if key == "prompts" {
+            self.refuse_prompts(idx, refused, fresh);
+        }
+        if changed { response.to_string() } else { line }
+    }
+
     /// Forgets what a server listed (it starts again, and will list anew).
     pub fn forget(&mut self, idx: ServerIdx) {
         if let Some(listed) = self.listed.get_mut(idx) {
@@ -311,23 +467,9 @@ impl Gateway {
                 self.outbox.error(session, request.id(), -32603, &text);
                 continue;
             }
-            let result = self.initialize_result(session);
+            let result =
+                initialize_result(&self.sessions.protocol_version(session), &self.upstreams);
             self.reply(session, request.id(), &result);
-        }
-    }
-
-    /// The `initialize` result: the server's own in wrap mode (the gateway
-    /// tells the host when its tool list changes), the gateway's in gateway
-    /// mode, with every server's capabilities and instructions.
-    pub(super) fn initialize_result(&self, session: SessionId) -> Value {
-        let version = self
-            .sessions
-            .get(&session)
-            .map(|host| host.protocol_version().to_owned())
-            .unwrap_or_default();
-        match self.mode {
-            Mode::Wrap => wrapped_initialize_result(&version, &self.upstreams),
-            Mode::Gateway => gateway_initialize_result(&version, &self.upstreams),
         }
     }
 
@@ -406,8 +548,21 @@ impl Gateway {
     /// Any other request: passed through in wrap mode, routed in gateway mode.
     pub(super) fn on_other_request(&mut self, request: HostRequest) {
         let session = request.session;
-        if request.method.as_str() == "logging/setLevel" && !self.set_log_level(&request) {
-            return;
+        if request.method.as_str() == "logging/setLevel" {
+            // The level is kept for the session (and sent in the `_meta` of
+            // its requests to 2026-07-28 servers).
+            let params = request.params();
+            match log_level(&params) {
+                Ok(level) => {
+                    if let Some(host) = self.sessions.get_mut(&session) {
+                        host.log_level = Some(level.to_owned());
+                    }
+                }
+                Err(why) => {
+                    self.outbox.error(session, request.id(), -32602, &why);
+                    return;
+                }
+            }
         }
         if self.mode == Mode::Wrap {
             self.on_wrapped_request(request);
@@ -421,13 +576,20 @@ impl Gateway {
             "logging/setLevel" => self.set_level_everywhere(&request),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
-                if let Some(why) = self.refusal(0, request.method.as_str(), uri) {
+                if let Some(why) =
+                    self.routing
+                        .refusal(&self.upstreams, 0, request.method.as_str(), uri)
+                {
                     self.outbox.error(session, request.id(), -32602, &why);
                     return;
                 }
                 // A request that started its server again (which forgot what
                 // it listed) still goes where it was routed.
-                match self.resource_owner(uri).or(request.restarted) {
+                match self
+                    .routing
+                    .resource_owner(&self.upstreams, uri)
+                    .or(request.restarted)
+                {
                     Some(idx) => self.route(idx, request, None),
                     None => {
                         let text = format!(
@@ -439,13 +601,18 @@ impl Gateway {
                 }
             }
             "prompts/get" => self.get_prompt(request, &params),
-            "completion/complete" => match self.completion_target(&params, request.restarted) {
-                Ok((idx, params)) => self.route(idx, request, params),
-                Err(why) => {
-                    tracing::warn!("a `completion/complete` is refused: {why}");
-                    self.outbox.error(session, request.id(), -32602, &why);
+            "completion/complete" => {
+                match self
+                    .routing
+                    .completion_target(&self.upstreams, &params, request.restarted)
+                {
+                    Ok((idx, params)) => self.route(idx, request, params),
+                    Err(why) => {
+                        tracing::warn!("a `completion/complete` is refused: {why}");
+                        self.outbox.error(session, request.id(), -32602, &why);
+                    }
                 }
-            },
+            }
             other => {
                 let text =
                     format!("method `{other}` is not supported by the gateway in gateway mode");
@@ -472,13 +639,18 @@ impl Gateway {
         };
         if let Some(subject) = subject {
             let subject = subject.as_str().unwrap_or("");
-            if let Some(why) = self.refusal(0, request.method.as_str(), subject) {
+            if let Some(why) =
+                self.routing
+                    .refusal(&self.upstreams, 0, request.method.as_str(), subject)
+            {
                 self.outbox.error(session, request.id(), -32602, &why);
                 return;
             }
         }
         if request.method.as_str() == "completion/complete"
-            && let Err(why) = self.completion_target(&params, None)
+            && let Err(why) = self
+                .routing
+                .completion_target(&self.upstreams, &params, None)
         {
             tracing::warn!("a `completion/complete` is refused: {why}");
             self.outbox.error(session, request.id(), -32602, &why);
@@ -539,7 +711,10 @@ impl Gateway {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("");
         match self.upstreams.resolve(name) {
             Ok((idx, own)) => {
-                if let Some(why) = self.refusal(idx, "prompts/get", &own) {
+                if let Some(why) = self
+                    .routing
+                    .refusal(&self.upstreams, idx, "prompts/get", &own)
+                {
                     self.outbox.error(session, request.id(), -32602, &why);
                     return;
                 }
@@ -557,146 +732,6 @@ impl Gateway {
                 let text = format!("prompt `{name}`: {}", self.upstreams.ambiguity(&found));
                 self.outbox.error(session, request.id(), -32602, &text);
             }
-        }
-    }
-
-    /// A host's `logging/setLevel`: the level is kept for its session (and
-    /// sent in the `_meta` of its requests to 2026-07-28 servers). Returns
-    /// false, having answered with an error, for a level MCP does not name.
-    fn set_log_level(&mut self, request: &HostRequest) -> bool {
-        let params = request.params();
-        let level = params.get("level").and_then(Value::as_str).unwrap_or("");
-        if super::modern::log_rank(level).is_none() {
-            let text = format!(
-                "`logging/setLevel` takes one of {}; not `{}`",
-                super::modern::LOG_LEVELS.join(", "),
-                escape_line(level)
-            );
-            self.outbox
-                .error(request.session, request.id(), -32602, &text);
-            return false;
-        }
-        if let Some(host) = self.sessions.get_mut(&request.session) {
-            host.log_level = Some(level.to_owned());
-        }
-        true
-    }
-
-    /// Where a host's `completion/complete` goes, by the prompt or the
-    /// resource its `ref` names, and the params it goes with (the prompt's
-    /// own name in gateway mode): only to the one server an exact, valid
-    /// name or URI leads to, never by guess. A prompt is resolved by its
-    /// prefix as `prompts/get` is, and refused as `prompts/get` would be; a
-    /// resource (or template) URI must be one a server listed in its last
-    /// complete listing (or belong to the server this request started
-    /// again), and one that breaks a line or hides characters is refused.
-    /// In wrap mode the one server gets it as sent, once its `ref` passes
-    /// the same checks (another kind of `ref` is the server's to judge).
-    ///
-    /// # Errors
-    ///
-    /// Why the completion is not sent, in words for the host.
-    fn completion_target(
-        &self,
-        params: &Value,
-        restarted: Option<ServerIdx>,
-    ) -> Result<(ServerIdx, Option<Value>), String> {
-        let reference = params.get("ref").unwrap_or(&Value::Null);
-        let kind = reference.get("type").and_then(Value::as_str);
-        match kind {
-            Some("ref/prompt") => {
-                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                let (idx, own) = match self.upstreams.resolve(name) {
-                    Ok(found) => found,
-                    Err(Unresolved::Unknown) => {
-                        return Err(format!(
-                            "the completion's `ref` names an unknown prompt `{}`",
-                            escape_line(name)
-                        ));
-                    }
-                    Err(Unresolved::Ambiguous(found)) => {
-                        return Err(format!(
-                            "the completion's `ref` names prompt `{}`: {}",
-                            escape_line(name),
-                            self.upstreams.ambiguity(&found)
-                        ));
-                    }
-                };
-                if let Some(why) = self.refusal(idx, "prompts/get", &own) {
-                    return Err(why);
-                }
-                if self.mode == Mode::Wrap {
-                    return Ok((idx, None));
-                }
-                let mut params = params.clone();
-                if let Some(object) = params.pointer_mut("/ref").and_then(Value::as_object_mut) {
-                    object.insert("name".to_owned(), Value::String(own));
-                }
-                Ok((idx, Some(params)))
-            }
-            Some("ref/resource") => {
-                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                if let Some(why) = self.refusal(0, "resources/read", uri) {
-                    return Err(why);
-                }
-                if self.mode == Mode::Wrap {
-                    return Ok((0, None));
-                }
-                self.routing
-                    .template_listed_by(uri)
-                    .or_else(|| self.routing.resource_listed_by(uri))
-                    .or(restarted)
-                    .map(|idx| (idx, None))
-                    .ok_or_else(|| {
-                        format!(
-                            "the completion's `ref` names resource `{}`, which no server listed; list resources and resource templates first",
-                            escape_line(uri)
-                        )
-                    })
-            }
-            _ if self.mode == Mode::Wrap => Ok((0, None)),
-            _ => Err(
-                "the completion's `ref` is neither a `ref/prompt` nor a `ref/resource`".to_owned(),
-            ),
-        }
-    }
-
-    /// Why a request for a server's prompt `name` (`prompts/get`) or
-    /// resource `name` (by URI) is refused: the prompt was left out of the
-    /// server's listing for its name, or the name or URI could not be shown
-    /// as it is.
-    pub(super) fn refusal(&self, idx: ServerIdx, method: &str, name: &str) -> Option<String> {
-        if method == "prompts/get" {
-            let why = name_problem(name)
-                .map(|problem| format!("its name {problem}"))
-                .or_else(|| self.routing.refused_prompt(idx, name).cloned())?;
-            return Some(format!(
-                "prompt `{}` of server `{}` is refused: {why}",
-                escape_line(name),
-                self.upstreams.name(idx)
-            ));
-        }
-        let problem = uri_problem(name)?;
-        Some(format!(
-            "resource `{}` is refused: its URI {problem}",
-            escape_line(name)
-        ))
-    }
-
-    pub(super) fn resource_owner(&self, uri: &str) -> Option<ServerIdx> {
-        if let Some(idx) = self.routing.resource_listed_by(uri) {
-            return Some(idx);
-        }
-        let with_resources: Vec<ServerIdx> = self
-            .upstreams
-            .iter()
-            .enumerate()
-            .filter(|(_, up)| up.capability("resources").is_some())
-            .map(|(idx, _)| idx)
-            .collect();
-        match with_resources.as_slice() {
-            [only] => Some(*only),
-            _ => None,
         }
     }
 
@@ -813,10 +848,12 @@ impl Gateway {
         if let Some(key) = list_key(method) {
             // Wrap mode: the server's own page, screened like a merged one.
             let fresh = request.params().get("cursor").is_none();
-            line = self.screen_page(idx, key, line, fresh);
+            line = self
+                .routing
+                .screen_page(idx, self.upstreams.name(idx), key, line, fresh);
         }
         if method == "resources/read" {
-            line = self.screen_contents(idx, line);
+            line = screen_contents(self.upstreams.name(idx), line);
         }
         let reads = matches!(method, "resources/read" | "prompts/get");
         if reads
@@ -1039,61 +1076,62 @@ impl Gateway {
     }
 }
 
-impl Gateway {
-    /// One page of a server's list passed through in wrap mode, screened
-    /// (see [`screen`]) before the host sees it: the line as it came when
-    /// nothing in it had to change.
-    fn screen_page(&mut self, idx: ServerIdx, key: &str, line: String, fresh: bool) -> String {
-        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
-            return line;
+/// A `resources/read` result of server `server` before the host sees it:
+/// each entry of its `contents` whose URI breaks a line or hides characters
+/// is left out (and logged), as it would be left out of `resources/list`.
+/// The line as it came when nothing in it had to change.
+fn screen_contents(server: &str, line: String) -> String {
+    let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
+        return line;
+    };
+    let Some(contents) = response
+        .pointer_mut("/result/contents")
+        .and_then(Value::as_array_mut)
+    else {
+        return line;
+    };
+    let before = contents.len();
+    contents.retain(|content| {
+        let uri = content.get("uri").and_then(Value::as_str).unwrap_or("");
+        let Some(problem) = uri_problem(uri) else {
+            return true;
         };
-        let Some(items) = response
-            .pointer_mut(&format!("/result/{key}"))
-            .and_then(Value::as_array_mut)
-        else {
-            return line;
-        };
-        let before = items.clone();
-        let server = self.upstreams.name(idx).to_owned();
-        let refused = screen(&server, key, items);
-        let changed = *items != before;
-        if key == "prompts" {
-            self.routing.refuse_prompts(idx, refused, fresh);
-        }
-        if changed { response.to_string() } else { line }
+        tracing::warn!(server.id = %server, resource.uri = %escape_line(uri), "its URI {problem}; the entry is left out of the contents `resources/read` gives the host");
+        false
+    });
+    if contents.len() == before {
+        return line;
+    }
+    response.to_string()
+}
+
+/// The `initialize` result for a host that speaks `version`: the server's
+/// own in wrap mode (the gateway tells the host when its tool list
+/// changes), the gateway's in gateway mode, with every server's
+/// capabilities and instructions.
+pub(super) fn initialize_result(version: &str, upstreams: &Upstreams) -> Value {
+    if upstreams.wraps() {
+        wrapped_initialize_result(version, upstreams)
+    } else {
+        gateway_initialize_result(version, upstreams)
     }
 }
 
-impl Gateway {
-    /// A `resources/read` result before the host sees it: each entry of its
-    /// `contents` whose URI breaks a line or hides characters is left out
-    /// (and logged), as it would be left out of `resources/list`. The line
-    /// as it came when nothing in it had to change.
-    fn screen_contents(&self, idx: ServerIdx, line: String) -> String {
-        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
-            return line;
-        };
-        let Some(contents) = response
-            .pointer_mut("/result/contents")
-            .and_then(Value::as_array_mut)
-        else {
-            return line;
-        };
-        let before = contents.len();
-        let server = self.upstreams.name(idx);
-        contents.retain(|content| {
-            let uri = content.get("uri").and_then(Value::as_str).unwrap_or("");
-            let Some(problem) = uri_problem(uri) else {
-                return true;
-            };
-            tracing::warn!(server.id = %server, resource.uri = %escape_line(uri), "its URI {problem}; the entry is left out of the contents `resources/read` gives the host");
-            false
-        });
-        if contents.len() == before {
-            return line;
-        }
-        response.to_string()
+/// The level a host's `logging/setLevel` sets.
+///
+/// # Errors
+///
+/// Why it is refused, in words for the host: a level MCP does not name.
+fn log_level(params: &Value) -> Result<&str, String> {
+    let level = params.get("level").and_then(Value::as_str).unwrap_or("");
+    if super::modern::log_rank(level).is_none() {
+        return Err(format!(
+            "`logging/setLevel` takes one of {}; not `{}`",
+            super::modern::LOG_LEVELS.join(", "),
+            escape_line(level)
+        ));
     }
+    Ok(level)
 }
 
 /// The extension of 2026-07-28 that tasks are.
@@ -1329,4 +1367,166 @@ fn gateway_initialize_result(version: &str, upstreams: &Upstreams) -> Value {
         );
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use hintgate_policy::config::parse_str;
+    use hintgate_policy::decide::Policy;
+
+    use super::*;
+    use crate::gateway::Mode;
+
+    /// The servers `names`, each with resources.
+    fn upstreams(names: &[&str], mode: Mode) -> Upstreams {
+        let configs = names
+            .iter()
+            .map(|name| {
+                let (config, _) = parse_str(&format!("[servers.{name}]\ncommand = \"x\"\n"));
+                let policy = Policy::new(config.unwrap());
+                policy.config().servers.values().next().unwrap().clone()
+            })
+            .collect();
+        let mut upstreams = Upstreams::new(configs, mode, "__".to_owned());
+        for idx in 0..names.len() {
+            if let Some(up) = upstreams.get_mut(idx) {
+                up.info = Some(json!({"capabilities": {"resources": {}}}));
+            }
+        }
+        upstreams
+    }
+
+    fn listed(routing: &mut Routing, idx: ServerIdx, key: &str, names: &[&str]) -> usize {
+        let names = names.iter().map(|name| (*name).to_owned()).collect();
+        routing.replace(idx, key, names)
+    }
+
+    #[test]
+    fn a_resource_goes_to_the_first_server_that_listed_it_or_the_only_one_with_resources() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        assert_eq!(listed(&mut routing, 0, "resources", &["file:///x"]), 0);
+        // The same URI from a server after it: the first keeps it.
+        assert_eq!(
+            listed(&mut routing, 1, "resources", &["file:///x", "file:///y"]),
+            1
+        );
+        assert_eq!(routing.resource_owner(&servers, "file:///x"), Some(0));
+        assert_eq!(routing.resource_owner(&servers, "file:///y"), Some(1));
+        // Two servers with resources: an unlisted URI is nobody's.
+        assert_eq!(routing.resource_owner(&servers, "file:///z"), None);
+        // A server that starts again forgets what it listed.
+        routing.forget(1);
+        assert_eq!(routing.resource_owner(&servers, "file:///y"), None);
+        // One server with resources: whatever is not listed is its.
+        let one = upstreams(&["a"], Mode::Gateway);
+        assert_eq!(
+            Routing::default().resource_owner(&one, "file:///z"),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_completion_goes_only_where_an_exact_valid_name_or_a_listed_uri_leads() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        listed(&mut routing, 1, "resourceTemplates", &["file:///{path}"]);
+        let prompt = json!({"ref": {"type": "ref/prompt", "name": "b__greet"}});
+        let (idx, params) = routing.completion_target(&servers, &prompt, None).unwrap();
+        assert_eq!(idx, 1);
+        // The server gets its own name of the prompt.
+        assert_eq!(params.unwrap()["ref"]["name"], "greet");
+        let template = json!({"ref": {"type": "ref/resource", "uri": "file:///{path}"}});
+        assert_eq!(
+            routing.completion_target(&servers, &template, None),
+            Ok((1, None))
+        );
+        let unknown = json!({"ref": {"type": "ref/resource", "uri": "file:///other"}});
+        let why = routing
+            .completion_target(&servers, &unknown, None)
+            .unwrap_err();
+        assert!(why.contains("which no server listed"), "{why}");
+        // A request that started its server again still goes there.
+        assert_eq!(
+            routing.completion_target(&servers, &unknown, Some(0)),
+            Ok((0, None))
+        );
+        let nobody = json!({"ref": {"type": "ref/prompt", "name": "c__greet"}});
+        let why = routing
+            .completion_target(&servers, &nobody, None)
+            .unwrap_err();
+        assert!(why.contains("unknown prompt `c__greet`"), "{why}");
+        let other = json!({"ref": {"type": "ref/other"}});
+        assert!(routing.completion_target(&servers, &other, None).is_err());
+        // Wrap mode: the one server judges other kinds of `ref` itself.
+        let wrapped = upstreams(&["a"], Mode::Wrap);
+        assert_eq!(
+            Routing::default().completion_target(&wrapped, &other, None),
+            Ok((0, None))
+        );
+    }
+
+    #[test]
+    fn a_prompt_left_out_of_a_listing_or_a_uri_that_hides_characters_is_refused() {
+        let servers = upstreams(&["a"], Mode::Wrap);
+        let mut routing = Routing::default();
+        let page = json!({"jsonrpc": "2.0", "id": 1, "result": {"prompts": [
+            {"name": "greet"},
+            {"name": "bad\u{202e}name"},
+        ]}})
+        .to_string();
+        let shown = routing.screen_page(0, "a", "prompts", page, true);
+        let shown: Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(shown["result"]["prompts"], json!([{"name": "greet"}]));
+        let why = routing
+            .refusal(&servers, 0, "prompts/get", "bad\u{202e}name")
+            .unwrap();
+        assert!(why.starts_with("prompt `"), "{why}");
+        assert!(why.contains("of server `a` is refused"), "{why}");
+        assert_eq!(routing.refusal(&servers, 0, "prompts/get", "greet"), None);
+        // A fresh listing replaces what was remembered.
+        let page = json!({"jsonrpc": "2.0", "id": 2, "result": {"prompts": []}}).to_string();
+        let unchanged = routing.screen_page(0, "a", "prompts", page.clone(), true);
+        assert_eq!(unchanged, page);
+        assert!(
+            routing
+                .refusal(&servers, 0, "prompts/get", "bad\u{202e}name")
+                .is_some_and(|why| why.contains("its name")),
+        );
+        let uri = "file:///a\nb";
+        let why = routing.refusal(&servers, 0, "resources/read", uri).unwrap();
+        assert!(why.starts_with("resource `"), "{why}");
+        assert_eq!(
+            routing.refusal(&servers, 0, "resources/read", "file:///a"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_read_result_keeps_no_entry_under_a_uri_that_breaks_a_line() {
+        let line = json!({"jsonrpc": "2.0", "id": 1, "result": {"contents": [
+            {"uri": "file:///a", "text": "a"},
+            {"uri": "file:///b\nc", "text": "b"},
+        ]}})
+        .to_string();
+        let shown: Value = serde_json::from_str(&screen_contents("a", line)).unwrap();
+        assert_eq!(
+            shown["result"]["contents"],
+            json!([{"uri": "file:///a", "text": "a"}])
+        );
+        let clean = json!({"jsonrpc": "2.0", "id": 1, "result": {"contents": []}}).to_string();
+        assert_eq!(screen_contents("a", clean.clone()), clean);
+    }
+
+    #[test]
+    fn a_log_level_is_one_mcp_names() {
+        assert_eq!(log_level(&json!({"level": "debug"})), Ok("debug"));
+        let why = log_level(&json!({"level": "loud"})).unwrap_err();
+        assert!(
+            why.starts_with("`logging/setLevel` takes one of debug"),
+            "{why}"
+        );
+        assert!(why.ends_with("not `loud`"), "{why}");
+        assert!(log_level(&json!({})).is_err());
+    }
 }

@@ -131,6 +131,13 @@ pub(crate) struct HostSession {
 // === impl Sessions ===
 
 impl Sessions {
+    /// The protocol version the host of `session` speaks ("" for none yet).
+    pub fn protocol_version(&self, session: SessionId) -> String {
+        self.get(&session)
+            .map(|host| host.protocol_version().to_owned())
+            .unwrap_or_default()
+    }
+
     /// A result line for a host, with what a 2026-07-28 host requires.
     pub fn result_line(&self, session: SessionId, id: &str, result: &Value) -> String {
         let modern = self.get(&session).is_some_and(HostSession::modern);

@@ -533,10 +533,11 @@ impl Gateway {
             let owner = if self.mode == super::Mode::Wrap {
                 Some(0)
             } else {
-                self.resource_owner(uri)
+                self.routing.resource_owner(&self.upstreams, uri)
             };
             let refused = self
-                .refusal(0, "resources/subscribe", uri)
+                .routing
+                .refusal(&self.upstreams, 0, "resources/subscribe", uri)
                 .or_else(|| owner.is_none().then(|| "no server lists it".to_owned()))
                 .or_else(|| owner.and_then(|idx| self.subscriptions.room(idx, uri, session).err()));
             let Some(idx) = owner.filter(|_| refused.is_none()) else {

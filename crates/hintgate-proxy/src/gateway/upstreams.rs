@@ -557,6 +557,12 @@ impl Upstreams {
         )
     }
 
+    /// Whether the gateway wraps one server (wrap mode), whose names are
+    /// shown as they are.
+    pub fn wraps(&self) -> bool {
+        self.mode == Mode::Wrap
+    }
+
     /// Whether two servers' prefixes begin one another (`docs__` and
     /// `docs___`): then a host-facing name may fit several, and the tool list
     /// leaves such names out.
