@@ -207,7 +207,7 @@ impl Gateway {
         } else {
             cx.arguments_or_empty().clone()
         };
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         let token_scope =
             super::pipeline::token_scope_of(&self.upstreams, cx, principal.as_deref());
         // What goes to the store keeps no secret: the preview as it may be

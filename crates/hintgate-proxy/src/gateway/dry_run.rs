@@ -110,7 +110,7 @@ impl Gateway {
         .ok_or("the call's params could not be rebuilt")?;
         let turn = self.turn;
         // The dry run goes with the same login the call would.
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         self.upstreams
             .get_mut(target)
             .map_or(Ok(()), |up| up.send_now(line, turn, principal))

@@ -1109,30 +1109,6 @@ impl Gateway {
         }
     }
 
-    /// A notification for every host session.
-    fn send_every_host(&mut self, line: &str) {
-        let sessions: Vec<SessionId> = self.sessions.keys().collect();
-        for session in sessions {
-            self.outbox.host_note(session, line.to_owned(), None);
-        }
-    }
-
-    /// The `--listen` principal whose upstream logins serve the requests of
-    /// the host of `session` (`None`: a stdio host, whose requests go with
-    /// the command line's logins).
-    pub(super) fn principal_for_upstream(&self, session: SessionId) -> Option<Arc<str>> {
-        self.sessions
-            .get(&session)
-            .and_then(|host| host.principal.as_deref())
-            .map(Arc::from)
-    }
-
-    /// A result for a host's request, with what a 2026-07-28 host requires.
-    fn reply(&mut self, session: SessionId, id: &str, result: &Value) {
-        let line = self.sessions.result_line(session, id, result);
-        self.outbox.host(session, line);
-    }
-
     fn expire(&mut self, now: Instant) {
         for expired in self.inflight.expired(now) {
             match expired {
@@ -1353,7 +1329,10 @@ impl Gateway {
         match &request.method {
             Method::Initialize => self.on_initialize(request),
             Method::Discover => self.on_discover(request),
-            Method::Ping => self.reply(session, request.id(), &json!({})),
+            Method::Ping => {
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}))
+            }
             _ if !started => match modern::modern_meta(&request) {
                 // A modern host's first request starts the session.
                 Some(meta) => {
@@ -1982,7 +1961,11 @@ impl Gateway {
         match message.method() {
             "notifications/tools/list_changed" => {
                 self.tools_changed(idx);
-                self.notify_hosts("notifications/tools/list_changed", message.line());
+                self.sessions.notify_all(
+                    &mut self.outbox,
+                    "notifications/tools/list_changed",
+                    message.line(),
+                );
             }
             // A 2026-07-28 server confirming a listen stream: the gateway's
             // own, or one for a host's resource subscription.
@@ -1996,7 +1979,8 @@ impl Gateway {
             "notifications/cancelled" => self.on_server_cancelled(idx, message),
             method @ ("notifications/prompts/list_changed"
             | "notifications/resources/list_changed") => {
-                self.notify_hosts(method, message.line());
+                self.sessions
+                    .notify_all(&mut self.outbox, method, message.line());
             }
             // An update of a private-data server's resource is its data
             // reaching the host (design §4.4).
@@ -2011,10 +1995,10 @@ impl Gateway {
             // A host shows a progress message as a line of its own: made
             // one, with nothing hidden in it (the rest as sent).
             "notifications/progress" => match progress_cleaned(message) {
-                Some(line) => self.send_every_host(&line),
-                None => self.send_every_host(message.line()),
+                Some(line) => self.sessions.note_every(&mut self.outbox, &line),
+                None => self.sessions.note_every(&mut self.outbox, message.line()),
             },
-            _ => self.send_every_host(message.line()),
+            _ => self.sessions.note_every(&mut self.outbox, message.line()),
         }
     }
 
@@ -2045,38 +2029,6 @@ impl Gateway {
         }
     }
 
-    /// A change notification to every host: as sent to a legacy host, on
-    /// its listen stream to a modern one; not to a host told of a change to
-    /// that list since it last asked for it.
-    fn notify_hosts(&mut self, method: &str, line: &str) {
-        let sessions: Vec<(SessionId, bool)> = self
-            .sessions
-            .keys()
-            .map(|id| (id, self.sessions.get(&id).is_some_and(HostSession::modern)))
-            .collect();
-        for (session, modern) in sessions {
-            self.notify_host(session, modern, method, line);
-        }
-    }
-
-    /// A change notification to one host, unless it was told already.
-    fn notify_host(&mut self, session: SessionId, modern: bool, method: &str, line: &str) {
-        // A modern host without a listen stream cannot be told yet.
-        let tell = self
-            .sessions
-            .get_mut(&session)
-            .is_some_and(|host| (!modern || host.listen.is_some()) && host.told.tell(method));
-        if !tell {
-            return;
-        }
-        if modern {
-            self.notify_modern(session, method);
-        } else {
-            let list = session::Told::list_changed(method);
-            self.outbox.host_note(session, line.to_owned(), list);
-        }
-    }
-
     /// The host reads again after its queue was past its bound: the count
     /// of what was dropped is logged, and the changes it was not told of
     /// are told now.
@@ -2095,7 +2047,8 @@ impl Gateway {
         }
         for method in owed {
             let line = frame::notification(method, &json!({}));
-            self.notify_host(session, modern, method, &line);
+            self.sessions
+                .notify(&mut self.outbox, session, modern, method, &line);
         }
     }
 

@@ -26,6 +26,7 @@ use super::call::CallContext;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use super::session::{Era, HostSession, declares_form_elicitation};
 use super::upstreams::Phase;
+use super::upstreams::Upstreams;
 use crate::frame::{self, Message};
 use crate::json::members;
 use crate::versions::{LEGACY_VERSIONS, MODERN_VERSION};
@@ -34,7 +35,7 @@ use crate::versions::{LEGACY_VERSIONS, MODERN_VERSION};
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_CLIENT: &str = "io.modelcontextprotocol/clientInfo";
-const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+pub(super) const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 /// The `_meta` key a 2026-07-28 request asks for log messages with: the
 /// lowest level it wants (the legacy `logging/setLevel`, per request).
 pub(super) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
@@ -359,28 +360,6 @@ impl Gateway {
         self.finish_initialize();
     }
 
-    /// The `server/discover` result.
-    pub(super) fn discover_result(&self, session: SessionId) -> Value {
-        let init = super::routing::initialize_result(
-            &self.sessions.protocol_version(session),
-            &self.upstreams,
-        );
-        let mut supported = vec![MODERN_VERSION];
-        supported.extend(LEGACY_VERSIONS);
-        let mut result = json!({
-            "supportedVersions": supported,
-            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "serverInfo": init.get("serverInfo").cloned().unwrap_or(Value::Null),
-        });
-        if let (Some(object), Some(instructions)) =
-            (result.as_object_mut(), init.get("instructions"))
-        {
-            object.insert("instructions".to_owned(), instructions.clone());
-        }
-        modernize(true, "server/discover", &mut result);
-        result
-    }
-
     /// A server's response passed to the host under the host's id, with
     /// what a modern host requires added to a successful result, and the
     /// questions of an input-required result marked as the server's.
@@ -555,21 +534,24 @@ impl Gateway {
             host.listen = Some(subscription);
         }
     }
+}
 
-    /// Sends a change notification to a modern host on its listen stream.
-    pub(super) fn notify_modern(&mut self, session: SessionId, method: &str) {
-        let Some(subscription) = self
-            .sessions
-            .get(&session)
-            .and_then(|host| host.listen.clone())
-        else {
-            return;
-        };
-        let id: Value = serde_json::from_str(&subscription).unwrap_or(Value::Null);
-        let line = frame::notification(method, &json!({"_meta": {META_SUBSCRIPTION: id}}));
-        let list = super::session::Told::list_changed(method);
-        self.outbox.host_note(session, line, list);
+/// The `server/discover` result for a host, made from the `initialize`
+/// result a host of `version` gets.
+pub(super) fn discover_result(version: &str, upstreams: &Upstreams) -> Value {
+    let init = super::routing::initialize_result(version, upstreams);
+    let mut supported = vec![MODERN_VERSION];
+    supported.extend(LEGACY_VERSIONS);
+    let mut result = json!({
+        "supportedVersions": supported,
+        "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        "serverInfo": init.get("serverInfo").cloned().unwrap_or(Value::Null),
+    });
+    if let (Some(object), Some(instructions)) = (result.as_object_mut(), init.get("instructions")) {
+        object.insert("instructions".to_owned(), instructions.clone());
     }
+    modernize(true, "server/discover", &mut result);
+    result
 }
 
 #[cfg(test)]

@@ -540,7 +540,7 @@ impl Gateway {
         };
         cx.started = Some(Instant::now());
         let turn = self.turn;
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         let sent = self
             .upstreams
             .get_mut(target)
@@ -905,7 +905,7 @@ impl Gateway {
                 parsed.as_ref()
             }
         };
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         let token_scope = token_scope_of(&self.upstreams, cx, principal.as_deref());
         let preview = self.preview_record(cx);
         let fields = CallFields {

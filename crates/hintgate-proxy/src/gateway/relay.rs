@@ -337,27 +337,6 @@ impl Gateway {
         Ok(())
     }
 
-    /// Whether a session's host takes a server's request `method`, by what
-    /// it declared ([`server_request`]), whichever way the request travels.
-    ///
-    /// # Errors
-    ///
-    /// Why the request is not passed to the host.
-    fn host_takes(&self, session: super::request::SessionId, method: &str) -> Result<(), String> {
-        let capabilities = self
-            .sessions
-            .get(&session)
-            .and_then(|host| host.init.as_ref())
-            .and_then(|init| init.get("capabilities"));
-        match server_request(method, capabilities) {
-            ServerRequest::Relay => Ok(()),
-            ServerRequest::Pong => {
-                Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
-            }
-            ServerRequest::Refuse(why) => Err(why),
-        }
-    }
-
     /// A legacy server asked the host something while a modern host waits
     /// on a call: answer that call with the question. Returns false when no
     /// single call of the host can carry it.
@@ -382,6 +361,7 @@ impl Gateway {
         let server = self.upstreams.name(idx).to_owned();
         // The host is asked only what it said it takes, as a legacy host is.
         let marked = self
+            .sessions
             .host_takes(session, message.method())
             .and_then(|()| self.mark_for_host(idx, message.method(), &mut params));
         if let Err(why) = marked {
@@ -596,7 +576,8 @@ impl Gateway {
             let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
             // The host is asked only what it said it takes, as when the
             // server asks it directly.
-            self.host_takes(cx.request.session, &method)
+            self.sessions
+                .host_takes(cx.request.session, &method)
                 .and_then(|()| match cx.server {
                     Some(idx) => self.mark_for_host(idx, &method, &mut params),
                     None => mark_question(&server, &method, &mut params),

@@ -451,8 +451,12 @@ impl Gateway {
             let discover = host.discover_pending.take();
             let initialize = host.initialize_pending.take();
             if let Some(request) = discover {
-                let result = self.discover_result(session);
-                self.reply(session, request.id(), &result);
+                let result = super::modern::discover_result(
+                    &self.sessions.protocol_version(session),
+                    &self.upstreams,
+                );
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &result);
             }
             let Some(request) = initialize else {
                 continue;
@@ -469,7 +473,8 @@ impl Gateway {
             }
             let result =
                 initialize_result(&self.sessions.protocol_version(session), &self.upstreams);
-            self.reply(session, request.id(), &result);
+            self.sessions
+                .reply(&mut self.outbox, session, request.id(), &result);
         }
     }
 
@@ -701,7 +706,8 @@ impl Gateway {
             self.outbox
                 .upstream(idx, generation, request.with_id(&id.to_string()), None);
         }
-        self.reply(session, request.id(), &json!({}));
+        self.sessions
+            .reply(&mut self.outbox, session, request.id(), &json!({}));
     }
 
     /// `prompts/get` in gateway mode: to the server whose prompt the name
@@ -758,7 +764,8 @@ impl Gateway {
         if modern && request.method.as_str() == "logging/setLevel" {
             // 2026-07-28 has no `logging/setLevel`: the session's level goes
             // in the `_meta` of each of its requests instead.
-            self.reply(request.session, request.id(), &json!({}));
+            self.sessions
+                .reply(&mut self.outbox, request.session, request.id(), &json!({}));
             return;
         }
         if params.is_none()
@@ -816,7 +823,7 @@ impl Gateway {
         let session = request.session;
         self.inflight
             .wait_up(idx, id, UpPurpose::Forward(Box::new(request)), timeout);
-        let principal = self.principal_for_upstream(session);
+        let principal = self.sessions.principal(session);
         self.outbox.upstream(idx, generation, line, principal);
     }
 
@@ -894,7 +901,8 @@ impl Gateway {
                 .get(&request.session)
                 .is_some_and(super::session::HostSession::modern);
             super::modern::modernize(modern, request.method.as_str(), &mut result);
-            self.reply(request.session, request.id(), &result);
+            self.sessions
+                .reply(&mut self.outbox, request.session, request.id(), &result);
             return;
         }
         let aggregate = self.routing.next_number();
@@ -1072,7 +1080,8 @@ impl Gateway {
             .get(&session)
             .is_some_and(super::session::HostSession::modern);
         super::modern::modernize(modern, state.request.method.as_str(), &mut result);
-        self.reply(session, state.request.id(), &result);
+        self.sessions
+            .reply(&mut self.outbox, session, state.request.id(), &result);
     }
 }
 

@@ -19,6 +19,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Gateway;
+use super::outbox::Outbox;
+use super::relay::{ServerRequest, server_request};
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::conn::QueueGauge;
 
@@ -131,6 +133,93 @@ pub(crate) struct HostSession {
 // === impl Sessions ===
 
 impl Sessions {
+    /// The `--listen` principal whose upstream logins serve the requests of
+    /// the host of `session` (`None`: a stdio host, whose requests go with
+    /// the command line's logins).
+    pub fn principal(&self, session: SessionId) -> Option<Arc<str>> {
+        self.get(&session)
+            .and_then(|host| host.principal.as_deref())
+            .map(Arc::from)
+    }
+
+    /// A result for a host's request, with what a 2026-07-28 host requires,
+    /// into the outbox.
+    pub fn reply(&self, outbox: &mut Outbox, session: SessionId, id: &str, result: &Value) {
+        outbox.host(session, self.result_line(session, id, result));
+    }
+
+    /// A notification for every host session, into the outbox.
+    pub fn note_every(&self, outbox: &mut Outbox, line: &str) {
+        for session in self.keys() {
+            outbox.host_note(session, line.to_owned(), None);
+        }
+    }
+
+    /// A change notification (`method`; `line` for a legacy host) to every
+    /// host that was not told already, into the outbox.
+    pub fn notify_all(&mut self, outbox: &mut Outbox, method: &str, line: &str) {
+        let sessions: Vec<(SessionId, bool)> = self
+            .keys()
+            .map(|id| (id, self.get(&id).is_some_and(HostSession::modern)))
+            .collect();
+        for (session, modern) in sessions {
+            self.notify(outbox, session, modern, method, line);
+        }
+    }
+
+    /// A change notification to one host, unless it was told already: a
+    /// legacy host gets `line`, a 2026-07-28 host the notification on its
+    /// listen stream (and, without one, cannot be told yet).
+    pub fn notify(
+        &mut self,
+        outbox: &mut Outbox,
+        session: SessionId,
+        modern: bool,
+        method: &str,
+        line: &str,
+    ) {
+        let Some(host) = self.get_mut(&session) else {
+            return;
+        };
+        if !((!modern || host.listen.is_some()) && host.told.tell(method)) {
+            return;
+        }
+        let list = Told::list_changed(method);
+        if !modern {
+            outbox.host_note(session, line.to_owned(), list);
+            return;
+        }
+        let Some(subscription) = host.listen.as_deref() else {
+            return;
+        };
+        let id: Value = serde_json::from_str(subscription).unwrap_or(Value::Null);
+        let line = crate::frame::notification(
+            method,
+            &serde_json::json!({"_meta": {super::modern::META_SUBSCRIPTION: id}}),
+        );
+        outbox.host_note(session, line, list);
+    }
+
+    /// Whether the host of `session` takes a server's request `method`, by
+    /// what it declared in its `initialize`.
+    ///
+    /// # Errors
+    ///
+    /// Why it does not, in words for the server.
+    pub fn host_takes(&self, session: SessionId, method: &str) -> Result<(), String> {
+        let capabilities = self
+            .get(&session)
+            .and_then(|host| host.init.as_ref())
+            .and_then(|init| init.get("capabilities"));
+        match server_request(method, capabilities) {
+            ServerRequest::Relay => Ok(()),
+            ServerRequest::Pong => {
+                Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
+            }
+            ServerRequest::Refuse(why) => Err(why),
+        }
+    }
+
     /// The protocol version the host of `session` speaks ("" for none yet).
     pub fn protocol_version(&self, session: SessionId) -> String {
         self.get(&session)
@@ -467,5 +556,71 @@ mod tests {
         // Other notifications are never held back.
         assert!(told.tell("notifications/message"));
         assert!(told.tell("notifications/message"));
+    }
+
+    /// Sessions 0 (a legacy host that declared `capabilities`), 1 (a
+    /// 2026-07-28 host listening on stream `"s1"`) and 2 (a 2026-07-28 host
+    /// without a listen stream).
+    fn three_sessions(capabilities: Value) -> Sessions {
+        let mut sessions = Sessions::default();
+        for (n, era, listen) in [
+            (0, Era::Legacy("2025-11-25".to_owned()), None),
+            (1, Era::Modern, Some("\"s1\"".to_owned())),
+            (2, Era::Modern, None),
+        ] {
+            let (out, _) = mpsc::unbounded_channel();
+            let mut host = HostSession::new(out, Arc::default(), Arc::default());
+            host.era = era;
+            host.listen = listen;
+            host.init = Some(serde_json::json!({"capabilities": capabilities.clone()}));
+            sessions.insert(SessionId(n), host);
+        }
+        sessions
+    }
+
+    #[test]
+    fn a_list_change_reaches_each_host_once_in_its_own_era() {
+        use super::super::outbox::{Outbox, Outgoing};
+        let mut sessions = three_sessions(Value::Null);
+        let mut outbox = Outbox::new();
+        let method = "notifications/tools/list_changed";
+        let legacy = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        sessions.notify_all(&mut outbox, method, legacy);
+        // Told already: nothing more until the hosts list again.
+        sessions.notify_all(&mut outbox, method, legacy);
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert!(
+            matches!(&sent[0], Outgoing::HostNote(SessionId(0), line, Some(_)) if line == legacy)
+        );
+        let Outgoing::HostNote(SessionId(1), line, Some(_)) = &sent[1] else {
+            panic!("{sent:?}");
+        };
+        let line: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(line["method"], method);
+        assert_eq!(
+            line["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            "s1"
+        );
+        // A note for every host goes to every host, told or not.
+        sessions.note_every(&mut outbox, "n");
+        assert_eq!(outbox.take().len(), 3);
+    }
+
+    #[test]
+    fn a_server_asks_a_host_only_what_it_declared() {
+        let sessions = three_sessions(serde_json::json!({"sampling": {}}));
+        assert_eq!(
+            sessions.host_takes(SessionId(0), "sampling/createMessage"),
+            Ok(())
+        );
+        assert!(sessions.host_takes(SessionId(0), "roots/list").is_err());
+        assert!(sessions.host_takes(SessionId(0), "ping").is_err());
+        assert!(sessions.host_takes(SessionId(0), "tools/call").is_err());
+        assert!(
+            sessions
+                .host_takes(SessionId(9), "sampling/createMessage")
+                .is_err()
+        );
     }
 }

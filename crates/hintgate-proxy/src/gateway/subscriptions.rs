@@ -290,7 +290,10 @@ impl Gateway {
                 lost: false,
                 ..
             }) if !modern => self.forward_plain(idx, request),
-            Some(Ended { listen: None, .. }) => self.reply(session, request.id(), &json!({})),
+            Some(Ended { listen: None, .. }) => {
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}))
+            }
             Some(Ended {
                 listen: Some(listen),
                 ..
@@ -299,11 +302,15 @@ impl Gateway {
                 self.inflight.take_up(idx, listen);
                 self.upstreams
                     .cancel(idx, listen, "unsubscribed", &mut self.outbox);
-                self.reply(session, request.id(), &json!({}));
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}));
             }
             // Another session still holds it, or a 2026-07-28 server
             // has nothing to be told.
-            None if held || modern => self.reply(session, request.id(), &json!({})),
+            None if held || modern => {
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}))
+            }
             // Nothing the gateway knows of: the server answers.
             None => self.forward_plain(idx, request),
         }
@@ -338,7 +345,8 @@ impl Gateway {
         let sub = self.subscriptions.entry(idx, &uri);
         if sub.acknowledged {
             sub.sessions.insert(session);
-            self.reply(session, request.id(), &json!({}));
+            self.sessions
+                .reply(&mut self.outbox, session, request.id(), &json!({}));
             return;
         }
         let opened = sub.listen.is_some();
@@ -406,7 +414,8 @@ impl Gateway {
             sub.sessions.insert(request.session);
         }
         for request in waiting {
-            self.reply(request.session, request.id(), &json!({}));
+            self.sessions
+                .reply(&mut self.outbox, request.session, request.id(), &json!({}));
         }
     }
 
