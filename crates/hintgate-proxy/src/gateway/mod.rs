@@ -894,23 +894,7 @@ impl Gateway {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Open(open) => {
-                let crate::event::OpenSession {
-                    session,
-                    out,
-                    gauge,
-                    requests,
-                    scope,
-                    principal,
-                    sink,
-                } = *open;
-                let mut host = HostSession::new(out, gauge, requests);
-                host.sink = sink;
-                host.scope = scope;
-                host.principal = principal;
-                tracing::debug!(session, ?scope, "a host session opens");
-                self.sessions.insert(SessionId(session), host);
-            }
+            Event::Open(open) => self.sessions.open(*open),
             Event::Host { session, event } => {
                 let session = SessionId(session);
                 match event {

@@ -1179,23 +1179,8 @@ pub(super) fn call_line_with(
     {
         return Some(cx.request.with_id(&id_text));
     }
-    // The `_meta` keys the gateway sets: the 2026-07-28 ones, and the trace
-    // context of the call's forward span (in place of the host's).
     let set_meta = modern || traceparent.is_some();
-    let meta_ours: std::borrow::Cow<'_, Value> = match traceparent {
-        None => std::borrow::Cow::Borrowed(modern_meta),
-        Some(traceparent) => {
-            let mut meta = if modern {
-                modern_meta.clone()
-            } else {
-                Value::Object(serde_json::Map::new())
-            };
-            if let Some(object) = meta.as_object_mut() {
-                object.insert("traceparent".to_owned(), Value::from(traceparent));
-            }
-            std::borrow::Cow::Owned(meta)
-        }
-    };
+    let meta_ours = meta_ours(modern, modern_meta, traceparent);
     let params = cx.request.line.get(cx.params.span.clone())?;
     let found = members(params).ok()?;
     let mut writer = ObjectWriter::with_capacity(params.len() + 256);
@@ -1237,6 +1222,28 @@ pub(super) fn call_line_with(
         writer.member("_meta", &meta_ours.to_string());
     }
     Some(cx.request.with_id_and_params(&id_text, &writer.finish()))
+}
+
+/// The `_meta` keys the gateway sets on a call it sends: the 2026-07-28
+/// ones (`modern_meta`, for a 2026-07-28 server), and the trace context of
+/// the call's forward span (in place of the host's).
+fn meta_ours<'a>(
+    modern: bool,
+    modern_meta: &'a Value,
+    traceparent: Option<&str>,
+) -> std::borrow::Cow<'a, Value> {
+    let Some(traceparent) = traceparent else {
+        return std::borrow::Cow::Borrowed(modern_meta);
+    };
+    let mut meta = if modern {
+        modern_meta.clone()
+    } else {
+        Value::Object(serde_json::Map::new())
+    };
+    if let Some(object) = meta.as_object_mut() {
+        object.insert("traceparent".to_owned(), Value::from(traceparent));
+    }
+    std::borrow::Cow::Owned(meta)
 }
 
 #[cfg(test)]

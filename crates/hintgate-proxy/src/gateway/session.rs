@@ -244,6 +244,25 @@ impl Sessions {
         crate::frame::response(id, result)
     }
 
+    /// A host session opens, as the host side describes it.
+    pub fn open(&mut self, open: crate::event::OpenSession) {
+        let crate::event::OpenSession {
+            session,
+            out,
+            gauge,
+            requests,
+            scope,
+            principal,
+            sink,
+        } = open;
+        let mut host = HostSession::new(out, gauge, requests);
+        host.sink = sink;
+        host.scope = scope;
+        host.principal = principal;
+        tracing::debug!(session, ?scope, "a host session opens");
+        self.insert(SessionId(session), host);
+    }
+
     /// Adds a session under its number.
     pub fn insert(&mut self, id: SessionId, session: HostSession) {
         self.list.insert(id.0, session);
