@@ -97,7 +97,10 @@ impl Gateway {
         };
         let id = up.next_id();
         let modern = up.modern;
-        let meta = self.session_meta(cx.request.session).into_owned();
+        let meta = self
+            .declared
+            .for_level(self.sessions.log_level(cx.request.session))
+            .into_owned();
         let line = super::pipeline::call_line_with(
             cx,
             Some(&arguments),

@@ -254,12 +254,9 @@ pub(crate) struct Gateway {
     events: EventSender,
     sealer: crate::seal::Sealer,
     sessions: session::Sessions,
-    /// What the servers were told of the host (the first session's
-    /// `initialize`): capabilities and client identity.
-    upstream_init: Option<Value>,
-    /// The `_meta` every request to a 2026-07-28 server carries, made from
-    /// `upstream_init` once.
-    upstream_meta: Value,
+    /// What the servers are told of the host (the first session's
+    /// `initialize`).
+    declared: modern::Declared,
     upstreams: Upstreams,
     inflight: InFlight,
     catalog: catalog::Catalog,
@@ -867,8 +864,7 @@ impl Gateway {
             events,
             sealer,
             sessions: session::Sessions::default(),
-            upstream_init: None,
-            upstream_meta: modern::upstream_meta(None),
+            declared: modern::Declared::new(),
             upstreams,
             inflight: InFlight::default(),
             routing: routing::Routing::default(),

@@ -140,6 +140,110 @@ pub(super) fn with_meta(params: Value, ours: &Value) -> Value {
     Value::Object(params)
 }
 
+/// What the servers are told of the host: the first session's `initialize`
+/// (its capabilities, without tasks, and its client identity), and the
+/// `_meta` made from it once, which every request to a 2026-07-28 server
+/// carries.
+#[derive(Debug)]
+pub(crate) struct Declared {
+    init: Option<Value>,
+    meta: Value,
+}
+
+impl Declared {
+    /// Nothing declared yet: the servers are told of no capabilities, and
+    /// of hintgate as the client.
+    pub fn new() -> Self {
+        Self {
+            init: None,
+            meta: upstream_meta(None),
+        }
+    }
+
+    /// The first session's declaration, `init` (its capabilities already
+    /// without tasks), becomes what the servers are told; a later one
+    /// changes nothing. The host's capabilities sit a level deeper in a
+    /// 2026-07-28 request's `params._meta` than in its `initialize`: what
+    /// fit there may not fit within `max_depth` here, and then the
+    /// 2026-07-28 servers are told of none.
+    pub fn declare(&mut self, init: Value, max_depth: usize) {
+        if self.init.is_some() {
+            return;
+        }
+        self.meta = upstream_meta(Some(&init));
+        let placed = format!("{{\"params\":{{\"_meta\":{}}}}}", self.meta);
+        if let Err(err) = crate::json::check_depth(&placed, max_depth) {
+            tracing::warn!(
+                "the host's capabilities, passed on in a 2026-07-28 request's `_meta`, {err}; 2026-07-28 servers are told of none"
+            );
+            let mut bare = init.clone();
+            if let Some(object) = bare.as_object_mut() {
+                object.insert("capabilities".to_owned(), Value::Object(Map::new()));
+                object.remove("clientInfo");
+            }
+            self.meta = upstream_meta(Some(&bare));
+        }
+        self.init = Some(init);
+    }
+
+    /// The host's capabilities as the servers are told them (`{}` before
+    /// any session declared them).
+    pub fn capabilities(&self) -> Value {
+        self.init
+            .as_ref()
+            .and_then(|init| init.get("capabilities"))
+            .cloned()
+            .unwrap_or_else(|| json!({}))
+    }
+
+    /// The `_meta` of the era probe and of a 2026-07-28 server's requests.
+    pub fn meta(&self) -> &Value {
+        &self.meta
+    }
+
+    /// `params` with the modern `_meta` keys added (the request's own
+    /// `_meta` entries, such as a progress token, are kept).
+    pub fn with_meta(&self, params: Value) -> Value {
+        with_meta(params, &self.meta)
+    }
+
+    /// The `_meta` a request on behalf of a session carries to a 2026-07-28
+    /// server: the gateway's, and the log `level` a legacy host set with
+    /// `logging/setLevel` (2026-07-28 has no such method: a server sends log
+    /// messages only for a request that names a level).
+    pub fn for_level(&self, level: Option<&str>) -> std::borrow::Cow<'_, Value> {
+        match (level, &self.meta) {
+            (Some(level), Value::Object(meta)) => {
+                let mut meta = meta.clone();
+                meta.insert(META_LOG_LEVEL.to_owned(), Value::String(level.to_owned()));
+                std::borrow::Cow::Owned(Value::Object(meta))
+            }
+            _ => std::borrow::Cow::Borrowed(&self.meta),
+        }
+    }
+
+    /// The params of a legacy server's `initialize`: the host's version
+    /// where it is a legacy one hintgate speaks (else 2025-11-25), its
+    /// capabilities and its client identity (else hintgate's).
+    pub fn initialize_params(&self) -> Value {
+        let init = self.init.clone().unwrap_or_else(|| json!({}));
+        let asked = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let version = if LEGACY_VERSIONS.contains(&asked) {
+            asked
+        } else {
+            "2025-11-25"
+        };
+        json!({
+            "protocolVersion": version,
+            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+            "clientInfo": init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+        })
+    }
+}
+
 /// The `_meta` every request to a 2026-07-28 server carries: the version,
 /// and the host's capabilities and identity (from what the first session
 /// declared, `init`).
@@ -198,31 +302,6 @@ fn supports_modern(result: Option<&Value>) -> bool {
 // === impl Gateway ===
 
 impl Gateway {
-    /// `params` with the modern `_meta` keys added (the request's own
-    /// `_meta` entries, such as a progress token, are kept).
-    pub(super) fn with_modern_meta(&self, params: Value) -> Value {
-        with_meta(params, &self.upstream_meta)
-    }
-
-    /// The `_meta` a request on behalf of `session` carries to a 2026-07-28
-    /// server: the gateway's, and the log level a legacy host set with
-    /// `logging/setLevel` (2026-07-28 has no such method: a server sends log
-    /// messages only for a request that names a level).
-    pub(super) fn session_meta(&self, session: SessionId) -> std::borrow::Cow<'_, Value> {
-        let level = self
-            .sessions
-            .get(&session)
-            .and_then(|host| host.log_level.as_deref());
-        match (level, &self.upstream_meta) {
-            (Some(level), Value::Object(meta)) => {
-                let mut meta = meta.clone();
-                meta.insert(META_LOG_LEVEL.to_owned(), Value::String(level.to_owned()));
-                std::borrow::Cow::Owned(Value::Object(meta))
-            }
-            _ => std::borrow::Cow::Borrowed(&self.upstream_meta),
-        }
-    }
-
     /// The answer to the era probe: a 2026-07-28 server is ready at once
     /// (and asked for change notifications); anything else gets the legacy
     /// handshake.
@@ -263,7 +342,7 @@ impl Gateway {
         // not in the in-flight table.
         let id = up.next_id();
         let generation = up.generation();
-        let listen = self.with_modern_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}}));
+        let listen = self.declared.with_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}}));
         self.outbox.upstream(
             idx,
             generation,
@@ -578,5 +657,56 @@ mod tests {
             merged,
             json!({"progressToken": "p", META_VERSION: MODERN_VERSION})
         );
+    }
+
+    #[test]
+    fn the_servers_are_told_what_the_first_session_declared_and_no_more() {
+        let mut declared = Declared::new();
+        assert_eq!(declared.capabilities(), json!({}));
+        assert_eq!(
+            declared.initialize_params()["protocolVersion"],
+            "2025-11-25"
+        );
+        assert_eq!(
+            declared.initialize_params()["clientInfo"]["name"],
+            "hintgate"
+        );
+        let first = json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "host", "version": "1"},
+        });
+        declared.declare(first, 64);
+        declared.declare(json!({"capabilities": {"roots": {}}}), 64);
+        assert_eq!(declared.capabilities(), json!({"sampling": {}}));
+        let params = declared.initialize_params();
+        assert_eq!(params["protocolVersion"], "2025-06-18");
+        assert_eq!(params["clientInfo"]["name"], "host");
+        assert_eq!(declared.meta()[META_CAPABILITIES], json!({"sampling": {}}));
+        assert_eq!(declared.meta()[META_VERSION], MODERN_VERSION);
+        // A request's own `_meta` entries are kept beside the gateway's.
+        let with = declared.with_meta(json!({"_meta": {"progressToken": 1}}));
+        assert_eq!(with["_meta"]["progressToken"], 1);
+        assert_eq!(with["_meta"][META_VERSION], MODERN_VERSION);
+        // A legacy host's log level rides in a 2026-07-28 request's `_meta`.
+        assert_eq!(declared.for_level(Some("debug"))[META_LOG_LEVEL], "debug");
+        assert!(declared.for_level(None).get(META_LOG_LEVEL).is_none());
+    }
+
+    #[test]
+    fn capabilities_too_deep_for_a_modern_meta_are_not_passed_on_there() {
+        let mut deep = json!({});
+        for _ in 0..8 {
+            deep = json!({"x": deep});
+        }
+        let mut declared = Declared::new();
+        declared.declare(
+            json!({"capabilities": {"experimental": deep}, "clientInfo": {"name": "host"}}),
+            10,
+        );
+        // The legacy handshake still carries them; the modern `_meta` none.
+        assert!(declared.capabilities()["experimental"].is_object());
+        assert_eq!(declared.meta()[META_CAPABILITIES], json!({}));
+        assert_eq!(declared.meta()[META_CLIENT]["name"], "hintgate");
     }
 }

@@ -519,7 +519,9 @@ impl Gateway {
         let id = up.next_id();
         let modern = up.modern;
         let traceparent = cx.trace.as_deref_mut().map(CallTrace::forwarding);
-        let session_meta = self.session_meta(cx.request.session);
+        let session_meta = self
+            .declared
+            .for_level(self.sessions.log_level(cx.request.session));
         let Some(line) = call_line(
             &cx,
             self.mode == super::Mode::Wrap,

@@ -407,25 +407,7 @@ impl Gateway {
         if let Some(capabilities) = init.get_mut("capabilities") {
             without_tasks(capabilities);
         }
-        if self.upstream_init.is_none() {
-            self.upstream_meta = super::modern::upstream_meta(Some(&init));
-            // The host's capabilities sit a level deeper in a 2026-07-28
-            // request's `params._meta` than in its `initialize`: what fit
-            // there may not fit here, and then the servers are told none.
-            let placed = format!("{{\"params\":{{\"_meta\":{}}}}}", self.upstream_meta);
-            if let Err(err) = crate::json::check_depth(&placed, self.limits.max_depth) {
-                tracing::warn!(
-                    "the host's capabilities, passed on in a 2026-07-28 request's `_meta`, {err}; 2026-07-28 servers are told of none"
-                );
-                let mut bare = init.clone();
-                if let Some(object) = bare.as_object_mut() {
-                    object.insert("capabilities".to_owned(), Value::Object(Map::new()));
-                    object.remove("clientInfo");
-                }
-                self.upstream_meta = super::modern::upstream_meta(Some(&bare));
-            }
-            self.upstream_init = Some(init);
-        }
+        self.declared.declare(init, self.limits.max_depth);
         for idx in 0..self.upstreams.len() {
             if self
                 .upstreams
@@ -794,7 +776,9 @@ impl Gateway {
         let id = up.next_id();
         let generation = up.generation();
         let modern = up.modern;
-        let session_meta = self.session_meta(request.session);
+        let session_meta = self
+            .declared
+            .for_level(self.sessions.log_level(request.session));
         let modern_meta = &*session_meta;
         let id_text = id.to_string();
         let line = match params {

@@ -142,6 +142,11 @@ impl Sessions {
             .map(Arc::from)
     }
 
+    /// The log level the host of `session` set with `logging/setLevel`.
+    pub fn log_level(&self, session: SessionId) -> Option<&str> {
+        self.get(&session)?.log_level.as_deref()
+    }
+
     /// A result for a host's request, with what a 2026-07-28 host requires,
     /// into the outbox.
     pub fn reply(&self, outbox: &mut Outbox, session: SessionId, id: &str, result: &Value) {

@@ -356,7 +356,8 @@ impl Gateway {
         }
         // The first session to subscribe: a listen stream for this URI.
         let params = self
-            .with_modern_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
+            .declared
+            .with_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
         let timeout = self.limits.call_timeout;
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
@@ -591,9 +592,9 @@ impl Gateway {
             let generation = up.generation();
             let line = if modern {
                 self.subscriptions.entry(idx, &uri).listen = Some(id);
-                let params = self.with_modern_meta(
-                    json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}),
-                );
+                let params = self
+                    .declared
+                    .with_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
                 self.inflight
                     .wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
                 frame::request(&id.to_string(), "subscriptions/listen", &params)

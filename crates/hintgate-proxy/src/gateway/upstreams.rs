@@ -39,7 +39,6 @@ use crate::conn::QueueGauge;
 use crate::event::EventSender;
 use crate::frame::{self, Message};
 use crate::upstream::{Connector, Link, LinkTarget};
-use crate::versions::LEGACY_VERSIONS;
 
 /// How long the era probe (`server/discover`) waits before a server is taken
 /// for a legacy one.
@@ -711,12 +710,7 @@ impl Gateway {
         let (identity, resolved) = identity_of(&up.config);
         let name = up.name.clone();
         tracing::info!(server.id = %name, identity = %identity, "identity");
-        let capabilities = self
-            .upstream_init
-            .as_ref()
-            .and_then(|init| init.get("capabilities"))
-            .cloned()
-            .unwrap_or_else(|| json!({}));
+        let capabilities = self.declared.capabilities();
         let key = self.store.as_ref().map(|store| {
             hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
         });
@@ -749,7 +743,7 @@ impl Gateway {
 
     /// Sends `server/discover`, waiting `timeout` for its answer.
     pub(super) fn probe_era(&mut self, idx: ServerIdx, timeout: Duration) {
-        let params = json!({"_meta": self.upstream_meta.clone()});
+        let params = json!({"_meta": self.declared.meta().clone()});
         self.request_up(
             idx,
             "server/discover",
@@ -761,21 +755,7 @@ impl Gateway {
 
     /// The legacy handshake, after the probe found no 2026-07-28 server.
     pub(super) fn send_initialize(&mut self, idx: ServerIdx) {
-        let init = self.upstream_init.clone().unwrap_or_else(|| json!({}));
-        let asked = init
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let version = if LEGACY_VERSIONS.contains(&asked) {
-            asked
-        } else {
-            "2025-11-25"
-        };
-        let params = json!({
-            "protocolVersion": version,
-            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "clientInfo": init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
-        });
+        let params = self.declared.initialize_params();
         let timeout = self.limits.call_timeout;
         self.request_up(idx, "initialize", &params, UpPurpose::Initialize, timeout);
     }
@@ -792,7 +772,7 @@ impl Gateway {
     ) -> u64 {
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         let params = if modern {
-            self.with_modern_meta(params.clone())
+            self.declared.with_meta(params.clone())
         } else {
             params.clone()
         };
