@@ -48,6 +48,8 @@ use super::Gateway;
 use super::call::{Approver, CallContext, CallEnd, Channel, Continuation, Outcome, Refusal, Step};
 use super::inflight::{HostPurpose, UpPurpose};
 use super::request::ServerIdx;
+use super::request::SessionId;
+use super::session::Sessions;
 use crate::frame::{self, Message};
 
 /// The input key under which a relayed server question travels to a modern host.
@@ -75,6 +77,30 @@ pub(super) enum ServerRequest {
     /// Refused with "method not found" and why: a method a server may not
     /// send a client, or one whose capability the host did not declare.
     Refuse(String),
+}
+
+/// Whether the host of `session` takes a server's request `method`, by
+/// what it declared in its `initialize`.
+///
+/// # Errors
+///
+/// Why it does not, in words for the server.
+pub(super) fn host_takes(
+    sessions: &Sessions,
+    session: SessionId,
+    method: &str,
+) -> Result<(), String> {
+    let capabilities = sessions
+        .get(&session)
+        .and_then(|host| host.init.as_ref())
+        .and_then(|init| init.get("capabilities"));
+    match server_request(method, capabilities) {
+        ServerRequest::Relay => Ok(()),
+        ServerRequest::Pong => {
+            Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
+        }
+        ServerRequest::Refuse(why) => Err(why),
+    }
 }
 
 /// What becomes of a server's request `method` to a legacy host that
@@ -360,9 +386,7 @@ impl Gateway {
             .unwrap_or_else(|| json!({}));
         let server = self.upstreams.name(idx).to_owned();
         // The host is asked only what it said it takes, as a legacy host is.
-        let marked = self
-            .sessions
-            .host_takes(session, message.method())
+        let marked = host_takes(&self.sessions, session, message.method())
             .and_then(|()| self.mark_for_host(idx, message.method(), &mut params));
         if let Err(why) = marked {
             tracing::warn!(server.id = %server, "{why}");
@@ -576,12 +600,12 @@ impl Gateway {
             let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
             // The host is asked only what it said it takes, as when the
             // server asks it directly.
-            self.sessions
-                .host_takes(cx.request.session, &method)
-                .and_then(|()| match cx.server {
+            host_takes(&self.sessions, cx.request.session, &method).and_then(|()| {
+                match cx.server {
                     Some(idx) => self.mark_for_host(idx, &method, &mut params),
                     None => mark_question(&server, &method, &mut params),
-                })?;
+                }
+            })?;
             questions.push((key, method, params));
         }
         Ok(questions)

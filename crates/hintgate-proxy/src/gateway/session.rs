@@ -20,7 +20,6 @@ use tokio::sync::mpsc;
 
 use super::Gateway;
 use super::outbox::Outbox;
-use super::relay::{ServerRequest, server_request};
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::conn::QueueGauge;
 
@@ -203,26 +202,6 @@ impl Sessions {
             &serde_json::json!({"_meta": {super::modern::META_SUBSCRIPTION: id}}),
         );
         outbox.host_note(session, line, list);
-    }
-
-    /// Whether the host of `session` takes a server's request `method`, by
-    /// what it declared in its `initialize`.
-    ///
-    /// # Errors
-    ///
-    /// Why it does not, in words for the server.
-    pub fn host_takes(&self, session: SessionId, method: &str) -> Result<(), String> {
-        let capabilities = self
-            .get(&session)
-            .and_then(|host| host.init.as_ref())
-            .and_then(|init| init.get("capabilities"));
-        match server_request(method, capabilities) {
-            ServerRequest::Relay => Ok(()),
-            ServerRequest::Pong => {
-                Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
-            }
-            ServerRequest::Refuse(why) => Err(why),
-        }
     }
 
     /// The protocol version the host of `session` speaks ("" for none yet).
@@ -633,18 +612,15 @@ mod tests {
 
     #[test]
     fn a_server_asks_a_host_only_what_it_declared() {
+        use super::super::relay::host_takes;
         let sessions = three_sessions(serde_json::json!({"sampling": {}}));
         assert_eq!(
-            sessions.host_takes(SessionId(0), "sampling/createMessage"),
+            host_takes(&sessions, SessionId(0), "sampling/createMessage"),
             Ok(())
         );
-        assert!(sessions.host_takes(SessionId(0), "roots/list").is_err());
-        assert!(sessions.host_takes(SessionId(0), "ping").is_err());
-        assert!(sessions.host_takes(SessionId(0), "tools/call").is_err());
-        assert!(
-            sessions
-                .host_takes(SessionId(9), "sampling/createMessage")
-                .is_err()
-        );
+        assert!(host_takes(&sessions, SessionId(0), "roots/list").is_err());
+        assert!(host_takes(&sessions, SessionId(0), "ping").is_err());
+        assert!(host_takes(&sessions, SessionId(0), "tools/call").is_err());
+        assert!(host_takes(&sessions, SessionId(9), "sampling/createMessage").is_err());
     }
 }
