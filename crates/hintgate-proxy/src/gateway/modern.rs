@@ -18,6 +18,9 @@
 //! Upstream, a server that answers the era probe with 2026-07-28 among its
 //! versions is spoken to in that era: every request carries the modern
 //! `_meta`, and change notifications come on a listen stream.
+//!
+//! What the servers are told of the host is [`Declared`]: the first
+//! session's declaration, and the modern `_meta` made from it once.
 
 use serde_json::{Map, Value, json};
 

@@ -38,6 +38,12 @@
 //! - `logging/setLevel` goes to every server that logs;
 //! - any other method is answered with "method not found", since it is
 //!   not clear which server it is for.
+//!
+//! Where a request goes and what is refused is [`Routing`]'s to say, from
+//! what each server listed last and the servers' names alone
+//! ([`Routing::resource_owner`], [`Routing::completion_target`],
+//! [`Routing::refusal`]); the `impl Gateway` blocks start servers, park
+//! what waits and send.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

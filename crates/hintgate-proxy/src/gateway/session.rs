@@ -10,6 +10,11 @@
 //! ([`QueueGauge`]) and bounded ([`HOST_QUEUE_BYTES`]): a host that stops
 //! reading loses notifications (counted, and a missed list change told
 //! later), never an answer without being told.
+//!
+//! What is sent to the hosts goes through the turn's outbox
+//! ([`super::outbox::Outbox`]): [`Sessions::reply`] answers a request, and
+//! [`Sessions::notify_all`] tells each host of a list change once, in its
+//! own era, with nothing but the sessions and the outbox.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -19,6 +19,13 @@
 //! definition a call was decided on is the one it runs (see
 //! [`Gateway::read_only_ready`]); the calls the decision treats as
 //! read-only go to it, and nothing else does.
+//!
+//! What needs the servers alone is theirs: [`Upstreams`] shows and reads
+//! back the host-facing names of their tools and prompts (`resolve`,
+//! `prefixed`), tells a server the gateway stopped waiting (into the
+//! outbox) and stops them all; [`Upstream`] installs and connects one start.
+//! The `impl Gateway` block below is the glue between them and the other
+//! parts (the catalog, the pins, what waits for a server).
 
 use std::collections::HashMap;
 use std::sync::Arc;
