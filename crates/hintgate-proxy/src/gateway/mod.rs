@@ -1813,7 +1813,7 @@ impl Gateway {
         // gateway's to guess.
         let session = on_stream
             .and_then(|request| self.inflight.session_of(idx, request))
-            .or_else(|| self.session_for_server(idx));
+            .or_else(|| session_for_server(&self.inflight, &self.sessions, idx));
         let Some(session) = session else {
             let text = "hintgate cannot tell which host this request is for: several host sessions use this server at once, and the request does not say which call it belongs to";
             tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
@@ -2032,29 +2032,6 @@ impl Gateway {
         }
     }
 
-    /// The session a server's own request belongs to: the one session with
-    /// requests in flight on that server, else the one session there is.
-    /// `None` when that is not one session: a server's request carries
-    /// nothing that says which of several hosts' calls it is for, and a
-    /// question of one host's call must never reach another host.
-    fn session_for_server(&self, idx: ServerIdx) -> Option<SessionId> {
-        let mut on = self.inflight.sessions_on(idx);
-        match (on.next(), on.next()) {
-            (Some(session), None) => Some(session),
-            (Some(_), Some(_)) => None,
-            (None, _) => {
-                let mut open = self
-                    .sessions
-                    .keys()
-                    .filter(|session| self.sessions.get(session).is_some_and(|host| !host.closed));
-                match (open.next(), open.next()) {
-                    (Some(session), None) => Some(session),
-                    _ => None,
-                }
-            }
-        }
-    }
-
     /// Tells the store watcher which identities to watch.
     fn watch_keys(&mut self) {
         let Some(store) = self.store.clone() else {
@@ -2068,6 +2045,32 @@ impl Gateway {
                 if let Some(watcher) = &self.watcher {
                     watcher.set_keys(keys);
                 }
+            }
+        }
+    }
+}
+
+/// The session a server's own request belongs to: the one session with
+/// requests in flight on that server, else the one session there is.
+/// `None` when that is not one session: a server's request carries
+/// nothing that says which of several hosts' calls it is for, and a
+/// question of one host's call must never reach another host.
+fn session_for_server(
+    inflight: &InFlight,
+    sessions: &session::Sessions,
+    idx: ServerIdx,
+) -> Option<SessionId> {
+    let mut on = inflight.sessions_on(idx);
+    match (on.next(), on.next()) {
+        (Some(session), None) => Some(session),
+        (Some(_), Some(_)) => None,
+        (None, _) => {
+            let mut open = sessions
+                .keys()
+                .filter(|session| sessions.get(session).is_some_and(|host| !host.closed));
+            match (open.next(), open.next()) {
+                (Some(session), None) => Some(session),
+                _ => None,
             }
         }
     }
@@ -2090,4 +2093,55 @@ fn null_result_id(line: &str) -> Option<&str> {
         return None;
     }
     once("id").filter(|id| *id != "null")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions(closed: &[bool]) -> session::Sessions {
+        let mut sessions = session::Sessions::default();
+        for (n, closed) in closed.iter().enumerate() {
+            let (out, _) = mpsc::unbounded_channel();
+            let mut host = HostSession::new(out, Arc::default(), Arc::default());
+            host.closed = *closed;
+            sessions.insert(SessionId(u32::try_from(n).unwrap()), host);
+        }
+        sessions
+    }
+
+    fn forwarded(inflight: &mut InFlight, server: ServerIdx, id: u64, session: u32) {
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read"}}"#);
+        let message = Message::parse(&line).unwrap();
+        let request = HostRequest::new(
+            SessionId(session),
+            line.clone(),
+            message.spans(),
+            Method::of(message.method()),
+        );
+        inflight.wait_up(
+            server,
+            id,
+            UpPurpose::Forward(Box::new(request)),
+            Duration::from_secs(60),
+        );
+    }
+
+    #[test]
+    fn a_servers_own_request_belongs_to_one_session_or_to_none() {
+        let mut inflight = InFlight::default();
+        // One open session, nothing in flight: it is that session's.
+        let one = sessions(&[false, true]);
+        assert_eq!(session_for_server(&inflight, &one, 0), Some(SessionId(0)));
+        // Two open sessions, nothing in flight: nobody's.
+        let two = sessions(&[false, false]);
+        assert_eq!(session_for_server(&inflight, &two, 0), None);
+        // The one session with requests in flight on that server.
+        forwarded(&mut inflight, 0, 1, 1);
+        forwarded(&mut inflight, 1, 2, 0);
+        assert_eq!(session_for_server(&inflight, &two, 0), Some(SessionId(1)));
+        // Two sessions' requests on that server: nobody's.
+        forwarded(&mut inflight, 0, 3, 0);
+        assert_eq!(session_for_server(&inflight, &two, 0), None);
+    }
 }

@@ -53,7 +53,7 @@ use super::session::Sessions;
 use crate::frame::{self, Message};
 
 /// The input key under which a relayed server question travels to a modern host.
-const RELAY_KEY: &str = "hintgate/server-request";
+pub(super) const RELAY_KEY: &str = "hintgate/server-request";
 
 /// The method of a server's question that a person reads and answers.
 pub(super) const ELICITATION: &str = "elicitation/create";
@@ -497,12 +497,6 @@ impl Gateway {
             }
         }
         Some(Ok(result))
-    }
-
-    /// Whether a modern host's call carries the answer to a relayed server
-    /// question.
-    pub(super) fn answers_relayed_question(&self, cx: &CallContext) -> bool {
-        cx.answers(RELAY_KEY)
     }
 
     /// A modern host's retry that answers a relayed server question: the
