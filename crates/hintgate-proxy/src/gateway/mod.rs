@@ -1720,7 +1720,9 @@ impl Gateway {
                 }
                 match self.inflight.take_up(idx, id) {
                     Some(purpose) => self.on_upstream_response(idx, id, purpose, &message),
-                    None if self.listen_ended(idx, id) => {}
+                    None if self
+                        .subscriptions
+                        .listen_ended(idx, self.upstreams.name(idx), id) => {}
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
@@ -1779,7 +1781,13 @@ impl Gateway {
                         hintgate_policy::sanitize::escape_line(&uri)
                     ),
                 };
-                self.subscription_failed(idx, &uri, &why);
+                self.subscriptions.fail(
+                    idx,
+                    self.upstreams.name(idx),
+                    &uri,
+                    &why,
+                    &mut self.outbox,
+                );
             }
             UpPurpose::Resubscribe { uri } => {
                 if let Some(error) = message.error {
@@ -1789,7 +1797,13 @@ impl Gateway {
                         hintgate_policy::sanitize::escape_line(&uri),
                         subscriptions::error_message(error.get())
                     );
-                    self.subscription_failed(idx, &uri, &why);
+                    self.subscriptions.fail(
+                        idx,
+                        self.upstreams.name(idx),
+                        &uri,
+                        &why,
+                        &mut self.outbox,
+                    );
                 }
             }
             UpPurpose::Quiet => {}

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::Gateway;
 use super::inflight::{InFlight, UpPurpose};
+use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::frame::{self, Message};
 
@@ -89,6 +90,72 @@ pub(super) fn error_message(raw: &str) -> String {
 // === impl Subscriptions ===
 
 impl Subscriptions {
+    /// A subscription's listen stream (to server `idx`, named `server`) was
+    /// answered, failed or timed out before its acknowledgement: the hosts
+    /// waiting for it get `why` (into the outbox), and it is forgotten.
+    pub fn fail(
+        &mut self,
+        idx: ServerIdx,
+        server: &str,
+        uri: &str,
+        why: &str,
+        outbox: &mut Outbox,
+    ) {
+        let Some(sub) = self.remove(idx, uri) else {
+            return;
+        };
+        tracing::warn!(server.id = %server, "{why}");
+        for request in sub.waiting {
+            outbox.error(request.session, request.id(), -32603, why);
+        }
+    }
+
+    /// A response to a request of the gateway's that is no longer in flight:
+    /// when it ends a subscription's listen stream (the server closed it),
+    /// the subscription is forgotten. Returns whether it did.
+    pub fn listen_ended(&mut self, idx: ServerIdx, server: &str, id: u64) -> bool {
+        let Some(uri) = self.by_listen(idx, id) else {
+            return false;
+        };
+        tracing::warn!(
+            server.id = %server,
+            resource.uri = %escape_line(&uri),
+            "the server ended the listen stream of a resource subscription: its hosts get no more updates of it"
+        );
+        self.remove(idx, &uri);
+        true
+    }
+
+    /// Server `idx` stopped: it forgot its subscriptions. What waited for
+    /// one gets `why`; one a session holds is kept and made again when the
+    /// server is ready again ([`Gateway::restore_subscriptions`]), and its
+    /// sessions are told the resource may have changed
+    /// (`notifications/resources/updated`, which carries nothing of the
+    /// server's): updates made while the server was down reach no one, and
+    /// the host's read of it starts the server again.
+    pub fn orphan(&mut self, idx: ServerIdx, server: &str, why: &str, outbox: &mut Outbox) {
+        for orphaned in self.orphan_server(idx) {
+            for request in orphaned.waiting {
+                outbox.error(request.session, request.id(), -32603, why);
+            }
+            if orphaned.sessions.is_empty() {
+                continue;
+            }
+            tracing::warn!(
+                server.id = %server,
+                resource.uri = %escape_line(&orphaned.uri),
+                "the server stopped: its hosts are told to read a resource they subscribed to again, and the subscription is made again when the server starts"
+            );
+            let line = frame::notification(
+                "notifications/resources/updated",
+                &json!({"uri": orphaned.uri}),
+            );
+            for session in orphaned.sessions {
+                outbox.host_note(session, line.clone(), None);
+            }
+        }
+    }
+
     /// How many subscriptions `session` holds or waits for.
     pub fn count_for(&self, session: SessionId) -> usize {
         self.list
@@ -403,7 +470,8 @@ impl Gateway {
             );
             self.upstreams
                 .cancel(idx, listen, "not honoured", &mut self.outbox);
-            self.subscription_failed(idx, &uri, &why);
+            self.subscriptions
+                .fail(idx, self.upstreams.name(idx), &uri, &why, &mut self.outbox);
             return;
         }
         let Some(sub) = self.subscriptions.get_mut(idx, &uri) else {
@@ -418,36 +486,6 @@ impl Gateway {
             self.sessions
                 .reply(&mut self.outbox, request.session, request.id(), &json!({}));
         }
-    }
-
-    /// A subscription's listen stream was answered, failed or timed out
-    /// before its acknowledgement: the hosts waiting for it get `why`, and
-    /// it is forgotten.
-    pub(super) fn subscription_failed(&mut self, idx: ServerIdx, uri: &str, why: &str) {
-        let Some(sub) = self.subscriptions.remove(idx, uri) else {
-            return;
-        };
-        tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-        for request in sub.waiting {
-            self.outbox
-                .error(request.session, request.id(), -32603, why);
-        }
-    }
-
-    /// A response to a request of the gateway's that is no longer in flight:
-    /// when it ends a subscription's listen stream (the server closed it),
-    /// the subscription is forgotten. Returns whether it did.
-    pub(super) fn listen_ended(&mut self, idx: ServerIdx, id: u64) -> bool {
-        let Some(uri) = self.subscriptions.by_listen(idx, id) else {
-            return false;
-        };
-        tracing::warn!(
-            server.id = %self.upstreams.name(idx),
-            resource.uri = %escape_line(&uri),
-            "the server ended the listen stream of a resource subscription: its hosts get no more updates of it"
-        );
-        self.subscriptions.remove(idx, &uri);
-        true
     }
 
     /// Session `session` is gone: it leaves its subscriptions, and those no
@@ -491,37 +529,6 @@ impl Gateway {
                         None,
                     );
                 }
-            }
-        }
-    }
-
-    /// Server `idx` stopped: it forgot its subscriptions. What waited for
-    /// one gets `why`; one a session holds is kept and made again when the
-    /// server is ready again ([`Gateway::restore_subscriptions`]), and its
-    /// sessions are told the resource may have changed
-    /// (`notifications/resources/updated`, which carries nothing of the
-    /// server's): updates made while the server was down reach no one, and
-    /// the host's read of it starts the server again.
-    pub(super) fn orphan_subscriptions(&mut self, idx: ServerIdx, why: &str) {
-        for orphaned in self.subscriptions.orphan_server(idx) {
-            for request in orphaned.waiting {
-                self.outbox
-                    .error(request.session, request.id(), -32603, why);
-            }
-            if orphaned.sessions.is_empty() {
-                continue;
-            }
-            tracing::warn!(
-                server.id = %self.upstreams.name(idx),
-                resource.uri = %escape_line(&orphaned.uri),
-                "the server stopped: its hosts are told to read a resource they subscribed to again, and the subscription is made again when the server starts"
-            );
-            let line = frame::notification(
-                "notifications/resources/updated",
-                &json!({"uri": orphaned.uri}),
-            );
-            for session in orphaned.sessions {
-                self.outbox.host_note(session, line.clone(), None);
             }
         }
     }
@@ -795,5 +802,83 @@ mod tests {
         assert!(subs.room(0, "test://new", late).is_err());
         // Joining a subscription that exists holds nothing more.
         assert!(subs.room(0, "test://0", late).is_ok());
+    }
+
+    fn subscribe(session: u32, id: u64) -> HostRequest {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{{"uri":"file:///a"}}}}"#
+        );
+        let message = Message::parse(&line).unwrap();
+        HostRequest::new(
+            SessionId(session),
+            line.clone(),
+            message.spans(),
+            super::super::request::Method::of(message.method()),
+        )
+    }
+
+    #[test]
+    fn a_listen_stream_that_fails_answers_whoever_waited_for_it_and_is_forgotten() {
+        use super::super::outbox::Outgoing;
+        let mut subscriptions = Subscriptions::default();
+        let sub = subscriptions.entry(0, "file:///a");
+        sub.listen = Some(4);
+        sub.waiting.push(subscribe(1, 7));
+        let mut outbox = Outbox::new();
+        // Not the listen stream of a subscription: nothing ends.
+        assert!(!subscriptions.listen_ended(0, "fs", 5));
+        subscriptions.fail(0, "fs", "file:///a", "it refused", &mut outbox);
+        assert!(subscriptions.get(0, "file:///a").is_none());
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 1);
+        assert!(
+            matches!(&sent[0], Outgoing::Host(SessionId(1), line) if line.contains(r#""id":7"#) && line.contains("it refused"))
+        );
+        // Failing again, or what was never there, tells nobody.
+        subscriptions.fail(0, "fs", "file:///a", "again", &mut outbox);
+        assert!(outbox.is_empty());
+    }
+
+    #[test]
+    fn a_server_that_stops_keeps_its_held_subscriptions_and_tells_their_hosts_to_read_again() {
+        use super::super::outbox::Outgoing;
+        let mut subscriptions = Subscriptions::default();
+        subscriptions
+            .entry(0, "file:///a")
+            .sessions
+            .insert(SessionId(2));
+        subscriptions
+            .entry(0, "file:///b")
+            .waiting
+            .push(subscribe(3, 9));
+        subscriptions
+            .entry(1, "file:///c")
+            .sessions
+            .insert(SessionId(2));
+        let mut outbox = Outbox::new();
+        subscriptions.orphan(0, "fs", "server `fs` stopped", &mut outbox);
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        let told: Vec<String> = sent
+            .iter()
+            .map(|outgoing| match outgoing {
+                Outgoing::Host(SessionId(3), line) => {
+                    assert!(line.contains("server `fs` stopped"), "{line}");
+                    "answered".to_owned()
+                }
+                Outgoing::HostNote(SessionId(2), line, None) => {
+                    let line: Value = serde_json::from_str(line).unwrap();
+                    assert_eq!(line["method"], "notifications/resources/updated");
+                    line["params"]["uri"].as_str().unwrap().to_owned()
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(told.contains(&"answered".to_owned()));
+        assert!(told.contains(&"file:///a".to_owned()));
+        // The held one is kept, to be made again; another server's is
+        // untouched.
+        assert!(subscriptions.get(0, "file:///a").is_some());
+        assert!(subscriptions.get(1, "file:///c").is_some());
     }
 }

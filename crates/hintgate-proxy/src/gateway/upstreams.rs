@@ -1015,7 +1015,9 @@ impl Gateway {
             let why = format!("server `{name}` stopped before answering: {reason}");
             self.give_up(idx, purpose, &why);
         }
-        self.orphan_subscriptions(idx, &format!("server `{name}` stopped: {reason}"));
+        let why = format!("server `{name}` stopped: {reason}");
+        self.subscriptions
+            .orphan(idx, &name, &why, &mut self.outbox);
         // The server's own requests relayed to a host cannot be answered now.
         self.inflight.take_host_where(|purpose| {
             matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
@@ -1129,7 +1131,8 @@ impl Gateway {
                 self.fanout_done(aggregate, idx, Some(why.to_owned()));
             }
             UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
-                self.subscription_failed(idx, &uri, why);
+                self.subscriptions
+                    .fail(idx, self.upstreams.name(idx), &uri, why, &mut self.outbox);
             }
         }
     }
@@ -1204,7 +1207,13 @@ impl Gateway {
                     "server `{name}` did not acknowledge the subscription to `{}` within {timeout} s",
                     hintgate_policy::sanitize::escape_line(&uri)
                 );
-                self.subscription_failed(idx, &uri, &why);
+                self.subscriptions.fail(
+                    idx,
+                    self.upstreams.name(idx),
+                    &uri,
+                    &why,
+                    &mut self.outbox,
+                );
             }
         }
     }
