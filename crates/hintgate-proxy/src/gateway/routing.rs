@@ -365,6 +365,66 @@ impl Routing {
         if changed { response.to_string() } else { line }
     }
 
+    /// Server `idx` finished its part of merged list `aggregate` (or failed
+    /// it: `failure`). Its whole part is screened at once, so prompts that
+    /// look alike are found across its pages; a prompt's name is shown
+    /// prefixed, and left out when the prefixed name could be another
+    /// server's; a complete listing of resources or templates replaces
+    /// what the server listed before. Once every server has finished: the
+    /// host's request and the merged list, in configuration order.
+    fn part_done(
+        &mut self,
+        upstreams: &Upstreams,
+        aggregate: u64,
+        idx: ServerIdx,
+        failure: Option<String>,
+    ) -> Option<(HostRequest, Value)> {
+        let server = upstreams.name(idx);
+        let state = self.aggregates.get_mut(&aggregate)?;
+        let key = state.key;
+        let mut items = state.items.remove(&idx).unwrap_or_default();
+        let refused = screen(server, key, &mut items);
+        if key == "prompts" {
+            items.retain_mut(|item| prompt_shown(upstreams, idx, item));
+            if failure.is_none() {
+                self.refuse_prompts(idx, refused, true);
+            }
+        }
+        let state = self.aggregates.get_mut(&aggregate)?;
+        let field = match key {
+            "resources" => Some("uri"),
+            "resourceTemplates" => Some("uriTemplate"),
+            _ => None,
+        };
+        // A complete listing: what the server listed before is replaced by
+        // what it lists now.
+        let names: Option<HashSet<String>> = field.filter(|_| failure.is_none()).map(|field| {
+            items
+                .iter()
+                .filter_map(|item| item.get(field).and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect()
+        });
+        state.items.insert(idx, items);
+        if let Some(failure) = &failure {
+            tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method.as_str());
+        }
+        if let Some(names) = names {
+            let clashes = self.replace(idx, key, names);
+            if clashes > 0 {
+                tracing::warn!(server.id = %server, "{clashes} of the entries of `{key}` it lists are listed by a server before it in the configuration, which keeps them");
+            }
+        }
+        let state = self.aggregates.get_mut(&aggregate)?;
+        state.remaining = state.remaining.saturating_sub(1);
+        if state.remaining > 0 {
+            return None;
+        }
+        let state = self.aggregates.remove(&aggregate)?;
+        let items: Vec<Value> = state.items.into_values().flatten().collect();
+        Some((state.request, json!({ state.key: items })))
+    }
+
     /// Forgets what a server listed (it starts again, and will list anew).
     pub fn forget(&mut self, idx: ServerIdx) {
         if let Some(listed) = self.listed.get_mut(idx) {
@@ -993,85 +1053,23 @@ impl Gateway {
         self.fanout_done(aggregate, idx, None);
     }
 
-    /// One server finished its part of a merged list (or failed it).
+    /// One server finished its part of a merged list (or failed it); the
+    /// host gets the merged list once every server has.
     pub(super) fn fanout_done(&mut self, aggregate: u64, idx: ServerIdx, failure: Option<String>) {
-        let server = self.upstreams.name(idx).to_owned();
-        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
+        let Some((request, mut result)) =
+            self.routing
+                .part_done(&self.upstreams, aggregate, idx, failure)
+        else {
             return;
         };
-        // The server's whole part is screened at once, so prompts that look
-        // alike are found across its pages.
-        let key = state.key;
-        let mut items = state.items.remove(&idx).unwrap_or_default();
-        let refused = screen(&server, key, &mut items);
-        if key == "prompts" {
-            items.retain_mut(|item| {
-                let Some(own) = item.get("name").and_then(Value::as_str) else {
-                    return false;
-                };
-                let prefixed = self.upstreams.prefixed(idx, own);
-                // A name that could be another server's is not listed (and
-                // `prompts/get` refuses it: it does not resolve).
-                if !matches!(self.upstreams.resolve(&prefixed), Ok((owner, _)) if owner == idx) {
-                    tracing::warn!(server.id = %server, prompt.name = %escape_line(own), "the prompt's prefixed name `{}` could belong to another server; it is not listed", escape_line(&prefixed));
-                    return false;
-                }
-                if let Some(object) = item.as_object_mut() {
-                    object.insert("name".to_owned(), Value::String(prefixed));
-                }
-                true
-            });
-            if failure.is_none() {
-                self.routing.refuse_prompts(idx, refused, true);
-            }
-        }
-        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
-            return;
-        };
-        state.items.insert(idx, items);
-        if let Some(failure) = failure {
-            tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method.as_str());
-        } else if let Some(field) = match state.key {
-            "resources" => Some("uri"),
-            "resourceTemplates" => Some("uriTemplate"),
-            _ => None,
-        } {
-            // A complete listing: what the server listed before is
-            // replaced by what it lists now.
-            let names: HashSet<String> = state
-                .items
-                .get(&idx)
-                .into_iter()
-                .flatten()
-                .filter_map(|item| item.get(field).and_then(Value::as_str))
-                .map(str::to_owned)
-                .collect();
-            let key = state.key;
-            let clashes = self.routing.replace(idx, key, names);
-            if clashes > 0 {
-                tracing::warn!(server.id = %server, "{clashes} of the entries of `{key}` it lists are listed by a server before it in the configuration, which keeps them");
-            }
-        }
-        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
-            return;
-        };
-        state.remaining = state.remaining.saturating_sub(1);
-        if state.remaining > 0 {
-            return;
-        }
-        let Some(state) = self.routing.aggregates.remove(&aggregate) else {
-            return;
-        };
-        let items: Vec<Value> = state.items.into_values().flatten().collect();
-        let mut result = json!({ state.key: items });
-        let session = state.request.session;
+        let session = request.session;
         let modern = self
             .sessions
             .get(&session)
             .is_some_and(super::session::HostSession::modern);
-        super::modern::modernize(modern, state.request.method.as_str(), &mut result);
+        super::modern::modernize(modern, request.method.as_str(), &mut result);
         self.sessions
-            .reply(&mut self.outbox, session, state.request.id(), &result);
+            .reply(&mut self.outbox, session, request.id(), &result);
     }
 }
 
@@ -1131,6 +1129,24 @@ fn log_level(params: &Value) -> Result<&str, String> {
         ));
     }
     Ok(level)
+}
+
+/// Whether server `idx`'s prompt `item` is listed, with its name as the
+/// host sees it (prefixed): a name that could be another server's is not
+/// listed (and `prompts/get` refuses it: it does not resolve).
+fn prompt_shown(upstreams: &Upstreams, idx: ServerIdx, item: &mut Value) -> bool {
+    let Some(own) = item.get("name").and_then(Value::as_str) else {
+        return false;
+    };
+    let prefixed = upstreams.prefixed(idx, own);
+    if !matches!(upstreams.resolve(&prefixed), Ok((owner, _)) if owner == idx) {
+        tracing::warn!(server.id = %upstreams.name(idx), prompt.name = %escape_line(own), "the prompt's prefixed name `{}` could belong to another server; it is not listed", escape_line(&prefixed));
+        return false;
+    }
+    if let Some(object) = item.as_object_mut() {
+        object.insert("name".to_owned(), Value::String(prefixed));
+    }
+    true
 }
 
 /// The extension of 2026-07-28 that tasks are.
@@ -1527,5 +1543,94 @@ mod tests {
         );
         assert!(why.ends_with("not `loud`"), "{why}");
         assert!(log_level(&json!({})).is_err());
+    }
+
+    fn merge(routing: &mut Routing, key: &'static str, servers: usize) -> u64 {
+        let line = r#"{"jsonrpc":"2.0","id":3,"method":"prompts/list"}"#;
+        let message = crate::frame::Message::parse(line).unwrap();
+        let request = HostRequest::new(
+            SessionId::FIRST,
+            line.to_owned(),
+            message.spans(),
+            crate::gateway::request::Method::of(message.method()),
+        );
+        let aggregate = routing.next_number();
+        routing.aggregates.insert(
+            aggregate,
+            Aggregate {
+                request,
+                key,
+                items: BTreeMap::new(),
+                pages: BTreeMap::new(),
+                remaining: servers,
+            },
+        );
+        aggregate
+    }
+
+    #[test]
+    fn a_merged_list_comes_once_every_server_finished_in_configuration_order() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        let aggregate = merge(&mut routing, "prompts", 2);
+        let page = |routing: &mut Routing, idx, names: &[&str]| {
+            let items = names.iter().map(|name| json!({"name": name})).collect();
+            let state = routing.aggregates.get_mut(&aggregate).unwrap();
+            state.keep_page(idx, "prompts/list", items, 10, 1 << 20);
+        };
+        page(&mut routing, 1, &["greet", "bad\u{202e}name"]);
+        assert!(routing.part_done(&servers, aggregate, 1, None).is_none());
+        page(&mut routing, 0, &["hello"]);
+        let (request, merged) = routing.part_done(&servers, aggregate, 0, None).unwrap();
+        assert_eq!(request.id(), "3");
+        // In configuration order, prefixed; the prompt left out for its
+        // name is refused when asked for.
+        assert_eq!(
+            merged,
+            json!({"prompts": [{"name": "a__hello"}, {"name": "b__greet"}]})
+        );
+        assert!(
+            routing
+                .refusal(&servers, 1, "prompts/get", "bad\u{202e}name")
+                .is_some()
+        );
+        assert!(routing.aggregates.is_empty());
+    }
+
+    #[test]
+    fn a_failed_part_leaves_what_its_server_listed_before() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        listed(&mut routing, 1, "resources", &["file:///old"]);
+        let aggregate = merge(&mut routing, "resources", 2);
+        let state = routing.aggregates.get_mut(&aggregate).unwrap();
+        state.keep_page(
+            1,
+            "resources/list",
+            vec![json!({"uri": "file:///new"})],
+            10,
+            1 << 20,
+        );
+        assert!(
+            routing
+                .part_done(&servers, aggregate, 1, Some("it broke".to_owned()))
+                .is_none()
+        );
+        assert_eq!(routing.resource_owner(&servers, "file:///old"), Some(1));
+        let state = routing.aggregates.get_mut(&aggregate).unwrap();
+        state.keep_page(
+            0,
+            "resources/list",
+            vec![json!({"uri": "file:///a"})],
+            10,
+            1 << 20,
+        );
+        let (_, merged) = routing.part_done(&servers, aggregate, 0, None).unwrap();
+        assert_eq!(
+            merged,
+            json!({"resources": [{"uri": "file:///a"}, {"uri": "file:///new"}]})
+        );
+        // A complete listing replaces what its server listed.
+        assert_eq!(routing.resource_owner(&servers, "file:///a"), Some(0));
     }
 }
