@@ -908,7 +908,7 @@ impl Gateway {
                         );
                     }
                     HostEvent::Closed => self.host_closed(session),
-                    HostEvent::Drained => self.host_drained(session),
+                    HostEvent::Drained => self.sessions.drained(&mut self.outbox, session),
                 }
             }
             Event::Upstream {
@@ -979,7 +979,14 @@ impl Gateway {
         // INVARIANT: a call whose record is not durable does not run. Its
         // refusal cannot be recorded either: the log is failing.
         let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
-        let line = self.end_line(cx, &end, &end.decision(cx.decision.as_ref()));
+        let line = pipeline::end_line(
+            &self.policy,
+            &self.upstreams,
+            &self.sessions,
+            cx,
+            &end,
+            &end.decision(cx.decision.as_ref()),
+        );
         if let Some(session) = self.sessions.get(&cx.request.session) {
             session.send(line);
         }
@@ -1905,7 +1912,13 @@ impl Gateway {
                 .params
                 .and_then(|raw| serde_json::from_str(raw.get()).ok())
                 .unwrap_or(Value::Null);
-            match self.mark_for_host(idx, message.method(), &mut params) {
+            match relay::mark_for_host(
+                &self.policy,
+                &self.upstreams,
+                idx,
+                message.method(),
+                &mut params,
+            ) {
                 Ok(()) => Some(params),
                 Err(why) => {
                     let line = frame::error_response(message.id_text(), -32602, &why);
@@ -2020,29 +2033,6 @@ impl Gateway {
             }
             self.outbox
                 .host_note(session, message.with_params(&params.to_string()), None);
-        }
-    }
-
-    /// The host reads again after its queue was past its bound: the count
-    /// of what was dropped is logged, and the changes it was not told of
-    /// are told now.
-    fn host_drained(&mut self, session: SessionId) {
-        let Some(host) = self.sessions.get_mut(&session) else {
-            return;
-        };
-        let dropped = std::mem::take(&mut host.dropped_notes);
-        let owed = host.told.take_owed();
-        let modern = host.modern();
-        if dropped > 0 {
-            tracing::warn!(
-                dropped,
-                "the host reads again: {dropped} notification(s) to it were dropped while it was not reading"
-            );
-        }
-        for method in owed {
-            let line = frame::notification(method, &json!({}));
-            self.sessions
-                .notify(&mut self.outbox, session, modern, method, &line);
         }
     }
 

@@ -493,7 +493,14 @@ impl Gateway {
         if let Err(end) = self.keys().claim_key(&mut cx) {
             self.record_outcome(&cx, end.outcome());
             self.taint_by_replay(&cx, &end);
-            let line = self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
+            let line = end_line(
+                &self.policy,
+                &self.upstreams,
+                &self.sessions,
+                &cx,
+                &end,
+                &end.decision(cx.decision.as_ref()),
+            );
             self.outbox.host(cx.request.session, line);
             return;
         }
@@ -881,7 +888,14 @@ impl Gateway {
         if matches!(end, CallEnd::Withdrawn(_)) {
             return;
         }
-        let line = self.end_line(&cx, &end, &decision);
+        let line = end_line(
+            &self.policy,
+            &self.upstreams,
+            &self.sessions,
+            &cx,
+            &end,
+            &decision,
+        );
         self.outbox.host(cx.request.session, line);
     }
 
@@ -894,33 +908,16 @@ impl Gateway {
         let decision = end.decision(None);
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         if has_id {
-            let line = self.end_line(&cx, &end, &decision);
+            let line = end_line(
+                &self.policy,
+                &self.upstreams,
+                &self.sessions,
+                &cx,
+                &end,
+                &decision,
+            );
             self.outbox.host(cx.request.session, line);
         }
-    }
-
-    /// The line that answers a call that ends at the gateway, as `decision`
-    /// (the one mapping, [`CallEnd::answer`]).
-    pub(super) fn end_line(&self, cx: &CallContext, end: &CallEnd, decision: &Decision) -> String {
-        let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
-        let answer = end.answer(Refused {
-            host_name: &cx.params.name,
-            server,
-            tool: if cx.tool.is_empty() {
-                &cx.params.name
-            } else {
-                &cx.tool
-            },
-            decision,
-            policy: &self.policy,
-        });
-        let modern = self
-            .sessions
-            .get(&cx.request.session)
-            .is_some_and(HostSession::modern);
-        answer_line(cx.request.id(), answer, |result| {
-            super::modern::modernize(modern, "", result);
-        })
     }
 
     /// A person approved a call: pin the definition they saw, and remember
@@ -1163,6 +1160,36 @@ const fn counted_as_failed(outcome: Outcome) -> Option<bool> {
         | Outcome::Shutdown
         | Outcome::Replayed => None,
     }
+}
+
+/// The line that answers a call that ends at the gateway, as `decision`
+/// (the one mapping, [`CallEnd::answer`]).
+pub(super) fn end_line(
+    policy: &hintgate_policy::decide::Policy,
+    upstreams: &Upstreams,
+    sessions: &super::session::Sessions,
+    cx: &CallContext,
+    end: &CallEnd,
+    decision: &Decision,
+) -> String {
+    let server = cx.server.map_or("", |idx| upstreams.name(idx));
+    let answer = end.answer(Refused {
+        host_name: &cx.params.name,
+        server,
+        tool: if cx.tool.is_empty() {
+            &cx.params.name
+        } else {
+            &cx.tool
+        },
+        decision,
+        policy,
+    });
+    let modern = sessions
+        .get(&cx.request.session)
+        .is_some_and(HostSession::modern);
+    answer_line(cx.request.id(), answer, |result| {
+        super::modern::modernize(modern, "", result);
+    })
 }
 
 /// The line a call goes upstream as: the host's line under the gateway's

@@ -79,6 +79,36 @@ pub(super) enum ServerRequest {
     Refuse(String),
 }
 
+/// A server's question as the host gets it: marked as the server's
+/// ([`mark_question`]), and a sampling request's context narrowed
+/// ([`narrow_context`]) when the gateway aggregates servers and this
+/// one is not trusted.
+///
+/// # Errors
+///
+/// Why the question cannot be relayed: its params are not an object.
+pub(super) fn mark_for_host(
+    policy: &hintgate_policy::decide::Policy,
+    upstreams: &super::upstreams::Upstreams,
+    idx: ServerIdx,
+    method: &str,
+    params: &mut Value,
+) -> Result<(), String> {
+    let server = upstreams.name(idx);
+    mark_question(server, method, params)?;
+    let trusted = policy
+        .server(server)
+        .is_some_and(|config| config.trust == Trust::Trusted);
+    if method == SAMPLING
+        && !upstreams.wraps()
+        && !trusted
+        && let Some(asked) = narrow_context(params)
+    {
+        tracing::warn!(server.id = %server, "its `{SAMPLING}` asked the host to include context `{asked}`; behind a gateway of several servers that is other servers' context too, so the host is asked to include none");
+    }
+    Ok(())
+}
+
 /// Whether the host of `session` takes a server's request `method`, by
 /// what it declared in its `initialize`.
 ///
@@ -333,36 +363,6 @@ pub(crate) struct Gather {
 pub(crate) type Gathers = HashMap<u64, Gather>;
 
 impl Gateway {
-    /// A server's question as the host gets it: marked as the server's
-    /// ([`mark_question`]), and a sampling request's context narrowed
-    /// ([`narrow_context`]) when the gateway aggregates servers and this
-    /// one is not trusted.
-    ///
-    /// # Errors
-    ///
-    /// Why the question cannot be relayed: its params are not an object.
-    pub(super) fn mark_for_host(
-        &self,
-        idx: ServerIdx,
-        method: &str,
-        params: &mut Value,
-    ) -> Result<(), String> {
-        let server = self.upstreams.name(idx);
-        mark_question(server, method, params)?;
-        let trusted = self
-            .policy
-            .server(server)
-            .is_some_and(|config| config.trust == Trust::Trusted);
-        if method == SAMPLING
-            && self.mode == super::Mode::Gateway
-            && !trusted
-            && let Some(asked) = narrow_context(params)
-        {
-            tracing::warn!(server.id = %server, "its `{SAMPLING}` asked the host to include context `{asked}`; behind a gateway of several servers that is other servers' context too, so the host is asked to include none");
-        }
-        Ok(())
-    }
-
     /// A legacy server asked the host something while a modern host waits
     /// on a call: answer that call with the question. Returns false when no
     /// single call of the host can carry it.
@@ -386,8 +386,15 @@ impl Gateway {
             .unwrap_or_else(|| json!({}));
         let server = self.upstreams.name(idx).to_owned();
         // The host is asked only what it said it takes, as a legacy host is.
-        let marked = host_takes(&self.sessions, session, message.method())
-            .and_then(|()| self.mark_for_host(idx, message.method(), &mut params));
+        let marked = host_takes(&self.sessions, session, message.method()).and_then(|()| {
+            mark_for_host(
+                &self.policy,
+                &self.upstreams,
+                idx,
+                message.method(),
+                &mut params,
+            )
+        });
         if let Err(why) = marked {
             tracing::warn!(server.id = %server, "{why}");
             if let Some(up) = self.upstreams.get(idx) {
@@ -491,7 +498,7 @@ impl Gateway {
                 )));
             }
             if let Some(params) = question.get_mut("params")
-                && let Err(why) = self.mark_for_host(idx, &method, params)
+                && let Err(why) = mark_for_host(&self.policy, &self.upstreams, idx, &method, params)
             {
                 return Some(Err(why));
             }
@@ -596,7 +603,9 @@ impl Gateway {
             // server asks it directly.
             host_takes(&self.sessions, cx.request.session, &method).and_then(|()| {
                 match cx.server {
-                    Some(idx) => self.mark_for_host(idx, &method, &mut params),
+                    Some(idx) => {
+                        mark_for_host(&self.policy, &self.upstreams, idx, &method, &mut params)
+                    }
                     None => mark_question(&server, &method, &mut params),
                 }
             })?;
@@ -815,5 +824,42 @@ mod tests {
             assert!(refused.contains("its URL"), "{hidden:?}: {refused}");
         }
         assert!(mark_question("docs", ELICITATION, &mut json!(["not", "an", "object"])).is_err());
+    }
+
+    #[test]
+    fn an_untrusted_servers_sampling_asks_for_no_context_behind_a_gateway_of_several() {
+        use super::super::Mode;
+        use super::super::upstreams::Upstreams;
+        use hintgate_policy::config::parse_str;
+        use hintgate_policy::decide::Policy;
+        let (config, _) = parse_str(
+            "[servers.open]\ncommand = \"x\"\n[servers.own]\ncommand = \"x\"\ntrust = \"trusted\"\n",
+        );
+        let policy = Policy::new(config.unwrap());
+        let configs: Vec<_> = policy.config().servers.values().cloned().collect();
+        let open = configs
+            .iter()
+            .position(|config| config.name == "open")
+            .unwrap();
+        let own = configs
+            .iter()
+            .position(|config| config.name == "own")
+            .unwrap();
+        let asked = || json!({"messages": [], "maxTokens": 5, "includeContext": "allServers"});
+        let several = Upstreams::new(configs.clone(), Mode::Gateway, "__".to_owned());
+        let mut params = asked();
+        mark_for_host(&policy, &several, open, SAMPLING, &mut params).unwrap();
+        assert_eq!(params["includeContext"], "none");
+        // A trusted server's request keeps the context it asked for.
+        let mut params = asked();
+        mark_for_host(&policy, &several, own, SAMPLING, &mut params).unwrap();
+        assert_eq!(params["includeContext"], "allServers");
+        // Wrapping one server, its context is the only one there is.
+        let one = Upstreams::new(vec![configs[open].clone()], Mode::Wrap, "__".to_owned());
+        let mut params = asked();
+        mark_for_host(&policy, &one, 0, SAMPLING, &mut params).unwrap();
+        assert_eq!(params["includeContext"], "allServers");
+        // Every relayed question is marked as the server's.
+        assert!(mark_for_host(&policy, &several, open, ELICITATION, &mut json!([])).is_err());
     }
 }

@@ -52,7 +52,8 @@ use hintgate_policy::name::{arguments_problem, problem as name_problem, uri_prob
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use serde_json::{Map, Value, json};
 
-use super::inflight::UpPurpose;
+use super::inflight::{InFlight, UpPurpose};
+use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use super::session::{Era, declares_form_elicitation};
 use super::upstreams::{Phase, Readiness, Unresolved, Upstreams};
@@ -626,7 +627,18 @@ impl Gateway {
             "resources/list" => self.fan_out(request, "resources", "resources"),
             "resources/templates/list" => self.fan_out(request, "resources", "resourceTemplates"),
             "prompts/list" => self.fan_out(request, "prompts", "prompts"),
-            "logging/setLevel" => self.set_level_everywhere(&request),
+            "logging/setLevel" => {
+                let timeout = self.limits.call_timeout;
+                set_level_everywhere(
+                    &mut self.upstreams,
+                    &mut self.inflight,
+                    &mut self.outbox,
+                    &request,
+                    timeout,
+                );
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}));
+            }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
                 if let Some(why) =
@@ -727,35 +739,6 @@ impl Gateway {
                 &format!("the server is not available: {reason}"),
             ),
         }
-    }
-
-    /// `logging/setLevel` in gateway mode: sent to each ready server that
-    /// logs (their answers not needed), and answered at once.
-    fn set_level_everywhere(&mut self, request: &HostRequest) {
-        let session = request.session;
-        let timeout = self.limits.call_timeout;
-        let targets: Vec<(ServerIdx, u64)> = self
-            .upstreams
-            .iter_mut()
-            .enumerate()
-            // `logging/setLevel` is gone from 2026-07-28.
-            .filter(|(_, up)| {
-                up.phase == Phase::Ready && !up.modern && up.capability("logging").is_some()
-            })
-            .map(|(idx, up)| (idx, up.next_id()))
-            .collect();
-        for (idx, id) in targets {
-            let generation = self
-                .upstreams
-                .get(idx)
-                .map_or(0, super::upstreams::Upstream::generation);
-            // Each server sets its own level; the answers are not needed.
-            self.inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
-            self.outbox
-                .upstream(idx, generation, request.with_id(&id.to_string()), None);
-        }
-        self.sessions
-            .reply(&mut self.outbox, session, request.id(), &json!({}));
     }
 
     /// `prompts/get` in gateway mode: to the server whose prompt the name
@@ -1147,6 +1130,35 @@ fn prompt_shown(upstreams: &Upstreams, idx: ServerIdx, item: &mut Value) -> bool
         object.insert("name".to_owned(), Value::String(prefixed));
     }
     true
+}
+
+/// `logging/setLevel` in gateway mode: sent to each ready server that
+/// logs, into the outbox (their answers not needed: the host is answered
+/// at once).
+fn set_level_everywhere(
+    upstreams: &mut Upstreams,
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    request: &HostRequest,
+    timeout: std::time::Duration,
+) {
+    let targets: Vec<(ServerIdx, u64)> = upstreams
+        .iter_mut()
+        .enumerate()
+        // `logging/setLevel` is gone from 2026-07-28.
+        .filter(|(_, up)| {
+            up.phase == Phase::Ready && !up.modern && up.capability("logging").is_some()
+        })
+        .map(|(idx, up)| (idx, up.next_id()))
+        .collect();
+    for (idx, id) in targets {
+        let generation = upstreams
+            .get(idx)
+            .map_or(0, super::upstreams::Upstream::generation);
+        // Each server sets its own level; the answers are not needed.
+        inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
+        outbox.upstream(idx, generation, request.with_id(&id.to_string()), None);
+    }
 }
 
 /// The extension of 2026-07-28 that tasks are.

@@ -164,6 +164,28 @@ impl Sessions {
         }
     }
 
+    /// The host reads again after its queue was past its bound: the count
+    /// of what was dropped is logged, and the changes it was not told of
+    /// are told now.
+    pub fn drained(&mut self, outbox: &mut Outbox, session: SessionId) {
+        let Some(host) = self.get_mut(&session) else {
+            return;
+        };
+        let dropped = std::mem::take(&mut host.dropped_notes);
+        let owed = host.told.take_owed();
+        let modern = host.modern();
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "the host reads again: {dropped} notification(s) to it were dropped while it was not reading"
+            );
+        }
+        for method in owed {
+            let line = crate::frame::notification(method, &serde_json::json!({}));
+            self.notify(outbox, session, modern, method, &line);
+        }
+    }
+
     /// A change notification (`method`; `line` for a legacy host) to every
     /// host that was not told already, into the outbox.
     pub fn notify_all(&mut self, outbox: &mut Outbox, method: &str, line: &str) {
@@ -627,5 +649,29 @@ mod tests {
         assert!(host_takes(&sessions, SessionId(0), "ping").is_err());
         assert!(host_takes(&sessions, SessionId(0), "tools/call").is_err());
         assert!(host_takes(&sessions, SessionId(9), "sampling/createMessage").is_err());
+    }
+
+    #[test]
+    fn a_host_that_reads_again_is_told_the_changes_it_missed() {
+        use super::super::outbox::{Outbox, Outgoing};
+        let mut sessions = three_sessions(Value::Null);
+        if let Some(host) = sessions.get_mut(&SessionId(0)) {
+            host.dropped_notes = 2;
+            host.told.dropped("notifications/prompts/list_changed");
+        }
+        let mut outbox = Outbox::new();
+        sessions.drained(&mut outbox, SessionId(0));
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(
+            matches!(&sent[0], Outgoing::HostNote(SessionId(0), line, Some(_)) if line.contains("notifications/prompts/list_changed"))
+        );
+        assert_eq!(
+            sessions.get(&SessionId(0)).map(|host| host.dropped_notes),
+            Some(0)
+        );
+        // Told once: reading again owes nothing more.
+        sessions.drained(&mut outbox, SessionId(0));
+        assert!(outbox.is_empty());
     }
 }
