@@ -979,14 +979,7 @@ impl Gateway {
         // INVARIANT: a call whose record is not durable does not run. Its
         // refusal cannot be recorded either: the log is failing.
         let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
-        let line = pipeline::end_line(
-            &self.policy,
-            &self.upstreams,
-            &self.sessions,
-            cx,
-            &end,
-            &end.decision(cx.decision.as_ref()),
-        );
+        let line = pipeline::end_line(&self.policy, &self.upstreams, &self.sessions, cx, &end);
         if let Some(session) = self.sessions.get(&cx.request.session) {
             session.send(line);
         }

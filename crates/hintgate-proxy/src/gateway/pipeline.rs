@@ -493,14 +493,7 @@ impl Gateway {
         if let Err(end) = self.keys().claim_key(&mut cx) {
             self.record_outcome(&cx, end.outcome());
             self.taint_by_replay(&cx, &end);
-            let line = end_line(
-                &self.policy,
-                &self.upstreams,
-                &self.sessions,
-                &cx,
-                &end,
-                &end.decision(cx.decision.as_ref()),
-            );
+            let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
             self.outbox.host(cx.request.session, line);
             return;
         }
@@ -888,14 +881,7 @@ impl Gateway {
         if matches!(end, CallEnd::Withdrawn(_)) {
             return;
         }
-        let line = end_line(
-            &self.policy,
-            &self.upstreams,
-            &self.sessions,
-            &cx,
-            &end,
-            &decision,
-        );
+        let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
         self.outbox.host(cx.request.session, line);
     }
 
@@ -908,14 +894,7 @@ impl Gateway {
         let decision = end.decision(None);
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         if has_id {
-            let line = end_line(
-                &self.policy,
-                &self.upstreams,
-                &self.sessions,
-                &cx,
-                &end,
-                &decision,
-            );
+            let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
             self.outbox.host(cx.request.session, line);
         }
     }
@@ -1162,16 +1141,16 @@ const fn counted_as_failed(outcome: Outcome) -> Option<bool> {
     }
 }
 
-/// The line that answers a call that ends at the gateway, as `decision`
-/// (the one mapping, [`CallEnd::answer`]).
+/// The line that answers a call that ends at the gateway as `end` (the one
+/// mapping, [`CallEnd::answer`], with the decision the end stands for).
 pub(super) fn end_line(
     policy: &hintgate_policy::decide::Policy,
     upstreams: &Upstreams,
     sessions: &super::session::Sessions,
     cx: &CallContext,
     end: &CallEnd,
-    decision: &Decision,
 ) -> String {
+    let decision = &end.decision(cx.decision.as_ref());
     let server = cx.server.map_or("", |idx| upstreams.name(idx));
     let answer = end.answer(Refused {
         host_name: &cx.params.name,

@@ -602,21 +602,10 @@ impl Gateway {
     /// Any other request: passed through in wrap mode, routed in gateway mode.
     pub(super) fn on_other_request(&mut self, request: HostRequest) {
         let session = request.session;
-        if request.method.as_str() == "logging/setLevel" {
-            // The level is kept for the session (and sent in the `_meta` of
-            // its requests to 2026-07-28 servers).
-            let params = request.params();
-            match log_level(&params) {
-                Ok(level) => {
-                    if let Some(host) = self.sessions.get_mut(&session) {
-                        host.log_level = Some(level.to_owned());
-                    }
-                }
-                Err(why) => {
-                    self.outbox.error(session, request.id(), -32602, &why);
-                    return;
-                }
-            }
+        if request.method.as_str() == "logging/setLevel"
+            && !self.sessions.set_log_level(&mut self.outbox, &request)
+        {
+            return;
         }
         if self.mode == Mode::Wrap {
             self.on_wrapped_request(request);
@@ -1097,23 +1086,6 @@ pub(super) fn initialize_result(version: &str, upstreams: &Upstreams) -> Value {
     }
 }
 
-/// The level a host's `logging/setLevel` sets.
-///
-/// # Errors
-///
-/// Why it is refused, in words for the host: a level MCP does not name.
-fn log_level(params: &Value) -> Result<&str, String> {
-    let level = params.get("level").and_then(Value::as_str).unwrap_or("");
-    if super::modern::log_rank(level).is_none() {
-        return Err(format!(
-            "`logging/setLevel` takes one of {}; not `{}`",
-            super::modern::LOG_LEVELS.join(", "),
-            escape_line(level)
-        ));
-    }
-    Ok(level)
-}
-
 /// Whether server `idx`'s prompt `item` is listed, with its name as the
 /// host sees it (prefixed): a name that could be another server's is not
 /// listed (and `prompts/get` refuses it: it does not resolve).
@@ -1543,18 +1515,6 @@ mod tests {
         );
         let clean = json!({"jsonrpc": "2.0", "id": 1, "result": {"contents": []}}).to_string();
         assert_eq!(screen_contents("a", clean.clone()), clean);
-    }
-
-    #[test]
-    fn a_log_level_is_one_mcp_names() {
-        assert_eq!(log_level(&json!({"level": "debug"})), Ok("debug"));
-        let why = log_level(&json!({"level": "loud"})).unwrap_err();
-        assert!(
-            why.starts_with("`logging/setLevel` takes one of debug"),
-            "{why}"
-        );
-        assert!(why.ends_with("not `loud`"), "{why}");
-        assert!(log_level(&json!({})).is_err());
     }
 
     fn merge(routing: &mut Routing, key: &'static str, servers: usize) -> u64 {

@@ -146,6 +146,28 @@ impl Sessions {
             .map(Arc::from)
     }
 
+    /// A host's `logging/setLevel`: the level is kept for its session (and
+    /// sent in the `_meta` of its requests to 2026-07-28 servers). Returns
+    /// false, having answered with an error (into the outbox), for a level
+    /// MCP does not name.
+    pub fn set_log_level(&mut self, outbox: &mut Outbox, request: &HostRequest) -> bool {
+        let params = request.params();
+        let level = params.get("level").and_then(Value::as_str).unwrap_or("");
+        if super::modern::log_rank(level).is_none() {
+            let text = format!(
+                "`logging/setLevel` takes one of {}; not `{}`",
+                super::modern::LOG_LEVELS.join(", "),
+                hintgate_policy::sanitize::escape_line(level)
+            );
+            outbox.error(request.session, request.id(), -32602, &text);
+            return false;
+        }
+        if let Some(host) = self.get_mut(&request.session) {
+            host.log_level = Some(level.to_owned());
+        }
+        true
+    }
+
     /// The log level the host of `session` set with `logging/setLevel`.
     pub fn log_level(&self, session: SessionId) -> Option<&str> {
         self.get(&session)?.log_level.as_deref()
@@ -673,5 +695,35 @@ mod tests {
         // Told once: reading again owes nothing more.
         sessions.drained(&mut outbox, SessionId(0));
         assert!(outbox.is_empty());
+    }
+
+    #[test]
+    fn a_log_level_is_kept_for_its_session_only_when_mcp_names_it() {
+        use super::super::outbox::{Outbox, Outgoing};
+        use super::super::request::Method;
+        let mut sessions = three_sessions(Value::Null);
+        let set = |level: &str| {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{{"level":"{level}"}}}}"#
+            );
+            let message = crate::frame::Message::parse(&line).unwrap();
+            HostRequest::new(
+                SessionId(0),
+                line.clone(),
+                message.spans(),
+                Method::of(message.method()),
+            )
+        };
+        let mut outbox = Outbox::new();
+        assert!(sessions.set_log_level(&mut outbox, &set("debug")));
+        assert!(outbox.is_empty());
+        assert_eq!(sessions.log_level(SessionId(0)), Some("debug"));
+        assert_eq!(sessions.log_level(SessionId(1)), None);
+        assert!(!sessions.set_log_level(&mut outbox, &set("loud")));
+        assert_eq!(sessions.log_level(SessionId(0)), Some("debug"));
+        let sent = outbox.take();
+        assert!(
+            matches!(&sent[..], [Outgoing::Host(SessionId(0), line)] if line.contains("-32602") && line.contains("takes one of debug") && line.contains("not `loud`"))
+        );
     }
 }
