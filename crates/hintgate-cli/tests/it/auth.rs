@@ -441,12 +441,22 @@ fn assert_no_token(dir: &Path, outputs: &[&str]) {
             );
         }
     }
-    for entry in std::fs::read_dir(dir.join("state")).unwrap() {
-        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-        assert!(
-            !String::from_utf8_lossy(&bytes).contains("SECRET"),
-            "a token is in the state directory in clear"
-        );
+    // Its files, and those of its directories (the runs' audit journals).
+    let mut dirs = vec![dir.join("state")];
+    while let Some(next) = dirs.pop() {
+        for entry in std::fs::read_dir(next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains("SECRET"),
+                "a token is in the state directory in clear: {}",
+                path.display()
+            );
+        }
     }
 }
 
