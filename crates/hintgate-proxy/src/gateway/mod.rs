@@ -1990,7 +1990,14 @@ impl Gateway {
                 }
             }
             "notifications/message" if self.upstreams.get(idx).is_some_and(|up| up.modern) => {
-                self.on_modern_log(idx, message);
+                modern::log_to_hosts(
+                    &self.inflight,
+                    &self.sessions,
+                    &self.upstreams,
+                    idx,
+                    message,
+                    &mut self.outbox,
+                );
             }
             // A host shows a progress message as a line of its own: made
             // one, with nothing hidden in it (the rest as sent).

@@ -26,7 +26,10 @@ use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::call::CallContext;
+use super::inflight::InFlight;
+use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
+use super::session::Sessions;
 use super::session::{Era, HostSession, declares_form_elicitation};
 use super::upstreams::Phase;
 use super::upstreams::Upstreams;
@@ -518,57 +521,6 @@ impl Gateway {
         message.with_id_and_result_fields(host_id, &fields.join(","))
     }
 
-    /// A 2026-07-28 server's log message (`notifications/message`). Such a
-    /// server logs only for a request that named a level, so the message
-    /// goes to the sessions with a request in flight on it that asked for
-    /// its level or a lower one: a legacy host by its `logging/setLevel`, a
-    /// 2026-07-28 host by its request's own `_meta`. A message of a level
-    /// MCP does not name, or that no such request asked for, is dropped.
-    pub(super) fn on_modern_log(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        let level = message
-            .params
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            .and_then(|params| {
-                params
-                    .get("level")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
-        let Some(rank) = level.as_deref().and_then(log_rank) else {
-            tracing::debug!(server.id = %self.upstreams.name(idx), "a log message without a level MCP names is dropped");
-            return;
-        };
-        let mut to: Vec<SessionId> = self
-            .inflight
-            .requests_on(idx)
-            .filter(|request| {
-                let Some(host) = self.sessions.get(&request.session) else {
-                    return false;
-                };
-                let asked = if host.modern() {
-                    modern_meta(request).and_then(|meta| {
-                        meta.get(META_LOG_LEVEL)
-                            .and_then(Value::as_str)
-                            .and_then(log_rank)
-                    })
-                } else {
-                    host.log_level.as_deref().and_then(log_rank)
-                };
-                asked.is_some_and(|asked| asked <= rank)
-            })
-            .map(|request| request.session)
-            .collect();
-        to.sort_unstable();
-        to.dedup();
-        if to.is_empty() {
-            tracing::debug!(server.id = %self.upstreams.name(idx), "a log message no request in flight asked for is dropped");
-        }
-        for session in to {
-            self.outbox
-                .host_note(session, message.line().to_owned(), None);
-        }
-    }
-
     /// `subscriptions/listen`: the stream change notifications travel on.
     ///
     /// A host has one listen stream: a new one takes the place of the one
@@ -615,6 +567,63 @@ impl Gateway {
         if let Some(host) = self.sessions.get_mut(&session) {
             host.listen = Some(subscription);
         }
+    }
+}
+
+/// A 2026-07-28 server's log message (`notifications/message`). Such a
+/// server logs only for a request that named a level, so the message
+/// goes to the sessions with a request in flight on it that asked for
+/// its level or a lower one: a legacy host by its `logging/setLevel`, a
+/// 2026-07-28 host by its request's own `_meta`. A message of a level
+/// MCP does not name, or that no such request asked for, is dropped.
+pub(super) fn log_to_hosts(
+    inflight: &InFlight,
+    sessions: &Sessions,
+    upstreams: &Upstreams,
+    idx: ServerIdx,
+    message: &Message<'_>,
+    outbox: &mut Outbox,
+) {
+    let server = upstreams.name(idx);
+    let level = message
+        .params
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|params| {
+            params
+                .get("level")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+    let Some(rank) = level.as_deref().and_then(log_rank) else {
+        tracing::debug!(server.id = %server, "a log message without a level MCP names is dropped");
+        return;
+    };
+    let mut to: Vec<SessionId> = inflight
+        .requests_on(idx)
+        .filter(|request| {
+            let Some(host) = sessions.get(&request.session) else {
+                return false;
+            };
+            let asked = if host.modern() {
+                modern_meta(request).and_then(|meta| {
+                    meta.get(META_LOG_LEVEL)
+                        .and_then(Value::as_str)
+                        .and_then(log_rank)
+                })
+            } else {
+                host.log_level.as_deref().and_then(log_rank)
+            };
+            asked.is_some_and(|asked| asked <= rank)
+        })
+        .map(|request| request.session)
+        .collect();
+    to.sort_unstable();
+    to.dedup();
+    if to.is_empty() {
+        tracing::debug!(server.id = %server, "a log message no request in flight asked for is dropped");
+    }
+    for session in to {
+        outbox.host_note(session, message.line().to_owned(), None);
     }
 }
 
@@ -711,5 +720,77 @@ mod tests {
         assert!(declared.capabilities()["experimental"].is_object());
         assert_eq!(declared.meta()[META_CAPABILITIES], json!({}));
         assert_eq!(declared.meta()[META_CLIENT]["name"], "hintgate");
+    }
+
+    #[test]
+    fn a_modern_servers_log_message_reaches_only_a_session_that_asked_for_its_level() {
+        use crate::gateway::request::Method;
+        use crate::gateway::session::{Era, HostSession};
+        let mut sessions = Sessions::default();
+        for (n, level) in [(0, Some("warning")), (1, None), (2, Some("debug"))] {
+            let (out, _) = tokio::sync::mpsc::unbounded_channel();
+            let mut host = HostSession::new(out, Default::default(), Default::default());
+            host.era = Era::Legacy("2025-11-25".to_owned());
+            host.log_level = level.map(str::to_owned);
+            sessions.insert(SessionId(n), host);
+        }
+        let mut inflight = InFlight::default();
+        // Sessions 0 and 1 wait on server 0; session 2 on server 1 only.
+        for (server, id, session) in [(0, 1, 0), (0, 2, 1), (1, 3, 2)] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read"}}"#);
+            let message = Message::parse(&line).unwrap();
+            let request = HostRequest::new(
+                SessionId(session),
+                line.clone(),
+                message.spans(),
+                Method::of(message.method()),
+            );
+            inflight.wait_up(
+                server,
+                id,
+                crate::gateway::inflight::UpPurpose::Forward(Box::new(request)),
+                std::time::Duration::from_secs(60),
+            );
+        }
+        let (config, _) = hintgate_policy::config::parse_str(
+            "[servers.a]\ncommand = \"x\"\n[servers.b]\ncommand = \"x\"\n",
+        );
+        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
+        let configs = policy.config().servers.values().cloned().collect();
+        let upstreams = Upstreams::new(configs, crate::gateway::Mode::Gateway, "__".to_owned());
+        let log = |level: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"{level}","data":"x"}}}}"#
+            )
+        };
+        let mut outbox = Outbox::new();
+        let error = log("error");
+        log_to_hosts(
+            &inflight,
+            &sessions,
+            &upstreams,
+            0,
+            &Message::parse(&error).unwrap(),
+            &mut outbox,
+        );
+        let sent = outbox.take();
+        assert!(
+            matches!(&sent[..], [crate::gateway::outbox::Outgoing::HostNote(SessionId(0), line, None)] if *line == error),
+            "{sent:?}"
+        );
+        // Below what anyone waiting on server 0 asked for, or a level MCP
+        // does not name: dropped.
+        for level in ["info", "loud"] {
+            let line = log(level);
+            log_to_hosts(
+                &inflight,
+                &sessions,
+                &upstreams,
+                0,
+                &Message::parse(&line).unwrap(),
+                &mut outbox,
+            );
+            assert!(outbox.is_empty(), "{level}");
+        }
     }
 }
