@@ -51,6 +51,7 @@ pub(crate) mod journal;
 pub(crate) mod keys;
 pub(crate) mod modern;
 pub(crate) mod outbox;
+pub(crate) mod parked;
 pub(crate) mod pipeline;
 pub(crate) mod previewers;
 pub(crate) mod previews;
@@ -273,7 +274,7 @@ pub(crate) struct Gateway {
     gathers: relay::Gathers,
     watcher: Option<watch::StoreWatcher>,
     /// Requests and calls waiting for a server to start or list its tools.
-    waiting: Vec<Waiting>,
+    parked: parked::Parked,
     /// What this turn produced, in order.
     outbox: Outbox,
     /// The gateway was asked to stop: the loop ends after this turn.
@@ -871,7 +872,7 @@ impl Gateway {
             subscriptions: subscriptions::Subscriptions::default(),
             gathers: relay::Gathers::new(),
             watcher: None,
-            waiting: Vec::new(),
+            parked: parked::Parked::default(),
             outbox: Outbox::new(),
             turn: 0,
             policy: settings.policy,
@@ -1079,11 +1080,7 @@ impl Gateway {
     /// Sets the metrics' gauges as this turn leaves them.
     fn count_gauges(&self) {
         if let Some(metrics) = &self.metrics {
-            let for_server = self
-                .waiting
-                .iter()
-                .filter(|waiting| matches!(waiting, Waiting::Call(_)))
-                .count();
+            let for_server = self.parked.calls();
             let for_person = self.asks.queued().saturating_add(self.inflight.asks());
             metrics.gauges(self.sessions.count(), for_server, for_person);
         }
@@ -1101,35 +1098,10 @@ impl Gateway {
         }
     }
 
-    /// Something must wait for a server to start or list its tools: it is
-    /// tried again whenever a server's state changes, and answered with an
-    /// error once it has waited [`Limits::wait_timeout`] in all.
-    fn park(&mut self, mut item: Waiting) {
-        let request = match &mut item {
-            Waiting::Request(request) => &mut **request,
-            Waiting::Call(cx) => &mut cx.request,
-        };
-        if request.wait_until.is_none() {
-            let wait = self.limits.wait_timeout();
-            request.wait_until = Some(Instant::now() + wait);
-            self.inflight.deadline(wait, Expired::Waiting);
-        }
-        self.waiting.push(item);
-    }
-
     /// Answers what has waited for its server too long.
     fn waited_too_long(&mut self, now: Instant) {
         let seconds = self.limits.wait_timeout().as_secs();
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
-            let until = match &item {
-                Waiting::Request(request) => request.wait_until,
-                Waiting::Call(cx) => cx.request.wait_until,
-            };
-            if until.is_none_or(|until| until > now) {
-                self.waiting.push(item);
-                continue;
-            }
+        for item in self.parked.take_expired(now) {
             match item {
                 Waiting::Call(cx) => {
                     let name = cx.server.map_or("", |idx| self.upstreams.name(idx));
@@ -1153,8 +1125,7 @@ impl Gateway {
     /// Re-dispatches every waiting request and call after a server's state
     /// changed.
     fn retry_waiting(&mut self) {
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
+        for item in self.parked.take_all() {
             match item {
                 Waiting::Request(request) => self.dispatch(*request),
                 Waiting::Call(cx) => self.run_pipeline(cx),
@@ -1401,17 +1372,10 @@ impl Gateway {
     /// The host gave up on one of its requests: stop it wherever it is.
     fn cancel_host_request(&mut self, session: SessionId, request_id: &str) {
         let mut cancelled = Vec::new();
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
-            match item {
-                Waiting::Call(cx)
-                    if cx.request.session == session && cx.request.id() == request_id =>
-                {
-                    cancelled.push(cx);
-                }
-                Waiting::Request(request)
-                    if request.session == session && request.id() == request_id => {}
-                other => self.waiting.push(other),
+        // A request that waited is dropped; a call is withdrawn below.
+        for item in self.parked.take_of(session, Some(request_id)) {
+            if let Waiting::Call(cx) = item {
+                cancelled.push(cx);
             }
         }
         self.withdraw_queued_for(session, request_id);
@@ -1567,23 +1531,21 @@ impl Gateway {
                 _ => {}
             }
         }
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
+        for item in self.parked.take_of(session, None) {
             match item {
-                Waiting::Call(cx) if cx.request.session == session => {
+                Waiting::Call(cx) => {
                     let end = match ending {
                         Ending::HostGone => CallEnd::Withdrawn(Outcome::HostGone),
                         Ending::Shutdown => CallEnd::Refused(call::Refusal::Shutdown),
                     };
                     self.end_call(cx, end);
                 }
-                Waiting::Request(request) if request.session == session => {
+                Waiting::Request(request) => {
                     if ending == Ending::Shutdown {
                         let text = "hintgate shut down before the servers were ready";
                         self.outbox.error(session, request.id(), -32603, text);
                     }
                 }
-                other => self.waiting.push(other),
             }
         }
         self.end_subscriptions(session);

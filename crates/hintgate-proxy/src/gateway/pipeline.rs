@@ -361,7 +361,11 @@ impl Gateway {
             Step::Forward(cx) => self.record_and_forward(cx),
             Step::Ask(cx) => self.ask(cx),
             Step::End(cx, end) => self.end_call(cx, end),
-            Step::Wait(cx) => self.park(Waiting::Call(cx)),
+            Step::Wait(cx) => self.parked.park(
+                Waiting::Call(cx),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            ),
             Step::Hook(cx, ask) => self.ask_hook(cx, ask),
             Step::Done => {}
         }

@@ -553,7 +553,11 @@ impl Gateway {
             }
         }
         if pending {
-            self.park(Waiting::Request(Box::new(request)));
+            self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            );
             return;
         }
         // The host's views were built once, when each server listed.
@@ -720,7 +724,11 @@ impl Gateway {
         }
         match self.readiness(0, &mut request.restarted) {
             Readiness::Ready => self.forward(0, request, None),
-            Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
+            Readiness::Pending => self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            ),
             Readiness::Failed(reason) => self.outbox.error(
                 session,
                 request.id(),
@@ -764,7 +772,11 @@ impl Gateway {
     fn route(&mut self, idx: ServerIdx, mut request: HostRequest, params: Option<Value>) {
         match self.readiness(idx, &mut request.restarted) {
             Readiness::Ready => self.forward(idx, request, params),
-            Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
+            Readiness::Pending => self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            ),
             Readiness::Failed(reason) => {
                 let text = format!(
                     "server `{}` is not available: {reason}",
@@ -913,7 +925,11 @@ impl Gateway {
             }
         }
         if pending {
-            self.park(Waiting::Request(Box::new(request)));
+            self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            );
             return;
         }
         if targets.is_empty() {
