@@ -160,7 +160,7 @@ impl Gateway {
         let n = self
             .inflight
             .wait_host(session, HostPurpose::Ask(cx), timeout);
-        self.send_host(
+        self.outbox.host(
             session,
             frame::request(&format!("\"hintgate-{n}\""), "elicitation/create", &elicit),
         );
@@ -207,7 +207,7 @@ impl Gateway {
         } else {
             cx.arguments_or_empty().clone()
         };
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         let token_scope =
             super::pipeline::token_scope_of(&self.upstreams, cx, principal.as_deref());
         // What goes to the store keeps no secret: the preview as it may be
@@ -624,7 +624,7 @@ impl Gateway {
             if let HostPurpose::Ask(cx) = purpose {
                 self.count_ask(&cx, AskChannel::Elicitation, AskEnding::Failed);
                 if shutdown {
-                    self.send_host(
+                    self.outbox.host(
                         session,
                         frame::notification(
                             "notifications/cancelled",

@@ -97,7 +97,10 @@ impl Gateway {
         };
         let id = up.next_id();
         let modern = up.modern;
-        let meta = self.session_meta(cx.request.session).into_owned();
+        let meta = self
+            .declared
+            .for_level(self.sessions.log_level(cx.request.session))
+            .into_owned();
         let line = super::pipeline::call_line_with(
             cx,
             Some(&arguments),
@@ -110,7 +113,7 @@ impl Gateway {
         .ok_or("the call's params could not be rebuilt")?;
         let turn = self.turn;
         // The dry run goes with the same login the call would.
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         self.upstreams
             .get_mut(target)
             .map_or(Ok(()), |up| up.send_now(line, turn, principal))

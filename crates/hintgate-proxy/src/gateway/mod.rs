@@ -50,6 +50,8 @@ pub(crate) mod inflight;
 pub(crate) mod journal;
 pub(crate) mod keys;
 pub(crate) mod modern;
+pub(crate) mod outbox;
+pub(crate) mod parked;
 pub(crate) mod pipeline;
 pub(crate) mod previewers;
 pub(crate) mod previews;
@@ -76,6 +78,7 @@ use tokio::time::Instant;
 
 use self::call::{CallContext, CallEnd, Outcome};
 use self::inflight::{Expired, HostPurpose, InFlight, UpPurpose};
+use self::outbox::{Outbox, Outgoing};
 use self::request::{HostRequest, Method, ServerIdx, SessionId};
 use self::session::HostSession;
 use self::upstreams::Upstreams;
@@ -236,28 +239,10 @@ pub(crate) enum Waiting {
     Call(Box<CallContext>),
 }
 
-/// Something the turn produced, sent once the turn's records are durable.
-#[derive(Debug)]
-enum Outgoing {
-    /// A line to a host that it must get (an answer, a question).
-    Host(SessionId, String),
-    /// A notification to a host, dropped when the host is not reading; a
-    /// change to a list (`Some` of its notification) is told later then.
-    HostNote(SessionId, String, Option<&'static str>),
-    /// A line to a server (dropped when the server restarted meanwhile),
-    /// and the `--listen` principal it is sent for (`None`: the gateway's
-    /// own, or a stdio host's).
-    Upstream(ServerIdx, u64, String, Option<Arc<str>>),
-    /// A call to send upstream once its record (at this place in the turn's
-    /// batch) is durable.
-    Call(Box<CallContext>, Option<usize>),
-}
-
 /// The gateway's state: its parts, and what ties them together.
 pub(crate) struct Gateway {
     policy: Policy,
     mode: Mode,
-    separator: String,
     limits: Limits,
     observer: Option<mpsc::UnboundedSender<Observed>>,
     /// What is counted for a dashboard; the loop only adds to it.
@@ -270,12 +255,9 @@ pub(crate) struct Gateway {
     events: EventSender,
     sealer: crate::seal::Sealer,
     sessions: session::Sessions,
-    /// What the servers were told of the host (the first session's
-    /// `initialize`): capabilities and client identity.
-    upstream_init: Option<Value>,
-    /// The `_meta` every request to a 2026-07-28 server carries, made from
-    /// `upstream_init` once.
-    upstream_meta: Value,
+    /// What the servers are told of the host (the first session's
+    /// `initialize`).
+    declared: modern::Declared,
     upstreams: Upstreams,
     inflight: InFlight,
     catalog: catalog::Catalog,
@@ -292,12 +274,9 @@ pub(crate) struct Gateway {
     gathers: relay::Gathers,
     watcher: Option<watch::StoreWatcher>,
     /// Requests and calls waiting for a server to start or list its tools.
-    waiting: Vec<Waiting>,
+    parked: parked::Parked,
     /// What this turn produced, in order.
-    outbox: Vec<Outgoing>,
-    /// Two servers' prefixes begin one another, so a host-facing name may
-    /// fit several (a configuration validation would refuse).
-    prefixes_overlap: bool,
+    outbox: Outbox,
     /// The gateway was asked to stop: the loop ends after this turn.
     stopping: bool,
     /// The shutdown ran to its end: the calls in flight have their endings
@@ -343,7 +322,9 @@ impl Drop for Gateway {
         // The calls the failed turn forwarded: their records wait in the
         // turn's batch, and they were never sent. Committed, they end as
         // `shutdown`; if the log fails, they have no record and never ran.
-        let unsent: Vec<(Box<CallContext>, usize)> = std::mem::take(&mut self.outbox)
+        let unsent: Vec<(Box<CallContext>, usize)> = self
+            .outbox
+            .take()
             .into_iter()
             .filter_map(|outgoing| match outgoing {
                 Outgoing::Call(cx, Some(place)) => Some((cx, place)),
@@ -363,7 +344,7 @@ impl Drop for Gateway {
         // when the gateway is asked to stop. Nothing is sent: the loop is
         // gone.
         self.end_open_sessions();
-        self.outbox.clear();
+        drop(self.outbox.take());
         for idx in 0..self.upstreams.instances() {
             for (_, purpose) in self.inflight.drain_up(idx) {
                 if let UpPurpose::Call(cx) = purpose {
@@ -857,11 +838,10 @@ impl Gateway {
             .store
             .clone()
             .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
-        let upstreams = Upstreams::new(servers);
+        let upstreams = Upstreams::new(servers, settings.mode.clone(), gateway.separator.clone());
         let count = upstreams.instances();
         let mut gateway = Self {
             hooks: hooks::Hooks::new(hook_configs(settings.policy.config())),
-            separator: gateway.separator.clone(),
             limits,
             mode: settings.mode,
             observer: settings.observer,
@@ -885,28 +865,25 @@ impl Gateway {
             events,
             sealer,
             sessions: session::Sessions::default(),
-            upstream_init: None,
-            upstream_meta: modern::upstream_meta(None),
+            declared: modern::Declared::new(),
             upstreams,
             inflight: InFlight::default(),
             routing: routing::Routing::default(),
             subscriptions: subscriptions::Subscriptions::default(),
             gathers: relay::Gathers::new(),
             watcher: None,
-            waiting: Vec::new(),
-            outbox: Vec::with_capacity(64),
+            parked: parked::Parked::default(),
+            outbox: Outbox::new(),
             turn: 0,
             policy: settings.policy,
-            prefixes_overlap: false,
             stopping: false,
             finished: false,
         };
         gateway.hooks.start_all(&gateway.events);
-        gateway.prefixes_overlap = gateway.prefixes_overlap();
-        if gateway.prefixes_overlap {
+        if gateway.upstreams.prefixes_overlap() {
             tracing::error!(
                 "two servers' names run into the separator `{}`: a tool name either could own is neither listed nor routed (`hintgate config check` names them)",
-                gateway.separator
+                gateway.upstreams.separator()
             );
         }
         Ok(gateway)
@@ -914,23 +891,7 @@ impl Gateway {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Open(open) => {
-                let crate::event::OpenSession {
-                    session,
-                    out,
-                    gauge,
-                    requests,
-                    scope,
-                    principal,
-                    sink,
-                } = *open;
-                let mut host = HostSession::new(out, gauge, requests);
-                host.sink = sink;
-                host.scope = scope;
-                host.principal = principal;
-                tracing::debug!(session, ?scope, "a host session opens");
-                self.sessions.insert(SessionId(session), host);
-            }
+            Event::Open(open) => self.sessions.open(*open),
             Event::Host { session, event } => {
                 let session = SessionId(session);
                 match event {
@@ -942,13 +903,13 @@ impl Gateway {
                         tracing::warn!(
                             "the host sent a message over the size limit; it was dropped"
                         );
-                        self.send_host(
+                        self.outbox.host(
                             session,
                             frame::error_response("null", -32600, "message too large"),
                         );
                     }
                     HostEvent::Closed => self.host_closed(session),
-                    HostEvent::Drained => self.host_drained(session),
+                    HostEvent::Drained => self.sessions.drained(&mut self.outbox, session),
                 }
             }
             Event::Upstream {
@@ -1019,7 +980,7 @@ impl Gateway {
         // INVARIANT: a call whose record is not durable does not run. Its
         // refusal cannot be recorded either: the log is failing.
         let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
-        let line = self.end_line(cx, &end, &end.decision(cx.decision.as_ref()));
+        let line = pipeline::end_line(&self.policy, &self.upstreams, &self.sessions, cx, &end);
         if let Some(session) = self.sessions.get(&cx.request.session) {
             session.send(line);
         }
@@ -1060,7 +1021,7 @@ impl Gateway {
             } else {
                 self.journal.commit()
             };
-            let outbox = std::mem::take(&mut self.outbox);
+            let outbox = self.outbox.take();
             for outgoing in outbox {
                 match outgoing {
                     Outgoing::Host(session, line) => {
@@ -1089,7 +1050,7 @@ impl Gateway {
                             _ => Ok(()),
                         };
                         if let Err(err) = sent {
-                            self.not_reading(idx, err);
+                            self.upstream_failed(idx, err.reason());
                         }
                     }
                     Outgoing::Call(cx, Some(place)) if later => {
@@ -1119,80 +1080,10 @@ impl Gateway {
     /// Sets the metrics' gauges as this turn leaves them.
     fn count_gauges(&self) {
         if let Some(metrics) = &self.metrics {
-            let for_server = self
-                .waiting
-                .iter()
-                .filter(|waiting| matches!(waiting, Waiting::Call(_)))
-                .count();
+            let for_server = self.parked.calls();
             let for_person = self.asks.queued().saturating_add(self.inflight.asks());
             metrics.gauges(self.sessions.count(), for_server, for_person);
         }
-    }
-
-    /// A line for a host, sent at the end of the turn.
-    fn send_host(&mut self, session: SessionId, line: String) {
-        self.outbox.push(Outgoing::Host(session, line));
-    }
-
-    /// A notification for a host, sent at the end of the turn unless the
-    /// host is not reading.
-    fn send_host_note(&mut self, session: SessionId, line: String) {
-        self.outbox.push(Outgoing::HostNote(session, line, None));
-    }
-
-    /// A notification for every host session.
-    fn send_every_host(&mut self, line: &str) {
-        let sessions: Vec<SessionId> = self.sessions.keys().collect();
-        for session in sessions {
-            self.send_host_note(session, line.to_owned());
-        }
-    }
-
-    /// A line for a server, sent at the end of the turn.
-    fn send_upstream(&mut self, idx: ServerIdx, generation: u64, line: String) {
-        self.outbox
-            .push(Outgoing::Upstream(idx, generation, line, None));
-    }
-
-    /// A line for a server on behalf of the host of `session`: a server
-    /// behind OAuth gets it with the login of the host's `--listen`
-    /// principal, never another's.
-    fn send_upstream_for(
-        &mut self,
-        session: SessionId,
-        idx: ServerIdx,
-        generation: u64,
-        line: String,
-    ) {
-        let principal = self.principal_for_upstream(session);
-        self.outbox
-            .push(Outgoing::Upstream(idx, generation, line, principal));
-    }
-
-    /// The `--listen` principal whose upstream logins serve the requests of
-    /// the host of `session` (`None`: a stdio host, whose requests go with
-    /// the command line's logins).
-    pub(super) fn principal_for_upstream(&self, session: SessionId) -> Option<Arc<str>> {
-        self.sessions
-            .get(&session)
-            .and_then(|host| host.principal.as_deref())
-            .map(Arc::from)
-    }
-
-    /// A call to send once its record (at `place` in the turn's batch) is
-    /// durable.
-    fn call_after_commit(&mut self, cx: Box<CallContext>, place: Option<usize>) {
-        self.outbox.push(Outgoing::Call(cx, place));
-    }
-
-    /// A result for a host's request, with what a 2026-07-28 host requires.
-    fn reply(&mut self, session: SessionId, id: &str, result: &Value) {
-        let line = self.sessions.result_line(session, id, result);
-        self.send_host(session, line);
-    }
-
-    fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str) {
-        self.send_host(session, frame::error_response(id, code, message));
     }
 
     fn expire(&mut self, now: Instant) {
@@ -1207,35 +1098,10 @@ impl Gateway {
         }
     }
 
-    /// Something must wait for a server to start or list its tools: it is
-    /// tried again whenever a server's state changes, and answered with an
-    /// error once it has waited [`Limits::wait_timeout`] in all.
-    fn park(&mut self, mut item: Waiting) {
-        let request = match &mut item {
-            Waiting::Request(request) => &mut **request,
-            Waiting::Call(cx) => &mut cx.request,
-        };
-        if request.wait_until.is_none() {
-            let wait = self.limits.wait_timeout();
-            request.wait_until = Some(Instant::now() + wait);
-            self.inflight.deadline(wait, Expired::Waiting);
-        }
-        self.waiting.push(item);
-    }
-
     /// Answers what has waited for its server too long.
     fn waited_too_long(&mut self, now: Instant) {
         let seconds = self.limits.wait_timeout().as_secs();
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
-            let until = match &item {
-                Waiting::Request(request) => request.wait_until,
-                Waiting::Call(cx) => cx.request.wait_until,
-            };
-            if until.is_none_or(|until| until > now) {
-                self.waiting.push(item);
-                continue;
-            }
+        for item in self.parked.take_expired(now) {
             match item {
                 Waiting::Call(cx) => {
                     let name = cx.server.map_or("", |idx| self.upstreams.name(idx));
@@ -1249,7 +1115,8 @@ impl Gateway {
                         "the servers were not ready to answer `{}` within {seconds} s",
                         request.method.as_str()
                     );
-                    self.reply_error(request.session, request.id(), -32603, &why);
+                    self.outbox
+                        .error(request.session, request.id(), -32603, &why);
                 }
             }
         }
@@ -1258,8 +1125,7 @@ impl Gateway {
     /// Re-dispatches every waiting request and call after a server's state
     /// changed.
     fn retry_waiting(&mut self) {
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
+        for item in self.parked.take_all() {
             match item {
                 Waiting::Request(request) => self.dispatch(*request),
                 Waiting::Call(cx) => self.run_pipeline(cx),
@@ -1295,7 +1161,8 @@ impl Gateway {
                     frame::FrameError::NotJson(_) => (-32700, "parse error"),
                     _ => (-32600, "invalid request"),
                 };
-                self.reply_error(session, "null", code, &format!("{what}: {err}"));
+                self.outbox
+                    .error(session, "null", code, &format!("{what}: {err}"));
                 return;
             }
         };
@@ -1340,7 +1207,7 @@ impl Gateway {
         };
         tracing::warn!("{message}");
         let Ok(found) = crate::json::members(&line) else {
-            self.reply_error(session, "null", -32700, &message);
+            self.outbox.error(session, "null", -32700, &message);
             return;
         };
         // The envelope's members, each read only where it is given once.
@@ -1372,14 +1239,14 @@ impl Gateway {
         if is_call {
             if spans.id.is_none() && found.iter().any(|member| member.key == "id") {
                 // Its id is what repeats: the error goes under no id.
-                self.reply_error(session, "null", -32600, &message);
+                self.outbox.error(session, "null", -32600, &message);
             }
             let mut request = HostRequest::new(session, line, spans, Method::ToolsCall);
             request.host_id = host_id;
             self.refuse_unparsed(request, call::Refusal::Malformed(message));
         } else if has_method {
             if spans.id.is_some() || found.iter().any(|member| member.key == "id") {
-                self.reply_error(session, &id, -32600, &message);
+                self.outbox.error(session, &id, -32600, &message);
             }
         } else if spans.id.is_some() {
             // An answer to the gateway's own question that can be read two
@@ -1413,7 +1280,10 @@ impl Gateway {
         match &request.method {
             Method::Initialize => self.on_initialize(request),
             Method::Discover => self.on_discover(request),
-            Method::Ping => self.reply(session, request.id(), &json!({})),
+            Method::Ping => {
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}))
+            }
             _ if !started => match modern::modern_meta(&request) {
                 // A modern host's first request starts the session.
                 Some(meta) => {
@@ -1421,7 +1291,9 @@ impl Gateway {
                         self.dispatch(request);
                     }
                 }
-                None => self.reply_error(session, request.id(), -32600, "send `initialize` first"),
+                None => self
+                    .outbox
+                    .error(session, request.id(), -32600, "send `initialize` first"),
             },
             Method::Listen if modern_host => self.on_listen(request),
             Method::ToolsList => self.on_tools_list(request),
@@ -1484,7 +1356,7 @@ impl Gateway {
                     .map(|(idx, up)| (idx, up.generation()))
                     .collect();
                 for (idx, generation) in targets {
-                    self.send_upstream(idx, generation, line.clone());
+                    self.outbox.upstream(idx, generation, line.clone(), None);
                 }
             }
             other => {
@@ -1500,17 +1372,10 @@ impl Gateway {
     /// The host gave up on one of its requests: stop it wherever it is.
     fn cancel_host_request(&mut self, session: SessionId, request_id: &str) {
         let mut cancelled = Vec::new();
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
-            match item {
-                Waiting::Call(cx)
-                    if cx.request.session == session && cx.request.id() == request_id =>
-                {
-                    cancelled.push(cx);
-                }
-                Waiting::Request(request)
-                    if request.session == session && request.id() == request_id => {}
-                other => self.waiting.push(other),
+        // A request that waited is dropped; a call is withdrawn below.
+        for item in self.parked.take_of(session, Some(request_id)) {
+            if let Waiting::Call(cx) = item {
+                cancelled.push(cx);
             }
         }
         self.withdraw_queued_for(session, request_id);
@@ -1525,12 +1390,13 @@ impl Gateway {
         );
         for n in asks {
             if let Some(HostPurpose::Ask(cx)) = self.inflight.take_host(session, n) {
-                self.send_host_note(
+                self.outbox.host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
                         &json!({"requestId": format!("hintgate-{n}"), "reason": "the host cancelled the call"}),
                     ),
+                    None,
                 );
                 cancelled.push(cx);
             }
@@ -1548,7 +1414,12 @@ impl Gateway {
                 }
                 _ => {}
             }
-            self.cancel_upstream(idx, up_id, "the host cancelled the request");
+            self.upstreams.cancel(
+                idx,
+                up_id,
+                "the host cancelled the request",
+                &mut self.outbox,
+            );
         }
     }
 
@@ -1577,7 +1448,8 @@ impl Gateway {
                 generation,
                 upstream_id,
             }) => {
-                self.send_upstream(server, generation, message.with_id(&upstream_id));
+                self.outbox
+                    .upstream(server, generation, message.with_id(&upstream_id), None);
             }
             None => tracing::debug!("a late or unknown response from the host: {id}"),
         }
@@ -1586,12 +1458,13 @@ impl Gateway {
     fn host_timed_out(&mut self, session: SessionId, n: u64) {
         match self.inflight.take_host(session, n) {
             Some(HostPurpose::Ask(cx)) => {
-                self.send_host_note(
+                self.outbox.host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
                         &json!({"requestId": format!("hintgate-{n}"), "reason": "nobody answered in time"}),
                     ),
+                    None,
                 );
                 self.ask_timed_out(cx);
             }
@@ -1603,17 +1476,19 @@ impl Gateway {
                 generation,
                 upstream_id,
             }) => {
-                self.send_host_note(
+                self.outbox.host_note(
                     session,
                     frame::notification(
                         "notifications/cancelled",
                         &json!({"requestId": format!("hintgate-{n}"), "reason": "the server's request timed out"}),
                     ),
+                    None,
                 );
-                self.send_upstream(
+                self.outbox.upstream(
                     server,
                     generation,
                     frame::error_response(&upstream_id, -32603, "the host did not answer in time"),
+                    None,
                 );
             }
             None => {}
@@ -1651,28 +1526,26 @@ impl Gateway {
                 }
                 (UpPurpose::Forward(request), Ending::Shutdown) => {
                     let text = "hintgate shut down before the server answered";
-                    self.reply_error(session, request.id(), -32603, text);
+                    self.outbox.error(session, request.id(), -32603, text);
                 }
                 _ => {}
             }
         }
-        let waiting = std::mem::take(&mut self.waiting);
-        for item in waiting {
+        for item in self.parked.take_of(session, None) {
             match item {
-                Waiting::Call(cx) if cx.request.session == session => {
+                Waiting::Call(cx) => {
                     let end = match ending {
                         Ending::HostGone => CallEnd::Withdrawn(Outcome::HostGone),
                         Ending::Shutdown => CallEnd::Refused(call::Refusal::Shutdown),
                     };
                     self.end_call(cx, end);
                 }
-                Waiting::Request(request) if request.session == session => {
+                Waiting::Request(request) => {
                     if ending == Ending::Shutdown {
                         let text = "hintgate shut down before the servers were ready";
-                        self.reply_error(session, request.id(), -32603, text);
+                        self.outbox.error(session, request.id(), -32603, text);
                     }
                 }
-                other => self.waiting.push(other),
             }
         }
         self.end_subscriptions(session);
@@ -1737,7 +1610,7 @@ impl Gateway {
             watcher.stop();
         }
         self.hooks.stop_all();
-        self.stop_servers().await;
+        self.upstreams.stop_all().await;
     }
 
     // --- the upstream side ---
@@ -1809,7 +1682,9 @@ impl Gateway {
                 }
                 match self.inflight.take_up(idx, id) {
                     Some(purpose) => self.on_upstream_response(idx, id, purpose, &message),
-                    None if self.listen_ended(idx, id) => {}
+                    None if self
+                        .subscriptions
+                        .listen_ended(idx, self.upstreams.name(idx), id) => {}
                     None => tracing::debug!("a late or unknown response upstream: {id}"),
                 }
             }
@@ -1868,7 +1743,13 @@ impl Gateway {
                         hintgate_policy::sanitize::escape_line(&uri)
                     ),
                 };
-                self.subscription_failed(idx, &uri, &why);
+                self.subscriptions.fail(
+                    idx,
+                    self.upstreams.name(idx),
+                    &uri,
+                    &why,
+                    &mut self.outbox,
+                );
             }
             UpPurpose::Resubscribe { uri } => {
                 if let Some(error) = message.error {
@@ -1878,7 +1759,13 @@ impl Gateway {
                         hintgate_policy::sanitize::escape_line(&uri),
                         subscriptions::error_message(error.get())
                     );
-                    self.subscription_failed(idx, &uri, &why);
+                    self.subscriptions.fail(
+                        idx,
+                        self.upstreams.name(idx),
+                        &uri,
+                        &why,
+                        &mut self.outbox,
+                    );
                 }
             }
             UpPurpose::Quiet => {}
@@ -1902,14 +1789,15 @@ impl Gateway {
         // gateway's to guess.
         let session = on_stream
             .and_then(|request| self.inflight.session_of(idx, request))
-            .or_else(|| self.session_for_server(idx));
+            .or_else(|| session_for_server(&self.inflight, &self.sessions, idx));
         let Some(session) = session else {
             let text = "hintgate cannot tell which host this request is for: several host sessions use this server at once, and the request does not say which call it belongs to";
             tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
-            self.send_upstream(
+            self.outbox.upstream(
                 idx,
                 generation,
                 frame::error_response(message.id_text(), -32603, text),
+                None,
             );
             return;
         };
@@ -1919,10 +1807,11 @@ impl Gateway {
                 // A 2026-07-28 host takes no requests from a server, and no
                 // single call of the host can carry this one.
                 let text = "the host speaks 2026-07-28, which takes no requests from a server; this gateway cannot relay this one (no single call of the host is in flight on this server)";
-                self.send_upstream(
+                self.outbox.upstream(
                     idx,
                     generation,
                     frame::error_response(message.id_text(), -32601, text),
+                    None,
                 );
             }
             return;
@@ -1949,13 +1838,13 @@ impl Gateway {
             relay::ServerRequest::Relay => {}
             relay::ServerRequest::Pong => {
                 let line = frame::response(message.id_text(), &Value::Object(Map::new()));
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
                 return;
             }
             relay::ServerRequest::Refuse(why) => {
                 tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
                 let line = frame::error_response(message.id_text(), -32601, &why);
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
                 return;
             }
         }
@@ -1965,10 +1854,11 @@ impl Gateway {
                 "hintgate relays at most {MAX_RELAYED} of a server's requests to the host at a time; this one was not relayed"
             );
             tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
-            self.send_upstream(
+            self.outbox.upstream(
                 idx,
                 generation,
                 frame::error_response(message.id_text(), -32603, &text),
+                None,
             );
             return;
         }
@@ -1977,11 +1867,17 @@ impl Gateway {
                 .params
                 .and_then(|raw| serde_json::from_str(raw.get()).ok())
                 .unwrap_or(Value::Null);
-            match self.mark_for_host(idx, message.method(), &mut params) {
+            match relay::mark_for_host(
+                &self.policy,
+                &self.upstreams,
+                idx,
+                message.method(),
+                &mut params,
+            ) {
                 Ok(()) => Some(params),
                 Err(why) => {
                     let line = frame::error_response(message.id_text(), -32602, &why);
-                    self.send_upstream(idx, generation, line);
+                    self.outbox.upstream(idx, generation, line, None);
                     return;
                 }
             }
@@ -2002,7 +1898,7 @@ impl Gateway {
             Some(params) => frame::request(&id, message.method(), &params),
             None => message.with_id(&id),
         };
-        self.send_host(session, line);
+        self.outbox.host(session, line);
     }
 
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
@@ -2027,7 +1923,11 @@ impl Gateway {
         match message.method() {
             "notifications/tools/list_changed" => {
                 self.tools_changed(idx);
-                self.notify_hosts("notifications/tools/list_changed", message.line());
+                self.sessions.notify_all(
+                    &mut self.outbox,
+                    "notifications/tools/list_changed",
+                    message.line(),
+                );
             }
             // A 2026-07-28 server confirming a listen stream: the gateway's
             // own, or one for a host's resource subscription.
@@ -2041,7 +1941,8 @@ impl Gateway {
             "notifications/cancelled" => self.on_server_cancelled(idx, message),
             method @ ("notifications/prompts/list_changed"
             | "notifications/resources/list_changed") => {
-                self.notify_hosts(method, message.line());
+                self.sessions
+                    .notify_all(&mut self.outbox, method, message.line());
             }
             // An update of a private-data server's resource is its data
             // reaching the host (design §4.4).
@@ -2051,15 +1952,22 @@ impl Gateway {
                 }
             }
             "notifications/message" if self.upstreams.get(idx).is_some_and(|up| up.modern) => {
-                self.on_modern_log(idx, message);
+                modern::log_to_hosts(
+                    &self.inflight,
+                    &self.sessions,
+                    &self.upstreams,
+                    idx,
+                    message,
+                    &mut self.outbox,
+                );
             }
             // A host shows a progress message as a line of its own: made
             // one, with nothing hidden in it (the rest as sent).
             "notifications/progress" => match progress_cleaned(message) {
-                Some(line) => self.send_every_host(&line),
-                None => self.send_every_host(message.line()),
+                Some(line) => self.sessions.note_every(&mut self.outbox, &line),
+                None => self.sessions.note_every(&mut self.outbox, message.line()),
             },
-            _ => self.send_every_host(message.line()),
+            _ => self.sessions.note_every(&mut self.outbox, message.line()),
         }
     }
 
@@ -2085,85 +1993,8 @@ impl Gateway {
                     Value::String(format!("hintgate-{n}")),
                 );
             }
-            self.send_host_note(session, message.with_params(&params.to_string()));
-        }
-    }
-
-    /// A change notification to every host: as sent to a legacy host, on
-    /// its listen stream to a modern one; not to a host told of a change to
-    /// that list since it last asked for it.
-    fn notify_hosts(&mut self, method: &str, line: &str) {
-        let sessions: Vec<(SessionId, bool)> = self
-            .sessions
-            .keys()
-            .map(|id| (id, self.sessions.get(&id).is_some_and(HostSession::modern)))
-            .collect();
-        for (session, modern) in sessions {
-            self.notify_host(session, modern, method, line);
-        }
-    }
-
-    /// A change notification to one host, unless it was told already.
-    fn notify_host(&mut self, session: SessionId, modern: bool, method: &str, line: &str) {
-        // A modern host without a listen stream cannot be told yet.
-        let tell = self
-            .sessions
-            .get_mut(&session)
-            .is_some_and(|host| (!modern || host.listen.is_some()) && host.told.tell(method));
-        if !tell {
-            return;
-        }
-        if modern {
-            self.notify_modern(session, method);
-        } else {
-            let list = session::Told::list_changed(method);
             self.outbox
-                .push(Outgoing::HostNote(session, line.to_owned(), list));
-        }
-    }
-
-    /// The host reads again after its queue was past its bound: the count
-    /// of what was dropped is logged, and the changes it was not told of
-    /// are told now.
-    fn host_drained(&mut self, session: SessionId) {
-        let Some(host) = self.sessions.get_mut(&session) else {
-            return;
-        };
-        let dropped = std::mem::take(&mut host.dropped_notes);
-        let owed = host.told.take_owed();
-        let modern = host.modern();
-        if dropped > 0 {
-            tracing::warn!(
-                dropped,
-                "the host reads again: {dropped} notification(s) to it were dropped while it was not reading"
-            );
-        }
-        for method in owed {
-            let line = frame::notification(method, &json!({}));
-            self.notify_host(session, modern, method, &line);
-        }
-    }
-
-    /// The session a server's own request belongs to: the one session with
-    /// requests in flight on that server, else the one session there is.
-    /// `None` when that is not one session: a server's request carries
-    /// nothing that says which of several hosts' calls it is for, and a
-    /// question of one host's call must never reach another host.
-    fn session_for_server(&self, idx: ServerIdx) -> Option<SessionId> {
-        let mut on = self.inflight.sessions_on(idx);
-        match (on.next(), on.next()) {
-            (Some(session), None) => Some(session),
-            (Some(_), Some(_)) => None,
-            (None, _) => {
-                let mut open = self
-                    .sessions
-                    .keys()
-                    .filter(|session| self.sessions.get(session).is_some_and(|host| !host.closed));
-                match (open.next(), open.next()) {
-                    (Some(session), None) => Some(session),
-                    _ => None,
-                }
-            }
+                .host_note(session, message.with_params(&params.to_string()), None);
         }
     }
 
@@ -2180,6 +2011,32 @@ impl Gateway {
                 if let Some(watcher) = &self.watcher {
                     watcher.set_keys(keys);
                 }
+            }
+        }
+    }
+}
+
+/// The session a server's own request belongs to: the one session with
+/// requests in flight on that server, else the one session there is.
+/// `None` when that is not one session: a server's request carries
+/// nothing that says which of several hosts' calls it is for, and a
+/// question of one host's call must never reach another host.
+fn session_for_server(
+    inflight: &InFlight,
+    sessions: &session::Sessions,
+    idx: ServerIdx,
+) -> Option<SessionId> {
+    let mut on = inflight.sessions_on(idx);
+    match (on.next(), on.next()) {
+        (Some(session), None) => Some(session),
+        (Some(_), Some(_)) => None,
+        (None, _) => {
+            let mut open = sessions
+                .keys()
+                .filter(|session| sessions.get(session).is_some_and(|host| !host.closed));
+            match (open.next(), open.next()) {
+                (Some(session), None) => Some(session),
+                _ => None,
             }
         }
     }
@@ -2202,4 +2059,55 @@ fn null_result_id(line: &str) -> Option<&str> {
         return None;
     }
     once("id").filter(|id| *id != "null")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions(closed: &[bool]) -> session::Sessions {
+        let mut sessions = session::Sessions::default();
+        for (n, closed) in closed.iter().enumerate() {
+            let (out, _) = mpsc::unbounded_channel();
+            let mut host = HostSession::new(out, Arc::default(), Arc::default());
+            host.closed = *closed;
+            sessions.insert(SessionId(u32::try_from(n).unwrap()), host);
+        }
+        sessions
+    }
+
+    fn forwarded(inflight: &mut InFlight, server: ServerIdx, id: u64, session: u32) {
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read"}}"#);
+        let message = Message::parse(&line).unwrap();
+        let request = HostRequest::new(
+            SessionId(session),
+            line.clone(),
+            message.spans(),
+            Method::of(message.method()),
+        );
+        inflight.wait_up(
+            server,
+            id,
+            UpPurpose::Forward(Box::new(request)),
+            Duration::from_secs(60),
+        );
+    }
+
+    #[test]
+    fn a_servers_own_request_belongs_to_one_session_or_to_none() {
+        let mut inflight = InFlight::default();
+        // One open session, nothing in flight: it is that session's.
+        let one = sessions(&[false, true]);
+        assert_eq!(session_for_server(&inflight, &one, 0), Some(SessionId(0)));
+        // Two open sessions, nothing in flight: nobody's.
+        let two = sessions(&[false, false]);
+        assert_eq!(session_for_server(&inflight, &two, 0), None);
+        // The one session with requests in flight on that server.
+        forwarded(&mut inflight, 0, 1, 1);
+        forwarded(&mut inflight, 1, 2, 0);
+        assert_eq!(session_for_server(&inflight, &two, 0), Some(SessionId(1)));
+        // Two sessions' requests on that server: nobody's.
+        forwarded(&mut inflight, 0, 3, 0);
+        assert_eq!(session_for_server(&inflight, &two, 0), None);
+    }
 }

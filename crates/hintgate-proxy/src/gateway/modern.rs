@@ -18,14 +18,21 @@
 //! Upstream, a server that answers the era probe with 2026-07-28 among its
 //! versions is spoken to in that era: every request carries the modern
 //! `_meta`, and change notifications come on a listen stream.
+//!
+//! What the servers are told of the host is [`Declared`]: the first
+//! session's declaration, and the modern `_meta` made from it once.
 
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::call::CallContext;
+use super::inflight::InFlight;
+use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
+use super::session::Sessions;
 use super::session::{Era, HostSession, declares_form_elicitation};
 use super::upstreams::Phase;
+use super::upstreams::Upstreams;
 use crate::frame::{self, Message};
 use crate::json::members;
 use crate::versions::{LEGACY_VERSIONS, MODERN_VERSION};
@@ -34,7 +41,7 @@ use crate::versions::{LEGACY_VERSIONS, MODERN_VERSION};
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_CLIENT: &str = "io.modelcontextprotocol/clientInfo";
-const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+pub(super) const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 /// The `_meta` key a 2026-07-28 request asks for log messages with: the
 /// lowest level it wants (the legacy `logging/setLevel`, per request).
 pub(super) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
@@ -139,6 +146,110 @@ pub(super) fn with_meta(params: Value, ours: &Value) -> Value {
     Value::Object(params)
 }
 
+/// What the servers are told of the host: the first session's `initialize`
+/// (its capabilities, without tasks, and its client identity), and the
+/// `_meta` made from it once, which every request to a 2026-07-28 server
+/// carries.
+#[derive(Debug)]
+pub(crate) struct Declared {
+    init: Option<Value>,
+    meta: Value,
+}
+
+impl Declared {
+    /// Nothing declared yet: the servers are told of no capabilities, and
+    /// of hintgate as the client.
+    pub fn new() -> Self {
+        Self {
+            init: None,
+            meta: upstream_meta(None),
+        }
+    }
+
+    /// The first session's declaration, `init` (its capabilities already
+    /// without tasks), becomes what the servers are told; a later one
+    /// changes nothing. The host's capabilities sit a level deeper in a
+    /// 2026-07-28 request's `params._meta` than in its `initialize`: what
+    /// fit there may not fit within `max_depth` here, and then the
+    /// 2026-07-28 servers are told of none.
+    pub fn declare(&mut self, init: Value, max_depth: usize) {
+        if self.init.is_some() {
+            return;
+        }
+        self.meta = upstream_meta(Some(&init));
+        let placed = format!("{{\"params\":{{\"_meta\":{}}}}}", self.meta);
+        if let Err(err) = crate::json::check_depth(&placed, max_depth) {
+            tracing::warn!(
+                "the host's capabilities, passed on in a 2026-07-28 request's `_meta`, {err}; 2026-07-28 servers are told of none"
+            );
+            let mut bare = init.clone();
+            if let Some(object) = bare.as_object_mut() {
+                object.insert("capabilities".to_owned(), Value::Object(Map::new()));
+                object.remove("clientInfo");
+            }
+            self.meta = upstream_meta(Some(&bare));
+        }
+        self.init = Some(init);
+    }
+
+    /// The host's capabilities as the servers are told them (`{}` before
+    /// any session declared them).
+    pub fn capabilities(&self) -> Value {
+        self.init
+            .as_ref()
+            .and_then(|init| init.get("capabilities"))
+            .cloned()
+            .unwrap_or_else(|| json!({}))
+    }
+
+    /// The `_meta` of the era probe and of a 2026-07-28 server's requests.
+    pub fn meta(&self) -> &Value {
+        &self.meta
+    }
+
+    /// `params` with the modern `_meta` keys added (the request's own
+    /// `_meta` entries, such as a progress token, are kept).
+    pub fn with_meta(&self, params: Value) -> Value {
+        with_meta(params, &self.meta)
+    }
+
+    /// The `_meta` a request on behalf of a session carries to a 2026-07-28
+    /// server: the gateway's, and the log `level` a legacy host set with
+    /// `logging/setLevel` (2026-07-28 has no such method: a server sends log
+    /// messages only for a request that names a level).
+    pub fn for_level(&self, level: Option<&str>) -> std::borrow::Cow<'_, Value> {
+        match (level, &self.meta) {
+            (Some(level), Value::Object(meta)) => {
+                let mut meta = meta.clone();
+                meta.insert(META_LOG_LEVEL.to_owned(), Value::String(level.to_owned()));
+                std::borrow::Cow::Owned(Value::Object(meta))
+            }
+            _ => std::borrow::Cow::Borrowed(&self.meta),
+        }
+    }
+
+    /// The params of a legacy server's `initialize`: the host's version
+    /// where it is a legacy one hintgate speaks (else 2025-11-25), its
+    /// capabilities and its client identity (else hintgate's).
+    pub fn initialize_params(&self) -> Value {
+        let init = self.init.clone().unwrap_or_else(|| json!({}));
+        let asked = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let version = if LEGACY_VERSIONS.contains(&asked) {
+            asked
+        } else {
+            "2025-11-25"
+        };
+        json!({
+            "protocolVersion": version,
+            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+            "clientInfo": init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
+        })
+    }
+}
+
 /// The `_meta` every request to a 2026-07-28 server carries: the version,
 /// and the host's capabilities and identity (from what the first session
 /// declared, `init`).
@@ -197,31 +308,6 @@ fn supports_modern(result: Option<&Value>) -> bool {
 // === impl Gateway ===
 
 impl Gateway {
-    /// `params` with the modern `_meta` keys added (the request's own
-    /// `_meta` entries, such as a progress token, are kept).
-    pub(super) fn with_modern_meta(&self, params: Value) -> Value {
-        with_meta(params, &self.upstream_meta)
-    }
-
-    /// The `_meta` a request on behalf of `session` carries to a 2026-07-28
-    /// server: the gateway's, and the log level a legacy host set with
-    /// `logging/setLevel` (2026-07-28 has no such method: a server sends log
-    /// messages only for a request that names a level).
-    pub(super) fn session_meta(&self, session: SessionId) -> std::borrow::Cow<'_, Value> {
-        let level = self
-            .sessions
-            .get(&session)
-            .and_then(|host| host.log_level.as_deref());
-        match (level, &self.upstream_meta) {
-            (Some(level), Value::Object(meta)) => {
-                let mut meta = meta.clone();
-                meta.insert(META_LOG_LEVEL.to_owned(), Value::String(level.to_owned()));
-                std::borrow::Cow::Owned(Value::Object(meta))
-            }
-            _ => std::borrow::Cow::Borrowed(&self.upstream_meta),
-        }
-    }
-
     /// The answer to the era probe: a 2026-07-28 server is ready at once
     /// (and asked for change notifications); anything else gets the legacy
     /// handshake.
@@ -262,11 +348,12 @@ impl Gateway {
         // not in the in-flight table.
         let id = up.next_id();
         let generation = up.generation();
-        let listen = self.with_modern_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}}));
-        self.send_upstream(
+        let listen = self.declared.with_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true}}));
+        self.outbox.upstream(
             idx,
             generation,
             frame::request(&id.to_string(), "subscriptions/listen", &listen),
+            None,
         );
         self.server_ready(idx);
     }
@@ -312,7 +399,7 @@ impl Gateway {
                 request.id(),
                 json!({"supported": supported, "requested": version})
             );
-            self.send_host(session, line);
+            self.outbox.host(session, line);
             return false;
         }
         let Some(host) = self.sessions.get_mut(&session) else {
@@ -341,7 +428,7 @@ impl Gateway {
     /// `server/discover`: answered once every server is up.
     pub(super) fn on_discover(&mut self, request: HostRequest) {
         let Some(meta) = modern_meta(&request) else {
-            self.reply_error(
+            self.outbox.error(
                 request.session,
                 request.id(),
                 -32602,
@@ -356,25 +443,6 @@ impl Gateway {
             host.discover_pending = Some(request);
         }
         self.finish_initialize();
-    }
-
-    /// The `server/discover` result.
-    pub(super) fn discover_result(&self, session: SessionId) -> Value {
-        let init = self.initialize_result(session);
-        let mut supported = vec![MODERN_VERSION];
-        supported.extend(LEGACY_VERSIONS);
-        let mut result = json!({
-            "supportedVersions": supported,
-            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "serverInfo": init.get("serverInfo").cloned().unwrap_or(Value::Null),
-        });
-        if let (Some(object), Some(instructions)) =
-            (result.as_object_mut(), init.get("instructions"))
-        {
-            object.insert("instructions".to_owned(), instructions.clone());
-        }
-        modernize(true, "server/discover", &mut result);
-        result
     }
 
     /// A server's response passed to the host under the host's id, with
@@ -453,56 +521,6 @@ impl Gateway {
         message.with_id_and_result_fields(host_id, &fields.join(","))
     }
 
-    /// A 2026-07-28 server's log message (`notifications/message`). Such a
-    /// server logs only for a request that named a level, so the message
-    /// goes to the sessions with a request in flight on it that asked for
-    /// its level or a lower one: a legacy host by its `logging/setLevel`, a
-    /// 2026-07-28 host by its request's own `_meta`. A message of a level
-    /// MCP does not name, or that no such request asked for, is dropped.
-    pub(super) fn on_modern_log(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        let level = message
-            .params
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            .and_then(|params| {
-                params
-                    .get("level")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
-        let Some(rank) = level.as_deref().and_then(log_rank) else {
-            tracing::debug!(server.id = %self.upstreams.name(idx), "a log message without a level MCP names is dropped");
-            return;
-        };
-        let mut to: Vec<SessionId> = self
-            .inflight
-            .requests_on(idx)
-            .filter(|request| {
-                let Some(host) = self.sessions.get(&request.session) else {
-                    return false;
-                };
-                let asked = if host.modern() {
-                    modern_meta(request).and_then(|meta| {
-                        meta.get(META_LOG_LEVEL)
-                            .and_then(Value::as_str)
-                            .and_then(log_rank)
-                    })
-                } else {
-                    host.log_level.as_deref().and_then(log_rank)
-                };
-                asked.is_some_and(|asked| asked <= rank)
-            })
-            .map(|request| request.session)
-            .collect();
-        to.sort_unstable();
-        to.dedup();
-        if to.is_empty() {
-            tracing::debug!(server.id = %self.upstreams.name(idx), "a log message no request in flight asked for is dropped");
-        }
-        for session in to {
-            self.send_host_note(session, message.line().to_owned());
-        }
-    }
-
     /// `subscriptions/listen`: the stream change notifications travel on.
     ///
     /// A host has one listen stream: a new one takes the place of the one
@@ -542,7 +560,7 @@ impl Gateway {
                 );
             }
         }
-        self.send_host(
+        self.outbox.host(
             session,
             frame::notification("notifications/subscriptions/acknowledged", &ack),
         );
@@ -550,22 +568,81 @@ impl Gateway {
             host.listen = Some(subscription);
         }
     }
+}
 
-    /// Sends a change notification to a modern host on its listen stream.
-    pub(super) fn notify_modern(&mut self, session: SessionId, method: &str) {
-        let Some(subscription) = self
-            .sessions
-            .get(&session)
-            .and_then(|host| host.listen.clone())
-        else {
-            return;
-        };
-        let id: Value = serde_json::from_str(&subscription).unwrap_or(Value::Null);
-        let line = frame::notification(method, &json!({"_meta": {META_SUBSCRIPTION: id}}));
-        let list = super::session::Told::list_changed(method);
-        self.outbox
-            .push(super::Outgoing::HostNote(session, line, list));
+/// A 2026-07-28 server's log message (`notifications/message`). Such a
+/// server logs only for a request that named a level, so the message
+/// goes to the sessions with a request in flight on it that asked for
+/// its level or a lower one: a legacy host by its `logging/setLevel`, a
+/// 2026-07-28 host by its request's own `_meta`. A message of a level
+/// MCP does not name, or that no such request asked for, is dropped.
+pub(super) fn log_to_hosts(
+    inflight: &InFlight,
+    sessions: &Sessions,
+    upstreams: &Upstreams,
+    idx: ServerIdx,
+    message: &Message<'_>,
+    outbox: &mut Outbox,
+) {
+    let server = upstreams.name(idx);
+    let level = message
+        .params
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|params| {
+            params
+                .get("level")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+    let Some(rank) = level.as_deref().and_then(log_rank) else {
+        tracing::debug!(server.id = %server, "a log message without a level MCP names is dropped");
+        return;
+    };
+    let mut to: Vec<SessionId> = inflight
+        .requests_on(idx)
+        .filter(|request| {
+            let Some(host) = sessions.get(&request.session) else {
+                return false;
+            };
+            let asked = if host.modern() {
+                modern_meta(request).and_then(|meta| {
+                    meta.get(META_LOG_LEVEL)
+                        .and_then(Value::as_str)
+                        .and_then(log_rank)
+                })
+            } else {
+                host.log_level.as_deref().and_then(log_rank)
+            };
+            asked.is_some_and(|asked| asked <= rank)
+        })
+        .map(|request| request.session)
+        .collect();
+    to.sort_unstable();
+    to.dedup();
+    if to.is_empty() {
+        tracing::debug!(server.id = %server, "a log message no request in flight asked for is dropped");
     }
+    for session in to {
+        outbox.host_note(session, message.line().to_owned(), None);
+    }
+}
+
+/// The `server/discover` result for a host, made from the `initialize`
+/// result a host of `version` gets.
+pub(super) fn discover_result(version: &str, upstreams: &Upstreams) -> Value {
+    let init = super::routing::initialize_result(version, upstreams);
+    let mut supported = vec![MODERN_VERSION];
+    supported.extend(LEGACY_VERSIONS);
+    let mut result = json!({
+        "supportedVersions": supported,
+        "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        "serverInfo": init.get("serverInfo").cloned().unwrap_or(Value::Null),
+    });
+    if let (Some(object), Some(instructions)) = (result.as_object_mut(), init.get("instructions")) {
+        object.insert("instructions".to_owned(), instructions.clone());
+    }
+    modernize(true, "server/discover", &mut result);
+    result
 }
 
 #[cfg(test)]
@@ -592,5 +669,128 @@ mod tests {
             merged,
             json!({"progressToken": "p", META_VERSION: MODERN_VERSION})
         );
+    }
+
+    #[test]
+    fn the_servers_are_told_what_the_first_session_declared_and_no_more() {
+        let mut declared = Declared::new();
+        assert_eq!(declared.capabilities(), json!({}));
+        assert_eq!(
+            declared.initialize_params()["protocolVersion"],
+            "2025-11-25"
+        );
+        assert_eq!(
+            declared.initialize_params()["clientInfo"]["name"],
+            "hintgate"
+        );
+        let first = json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "host", "version": "1"},
+        });
+        declared.declare(first, 64);
+        declared.declare(json!({"capabilities": {"roots": {}}}), 64);
+        assert_eq!(declared.capabilities(), json!({"sampling": {}}));
+        let params = declared.initialize_params();
+        assert_eq!(params["protocolVersion"], "2025-06-18");
+        assert_eq!(params["clientInfo"]["name"], "host");
+        assert_eq!(declared.meta()[META_CAPABILITIES], json!({"sampling": {}}));
+        assert_eq!(declared.meta()[META_VERSION], MODERN_VERSION);
+        // A request's own `_meta` entries are kept beside the gateway's.
+        let with = declared.with_meta(json!({"_meta": {"progressToken": 1}}));
+        assert_eq!(with["_meta"]["progressToken"], 1);
+        assert_eq!(with["_meta"][META_VERSION], MODERN_VERSION);
+        // A legacy host's log level rides in a 2026-07-28 request's `_meta`.
+        assert_eq!(declared.for_level(Some("debug"))[META_LOG_LEVEL], "debug");
+        assert!(declared.for_level(None).get(META_LOG_LEVEL).is_none());
+    }
+
+    #[test]
+    fn capabilities_too_deep_for_a_modern_meta_are_not_passed_on_there() {
+        let mut deep = json!({});
+        for _ in 0..8 {
+            deep = json!({"x": deep});
+        }
+        let mut declared = Declared::new();
+        declared.declare(
+            json!({"capabilities": {"experimental": deep}, "clientInfo": {"name": "host"}}),
+            10,
+        );
+        // The legacy handshake still carries them; the modern `_meta` none.
+        assert!(declared.capabilities()["experimental"].is_object());
+        assert_eq!(declared.meta()[META_CAPABILITIES], json!({}));
+        assert_eq!(declared.meta()[META_CLIENT]["name"], "hintgate");
+    }
+
+    #[test]
+    fn a_modern_servers_log_message_reaches_only_a_session_that_asked_for_its_level() {
+        use crate::gateway::request::Method;
+        use crate::gateway::session::{Era, HostSession};
+        let mut sessions = Sessions::default();
+        for (n, level) in [(0, Some("warning")), (1, None), (2, Some("debug"))] {
+            let (out, _) = tokio::sync::mpsc::unbounded_channel();
+            let mut host = HostSession::new(out, Default::default(), Default::default());
+            host.era = Era::Legacy("2025-11-25".to_owned());
+            host.log_level = level.map(str::to_owned);
+            sessions.insert(SessionId(n), host);
+        }
+        let mut inflight = InFlight::default();
+        // Sessions 0 and 1 wait on server 0; session 2 on server 1 only.
+        for (server, id, session) in [(0, 1, 0), (0, 2, 1), (1, 3, 2)] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read"}}"#);
+            let message = Message::parse(&line).unwrap();
+            let request = HostRequest::new(
+                SessionId(session),
+                line.clone(),
+                message.spans(),
+                Method::of(message.method()),
+            );
+            inflight.wait_up(
+                server,
+                id,
+                crate::gateway::inflight::UpPurpose::Forward(Box::new(request)),
+                std::time::Duration::from_secs(60),
+            );
+        }
+        let (config, _) = hintgate_policy::config::parse_str(
+            "[servers.a]\ncommand = \"x\"\n[servers.b]\ncommand = \"x\"\n",
+        );
+        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
+        let configs = policy.config().servers.values().cloned().collect();
+        let upstreams = Upstreams::new(configs, crate::gateway::Mode::Gateway, "__".to_owned());
+        let log = |level: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"{level}","data":"x"}}}}"#
+            )
+        };
+        let mut outbox = Outbox::new();
+        let error = log("error");
+        log_to_hosts(
+            &inflight,
+            &sessions,
+            &upstreams,
+            0,
+            &Message::parse(&error).unwrap(),
+            &mut outbox,
+        );
+        let sent = outbox.take();
+        assert!(
+            matches!(&sent[..], [crate::gateway::outbox::Outgoing::HostNote(SessionId(0), line, None)] if *line == error),
+            "{sent:?}"
+        );
+        // Below what anyone waiting on server 0 asked for, or a level MCP
+        // does not name: dropped.
+        for level in ["info", "loud"] {
+            let line = log(level);
+            log_to_hosts(
+                &inflight,
+                &sessions,
+                &upstreams,
+                0,
+                &Message::parse(&line).unwrap(),
+                &mut outbox,
+            );
+            assert!(outbox.is_empty(), "{level}");
+        }
     }
 }

@@ -116,7 +116,7 @@ impl Gateway {
         let session = SessionFacts::of(id, self.sessions.get(&id));
         // 0. A 2026-07-28 retry that answers a server's own question is no
         //    new call: it resumes the call that asked (see `relay`).
-        if session.modern && self.answers_relayed_question(&cx) {
+        if session.modern && cx.answers(super::relay::RELAY_KEY) {
             return self.answer_relayed(cx);
         }
         match self.steps(&mut cx, session) {
@@ -129,7 +129,7 @@ impl Gateway {
     /// Steps 1 to 5; `Ok` when the call is to be forwarded.
     fn steps(&mut self, cx: &mut CallContext, session: SessionFacts) -> Result<(), Exit> {
         // 1. Resolve the host's name to a server and its own tool name.
-        let idx = self.resolve_call(cx)?;
+        let idx = resolve_call(&self.upstreams, cx)?;
         // 2. The definition is ready: the server runs, its tools are listed.
         self.definition_ready(cx, idx)?;
         // 3. Decide, with the decision hook where it takes part.
@@ -145,21 +145,6 @@ impl Gateway {
         self.validate(cx, idx, input.as_deref())?;
         // 5. Ask a person, where the decision says so.
         self.approve(cx, session, verdict)
-    }
-
-    /// Step 1: the host's name to a server and the server's own name (a
-    /// name two servers' prefixes fit is refused, never guessed).
-    fn resolve_call(&self, cx: &mut CallContext) -> Result<ServerIdx, Exit> {
-        let (idx, tool) = match self.resolve(&cx.params.name) {
-            Ok(found) => found,
-            Err(Unresolved::Unknown) => return Err(Refusal::UnknownTool.into()),
-            Err(Unresolved::Ambiguous(found)) => {
-                return Err(Refusal::AmbiguousName(self.ambiguity(&found)).into());
-            }
-        };
-        cx.server = Some(idx);
-        cx.tool = tool;
-        Ok(idx)
     }
 
     /// Step 3: the decision on the definition the server lists now, and
@@ -376,7 +361,11 @@ impl Gateway {
             Step::Forward(cx) => self.record_and_forward(cx),
             Step::Ask(cx) => self.ask(cx),
             Step::End(cx, end) => self.end_call(cx, end),
-            Step::Wait(cx) => self.park(Waiting::Call(cx)),
+            Step::Wait(cx) => self.parked.park(
+                Waiting::Call(cx),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            ),
             Step::Hook(cx, ask) => self.ask_hook(cx, ask),
             Step::Done => {}
         }
@@ -482,7 +471,7 @@ impl Gateway {
             self.end_call(cx, CallEnd::Refused(refusal));
             return;
         }
-        self.call_after_commit(cx, place);
+        self.outbox.call(cx, place);
     }
 
     /// Sends a call whose record is durable. Called only by the end of a
@@ -508,8 +497,8 @@ impl Gateway {
         if let Err(end) = self.keys().claim_key(&mut cx) {
             self.record_outcome(&cx, end.outcome());
             self.taint_by_replay(&cx, &end);
-            let line = self.end_line(&cx, &end, &end.decision(cx.decision.as_ref()));
-            self.send_host(cx.request.session, line);
+            let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
+            self.outbox.host(cx.request.session, line);
             return;
         }
         let timeout = self.limits.call_timeout;
@@ -519,7 +508,9 @@ impl Gateway {
         let id = up.next_id();
         let modern = up.modern;
         let traceparent = cx.trace.as_deref_mut().map(CallTrace::forwarding);
-        let session_meta = self.session_meta(cx.request.session);
+        let session_meta = self
+            .declared
+            .for_level(self.sessions.log_level(cx.request.session));
         let Some(line) = call_line(
             &cx,
             self.mode == super::Mode::Wrap,
@@ -540,7 +531,7 @@ impl Gateway {
         };
         cx.started = Some(Instant::now());
         let turn = self.turn;
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         let sent = self
             .upstreams
             .get_mut(target)
@@ -549,7 +540,8 @@ impl Gateway {
             // The server has left too much unread: the call is not queued
             // behind it; it fails now, with its outcome recorded (or is
             // retried on the server's next start, where design §4.5 allows).
-            let reason = self.not_reading(target, err);
+            let reason = err.reason();
+            self.upstream_failed(target, reason.clone());
             let why = format!(
                 "server `{}` {reason}: the call was not sent, and the server is started again on its next request",
                 self.upstreams.name(idx)
@@ -762,14 +754,20 @@ impl Gateway {
     /// answer goes to the host at the end of the turn, after them.
     pub(super) fn answer_call(&mut self, cx: &CallContext, line: String, outcome: Outcome) {
         self.record_outcome(cx, outcome);
-        self.send_host(cx.request.session, line);
+        self.outbox.host(cx.request.session, line);
     }
 
     /// Records how a forwarded call ended.
     pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
-        self.export_trace(cx, outcome, cx.decision.as_ref());
+        export_trace(
+            self.tracer.as_ref(),
+            &self.upstreams,
+            cx,
+            outcome,
+            cx.decision.as_ref(),
+        );
         self.keys().end_key_by_outcome(cx, outcome);
-        self.count_upstream(cx, outcome);
+        count_upstream(self.metrics.as_deref(), &self.upstreams, cx, outcome);
         let Some(seq) = cx.record else {
             return;
         };
@@ -777,88 +775,6 @@ impl Gateway {
             u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
         });
         self.journal.outcome(seq, outcome, millis, cx.attempt);
-    }
-
-    /// Sends the call's spans to the tracer, when it ended with `outcome`
-    /// (not when it goes on: a retry, or a server's question to answer
-    /// first). Names only: server, tool, verdict, reason codes, outcome.
-    fn export_trace(&self, cx: &CallContext, outcome: Outcome, decision: Option<&Decision>) {
-        let (Some(tracer), Some(trace)) = (&self.tracer, cx.trace.as_deref()) else {
-            return;
-        };
-        if matches!(outcome, Outcome::FailedRetried | Outcome::InputRequired) {
-            return;
-        }
-        let code = super::journal::code_of(outcome).as_str();
-        let mut attributes = vec![
-            ("mcp.method.name", "tools/call".to_owned()),
-            (
-                "mcp.tool.name",
-                if cx.tool.is_empty() {
-                    cx.params.name.clone()
-                } else {
-                    cx.tool.clone()
-                },
-            ),
-            ("hintgate.outcome", code.to_owned()),
-            ("hintgate.approver", cx.approver.to_string()),
-        ];
-        if let Some(idx) = cx.server {
-            attributes.push(("mcp.server.name", self.upstreams.name(idx).to_owned()));
-        }
-        if let Some(decision) = decision {
-            let verdict = match decision.verdict {
-                hintgate_policy::decide::Verdict::Allow => "allow",
-                hintgate_policy::decide::Verdict::Ask => "ask",
-                hintgate_policy::decide::Verdict::Deny => "deny",
-            };
-            attributes.push(("hintgate.verdict", verdict.to_owned()));
-            let reasons: Vec<&str> = decision.codes().map(|code| code.as_str()).collect();
-            attributes.push(("hintgate.reasons", reasons.join(",")));
-        }
-        if cx.instance == Instance::ReadOnly {
-            attributes.push(("hintgate.instance", "read-only".to_owned()));
-        }
-        if cx.attempt > 0 {
-            attributes.push(("hintgate.attempt", cx.attempt.to_string()));
-        }
-        let error = matches!(
-            outcome,
-            Outcome::ProtocolError
-                | Outcome::Failed
-                | Outcome::Unsent
-                | Outcome::OutputSchemaMismatch
-        )
-        .then(|| code.to_owned());
-        for span in trace.spans(attributes, error) {
-            tracer.record(span);
-        }
-    }
-
-    /// Counts a call its server answered or failed: its latency, and an
-    /// error when it failed. A call that never reached its server, or whose
-    /// end is the host's or the gateway's doing, is not counted.
-    fn count_upstream(&self, cx: &CallContext, outcome: Outcome) {
-        let (Some(metrics), Some(started), Some(idx)) = (&self.metrics, cx.started, cx.server)
-        else {
-            return;
-        };
-        let failed = match outcome {
-            Outcome::Ok
-            | Outcome::ToolError
-            | Outcome::OutputSchemaMismatch
-            | Outcome::InputRequired => false,
-            Outcome::ProtocolError | Outcome::Failed | Outcome::FailedRetried => true,
-            Outcome::Unsent
-            | Outcome::Denied
-            | Outcome::InvalidArguments
-            | Outcome::Relayed
-            | Outcome::Cancelled
-            | Outcome::HostGone
-            | Outcome::Shutdown
-            | Outcome::Replayed => return,
-        };
-        metrics.upstream(self.upstreams.configured_of(idx), started.elapsed(), failed);
     }
 
     /// The call's record (with its outcome, for a call that ends at the
@@ -904,7 +820,7 @@ impl Gateway {
                 parsed.as_ref()
             }
         };
-        let principal = self.principal_for_upstream(cx.request.session);
+        let principal = self.sessions.principal(cx.request.session);
         let token_scope = token_scope_of(&self.upstreams, cx, principal.as_deref());
         let preview = self.preview_record(cx);
         let fields = CallFields {
@@ -959,12 +875,18 @@ impl Gateway {
         self.taint_by_replay(&cx, &end);
         let decision = end.decision(cx.decision.as_ref());
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
-        self.export_trace(&cx, end.outcome(), Some(&decision));
+        export_trace(
+            self.tracer.as_ref(),
+            &self.upstreams,
+            &cx,
+            end.outcome(),
+            Some(&decision),
+        );
         if matches!(end, CallEnd::Withdrawn(_)) {
             return;
         }
-        let line = self.end_line(&cx, &end, &decision);
-        self.send_host(cx.request.session, line);
+        let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
+        self.outbox.host(cx.request.session, line);
     }
 
     /// A `tools/call` the gateway could not read ends here: recorded as a
@@ -976,33 +898,9 @@ impl Gateway {
         let decision = end.decision(None);
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         if has_id {
-            let line = self.end_line(&cx, &end, &decision);
-            self.send_host(cx.request.session, line);
+            let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
+            self.outbox.host(cx.request.session, line);
         }
-    }
-
-    /// The line that answers a call that ends at the gateway, as `decision`
-    /// (the one mapping, [`CallEnd::answer`]).
-    pub(super) fn end_line(&self, cx: &CallContext, end: &CallEnd, decision: &Decision) -> String {
-        let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
-        let answer = end.answer(Refused {
-            host_name: &cx.params.name,
-            server,
-            tool: if cx.tool.is_empty() {
-                &cx.params.name
-            } else {
-                &cx.tool
-            },
-            decision,
-            policy: &self.policy,
-        });
-        let modern = self
-            .sessions
-            .get(&cx.request.session)
-            .is_some_and(HostSession::modern);
-        answer_line(cx.request.id(), answer, |result| {
-            super::modern::modernize(modern, "", result);
-        })
     }
 
     /// A person approved a call: pin the definition they saw, and remember
@@ -1134,6 +1032,149 @@ fn instance_fields<'a>(
     Some((cx.instance, key))
 }
 
+/// Step 1: the host's name to a server and the server's own name (a
+/// name two servers' prefixes fit is refused, never guessed).
+fn resolve_call(upstreams: &Upstreams, cx: &mut CallContext) -> Result<ServerIdx, Exit> {
+    let (idx, tool) = match upstreams.resolve(&cx.params.name) {
+        Ok(found) => found,
+        Err(Unresolved::Unknown) => return Err(Refusal::UnknownTool.into()),
+        Err(Unresolved::Ambiguous(found)) => {
+            return Err(Refusal::AmbiguousName(upstreams.ambiguity(&found)).into());
+        }
+    };
+    cx.server = Some(idx);
+    cx.tool = tool;
+    Ok(idx)
+}
+
+/// Sends the call's spans to the tracer, when it ended with `outcome`
+/// (not when it goes on: a retry, or a server's question to answer
+/// first). Names only: server, tool, verdict, reason codes, outcome.
+fn export_trace(
+    tracer: Option<&crate::telemetry::Tracer>,
+    upstreams: &Upstreams,
+    cx: &CallContext,
+    outcome: Outcome,
+    decision: Option<&Decision>,
+) {
+    let (Some(tracer), Some(trace)) = (tracer, cx.trace.as_deref()) else {
+        return;
+    };
+    if matches!(outcome, Outcome::FailedRetried | Outcome::InputRequired) {
+        return;
+    }
+    let code = super::journal::code_of(outcome).as_str();
+    let mut attributes = vec![
+        ("mcp.method.name", "tools/call".to_owned()),
+        (
+            "mcp.tool.name",
+            if cx.tool.is_empty() {
+                cx.params.name.clone()
+            } else {
+                cx.tool.clone()
+            },
+        ),
+        ("hintgate.outcome", code.to_owned()),
+        ("hintgate.approver", cx.approver.to_string()),
+    ];
+    if let Some(idx) = cx.server {
+        attributes.push(("mcp.server.name", upstreams.name(idx).to_owned()));
+    }
+    if let Some(decision) = decision {
+        let verdict = match decision.verdict {
+            hintgate_policy::decide::Verdict::Allow => "allow",
+            hintgate_policy::decide::Verdict::Ask => "ask",
+            hintgate_policy::decide::Verdict::Deny => "deny",
+        };
+        attributes.push(("hintgate.verdict", verdict.to_owned()));
+        let reasons: Vec<&str> = decision.codes().map(|code| code.as_str()).collect();
+        attributes.push(("hintgate.reasons", reasons.join(",")));
+    }
+    if cx.instance == Instance::ReadOnly {
+        attributes.push(("hintgate.instance", "read-only".to_owned()));
+    }
+    if cx.attempt > 0 {
+        attributes.push(("hintgate.attempt", cx.attempt.to_string()));
+    }
+    let error = matches!(
+        outcome,
+        Outcome::ProtocolError | Outcome::Failed | Outcome::Unsent | Outcome::OutputSchemaMismatch
+    )
+    .then(|| code.to_owned());
+    for span in trace.spans(attributes, error) {
+        tracer.record(span);
+    }
+}
+
+/// Counts a call its server answered or failed: its latency, and an error
+/// when it failed. A call that never reached its server, or whose end is
+/// the host's or the gateway's doing, is not counted
+/// ([`counted_as_failed`]).
+fn count_upstream(
+    metrics: Option<&crate::metrics::Metrics>,
+    upstreams: &Upstreams,
+    cx: &CallContext,
+    outcome: Outcome,
+) {
+    let (Some(metrics), Some(started), Some(idx)) = (metrics, cx.started, cx.server) else {
+        return;
+    };
+    if let Some(failed) = counted_as_failed(outcome) {
+        metrics.upstream(upstreams.configured_of(idx), started.elapsed(), failed);
+    }
+}
+
+/// Whether an outcome counts as its server's failure (`Some(true)`), its
+/// answer (`Some(false)`), or is no answer of a server's at all (`None`:
+/// the call was not sent, or ended at the gateway or with the host).
+const fn counted_as_failed(outcome: Outcome) -> Option<bool> {
+    match outcome {
+        Outcome::Ok
+        | Outcome::ToolError
+        | Outcome::OutputSchemaMismatch
+        | Outcome::InputRequired => Some(false),
+        Outcome::ProtocolError | Outcome::Failed | Outcome::FailedRetried => Some(true),
+        Outcome::Unsent
+        | Outcome::Denied
+        | Outcome::InvalidArguments
+        | Outcome::Relayed
+        | Outcome::Cancelled
+        | Outcome::HostGone
+        | Outcome::Shutdown
+        | Outcome::Replayed => None,
+    }
+}
+
+/// The line that answers a call that ends at the gateway as `end` (the one
+/// mapping, [`CallEnd::answer`], with the decision the end stands for).
+pub(super) fn end_line(
+    policy: &hintgate_policy::decide::Policy,
+    upstreams: &Upstreams,
+    sessions: &super::session::Sessions,
+    cx: &CallContext,
+    end: &CallEnd,
+) -> String {
+    let decision = &end.decision(cx.decision.as_ref());
+    let server = cx.server.map_or("", |idx| upstreams.name(idx));
+    let answer = end.answer(Refused {
+        host_name: &cx.params.name,
+        server,
+        tool: if cx.tool.is_empty() {
+            &cx.params.name
+        } else {
+            &cx.tool
+        },
+        decision,
+        policy,
+    });
+    let modern = sessions
+        .get(&cx.request.session)
+        .is_some_and(HostSession::modern);
+    answer_line(cx.request.id(), answer, |result| {
+        super::modern::modernize(modern, "", result);
+    })
+}
+
 /// The line a call goes upstream as: the host's line under the gateway's
 /// id, with only what must change changed. The arguments are never
 /// re-serialised: in wrap mode to a legacy server the line is the host's
@@ -1178,23 +1219,8 @@ pub(super) fn call_line_with(
     {
         return Some(cx.request.with_id(&id_text));
     }
-    // The `_meta` keys the gateway sets: the 2026-07-28 ones, and the trace
-    // context of the call's forward span (in place of the host's).
     let set_meta = modern || traceparent.is_some();
-    let meta_ours: std::borrow::Cow<'_, Value> = match traceparent {
-        None => std::borrow::Cow::Borrowed(modern_meta),
-        Some(traceparent) => {
-            let mut meta = if modern {
-                modern_meta.clone()
-            } else {
-                Value::Object(serde_json::Map::new())
-            };
-            if let Some(object) = meta.as_object_mut() {
-                object.insert("traceparent".to_owned(), Value::from(traceparent));
-            }
-            std::borrow::Cow::Owned(meta)
-        }
-    };
+    let meta_ours = meta_ours(modern, modern_meta, traceparent);
     let params = cx.request.line.get(cx.params.span.clone())?;
     let found = members(params).ok()?;
     let mut writer = ObjectWriter::with_capacity(params.len() + 256);
@@ -1236,6 +1262,28 @@ pub(super) fn call_line_with(
         writer.member("_meta", &meta_ours.to_string());
     }
     Some(cx.request.with_id_and_params(&id_text, &writer.finish()))
+}
+
+/// The `_meta` keys the gateway sets on a call it sends: the 2026-07-28
+/// ones (`modern_meta`, for a 2026-07-28 server), and the trace context of
+/// the call's forward span (in place of the host's).
+fn meta_ours<'a>(
+    modern: bool,
+    modern_meta: &'a Value,
+    traceparent: Option<&str>,
+) -> std::borrow::Cow<'a, Value> {
+    let Some(traceparent) = traceparent else {
+        return std::borrow::Cow::Borrowed(modern_meta);
+    };
+    let mut meta = if modern {
+        modern_meta.clone()
+    } else {
+        Value::Object(serde_json::Map::new())
+    };
+    if let Some(object) = meta.as_object_mut() {
+        object.insert("traceparent".to_owned(), Value::from(traceparent));
+    }
+    std::borrow::Cow::Owned(meta)
 }
 
 #[cfg(test)]
@@ -1301,5 +1349,74 @@ mod tests {
         // Listed under a name that looks like another of its tools.
         let misread = read_only_lists(&catalog, 0, "read", digest_of(&alike)).unwrap_err();
         assert!(misread.contains("could mean another tool"), "{misread}");
+    }
+
+    fn call(name: &str) -> crate::gateway::call::CallContext {
+        use crate::gateway::request::{HostRequest, Method, SessionId};
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}"}}}}"#
+        );
+        let message = crate::frame::Message::parse(&line).unwrap();
+        let spans = message.spans();
+        let method = Method::of(message.method());
+        let request = HostRequest::new(SessionId::FIRST, line.clone(), spans, method);
+        crate::gateway::call::CallContext::parse(request).unwrap()
+    }
+
+    #[test]
+    fn step_1_routes_a_name_to_one_server_or_ends_the_call() {
+        use crate::gateway::call::{CallEnd, Exit, Refusal};
+        use crate::gateway::upstreams::Upstreams;
+        let configs = ["fs", "docs", "docs_"]
+            .iter()
+            .map(|name| {
+                let (config, _) = parse_str(&format!("[servers.{name}]\ncommand = \"x\"\n"));
+                let policy = Policy::new(config.unwrap());
+                policy.config().servers.values().next().unwrap().clone()
+            })
+            .collect();
+        let upstreams = Upstreams::new(configs, crate::gateway::Mode::Gateway, "__".to_owned());
+        let mut cx = call("fs__read");
+        assert!(matches!(super::resolve_call(&upstreams, &mut cx), Ok(0)));
+        assert_eq!((cx.server, cx.tool.as_str()), (Some(0), "read"));
+        let mut cx = call("other__read");
+        assert!(matches!(
+            super::resolve_call(&upstreams, &mut cx),
+            Err(Exit::End(CallEnd::Refused(Refusal::UnknownTool)))
+        ));
+        assert_eq!(cx.server, None);
+        let mut cx = call("docs___x");
+        let Err(Exit::End(CallEnd::Refused(Refusal::AmbiguousName(why)))) =
+            super::resolve_call(&upstreams, &mut cx)
+        else {
+            panic!("a name two prefixes fit was routed");
+        };
+        assert!(why.contains("of server `docs_`"), "{why}");
+        assert_eq!(cx.server, None);
+    }
+
+    #[test]
+    fn only_a_servers_answer_or_failure_is_counted_as_its_latency() {
+        use super::counted_as_failed;
+        use crate::gateway::call::Outcome::*;
+        for (outcome, counted) in [
+            (Ok, Some(false)),
+            (ToolError, Some(false)),
+            (OutputSchemaMismatch, Some(false)),
+            (InputRequired, Some(false)),
+            (ProtocolError, Some(true)),
+            (Failed, Some(true)),
+            (FailedRetried, Some(true)),
+            (Unsent, None),
+            (Denied, None),
+            (InvalidArguments, None),
+            (Relayed, None),
+            (Cancelled, None),
+            (HostGone, None),
+            (Shutdown, None),
+            (Replayed, None),
+        ] {
+            assert_eq!(counted_as_failed(outcome), counted, "{outcome:?}");
+        }
     }
 }

@@ -48,10 +48,12 @@ use super::Gateway;
 use super::call::{Approver, CallContext, CallEnd, Channel, Continuation, Outcome, Refusal, Step};
 use super::inflight::{HostPurpose, UpPurpose};
 use super::request::ServerIdx;
+use super::request::SessionId;
+use super::session::Sessions;
 use crate::frame::{self, Message};
 
 /// The input key under which a relayed server question travels to a modern host.
-const RELAY_KEY: &str = "hintgate/server-request";
+pub(super) const RELAY_KEY: &str = "hintgate/server-request";
 
 /// The method of a server's question that a person reads and answers.
 pub(super) const ELICITATION: &str = "elicitation/create";
@@ -75,6 +77,60 @@ pub(super) enum ServerRequest {
     /// Refused with "method not found" and why: a method a server may not
     /// send a client, or one whose capability the host did not declare.
     Refuse(String),
+}
+
+/// A server's question as the host gets it: marked as the server's
+/// ([`mark_question`]), and a sampling request's context narrowed
+/// ([`narrow_context`]) when the gateway aggregates servers and this
+/// one is not trusted.
+///
+/// # Errors
+///
+/// Why the question cannot be relayed: its params are not an object.
+pub(super) fn mark_for_host(
+    policy: &hintgate_policy::decide::Policy,
+    upstreams: &super::upstreams::Upstreams,
+    idx: ServerIdx,
+    method: &str,
+    params: &mut Value,
+) -> Result<(), String> {
+    let server = upstreams.name(idx);
+    mark_question(server, method, params)?;
+    let trusted = policy
+        .server(server)
+        .is_some_and(|config| config.trust == Trust::Trusted);
+    if method == SAMPLING
+        && !upstreams.wraps()
+        && !trusted
+        && let Some(asked) = narrow_context(params)
+    {
+        tracing::warn!(server.id = %server, "its `{SAMPLING}` asked the host to include context `{asked}`; behind a gateway of several servers that is other servers' context too, so the host is asked to include none");
+    }
+    Ok(())
+}
+
+/// Whether the host of `session` takes a server's request `method`, by
+/// what it declared in its `initialize`.
+///
+/// # Errors
+///
+/// Why it does not, in words for the server.
+pub(super) fn host_takes(
+    sessions: &Sessions,
+    session: SessionId,
+    method: &str,
+) -> Result<(), String> {
+    let capabilities = sessions
+        .get(&session)
+        .and_then(|host| host.init.as_ref())
+        .and_then(|init| init.get("capabilities"));
+    match server_request(method, capabilities) {
+        ServerRequest::Relay => Ok(()),
+        ServerRequest::Pong => {
+            Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
+        }
+        ServerRequest::Refuse(why) => Err(why),
+    }
 }
 
 /// What becomes of a server's request `method` to a legacy host that
@@ -307,57 +363,6 @@ pub(crate) struct Gather {
 pub(crate) type Gathers = HashMap<u64, Gather>;
 
 impl Gateway {
-    /// A server's question as the host gets it: marked as the server's
-    /// ([`mark_question`]), and a sampling request's context narrowed
-    /// ([`narrow_context`]) when the gateway aggregates servers and this
-    /// one is not trusted.
-    ///
-    /// # Errors
-    ///
-    /// Why the question cannot be relayed: its params are not an object.
-    pub(super) fn mark_for_host(
-        &self,
-        idx: ServerIdx,
-        method: &str,
-        params: &mut Value,
-    ) -> Result<(), String> {
-        let server = self.upstreams.name(idx);
-        mark_question(server, method, params)?;
-        let trusted = self
-            .policy
-            .server(server)
-            .is_some_and(|config| config.trust == Trust::Trusted);
-        if method == SAMPLING
-            && self.mode == super::Mode::Gateway
-            && !trusted
-            && let Some(asked) = narrow_context(params)
-        {
-            tracing::warn!(server.id = %server, "its `{SAMPLING}` asked the host to include context `{asked}`; behind a gateway of several servers that is other servers' context too, so the host is asked to include none");
-        }
-        Ok(())
-    }
-
-    /// Whether a session's host takes a server's request `method`, by what
-    /// it declared ([`server_request`]), whichever way the request travels.
-    ///
-    /// # Errors
-    ///
-    /// Why the request is not passed to the host.
-    fn host_takes(&self, session: super::request::SessionId, method: &str) -> Result<(), String> {
-        let capabilities = self
-            .sessions
-            .get(&session)
-            .and_then(|host| host.init.as_ref())
-            .and_then(|init| init.get("capabilities"));
-        match server_request(method, capabilities) {
-            ServerRequest::Relay => Ok(()),
-            ServerRequest::Pong => {
-                Err("`ping` is hintgate's to answer, not a question for the host".to_owned())
-            }
-            ServerRequest::Refuse(why) => Err(why),
-        }
-    }
-
     /// A legacy server asked the host something while a modern host waits
     /// on a call: answer that call with the question. Returns false when no
     /// single call of the host can carry it.
@@ -381,15 +386,21 @@ impl Gateway {
             .unwrap_or_else(|| json!({}));
         let server = self.upstreams.name(idx).to_owned();
         // The host is asked only what it said it takes, as a legacy host is.
-        let marked = self
-            .host_takes(session, message.method())
-            .and_then(|()| self.mark_for_host(idx, message.method(), &mut params));
+        let marked = host_takes(&self.sessions, session, message.method()).and_then(|()| {
+            mark_for_host(
+                &self.policy,
+                &self.upstreams,
+                idx,
+                message.method(),
+                &mut params,
+            )
+        });
         if let Err(why) = marked {
             tracing::warn!(server.id = %server, "{why}");
             if let Some(up) = self.upstreams.get(idx) {
                 let generation = up.generation();
                 let line = frame::error_response(message.id_text(), -32602, &why);
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
             }
             return true;
         }
@@ -423,11 +434,11 @@ impl Gateway {
             if let Some(up) = self.upstreams.get(idx) {
                 let generation = up.generation();
                 let line = frame::error_response(message.id_text(), -32600, &text);
-                self.send_upstream(idx, generation, line);
+                self.outbox.upstream(idx, generation, line, None);
             }
             return true;
         }
-        self.send_host(session, line);
+        self.outbox.host(session, line);
         true
     }
 
@@ -487,18 +498,12 @@ impl Gateway {
                 )));
             }
             if let Some(params) = question.get_mut("params")
-                && let Err(why) = self.mark_for_host(idx, &method, params)
+                && let Err(why) = mark_for_host(&self.policy, &self.upstreams, idx, &method, params)
             {
                 return Some(Err(why));
             }
         }
         Some(Ok(result))
-    }
-
-    /// Whether a modern host's call carries the answer to a relayed server
-    /// question.
-    pub(super) fn answers_relayed_question(&self, cx: &CallContext) -> bool {
-        cx.answers(RELAY_KEY)
     }
 
     /// A modern host's retry that answers a relayed server question: the
@@ -560,7 +565,8 @@ impl Gateway {
         self.record_relayed(&cx);
         if let Some(up) = self.upstreams.get(idx) {
             let generation = up.generation();
-            self.send_upstream(idx, generation, frame::response(question_id, &answer));
+            self.outbox
+                .upstream(idx, generation, frame::response(question_id, &answer), None);
         }
         Step::Done
     }
@@ -595,11 +601,14 @@ impl Gateway {
             let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
             // The host is asked only what it said it takes, as when the
             // server asks it directly.
-            self.host_takes(cx.request.session, &method)
-                .and_then(|()| match cx.server {
-                    Some(idx) => self.mark_for_host(idx, &method, &mut params),
+            host_takes(&self.sessions, cx.request.session, &method).and_then(|()| {
+                match cx.server {
+                    Some(idx) => {
+                        mark_for_host(&self.policy, &self.upstreams, idx, &method, &mut params)
+                    }
                     None => mark_question(&server, &method, &mut params),
-                })?;
+                }
+            })?;
             questions.push((key, method, params));
         }
         Ok(questions)
@@ -671,7 +680,7 @@ impl Gateway {
             let n = self
                 .inflight
                 .wait_host(session, HostPurpose::Gather { gather, key }, timeout);
-            self.send_host(
+            self.outbox.host(
                 session,
                 frame::request(&format!("\"hintgate-{n}\""), &method, &params),
             );
@@ -694,7 +703,7 @@ impl Gateway {
                 let text = "hintgate shut down before the server's questions were answered; the call was not sent again";
                 let line =
                     frame::response(gather.cx.request.id(), &super::call::error_result(text));
-                self.send_host(session, line);
+                self.outbox.host(session, line);
             }
         }
     }
@@ -815,5 +824,42 @@ mod tests {
             assert!(refused.contains("its URL"), "{hidden:?}: {refused}");
         }
         assert!(mark_question("docs", ELICITATION, &mut json!(["not", "an", "object"])).is_err());
+    }
+
+    #[test]
+    fn an_untrusted_servers_sampling_asks_for_no_context_behind_a_gateway_of_several() {
+        use super::super::Mode;
+        use super::super::upstreams::Upstreams;
+        use hintgate_policy::config::parse_str;
+        use hintgate_policy::decide::Policy;
+        let (config, _) = parse_str(
+            "[servers.open]\ncommand = \"x\"\n[servers.own]\ncommand = \"x\"\ntrust = \"trusted\"\n",
+        );
+        let policy = Policy::new(config.unwrap());
+        let configs: Vec<_> = policy.config().servers.values().cloned().collect();
+        let open = configs
+            .iter()
+            .position(|config| config.name == "open")
+            .unwrap();
+        let own = configs
+            .iter()
+            .position(|config| config.name == "own")
+            .unwrap();
+        let asked = || json!({"messages": [], "maxTokens": 5, "includeContext": "allServers"});
+        let several = Upstreams::new(configs.clone(), Mode::Gateway, "__".to_owned());
+        let mut params = asked();
+        mark_for_host(&policy, &several, open, SAMPLING, &mut params).unwrap();
+        assert_eq!(params["includeContext"], "none");
+        // A trusted server's request keeps the context it asked for.
+        let mut params = asked();
+        mark_for_host(&policy, &several, own, SAMPLING, &mut params).unwrap();
+        assert_eq!(params["includeContext"], "allServers");
+        // Wrapping one server, its context is the only one there is.
+        let one = Upstreams::new(vec![configs[open].clone()], Mode::Wrap, "__".to_owned());
+        let mut params = asked();
+        mark_for_host(&policy, &one, 0, SAMPLING, &mut params).unwrap();
+        assert_eq!(params["includeContext"], "allServers");
+        // Every relayed question is marked as the server's.
+        assert!(mark_for_host(&policy, &several, open, ELICITATION, &mut json!([])).is_err());
     }
 }

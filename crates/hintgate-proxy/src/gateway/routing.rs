@@ -38,6 +38,12 @@
 //! - `logging/setLevel` goes to every server that logs;
 //! - any other method is answered with "method not found", since it is
 //!   not clear which server it is for.
+//!
+//! Where a request goes and what is refused is [`Routing`]'s to say, from
+//! what each server listed last and the servers' names alone
+//! ([`Routing::resource_owner`], [`Routing::completion_target`],
+//! [`Routing::refusal`]); the `impl Gateway` blocks start servers, park
+//! what waits and send.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -46,7 +52,8 @@ use hintgate_policy::name::{arguments_problem, problem as name_problem, uri_prob
 use hintgate_policy::sanitize::{escape_line, one_line, sanitize};
 use serde_json::{Map, Value, json};
 
-use super::inflight::UpPurpose;
+use super::inflight::{InFlight, UpPurpose};
+use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use super::session::{Era, declares_form_elicitation};
 use super::upstreams::{Phase, Readiness, Unresolved, Upstreams};
@@ -203,6 +210,222 @@ impl Routing {
         }
     }
 
+    /// Why a request for a server's prompt `name` (`prompts/get`) or
+    /// resource `name` (by URI) is refused: the prompt was left out of the
+    /// server's listing for its name, or the name or URI could not be shown
+    /// as it is.
+    pub fn refusal(
+        &self,
+        upstreams: &Upstreams,
+        idx: ServerIdx,
+        method: &str,
+        name: &str,
+    ) -> Option<String> {
+        if method == "prompts/get" {
+            let why = name_problem(name)
+                .map(|problem| format!("its name {problem}"))
+                .or_else(|| self.refused_prompt(idx, name).cloned())?;
+            return Some(format!(
+                "prompt `{}` of server `{}` is refused: {why}",
+                escape_line(name),
+                upstreams.name(idx)
+            ));
+        }
+        let problem = uri_problem(name)?;
+        Some(format!(
+            "resource `{}` is refused: its URI {problem}",
+            escape_line(name)
+        ))
+    }
+
+    /// The server a resource URI goes to: the one whose last listing has
+    /// it, or the only server with resources.
+    pub fn resource_owner(&self, upstreams: &Upstreams, uri: &str) -> Option<ServerIdx> {
+        if let Some(idx) = self.resource_listed_by(uri) {
+            return Some(idx);
+        }
+        let with_resources: Vec<ServerIdx> = upstreams
+            .iter()
+            .enumerate()
+            .filter(|(_, up)| up.capability("resources").is_some())
+            .map(|(idx, _)| idx)
+            .collect();
+        match with_resources.as_slice() {
+            [only] => Some(*only),
+            _ => None,
+        }
+    }
+
+    /// Where a host's `completion/complete` goes, by the prompt or the
+    /// resource its `ref` names, and the params it goes with (the prompt's
+    /// own name in gateway mode): only to the one server an exact, valid
+    /// name or URI leads to, never by guess. A prompt is resolved by its
+    /// prefix as `prompts/get` is, and refused as `prompts/get` would be; a
+    /// resource (or template) URI must be one a server listed in its last
+    /// complete listing (or belong to the server this request started
+    /// again), and one that breaks a line or hides characters is refused.
+    /// In wrap mode the one server gets it as sent, once its `ref` passes
+    /// the same checks (another kind of `ref` is the server's to judge).
+    ///
+    /// # Errors
+    ///
+    /// Why the completion is not sent, in words for the host.
+    pub fn completion_target(
+        &self,
+        upstreams: &Upstreams,
+        params: &Value,
+        restarted: Option<ServerIdx>,
+    ) -> Result<(ServerIdx, Option<Value>), String> {
+        let reference = params.get("ref").unwrap_or(&Value::Null);
+        let kind = reference.get("type").and_then(Value::as_str);
+        match kind {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let (idx, own) = match upstreams.resolve(name) {
+                    Ok(found) => found,
+                    Err(Unresolved::Unknown) => {
+                        return Err(format!(
+                            "the completion's `ref` names an unknown prompt `{}`",
+                            escape_line(name)
+                        ));
+                    }
+                    Err(Unresolved::Ambiguous(found)) => {
+                        return Err(format!(
+                            "the completion's `ref` names prompt `{}`: {}",
+                            escape_line(name),
+                            upstreams.ambiguity(&found)
+                        ));
+                    }
+                };
+                if let Some(why) = self.refusal(upstreams, idx, "prompts/get", &own) {
+                    return Err(why);
+                }
+                if upstreams.wraps() {
+                    return Ok((idx, None));
+                }
+                let mut params = params.clone();
+                if let Some(object) = params.pointer_mut("/ref").and_then(Value::as_object_mut) {
+                    object.insert("name".to_owned(), Value::String(own));
+                }
+                Ok((idx, Some(params)))
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                if let Some(why) = self.refusal(upstreams, 0, "resources/read", uri) {
+                    return Err(why);
+                }
+                if upstreams.wraps() {
+                    return Ok((0, None));
+                }
+                self.template_listed_by(uri)
+                    .or_else(|| self.resource_listed_by(uri))
+                    .or(restarted)
+                    .map(|idx| (idx, None))
+                    .ok_or_else(|| {
+                        format!(
+                            "the completion's `ref` names resource `{}`, which no server listed; list resources and resource templates first",
+                            escape_line(uri)
+                        )
+                    })
+            }
+            _ if upstreams.wraps() => Ok((0, None)),
+            _ => Err(
+                "the completion's `ref` is neither a `ref/prompt` nor a `ref/resource`".to_owned(),
+            ),
+        }
+    }
+
+    /// One page of server `idx`'s (named `server`) list passed through in
+    /// wrap mode, screened (see [`screen`]) before the host sees it: the
+    /// line as it came when nothing in it had to change. The prompts it
+    /// leaves out are remembered (`fresh`: the first page of a listing,
+    /// which replaces what was).
+    pub fn screen_page(
+        &mut self,
+        idx: ServerIdx,
+        server: &str,
+        key: &str,
+        line: String,
+        fresh: bool,
+    ) -> String {
+        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
+            return line;
+        };
+        let Some(items) = response
+            .pointer_mut(&format!("/result/{key}"))
+            .and_then(Value::as_array_mut)
+        else {
+            return line;
+        };
+        let before = items.clone();
+        let refused = screen(server, key, items);
+        let changed = *items != before;
+        if key == "prompts" {
+            self.refuse_prompts(idx, refused, fresh);
+        }
+        if changed { response.to_string() } else { line }
+    }
+
+    /// Server `idx` finished its part of merged list `aggregate` (or failed
+    /// it: `failure`). Its whole part is screened at once, so prompts that
+    /// look alike are found across its pages; a prompt's name is shown
+    /// prefixed, and left out when the prefixed name could be another
+    /// server's; a complete listing of resources or templates replaces
+    /// what the server listed before. Once every server has finished: the
+    /// host's request and the merged list, in configuration order.
+    fn part_done(
+        &mut self,
+        upstreams: &Upstreams,
+        aggregate: u64,
+        idx: ServerIdx,
+        failure: Option<String>,
+    ) -> Option<(HostRequest, Value)> {
+        let server = upstreams.name(idx);
+        let state = self.aggregates.get_mut(&aggregate)?;
+        let key = state.key;
+        let mut items = state.items.remove(&idx).unwrap_or_default();
+        let refused = screen(server, key, &mut items);
+        if key == "prompts" {
+            items.retain_mut(|item| prompt_shown(upstreams, idx, item));
+            if failure.is_none() {
+                self.refuse_prompts(idx, refused, true);
+            }
+        }
+        let state = self.aggregates.get_mut(&aggregate)?;
+        let field = match key {
+            "resources" => Some("uri"),
+            "resourceTemplates" => Some("uriTemplate"),
+            _ => None,
+        };
+        // A complete listing: what the server listed before is replaced by
+        // what it lists now.
+        let names: Option<HashSet<String>> = field.filter(|_| failure.is_none()).map(|field| {
+            items
+                .iter()
+                .filter_map(|item| item.get(field).and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect()
+        });
+        state.items.insert(idx, items);
+        if let Some(failure) = &failure {
+            tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method.as_str());
+        }
+        if let Some(names) = names {
+            let clashes = self.replace(idx, key, names);
+            if clashes > 0 {
+                tracing::warn!(server.id = %server, "{clashes} of the entries of `{key}` it lists are listed by a server before it in the configuration, which keeps them");
+            }
+        }
+        let state = self.aggregates.get_mut(&aggregate)?;
+        state.remaining = state.remaining.saturating_sub(1);
+        if state.remaining > 0 {
+            return None;
+        }
+        let state = self.aggregates.remove(&aggregate)?;
+        let items: Vec<Value> = state.items.into_values().flatten().collect();
+        Some((state.request, json!({ state.key: items })))
+    }
+
     /// Forgets what a server listed (it starts again, and will list anew).
     pub fn forget(&mut self, idx: ServerIdx) {
         if let Some(listed) = self.listed.get_mut(idx) {
@@ -251,25 +474,7 @@ impl Gateway {
         if let Some(capabilities) = init.get_mut("capabilities") {
             without_tasks(capabilities);
         }
-        if self.upstream_init.is_none() {
-            self.upstream_meta = super::modern::upstream_meta(Some(&init));
-            // The host's capabilities sit a level deeper in a 2026-07-28
-            // request's `params._meta` than in its `initialize`: what fit
-            // there may not fit here, and then the servers are told none.
-            let placed = format!("{{\"params\":{{\"_meta\":{}}}}}", self.upstream_meta);
-            if let Err(err) = crate::json::check_depth(&placed, self.limits.max_depth) {
-                tracing::warn!(
-                    "the host's capabilities, passed on in a 2026-07-28 request's `_meta`, {err}; 2026-07-28 servers are told of none"
-                );
-                let mut bare = init.clone();
-                if let Some(object) = bare.as_object_mut() {
-                    object.insert("capabilities".to_owned(), Value::Object(Map::new()));
-                    object.remove("clientInfo");
-                }
-                self.upstream_meta = super::modern::upstream_meta(Some(&bare));
-            }
-            self.upstream_init = Some(init);
-        }
+        self.declared.declare(init, self.limits.max_depth);
         for idx in 0..self.upstreams.len() {
             if self
                 .upstreams
@@ -295,8 +500,12 @@ impl Gateway {
             let discover = host.discover_pending.take();
             let initialize = host.initialize_pending.take();
             if let Some(request) = discover {
-                let result = self.discover_result(session);
-                self.reply(session, request.id(), &result);
+                let result = super::modern::discover_result(
+                    &self.sessions.protocol_version(session),
+                    &self.upstreams,
+                );
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &result);
             }
             let Some(request) = initialize else {
                 continue;
@@ -308,26 +517,13 @@ impl Gateway {
                     "server `{}` did not start: {reason}",
                     self.upstreams.name(0)
                 );
-                self.reply_error(session, request.id(), -32603, &text);
+                self.outbox.error(session, request.id(), -32603, &text);
                 continue;
             }
-            let result = self.initialize_result(session);
-            self.reply(session, request.id(), &result);
-        }
-    }
-
-    /// The `initialize` result: the server's own in wrap mode (the gateway
-    /// tells the host when its tool list changes), the gateway's in gateway
-    /// mode, with every server's capabilities and instructions.
-    pub(super) fn initialize_result(&self, session: SessionId) -> Value {
-        let version = self
-            .sessions
-            .get(&session)
-            .map(|host| host.protocol_version().to_owned())
-            .unwrap_or_default();
-        match self.mode {
-            Mode::Wrap => wrapped_initialize_result(&version, &self.upstreams),
-            Mode::Gateway => gateway_initialize_result(&version, &self.upstreams),
+            let result =
+                initialize_result(&self.sessions.protocol_version(session), &self.upstreams);
+            self.sessions
+                .reply(&mut self.outbox, session, request.id(), &result);
         }
     }
 
@@ -357,7 +553,11 @@ impl Gateway {
             }
         }
         if pending {
-            self.park(Waiting::Request(Box::new(request)));
+            self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            );
             return;
         }
         // The host's views were built once, when each server listed.
@@ -371,7 +571,12 @@ impl Gateway {
             for (name, view) in self.catalog.host_views(idx, scope) {
                 // A name another server's prefix also fits would not be
                 // routed: it is not listed either.
-                if self.prefixes_overlap && self.resolve(&self.prefixed(idx, name)).is_err() {
+                if self.upstreams.prefixes_overlap()
+                    && self
+                        .upstreams
+                        .resolve(&self.upstreams.prefixed(idx, name))
+                        .is_err()
+                {
                     tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %name, "left out of the tool list: another server's prefix fits its name too");
                     continue;
                 }
@@ -395,13 +600,15 @@ impl Gateway {
             "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"tools\":{tools}{extra}}}}}",
             request.id()
         );
-        self.send_host(session, line);
+        self.outbox.host(session, line);
     }
 
     /// Any other request: passed through in wrap mode, routed in gateway mode.
     pub(super) fn on_other_request(&mut self, request: HostRequest) {
         let session = request.session;
-        if request.method.as_str() == "logging/setLevel" && !self.set_log_level(&request) {
+        if request.method.as_str() == "logging/setLevel"
+            && !self.sessions.set_log_level(&mut self.outbox, &request)
+        {
             return;
         }
         if self.mode == Mode::Wrap {
@@ -413,38 +620,61 @@ impl Gateway {
             "resources/list" => self.fan_out(request, "resources", "resources"),
             "resources/templates/list" => self.fan_out(request, "resources", "resourceTemplates"),
             "prompts/list" => self.fan_out(request, "prompts", "prompts"),
-            "logging/setLevel" => self.set_level_everywhere(&request),
+            "logging/setLevel" => {
+                let timeout = self.limits.call_timeout;
+                set_level_everywhere(
+                    &mut self.upstreams,
+                    &mut self.inflight,
+                    &mut self.outbox,
+                    &request,
+                    timeout,
+                );
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}));
+            }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
-                if let Some(why) = self.refusal(0, request.method.as_str(), uri) {
-                    self.reply_error(session, request.id(), -32602, &why);
+                if let Some(why) =
+                    self.routing
+                        .refusal(&self.upstreams, 0, request.method.as_str(), uri)
+                {
+                    self.outbox.error(session, request.id(), -32602, &why);
                     return;
                 }
                 // A request that started its server again (which forgot what
                 // it listed) still goes where it was routed.
-                match self.resource_owner(uri).or(request.restarted) {
+                match self
+                    .routing
+                    .resource_owner(&self.upstreams, uri)
+                    .or(request.restarted)
+                {
                     Some(idx) => self.route(idx, request, None),
                     None => {
                         let text = format!(
                             "unknown resource `{}`; list resources first",
                             escape_line(uri)
                         );
-                        self.reply_error(session, request.id(), -32602, &text);
+                        self.outbox.error(session, request.id(), -32602, &text);
                     }
                 }
             }
             "prompts/get" => self.get_prompt(request, &params),
-            "completion/complete" => match self.completion_target(&params, request.restarted) {
-                Ok((idx, params)) => self.route(idx, request, params),
-                Err(why) => {
-                    tracing::warn!("a `completion/complete` is refused: {why}");
-                    self.reply_error(session, request.id(), -32602, &why);
+            "completion/complete" => {
+                match self
+                    .routing
+                    .completion_target(&self.upstreams, &params, request.restarted)
+                {
+                    Ok((idx, params)) => self.route(idx, request, params),
+                    Err(why) => {
+                        tracing::warn!("a `completion/complete` is refused: {why}");
+                        self.outbox.error(session, request.id(), -32602, &why);
+                    }
                 }
-            },
+            }
             other => {
                 let text =
                     format!("method `{other}` is not supported by the gateway in gateway mode");
-                self.reply_error(session, request.id(), -32601, &text);
+                self.outbox.error(session, request.id(), -32601, &text);
             }
         }
     }
@@ -456,7 +686,7 @@ impl Gateway {
         let session = request.session;
         if request.method.as_str().starts_with("tasks/") {
             let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
-            self.reply_error(session, request.id(), -32601, text);
+            self.outbox.error(session, request.id(), -32601, text);
             return;
         }
         let params = request.params();
@@ -467,16 +697,21 @@ impl Gateway {
         };
         if let Some(subject) = subject {
             let subject = subject.as_str().unwrap_or("");
-            if let Some(why) = self.refusal(0, request.method.as_str(), subject) {
-                self.reply_error(session, request.id(), -32602, &why);
+            if let Some(why) =
+                self.routing
+                    .refusal(&self.upstreams, 0, request.method.as_str(), subject)
+            {
+                self.outbox.error(session, request.id(), -32602, &why);
                 return;
             }
         }
         if request.method.as_str() == "completion/complete"
-            && let Err(why) = self.completion_target(&params, None)
+            && let Err(why) = self
+                .routing
+                .completion_target(&self.upstreams, &params, None)
         {
             tracing::warn!("a `completion/complete` is refused: {why}");
-            self.reply_error(session, request.id(), -32602, &why);
+            self.outbox.error(session, request.id(), -32602, &why);
             return;
         }
         // The gateway follows every page of the server's prompts and
@@ -489,8 +724,12 @@ impl Gateway {
         }
         match self.readiness(0, &mut request.restarted) {
             Readiness::Ready => self.forward(0, request, None),
-            Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
-            Readiness::Failed(reason) => self.reply_error(
+            Readiness::Pending => self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            ),
+            Readiness::Failed(reason) => self.outbox.error(
                 session,
                 request.id(),
                 -32603,
@@ -499,42 +738,18 @@ impl Gateway {
         }
     }
 
-    /// `logging/setLevel` in gateway mode: sent to each ready server that
-    /// logs (their answers not needed), and answered at once.
-    fn set_level_everywhere(&mut self, request: &HostRequest) {
-        let session = request.session;
-        let timeout = self.limits.call_timeout;
-        let targets: Vec<(ServerIdx, u64)> = self
-            .upstreams
-            .iter_mut()
-            .enumerate()
-            // `logging/setLevel` is gone from 2026-07-28.
-            .filter(|(_, up)| {
-                up.phase == Phase::Ready && !up.modern && up.capability("logging").is_some()
-            })
-            .map(|(idx, up)| (idx, up.next_id()))
-            .collect();
-        for (idx, id) in targets {
-            let generation = self
-                .upstreams
-                .get(idx)
-                .map_or(0, super::upstreams::Upstream::generation);
-            // Each server sets its own level; the answers are not needed.
-            self.inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
-            self.send_upstream(idx, generation, request.with_id(&id.to_string()));
-        }
-        self.reply(session, request.id(), &json!({}));
-    }
-
     /// `prompts/get` in gateway mode: to the server whose prompt the name
     /// is, under its own name, unless the policy refuses it.
     fn get_prompt(&mut self, request: HostRequest, params: &Value) {
         let session = request.session;
         let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-        match self.resolve(name) {
+        match self.upstreams.resolve(name) {
             Ok((idx, own)) => {
-                if let Some(why) = self.refusal(idx, "prompts/get", &own) {
-                    self.reply_error(session, request.id(), -32602, &why);
+                if let Some(why) = self
+                    .routing
+                    .refusal(&self.upstreams, idx, "prompts/get", &own)
+                {
+                    self.outbox.error(session, request.id(), -32602, &why);
                     return;
                 }
                 let mut params = params.clone();
@@ -545,164 +760,30 @@ impl Gateway {
             }
             Err(Unresolved::Unknown) => {
                 let text = format!("unknown prompt `{}`", escape_line(name));
-                self.reply_error(session, request.id(), -32602, &text);
+                self.outbox.error(session, request.id(), -32602, &text);
             }
             Err(Unresolved::Ambiguous(found)) => {
-                let text = format!("prompt `{name}`: {}", self.ambiguity(&found));
-                self.reply_error(session, request.id(), -32602, &text);
+                let text = format!("prompt `{name}`: {}", self.upstreams.ambiguity(&found));
+                self.outbox.error(session, request.id(), -32602, &text);
             }
-        }
-    }
-
-    /// A host's `logging/setLevel`: the level is kept for its session (and
-    /// sent in the `_meta` of its requests to 2026-07-28 servers). Returns
-    /// false, having answered with an error, for a level MCP does not name.
-    fn set_log_level(&mut self, request: &HostRequest) -> bool {
-        let params = request.params();
-        let level = params.get("level").and_then(Value::as_str).unwrap_or("");
-        if super::modern::log_rank(level).is_none() {
-            let text = format!(
-                "`logging/setLevel` takes one of {}; not `{}`",
-                super::modern::LOG_LEVELS.join(", "),
-                escape_line(level)
-            );
-            self.reply_error(request.session, request.id(), -32602, &text);
-            return false;
-        }
-        if let Some(host) = self.sessions.get_mut(&request.session) {
-            host.log_level = Some(level.to_owned());
-        }
-        true
-    }
-
-    /// Where a host's `completion/complete` goes, by the prompt or the
-    /// resource its `ref` names, and the params it goes with (the prompt's
-    /// own name in gateway mode): only to the one server an exact, valid
-    /// name or URI leads to, never by guess. A prompt is resolved by its
-    /// prefix as `prompts/get` is, and refused as `prompts/get` would be; a
-    /// resource (or template) URI must be one a server listed in its last
-    /// complete listing (or belong to the server this request started
-    /// again), and one that breaks a line or hides characters is refused.
-    /// In wrap mode the one server gets it as sent, once its `ref` passes
-    /// the same checks (another kind of `ref` is the server's to judge).
-    ///
-    /// # Errors
-    ///
-    /// Why the completion is not sent, in words for the host.
-    fn completion_target(
-        &self,
-        params: &Value,
-        restarted: Option<ServerIdx>,
-    ) -> Result<(ServerIdx, Option<Value>), String> {
-        let reference = params.get("ref").unwrap_or(&Value::Null);
-        let kind = reference.get("type").and_then(Value::as_str);
-        match kind {
-            Some("ref/prompt") => {
-                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                let (idx, own) = match self.resolve(name) {
-                    Ok(found) => found,
-                    Err(Unresolved::Unknown) => {
-                        return Err(format!(
-                            "the completion's `ref` names an unknown prompt `{}`",
-                            escape_line(name)
-                        ));
-                    }
-                    Err(Unresolved::Ambiguous(found)) => {
-                        return Err(format!(
-                            "the completion's `ref` names prompt `{}`: {}",
-                            escape_line(name),
-                            self.ambiguity(&found)
-                        ));
-                    }
-                };
-                if let Some(why) = self.refusal(idx, "prompts/get", &own) {
-                    return Err(why);
-                }
-                if self.mode == Mode::Wrap {
-                    return Ok((idx, None));
-                }
-                let mut params = params.clone();
-                if let Some(object) = params.pointer_mut("/ref").and_then(Value::as_object_mut) {
-                    object.insert("name".to_owned(), Value::String(own));
-                }
-                Ok((idx, Some(params)))
-            }
-            Some("ref/resource") => {
-                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                if let Some(why) = self.refusal(0, "resources/read", uri) {
-                    return Err(why);
-                }
-                if self.mode == Mode::Wrap {
-                    return Ok((0, None));
-                }
-                self.routing
-                    .template_listed_by(uri)
-                    .or_else(|| self.routing.resource_listed_by(uri))
-                    .or(restarted)
-                    .map(|idx| (idx, None))
-                    .ok_or_else(|| {
-                        format!(
-                            "the completion's `ref` names resource `{}`, which no server listed; list resources and resource templates first",
-                            escape_line(uri)
-                        )
-                    })
-            }
-            _ if self.mode == Mode::Wrap => Ok((0, None)),
-            _ => Err(
-                "the completion's `ref` is neither a `ref/prompt` nor a `ref/resource`".to_owned(),
-            ),
-        }
-    }
-
-    /// Why a request for a server's prompt `name` (`prompts/get`) or
-    /// resource `name` (by URI) is refused: the prompt was left out of the
-    /// server's listing for its name, or the name or URI could not be shown
-    /// as it is.
-    pub(super) fn refusal(&self, idx: ServerIdx, method: &str, name: &str) -> Option<String> {
-        if method == "prompts/get" {
-            let why = name_problem(name)
-                .map(|problem| format!("its name {problem}"))
-                .or_else(|| self.routing.refused_prompt(idx, name).cloned())?;
-            return Some(format!(
-                "prompt `{}` of server `{}` is refused: {why}",
-                escape_line(name),
-                self.upstreams.name(idx)
-            ));
-        }
-        let problem = uri_problem(name)?;
-        Some(format!(
-            "resource `{}` is refused: its URI {problem}",
-            escape_line(name)
-        ))
-    }
-
-    pub(super) fn resource_owner(&self, uri: &str) -> Option<ServerIdx> {
-        if let Some(idx) = self.routing.resource_listed_by(uri) {
-            return Some(idx);
-        }
-        let with_resources: Vec<ServerIdx> = self
-            .upstreams
-            .iter()
-            .enumerate()
-            .filter(|(_, up)| up.capability("resources").is_some())
-            .map(|(idx, _)| idx)
-            .collect();
-        match with_resources.as_slice() {
-            [only] => Some(*only),
-            _ => None,
         }
     }
 
     fn route(&mut self, idx: ServerIdx, mut request: HostRequest, params: Option<Value>) {
         match self.readiness(idx, &mut request.restarted) {
             Readiness::Ready => self.forward(idx, request, params),
-            Readiness::Pending => self.park(Waiting::Request(Box::new(request))),
+            Readiness::Pending => self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            ),
             Readiness::Failed(reason) => {
                 let text = format!(
                     "server `{}` is not available: {reason}",
                     self.upstreams.name(idx)
                 );
-                self.reply_error(request.session, request.id(), -32603, &text);
+                self.outbox
+                    .error(request.session, request.id(), -32603, &text);
             }
         }
     }
@@ -715,7 +796,8 @@ impl Gateway {
         if modern && request.method.as_str() == "logging/setLevel" {
             // 2026-07-28 has no `logging/setLevel`: the session's level goes
             // in the `_meta` of each of its requests instead.
-            self.reply(request.session, request.id(), &json!({}));
+            self.sessions
+                .reply(&mut self.outbox, request.session, request.id(), &json!({}));
             return;
         }
         if params.is_none()
@@ -744,7 +826,9 @@ impl Gateway {
         let id = up.next_id();
         let generation = up.generation();
         let modern = up.modern;
-        let session_meta = self.session_meta(request.session);
+        let session_meta = self
+            .declared
+            .for_level(self.sessions.log_level(request.session));
         let modern_meta = &*session_meta;
         let id_text = id.to_string();
         let line = match params {
@@ -773,7 +857,8 @@ impl Gateway {
         let session = request.session;
         self.inflight
             .wait_up(idx, id, UpPurpose::Forward(Box::new(request)), timeout);
-        self.send_upstream_for(session, idx, generation, line);
+        let principal = self.sessions.principal(session);
+        self.outbox.upstream(idx, generation, line, principal);
     }
 
     /// A server answered a forwarded request. A resource or a prompt of a
@@ -796,17 +881,20 @@ impl Gateway {
                 self.upstreams.name(idx)
             );
             tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-            self.reply_error(request.session, request.id(), -32603, &why);
+            self.outbox
+                .error(request.session, request.id(), -32603, &why);
             return;
         }
         let mut line = self.host_response(idx, request.session, message, request.id(), method);
         if let Some(key) = list_key(method) {
             // Wrap mode: the server's own page, screened like a merged one.
             let fresh = request.params().get("cursor").is_none();
-            line = self.screen_page(idx, key, line, fresh);
+            line = self
+                .routing
+                .screen_page(idx, self.upstreams.name(idx), key, line, fresh);
         }
         if method == "resources/read" {
-            line = self.screen_contents(idx, line);
+            line = screen_contents(self.upstreams.name(idx), line);
         }
         let reads = matches!(method, "resources/read" | "prompts/get");
         if reads
@@ -815,7 +903,7 @@ impl Gateway {
         {
             self.taint(request.session, idx, &format!("`{method}`"));
         }
-        self.send_host(request.session, line);
+        self.outbox.host(request.session, line);
     }
 
     fn fan_out(&mut self, mut request: HostRequest, capability: &str, key: &'static str) {
@@ -837,7 +925,11 @@ impl Gateway {
             }
         }
         if pending {
-            self.park(Waiting::Request(Box::new(request)));
+            self.parked.park(
+                Waiting::Request(Box::new(request)),
+                self.limits.wait_timeout(),
+                &mut self.inflight,
+            );
             return;
         }
         if targets.is_empty() {
@@ -847,7 +939,8 @@ impl Gateway {
                 .get(&request.session)
                 .is_some_and(super::session::HostSession::modern);
             super::modern::modernize(modern, request.method.as_str(), &mut result);
-            self.reply(request.session, request.id(), &result);
+            self.sessions
+                .reply(&mut self.outbox, request.session, request.id(), &result);
             return;
         }
         let aggregate = self.routing.next_number();
@@ -948,141 +1041,111 @@ impl Gateway {
         self.fanout_done(aggregate, idx, None);
     }
 
-    /// One server finished its part of a merged list (or failed it).
+    /// One server finished its part of a merged list (or failed it); the
+    /// host gets the merged list once every server has.
     pub(super) fn fanout_done(&mut self, aggregate: u64, idx: ServerIdx, failure: Option<String>) {
-        let server = self.upstreams.name(idx).to_owned();
-        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
+        let Some((request, mut result)) =
+            self.routing
+                .part_done(&self.upstreams, aggregate, idx, failure)
+        else {
             return;
         };
-        // The server's whole part is screened at once, so prompts that look
-        // alike are found across its pages.
-        let key = state.key;
-        let mut items = state.items.remove(&idx).unwrap_or_default();
-        let refused = screen(&server, key, &mut items);
-        if key == "prompts" {
-            items.retain_mut(|item| {
-                let Some(own) = item.get("name").and_then(Value::as_str) else {
-                    return false;
-                };
-                let prefixed = self.prefixed(idx, own);
-                // A name that could be another server's is not listed (and
-                // `prompts/get` refuses it: it does not resolve).
-                if !matches!(self.resolve(&prefixed), Ok((owner, _)) if owner == idx) {
-                    tracing::warn!(server.id = %server, prompt.name = %escape_line(own), "the prompt's prefixed name `{}` could belong to another server; it is not listed", escape_line(&prefixed));
-                    return false;
-                }
-                if let Some(object) = item.as_object_mut() {
-                    object.insert("name".to_owned(), Value::String(prefixed));
-                }
-                true
-            });
-            if failure.is_none() {
-                self.routing.refuse_prompts(idx, refused, true);
-            }
-        }
-        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
-            return;
-        };
-        state.items.insert(idx, items);
-        if let Some(failure) = failure {
-            tracing::warn!(server.id = %server, "{} failed: {failure}", state.request.method.as_str());
-        } else if let Some(field) = match state.key {
-            "resources" => Some("uri"),
-            "resourceTemplates" => Some("uriTemplate"),
-            _ => None,
-        } {
-            // A complete listing: what the server listed before is
-            // replaced by what it lists now.
-            let names: HashSet<String> = state
-                .items
-                .get(&idx)
-                .into_iter()
-                .flatten()
-                .filter_map(|item| item.get(field).and_then(Value::as_str))
-                .map(str::to_owned)
-                .collect();
-            let key = state.key;
-            let clashes = self.routing.replace(idx, key, names);
-            if clashes > 0 {
-                tracing::warn!(server.id = %server, "{clashes} of the entries of `{key}` it lists are listed by a server before it in the configuration, which keeps them");
-            }
-        }
-        let Some(state) = self.routing.aggregates.get_mut(&aggregate) else {
-            return;
-        };
-        state.remaining = state.remaining.saturating_sub(1);
-        if state.remaining > 0 {
-            return;
-        }
-        let Some(state) = self.routing.aggregates.remove(&aggregate) else {
-            return;
-        };
-        let items: Vec<Value> = state.items.into_values().flatten().collect();
-        let mut result = json!({ state.key: items });
-        let session = state.request.session;
+        let session = request.session;
         let modern = self
             .sessions
             .get(&session)
             .is_some_and(super::session::HostSession::modern);
-        super::modern::modernize(modern, state.request.method.as_str(), &mut result);
-        self.reply(session, state.request.id(), &result);
+        super::modern::modernize(modern, request.method.as_str(), &mut result);
+        self.sessions
+            .reply(&mut self.outbox, session, request.id(), &result);
     }
 }
 
-impl Gateway {
-    /// One page of a server's list passed through in wrap mode, screened
-    /// (see [`screen`]) before the host sees it: the line as it came when
-    /// nothing in it had to change.
-    fn screen_page(&mut self, idx: ServerIdx, key: &str, line: String, fresh: bool) -> String {
-        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
-            return line;
+/// A `resources/read` result of server `server` before the host sees it:
+/// each entry of its `contents` whose URI breaks a line or hides characters
+/// is left out (and logged), as it would be left out of `resources/list`.
+/// The line as it came when nothing in it had to change.
+fn screen_contents(server: &str, line: String) -> String {
+    let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
+        return line;
+    };
+    let Some(contents) = response
+        .pointer_mut("/result/contents")
+        .and_then(Value::as_array_mut)
+    else {
+        return line;
+    };
+    let before = contents.len();
+    contents.retain(|content| {
+        let uri = content.get("uri").and_then(Value::as_str).unwrap_or("");
+        let Some(problem) = uri_problem(uri) else {
+            return true;
         };
-        let Some(items) = response
-            .pointer_mut(&format!("/result/{key}"))
-            .and_then(Value::as_array_mut)
-        else {
-            return line;
-        };
-        let before = items.clone();
-        let server = self.upstreams.name(idx).to_owned();
-        let refused = screen(&server, key, items);
-        let changed = *items != before;
-        if key == "prompts" {
-            self.routing.refuse_prompts(idx, refused, fresh);
-        }
-        if changed { response.to_string() } else { line }
+        tracing::warn!(server.id = %server, resource.uri = %escape_line(uri), "its URI {problem}; the entry is left out of the contents `resources/read` gives the host");
+        false
+    });
+    if contents.len() == before {
+        return line;
+    }
+    response.to_string()
+}
+
+/// The `initialize` result for a host that speaks `version`: the server's
+/// own in wrap mode (the gateway tells the host when its tool list
+/// changes), the gateway's in gateway mode, with every server's
+/// capabilities and instructions.
+pub(super) fn initialize_result(version: &str, upstreams: &Upstreams) -> Value {
+    if upstreams.wraps() {
+        wrapped_initialize_result(version, upstreams)
+    } else {
+        gateway_initialize_result(version, upstreams)
     }
 }
 
-impl Gateway {
-    /// A `resources/read` result before the host sees it: each entry of its
-    /// `contents` whose URI breaks a line or hides characters is left out
-    /// (and logged), as it would be left out of `resources/list`. The line
-    /// as it came when nothing in it had to change.
-    fn screen_contents(&self, idx: ServerIdx, line: String) -> String {
-        let Ok(mut response) = serde_json::from_str::<Value>(&line) else {
-            return line;
-        };
-        let Some(contents) = response
-            .pointer_mut("/result/contents")
-            .and_then(Value::as_array_mut)
-        else {
-            return line;
-        };
-        let before = contents.len();
-        let server = self.upstreams.name(idx);
-        contents.retain(|content| {
-            let uri = content.get("uri").and_then(Value::as_str).unwrap_or("");
-            let Some(problem) = uri_problem(uri) else {
-                return true;
-            };
-            tracing::warn!(server.id = %server, resource.uri = %escape_line(uri), "its URI {problem}; the entry is left out of the contents `resources/read` gives the host");
-            false
-        });
-        if contents.len() == before {
-            return line;
-        }
-        response.to_string()
+/// Whether server `idx`'s prompt `item` is listed, with its name as the
+/// host sees it (prefixed): a name that could be another server's is not
+/// listed (and `prompts/get` refuses it: it does not resolve).
+fn prompt_shown(upstreams: &Upstreams, idx: ServerIdx, item: &mut Value) -> bool {
+    let Some(own) = item.get("name").and_then(Value::as_str) else {
+        return false;
+    };
+    let prefixed = upstreams.prefixed(idx, own);
+    if !matches!(upstreams.resolve(&prefixed), Ok((owner, _)) if owner == idx) {
+        tracing::warn!(server.id = %upstreams.name(idx), prompt.name = %escape_line(own), "the prompt's prefixed name `{}` could belong to another server; it is not listed", escape_line(&prefixed));
+        return false;
+    }
+    if let Some(object) = item.as_object_mut() {
+        object.insert("name".to_owned(), Value::String(prefixed));
+    }
+    true
+}
+
+/// `logging/setLevel` in gateway mode: sent to each ready server that
+/// logs, into the outbox (their answers not needed: the host is answered
+/// at once).
+fn set_level_everywhere(
+    upstreams: &mut Upstreams,
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    request: &HostRequest,
+    timeout: std::time::Duration,
+) {
+    let targets: Vec<(ServerIdx, u64)> = upstreams
+        .iter_mut()
+        .enumerate()
+        // `logging/setLevel` is gone from 2026-07-28.
+        .filter(|(_, up)| {
+            up.phase == Phase::Ready && !up.modern && up.capability("logging").is_some()
+        })
+        .map(|(idx, up)| (idx, up.next_id()))
+        .collect();
+    for (idx, id) in targets {
+        let generation = upstreams
+            .get(idx)
+            .map_or(0, super::upstreams::Upstream::generation);
+        // Each server sets its own level; the answers are not needed.
+        inflight.wait_up(idx, id, UpPurpose::Quiet, timeout);
+        outbox.upstream(idx, generation, request.with_id(&id.to_string()), None);
     }
 }
 
@@ -1319,4 +1382,243 @@ fn gateway_initialize_result(version: &str, upstreams: &Upstreams) -> Value {
         );
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use hintgate_policy::config::parse_str;
+    use hintgate_policy::decide::Policy;
+
+    use super::*;
+    use crate::gateway::Mode;
+
+    /// The servers `names`, each with resources.
+    fn upstreams(names: &[&str], mode: Mode) -> Upstreams {
+        let configs = names
+            .iter()
+            .map(|name| {
+                let (config, _) = parse_str(&format!("[servers.{name}]\ncommand = \"x\"\n"));
+                let policy = Policy::new(config.unwrap());
+                policy.config().servers.values().next().unwrap().clone()
+            })
+            .collect();
+        let mut upstreams = Upstreams::new(configs, mode, "__".to_owned());
+        for idx in 0..names.len() {
+            if let Some(up) = upstreams.get_mut(idx) {
+                up.info = Some(json!({"capabilities": {"resources": {}}}));
+            }
+        }
+        upstreams
+    }
+
+    fn listed(routing: &mut Routing, idx: ServerIdx, key: &str, names: &[&str]) -> usize {
+        let names = names.iter().map(|name| (*name).to_owned()).collect();
+        routing.replace(idx, key, names)
+    }
+
+    #[test]
+    fn a_resource_goes_to_the_first_server_that_listed_it_or_the_only_one_with_resources() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        assert_eq!(listed(&mut routing, 0, "resources", &["file:///x"]), 0);
+        // The same URI from a server after it: the first keeps it.
+        assert_eq!(
+            listed(&mut routing, 1, "resources", &["file:///x", "file:///y"]),
+            1
+        );
+        assert_eq!(routing.resource_owner(&servers, "file:///x"), Some(0));
+        assert_eq!(routing.resource_owner(&servers, "file:///y"), Some(1));
+        // Two servers with resources: an unlisted URI is nobody's.
+        assert_eq!(routing.resource_owner(&servers, "file:///z"), None);
+        // A server that starts again forgets what it listed.
+        routing.forget(1);
+        assert_eq!(routing.resource_owner(&servers, "file:///y"), None);
+        // One server with resources: whatever is not listed is its.
+        let one = upstreams(&["a"], Mode::Gateway);
+        assert_eq!(
+            Routing::default().resource_owner(&one, "file:///z"),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_completion_goes_only_where_an_exact_valid_name_or_a_listed_uri_leads() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        listed(&mut routing, 1, "resourceTemplates", &["file:///{path}"]);
+        let prompt = json!({"ref": {"type": "ref/prompt", "name": "b__greet"}});
+        let (idx, params) = routing.completion_target(&servers, &prompt, None).unwrap();
+        assert_eq!(idx, 1);
+        // The server gets its own name of the prompt.
+        assert_eq!(params.unwrap()["ref"]["name"], "greet");
+        let template = json!({"ref": {"type": "ref/resource", "uri": "file:///{path}"}});
+        assert_eq!(
+            routing.completion_target(&servers, &template, None),
+            Ok((1, None))
+        );
+        let unknown = json!({"ref": {"type": "ref/resource", "uri": "file:///other"}});
+        let why = routing
+            .completion_target(&servers, &unknown, None)
+            .unwrap_err();
+        assert!(why.contains("which no server listed"), "{why}");
+        // A request that started its server again still goes there.
+        assert_eq!(
+            routing.completion_target(&servers, &unknown, Some(0)),
+            Ok((0, None))
+        );
+        let nobody = json!({"ref": {"type": "ref/prompt", "name": "c__greet"}});
+        let why = routing
+            .completion_target(&servers, &nobody, None)
+            .unwrap_err();
+        assert!(why.contains("unknown prompt `c__greet`"), "{why}");
+        let other = json!({"ref": {"type": "ref/other"}});
+        assert!(routing.completion_target(&servers, &other, None).is_err());
+        // Wrap mode: the one server judges other kinds of `ref` itself.
+        let wrapped = upstreams(&["a"], Mode::Wrap);
+        assert_eq!(
+            Routing::default().completion_target(&wrapped, &other, None),
+            Ok((0, None))
+        );
+    }
+
+    #[test]
+    fn a_prompt_left_out_of_a_listing_or_a_uri_that_hides_characters_is_refused() {
+        let servers = upstreams(&["a"], Mode::Wrap);
+        let mut routing = Routing::default();
+        let page = json!({"jsonrpc": "2.0", "id": 1, "result": {"prompts": [
+            {"name": "greet"},
+            {"name": "bad\u{202e}name"},
+        ]}})
+        .to_string();
+        let shown = routing.screen_page(0, "a", "prompts", page, true);
+        let shown: Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(shown["result"]["prompts"], json!([{"name": "greet"}]));
+        let why = routing
+            .refusal(&servers, 0, "prompts/get", "bad\u{202e}name")
+            .unwrap();
+        assert!(why.starts_with("prompt `"), "{why}");
+        assert!(why.contains("of server `a` is refused"), "{why}");
+        assert_eq!(routing.refusal(&servers, 0, "prompts/get", "greet"), None);
+        // A fresh listing replaces what was remembered.
+        let page = json!({"jsonrpc": "2.0", "id": 2, "result": {"prompts": []}}).to_string();
+        let unchanged = routing.screen_page(0, "a", "prompts", page.clone(), true);
+        assert_eq!(unchanged, page);
+        assert!(
+            routing
+                .refusal(&servers, 0, "prompts/get", "bad\u{202e}name")
+                .is_some_and(|why| why.contains("its name")),
+        );
+        let uri = "file:///a\nb";
+        let why = routing.refusal(&servers, 0, "resources/read", uri).unwrap();
+        assert!(why.starts_with("resource `"), "{why}");
+        assert_eq!(
+            routing.refusal(&servers, 0, "resources/read", "file:///a"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_read_result_keeps_no_entry_under_a_uri_that_breaks_a_line() {
+        let line = json!({"jsonrpc": "2.0", "id": 1, "result": {"contents": [
+            {"uri": "file:///a", "text": "a"},
+            {"uri": "file:///b\nc", "text": "b"},
+        ]}})
+        .to_string();
+        let shown: Value = serde_json::from_str(&screen_contents("a", line)).unwrap();
+        assert_eq!(
+            shown["result"]["contents"],
+            json!([{"uri": "file:///a", "text": "a"}])
+        );
+        let clean = json!({"jsonrpc": "2.0", "id": 1, "result": {"contents": []}}).to_string();
+        assert_eq!(screen_contents("a", clean.clone()), clean);
+    }
+
+    fn merge(routing: &mut Routing, key: &'static str, servers: usize) -> u64 {
+        let line = r#"{"jsonrpc":"2.0","id":3,"method":"prompts/list"}"#;
+        let message = crate::frame::Message::parse(line).unwrap();
+        let request = HostRequest::new(
+            SessionId::FIRST,
+            line.to_owned(),
+            message.spans(),
+            crate::gateway::request::Method::of(message.method()),
+        );
+        let aggregate = routing.next_number();
+        routing.aggregates.insert(
+            aggregate,
+            Aggregate {
+                request,
+                key,
+                items: BTreeMap::new(),
+                pages: BTreeMap::new(),
+                remaining: servers,
+            },
+        );
+        aggregate
+    }
+
+    #[test]
+    fn a_merged_list_comes_once_every_server_finished_in_configuration_order() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        let aggregate = merge(&mut routing, "prompts", 2);
+        let page = |routing: &mut Routing, idx, names: &[&str]| {
+            let items = names.iter().map(|name| json!({"name": name})).collect();
+            let state = routing.aggregates.get_mut(&aggregate).unwrap();
+            state.keep_page(idx, "prompts/list", items, 10, 1 << 20);
+        };
+        page(&mut routing, 1, &["greet", "bad\u{202e}name"]);
+        assert!(routing.part_done(&servers, aggregate, 1, None).is_none());
+        page(&mut routing, 0, &["hello"]);
+        let (request, merged) = routing.part_done(&servers, aggregate, 0, None).unwrap();
+        assert_eq!(request.id(), "3");
+        // In configuration order, prefixed; the prompt left out for its
+        // name is refused when asked for.
+        assert_eq!(
+            merged,
+            json!({"prompts": [{"name": "a__hello"}, {"name": "b__greet"}]})
+        );
+        assert!(
+            routing
+                .refusal(&servers, 1, "prompts/get", "bad\u{202e}name")
+                .is_some()
+        );
+        assert!(routing.aggregates.is_empty());
+    }
+
+    #[test]
+    fn a_failed_part_leaves_what_its_server_listed_before() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        listed(&mut routing, 1, "resources", &["file:///old"]);
+        let aggregate = merge(&mut routing, "resources", 2);
+        let state = routing.aggregates.get_mut(&aggregate).unwrap();
+        state.keep_page(
+            1,
+            "resources/list",
+            vec![json!({"uri": "file:///new"})],
+            10,
+            1 << 20,
+        );
+        assert!(
+            routing
+                .part_done(&servers, aggregate, 1, Some("it broke".to_owned()))
+                .is_none()
+        );
+        assert_eq!(routing.resource_owner(&servers, "file:///old"), Some(1));
+        let state = routing.aggregates.get_mut(&aggregate).unwrap();
+        state.keep_page(
+            0,
+            "resources/list",
+            vec![json!({"uri": "file:///a"})],
+            10,
+            1 << 20,
+        );
+        let (_, merged) = routing.part_done(&servers, aggregate, 0, None).unwrap();
+        assert_eq!(
+            merged,
+            json!({"resources": [{"uri": "file:///a"}, {"uri": "file:///new"}]})
+        );
+        // A complete listing replaces what its server listed.
+        assert_eq!(routing.resource_owner(&servers, "file:///a"), Some(0));
+    }
 }

@@ -10,6 +10,11 @@
 //! ([`QueueGauge`]) and bounded ([`HOST_QUEUE_BYTES`]): a host that stops
 //! reading loses notifications (counted, and a missed list change told
 //! later), never an answer without being told.
+//!
+//! What is sent to the hosts goes through the turn's outbox
+//! ([`super::outbox::Outbox`]): [`Sessions::reply`] answers a request, and
+//! [`Sessions::notify_all`] tells each host of a list change once, in its
+//! own era, with nothing but the sessions and the outbox.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +24,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Gateway;
+use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::conn::QueueGauge;
 
@@ -131,6 +137,129 @@ pub(crate) struct HostSession {
 // === impl Sessions ===
 
 impl Sessions {
+    /// The `--listen` principal whose upstream logins serve the requests of
+    /// the host of `session` (`None`: a stdio host, whose requests go with
+    /// the command line's logins).
+    pub fn principal(&self, session: SessionId) -> Option<Arc<str>> {
+        self.get(&session)
+            .and_then(|host| host.principal.as_deref())
+            .map(Arc::from)
+    }
+
+    /// A host's `logging/setLevel`: the level is kept for its session (and
+    /// sent in the `_meta` of its requests to 2026-07-28 servers). Returns
+    /// false, having answered with an error (into the outbox), for a level
+    /// MCP does not name.
+    pub fn set_log_level(&mut self, outbox: &mut Outbox, request: &HostRequest) -> bool {
+        let params = request.params();
+        let level = params.get("level").and_then(Value::as_str).unwrap_or("");
+        if super::modern::log_rank(level).is_none() {
+            let text = format!(
+                "`logging/setLevel` takes one of {}; not `{}`",
+                super::modern::LOG_LEVELS.join(", "),
+                hintgate_policy::sanitize::escape_line(level)
+            );
+            outbox.error(request.session, request.id(), -32602, &text);
+            return false;
+        }
+        if let Some(host) = self.get_mut(&request.session) {
+            host.log_level = Some(level.to_owned());
+        }
+        true
+    }
+
+    /// The log level the host of `session` set with `logging/setLevel`.
+    pub fn log_level(&self, session: SessionId) -> Option<&str> {
+        self.get(&session)?.log_level.as_deref()
+    }
+
+    /// A result for a host's request, with what a 2026-07-28 host requires,
+    /// into the outbox.
+    pub fn reply(&self, outbox: &mut Outbox, session: SessionId, id: &str, result: &Value) {
+        outbox.host(session, self.result_line(session, id, result));
+    }
+
+    /// A notification for every host session, into the outbox.
+    pub fn note_every(&self, outbox: &mut Outbox, line: &str) {
+        for session in self.keys() {
+            outbox.host_note(session, line.to_owned(), None);
+        }
+    }
+
+    /// The host reads again after its queue was past its bound: the count
+    /// of what was dropped is logged, and the changes it was not told of
+    /// are told now.
+    pub fn drained(&mut self, outbox: &mut Outbox, session: SessionId) {
+        let Some(host) = self.get_mut(&session) else {
+            return;
+        };
+        let dropped = std::mem::take(&mut host.dropped_notes);
+        let owed = host.told.take_owed();
+        let modern = host.modern();
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "the host reads again: {dropped} notification(s) to it were dropped while it was not reading"
+            );
+        }
+        for method in owed {
+            let line = crate::frame::notification(method, &serde_json::json!({}));
+            self.notify(outbox, session, modern, method, &line);
+        }
+    }
+
+    /// A change notification (`method`; `line` for a legacy host) to every
+    /// host that was not told already, into the outbox.
+    pub fn notify_all(&mut self, outbox: &mut Outbox, method: &str, line: &str) {
+        let sessions: Vec<(SessionId, bool)> = self
+            .keys()
+            .map(|id| (id, self.get(&id).is_some_and(HostSession::modern)))
+            .collect();
+        for (session, modern) in sessions {
+            self.notify(outbox, session, modern, method, line);
+        }
+    }
+
+    /// A change notification to one host, unless it was told already: a
+    /// legacy host gets `line`, a 2026-07-28 host the notification on its
+    /// listen stream (and, without one, cannot be told yet).
+    pub fn notify(
+        &mut self,
+        outbox: &mut Outbox,
+        session: SessionId,
+        modern: bool,
+        method: &str,
+        line: &str,
+    ) {
+        let Some(host) = self.get_mut(&session) else {
+            return;
+        };
+        if !((!modern || host.listen.is_some()) && host.told.tell(method)) {
+            return;
+        }
+        let list = Told::list_changed(method);
+        if !modern {
+            outbox.host_note(session, line.to_owned(), list);
+            return;
+        }
+        let Some(subscription) = host.listen.as_deref() else {
+            return;
+        };
+        let id: Value = serde_json::from_str(subscription).unwrap_or(Value::Null);
+        let line = crate::frame::notification(
+            method,
+            &serde_json::json!({"_meta": {super::modern::META_SUBSCRIPTION: id}}),
+        );
+        outbox.host_note(session, line, list);
+    }
+
+    /// The protocol version the host of `session` speaks ("" for none yet).
+    pub fn protocol_version(&self, session: SessionId) -> String {
+        self.get(&session)
+            .map(|host| host.protocol_version().to_owned())
+            .unwrap_or_default()
+    }
+
     /// A result line for a host, with what a 2026-07-28 host requires.
     pub fn result_line(&self, session: SessionId, id: &str, result: &Value) -> String {
         let modern = self.get(&session).is_some_and(HostSession::modern);
@@ -146,6 +275,25 @@ impl Sessions {
             return crate::frame::response(id, &Value::Object(object));
         }
         crate::frame::response(id, result)
+    }
+
+    /// A host session opens, as the host side describes it.
+    pub fn open(&mut self, open: crate::event::OpenSession) {
+        let crate::event::OpenSession {
+            session,
+            out,
+            gauge,
+            requests,
+            scope,
+            principal,
+            sink,
+        } = open;
+        let mut host = HostSession::new(out, gauge, requests);
+        host.sink = sink;
+        host.scope = scope;
+        host.principal = principal;
+        tracing::debug!(session, ?scope, "a host session opens");
+        self.insert(SessionId(session), host);
     }
 
     /// Adds a session under its number.
@@ -460,5 +608,122 @@ mod tests {
         // Other notifications are never held back.
         assert!(told.tell("notifications/message"));
         assert!(told.tell("notifications/message"));
+    }
+
+    /// Sessions 0 (a legacy host that declared `capabilities`), 1 (a
+    /// 2026-07-28 host listening on stream `"s1"`) and 2 (a 2026-07-28 host
+    /// without a listen stream).
+    fn three_sessions(capabilities: Value) -> Sessions {
+        let mut sessions = Sessions::default();
+        for (n, era, listen) in [
+            (0, Era::Legacy("2025-11-25".to_owned()), None),
+            (1, Era::Modern, Some("\"s1\"".to_owned())),
+            (2, Era::Modern, None),
+        ] {
+            let (out, _) = mpsc::unbounded_channel();
+            let mut host = HostSession::new(out, Arc::default(), Arc::default());
+            host.era = era;
+            host.listen = listen;
+            host.init = Some(serde_json::json!({"capabilities": capabilities.clone()}));
+            sessions.insert(SessionId(n), host);
+        }
+        sessions
+    }
+
+    #[test]
+    fn a_list_change_reaches_each_host_once_in_its_own_era() {
+        use super::super::outbox::{Outbox, Outgoing};
+        let mut sessions = three_sessions(Value::Null);
+        let mut outbox = Outbox::new();
+        let method = "notifications/tools/list_changed";
+        let legacy = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        sessions.notify_all(&mut outbox, method, legacy);
+        // Told already: nothing more until the hosts list again.
+        sessions.notify_all(&mut outbox, method, legacy);
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert!(
+            matches!(&sent[0], Outgoing::HostNote(SessionId(0), line, Some(_)) if line == legacy)
+        );
+        let Outgoing::HostNote(SessionId(1), line, Some(_)) = &sent[1] else {
+            panic!("{sent:?}");
+        };
+        let line: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(line["method"], method);
+        assert_eq!(
+            line["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            "s1"
+        );
+        // A note for every host goes to every host, told or not.
+        sessions.note_every(&mut outbox, "n");
+        assert_eq!(outbox.take().len(), 3);
+    }
+
+    #[test]
+    fn a_server_asks_a_host_only_what_it_declared() {
+        use super::super::relay::host_takes;
+        let sessions = three_sessions(serde_json::json!({"sampling": {}}));
+        assert_eq!(
+            host_takes(&sessions, SessionId(0), "sampling/createMessage"),
+            Ok(())
+        );
+        assert!(host_takes(&sessions, SessionId(0), "roots/list").is_err());
+        assert!(host_takes(&sessions, SessionId(0), "ping").is_err());
+        assert!(host_takes(&sessions, SessionId(0), "tools/call").is_err());
+        assert!(host_takes(&sessions, SessionId(9), "sampling/createMessage").is_err());
+    }
+
+    #[test]
+    fn a_host_that_reads_again_is_told_the_changes_it_missed() {
+        use super::super::outbox::{Outbox, Outgoing};
+        let mut sessions = three_sessions(Value::Null);
+        if let Some(host) = sessions.get_mut(&SessionId(0)) {
+            host.dropped_notes = 2;
+            host.told.dropped("notifications/prompts/list_changed");
+        }
+        let mut outbox = Outbox::new();
+        sessions.drained(&mut outbox, SessionId(0));
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(
+            matches!(&sent[0], Outgoing::HostNote(SessionId(0), line, Some(_)) if line.contains("notifications/prompts/list_changed"))
+        );
+        assert_eq!(
+            sessions.get(&SessionId(0)).map(|host| host.dropped_notes),
+            Some(0)
+        );
+        // Told once: reading again owes nothing more.
+        sessions.drained(&mut outbox, SessionId(0));
+        assert!(outbox.is_empty());
+    }
+
+    #[test]
+    fn a_log_level_is_kept_for_its_session_only_when_mcp_names_it() {
+        use super::super::outbox::{Outbox, Outgoing};
+        use super::super::request::Method;
+        let mut sessions = three_sessions(Value::Null);
+        let set = |level: &str| {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{{"level":"{level}"}}}}"#
+            );
+            let message = crate::frame::Message::parse(&line).unwrap();
+            HostRequest::new(
+                SessionId(0),
+                line.clone(),
+                message.spans(),
+                Method::of(message.method()),
+            )
+        };
+        let mut outbox = Outbox::new();
+        assert!(sessions.set_log_level(&mut outbox, &set("debug")));
+        assert!(outbox.is_empty());
+        assert_eq!(sessions.log_level(SessionId(0)), Some("debug"));
+        assert_eq!(sessions.log_level(SessionId(1)), None);
+        assert!(!sessions.set_log_level(&mut outbox, &set("loud")));
+        assert_eq!(sessions.log_level(SessionId(0)), Some("debug"));
+        let sent = outbox.take();
+        assert!(
+            matches!(&sent[..], [Outgoing::Host(SessionId(0), line)] if line.contains("-32602") && line.contains("takes one of debug") && line.contains("not `loud`"))
+        );
     }
 }

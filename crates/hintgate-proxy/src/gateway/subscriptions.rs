@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::Gateway;
 use super::inflight::{InFlight, UpPurpose};
+use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::frame::{self, Message};
 
@@ -89,6 +90,72 @@ pub(super) fn error_message(raw: &str) -> String {
 // === impl Subscriptions ===
 
 impl Subscriptions {
+    /// A subscription's listen stream (to server `idx`, named `server`) was
+    /// answered, failed or timed out before its acknowledgement: the hosts
+    /// waiting for it get `why` (into the outbox), and it is forgotten.
+    pub fn fail(
+        &mut self,
+        idx: ServerIdx,
+        server: &str,
+        uri: &str,
+        why: &str,
+        outbox: &mut Outbox,
+    ) {
+        let Some(sub) = self.remove(idx, uri) else {
+            return;
+        };
+        tracing::warn!(server.id = %server, "{why}");
+        for request in sub.waiting {
+            outbox.error(request.session, request.id(), -32603, why);
+        }
+    }
+
+    /// A response to a request of the gateway's that is no longer in flight:
+    /// when it ends a subscription's listen stream (the server closed it),
+    /// the subscription is forgotten. Returns whether it did.
+    pub fn listen_ended(&mut self, idx: ServerIdx, server: &str, id: u64) -> bool {
+        let Some(uri) = self.by_listen(idx, id) else {
+            return false;
+        };
+        tracing::warn!(
+            server.id = %server,
+            resource.uri = %escape_line(&uri),
+            "the server ended the listen stream of a resource subscription: its hosts get no more updates of it"
+        );
+        self.remove(idx, &uri);
+        true
+    }
+
+    /// Server `idx` stopped: it forgot its subscriptions. What waited for
+    /// one gets `why`; one a session holds is kept and made again when the
+    /// server is ready again ([`Gateway::restore_subscriptions`]), and its
+    /// sessions are told the resource may have changed
+    /// (`notifications/resources/updated`, which carries nothing of the
+    /// server's): updates made while the server was down reach no one, and
+    /// the host's read of it starts the server again.
+    pub fn orphan(&mut self, idx: ServerIdx, server: &str, why: &str, outbox: &mut Outbox) {
+        for orphaned in self.orphan_server(idx) {
+            for request in orphaned.waiting {
+                outbox.error(request.session, request.id(), -32603, why);
+            }
+            if orphaned.sessions.is_empty() {
+                continue;
+            }
+            tracing::warn!(
+                server.id = %server,
+                resource.uri = %escape_line(&orphaned.uri),
+                "the server stopped: its hosts are told to read a resource they subscribed to again, and the subscription is made again when the server starts"
+            );
+            let line = frame::notification(
+                "notifications/resources/updated",
+                &json!({"uri": orphaned.uri}),
+            );
+            for session in orphaned.sessions {
+                outbox.host_note(session, line.clone(), None);
+            }
+        }
+    }
+
     /// How many subscriptions `session` holds or waits for.
     pub fn count_for(&self, session: SessionId) -> usize {
         self.list
@@ -269,7 +336,7 @@ impl Gateway {
             None => Vec::new(),
         };
         for waiting in mine {
-            self.reply_error(
+            self.outbox.error(
                 session,
                 waiting.id(),
                 -32603,
@@ -290,19 +357,27 @@ impl Gateway {
                 lost: false,
                 ..
             }) if !modern => self.forward_plain(idx, request),
-            Some(Ended { listen: None, .. }) => self.reply(session, request.id(), &json!({})),
+            Some(Ended { listen: None, .. }) => {
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}))
+            }
             Some(Ended {
                 listen: Some(listen),
                 ..
             }) => {
                 // Nothing waits for its acknowledgement any more.
                 self.inflight.take_up(idx, listen);
-                self.cancel_upstream(idx, listen, "unsubscribed");
-                self.reply(session, request.id(), &json!({}));
+                self.upstreams
+                    .cancel(idx, listen, "unsubscribed", &mut self.outbox);
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}));
             }
             // Another session still holds it, or a 2026-07-28 server
             // has nothing to be told.
-            None if held || modern => self.reply(session, request.id(), &json!({})),
+            None if held || modern => {
+                self.sessions
+                    .reply(&mut self.outbox, session, request.id(), &json!({}))
+            }
             // Nothing the gateway knows of: the server answers.
             None => self.forward_plain(idx, request),
         }
@@ -326,7 +401,7 @@ impl Gateway {
         }
         if let Err(why) = self.subscriptions.room(idx, &uri, session) {
             tracing::warn!(server.id = %self.upstreams.name(idx), "a `resources/subscribe` is refused: {why}");
-            self.reply_error(session, request.id(), -32603, &why);
+            self.outbox.error(session, request.id(), -32603, &why);
             return;
         }
         if !modern {
@@ -337,7 +412,8 @@ impl Gateway {
         let sub = self.subscriptions.entry(idx, &uri);
         if sub.acknowledged {
             sub.sessions.insert(session);
-            self.reply(session, request.id(), &json!({}));
+            self.sessions
+                .reply(&mut self.outbox, session, request.id(), &json!({}));
             return;
         }
         let opened = sub.listen.is_some();
@@ -347,7 +423,8 @@ impl Gateway {
         }
         // The first session to subscribe: a listen stream for this URI.
         let params = self
-            .with_modern_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
+            .declared
+            .with_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
         let timeout = self.limits.call_timeout;
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
@@ -357,10 +434,11 @@ impl Gateway {
         self.subscriptions.entry(idx, &uri).listen = Some(id);
         self.inflight
             .wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
-        self.send_upstream(
+        self.outbox.upstream(
             idx,
             generation,
             frame::request(&id.to_string(), "subscriptions/listen", &params),
+            None,
         );
     }
 
@@ -390,8 +468,10 @@ impl Gateway {
                 self.upstreams.name(idx),
                 escape_line(&uri)
             );
-            self.cancel_upstream(idx, listen, "not honoured");
-            self.subscription_failed(idx, &uri, &why);
+            self.upstreams
+                .cancel(idx, listen, "not honoured", &mut self.outbox);
+            self.subscriptions
+                .fail(idx, self.upstreams.name(idx), &uri, &why, &mut self.outbox);
             return;
         }
         let Some(sub) = self.subscriptions.get_mut(idx, &uri) else {
@@ -403,37 +483,9 @@ impl Gateway {
             sub.sessions.insert(request.session);
         }
         for request in waiting {
-            self.reply(request.session, request.id(), &json!({}));
+            self.sessions
+                .reply(&mut self.outbox, request.session, request.id(), &json!({}));
         }
-    }
-
-    /// A subscription's listen stream was answered, failed or timed out
-    /// before its acknowledgement: the hosts waiting for it get `why`, and
-    /// it is forgotten.
-    pub(super) fn subscription_failed(&mut self, idx: ServerIdx, uri: &str, why: &str) {
-        let Some(sub) = self.subscriptions.remove(idx, uri) else {
-            return;
-        };
-        tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-        for request in sub.waiting {
-            self.reply_error(request.session, request.id(), -32603, why);
-        }
-    }
-
-    /// A response to a request of the gateway's that is no longer in flight:
-    /// when it ends a subscription's listen stream (the server closed it),
-    /// the subscription is forgotten. Returns whether it did.
-    pub(super) fn listen_ended(&mut self, idx: ServerIdx, id: u64) -> bool {
-        let Some(uri) = self.subscriptions.by_listen(idx, id) else {
-            return false;
-        };
-        tracing::warn!(
-            server.id = %self.upstreams.name(idx),
-            resource.uri = %escape_line(&uri),
-            "the server ended the listen stream of a resource subscription: its hosts get no more updates of it"
-        );
-        self.subscriptions.remove(idx, &uri);
-        true
     }
 
     /// Session `session` is gone: it leaves its subscriptions, and those no
@@ -454,7 +506,8 @@ impl Gateway {
                 Some(listen) => {
                     // Still waiting for its acknowledgement: nothing waits now.
                     self.inflight.take_up(ended.server, listen);
-                    self.cancel_upstream(ended.server, listen, "unsubscribed");
+                    self.upstreams
+                        .cancel(ended.server, listen, "unsubscribed", &mut self.outbox);
                 }
                 None => {
                     let timeout = self.limits.call_timeout;
@@ -465,7 +518,7 @@ impl Gateway {
                     let generation = up.generation();
                     self.inflight
                         .wait_up(ended.server, id, UpPurpose::Quiet, timeout);
-                    self.send_upstream(
+                    self.outbox.upstream(
                         ended.server,
                         generation,
                         frame::request(
@@ -473,38 +526,9 @@ impl Gateway {
                             "resources/unsubscribe",
                             &json!({"uri": ended.uri}),
                         ),
+                        None,
                     );
                 }
-            }
-        }
-    }
-
-    /// Server `idx` stopped: it forgot its subscriptions. What waited for
-    /// one gets `why`; one a session holds is kept and made again when the
-    /// server is ready again ([`Gateway::restore_subscriptions`]), and its
-    /// sessions are told the resource may have changed
-    /// (`notifications/resources/updated`, which carries nothing of the
-    /// server's): updates made while the server was down reach no one, and
-    /// the host's read of it starts the server again.
-    pub(super) fn orphan_subscriptions(&mut self, idx: ServerIdx, why: &str) {
-        for orphaned in self.subscriptions.orphan_server(idx) {
-            for request in orphaned.waiting {
-                self.reply_error(request.session, request.id(), -32603, why);
-            }
-            if orphaned.sessions.is_empty() {
-                continue;
-            }
-            tracing::warn!(
-                server.id = %self.upstreams.name(idx),
-                resource.uri = %escape_line(&orphaned.uri),
-                "the server stopped: its hosts are told to read a resource they subscribed to again, and the subscription is made again when the server starts"
-            );
-            let line = frame::notification(
-                "notifications/resources/updated",
-                &json!({"uri": orphaned.uri}),
-            );
-            for session in orphaned.sessions {
-                self.send_host_note(session, line.clone());
             }
         }
     }
@@ -526,10 +550,11 @@ impl Gateway {
             let owner = if self.mode == super::Mode::Wrap {
                 Some(0)
             } else {
-                self.resource_owner(uri)
+                self.routing.resource_owner(&self.upstreams, uri)
             };
             let refused = self
-                .refusal(0, "resources/subscribe", uri)
+                .routing
+                .refusal(&self.upstreams, 0, "resources/subscribe", uri)
                 .or_else(|| owner.is_none().then(|| "no server lists it".to_owned()))
                 .or_else(|| owner.and_then(|idx| self.subscriptions.room(idx, uri, session).err()));
             let Some(idx) = owner.filter(|_| refused.is_none()) else {
@@ -574,9 +599,9 @@ impl Gateway {
             let generation = up.generation();
             let line = if modern {
                 self.subscriptions.entry(idx, &uri).listen = Some(id);
-                let params = self.with_modern_meta(
-                    json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}),
-                );
+                let params = self
+                    .declared
+                    .with_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
                 self.inflight
                     .wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
                 frame::request(&id.to_string(), "subscriptions/listen", &params)
@@ -590,7 +615,7 @@ impl Gateway {
                     .wait_up(idx, id, UpPurpose::Resubscribe { uri }, timeout);
                 line
             };
-            self.send_upstream(idx, generation, line);
+            self.outbox.upstream(idx, generation, line, None);
         }
     }
 
@@ -673,7 +698,7 @@ impl Gateway {
                 }
                 None => line.clone(),
             };
-            self.send_host_note(session, to_host);
+            self.outbox.host_note(session, to_host, None);
         }
     }
 }
@@ -777,5 +802,83 @@ mod tests {
         assert!(subs.room(0, "test://new", late).is_err());
         // Joining a subscription that exists holds nothing more.
         assert!(subs.room(0, "test://0", late).is_ok());
+    }
+
+    fn subscribe(session: u32, id: u64) -> HostRequest {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{{"uri":"file:///a"}}}}"#
+        );
+        let message = Message::parse(&line).unwrap();
+        HostRequest::new(
+            SessionId(session),
+            line.clone(),
+            message.spans(),
+            super::super::request::Method::of(message.method()),
+        )
+    }
+
+    #[test]
+    fn a_listen_stream_that_fails_answers_whoever_waited_for_it_and_is_forgotten() {
+        use super::super::outbox::Outgoing;
+        let mut subscriptions = Subscriptions::default();
+        let sub = subscriptions.entry(0, "file:///a");
+        sub.listen = Some(4);
+        sub.waiting.push(subscribe(1, 7));
+        let mut outbox = Outbox::new();
+        // Not the listen stream of a subscription: nothing ends.
+        assert!(!subscriptions.listen_ended(0, "fs", 5));
+        subscriptions.fail(0, "fs", "file:///a", "it refused", &mut outbox);
+        assert!(subscriptions.get(0, "file:///a").is_none());
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 1);
+        assert!(
+            matches!(&sent[0], Outgoing::Host(SessionId(1), line) if line.contains(r#""id":7"#) && line.contains("it refused"))
+        );
+        // Failing again, or what was never there, tells nobody.
+        subscriptions.fail(0, "fs", "file:///a", "again", &mut outbox);
+        assert!(outbox.is_empty());
+    }
+
+    #[test]
+    fn a_server_that_stops_keeps_its_held_subscriptions_and_tells_their_hosts_to_read_again() {
+        use super::super::outbox::Outgoing;
+        let mut subscriptions = Subscriptions::default();
+        subscriptions
+            .entry(0, "file:///a")
+            .sessions
+            .insert(SessionId(2));
+        subscriptions
+            .entry(0, "file:///b")
+            .waiting
+            .push(subscribe(3, 9));
+        subscriptions
+            .entry(1, "file:///c")
+            .sessions
+            .insert(SessionId(2));
+        let mut outbox = Outbox::new();
+        subscriptions.orphan(0, "fs", "server `fs` stopped", &mut outbox);
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        let told: Vec<String> = sent
+            .iter()
+            .map(|outgoing| match outgoing {
+                Outgoing::Host(SessionId(3), line) => {
+                    assert!(line.contains("server `fs` stopped"), "{line}");
+                    "answered".to_owned()
+                }
+                Outgoing::HostNote(SessionId(2), line, None) => {
+                    let line: Value = serde_json::from_str(line).unwrap();
+                    assert_eq!(line["method"], "notifications/resources/updated");
+                    line["params"]["uri"].as_str().unwrap().to_owned()
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(told.contains(&"answered".to_owned()));
+        assert!(told.contains(&"file:///a".to_owned()));
+        // The held one is kept, to be made again; another server's is
+        // untouched.
+        assert!(subscriptions.get(0, "file:///a").is_some());
+        assert!(subscriptions.get(1, "file:///c").is_some());
     }
 }

@@ -19,6 +19,13 @@
 //! definition a call was decided on is the one it runs (see
 //! [`Gateway::read_only_ready`]); the calls the decision treats as
 //! read-only go to it, and nothing else does.
+//!
+//! What needs the servers alone is theirs: [`Upstreams`] shows and reads
+//! back the host-facing names of their tools and prompts (`resolve`,
+//! `prefixed`), tells a server the gateway stopped waiting (into the
+//! outbox) and stops them all; [`Upstream`] installs and connects one start.
+//! The `impl Gateway` block below is the glue between them and the other
+//! parts (the catalog, the pins, what waits for a server).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,16 +35,17 @@ use hintgate_policy::config::{ServerConfig, Transport};
 use hintgate_policy::tool::SandboxProof;
 use serde_json::{Value, json};
 
-use super::Gateway;
-use super::catalog::Listing;
+use super::catalog::{Listing, Naming};
 use super::inflight::UpPurpose;
 use super::journal::unix_now;
+use super::outbox::Outbox;
 use super::request::ServerIdx;
 use super::retry::Failure;
+use super::{Gateway, Mode};
 use crate::conn::QueueGauge;
+use crate::event::EventSender;
 use crate::frame::{self, Message};
-use crate::upstream::{Link, LinkTarget};
-use crate::versions::LEGACY_VERSIONS;
+use crate::upstream::{Connector, Link, LinkTarget};
 
 /// How long the era probe (`server/discover`) waits before a server is taken
 /// for a legacy one.
@@ -56,7 +64,7 @@ pub(crate) enum Unresolved {
 /// How much a server may leave unread, in messages of the largest size
 /// (`max_message_bytes`), beyond what its pipe holds: a server that reads
 /// its input slowly fits; one that leaves more unread is not reading it,
-/// and is stopped (see [`Gateway::not_reading`]).
+/// and is stopped (see [`NotReading::reason`]).
 pub(crate) const SERVER_QUEUE_MESSAGES: usize = 4;
 
 /// Where a server stands.
@@ -127,6 +135,13 @@ pub(crate) struct Upstreams {
     by_name: HashMap<String, ServerIdx>,
     /// How many configured servers there are (the first of `list`).
     configured: usize,
+    /// How their tools' and prompts' names are shown to the host.
+    mode: Mode,
+    /// Between a server's name and its tools' in gateway mode.
+    separator: String,
+    /// Two servers' prefixes begin one another, so a host-facing name may
+    /// fit several (a configuration validation would refuse).
+    overlap: bool,
 }
 
 /// Whether a server can take a request now.
@@ -138,6 +153,39 @@ pub(crate) enum Readiness {
     Pending,
     /// It failed (again, for this request).
     Failed(String),
+}
+
+/// What a start of a server connects with: its index, the largest line,
+/// the loop's event channel, and what is counted.
+pub(crate) struct Target<'a> {
+    /// The server's index.
+    pub server: ServerIdx,
+    /// The largest line accepted (`max_message_bytes`).
+    pub max_line: usize,
+    /// Where its link's events go.
+    pub events: &'a EventSender,
+    /// What is counted for a dashboard.
+    pub metrics: Option<&'a crate::metrics::Metrics>,
+}
+
+// === impl NotReading ===
+
+impl NotReading {
+    /// Why a server that left this much unread is stopped, in words.
+    ///
+    /// A server that leaves so much of its input unread that the next line
+    /// for it does not fit in what the gateway holds for it
+    /// ([`SERVER_QUEUE_MESSAGES`] messages of `max_message_bytes`) is
+    /// broken, and holding more for it would only grow without end: it is
+    /// stopped like a server that breaks the protocol (what it had in
+    /// flight fails, and what waited for it is dropped with its pipe) and
+    /// started again on its next request. The line is not sent.
+    pub fn reason(&self) -> String {
+        format!(
+            "is not reading its input: it left {} bytes unread, and hintgate holds at most {SERVER_QUEUE_MESSAGES} times `max_message_bytes` for a server",
+            self.unread
+        )
+    }
 }
 
 // === impl Upstream ===
@@ -203,7 +251,7 @@ impl Upstream {
     ///
     /// [`NotReading`] when the line would not fit on top of what the server
     /// left unread within the queue's bound: the line is not sent (see
-    /// [`Gateway::not_reading`]).
+    /// [`NotReading::reason`]).
     pub(super) fn send_now(
         &mut self,
         line: String,
@@ -245,13 +293,124 @@ impl Upstream {
     pub fn take_link(&mut self) -> Option<Link> {
         self.link.take()
     }
+
+    /// Before a start: where the server's sandbox table says `prepare =
+    /// "on-start"` and its launcher's package is not installed, the install
+    /// runs first, in a task of its own bounded by `timeout` (the call
+    /// timeout), and the start goes on when it ends
+    /// ([`Gateway::prepared`]); one that cannot be done fails the start.
+    /// Returns whether the start waits for it (or failed).
+    fn install_first(
+        &mut self,
+        idx: ServerIdx,
+        connector: &dyn Connector,
+        events: &EventSender,
+        timeout: Duration,
+    ) -> bool {
+        if std::mem::take(&mut self.prepared) {
+            return false;
+        }
+        let preparation = match connector.prepare(&self.config) {
+            crate::prepare::Needed::Nothing => return false,
+            crate::prepare::Needed::Refused(reason) => {
+                tracing::error!(server.id = %self.name, "{reason}");
+                self.link = None;
+                self.phase = Phase::Failed(reason);
+                return true;
+            }
+            crate::prepare::Needed::Install(preparation) => preparation,
+        };
+        self.generation += 1;
+        self.link = None;
+        self.phase = Phase::Starting;
+        let generation = self.generation;
+        if let Some(earlier) = self.installing.take() {
+            earlier.abort();
+        }
+        let events = events.clone();
+        let task = tokio::spawn(async move {
+            let result = preparation.run(timeout).await;
+            let event = crate::event::UpstreamEvent::Prepared(result);
+            let _ = events
+                .send(crate::event::Event::Upstream {
+                    server: idx,
+                    generation,
+                    event,
+                })
+                .await;
+        });
+        self.installing = Some(task.abort_handle());
+        true
+    }
+
+    /// A new start of the server: what the last one knew is forgotten, and
+    /// it connects through `connector`. What its sandbox proves, once it is
+    /// `Starting`; `None` when it failed at once (the program does not
+    /// exist, a sandbox cannot be enforced), with why in its phase.
+    fn connect(&mut self, connector: &dyn Connector, target: &Target<'_>) -> Option<SandboxProof> {
+        self.generation += 1;
+        self.link = None;
+        self.info = None;
+        self.modern = false;
+        self.reprobed = false;
+        // INVARIANT: what waits for a server is bounded; past the bound
+        // the server is taken for one that does not read its input.
+        let queue = Arc::new(QueueGauge::default());
+        let bound = target.max_line.saturating_mul(SERVER_QUEUE_MESSAGES);
+        queue.set_limits(bound, bound);
+        self.queue = Arc::clone(&queue);
+        let link_target = LinkTarget {
+            server: target.server,
+            generation: self.generation,
+            max_line: target.max_line,
+            events: target.events.clone(),
+            queue,
+        };
+        // A sandbox the kernel cannot enforce stops the server at connect
+        // (unless `best_effort`); what holds is what the policy is told.
+        let mut sandbox = SandboxProof::default();
+        let sandboxed = self.config.sandbox.is_some();
+        let of = self.read_only_of.unwrap_or(target.server);
+        let connected = connector.connect(&self.config, link_target);
+        if sandboxed && let Some(metrics) = target.metrics {
+            let confined = connected
+                .as_ref()
+                .is_ok_and(|link| link.sandbox().is_some());
+            metrics.sandbox(of, confined);
+        }
+        match connected {
+            Ok(link) => {
+                tracing::info!(server.id = %self.name, pid = ?link.pid(), "started");
+                if let (Some(report), Some(table)) = (link.sandbox(), &self.config.sandbox) {
+                    sandbox = report.proof(table);
+                    if report.uncovered().next().is_none() {
+                        tracing::info!(server.id = %self.name, "sandbox {}", report.summary());
+                    } else {
+                        tracing::warn!(server.id = %self.name, "sandbox {}", report.summary());
+                    }
+                } else if self.config.sandbox.is_some() {
+                    tracing::warn!(server.id = %self.name, "sandbox not enforced: this link cannot be confined");
+                }
+                self.link = Some(link);
+                self.phase = Phase::Starting;
+                Some(sandbox)
+            }
+            Err(reason) => {
+                tracing::error!(server.id = %self.name, "{reason}");
+                self.phase = Phase::Failed(reason);
+                None
+            }
+        }
+    }
 }
 
 // === impl Upstreams ===
 
 impl Upstreams {
-    /// The servers of a configuration.
-    pub fn new(configs: Vec<ServerConfig>) -> Self {
+    /// The servers of a configuration, their tools and prompts shown to the
+    /// host as `mode` says (prefixed with their name and `separator` in
+    /// gateway mode).
+    pub fn new(configs: Vec<ServerConfig>, mode: Mode, separator: String) -> Self {
         let by_name = configs
             .iter()
             .enumerate()
@@ -273,11 +432,16 @@ impl Upstreams {
             instance.read_only_of = Some(of);
             list.push(instance);
         }
-        Self {
+        let mut upstreams = Self {
             list,
             by_name,
             configured,
-        }
+            mode,
+            separator,
+            overlap: false,
+        };
+        upstreams.overlap = upstreams.overlapping();
+        upstreams
     }
 
     /// How many upstreams there are, read-only instances included.
@@ -337,6 +501,135 @@ impl Upstreams {
         self.iter()
             .all(|up| matches!(up.phase, Phase::Ready | Phase::Failed(_)))
     }
+
+    /// What the host-facing names of server `idx`'s tools look like.
+    pub fn naming(&self, idx: ServerIdx) -> Naming {
+        Naming {
+            prefix: match self.mode {
+                Mode::Wrap => None,
+                Mode::Gateway => Some(format!("{}{}", self.name(idx), self.separator)),
+            },
+        }
+    }
+
+    /// Which server a host-facing name belongs to, and the name the server
+    /// knows it by.
+    ///
+    /// In gateway mode every place where the separator begins is tried, not
+    /// only the first: `docs___x` is `x` of a server `docs_`. A name that two
+    /// servers' prefixes fit (`docs` and `docs_`, which validation refuses)
+    /// is never routed by guess.
+    ///
+    /// # Errors
+    ///
+    /// [`Unresolved`]: no server's prefix fits the name, or several do.
+    pub fn resolve(&self, name: &str) -> Result<(ServerIdx, String), Unresolved> {
+        match self.mode {
+            Mode::Wrap => Ok((0, name.to_owned())),
+            Mode::Gateway => {
+                let separator = self.separator.as_str();
+                let mut found: Vec<(ServerIdx, String)> = name
+                    .char_indices()
+                    .filter_map(|(at, _)| {
+                        let rest = name.get(at..)?.strip_prefix(separator)?;
+                        let idx = self.find(name.get(..at)?)?;
+                        Some((idx, rest.to_owned()))
+                    })
+                    .collect();
+                match found.len() {
+                    0 => Err(Unresolved::Unknown),
+                    1 => found.pop().ok_or(Unresolved::Unknown),
+                    _ => Err(Unresolved::Ambiguous(found)),
+                }
+            }
+        }
+    }
+
+    /// Why a name is not routed: the servers and tool names it could be.
+    pub fn ambiguity(&self, found: &[(ServerIdx, String)]) -> String {
+        let readings: Vec<String> = found
+            .iter()
+            .map(|(idx, own)| {
+                format!(
+                    "`{}` of server `{}`",
+                    hintgate_policy::sanitize::escape_line(own),
+                    self.name(*idx)
+                )
+            })
+            .collect();
+        format!(
+            "the name could be {}, so hintgate does not guess which (rename one of the servers, or choose another `gateway.separator`)",
+            readings.join(" or ")
+        )
+    }
+
+    /// Whether the gateway wraps one server (wrap mode), whose names are
+    /// shown as they are.
+    pub fn wraps(&self) -> bool {
+        self.mode == Mode::Wrap
+    }
+
+    /// Whether two servers' prefixes begin one another (`docs__` and
+    /// `docs___`): then a host-facing name may fit several, and the tool list
+    /// leaves such names out.
+    pub fn prefixes_overlap(&self) -> bool {
+        self.overlap
+    }
+
+    /// Whether two servers' prefixes begin one another, worked out once.
+    fn overlapping(&self) -> bool {
+        if self.mode != Mode::Gateway {
+            return false;
+        }
+        let prefixes: Vec<String> = self
+            .iter()
+            .map(|up| format!("{}{}", up.name, self.separator))
+            .collect();
+        prefixes.iter().enumerate().any(|(one, prefix)| {
+            prefixes
+                .iter()
+                .enumerate()
+                .any(|(other, longer)| one != other && longer.starts_with(prefix.as_str()))
+        })
+    }
+
+    /// The separator between a server's name and its tools' in gateway mode.
+    pub fn separator(&self) -> &str {
+        &self.separator
+    }
+
+    /// A server's name as the host sees it for `name` (prompts and tools).
+    pub fn prefixed(&self, idx: ServerIdx, name: &str) -> String {
+        match self.naming(idx).prefix {
+            Some(prefix) => prefix + name,
+            None => name.to_owned(),
+        }
+    }
+
+    /// Puts a notification for a server, that the gateway no longer waits
+    /// for request `id`, in the outbox.
+    pub fn cancel(&self, idx: ServerIdx, id: u64, reason: &str, outbox: &mut Outbox) {
+        let Some(up) = self.get(idx) else {
+            return;
+        };
+        let line = frame::notification(
+            "notifications/cancelled",
+            &json!({"requestId": id, "reason": reason}),
+        );
+        outbox.upstream(idx, up.generation, line, None);
+    }
+
+    /// Stops every server: closes its input, waits a moment, then kills it.
+    pub async fn stop_all(&mut self) {
+        let links: Vec<Link> = self
+            .list
+            .iter_mut()
+            .filter_map(Upstream::take_link)
+            .collect();
+        for link in links {
+            link.stop().await;
+        }
+    }
 }
 
 // === impl Gateway ===
@@ -371,124 +664,30 @@ impl Gateway {
         }
     }
 
-    /// Starts a server: connects, resolves its identity, loads its pins, and
-    /// probes its era.
+    /// Starts a server: its install first where one is needed, else it
+    /// connects, and its identity, pins and era follow.
     pub(super) fn start(&mut self, idx: ServerIdx) {
-        if self.install_first(idx) {
-            return;
-        }
-        let target_events = self.events.clone();
-        let max_line = self.limits.max_line;
-        let connector = self.connector.clone();
+        let connector = Arc::clone(&self.connector);
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
-        up.generation += 1;
-        up.link = None;
-        up.info = None;
-        up.modern = false;
-        up.reprobed = false;
+        if up.install_first(idx, &*connector, &self.events, self.limits.call_timeout) {
+            return;
+        }
         // What it listed before is not what this start will list.
         self.routing.forget(idx);
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
-        // INVARIANT: what waits for a server is bounded; past the bound
-        // the server is taken for one that does not read its input.
-        let queue = Arc::new(QueueGauge::default());
-        let bound = max_line.saturating_mul(SERVER_QUEUE_MESSAGES);
-        queue.set_limits(bound, bound);
-        up.queue = Arc::clone(&queue);
-        let target = LinkTarget {
+        let target = Target {
             server: idx,
-            generation: up.generation,
-            max_line,
-            events: target_events,
-            queue,
+            max_line: self.limits.max_line,
+            events: &self.events,
+            metrics: self.metrics.as_deref(),
         };
-        // A sandbox the kernel cannot enforce stops the server at connect
-        // (unless `best_effort`); what holds is what the policy is told.
-        let mut sandbox = SandboxProof::default();
-        let sandboxed = up.config.sandbox.is_some();
-        let of = up.read_only_of.unwrap_or(idx);
-        let connected = connector.connect(&up.config, target);
-        if sandboxed && let Some(metrics) = &self.metrics {
-            let confined = connected
-                .as_ref()
-                .is_ok_and(|link| link.sandbox().is_some());
-            metrics.sandbox(of, confined);
+        if let Some(sandbox) = up.connect(&*connector, &target) {
+            self.open_started(idx, sandbox);
         }
-        match connected {
-            Ok(link) => {
-                tracing::info!(server.id = %up.name, pid = ?link.pid(), "started");
-                if let (Some(report), Some(table)) = (link.sandbox(), &up.config.sandbox) {
-                    sandbox = report.proof(table);
-                    if report.uncovered().next().is_none() {
-                        tracing::info!(server.id = %up.name, "sandbox {}", report.summary());
-                    } else {
-                        tracing::warn!(server.id = %up.name, "sandbox {}", report.summary());
-                    }
-                } else if up.config.sandbox.is_some() {
-                    tracing::warn!(server.id = %up.name, "sandbox not enforced: this link cannot be confined");
-                }
-                up.link = Some(link);
-                up.phase = Phase::Starting;
-            }
-            Err(reason) => {
-                tracing::error!(server.id = %up.name, "{reason}");
-                up.phase = Phase::Failed(reason);
-                return;
-            }
-        }
-        self.open_started(idx, sandbox);
-    }
-
-    /// Before a start: where the server's sandbox table says `prepare =
-    /// "on-start"` and its launcher's package is not installed, the install
-    /// runs first, in a task of its own bounded by the start timeout (the
-    /// call timeout), and the start goes on when it ends
-    /// ([`Gateway::prepared`]); one that cannot be done fails the start.
-    /// Returns whether the start waits for it (or failed).
-    fn install_first(&mut self, idx: ServerIdx) -> bool {
-        let connector = self.connector.clone();
-        let events = self.events.clone();
-        let timeout = self.limits.call_timeout;
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return false;
-        };
-        if std::mem::take(&mut up.prepared) {
-            return false;
-        }
-        let preparation = match connector.prepare(&up.config) {
-            crate::prepare::Needed::Nothing => return false,
-            crate::prepare::Needed::Refused(reason) => {
-                tracing::error!(server.id = %up.name, "{reason}");
-                up.link = None;
-                up.phase = Phase::Failed(reason);
-                return true;
-            }
-            crate::prepare::Needed::Install(preparation) => preparation,
-        };
-        up.generation += 1;
-        up.link = None;
-        up.phase = Phase::Starting;
-        let generation = up.generation;
-        if let Some(earlier) = up.installing.take() {
-            earlier.abort();
-        }
-        let task = tokio::spawn(async move {
-            let result = preparation.run(timeout).await;
-            let event = crate::event::UpstreamEvent::Prepared(result);
-            let _ = events
-                .send(crate::event::Event::Upstream {
-                    server: idx,
-                    generation,
-                    event,
-                })
-                .await;
-        });
-        up.installing = Some(task.abort_handle());
-        true
     }
 
     /// The install before a server's start ended: the start goes on, or
@@ -518,12 +717,7 @@ impl Gateway {
         let (identity, resolved) = identity_of(&up.config);
         let name = up.name.clone();
         tracing::info!(server.id = %name, identity = %identity, "identity");
-        let capabilities = self
-            .upstream_init
-            .as_ref()
-            .and_then(|init| init.get("capabilities"))
-            .cloned()
-            .unwrap_or_else(|| json!({}));
+        let capabilities = self.declared.capabilities();
         let key = self.store.as_ref().map(|store| {
             hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
         });
@@ -556,7 +750,7 @@ impl Gateway {
 
     /// Sends `server/discover`, waiting `timeout` for its answer.
     pub(super) fn probe_era(&mut self, idx: ServerIdx, timeout: Duration) {
-        let params = json!({"_meta": self.upstream_meta.clone()});
+        let params = json!({"_meta": self.declared.meta().clone()});
         self.request_up(
             idx,
             "server/discover",
@@ -568,21 +762,7 @@ impl Gateway {
 
     /// The legacy handshake, after the probe found no 2026-07-28 server.
     pub(super) fn send_initialize(&mut self, idx: ServerIdx) {
-        let init = self.upstream_init.clone().unwrap_or_else(|| json!({}));
-        let asked = init
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let version = if LEGACY_VERSIONS.contains(&asked) {
-            asked
-        } else {
-            "2025-11-25"
-        };
-        let params = json!({
-            "protocolVersion": version,
-            "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "clientInfo": init.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "hintgate", "version": env!("CARGO_PKG_VERSION")})),
-        });
+        let params = self.declared.initialize_params();
         let timeout = self.limits.call_timeout;
         self.request_up(idx, "initialize", &params, UpPurpose::Initialize, timeout);
     }
@@ -599,7 +779,7 @@ impl Gateway {
     ) -> u64 {
         let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
         let params = if modern {
-            self.with_modern_meta(params.clone())
+            self.declared.with_meta(params.clone())
         } else {
             params.clone()
         };
@@ -609,10 +789,11 @@ impl Gateway {
         let id = up.next_id();
         let generation = up.generation;
         self.inflight.wait_up(idx, id, purpose, timeout);
-        self.send_upstream(
+        self.outbox.upstream(
             idx,
             generation,
             frame::request(&id.to_string(), method, &params),
+            None,
         );
         id
     }
@@ -630,10 +811,11 @@ impl Gateway {
                 tracing::info!(server.id = %up.name, version = ?info.get("protocolVersion"), "initialized");
                 up.info = Some(info);
                 let generation = up.generation;
-                self.send_upstream(
+                self.outbox.upstream(
                     idx,
                     generation,
                     frame::notification("notifications/initialized", &json!({})),
+                    None,
                 );
                 self.server_ready(idx);
             }
@@ -796,7 +978,7 @@ impl Gateway {
     fn finish_listing(&mut self, idx: ServerIdx) {
         let name = self.upstreams.name(idx).to_owned();
         if self.upstreams.is_read_only(idx) {
-            let naming = naming(&self.mode, &self.separator, self.upstreams.name(idx));
+            let naming = self.upstreams.naming(idx);
             self.catalog
                 .finish_read_only_listing(idx, &name, &self.policy, &naming);
             return;
@@ -805,7 +987,7 @@ impl Gateway {
             idx,
             &name,
             &self.policy,
-            &naming(&self.mode, &self.separator, self.upstreams.name(idx)),
+            &self.upstreams.naming(idx),
             unix_now(),
         );
         if let Some(reason) = listed.store_failure {
@@ -833,29 +1015,14 @@ impl Gateway {
             let why = format!("server `{name}` stopped before answering: {reason}");
             self.give_up(idx, purpose, &why);
         }
-        self.orphan_subscriptions(idx, &format!("server `{name}` stopped: {reason}"));
+        let why = format!("server `{name}` stopped: {reason}");
+        self.subscriptions
+            .orphan(idx, &name, &why, &mut self.outbox);
         // The server's own requests relayed to a host cannot be answered now.
         self.inflight.take_host_where(|purpose| {
             matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
         });
         self.retry_waiting();
-    }
-
-    /// A server left so much of its input unread that the next line for it
-    /// did not fit in what the gateway holds for it
-    /// ([`SERVER_QUEUE_MESSAGES`] messages of `max_message_bytes`). A
-    /// server that does not read is broken, and holding more for it would
-    /// only grow without end: it is stopped like a server that breaks the
-    /// protocol (what it had in flight fails, and what waited for it is
-    /// dropped with its pipe) and started again on its next request. The
-    /// line is not sent. Returns why, in words.
-    pub(super) fn not_reading(&mut self, idx: ServerIdx, err: NotReading) -> String {
-        let reason = format!(
-            "is not reading its input: it left {} bytes unread, and hintgate holds at most {SERVER_QUEUE_MESSAGES} times `max_message_bytes` for a server",
-            err.unread
-        );
-        self.upstream_failed(idx, reason.clone());
-        reason
     }
 
     /// A server sent a line that nests deeper than `max_json_depth`, or has
@@ -896,7 +1063,12 @@ impl Gateway {
                     crate::json::JsonError::TooDeep { .. } => super::call::too_deep_message(err),
                     other => format!("hintgate refuses this message: {other}"),
                 };
-                self.send_upstream(idx, generation, frame::error_response(id, -32600, &text));
+                self.outbox.upstream(
+                    idx,
+                    generation,
+                    frame::error_response(id, -32600, &text),
+                    None,
+                );
             }
             (Some(_), None) => {}
             (None, Some(id)) => {
@@ -950,7 +1122,8 @@ impl Gateway {
                 self.catalog.listing_failed(idx, why.to_owned());
             }
             UpPurpose::Forward(request) => {
-                self.reply_error(request.session, request.id(), -32603, why);
+                self.outbox
+                    .error(request.session, request.id(), -32603, why);
             }
             UpPurpose::Call(cx) => self.call_failed(cx, Failure::Failed, why),
             UpPurpose::DryRun(cx) => self.dry_run_failed(cx, why),
@@ -958,7 +1131,8 @@ impl Gateway {
                 self.fanout_done(aggregate, idx, Some(why.to_owned()));
             }
             UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
-                self.subscription_failed(idx, &uri, why);
+                self.subscriptions
+                    .fail(idx, self.upstreams.name(idx), &uri, why, &mut self.outbox);
             }
         }
     }
@@ -1000,153 +1174,48 @@ impl Gateway {
                 self.retry_waiting();
             }
             UpPurpose::Call(cx) => {
-                self.cancel_upstream(idx, id, "timed out");
+                self.upstreams
+                    .cancel(idx, id, "timed out", &mut self.outbox);
                 let why = format!("server `{name}` did not answer within {timeout} s");
                 self.call_failed(cx, Failure::Failed, &why);
             }
             UpPurpose::DryRun(cx) => {
-                self.cancel_upstream(idx, id, "timed out");
+                self.upstreams
+                    .cancel(idx, id, "timed out", &mut self.outbox);
                 self.dry_run_failed(cx, &format!("it did not answer within {timeout} s"));
             }
             UpPurpose::Forward(request) => {
-                self.cancel_upstream(idx, id, "timed out");
+                self.upstreams
+                    .cancel(idx, id, "timed out", &mut self.outbox);
                 let why = format!(
                     "server `{name}` did not answer `{}` within {timeout} s",
                     request.method.as_str()
                 );
-                self.reply_error(request.session, request.id(), -32603, &why);
+                self.outbox
+                    .error(request.session, request.id(), -32603, &why);
             }
             UpPurpose::Fanout { aggregate, method } => {
-                self.cancel_upstream(idx, id, "timed out");
+                self.upstreams
+                    .cancel(idx, id, "timed out", &mut self.outbox);
                 let why = format!("did not answer `{method}` within {timeout} s");
                 self.fanout_done(aggregate, idx, Some(why));
             }
             UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
-                self.cancel_upstream(idx, id, "timed out");
+                self.upstreams
+                    .cancel(idx, id, "timed out", &mut self.outbox);
                 let why = format!(
                     "server `{name}` did not acknowledge the subscription to `{}` within {timeout} s",
                     hintgate_policy::sanitize::escape_line(&uri)
                 );
-                self.subscription_failed(idx, &uri, &why);
+                self.subscriptions.fail(
+                    idx,
+                    self.upstreams.name(idx),
+                    &uri,
+                    &why,
+                    &mut self.outbox,
+                );
             }
         }
-    }
-
-    /// Tells a server that the gateway no longer waits for request `id`.
-    pub(super) fn cancel_upstream(&mut self, idx: ServerIdx, id: u64, reason: &str) {
-        let Some(up) = self.upstreams.get(idx) else {
-            return;
-        };
-        let generation = up.generation;
-        self.send_upstream(
-            idx,
-            generation,
-            frame::notification(
-                "notifications/cancelled",
-                &json!({"requestId": id, "reason": reason}),
-            ),
-        );
-    }
-
-    /// Stops every server: closes its input, waits a moment, then kills it.
-    pub(super) async fn stop_servers(&mut self) {
-        let links: Vec<Link> = self
-            .upstreams
-            .iter_mut()
-            .filter_map(Upstream::take_link)
-            .collect();
-        for link in links {
-            link.stop().await;
-        }
-    }
-
-    /// Which server a host-facing name belongs to, and the name the server
-    /// knows it by.
-    ///
-    /// In gateway mode every place where the separator begins is tried, not
-    /// only the first: `docs___x` is `x` of a server `docs_`. A name that two
-    /// servers' prefixes fit (`docs` and `docs_`, which validation refuses)
-    /// is never routed by guess.
-    ///
-    /// # Errors
-    ///
-    /// [`Unresolved`]: no server's prefix fits the name, or several do.
-    pub(super) fn resolve(&self, name: &str) -> Result<(ServerIdx, String), Unresolved> {
-        match self.mode {
-            super::Mode::Wrap => Ok((0, name.to_owned())),
-            super::Mode::Gateway => {
-                let separator = self.separator.as_str();
-                let mut found: Vec<(ServerIdx, String)> = name
-                    .char_indices()
-                    .filter_map(|(at, _)| {
-                        let rest = name.get(at..)?.strip_prefix(separator)?;
-                        let idx = self.upstreams.find(name.get(..at)?)?;
-                        Some((idx, rest.to_owned()))
-                    })
-                    .collect();
-                match found.len() {
-                    0 => Err(Unresolved::Unknown),
-                    1 => found.pop().ok_or(Unresolved::Unknown),
-                    _ => Err(Unresolved::Ambiguous(found)),
-                }
-            }
-        }
-    }
-
-    /// Why a name is not routed: the servers and tool names it could be.
-    pub(super) fn ambiguity(&self, found: &[(ServerIdx, String)]) -> String {
-        let readings: Vec<String> = found
-            .iter()
-            .map(|(idx, own)| {
-                format!(
-                    "`{}` of server `{}`",
-                    hintgate_policy::sanitize::escape_line(own),
-                    self.upstreams.name(*idx)
-                )
-            })
-            .collect();
-        format!(
-            "the name could be {}, so hintgate does not guess which (rename one of the servers, or choose another `gateway.separator`)",
-            readings.join(" or ")
-        )
-    }
-
-    /// Whether two servers' prefixes begin one another (`docs__` and
-    /// `docs___`): then a host-facing name may fit several, and the tool list
-    /// leaves such names out.
-    pub(super) fn prefixes_overlap(&self) -> bool {
-        if self.mode != super::Mode::Gateway {
-            return false;
-        }
-        let prefixes: Vec<String> = self
-            .upstreams
-            .iter()
-            .map(|up| format!("{}{}", up.name, self.separator))
-            .collect();
-        prefixes.iter().enumerate().any(|(one, prefix)| {
-            prefixes
-                .iter()
-                .enumerate()
-                .any(|(other, longer)| one != other && longer.starts_with(prefix.as_str()))
-        })
-    }
-
-    /// A server's name as the host sees it for `name` (prompts and tools).
-    pub(super) fn prefixed(&self, idx: ServerIdx, name: &str) -> String {
-        match naming(&self.mode, &self.separator, self.upstreams.name(idx)).prefix {
-            Some(prefix) => prefix + name,
-            None => name.to_owned(),
-        }
-    }
-}
-
-/// What the host-facing names of server `server`'s tools look like.
-fn naming(mode: &super::Mode, separator: &str, server: &str) -> super::catalog::Naming {
-    super::catalog::Naming {
-        prefix: match mode {
-            super::Mode::Wrap => None,
-            super::Mode::Gateway => Some(format!("{server}{separator}")),
-        },
     }
 }
 
@@ -1189,4 +1258,116 @@ fn identity_of(config: &ServerConfig) -> (String, Value) {
         .and_then(|resolved| serde_json::to_value(resolved).ok())
         .unwrap_or(Value::Null);
     (identity, resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use hintgate_policy::config::parse_str;
+    use hintgate_policy::decide::Policy;
+
+    use super::*;
+    use crate::gateway::outbox::Outgoing;
+
+    /// The servers of one configuration each, in this order (so names a
+    /// validation would refuse side by side can be tried).
+    fn servers(names: &[&str]) -> Vec<ServerConfig> {
+        names
+            .iter()
+            .map(|name| {
+                let (config, _) = parse_str(&format!("[servers.\"{name}\"]\ncommand = \"x\"\n"));
+                let policy = Policy::new(config.unwrap());
+                policy.config().servers.values().next().unwrap().clone()
+            })
+            .collect()
+    }
+
+    fn gateway(names: &[&str]) -> Upstreams {
+        Upstreams::new(servers(names), Mode::Gateway, "__".to_owned())
+    }
+
+    #[test]
+    fn a_host_facing_name_resolves_to_the_one_server_whose_prefix_fits_it() {
+        let upstreams = gateway(&["fs", "docs_"]);
+        assert!(!upstreams.prefixes_overlap());
+        assert_eq!(upstreams.resolve("fs__read"), Ok((0, "read".to_owned())));
+        // Every place the separator begins is tried, not only the first.
+        assert_eq!(upstreams.resolve("docs___x"), Ok((1, "x".to_owned())));
+        assert_eq!(upstreams.resolve("fs__a__b"), Ok((0, "a__b".to_owned())));
+        for unknown in ["read", "other__read", "fs_read", "__read", ""] {
+            assert_eq!(
+                upstreams.resolve(unknown),
+                Err(Unresolved::Unknown),
+                "{unknown}"
+            );
+        }
+        assert_eq!(upstreams.prefixed(1, "x"), "docs___x");
+        assert_eq!(upstreams.naming(0).prefix.as_deref(), Some("fs__"));
+    }
+
+    #[test]
+    fn a_name_two_servers_prefixes_fit_is_never_routed_by_guess() {
+        let upstreams = gateway(&["docs", "docs_"]);
+        assert!(upstreams.prefixes_overlap());
+        let Err(Unresolved::Ambiguous(found)) = upstreams.resolve("docs___x") else {
+            panic!("routed by guess");
+        };
+        assert_eq!(found, vec![(0, "_x".to_owned()), (1, "x".to_owned())]);
+        let why = upstreams.ambiguity(&found);
+        assert!(
+            why.contains("`_x` of server `docs` or `x` of server `docs_`"),
+            "{why}"
+        );
+        assert!(why.contains("gateway.separator"), "{why}");
+    }
+
+    #[test]
+    fn in_wrap_mode_names_are_the_servers_own() {
+        let upstreams = Upstreams::new(servers(&["fs"]), Mode::Wrap, "__".to_owned());
+        assert!(!upstreams.prefixes_overlap());
+        assert_eq!(
+            upstreams.resolve("fs__read"),
+            Ok((0, "fs__read".to_owned()))
+        );
+        assert_eq!(upstreams.prefixed(0, "read"), "read");
+        assert_eq!(upstreams.naming(0).prefix, None);
+    }
+
+    #[test]
+    fn a_cancellation_goes_to_the_outbox_for_the_start_it_was_sent_to() {
+        let mut upstreams = gateway(&["fs"]);
+        let mut outbox = Outbox::new();
+        upstreams.cancel(0, 7, "timed out", &mut outbox);
+        // No such server: nothing.
+        upstreams.cancel(5, 7, "timed out", &mut outbox);
+        if let Some(up) = upstreams.get_mut(0) {
+            up.generation = 3;
+        }
+        upstreams.cancel(0, 8, "unsubscribed", &mut outbox);
+        let sent = outbox.take();
+        assert_eq!(sent.len(), 2);
+        let Outgoing::Upstream(0, 0, line, None) = &sent[0] else {
+            panic!("{sent:?}");
+        };
+        let line: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            line,
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "timed out"}})
+        );
+        assert!(
+            matches!(&sent[1], Outgoing::Upstream(0, 3, line, None) if line.contains("\"requestId\":8"))
+        );
+    }
+
+    #[test]
+    fn a_server_not_reading_is_told_why_in_numbers() {
+        let reason = NotReading { unread: 4096 }.reason();
+        assert!(
+            reason.starts_with("is not reading its input: it left 4096 bytes unread"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("at most 4 times `max_message_bytes`"),
+            "{reason}"
+        );
+    }
 }
