@@ -343,6 +343,7 @@ pub(crate) async fn answer(
         approve,
         remember,
         by: console.by.clone(),
+        arguments: None,
     };
     let outcome = console
         .with_store(move |store| {

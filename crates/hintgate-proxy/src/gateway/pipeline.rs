@@ -682,6 +682,8 @@ impl Gateway {
             }
         };
         let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
+        // A call a person edited says so, and how, in what the host gets.
+        let line = self.note_edit(&cx, line);
         self.answer_call(&cx, line, outcome);
     }
 
@@ -931,6 +933,10 @@ impl Gateway {
             egress: egress.as_deref(),
             token_scope: token_scope.as_deref(),
             preview: preview.as_ref(),
+            edit: cx
+                .edit
+                .as_deref()
+                .map(|edit| (edit.by.as_str(), edit.original.as_ref())),
         };
         self.journal.call(&fields)
     }

@@ -70,6 +70,7 @@ fn yes(by: &str) -> Answer {
         approve: true,
         remember: Remember::Always,
         by: by.into(),
+        arguments: None,
     }
 }
 
