@@ -14,10 +14,11 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::approvals::{approvals, listed, send_call, the_call};
+use crate::console::{ConsoleProcess, session};
 use crate::host::{Host, is_error, text};
 use crate::peers::npm_bin;
 use crate::previews::{PlainDir, served};
-use crate::util::{code, log_json, repo_root, stderr, stdout};
+use crate::util::{code, http, log_json, repo_root, stderr, stdout};
 
 /// Waits until the queue lists a call other than `#seen`; returns it.
 fn next_waiting(dir: &Path, seen: &str) -> Value {
@@ -335,4 +336,147 @@ fn a_host_cannot_choose_an_edit_through_its_answer() {
         records.iter().all(|record| record.get("edit").is_none()),
         "{records:?}"
     );
+}
+
+/// A request to the console with its session cookie (a POST as a browser's
+/// form sends it); the whole answer.
+fn console_request(base: &str, cookie: &str, method: &str, path: &str, form: &str) -> String {
+    let host = base.trim_start_matches("http://");
+    let body = if method == "POST" {
+        format!(
+            "Origin: {base}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            form.len()
+        )
+    } else {
+        String::new()
+    };
+    http(
+        base,
+        &format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\n{body}Connection: close\r\n\r\n{form}"
+        ),
+    )
+}
+
+/// The console's waiting list once it shows a call other than `#seen`:
+/// the call's number, the list's HTML and the form's CSRF token.
+fn console_waiting(base: &str, cookie: &str, seen: &str) -> (String, String, String) {
+    for _ in 0..600 {
+        let answer = console_request(base, cookie, "GET", "/api/waiting", "");
+        let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        let ids = body["ids"].as_str().unwrap_or_default().to_owned();
+        if let Some(id) = ids.split(',').find(|id| !id.is_empty() && *id != seen) {
+            let html = body["html"].as_str().unwrap().to_owned();
+            let marker = "name=\"csrf\" value=\"";
+            let at = html.find(marker).unwrap() + marker.len();
+            let csrf = html[at..].split('"').next().unwrap().to_owned();
+            return (id.to_owned(), html, csrf);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the console never listed a call after #{seen}");
+}
+
+fn encoded(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+#[test]
+fn the_console_edits_a_waiting_call_checks_it_and_asks_about_the_edited_call() {
+    // The console's edit path over its HTTP endpoints, as its forms send
+    // them (the headless Chromium test covers the pages themselves).
+    let dir = PlainDir::new();
+    let (data, file) = served(dir.path());
+    let path = file.display().to_string();
+    let fs = npm_bin("mcp-server-filesystem");
+    let data_text = data.display().to_string();
+    let mut host = Host::start(
+        dir.path(),
+        &[
+            "run",
+            "--name",
+            "fs",
+            "--ask-timeout",
+            "600",
+            "--",
+            &fs,
+            &data_text,
+        ],
+        &[],
+    );
+    host.initialize(json!({}));
+    send_call(
+        &mut host,
+        "w1",
+        "write_file",
+        json!({"path": path, "content": "one\n2\nthree\n"}),
+    );
+    let console = ConsoleProcess::start(dir.path(), &[]);
+    let (base, cookie) = session(&console.url);
+    let (id, html, csrf) = console_waiting(&base, &cookie, "");
+    // The card offers the edit, pre-filled with the arguments, escaped.
+    assert!(
+        html.contains("<details class=\"edit\">")
+            && html.contains("action=\"/edit\"")
+            && html.contains("&quot;content&quot;: &quot;one\\n2\\nthree\\n&quot;"),
+        "{html}"
+    );
+
+    // Edits that cannot be used are refused and change nothing.
+    for (edit, problem) in [
+        ("not json".to_owned(), "edit-not-json"),
+        (r#"{"path": 5, "content": "x"}"#.to_owned(), "edit-schema"),
+        (
+            format!(r#"{{"path": {path:?}, "content": "x", "_meta": {{}}}}"#),
+            "edit-reserved-key",
+        ),
+    ] {
+        let form = format!("csrf={csrf}&id={id}&arguments={}", encoded(&edit));
+        let answer = console_request(&base, &cookie, "POST", "/edit", &form);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(
+            answer.contains(problem) && answer.contains("the call still waits"),
+            "{answer}"
+        );
+    }
+    // Without the form's CSRF token, nothing is answered.
+    let edit = format!(r#"{{"path": {path:?}, "content": "one\nfrom the console\nthree\n"}}"#);
+    let forged = format!("csrf=forged&id={id}&arguments={}", encoded(&edit));
+    let answer = console_request(&base, &cookie, "POST", "/edit", &forged);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let (still, _, _) = console_waiting(&base, &cookie, "");
+    assert_eq!(still, id, "the call still waits, unanswered");
+    assert_eq!(shown(dir.path(), &id)["state"]["state"], "waiting");
+
+    // The edit: the call is listed again as edited, with its own diff.
+    let form = format!("csrf={csrf}&id={id}&arguments={}", encoded(&edit));
+    let answer = console_request(&base, &cookie, "POST", "/edit", &form);
+    assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
+    assert!(
+        answer.contains(&format!("location: /?note=edited&id={id}")),
+        "{answer}"
+    );
+    let (again, html, csrf) = console_waiting(&base, &cookie, &id);
+    assert!(
+        html.contains(&format!("edited this call (#{id})"))
+            && html.contains("+from the console")
+            && html.contains("-two"),
+        "{html}"
+    );
+    // Approved as shown: it runs as edited.
+    let form = format!("csrf={csrf}&id={again}&answer=approve");
+    let answer = console_request(&base, &cookie, "POST", "/answer", &form);
+    assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
+    let result = the_call(&mut host, "w1");
+    assert!(!is_error(&result), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "one\nfrom the console\nthree\n"
+    );
+    assert_eq!(
+        result["_meta"]["hintgate/edited"]["changed"],
+        json!(["content"]),
+        "{result}"
+    );
+    host.close();
 }
