@@ -133,6 +133,32 @@ fn show(store: &dyn Store, id: u64, json: bool) -> Result<Exit> {
     for line in escape_invisible(&pending.prompt).lines() {
         text.push_str(&format!("    {line}\n"));
     }
+    let edited = pending
+        .details
+        .as_ref()
+        .and_then(|details| details.get("edited"));
+    if let Some(edited) = edited {
+        text.push_str(&format!(
+            "\n    edited by {} (#{}); the host asked for:\n",
+            escape_line(
+                edited
+                    .get("by")
+                    .and_then(|by| by.as_str())
+                    .unwrap_or("someone")
+            ),
+            edited
+                .get("of")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or_default()
+        ));
+        let original = edited
+            .get("original")
+            .map(|original| serde_json::to_string_pretty(original).unwrap_or_default())
+            .unwrap_or_default();
+        for line in original.lines() {
+            text.push_str(&format!("      {}\n", escape_line(line)));
+        }
+    }
     let preview = pending
         .details
         .as_ref()
@@ -154,7 +180,7 @@ fn show(store: &dyn Store, id: u64, json: bool) -> Result<Exit> {
         }
     }
     text.push_str(&format!(
-        "    -> hintgate approvals approve {id}   |   hintgate approvals deny {id}\n"
+        "    -> hintgate approvals approve {id}   |   hintgate approvals approve {id} --arguments FILE   |   hintgate approvals deny {id}\n"
     ));
     output::out(&text)?;
     Ok(Exit::Success)

@@ -25,7 +25,7 @@ fn next_waiting(dir: &Path, seen: &str) -> Value {
     for _ in 0..1200 {
         if let Some(entry) = listed(dir, &[], 0)
             .into_iter()
-            .find(|entry| entry["id"].to_string() != seen)
+            .find(|entry| entry["id"].as_u64() != seen.parse::<u64>().ok())
         {
             return entry;
         }
@@ -164,6 +164,17 @@ fn an_edited_write_is_asked_about_with_its_own_diff_and_runs_as_edited() {
     assert_eq!(
         again["details"]["arguments"]["content"],
         "one\nedited\nthree\n"
+    );
+    // `show` says who edited it and what the host asked for.
+    let out = approvals(dir.path(), &[], &["show", &again_id]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text_shown = stdout(&out);
+    assert!(
+        text_shown.contains(&format!(
+            "    edited by {} (#{id}); the host asked for:\n",
+            user()
+        )) && text_shown.contains("      \"content\": \"one\\n2\\nthree\\n\",\n"),
+        "{text_shown}"
     );
     // Remembering is not offered for an edited call.
     assert_eq!(again["offer"], "call", "{again}");
