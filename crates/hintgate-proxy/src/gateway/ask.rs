@@ -729,7 +729,7 @@ impl Gateway {
                 approved: false,
                 answer: format!("edited by {by} (hintgate approvals)"),
             });
-            self.count_ask(&cx, AskChannel::Queue, AskEnding::Declined);
+            self.count_ask(&cx, AskChannel::Queue, AskEnding::Edited);
             self.apply_edit(cx, id, &by, text);
             return;
         }
