@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use crate::approvals::{approvals, listed, send_call, the_call};
 use crate::console::{ConsoleProcess, session};
 use crate::host::{Host, is_error, text};
-use crate::peers::npm_bin;
-use crate::previews::{PlainDir, served};
+use crate::peers::{npm_bin, venv_bin};
+use crate::previews::{PlainDir, gateway_command, served};
 use crate::util::{code, http, log_json, repo_root, stderr, stdout};
 
 /// Waits until the queue lists a call other than `#seen`; returns it.
@@ -490,4 +490,74 @@ fn the_console_edits_a_waiting_call_checks_it_and_asks_about_the_edited_call() {
         "{result}"
     );
     host.close();
+}
+
+#[test]
+fn the_python_sdk_host_gets_the_edited_calls_result_with_the_note() {
+    // The Python SDK as the host, without elicitation: its call waits in
+    // the queue while a person edits it from another terminal; the SDK
+    // reads the result, the note included, and the file is the edited one.
+    let dir = PlainDir::new();
+    let (data, file) = served(dir.path());
+    let path = file.display().to_string();
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/sdk_host.py");
+    let mut command = gateway_command(&data);
+    // As long as the person may take on a busy machine.
+    let at = command.iter().position(|word| word == "60").unwrap();
+    command[at] = "600".to_owned();
+    let spec = json!({
+        "command": command,
+        "answer": null,
+        "calls": [{"name": "write_file", "arguments": {"path": path, "content": "from the sdk\n"}}],
+    });
+    let host = std::process::Command::new(venv_bin("python"))
+        .current_dir(dir.path())
+        .env("HINTGATE_STATE_DIR", dir.path().join("state"))
+        .arg(script)
+        .arg(spec.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A test that fails before the host ends leaves no host behind.
+    struct Ends(Option<std::process::Child>);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            if let Some(child) = self.0.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+    let mut ends = Ends(Some(host));
+    let waiting = listed(dir.path(), &[], 1);
+    let id = waiting[0]["id"].to_string();
+    let edit = format!(r#"{{"path": {path:?}, "content": "edited for the sdk\n"}}"#);
+    let out = approve_edited(dir.path(), &id, &edit, &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let again = next_waiting(dir.path(), &id);
+    let out = approvals(dir.path(), &[], &["approve", &again["id"].to_string()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let output = ends.0.take().unwrap().wait_with_output().unwrap();
+    let report_text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{report_text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(report_text.trim()).unwrap();
+    assert_eq!(report["results"][0]["isError"], false, "{report}");
+    let texts = report["results"][0]["text"].as_array().unwrap();
+    assert!(
+        texts.iter().any(|text| text
+            .as_str()
+            .unwrap()
+            .contains("edited this call before approving it")),
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "edited for the sdk\n"
+    );
 }

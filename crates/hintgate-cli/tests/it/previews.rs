@@ -54,7 +54,7 @@ pub(crate) fn served(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// The gateway in wrap mode before the reference filesystem server
 /// serving `data`, untrusted (the default).
-fn gateway_command(data: &Path) -> Vec<String> {
+pub(crate) fn gateway_command(data: &Path) -> Vec<String> {
     wrapped(
         &["--name", "fs", "--ask-timeout", "60"],
         &[npm_bin("mcp-server-filesystem"), data.display().to_string()],
