@@ -286,6 +286,19 @@ fn an_edit_the_decision_hook_denies_is_denied_and_recorded() {
         "{result}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\ntwo\nthree\n");
+    // The host is told the refusal is about the edited call.
+    assert_eq!(
+        result["_meta"]["hintgate/edited"]["arguments"]["content"], "rm -rf /\n",
+        "{result}"
+    );
+    let note = result["content"].as_array().unwrap().last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        note.contains("This answer is about the call with these arguments"),
+        "{note}"
+    );
     host.close();
     let records = log_json(dir.path(), &[]);
     let call = records

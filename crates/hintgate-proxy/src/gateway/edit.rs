@@ -175,10 +175,12 @@ impl Gateway {
     }
 
     /// The host's answer to a call a person edited, saying so: a text block
-    /// after the server's content, and `_meta["hintgate/edited"]` (who,
-    /// the arguments it ran with, redacted as the record keeps them, and
-    /// which top-level arguments changed). Any other line is `line`.
-    pub(super) fn note_edit(&self, cx: &CallContext, line: String) -> String {
+    /// after the content, and `_meta["hintgate/edited"]` (who, the
+    /// arguments the answer is about, redacted as the record keeps them,
+    /// and which top-level arguments changed). `ran`: the server answered
+    /// the edited call (else it ended at the gateway). Any other line is
+    /// `line`.
+    pub(super) fn note_edit(&self, cx: &CallContext, line: String, ran: bool) -> String {
         let Some(edit) = cx.edit.as_deref() else {
             return line;
         };
@@ -194,8 +196,13 @@ impl Gateway {
             .as_ref()
             .map_or(Value::Null, |original| self.journal.redacted(original));
         let changed = changed_keys(&original, &arguments);
+        let what = if ran {
+            "It ran with these arguments, not the ones the call sent"
+        } else {
+            "This answer is about the call with these arguments, not the ones the call sent"
+        };
         let text = format!(
-            "hintgate: a person ({}) edited this call before approving it. It ran with these arguments, not the ones the call sent: {}. Changed: {}.",
+            "hintgate: a person ({}) edited this call before approving it. {what}: {}. Changed: {}.",
             escape_line(&edit.by),
             canonical_json(&arguments),
             if changed.is_empty() {

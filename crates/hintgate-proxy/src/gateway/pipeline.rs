@@ -683,7 +683,7 @@ impl Gateway {
         };
         let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
         // A call a person edited says so, and how, in what the host gets.
-        let line = self.note_edit(&cx, line);
+        let line = self.note_edit(&cx, line, true);
         self.answer_call(&cx, line, outcome);
     }
 
@@ -970,6 +970,8 @@ impl Gateway {
             return;
         }
         let line = self.end_line(&cx, &end, &decision);
+        // A call a person edited says so, also when it ends here.
+        let line = self.note_edit(&cx, line, false);
         self.send_host(cx.request.session, line);
     }
 
