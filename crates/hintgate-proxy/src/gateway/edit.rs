@@ -134,12 +134,28 @@ impl Gateway {
         }
         if let Some(validator) = entry.input_validator() {
             let value = Value::Object(arguments);
-            super::steps::check_arguments(&validator, &value).map_err(|problems| {
-                format!(
-                    "the edited arguments do not match the tool's input schema: {}",
-                    problems.join("; ")
-                )
-            })?;
+            if !validator.is_valid(&value) {
+                // Where, not what: the reason reaches the queue's prompt,
+                // which keeps no value a person typed (the command line and
+                // the console say what is wrong before an edit is given).
+                let places: Vec<String> = validator
+                    .iter_errors(&value)
+                    .take(5)
+                    .map(|err| {
+                        let place = err.instance_path().to_string();
+                        let place = if place.is_empty() {
+                            "/".to_owned()
+                        } else {
+                            place
+                        };
+                        format!("`{}`", escape_line(&place))
+                    })
+                    .collect();
+                return Err(format!(
+                    "the edited arguments do not match the tool's input schema, at {}",
+                    places.join(", ")
+                ));
+            }
             let Value::Object(arguments) = value else {
                 return Err("not an object".to_owned());
             };
