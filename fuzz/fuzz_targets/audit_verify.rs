@@ -158,6 +158,7 @@ fn make_template() -> Option<Template> {
                 &Record::Call(Box::new(CallRecord {
                     approver: "read-only".into(),
                     arguments: Arguments::from_value(&json!({"path": "/tmp/a"})),
+                    edit: None,
                     egress: None,
                     host: None,
                     idempotency: None,

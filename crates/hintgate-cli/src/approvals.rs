@@ -24,13 +24,20 @@ pub fn run(args: &ApprovalsArgs) -> Result<Exit> {
     match &args.command {
         ApprovalsCommand::List { json } => list(store.as_ref(), *json),
         ApprovalsCommand::Show { id, json } => show(store.as_ref(), *id, *json),
-        ApprovalsCommand::Approve { id, remember } => {
+        ApprovalsCommand::Approve {
+            id,
+            remember,
+            arguments,
+        } => {
             let remember = match remember {
                 RememberArg::Call => Remember::Call,
                 RememberArg::Session => Remember::Session,
                 RememberArg::Always => Remember::Always,
             };
-            answer(store.as_ref(), *id, true, remember)
+            match arguments {
+                Some(file) => edit(store.as_ref(), *id, remember, file),
+                None => answer(store.as_ref(), *id, true, remember),
+            }
         }
         ApprovalsCommand::Deny { id } => answer(store.as_ref(), *id, false, Remember::Call),
     }
@@ -126,6 +133,32 @@ fn show(store: &dyn Store, id: u64, json: bool) -> Result<Exit> {
     for line in escape_invisible(&pending.prompt).lines() {
         text.push_str(&format!("    {line}\n"));
     }
+    let edited = pending
+        .details
+        .as_ref()
+        .and_then(|details| details.get("edited"));
+    if let Some(edited) = edited {
+        text.push_str(&format!(
+            "\n    edited by {} (#{}); the host asked for:\n",
+            escape_line(
+                edited
+                    .get("by")
+                    .and_then(|by| by.as_str())
+                    .unwrap_or("someone")
+            ),
+            edited
+                .get("of")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or_default()
+        ));
+        let original = edited
+            .get("original")
+            .map(|original| serde_json::to_string_pretty(original).unwrap_or_default())
+            .unwrap_or_default();
+        for line in original.lines() {
+            text.push_str(&format!("      {}\n", escape_line(line)));
+        }
+    }
     let preview = pending
         .details
         .as_ref()
@@ -147,7 +180,7 @@ fn show(store: &dyn Store, id: u64, json: bool) -> Result<Exit> {
         }
     }
     text.push_str(&format!(
-        "    -> hintgate approvals approve {id}   |   hintgate approvals deny {id}\n"
+        "    -> hintgate approvals approve {id}   |   hintgate approvals approve {id} --arguments FILE   |   hintgate approvals deny {id}\n"
     ));
     output::out(&text)?;
     Ok(Exit::Success)
@@ -159,6 +192,56 @@ pub(crate) fn who() -> String {
         .iter()
         .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))
         .unwrap_or_else(|| "an unnamed user".to_owned())
+}
+
+/// `hintgate approvals approve ID --arguments FILE`: the edit is read and
+/// checked against the tool's input schema here, so that one that does not
+/// fit is refused and changes nothing; the gateway checks it again, decides
+/// on the edited call, previews it and asks about it again.
+fn edit(store: &dyn Store, id: u64, remember: Remember, file: &std::path::Path) -> Result<Exit> {
+    if remember != Remember::Call {
+        output::err(
+            "error: an edited call is approved for this call only: `--arguments` goes without `--remember`\n",
+        )?;
+        return Ok(Exit::Usage);
+    }
+    let Some(pending) = store.pending(id)? else {
+        output::err(&format!("error: no call #{id} in the approval queue\n"))?;
+        return Ok(Exit::Error);
+    };
+    let text = match crate::load::text(file, "the edited arguments") {
+        Ok(text) => text,
+        Err(err) => {
+            output::err(&format!("error: {err}; #{id} was not answered\n"))?;
+            return Ok(Exit::Usage);
+        }
+    };
+    let schema = pending
+        .details
+        .as_ref()
+        .and_then(|details| details.get("input_schema"));
+    let edited = hintgate_store::edit::read(&text)
+        .and_then(|edited| hintgate_store::edit::check_schema(&edited, schema).map(|()| edited));
+    let edited = match edited {
+        Ok(edited) => edited,
+        Err(err) => {
+            output::err(&format!(
+                "error: the edit of #{id} ({} / {}) is refused ({}): {}; #{id} was not answered and still waits\n",
+                escape_line(&pending.server),
+                escape_line(&pending.tool),
+                err.code(),
+                escape_line(&err.to_string())
+            ))?;
+            return Ok(Exit::Usage);
+        }
+    };
+    let given = Answer {
+        approve: true,
+        remember: Remember::Call,
+        by: who(),
+        arguments: Some(edited.canonical),
+    };
+    deliver(store, id, &pending, &given)
 }
 
 fn answer(store: &dyn Store, id: u64, approve: bool, remember: Remember) -> Result<Exit> {
@@ -179,15 +262,32 @@ fn answer(store: &dyn Store, id: u64, approve: bool, remember: Remember) -> Resu
         approve,
         remember,
         by: who(),
+        arguments: None,
     };
+    deliver(store, id, &pending, &given)
+}
+
+/// Puts `given` in the store as the answer to `#id` and says what came of
+/// it.
+fn deliver(
+    store: &dyn Store,
+    id: u64,
+    pending: &hintgate_store::Pending,
+    given: &Answer,
+) -> Result<Exit> {
+    let (approve, remember) = (given.approve, given.remember);
     let what = format!(
         "#{id} ({} / {})",
         escape_line(&pending.server),
         escape_line(&pending.tool)
     );
-    match store.answer(id, &given, now())? {
+    match store.answer(id, given, now())? {
         Answered::Released => {
-            let text = if approve {
+            let text = if given.arguments.is_some() {
+                format!(
+                    "Edited {what}. The gateway checks the edited call, decides on it and previews it, then puts it in the queue again to be approved as shown: `hintgate approvals list`.\n"
+                )
+            } else if approve {
                 format!(
                     "Approved {what}, remembered: {}. The gateway runs it now.\n",
                     remember.as_str()

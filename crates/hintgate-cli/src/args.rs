@@ -328,7 +328,7 @@ pub enum ApprovalsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Let a waiting call run.
+    /// Let a waiting call run; with `--arguments`, edit it first.
     Approve {
         /// The call's number (from `list`, or the gateway's log).
         id: u64,
@@ -336,6 +336,13 @@ pub enum ApprovalsCommand {
         /// for the rest of the gateway's session, or for this tool always.
         #[arg(long, value_enum, default_value = "call")]
         remember: RememberArg,
+        /// Edit the call: FILE holds the arguments it should run with (one
+        /// JSON object, the whole of them). They are checked against the
+        /// tool's input schema here; the gateway then decides on the edited
+        /// call, previews it and puts it in the queue again, to be approved
+        /// as shown. For this call only.
+        #[arg(long, value_name = "FILE")]
+        arguments: Option<std::path::PathBuf>,
     },
     /// Refuse a waiting call.
     Deny {

@@ -363,10 +363,17 @@ impl View<'_> {
             } else {
                 ""
             };
+            // A call a person edited says who (its arguments and the
+            // host's are in `--json`).
+            let edited = call
+                .edit
+                .as_ref()
+                .map(|edit| format!("  edited by {}", escape_line(&edit.by)))
+                .unwrap_or_default();
             // What the log holds came from hosts and servers: each field on
             // its line, escaped, so no name can write a line of its own.
             out.push_str(&format!(
-                "{seq:>6}  {}  {} / {}  {}  ({})  by {}{instance}  -> {}\n",
+                "{seq:>6}  {}  {} / {}  {}  ({})  by {}{instance}{edited}  -> {}\n",
                 utc(entry.at),
                 escape_line(&call.server),
                 escape_line(&call.tool),
@@ -1401,6 +1408,31 @@ mod tests {
         let shown: Value = serde_json::from_str(&lines[0]).unwrap();
         assert_eq!(shown["instance"], "read-only");
         assert_eq!(shown["instance_identity"], "sha256:reader");
+    }
+
+    #[test]
+    fn a_call_a_person_edited_says_who_and_json_keeps_both_versions() {
+        let body = json!({"server": "fs", "tool": "write_file", "verdict": "ask",
+            "reasons": ["destructive"], "approver": "person (hintgate approvals, ann)",
+            "arguments": {"content": "new"},
+            "edit": {"by": "ann\nforged line", "original": {"content": "old"}}});
+        let lines = rendered(
+            &log_args(false, false),
+            [record(1, EntryKind::Call, None, body.clone())],
+        );
+        assert_eq!(
+            lines,
+            [
+                "     1  2026-11-29T21:58:38Z  fs / write_file  ask  (destructive)  by person (hintgate approvals, ann)  edited by ann\\nforged line  -> pending",
+            ]
+        );
+        let lines = rendered(
+            &log_args(true, false),
+            [record(1, EntryKind::Call, None, body)],
+        );
+        let shown: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(shown["arguments"]["content"], "new");
+        assert_eq!(shown["edit"]["original"]["content"], "old");
     }
 
     #[test]

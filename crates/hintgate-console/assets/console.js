@@ -23,7 +23,10 @@
       const box = document.getElementById("waiting");
       if (box) {
         document.title = data.title;
-        if (data.ids !== box.dataset.ids) {
+        // An edit being written is not wiped: the list is drawn again once
+        // it is sent or closed.
+        const editing = box.querySelector("details.edit[open]");
+        if (data.ids !== box.dataset.ids && !editing) {
           box.innerHTML = data.html;
           box.dataset.ids = data.ids;
         }

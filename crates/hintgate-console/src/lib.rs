@@ -193,6 +193,7 @@ impl Console {
             .route("/", get(waiting::page))
             .route("/api/waiting", get(waiting::api))
             .route("/answer", post(waiting::answer))
+            .route("/edit", post(waiting::edit))
             .route("/definitions", get(definitions::page))
             .route("/definitions/change", get(definitions::change))
             .route("/definitions/approve", post(definitions::approve))

@@ -8,7 +8,7 @@ use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use hintgate_store::{Answer, Answered, Pending, Remember};
+use hintgate_store::{Answer, Answered, Pending, Remember, edit};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -30,6 +30,9 @@ fn note_text(note: &Note) -> Option<String> {
         "denied" => "was denied; the gateway refuses it now.",
         "expired" => "is past its time; the gateway has refused it.",
         "answered" => "was answered already, or the gateway stopped waiting.",
+        "edited" => {
+            "was edited; the gateway decides on the edited call and previews it, then lists it here again, to be approved as shown."
+        }
         "unknown" => "is not in the queue.",
         "broken" => {
             "was not answered: its seal does not verify, so it was not put in the queue by a gateway holding this store's audit key (or this console runs without that key)."
@@ -150,6 +153,7 @@ pub(crate) fn list(waiting: &[Pending], now: i64, csrf: &str) -> String {
         out.push_str(
             "<button type=\"submit\" name=\"answer\" value=\"deny\" class=\"deny\">Deny</button>\n</form>\n",
         );
+        out.push_str(&edit_form(pending, csrf));
         let offer = match pending.offer {
             Remember::Always => None,
             Remember::Session => Some(
@@ -165,6 +169,33 @@ pub(crate) fn list(waiting: &[Pending], now: i64, csrf: &str) -> String {
         out.push_str("</article>\n");
     }
     out
+}
+
+/// The form that edits a call's arguments before approving it: the
+/// arguments as the card shows them (values the audit log redacts are
+/// markers, to be written out in full), sent to `POST /edit`.
+fn edit_form(pending: &Pending, csrf: &str) -> String {
+    let arguments = pending
+        .details
+        .as_ref()
+        .and_then(|details| details.get("arguments"))
+        .filter(|arguments| arguments.is_object())
+        .map_or_else(
+            || "{}".to_owned(),
+            |arguments| {
+                serde_json::to_string_pretty(arguments).unwrap_or_else(|_| arguments.to_string())
+            },
+        );
+    format!(
+        "<details class=\"edit\"><summary>Edit the arguments, then approve</summary>\n\
+         <form method=\"post\" action=\"/edit\" class=\"edit\">{csrf}<input type=\"hidden\" name=\"id\" value=\"{id}\">\n\
+         <p>The whole arguments, as one JSON object. They are checked against the tool's input schema now; the gateway then decides on the edited call and previews it, and lists it here again to be approved as shown (for this call only). Values the audit log redacts show as markers: write them out in full.</p>\n\
+         <textarea name=\"arguments\" rows=\"12\" spellcheck=\"false\">{arguments}</textarea>\n\
+         <button type=\"submit\" class=\"edit\">Check the edit and ask again</button>\n</form></details>\n",
+        csrf = html::csrf_field(csrf),
+        id = pending.id,
+        arguments = html::block(&arguments),
+    )
 }
 
 /// What the card shows of the call: the prompt's content laid out (the
@@ -227,6 +258,26 @@ fn shown(pending: &Pending) -> String {
         "<dt>Tool</dt><dd><span class=\"tool\">{}</span>{title}</dd>",
         html::line(text("tool"))
     );
+    if let Some(edited) = details.get("edited").filter(|edited| edited.is_object()) {
+        let original = match edited.get("original") {
+            None | Some(Value::Null) => "(none)".to_owned(),
+            Some(original) => {
+                serde_json::to_string_pretty(original).unwrap_or_else(|_| original.to_string())
+            }
+        };
+        let _ = writeln!(
+            out,
+            "<dt>Edited</dt><dd class=\"warning\">{} edited this call (#{}): the arguments below are the edited ones, and what it will change is the edited call's. The host asked for:<pre class=\"original\">{}</pre></dd>",
+            html::line(
+                edited
+                    .get("by")
+                    .and_then(Value::as_str)
+                    .unwrap_or("someone")
+            ),
+            edited.get("of").and_then(Value::as_u64).unwrap_or_default(),
+            html::block(&original)
+        );
+    }
     let arguments = match details.get("arguments") {
         None | Some(Value::Null) => "(none)".to_owned(),
         Some(arguments) => {
@@ -343,6 +394,7 @@ pub(crate) async fn answer(
         approve,
         remember,
         by: console.by.clone(),
+        arguments: None,
     };
     let outcome = console
         .with_store(move |store| {
@@ -366,6 +418,75 @@ pub(crate) async fn answer(
         Ok(Err(_) | Ok(Answered::Unknown)) => "unknown",
         Ok(Ok(Answered::Released)) if approve => "approved",
         Ok(Ok(Answered::Released)) => "denied",
+        Ok(Ok(Answered::Expired)) => "expired",
+        Ok(Ok(Answered::NotWaiting(_))) => "answered",
+        Ok(Ok(Answered::Broken)) => "broken",
+    };
+    crate::see_other(&format!("/?note={note}&id={id}"))
+}
+
+/// The form of an edit.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EditForm {
+    #[serde(default)]
+    csrf: String,
+    id: u64,
+    arguments: String,
+}
+
+/// `POST /edit`: the edit is read and checked against the tool's input
+/// schema here (one that cannot be used is refused and changes nothing),
+/// then given as the call's answer; the gateway checks it again, decides
+/// on the edited call, previews it and asks about it again.
+pub(crate) async fn edit(
+    State(console): State<Arc<Console>>,
+    Form(form): Form<EditForm>,
+) -> Response {
+    if !console.csrf_ok(&form.csrf) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            "The form's CSRF token is not this console's: reload the page and answer again.",
+        );
+    }
+    let id = form.id;
+    let by = console.by.clone();
+    let outcome = console
+        .with_store(move |store| {
+            let Some(pending) = store.pending(id)? else {
+                return Ok(Err(None));
+            };
+            let schema = pending
+                .details
+                .as_ref()
+                .and_then(|details| details.get("input_schema"));
+            let edited = edit::read(&form.arguments)
+                .and_then(|edited| edit::check_schema(&edited, schema).map(|()| edited));
+            let edited = match edited {
+                Ok(edited) => edited,
+                Err(err) => return Ok(Err(Some(err))),
+            };
+            let given = Answer {
+                approve: true,
+                remember: Remember::Call,
+                by,
+                arguments: Some(edited.canonical),
+            };
+            Ok(Ok(store.answer(id, &given, now())?))
+        })
+        .await;
+    let note = match outcome {
+        Err(response) => return response,
+        Ok(Err(Some(err))) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "The edit of call #{id} is refused ({}): {err}. Nothing was changed: the call still waits.",
+                    err.code()
+                ),
+            );
+        }
+        Ok(Err(None) | Ok(Answered::Unknown)) => "unknown",
+        Ok(Ok(Answered::Released)) => "edited",
         Ok(Ok(Answered::Expired)) => "expired",
         Ok(Ok(Answered::NotWaiting(_))) => "answered",
         Ok(Ok(Answered::Broken)) => "broken",

@@ -718,3 +718,150 @@ async fn a_held_change_whose_digest_is_not_its_definitions_is_not_approved() {
     assert_ne!(pin.digest, forged);
     assert!(pin.seen.is_some());
 }
+
+fn form_value(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_edit_is_checked_before_it_is_given_and_shown_escaped() {
+    let f = fixture().await;
+    let details = json!({
+        "server": "notes",
+        "tool": "write",
+        "arguments": {"path": "</textarea><img src=x onerror=alert(1)>", "text": "old"},
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+            "required": ["path", "text"],
+        },
+        "edited": {"by": "<b>mallory</b>", "of": 7, "original": {"path": "<script>z()</script>"}},
+    });
+    let id = enqueue_with(
+        &f.store,
+        "notes",
+        "write",
+        "prompt",
+        Some(details),
+        Remember::Call,
+    );
+    let (_, _, page) = send(&f.console, get("/", Some(&f.cookie))).await;
+    assert!(
+        !page.contains("</textarea><img")
+            && !page.contains("<b>mallory")
+            && !page.contains("<script>z()"),
+        "{page}"
+    );
+    for part in [
+        "<form method=\"post\" action=\"/edit\" class=\"edit\">",
+        "&quot;path&quot;: &quot;&lt;/textarea&gt;&lt;img src=x onerror=alert(1)&gt;&quot;",
+        "&lt;b&gt;mallory&lt;/b&gt; edited this call (#7)",
+        "&quot;path&quot;: &quot;&lt;script&gt;z()&lt;/script&gt;&quot;",
+    ] {
+        assert!(page.contains(part), "{part} in {page}");
+    }
+    let csrf = csrf(&page);
+    let edit = |arguments: &str, csrf: &str| {
+        format!("csrf={csrf}&id={id}&arguments={}", form_value(arguments))
+    };
+    // Without the CSRF token, or an edit that cannot be used: refused, and
+    // the call still waits.
+    let (status, _, _) = send(
+        &f.console,
+        post(
+            "/edit",
+            &f.cookie,
+            Some(ORIGIN),
+            &edit(r#"{"path":"a","text":"b"}"#, "forged"),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    for (arguments, code) in [
+        ("{", "edit-not-json"),
+        ("[]", "edit-not-object"),
+        (r#"{"path":"a"}"#, "edit-schema"),
+        (r#"{"path":"a","text":"b","_meta":{}}"#, "edit-reserved-key"),
+        (
+            r#"{"path":"a","path":"b","text":"c"}"#,
+            "edit-duplicate-key",
+        ),
+    ] {
+        let (status, _, text) = send(
+            &f.console,
+            post("/edit", &f.cookie, Some(ORIGIN), &edit(arguments, &csrf)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{arguments}");
+        assert!(
+            text.contains(code) && text.contains("the call still waits"),
+            "{arguments}: {text}"
+        );
+        assert_eq!(
+            f.store.pending(id).unwrap().unwrap().state,
+            PendingState::Waiting
+        );
+    }
+    // An edit that fits is given as the answer, as canonical JSON, for
+    // this call only.
+    let (status, response, _) = send(
+        &f.console,
+        post(
+            "/edit",
+            &f.cookie,
+            Some(ORIGIN),
+            &edit("{\"text\": \"new\",\n \"path\": \"a\"}", &csrf),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        response.headers()[header::LOCATION],
+        format!("/?note=edited&id={id}")
+    );
+    match f.store.pending(id).unwrap().unwrap().state {
+        PendingState::Answered(answer) => {
+            assert!(answer.approve);
+            assert_eq!(answer.remember, Remember::Call);
+            assert_eq!(
+                answer.arguments.as_deref(),
+                Some(r#"{"path":"a","text":"new"}"#)
+            );
+            assert_eq!(answer.by, "tester (console)");
+        }
+        other => panic!("{other:?}"),
+    }
+    let (_, _, page) = send(
+        &f.console,
+        get(&format!("/?note=edited&id={id}"), Some(&f.cookie)),
+    )
+    .await;
+    assert!(
+        page.contains(&format!(
+            "Call #{id} was edited; the gateway decides on the edited call"
+        )),
+        "{page}"
+    );
+    // An edit of a call that no longer waits changes nothing.
+    let (_, response, _) = send(
+        &f.console,
+        post(
+            "/edit",
+            &f.cookie,
+            Some(ORIGIN),
+            &edit(r#"{"path":"b","text":"c"}"#, &csrf),
+        ),
+    )
+    .await;
+    assert_eq!(
+        response.headers()[header::LOCATION],
+        format!("/?note=answered&id={id}")
+    );
+}

@@ -78,10 +78,19 @@ pub enum AskEnding {
     /// The question could not be asked or answered (the host answered with
     /// an error, went away, or the gateway stopped).
     Failed,
+    /// The person edited the call's arguments (the approval queue): the
+    /// edited call is asked about anew.
+    Edited,
 }
 
 impl AskEnding {
-    const ALL: [Self; 4] = [Self::Approved, Self::Declined, Self::TimedOut, Self::Failed];
+    const ALL: [Self; 5] = [
+        Self::Approved,
+        Self::Declined,
+        Self::TimedOut,
+        Self::Failed,
+        Self::Edited,
+    ];
 
     /// The label value.
     pub const fn as_str(self) -> &'static str {
@@ -90,6 +99,7 @@ impl AskEnding {
             Self::Declined => "declined",
             Self::TimedOut => "timed_out",
             Self::Failed => "failed",
+            Self::Edited => "edited",
         }
     }
 }

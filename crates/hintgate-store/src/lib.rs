@@ -73,13 +73,13 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// The SQLite schema's steps, each to the version it names: run in order,
 /// each in a transaction of its own that holds the write lock and reads the
 /// version again, so two processes that open an old file at once run each
 /// step once (`ALTER TABLE` has no `IF NOT EXISTS`).
-const SQLITE_MIGRATIONS: [(i64, &str); 10] = [
+const SQLITE_MIGRATIONS: [(i64, &str); 11] = [
     (
         1,
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -175,6 +175,8 @@ const SQLITE_MIGRATIONS: [(i64, &str); 10] = [
              segment INTEGER NOT NULL, offset INTEGER NOT NULL,
              PRIMARY KEY (run, n)) WITHOUT ROWID;",
     ),
+    // The arguments a person edited a queued call to (see `queue`).
+    (11, "ALTER TABLE approvals ADD COLUMN arguments TEXT;"),
 ];
 
 /// Runs one step of [`SQLITE_MIGRATIONS`], unless another process ran it
@@ -193,6 +195,7 @@ fn migrate_sqlite(connection: &mut Connection, version: i64, sql: &str) -> Resul
 
 mod audit;
 mod body;
+pub mod edit;
 mod entry;
 mod head;
 mod idempotency;

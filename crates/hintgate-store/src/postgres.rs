@@ -42,7 +42,7 @@ use crate::{
 };
 
 /// The schema version this build reads and writes in PostgreSQL.
-pub const PG_SCHEMA_VERSION: i64 = 7;
+pub const PG_SCHEMA_VERSION: i64 = 8;
 
 /// How long connecting, a silent connection or one statement may take
 /// before it fails (unless the address sets its own).
@@ -600,6 +600,13 @@ fn migrate(client: &mut Client, shown: &str) -> Result<Vec<u8>, StoreError> {
                  expires_at BIGINT, updated_at BIGINT NOT NULL, secret BYTEA NOT NULL, tag TEXT,
                  PRIMARY KEY (server, principal));
              UPDATE hintgate.meta SET value = '7' WHERE key = 'schema_version';",
+        )?;
+    }
+    if found < 8 {
+        // The arguments a person edited a queued call to (see `queue`).
+        tx.batch_execute(
+            "ALTER TABLE hintgate.approvals ADD COLUMN IF NOT EXISTS arguments TEXT;
+             UPDATE hintgate.meta SET value = '8' WHERE key = 'schema_version';",
         )?;
     }
     let mut salt = vec![0u8; 32];
@@ -1223,6 +1230,7 @@ fn row_to_unchecked(row: &::postgres::Row) -> Result<Pending, StoreError> {
             remember.as_deref(),
             row.try_get(13)?,
             row.try_get(14)?,
+            row.try_get(18)?,
         ),
         seal: Seal::Unchecked,
     })
@@ -1315,7 +1323,7 @@ impl ApprovalQueue for PgStore {
                     let answer_tag = sealer.answer(tag.as_deref().unwrap_or_default(), &answer);
                     tx.execute(
                         "UPDATE hintgate.approvals SET state = 'answered', approve = $2, remember = $3,
-                             answered_by = $4, answer_tag = $5
+                             answered_by = $4, answer_tag = $5, arguments = $6
                          WHERE id = $1 AND state = 'waiting'",
                         &[
                             &to_sql(id),
@@ -1323,6 +1331,7 @@ impl ApprovalQueue for PgStore {
                             &answer.remember.as_str(),
                             &answer.by,
                             &answer_tag,
+                            &answer.arguments,
                         ],
                     )?;
                     // Delivered to every listener when the answer commits.

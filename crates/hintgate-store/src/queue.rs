@@ -114,6 +114,14 @@ pub struct Answer {
     pub remember: Remember,
     /// Who answered, for the audit log.
     pub by: String,
+    /// The arguments the person edited the call to, as canonical JSON text
+    /// (an object), when they changed them before approving: the gateway
+    /// checks, decides and previews the edited call, and asks about it
+    /// again before it runs. `None` for an answer about the call as asked.
+    /// The answer's seal covers it; an answer with it reads as a denial to
+    /// a gateway that does not know it (its seal does not verify there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }
 
 /// Where an entry stands.
@@ -223,6 +231,7 @@ impl Pending {
                     "nobody: an answer by `{}` whose seal does not verify (written without the audit key)",
                     answer.by
                 ),
+                arguments: None,
             };
         }
     }
@@ -325,6 +334,7 @@ pub(crate) fn state_from(
     remember: Option<&str>,
     by: Option<String>,
     why: Option<String>,
+    arguments: Option<String>,
 ) -> PendingState {
     match state {
         "answered" => PendingState::Answered(Answer {
@@ -332,6 +342,7 @@ pub(crate) fn state_from(
             // An unreadable remember choice is the narrowest one.
             remember: remember.and_then(Remember::parse).unwrap_or(Remember::Call),
             by: by.unwrap_or_default(),
+            arguments,
         }),
         "waiting" => PendingState::Waiting,
         _ => PendingState::Withdrawn {
@@ -522,7 +533,7 @@ impl QueueWatch for SqliteWatch {
 
 /// The columns every query of the queue selects (SQLite and PostgreSQL
 /// name them alike): the entry's, then its seal and its answer's.
-pub(crate) const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why, details, tag, answer_tag";
+pub(crate) const PENDING_COLUMNS: &str = "id, at, expires_at, session, server, server_key, tool, digest, prompt, offer, state, approve, remember, answered_by, why, details, tag, answer_tag, arguments";
 
 /// The stored text of an entry's details, as JSON (unreadable text as none).
 pub(crate) fn details_from(text: Option<&str>) -> Option<Value> {
@@ -561,6 +572,7 @@ fn row_to_unchecked(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pending> {
             remember.as_deref(),
             row.get(13)?,
             row.get(14)?,
+            row.get(18)?,
         ),
         seal: Seal::Unchecked,
     })
@@ -647,14 +659,15 @@ impl ApprovalQueue for SqliteStore {
                 let answer_tag = sealer.answer(tag.as_deref().unwrap_or_default(), answer);
                 transaction.execute(
                     "UPDATE approvals SET state = 'answered', approve = ?2, remember = ?3,
-                         answered_by = ?4, answer_tag = ?5
+                         answered_by = ?4, answer_tag = ?5, arguments = ?6
                      WHERE id = ?1 AND state = 'waiting'",
                     params![
                         to_sql(id),
                         answer.approve,
                         answer.remember.as_str(),
                         answer.by,
-                        answer_tag
+                        answer_tag,
+                        answer.arguments
                     ],
                 )?;
                 Answered::Released

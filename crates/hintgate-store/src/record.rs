@@ -16,8 +16,8 @@
 //!   does a body that the type would not write back byte for byte (a field
 //!   written as `null` where it is left out when absent, or the reverse).
 //!   Every record any hintgate wrote reads: the fields added since the first
-//!   build (a call's `egress`, `host`, `idempotency`, `instance`, `instance_identity`,
-//!   `preview`)
+//!   build (a call's `edit`, `egress`, `host`, `idempotency`, `instance`,
+//!   `instance_identity`, `preview`)
 //!   are optional, and the golden records of `tests/data` (a keyed log
 //!   written by the journal before these types) read and are written back
 //!   byte for byte, so their links still verify.
@@ -67,8 +67,14 @@ pub struct CallRecord {
     /// (`person (elicitation)`, `person (hintgate approvals, NAME)`, …).
     pub approver: String,
     /// The call's arguments as the log keeps them: redacted, as canonical
-    /// JSON (`null` when the call had none).
+    /// JSON (`null` when the call had none). For a call a person edited,
+    /// the edited arguments (the host's are in [`CallRecord::edit`]).
     pub arguments: Arguments,
+    /// For a call a person edited before approving it (`hintgate approvals
+    /// approve ID --arguments FILE`, the console): who, and the arguments
+    /// the host sent. Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<EditRecord>,
     /// For a server sandboxed with a list of hosts (`network = ["host:port",
     /// ...]`): the hosts its egress proxy lets it reach, as listed. Left out
     /// otherwise.
@@ -123,6 +129,18 @@ pub struct CallRecord {
     pub tool: String,
     /// The decision.
     pub verdict: Verdict,
+}
+
+/// How a person edited a call before approving it: who, and what the host
+/// had asked (the record's `arguments` are what was decided on and sent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditRecord {
+    /// Who edited it, as the approval queue names them.
+    pub by: String,
+    /// The arguments as the host sent them, redacted as the record's
+    /// `arguments` are (`null` when the call had none).
+    pub original: Arguments,
 }
 
 /// A call's preview as the log keeps it: its digest (what an approval
@@ -910,12 +928,21 @@ mod tests {
         value.as_object().unwrap().keys().cloned().collect()
     }
 
+    /// An edit record (every field of it is written).
+    fn full_edit() -> EditRecord {
+        EditRecord {
+            by: "alice".into(),
+            original: Arguments::null(),
+        }
+    }
+
     /// A call record with every field there is, and one with only the
     /// fields always written.
     fn calls() -> (CallRecord, CallRecord) {
         let bare = CallRecord {
             approver: "gateway".into(),
             arguments: Arguments::null(),
+            edit: None,
             egress: None,
             host: None,
             idempotency: None,
@@ -935,6 +962,10 @@ mod tests {
         };
         let full = CallRecord {
             arguments: Arguments::from_value(&json!({"a": [1, 2.5]})),
+            edit: Some(EditRecord {
+                by: "alice".into(),
+                original: Arguments::from_value(&json!({"a": [1]})),
+            }),
             egress: Some(vec!["api.example.com:443".into()]),
             host: Some("ci".into()),
             idempotency: Some(Idempotency {
@@ -1006,6 +1037,15 @@ mod tests {
             text: Some("t".into()),
             truncated: true,
         };
+        let edit = &def("callFields")["properties"]["edit"];
+        assert_eq!(
+            keys(&edit["properties"]),
+            keys(&serde_json::to_value(full_edit()).unwrap())
+        );
+        assert_eq!(
+            strings(&edit["required"]),
+            keys(&serde_json::to_value(full_edit()).unwrap())
+        );
         let preview = &def("callFields")["properties"]["preview"];
         assert_eq!(
             keys(&preview["properties"]),

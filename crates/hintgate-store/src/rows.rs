@@ -37,6 +37,9 @@ const PURPOSE: &str = "store rows v1";
 /// The kind of the seal of a standing approval with its grant record.
 const ALWAYS_GRANTED: &str = "always granted";
 
+/// The purpose of the seal of an answer that edits the call's arguments.
+const ANSWER_EDITED: &str = "answer edited";
+
 /// Whether a row that decisions trust carries a valid seal.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -256,13 +259,45 @@ impl Sealer {
 
     /// The seal of an answer: bound to the entry's own seal, so it answers
     /// that entry, as it was put in the queue, and no other.
+    ///
+    /// An answer with edited arguments is sealed under a purpose of its
+    /// own, over them as well: removing them breaks the seal (so the call
+    /// as asked never runs on an approval of an edit), and a gateway that
+    /// does not know edits reads such an answer as a denial.
     pub(crate) fn answer(&self, entry_tag: &str, answer: &Answer) -> String {
-        self.seal("answer", &answer_fields(entry_tag, answer))
+        let [tag, verdict, remember, by] = answer_fields(entry_tag, answer);
+        match &answer.arguments {
+            None => self.seal("answer", &[tag, verdict, remember, by]),
+            Some(arguments) => self.seal(
+                ANSWER_EDITED,
+                &[
+                    tag,
+                    verdict,
+                    remember,
+                    by,
+                    Field::Bytes(arguments.as_bytes()),
+                ],
+            ),
+        }
     }
 
     /// Whether `tag` is the seal of an answer.
     pub(crate) fn check_answer(&self, entry_tag: &str, answer: &Answer, tag: Option<&str>) -> Seal {
-        self.check("answer", &answer_fields(entry_tag, answer), tag)
+        let [entry, verdict, remember, by] = answer_fields(entry_tag, answer);
+        match &answer.arguments {
+            None => self.check("answer", &[entry, verdict, remember, by], tag),
+            Some(arguments) => self.check(
+                ANSWER_EDITED,
+                &[
+                    entry,
+                    verdict,
+                    remember,
+                    by,
+                    Field::Bytes(arguments.as_bytes()),
+                ],
+                tag,
+            ),
+        }
     }
 }
 

@@ -403,11 +403,13 @@ fn queue_contract(queue: &dyn hintgate_store::ApprovalQueue) {
         approve: true,
         remember: Remember::Session,
         by: "alice".into(),
+        arguments: None,
     };
     let no = Answer {
         approve: false,
         remember: Remember::Call,
         by: "bob".into(),
+        arguments: None,
     };
     assert_eq!(queue.answer(a, &yes, 150).unwrap(), Answered::Released);
     assert_eq!(
@@ -462,6 +464,7 @@ fn answer_from_elsewhere(
                 approve: true,
                 remember: Remember::Call,
                 by: "carol".into(),
+                arguments: None,
             };
             assert_eq!(
                 other.answer(id, &answer, 0).unwrap(),

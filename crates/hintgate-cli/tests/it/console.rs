@@ -57,13 +57,13 @@ fn gateway(dir: &Path, extra: &[&str]) -> Host {
 }
 
 /// `hintgate console` in another process; ends when dropped.
-struct ConsoleProcess {
+pub(crate) struct ConsoleProcess {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl ConsoleProcess {
-    fn start(dir: &Path, store: &[&str]) -> Self {
+    pub(crate) fn start(dir: &Path, store: &[&str]) -> Self {
         let mut child = hintgate()
             .current_dir(dir)
             .env("HINTGATE_STATE_DIR", dir.join("state"))
@@ -232,7 +232,7 @@ fn a_person_approves_a_waiting_call_and_a_changed_definition_in_a_real_browser()
 
 /// One HTTP/1.1 exchange with the console, as a browser would send it.
 /// The session cookie a console's URL buys.
-fn session(url: &str) -> (String, String) {
+pub(crate) fn session(url: &str) -> (String, String) {
     let (base, query) = url.split_once("/?").unwrap();
     let host = base.trim_start_matches("http://");
     let answer = http(

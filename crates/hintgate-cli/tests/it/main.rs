@@ -16,6 +16,7 @@ mod config_check;
 mod conformance;
 mod console;
 mod corpus;
+mod edits;
 mod egress;
 mod explain;
 mod gateway;

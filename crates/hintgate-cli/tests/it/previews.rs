@@ -19,10 +19,10 @@ use crate::util::{code, log_json, stderr, stdout};
 /// credential (tempfile's random names mix cases and digits, and the audit
 /// log's detector may take such a path for a token and redact it in what
 /// the store keeps): lowercase, the process id and a count. Removed on drop.
-struct PlainDir(PathBuf);
+pub(crate) struct PlainDir(PathBuf);
 
 impl PlainDir {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let path =
@@ -31,7 +31,7 @@ impl PlainDir {
         Self(path)
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -43,7 +43,7 @@ impl Drop for PlainDir {
 }
 
 /// A directory the reference filesystem server serves, with one file.
-fn served(dir: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn served(dir: &Path) -> (PathBuf, PathBuf) {
     let data = dir.join("data");
     std::fs::create_dir(&data).unwrap();
     let data = data.canonicalize().unwrap();
@@ -54,7 +54,7 @@ fn served(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// The gateway in wrap mode before the reference filesystem server
 /// serving `data`, untrusted (the default).
-fn gateway_command(data: &Path) -> Vec<String> {
+pub(crate) fn gateway_command(data: &Path) -> Vec<String> {
     wrapped(
         &["--name", "fs", "--ask-timeout", "60"],
         &[npm_bin("mcp-server-filesystem"), data.display().to_string()],

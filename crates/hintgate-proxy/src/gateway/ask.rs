@@ -171,6 +171,10 @@ impl Gateway {
         let prompt = self
             .with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
             .unwrap_or_default();
+        let prompt = match Self::edit_note(cx) {
+            Some(note) => format!("{note}\n\n{prompt}"),
+            None => prompt,
+        };
         if cx.preview_changed {
             return format!(
                 "hintgate: the file changed after you were asked about this call; below is what it would change now.\n\n{prompt}"
@@ -232,6 +236,26 @@ impl Gateway {
                 preview: preview.as_ref(),
             },
         ))
+    }
+
+    /// A queue entry's details, with what an edit needs: the input schema
+    /// of the definition decided on (so that an edit is checked before it is
+    /// stored), and, for a call a person edited, how (see `edit`).
+    fn details_for_edits(&self, cx: &CallContext, mut details: Value) -> Value {
+        let schema = cx
+            .server
+            .and_then(|idx| self.catalog.tool(idx, &cx.tool))
+            .and_then(|entry| entry.tool.as_ref().ok())
+            .and_then(|tool| tool.input_schema.clone());
+        if let Some(object) = details.as_object_mut() {
+            if let Some(schema) = schema {
+                object.insert("input_schema".to_owned(), schema);
+            }
+            if let Some(edit) = self.edit_details(cx) {
+                object.insert("edited".to_owned(), edit);
+            }
+        }
+        details
     }
 
     /// A legacy host's person answered the elicitation: approve forwards the
@@ -488,10 +512,14 @@ impl Gateway {
             // The same content as JSON, arguments redacted as in the prompt,
             // for a reader that renders it itself (the web console).
             details: self
-                .with_prompt_input(&cx, true, |policy, input| policy.prompt_details(input)),
+                .with_prompt_input(&cx, true, |policy, input| policy.prompt_details(input))
+                .map(|details| self.details_for_edits(&cx, details)),
+            // An edited call is approved for this call only.
             offer: match offer_of(&cx) {
-                RememberOffer::UpToAlways => Remember::Always,
-                RememberOffer::ThisCallOnly | RememberOffer::NotAsked => Remember::Call,
+                RememberOffer::UpToAlways if cx.edit.is_none() => Remember::Always,
+                RememberOffer::UpToAlways
+                | RememberOffer::ThisCallOnly
+                | RememberOffer::NotAsked => Remember::Call,
             },
         };
         let id = match store.enqueue(&pending) {
@@ -544,7 +572,7 @@ impl Gateway {
             return;
         };
         self.inflight.cancel_deadline(&queued.deadline);
-        self.apply_queue_answer(queued.cx, answer);
+        self.apply_queue_answer(queued.cx, id, answer);
     }
 
     /// A queued call's time is up: withdraw it, unless a person was first.
@@ -560,7 +588,7 @@ impl Gateway {
             .as_ref()
             .map(|store| store.withdraw(id, "nobody answered in time"))
         {
-            Some(Ok(Some(answer))) => self.apply_queue_answer(queued.cx, &answer),
+            Some(Ok(Some(answer))) => self.apply_queue_answer(queued.cx, id, &answer),
             Some(Err(err)) => {
                 tracing::error!("the approval queue could not be written: {err}");
                 self.queued_unanswered(queued.cx, id);
@@ -670,7 +698,7 @@ impl Gateway {
         self.end_call(queued.cx, end);
     }
 
-    fn apply_queue_answer(&mut self, cx: Box<CallContext>, answer: &Answer) {
+    fn apply_queue_answer(&mut self, cx: Box<CallContext>, id: u64, answer: &Answer) {
         let server = cx
             .server
             .map_or("", |idx| self.upstreams.name(idx))
@@ -692,9 +720,28 @@ impl Gateway {
             );
             return;
         }
+        // An edit is no approval yet: the edited call is decided, checked,
+        // previewed and asked about again (see `edit`).
+        if let Some(text) = answer.arguments.as_deref() {
+            self.observe(|| Observed::Answered {
+                server: server.clone(),
+                tool: cx.tool.clone(),
+                approved: false,
+                answer: format!("edited by {by} (hintgate approvals)"),
+            });
+            self.count_ask(&cx, AskChannel::Queue, AskEnding::Edited);
+            self.apply_edit(cx, id, &by, text);
+            return;
+        }
         // The offer is checked again (in `record_approval`): the queue is
-        // only as trusted as whoever can write the store.
-        self.record_approval(&cx, answer.remember);
+        // only as trusted as whoever can write the store. An edited call is
+        // approved for this call only.
+        let remember = if cx.edit.is_some() {
+            Remember::Call
+        } else {
+            answer.remember
+        };
+        self.record_approval(&cx, remember);
         tracing::info!(server.id = %server, tool.name = %cx.tool, "approved in the approval queue by {by}");
         self.observe(|| Observed::Answered {
             server,
@@ -702,7 +749,7 @@ impl Gateway {
             approved: true,
             answer: format!(
                 "approved by {by} (hintgate approvals, remember: {})",
-                answer.remember.as_str()
+                remember.as_str()
             ),
         });
         self.count_ask(&cx, AskChannel::Queue, AskEnding::Approved);

@@ -106,6 +106,24 @@ pub(crate) struct CallContext {
     /// The file changed after the person was asked: the next prompt says
     /// so.
     pub preview_changed: bool,
+    /// A person edited the call's arguments in the approval queue: who, and
+    /// what the host had sent (see `edit`). The call's own arguments are
+    /// then the edited ones.
+    pub edit: Option<Box<Edit>>,
+    /// Why the last edit a person gave could not be used: the next prompt
+    /// says so (the call is asked about as it was).
+    pub edit_refused: Option<String>,
+}
+
+/// How a person edited a call in the approval queue (`gateway::edit`).
+#[derive(Debug, Clone)]
+pub(crate) struct Edit {
+    /// Who edited it, as the queue names them (sanitized).
+    pub by: String,
+    /// The arguments the host sent (`None` when it sent none).
+    pub original: Option<Value>,
+    /// The queue entry the edit answered.
+    pub entry: u64,
 }
 
 /// What step 3 of the pipeline reads of the definition a call is decided
@@ -437,6 +455,8 @@ impl CallContext {
             preview: None,
             approved_preview: None,
             preview_changed: false,
+            edit: None,
+            edit_refused: None,
             trace: None,
         }
     }

@@ -40,7 +40,8 @@ use hintgate_policy::decide::Decision;
 use hintgate_policy::redact::Redactor;
 use hintgate_store::journal::{Durability, Indexer, JournalSettings, JournalWriter, Journaled};
 use hintgate_store::record::{
-    Arguments, CallRecord, Idempotency, OutcomeCode, OutcomeItem, OutcomeRecord, OutcomesRecord,
+    Arguments, CallRecord, EditRecord, Idempotency, OutcomeCode, OutcomeItem, OutcomeRecord,
+    OutcomesRecord,
 };
 use hintgate_store::{AuditLog, NewEntry, Record};
 use serde_json::Value;
@@ -173,6 +174,9 @@ pub(crate) struct CallFields<'a> {
     pub token_scope: Option<&'a str>,
     /// The call's preview, as the log keeps it.
     pub preview: Option<&'a hintgate_store::record::PreviewRecord>,
+    /// For a call a person edited: who, and the host's arguments (redacted
+    /// as they are written; `arguments` are the edited ones).
+    pub edit: Option<(&'a str, Option<&'a Value>)>,
 }
 
 // === impl Journal ===
@@ -610,10 +614,10 @@ impl Journal {
         );
     }
 
-    /// The record of a call: its arguments redacted, in the canonical form
-    /// the redactor writes.
-    fn call_record(&self, fields: &CallFields<'_>) -> CallRecord {
-        let arguments = match fields.arguments {
+    /// Arguments as a record keeps them: redacted, in the canonical form
+    /// the redactor writes (`null` for none).
+    fn record_arguments(&self, arguments: Option<&Value>) -> Arguments {
+        match arguments {
             Some(arguments) => {
                 let mut text = String::with_capacity(128);
                 self.redactor.write_canonical(arguments, &mut text);
@@ -622,13 +626,23 @@ impl Journal {
                 Arguments::from_canonical(text).unwrap_or_else(|_| Arguments::null())
             }
             None => Arguments::null(),
-        };
+        }
+    }
+
+    /// The record of a call: its arguments redacted, in the canonical form
+    /// the redactor writes.
+    fn call_record(&self, fields: &CallFields<'_>) -> CallRecord {
+        let arguments = self.record_arguments(fields.arguments);
         CallRecord {
             approver: match fields.approver {
                 Approver::Policy(Some(code)) => code.as_str().to_owned(),
                 other => other.to_string(),
             },
             arguments,
+            edit: fields.edit.map(|(by, original)| EditRecord {
+                by: by.to_owned(),
+                original: self.record_arguments(original),
+            }),
             egress: fields.egress.map(<[String]>::to_vec),
             host: fields.host.map(str::to_owned),
             // Kept whole, whatever redaction makes of the arguments: it is
@@ -735,6 +749,7 @@ mod tests {
             egress: None,
             token_scope: None,
             preview: None,
+            edit: None,
         });
         journal.batch[0].body.clone()
     }
@@ -781,6 +796,7 @@ mod tests {
             egress: Some(&hosts),
             token_scope: None,
             preview: None,
+            edit: None,
         });
         let body = journal.batch[0].body.clone();
         let parsed: Value = serde_json::from_str(&body).unwrap();
@@ -810,6 +826,7 @@ mod tests {
             egress: None,
             token_scope: None,
             preview: None,
+            edit: None,
         };
         assert_eq!(journal.call(&fields), Some(0));
         assert_eq!(journal.call(&fields), Some(1));
@@ -881,6 +898,7 @@ mod tests {
             egress: None,
             token_scope: None,
             preview: None,
+            edit: None,
         };
         let to_forward = CallFields {
             request_id: "2",
@@ -1010,6 +1028,7 @@ mod tests {
             egress: None,
             token_scope: None,
             preview: None,
+            edit: None,
         };
         let queue = Approver::Person(Channel::Queue("alice".into()));
         let elicitation = Approver::Person(Channel::Elicitation);

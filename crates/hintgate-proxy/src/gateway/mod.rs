@@ -45,6 +45,7 @@ pub(crate) mod ask;
 pub(crate) mod call;
 pub(crate) mod catalog;
 pub(crate) mod dry_run;
+pub(crate) mod edit;
 pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;

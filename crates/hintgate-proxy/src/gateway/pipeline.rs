@@ -674,6 +674,8 @@ impl Gateway {
             }
         };
         let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
+        // A call a person edited says so, and how, in what the host gets.
+        let line = self.note_edit(&cx, line, true);
         self.answer_call(&cx, line, outcome);
     }
 
@@ -847,6 +849,10 @@ impl Gateway {
             egress: egress.as_deref(),
             token_scope: token_scope.as_deref(),
             preview: preview.as_ref(),
+            edit: cx
+                .edit
+                .as_deref()
+                .map(|edit| (edit.by.as_str(), edit.original.as_ref())),
         };
         self.journal.call(&fields)
     }
@@ -886,6 +892,8 @@ impl Gateway {
             return;
         }
         let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
+        // A call a person edited says so, also when it ends here.
+        let line = self.note_edit(&cx, line, false);
         self.outbox.host(cx.request.session, line);
     }
 

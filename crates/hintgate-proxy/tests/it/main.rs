@@ -10,6 +10,7 @@
 
 mod bounds;
 mod crossing;
+mod edits;
 mod egress_netns;
 mod harness;
 mod hooks;

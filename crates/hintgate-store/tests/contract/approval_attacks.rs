@@ -497,6 +497,7 @@ fn approvals_from_before_grants_were_logged_are_kept_and_approve_nothing() {
         case.db.execute(&format!(
             "INSERT INTO {{s}}always (server_key, tool, digest, tag) VALUES ('k', 'write', 'sha256:w', '{tag}');
              ALTER TABLE {{s}}always DROP COLUMN grant_seq;
+             ALTER TABLE {{s}}approvals DROP COLUMN arguments;
              DROP TABLE {{s}}approval_log;"
         ));
         if case.postgres {

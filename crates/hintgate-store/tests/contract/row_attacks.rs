@@ -70,6 +70,7 @@ fn yes(by: &str) -> Answer {
         approve: true,
         remember: Remember::Always,
         by: by.into(),
+        arguments: None,
     }
 }
 
@@ -223,6 +224,53 @@ fn an_answer_moved_to_another_entry_denies_that_entry() {
         };
         assert!(approved(first), "the answer alice gave stands");
         assert!(!approved(second), "her answer does not answer another call");
+    });
+}
+
+#[test]
+fn an_edit_changed_removed_or_added_without_the_key_denies_the_call() {
+    on_both(|store, db| {
+        let edit = |by: &str, arguments: &str| Answer {
+            remember: Remember::Call,
+            arguments: Some(arguments.to_owned()),
+            ..yes(by)
+        };
+        // An edit, as given: read back with its arguments.
+        let edited = store.enqueue(&pending("write_file")).unwrap();
+        let given = edit("alice", r#"{"content":"safe","path":"/a"}"#);
+        assert_eq!(store.answer(edited, &given, 0).unwrap(), Answered::Released);
+        assert_eq!(
+            store.answers(&[edited]).unwrap(),
+            [(edited, given.clone())],
+            "an edit reads back as given"
+        );
+        // Its arguments swapped for others, or removed (so that the call
+        // would run as the host asked, on an approval of an edit).
+        let swapped = store.enqueue(&pending("write_file")).unwrap();
+        let removed = store.enqueue(&pending("write_file")).unwrap();
+        for id in [swapped, removed] {
+            assert_eq!(store.answer(id, &given, 0).unwrap(), Answered::Released);
+        }
+        db.execute(&format!(
+            "UPDATE {{s}}approvals SET arguments = '{{\"content\":\"evil\",\"path\":\"/a\"}}' WHERE id = {swapped};
+             UPDATE {{s}}approvals SET arguments = NULL WHERE id = {removed}"
+        ));
+        // A plain approval given arguments it was not given.
+        let added = store.enqueue(&pending("write_file")).unwrap();
+        assert_eq!(
+            store.answer(added, &yes("alice"), 0).unwrap(),
+            Answered::Released
+        );
+        db.execute(&format!(
+            "UPDATE {{s}}approvals SET arguments = '{{\"content\":\"evil\"}}' WHERE id = {added}"
+        ));
+        for id in [swapped, removed, added] {
+            let answers = store.answers(&[id]).unwrap();
+            assert_eq!(answers.len(), 1);
+            let (_, answer) = &answers[0];
+            assert!(!answer.approve, "#{id}: a changed edit is read as a denial");
+            assert_eq!(answer.arguments, None, "#{id}");
+        }
     });
 }
 
