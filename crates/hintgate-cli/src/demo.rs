@@ -342,6 +342,7 @@ async fn drive(config: ValidConfig) -> Result<()> {
                 Observed::Queued { id, .. } => text.push_str(&format!(
                     "   waits in the approval queue as #{id} (hintgate approvals)\n"
                 )),
+                Observed::Stopping => {}
             }
         }
         if let Some(prompt) = asked {

@@ -187,6 +187,9 @@ pub enum Observed {
         /// What was answered, in words.
         answer: String,
     },
+    /// The gateway was asked to stop: from here on it sends no new call,
+    /// and the calls in flight end on record.
+    Stopping,
 }
 
 /// Why the gateway stopped with an error.
@@ -952,6 +955,7 @@ impl Gateway {
                     "asked to stop: the calls in flight end on record, then the servers stop"
                 );
                 self.stopping = true;
+                self.observe(|| Observed::Stopping);
             }
             Event::Reported => self.calls_reported(false),
         }

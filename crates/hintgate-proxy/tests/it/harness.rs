@@ -882,10 +882,21 @@ impl Harness {
         let queues = Arc::clone(&connector.queues);
         let pushed = Arc::clone(&connector.pushed);
         let as_store: Arc<dyn Store> = store.clone();
+        // What the gateway observes goes on the timeline where a test must
+        // wait for it: that it began to stop.
+        let (observer, mut observed) = mpsc::unbounded_channel();
+        let stopping = timeline.clone();
+        tokio::spawn(async move {
+            while let Some(seen) = observed.recv().await {
+                if matches!(seen, hintgate_proxy::Observed::Stopping) {
+                    stopping.push("gateway stopping".to_owned());
+                }
+            }
+        });
         let settings = Settings {
             policy: Policy::new(config),
             mode: setup.mode,
-            observer: None,
+            observer: Some(observer),
             store: Some(as_store),
             connector: Some(connector),
             metrics: None,

@@ -131,7 +131,10 @@ async fn a_call_waiting_for_a_slow_log_when_the_gateway_stops_ends_unsent_on_rec
     let store = gateway.store.clone();
     eventually(|| *store.waiting.lock().unwrap() == 1).await;
     gateway.stop();
-    // The stop waits for the write out; let it go.
+    // Once the gateway has begun to stop (a write reported before would
+    // rightly send the call), the stop waits for the write out; let it go.
+    let timeline = gateway.timeline.clone();
+    eventually(|| timeline.position("gateway stopping").is_some()).await;
     gateway.store.release();
     let answer = gateway.response(&json!("c1")).await;
     assert!(is_error(&answer), "{answer}");
