@@ -1199,12 +1199,6 @@ fn verify_run(
 /// time, not one per turn.
 pub const INDEX_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// The most records the indexer writes in one transaction: under load it
-/// indexes as soon as it has this many rather than gathering for
-/// [`INDEX_GATHER`], so what waits in memory stays small (a batch of
-/// records of about 600 bytes: well under a megabyte).
-pub const INDEX_BATCH: usize = 512;
-
 /// The most records the indexer holds while the index fails; beyond it,
 /// it stops trying (the journal has them all, and the next start imports
 /// them once the run has ended).
@@ -1297,16 +1291,22 @@ fn index_loop(
             Ok(records) => pending.extend(records),
             Err(_) => open = false,
         }
-        // Whatever else comes within INDEX_GATHER goes in the same
-        // transaction, up to INDEX_BATCH records: a busy gateway's records
-        // wait in memory for no more than one batch.
-        let gather = std::time::Instant::now() + INDEX_GATHER;
-        while open && pending.len() < INDEX_BATCH {
-            let left = gather.saturating_duration_since(std::time::Instant::now());
-            match receiver.recv_timeout(left) {
+        if open {
+            // Whatever else comes meanwhile goes in the same transaction.
+            // The thread sleeps rather than waiting on the channel, so the
+            // gateway's turns in between wake nobody (one wake-up per
+            // gather, not one per turn); what waits meanwhile is what a
+            // gateway journals in INDEX_GATHER.
+            std::thread::sleep(INDEX_GATHER);
+        }
+        loop {
+            match receiver.try_recv() {
                 Ok(records) => pending.extend(records),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => open = false,
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
             }
         }
         if failing && pending.len() > MAX_UNINDEXED {
