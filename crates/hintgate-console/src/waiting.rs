@@ -346,10 +346,15 @@ fn preview(details: &Value) -> String {
         Some("dry-run") => "the server's own dry run: its claim, which hintgate does not check",
         _ => "of unknown source",
     };
+    let diff = preview.get("kind").and_then(Value::as_str) == Some("diff");
     match (
         preview.get("text").and_then(Value::as_str),
         preview.get("none").and_then(Value::as_str),
     ) {
+        (Some(text), _) if diff => format!(
+            "<dt>What it will change ({source})</dt><dd><pre class=\"preview diff\">{}</pre></dd>\n",
+            diff_lines(text)
+        ),
         (Some(text), _) => format!(
             "<dt>What it will change ({source})</dt><dd><pre class=\"preview\">{}</pre></dd>\n",
             html::block(text)
@@ -360,6 +365,30 @@ fn preview(details: &Value) -> String {
         ),
         (None, None) => String::new(),
     }
+}
+
+/// A unified diff, one element per line, each line's class saying what
+/// it is (`file` for the `---`/`+++` headers, `hunk` for `@@`, `del`, `add`,
+/// or `same` for context and anything else), so the style sheet colours
+/// what goes and what comes. Every line's text is escaped as a block is;
+/// the line breaks are the elements' own.
+fn diff_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for line in text.lines() {
+        let class = if line.starts_with("---") || line.starts_with("+++") {
+            "file"
+        } else if line.starts_with("@@") {
+            "hunk"
+        } else if line.starts_with('-') {
+            "del"
+        } else if line.starts_with('+') {
+            "add"
+        } else {
+            "same"
+        };
+        let _ = write!(out, "<span class=\"{class}\">{}</span>", html::block(line));
+    }
+    out
 }
 
 /// The form of an answer.
@@ -492,4 +521,25 @@ pub(crate) async fn edit(
         Ok(Ok(Answered::Broken)) => "broken",
     };
     crate::see_other(&format!("/?note={note}&id={id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::diff_lines;
+
+    #[test]
+    fn a_diff_is_one_classed_element_per_line_and_its_text_stays_text() {
+        let shown = diff_lines(
+            "--- a/notes.txt\n+++ b/notes.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+<script>x()</script>\n",
+        );
+        assert_eq!(
+            shown,
+            "<span class=\"file\">--- a/notes.txt</span>\
+             <span class=\"file\">+++ b/notes.txt</span>\
+             <span class=\"hunk\">@@ -1,2 +1,2 @@</span>\
+             <span class=\"same\"> one</span>\
+             <span class=\"del\">-two</span>\
+             <span class=\"add\">+&lt;script&gt;x()&lt;/script&gt;</span>"
+        );
+    }
 }

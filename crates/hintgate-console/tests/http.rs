@@ -661,7 +661,8 @@ async fn a_call_with_the_prompts_content_is_laid_out_and_every_part_escaped() {
         "<td class=\"old\"><pre>Writes.</pre></td><td class=\"new\"><pre>Writes.&lt;script&gt;x()&lt;/script&gt;</pre></td>",
         "<pre class=\"prompt\">the prompt&#39;s text</pre>",
         "<dt>What it will change (computed by hintgate from the file on this machine)</dt>",
-        "-old\n+&lt;script&gt;y()&lt;/script&gt;\n</pre>",
+        "<pre class=\"preview diff\">",
+        "<span class=\"del\">-old</span><span class=\"add\">+&lt;script&gt;y()&lt;/script&gt;</span></pre>",
     ] {
         assert!(page.contains(part), "{part} in {page}");
     }

@@ -81,6 +81,9 @@ pub fn resolve(
             Ecosystem::Npm => npx_cached(&npm_name(spec), home),
             Ecosystem::PyPi => tool_installed(&split_spec(ecosystem, spec).0, &tool_env(home)),
         }),
+        None if matches!(program, "node" | "nodejs") => node_script(args)
+            .and_then(|script| std::fs::canonicalize(script).ok())
+            .and_then(|script| node_package_above(&script)),
         None => executable
             .as_deref()
             .and_then(|exe| node_package_above(exe).or_else(|| python_script_package(exe))),
@@ -112,6 +115,26 @@ fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path)
         .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// The script `node` runs, when it is given by an absolute path: the first
+/// operand after node's own options (skipping the modules `-r`/`--require`
+/// and `--import` preload). `None` when node evaluates a string (`-e`,
+/// `-p`) or the script is named relative to a directory the gateway does
+/// not know.
+fn node_script(args: &[String]) -> Option<&Path> {
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "-e" | "--eval" | "-p" | "--print" => return None,
+            "-r" | "--require" | "--import" => {
+                rest.next();
+            }
+            option if option.starts_with('-') => {}
+            script => return Some(Path::new(script)).filter(|script| script.is_absolute()),
+        }
+    }
+    None
 }
 
 /// The package an executable inside a `node_modules` tree belongs to.
@@ -278,6 +301,34 @@ mod tests {
             resolve("no-such-program", &[], Some(&path), None).executable,
             None
         );
+    }
+
+    #[test]
+    fn a_node_script_given_by_its_path_names_its_package() {
+        let dir = tempfile::tempdir().unwrap();
+        let package = dir.path().join("node_modules/@scope/server");
+        std::fs::create_dir_all(package.join("dist")).unwrap();
+        std::fs::write(
+            package.join("package.json"),
+            r#"{"name": "@scope/server", "version": "2.0.1"}"#,
+        )
+        .unwrap();
+        let script = package.join("dist/index.js").display().to_string();
+        std::fs::write(&script, "").unwrap();
+        let found = |args: &[&str]| resolve("node", &strings(args), None, None).package;
+        let expected = Some(Package {
+            name: "@scope/server".into(),
+            version: "2.0.1".into(),
+        });
+        assert_eq!(found(&[&script, "/data"]), expected);
+        assert_eq!(
+            found(&["--no-warnings", "-r", "/preload.js", &script]),
+            expected
+        );
+        // node evaluating a string, or a script named relative to a
+        // directory the gateway does not know, names no package.
+        assert_eq!(found(&["-e", "1", &script]), None);
+        assert_eq!(found(&["dist/index.js"]), None);
     }
 
     #[test]

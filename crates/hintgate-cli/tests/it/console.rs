@@ -356,3 +356,147 @@ fn an_answer_in_a_console_on_postgres_releases_a_call_waiting_on_another_machine
     assert_eq!(text(&result), "ran post_message");
     assert!(host.close().success());
 }
+
+/// Each line of the first waiting card's preview as the page shows it:
+/// its class and its rendered text.
+fn preview_lines(browser: &Browser) -> Vec<(String, String)> {
+    let lines = browser.eval(
+        "return Array.from(document.querySelectorAll('#waiting article.call pre.preview.diff > span')).map(s => [s.className, s.innerText])",
+    );
+    lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| {
+            (
+                line[0].as_str().unwrap().to_owned(),
+                line[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Scrolls the first waiting card's preview into the middle of the view,
+/// for its screenshot.
+fn show_preview(browser: &Browser) {
+    browser.eval(
+        "document.querySelector('#waiting article.call pre.preview').scrollIntoView({block: 'center'}); return null",
+    );
+}
+
+#[test]
+fn a_person_sees_a_writes_diff_edits_the_call_and_approves_what_was_shown_in_a_real_browser() {
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    // The reference filesystem server, untrusted; the host cannot ask, so
+    // the write waits in the queue the console shows.
+    let dir = crate::previews::PlainDir::new();
+    let (data, file) = crate::previews::served(dir.path());
+    let path = file.display().to_string();
+    let fs = crate::peers::npm_bin("mcp-server-filesystem");
+    let data_text = data.display().to_string();
+    let mut host = Host::start(
+        dir.path(),
+        &[
+            "run",
+            "--name",
+            "fs",
+            "--ask-timeout",
+            "600",
+            "--",
+            &fs,
+            &data_text,
+        ],
+        &[],
+    );
+    host.initialize(json!({}));
+    crate::approvals::send_call(
+        &mut host,
+        "w1",
+        "write_file",
+        json!({"path": path, "content": "one\n2\nthree\n"}),
+    );
+    let console = ConsoleProcess::start(dir.path(), &[]);
+    browser.goto(&console.url);
+
+    // The card shows the diff the gateway computed from the file, each line
+    // coloured by what it does.
+    browser.wait_for("#waiting article.call pre.preview.diff");
+    let file_header = |sign: &str, side: &str| ("file".to_owned(), format!("{sign} {side}{path}"));
+    assert_eq!(
+        preview_lines(&browser),
+        vec![
+            file_header("---", "a"),
+            file_header("+++", "b"),
+            ("hunk".to_owned(), "@@ -1,3 +1,3 @@".to_owned()),
+            ("same".to_owned(), " one".to_owned()),
+            ("del".to_owned(), "-two".to_owned()),
+            ("add".to_owned(), "+2".to_owned()),
+            ("same".to_owned(), " three".to_owned()),
+        ]
+    );
+    let card = browser.text(&browser.wait_for("#waiting article.call"));
+    assert!(
+        card.contains("What it will change (computed by hintgate from the file on this machine)"),
+        "{card}"
+    );
+    // What goes and what comes are told apart by colour, not only by sign.
+    let colours = browser.eval(
+        "const bg = c => getComputedStyle(document.querySelector('#waiting pre.preview.diff span.' + c)).backgroundColor; return [bg('del'), bg('add'), bg('same')]",
+    );
+    let colours: Vec<&str> = colours
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|colour| colour.as_str().unwrap())
+        .collect();
+    assert!(
+        colours[0] != colours[1] && colours[0] != colours[2] && colours[1] != colours[2],
+        "{colours:?}"
+    );
+    assert_no_script_ran(&browser);
+    show_preview(&browser);
+    browser.screenshot(&screenshots().join("preview.png"));
+
+    // The person edits the arguments in the card's form: the gateway checks
+    // the edit, previews the edited call and lists it again.
+    let first = browser.eval("return document.querySelector('#waiting article.call').id");
+    let summary = browser.wait_for("#waiting article.call details.edit summary");
+    browser.click(&summary);
+    let edited = json!({"path": path, "content": "one\nfrom the browser\nthree\n"}).to_string();
+    browser.eval(&format!(
+        "document.querySelector('#waiting article.call details.edit textarea').value = {}; return null",
+        serde_json::to_string(&edited).unwrap()
+    ));
+    let send = browser.wait_for("#waiting article.call form.edit button.edit");
+    browser.click(&send);
+    let note = browser.text(&browser.wait_for("p.note"));
+    assert!(note.contains("was edited"), "{note}");
+    // The edited call's card: marked as edited, with its own diff.
+    browser.wait_for("#waiting article.call dd.warning");
+    let again = browser.eval("return document.querySelector('#waiting article.call').id");
+    assert_ne!(again, first, "the edited call is a new question");
+    let lines = preview_lines(&browser);
+    assert!(
+        lines.contains(&("del".to_owned(), "-two".to_owned()))
+            && lines.contains(&("add".to_owned(), "+from the browser".to_owned())),
+        "{lines:?}"
+    );
+    assert_no_script_ran(&browser);
+    show_preview(&browser);
+    browser.screenshot(&screenshots().join("edited.png"));
+
+    // Approved as shown: what runs is the edited call.
+    let approve = browser.wait_for("#waiting article.call button.approve");
+    browser.click(&approve);
+    let note = browser.text(&browser.wait_for("p.note"));
+    assert!(note.contains("was approved"), "{note}");
+    let result = host.wait_for(&json!("w1"))["result"].clone();
+    assert!(!is_error(&result), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "one\nfrom the browser\nthree\n"
+    );
+    host.close();
+}
