@@ -230,6 +230,31 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// The CPU time process `pid` has used so far (user and system), from
+/// `/proc/PID/stat`, in clock ticks of 1/100 s.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's name, which is in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime are the 14th and 15th fields of the line.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A load run at `addr` with the CPU time process `pid` spent in it, in
+/// microseconds per call.
+async fn load_with_cpu(pid: u32, addr: SocketAddr, sessions: usize, time: Duration) -> (Load, f64) {
+    let before = cpu_ticks(pid);
+    let run = load(addr, sessions, time).await;
+    let spent = (cpu_ticks(pid) - before) as f64 * 10_000.0;
+    let per_call = spent / run.calls.max(1) as f64;
+    (run, per_call)
+}
+
 /// `hintgate run --listen` in front of `url`, and the address it serves.
 fn gateway(url: &str, state: &std::path::Path) -> (Child, SocketAddr) {
     // Another build's binary, to compare builds in one run of this bench.
@@ -379,13 +404,13 @@ fn main() {
         let direct = load(upstream_addr, sessions, time).await;
         let (mut relay_child, relay_addr) = serving_process(&["--serve-relay", &url]);
         load(relay_addr, 1, Duration::from_millis(200)).await;
-        let relayed = load(relay_addr, sessions, time).await;
+        let (relayed, relay_cpu) = load_with_cpu(relay_child.id(), relay_addr, sessions, time).await;
         let _ = relay_child.kill();
         let _ = relay_child.wait();
         let (mut child, addr) = gateway(&url, &state);
         // Warm: the gateway starts its upstream link on the first request.
         load(addr, 1, Duration::from_millis(200)).await;
-        let through = load(addr, sessions, time).await;
+        let (through, gateway_cpu) = load_with_cpu(child.id(), addr, sessions, time).await;
 
         // Memory per idle session: the resident set before and after
         // `idle` sessions that initialized and went quiet.
@@ -428,6 +453,9 @@ fn main() {
             "the bare relay on the same HTTP stack: {:.2}x of direct; hintgate keeps {:.2}x of the relay's calls/s",
             rate(&relayed) / rate(&direct),
             rate(&through) / rate(&relayed),
+        );
+        println!(
+            "CPU per call: the bare relay {relay_cpu:.0} µs, hintgate {gateway_cpu:.0} µs"
         );
         println!(
             "memory per idle session: {per_session:.1} KiB ({idle} sessions; resident set {before} KiB -> {after} KiB)"
