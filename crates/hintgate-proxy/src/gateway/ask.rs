@@ -101,6 +101,59 @@ fn requested_schema(offer: RememberOffer, can_remember_always: bool) -> Value {
     json!({"type": "object", "properties": properties, "required": [APPROVE]})
 }
 
+/// What a legacy host's person answered the gateway's elicitation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Elicited {
+    /// Approved, remembered this far.
+    Approved(Remember),
+    /// Not approved: why, for the host, and in short, for the observer;
+    /// `failed` when the host could not ask at all (an error, or no result).
+    Refused {
+        failed: bool,
+        why: &'static str,
+        short: &'static str,
+    },
+}
+
+/// Reads the host's answer to the gateway's elicitation: only an `accept`
+/// whose form says `approve: true` approves.
+fn elicitation_answer(message: &Message<'_>) -> Elicited {
+    let result: Option<Value> = message
+        .result
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+    let Some(result) = result.filter(|_| message.error.is_none()) else {
+        return Elicited::Refused {
+            failed: true,
+            why: "The host could not ask (it answered the prompt with an error).",
+            short: "the host could not ask",
+        };
+    };
+    let action = result.get("action").and_then(Value::as_str).unwrap_or("");
+    let content = result.get("content");
+    let approved = action == "accept"
+        && content
+            .and_then(|c| c.get(APPROVE))
+            .and_then(Value::as_bool)
+            == Some(true);
+    if approved {
+        return Elicited::Approved(remember_of(
+            content
+                .and_then(|c| c.get(REMEMBER))
+                .and_then(Value::as_str),
+        ));
+    }
+    let (why, short) = match action {
+        "accept" => ("The person did not approve it.", "did not approve"),
+        "decline" => ("The person declined.", "declined"),
+        _ => ("The prompt was dismissed.", "dismissed the prompt"),
+    };
+    Elicited::Refused {
+        failed: false,
+        why,
+        short,
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
@@ -261,65 +314,30 @@ impl Gateway {
     /// A legacy host's person answered the elicitation: approve forwards the
     /// call, anything else refuses it.
     pub(super) fn on_ask_answer(&mut self, cx: Box<CallContext>, message: &Message<'_>) {
-        let result: Option<Value> = message
-            .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
-        let is_error = message.error.is_some() || result.is_none();
-        let action = result
-            .as_ref()
-            .and_then(|r| r.get("action"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let content = result.as_ref().and_then(|r| r.get("content"));
-        let approved = !is_error
-            && action == "accept"
-            && content
-                .and_then(|c| c.get(APPROVE))
-                .and_then(Value::as_bool)
-                == Some(true);
         let server = cx
             .server
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
-        if !approved {
-            let (why, short) = if is_error {
-                (
-                    "The host could not ask (it answered the prompt with an error).",
-                    "the host could not ask",
-                )
-            } else if action == "accept" {
-                ("The person did not approve it.", "did not approve")
-            } else if action == "decline" {
-                ("The person declined.", "declined")
-            } else {
-                ("The prompt was dismissed.", "dismissed the prompt")
-            };
-            tracing::info!(server.id = %server, tool.name = %cx.tool, "refused by the person: {why}");
-            self.observe(|| Observed::Answered {
-                server: server.clone(),
-                tool: cx.tool.clone(),
-                approved: false,
-                answer: short.to_owned(),
-            });
-            let ending = if is_error {
-                AskEnding::Failed
-            } else {
-                AskEnding::Declined
-            };
-            self.count_ask(&cx, AskChannel::Elicitation, ending);
-            let by = if is_error {
-                Approver::Gateway
-            } else {
-                Approver::Person(Channel::Elicitation)
-            };
-            self.end_call(cx, denied(why, by).into());
-            return;
-        }
-        let remember = remember_of(
-            content
-                .and_then(|c| c.get(REMEMBER))
-                .and_then(Value::as_str),
-        );
+        let remember = match elicitation_answer(message) {
+            Elicited::Approved(remember) => remember,
+            Elicited::Refused { failed, why, short } => {
+                tracing::info!(server.id = %server, tool.name = %cx.tool, "refused by the person: {why}");
+                self.observe(|| Observed::Answered {
+                    server: server.clone(),
+                    tool: cx.tool.clone(),
+                    approved: false,
+                    answer: short.to_owned(),
+                });
+                let (ending, by) = if failed {
+                    (AskEnding::Failed, Approver::Gateway)
+                } else {
+                    (AskEnding::Declined, Approver::Person(Channel::Elicitation))
+                };
+                self.count_ask(&cx, AskChannel::Elicitation, ending);
+                self.end_call(cx, denied(why, by).into());
+                return;
+            }
+        };
         self.record_approval(&cx, remember);
         tracing::info!(server.id = %server, tool.name = %cx.tool, "approved by the person");
         let may_remember = offer_of(&cx) == RememberOffer::UpToAlways;
@@ -769,5 +787,63 @@ fn denied(extra: &str, by: Approver) -> Refusal {
     Refusal::Denied {
         extra: Some(extra.to_owned()),
         by,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_accepted_approve_approves_and_the_remember_choice_is_read() {
+        // What a line means: approved and remembered so far, or refused
+        // (whether the host failed, and what the observer is told).
+        type Meaning = Result<Remember, (bool, &'static str)>;
+        let cases: &[(&str, Meaning)] = &[
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true}}}"#,
+                Ok(Remember::Call),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true,"remember":"this tool for the rest of this session"}}}"#,
+                Ok(Remember::Session),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true,"remember":"this tool always"}}}"#,
+                Ok(Remember::Always),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":"true"}}}"#,
+                Err((false, "did not approve")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":false}}}"#,
+                Err((false, "did not approve")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"decline"}}"#,
+                Err((false, "declined")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"cancel"}}"#,
+                Err((false, "dismissed the prompt")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","error":{"code":-32601,"message":"no"}}"#,
+                Err((true, "the host could not ask")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true}},"error":{"code":1,"message":"both"}}"#,
+                Err((true, "the host could not ask")),
+            ),
+        ];
+        for (line, expected) in cases {
+            let message = Message::parse(line).expect("a test line parses");
+            let got = match elicitation_answer(&message) {
+                Elicited::Approved(remember) => Ok(remember),
+                Elicited::Refused { failed, short, .. } => Err((failed, short)),
+            };
+            assert_eq!(&got, expected, "{line}");
+        }
     }
 }
