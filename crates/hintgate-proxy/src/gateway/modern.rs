@@ -442,7 +442,12 @@ impl Gateway {
         if let Some(host) = self.sessions.get_mut(&request.session) {
             host.discover_pending = Some(request);
         }
-        self.finish_initialize();
+        super::routing::finish_initialize(
+            &mut self.outbox,
+            &mut self.sessions,
+            &self.upstreams,
+            &self.mode,
+        );
     }
 
     /// A server's response passed to the host under the host's id, with
@@ -483,7 +488,7 @@ impl Gateway {
             return message.with_id(host_id);
         };
         // A server's questions reach the person marked as the server's.
-        match self.marked_input_required(idx, raw.get()) {
+        match self.lookup().marked_input_required(idx, raw.get()) {
             None => {}
             Some(Ok(result)) => return frame::response(host_id, &result),
             Some(Err(why)) => {
@@ -536,7 +541,14 @@ impl Gateway {
             .get_mut(&session)
             .and_then(|host| host.listen.take());
         if replaced.is_some() {
-            self.end_subscriptions(session);
+            super::subscriptions::end_subscriptions(
+                &mut self.subscriptions,
+                &mut self.inflight,
+                &mut self.outbox,
+                &mut self.upstreams,
+                self.limits,
+                session,
+            );
         }
         let asked = request
             .params()

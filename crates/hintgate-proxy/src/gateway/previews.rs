@@ -25,8 +25,8 @@ use hintgate_policy::redact::looks_like_secret;
 use hintgate_store::record::PreviewRecord;
 use serde_json::Value;
 
-use super::Gateway;
 use super::call::{CallContext, Exit};
+use super::lookup::Lookup;
 use super::steps;
 use crate::preview;
 
@@ -41,9 +41,9 @@ const REDACTED_VALUE: &str = "[redacted]";
 /// definition's pin: the preview's digest.
 const PREVIEW_MARK: &str = " preview:";
 
-// === impl Gateway ===
+// === impl Lookup ===
 
-impl Gateway {
+impl Lookup<'_> {
     /// The preview of a call, where its tool has one: the first
     /// `[[previews]]` entry that matches, else the built-in file previews
     /// of a server recognised as the reference filesystem server. `None`
