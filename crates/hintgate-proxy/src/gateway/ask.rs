@@ -523,7 +523,7 @@ impl Gateway {
                 return;
             }
         };
-        self.watch_keys();
+        super::watch_keys(&self.store, &self.catalog, &self.events, &mut self.watcher);
         let Some(watcher) = &self.watcher else {
             let _ = store.withdraw(id, "the gateway cannot watch the queue");
             self.end_call(

@@ -951,6 +951,25 @@ pub(super) fn relay_to_legacy_host(
     outbox.host(session, line);
 }
 
+/// Tells the store watcher which identities to watch.
+fn watch_keys(
+    store: &Option<Arc<dyn Store>>,
+    catalog: &catalog::Catalog,
+    events: &EventSender,
+    watcher: &mut Option<watch::StoreWatcher>,
+) {
+    let Some(store) = store.clone() else {
+        return;
+    };
+    let keys = catalog.keys();
+    if watcher.is_none() {
+        *watcher = watch::StoreWatcher::spawn(store, events.clone());
+    }
+    if let Some(watcher) = watcher {
+        watcher.set_keys(keys);
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
@@ -2067,23 +2086,6 @@ impl Gateway {
             other => {
                 tracing::debug!(server.id = %self.upstreams.name(idx), "the read-only instance sent `{}`; dropped", hintgate_policy::sanitize::escape_line(other));
                 false
-            }
-        }
-    }
-
-    /// Tells the store watcher which identities to watch.
-    fn watch_keys(&mut self) {
-        let Some(store) = self.store.clone() else {
-            return;
-        };
-        let keys = self.catalog.keys();
-        match &self.watcher {
-            Some(watcher) => watcher.set_keys(keys),
-            None => {
-                self.watcher = watch::StoreWatcher::spawn(store, self.events.clone());
-                if let Some(watcher) = &self.watcher {
-                    watcher.set_keys(keys);
-                }
             }
         }
     }

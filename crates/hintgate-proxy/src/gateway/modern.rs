@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 use super::Gateway;
 use super::call::CallContext;
 use super::inflight::InFlight;
+use super::lookup::Lookup;
 use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use super::session::Sessions;
@@ -450,82 +451,6 @@ impl Gateway {
         );
     }
 
-    /// A server's response passed to the host under the host's id, with
-    /// what a modern host requires added to a successful result, and the
-    /// questions of an input-required result marked as the server's.
-    pub(super) fn host_response(
-        &self,
-        idx: ServerIdx,
-        session: SessionId,
-        message: &Message<'_>,
-        host_id: &str,
-        method: &str,
-    ) -> String {
-        let modern = self.sessions.get(&session).is_some_and(HostSession::modern);
-        if !modern {
-            // A 2026-07-28 server may answer with an input-required result;
-            // a legacy host could not retry it, so it is told plainly.
-            let asks_input = message.result.is_some_and(|raw| {
-                super::relay::may_ask_input(raw.get())
-                    && serde_json::from_str::<Value>(raw.get())
-                        .ok()
-                        .is_some_and(|result| {
-                            result.get("resultType").and_then(Value::as_str)
-                                == Some("input_required")
-                        })
-            });
-            if asks_input {
-                let text = "the server asked for more input (a 2026-07-28 input-required result), which this gateway cannot relay to a host of the legacy era for this request";
-                return if method == "tools/call" {
-                    frame::response(host_id, &super::call::error_result(text))
-                } else {
-                    frame::error_response(host_id, -32603, text)
-                };
-            }
-            return message.with_id(host_id);
-        }
-        let Some(raw) = message.result else {
-            return message.with_id(host_id);
-        };
-        // A server's questions reach the person marked as the server's.
-        match self.lookup().marked_input_required(idx, raw.get()) {
-            None => {}
-            Some(Ok(result)) => return frame::response(host_id, &result),
-            Some(Err(why)) => {
-                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-                let text = format!("hintgate did not pass on the server's question: {why}");
-                return if method == "tools/call" {
-                    frame::response(host_id, &super::call::error_result(&text))
-                } else {
-                    frame::error_response(host_id, -32603, &text)
-                };
-            }
-        }
-        // Only what the result does not say already: a key added twice
-        // would be read two ways.
-        let present = message
-            .result
-            .and_then(|raw| members(raw.get()).ok())
-            .unwrap_or_default();
-        let has = |key: &str| present.iter().any(|member| member.key == key);
-        let mut fields = Vec::new();
-        if !has("resultType") {
-            fields.push("\"resultType\":\"complete\"");
-        }
-        if CACHEABLE.contains(&method) {
-            if !has("ttlMs") {
-                fields.push("\"ttlMs\":0");
-            }
-            if !has("cacheScope") {
-                fields.push("\"cacheScope\":\"private\"");
-            }
-        }
-        if fields.is_empty() {
-            return message.with_id(host_id);
-        }
-        message.with_id_and_result_fields(host_id, &fields.join(","))
-    }
-
     /// `subscriptions/listen`: the stream change notifications travel on.
     ///
     /// A host has one listen stream: a new one takes the place of the one
@@ -579,6 +504,86 @@ impl Gateway {
         if let Some(host) = self.sessions.get_mut(&session) {
             host.listen = Some(subscription);
         }
+    }
+}
+
+// === impl Lookup ===
+
+impl Lookup<'_> {
+    /// A server's response passed to the host under the host's id, with
+    /// what a modern host requires added to a successful result, and the
+    /// questions of an input-required result marked as the server's.
+    pub(super) fn host_response(
+        &self,
+        idx: ServerIdx,
+        session: SessionId,
+        message: &Message<'_>,
+        host_id: &str,
+        method: &str,
+    ) -> String {
+        let modern = self.sessions.get(&session).is_some_and(HostSession::modern);
+        if !modern {
+            // A 2026-07-28 server may answer with an input-required result;
+            // a legacy host could not retry it, so it is told plainly.
+            let asks_input = message.result.is_some_and(|raw| {
+                super::relay::may_ask_input(raw.get())
+                    && serde_json::from_str::<Value>(raw.get())
+                        .ok()
+                        .is_some_and(|result| {
+                            result.get("resultType").and_then(Value::as_str)
+                                == Some("input_required")
+                        })
+            });
+            if asks_input {
+                let text = "the server asked for more input (a 2026-07-28 input-required result), which this gateway cannot relay to a host of the legacy era for this request";
+                return if method == "tools/call" {
+                    frame::response(host_id, &super::call::error_result(text))
+                } else {
+                    frame::error_response(host_id, -32603, text)
+                };
+            }
+            return message.with_id(host_id);
+        }
+        let Some(raw) = message.result else {
+            return message.with_id(host_id);
+        };
+        // A server's questions reach the person marked as the server's.
+        match self.marked_input_required(idx, raw.get()) {
+            None => {}
+            Some(Ok(result)) => return frame::response(host_id, &result),
+            Some(Err(why)) => {
+                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+                let text = format!("hintgate did not pass on the server's question: {why}");
+                return if method == "tools/call" {
+                    frame::response(host_id, &super::call::error_result(&text))
+                } else {
+                    frame::error_response(host_id, -32603, &text)
+                };
+            }
+        }
+        // Only what the result does not say already: a key added twice
+        // would be read two ways.
+        let present = message
+            .result
+            .and_then(|raw| members(raw.get()).ok())
+            .unwrap_or_default();
+        let has = |key: &str| present.iter().any(|member| member.key == key);
+        let mut fields = Vec::new();
+        if !has("resultType") {
+            fields.push("\"resultType\":\"complete\"");
+        }
+        if CACHEABLE.contains(&method) {
+            if !has("ttlMs") {
+                fields.push("\"ttlMs\":0");
+            }
+            if !has("cacheScope") {
+                fields.push("\"cacheScope\":\"private\"");
+            }
+        }
+        if fields.is_empty() {
+            return message.with_id(host_id);
+        }
+        message.with_id_and_result_fields(host_id, &fields.join(","))
     }
 }
 

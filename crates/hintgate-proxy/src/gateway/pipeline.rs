@@ -674,7 +674,9 @@ impl Gateway {
                 }
             }
         };
-        let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
+        let line =
+            self.lookup()
+                .host_response(idx, session, message, cx.request.id(), "tools/call");
         // A call a person edited says so, and how, in what the host gets.
         let line = self.lookup().note_edit(&cx, line, true);
         self.answer_call(&cx, line, outcome);

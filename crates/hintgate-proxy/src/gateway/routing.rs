@@ -906,7 +906,9 @@ impl Gateway {
                 .error(request.session, request.id(), -32603, &why);
             return;
         }
-        let mut line = self.host_response(idx, request.session, message, request.id(), method);
+        let mut line =
+            self.lookup()
+                .host_response(idx, request.session, message, request.id(), method);
         if let Some(key) = list_key(method) {
             // Wrap mode: the server's own page, screened like a merged one.
             let fresh = request.params().get("cursor").is_none();

@@ -51,7 +51,7 @@ pub(crate) struct Subscription {
     pub waiting: Vec<HostRequest>,
     /// It is not made on its server: the server stopped since it was made,
     /// or was not ready when a 2026-07-28 host asked for it. It is made
-    /// when the server is ready ([`Gateway::restore_subscriptions`]).
+    /// when the server is ready ([`restore_subscriptions`]).
     pub lost: bool,
 }
 
@@ -128,7 +128,7 @@ impl Subscriptions {
 
     /// Server `idx` stopped: it forgot its subscriptions. What waited for
     /// one gets `why`; one a session holds is kept and made again when the
-    /// server is ready again ([`Gateway::restore_subscriptions`]), and its
+    /// server is ready again ([`restore_subscriptions`]), and its
     /// sessions are told the resource may have changed
     /// (`notifications/resources/updated`, which carries nothing of the
     /// server's): updates made while the server was down reach no one, and

@@ -763,7 +763,7 @@ impl Gateway {
                 self.upstream_failed(idx, format!("the pin store failed: {err}"));
                 return;
             }
-            self.watch_keys();
+            super::watch_keys(&self.store, &self.catalog, &self.events, &mut self.watcher);
         }
         let timeout = PROBE_TIMEOUT.min(self.limits.call_timeout);
         self.probe_era(idx, timeout);
