@@ -18,6 +18,11 @@
 //! | `watch` | the thread that watches the store (approval-queue answers, standing approvals changed elsewhere) |
 //! | `hooks` | the decision hooks' processes, and the calls that wait for their answers |
 //! | `keys` | what the gateway knows of a call's idempotency key (the store holds the records) |
+//! | `lookup` | nothing: a read-only view of the parts, for the steps that only look things up (a call's prompt, preview and record details, the facts it is decided on, a server's questions marked as its own) |
+//!
+//! A step that needs few parts is a plain function over them (or a method
+//! of the part it belongs to) that puts what it sends into the turn's
+//! `outbox`; the `impl Gateway` blocks are the glue that runs such steps.
 //!
 //! `call` holds the call context and `CallEnd`, how a call ends at
 //! the gateway (a refusal, or a replay, a question, a withdrawal), with the
@@ -305,37 +310,6 @@ impl Observer {
         if let Some(observer) = &self.0 {
             let _ = observer.send(make());
         }
-    }
-}
-
-/// A server cancelled a request of its own: each host it was relayed to
-/// is told, under the id the gateway gave it there.
-fn on_server_cancelled(
-    inflight: &mut InFlight,
-    outbox: &mut Outbox,
-    idx: ServerIdx,
-    message: &Message<'_>,
-) {
-    let params: Value = message
-        .params
-        .and_then(|raw| serde_json::from_str(raw.get()).ok())
-        .unwrap_or(Value::Null);
-    let request_id = params
-        .get("requestId")
-        .map(Value::to_string)
-        .unwrap_or_default();
-    let found = inflight.take_host_where(|purpose| {
-        matches!(purpose, HostPurpose::Relay { server, upstream_id, .. } if *server == idx && *upstream_id == request_id)
-    });
-    for (session, n, _) in found {
-        let mut params = params.clone();
-        if let Some(object) = params.as_object_mut() {
-            object.insert(
-                "requestId".to_owned(),
-                Value::String(format!("hintgate-{n}")),
-            );
-        }
-        outbox.host_note(session, message.with_params(&params.to_string()), None);
     }
 }
 
@@ -874,7 +848,7 @@ fn tracer_of(config: &hintgate_policy::config::ValidConfig) -> Option<crate::tel
     clippy::too_many_arguments,
     reason = "the parts the step reads and writes, each passed on its own so that it takes no gateway"
 )]
-pub(super) fn relay_to_legacy_host(
+fn relay_to_legacy_host(
     inflight: &mut InFlight,
     outbox: &mut Outbox,
     sessions: &session::Sessions,
@@ -949,6 +923,37 @@ pub(super) fn relay_to_legacy_host(
         None => message.with_id(&id),
     };
     outbox.host(session, line);
+}
+
+/// A server cancelled a request of its own: each host it was relayed to
+/// is told, under the id the gateway gave it there.
+fn on_server_cancelled(
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    idx: ServerIdx,
+    message: &Message<'_>,
+) {
+    let params: Value = message
+        .params
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or(Value::Null);
+    let request_id = params
+        .get("requestId")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    let found = inflight.take_host_where(|purpose| {
+        matches!(purpose, HostPurpose::Relay { server, upstream_id, .. } if *server == idx && *upstream_id == request_id)
+    });
+    for (session, n, _) in found {
+        let mut params = params.clone();
+        if let Some(object) = params.as_object_mut() {
+            object.insert(
+                "requestId".to_owned(),
+                Value::String(format!("hintgate-{n}")),
+            );
+        }
+        outbox.host_note(session, message.with_params(&params.to_string()), None);
+    }
 }
 
 /// Tells the store watcher which identities to watch.
@@ -2181,6 +2186,52 @@ mod tests {
             UpPurpose::Forward(Box::new(request)),
             Duration::from_secs(60),
         );
+    }
+
+    /// A server cancels a request of its own it relayed to two hosts: each
+    /// host is told, under the id the gateway gave it there; another
+    /// server's request with that id, and the hosts' other requests, stay.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_servers_cancellation_reaches_each_host_under_the_gateways_id() {
+        let mut inflight = InFlight::default();
+        let relay = |server, upstream_id: &str| HostPurpose::Relay {
+            server,
+            generation: 1,
+            upstream_id: upstream_id.to_owned(),
+        };
+        let wait = Duration::from_secs(60);
+        let first = inflight.wait_host(SessionId(0), relay(0, "7"), wait);
+        let other_server = inflight.wait_host(SessionId(0), relay(1, "7"), wait);
+        let second = inflight.wait_host(SessionId(1), relay(0, "7"), wait);
+        let other_request = inflight.wait_host(SessionId(1), relay(0, "8"), wait);
+        let line = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"x"}}"#;
+        let mut outbox = Outbox::new();
+        on_server_cancelled(
+            &mut inflight,
+            &mut outbox,
+            0,
+            &Message::parse(line).unwrap(),
+        );
+        let mut told: Vec<(SessionId, Value)> = outbox
+            .take()
+            .into_iter()
+            .map(|sent| match sent {
+                Outgoing::HostNote(session, note, None) => {
+                    (session, serde_json::from_str(&note).unwrap())
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        told.sort_by_key(|(session, _)| session.0);
+        assert_eq!(told.len(), 2, "{told:?}");
+        for ((session, note), n) in told.iter().zip([first, second]) {
+            assert_eq!(*session, SessionId(if n == first { 0 } else { 1 }));
+            assert_eq!(note["params"]["requestId"], format!("hintgate-{n}"));
+            assert_eq!(note["params"]["reason"], "x");
+        }
+        assert!(inflight.take_host(SessionId(0), other_server).is_some());
+        assert!(inflight.take_host(SessionId(1), other_request).is_some());
+        assert!(inflight.take_host(SessionId(0), first).is_none());
     }
 
     #[test]
