@@ -28,6 +28,7 @@ use serde_json::{Map, Value, json};
 use super::call::{Approver, CallContext, CallEnd, Channel, Refusal};
 use super::inflight::{DeadlineKey, Expired, HostPurpose};
 use super::journal::unix_now;
+use super::lookup::Lookup;
 use super::request::SessionId;
 use super::{Gateway, Observed};
 use crate::frame::{self, Message};
@@ -101,6 +102,108 @@ fn requested_schema(offer: RememberOffer, can_remember_always: bool) -> Value {
     json!({"type": "object", "properties": properties, "required": [APPROVE]})
 }
 
+/// What a legacy host's person answered the gateway's elicitation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Elicited {
+    /// Approved, remembered this far.
+    Approved(Remember),
+    /// Not approved: why, for the host, and in short, for the observer;
+    /// `failed` when the host could not ask at all (an error, or no result).
+    Refused {
+        failed: bool,
+        why: &'static str,
+        short: &'static str,
+    },
+}
+
+/// Reads the host's answer to the gateway's elicitation: only an `accept`
+/// whose form says `approve: true` approves.
+fn elicitation_answer(message: &Message<'_>) -> Elicited {
+    let result: Option<Value> = message
+        .result
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+    let Some(result) = result.filter(|_| message.error.is_none()) else {
+        return Elicited::Refused {
+            failed: true,
+            why: "The host could not ask (it answered the prompt with an error).",
+            short: "the host could not ask",
+        };
+    };
+    let action = result.get("action").and_then(Value::as_str).unwrap_or("");
+    let content = result.get("content");
+    let approved = action == "accept"
+        && content
+            .and_then(|c| c.get(APPROVE))
+            .and_then(Value::as_bool)
+            == Some(true);
+    if approved {
+        return Elicited::Approved(remember_of(
+            content
+                .and_then(|c| c.get(REMEMBER))
+                .and_then(Value::as_str),
+        ));
+    }
+    let (why, short) = match action {
+        "accept" => ("The person did not approve it.", "did not approve"),
+        "decline" => ("The person declined.", "declined"),
+        _ => ("The prompt was dismissed.", "dismissed the prompt"),
+    };
+    Elicited::Refused {
+        failed: false,
+        why,
+        short,
+    }
+}
+
+/// Counts a question to a person that ended, and how long the person
+/// had it.
+fn count_ask(
+    metrics: Option<&crate::metrics::Metrics>,
+    cx: &CallContext,
+    channel: AskChannel,
+    ending: AskEnding,
+) {
+    if let Some(metrics) = metrics {
+        metrics.asked(channel, ending, cx.asked.map(|asked| asked.elapsed()));
+    }
+}
+
+/// Reports a question nobody answered to the observer.
+fn observe_unanswered(
+    observer: &super::Observer,
+    upstreams: &super::upstreams::Upstreams,
+    cx: &CallContext,
+    answer: String,
+) {
+    observer.observe(|| Observed::Answered {
+        server: cx.server.map_or("", |idx| upstreams.name(idx)).to_owned(),
+        tool: cx.tool.clone(),
+        approved: false,
+        answer,
+    });
+}
+
+/// How a call withdrawn from the approval queue ends (`why` is what the
+/// queue records).
+fn queue_withdrawal(id: u64, why: &str) -> CallEnd {
+    let extra = format!("It waited in the approval queue as #{id}; {why}.");
+    denied(&extra, Approver::Gateway).into()
+}
+
+// === impl CallContext ===
+
+impl CallContext {
+    /// A person approved the held call: it goes through the pipeline again
+    /// with the approved definition noted, so that it is sent only if the
+    /// server still lists that definition (a change while the person was
+    /// asked is asked about anew), to the start of the server it lists it.
+    fn approved_by(&mut self, approver: Approver) {
+        self.approver = approver;
+        self.approved = self.digest();
+        self.approved_preview = self.preview.as_ref().map(Previewed::digest);
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
@@ -120,20 +223,20 @@ impl Gateway {
         // run, is asked first; the call comes back here with its preview,
         // or why there is none.
         if cx.preview.is_none()
-            && let Some(config) = self.previewer_command(&cx)
+            && let Some(config) = self.lookup().previewer_command(&cx)
         {
             self.preview_then_ask(cx, &config);
             return;
         }
         if cx.preview.is_none()
-            && let Some(argument) = self.dry_run_argument(&cx)
+            && let Some(argument) = self.lookup().dry_run_argument(&cx)
         {
             self.dry_run_then_ask(cx, &argument);
             return;
         }
         // A prompt that goes to the store (the approval queue) shows the
         // arguments as the audit log keeps them: no secret reaches the store.
-        let prompt = self.prompt(&cx, !elicitation);
+        let prompt = self.lookup().prompt(&cx, !elicitation);
         if elicitation && modern {
             self.ask_modern(cx, prompt);
             return;
@@ -166,161 +269,46 @@ impl Gateway {
         );
     }
 
-    /// The prompt for a call (design §4.3).
-    fn prompt(&self, cx: &CallContext, redacted: bool) -> String {
-        let prompt = self
-            .with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
-            .unwrap_or_default();
-        let prompt = match Self::edit_note(cx) {
-            Some(note) => format!("{note}\n\n{prompt}"),
-            None => prompt,
-        };
-        if cx.preview_changed {
-            return format!(
-                "hintgate: the file changed after you were asked about this call; below is what it would change now.\n\n{prompt}"
-            );
-        }
-        prompt
-    }
-
-    /// Renders what a prompt for a call shows with `render`: the text, or
-    /// its content as JSON for the approval queue. `None` for a call with
-    /// no server or tool.
-    fn with_prompt_input<R>(
-        &self,
-        cx: &CallContext,
-        redacted: bool,
-        render: impl FnOnce(&hintgate_policy::decide::Policy, &PromptInput<'_>) -> R,
-    ) -> Option<R> {
-        let idx = cx.server?;
-        let tool = self
-            .catalog
-            .tool(idx, &cx.tool)
-            .and_then(|entry| entry.tool.as_ref().ok())?;
-        let changes = match cx.pin() {
-            PinStatus::Changed => self
-                .catalog
-                .pinned_definition(idx, &cx.tool)
-                .map(|old| diff(old, tool))
-                .unwrap_or_default(),
-            PinStatus::New | PinStatus::Unchanged => Vec::new(),
-        };
-        let decision = cx.decision_or(hintgate_policy::reason::ReasonCode::InternalError);
-        let arguments = if redacted {
-            self.journal.redacted(cx.arguments_or_empty())
-        } else {
-            cx.arguments_or_empty().clone()
-        };
-        let principal = self.sessions.principal(cx.request.session);
-        let token_scope =
-            super::pipeline::token_scope_of(&self.upstreams, cx, principal.as_deref());
-        // What goes to the store keeps no secret: the preview as it may be
-        // stored.
-        let preview = if redacted {
-            self.storable_preview(cx)
-        } else {
-            cx.preview.clone()
-        };
-        Some(render(
-            &self.policy,
-            &PromptInput {
-                server: self.upstreams.name(idx),
-                identity: self.catalog.identity(idx),
-                previous_identity: self.catalog.previous_identity(idx),
-                tool,
-                arguments: Some(&arguments),
-                decision: &decision,
-                sandbox: self.catalog.sandbox(idx),
-                changes: &changes,
-                token_scope: token_scope.as_deref(),
-                preview: preview.as_ref(),
-            },
-        ))
-    }
-
-    /// A queue entry's details, with what an edit needs: the input schema
-    /// of the definition decided on (so that an edit is checked before it is
-    /// stored), and, for a call a person edited, how (see `edit`).
-    fn details_for_edits(&self, cx: &CallContext, mut details: Value) -> Value {
-        let schema = cx
-            .server
-            .and_then(|idx| self.catalog.tool(idx, &cx.tool))
-            .and_then(|entry| entry.tool.as_ref().ok())
-            .and_then(|tool| tool.input_schema.clone());
-        if let Some(object) = details.as_object_mut() {
-            if let Some(schema) = schema {
-                object.insert("input_schema".to_owned(), schema);
-            }
-            if let Some(edit) = self.edit_details(cx) {
-                object.insert("edited".to_owned(), edit);
-            }
-        }
-        details
-    }
-
     /// A legacy host's person answered the elicitation: approve forwards the
     /// call, anything else refuses it.
-    pub(super) fn on_ask_answer(&mut self, cx: Box<CallContext>, message: &Message<'_>) {
-        let result: Option<Value> = message
-            .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
-        let is_error = message.error.is_some() || result.is_none();
-        let action = result
-            .as_ref()
-            .and_then(|r| r.get("action"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let content = result.as_ref().and_then(|r| r.get("content"));
-        let approved = !is_error
-            && action == "accept"
-            && content
-                .and_then(|c| c.get(APPROVE))
-                .and_then(Value::as_bool)
-                == Some(true);
+    pub(super) fn on_ask_answer(&mut self, mut cx: Box<CallContext>, message: &Message<'_>) {
         let server = cx
             .server
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
-        if !approved {
-            let (why, short) = if is_error {
-                (
-                    "The host could not ask (it answered the prompt with an error).",
-                    "the host could not ask",
-                )
-            } else if action == "accept" {
-                ("The person did not approve it.", "did not approve")
-            } else if action == "decline" {
-                ("The person declined.", "declined")
-            } else {
-                ("The prompt was dismissed.", "dismissed the prompt")
-            };
-            tracing::info!(server.id = %server, tool.name = %cx.tool, "refused by the person: {why}");
-            self.observe(|| Observed::Answered {
-                server: server.clone(),
-                tool: cx.tool.clone(),
-                approved: false,
-                answer: short.to_owned(),
-            });
-            let ending = if is_error {
-                AskEnding::Failed
-            } else {
-                AskEnding::Declined
-            };
-            self.count_ask(&cx, AskChannel::Elicitation, ending);
-            let by = if is_error {
-                Approver::Gateway
-            } else {
-                Approver::Person(Channel::Elicitation)
-            };
-            self.end_call(cx, denied(why, by).into());
-            return;
-        }
-        let remember = remember_of(
-            content
-                .and_then(|c| c.get(REMEMBER))
-                .and_then(Value::as_str),
+        let remember = match elicitation_answer(message) {
+            Elicited::Approved(remember) => remember,
+            Elicited::Refused { failed, why, short } => {
+                tracing::info!(server.id = %server, tool.name = %cx.tool, "refused by the person: {why}");
+                self.observer.observe(|| Observed::Answered {
+                    server: server.clone(),
+                    tool: cx.tool.clone(),
+                    approved: false,
+                    answer: short.to_owned(),
+                });
+                let (ending, by) = if failed {
+                    (AskEnding::Failed, Approver::Gateway)
+                } else {
+                    (AskEnding::Declined, Approver::Person(Channel::Elicitation))
+                };
+                count_ask(
+                    self.metrics.as_deref(),
+                    &cx,
+                    AskChannel::Elicitation,
+                    ending,
+                );
+                self.end_call(cx, denied(why, by).into());
+                return;
+            }
+        };
+        super::pipeline::record_approval(
+            &mut self.catalog,
+            &mut self.sessions,
+            &self.upstreams,
+            &self.store,
+            &cx,
+            remember,
         );
-        self.record_approval(&cx, remember);
         tracing::info!(server.id = %server, tool.name = %cx.tool, "approved by the person");
         let may_remember = offer_of(&cx) == RememberOffer::UpToAlways;
         let answer = match remember {
@@ -332,55 +320,39 @@ impl Gateway {
             }
             _ => "approved, for this call only",
         };
-        self.observe(|| Observed::Answered {
+        self.observer.observe(|| Observed::Answered {
             server,
             tool: cx.tool.clone(),
             approved: true,
             answer: answer.to_owned(),
         });
-        self.count_ask(&cx, AskChannel::Elicitation, AskEnding::Approved);
-        self.resume_approved(cx, Approver::Person(Channel::Elicitation));
-    }
-
-    /// A person approved a held call: it goes through the pipeline again
-    /// with the approved definition noted, so that it is sent only if the
-    /// server still lists that definition (a change while the person was
-    /// asked is asked about anew), to the start of the server it lists it.
-    fn resume_approved(&mut self, mut cx: Box<CallContext>, approver: Approver) {
-        cx.approver = approver;
-        cx.approved = cx.digest();
-        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
+        count_ask(
+            self.metrics.as_deref(),
+            &cx,
+            AskChannel::Elicitation,
+            AskEnding::Approved,
+        );
+        cx.approved_by(Approver::Person(Channel::Elicitation));
         self.run_pipeline(cx);
     }
 
     /// Nobody answered the elicitation in time.
     pub(super) fn ask_timed_out(&mut self, cx: Box<CallContext>) {
         let seconds = self.limits.ask_timeout.as_secs();
-        self.count_ask(&cx, AskChannel::Elicitation, AskEnding::TimedOut);
-        self.observe_unanswered(&cx, format!("did not answer within {seconds} s"));
+        count_ask(
+            self.metrics.as_deref(),
+            &cx,
+            AskChannel::Elicitation,
+            AskEnding::TimedOut,
+        );
+        observe_unanswered(
+            &self.observer,
+            &self.upstreams,
+            &cx,
+            format!("did not answer within {seconds} s"),
+        );
         let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
         self.end_call(cx, denied(&why, Approver::Gateway).into());
-    }
-
-    /// Counts a question to a person that ended, and how long the person
-    /// had it.
-    fn count_ask(&self, cx: &CallContext, channel: AskChannel, ending: AskEnding) {
-        if let Some(metrics) = &self.metrics {
-            metrics.asked(channel, ending, cx.asked.map(|asked| asked.elapsed()));
-        }
-    }
-
-    /// Reports a question nobody answered to the observer.
-    fn observe_unanswered(&self, cx: &CallContext, answer: String) {
-        self.observe(|| Observed::Answered {
-            server: cx
-                .server
-                .map_or("", |idx| self.upstreams.name(idx))
-                .to_owned(),
-            tool: cx.tool.clone(),
-            approved: false,
-            answer,
-        });
     }
 
     /// The question for a 2026-07-28 host: an input-required result whose
@@ -461,13 +433,18 @@ impl Gateway {
                 "decline" => "The person declined.",
                 _ => "The prompt was dismissed.",
             };
-            self.observe(|| Observed::Answered {
+            self.observer.observe(|| Observed::Answered {
                 server: server.clone(),
                 tool: cx.tool.clone(),
                 approved: false,
                 answer: why.to_owned(),
             });
-            self.count_ask(cx, AskChannel::InputRequired, AskEnding::Declined);
+            count_ask(
+                self.metrics.as_deref(),
+                cx,
+                AskChannel::InputRequired,
+                AskEnding::Declined,
+            );
             return Err(denied(why, Approver::Person(Channel::InputRequired)));
         }
         let remember = remember_of(
@@ -475,14 +452,26 @@ impl Gateway {
                 .and_then(|c| c.get(REMEMBER))
                 .and_then(Value::as_str),
         );
-        self.record_approval(cx, remember);
-        self.observe(|| Observed::Answered {
+        super::pipeline::record_approval(
+            &mut self.catalog,
+            &mut self.sessions,
+            &self.upstreams,
+            &self.store,
+            cx,
+            remember,
+        );
+        self.observer.observe(|| Observed::Answered {
             server,
             tool: cx.tool.clone(),
             approved: true,
             answer: "approved".to_owned(),
         });
-        self.count_ask(cx, AskChannel::InputRequired, AskEnding::Approved);
+        count_ask(
+            self.metrics.as_deref(),
+            cx,
+            AskChannel::InputRequired,
+            AskEnding::Approved,
+        );
         cx.approver = Approver::Person(Channel::InputRequired);
         cx.approved = cx.digest();
         cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
@@ -512,8 +501,9 @@ impl Gateway {
             // The same content as JSON, arguments redacted as in the prompt,
             // for a reader that renders it itself (the web console).
             details: self
+                .lookup()
                 .with_prompt_input(&cx, true, |policy, input| policy.prompt_details(input))
-                .map(|details| self.details_for_edits(&cx, details)),
+                .map(|details| self.lookup().details_for_edits(&cx, details)),
             // An edited call is approved for this call only.
             offer: match offer_of(&cx) {
                 RememberOffer::UpToAlways if cx.edit.is_none() => Remember::Always,
@@ -533,7 +523,7 @@ impl Gateway {
                 return;
             }
         };
-        self.watch_keys();
+        super::watch_keys(&self.store, &self.catalog, &self.events, &mut self.watcher);
         let Some(watcher) = &self.watcher else {
             let _ = store.withdraw(id, "the gateway cannot watch the queue");
             self.end_call(
@@ -552,7 +542,7 @@ impl Gateway {
             "call #{id} waits for a person: `hintgate approvals approve {id}` or `hintgate approvals deny {id}` (within {} s)",
             self.limits.ask_timeout.as_secs()
         );
-        self.observe(|| Observed::Queued {
+        self.observer.observe(|| Observed::Queued {
             id,
             server,
             tool: cx.tool.clone(),
@@ -599,8 +589,18 @@ impl Gateway {
 
     fn queued_unanswered(&mut self, cx: Box<CallContext>, id: u64) {
         let seconds = self.limits.ask_timeout.as_secs();
-        self.count_ask(&cx, AskChannel::Queue, AskEnding::TimedOut);
-        self.observe_unanswered(&cx, format!("nobody answered within {seconds} s"));
+        count_ask(
+            self.metrics.as_deref(),
+            &cx,
+            AskChannel::Queue,
+            AskEnding::TimedOut,
+        );
+        observe_unanswered(
+            &self.observer,
+            &self.upstreams,
+            &cx,
+            format!("nobody answered within {seconds} s"),
+        );
         let why = format!(
             "It needs a person's approval, and this host cannot ask one (it did not declare elicitation): it waited in the approval queue as #{id} and nobody answered within {seconds} s (`hintgate approvals approve {id}` answers; `ask_timeout_s` sets the wait)."
         );
@@ -619,7 +619,8 @@ impl Gateway {
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            self.withdraw_queued(id, "the host cancelled the call");
+            let why = "the host cancelled the call";
+            self.withdraw_queued_as(id, why, queue_withdrawal(id, why));
         }
     }
 
@@ -642,7 +643,8 @@ impl Gateway {
                     CallEnd::Refused(Refusal::Shutdown),
                 );
             } else {
-                self.withdraw_queued(id, "the session ended before anyone answered");
+                let why = "the session ended before anyone answered";
+                self.withdraw_queued_as(id, why, queue_withdrawal(id, why));
             }
         }
         let asks = self.inflight.take_host_where(
@@ -650,7 +652,12 @@ impl Gateway {
         );
         for (_, n, purpose) in asks {
             if let HostPurpose::Ask(cx) = purpose {
-                self.count_ask(&cx, AskChannel::Elicitation, AskEnding::Failed);
+                count_ask(
+                    self.metrics.as_deref(),
+                    &cx,
+                    AskChannel::Elicitation,
+                    AskEnding::Failed,
+                );
                 if shutdown {
                     self.outbox.host(
                         session,
@@ -674,18 +681,18 @@ impl Gateway {
         }
     }
 
-    fn withdraw_queued(&mut self, id: u64, why: &str) {
-        let extra = format!("It waited in the approval queue as #{id}; {why}.");
-        self.withdraw_queued_as(id, why, denied(&extra, Approver::Gateway).into());
-    }
-
     /// Withdraws a queued call from the queue (`why` is what the queue
     /// records) and ends it with `end`.
     fn withdraw_queued_as(&mut self, id: u64, why: &str, end: CallEnd) {
         let Some(queued) = self.asks.queued.remove(&id) else {
             return;
         };
-        self.count_ask(&queued.cx, AskChannel::Queue, AskEnding::Failed);
+        count_ask(
+            self.metrics.as_deref(),
+            &queued.cx,
+            AskChannel::Queue,
+            AskEnding::Failed,
+        );
         self.inflight.cancel_deadline(&queued.deadline);
         if let Some(watcher) = &self.watcher {
             watcher.unwatch_queue(id);
@@ -698,7 +705,7 @@ impl Gateway {
         self.end_call(queued.cx, end);
     }
 
-    fn apply_queue_answer(&mut self, cx: Box<CallContext>, id: u64, answer: &Answer) {
+    fn apply_queue_answer(&mut self, mut cx: Box<CallContext>, id: u64, answer: &Answer) {
         let server = cx
             .server
             .map_or("", |idx| self.upstreams.name(idx))
@@ -706,13 +713,18 @@ impl Gateway {
         let by = hintgate_policy::sanitize::sanitize(&answer.by).text;
         if !answer.approve {
             tracing::info!(server.id = %server, tool.name = %cx.tool, "denied in the approval queue by {by}");
-            self.observe(|| Observed::Answered {
+            self.observer.observe(|| Observed::Answered {
                 server: server.clone(),
                 tool: cx.tool.clone(),
                 approved: false,
                 answer: format!("denied by {by} (hintgate approvals)"),
             });
-            self.count_ask(&cx, AskChannel::Queue, AskEnding::Declined);
+            count_ask(
+                self.metrics.as_deref(),
+                &cx,
+                AskChannel::Queue,
+                AskEnding::Declined,
+            );
             let extra = format!("It was denied in the approval queue by {by}.");
             self.end_call(
                 cx,
@@ -723,13 +735,18 @@ impl Gateway {
         // An edit is no approval yet: the edited call is decided, checked,
         // previewed and asked about again (see `edit`).
         if let Some(text) = answer.arguments.as_deref() {
-            self.observe(|| Observed::Answered {
+            self.observer.observe(|| Observed::Answered {
                 server: server.clone(),
                 tool: cx.tool.clone(),
                 approved: false,
                 answer: format!("edited by {by} (hintgate approvals)"),
             });
-            self.count_ask(&cx, AskChannel::Queue, AskEnding::Edited);
+            count_ask(
+                self.metrics.as_deref(),
+                &cx,
+                AskChannel::Queue,
+                AskEnding::Edited,
+            );
             self.apply_edit(cx, id, &by, text);
             return;
         }
@@ -741,9 +758,16 @@ impl Gateway {
         } else {
             answer.remember
         };
-        self.record_approval(&cx, remember);
+        super::pipeline::record_approval(
+            &mut self.catalog,
+            &mut self.sessions,
+            &self.upstreams,
+            &self.store,
+            &cx,
+            remember,
+        );
         tracing::info!(server.id = %server, tool.name = %cx.tool, "approved in the approval queue by {by}");
-        self.observe(|| Observed::Answered {
+        self.observer.observe(|| Observed::Answered {
             server,
             tool: cx.tool.clone(),
             approved: true,
@@ -752,8 +776,109 @@ impl Gateway {
                 remember.as_str()
             ),
         });
-        self.count_ask(&cx, AskChannel::Queue, AskEnding::Approved);
-        self.resume_approved(cx, Approver::Person(Channel::Queue(by)));
+        count_ask(
+            self.metrics.as_deref(),
+            &cx,
+            AskChannel::Queue,
+            AskEnding::Approved,
+        );
+        cx.approved_by(Approver::Person(Channel::Queue(by)));
+        self.run_pipeline(cx);
+    }
+}
+
+// === impl Lookup ===
+
+impl Lookup<'_> {
+    /// The prompt for a call (design §4.3).
+    fn prompt(&self, cx: &CallContext, redacted: bool) -> String {
+        let prompt = self
+            .with_prompt_input(cx, redacted, |policy, input| policy.prompt(input))
+            .unwrap_or_default();
+        let prompt = match Self::edit_note(cx) {
+            Some(note) => format!("{note}\n\n{prompt}"),
+            None => prompt,
+        };
+        if cx.preview_changed {
+            return format!(
+                "hintgate: the file changed after you were asked about this call; below is what it would change now.\n\n{prompt}"
+            );
+        }
+        prompt
+    }
+
+    /// Renders what a prompt for a call shows with `render`: the text, or
+    /// its content as JSON for the approval queue. `None` for a call with
+    /// no server or tool.
+    fn with_prompt_input<R>(
+        &self,
+        cx: &CallContext,
+        redacted: bool,
+        render: impl FnOnce(&hintgate_policy::decide::Policy, &PromptInput<'_>) -> R,
+    ) -> Option<R> {
+        let idx = cx.server?;
+        let tool = self
+            .catalog
+            .tool(idx, &cx.tool)
+            .and_then(|entry| entry.tool.as_ref().ok())?;
+        let changes = match cx.pin() {
+            PinStatus::Changed => self
+                .catalog
+                .pinned_definition(idx, &cx.tool)
+                .map(|old| diff(old, tool))
+                .unwrap_or_default(),
+            PinStatus::New | PinStatus::Unchanged => Vec::new(),
+        };
+        let decision = cx.decision_or(hintgate_policy::reason::ReasonCode::InternalError);
+        let arguments = if redacted {
+            self.journal.redacted(cx.arguments_or_empty())
+        } else {
+            cx.arguments_or_empty().clone()
+        };
+        let principal = self.sessions.principal(cx.request.session);
+        let token_scope = super::pipeline::token_scope_of(self.upstreams, cx, principal.as_deref());
+        // What goes to the store keeps no secret: the preview as it may be
+        // stored.
+        let preview = if redacted {
+            self.storable_preview(cx)
+        } else {
+            cx.preview.clone()
+        };
+        Some(render(
+            self.policy,
+            &PromptInput {
+                server: self.upstreams.name(idx),
+                identity: self.catalog.identity(idx),
+                previous_identity: self.catalog.previous_identity(idx),
+                tool,
+                arguments: Some(&arguments),
+                decision: &decision,
+                sandbox: self.catalog.sandbox(idx),
+                changes: &changes,
+                token_scope: token_scope.as_deref(),
+                preview: preview.as_ref(),
+            },
+        ))
+    }
+
+    /// A queue entry's details, with what an edit needs: the input schema
+    /// of the definition decided on (so that an edit is checked before it is
+    /// stored), and, for a call a person edited, how (see `edit`).
+    fn details_for_edits(&self, cx: &CallContext, mut details: Value) -> Value {
+        let schema = cx
+            .server
+            .and_then(|idx| self.catalog.tool(idx, &cx.tool))
+            .and_then(|entry| entry.tool.as_ref().ok())
+            .and_then(|tool| tool.input_schema.clone());
+        if let Some(object) = details.as_object_mut() {
+            if let Some(schema) = schema {
+                object.insert("input_schema".to_owned(), schema);
+            }
+            if let Some(edit) = self.edit_details(cx) {
+                object.insert("edited".to_owned(), edit);
+            }
+        }
+        details
     }
 }
 
@@ -769,5 +894,63 @@ fn denied(extra: &str, by: Approver) -> Refusal {
     Refusal::Denied {
         extra: Some(extra.to_owned()),
         by,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_accepted_approve_approves_and_the_remember_choice_is_read() {
+        // What a line means: approved and remembered so far, or refused
+        // (whether the host failed, and what the observer is told).
+        type Meaning = Result<Remember, (bool, &'static str)>;
+        let cases: &[(&str, Meaning)] = &[
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true}}}"#,
+                Ok(Remember::Call),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true,"remember":"this tool for the rest of this session"}}}"#,
+                Ok(Remember::Session),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true,"remember":"this tool always"}}}"#,
+                Ok(Remember::Always),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":"true"}}}"#,
+                Err((false, "did not approve")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":false}}}"#,
+                Err((false, "did not approve")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"decline"}}"#,
+                Err((false, "declined")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"cancel"}}"#,
+                Err((false, "dismissed the prompt")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","error":{"code":-32601,"message":"no"}}"#,
+                Err((true, "the host could not ask")),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true}},"error":{"code":1,"message":"both"}}"#,
+                Err((true, "the host could not ask")),
+            ),
+        ];
+        for (line, expected) in cases {
+            let message = Message::parse(line).expect("a test line parses");
+            let got = match elicitation_answer(&message) {
+                Elicited::Approved(remember) => Ok(remember),
+                Elicited::Refused { failed, short, .. } => Err((failed, short)),
+            };
+            assert_eq!(&got, expected, "{line}");
+        }
     }
 }

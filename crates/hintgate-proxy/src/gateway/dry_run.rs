@@ -29,6 +29,7 @@ use serde_json::Value;
 use super::Gateway;
 use super::call::CallContext;
 use super::inflight::UpPurpose;
+use super::lookup::Lookup;
 use super::request::ServerIdx;
 use crate::frame::Message;
 
@@ -38,15 +39,6 @@ const MAX_DRY_RUN_TEXT: usize = 64 * 1024;
 // === impl Gateway ===
 
 impl Gateway {
-    /// The dry-run argument configured for a call's tool, if any.
-    pub(super) fn dry_run_argument(&self, cx: &CallContext) -> Option<String> {
-        let name = self.upstreams.name(cx.server?);
-        match self.policy.config().preview_for(name, &cx.tool)? {
-            Previewer::DryRun { argument } => Some(argument.clone()),
-            Previewer::Files(_) | Previewer::Command(_) => None,
-        }
-    }
-
     /// Asks a trusted server for its dry run of a call a person is to be
     /// asked about; the call waits for the answer (or its failure) and is
     /// then asked about.
@@ -142,6 +134,19 @@ impl Gateway {
             format!("the server's dry run failed: {why}"),
         ));
         self.ask(cx);
+    }
+}
+
+// === impl Lookup ===
+
+impl Lookup<'_> {
+    /// The dry-run argument configured for a call's tool, if any.
+    pub(super) fn dry_run_argument(&self, cx: &CallContext) -> Option<String> {
+        let name = self.upstreams.name(cx.server?);
+        match self.policy.config().preview_for(name, &cx.tool)? {
+            Previewer::DryRun { argument } => Some(argument.clone()),
+            Previewer::Files(_) | Previewer::Command(_) => None,
+        }
     }
 }
 

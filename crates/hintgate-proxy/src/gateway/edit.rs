@@ -41,6 +41,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::Gateway;
 use super::call::{CallContext, Edit};
+use super::lookup::Lookup;
 
 /// The `_meta` key of a result that says the call was edited.
 pub(crate) const EDITED_META: &str = "hintgate/edited";
@@ -63,7 +64,7 @@ impl Gateway {
             .server
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
-        let arguments = match self.edited_arguments(&cx, text) {
+        let arguments = match self.lookup().edited_arguments(&cx, text) {
             Ok(arguments) => arguments,
             Err(why) => {
                 tracing::warn!(server.id = %server, tool.name = %cx.tool, "the edit of #{entry} by {by} was not used: {why}");
@@ -102,7 +103,11 @@ impl Gateway {
         cx.preview_changed = false;
         self.run_pipeline(cx);
     }
+}
 
+// === impl Lookup ===
+
+impl Lookup<'_> {
     /// The edited arguments, read one way only, fitting the input schema
     /// of the definition decided on, with the call's idempotency key.
     fn edited_arguments(&self, cx: &CallContext, text: &str) -> Result<Map<String, Value>, String> {

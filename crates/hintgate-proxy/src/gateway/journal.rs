@@ -970,19 +970,30 @@ mod tests {
         assert!(store.verify().unwrap().complete());
     }
 
-    /// The journal writes, through the record types, exactly the bytes
-    /// it wrote before them: the same calls and outcomes as those of the
-    /// golden log (written by the journal before the types) give the same
-    /// bodies, byte for byte.
-    #[test]
-    fn the_journal_writes_the_golden_records_byte_for_byte() {
-        use super::super::call::Channel;
-        use hintgate_policy::decide::RememberOffer;
-        use hintgate_policy::reason::Reason;
+    /// Every outcome, in the order the golden log has them.
+    const ALL_OUTCOMES: [Outcome; 15] = [
+        Outcome::Ok,
+        Outcome::ToolError,
+        Outcome::ProtocolError,
+        Outcome::OutputSchemaMismatch,
+        Outcome::Failed,
+        Outcome::FailedRetried,
+        Outcome::Unsent,
+        Outcome::Denied,
+        Outcome::InvalidArguments,
+        Outcome::InputRequired,
+        Outcome::Relayed,
+        Outcome::Cancelled,
+        Outcome::HostGone,
+        Outcome::Shutdown,
+        Outcome::Replayed,
+    ];
 
+    /// The golden log, as (kind, body) rows.
+    fn golden_rows() -> Vec<(String, String)> {
         const GOLDEN: &str =
             include_str!("../../../hintgate-store/tests/data/golden-records.jsonl");
-        let golden: Vec<(String, String)> = GOLDEN
+        GOLDEN
             .lines()
             .map(|line| {
                 let row: Value = serde_json::from_str(line).unwrap();
@@ -991,10 +1002,14 @@ mod tests {
                     row["body"].as_str().unwrap().to_owned(),
                 )
             })
-            .collect();
-        let store = Arc::new(MemoryStore::default());
-        let log: Arc<dyn AuditLog> = store.clone();
-        let mut journal = Journal::new(Some(log), "g-1f2e\u{e9}".into(), test_redactor());
+            .collect()
+    }
+
+    /// The decisions of the golden calls: a deny, an allow and an ask.
+    fn golden_decisions() -> [Decision; 3] {
+        use hintgate_policy::decide::RememberOffer;
+        use hintgate_policy::reason::Reason;
+
         let deny = Decision::deny(ReasonCode::RuleDeny);
         let allow = Decision {
             verdict: Verdict::Allow,
@@ -1011,15 +1026,23 @@ mod tests {
             remember: RememberOffer::NotAsked,
             note: Some("needs \"a\" person\n".into()),
         };
-        let args = json!({"path": "/tmp/x y", "token": "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789", "n": [1, -2, 1.5, 12_345_678_901_234_567_890_u64, null, true], "\u{1f600}": {"z": "é\t"}});
-        let base = CallFields {
+        [deny, allow, ask]
+    }
+
+    /// The first golden call, which the others vary.
+    fn golden_base<'a>(
+        args: &'a Value,
+        allow: &'a Decision,
+        approver: &'a Approver,
+    ) -> CallFields<'a> {
+        CallFields {
             request_id: "1",
             server: "fs",
             identity: Some("sha256:fs-key"),
             tool: "read_file",
-            arguments: Some(&args),
-            decision: &allow,
-            approver: &Approver::Policy(Some(ReasonCode::RuleAllow)),
+            arguments: Some(args),
+            decision: allow,
+            approver,
             pin: Some("sha256:0123"),
             outcome: None,
             host: None,
@@ -1029,11 +1052,22 @@ mod tests {
             token_scope: None,
             preview: None,
             edit: None,
-        };
-        let queue = Approver::Person(Channel::Queue("alice".into()));
-        let elicitation = Approver::Person(Channel::Elicitation);
-        let input = Approver::Person(Channel::InputRequired);
-        let relayed = Approver::Person(Channel::RelayedAnswer);
+        }
+    }
+
+    /// Journals the golden log's calls.
+    fn journal_golden_calls(journal: &mut Journal, [deny, allow, ask]: &[Decision; 3]) {
+        use super::super::call::Channel;
+
+        let args = json!({"path": "/tmp/x y", "token": "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789", "n": [1, -2, 1.5, 12_345_678_901_234_567_890_u64, null, true], "\u{1f600}": {"z": "é\t"}});
+        let allowed_by = Approver::Policy(Some(ReasonCode::RuleAllow));
+        let base = golden_base(&args, allow, &allowed_by);
+        let [queue, elicitation, input, relayed] = [
+            Approver::Person(Channel::Queue("alice".into())),
+            Approver::Person(Channel::Elicitation),
+            Approver::Person(Channel::InputRequired),
+            Approver::Person(Channel::RelayedAnswer),
+        ];
         let no_arguments = json!([]);
         let calls = [
             base,
@@ -1043,7 +1077,7 @@ mod tests {
                 identity: None,
                 tool: "nope",
                 arguments: None,
-                decision: &deny,
+                decision: deny,
                 approver: &Approver::Gateway,
                 pin: None,
                 outcome: Some(Outcome::Denied),
@@ -1051,7 +1085,7 @@ mod tests {
             },
             CallFields {
                 request_id: "3",
-                decision: &ask,
+                decision: ask,
                 approver: &queue,
                 host: Some("ci-bot"),
                 idempotency: Some(("key-1", true)),
@@ -1094,27 +1128,23 @@ mod tests {
         for fields in &calls {
             journal.call(fields);
         }
+    }
+
+    /// The journal writes, through the record types, exactly the bytes
+    /// it wrote before them: the same calls and outcomes as those of the
+    /// golden log (written by the journal before the types) give the same
+    /// bodies, byte for byte.
+    #[test]
+    fn the_journal_writes_the_golden_records_byte_for_byte() {
+        let golden = golden_rows();
+        let store = Arc::new(MemoryStore::default());
+        let log: Arc<dyn AuditLog> = store.clone();
+        let mut journal = Journal::new(Some(log), "g-1f2e\u{e9}".into(), test_redactor());
+        journal_golden_calls(&mut journal, &golden_decisions());
         journal.commit().unwrap();
         journal.outcome(1, Outcome::Ok, 12, 0);
         journal.commit().unwrap();
-        let all = [
-            Outcome::Ok,
-            Outcome::ToolError,
-            Outcome::ProtocolError,
-            Outcome::OutputSchemaMismatch,
-            Outcome::Failed,
-            Outcome::FailedRetried,
-            Outcome::Unsent,
-            Outcome::Denied,
-            Outcome::InvalidArguments,
-            Outcome::InputRequired,
-            Outcome::Relayed,
-            Outcome::Cancelled,
-            Outcome::HostGone,
-            Outcome::Shutdown,
-            Outcome::Replayed,
-        ];
-        for (idx, outcome) in all.iter().enumerate() {
+        for (idx, outcome) in ALL_OUTCOMES.iter().enumerate() {
             journal.outcome(
                 idx as u64 + 1,
                 *outcome,
@@ -1123,7 +1153,7 @@ mod tests {
             );
         }
         journal.commit().unwrap();
-        for outcome in all {
+        for outcome in ALL_OUTCOMES {
             journal.outcome(4, outcome, 0, 1);
             journal.commit().unwrap();
         }
@@ -1135,8 +1165,12 @@ mod tests {
             .collect();
         assert_eq!(written.len(), 25);
         assert_eq!(written, golden[..25]);
-        // Every outcome keeps the name it always had.
-        let names: Vec<&str> = all
+    }
+
+    /// Every outcome keeps the name it always had in the log.
+    #[test]
+    fn every_outcome_keeps_the_name_it_always_had() {
+        let names: Vec<&str> = ALL_OUTCOMES
             .iter()
             .map(|outcome| code_of(*outcome).as_str())
             .collect();

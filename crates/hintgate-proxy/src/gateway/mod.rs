@@ -18,6 +18,11 @@
 //! | `watch` | the thread that watches the store (approval-queue answers, standing approvals changed elsewhere) |
 //! | `hooks` | the decision hooks' processes, and the calls that wait for their answers |
 //! | `keys` | what the gateway knows of a call's idempotency key (the store holds the records) |
+//! | `lookup` | nothing: a read-only view of the parts, for the steps that only look things up (a call's prompt, preview and record details, the facts it is decided on, a server's questions marked as its own) |
+//!
+//! A step that needs few parts is a plain function over them (or a method
+//! of the part it belongs to) that puts what it sends into the turn's
+//! `outbox`; the `impl Gateway` blocks are the glue that runs such steps.
 //!
 //! `call` holds the call context and `CallEnd`, how a call ends at
 //! the gateway (a refusal, or a replay, a question, a withdrawal), with the
@@ -50,6 +55,7 @@ pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;
 pub(crate) mod keys;
+pub(crate) mod lookup;
 pub(crate) mod modern;
 pub(crate) mod outbox;
 pub(crate) mod parked;
@@ -248,7 +254,7 @@ pub(crate) struct Gateway {
     policy: Policy,
     mode: Mode,
     limits: Limits,
-    observer: Option<mpsc::UnboundedSender<Observed>>,
+    observer: Observer,
     /// What is counted for a dashboard; the loop only adds to it.
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Where each call's trace goes, when `[telemetry] otlp_endpoint` names
@@ -290,6 +296,21 @@ pub(crate) struct Gateway {
     /// The number of the turn being sent (what a server was sent in this
     /// turn is not held against it as unread).
     turn: u64,
+}
+
+/// Where the gateway reports what it did, when someone listens
+/// (`Settings::observer`).
+struct Observer(Option<mpsc::UnboundedSender<Observed>>);
+
+// === impl Observer ===
+
+impl Observer {
+    /// Reports to the observer, building the report only when one listens.
+    fn observe(&self, make: impl FnOnce() -> Observed) {
+        if let Some(observer) = &self.0 {
+            let _ = observer.send(make());
+        }
+    }
 }
 
 /// Why a host session ends.
@@ -820,9 +841,152 @@ fn tracer_of(config: &hintgate_policy::config::ValidConfig) -> Option<crate::tel
     }
 }
 
+/// A server-to-host request the host said it takes (elicitation,
+/// sampling, roots): to the host under an id of ours, and the answer
+/// back. A question a person reads is marked as the server's first.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the parts the step reads and writes, each passed on its own so that it takes no gateway"
+)]
+fn relay_to_legacy_host(
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    sessions: &session::Sessions,
+    upstreams: &Upstreams,
+    policy: &Policy,
+    limits: Limits,
+    idx: ServerIdx,
+    generation: u64,
+    session: SessionId,
+    message: &Message<'_>,
+) {
+    let capabilities = sessions
+        .get(&session)
+        .and_then(|host| host.init.as_ref())
+        .and_then(|init| init.get("capabilities"));
+    match relay::server_request(message.method(), capabilities) {
+        relay::ServerRequest::Relay => {}
+        relay::ServerRequest::Pong => {
+            let line = frame::response(message.id_text(), &Value::Object(Map::new()));
+            outbox.upstream(idx, generation, line, None);
+            return;
+        }
+        relay::ServerRequest::Refuse(why) => {
+            tracing::warn!(server.id = %upstreams.name(idx), "{why}");
+            let line = frame::error_response(message.id_text(), -32601, &why);
+            outbox.upstream(idx, generation, line, None);
+            return;
+        }
+    }
+    // INVARIANT: what a server asks of the host at once is bounded.
+    if inflight.relays_from(idx) >= MAX_RELAYED {
+        let text = format!(
+            "hintgate relays at most {MAX_RELAYED} of a server's requests to the host at a time; this one was not relayed"
+        );
+        tracing::warn!(server.id = %upstreams.name(idx), "{text}");
+        outbox.upstream(
+            idx,
+            generation,
+            frame::error_response(message.id_text(), -32603, &text),
+            None,
+        );
+        return;
+    }
+    let marked = if relay::is_marked(message.method()) {
+        let mut params: Value = message
+            .params
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        match relay::mark_for_host(policy, upstreams, idx, message.method(), &mut params) {
+            Ok(()) => Some(params),
+            Err(why) => {
+                let line = frame::error_response(message.id_text(), -32602, &why);
+                outbox.upstream(idx, generation, line, None);
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let n = inflight.wait_host(
+        session,
+        HostPurpose::Relay {
+            server: idx,
+            generation,
+            upstream_id: message.id_text().to_owned(),
+        },
+        limits.ask_timeout,
+    );
+    let id = format!("\"hintgate-{n}\"");
+    let line = match marked {
+        Some(params) => frame::request(&id, message.method(), &params),
+        None => message.with_id(&id),
+    };
+    outbox.host(session, line);
+}
+
+/// A server cancelled a request of its own: each host it was relayed to
+/// is told, under the id the gateway gave it there.
+fn on_server_cancelled(
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    idx: ServerIdx,
+    message: &Message<'_>,
+) {
+    let params: Value = message
+        .params
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or(Value::Null);
+    let request_id = params
+        .get("requestId")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    let found = inflight.take_host_where(|purpose| {
+        matches!(purpose, HostPurpose::Relay { server, upstream_id, .. } if *server == idx && *upstream_id == request_id)
+    });
+    for (session, n, _) in found {
+        let mut params = params.clone();
+        if let Some(object) = params.as_object_mut() {
+            object.insert(
+                "requestId".to_owned(),
+                Value::String(format!("hintgate-{n}")),
+            );
+        }
+        outbox.host_note(session, message.with_params(&params.to_string()), None);
+    }
+}
+
+/// Tells the store watcher which identities to watch.
+fn watch_keys(
+    store: &Option<Arc<dyn Store>>,
+    catalog: &catalog::Catalog,
+    events: &EventSender,
+    watcher: &mut Option<watch::StoreWatcher>,
+) {
+    let Some(store) = store.clone() else {
+        return;
+    };
+    let keys = catalog.keys();
+    if watcher.is_none() {
+        *watcher = watch::StoreWatcher::spawn(store, events.clone());
+    }
+    if let Some(watcher) = watcher {
+        watcher.set_keys(keys);
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
+    /// Sets the metrics' gauges as this turn leaves them.
+    fn count_gauges(&self) {
+        if let Some(metrics) = &self.metrics {
+            let for_server = self.parked.calls();
+            let for_person = self.asks.queued().saturating_add(self.inflight.asks());
+            metrics.gauges(self.sessions.count(), for_server, for_person);
+        }
+    }
+
     fn new(settings: Settings, events: EventSender) -> Result<Self, RunError> {
         let servers: Vec<ServerConfig> =
             settings.policy.config().servers.values().cloned().collect();
@@ -848,7 +1012,7 @@ impl Gateway {
             hooks: hooks::Hooks::new(hook_configs(settings.policy.config())),
             limits,
             mode: settings.mode,
-            observer: settings.observer,
+            observer: Observer(settings.observer),
             catalog: catalog::Catalog::new(count, settings.store.clone()),
             journal: journal::Journal::new(log, run_name.clone(), redactor)
                 .with_metrics(settings.metrics.clone())
@@ -912,7 +1076,10 @@ impl Gateway {
                             frame::error_response("null", -32600, "message too large"),
                         );
                     }
-                    HostEvent::Closed => self.host_closed(session),
+                    HostEvent::Closed => {
+                        tracing::debug!("the host closed the session");
+                        self.end_session(session, Ending::HostGone);
+                    }
                     HostEvent::Drained => self.sessions.drained(&mut self.outbox, session),
                 }
             }
@@ -955,7 +1122,7 @@ impl Gateway {
                     "asked to stop: the calls in flight end on record, then the servers stop"
                 );
                 self.stopping = true;
-                self.observe(|| Observed::Stopping);
+                self.observer.observe(|| Observed::Stopping);
             }
             Event::Reported => self.calls_reported(false),
         }
@@ -973,28 +1140,12 @@ impl Gateway {
                         cx.record = Some(seq);
                         self.send_call(cx);
                     }
-                    Ok(None) => self.unrecorded(&cx, "the record was not committed".to_owned()),
-                    Err(err) => self.unrecorded(&cx, err.clone()),
+                    Ok(None) => self
+                        .lookup()
+                        .unrecorded(&cx, "the record was not committed".to_owned()),
+                    Err(err) => self.lookup().unrecorded(&cx, err.clone()),
                 }
             }
-        }
-    }
-
-    /// Refuses a call whose record could not be written.
-    fn unrecorded(&mut self, cx: &CallContext, err: String) {
-        // INVARIANT: a call whose record is not durable does not run. Its
-        // refusal cannot be recorded either: the log is failing.
-        let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
-        let line = pipeline::end_line(&self.policy, &self.upstreams, &self.sessions, cx, &end);
-        if let Some(session) = self.sessions.get(&cx.request.session) {
-            session.send(line);
-        }
-    }
-
-    /// Reports to the observer, building the report only when one listens.
-    fn observe(&self, make: impl FnOnce() -> Observed) {
-        if let Some(observer) = &self.observer {
-            let _ = observer.send(make());
         }
     }
 
@@ -1072,7 +1223,7 @@ impl Gateway {
                                 Err(err) => err.clone(),
                                 Ok(_) => "the record was not committed".to_owned(),
                             };
-                            self.unrecorded(&cx, err);
+                            self.lookup().unrecorded(&cx, err);
                         }
                     },
                 }
@@ -1080,15 +1231,6 @@ impl Gateway {
         }
         // Sending may have sent calls through the pipeline again.
         self.count_gauges();
-    }
-
-    /// Sets the metrics' gauges as this turn leaves them.
-    fn count_gauges(&self) {
-        if let Some(metrics) = &self.metrics {
-            let for_server = self.parked.calls();
-            let for_person = self.asks.queued().saturating_add(self.inflight.asks());
-            metrics.gauges(self.sessions.count(), for_server, for_person);
-        }
     }
 
     fn expire(&mut self, now: Instant) {
@@ -1136,7 +1278,12 @@ impl Gateway {
                 Waiting::Call(cx) => self.run_pipeline(cx),
             }
         }
-        self.finish_initialize();
+        routing::finish_initialize(
+            &mut self.outbox,
+            &mut self.sessions,
+            &self.upstreams,
+            &self.mode,
+        );
     }
 
     // --- the host side ---
@@ -1330,7 +1477,14 @@ impl Gateway {
                     // The host's listen stream ends, and with it the
                     // resource subscriptions it held.
                     host.listen = None;
-                    self.end_subscriptions(session);
+                    subscriptions::end_subscriptions(
+                        &mut self.subscriptions,
+                        &mut self.inflight,
+                        &mut self.outbox,
+                        &mut self.upstreams,
+                        self.limits,
+                        session,
+                    );
                     return;
                 }
                 self.cancel_host_request(session, &request_id);
@@ -1500,13 +1654,6 @@ impl Gateway {
         }
     }
 
-    /// The host closed its side: every call it had in flight ends with the
-    /// outcome `host-gone`, and what waits for it is withdrawn.
-    fn host_closed(&mut self, session: SessionId) {
-        tracing::debug!("the host closed the session");
-        self.end_session(session, Ending::HostGone);
-    }
-
     /// A session ends. Every call it had in flight ends on record: with the
     /// outcome `host-gone` when the host went away, with `shutdown` (and an
     /// answer that says so) when the gateway shuts down. What waits for a
@@ -1553,11 +1700,18 @@ impl Gateway {
                 }
             }
         }
-        self.end_subscriptions(session);
+        subscriptions::end_subscriptions(
+            &mut self.subscriptions,
+            &mut self.inflight,
+            &mut self.outbox,
+            &mut self.upstreams,
+            self.limits,
+            session,
+        );
         self.withdraw_session(session, ending == Ending::Shutdown);
         self.withdraw_hook_calls(session, None, &hooks::withdrawn(ending == Ending::Shutdown));
         if ending == Ending::Shutdown {
-            self.end_gathers(session);
+            relay::end_gathers(&mut self.gathers, &mut self.outbox, session);
         }
         if let Some(host) = self.sessions.get_mut(&session) {
             host.closed = true;
@@ -1808,7 +1962,17 @@ impl Gateway {
         };
         let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
         if modern_host {
-            if !self.relay_to_modern_host(idx, message) {
+            if !relay::relay_to_modern_host(
+                &mut self.inflight,
+                &mut self.outbox,
+                &self.sessions,
+                &mut self.upstreams,
+                &self.policy,
+                &self.sealer,
+                self.limits,
+                idx,
+                message,
+            ) {
                 // A 2026-07-28 host takes no requests from a server, and no
                 // single call of the host can carry this one.
                 let text = "the host speaks 2026-07-28, which takes no requests from a server; this gateway cannot relay this one (no single call of the host is in flight on this server)";
@@ -1821,109 +1985,23 @@ impl Gateway {
             }
             return;
         }
-        self.relay_to_legacy_host(idx, generation, session, message);
-    }
-
-    /// A server-to-host request the host said it takes (elicitation,
-    /// sampling, roots): to the host under an id of ours, and the answer
-    /// back. A question a person reads is marked as the server's first.
-    fn relay_to_legacy_host(
-        &mut self,
-        idx: ServerIdx,
-        generation: u64,
-        session: SessionId,
-        message: &Message<'_>,
-    ) {
-        let capabilities = self
-            .sessions
-            .get(&session)
-            .and_then(|host| host.init.as_ref())
-            .and_then(|init| init.get("capabilities"));
-        match relay::server_request(message.method(), capabilities) {
-            relay::ServerRequest::Relay => {}
-            relay::ServerRequest::Pong => {
-                let line = frame::response(message.id_text(), &Value::Object(Map::new()));
-                self.outbox.upstream(idx, generation, line, None);
-                return;
-            }
-            relay::ServerRequest::Refuse(why) => {
-                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-                let line = frame::error_response(message.id_text(), -32601, &why);
-                self.outbox.upstream(idx, generation, line, None);
-                return;
-            }
-        }
-        // INVARIANT: what a server asks of the host at once is bounded.
-        if self.inflight.relays_from(idx) >= MAX_RELAYED {
-            let text = format!(
-                "hintgate relays at most {MAX_RELAYED} of a server's requests to the host at a time; this one was not relayed"
-            );
-            tracing::warn!(server.id = %self.upstreams.name(idx), "{text}");
-            self.outbox.upstream(
-                idx,
-                generation,
-                frame::error_response(message.id_text(), -32603, &text),
-                None,
-            );
-            return;
-        }
-        let marked = if relay::is_marked(message.method()) {
-            let mut params: Value = message
-                .params
-                .and_then(|raw| serde_json::from_str(raw.get()).ok())
-                .unwrap_or(Value::Null);
-            match relay::mark_for_host(
-                &self.policy,
-                &self.upstreams,
-                idx,
-                message.method(),
-                &mut params,
-            ) {
-                Ok(()) => Some(params),
-                Err(why) => {
-                    let line = frame::error_response(message.id_text(), -32602, &why);
-                    self.outbox.upstream(idx, generation, line, None);
-                    return;
-                }
-            }
-        } else {
-            None
-        };
-        let n = self.inflight.wait_host(
+        relay_to_legacy_host(
+            &mut self.inflight,
+            &mut self.outbox,
+            &self.sessions,
+            &self.upstreams,
+            &self.policy,
+            self.limits,
+            idx,
+            generation,
             session,
-            HostPurpose::Relay {
-                server: idx,
-                generation,
-                upstream_id: message.id_text().to_owned(),
-            },
-            self.limits.ask_timeout,
+            message,
         );
-        let id = format!("\"hintgate-{n}\"");
-        let line = match marked {
-            Some(params) => frame::request(&id, message.method(), &params),
-            None => message.with_id(&id),
-        };
-        self.outbox.host(session, line);
     }
 
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        // A read-only instance lists nothing to a host: a change to its
-        // tools is listed again only to be compared, and what it says of
-        // its prompts and resources (never read through it) is dropped.
-        // What belongs to a call it runs (progress, a cancelled request of
-        // its own, a log message) reaches the host as the full instance's.
-        if self.upstreams.is_read_only(idx) {
-            match message.method() {
-                "notifications/tools/list_changed" => {
-                    self.tools_changed(idx);
-                    return;
-                }
-                "notifications/progress" | "notifications/cancelled" | "notifications/message" => {}
-                other => {
-                    tracing::debug!(server.id = %self.upstreams.name(idx), "the read-only instance sent `{}`; dropped", hintgate_policy::sanitize::escape_line(other));
-                    return;
-                }
-            }
+        if self.upstreams.is_read_only(idx) && !self.read_only_note_passes(idx, message) {
+            return;
         }
         match message.method() {
             "notifications/tools/list_changed" => {
@@ -1941,9 +2019,19 @@ impl Gateway {
                     .params
                     .and_then(|raw| serde_json::from_str(raw.get()).ok())
                     .unwrap_or(Value::Null);
-                self.on_listen_acknowledged(idx, &params);
+                subscriptions::on_listen_acknowledged(
+                    &mut self.subscriptions,
+                    &mut self.inflight,
+                    &mut self.outbox,
+                    &self.sessions,
+                    &mut self.upstreams,
+                    idx,
+                    &params,
+                );
             }
-            "notifications/cancelled" => self.on_server_cancelled(idx, message),
+            "notifications/cancelled" => {
+                on_server_cancelled(&mut self.inflight, &mut self.outbox, idx, message);
+            }
             method @ ("notifications/prompts/list_changed"
             | "notifications/resources/list_changed") => {
                 self.sessions
@@ -1953,7 +2041,16 @@ impl Gateway {
             // reaching the host (design §4.4).
             "notifications/resources/updated" => {
                 if let Some(uri) = updated_uri(self.upstreams.name(idx), message) {
-                    self.on_resource_updated(idx, message, &uri);
+                    subscriptions::on_resource_updated(
+                        &self.subscriptions,
+                        &mut self.outbox,
+                        &mut self.sessions,
+                        &self.upstreams,
+                        &self.policy,
+                        idx,
+                        message,
+                        &uri,
+                    );
                 }
             }
             "notifications/message" if self.upstreams.get(idx).is_some_and(|up| up.modern) => {
@@ -1976,46 +2073,24 @@ impl Gateway {
         }
     }
 
-    /// A server cancelled a request of its own: each host it was relayed to
-    /// is told, under the id the gateway gave it there.
-    fn on_server_cancelled(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        let params: Value = message
-            .params
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(Value::Null);
-        let request_id = params
-            .get("requestId")
-            .map(Value::to_string)
-            .unwrap_or_default();
-        let found = self.inflight.take_host_where(|purpose| {
-            matches!(purpose, HostPurpose::Relay { server, upstream_id, .. } if *server == idx && *upstream_id == request_id)
-        });
-        for (session, n, _) in found {
-            let mut params = params.clone();
-            if let Some(object) = params.as_object_mut() {
-                object.insert(
-                    "requestId".to_owned(),
-                    Value::String(format!("hintgate-{n}")),
-                );
+    /// A notification of a read-only instance: whether it goes on as the
+    /// full instance's.
+    ///
+    /// A read-only instance lists nothing to a host: a change to its
+    /// tools is listed again only to be compared, and what it says of
+    /// its prompts and resources (never read through it) is dropped.
+    /// What belongs to a call it runs (progress, a cancelled request of
+    /// its own, a log message) reaches the host as the full instance's.
+    fn read_only_note_passes(&mut self, idx: ServerIdx, message: &Message<'_>) -> bool {
+        match message.method() {
+            "notifications/tools/list_changed" => {
+                self.tools_changed(idx);
+                false
             }
-            self.outbox
-                .host_note(session, message.with_params(&params.to_string()), None);
-        }
-    }
-
-    /// Tells the store watcher which identities to watch.
-    fn watch_keys(&mut self) {
-        let Some(store) = self.store.clone() else {
-            return;
-        };
-        let keys = self.catalog.keys();
-        match &self.watcher {
-            Some(watcher) => watcher.set_keys(keys),
-            None => {
-                self.watcher = watch::StoreWatcher::spawn(store, self.events.clone());
-                if let Some(watcher) = &self.watcher {
-                    watcher.set_keys(keys);
-                }
+            "notifications/progress" | "notifications/cancelled" | "notifications/message" => true,
+            other => {
+                tracing::debug!(server.id = %self.upstreams.name(idx), "the read-only instance sent `{}`; dropped", hintgate_policy::sanitize::escape_line(other));
+                false
             }
         }
     }
@@ -2066,6 +2141,21 @@ fn null_result_id(line: &str) -> Option<&str> {
     once("id").filter(|id| *id != "null")
 }
 
+// === impl Lookup ===
+
+impl lookup::Lookup<'_> {
+    /// Refuses a call whose record could not be written.
+    fn unrecorded(&self, cx: &CallContext, err: String) {
+        // INVARIANT: a call whose record is not durable does not run. Its
+        // refusal cannot be recorded either: the log is failing.
+        let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
+        let line = pipeline::end_line(self.policy, self.upstreams, self.sessions, cx, &end);
+        if let Some(session) = self.sessions.get(&cx.request.session) {
+            session.send(line);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2096,6 +2186,52 @@ mod tests {
             UpPurpose::Forward(Box::new(request)),
             Duration::from_secs(60),
         );
+    }
+
+    /// A server cancels a request of its own it relayed to two hosts: each
+    /// host is told, under the id the gateway gave it there; another
+    /// server's request with that id, and the hosts' other requests, stay.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_servers_cancellation_reaches_each_host_under_the_gateways_id() {
+        let mut inflight = InFlight::default();
+        let relay = |server, upstream_id: &str| HostPurpose::Relay {
+            server,
+            generation: 1,
+            upstream_id: upstream_id.to_owned(),
+        };
+        let wait = Duration::from_secs(60);
+        let first = inflight.wait_host(SessionId(0), relay(0, "7"), wait);
+        let other_server = inflight.wait_host(SessionId(0), relay(1, "7"), wait);
+        let second = inflight.wait_host(SessionId(1), relay(0, "7"), wait);
+        let other_request = inflight.wait_host(SessionId(1), relay(0, "8"), wait);
+        let line = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"x"}}"#;
+        let mut outbox = Outbox::new();
+        on_server_cancelled(
+            &mut inflight,
+            &mut outbox,
+            0,
+            &Message::parse(line).unwrap(),
+        );
+        let mut told: Vec<(SessionId, Value)> = outbox
+            .take()
+            .into_iter()
+            .map(|sent| match sent {
+                Outgoing::HostNote(session, note, None) => {
+                    (session, serde_json::from_str(&note).unwrap())
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        told.sort_by_key(|(session, _)| session.0);
+        assert_eq!(told.len(), 2, "{told:?}");
+        for ((session, note), n) in told.iter().zip([first, second]) {
+            assert_eq!(*session, SessionId(if n == first { 0 } else { 1 }));
+            assert_eq!(note["params"]["requestId"], format!("hintgate-{n}"));
+            assert_eq!(note["params"]["reason"], "x");
+        }
+        assert!(inflight.take_host(SessionId(0), other_server).is_some());
+        assert!(inflight.take_host(SessionId(1), other_request).is_some());
+        assert!(inflight.take_host(SessionId(0), first).is_none());
     }
 
     #[test]

@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 use super::Gateway;
 use super::call::CallContext;
 use super::inflight::InFlight;
+use super::lookup::Lookup;
 use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use super::session::Sessions;
@@ -442,9 +443,73 @@ impl Gateway {
         if let Some(host) = self.sessions.get_mut(&request.session) {
             host.discover_pending = Some(request);
         }
-        self.finish_initialize();
+        super::routing::finish_initialize(
+            &mut self.outbox,
+            &mut self.sessions,
+            &self.upstreams,
+            &self.mode,
+        );
     }
 
+    /// `subscriptions/listen`: the stream change notifications travel on.
+    ///
+    /// A host has one listen stream: a new one takes the place of the one
+    /// before, and the resource subscriptions that one held end. The
+    /// resources in `resourceSubscriptions` are held for the session
+    /// (`Gateway::listen_to_resources`), and the acknowledgement names
+    /// those honoured.
+    pub(super) fn on_listen(&mut self, request: HostRequest) {
+        let session = request.session;
+        let subscription = request.id().to_owned();
+        let replaced = self
+            .sessions
+            .get_mut(&session)
+            .and_then(|host| host.listen.take());
+        if replaced.is_some() {
+            super::subscriptions::end_subscriptions(
+                &mut self.subscriptions,
+                &mut self.inflight,
+                &mut self.outbox,
+                &mut self.upstreams,
+                self.limits,
+                session,
+            );
+        }
+        let asked = request
+            .params()
+            .pointer("/notifications/resourceSubscriptions")
+            .map(|uris| {
+                uris.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .take(super::subscriptions::PER_SESSION)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            });
+        let mut ack = json!({"_meta": {META_SUBSCRIPTION: serde_json::from_str::<Value>(&subscription).unwrap_or(Value::Null)}});
+        if let Some(uris) = asked {
+            let honoured = self.listen_to_resources(session, &uris);
+            if let Some(object) = ack.as_object_mut() {
+                object.insert(
+                    "notifications".to_owned(),
+                    json!({"resourceSubscriptions": honoured}),
+                );
+            }
+        }
+        self.outbox.host(
+            session,
+            frame::notification("notifications/subscriptions/acknowledged", &ack),
+        );
+        if let Some(host) = self.sessions.get_mut(&session) {
+            host.listen = Some(subscription);
+        }
+    }
+}
+
+// === impl Lookup ===
+
+impl Lookup<'_> {
     /// A server's response passed to the host under the host's id, with
     /// what a modern host requires added to a successful result, and the
     /// questions of an input-required result marked as the server's.
@@ -519,54 +584,6 @@ impl Gateway {
             return message.with_id(host_id);
         }
         message.with_id_and_result_fields(host_id, &fields.join(","))
-    }
-
-    /// `subscriptions/listen`: the stream change notifications travel on.
-    ///
-    /// A host has one listen stream: a new one takes the place of the one
-    /// before, and the resource subscriptions that one held end. The
-    /// resources in `resourceSubscriptions` are held for the session
-    /// (`Gateway::listen_to_resources`), and the acknowledgement names
-    /// those honoured.
-    pub(super) fn on_listen(&mut self, request: HostRequest) {
-        let session = request.session;
-        let subscription = request.id().to_owned();
-        let replaced = self
-            .sessions
-            .get_mut(&session)
-            .and_then(|host| host.listen.take());
-        if replaced.is_some() {
-            self.end_subscriptions(session);
-        }
-        let asked = request
-            .params()
-            .pointer("/notifications/resourceSubscriptions")
-            .map(|uris| {
-                uris.as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .take(super::subscriptions::PER_SESSION)
-                    .map(str::to_owned)
-                    .collect::<Vec<_>>()
-            });
-        let mut ack = json!({"_meta": {META_SUBSCRIPTION: serde_json::from_str::<Value>(&subscription).unwrap_or(Value::Null)}});
-        if let Some(uris) = asked {
-            let honoured = self.listen_to_resources(session, &uris);
-            if let Some(object) = ack.as_object_mut() {
-                object.insert(
-                    "notifications".to_owned(),
-                    json!({"resourceSubscriptions": honoured}),
-                );
-            }
-        }
-        self.outbox.host(
-            session,
-            frame::notification("notifications/subscriptions/acknowledged", &ack),
-        );
-        if let Some(host) = self.sessions.get_mut(&session) {
-            host.listen = Some(subscription);
-        }
     }
 }
 

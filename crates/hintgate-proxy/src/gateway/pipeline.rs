@@ -70,15 +70,49 @@ use super::call::{
 use super::catalog::{Catalog, Listing};
 use super::inflight::UpPurpose;
 use super::journal::{CallFields, unix_now};
+use super::lookup::Lookup;
 use super::request::{HostRequest, ServerIdx};
 use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
-use super::session::HostSession;
+use super::session::{HostSession, Sessions};
 use super::steps::{self, Approval, CallFacts, Decided, SessionFacts};
 use super::upstreams::{Readiness, Unresolved, Upstreams};
 use super::{Gateway, Observed, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members, string_literal};
 use crate::telemetry::CallTrace;
+
+/// A person approved a call: pin the definition they saw, and remember
+/// the approval for the session or always where the decision allows it.
+pub(super) fn record_approval(
+    catalog: &mut Catalog,
+    sessions: &mut super::session::Sessions,
+    upstreams: &super::upstreams::Upstreams,
+    store: &Option<std::sync::Arc<dyn hintgate_store::Store>>,
+    cx: &CallContext,
+    remember: Remember,
+) {
+    let Some(idx) = cx.server else {
+        return;
+    };
+    let may_remember = cx
+        .decision
+        .as_ref()
+        .is_some_and(|decision| decision.remember == RememberOffer::UpToAlways);
+    if remember == Remember::Session
+        && may_remember
+        && let Some(host) = sessions.get_mut(&cx.request.session)
+    {
+        host.remembered.insert((idx, cx.tool.clone()));
+    }
+    let Some(digest) = cx.digest() else {
+        return;
+    };
+    let always = remember == Remember::Always && may_remember && store.is_some();
+    let name = upstreams.name(idx).to_owned();
+    if let Err(err) = catalog.approve(idx, &name, &cx.tool, digest, always, unix_now()) {
+        tracing::error!(server.id = %name, tool.name = %cx.tool, "the approval could not be stored: {err}");
+    }
+}
 
 // === impl Gateway ===
 
@@ -168,7 +202,9 @@ impl Gateway {
         let server = self.upstreams.name(idx);
         let decision = match (&entry.tool, entry.digest) {
             (Ok(tool), Some(digest)) => {
-                let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
+                let facts = self
+                    .lookup()
+                    .call_facts(idx, &cx.tool, tool, digest, session);
                 cx.decided_on(Definition {
                     digest,
                     digest_text: entry.digest_text.clone(),
@@ -198,7 +234,7 @@ impl Gateway {
             decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
             "tools/call"
         );
-        self.observe(|| Observed::Decided {
+        self.observer.observe(|| Observed::Decided {
             server: self.upstreams.name(idx).to_owned(),
             tool: cx.tool.clone(),
             decision: decision.clone(),
@@ -216,41 +252,6 @@ impl Gateway {
             return Err(Refusal::Denied { extra: None, by }.into());
         }
         Ok((verdict, input))
-    }
-
-    /// What a call to `tool` of server `idx` is decided on besides its
-    /// definition, read once.
-    pub(super) fn call_facts(
-        &self,
-        idx: ServerIdx,
-        name: &str,
-        tool: &hintgate_policy::tool::Tool,
-        digest: PinDigest,
-        session: SessionFacts,
-    ) -> CallFacts {
-        let remembered = if self
-            .sessions
-            .get(&session.id)
-            .is_some_and(|host| host.remembers(idx, name))
-        {
-            Remembered::Session
-        } else {
-            self.catalog.approved_always(idx, name, digest)
-        };
-        let sandbox = self.catalog.sandbox(idx);
-        CallFacts {
-            digest,
-            pin: self.catalog.pin_status(idx, name, digest),
-            session: SessionState {
-                tainted: session.tainted,
-                remembered,
-                scope: session.scope,
-            },
-            sandbox,
-            instance: self
-                .policy
-                .instance(self.upstreams.name(idx), tool, sandbox),
-        }
     }
 
     /// Step 3, where the decision hook must answer first: the question, with
@@ -333,23 +334,23 @@ impl Gateway {
         match steps::approval(verdict, cx.digest(), cx.approved, carries) {
             // An approval is for what the person was shown: a file that
             // changed since is asked about again.
-            Approval::Approved => self.still_as_shown(cx),
+            Approval::Approved => self.lookup().still_as_shown(cx),
             Approval::CarriesAnswer => {
-                cx.preview = self.preview_of(cx);
-                if self.sealed_for_another_preview(cx) {
+                cx.preview = self.lookup().preview_of(cx);
+                if self.lookup().sealed_for_another_preview(cx) {
                     cx.preview_changed = true;
                     return Err(Exit::Ask);
                 }
                 Ok(self.open_modern_answer(cx)?)
             }
             Approval::Ask => {
-                cx.preview = self.preview_of(cx);
+                cx.preview = self.lookup().preview_of(cx);
                 Err(Exit::Ask)
             }
             Approval::Policy => {
                 let first = cx.decision.as_ref().and_then(|d| d.reasons.first());
                 cx.approver = Approver::Policy(first.map(|reason| reason.code));
-                self.preview_for_record(cx);
+                self.lookup().preview_for_record(cx);
                 Ok(())
             }
         }
@@ -496,7 +497,7 @@ impl Gateway {
         // key, one is sent.
         if let Err(end) = self.keys().claim_key(&mut cx) {
             self.record_outcome(&cx, end.outcome());
-            self.taint_by_replay(&cx, &end);
+            taint_by_replay(&mut self.sessions, &self.upstreams, &cx, &end);
             let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
             self.outbox.host(cx.request.session, line);
             return;
@@ -661,7 +662,7 @@ impl Gateway {
                 // A 2026-07-28 host gets the server's questions marked as
                 // the server's; the host's retry is a call of its own.
                 if let Some(marked) = asks
-                    .then(|| self.marked_input_required(idx, raw.get()))
+                    .then(|| self.lookup().marked_input_required(idx, raw.get()))
                     .flatten()
                 {
                     self.pass_on_question(idx, &cx, marked);
@@ -673,9 +674,11 @@ impl Gateway {
                 }
             }
         };
-        let line = self.host_response(idx, session, message, cx.request.id(), "tools/call");
+        let line =
+            self.lookup()
+                .host_response(idx, session, message, cx.request.id(), "tools/call");
         // A call a person edited says so, and how, in what the host gets.
-        let line = self.note_edit(&cx, line, true);
+        let line = self.lookup().note_edit(&cx, line, true);
         self.answer_call(&cx, line, outcome);
     }
 
@@ -720,7 +723,8 @@ impl Gateway {
         let session = cx.request.session;
         if cx.taints() {
             let what = format!("a result of `{}`", cx.tool);
-            self.taint(session, idx, &what);
+            self.sessions
+                .taint(session, self.upstreams.name(idx), &what);
         }
         let is_error = view.is_error == Some(true);
         if let (false, Some(validator), Some(structured)) = (is_error, cx.output(), view.structured)
@@ -824,7 +828,7 @@ impl Gateway {
         };
         let principal = self.sessions.principal(cx.request.session);
         let token_scope = token_scope_of(&self.upstreams, cx, principal.as_deref());
-        let preview = self.preview_record(cx);
+        let preview = self.lookup().preview_record(cx);
         let fields = CallFields {
             // The host's own id, which its log shows; the gateway's is an
             // artefact of the transport.
@@ -864,21 +868,10 @@ impl Gateway {
         self.record_call(cx, Some((outcome, &decision, approver)));
     }
 
-    /// A replayed result of a private-data tool taints the session as the
-    /// answer it repeats did.
-    fn taint_by_replay(&mut self, cx: &CallContext, end: &CallEnd) {
-        if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server)
-            && cx.taints()
-        {
-            let what = format!("a replayed result of `{}`", cx.tool);
-            self.taint(cx.request.session, idx, &what);
-        }
-    }
-
     /// A call ends at the gateway: its record, and its answer after it (a
     /// call the host withdrew gets no answer).
     pub(super) fn end_call(&mut self, cx: Box<CallContext>, end: CallEnd) {
-        self.taint_by_replay(&cx, &end);
+        taint_by_replay(&mut self.sessions, &self.upstreams, &cx, &end);
         let decision = end.decision(cx.decision.as_ref());
         self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
         export_trace(
@@ -893,7 +886,7 @@ impl Gateway {
         }
         let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
         // A call a person edited says so, also when it ends here.
-        let line = self.note_edit(&cx, line, false);
+        let line = self.lookup().note_edit(&cx, line, false);
         self.outbox.host(cx.request.session, line);
     }
 
@@ -910,33 +903,43 @@ impl Gateway {
             self.outbox.host(cx.request.session, line);
         }
     }
+}
 
-    /// A person approved a call: pin the definition they saw, and remember
-    /// the approval for the session or always where the decision allows it.
-    pub(super) fn record_approval(&mut self, cx: &CallContext, remember: Remember) {
-        let Some(idx) = cx.server else {
-            return;
-        };
-        let may_remember = cx
-            .decision
-            .as_ref()
-            .is_some_and(|decision| decision.remember == RememberOffer::UpToAlways);
-        if remember == Remember::Session
-            && may_remember
-            && let Some(host) = self.sessions.get_mut(&cx.request.session)
+// === impl Lookup ===
+
+impl Lookup<'_> {
+    /// What a call to `tool` of server `idx` is decided on besides its
+    /// definition, read once.
+    pub(super) fn call_facts(
+        &self,
+        idx: ServerIdx,
+        name: &str,
+        tool: &hintgate_policy::tool::Tool,
+        digest: PinDigest,
+        session: SessionFacts,
+    ) -> CallFacts {
+        let remembered = if self
+            .sessions
+            .get(&session.id)
+            .is_some_and(|host| host.remembers(idx, name))
         {
-            host.remembered.insert((idx, cx.tool.clone()));
-        }
-        let Some(digest) = cx.digest() else {
-            return;
+            Remembered::Session
+        } else {
+            self.catalog.approved_always(idx, name, digest)
         };
-        let always = remember == Remember::Always && may_remember && self.store.is_some();
-        let name = self.upstreams.name(idx).to_owned();
-        if let Err(err) = self
-            .catalog
-            .approve(idx, &name, &cx.tool, digest, always, unix_now())
-        {
-            tracing::error!(server.id = %name, tool.name = %cx.tool, "the approval could not be stored: {err}");
+        let sandbox = self.catalog.sandbox(idx);
+        CallFacts {
+            digest,
+            pin: self.catalog.pin_status(idx, name, digest),
+            session: SessionState {
+                tainted: session.tainted,
+                remembered,
+                scope: session.scope,
+            },
+            sandbox,
+            instance: self
+                .policy
+                .instance(self.upstreams.name(idx), tool, sandbox),
         }
     }
 }
@@ -1292,6 +1295,22 @@ fn meta_ours<'a>(
         object.insert("traceparent".to_owned(), Value::from(traceparent));
     }
     std::borrow::Cow::Owned(meta)
+}
+
+/// A replayed result of a private-data tool taints the session as the
+/// answer it repeats did.
+fn taint_by_replay(
+    sessions: &mut Sessions,
+    upstreams: &Upstreams,
+    cx: &CallContext,
+    end: &CallEnd,
+) {
+    if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server)
+        && cx.taints()
+    {
+        let what = format!("a replayed result of `{}`", cx.tool);
+        sessions.taint(cx.request.session, upstreams.name(idx), &what);
+    }
 }
 
 #[cfg(test)]

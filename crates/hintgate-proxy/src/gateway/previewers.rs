@@ -27,6 +27,7 @@ use hintgate_policy::preview::{PreviewSource, Previewed, read_answer};
 use super::Gateway;
 use super::call::{CallContext, CallEnd};
 use super::inflight::{DeadlineKey, Expired};
+use super::lookup::Lookup;
 use super::request::SessionId;
 use super::steps::SessionFacts;
 use crate::event::HookEvent;
@@ -225,21 +226,12 @@ impl Previewers {
 // === impl Gateway ===
 
 impl Gateway {
-    /// The previewer command configured for a call's tool, if any.
-    pub(super) fn previewer_command(&self, cx: &CallContext) -> Option<HookConfig> {
-        let name = self.upstreams.name(cx.server?);
-        match self.policy.config().preview_for(name, &cx.tool)? {
-            Previewer::Command(config) => Some(config.clone()),
-            Previewer::Files(_) | Previewer::DryRun { .. } => None,
-        }
-    }
-
     /// Asks the previewer command about a call a person is to be asked
     /// about; the call waits for its preview (or its failure) and is then
     /// asked about.
     pub(super) fn preview_then_ask(&mut self, mut cx: Box<CallContext>, config: &HookConfig) {
         let id = self.hooks.next_id();
-        let Some(line) = self.previewer_question(&cx, id) else {
+        let Some(line) = self.lookup().previewer_question(&cx, id) else {
             cx.preview = Some(Previewed::unavailable(
                 PreviewSource::Command,
                 "the call could not be described to the previewer",
@@ -265,33 +257,6 @@ impl Gateway {
             .previewers
             .held
             .insert(id, Held { cx, slot, deadline });
-    }
-
-    /// The question for a previewer: the decision hook's, for this call
-    /// and its decision.
-    fn previewer_question(&self, cx: &CallContext, id: u64) -> Option<String> {
-        let idx = cx.server?;
-        let server = self.upstreams.name(idx);
-        let entry = self.catalog.tool(idx, &cx.tool)?;
-        let (Ok(tool), Some(digest), Some(decision)) = (&entry.tool, entry.digest, &cx.decision)
-        else {
-            return None;
-        };
-        let session = SessionFacts::of(cx.request.session, self.sessions.get(&cx.request.session));
-        let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
-        Some(
-            self.policy.hook_question(&Question {
-                id: &id.to_string(),
-                call: &facts.call(server, tool),
-                identity: self.catalog.identity(idx).unwrap_or_default(),
-                arguments: cx.arguments.as_ref(),
-                host: self
-                    .sessions
-                    .get(&cx.request.session)
-                    .and_then(|host| host.principal.as_deref()),
-                so_far: decision,
-            }),
-        )
     }
 
     /// A line, or the end, of a previewer: each call it answers is asked
@@ -368,5 +333,45 @@ impl Gateway {
             self.inflight.cancel_deadline(&held.deadline);
             self.end_call(held.cx, end.clone());
         }
+    }
+}
+
+// === impl Lookup ===
+
+impl Lookup<'_> {
+    /// The previewer command configured for a call's tool, if any.
+    pub(super) fn previewer_command(&self, cx: &CallContext) -> Option<HookConfig> {
+        let name = self.upstreams.name(cx.server?);
+        match self.policy.config().preview_for(name, &cx.tool)? {
+            Previewer::Command(config) => Some(config.clone()),
+            Previewer::Files(_) | Previewer::DryRun { .. } => None,
+        }
+    }
+
+    /// The question for a previewer: the decision hook's, for this call
+    /// and its decision.
+    fn previewer_question(&self, cx: &CallContext, id: u64) -> Option<String> {
+        let idx = cx.server?;
+        let server = self.upstreams.name(idx);
+        let entry = self.catalog.tool(idx, &cx.tool)?;
+        let (Ok(tool), Some(digest), Some(decision)) = (&entry.tool, entry.digest, &cx.decision)
+        else {
+            return None;
+        };
+        let session = SessionFacts::of(cx.request.session, self.sessions.get(&cx.request.session));
+        let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
+        Some(
+            self.policy.hook_question(&Question {
+                id: &id.to_string(),
+                call: &facts.call(server, tool),
+                identity: self.catalog.identity(idx).unwrap_or_default(),
+                arguments: cx.arguments.as_ref(),
+                host: self
+                    .sessions
+                    .get(&cx.request.session)
+                    .and_then(|host| host.principal.as_deref()),
+                so_far: decision,
+            }),
+        )
     }
 }

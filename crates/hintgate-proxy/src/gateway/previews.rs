@@ -2,13 +2,13 @@
 //! the person asked about it, and bound to their approval.
 //!
 //! Step 5 previews a call before a person is asked about it
-//! ([`Gateway::preview_of`]: a `[[previews]]` entry, or the built-in file
+//! ([`Lookup::preview_of`]: a `[[previews]]` entry, or the built-in file
 //! previews of the reference filesystem server); the prompt shows the
 //! preview, or why there is none. The approval binds the preview's digest
 //! with the definition's: just before the call is sent, a file preview is
 //! computed again, and a call whose file changed since the person saw it is
 //! asked about again with the new diff, never sent on the old approval
-//! ([`Gateway::still_as_shown`], [`steps::preview_stands`]). A standing
+//! ([`Lookup::still_as_shown`], [`steps::preview_stands`]). A standing
 //! approval ("this tool for the session", "always") is for the tool's
 //! definition, not for one preview: it still lets a call through without a
 //! prompt, and the preview is computed and recorded with the call.
@@ -25,8 +25,8 @@ use hintgate_policy::redact::looks_like_secret;
 use hintgate_store::record::PreviewRecord;
 use serde_json::Value;
 
-use super::Gateway;
 use super::call::{CallContext, Exit};
+use super::lookup::Lookup;
 use super::steps;
 use crate::preview;
 
@@ -41,9 +41,9 @@ const REDACTED_VALUE: &str = "[redacted]";
 /// definition's pin: the preview's digest.
 const PREVIEW_MARK: &str = " preview:";
 
-// === impl Gateway ===
+// === impl Lookup ===
 
-impl Gateway {
+impl Lookup<'_> {
     /// The preview of a call, where its tool has one: the first
     /// `[[previews]]` entry that matches, else the built-in file previews
     /// of a server recognised as the reference filesystem server. `None`

@@ -47,6 +47,7 @@ use serde_json::{Map, Value, json};
 use super::Gateway;
 use super::call::{Approver, CallContext, CallEnd, Channel, Continuation, Outcome, Refusal, Step};
 use super::inflight::{HostPurpose, UpPurpose};
+use super::lookup::Lookup;
 use super::request::ServerIdx;
 use super::request::SessionId;
 use super::session::Sessions;
@@ -362,150 +363,114 @@ pub(crate) struct Gather {
 /// The gatherings in progress, by number.
 pub(crate) type Gathers = HashMap<u64, Gather>;
 
+/// The gateway shuts down while a session's calls wait for the host's
+/// answers to a server's questions: each is answered with an error. Their
+/// first sends already ended on record (`input-required`), and their
+/// continuations were never sent.
+pub(super) fn end_gathers(
+    gathers: &mut Gathers,
+    outbox: &mut super::outbox::Outbox,
+    session: SessionId,
+) {
+    let ended: Vec<u64> = gathers
+        .iter()
+        .filter(|(_, gather)| gather.cx.request.session == session)
+        .map(|(number, _)| *number)
+        .collect();
+    for number in ended {
+        if let Some(gather) = gathers.remove(&number) {
+            let text = "hintgate shut down before the server's questions were answered; the call was not sent again";
+            let line = frame::response(gather.cx.request.id(), &super::call::error_result(text));
+            outbox.host(session, line);
+        }
+    }
+}
+
+/// A legacy server asked the host something while a modern host waits
+/// on a call: answer that call with the question. Returns false when no
+/// single call of the host can carry it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the parts the step reads and writes, each passed on its own so that it takes no gateway"
+)]
+pub(super) fn relay_to_modern_host(
+    inflight: &mut super::inflight::InFlight,
+    outbox: &mut super::outbox::Outbox,
+    sessions: &Sessions,
+    upstreams: &mut super::upstreams::Upstreams,
+    policy: &hintgate_policy::decide::Policy,
+    sealer: &crate::seal::Sealer,
+    limits: super::Limits,
+    idx: ServerIdx,
+    message: &Message<'_>,
+) -> bool {
+    let in_flight = inflight.up_ids(idx, |purpose| matches!(purpose, UpPurpose::Call(_)));
+    let [call_id] = in_flight.as_slice() else {
+        return false;
+    };
+    let call_id = *call_id;
+    let Some(UpPurpose::Call(cx)) = inflight.peek_up_mut(idx, call_id) else {
+        return false;
+    };
+    let session = cx.request.session;
+    let host_id = cx.request.id().to_owned();
+    let tool = cx.params.name.clone();
+    let mut params = message
+        .params
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .unwrap_or_else(|| json!({}));
+    let server = upstreams.name(idx).to_owned();
+    // The host is asked only what it said it takes, as a legacy host is.
+    let marked = host_takes(sessions, session, message.method())
+        .and_then(|()| mark_for_host(policy, upstreams, idx, message.method(), &mut params));
+    if let Err(why) = marked {
+        tracing::warn!(server.id = %server, "{why}");
+        if let Some(up) = upstreams.get(idx) {
+            let generation = up.generation();
+            let line = frame::error_response(message.id_text(), -32602, &why);
+            outbox.upstream(idx, generation, line, None);
+        }
+        return true;
+    }
+    let question = json!({
+        "method": message.method(),
+        "params": params,
+    });
+    // The state names the server's call and its question; it is sealed
+    // like the gateway's own, so the host cannot point it elsewhere.
+    let binding = format!("relay:{idx}:{call_id}:{}", message.id_text());
+    let Ok(state) = sealer.seal(
+        &tool,
+        &Value::Null,
+        &binding,
+        limits.call_timeout.as_secs(),
+        None,
+    ) else {
+        return false;
+    };
+    let result = json!({
+        "resultType": "input_required",
+        "inputRequests": { RELAY_KEY: question },
+        "requestState": state,
+    });
+    let line = frame::response(&host_id, &result);
+    // The question sits three levels deeper in the host's line than in
+    // the server's: a question within the limit there may not be here.
+    if let Err(err) = crate::json::check_depth(&line, limits.max_depth) {
+        let text = super::call::too_deep_message(&err);
+        tracing::warn!(server.id = %server, "the server's question, put in an input-required result for the host, {err}; it was not passed on");
+        if let Some(up) = upstreams.get(idx) {
+            let generation = up.generation();
+            let line = frame::error_response(message.id_text(), -32600, &text);
+            outbox.upstream(idx, generation, line, None);
+        }
+        return true;
+    }
+    outbox.host(session, line);
+    true
+}
+
 impl Gateway {
-    /// A legacy server asked the host something while a modern host waits
-    /// on a call: answer that call with the question. Returns false when no
-    /// single call of the host can carry it.
-    pub(super) fn relay_to_modern_host(&mut self, idx: ServerIdx, message: &Message<'_>) -> bool {
-        let in_flight = self
-            .inflight
-            .up_ids(idx, |purpose| matches!(purpose, UpPurpose::Call(_)));
-        let [call_id] = in_flight.as_slice() else {
-            return false;
-        };
-        let call_id = *call_id;
-        let Some(UpPurpose::Call(cx)) = self.inflight.peek_up_mut(idx, call_id) else {
-            return false;
-        };
-        let session = cx.request.session;
-        let host_id = cx.request.id().to_owned();
-        let tool = cx.params.name.clone();
-        let mut params = message
-            .params
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            .unwrap_or_else(|| json!({}));
-        let server = self.upstreams.name(idx).to_owned();
-        // The host is asked only what it said it takes, as a legacy host is.
-        let marked = host_takes(&self.sessions, session, message.method()).and_then(|()| {
-            mark_for_host(
-                &self.policy,
-                &self.upstreams,
-                idx,
-                message.method(),
-                &mut params,
-            )
-        });
-        if let Err(why) = marked {
-            tracing::warn!(server.id = %server, "{why}");
-            if let Some(up) = self.upstreams.get(idx) {
-                let generation = up.generation();
-                let line = frame::error_response(message.id_text(), -32602, &why);
-                self.outbox.upstream(idx, generation, line, None);
-            }
-            return true;
-        }
-        let question = json!({
-            "method": message.method(),
-            "params": params,
-        });
-        // The state names the server's call and its question; it is sealed
-        // like the gateway's own, so the host cannot point it elsewhere.
-        let binding = format!("relay:{idx}:{call_id}:{}", message.id_text());
-        let Ok(state) = self.sealer.seal(
-            &tool,
-            &Value::Null,
-            &binding,
-            self.limits.call_timeout.as_secs(),
-            None,
-        ) else {
-            return false;
-        };
-        let result = json!({
-            "resultType": "input_required",
-            "inputRequests": { RELAY_KEY: question },
-            "requestState": state,
-        });
-        let line = frame::response(&host_id, &result);
-        // The question sits three levels deeper in the host's line than in
-        // the server's: a question within the limit there may not be here.
-        if let Err(err) = crate::json::check_depth(&line, self.limits.max_depth) {
-            let text = super::call::too_deep_message(&err);
-            tracing::warn!(server.id = %server, "the server's question, put in an input-required result for the host, {err}; it was not passed on");
-            if let Some(up) = self.upstreams.get(idx) {
-                let generation = up.generation();
-                let line = frame::error_response(message.id_text(), -32600, &text);
-                self.outbox.upstream(idx, generation, line, None);
-            }
-            return true;
-        }
-        self.outbox.host(session, line);
-        true
-    }
-
-    /// A 2026-07-28 server's input-required result for a 2026-07-28 host,
-    /// its questions marked as the server's; `None` when the result asks
-    /// nothing.
-    ///
-    /// # Errors
-    ///
-    /// Why the result cannot be passed on: a question under a key the
-    /// gateway keeps for its own (which would read as the gateway's, and
-    /// whose answer the gateway would take), or params that are not an
-    /// object.
-    pub(super) fn marked_input_required(
-        &self,
-        idx: ServerIdx,
-        raw: &str,
-    ) -> Option<Result<Value, String>> {
-        if !may_ask_input(raw) {
-            return None;
-        }
-        let mut result: Value = serde_json::from_str(raw).ok()?;
-        // A key given twice could make the gateway read `complete` where
-        // the host reads `input_required`, or mark one question while the
-        // host shows another.
-        if let Err(err) = crate::json::find_duplicate_key(raw) {
-            return Some(Err(format!(
-                "server `{}` answered with a result that cannot be read one way only ({err})",
-                self.upstreams.name(idx)
-            )));
-        }
-        if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
-            return None;
-        }
-        let server = self.upstreams.name(idx);
-        let Some(requests) = result
-            .get_mut("inputRequests")
-            .and_then(Value::as_object_mut)
-        else {
-            return Some(Ok(result));
-        };
-        for (key, question) in requests.iter_mut() {
-            if key == super::modern::INPUT_KEY || key == RELAY_KEY {
-                return Some(Err(format!(
-                    "server `{server}` asked under `{key}`, a key hintgate keeps for its own questions"
-                )));
-            }
-            let method = question
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or(ELICITATION)
-                .to_owned();
-            if !matches!(method.as_str(), ELICITATION | SAMPLING | "roots/list") {
-                return Some(Err(format!(
-                    "server `{server}` asked for input with `{}`, which is not a request a server may send a client",
-                    escape_line(&method)
-                )));
-            }
-            if let Some(params) = question.get_mut("params")
-                && let Err(why) = mark_for_host(&self.policy, &self.upstreams, idx, &method, params)
-            {
-                return Some(Err(why));
-            }
-        }
-        Some(Ok(result))
-    }
-
     /// A modern host's retry that answers a relayed server question: the
     /// answer goes to the server, whose result then answers this retry.
     pub(super) fn answer_relayed(&mut self, mut cx: Box<CallContext>) -> Step {
@@ -562,56 +527,13 @@ impl Gateway {
             note: None,
         });
         cx.approver = Approver::Person(Channel::RelayedAnswer);
-        self.record_relayed(&cx);
+        self.record_ended(&cx, Outcome::Relayed);
         if let Some(up) = self.upstreams.get(idx) {
             let generation = up.generation();
             self.outbox
                 .upstream(idx, generation, frame::response(question_id, &answer), None);
         }
         Step::Done
-    }
-
-    /// The record of a retry that carried a relayed answer.
-    fn record_relayed(&mut self, cx: &CallContext) {
-        self.record_ended(cx, Outcome::Relayed);
-    }
-
-    /// A 2026-07-28 server wants input for a legacy host's call: ask the
-    /// host each question and send the call again with the answers.
-    /// The questions a server's input-required result asks, each as the
-    /// host is to be asked it (key, method, params), marked as the
-    /// server's; or why one cannot be relayed.
-    fn marked_questions(
-        &self,
-        cx: &CallContext,
-        requests: Map<String, Value>,
-    ) -> Result<Vec<(String, String, Value)>, String> {
-        // Each question a person reads is marked as the server's.
-        let server = cx
-            .server
-            .map_or("", |idx| self.upstreams.name(idx))
-            .to_owned();
-        let mut questions = Vec::with_capacity(requests.len());
-        for (key, question) in requests {
-            let method = question
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or(ELICITATION)
-                .to_owned();
-            let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
-            // The host is asked only what it said it takes, as when the
-            // server asks it directly.
-            host_takes(&self.sessions, cx.request.session, &method).and_then(|()| {
-                match cx.server {
-                    Some(idx) => {
-                        mark_for_host(&self.policy, &self.upstreams, idx, &method, &mut params)
-                    }
-                    None => mark_question(&server, &method, &mut params),
-                }
-            })?;
-            questions.push((key, method, params));
-        }
-        Ok(questions)
     }
 
     pub(super) fn gather_for_legacy_host(&mut self, cx: Box<CallContext>, result: &Value) {
@@ -654,7 +576,7 @@ impl Gateway {
             self.answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
-        let questions = match self.marked_questions(&cx, requests) {
+        let questions = match self.lookup().marked_questions(&cx, requests) {
             Ok(questions) => questions,
             Err(why) => {
                 let text = format!("the server asked for input hintgate cannot relay: {why}");
@@ -684,27 +606,6 @@ impl Gateway {
                 session,
                 frame::request(&format!("\"hintgate-{n}\""), &method, &params),
             );
-        }
-    }
-
-    /// The gateway shuts down while a session's calls wait for the host's
-    /// answers to a server's questions: each is answered with an error. Their
-    /// first sends already ended on record (`input-required`), and their
-    /// continuations were never sent.
-    pub(super) fn end_gathers(&mut self, session: super::request::SessionId) {
-        let ended: Vec<u64> = self
-            .gathers
-            .iter()
-            .filter(|(_, gather)| gather.cx.request.session == session)
-            .map(|(number, _)| *number)
-            .collect();
-        for number in ended {
-            if let Some(gather) = self.gathers.remove(&number) {
-                let text = "hintgate shut down before the server's questions were answered; the call was not sent again";
-                let line =
-                    frame::response(gather.cx.request.id(), &super::call::error_result(text));
-                self.outbox.host(session, line);
-            }
         }
     }
 
@@ -755,6 +656,112 @@ impl Gateway {
         cx.record = None;
         cx.started = None;
         self.act(Step::Forward(cx));
+    }
+}
+
+// === impl Lookup ===
+
+impl Lookup<'_> {
+    /// A 2026-07-28 server's input-required result for a 2026-07-28 host,
+    /// its questions marked as the server's; `None` when the result asks
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// Why the result cannot be passed on: a question under a key the
+    /// gateway keeps for its own (which would read as the gateway's, and
+    /// whose answer the gateway would take), or params that are not an
+    /// object.
+    pub(super) fn marked_input_required(
+        &self,
+        idx: ServerIdx,
+        raw: &str,
+    ) -> Option<Result<Value, String>> {
+        if !may_ask_input(raw) {
+            return None;
+        }
+        let mut result: Value = serde_json::from_str(raw).ok()?;
+        // A key given twice could make the gateway read `complete` where
+        // the host reads `input_required`, or mark one question while the
+        // host shows another.
+        if let Err(err) = crate::json::find_duplicate_key(raw) {
+            return Some(Err(format!(
+                "server `{}` answered with a result that cannot be read one way only ({err})",
+                self.upstreams.name(idx)
+            )));
+        }
+        if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return None;
+        }
+        let server = self.upstreams.name(idx);
+        let Some(requests) = result
+            .get_mut("inputRequests")
+            .and_then(Value::as_object_mut)
+        else {
+            return Some(Ok(result));
+        };
+        for (key, question) in requests.iter_mut() {
+            if key == super::modern::INPUT_KEY || key == RELAY_KEY {
+                return Some(Err(format!(
+                    "server `{server}` asked under `{key}`, a key hintgate keeps for its own questions"
+                )));
+            }
+            let method = question
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or(ELICITATION)
+                .to_owned();
+            if !matches!(method.as_str(), ELICITATION | SAMPLING | "roots/list") {
+                return Some(Err(format!(
+                    "server `{server}` asked for input with `{}`, which is not a request a server may send a client",
+                    escape_line(&method)
+                )));
+            }
+            if let Some(params) = question.get_mut("params")
+                && let Err(why) = mark_for_host(self.policy, self.upstreams, idx, &method, params)
+            {
+                return Some(Err(why));
+            }
+        }
+        Some(Ok(result))
+    }
+
+    /// A 2026-07-28 server wants input for a legacy host's call: ask the
+    /// host each question and send the call again with the answers.
+    /// The questions a server's input-required result asks, each as the
+    /// host is to be asked it (key, method, params), marked as the
+    /// server's; or why one cannot be relayed.
+    fn marked_questions(
+        &self,
+        cx: &CallContext,
+        requests: Map<String, Value>,
+    ) -> Result<Vec<(String, String, Value)>, String> {
+        // Each question a person reads is marked as the server's.
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        let mut questions = Vec::with_capacity(requests.len());
+        for (key, question) in requests {
+            let method = question
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or(ELICITATION)
+                .to_owned();
+            let mut params = question.get("params").cloned().unwrap_or_else(|| json!({}));
+            // The host is asked only what it said it takes, as when the
+            // server asks it directly.
+            host_takes(self.sessions, cx.request.session, &method).and_then(|()| {
+                match cx.server {
+                    Some(idx) => {
+                        mark_for_host(self.policy, self.upstreams, idx, &method, &mut params)
+                    }
+                    None => mark_question(&server, &method, &mut params),
+                }
+            })?;
+            questions.push((key, method, params));
+        }
+        Ok(questions)
     }
 }
 

@@ -434,9 +434,66 @@ impl Routing {
     }
 }
 
+/// Answers the host's `initialize` (and a modern host's
+/// `server/discover`) once every server is ready or failed.
+pub(super) fn finish_initialize(
+    outbox: &mut super::outbox::Outbox,
+    sessions: &mut super::session::Sessions,
+    upstreams: &super::upstreams::Upstreams,
+    mode: &super::Mode,
+) {
+    if !upstreams.settled() {
+        return;
+    }
+    let waiting: Vec<SessionId> = sessions.keys().collect();
+    for session in waiting {
+        let Some(host) = sessions.get_mut(&session) else {
+            continue;
+        };
+        let discover = host.discover_pending.take();
+        let initialize = host.initialize_pending.take();
+        if let Some(request) = discover {
+            let result =
+                super::modern::discover_result(&sessions.protocol_version(session), upstreams);
+            sessions.reply(outbox, session, request.id(), &result);
+        }
+        let Some(request) = initialize else {
+            continue;
+        };
+        if *mode == Mode::Wrap
+            && let Some(Phase::Failed(reason)) = upstreams.get(0).map(|up| &up.phase)
+        {
+            let text = format!("server `{}` did not start: {reason}", upstreams.name(0));
+            outbox.error(session, request.id(), -32603, &text);
+            continue;
+        }
+        let result = initialize_result(&sessions.protocol_version(session), upstreams);
+        sessions.reply(outbox, session, request.id(), &result);
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
+    /// One server finished its part of a merged list (or failed it); the
+    /// host gets the merged list once every server has.
+    pub(super) fn fanout_done(&mut self, aggregate: u64, idx: ServerIdx, failure: Option<String>) {
+        let Some((request, mut result)) =
+            self.routing
+                .part_done(&self.upstreams, aggregate, idx, failure)
+        else {
+            return;
+        };
+        let session = request.session;
+        let modern = self
+            .sessions
+            .get(&session)
+            .is_some_and(super::session::HostSession::modern);
+        super::modern::modernize(modern, request.method.as_str(), &mut result);
+        self.sessions
+            .reply(&mut self.outbox, session, request.id(), &result);
+    }
+
     /// A legacy host's `initialize`: the servers start with what it declared.
     pub(super) fn on_initialize(&mut self, request: HostRequest) {
         let session = request.session;
@@ -465,7 +522,12 @@ impl Gateway {
         host.init = Some(params.clone());
         host.initialize_pending = Some(request);
         self.start_servers(params);
-        self.finish_initialize();
+        finish_initialize(
+            &mut self.outbox,
+            &mut self.sessions,
+            &self.upstreams,
+            &self.mode,
+        );
     }
 
     /// Starts every server that is stopped; the first session's declaration
@@ -483,47 +545,6 @@ impl Gateway {
             {
                 self.start(idx);
             }
-        }
-    }
-
-    /// Answers the host's `initialize` (and a modern host's
-    /// `server/discover`) once every server is ready or failed.
-    pub(super) fn finish_initialize(&mut self) {
-        if !self.upstreams.settled() {
-            return;
-        }
-        let sessions: Vec<SessionId> = self.sessions.keys().collect();
-        for session in sessions {
-            let Some(host) = self.sessions.get_mut(&session) else {
-                continue;
-            };
-            let discover = host.discover_pending.take();
-            let initialize = host.initialize_pending.take();
-            if let Some(request) = discover {
-                let result = super::modern::discover_result(
-                    &self.sessions.protocol_version(session),
-                    &self.upstreams,
-                );
-                self.sessions
-                    .reply(&mut self.outbox, session, request.id(), &result);
-            }
-            let Some(request) = initialize else {
-                continue;
-            };
-            if self.mode == Mode::Wrap
-                && let Some(Phase::Failed(reason)) = self.upstreams.get(0).map(|up| &up.phase)
-            {
-                let text = format!(
-                    "server `{}` did not start: {reason}",
-                    self.upstreams.name(0)
-                );
-                self.outbox.error(session, request.id(), -32603, &text);
-                continue;
-            }
-            let result =
-                initialize_result(&self.sessions.protocol_version(session), &self.upstreams);
-            self.sessions
-                .reply(&mut self.outbox, session, request.id(), &result);
         }
     }
 
@@ -812,12 +833,12 @@ impl Gateway {
         self.forward_with(idx, request, params);
     }
 
-    /// Forwards a host request as it is to one server under a new id.
-    pub(super) fn forward_plain(&mut self, idx: ServerIdx, request: HostRequest) {
-        self.forward_with(idx, request, None);
-    }
-
-    fn forward_with(&mut self, idx: ServerIdx, request: HostRequest, params: Option<Value>) {
+    pub(super) fn forward_with(
+        &mut self,
+        idx: ServerIdx,
+        request: HostRequest,
+        params: Option<Value>,
+    ) {
         let timeout = self.limits.call_timeout;
         let with_meta = |params: Value, ours: &Value| super::modern::with_meta(params, ours);
         let Some(up) = self.upstreams.get_mut(idx) else {
@@ -885,7 +906,9 @@ impl Gateway {
                 .error(request.session, request.id(), -32603, &why);
             return;
         }
-        let mut line = self.host_response(idx, request.session, message, request.id(), method);
+        let mut line =
+            self.lookup()
+                .host_response(idx, request.session, message, request.id(), method);
         if let Some(key) = list_key(method) {
             // Wrap mode: the server's own page, screened like a merged one.
             let fresh = request.params().get("cursor").is_none();
@@ -901,7 +924,11 @@ impl Gateway {
             && message.result.is_some_and(super::call::carries_data)
             && self.policy.data_taints_session(self.upstreams.name(idx))
         {
-            self.taint(request.session, idx, &format!("`{method}`"));
+            self.sessions.taint(
+                request.session,
+                self.upstreams.name(idx),
+                &format!("`{method}`"),
+            );
         }
         self.outbox.host(request.session, line);
     }
@@ -1039,25 +1066,6 @@ impl Gateway {
             return;
         }
         self.fanout_done(aggregate, idx, None);
-    }
-
-    /// One server finished its part of a merged list (or failed it); the
-    /// host gets the merged list once every server has.
-    pub(super) fn fanout_done(&mut self, aggregate: u64, idx: ServerIdx, failure: Option<String>) {
-        let Some((request, mut result)) =
-            self.routing
-                .part_done(&self.upstreams, aggregate, idx, failure)
-        else {
-            return;
-        };
-        let session = request.session;
-        let modern = self
-            .sessions
-            .get(&session)
-            .is_some_and(super::session::HostSession::modern);
-        super::modern::modernize(modern, request.method.as_str(), &mut result);
-        self.sessions
-            .reply(&mut self.outbox, session, request.id(), &result);
     }
 }
 

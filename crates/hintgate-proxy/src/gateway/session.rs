@@ -23,7 +23,6 @@ use hintgate_policy::decide::Scope;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::Gateway;
 use super::outbox::Outbox;
 use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::conn::QueueGauge;
@@ -137,6 +136,17 @@ pub(crate) struct HostSession {
 // === impl Sessions ===
 
 impl Sessions {
+    /// Private data from `server` (`what` says how it came) reached the
+    /// host of `session`: from now on, open-world tools ask (design §4.4).
+    pub(super) fn taint(&mut self, session: SessionId, server: &str, what: &str) {
+        if let Some(host) = self.get_mut(&session)
+            && !host.tainted
+        {
+            tracing::info!(server.id = %server, "the session has read private data ({what}): open-world tools now ask");
+            host.tainted = true;
+        }
+    }
+
     /// The `--listen` principal whose upstream logins serve the requests of
     /// the host of `session` (`None`: a stdio host, whose requests go with
     /// the command line's logins).
@@ -518,22 +528,6 @@ impl Told {
     }
 }
 
-// === impl Gateway ===
-
-impl Gateway {
-    /// Private data from server `idx` (`what` says how it came) reached the
-    /// host of `session`: from now on, open-world tools ask (design §4.4).
-    pub(super) fn taint(&mut self, session: SessionId, idx: ServerIdx, what: &str) {
-        let server = self.upstreams.name(idx);
-        if let Some(host) = self.sessions.get_mut(&session)
-            && !host.tainted
-        {
-            tracing::info!(server.id = %server, "the session has read private data ({what}): open-world tools now ask");
-            host.tainted = true;
-        }
-    }
-}
-
 /// Whether a host's declared elicitation capability includes form mode
 /// (`elicitation: {}` means form; `{url: {}}` alone does not).
 pub(crate) fn declares_form_elicitation(capabilities: Option<&Value>) -> bool {
@@ -608,6 +602,20 @@ mod tests {
         // Other notifications are never held back.
         assert!(told.tell("notifications/message"));
         assert!(told.tell("notifications/message"));
+    }
+
+    #[test]
+    fn private_data_taints_only_the_session_it_reached_and_for_good() {
+        let mut sessions = three_sessions(serde_json::json!({}));
+        sessions.taint(SessionId(1), "mail", "`resources/read`");
+        let tainted = |sessions: &Sessions, n| sessions.get(&SessionId(n)).unwrap().tainted;
+        assert!(tainted(&sessions, 1));
+        assert!(!tainted(&sessions, 0) && !tainted(&sessions, 2));
+        // Tainted again, or a session that is gone: nothing changes.
+        sessions.taint(SessionId(1), "mail", "a tool result");
+        sessions.taint(SessionId(9), "mail", "a tool result");
+        assert!(tainted(&sessions, 1));
+        assert!(!tainted(&sessions, 0) && !tainted(&sessions, 2));
     }
 
     /// Sessions 0 (a legacy host that declared `capabilities`), 1 (a

@@ -51,7 +51,7 @@ pub(crate) struct Subscription {
     pub waiting: Vec<HostRequest>,
     /// It is not made on its server: the server stopped since it was made,
     /// or was not ready when a 2026-07-28 host asked for it. It is made
-    /// when the server is ready ([`Gateway::restore_subscriptions`]).
+    /// when the server is ready ([`restore_subscriptions`]).
     pub lost: bool,
 }
 
@@ -128,7 +128,7 @@ impl Subscriptions {
 
     /// Server `idx` stopped: it forgot its subscriptions. What waited for
     /// one gets `why`; one a session holds is kept and made again when the
-    /// server is ready again ([`Gateway::restore_subscriptions`]), and its
+    /// server is ready again ([`restore_subscriptions`]), and its
     /// sessions are told the resource may have changed
     /// (`notifications/resources/updated`, which carries nothing of the
     /// server's): updates made while the server was down reach no one, and
@@ -315,6 +315,247 @@ pub(crate) struct Orphaned {
     pub sessions: Vec<SessionId>,
 }
 
+/// A 2026-07-28 server acknowledged a listen stream (`params` of its
+/// `notifications/subscriptions/acknowledged`): when it is one opened
+/// for a host's subscription, the hosts waiting for it are answered,
+/// with `{}` when the server honours the URI.
+pub(super) fn on_listen_acknowledged(
+    subscriptions: &mut Subscriptions,
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    sessions: &super::session::Sessions,
+    upstreams: &mut super::upstreams::Upstreams,
+    idx: ServerIdx,
+    params: &Value,
+) {
+    let Some(listen) = params
+        .pointer("/_meta/io.modelcontextprotocol~1subscriptionId")
+        .and_then(Value::as_u64)
+    else {
+        return;
+    };
+    let Some(UpPurpose::Subscribe { uri }) = peek_subscribe(inflight, idx, listen) else {
+        return;
+    };
+    inflight.take_up(idx, listen);
+    let honoured = params
+        .pointer("/notifications/resourceSubscriptions")
+        .and_then(Value::as_array)
+        .is_some_and(|uris| uris.iter().any(|item| item.as_str() == Some(uri.as_str())));
+    if !honoured {
+        let why = format!(
+            "server `{}` did not take the subscription to `{}`",
+            upstreams.name(idx),
+            escape_line(&uri)
+        );
+        upstreams.cancel(idx, listen, "not honoured", outbox);
+        subscriptions.fail(idx, upstreams.name(idx), &uri, &why, outbox);
+        return;
+    }
+    let Some(sub) = subscriptions.get_mut(idx, &uri) else {
+        return;
+    };
+    sub.acknowledged = true;
+    let waiting = std::mem::take(&mut sub.waiting);
+    for request in &waiting {
+        sub.sessions.insert(request.session);
+    }
+    for request in waiting {
+        sessions.reply(outbox, request.session, request.id(), &json!({}));
+    }
+}
+
+/// Session `session` is gone: it leaves its subscriptions, and those no
+/// session holds any more end on their servers.
+pub(super) fn end_subscriptions(
+    subscriptions: &mut Subscriptions,
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    upstreams: &mut super::upstreams::Upstreams,
+    limits: super::Limits,
+    session: SessionId,
+) {
+    for ended in subscriptions.leave_all(session) {
+        if ended.lost {
+            continue;
+        }
+        let ready = upstreams
+            .get(ended.server)
+            .is_some_and(|up| up.phase == super::upstreams::Phase::Ready);
+        if !ready {
+            continue;
+        }
+        match ended.listen {
+            Some(listen) => {
+                // Still waiting for its acknowledgement: nothing waits now.
+                inflight.take_up(ended.server, listen);
+                upstreams.cancel(ended.server, listen, "unsubscribed", outbox);
+            }
+            None => {
+                let timeout = limits.call_timeout;
+                let Some(up) = upstreams.get_mut(ended.server) else {
+                    continue;
+                };
+                let id = up.next_id();
+                let generation = up.generation();
+                inflight.wait_up(ended.server, id, UpPurpose::Quiet, timeout);
+                outbox.upstream(
+                    ended.server,
+                    generation,
+                    frame::request(
+                        &id.to_string(),
+                        "resources/unsubscribe",
+                        &json!({"uri": ended.uri}),
+                    ),
+                    None,
+                );
+            }
+        }
+    }
+}
+
+/// Server `idx` is ready again after it stopped: the subscriptions its
+/// sessions still hold are made again, in its era (a legacy server is
+/// sent `resources/subscribe`, a 2026-07-28 one gets a listen stream).
+/// One it refuses is forgotten, and the refusal logged.
+pub(super) fn restore_subscriptions(
+    subscriptions: &mut Subscriptions,
+    inflight: &mut InFlight,
+    outbox: &mut Outbox,
+    upstreams: &mut super::upstreams::Upstreams,
+    declared: &super::modern::Declared,
+    limits: super::Limits,
+    idx: ServerIdx,
+) {
+    let uris = subscriptions.take_lost(idx);
+    let timeout = limits.call_timeout;
+    for uri in uris {
+        let Some(up) = upstreams.get_mut(idx) else {
+            return;
+        };
+        let modern = up.modern;
+        let id = up.next_id();
+        let generation = up.generation();
+        let line = if modern {
+            subscriptions.entry(idx, &uri).listen = Some(id);
+            let params = declared
+                .with_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
+            inflight.wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
+            frame::request(&id.to_string(), "subscriptions/listen", &params)
+        } else {
+            let line = frame::request(
+                &id.to_string(),
+                "resources/subscribe",
+                &json!({"uri": uri.clone()}),
+            );
+            inflight.wait_up(idx, id, UpPurpose::Resubscribe { uri }, timeout);
+            line
+        };
+        outbox.upstream(idx, generation, line, None);
+    }
+}
+
+/// A resource update for a 2026-07-28 host, on its listen stream `id`.
+fn on_listen_stream(mut params: Value, uri: &str, id: Value) -> String {
+    if !params.is_object() {
+        params = json!({"uri": uri});
+    }
+    if let Some(object) = params.as_object_mut() {
+        let meta = object.entry("_meta").or_insert_with(|| json!({}));
+        if !meta.is_object() {
+            *meta = json!({});
+        }
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("io.modelcontextprotocol/subscriptionId".to_owned(), id);
+        }
+    }
+    frame::notification("notifications/resources/updated", &params)
+}
+
+/// A server's `notifications/resources/updated` (`message`, its `uri`
+/// read): to the sessions subscribed to it, each marked when the server
+/// holds private data (design §4.4). A 2026-07-28 server's comes on the
+/// subscription's listen stream, whose id it must carry; the host gets
+/// it without that id, which is the gateway's.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the parts the step reads and writes, each passed on its own so that it takes no gateway"
+)]
+pub(super) fn on_resource_updated(
+    subscriptions: &Subscriptions,
+    outbox: &mut Outbox,
+    sessions: &mut super::session::Sessions,
+    upstreams: &super::upstreams::Upstreams,
+    policy: &hintgate_policy::decide::Policy,
+    idx: ServerIdx,
+    message: &Message<'_>,
+    uri: &str,
+) {
+    let modern = upstreams.get(idx).is_some_and(|up| up.modern);
+    let Some(sub) = subscriptions.get(idx, uri) else {
+        tracing::debug!(
+            server.id = %upstreams.name(idx),
+            resource.uri = %escape_line(uri),
+            "an update of a resource no session subscribed to is dropped"
+        );
+        return;
+    };
+    let mut params: Value = message
+        .params
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or(Value::Null);
+    let line = if modern {
+        let listen = params
+            .pointer("/_meta/io.modelcontextprotocol~1subscriptionId")
+            .and_then(Value::as_u64);
+        if listen.is_none() || listen != sub.listen {
+            tracing::warn!(
+                server.id = %upstreams.name(idx),
+                resource.uri = %escape_line(uri),
+                "an update not on the listen stream of its subscription is dropped"
+            );
+            return;
+        }
+        if let Some(object) = params.as_object_mut() {
+            let empty = object
+                .get_mut("_meta")
+                .and_then(Value::as_object_mut)
+                .map(|meta| {
+                    meta.remove("io.modelcontextprotocol/subscriptionId");
+                    meta.is_empty()
+                });
+            if empty == Some(true) {
+                object.remove("_meta");
+            }
+        }
+        frame::notification("notifications/resources/updated", &params)
+    } else {
+        message.line().to_owned()
+    };
+    let holders: Vec<SessionId> = sub.sessions.iter().copied().collect();
+    let private = policy.data_taints_session(upstreams.name(idx));
+    for session in holders {
+        if private {
+            sessions.taint(
+                session,
+                upstreams.name(idx),
+                "`notifications/resources/updated`",
+            );
+        }
+        // A 2026-07-28 host gets it on its own listen stream.
+        let listen = sessions
+            .get(&session)
+            .filter(|host| host.era == super::session::Era::Modern)
+            .and_then(|host| host.listen.as_deref())
+            .and_then(|id| serde_json::from_str::<Value>(id).ok());
+        let to_host = match listen {
+            Some(id) => on_listen_stream(params.clone(), uri, id),
+            None => line.clone(),
+        };
+        outbox.host_note(session, to_host, None);
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
@@ -356,7 +597,7 @@ impl Gateway {
                 listen: None,
                 lost: false,
                 ..
-            }) if !modern => self.forward_plain(idx, request),
+            }) if !modern => self.forward_with(idx, request, None),
             Some(Ended { listen: None, .. }) => {
                 self.sessions
                     .reply(&mut self.outbox, session, request.id(), &json!({}))
@@ -379,7 +620,7 @@ impl Gateway {
                     .reply(&mut self.outbox, session, request.id(), &json!({}))
             }
             // Nothing the gateway knows of: the server answers.
-            None => self.forward_plain(idx, request),
+            None => self.forward_with(idx, request, None),
         }
     }
 
@@ -406,7 +647,7 @@ impl Gateway {
         }
         if !modern {
             self.subscriptions.entry(idx, &uri).sessions.insert(session);
-            self.forward_plain(idx, request);
+            self.forward_with(idx, request, None);
             return;
         }
         let sub = self.subscriptions.entry(idx, &uri);
@@ -440,97 +681,6 @@ impl Gateway {
             frame::request(&id.to_string(), "subscriptions/listen", &params),
             None,
         );
-    }
-
-    /// A 2026-07-28 server acknowledged a listen stream (`params` of its
-    /// `notifications/subscriptions/acknowledged`): when it is one opened
-    /// for a host's subscription, the hosts waiting for it are answered,
-    /// with `{}` when the server honours the URI.
-    pub(super) fn on_listen_acknowledged(&mut self, idx: ServerIdx, params: &Value) {
-        let Some(listen) = params
-            .pointer("/_meta/io.modelcontextprotocol~1subscriptionId")
-            .and_then(Value::as_u64)
-        else {
-            return;
-        };
-        let Some(UpPurpose::Subscribe { uri }) = peek_subscribe(&mut self.inflight, idx, listen)
-        else {
-            return;
-        };
-        self.inflight.take_up(idx, listen);
-        let honoured = params
-            .pointer("/notifications/resourceSubscriptions")
-            .and_then(Value::as_array)
-            .is_some_and(|uris| uris.iter().any(|item| item.as_str() == Some(uri.as_str())));
-        if !honoured {
-            let why = format!(
-                "server `{}` did not take the subscription to `{}`",
-                self.upstreams.name(idx),
-                escape_line(&uri)
-            );
-            self.upstreams
-                .cancel(idx, listen, "not honoured", &mut self.outbox);
-            self.subscriptions
-                .fail(idx, self.upstreams.name(idx), &uri, &why, &mut self.outbox);
-            return;
-        }
-        let Some(sub) = self.subscriptions.get_mut(idx, &uri) else {
-            return;
-        };
-        sub.acknowledged = true;
-        let waiting = std::mem::take(&mut sub.waiting);
-        for request in &waiting {
-            sub.sessions.insert(request.session);
-        }
-        for request in waiting {
-            self.sessions
-                .reply(&mut self.outbox, request.session, request.id(), &json!({}));
-        }
-    }
-
-    /// Session `session` is gone: it leaves its subscriptions, and those no
-    /// session holds any more end on their servers.
-    pub(super) fn end_subscriptions(&mut self, session: SessionId) {
-        for ended in self.subscriptions.leave_all(session) {
-            if ended.lost {
-                continue;
-            }
-            let ready = self
-                .upstreams
-                .get(ended.server)
-                .is_some_and(|up| up.phase == super::upstreams::Phase::Ready);
-            if !ready {
-                continue;
-            }
-            match ended.listen {
-                Some(listen) => {
-                    // Still waiting for its acknowledgement: nothing waits now.
-                    self.inflight.take_up(ended.server, listen);
-                    self.upstreams
-                        .cancel(ended.server, listen, "unsubscribed", &mut self.outbox);
-                }
-                None => {
-                    let timeout = self.limits.call_timeout;
-                    let Some(up) = self.upstreams.get_mut(ended.server) else {
-                        continue;
-                    };
-                    let id = up.next_id();
-                    let generation = up.generation();
-                    self.inflight
-                        .wait_up(ended.server, id, UpPurpose::Quiet, timeout);
-                    self.outbox.upstream(
-                        ended.server,
-                        generation,
-                        frame::request(
-                            &id.to_string(),
-                            "resources/unsubscribe",
-                            &json!({"uri": ended.uri}),
-                        ),
-                        None,
-                    );
-                }
-            }
-        }
     }
 
     /// A 2026-07-28 host's listen stream asks for the updates of `uris`
@@ -577,129 +727,18 @@ impl Gateway {
                 .get(idx)
                 .is_some_and(|up| up.phase == super::upstreams::Phase::Ready);
             if ready {
-                self.restore_subscriptions(idx);
+                restore_subscriptions(
+                    &mut self.subscriptions,
+                    &mut self.inflight,
+                    &mut self.outbox,
+                    &mut self.upstreams,
+                    &self.declared,
+                    self.limits,
+                    idx,
+                );
             }
         }
         honoured
-    }
-
-    /// Server `idx` is ready again after it stopped: the subscriptions its
-    /// sessions still hold are made again, in its era (a legacy server is
-    /// sent `resources/subscribe`, a 2026-07-28 one gets a listen stream).
-    /// One it refuses is forgotten, and the refusal logged.
-    pub(super) fn restore_subscriptions(&mut self, idx: ServerIdx) {
-        let uris = self.subscriptions.take_lost(idx);
-        let timeout = self.limits.call_timeout;
-        for uri in uris {
-            let Some(up) = self.upstreams.get_mut(idx) else {
-                return;
-            };
-            let modern = up.modern;
-            let id = up.next_id();
-            let generation = up.generation();
-            let line = if modern {
-                self.subscriptions.entry(idx, &uri).listen = Some(id);
-                let params = self
-                    .declared
-                    .with_meta(json!({"notifications": {"resourceSubscriptions": [uri.clone()]}}));
-                self.inflight
-                    .wait_up(idx, id, UpPurpose::Subscribe { uri }, timeout);
-                frame::request(&id.to_string(), "subscriptions/listen", &params)
-            } else {
-                let line = frame::request(
-                    &id.to_string(),
-                    "resources/subscribe",
-                    &json!({"uri": uri.clone()}),
-                );
-                self.inflight
-                    .wait_up(idx, id, UpPurpose::Resubscribe { uri }, timeout);
-                line
-            };
-            self.outbox.upstream(idx, generation, line, None);
-        }
-    }
-
-    /// A server's `notifications/resources/updated` (`message`, its `uri`
-    /// read): to the sessions subscribed to it, each marked when the server
-    /// holds private data (design §4.4). A 2026-07-28 server's comes on the
-    /// subscription's listen stream, whose id it must carry; the host gets
-    /// it without that id, which is the gateway's.
-    pub(super) fn on_resource_updated(&mut self, idx: ServerIdx, message: &Message<'_>, uri: &str) {
-        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
-        let Some(sub) = self.subscriptions.get(idx, uri) else {
-            tracing::debug!(
-                server.id = %self.upstreams.name(idx),
-                resource.uri = %escape_line(uri),
-                "an update of a resource no session subscribed to is dropped"
-            );
-            return;
-        };
-        let mut params: Value = message
-            .params
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(Value::Null);
-        let line = if modern {
-            let listen = params
-                .pointer("/_meta/io.modelcontextprotocol~1subscriptionId")
-                .and_then(Value::as_u64);
-            if listen.is_none() || listen != sub.listen {
-                tracing::warn!(
-                    server.id = %self.upstreams.name(idx),
-                    resource.uri = %escape_line(uri),
-                    "an update not on the listen stream of its subscription is dropped"
-                );
-                return;
-            }
-            if let Some(object) = params.as_object_mut() {
-                let empty = object
-                    .get_mut("_meta")
-                    .and_then(Value::as_object_mut)
-                    .map(|meta| {
-                        meta.remove("io.modelcontextprotocol/subscriptionId");
-                        meta.is_empty()
-                    });
-                if empty == Some(true) {
-                    object.remove("_meta");
-                }
-            }
-            frame::notification("notifications/resources/updated", &params)
-        } else {
-            message.line().to_owned()
-        };
-        let sessions: Vec<SessionId> = sub.sessions.iter().copied().collect();
-        let private = self.policy.data_taints_session(self.upstreams.name(idx));
-        for session in sessions {
-            if private {
-                self.taint(session, idx, "`notifications/resources/updated`");
-            }
-            // A 2026-07-28 host gets it on its own listen stream.
-            let listen = self
-                .sessions
-                .get(&session)
-                .filter(|host| host.era == super::session::Era::Modern)
-                .and_then(|host| host.listen.as_deref())
-                .and_then(|id| serde_json::from_str::<Value>(id).ok());
-            let to_host = match listen {
-                Some(id) => {
-                    let mut params = params.clone();
-                    if !params.is_object() {
-                        params = json!({"uri": uri});
-                    }
-                    if let Some(object) = params.as_object_mut() {
-                        let meta = object.entry("_meta").or_insert_with(|| json!({}));
-                        if !meta.is_object() {
-                            *meta = json!({});
-                        }
-                        if let Some(meta) = meta.as_object_mut() {
-                            meta.insert("io.modelcontextprotocol/subscriptionId".to_owned(), id);
-                        }
-                    }
-                    frame::notification("notifications/resources/updated", &params)
-                }
-                None => line.clone(),
-            };
-            self.outbox.host_note(session, to_host, None);
-        }
     }
 }
 
@@ -714,6 +753,8 @@ fn peek_subscribe(inflight: &mut InFlight, idx: ServerIdx, id: u64) -> Option<Up
 
 #[cfg(test)]
 mod tests {
+    use super::super::session::Sessions;
+    use super::super::upstreams::Upstreams;
     use super::*;
 
     #[test]
@@ -768,6 +809,64 @@ mod tests {
             subs.leave(0, "test://held", a).map(|ended| ended.lost),
             Some(true)
         );
+    }
+
+    /// The policy and the servers of a config with one server, `mail`.
+    fn one_server(private_data: bool) -> (hintgate_policy::decide::Policy, Upstreams) {
+        use hintgate_policy::config::parse_str;
+        let text = format!("[servers.mail]\ncommand = \"x\"\nprivate_data = {private_data}\n");
+        let (config, _) = parse_str(&text);
+        let policy = hintgate_policy::decide::Policy::new(config.unwrap());
+        let servers = policy.config().servers.values().cloned().collect();
+        let upstreams = Upstreams::new(servers, super::super::Mode::Gateway, "__".to_owned());
+        (policy, upstreams)
+    }
+
+    #[test]
+    fn a_resource_update_reaches_the_sessions_that_hold_it_and_taints_them_when_private() {
+        use super::super::outbox::Outgoing;
+        use super::super::session::HostSession;
+        let line = r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"mail://inbox"}}"#;
+        let message = Message::parse(line).unwrap();
+        for private in [false, true] {
+            let (policy, upstreams) = one_server(private);
+            let mut sessions = Sessions::default();
+            for n in 0..3 {
+                let (out, _) = tokio::sync::mpsc::unbounded_channel();
+                sessions.insert(
+                    SessionId(n),
+                    HostSession::new(out, Default::default(), Default::default()),
+                );
+            }
+            let mut subs = Subscriptions::default();
+            subs.entry(0, "mail://inbox").sessions.insert(SessionId(0));
+            subs.entry(0, "mail://inbox").sessions.insert(SessionId(2));
+            let mut outbox = Outbox::new();
+            on_resource_updated(
+                &subs,
+                &mut outbox,
+                &mut sessions,
+                &upstreams,
+                &policy,
+                0,
+                &message,
+                "mail://inbox",
+            );
+            let told: Vec<SessionId> = outbox
+                .take()
+                .into_iter()
+                .map(|sent| match sent {
+                    Outgoing::HostNote(session, note, _) if note == line => session,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(told, [SessionId(0), SessionId(2)]);
+            let tainted = |n| sessions.get(&SessionId(n)).unwrap().tainted;
+            assert_eq!(
+                [tainted(0), tainted(1), tainted(2)],
+                [private, false, private]
+            );
+        }
     }
 
     #[test]

@@ -635,6 +635,37 @@ impl Upstreams {
 // === impl Gateway ===
 
 impl Gateway {
+    /// Sends a request of the gateway's own to a server, waiting `timeout`
+    /// for its answer; returns its id.
+    pub(super) fn request_up(
+        &mut self,
+        idx: ServerIdx,
+        method: &str,
+        params: &Value,
+        purpose: UpPurpose,
+        timeout: Duration,
+    ) -> u64 {
+        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
+        let params = if modern {
+            self.declared.with_meta(params.clone())
+        } else {
+            params.clone()
+        };
+        let Some(up) = self.upstreams.get_mut(idx) else {
+            return 0;
+        };
+        let id = up.next_id();
+        let generation = up.generation;
+        self.inflight.wait_up(idx, id, purpose, timeout);
+        self.outbox.upstream(
+            idx,
+            generation,
+            frame::request(&id.to_string(), method, &params),
+            None,
+        );
+        id
+    }
+
     /// Whether server `idx` can take a request now; starts it when it is
     /// stopped, or failed before (once per request: `restarted` remembers).
     pub(super) fn readiness(
@@ -732,7 +763,7 @@ impl Gateway {
                 self.upstream_failed(idx, format!("the pin store failed: {err}"));
                 return;
             }
-            self.watch_keys();
+            super::watch_keys(&self.store, &self.catalog, &self.events, &mut self.watcher);
         }
         let timeout = PROBE_TIMEOUT.min(self.limits.call_timeout);
         self.probe_era(idx, timeout);
@@ -765,37 +796,6 @@ impl Gateway {
         let params = self.declared.initialize_params();
         let timeout = self.limits.call_timeout;
         self.request_up(idx, "initialize", &params, UpPurpose::Initialize, timeout);
-    }
-
-    /// Sends a request of the gateway's own to a server, waiting `timeout`
-    /// for its answer; returns its id.
-    pub(super) fn request_up(
-        &mut self,
-        idx: ServerIdx,
-        method: &str,
-        params: &Value,
-        purpose: UpPurpose,
-        timeout: Duration,
-    ) -> u64 {
-        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
-        let params = if modern {
-            self.declared.with_meta(params.clone())
-        } else {
-            params.clone()
-        };
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return 0;
-        };
-        let id = up.next_id();
-        let generation = up.generation;
-        self.inflight.wait_up(idx, id, purpose, timeout);
-        self.outbox.upstream(
-            idx,
-            generation,
-            frame::request(&id.to_string(), method, &params),
-            None,
-        );
-        id
     }
 
     /// The answer to `initialize`.
@@ -885,7 +885,15 @@ impl Gateway {
                 }
             }
         }
-        self.restore_subscriptions(idx);
+        super::subscriptions::restore_subscriptions(
+            &mut self.subscriptions,
+            &mut self.inflight,
+            &mut self.outbox,
+            &mut self.upstreams,
+            &self.declared,
+            self.limits,
+            idx,
+        );
         self.list_tools(idx);
         self.retry_waiting();
     }
