@@ -863,25 +863,45 @@ pub fn ends(entry: &NewEntry) -> Vec<u64> {
 /// `entry` as the log holds it: each call it names by its number in the
 /// run named by its sequence number (`seq_of`), the body written again by
 /// the record's one writer. `None` when a call it names is unknown.
-pub fn in_log(entry: &NewEntry, mut seq_of: impl FnMut(u64) -> Option<u64>) -> Option<NewEntry> {
+pub fn in_log(entry: &NewEntry, seq_of: impl FnMut(u64) -> Option<u64>) -> Option<NewEntry> {
+    in_log_ending(entry, seq_of).map(|(entry, _)| entry)
+}
+
+/// [`in_log`], with what [`ends`] gives of `entry` (an `outcomes` record's
+/// body read once for both).
+pub(crate) fn in_log_ending(
+    entry: &NewEntry,
+    mut seq_of: impl FnMut(u64) -> Option<u64>,
+) -> Option<(NewEntry, Vec<u64>)> {
     match entry.kind {
-        EntryKind::Outcome => Some(NewEntry {
-            call: Some(seq_of(entry.call?)?),
-            ..entry.clone()
-        }),
+        EntryKind::Outcome => {
+            let call = entry.call?;
+            Some((
+                NewEntry {
+                    call: Some(seq_of(call)?),
+                    ..entry.clone()
+                },
+                vec![call],
+            ))
+        }
         EntryKind::Outcomes => {
             let mut record: OutcomesRecord = serde_json::from_str(&entry.body).ok()?;
+            let mut ended = Vec::with_capacity(record.outcomes.len());
             for item in &mut record.outcomes {
+                ended.push(item.call);
                 item.call = seq_of(item.call)?;
             }
-            Some(NewEntry {
-                at: entry.at,
-                kind: entry.kind,
-                call: None,
-                body: Record::Outcomes(record).to_json(),
-            })
+            Some((
+                NewEntry {
+                    at: entry.at,
+                    kind: entry.kind,
+                    call: None,
+                    body: Record::Outcomes(record).to_json(),
+                },
+                ended,
+            ))
         }
-        _ => Some(entry.clone()),
+        _ => Some((entry.clone(), Vec::new())),
     }
 }
 

@@ -1,12 +1,15 @@
 //! The journals' index in SQLite: [`JournalIndex`] for [`SqliteStore`].
 //!
-//! Two tables (schema 10): `journal_runs`, one row per run with the
+//! Two tables: `journal_runs` (schema 10), one row per run with the
 //! position of its last indexed record and whether it is closed, and
-//! `journal_index`, one row per indexed record with its run, number,
-//! position and the log's sequence number (`WITHOUT ROWID`: one B-tree
-//! insert a record). Each write is one `BEGIN IMMEDIATE`
-//! transaction that reads the run's last number first, so two processes
-//! indexing one run write each record once.
+//! `journal_index` (schema 12), one row per indexed batch, a span: records
+//! `n` to `n + count - 1` of its run are the log's `seq` to
+//! `seq + count - 1` (a batch's records are appended to the log in one
+//! transaction, so their sequence numbers follow each other). One B-tree
+//! insert a batch, not one a record: the per-record row, keyed by run and
+//! number, cost the indexer as much as the log's own insert. Each write is
+//! one `BEGIN IMMEDIATE` transaction that reads the run's last number
+//! first, so two processes indexing one run write each record once.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,7 +17,7 @@ use std::path::Path;
 use rusqlite::{OptionalExtension, params};
 
 use crate::audit::{Immediate, append_in_transaction};
-use crate::journal::{JournalIndex, Journaled, Position, RunState, ends, in_log, interrupted};
+use crate::journal::{JournalIndex, Journaled, Position, RunState, in_log_ending, interrupted};
 use crate::{NewEntry, SqliteStore, StoreError};
 
 /// A number as SQLite keeps it.
@@ -77,13 +80,26 @@ fn set_run(
     Ok(())
 }
 
-/// The log's number of record `n` of `run`.
+/// The log's number of record `n` of `run`: found in the span that begins
+/// at or before `n`, when it reaches `n`.
 fn seq_in(connection: &rusqlite::Connection, run: &str, n: u64) -> Result<Option<u64>, StoreError> {
-    Ok(connection
-        .prepare_cached("SELECT seq FROM journal_index WHERE run = ?1 AND n = ?2")?
-        .query_row(params![run, to_sql(n)], |row| row.get::<_, i64>(0))
-        .optional()?
-        .map(from_sql))
+    let span = connection
+        .prepare_cached(
+            "SELECT n, seq, count FROM journal_index WHERE run = ?1 AND n <= ?2
+             ORDER BY n DESC LIMIT 1",
+        )?
+        .query_row(params![run, to_sql(n)], |row| {
+            Ok((
+                from_sql(row.get(0)?),
+                from_sql(row.get(1)?),
+                from_sql(row.get(2)?),
+            ))
+        })
+        .optional()?;
+    Ok(span.and_then(|(first, seq, count): (u64, u64, u64)| {
+        let into = n.checked_sub(first)?;
+        (into < count).then(|| seq.saturating_add(into))
+    }))
 }
 
 /// The log's last sequence number (0: empty).
@@ -124,18 +140,25 @@ impl JournalIndex for SqliteStore {
         let Some(first) = fresh.first() else {
             return Ok(0);
         };
-        if first.position.n != done + 1 {
+        // One span: each record follows the one before.
+        if let Some((at, record)) = fresh
+            .iter()
+            .enumerate()
+            .find(|(idx, record)| record.position.n != done + 1 + *idx as u64)
+        {
             return Err(StoreError::Corrupt(format!(
-                "record {} of run {run}'s journal does not follow record {done}, the last indexed",
-                first.position.n
+                "record {} of run {run}'s journal does not follow record {}, the last indexed",
+                record.position.n,
+                done + at as u64
             )));
         }
         // The log numbers the records it appends from its end on.
         let base = last_seq(&connection)? + 1;
         let mut entries: Vec<NewEntry> = Vec::with_capacity(fresh.len());
+        let mut ended: Vec<u64> = Vec::new();
         for (idx, record) in fresh.iter().enumerate() {
             let mut unknown = None;
-            let entry = in_log(&record.entry, |call| {
+            let (entry, ends) = in_log_ending(&record.entry, |call| {
                 calls
                     .get(&call)
                     .copied()
@@ -156,6 +179,7 @@ impl JournalIndex for SqliteStore {
                 calls.insert(record.position.n, base + idx as u64);
             }
             entries.push(entry);
+            ended.extend(ends);
         }
         let (seqs, tail) = append_in_transaction(&connection, &entries, self.keying.key.as_ref())?;
         if seqs.first() != Some(&base) {
@@ -164,22 +188,29 @@ impl JournalIndex for SqliteStore {
                 seqs.first()
             )));
         }
-        let mut insert = connection.prepare_cached(
-            "INSERT INTO journal_index (run, n, seq, segment, offset) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for (record, seq) in fresh.iter().zip(&seqs) {
-            insert.execute(params![
-                run,
-                to_sql(record.position.n),
-                to_sql(*seq),
-                i64::from(record.position.segment),
-                to_sql(record.position.offset),
-            ])?;
-            for call in ends(&record.entry) {
-                calls.remove(&call);
-            }
+        if seqs.len() != fresh.len()
+            || seqs
+                .iter()
+                .enumerate()
+                .any(|(idx, seq)| *seq != base + idx as u64)
+        {
+            return Err(StoreError::Corrupt(format!(
+                "the log did not number run {run}'s records one after another"
+            )));
         }
-        drop(insert);
+        connection
+            .prepare_cached(
+                "INSERT INTO journal_index (run, n, seq, count) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                run,
+                to_sql(first.position.n),
+                to_sql(base),
+                to_sql(fresh.len() as u64),
+            ])?;
+        for call in ended {
+            calls.remove(&call);
+        }
         let last = fresh
             .last()
             .map_or(first.position, |record| record.position);

@@ -73,13 +73,13 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// The SQLite schema's steps, each to the version it names: run in order,
 /// each in a transaction of its own that holds the write lock and reads the
 /// version again, so two processes that open an old file at once run each
 /// step once (`ALTER TABLE` has no `IF NOT EXISTS`).
-const SQLITE_MIGRATIONS: [(i64, &str); 11] = [
+const SQLITE_MIGRATIONS: [(i64, &str); 12] = [
     (
         1,
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -177,6 +177,21 @@ const SQLITE_MIGRATIONS: [(i64, &str); 11] = [
     ),
     // The arguments a person edited a queued call to (see `queue`).
     (11, "ALTER TABLE approvals ADD COLUMN arguments TEXT;"),
+    // The journals' index by spans (see `journal_index`): one row per
+    // indexed batch (records `n` to `n + count - 1` of a run are the log's
+    // `seq` to `seq + count - 1`), not one per record. Each record indexed
+    // before becomes a span of one.
+    (
+        12,
+        "CREATE TABLE journal_spans (
+             run TEXT NOT NULL, n INTEGER NOT NULL, seq INTEGER NOT NULL,
+             count INTEGER NOT NULL,
+             PRIMARY KEY (run, n)) WITHOUT ROWID;
+         INSERT INTO journal_spans (run, n, seq, count)
+             SELECT run, n, seq, 1 FROM journal_index;
+         DROP TABLE journal_index;
+         ALTER TABLE journal_spans RENAME TO journal_index;",
+    ),
 ];
 
 /// Runs one step of [`SQLITE_MIGRATIONS`], unless another process ran it

@@ -316,3 +316,132 @@ fn a_run_indexed_in_part_before_its_crash_has_every_call_left_open_interrupted()
     assert_eq!(interrupted, [Some(2), Some(4)]);
     assert_eq!(journal::verify(&store).unwrap().problems, vec![]);
 }
+
+/// Hands `frames` of `run`'s journal (by their numbers, 1 first) to the
+/// index as one batch, with no memory of the run's calls (each call an
+/// outcome names is looked up in the index).
+fn index_frames(store: &SqliteStore, db: &Path, run: &str, from: u64, to: u64) {
+    let index = store.journal_index().unwrap();
+    let mut reader = journal::RunReader::new(
+        &SqliteStore::journal_dir(db),
+        run,
+        vec![0],
+        store.audit_key().unwrap(),
+        None,
+    );
+    let mut batch = Vec::new();
+    while let Some(frame) = reader.next_frame().unwrap() {
+        if (from..=to).contains(&frame.position.n) {
+            batch.push(journal::Journaled {
+                position: frame.position,
+                entry: frame.entry,
+                forwarded: frame.forwarded,
+            });
+        }
+    }
+    let mut calls = std::collections::HashMap::new();
+    assert_eq!(
+        index.index(run, &batch, &mut calls).unwrap(),
+        (to - from + 1) as usize
+    );
+}
+
+#[test]
+fn runs_indexed_in_turns_between_each_other_name_each_record_and_call_rightly() {
+    let (_dir, db, store) = store();
+    let a = run_of(
+        &store,
+        "r-a",
+        &[
+            vec![forwarded(1), forwarded(2)],
+            vec![outcome(2), outcome(1)],
+        ],
+    );
+    let b = run_of(
+        &store,
+        "r-b",
+        &[vec![forwarded(1), forwarded(2), outcome(1)]],
+    );
+    // The log: a's 1 and 2, then b's three, then a's outcomes, whose calls
+    // are in an earlier batch of a.
+    index_frames(&store, &db, "r-a", 1, 2);
+    index_frames(&store, &db, "r-b", 1, 3);
+    index_frames(&store, &db, "r-a", 3, 4);
+    let index = store.journal_index().unwrap();
+    let seqs = |run: &str| -> Vec<Option<u64>> {
+        (1..=5).map(|n| index.seq_of(run, n).unwrap()).collect()
+    };
+    assert_eq!(seqs("r-a"), [Some(1), Some(2), Some(6), Some(7), None]);
+    assert_eq!(seqs("r-b"), [Some(3), Some(4), Some(5), None, None]);
+    assert_eq!(index.seq_of("r-c", 1).unwrap(), None);
+    let entries = store.entries(0, 10).unwrap();
+    assert_eq!(entries[5].call, Some(2), "a's outcome of its call 2");
+    assert_eq!(entries[6].call, Some(1), "a's outcome of its call 1");
+    assert_eq!(entries[4].call, Some(3), "b's outcome of its call 1");
+    // One row of the index per batch.
+    let connection = rusqlite::Connection::open(&db).unwrap();
+    let rows: i64 = connection
+        .query_row("SELECT count(*) FROM journal_index", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(rows, 3);
+    drop((a, b));
+    assert_eq!(import_ended(&store).unwrap().interrupted, 1, "b's call 2");
+    let check = journal::verify(&store).unwrap();
+    assert_eq!(check.problems, vec![]);
+    assert_eq!(check.records, 7);
+
+    // A span moved to other records of the log: verify names each record
+    // it now points at wrongly.
+    connection
+        .execute(
+            "UPDATE journal_index SET seq = seq + 1 WHERE run = 'r-b'",
+            [],
+        )
+        .unwrap();
+    let check = journal::verify(&store).unwrap();
+    assert_eq!(
+        codes(&check.problems),
+        [
+            "journal-index-differs",
+            "journal-index-differs",
+            "journal-index-differs"
+        ]
+    );
+}
+
+#[test]
+fn an_index_of_one_row_per_record_from_before_reads_the_same_after_the_upgrade() {
+    let (_dir, db, store) = store();
+    let turns = [
+        vec![forwarded(1), forwarded(2)],
+        vec![outcome(1), forwarded(3)],
+    ];
+    drop(run_of(&store, "r-old", &turns));
+    import_ended(&store).unwrap();
+    let before = store.entries(0, 10).unwrap();
+    drop(store);
+    // The index as schema 11 kept it: a row per record.
+    let connection = rusqlite::Connection::open(&db).unwrap();
+    connection
+        .execute_batch(
+            "DROP TABLE journal_index;
+             CREATE TABLE journal_index (
+                 run TEXT NOT NULL, n INTEGER NOT NULL, seq INTEGER NOT NULL,
+                 segment INTEGER NOT NULL, offset INTEGER NOT NULL,
+                 PRIMARY KEY (run, n)) WITHOUT ROWID;
+             INSERT INTO journal_index VALUES
+                 ('r-old', 1, 1, 0, 0), ('r-old', 2, 2, 0, 0),
+                 ('r-old', 3, 3, 0, 0), ('r-old', 4, 4, 0, 0);
+             PRAGMA user_version = 11;",
+        )
+        .unwrap();
+    drop(connection);
+    let store = SqliteStore::open(&db).unwrap();
+    let index = store.journal_index().unwrap();
+    let seqs: Vec<Option<u64>> = (1..=5).map(|n| index.seq_of("r-old", n).unwrap()).collect();
+    assert_eq!(seqs, [Some(1), Some(2), Some(3), Some(4), None]);
+    assert_eq!(store.entries(0, 10).unwrap(), before);
+    let check = journal::verify(&store).unwrap();
+    assert_eq!(check.problems, vec![]);
+    assert_eq!(check.records, 4);
+}
