@@ -13,7 +13,7 @@ use crate::util::hintgate;
 
 /// How long to wait for any one message before the test fails instead of
 /// hanging. It bounds a broken test; no test asserts on time.
-const PATIENCE: Duration = Duration::from_secs(30);
+const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Answers a request the gateway sends the host (elicitation, for one).
 pub type Responder = Box<dyn FnMut(&Value) -> Value>;

@@ -164,7 +164,7 @@ fn scan_checks_every_server_reports_the_broken_ones_and_changes_nothing() {
     assert_eq!(code(&wrapped), 0, "{}", stderr(&wrapped));
     let before = machine.files();
 
-    let scan_args = ["scan", "--timeout-s", "10", "--jobs", "4"];
+    let scan_args = ["scan", "--timeout-s", "30", "--jobs", "4"];
     let table = machine.hintgate("scan-state", &scan_args);
     let mut json_args = scan_args.to_vec();
     json_args.push("--json");
@@ -192,7 +192,7 @@ fn scan_checks_every_server_reports_the_broken_ones_and_changes_nothing() {
     claude-code  local ~/work/project  ~/.claude.json      broken   no       -      -          -      -            -           unreachable: cannot connect: cannot start `hintgate-test-no-such-server`: No such file or directory (os error)
     cursor       project               ./.cursor/mcp.json  fixture  yes      12     7          5      0            0           2 warnings, 12 notes
     vscode       project               ./.vscode/mcp.json  legacy   no       -      -          -      -            -           not checked: the legacy SSE transport
-    vscode       project               ./.vscode/mcp.json  silent   no       -      -          -      -            -           unreachable: no answer to `initialize` within 10 s
+    vscode       project               ./.vscode/mcp.json  silent   no       -      -          -      -            -           unreachable: no answer to `initialize` within 30 s
 
     5 servers in 3 configs: 2 checked, 2 unreachable, 1 not checked
     "
@@ -261,7 +261,7 @@ fn scan_checks_every_server_reports_the_broken_ones_and_changes_nothing() {
     assert!(broken["tools"].is_null());
     let silent = row(&report, "silent");
     assert_eq!(silent["status"], "unreachable");
-    assert!(silent["error"].as_str().unwrap().contains("within 10 s"));
+    assert!(silent["error"].as_str().unwrap().contains("within 30 s"));
     let legacy = row(&report, "legacy");
     assert_eq!(legacy["status"], "not-checked");
     assert_eq!(legacy["error"], "the legacy SSE transport");

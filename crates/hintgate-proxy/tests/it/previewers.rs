@@ -90,7 +90,7 @@ async fn asked_then_declined(gateway: &mut Harness, name: &str) -> String {
 
 async fn previews_in(mode: &str) {
     let log = PreviewLog::new();
-    let mut gateway = Harness::start(setup(&log, mode, 1000)).await;
+    let mut gateway = Harness::start(setup(&log, mode, 5000)).await;
     gateway.initialize(json!({"elicitation": {}})).await;
 
     let diff = asked_then_declined(&mut gateway, "diff_write").await;
@@ -115,7 +115,7 @@ async fn previews_in(mode: &str) {
     for (name, why) in [
         (
             "hang_write",
-            "no preview: the previewer did not answer within 1000 ms",
+            "no preview: the previewer did not answer within 5000 ms",
         ),
         (
             "garbage_write",
