@@ -1970,8 +1970,7 @@ impl Gateway {
             // one, with nothing hidden in it (the rest as sent). It goes
             // to the host whose request it is about, never to the others.
             "notifications/progress" => {
-                let Some(session) =
-                    progress_session(&self.inflight, &self.sessions, idx, message)
+                let Some(session) = progress_session(&self.inflight, &self.sessions, idx, message)
                 else {
                     tracing::debug!(server.id = %self.upstreams.name(idx), "a progress notification no one request in flight carries the token of is dropped");
                     return;
