@@ -25,151 +25,14 @@
     reason = "a measuring tool: a failure should stop it loudly, and it prints its report"
 )]
 
-use std::io::{BufRead, BufReader};
+#[expect(dead_code, reason = "the soak's parts of it (`http_soak`)")]
+mod common;
+
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
-use tokio::net::{TcpListener, TcpStream};
-
-/// One HTTP/1.1 connection with keep-alive, enough for JSON-RPC over POST.
-struct Conn {
-    stream: AsyncBufReader<TcpStream>,
-    host: String,
-    session: Option<String>,
-}
-
-impl Conn {
-    async fn open(addr: SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Self {
-            stream: AsyncBufReader::new(stream),
-            host: addr.to_string(),
-            session: None,
-        }
-    }
-
-    /// POSTs `body`; the answer's body (`None` for 202).
-    async fn post(&mut self, body: &str) -> Option<String> {
-        let session = self
-            .session
-            .as_ref()
-            .map(|id| format!("Mcp-Session-Id: {id}\r\n"))
-            .unwrap_or_default();
-        let request = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\r\n{body}",
-            self.host,
-            body.len()
-        );
-        self.stream
-            .get_mut()
-            .write_all(request.as_bytes())
-            .await
-            .unwrap();
-        let mut status = String::new();
-        self.stream.read_line(&mut status).await.unwrap();
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            self.stream.read_line(&mut line).await.unwrap();
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':').unwrap();
-            match name.to_ascii_lowercase().as_str() {
-                "content-length" => length = value.trim().parse().unwrap(),
-                "mcp-session-id" => self.session = Some(value.trim().to_owned()),
-                _ => {}
-            }
-        }
-        assert!(
-            status.contains(" 200 ") || status.contains(" 202 "),
-            "{status}"
-        );
-        let mut body = vec![0; length];
-        self.stream.read_exact(&mut body).await.unwrap();
-        (length > 0).then(|| String::from_utf8(body).unwrap())
-    }
-
-    /// `initialize` and `notifications/initialized`.
-    async fn start(addr: SocketAddr) -> Self {
-        let mut conn = Self::open(addr).await;
-        conn.post(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"load","version":"0"}}}"#).await;
-        conn.post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .await;
-        conn
-    }
-}
-
-/// The upstream: answers every request at once, as JSON.
-async fn upstream(listener: TcpListener) {
-    loop {
-        let (stream, _) = listener.accept().await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        tokio::spawn(async move {
-            let mut stream = AsyncBufReader::new(stream);
-            loop {
-                let mut line = String::new();
-                if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
-                    return;
-                }
-                let mut length = 0;
-                loop {
-                    let mut header = String::new();
-                    stream.read_line(&mut header).await.unwrap();
-                    let header = header.trim_end();
-                    if header.is_empty() {
-                        break;
-                    }
-                    if let Some((name, value)) = header.split_once(':')
-                        && name.eq_ignore_ascii_case("content-length")
-                    {
-                        length = value.trim().parse().unwrap();
-                    }
-                }
-                let mut body = vec![0; length];
-                stream.read_exact(&mut body).await.unwrap();
-                if !line.starts_with("POST ") {
-                    // No GET stream, and nothing to end on DELETE.
-                    let answer = "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n";
-                    if stream.get_mut().write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                let message: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                let id = message.get("id").map(ToString::to_string);
-                let result = match message["method"].as_str().unwrap_or("") {
-                    "initialize" => r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"load","version":"1"}}"#.to_owned(),
-                    "tools/list" => r#"{"tools":[{"name":"echo","description":"Echoes.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true,"destructiveHint":false,"idempotentHint":true,"openWorldHint":false}}]}"#.to_owned(),
-                    "tools/call" => r#"{"content":[{"type":"text","text":"ok"}],"isError":false}"#.to_owned(),
-                    _ => "{}".to_owned(),
-                };
-                let response = match id {
-                    Some(id) => {
-                        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
-                        format!(
-                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: s1\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        )
-                    }
-                    None => "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_owned(),
-                };
-                if stream
-                    .get_mut()
-                    .write_all(response.as_bytes())
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        });
-    }
-}
+use common::{Conn, gateway, rss_kib, serve_upstream, serving_process};
+use tokio::net::TcpListener;
 
 /// What one load run measured.
 struct Load {
@@ -220,16 +83,6 @@ async fn load(addr: SocketAddr, sessions: usize, time: Duration) -> Load {
     }
 }
 
-/// The resident set of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// The CPU time process `pid` has used so far (user and system), from
 /// `/proc/PID/stat`, in clock ticks of 1/100 s.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -255,59 +108,8 @@ async fn load_with_cpu(pid: u32, addr: SocketAddr, sessions: usize, time: Durati
     (run, per_call)
 }
 
-/// `hintgate run --listen` in front of `url`, and the address it serves.
-fn gateway(url: &str, state: &std::path::Path) -> (Child, SocketAddr) {
-    // Another build's binary, to compare builds in one run of this bench.
-    let program = std::env::var_os("HINTGATE_BENCH_GATEWAY")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_hintgate").into());
-    let mut child = Command::new(program)
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-auth",
-            "--trust",
-            "trusted",
-            "--url",
-            url,
-        ])
-        .env("RUST_LOG", "warn")
-        .env("HINTGATE_STATE_DIR", state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut addr = None;
-    for line in stderr.lines() {
-        let line = line.unwrap();
-        if let Some(url) = line.strip_prefix("hintgate: serving MCP at http://") {
-            addr = Some(url.trim_end_matches("/mcp").parse().unwrap());
-            break;
-        }
-    }
-    (child, addr.expect("the gateway announces its address"))
-}
-
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
-}
-
-/// The upstream in a process of its own, as a real server is: a host and
-/// its server never share a thread, so the direct run pays the same
-/// wake-ups between processes that every hop through the gateway pays.
-/// Prints the address it serves, then serves until killed.
-fn serve_upstream() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        println!("{}", listener.local_addr().unwrap());
-        upstream(listener).await;
-    });
 }
 
 /// A bare relay on the gateway's own HTTP stack, in a process of its own:
@@ -359,21 +161,6 @@ fn serve_relay(url: String) {
         println!("{}", listener.local_addr().unwrap());
         axum::serve(listener, app).await.unwrap();
     });
-}
-
-/// Starts this program as a child process with `args` (one of the serving
-/// modes above); the child and the address it serves.
-fn serving_process(args: &[&str]) -> (Child, SocketAddr) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    (child, line.trim().parse().unwrap())
 }
 
 fn main() {

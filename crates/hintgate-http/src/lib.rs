@@ -602,7 +602,19 @@ async fn post_legacy(
             .await
         }
         Kind::Notification | Kind::Response => {
-            match session.conn.send(message.line().to_owned()).await {
+            let sent = session.conn.send(message.line().to_owned()).await;
+            if message.method() == "notifications/cancelled" {
+                // The gateway answers no cancelled request: its stream ends
+                // here, and nothing of it is kept for a resumption.
+                let cancelled = message
+                    .params
+                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                    .and_then(|params| params.get("requestId").map(Value::to_string));
+                if let Some(id) = cancelled {
+                    session.routes.forget(&id);
+                }
+            }
+            match sent {
                 Ok(()) => StatusCode::ACCEPTED.into_response(),
                 Err(_) => gone(),
             }

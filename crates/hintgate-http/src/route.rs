@@ -126,6 +126,9 @@ struct Exchange {
     /// The id the host gave, when the gateway knows the request under
     /// another (a 2026-07-28 request's id is made unique per principal).
     host_id: Option<String>,
+    /// How many resumptions took its stream over; 0 while the POST that
+    /// opened it still has it.
+    taken_over: u64,
 }
 
 /// Where a line goes.
@@ -174,6 +177,7 @@ impl Routes {
                 progress,
                 takes_requests,
                 host_id,
+                taken_over: 0,
             },
         );
         inner.order.push(id.to_owned());
@@ -181,7 +185,9 @@ impl Routes {
     }
 
     /// The host went away from the exchange of `id` before its answer: its
-    /// frames are kept for a resumption only. Returns whether it was open.
+    /// frames are kept for a resumption only. Returns whether it was open
+    /// on the POST that opened it (a resumption may have taken it over
+    /// before the gateway saw that POST's connection close).
     pub fn abandon(&self, id: &str) -> bool {
         let Ok(mut inner) = self.inner.lock() else {
             return false;
@@ -189,6 +195,9 @@ impl Routes {
         let Some(exchange) = inner.exchanges.get_mut(id) else {
             return false;
         };
+        if exchange.taken_over > 0 {
+            return false;
+        }
         exchange.tx = None;
         let stream = exchange.stream;
         inner.resumable.insert(stream, id.to_owned());
@@ -253,7 +262,16 @@ impl Routes {
                 last: *last,
             })
             .collect();
-        let id = inner.resumable.get(&stream).cloned();
+        // A host may resume as soon as its connection drops, before the
+        // gateway sees it close: the exchange still open on that stream is
+        // taken over all the same.
+        let id = inner.resumable.get(&stream).cloned().or_else(|| {
+            inner
+                .exchanges
+                .iter()
+                .find(|(_, exchange)| exchange.stream == stream)
+                .map(|(id, _)| id.clone())
+        });
         let capacity = CHANNEL_FRAMES.max(replay.len() + 1);
         let (tx, rx) = mpsc::channel(capacity);
         let ended = replay.iter().any(|frame| frame.last);
@@ -269,6 +287,7 @@ impl Routes {
             && let Some(exchange) = inner.exchanges.get_mut(&id)
         {
             exchange.tx = Some(tx);
+            exchange.taken_over += 1;
             inner.resumable.remove(&stream);
         }
         Ok(rx)
@@ -809,6 +828,24 @@ mod tests {
             )
             .unwrap();
         assert_eq!(*frame.line, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    }
+
+    #[test]
+    fn a_resumption_before_the_gateway_saw_the_post_close_takes_its_stream_over() {
+        let routes = Routes::default();
+        let _post = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":9,"progress":1}}"#;
+        let _ = routes.place(note.to_owned(), false).unwrap();
+        // The host resumes at once; its POST's close is seen only after.
+        let mut resumed = routes.resume(1, 1).unwrap();
+        assert!(!routes.abandon("5"));
+        let (tx, frame) = routes
+            .place(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#.to_owned(), false)
+            .unwrap();
+        tx.try_send(frame).unwrap();
+        let answer = resumed.try_recv().unwrap();
+        assert!(answer.last);
+        assert_eq!(answer.event_id, "1-2");
     }
 
     #[test]

@@ -2064,11 +2064,17 @@ impl Gateway {
                 );
             }
             // A host shows a progress message as a line of its own: made
-            // one, with nothing hidden in it (the rest as sent).
-            "notifications/progress" => match progress_cleaned(message) {
-                Some(line) => self.sessions.note_every(&mut self.outbox, &line),
-                None => self.sessions.note_every(&mut self.outbox, message.line()),
-            },
+            // one, with nothing hidden in it (the rest as sent). It goes
+            // to the host whose request it is about, never to the others.
+            "notifications/progress" => {
+                let Some(session) = progress_session(&self.inflight, &self.sessions, idx, message)
+                else {
+                    tracing::debug!(server.id = %self.upstreams.name(idx), "a progress notification no one request in flight carries the token of is dropped");
+                    return;
+                };
+                let line = progress_cleaned(message).unwrap_or_else(|| message.line().to_owned());
+                self.outbox.host_note(session, line, None);
+            }
             _ => self.sessions.note_every(&mut self.outbox, message.line()),
         }
     }
@@ -2093,6 +2099,41 @@ impl Gateway {
                 false
             }
         }
+    }
+}
+
+/// The session a server's progress notification belongs to: the one whose
+/// request in flight on that server carries its progress token; with no
+/// such request, as for a server's own request ([`session_for_server`]).
+/// `None` when several hosts' requests carry that token: progress of one
+/// host's call must never reach another host.
+fn progress_session(
+    inflight: &InFlight,
+    sessions: &session::Sessions,
+    idx: ServerIdx,
+    message: &Message<'_>,
+) -> Option<SessionId> {
+    let token = message
+        .params
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|params| params.get("progressToken").cloned())?;
+    let mut carrying: Vec<SessionId> = inflight
+        .requests_on(idx)
+        .filter(|request| {
+            request
+                .params()
+                .get("_meta")
+                .and_then(|meta| meta.get("progressToken"))
+                == Some(&token)
+        })
+        .map(|request| request.session)
+        .collect();
+    carrying.sort_unstable();
+    carrying.dedup();
+    match carrying.as_slice() {
+        [session] => Some(*session),
+        [] => session_for_server(inflight, sessions, idx),
+        _ => None,
     }
 }
 
