@@ -394,23 +394,7 @@ fn a_person_sees_a_writes_diff_edits_the_call_and_approves_what_was_shown_in_a_r
     let dir = crate::previews::PlainDir::new();
     let (data, file) = crate::previews::served(dir.path());
     let path = file.display().to_string();
-    let fs = crate::peers::npm_bin("mcp-server-filesystem");
-    let data_text = data.display().to_string();
-    let mut host = Host::start(
-        dir.path(),
-        &[
-            "run",
-            "--name",
-            "fs",
-            "--ask-timeout",
-            "600",
-            "--",
-            &fs,
-            &data_text,
-        ],
-        &[],
-    );
-    host.initialize(json!({}));
+    let mut host = crate::previews::queue_host(dir.path(), &data);
     crate::approvals::send_call(
         &mut host,
         "w1",

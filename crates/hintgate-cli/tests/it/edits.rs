@@ -17,7 +17,7 @@ use crate::approvals::{approvals, listed, send_call, the_call};
 use crate::console::{ConsoleProcess, session};
 use crate::host::{Host, is_error, text};
 use crate::peers::{npm_bin, venv_bin};
-use crate::previews::{PlainDir, gateway_command, served};
+use crate::previews::{PlainDir, gateway_command, queue_host, served};
 use crate::util::{code, http, log_json, repo_root, stderr, stdout};
 
 /// Waits until the queue lists a call other than `#seen`; returns it.
@@ -64,24 +64,8 @@ fn an_edited_write_is_asked_about_with_its_own_diff_and_runs_as_edited() {
     let dir = PlainDir::new();
     let (data, file) = served(dir.path());
     let path = file.display().to_string();
-    let fs = npm_bin("mcp-server-filesystem");
-    let data_text = data.display().to_string();
-    let mut host = Host::start(
-        dir.path(),
-        &[
-            "run",
-            "--name",
-            "fs",
-            "--ask-timeout",
-            "600",
-            "--",
-            &fs,
-            &data_text,
-        ],
-        &[],
-    );
     // No elicitation: the call waits in the approval queue.
-    host.initialize(json!({}));
+    let mut host = queue_host(dir.path(), &data);
     send_call(
         &mut host,
         "w1",
@@ -412,23 +396,8 @@ fn the_console_edits_a_waiting_call_checks_it_and_asks_about_the_edited_call() {
     let dir = PlainDir::new();
     let (data, file) = served(dir.path());
     let path = file.display().to_string();
-    let fs = npm_bin("mcp-server-filesystem");
-    let data_text = data.display().to_string();
-    let mut host = Host::start(
-        dir.path(),
-        &[
-            "run",
-            "--name",
-            "fs",
-            "--ask-timeout",
-            "600",
-            "--",
-            &fs,
-            &data_text,
-        ],
-        &[],
-    );
-    host.initialize(json!({}));
+    // No elicitation: the call waits in the approval queue.
+    let mut host = queue_host(dir.path(), &data);
     send_call(
         &mut host,
         "w1",

@@ -61,6 +61,27 @@ pub(crate) fn gateway_command(data: &Path) -> Vec<String> {
     )
 }
 
+/// The gateway in front of the reference filesystem server serving
+/// `data`, untrusted, with a host that declares no elicitation: a call
+/// that asks waits in the approval queue (for ten minutes at most).
+pub(crate) fn queue_host(dir: &Path, data: &Path) -> Host {
+    let fs = npm_bin("mcp-server-filesystem");
+    let data = data.display().to_string();
+    let args = [
+        "run",
+        "--name",
+        "fs",
+        "--ask-timeout",
+        "600",
+        "--",
+        &fs,
+        &data,
+    ];
+    let mut host = Host::start(dir, &args, &[]);
+    host.initialize(json!({}));
+    host
+}
+
 /// The Python SDK host (with elicitation) making `calls`; `extra` adds to
 /// the spec (the answers in turn, files written while a question is open).
 fn ask_host(dir: &Path, data: &Path, calls: Value, extra: Value) -> Value {
@@ -174,24 +195,8 @@ fn the_queue_shows_the_diff_and_an_approval_given_for_an_older_file_is_asked_aga
     let dir = PlainDir::new();
     let (data, file) = served(dir.path());
     let path = file.display().to_string();
-    let fs = npm_bin("mcp-server-filesystem");
-    let data_text = data.display().to_string();
-    let mut host = Host::start(
-        dir.path(),
-        &[
-            "run",
-            "--name",
-            "fs",
-            "--ask-timeout",
-            "600",
-            "--",
-            &fs,
-            &data_text,
-        ],
-        &[],
-    );
     // No elicitation: the call waits in the approval queue.
-    host.initialize(json!({}));
+    let mut host = queue_host(dir.path(), &data);
     send_call(
         &mut host,
         "w1",
