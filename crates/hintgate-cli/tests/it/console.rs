@@ -391,16 +391,13 @@ fn a_person_sees_a_writes_diff_edits_the_call_and_approves_what_was_shown_in_a_r
     };
     // The reference filesystem server, untrusted; the host cannot ask, so
     // the write waits in the queue the console shows.
-    let dir = crate::previews::PlainDir::new();
-    let (data, file) = crate::previews::served(dir.path());
-    let path = file.display().to_string();
-    let mut host = crate::previews::queue_host(dir.path(), &data);
-    crate::approvals::send_call(
-        &mut host,
-        "w1",
-        "write_file",
-        json!({"path": path, "content": "one\n2\nthree\n"}),
-    );
+    // No elicitation: the write waits in the approval queue.
+    let crate::previews::QueuedWrite {
+        dir,
+        file,
+        path,
+        mut host,
+    } = crate::previews::queued_write();
     let console = ConsoleProcess::start(dir.path(), &[]);
     browser.goto(&console.url);
 

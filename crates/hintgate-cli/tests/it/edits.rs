@@ -17,7 +17,7 @@ use crate::approvals::{approvals, listed, send_call, the_call};
 use crate::console::{ConsoleProcess, session};
 use crate::host::{Host, is_error, text};
 use crate::peers::{npm_bin, venv_bin};
-use crate::previews::{PlainDir, gateway_command, queue_host, served};
+use crate::previews::{PlainDir, QueuedWrite, gateway_command, queued_write, served};
 use crate::util::{code, http, log_json, repo_root, stderr, stdout};
 
 /// Waits until the queue lists a call other than `#seen`; returns it.
@@ -61,17 +61,13 @@ fn user() -> String {
 
 #[test]
 fn an_edited_write_is_asked_about_with_its_own_diff_and_runs_as_edited() {
-    let dir = PlainDir::new();
-    let (data, file) = served(dir.path());
-    let path = file.display().to_string();
-    // No elicitation: the call waits in the approval queue.
-    let mut host = queue_host(dir.path(), &data);
-    send_call(
-        &mut host,
-        "w1",
-        "write_file",
-        json!({"path": path, "content": "one\n2\nthree\n"}),
-    );
+    // No elicitation: the write waits in the approval queue.
+    let QueuedWrite {
+        dir,
+        file,
+        path,
+        mut host,
+    } = queued_write();
     let waiting = listed(dir.path(), &[], 1);
     let id = waiting[0]["id"].to_string();
     // The entry carries the tool's input schema, under its seal, so that
@@ -393,17 +389,13 @@ fn encoded(text: &str) -> String {
 fn the_console_edits_a_waiting_call_checks_it_and_asks_about_the_edited_call() {
     // The console's edit path over its HTTP endpoints, as its forms send
     // them (the headless Chromium test covers the pages themselves).
-    let dir = PlainDir::new();
-    let (data, file) = served(dir.path());
-    let path = file.display().to_string();
-    // No elicitation: the call waits in the approval queue.
-    let mut host = queue_host(dir.path(), &data);
-    send_call(
-        &mut host,
-        "w1",
-        "write_file",
-        json!({"path": path, "content": "one\n2\nthree\n"}),
-    );
+    // No elicitation: the write waits in the approval queue.
+    let QueuedWrite {
+        dir,
+        file,
+        path,
+        mut host,
+    } = queued_write();
     let console = ConsoleProcess::start(dir.path(), &[]);
     let (base, cookie) = session(&console.url);
     let (id, html, csrf) = console_waiting(&base, &cookie, "");

@@ -61,10 +61,23 @@ pub(crate) fn gateway_command(data: &Path) -> Vec<String> {
     )
 }
 
-/// The gateway in front of the reference filesystem server serving
-/// `data`, untrusted, with a host that declares no elicitation: a call
-/// that asks waits in the approval queue (for ten minutes at most).
-pub(crate) fn queue_host(dir: &Path, data: &Path) -> Host {
+/// A write waiting in the approval queue: the gateway in front of the
+/// reference filesystem server serving `data` (untrusted), and a host that
+/// declares no elicitation whose `write_file` call `w1` changes `file`'s
+/// "two" to "2" (the queue holds it for ten minutes at most).
+pub(crate) struct QueuedWrite {
+    pub(crate) dir: PlainDir,
+    pub(crate) file: PathBuf,
+    /// `file`, as the call names it.
+    pub(crate) path: String,
+    pub(crate) host: Host,
+}
+
+/// Starts a [`QueuedWrite`]; the call is sent, not yet listed.
+pub(crate) fn queued_write() -> QueuedWrite {
+    let dir = PlainDir::new();
+    let (data, file) = served(dir.path());
+    let path = file.display().to_string();
     let fs = npm_bin("mcp-server-filesystem");
     let data = data.display().to_string();
     let args = [
@@ -77,9 +90,20 @@ pub(crate) fn queue_host(dir: &Path, data: &Path) -> Host {
         &fs,
         &data,
     ];
-    let mut host = Host::start(dir, &args, &[]);
+    let mut host = Host::start(dir.path(), &args, &[]);
     host.initialize(json!({}));
-    host
+    send_call(
+        &mut host,
+        "w1",
+        "write_file",
+        json!({"path": path, "content": "one\n2\nthree\n"}),
+    );
+    QueuedWrite {
+        dir,
+        file,
+        path,
+        host,
+    }
 }
 
 /// The Python SDK host (with elicitation) making `calls`; `extra` adds to
@@ -192,17 +216,13 @@ fn a_file_changed_while_the_person_was_asked_is_asked_about_again_and_not_overwr
 fn the_queue_shows_the_diff_and_an_approval_given_for_an_older_file_is_asked_again() {
     // What the queue keeps is what the audit log would: a path that looks
     // like a token would be redacted there, so this one does not.
-    let dir = PlainDir::new();
-    let (data, file) = served(dir.path());
-    let path = file.display().to_string();
-    // No elicitation: the call waits in the approval queue.
-    let mut host = queue_host(dir.path(), &data);
-    send_call(
-        &mut host,
-        "w1",
-        "write_file",
-        json!({"path": path, "content": "one\n2\nthree\n"}),
-    );
+    // No elicitation: the write waits in the approval queue.
+    let QueuedWrite {
+        dir,
+        file,
+        mut host,
+        ..
+    } = queued_write();
     let waiting = listed(dir.path(), &[], 1);
     assert!(
         waiting[0]["prompt"]

@@ -168,6 +168,25 @@ fn count_ask(
     }
 }
 
+/// An answer given in the approval queue, `ending` the call's question:
+/// reported to the observer (`answer` as its timeline reads) and counted.
+fn queue_answered(
+    observer: &super::Observer,
+    metrics: Option<&crate::metrics::Metrics>,
+    cx: &CallContext,
+    server: String,
+    ending: AskEnding,
+    answer: String,
+) {
+    observer.observe(|| Observed::Answered {
+        server,
+        tool: cx.tool.clone(),
+        approved: ending == AskEnding::Approved,
+        answer,
+    });
+    count_ask(metrics, cx, AskChannel::Queue, ending);
+}
+
 /// Reports a question nobody answered to the observer.
 fn observe_unanswered(
     observer: &super::Observer,
@@ -713,17 +732,13 @@ impl Gateway {
         let by = hintgate_policy::sanitize::sanitize(&answer.by).text;
         if !answer.approve {
             tracing::info!(server.id = %server, tool.name = %cx.tool, "denied in the approval queue by {by}");
-            self.observer.observe(|| Observed::Answered {
-                server: server.clone(),
-                tool: cx.tool.clone(),
-                approved: false,
-                answer: format!("denied by {by} (hintgate approvals)"),
-            });
-            count_ask(
+            queue_answered(
+                &self.observer,
                 self.metrics.as_deref(),
                 &cx,
-                AskChannel::Queue,
+                server,
                 AskEnding::Declined,
+                format!("denied by {by} (hintgate approvals)"),
             );
             let extra = format!("It was denied in the approval queue by {by}.");
             self.end_call(
@@ -735,17 +750,13 @@ impl Gateway {
         // An edit is no approval yet: the edited call is decided, checked,
         // previewed and asked about again (see `edit`).
         if let Some(text) = answer.arguments.as_deref() {
-            self.observer.observe(|| Observed::Answered {
-                server: server.clone(),
-                tool: cx.tool.clone(),
-                approved: false,
-                answer: format!("edited by {by} (hintgate approvals)"),
-            });
-            count_ask(
+            queue_answered(
+                &self.observer,
                 self.metrics.as_deref(),
                 &cx,
-                AskChannel::Queue,
+                server,
                 AskEnding::Edited,
+                format!("edited by {by} (hintgate approvals)"),
             );
             self.apply_edit(cx, id, &by, text);
             return;
@@ -767,20 +778,16 @@ impl Gateway {
             remember,
         );
         tracing::info!(server.id = %server, tool.name = %cx.tool, "approved in the approval queue by {by}");
-        self.observer.observe(|| Observed::Answered {
+        queue_answered(
+            &self.observer,
+            self.metrics.as_deref(),
+            &cx,
             server,
-            tool: cx.tool.clone(),
-            approved: true,
-            answer: format!(
+            AskEnding::Approved,
+            format!(
                 "approved by {by} (hintgate approvals, remember: {})",
                 remember.as_str()
             ),
-        });
-        count_ask(
-            self.metrics.as_deref(),
-            &cx,
-            AskChannel::Queue,
-            AskEnding::Approved,
         );
         cx.approved_by(Approver::Person(Channel::Queue(by)));
         self.run_pipeline(cx);
