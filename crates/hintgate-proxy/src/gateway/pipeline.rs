@@ -278,17 +278,9 @@ impl Gateway {
         };
         let slot = self.hooks.slot_of(&config);
         let id = self.hooks.next_id();
-        let line = self.policy.hook_question(&Question {
-            id: &id.to_string(),
-            call: &facts.call(server, tool),
-            identity: self.catalog.identity(idx).unwrap_or_default(),
-            arguments: cx.arguments.as_ref(),
-            host: self
-                .sessions
-                .get(&cx.request.session)
-                .and_then(|host| host.principal.as_deref()),
-            so_far: &so_far,
-        });
+        let line = self
+            .lookup()
+            .hook_question(cx, idx, tool, &facts, id, &so_far);
         cx.hook_asks += 1;
         Exit::Hook(Box::new(HookAsk {
             slot,
@@ -908,6 +900,31 @@ impl Gateway {
 // === impl Lookup ===
 
 impl Lookup<'_> {
+    /// The decision hook's question (a previewer command is asked the same)
+    /// about call `cx` to `tool` of server `idx`, decided on `facts`, under
+    /// number `id`, with the decision so far.
+    pub(super) fn hook_question(
+        &self,
+        cx: &CallContext,
+        idx: ServerIdx,
+        tool: &hintgate_policy::tool::Tool,
+        facts: &CallFacts,
+        id: u64,
+        so_far: &Decision,
+    ) -> String {
+        self.policy.hook_question(&Question {
+            id: &id.to_string(),
+            call: &facts.call(self.upstreams.name(idx), tool),
+            identity: self.catalog.identity(idx).unwrap_or_default(),
+            arguments: cx.arguments.as_ref(),
+            host: self
+                .sessions
+                .get(&cx.request.session)
+                .and_then(|host| host.principal.as_deref()),
+            so_far,
+        })
+    }
+
     /// What a call to `tool` of server `idx` is decided on besides its
     /// definition, read once.
     pub(super) fn call_facts(

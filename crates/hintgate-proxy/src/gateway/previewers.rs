@@ -21,7 +21,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hintgate_policy::config::{HookConfig, HookMode, Previewer};
-use hintgate_policy::hook::Question;
 use hintgate_policy::preview::{PreviewSource, Previewed, read_answer};
 
 use super::Gateway;
@@ -352,7 +351,6 @@ impl Lookup<'_> {
     /// and its decision.
     fn previewer_question(&self, cx: &CallContext, id: u64) -> Option<String> {
         let idx = cx.server?;
-        let server = self.upstreams.name(idx);
         let entry = self.catalog.tool(idx, &cx.tool)?;
         let (Ok(tool), Some(digest), Some(decision)) = (&entry.tool, entry.digest, &cx.decision)
         else {
@@ -360,18 +358,6 @@ impl Lookup<'_> {
         };
         let session = SessionFacts::of(cx.request.session, self.sessions.get(&cx.request.session));
         let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
-        Some(
-            self.policy.hook_question(&Question {
-                id: &id.to_string(),
-                call: &facts.call(server, tool),
-                identity: self.catalog.identity(idx).unwrap_or_default(),
-                arguments: cx.arguments.as_ref(),
-                host: self
-                    .sessions
-                    .get(&cx.request.session)
-                    .and_then(|host| host.principal.as_deref()),
-                so_far: decision,
-            }),
-        )
+        Some(self.hook_question(cx, idx, tool, &facts, id, decision))
     }
 }
