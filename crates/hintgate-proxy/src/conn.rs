@@ -7,6 +7,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{Notify, mpsc};
 
+/// How much may wait for a host before notifications to it are dropped
+/// and the host's own messages are not read: a host that stops reading
+/// holds this much, and what it must get (answers, questions) up to one
+/// message more (`max_message_bytes`); an answer beyond that is replaced by
+/// an error that says why, and a question is dropped (it then times out).
+pub(crate) const HOST_QUEUE_BYTES: usize = 1024 * 1024;
+
+/// How much of a host's requests the gateway holds at once (waiting for a
+/// server, a person or a question), in messages of the largest size
+/// (`max_message_bytes`), each request counted as its line and
+/// `gateway::request::REQUEST_OVERHEAD`: past it, the
+/// host's own lines are not read until some of its requests end (every one
+/// has a deadline), so a host that sends requests faster than they end
+/// cannot fill the in-flight table. Twice what a server may leave unread
+/// (`gateway::upstreams::SERVER_QUEUE_MESSAGES`), so
+/// that a server that does not read is found out before its host is held.
+pub(crate) const HOST_HELD_MESSAGES: usize = 8;
+
 /// The outcome of reading one line.
 #[derive(Debug, PartialEq, Eq)]
 pub enum LineRead {

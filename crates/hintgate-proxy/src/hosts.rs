@@ -17,9 +17,9 @@ use hintgate_policy::decide::Scope;
 use tokio::sync::mpsc;
 
 use crate::conn::QueueGauge;
+use crate::conn::{HOST_HELD_MESSAGES, HOST_QUEUE_BYTES};
 use crate::event::{Closed, Event, EventSender, HostEvent, OpenSession};
 use crate::gateway::request::Held;
-use crate::gateway::session::{HOST_HELD_MESSAGES, HOST_QUEUE_BYTES};
 
 /// Takes the gateway's lines to one host session straight from its event
 /// loop, without a task in between to wake. Offered a line, it either takes

@@ -324,7 +324,7 @@ impl Gateway {
             &mut self.catalog,
             &mut self.sessions,
             &self.upstreams,
-            &self.store,
+            self.store.as_ref(),
             &cx,
             remember,
         );
@@ -401,7 +401,7 @@ impl Gateway {
         let result = json!({
             "resultType": "input_required",
             "inputRequests": {
-                super::modern::INPUT_KEY: {
+                super::era::INPUT_KEY: {
                     "method": "elicitation/create",
                     "params": {"mode": "form", "message": prompt, "requestedSchema": requested_schema(offer, self.store.is_some())},
                 }
@@ -409,92 +409,6 @@ impl Gateway {
             "requestState": state,
         });
         self.end_call(cx, CallEnd::InputRequired(result.to_string()));
-    }
-
-    /// A 2026-07-28 host retried a call with the person's answer and the
-    /// sealed state: the state must be this gateway's, unused, unexpired and
-    /// for this very call; only then does an approval let it through.
-    ///
-    /// # Errors
-    ///
-    /// The refusal when the state cannot be used or the person said no.
-    pub(super) fn open_modern_answer(&mut self, cx: &mut CallContext) -> Result<(), Refusal> {
-        let server = cx
-            .server
-            .map_or("", |idx| self.upstreams.name(idx))
-            .to_owned();
-        let state = cx.params.request_state.as_deref().unwrap_or_default();
-        if let Err(err) = self.sealer.open(
-            state,
-            &cx.params.name,
-            cx.arguments_or_empty(),
-            &super::previews::sealed_pin(cx),
-        ) {
-            tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
-            let extra = format!("The approval could not be used: {err}.");
-            return Err(denied(&extra, Approver::Gateway));
-        }
-        let responses = cx.answer_to(super::modern::INPUT_KEY);
-        let answer = Some(&responses).filter(|answer| !answer.is_null());
-        let action = answer
-            .and_then(|a| a.get("action"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let content = answer.and_then(|a| a.get("content"));
-        let approved = action == "accept"
-            && content
-                .and_then(|c| c.get(APPROVE))
-                .and_then(Value::as_bool)
-                == Some(true);
-        if !approved {
-            let why = match action {
-                "accept" => "The person did not approve it.",
-                "decline" => "The person declined.",
-                _ => "The prompt was dismissed.",
-            };
-            self.observer.observe(|| Observed::Answered {
-                server: server.clone(),
-                tool: cx.tool.clone(),
-                approved: false,
-                answer: why.to_owned(),
-            });
-            count_ask(
-                self.metrics.as_deref(),
-                cx,
-                AskChannel::InputRequired,
-                AskEnding::Declined,
-            );
-            return Err(denied(why, Approver::Person(Channel::InputRequired)));
-        }
-        let remember = remember_of(
-            content
-                .and_then(|c| c.get(REMEMBER))
-                .and_then(Value::as_str),
-        );
-        super::pipeline::record_approval(
-            &mut self.catalog,
-            &mut self.sessions,
-            &self.upstreams,
-            &self.store,
-            cx,
-            remember,
-        );
-        self.observer.observe(|| Observed::Answered {
-            server,
-            tool: cx.tool.clone(),
-            approved: true,
-            answer: "approved".to_owned(),
-        });
-        count_ask(
-            self.metrics.as_deref(),
-            cx,
-            AskChannel::InputRequired,
-            AskEnding::Approved,
-        );
-        cx.approver = Approver::Person(Channel::InputRequired);
-        cx.approved = cx.digest();
-        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
-        Ok(())
     }
 
     // --- the approval queue ---
@@ -773,7 +687,7 @@ impl Gateway {
             &mut self.catalog,
             &mut self.sessions,
             &self.upstreams,
-            &self.store,
+            self.store.as_ref(),
             &cx,
             remember,
         );
@@ -901,6 +815,96 @@ fn denied(extra: &str, by: Approver) -> Refusal {
     Refusal::Denied {
         extra: Some(extra.to_owned()),
         by,
+    }
+}
+
+// === impl Stages ===
+
+impl super::stages::Stages<'_> {
+    /// A 2026-07-28 host retried a call with the person's answer and the
+    /// sealed state: the state must be this gateway's, unused, unexpired and
+    /// for this very call; only then does an approval let it through.
+    ///
+    /// # Errors
+    ///
+    /// The refusal when the state cannot be used or the person said no.
+    pub(super) fn open_modern_answer(&mut self, cx: &mut CallContext) -> Result<(), Refusal> {
+        let server = cx
+            .server
+            .map_or("", |idx| self.upstreams.name(idx))
+            .to_owned();
+        let state = cx.params.request_state.as_deref().unwrap_or_default();
+        if let Err(err) = self.sealer.open(
+            state,
+            &cx.params.name,
+            cx.arguments_or_empty(),
+            &super::previews::sealed_pin(cx),
+        ) {
+            tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
+            let extra = format!("The approval could not be used: {err}.");
+            return Err(denied(&extra, Approver::Gateway));
+        }
+        let responses = cx.answer_to(super::era::INPUT_KEY);
+        let answer = Some(&responses).filter(|answer| !answer.is_null());
+        let action = answer
+            .and_then(|a| a.get("action"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let content = answer.and_then(|a| a.get("content"));
+        let approved = action == "accept"
+            && content
+                .and_then(|c| c.get(APPROVE))
+                .and_then(Value::as_bool)
+                == Some(true);
+        if !approved {
+            let why = match action {
+                "accept" => "The person did not approve it.",
+                "decline" => "The person declined.",
+                _ => "The prompt was dismissed.",
+            };
+            self.observer.observe(|| Observed::Answered {
+                server: server.clone(),
+                tool: cx.tool.clone(),
+                approved: false,
+                answer: why.to_owned(),
+            });
+            count_ask(
+                self.metrics,
+                cx,
+                AskChannel::InputRequired,
+                AskEnding::Declined,
+            );
+            return Err(denied(why, Approver::Person(Channel::InputRequired)));
+        }
+        let remember = remember_of(
+            content
+                .and_then(|c| c.get(REMEMBER))
+                .and_then(Value::as_str),
+        );
+        super::pipeline::record_approval(
+            self.catalog,
+            self.sessions,
+            self.upstreams,
+            self.store,
+            cx,
+            remember,
+        );
+        self.observer.observe(|| Observed::Answered {
+            server,
+            tool: cx.tool.clone(),
+            approved: true,
+            answer: "approved".to_owned(),
+        });
+        count_ask(
+            self.metrics,
+            cx,
+            AskChannel::InputRequired,
+            AskEnding::Approved,
+        );
+        cx.approver = Approver::Person(Channel::InputRequired);
+        cx.approved = cx.digest();
+        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
+        Ok(())
     }
 }
 

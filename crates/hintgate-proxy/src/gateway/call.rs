@@ -231,8 +231,21 @@ pub(crate) enum Step {
     Wait(Box<CallContext>),
     /// The decision hook must answer first.
     Hook(Box<CallContext>, HookAsk),
+    /// Something must be done first (a server started, its tools listed).
+    Need(Box<CallContext>, Need),
     /// It was handled otherwise (it answered a question of another call).
     Done,
+}
+
+/// What a step needs done before the call can go on: the gateway does it
+/// and runs the call again (or holds it until it is done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Start server `idx` (it is stopped, or failed before this call).
+    Start(ServerIdx),
+    /// List server `idx`'s tools (never listed, or the list failed before
+    /// this call).
+    List(ServerIdx),
 }
 
 /// Where a step leaves a call it does not pass on to the next one (the
@@ -247,6 +260,8 @@ pub(crate) enum Exit {
     Wait,
     /// The decision hook must answer first.
     Hook(Box<HookAsk>),
+    /// Something must be done first (a server started, its tools listed).
+    Need(Need),
 }
 
 impl Exit {
@@ -257,6 +272,7 @@ impl Exit {
             Self::End(end) => Step::End(cx, end),
             Self::Wait => Step::Wait(cx),
             Self::Hook(ask) => Step::Hook(cx, *ask),
+            Self::Need(need) => Step::Need(cx, need),
         }
     }
 }

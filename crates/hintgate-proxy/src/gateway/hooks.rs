@@ -33,11 +33,6 @@ use crate::hook::{HookError, HookProcess};
 /// The soonest a persistent hook is started again after its last start.
 pub(crate) const RESTART_AFTER: Duration = Duration::from_secs(1);
 
-/// How often one call is asked about before the gateway gives up on a call
-/// whose state keeps changing while the hook answers (its definition, the
-/// session's taint): then it is refused as a hook failure.
-pub(crate) const MAX_HOOK_ASKS: u32 = 4;
-
 /// The hooks, and the calls that wait for them.
 #[derive(Debug, Default)]
 pub(crate) struct Hooks {

@@ -51,13 +51,13 @@ use crate::seal::Sealer;
 /// tools, the store, the sessions' principals, the sealer of the
 /// gateway's questions and the run's name. They change only the call.
 pub(crate) struct Keys<'a> {
-    policy: &'a Policy,
-    upstreams: &'a Upstreams,
-    catalog: &'a Catalog,
-    store: Option<&'a Arc<dyn Store>>,
-    sessions: &'a Sessions,
-    sealer: &'a Sealer,
-    run_name: &'a String,
+    pub(super) policy: &'a Policy,
+    pub(super) upstreams: &'a Upstreams,
+    pub(super) catalog: &'a Catalog,
+    pub(super) store: Option<&'a Arc<dyn Store>>,
+    pub(super) sessions: &'a Sessions,
+    pub(super) sealer: &'a Sealer,
+    pub(super) run_name: &'a str,
 }
 
 // === impl Gateway ===

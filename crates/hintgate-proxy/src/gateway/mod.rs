@@ -51,6 +51,7 @@ pub(crate) mod call;
 pub(crate) mod catalog;
 pub(crate) mod dry_run;
 pub(crate) mod edit;
+pub(crate) mod era;
 pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;
@@ -67,6 +68,7 @@ pub(crate) mod request;
 pub(crate) mod retry;
 pub(crate) mod routing;
 pub(crate) mod session;
+pub(crate) mod stages;
 pub(crate) mod steps;
 pub(crate) mod subscriptions;
 pub(crate) mod upstreams;
@@ -267,7 +269,7 @@ pub(crate) struct Gateway {
     sessions: session::Sessions,
     /// What the servers are told of the host (the first session's
     /// `initialize`).
-    declared: modern::Declared,
+    declared: era::Declared,
     upstreams: Upstreams,
     inflight: InFlight,
     catalog: catalog::Catalog,
@@ -300,13 +302,13 @@ pub(crate) struct Gateway {
 
 /// Where the gateway reports what it did, when someone listens
 /// (`Settings::observer`).
-struct Observer(Option<mpsc::UnboundedSender<Observed>>);
+pub(crate) struct Observer(Option<mpsc::UnboundedSender<Observed>>);
 
 // === impl Observer ===
 
 impl Observer {
     /// Reports to the observer, building the report only when one listens.
-    fn observe(&self, make: impl FnOnce() -> Observed) {
+    pub(super) fn observe(&self, make: impl FnOnce() -> Observed) {
         if let Some(observer) = &self.0 {
             let _ = observer.send(make());
         }
@@ -518,15 +520,15 @@ where
     // limit, notifications are dropped and the host's own lines are not
     // read; past the hard one, nothing is queued whole (see `HostSession`).
     gauge.set_limits(
-        session::HOST_QUEUE_BYTES,
-        session::HOST_QUEUE_BYTES.saturating_add(gateway.limits.max_line),
+        crate::conn::HOST_QUEUE_BYTES,
+        crate::conn::HOST_QUEUE_BYTES.saturating_add(gateway.limits.max_line),
     );
     // INVARIANT: what the gateway holds of the host's requests is bounded;
     // past it, the host is not read until some of them end.
     let held = gateway
         .limits
         .max_line
-        .saturating_mul(session::HOST_HELD_MESSAGES);
+        .saturating_mul(crate::conn::HOST_HELD_MESSAGES);
     requests.set_limits(held, held);
     let (host_tx, host_rx) = mpsc::unbounded_channel();
     let drained = events_tx.clone();
@@ -1033,7 +1035,7 @@ impl Gateway {
             events,
             sealer,
             sessions: session::Sessions::default(),
-            declared: modern::Declared::new(),
+            declared: era::Declared::new(),
             upstreams,
             inflight: InFlight::default(),
             routing: routing::Routing::default(),
@@ -1416,7 +1418,7 @@ impl Gateway {
         // gateway does not speak is refused as the spec says.
         let modern_host = self.sessions.get(&session).is_some_and(HostSession::modern);
         if modern_host
-            && let Some(meta) = modern::modern_meta(&request)
+            && let Some(meta) = era::modern_meta(&request)
             && !self.begin_modern(&request, &meta)
         {
             return;
@@ -1436,7 +1438,7 @@ impl Gateway {
                 self.sessions
                     .reply(&mut self.outbox, session, request.id(), &json!({}))
             }
-            _ if !started => match modern::modern_meta(&request) {
+            _ if !started => match era::modern_meta(&request) {
                 // A modern host's first request starts the session.
                 Some(meta) => {
                     if self.begin_modern(&request, &meta) {

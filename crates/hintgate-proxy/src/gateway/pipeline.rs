@@ -2,10 +2,13 @@
 //!
 //! A host's call is read once into a [`CallContext`] and goes, in this
 //! order, through [`Gateway::intercept`]. The session's facts are read once
-//! ([`SessionFacts`]); each step is a function that passes the call on or
-//! says where it leaves it ([`Exit`]: it ends, waits, is asked about or
-//! waits for the decision hook), and what a step decides is a pure function
-//! of `steps`, tested without a gateway:
+//! ([`SessionFacts`]); steps 1 to 5 are methods of [`Stages`], a view of
+//! the parts they read that can neither send nor start anything, each
+//! passing the call on or saying where it leaves it ([`Exit`]: it ends,
+//! waits, is asked about, waits for the decision hook, or needs a server
+//! started or listed first, which [`Gateway::meet`] does); what a step
+//! decides is a pure function of `steps`, and each step is unit-tested in
+//! `stages` with parts built by hand, no gateway:
 //!
 //! 1. **resolve** (`resolve_call`): the host's name to a server and the
 //!    server's own name (a name two servers' prefixes fit is refused, never
@@ -50,13 +53,15 @@
 //! [`retry::after_failure`] says (design §4.5).
 //!
 //! [`Policy::decide`]: hintgate_policy::decide::Policy::decide
+//! [`Stages`]: super::stages::Stages
+//! [`Exit`]: super::call::Exit
 //! [`retry::after_failure`]: super::retry::after_failure
 //! [`Policy::instance`]: hintgate_policy::decide::Policy::instance
 
 use std::sync::Arc;
 
 use hintgate_policy::config::Instance;
-use hintgate_policy::decide::{Decision, RememberOffer, Remembered, SessionState, Verdict};
+use hintgate_policy::decide::{Decision, RememberOffer, Remembered, SessionState};
 use hintgate_policy::hook::Question;
 use hintgate_policy::pin::PinDigest;
 use hintgate_store::Remember;
@@ -64,8 +69,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::call::{
-    Approver, CallContext, CallEnd, Definition, Exit, HookAsk, Outcome, Refusal, Refused, Step,
-    answer_line, error_result, read_result,
+    Approver, CallContext, CallEnd, Need, Outcome, Refusal, Refused, Step, answer_line,
+    error_result, read_result,
 };
 use super::catalog::{Catalog, Listing};
 use super::inflight::UpPurpose;
@@ -74,9 +79,10 @@ use super::lookup::Lookup;
 use super::request::{HostRequest, ServerIdx};
 use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
 use super::session::{HostSession, Sessions};
-use super::steps::{self, Approval, CallFacts, Decided, SessionFacts};
-use super::upstreams::{Readiness, Unresolved, Upstreams};
-use super::{Gateway, Observed, Waiting};
+use super::stages::read_only_lists;
+use super::steps::{self, CallFacts, SessionFacts};
+use super::upstreams::{Phase, Upstreams};
+use super::{Gateway, Waiting};
 use crate::frame::Message;
 use crate::json::{ObjectWriter, members, string_literal};
 use crate::telemetry::CallTrace;
@@ -87,7 +93,7 @@ pub(super) fn record_approval(
     catalog: &mut Catalog,
     sessions: &mut super::session::Sessions,
     upstreams: &super::upstreams::Upstreams,
-    store: &Option<std::sync::Arc<dyn hintgate_store::Store>>,
+    store: Option<&Arc<dyn hintgate_store::Store>>,
     cx: &CallContext,
     remember: Remember,
 ) {
@@ -153,198 +159,10 @@ impl Gateway {
         if session.modern && cx.answers(super::relay::RELAY_KEY) {
             return self.answer_relayed(cx);
         }
-        match self.steps(&mut cx, session) {
+        match self.stages().run(&mut cx, session) {
             // 6. Audit, then forward (once this turn's records are durable).
             Ok(()) => Step::Forward(cx),
             Err(exit) => exit.with(cx),
-        }
-    }
-
-    /// Steps 1 to 5; `Ok` when the call is to be forwarded.
-    fn steps(&mut self, cx: &mut CallContext, session: SessionFacts) -> Result<(), Exit> {
-        // 1. Resolve the host's name to a server and its own tool name.
-        let idx = resolve_call(&self.upstreams, cx)?;
-        // 2. The definition is ready: the server runs, its tools are listed.
-        self.definition_ready(cx, idx)?;
-        // 3. Decide, with the decision hook where it takes part.
-        let (verdict, input) = self.decide_call(cx, idx, session)?;
-        // 3b. A call for the read-only instance needs it running, and
-        //     listing the definition decided on.
-        if cx.instance == Instance::ReadOnly {
-            self.read_only_ready(cx, idx)?;
-        }
-        // 4. Validate the arguments against the tool's input schema, with
-        //    an idempotency key filled in where the tool takes one; a key
-        //    that ran with these arguments is answered from the store.
-        self.validate(cx, idx, input.as_deref())?;
-        // 5. Ask a person, where the decision says so.
-        self.approve(cx, session, verdict)
-    }
-
-    /// Step 3: the decision on the definition the server lists now, and
-    /// where the call goes; a deny ends the call here. The verdict, and the
-    /// tool's input schema for step 4.
-    fn decide_call(
-        &mut self,
-        cx: &mut CallContext,
-        idx: ServerIdx,
-        session: SessionFacts,
-    ) -> Result<(Verdict, Option<Arc<jsonschema::Validator>>), Exit> {
-        let Some(entry) = self.catalog.tool(idx, &cx.tool) else {
-            return Err(Refusal::UnknownTool.into());
-        };
-        // A name a person could misread is never decided on (see
-        // `hintgate_policy::name`): the tool is not listed either.
-        if let Some(trouble) = &entry.name_trouble {
-            return Err(Refusal::Name(trouble.code(), trouble.describe()).into());
-        }
-        let input = entry.input_validator();
-        let server = self.upstreams.name(idx);
-        let decision = match (&entry.tool, entry.digest) {
-            (Ok(tool), Some(digest)) => {
-                let facts = self
-                    .lookup()
-                    .call_facts(idx, &cx.tool, tool, digest, session);
-                cx.decided_on(Definition {
-                    digest,
-                    digest_text: entry.digest_text.clone(),
-                    pin: facts.pin,
-                    repeatable: entry.repeatable,
-                    taints: entry.taints,
-                    output: entry.output_validator(),
-                });
-                // Where it goes is decided with it, on the same definition:
-                // what the read-only credentials prove holds only there.
-                cx.instance = facts.instance;
-                let call = facts.call(server, tool);
-                match steps::decide(&self.policy, call, digest, cx.hook.as_ref(), cx.hook_asks) {
-                    Decided::Decision(decision) => decision,
-                    Decided::AskHook(so_far) => {
-                        return Err(self.ask_hook_about(cx, idx, facts, so_far));
-                    }
-                }
-            }
-            _ => Decision::invalid_definition(),
-        };
-        cx.trace_mark(|trace| &mut trace.decided);
-        tracing::debug!(
-            server.id = %server,
-            tool.name = %cx.tool,
-            decision.verdict = ?decision.verdict,
-            decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
-            "tools/call"
-        );
-        self.observer.observe(|| Observed::Decided {
-            server: self.upstreams.name(idx).to_owned(),
-            tool: cx.tool.clone(),
-            decision: decision.clone(),
-        });
-        if let Some(metrics) = &self.metrics
-            && !cx.counted
-        {
-            cx.counted = true;
-            metrics.decided(self.upstreams.configured_of(idx), &decision);
-        }
-        let verdict = decision.verdict;
-        cx.decision = Some(decision);
-        if verdict == Verdict::Deny {
-            let by = Approver::Gateway;
-            return Err(Refusal::Denied { extra: None, by }.into());
-        }
-        Ok((verdict, input))
-    }
-
-    /// Step 3, where the decision hook must answer first: the question, with
-    /// the arguments as they will be sent (an idempotency key filled in),
-    /// read now (a call whose arguments do not parse is refused before
-    /// anyone is asked).
-    fn ask_hook_about(
-        &mut self,
-        cx: &mut CallContext,
-        idx: ServerIdx,
-        facts: CallFacts,
-        so_far: Decision,
-    ) -> Exit {
-        if let Err(problem) = cx.parse_arguments() {
-            return Refusal::Malformed(problem).into();
-        }
-        self.keys().prepare_key(cx, idx);
-        let server = self.upstreams.name(idx);
-        let (Some(config), Some(Ok(tool))) = (
-            self.policy.hook_for(server).cloned(),
-            self.catalog.tool(idx, &cx.tool).map(|entry| &entry.tool),
-        ) else {
-            return Refusal::Malformed("no hook".to_owned()).into();
-        };
-        let slot = self.hooks.slot_of(&config);
-        let id = self.hooks.next_id();
-        let line = self
-            .lookup()
-            .hook_question(cx, idx, tool, &facts, id, &so_far);
-        cx.hook_asks += 1;
-        Exit::Hook(Box::new(HookAsk {
-            slot,
-            id,
-            line,
-            digest: facts.digest,
-            so_far: (so_far.verdict, so_far.codes().collect()),
-        }))
-    }
-
-    /// Step 4: the arguments, read once, match the tool's input schema (an
-    /// idempotency key filled in first); a key that ran with these
-    /// arguments is answered from the store, before anyone is asked, and
-    /// one that cannot be used is refused.
-    fn validate(
-        &self,
-        cx: &mut CallContext,
-        idx: ServerIdx,
-        input: Option<&jsonschema::Validator>,
-    ) -> Result<(), Exit> {
-        cx.parse_arguments().map_err(Refusal::Malformed)?;
-        self.keys().prepare_key(cx, idx);
-        if let Some(validator) = input {
-            steps::check_arguments(validator, cx.arguments_or_empty())
-                .map_err(Refusal::InvalidArguments)?;
-        }
-        match self.keys().look_up_key(cx) {
-            Some(end) => Err(end.into()),
-            None => Ok(()),
-        }
-    }
-
-    /// Step 5: a call a person approved goes on if this is the definition
-    /// they approved; a 2026-07-28 host's retry may carry the person's
-    /// answer to the gateway's question; else an ask asks.
-    fn approve(
-        &mut self,
-        cx: &mut CallContext,
-        session: SessionFacts,
-        verdict: Verdict,
-    ) -> Result<(), Exit> {
-        let carries = session.modern && super::modern::carries_our_answer(cx);
-        match steps::approval(verdict, cx.digest(), cx.approved, carries) {
-            // An approval is for what the person was shown: a file that
-            // changed since is asked about again.
-            Approval::Approved => self.lookup().still_as_shown(cx),
-            Approval::CarriesAnswer => {
-                cx.preview = self.lookup().preview_of(cx);
-                if self.lookup().sealed_for_another_preview(cx) {
-                    cx.preview_changed = true;
-                    return Err(Exit::Ask);
-                }
-                Ok(self.open_modern_answer(cx)?)
-            }
-            Approval::Ask => {
-                cx.preview = self.lookup().preview_of(cx);
-                Err(Exit::Ask)
-            }
-            Approval::Policy => {
-                let first = cx.decision.as_ref().and_then(|d| d.reasons.first());
-                cx.approver = Approver::Policy(first.map(|reason| reason.code));
-                self.lookup().preview_for_record(cx);
-                Ok(())
-            }
         }
     }
 
@@ -360,97 +178,38 @@ impl Gateway {
                 &mut self.inflight,
             ),
             Step::Hook(cx, ask) => self.ask_hook(cx, ask),
+            Step::Need(cx, need) => self.meet(cx, need),
             Step::Done => {}
         }
     }
 
-    /// Step 2: the server runs and has listed its tools. Starts it, or lists
-    /// them, when needed (once per call each, so a server that keeps failing
-    /// answers the call instead of holding it).
-    fn definition_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<(), Exit> {
-        match self.readiness(idx, &mut cx.request.restarted) {
-            Readiness::Ready => {}
-            Readiness::Pending => return Err(Exit::Wait),
-            Readiness::Failed(reason) => return Err(Refusal::ServerUnavailable(reason).into()),
-        }
-        let listed = match self.catalog.server(idx).map(|server| &server.listing) {
-            Some(Listing::Listed) => true,
-            Some(Listing::InProgress) => false,
-            Some(Listing::Failed(reason)) if cx.relisted => {
-                return Err(Refusal::ServerUnavailable(reason.clone()).into());
+    /// Does what a step said a call needs (a server started, its tools
+    /// listed), then runs the call again if that is settled already, or
+    /// holds it until it is.
+    fn meet(&mut self, cx: Box<CallContext>, need: Need) {
+        let settled = match need {
+            Need::Start(idx) => {
+                self.start(idx);
+                // A start can fail at once (the program does not exist, a
+                // sandbox cannot be enforced): then no event will ever wake
+                // the call, so it runs again now and is answered.
+                self.upstreams
+                    .get(idx)
+                    .is_none_or(|up| up.phase != Phase::Starting)
             }
-            Some(Listing::Unlisted | Listing::Failed(_)) => {
-                cx.relisted = true;
+            Need::List(idx) => {
                 self.list_tools(idx);
                 // A server without tools is listed at once.
                 self.catalog
                     .server(idx)
-                    .is_some_and(|server| server.listing == Listing::Listed)
+                    .is_none_or(|server| server.listing != Listing::InProgress)
             }
-            None => return Err(Refusal::ServerUnavailable("no such server".to_owned()).into()),
         };
-        if !listed {
-            return Err(Exit::Wait);
+        if settled {
+            self.run_pipeline(cx);
+        } else {
+            self.act(Step::Wait(cx));
         }
-        cx.generation = self.upstreams.get(idx).map(|up| up.generation());
-        cx.request.wait_until = None;
-        Ok(())
-    }
-
-    /// Step 3b: the read-only instance of server `idx` runs, has listed its
-    /// tools, and lists the definition the call was decided on (by pin
-    /// digest) under a plain name unlike its others. Starts it, or lists
-    /// them, when needed (once per call each). A server that lists another
-    /// definition, or none, on the instance that runs the call is not sent
-    /// the call there (`read-only-instance-differs`), and never the full
-    /// instance instead.
-    fn read_only_ready(&mut self, cx: &mut CallContext, idx: ServerIdx) -> Result<(), Exit> {
-        let unavailable = |why: String| Exit::from(Refusal::ServerUnavailable(why));
-        let Some(instance) = self.upstreams.get(idx).and_then(|up| up.read_only) else {
-            let name = self.upstreams.name(idx);
-            return Err(unavailable(format!(
-                "server `{name}` has no read-only instance"
-            )));
-        };
-        match self.readiness(instance, &mut cx.read_only_restarted) {
-            Readiness::Ready => {}
-            Readiness::Pending => return Err(Exit::Wait),
-            Readiness::Failed(reason) => {
-                return Err(unavailable(format!("its read-only instance: {reason}")));
-            }
-        }
-        match self.catalog.server(instance).map(|server| &server.listing) {
-            Some(Listing::Listed) => {}
-            Some(Listing::InProgress) => return Err(Exit::Wait),
-            Some(Listing::Failed(reason)) if cx.read_only_relisted => {
-                return Err(unavailable(format!("its read-only instance: {reason}")));
-            }
-            Some(Listing::Unlisted | Listing::Failed(_)) => {
-                cx.read_only_relisted = true;
-                self.list_tools(instance);
-                if self
-                    .catalog
-                    .server(instance)
-                    .is_none_or(|server| server.listing != Listing::Listed)
-                {
-                    return Err(Exit::Wait);
-                }
-            }
-            None => return Err(unavailable("no such server".to_owned())),
-        }
-        // The decision took the full instance's sandbox for proof: the
-        // instance that runs the call must enforce as much.
-        let (full, own) = (self.catalog.sandbox(idx), self.catalog.sandbox(instance));
-        if (full.no_network && !own.no_network) || (full.no_writes && !own.no_writes) {
-            return Err(unavailable(
-                "its read-only instance's sandbox does not enforce what the full instance's does"
-                    .to_owned(),
-            ));
-        }
-        read_only_lists(&self.catalog, instance, &cx.tool, cx.digest())
-            .map_err(Refusal::ReadOnlyDiffers)?;
-        cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
-        Ok(())
     }
 
     /// Step 6: the call's record joins the turn's batch; the call is sent at
@@ -961,27 +720,6 @@ impl Lookup<'_> {
     }
 }
 
-/// Whether the read-only instance `instance` lists `tool` as the
-/// definition of `digest`; `Err` says how it does not.
-fn read_only_lists(
-    catalog: &Catalog,
-    instance: ServerIdx,
-    tool: &str,
-    digest: Option<hintgate_policy::pin::PinDigest>,
-) -> Result<(), String> {
-    let shown = hintgate_policy::sanitize::escape_line(tool);
-    match catalog.tool(instance, tool) {
-        None => Err(format!("it does not list `{shown}`")),
-        Some(entry) if entry.name_trouble.is_some() => Err(format!(
-            "it lists `{shown}` under a name that could mean another tool"
-        )),
-        Some(entry) if entry.digest.is_none() || entry.digest != digest => Err(format!(
-            "it lists `{shown}` with another definition than the full instance, whose definition was decided on"
-        )),
-        Some(_) => Ok(()),
-    }
-}
-
 /// Where a call whose record is durable is sent: the start of its
 /// server whose definitions were decided on, or, for a call decided for
 /// the read-only instance, the start of that instance that listed the
@@ -1058,21 +796,6 @@ fn instance_fields<'a>(
         Instance::Full => None,
     };
     Some((cx.instance, key))
-}
-
-/// Step 1: the host's name to a server and the server's own name (a
-/// name two servers' prefixes fit is refused, never guessed).
-fn resolve_call(upstreams: &Upstreams, cx: &mut CallContext) -> Result<ServerIdx, Exit> {
-    let (idx, tool) = match upstreams.resolve(&cx.params.name) {
-        Ok(found) => found,
-        Err(Unresolved::Unknown) => return Err(Refusal::UnknownTool.into()),
-        Err(Unresolved::Ambiguous(found)) => {
-            return Err(Refusal::AmbiguousName(upstreams.ambiguity(&found)).into());
-        }
-    };
-    cx.server = Some(idx);
-    cx.tool = tool;
-    Ok(idx)
 }
 
 /// Sends the call's spans to the tracer, when it ended with `outcome`
@@ -1199,7 +922,7 @@ pub(super) fn end_line(
         .get(&cx.request.session)
         .is_some_and(HostSession::modern);
     answer_line(cx.request.id(), answer, |result| {
-        super::modern::modernize(modern, "", result);
+        super::era::modernize(modern, "", result);
     })
 }
 
@@ -1235,7 +958,7 @@ pub(super) fn call_line_with(
     traceparent: Option<&str>,
 ) -> Option<String> {
     let id_text = id.to_string();
-    let ours = super::modern::carries_our_answer(cx);
+    let ours = super::era::carries_our_answer(cx);
     let continuation = cx.continuation.as_ref();
     let filled = arguments.or(cx.arguments_filled.as_deref());
     if wrap
@@ -1264,14 +987,14 @@ pub(super) fn call_line_with(
                 arguments_done = true;
             }
             "requestState" | "inputResponses" if continuation.is_some() => {}
-            "requestState" if ours && super::modern::is_our_state(value) => {}
+            "requestState" if ours && super::era::is_our_state(value) => {}
             "inputResponses" if ours => {
-                if let Some(rest) = super::modern::without_our_answer(value) {
+                if let Some(rest) = super::era::without_our_answer(value) {
                     writer.member("inputResponses", &rest);
                 }
             }
             "_meta" if set_meta => {
-                writer.member("_meta", &super::modern::merged_meta(value, &meta_ours));
+                writer.member("_meta", &super::era::merged_meta(value, &meta_ours));
                 meta_done = true;
             }
             _ => writer.copy(text),
@@ -1341,8 +1064,8 @@ mod tests {
     use hintgate_store::{MemoryStore, Store};
     use serde_json::json;
 
-    use super::read_only_lists;
     use crate::gateway::catalog::{Catalog, Naming};
+    use crate::gateway::stages::read_only_lists;
 
     /// A catalog whose one server (a read-only instance, as step 3b sees
     /// it) lists `tools`.
@@ -1421,17 +1144,20 @@ mod tests {
             .collect();
         let upstreams = Upstreams::new(configs, crate::gateway::Mode::Gateway, "__".to_owned());
         let mut cx = call("fs__read");
-        assert!(matches!(super::resolve_call(&upstreams, &mut cx), Ok(0)));
+        assert!(matches!(
+            crate::gateway::stages::resolve_call(&upstreams, &mut cx),
+            Ok(0)
+        ));
         assert_eq!((cx.server, cx.tool.as_str()), (Some(0), "read"));
         let mut cx = call("other__read");
         assert!(matches!(
-            super::resolve_call(&upstreams, &mut cx),
+            crate::gateway::stages::resolve_call(&upstreams, &mut cx),
             Err(Exit::End(CallEnd::Refused(Refusal::UnknownTool)))
         ));
         assert_eq!(cx.server, None);
         let mut cx = call("docs___x");
         let Err(Exit::End(CallEnd::Refused(Refusal::AmbiguousName(why)))) =
-            super::resolve_call(&upstreams, &mut cx)
+            crate::gateway::stages::resolve_call(&upstreams, &mut cx)
         else {
             panic!("a name two prefixes fit was routed");
         };

@@ -701,7 +701,7 @@ impl Lookup<'_> {
             return Some(Ok(result));
         };
         for (key, question) in requests.iter_mut() {
-            if key == super::modern::INPUT_KEY || key == RELAY_KEY {
+            if key == super::era::INPUT_KEY || key == RELAY_KEY {
                 return Some(Err(format!(
                     "server `{server}` asked under `{key}`, a key hintgate keeps for its own questions"
                 )));

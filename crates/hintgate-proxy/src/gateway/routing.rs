@@ -453,8 +453,7 @@ pub(super) fn finish_initialize(
         let discover = host.discover_pending.take();
         let initialize = host.initialize_pending.take();
         if let Some(request) = discover {
-            let result =
-                super::modern::discover_result(&sessions.protocol_version(session), upstreams);
+            let result = discover_result(&sessions.protocol_version(session), upstreams);
             sessions.reply(outbox, session, request.id(), &result);
         }
         let Some(request) = initialize else {
@@ -489,7 +488,7 @@ impl Gateway {
             .sessions
             .get(&session)
             .is_some_and(super::session::HostSession::modern);
-        super::modern::modernize(modern, request.method.as_str(), &mut result);
+        super::era::modernize(modern, request.method.as_str(), &mut result);
         self.sessions
             .reply(&mut self.outbox, session, request.id(), &result);
     }
@@ -840,7 +839,7 @@ impl Gateway {
         params: Option<Value>,
     ) {
         let timeout = self.limits.call_timeout;
-        let with_meta = |params: Value, ours: &Value| super::modern::with_meta(params, ours);
+        let with_meta = |params: Value, ours: &Value| super::era::with_meta(params, ours);
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
@@ -965,7 +964,7 @@ impl Gateway {
                 .sessions
                 .get(&request.session)
                 .is_some_and(super::session::HostSession::modern);
-            super::modern::modernize(modern, request.method.as_str(), &mut result);
+            super::era::modernize(modern, request.method.as_str(), &mut result);
             self.sessions
                 .reply(&mut self.outbox, request.session, request.id(), &result);
             return;
@@ -1389,6 +1388,24 @@ fn gateway_initialize_result(version: &str, upstreams: &Upstreams) -> Value {
             Value::String(instructions.join("\n\n")),
         );
     }
+    result
+}
+
+/// The `server/discover` result for a host, made from the `initialize`
+/// result a host of `version` gets.
+pub(super) fn discover_result(version: &str, upstreams: &Upstreams) -> Value {
+    let init = initialize_result(version, upstreams);
+    let mut supported = vec![crate::versions::MODERN_VERSION];
+    supported.extend(LEGACY_VERSIONS);
+    let mut result = json!({
+        "supportedVersions": supported,
+        "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        "serverInfo": init.get("serverInfo").cloned().unwrap_or(Value::Null),
+    });
+    if let (Some(object), Some(instructions)) = (result.as_object_mut(), init.get("instructions")) {
+        object.insert("instructions".to_owned(), instructions.clone());
+    }
+    super::era::modernize(true, "server/discover", &mut result);
     result
 }
 

@@ -7,7 +7,7 @@
 //! stdio there is one session, [`SessionId::FIRST`].
 //!
 //! Each session's lines to its host wait in a queue whose size is counted
-//! ([`QueueGauge`]) and bounded ([`HOST_QUEUE_BYTES`]): a host that stops
+//! ([`QueueGauge`]) and bounded ([`HOST_QUEUE_BYTES`](crate::conn::HOST_QUEUE_BYTES)): a host that stops
 //! reading loses notifications (counted, and a missed list change told
 //! later), never an answer without being told.
 //!
@@ -65,24 +65,6 @@ const LIST_CHANGED: [&str; 3] = [
     "notifications/prompts/list_changed",
     "notifications/resources/list_changed",
 ];
-
-/// How much may wait for a host before notifications to it are dropped
-/// and the host's own messages are not read: a host that stops reading
-/// holds this much, and what it must get (answers, questions) up to one
-/// message more (`max_message_bytes`); an answer beyond that is replaced by
-/// an error that says why, and a question is dropped (it then times out).
-pub(crate) const HOST_QUEUE_BYTES: usize = 1024 * 1024;
-
-/// How much of a host's requests the gateway holds at once (waiting for a
-/// server, a person or a question), in messages of the largest size
-/// (`max_message_bytes`), each request counted as its line and
-/// [`REQUEST_OVERHEAD`](super::request::REQUEST_OVERHEAD): past it, the
-/// host's own lines are not read until some of its requests end (every one
-/// has a deadline), so a host that sends requests faster than they end
-/// cannot fill the in-flight table. Twice what a server may leave unread
-/// ([`SERVER_QUEUE_MESSAGES`](super::upstreams::SERVER_QUEUE_MESSAGES)), so
-/// that a server that does not read is found out before its host is held.
-pub(crate) const HOST_HELD_MESSAGES: usize = 8;
 
 /// One host session.
 #[derive(Debug)]
@@ -163,10 +145,10 @@ impl Sessions {
     pub fn set_log_level(&mut self, outbox: &mut Outbox, request: &HostRequest) -> bool {
         let params = request.params();
         let level = params.get("level").and_then(Value::as_str).unwrap_or("");
-        if super::modern::log_rank(level).is_none() {
+        if super::era::log_rank(level).is_none() {
             let text = format!(
                 "`logging/setLevel` takes one of {}; not `{}`",
-                super::modern::LOG_LEVELS.join(", "),
+                super::era::LOG_LEVELS.join(", "),
                 hintgate_policy::sanitize::escape_line(level)
             );
             outbox.error(request.session, request.id(), -32602, &text);
@@ -258,7 +240,7 @@ impl Sessions {
         let id: Value = serde_json::from_str(subscription).unwrap_or(Value::Null);
         let line = crate::frame::notification(
             method,
-            &serde_json::json!({"_meta": {super::modern::META_SUBSCRIPTION: id}}),
+            &serde_json::json!({"_meta": {super::era::META_SUBSCRIPTION: id}}),
         );
         outbox.host_note(session, line, list);
     }
@@ -277,7 +259,7 @@ impl Sessions {
             && let Some(object) = result.as_object()
             && !object.contains_key("resultType")
         {
-            // What `modern::modernize` adds to a result no cacheable method
+            // What `era::modernize` adds to a result no cacheable method
             // gave: said here, so a session does not reach back into the era
             // module that reads sessions.
             let mut object = object.clone();

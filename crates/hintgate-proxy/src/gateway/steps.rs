@@ -19,9 +19,13 @@ use hintgate_policy::tool::{SandboxProof, Tool};
 use serde_json::Value;
 
 use super::call::HookVerdict;
-use super::hooks::MAX_HOOK_ASKS;
 use super::request::SessionId;
 use super::session::HostSession;
+
+/// How often one call is asked about before the gateway gives up on a call
+/// whose state keeps changing while the hook answers (its definition, the
+/// session's taint): then it is refused as a hook failure.
+pub(crate) const MAX_HOOK_ASKS: u32 = 4;
 
 /// What the pipeline reads of a call's host session, once per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

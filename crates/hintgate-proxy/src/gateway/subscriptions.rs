@@ -423,7 +423,7 @@ pub(super) fn restore_subscriptions(
     inflight: &mut InFlight,
     outbox: &mut Outbox,
     upstreams: &mut super::upstreams::Upstreams,
-    declared: &super::modern::Declared,
+    declared: &super::era::Declared,
     limits: super::Limits,
     idx: ServerIdx,
 ) {

@@ -155,6 +155,41 @@ pub(crate) enum Readiness {
     Failed(String),
 }
 
+/// Whether a server can take a call now, as a step sees it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Started {
+    /// It runs.
+    Ready,
+    /// It is starting: the call waits.
+    Starting,
+    /// It failed again after this call started it: why.
+    Failed(String),
+    /// It is stopped, or failed before: it must be started (once per call).
+    Start,
+}
+
+/// Whether server `idx` runs for a request that started it already if
+/// `restarted` names it; a server to start is noted there (so it is
+/// started once per request).
+pub(crate) fn started(
+    upstreams: &Upstreams,
+    idx: ServerIdx,
+    restarted: &mut Option<ServerIdx>,
+) -> Started {
+    let Some(up) = upstreams.get(idx) else {
+        return Started::Failed("no such server".to_owned());
+    };
+    match &up.phase {
+        Phase::Ready => Started::Ready,
+        Phase::Starting => Started::Starting,
+        Phase::Failed(reason) if *restarted == Some(idx) => Started::Failed(reason.clone()),
+        Phase::Stopped | Phase::Failed(_) => {
+            *restarted = Some(idx);
+            Started::Start
+        }
+    }
+}
+
 /// What a start of a server connects with: its index, the largest line,
 /// the loop's event channel, and what is counted.
 pub(crate) struct Target<'a> {
@@ -673,15 +708,11 @@ impl Gateway {
         idx: ServerIdx,
         restarted: &mut Option<ServerIdx>,
     ) -> Readiness {
-        let Some(up) = self.upstreams.get(idx) else {
-            return Readiness::Failed("no such server".to_owned());
-        };
-        match &up.phase {
-            Phase::Ready => Readiness::Ready,
-            Phase::Starting => Readiness::Pending,
-            Phase::Failed(reason) if *restarted == Some(idx) => Readiness::Failed(reason.clone()),
-            Phase::Stopped | Phase::Failed(_) => {
-                *restarted = Some(idx);
+        match started(&self.upstreams, idx, restarted) {
+            Started::Ready => Readiness::Ready,
+            Started::Starting => Readiness::Pending,
+            Started::Failed(reason) => Readiness::Failed(reason),
+            Started::Start => {
                 self.start(idx);
                 // A start can fail at once (the program does not exist, a
                 // sandbox cannot be enforced): then no event will ever wake
