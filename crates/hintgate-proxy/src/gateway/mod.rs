@@ -67,6 +67,7 @@ pub(crate) mod relay;
 pub(crate) mod request;
 pub(crate) mod retry;
 pub(crate) mod routing;
+pub(crate) mod servers;
 pub(crate) mod session;
 pub(crate) mod stages;
 pub(crate) mod steps;

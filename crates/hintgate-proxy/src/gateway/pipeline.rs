@@ -70,7 +70,7 @@ use tokio::time::Instant;
 
 use super::call::{
     Approver, CallContext, CallEnd, Need, Outcome, Refusal, Refused, Step, answer_line,
-    error_result, read_result,
+    error_result,
 };
 use super::catalog::{Catalog, Listing};
 use super::inflight::UpPurpose;
@@ -79,8 +79,8 @@ use super::lookup::Lookup;
 use super::request::{HostRequest, ServerIdx};
 use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
 use super::session::{HostSession, Sessions};
-use super::stages::read_only_lists;
-use super::steps::{self, CallFacts, SessionFacts};
+use super::stages::{Answered, read_only_lists};
+use super::steps::{CallFacts, SessionFacts};
 use super::upstreams::{Phase, Upstreams};
 use super::{Gateway, Waiting};
 use crate::frame::Message;
@@ -374,137 +374,19 @@ impl Gateway {
         }
     }
 
-    /// A server answered a call.
+    /// A server's answer to a forwarded call: read (`Stages::answer_of`),
+    /// then passed to the host with its outcome on record, or, a 2026-07-28
+    /// server's questions to a legacy host, asked of the host one by one.
     pub(super) fn on_call_answer(
         &mut self,
         idx: ServerIdx,
         cx: Box<CallContext>,
         message: &Message<'_>,
     ) {
-        let session = cx.request.session;
-        let outcome = match message.result {
-            None => Outcome::ProtocolError,
-            Some(raw) => {
-                let view = match read_result(raw.get()) {
-                    Ok(view) => view,
-                    Err(err) => {
-                        let text = format!(
-                            "hintgate did not pass on the answer of `{}`: its result cannot be read one way only ({err})",
-                            self.upstreams.name(idx)
-                        );
-                        tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-                        let line = self.sessions.result_line(
-                            session,
-                            cx.request.id(),
-                            &error_result(&text),
-                        );
-                        self.answer_call(&cx, line, Outcome::ProtocolError);
-                        return;
-                    }
-                };
-                let asks = view.result_type.as_deref() == Some("input_required");
-                // A 2026-07-28 server asks a legacy host for input: the
-                // gateway asks the host and calls the server again.
-                if asks && !self.sessions.get(&session).is_some_and(HostSession::modern) {
-                    let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
-                    self.gather_for_legacy_host(cx, &result);
-                    return;
-                }
-                // A 2026-07-28 host gets the server's questions marked as
-                // the server's; the host's retry is a call of its own.
-                if let Some(marked) = asks
-                    .then(|| self.lookup().marked_input_required(idx, raw.get()))
-                    .flatten()
-                {
-                    self.pass_on_question(idx, &cx, marked);
-                    return;
-                }
-                match self.call_result(idx, &cx, raw.get(), &view) {
-                    Some(outcome) => outcome,
-                    None => return,
-                }
-            }
-        };
-        let line =
-            self.lookup()
-                .host_response(idx, session, message, cx.request.id(), "tools/call");
-        // A call a person edited says so, and how, in what the host gets.
-        let line = self.lookup().note_edit(&cx, line, true);
-        self.answer_call(&cx, line, outcome);
-    }
-
-    /// A 2026-07-28 server's questions, marked as the server's, answer the
-    /// call to a 2026-07-28 host (or why they could not be passed on).
-    fn pass_on_question(
-        &mut self,
-        idx: ServerIdx,
-        cx: &CallContext,
-        marked: Result<Value, String>,
-    ) {
-        let (line, outcome) = match marked {
-            Ok(result) => (
-                crate::frame::response(cx.request.id(), &result),
-                Outcome::InputRequired,
-            ),
-            Err(why) => {
-                tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{why}");
-                let text = format!("hintgate did not pass on the server's question: {why}");
-                let line = self.sessions.result_line(
-                    cx.request.session,
-                    cx.request.id(),
-                    &error_result(&text),
-                );
-                (line, Outcome::ProtocolError)
-            }
-        };
-        self.answer_call(cx, line, outcome);
-    }
-
-    /// A call's result, read: it taints the session where the tool returns
-    /// private data, its structured content must match the output schema,
-    /// and a keyed call's result is kept for a later call with the key. Its
-    /// outcome, or `None` when the call was answered here instead.
-    fn call_result(
-        &mut self,
-        idx: ServerIdx,
-        cx: &CallContext,
-        raw: &str,
-        view: &super::call::CallResultView<'_>,
-    ) -> Option<Outcome> {
-        let session = cx.request.session;
-        if cx.taints() {
-            let what = format!("a result of `{}`", cx.tool);
-            self.sessions
-                .taint(session, self.upstreams.name(idx), &what);
+        match self.stages().answer_of(idx, &cx, message) {
+            Answered::Answer(line, outcome) => self.answer_call(&cx, line, outcome),
+            Answered::Gather(result) => self.gather_for_legacy_host(cx, &result),
         }
-        let is_error = view.is_error == Some(true);
-        if let (false, Some(validator), Some(structured)) = (is_error, cx.output(), view.structured)
-            && let Err(problems) = steps::check_output(validator, structured.get())
-        {
-            let text = format!(
-                "`{}` returned structured content that does not match the tool's output schema: {}",
-                self.upstreams.name(idx),
-                problems.join("; ")
-            );
-            tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
-            let refused = error_result(&text);
-            // The call ran: a later call with its key gets what this host
-            // got.
-            self.keys().key_done(cx, &refused.to_string());
-            let line = self
-                .sessions
-                .result_line(session, cx.request.id(), &refused);
-            self.answer_call(cx, line, Outcome::OutputSchemaMismatch);
-            return None;
-        }
-        // The call ran: a keyed one's result is recorded as the answer to a
-        // later call with the same key.
-        self.keys().key_done(cx, raw);
-        Some(if is_error {
-            Outcome::ToolError
-        } else {
-            Outcome::Ok
-        })
     }
 
     /// Ends a forwarded call: its outcome joins the turn's records, and its

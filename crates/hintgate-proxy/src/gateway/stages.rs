@@ -1,4 +1,5 @@
-//! Steps 1 to 5 of the pipeline, over a view of the parts they read.
+//! Steps 1 to 5 of the pipeline, and the reading of a server's answer
+//! (step 7), over a view of the parts they read.
 //!
 //! [`Stages`] borrows what the steps read (the policy, the servers, the
 //! catalog, the sessions, the journal's redaction, the sealer, the store,
@@ -10,8 +11,11 @@
 //! ([`Exit`]). So each step is tested here with parts built by hand, no
 //! gateway and no server.
 //!
-//! A person's approval carried by a 2026-07-28 host's retry is opened here
-//! too (step 5, `open_modern_answer`, written in `ask` beside the other
+//! A server's answer is read here too ([`Stages::answer_of`]: what the host
+//! gets and the call's outcome, the session tainted, the output schema
+//! checked, a keyed result kept), and the gateway only sends what it
+//! returns. A person's approval carried by a 2026-07-28 host's retry is
+//! opened here too (step 5, `open_modern_answer`, written in `ask` beside the other
 //! answers), and records the approval in the catalog and the session.
 
 use std::sync::Arc;
@@ -19,18 +23,23 @@ use std::sync::Arc;
 use hintgate_policy::config::Instance;
 use hintgate_policy::decide::{Decision, Policy, Verdict};
 use hintgate_store::Store;
+use serde_json::Value;
 
-use super::call::{Approver, CallContext, Definition, Exit, HookAsk, Need, Refusal};
+use super::call::{
+    Approver, CallContext, CallResultView, Definition, Exit, HookAsk, Need, Outcome, Refusal,
+    error_result, read_result,
+};
 use super::catalog::{Catalog, Listing};
 use super::hooks::Hooks;
 use super::journal::Journal;
 use super::keys::Keys;
 use super::lookup::Lookup;
 use super::request::ServerIdx;
-use super::session::Sessions;
+use super::session::{HostSession, Sessions};
 use super::steps::{self, Approval, CallFacts, Decided, SessionFacts};
 use super::upstreams::{Started, Unresolved, Upstreams, started};
 use super::{Gateway, Observed, Observer};
+use crate::frame::Message;
 use crate::metrics::Metrics;
 use crate::seal::Sealer;
 
@@ -426,6 +435,140 @@ impl Stages<'_> {
     }
 }
 
+/// What a server's answer to a forwarded call comes to.
+#[derive(Debug)]
+pub(crate) enum Answered {
+    /// The line for the host, and the call's outcome.
+    Answer(String, Outcome),
+    /// A 2026-07-28 server's input-required result for a legacy host: its
+    /// questions are asked of the host one by one (`relay`).
+    Gather(Value),
+}
+
+impl Stages<'_> {
+    /// Step 7: a server's answer to call `cx` read once: a result that
+    /// cannot be read one way only is not passed on; a 2026-07-28 server's
+    /// questions go to a legacy host one by one ([`Answered::Gather`]) and
+    /// to a 2026-07-28 host marked as the server's; a result taints the
+    /// session where the tool returns private data, its structured content
+    /// must match the output schema, and a keyed call's result is kept for
+    /// a later call with the key.
+    pub(super) fn answer_of(
+        &mut self,
+        idx: ServerIdx,
+        cx: &CallContext,
+        message: &Message<'_>,
+    ) -> Answered {
+        let session = cx.request.session;
+        let outcome = match message.result {
+            None => Outcome::ProtocolError,
+            Some(raw) => {
+                let view = match read_result(raw.get()) {
+                    Ok(view) => view,
+                    Err(err) => {
+                        let text = format!(
+                            "hintgate did not pass on the answer of `{}`: its result cannot be read one way only ({err})",
+                            self.upstreams.name(idx)
+                        );
+                        return self.answered_here(idx, cx, &text, Outcome::ProtocolError);
+                    }
+                };
+                let asks = view.result_type.as_deref() == Some("input_required");
+                // A 2026-07-28 server asks a legacy host for input: the
+                // gateway asks the host and calls the server again.
+                if asks && !self.sessions.get(&session).is_some_and(HostSession::modern) {
+                    return Answered::Gather(
+                        serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+                    );
+                }
+                // A 2026-07-28 host gets the server's questions marked as
+                // the server's; the host's retry is a call of its own.
+                if asks && let Some(marked) = self.lookup().marked_input_required(idx, raw.get()) {
+                    return match marked {
+                        Ok(result) => Answered::Answer(
+                            crate::frame::response(cx.request.id(), &result),
+                            Outcome::InputRequired,
+                        ),
+                        Err(why) => {
+                            let text =
+                                format!("hintgate did not pass on the server's question: {why}");
+                            self.answered_here(idx, cx, &text, Outcome::ProtocolError)
+                        }
+                    };
+                }
+                match self.call_result(idx, cx, raw.get(), &view) {
+                    Ok(outcome) => outcome,
+                    Err(answered) => return answered,
+                }
+            }
+        };
+        let line =
+            self.lookup()
+                .host_response(idx, session, message, cx.request.id(), "tools/call");
+        // A call a person edited says so, and how, in what the host gets.
+        Answered::Answer(self.lookup().note_edit(cx, line, true), outcome)
+    }
+
+    /// A call's result, read: it taints the session where the tool returns
+    /// private data, its structured content must match the output schema,
+    /// and a keyed call's result is kept for a later call with the key. Its
+    /// outcome, or the answer made here instead.
+    fn call_result(
+        &mut self,
+        idx: ServerIdx,
+        cx: &CallContext,
+        raw: &str,
+        view: &CallResultView<'_>,
+    ) -> Result<Outcome, Answered> {
+        if cx.taints() {
+            let what = format!("a result of `{}`", cx.tool);
+            self.sessions
+                .taint(cx.request.session, self.upstreams.name(idx), &what);
+        }
+        let is_error = view.is_error == Some(true);
+        if let (false, Some(validator), Some(structured)) = (is_error, cx.output(), view.structured)
+            && let Err(problems) = steps::check_output(validator, structured.get())
+        {
+            let text = format!(
+                "`{}` returned structured content that does not match the tool's output schema: {}",
+                self.upstreams.name(idx),
+                problems.join("; ")
+            );
+            return Err(self.answered_here(idx, cx, &text, Outcome::OutputSchemaMismatch));
+        }
+        // The call ran: a keyed one's result is recorded as the answer to a
+        // later call with the same key.
+        self.keys().key_done(cx, raw);
+        Ok(if is_error {
+            Outcome::ToolError
+        } else {
+            Outcome::Ok
+        })
+    }
+
+    /// What the gateway answers in place of a server's answer it did not
+    /// pass on: `text` as an `isError` result, logged; a call whose output
+    /// did not match its schema ran, so a later call with its key gets what
+    /// this host got.
+    fn answered_here(
+        &self,
+        idx: ServerIdx,
+        cx: &CallContext,
+        text: &str,
+        outcome: Outcome,
+    ) -> Answered {
+        tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+        let refused = error_result(text);
+        if outcome == Outcome::OutputSchemaMismatch {
+            self.keys().key_done(cx, &refused.to_string());
+        }
+        let line = self
+            .sessions
+            .result_line(cx.request.session, cx.request.id(), &refused);
+        Answered::Answer(line, outcome)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Each step with parts built by hand: no gateway, no server, no host.
@@ -441,12 +584,12 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::Stages;
-    use crate::gateway::call::{Approver, CallContext, CallEnd, Exit, Need, Refusal};
+    use crate::gateway::call::{Approver, CallContext, CallEnd, Exit, Need, Outcome, Refusal};
     use crate::gateway::catalog::{Catalog, Naming};
     use crate::gateway::hooks::Hooks;
     use crate::gateway::journal::Journal;
     use crate::gateway::request::{HostRequest, Method, ServerIdx, SessionId};
-    use crate::gateway::session::Sessions;
+    use crate::gateway::session::{Era, HostSession, Sessions};
     use crate::gateway::steps::SessionFacts;
     use crate::gateway::upstreams::{Phase, Upstreams};
     use crate::gateway::{Mode, Observed, Observer};
@@ -791,5 +934,119 @@ mod tests {
             "{:?}",
             cx.approver
         );
+    }
+
+    /// The call `cx` of `fs__read`, decided on and forwarded, for session 1
+    /// of `era`, whose server answers `result`.
+    fn server_answers(parts: &mut Parts, era: Era, result: &str) -> (CallContext, super::Answered) {
+        let (out, _lines) = mpsc::unbounded_channel();
+        let mut host = HostSession::new(out, Arc::default(), Arc::default());
+        host.era = era;
+        parts.sessions.insert(SessionId::FIRST, host);
+        let mut cx = call("fs__read", &json!({"path": "a"}));
+        let session = legacy_session();
+        parts.stages().run(&mut cx, session).unwrap();
+        let line = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
+        let message = crate::frame::Message::parse(&line).unwrap();
+        let answered = parts.stages().answer_of(0, &cx, &message);
+        (cx, answered)
+    }
+
+    fn answer(answered: super::Answered) -> (Value, Outcome) {
+        match answered {
+            super::Answered::Answer(line, outcome) => {
+                (serde_json::from_str(&line).unwrap(), outcome)
+            }
+            super::Answered::Gather(result) => panic!("gathered {result}"),
+        }
+    }
+
+    #[test]
+    fn step_7_passes_a_result_on_and_names_its_outcome() {
+        let legacy = Era::Legacy("2025-06-18".to_owned());
+        let mut parts = Parts::new(ONE).listing(0, &[read_tool()]);
+        let (_, answered) = server_answers(
+            &mut parts,
+            legacy.clone(),
+            r#"{"content":[{"type":"text","text":"hi"}]}"#,
+        );
+        let (line, outcome) = answer(answered);
+        assert_eq!(outcome, Outcome::Ok);
+        assert_eq!(line["id"], json!(1), "the host's id, not the server's");
+        assert_eq!(line["result"]["content"][0]["text"], json!("hi"));
+        assert!(
+            !parts.sessions.get(&SessionId::FIRST).unwrap().tainted,
+            "a server not marked private_data tainted the session"
+        );
+        let (_, answered) = server_answers(
+            &mut parts,
+            legacy.clone(),
+            r#"{"content":[],"isError":true}"#,
+        );
+        assert_eq!(answer(answered).1, Outcome::ToolError);
+        // A result that reads two ways is not passed on.
+        let (_, answered) = server_answers(
+            &mut parts,
+            legacy,
+            r#"{"content":[],"isError":false,"isError":true}"#,
+        );
+        let (line, outcome) = answer(answered);
+        assert_eq!(outcome, Outcome::ProtocolError);
+        assert_eq!(line["result"]["isError"], json!(true));
+        let text = line["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("cannot be read one way only"), "{text}");
+    }
+
+    #[test]
+    fn step_7_refuses_structured_content_the_output_schema_does_not_allow() {
+        let tool = json!({"name": "read", "annotations": {"readOnlyHint": true},
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                "required": ["n"]}});
+        let mut parts = Parts::new(ONE).listing(0, &[tool]);
+        let legacy = Era::Legacy("2025-06-18".to_owned());
+        let (_, ok) = server_answers(
+            &mut parts,
+            legacy.clone(),
+            r#"{"content":[],"structuredContent":{"n":1}}"#,
+        );
+        assert_eq!(answer(ok).1, Outcome::Ok);
+        let (_, bad) = server_answers(
+            &mut parts,
+            legacy,
+            r#"{"content":[],"structuredContent":{"n":"one"}}"#,
+        );
+        let (line, outcome) = answer(bad);
+        assert_eq!(outcome, Outcome::OutputSchemaMismatch);
+        assert_eq!(line["result"]["isError"], json!(true));
+        assert!(line["result"].get("structuredContent").is_none(), "{line}");
+    }
+
+    #[test]
+    fn step_7_taints_the_session_with_a_private_data_servers_result() {
+        let private = "[servers.fs]\ncommand = \"x\"\ntrust = \"trusted\"\nprivate_data = true\n";
+        let mut parts = Parts::new(private).listing(0, &[read_tool()]);
+        let legacy = Era::Legacy("2025-06-18".to_owned());
+        assert!(
+            !parts
+                .sessions
+                .get(&SessionId::FIRST)
+                .is_some_and(|host| host.tainted)
+        );
+        let (_, answered) = server_answers(&mut parts, legacy, r#"{"content":[]}"#);
+        assert_eq!(answer(answered).1, Outcome::Ok);
+        assert!(parts.sessions.get(&SessionId::FIRST).unwrap().tainted);
+    }
+
+    #[test]
+    fn step_7_asks_a_legacy_host_a_modern_servers_questions_one_by_one() {
+        let mut parts = Parts::new(ONE).listing(0, &[read_tool()]);
+        let questions = r#"{"resultType":"input_required","inputRequests":{"q":{"method":"elicitation/create","params":{"message":"sure?","requestedSchema":{"type":"object","properties":{}}}}}}"#;
+        let (_, answered) =
+            server_answers(&mut parts, Era::Legacy("2025-06-18".to_owned()), questions);
+        let super::Answered::Gather(result) = answered else {
+            panic!("a legacy host was passed a result it cannot read");
+        };
+        assert_eq!(result["resultType"], json!("input_required"));
     }
 }

@@ -17,34 +17,31 @@
 //! resolved by name or listed to a host: the tool catalog and the pins are
 //! the full instance's. Its own tool list is read only to check that the
 //! definition a call was decided on is the one it runs (see
-//! [`Gateway::read_only_ready`]); the calls the decision treats as
+//! `Stages::read_only_ready`); the calls the decision treats as
 //! read-only go to it, and nothing else does.
 //!
 //! What needs the servers alone is theirs: [`Upstreams`] shows and reads
 //! back the host-facing names of their tools and prompts (`resolve`,
 //! `prefixed`), tells a server the gateway stopped waiting (into the
 //! outbox) and stops them all; [`Upstream`] installs and connects one start.
-//! The `impl Gateway` block below is the glue between them and the other
-//! parts (the catalog, the pins, what waits for a server).
+//! The glue between them and the other parts (the catalog, the pins, what
+//! waits for a server, the subscriptions) is in `servers`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hintgate_policy::config::{ServerConfig, Transport};
+use hintgate_policy::config::ServerConfig;
 use hintgate_policy::tool::SandboxProof;
 use serde_json::{Value, json};
 
-use super::catalog::{Listing, Naming};
-use super::inflight::UpPurpose;
-use super::journal::unix_now;
+use super::Mode;
+use super::catalog::Naming;
 use super::outbox::Outbox;
 use super::request::ServerIdx;
-use super::retry::Failure;
-use super::{Gateway, Mode};
 use crate::conn::QueueGauge;
 use crate::event::EventSender;
-use crate::frame::{self, Message};
+use crate::frame;
 use crate::upstream::{Connector, Link, LinkTarget};
 
 /// How long the era probe (`server/discover`) waits before a server is taken
@@ -87,8 +84,8 @@ pub(crate) struct Upstream {
     pub name: String,
     /// Its configuration.
     pub config: ServerConfig,
-    generation: u64,
-    link: Option<Link>,
+    pub(super) generation: u64,
+    pub(super) link: Option<Link>,
     /// Where it stands.
     pub phase: Phase,
     next_id: u64,
@@ -114,9 +111,9 @@ pub(crate) struct Upstream {
     pub identity_key: Option<String>,
     /// Its package was just installed (`prepare = "on-start"`): the next
     /// start connects without looking again.
-    prepared: bool,
+    pub(super) prepared: bool,
     /// The install running before its start, if one does.
-    installing: Option<tokio::task::AbortHandle>,
+    pub(super) installing: Option<tokio::task::AbortHandle>,
 }
 
 /// A line for a server was not sent: the server left more unread, from
@@ -335,7 +332,7 @@ impl Upstream {
     /// timeout), and the start goes on when it ends
     /// ([`Gateway::prepared`]); one that cannot be done fails the start.
     /// Returns whether the start waits for it (or failed).
-    fn install_first(
+    pub(super) fn install_first(
         &mut self,
         idx: ServerIdx,
         connector: &dyn Connector,
@@ -382,7 +379,11 @@ impl Upstream {
     /// it connects through `connector`. What its sandbox proves, once it is
     /// `Starting`; `None` when it failed at once (the program does not
     /// exist, a sandbox cannot be enforced), with why in its phase.
-    fn connect(&mut self, connector: &dyn Connector, target: &Target<'_>) -> Option<SandboxProof> {
+    pub(super) fn connect(
+        &mut self,
+        connector: &dyn Connector,
+        target: &Target<'_>,
+    ) -> Option<SandboxProof> {
         self.generation += 1;
         self.link = None;
         self.info = None;
@@ -667,597 +668,6 @@ impl Upstreams {
     }
 }
 
-// === impl Gateway ===
-
-impl Gateway {
-    /// Sends a request of the gateway's own to a server, waiting `timeout`
-    /// for its answer; returns its id.
-    pub(super) fn request_up(
-        &mut self,
-        idx: ServerIdx,
-        method: &str,
-        params: &Value,
-        purpose: UpPurpose,
-        timeout: Duration,
-    ) -> u64 {
-        let modern = self.upstreams.get(idx).is_some_and(|up| up.modern);
-        let params = if modern {
-            self.declared.with_meta(params.clone())
-        } else {
-            params.clone()
-        };
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return 0;
-        };
-        let id = up.next_id();
-        let generation = up.generation;
-        self.inflight.wait_up(idx, id, purpose, timeout);
-        self.outbox.upstream(
-            idx,
-            generation,
-            frame::request(&id.to_string(), method, &params),
-            None,
-        );
-        id
-    }
-
-    /// Whether server `idx` can take a request now; starts it when it is
-    /// stopped, or failed before (once per request: `restarted` remembers).
-    pub(super) fn readiness(
-        &mut self,
-        idx: ServerIdx,
-        restarted: &mut Option<ServerIdx>,
-    ) -> Readiness {
-        match started(&self.upstreams, idx, restarted) {
-            Started::Ready => Readiness::Ready,
-            Started::Starting => Readiness::Pending,
-            Started::Failed(reason) => Readiness::Failed(reason),
-            Started::Start => {
-                self.start(idx);
-                // A start can fail at once (the program does not exist, a
-                // sandbox cannot be enforced): then no event will ever wake
-                // the request, so the failure is its answer now.
-                match self.upstreams.get(idx).map(|up| &up.phase) {
-                    Some(Phase::Failed(reason)) => Readiness::Failed(reason.clone()),
-                    Some(Phase::Ready) => Readiness::Ready,
-                    _ => Readiness::Pending,
-                }
-            }
-        }
-    }
-
-    /// Starts a server: its install first where one is needed, else it
-    /// connects, and its identity, pins and era follow.
-    pub(super) fn start(&mut self, idx: ServerIdx) {
-        let connector = Arc::clone(&self.connector);
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        if up.install_first(idx, &*connector, &self.events, self.limits.call_timeout) {
-            return;
-        }
-        // What it listed before is not what this start will list.
-        self.routing.forget(idx);
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        let target = Target {
-            server: idx,
-            max_line: self.limits.max_line,
-            events: &self.events,
-            metrics: self.metrics.as_deref(),
-        };
-        if let Some(sandbox) = up.connect(&*connector, &target) {
-            self.open_started(idx, sandbox);
-        }
-    }
-
-    /// The install before a server's start ended: the start goes on, or
-    /// fails with why (the command named), as the server's calls are told.
-    pub(super) fn prepared(&mut self, idx: ServerIdx, result: Result<String, String>) {
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        up.installing = None;
-        match result {
-            Ok(installed) => {
-                tracing::info!(server.id = %up.name, "{installed}");
-                up.prepared = true;
-                self.start(idx);
-            }
-            Err(reason) => self.upstream_failed(idx, reason),
-        }
-    }
-
-    /// A server just connected: its identity read, its part of the catalog
-    /// opened (its pins; none for a read-only instance), its era probed,
-    /// and its read-only instance started beside it.
-    fn open_started(&mut self, idx: ServerIdx, sandbox: SandboxProof) {
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        let (identity, resolved) = identity_of(&up.config);
-        let name = up.name.clone();
-        tracing::info!(server.id = %name, identity = %identity, "identity");
-        let capabilities = self.declared.capabilities();
-        let key = self.store.as_ref().map(|store| {
-            hintgate_store::server_key(&up.config, &resolved, &capabilities, store.salt())
-        });
-        let read_only = up.read_only;
-        if up.read_only_of.is_some() {
-            // INVARIANT: a read-only instance reads and writes no pins: the
-            // definitions decided on are the full instance's.
-            up.identity_key = key;
-            self.catalog.open_read_only(idx, identity, sandbox);
-        } else {
-            if let Err(err) = self.catalog.open(idx, &name, key, identity, sandbox) {
-                self.upstream_failed(idx, format!("the pin store failed: {err}"));
-                return;
-            }
-            super::watch_keys(&self.store, &self.catalog, &self.events, &mut self.watcher);
-        }
-        let timeout = PROBE_TIMEOUT.min(self.limits.call_timeout);
-        self.probe_era(idx, timeout);
-        // The read-only instance starts beside the full one, so a read does
-        // not wait for it.
-        if let Some(instance) = read_only
-            && self
-                .upstreams
-                .get(instance)
-                .is_some_and(|up| matches!(up.phase, Phase::Stopped | Phase::Failed(_)))
-        {
-            self.start(instance);
-        }
-    }
-
-    /// Sends `server/discover`, waiting `timeout` for its answer.
-    pub(super) fn probe_era(&mut self, idx: ServerIdx, timeout: Duration) {
-        let params = json!({"_meta": self.declared.meta().clone()});
-        self.request_up(
-            idx,
-            "server/discover",
-            &params,
-            UpPurpose::Discover,
-            timeout,
-        );
-    }
-
-    /// The legacy handshake, after the probe found no 2026-07-28 server.
-    pub(super) fn send_initialize(&mut self, idx: ServerIdx) {
-        let params = self.declared.initialize_params();
-        let timeout = self.limits.call_timeout;
-        self.request_up(idx, "initialize", &params, UpPurpose::Initialize, timeout);
-    }
-
-    /// The answer to `initialize`.
-    pub(super) fn on_initialized(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        let result: Option<Value> = message
-            .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
-        match result {
-            Some(info) => {
-                let Some(up) = self.upstreams.get_mut(idx) else {
-                    return;
-                };
-                tracing::info!(server.id = %up.name, version = ?info.get("protocolVersion"), "initialized");
-                up.info = Some(info);
-                let generation = up.generation;
-                self.outbox.upstream(
-                    idx,
-                    generation,
-                    frame::notification("notifications/initialized", &json!({})),
-                    None,
-                );
-                self.server_ready(idx);
-            }
-            None => {
-                let error = message
-                    .error
-                    .map_or("no result".to_owned(), |raw| raw.get().to_owned());
-                // A busy 2026-07-28 server may answer the era probe only
-                // after it timed out, and then refuse `initialize` with the
-                // modern "unsupported protocol version" error, a recognized
-                // modern error: probe once more, with the call timeout.
-                let modern_refusal = serde_json::from_str::<Value>(&error)
-                    .ok()
-                    .and_then(|error| error.get("code").and_then(Value::as_i64))
-                    == Some(-32022);
-                let Some(up) = self.upstreams.get_mut(idx) else {
-                    return;
-                };
-                if modern_refusal && !up.reprobed {
-                    up.reprobed = true;
-                    tracing::debug!(server.id = %up.name, "refused `initialize` the 2026-07-28 way: probing its era again");
-                    let timeout = self.limits.call_timeout;
-                    self.probe_era(idx, timeout);
-                    return;
-                }
-                self.upstream_failed(idx, format!("refused to initialize: {error}"));
-            }
-        }
-    }
-
-    /// A server finished its handshake: pin its instructions, list its tools.
-    pub(super) fn server_ready(&mut self, idx: ServerIdx) {
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        up.phase = Phase::Ready;
-        let name = up.name.clone();
-        if up.read_only_of.is_some() {
-            // Its instructions are not the host's (the full instance's
-            // are); its tools are listed only to be compared.
-            self.list_tools(idx);
-            self.retry_waiting();
-            return;
-        }
-        let instructions = up
-            .info
-            .as_ref()
-            .and_then(|info| info.get("instructions"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if let Some(text) = instructions {
-            match self.catalog.pin_instructions(idx, &name, &text, unix_now()) {
-                Ok(Some(pinned)) => {
-                    if let Some(info) = self
-                        .upstreams
-                        .get_mut(idx)
-                        .and_then(|up| up.info.as_mut())
-                        .and_then(Value::as_object_mut)
-                    {
-                        info.insert("instructions".to_owned(), Value::String(pinned));
-                    }
-                }
-                Ok(None) => {}
-                Err(err) => {
-                    self.upstream_failed(idx, format!("the pin store failed: {err}"));
-                    return;
-                }
-            }
-        }
-        super::subscriptions::restore_subscriptions(
-            &mut self.subscriptions,
-            &mut self.inflight,
-            &mut self.outbox,
-            &mut self.upstreams,
-            &self.declared,
-            self.limits,
-            idx,
-        );
-        self.list_tools(idx);
-        self.retry_waiting();
-    }
-
-    /// Starts listing a server's tools, unless a list is already running.
-    pub(super) fn list_tools(&mut self, idx: ServerIdx) {
-        let Some(up) = self.upstreams.get(idx) else {
-            return;
-        };
-        if up.phase != Phase::Ready {
-            return;
-        }
-        let has_tools = up.capability("tools").is_some();
-        if self
-            .catalog
-            .server(idx)
-            .is_some_and(|server| server.listing == Listing::InProgress)
-        {
-            return;
-        }
-        self.catalog.begin_listing(idx);
-        if !has_tools {
-            // Nothing to ask: the list is complete (and empty) at once; the
-            // caller looks again.
-            self.finish_listing(idx);
-            return;
-        }
-        let timeout = self.limits.call_timeout;
-        self.request_up(idx, "tools/list", &json!({}), UpPurpose::ListTools, timeout);
-    }
-
-    /// One page of a server's tool list; the next one is asked for, or the
-    /// list is complete.
-    pub(super) fn on_tools_page(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        let result: Value = message
-            .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(Value::Null);
-        if let Some(error) = message.error {
-            let reason = format!("`tools/list` failed: {}", error.get());
-            tracing::warn!(server.id = %self.upstreams.name(idx), "{reason}");
-        }
-        let tools = match result.get("tools").and_then(Value::as_array) {
-            Some(tools) => tools.clone(),
-            None => Vec::new(),
-        };
-        let pages = self.catalog.add_page(idx, tools);
-        if let Some(cursor) = result.get("nextCursor").and_then(Value::as_str) {
-            if pages >= super::MAX_LIST_PAGES {
-                let why = too_many_pages(self.upstreams.name(idx), "tools/list");
-                tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-                self.catalog.listing_failed(idx, why);
-                self.retry_waiting();
-                return;
-            }
-            let timeout = self.limits.call_timeout;
-            self.request_up(
-                idx,
-                "tools/list",
-                &json!({"cursor": cursor}),
-                UpPurpose::ListTools,
-                timeout,
-            );
-            return;
-        }
-        if self.catalog.take_stale(idx) {
-            // The server announced a change while this list came: what it
-            // lists may be from before, so it is listed once more (the
-            // calls waiting for it wait for that one).
-            self.catalog.begin_listing(idx);
-            let timeout = self.limits.call_timeout;
-            self.request_up(idx, "tools/list", &json!({}), UpPurpose::ListTools, timeout);
-            return;
-        }
-        self.finish_listing(idx);
-        self.retry_waiting();
-    }
-
-    /// The server said its tool list changed: list it again, unless a
-    /// listing runs (then once more after it).
-    pub(super) fn tools_changed(&mut self, idx: ServerIdx) {
-        if self.catalog.changed(idx) {
-            // Now, so a changed definition is caught and held even if the
-            // host never lists again.
-            self.list_tools(idx);
-        }
-    }
-
-    /// Completes a listing (without waking what waits: the caller does).
-    fn finish_listing(&mut self, idx: ServerIdx) {
-        let name = self.upstreams.name(idx).to_owned();
-        if self.upstreams.is_read_only(idx) {
-            let naming = self.upstreams.naming(idx);
-            self.catalog
-                .finish_read_only_listing(idx, &name, &self.policy, &naming);
-            return;
-        }
-        let listed = self.catalog.finish_listing(
-            idx,
-            &name,
-            &self.policy,
-            &self.upstreams.naming(idx),
-            unix_now(),
-        );
-        if let Some(reason) = listed.store_failure {
-            // Without its pins the gateway cannot tell a changed definition
-            // from a new one: it fails closed, and stops the server.
-            self.upstream_failed(idx, format!("the pin store failed: {reason}"));
-        }
-    }
-
-    /// A server crashed, hung, broke the protocol or lost its pins: stop it,
-    /// fail or retry what it had in flight, and restart it on its next request.
-    pub(super) fn upstream_failed(&mut self, idx: ServerIdx, reason: String) {
-        let Some(up) = self.upstreams.get_mut(idx) else {
-            return;
-        };
-        if matches!(up.phase, Phase::Failed(_) | Phase::Stopped) && up.link.is_none() {
-            return;
-        }
-        tracing::error!(server.id = %up.name, "{reason}");
-        up.phase = Phase::Failed(reason.clone());
-        up.link = None;
-        let name = up.name.clone();
-        self.catalog.forget(idx);
-        for (_, purpose) in self.inflight.drain_up(idx) {
-            let why = format!("server `{name}` stopped before answering: {reason}");
-            self.give_up(idx, purpose, &why);
-        }
-        let why = format!("server `{name}` stopped: {reason}");
-        self.subscriptions
-            .orphan(idx, &name, &why, &mut self.outbox);
-        // The server's own requests relayed to a host cannot be answered now.
-        self.inflight.take_host_where(|purpose| {
-            matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
-        });
-        self.retry_waiting();
-    }
-
-    /// A server sent a line that nests deeper than `max_json_depth`, or has
-    /// the key serde_json reads as raw JSON text. It is not passed on, and
-    /// only what it was fails: the answer to one request
-    /// fails that request (a call with the outcome `protocol-error`), a
-    /// request of the server's own is answered with an error, and a
-    /// notification is dropped. The server goes on.
-    pub(super) fn on_too_deep_upstream(
-        &mut self,
-        idx: ServerIdx,
-        line: &str,
-        err: &crate::json::JsonError,
-    ) {
-        let name = self.upstreams.name(idx).to_owned();
-        let Ok(found) = crate::json::members(line) else {
-            self.upstream_failed(idx, format!("wrote a line that is not JSON-RPC and {err}"));
-            return;
-        };
-        let member = |key: &str| {
-            let mut matching = found.iter().filter(|member| member.key == key);
-            match (matching.next(), matching.next()) {
-                (Some(member), None) => line.get(member.value.clone()),
-                _ => None,
-            }
-        };
-        let why = match err {
-            crate::json::JsonError::TooDeep { .. } => format!(
-                "server `{name}` sent a message that {err} (the limit is `max_json_depth` in `[gateway]`); hintgate did not pass it on"
-            ),
-            other => format!("server `{name}` sent a message hintgate does not pass on: {other}"),
-        };
-        tracing::warn!(server.id = %name, "{why}");
-        match (member("method"), member("id")) {
-            (Some(_), Some(id)) => {
-                let generation = self.upstreams.get(idx).map_or(0, Upstream::generation);
-                let text = match err {
-                    crate::json::JsonError::TooDeep { .. } => super::call::too_deep_message(err),
-                    other => format!("hintgate refuses this message: {other}"),
-                };
-                self.outbox.upstream(
-                    idx,
-                    generation,
-                    frame::error_response(id, -32600, &text),
-                    None,
-                );
-            }
-            (Some(_), None) => {}
-            (None, Some(id)) => {
-                let Some(purpose) = id
-                    .parse::<u64>()
-                    .ok()
-                    .and_then(|id| self.inflight.take_up(idx, id))
-                else {
-                    return;
-                };
-                self.unusable_answer(idx, purpose, &why);
-            }
-            (None, None) => {}
-        }
-    }
-
-    /// The answer to a request of the gateway's cannot be used (it nests too
-    /// deep, or its result is not an object): the request fails as if the
-    /// server had answered with an error. A call ends with the outcome
-    /// `protocol-error`, its host told why in an error result; a forwarded
-    /// request is answered with a JSON-RPC error; the server goes on.
-    pub(super) fn unusable_answer(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
-        match purpose {
-            UpPurpose::Call(cx) => {
-                let line = self.sessions.result_line(
-                    cx.request.session,
-                    cx.request.id(),
-                    &super::call::error_result(why),
-                );
-                self.answer_call(&cx, line, super::call::Outcome::ProtocolError);
-            }
-            // Its start cannot complete without the answer.
-            UpPurpose::Discover | UpPurpose::LateDiscover | UpPurpose::Initialize => {
-                self.upstream_failed(idx, why.to_owned());
-            }
-            UpPurpose::ListTools => {
-                self.catalog.listing_failed(idx, why.to_owned());
-                self.retry_waiting();
-            }
-            other => self.give_up(idx, other, why),
-        }
-    }
-
-    /// A request to a server will not be answered (the server failed, or
-    /// its deadline passed): tell whoever waits on it.
-    pub(super) fn give_up(&mut self, idx: ServerIdx, purpose: UpPurpose, why: &str) {
-        match purpose {
-            UpPurpose::Discover | UpPurpose::LateDiscover | UpPurpose::Initialize => {}
-            UpPurpose::Quiet => {}
-            UpPurpose::ListTools => {
-                self.catalog.listing_failed(idx, why.to_owned());
-            }
-            UpPurpose::Forward(request) => {
-                self.outbox
-                    .error(request.session, request.id(), -32603, why);
-            }
-            UpPurpose::Call(cx) => self.call_failed(cx, Failure::Failed, why),
-            UpPurpose::DryRun(cx) => self.dry_run_failed(cx, why),
-            UpPurpose::Fanout { aggregate, .. } => {
-                self.fanout_done(aggregate, idx, Some(why.to_owned()));
-            }
-            UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
-                self.subscriptions
-                    .fail(idx, self.upstreams.name(idx), &uri, why, &mut self.outbox);
-            }
-        }
-    }
-
-    /// A request's deadline passed.
-    pub(super) fn upstream_timed_out(&mut self, idx: ServerIdx, id: u64) {
-        let name = self.upstreams.name(idx).to_owned();
-        let timeout = self.limits.call_timeout.as_secs();
-        let Some(purpose) = self.inflight.take_up(idx, id) else {
-            return;
-        };
-        match purpose {
-            UpPurpose::Discover => {
-                tracing::debug!(server.id = %name, "no answer to `server/discover` in time: trying `initialize`");
-                // A slow modern server may still answer the probe, until the
-                // `initialize` is answered.
-                let after = self.limits.call_timeout;
-                self.inflight
-                    .wait_up(idx, id, UpPurpose::LateDiscover, after);
-                self.send_initialize(idx);
-            }
-            UpPurpose::Initialize => {
-                // A server silent at start often said why on stderr.
-                let said = self
-                    .upstreams
-                    .get(idx)
-                    .and_then(Upstream::stderr_clause)
-                    .unwrap_or_default();
-                self.upstream_failed(
-                    idx,
-                    format!("did not answer `initialize` within {timeout} s{said}"),
-                );
-            }
-            UpPurpose::LateDiscover | UpPurpose::Quiet => {}
-            UpPurpose::ListTools => {
-                let why = format!("server `{name}` did not answer `tools/list` within {timeout} s");
-                tracing::warn!(server.id = %name, "{why}");
-                self.catalog.listing_failed(idx, why);
-                self.retry_waiting();
-            }
-            UpPurpose::Call(cx) => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
-                let why = format!("server `{name}` did not answer within {timeout} s");
-                self.call_failed(cx, Failure::Failed, &why);
-            }
-            UpPurpose::DryRun(cx) => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
-                self.dry_run_failed(cx, &format!("it did not answer within {timeout} s"));
-            }
-            UpPurpose::Forward(request) => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
-                let why = format!(
-                    "server `{name}` did not answer `{}` within {timeout} s",
-                    request.method.as_str()
-                );
-                self.outbox
-                    .error(request.session, request.id(), -32603, &why);
-            }
-            UpPurpose::Fanout { aggregate, method } => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
-                let why = format!("did not answer `{method}` within {timeout} s");
-                self.fanout_done(aggregate, idx, Some(why));
-            }
-            UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
-                let why = format!(
-                    "server `{name}` did not acknowledge the subscription to `{}` within {timeout} s",
-                    hintgate_policy::sanitize::escape_line(&uri)
-                );
-                self.subscriptions.fail(
-                    idx,
-                    self.upstreams.name(idx),
-                    &uri,
-                    &why,
-                    &mut self.outbox,
-                );
-            }
-        }
-    }
-}
-
 /// Why a server's list was cut off: it named a next page after
 /// [`super::MAX_LIST_PAGES`] pages.
 pub(super) fn too_many_pages(server: &str, method: &str) -> String {
@@ -1265,38 +675,6 @@ pub(super) fn too_many_pages(server: &str, method: &str) -> String {
         "server `{server}` sent more than {} pages of `{method}` (the most hintgate follows); its entries are left out",
         super::MAX_LIST_PAGES
     )
-}
-
-/// A server's identity for people, and what its command line resolves to
-/// (for the identity key).
-fn identity_of(config: &ServerConfig) -> (String, Value) {
-    let resolved = match &config.transport {
-        Transport::Stdio { command, args, env } => {
-            let path = env
-                .get("PATH")
-                .map(std::ffi::OsString::from)
-                .or_else(|| std::env::var_os("PATH"));
-            let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-            Some(crate::identity::resolve(
-                command,
-                args,
-                path.as_deref(),
-                home.as_deref(),
-            ))
-        }
-        Transport::Http { .. } => None,
-    };
-    let described = resolved
-        .as_ref()
-        .and_then(crate::identity::Resolved::describe);
-    let identity = match described {
-        Some(resolved) => format!("{} -> {resolved}", config.identity()),
-        None => config.identity(),
-    };
-    let resolved = resolved
-        .and_then(|resolved| serde_json::to_value(resolved).ok())
-        .unwrap_or(Value::Null);
-    (identity, resolved)
 }
 
 #[cfg(test)]
