@@ -1163,7 +1163,9 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
     );
     assert_eq!(crate::util::code(&again), 1);
 
-    // The next run checkpoints at its first commit.
+    // The next run checkpoints at its first commit to the index: its call
+    // (record 5), or its call and the call's outcome (record 6) when the
+    // indexer, on a busy machine, took both in one commit.
     calls(1);
     let checked = verify(
         dir.path(),
@@ -1172,12 +1174,14 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
     );
     let out = crate::util::stdout(&checked);
     assert_eq!(crate::util::code(&checked), 0, "{out}");
-    assert!(
-        out.contains(&format!(
-            "witness `{witness_text}`: 1 checkpoints, the last that holds at record 5 (epoch 1)"
-        )),
-        "{out}"
-    );
+    let at = [5, 6]
+        .into_iter()
+        .find(|n| {
+            out.contains(&format!(
+                "witness `{witness_text}`: 1 checkpoints, the last that holds at record {n} (epoch 1)"
+            ))
+        })
+        .unwrap_or_else(|| panic!("no checkpoint at the third run's first commit: {out}"));
 
     // The key's holder deletes the log and its head, and writes another
     // log through the store as a gateway on a new one would, with the key:
@@ -1242,7 +1246,7 @@ fn a_witness_set_up_once_finds_a_rewrite_the_key_holder_made() {
     let out = crate::util::stdout(&caught);
     assert_eq!(crate::util::code(&caught), 2, "{out}");
     assert!(
-        out.contains("record 5 is not the one the checkpoint on line 1 of the witness names: the log was rewritten after that checkpoint"),
+        out.contains(&format!("record {at} is not the one the checkpoint on line 1 of the witness names: the log was rewritten after that checkpoint")),
         "{out}"
     );
 

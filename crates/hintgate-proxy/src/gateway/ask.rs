@@ -229,63 +229,67 @@ impl Gateway {
     /// Step 5 of the pipeline: a person must approve the call.
     pub(super) fn ask(&mut self, mut cx: Box<CallContext>) {
         let session = cx.request.session;
-        let (elicitation, modern) = self
-            .sessions
-            .get(&session)
-            .map_or((false, false), |host| (host.elicitation, host.modern()));
-        if !elicitation && self.store.is_none() {
-            let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
-            self.end_call(cx, denied(extra, Approver::Gateway).into());
-            return;
-        }
-        // Someone can be asked: a previewer command, or the server's dry
-        // run, is asked first; the call comes back here with its preview,
-        // or why there is none.
-        if cx.preview.is_none()
-            && let Some(config) = self.lookup().previewer_command(&cx)
-        {
-            self.preview_then_ask(cx, &config);
-            return;
-        }
-        if cx.preview.is_none()
-            && let Some(argument) = self.lookup().dry_run_argument(&cx)
-        {
-            self.dry_run_then_ask(cx, &argument);
-            return;
-        }
-        // A prompt that goes to the store (the approval queue) shows the
-        // arguments as the audit log keeps them: no secret reaches the store.
-        let prompt = self.lookup().prompt(&cx, !elicitation);
-        if elicitation && modern {
-            self.ask_modern(cx, prompt);
-            return;
-        }
-        if !elicitation {
-            self.enqueue(cx, prompt);
-            return;
-        }
-        let offer = offer_of(&cx);
-        let mut elicit = json!({
-            "message": prompt,
-            "requestedSchema": requested_schema(offer, self.store.is_some()),
-        });
-        let form_mode = self
-            .sessions
-            .get(&session)
-            .is_some_and(|host| host.protocol_version() >= "2025-11-25");
-        if form_mode && let Some(object) = elicit.as_object_mut() {
-            object.insert("mode".to_owned(), json!("form"));
-        }
-        let timeout = self.limits.ask_timeout;
-        cx.asked = Some(tokio::time::Instant::now());
-        cx.trace_mark(|trace| &mut trace.asked);
-        let n = self
-            .inflight
-            .wait_host(session, HostPurpose::Ask(cx), timeout);
-        self.outbox.host(
-            session,
-            frame::request(&format!("\"hintgate-{n}\""), "elicitation/create", &elicit),
+        let lookup = self.lookup();
+        let previewer = cx
+            .preview
+            .is_none()
+            .then(|| lookup.previewer_command(&cx))
+            .flatten();
+        let dry_run = cx
+            .preview
+            .is_none()
+            .then(|| lookup.dry_run_argument(&cx))
+            .flatten();
+        let how = asking(
+            self.sessions.get(&session),
+            self.store.is_some(),
+            previewer,
+            dry_run,
         );
+        let elicitation = matches!(how, Asking::Elicitation { .. } | Asking::InputRequired);
+        match how {
+            Asking::Nobody => {
+                let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
+                self.end_call(cx, denied(extra, Approver::Gateway).into());
+            }
+            // Someone can be asked: a previewer command, or the server's dry
+            // run, is asked first; the call comes back here with its
+            // preview, or why there is none.
+            Asking::Previewer(config) => self.preview_then_ask(cx, &config),
+            Asking::DryRun(argument) => self.dry_run_then_ask(cx, &argument),
+            // A prompt that goes to the store (the approval queue) shows the
+            // arguments as the audit log keeps them: no secret reaches the
+            // store.
+            Asking::InputRequired => {
+                let prompt = self.lookup().prompt(&cx, !elicitation);
+                self.ask_modern(cx, prompt);
+            }
+            Asking::Queue => {
+                let prompt = self.lookup().prompt(&cx, !elicitation);
+                self.enqueue(cx, prompt);
+            }
+            Asking::Elicitation { form } => {
+                let prompt = self.lookup().prompt(&cx, !elicitation);
+                let offer = offer_of(&cx);
+                let mut elicit = json!({
+                    "message": prompt,
+                    "requestedSchema": requested_schema(offer, self.store.is_some()),
+                });
+                if form && let Some(object) = elicit.as_object_mut() {
+                    object.insert("mode".to_owned(), json!("form"));
+                }
+                let timeout = self.limits.ask_timeout;
+                cx.asked = Some(tokio::time::Instant::now());
+                cx.trace_mark(|trace| &mut trace.asked);
+                let n = self
+                    .inflight
+                    .wait_host(session, HostPurpose::Ask(cx), timeout);
+                self.outbox.host(
+                    session,
+                    frame::request(&format!("\"hintgate-{n}\""), "elicitation/create", &elicit),
+                );
+            }
+        }
     }
 
     /// A legacy host's person answered the elicitation: approve forwards the
@@ -803,6 +807,63 @@ impl Lookup<'_> {
     }
 }
 
+/// How a call that needs a person is asked about next (design §4.3).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Asking {
+    /// Nobody can be asked: the host declared no elicitation and there is
+    /// no approval queue (no store). The call is denied.
+    Nobody,
+    /// Its previewer command is asked first; the call comes back with its
+    /// preview.
+    Previewer(hintgate_policy::config::HookConfig),
+    /// Its server's dry run is asked first, with this argument set; the
+    /// call comes back with its preview.
+    DryRun(String),
+    /// A 2026-07-28 host that declared elicitation: an input-required
+    /// result, sealed to the call.
+    InputRequired,
+    /// A legacy host that declared elicitation: `elicitation/create`, in
+    /// form mode from 2025-11-25 on.
+    Elicitation {
+        /// The host speaks 2025-11-25 or later.
+        form: bool,
+    },
+    /// A host that cannot ask: the approval queue.
+    Queue,
+}
+
+/// How a call is asked about, for its session `host`, with or without an
+/// approval queue, and with the previewer command or the dry run that is
+/// still to give its preview: when nobody at all can be asked, nothing
+/// else is run.
+pub(crate) fn asking(
+    host: Option<&super::session::HostSession>,
+    queue: bool,
+    previewer: Option<hintgate_policy::config::HookConfig>,
+    dry_run: Option<String>,
+) -> Asking {
+    let (elicitation, modern, form) = host.map_or((false, false, false), |host| {
+        (
+            host.elicitation,
+            host.modern(),
+            host.protocol_version() >= "2025-11-25",
+        )
+    });
+    if !elicitation && !queue {
+        Asking::Nobody
+    } else if let Some(config) = previewer {
+        Asking::Previewer(config)
+    } else if let Some(argument) = dry_run {
+        Asking::DryRun(argument)
+    } else if !elicitation {
+        Asking::Queue
+    } else if modern {
+        Asking::InputRequired
+    } else {
+        Asking::Elicitation { form }
+    }
+}
+
 /// The remember choices the prompt may offer for this call.
 fn offer_of(cx: &CallContext) -> RememberOffer {
     cx.decision
@@ -911,6 +972,72 @@ impl super::stages::Stages<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_is_asked_through_what_its_host_declared_or_the_queue_or_denied() {
+        use super::super::session::{Era, HostSession};
+        let host = |era: Era, elicitation: bool| {
+            let (out, _) = tokio::sync::mpsc::unbounded_channel();
+            let mut host = HostSession::new(out, Default::default(), Default::default());
+            host.era = era;
+            host.elicitation = elicitation;
+            host
+        };
+        let legacy = |version: &str| Era::Legacy(version.to_owned());
+        let (config, _) = hintgate_policy::config::parse_str(
+            "[gateway]\ndecide_command = [\"preview\"]\n[servers.a]\ncommand = \"x\"\n",
+        );
+        let command = config.unwrap().gateway.decide.unwrap();
+        let old = host(legacy("2025-06-18"), true);
+        let new = host(legacy("2025-11-25"), true);
+        let modern = host(Era::Modern, true);
+        let mute = host(legacy("2025-11-25"), false);
+        for (host, queue, previewer, dry_run, expected) in [
+            // Nobody can be asked: nothing is previewed, the call is denied.
+            (
+                Some(&mute),
+                false,
+                Some(command.clone()),
+                None,
+                Asking::Nobody,
+            ),
+            (None, false, None, None, Asking::Nobody),
+            // A preview comes first, the previewer's before a dry run.
+            (
+                Some(&mute),
+                true,
+                Some(command.clone()),
+                Some("dry".to_owned()),
+                Asking::Previewer(command.clone()),
+            ),
+            (
+                Some(&old),
+                false,
+                None,
+                Some("dry".to_owned()),
+                Asking::DryRun("dry".to_owned()),
+            ),
+            // Then the channel the host declared, else the queue.
+            (Some(&mute), true, None, None, Asking::Queue),
+            (
+                Some(&old),
+                true,
+                None,
+                None,
+                Asking::Elicitation { form: false },
+            ),
+            (
+                Some(&new),
+                false,
+                None,
+                None,
+                Asking::Elicitation { form: true },
+            ),
+            (Some(&modern), true, None, None, Asking::InputRequired),
+        ] {
+            assert_eq!(asking(host, queue, previewer, dry_run), expected);
+        }
+    }
 
     #[test]
     fn only_an_accepted_approve_approves_and_the_remember_choice_is_read() {

@@ -623,7 +623,9 @@ impl Gateway {
         self.outbox.host(session, line);
     }
 
-    /// Any other request: passed through in wrap mode, routed in gateway mode.
+    /// Any other request: where it goes is [`route_of`]'s to say; it is
+    /// merged across servers, sent to one once it is ready, or answered
+    /// here.
     pub(super) fn on_other_request(&mut self, request: HostRequest) {
         let session = request.session;
         if request.method.as_str() == "logging/setLevel"
@@ -631,16 +633,16 @@ impl Gateway {
         {
             return;
         }
-        if self.mode == Mode::Wrap {
-            self.on_wrapped_request(request);
-            return;
-        }
         let params = request.params();
-        match request.method.as_str() {
-            "resources/list" => self.fan_out(request, "resources", "resources"),
-            "resources/templates/list" => self.fan_out(request, "resources", "resourceTemplates"),
-            "prompts/list" => self.fan_out(request, "prompts", "prompts"),
-            "logging/setLevel" => {
+        match route_of(
+            &self.mode,
+            &self.routing,
+            &self.upstreams,
+            &request,
+            &params,
+        ) {
+            Route::FanOut(capability, key) => self.fan_out(request, capability, key),
+            Route::SetLevelEverywhere => {
                 let timeout = self.limits.call_timeout;
                 set_level_everywhere(
                     &mut self.upstreams,
@@ -652,143 +654,13 @@ impl Gateway {
                 self.sessions
                     .reply(&mut self.outbox, session, request.id(), &json!({}));
             }
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
-                if let Some(why) =
-                    self.routing
-                        .refusal(&self.upstreams, 0, request.method.as_str(), uri)
-                {
-                    self.outbox.error(session, request.id(), -32602, &why);
-                    return;
-                }
-                // A request that started its server again (which forgot what
-                // it listed) still goes where it was routed.
-                match self
-                    .routing
-                    .resource_owner(&self.upstreams, uri)
-                    .or(request.restarted)
-                {
-                    Some(idx) => self.route(idx, request, None),
-                    None => {
-                        let text = format!(
-                            "unknown resource `{}`; list resources first",
-                            escape_line(uri)
-                        );
-                        self.outbox.error(session, request.id(), -32602, &text);
-                    }
-                }
-            }
-            "prompts/get" => self.get_prompt(request, &params),
-            "completion/complete" => {
-                match self
-                    .routing
-                    .completion_target(&self.upstreams, &params, request.restarted)
-                {
-                    Ok((idx, params)) => self.route(idx, request, params),
-                    Err(why) => {
-                        tracing::warn!("a `completion/complete` is refused: {why}");
-                        self.outbox.error(session, request.id(), -32602, &why);
-                    }
-                }
-            }
-            other => {
-                let text =
-                    format!("method `{other}` is not supported by the gateway in gateway mode");
-                self.outbox.error(session, request.id(), -32601, &text);
-            }
+            Route::To(idx, params) => self.route(idx, request, params),
+            Route::Refused(code, why) => self.outbox.error(session, request.id(), code, &why),
         }
     }
 
-    /// A request other than a tool call, in wrap mode: tasks refused, a
-    /// prompt, resource or completion the policy refuses answered, the rest
-    /// sent to the one server once it is ready.
-    fn on_wrapped_request(&mut self, mut request: HostRequest) {
-        let session = request.session;
-        if request.method.as_str().starts_with("tasks/") {
-            let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
-            self.outbox.error(session, request.id(), -32601, text);
-            return;
-        }
-        let params = request.params();
-        let subject = match request.method.as_str() {
-            "prompts/get" => params.get("name"),
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
-            _ => None,
-        };
-        if let Some(subject) = subject {
-            let subject = subject.as_str().unwrap_or("");
-            if let Some(why) =
-                self.routing
-                    .refusal(&self.upstreams, 0, request.method.as_str(), subject)
-            {
-                self.outbox.error(session, request.id(), -32602, &why);
-                return;
-            }
-        }
-        if request.method.as_str() == "completion/complete"
-            && let Err(why) = self
-                .routing
-                .completion_target(&self.upstreams, &params, None)
-        {
-            tracing::warn!("a `completion/complete` is refused: {why}");
-            self.outbox.error(session, request.id(), -32602, &why);
-            return;
-        }
-        // The gateway follows every page of the server's prompts and
-        // screens them at once, so prompts that look alike are found
-        // across pages, as tools are: a page the host had seen could
-        // not be taken back.
-        if request.method.as_str() == "prompts/list" {
-            self.fan_out(request, "prompts", "prompts");
-            return;
-        }
-        match self.readiness(0, &mut request.restarted) {
-            Readiness::Ready => self.forward(0, request, None),
-            Readiness::Pending => self.parked.park(
-                Waiting::Request(Box::new(request)),
-                self.limits.wait_timeout(),
-                &mut self.inflight,
-            ),
-            Readiness::Failed(reason) => self.outbox.error(
-                session,
-                request.id(),
-                -32603,
-                &format!("the server is not available: {reason}"),
-            ),
-        }
-    }
-
-    /// `prompts/get` in gateway mode: to the server whose prompt the name
-    /// is, under its own name, unless the policy refuses it.
-    fn get_prompt(&mut self, request: HostRequest, params: &Value) {
-        let session = request.session;
-        let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-        match self.upstreams.resolve(name) {
-            Ok((idx, own)) => {
-                if let Some(why) = self
-                    .routing
-                    .refusal(&self.upstreams, idx, "prompts/get", &own)
-                {
-                    self.outbox.error(session, request.id(), -32602, &why);
-                    return;
-                }
-                let mut params = params.clone();
-                if let Some(object) = params.as_object_mut() {
-                    object.insert("name".to_owned(), Value::String(own));
-                }
-                self.route(idx, request, Some(params));
-            }
-            Err(Unresolved::Unknown) => {
-                let text = format!("unknown prompt `{}`", escape_line(name));
-                self.outbox.error(session, request.id(), -32602, &text);
-            }
-            Err(Unresolved::Ambiguous(found)) => {
-                let text = format!("prompt `{name}`: {}", self.upstreams.ambiguity(&found));
-                self.outbox.error(session, request.id(), -32602, &text);
-            }
-        }
-    }
-
+    /// Sends a request to server `idx` once it is ready (starting it if it
+    /// is stopped), or answers why it cannot be.
     fn route(&mut self, idx: ServerIdx, mut request: HostRequest, params: Option<Value>) {
         match self.readiness(idx, &mut request.restarted) {
             Readiness::Ready => self.forward(idx, request, params),
@@ -798,10 +670,14 @@ impl Gateway {
                 &mut self.inflight,
             ),
             Readiness::Failed(reason) => {
-                let text = format!(
-                    "server `{}` is not available: {reason}",
-                    self.upstreams.name(idx)
-                );
+                let text = if self.mode == Mode::Wrap {
+                    format!("the server is not available: {reason}")
+                } else {
+                    format!(
+                        "server `{}` is not available: {reason}",
+                        self.upstreams.name(idx)
+                    )
+                };
                 self.outbox
                     .error(request.session, request.id(), -32603, &text);
             }
@@ -1391,6 +1267,125 @@ fn gateway_initialize_result(version: &str, upstreams: &Upstreams) -> Value {
     result
 }
 
+/// Where a host request other than a tool call, an `initialize` or a
+/// `tools/list` goes ([`route_of`]).
+#[derive(Debug, PartialEq)]
+pub(crate) enum Route {
+    /// Merged across the servers: the capability a server needs, and the
+    /// key of the list in the result.
+    FanOut(&'static str, &'static str),
+    /// To one server, with its own params where they differ from the
+    /// host's (a prompt's or a completion's own name).
+    To(ServerIdx, Option<Value>),
+    /// `logging/setLevel` in gateway mode: every server is told, and the
+    /// host is answered here.
+    SetLevelEverywhere,
+    /// Answered here with a JSON-RPC error: its code and why.
+    Refused(i64, String),
+}
+
+/// Where `request` (whose params are `params`) goes: in wrap mode to the
+/// one server, tasks and what the policy refuses answered here; in gateway
+/// mode lists merged across servers, a resource to the server that listed
+/// it, a prompt or a completion to the server its name leads to under its
+/// own name, what the policy refuses and any other method answered here.
+pub(super) fn route_of(
+    mode: &Mode,
+    routing: &Routing,
+    upstreams: &Upstreams,
+    request: &HostRequest,
+    params: &Value,
+) -> Route {
+    let method = request.method.as_str();
+    let refused = |why: String| Route::Refused(-32602, why);
+    if *mode == Mode::Wrap {
+        if method.starts_with("tasks/") {
+            let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
+            return Route::Refused(-32601, text.to_owned());
+        }
+        let subject = match method {
+            "prompts/get" => params.get("name"),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
+            _ => None,
+        };
+        if let Some(subject) = subject {
+            let subject = subject.as_str().unwrap_or("");
+            if let Some(why) = routing.refusal(upstreams, 0, method, subject) {
+                return refused(why);
+            }
+        }
+        if method == "completion/complete"
+            && let Err(why) = routing.completion_target(upstreams, params, None)
+        {
+            tracing::warn!("a `completion/complete` is refused: {why}");
+            return refused(why);
+        }
+        // The gateway follows every page of the server's prompts and
+        // screens them at once, so prompts that look alike are found
+        // across pages, as tools are: a page the host had seen could
+        // not be taken back.
+        if method == "prompts/list" {
+            return Route::FanOut("prompts", "prompts");
+        }
+        return Route::To(0, None);
+    }
+    match method {
+        "resources/list" => Route::FanOut("resources", "resources"),
+        "resources/templates/list" => Route::FanOut("resources", "resourceTemplates"),
+        "prompts/list" => Route::FanOut("prompts", "prompts"),
+        "logging/setLevel" => Route::SetLevelEverywhere,
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+            if let Some(why) = routing.refusal(upstreams, 0, method, uri) {
+                return refused(why);
+            }
+            // A request that started its server again (which forgot what
+            // it listed) still goes where it was routed.
+            match routing.resource_owner(upstreams, uri).or(request.restarted) {
+                Some(idx) => Route::To(idx, None),
+                None => refused(format!(
+                    "unknown resource `{}`; list resources first",
+                    escape_line(uri)
+                )),
+            }
+        }
+        "prompts/get" => {
+            let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+            match upstreams.resolve(name) {
+                Ok((idx, own)) => {
+                    if let Some(why) = routing.refusal(upstreams, idx, "prompts/get", &own) {
+                        return refused(why);
+                    }
+                    let mut params = params.clone();
+                    if let Some(object) = params.as_object_mut() {
+                        object.insert("name".to_owned(), Value::String(own));
+                    }
+                    Route::To(idx, Some(params))
+                }
+                Err(Unresolved::Unknown) => {
+                    refused(format!("unknown prompt `{}`", escape_line(name)))
+                }
+                Err(Unresolved::Ambiguous(found)) => {
+                    refused(format!("prompt `{name}`: {}", upstreams.ambiguity(&found)))
+                }
+            }
+        }
+        "completion/complete" => {
+            match routing.completion_target(upstreams, params, request.restarted) {
+                Ok((idx, params)) => Route::To(idx, params),
+                Err(why) => {
+                    tracing::warn!("a `completion/complete` is refused: {why}");
+                    refused(why)
+                }
+            }
+        }
+        other => Route::Refused(
+            -32601,
+            format!("method `{other}` is not supported by the gateway in gateway mode"),
+        ),
+    }
+}
+
 /// The `server/discover` result for a host, made from the `initialize`
 /// result a host of `version` gets.
 pub(super) fn discover_result(version: &str, upstreams: &Upstreams) -> Value {
@@ -1645,5 +1640,102 @@ mod tests {
         );
         // A complete listing replaces what its server listed.
         assert_eq!(routing.resource_owner(&servers, "file:///a"), Some(0));
+    }
+
+    /// A host request of `method` with `params`.
+    fn request(method: &str, params: &Value) -> HostRequest {
+        use crate::gateway::request::Method;
+        let line =
+            json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": params}).to_string();
+        let message = crate::frame::Message::parse(&line).unwrap();
+        let spans = message.spans();
+        HostRequest::new(
+            SessionId::FIRST,
+            line.clone(),
+            spans,
+            Method::of(message.method()),
+        )
+    }
+
+    #[test]
+    fn every_other_request_goes_to_one_server_is_merged_or_is_answered_here() {
+        let servers = upstreams(&["a", "b"], Mode::Gateway);
+        let mut routing = Routing::default();
+        listed(&mut routing, 1, "resources", &["file:///y"]);
+        let route = |method: &str, params: Value| {
+            let request = request(method, &params);
+            route_of(&Mode::Gateway, &routing, &servers, &request, &params)
+        };
+        let refused = |route: Route, code: i64, part: &str| match route {
+            Route::Refused(got, why) => {
+                assert_eq!(got, code, "{why}");
+                assert!(why.contains(part), "{why}");
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        assert_eq!(
+            route("resources/list", json!({})),
+            Route::FanOut("resources", "resources")
+        );
+        assert_eq!(
+            route("resources/templates/list", json!({})),
+            Route::FanOut("resources", "resourceTemplates")
+        );
+        assert_eq!(
+            route("prompts/list", json!({})),
+            Route::FanOut("prompts", "prompts")
+        );
+        assert_eq!(
+            route("logging/setLevel", json!({"level": "info"})),
+            Route::SetLevelEverywhere
+        );
+        // A resource goes to the server that listed it, or nowhere.
+        assert_eq!(
+            route("resources/read", json!({"uri": "file:///y"})),
+            Route::To(1, None)
+        );
+        refused(
+            route("resources/read", json!({"uri": "file:///z"})),
+            -32602,
+            "unknown resource",
+        );
+        // A prompt goes to its server under its own name.
+        let Route::To(1, Some(params)) = route("prompts/get", json!({"name": "b__greet"})) else {
+            panic!("a prompt was not routed by its prefix");
+        };
+        assert_eq!(params["name"], json!("greet"));
+        refused(
+            route("prompts/get", json!({"name": "c__greet"})),
+            -32602,
+            "unknown prompt",
+        );
+        refused(
+            route("tasks/get", json!({})),
+            -32601,
+            "not supported by the gateway in gateway mode",
+        );
+        // Wrap mode: everything to the one server but tasks.
+        let one = upstreams(&["a"], Mode::Wrap);
+        let wrapped = |method: &str, params: Value| {
+            let request = request(method, &params);
+            route_of(&Mode::Wrap, &Routing::default(), &one, &request, &params)
+        };
+        assert_eq!(
+            wrapped("resources/read", json!({"uri": "file:///z"})),
+            Route::To(0, None)
+        );
+        assert_eq!(
+            wrapped("prompts/get", json!({"name": "greet"})),
+            Route::To(0, None)
+        );
+        assert_eq!(
+            wrapped("prompts/list", json!({})),
+            Route::FanOut("prompts", "prompts")
+        );
+        refused(
+            wrapped("tasks/list", json!({})),
+            -32601,
+            "does not relay tasks",
+        );
     }
 }
