@@ -14,6 +14,21 @@ use tokio::sync::mpsc;
 
 use crate::conn::QueueGauge;
 
+/// Takes the gateway's lines to one host session straight from its event
+/// loop, without a task in between to wake. Offered a line, it either takes
+/// it now (delivered to where the host reads, or dropped as its transport
+/// drops what has nowhere to go) or gives it back, unchanged and with
+/// nothing recorded, when it cannot take it without waiting: then the line
+/// waits in the session's channel (`HostConn::take_lines` on the host side) like every
+/// later line until the channel is empty again, so the order holds.
+///
+/// It runs on the gateway's loop: it must not block, and it must not take
+/// a line it cannot place at once.
+pub trait HostSink: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes `line` (`None`) or gives it back (`Some`).
+    fn offer(&self, line: String) -> Option<String>;
+}
+
 /// One event for the gateway's single event loop.
 #[derive(Debug)]
 pub enum Event {
@@ -70,7 +85,7 @@ pub enum Event {
     },
     /// A host session opens while the gateway runs (the Streamable HTTP
     /// host side opens one per host session, through a
-    /// [`HostPort`](crate::hosts::HostPort)).
+    /// `HostPort`).
     Open(Box<OpenSession>),
 }
 
@@ -90,7 +105,7 @@ pub struct OpenSession {
     /// Who the host is, as its transport authenticated it.
     pub principal: Option<String>,
     /// Where lines go first while nothing waits in `out`.
-    pub sink: Option<std::sync::Arc<dyn crate::hosts::HostSink>>,
+    pub sink: Option<std::sync::Arc<dyn HostSink>>,
 }
 
 /// Something from a host.

@@ -18,23 +18,9 @@ use tokio::sync::mpsc;
 
 use crate::conn::QueueGauge;
 use crate::conn::{HOST_HELD_MESSAGES, HOST_QUEUE_BYTES};
+pub use crate::event::HostSink;
 use crate::event::{Closed, Event, EventSender, HostEvent, OpenSession};
 use crate::gateway::request::Held;
-
-/// Takes the gateway's lines to one host session straight from its event
-/// loop, without a task in between to wake. Offered a line, it either takes
-/// it now (delivered to where the host reads, or dropped as its transport
-/// drops what has nowhere to go) or gives it back, unchanged and with
-/// nothing recorded, when it cannot take it without waiting: then the line
-/// waits in the session's channel ([`HostConn::take_lines`]) like every
-/// later line until the channel is empty again, so the order holds.
-///
-/// It runs on the gateway's loop: it must not block, and it must not take
-/// a line it cannot place at once.
-pub trait HostSink: Send + Sync + std::fmt::Debug + 'static {
-    /// Takes `line` (`None`) or gives it back (`Some`).
-    fn offer(&self, line: String) -> Option<String>;
-}
 
 /// Opens host sessions on a running gateway. Cheap to clone.
 #[derive(Debug, Clone)]

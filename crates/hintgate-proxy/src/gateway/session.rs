@@ -75,7 +75,7 @@ pub(crate) struct HostSession {
     gauge: Arc<QueueGauge>,
     /// Where a line goes first, while nothing waits in `out` (a transport
     /// that places lines from the loop itself).
-    pub sink: Option<Arc<dyn crate::hosts::HostSink>>,
+    pub sink: Option<Arc<dyn crate::event::HostSink>>,
     /// What the gateway holds of the host's requests.
     pub requests: Arc<QueueGauge>,
     /// The era it speaks.
@@ -530,7 +530,7 @@ mod tests {
         took: std::sync::Mutex<Vec<String>>,
     }
 
-    impl crate::hosts::HostSink for Gate {
+    impl crate::event::HostSink for Gate {
         fn offer(&self, line: String) -> Option<String> {
             if !self.open.load(std::sync::atomic::Ordering::Relaxed) {
                 return Some(line);
@@ -547,7 +547,7 @@ mod tests {
         gauge.set_limits(1 << 20, 1 << 21);
         let mut host = HostSession::new(out, Arc::clone(&gauge), Arc::default());
         let gate = Arc::new(Gate::default());
-        host.sink = Some(Arc::clone(&gate) as Arc<dyn crate::hosts::HostSink>);
+        host.sink = Some(Arc::clone(&gate) as Arc<dyn crate::event::HostSink>);
         // The sink cannot take `a`: it waits in the channel, counted.
         host.send("a".to_owned());
         assert_eq!(gauge.lines(), 1);
