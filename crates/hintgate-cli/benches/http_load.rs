@@ -194,7 +194,7 @@ fn main() {
         let (relayed, relay_cpu) = load_with_cpu(relay_child.id(), relay_addr, sessions, time).await;
         let _ = relay_child.kill();
         let _ = relay_child.wait();
-        let (mut child, addr) = gateway(&url, &state);
+        let (mut child, addr, _said) = gateway(&url, &state);
         // Warm: the gateway starts its upstream link on the first request.
         load(addr, 1, Duration::from_millis(200)).await;
         let (through, gateway_cpu) = load_with_cpu(child.id(), addr, sessions, time).await;

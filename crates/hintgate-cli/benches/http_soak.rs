@@ -438,7 +438,7 @@ fn main() {
         .unwrap();
     let (mut server, upstream_addr) = serving_process(&["--serve-upstream"]);
     let url = format!("http://{upstream_addr}/mcp");
-    let (mut child, addr) = gateway(&url, &state);
+    let (mut child, addr, said) = gateway(&url, &state);
     let pid = child.id();
     let counts = Arc::new(Counts::default());
     let samples = runtime.block_on(async {
@@ -495,6 +495,17 @@ fn main() {
     let exit = child.wait().unwrap();
     let _ = server.kill();
     let _ = server.wait();
+    let said = said.join().unwrap();
+    // The gateway's count, at its stop, of the connections its bounds
+    // closed (none is said when none was).
+    let closed_unauthenticated = said
+        .iter()
+        .filter_map(|line| line.split("connections since the gateway started: ").nth(1))
+        .flat_map(|totals| totals.split("; "))
+        .find_map(|total| {
+            total.strip_suffix(" closed to make room for a newer one (not authenticated)")
+        })
+        .map_or(0, |n| n.trim().parse::<u64>().unwrap());
 
     let counts = &*counts;
     let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
@@ -539,6 +550,9 @@ fn main() {
         get(&counts.foreign),
     );
     println!("the gateway's exit on SIGTERM: {exit}");
+    println!(
+        "connections the bound of unauthenticated connections closed to make room: {closed_unauthenticated}"
+    );
 
     let tally = read_log(&state);
     let mut by_tool: BTreeMap<String, u64> = BTreeMap::new();

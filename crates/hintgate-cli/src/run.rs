@@ -301,6 +301,16 @@ pub(crate) fn listen_plan(
             usize::try_from(value).unwrap_or(usize::MAX)
         })
     };
+    let max_unauthenticated = count(file.max_unauthenticated, defaults.max_unauthenticated);
+    // On loopback every host comes from one address: a bound per address
+    // would only be a smaller total, cutting off local hosts while the
+    // gateway is slow to read their requests. Unless set, only the total
+    // holds there.
+    let per_address_default = if public {
+        defaults.max_unauthenticated_per_address
+    } else {
+        max_unauthenticated
+    };
     let limits = hintgate_http::Limits {
         header_timeout: file
             .header_timeout_s
@@ -308,10 +318,10 @@ pub(crate) fn listen_plan(
         body_timeout: file
             .body_timeout_s
             .map_or(defaults.body_timeout, std::time::Duration::from_secs),
-        max_unauthenticated: count(file.max_unauthenticated, defaults.max_unauthenticated),
+        max_unauthenticated,
         max_unauthenticated_per_address: count(
             file.max_unauthenticated_per_address,
-            defaults.max_unauthenticated_per_address,
+            per_address_default,
         ),
     };
     Ok(Some(ListenPlan {
@@ -810,6 +820,33 @@ mod tests {
         assert_eq!(
             plan.limits.max_unauthenticated,
             defaults.max_unauthenticated
+        );
+    }
+
+    #[test]
+    fn on_loopback_only_the_total_bounds_unauthenticated_connections_unless_one_per_address_is_set()
+    {
+        let defaults = hintgate_http::Limits::default();
+        let plan = |table: &str| {
+            listen_plan(&run_args(&[]), &listen_table(table), &BTreeMap::new())
+                .unwrap()
+                .unwrap()
+        };
+        // Every local host shares 127.0.0.1: the per-address bound is the
+        // total, which a setting of its own lowers.
+        let local = plan("[listen]\naddress = \"127.0.0.1:8787\"\nmax_unauthenticated = 300\n");
+        assert_eq!(local.limits.max_unauthenticated_per_address, 300);
+        let local = plan("[listen]\naddress = \"127.0.0.1:8787\"\n");
+        assert_eq!(
+            local.limits.max_unauthenticated_per_address,
+            defaults.max_unauthenticated
+        );
+        // On the network, one address (a flood, or one NAT) keeps the
+        // default per-address bound.
+        let public = plan("[listen]\naddress = \"10.0.0.5:8787\"\npublic = true\n");
+        assert_eq!(
+            public.limits.max_unauthenticated_per_address,
+            defaults.max_unauthenticated_per_address
         );
     }
 

@@ -77,6 +77,14 @@ pub const METADATA: &str = "/.well-known/oauth-protected-resource";
 /// (its calls end on record as `host-gone`), unless it has one open.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
+/// How long a legacy session may go without a request before it forgets
+/// what it kept for resuming streams that have ended (a stream still
+/// waiting for its answer keeps its events until the session closes): a
+/// host resumes a stream as soon as its connection drops, and one that
+/// went away without ending its session (no DELETE) then holds the session
+/// alone, not a history of its last events, until [`IDLE_TIMEOUT`].
+pub const RESUME_WINDOW: Duration = Duration::from_secs(5 * 60);
+
 /// The most legacy sessions open at once; past it a new `initialize` is
 /// answered 503 until one closes or idles out.
 pub const MAX_SESSIONS: usize = 10_000;
@@ -242,7 +250,8 @@ pub async fn serve(
     listener::serve(listener, tls, router, limits, stop).await
 }
 
-/// Closes legacy sessions idle past [`IDLE_TIMEOUT`], every minute.
+/// Closes legacy sessions idle past [`IDLE_TIMEOUT`], and makes those
+/// quiet for [`RESUME_WINDOW`] forget their ended streams, every minute.
 async fn sweep(shared: std::sync::Weak<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
@@ -255,6 +264,20 @@ async fn sweep(shared: std::sync::Weak<Shared>) {
                 return;
             };
             let now = Instant::now();
+            let quiet = sessions.values().filter(|session| {
+                session
+                    .last_used
+                    .lock()
+                    .is_ok_and(|used| now.duration_since(*used) > RESUME_WINDOW)
+            });
+            let forgotten: usize = quiet.map(|session| session.routes.forget_ended()).sum();
+            if forgotten > 0 {
+                tracing::debug!(
+                    forgotten,
+                    "HTTP host sessions quiet for {} min forgot the events of their ended streams",
+                    RESUME_WINDOW.as_secs() / 60
+                );
+            }
             let expired: Vec<String> = sessions
                 .iter()
                 .filter(|(_, session)| {

@@ -216,14 +216,19 @@ enum Bound {
 /// with how many hits it stands for.
 #[derive(Debug, Default)]
 struct Report {
-    seen: Mutex<HashMap<Bound, (Option<Instant>, u64)>>,
+    seen: Mutex<HashMap<Bound, Hits>>,
 }
+
+/// For one kind of bound: when it was last logged, the hits since, and the
+/// hits since the gateway started.
+type Hits = (Option<Instant>, u64, u64);
 
 impl Report {
     fn hit(&self, bound: Bound, what: &str) {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let (last, count) = seen.entry(bound).or_insert((None, 0));
+        let (last, count, total) = seen.entry(bound).or_insert((None, 0, 0));
         *count += 1;
+        *total += 1;
         let now = Instant::now();
         if last.is_some_and(|last| now.duration_since(last) < REPORT_EVERY) {
             return;
@@ -231,6 +236,33 @@ impl Report {
         tracing::warn!(times = *count, "HTTP: {what}");
         *last = Some(now);
         *count = 0;
+    }
+
+    /// How often each kind of bound was hit since the gateway started, in
+    /// words; `None` when none was.
+    fn totals(&self) -> Option<String> {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let words: Vec<String> = [
+            (
+                Bound::Unauthenticated,
+                "closed to make room for a newer one (not authenticated)",
+            ),
+            (Bound::Header, "closed without complete request headers"),
+            (Bound::Body, "answered 408 for a body that sent nothing"),
+            (
+                Bound::Handshake,
+                "closed in a TLS handshake that did not end",
+            ),
+            (Bound::Accept, "not accepted"),
+        ]
+        .into_iter()
+        .filter_map(|(bound, what)| {
+            seen.get(&bound)
+                .filter(|(_, _, total)| *total > 0)
+                .map(|(_, _, total)| format!("{total} {what}"))
+        })
+        .collect();
+        (!words.is_empty()).then(|| words.join("; "))
     }
 }
 
@@ -283,6 +315,9 @@ pub(crate) async fn serve(
     drop(listener);
     let _ = stopping.send(true);
     while connections.join_next().await.is_some() {}
+    if let Some(totals) = gate.report.totals() {
+        tracing::warn!("HTTP: connections since the gateway started: {totals}");
+    }
     Ok(())
 }
 
@@ -419,6 +454,22 @@ mod tests {
 
     fn ip(last: u8) -> IpAddr {
         IpAddr::from([10, 0, 0, last])
+    }
+
+    #[test]
+    fn the_totals_count_every_hit_including_those_the_log_skipped() {
+        let report = Report::default();
+        assert_eq!(report.totals(), None);
+        for _ in 0..5 {
+            report.hit(Bound::Unauthenticated, "closed");
+        }
+        report.hit(Bound::Header, "closed");
+        assert_eq!(
+            report.totals().as_deref(),
+            Some(
+                "5 closed to make room for a newer one (not authenticated); 1 closed without complete request headers"
+            )
+        );
     }
 
     #[test]

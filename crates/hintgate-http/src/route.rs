@@ -293,6 +293,52 @@ impl Routes {
         Ok(rx)
     }
 
+    /// Forgets what is kept for resuming streams that have ended: the
+    /// events, and the markers of dropped ones, of every stream that has no
+    /// exchange open (its answer was sent, or it was cancelled) and is not
+    /// the open standalone stream. A stream still waiting for its answer,
+    /// the host there or gone, keeps everything. For a session the host has
+    /// not used for a while ([`crate::RESUME_WINDOW`]), whose host may be
+    /// gone for good: what it holds then is the session itself, not a
+    /// history of up to [`HISTORY_EVENTS`] events until it idles out.
+    /// Returns how many events were forgotten.
+    pub fn forget_ended(&self) -> usize {
+        let Ok(mut inner) = self.inner.lock() else {
+            return 0;
+        };
+        {
+            let live: std::collections::HashSet<u64> = inner
+                .exchanges
+                .values()
+                .map(|exchange| exchange.stream)
+                .chain(
+                    inner
+                        .standalone
+                        .as_ref()
+                        .filter(|(_, tx)| !tx.is_closed())
+                        .map(|(stream, _)| *stream),
+                )
+                .collect();
+            let before = inner.history.len();
+            inner
+                .history
+                .retain(|(stream, _, _, _)| live.contains(stream));
+            inner.history_bytes = inner.history.iter().map(|(_, _, line, _)| line.len()).sum();
+            inner.dropped.retain(|stream, _| live.contains(stream));
+            inner.resumable.retain(|stream, _| live.contains(stream));
+            inner.history.shrink_to_fit();
+            inner.dropped.shrink_to_fit();
+            inner.resumable.shrink_to_fit();
+            inner.seqs.shrink_to_fit();
+            inner.exchanges.shrink_to_fit();
+            inner.order.shrink_to_fit();
+            if let Some((budget, key)) = &self.budget {
+                budget.record(*key, inner.history_bytes);
+            }
+            before - inner.history.len()
+        }
+    }
+
     /// Where a line of the gateway's goes, and the frame (with the host's
     /// own id put back where the gateway knows the request under another).
     fn target(&self, inner: &Inner, message: &Message<'_>) -> Target {
@@ -909,6 +955,55 @@ mod tests {
         // From an event after the last dropped one, nothing is missed.
         let mut resumed = routes.resume(1, 10).unwrap();
         assert_eq!(resumed.try_recv().unwrap().event_id, "1-11");
+    }
+
+    #[test]
+    fn a_quiet_session_forgets_its_ended_streams_and_keeps_the_one_still_waiting() {
+        let budget = HistoryBudget::new(HISTORY_BUDGET_BYTES);
+        let routes = Routes::with_budget(Arc::clone(&budget), 0);
+        // Many calls answered on their streams fill the history to its
+        // bound, as a busy host's does before it goes away.
+        for n in 0..HISTORY_EVENTS as u64 {
+            let id = format!("{}", n + 100);
+            let _rx = routes.open(&id, None, true, None).unwrap();
+            let (tx, frame) = routes
+                .place(
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#),
+                    false,
+                )
+                .unwrap();
+            let _ = tx.try_send(frame);
+        }
+        // One call still waits for its answer, its host gone from the
+        // stream after the first progress.
+        let _waiting = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        let _ = routes.place(note_of(10), false).unwrap();
+        assert!(routes.abandon("5"));
+        let held = routes.inner.lock().unwrap().history.len();
+        assert_eq!(held, HISTORY_EVENTS);
+        let forgotten = routes.forget_ended();
+        assert_eq!(forgotten, HISTORY_EVENTS - 1);
+        let inner = routes.inner.lock().unwrap();
+        assert_eq!(
+            inner.history.len(),
+            1,
+            "only the waiting stream's event is kept"
+        );
+        assert!(inner.dropped.is_empty());
+        let bytes = inner.history_bytes;
+        drop(inner);
+        assert_eq!(budget.total(), bytes, "the budget counts what is left");
+        // An ended stream is no longer resumed; the waiting one is, and
+        // its answer still reaches the host.
+        assert_eq!(routes.resume(2, 0).err(), Some(Unresumable::Unknown));
+        let stream = HISTORY_EVENTS as u64 + 1;
+        let mut resumed = routes.resume(stream, 0).unwrap();
+        assert_eq!(resumed.try_recv().unwrap().event_id, format!("{stream}-1"));
+        let (tx, frame) = routes
+            .place(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#.to_owned(), false)
+            .unwrap();
+        tx.try_send(frame).unwrap();
+        assert!(resumed.try_recv().unwrap().last);
     }
 
     #[test]

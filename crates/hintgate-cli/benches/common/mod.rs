@@ -370,8 +370,13 @@ pub fn program() -> std::ffi::OsString {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_hintgate").into())
 }
 
-/// `hintgate run --listen` in front of `url`, and the address it serves.
-pub fn gateway(url: &str, state: &std::path::Path) -> (Child, SocketAddr) {
+/// `hintgate run --listen` in front of `url`, the address it serves, and
+/// what it says on stderr after that (each line also goes to this
+/// program's stderr), once it has exited.
+pub fn gateway(
+    url: &str,
+    state: &std::path::Path,
+) -> (Child, SocketAddr, std::thread::JoinHandle<Vec<String>>) {
     let mut child = Command::new(program())
         .args([
             "run",
@@ -404,12 +409,19 @@ pub fn gateway(url: &str, state: &std::path::Path) -> (Child, SocketAddr) {
         line.clear();
     }
     // What the gateway says later goes on to this program's stderr.
-    std::thread::spawn(move || {
+    let said = std::thread::spawn(move || {
+        let mut said = Vec::new();
         for line in stderr.lines().map_while(Result::ok) {
             eprintln!("gateway: {line}");
+            said.push(line);
         }
+        said
     });
-    (child, addr.expect("the gateway announces its address"))
+    (
+        child,
+        addr.expect("the gateway announces its address"),
+        said,
+    )
 }
 
 /// The upstream in a process of its own, as a real server is: a host and
