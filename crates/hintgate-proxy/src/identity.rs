@@ -166,8 +166,8 @@ fn node_package_above(executable: &Path) -> Option<Package> {
 /// The distribution of the module a Python console script imports, found
 /// beside the script's virtual environment.
 fn python_script_package(executable: &Path) -> Option<Package> {
-    let text = std::fs::read_to_string(executable).ok()?;
-    if !text.starts_with("#!") || !text.lines().next()?.contains("python") {
+    let text = script_text(executable)?;
+    if !text.lines().next()?.contains("python") {
         return None;
     }
     let module = text.lines().find_map(|line| {
@@ -202,6 +202,22 @@ fn python_script_package(executable: &Path) -> Option<Package> {
         }
     }
     None
+}
+
+/// The text of `executable` when it is a script (it starts with `#!`).
+/// Anything else (a compiled server, `node` itself: megabytes, read at
+/// every start of the server) is not read beyond its first two bytes.
+fn script_text(executable: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(executable).ok()?;
+    let mut magic = [0u8; 2];
+    file.read_exact(&mut magic).ok()?;
+    if &magic != b"#!" {
+        return None;
+    }
+    let mut rest = String::new();
+    file.read_to_string(&mut rest).ok()?;
+    Some(format!("#!{rest}"))
 }
 
 /// What says where uv and pipx keep their tools: the home directory given
@@ -301,6 +317,39 @@ mod tests {
             resolve("no-such-program", &[], Some(&path), None).executable,
             None
         );
+    }
+
+    /// A Python console script names the distribution of the module it
+    /// imports; a compiled program beside it (which is not read past its
+    /// first bytes) names none.
+    #[test]
+    fn a_python_console_script_names_its_distribution_and_a_program_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("venv");
+        let site = venv.join("lib/python3.12/site-packages");
+        std::fs::create_dir_all(site.join("mcp_server_y-0.9.1.dist-info")).unwrap();
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        let script = venv.join("bin/mcp-server-y");
+        std::fs::write(
+            &script,
+            "#!/opt/venv/bin/python3\n# -*- coding: utf-8 -*-\nimport sys\nfrom mcp_server_y.cli import main\nsys.exit(main())\n",
+        )
+        .unwrap();
+        assert_eq!(
+            python_script_package(&script),
+            Some(Package {
+                name: "mcp_server_y".to_owned(),
+                version: "0.9.1".to_owned(),
+            })
+        );
+        let program = venv.join("bin/compiled");
+        let mut elf = b"\x7fELF\x02\x01\x01".to_vec();
+        elf.extend(std::iter::repeat_n(0xffu8, 100_000));
+        std::fs::write(&program, elf).unwrap();
+        assert_eq!(python_script_package(&program), None);
+        let shell = venv.join("bin/shell");
+        std::fs::write(&shell, "#!/bin/sh\nfrom x import y\n").unwrap();
+        assert_eq!(python_script_package(&shell), None);
     }
 
     #[test]
