@@ -1296,39 +1296,11 @@ pub(super) fn route_of(
     request: &HostRequest,
     params: &Value,
 ) -> Route {
+    if *mode == Mode::Wrap {
+        return wrapped_route(routing, upstreams, request.method.as_str(), params);
+    }
     let method = request.method.as_str();
     let refused = |why: String| Route::Refused(-32602, why);
-    if *mode == Mode::Wrap {
-        if method.starts_with("tasks/") {
-            let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
-            return Route::Refused(-32601, text.to_owned());
-        }
-        let subject = match method {
-            "prompts/get" => params.get("name"),
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
-            _ => None,
-        };
-        if let Some(subject) = subject {
-            let subject = subject.as_str().unwrap_or("");
-            if let Some(why) = routing.refusal(upstreams, 0, method, subject) {
-                return refused(why);
-            }
-        }
-        if method == "completion/complete"
-            && let Err(why) = routing.completion_target(upstreams, params, None)
-        {
-            tracing::warn!("a `completion/complete` is refused: {why}");
-            return refused(why);
-        }
-        // The gateway follows every page of the server's prompts and
-        // screens them at once, so prompts that look alike are found
-        // across pages, as tools are: a page the host had seen could
-        // not be taken back.
-        if method == "prompts/list" {
-            return Route::FanOut("prompts", "prompts");
-        }
-        return Route::To(0, None);
-    }
     match method {
         "resources/list" => Route::FanOut("resources", "resources"),
         "resources/templates/list" => Route::FanOut("resources", "resourceTemplates"),
@@ -1349,27 +1321,7 @@ pub(super) fn route_of(
                 )),
             }
         }
-        "prompts/get" => {
-            let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-            match upstreams.resolve(name) {
-                Ok((idx, own)) => {
-                    if let Some(why) = routing.refusal(upstreams, idx, "prompts/get", &own) {
-                        return refused(why);
-                    }
-                    let mut params = params.clone();
-                    if let Some(object) = params.as_object_mut() {
-                        object.insert("name".to_owned(), Value::String(own));
-                    }
-                    Route::To(idx, Some(params))
-                }
-                Err(Unresolved::Unknown) => {
-                    refused(format!("unknown prompt `{}`", escape_line(name)))
-                }
-                Err(Unresolved::Ambiguous(found)) => {
-                    refused(format!("prompt `{name}`: {}", upstreams.ambiguity(&found)))
-                }
-            }
-        }
+        "prompts/get" => prompt_route(routing, upstreams, params),
         "completion/complete" => {
             match routing.completion_target(upstreams, params, request.restarted) {
                 Ok((idx, params)) => Route::To(idx, params),
@@ -1383,6 +1335,64 @@ pub(super) fn route_of(
             -32601,
             format!("method `{other}` is not supported by the gateway in gateway mode"),
         ),
+    }
+}
+
+/// Where a request goes in wrap mode: to the one server, tasks and what the
+/// policy refuses answered here, the prompt list merged across its pages.
+fn wrapped_route(routing: &Routing, upstreams: &Upstreams, method: &str, params: &Value) -> Route {
+    let refused = |why: String| Route::Refused(-32602, why);
+    if method.starts_with("tasks/") {
+        let text = "hintgate does not relay tasks: a task's result and its questions would reach the host without the gateway's checks";
+        return Route::Refused(-32601, text.to_owned());
+    }
+    let subject = match method {
+        "prompts/get" => params.get("name"),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
+        _ => None,
+    };
+    if let Some(subject) = subject {
+        let subject = subject.as_str().unwrap_or("");
+        if let Some(why) = routing.refusal(upstreams, 0, method, subject) {
+            return refused(why);
+        }
+    }
+    if method == "completion/complete"
+        && let Err(why) = routing.completion_target(upstreams, params, None)
+    {
+        tracing::warn!("a `completion/complete` is refused: {why}");
+        return refused(why);
+    }
+    // The gateway follows every page of the server's prompts and
+    // screens them at once, so prompts that look alike are found
+    // across pages, as tools are: a page the host had seen could
+    // not be taken back.
+    if method == "prompts/list" {
+        return Route::FanOut("prompts", "prompts");
+    }
+    Route::To(0, None)
+}
+
+/// Where a `prompts/get` goes in gateway mode: to the server whose prompt
+/// the name is, under its own name, unless the policy refuses it.
+fn prompt_route(routing: &Routing, upstreams: &Upstreams, params: &Value) -> Route {
+    let refused = |why: String| Route::Refused(-32602, why);
+    let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+    match upstreams.resolve(name) {
+        Ok((idx, own)) => {
+            if let Some(why) = routing.refusal(upstreams, idx, "prompts/get", &own) {
+                return refused(why);
+            }
+            let mut params = params.clone();
+            if let Some(object) = params.as_object_mut() {
+                object.insert("name".to_owned(), Value::String(own));
+            }
+            Route::To(idx, Some(params))
+        }
+        Err(Unresolved::Unknown) => refused(format!("unknown prompt `{}`", escape_line(name))),
+        Err(Unresolved::Ambiguous(found)) => {
+            refused(format!("prompt `{name}`: {}", upstreams.ambiguity(&found)))
+        }
     }
 }
 
