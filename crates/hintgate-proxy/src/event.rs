@@ -29,6 +29,25 @@ pub trait HostSink: Send + Sync + std::fmt::Debug + 'static {
     fn offer(&self, line: String) -> Option<String>;
 }
 
+/// Where a link delivers what it reads (the gateway's event channel, with
+/// the server's index and the link's generation), and how much it may hold
+/// for the server.
+#[derive(Debug, Clone)]
+pub struct LinkTarget {
+    /// The server's index in the configuration.
+    pub server: usize,
+    /// Which start of that server.
+    pub generation: u64,
+    /// The largest line accepted from the server.
+    pub max_line: usize,
+    /// The gateway's event channel.
+    pub events: EventSender,
+    /// What waits for the server, counted as lines are sent and taken off
+    /// as they are written (for an HTTP server: as their POST is
+    /// answered). Whoever sends keeps it bounded.
+    pub queue: Arc<QueueGauge>,
+}
+
 /// One event for the gateway's single event loop.
 #[derive(Debug)]
 pub enum Event {

@@ -38,31 +38,14 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
-use crate::event::{Event, EventSender, UpstreamEvent};
+use crate::event::{Event, UpstreamEvent};
 use crate::tail::{StderrLine, StderrTail, describe_exit, read_stderr_line};
+
+pub use crate::event::LinkTarget;
 
 /// How long a server that closed its output is given to exit and to finish
 /// its standard error before the gateway is told, without them.
 pub const END_GRACE: Duration = Duration::from_secs(2);
-
-/// Where a link delivers what it reads (the gateway's event channel, with
-/// the server's index and the link's generation), and how much it may hold
-/// for the server.
-#[derive(Debug, Clone)]
-pub struct LinkTarget {
-    /// The server's index in the configuration.
-    pub server: usize,
-    /// Which start of that server.
-    pub generation: u64,
-    /// The largest line accepted from the server.
-    pub max_line: usize,
-    /// The gateway's event channel.
-    pub events: EventSender,
-    /// What waits for the server, counted as lines are sent and taken off
-    /// as they are written (for an HTTP server: as their POST is
-    /// answered). Whoever sends keeps it bounded.
-    pub queue: Arc<QueueGauge>,
-}
 
 /// Makes links to servers.
 pub trait Connector: Send + Sync + std::fmt::Debug {

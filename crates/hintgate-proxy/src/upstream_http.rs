@@ -28,10 +28,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::conn::QueueGauge;
+use crate::event::LinkTarget;
 use crate::event::{Event, EventSender, UpstreamEvent};
 use crate::frame::{self, Kind, Message};
 use crate::sse::SseDecoder;
-use crate::upstream::LinkTarget;
 
 /// A link to a Streamable HTTP server.
 #[derive(Debug)]
