@@ -184,8 +184,9 @@ impl Gateway {
     }
 
     /// Does what a step said a call needs (a server started, its tools
-    /// listed), then runs the call again if that is settled already, or
-    /// holds it until it is.
+    /// listed), then runs the call again if that is settled already (ready
+    /// or failed), or holds it until it is. Only a settled need runs the
+    /// call again, so a step can never ask for the same thing without end.
     fn meet(&mut self, cx: Box<CallContext>, need: Need) {
         let settled = match need {
             Need::Start(idx) => {
@@ -195,14 +196,14 @@ impl Gateway {
                 // the call, so it runs again now and is answered.
                 self.upstreams
                     .get(idx)
-                    .is_none_or(|up| up.phase != Phase::Starting)
+                    .is_some_and(|up| matches!(up.phase, Phase::Ready | Phase::Failed(_)))
             }
             Need::List(idx) => {
                 self.list_tools(idx);
                 // A server without tools is listed at once.
-                self.catalog
-                    .server(idx)
-                    .is_none_or(|server| server.listing != Listing::InProgress)
+                self.catalog.server(idx).is_some_and(|server| {
+                    matches!(server.listing, Listing::Listed | Listing::Failed(_))
+                })
             }
         };
         if settled {
