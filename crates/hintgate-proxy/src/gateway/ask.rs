@@ -17,22 +17,32 @@
 //! refuses it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use hintgate_policy::decide::RememberOffer;
+use hintgate_policy::decide::{Policy, RememberOffer};
 use hintgate_policy::pin::{PinStatus, diff};
 use hintgate_policy::preview::Previewed;
 use hintgate_policy::prompt::PromptInput;
-use hintgate_store::{Answer, NewPending, Remember};
+use hintgate_store::{Answer, NewPending, Remember, Store};
 use serde_json::{Map, Value, json};
 
 use super::call::{Approver, CallContext, CallEnd, Channel, Refusal};
-use super::inflight::{DeadlineKey, Expired, HostPurpose};
-use super::journal::unix_now;
+use super::catalog::Catalog;
+use super::era::Declared;
+use super::hooks::Hooks;
+use super::inflight::{DeadlineKey, Expired, HostPurpose, InFlight};
+use super::journal::{Journal, unix_now};
 use super::lookup::Lookup;
+use super::outbox::{Outbox, Then};
 use super::request::SessionId;
-use super::{Gateway, Observed};
+use super::session::Sessions;
+use super::upstreams::Upstreams;
+use super::watch::StoreWatcher;
+use super::{Gateway, Limits, Mode, Observed, Observer};
+use crate::event::EventSender;
 use crate::frame::{self, Message};
-use crate::metrics::{AskChannel, AskEnding};
+use crate::metrics::{AskChannel, AskEnding, Metrics};
+use crate::seal::Sealer;
 
 /// What the person may answer in the form.
 const APPROVE: &str = "approve";
@@ -53,6 +63,132 @@ pub(crate) struct Asks {
 struct Queued {
     cx: Box<CallContext>,
     deadline: DeadlineKey,
+}
+
+/// The part that asks about calls, as the gateway lends it for one step:
+/// the approval queue, the decision hooks and previewers, the calls held
+/// for them, and what it reads to ask (the policy, the servers' names, the
+/// catalog, the sessions, the store).
+///
+/// A step of this part can send (through the turn's outbox), hold a call
+/// (in the in-flight table, the queue, a hook's or previewer's table) and
+/// send a trusted server its dry run; it cannot run the pipeline, write a
+/// record or start a server. A call it is done with is left to the gateway
+/// in `then`, which the gateway applies, in order, as soon as the step
+/// returns ([`Then`]: again through the pipeline, approved, or ended).
+pub(crate) struct Desk<'a> {
+    pub(super) policy: &'a Policy,
+    pub(super) mode: &'a Mode,
+    pub(super) limits: &'a Limits,
+    pub(super) observer: &'a Observer,
+    pub(super) metrics: &'a Option<Arc<Metrics>>,
+    pub(super) store: &'a Option<Arc<dyn Store>>,
+    pub(super) events: &'a EventSender,
+    pub(super) sealer: &'a Sealer,
+    pub(super) declared: &'a Declared,
+    pub(super) sessions: &'a Sessions,
+    pub(super) catalog: &'a Catalog,
+    pub(super) journal: &'a Journal,
+    /// Borrowed to change only for a dry run (its id, and its send).
+    pub(super) upstreams: &'a mut Upstreams,
+    pub(super) inflight: &'a mut InFlight,
+    pub(super) asks: &'a mut Asks,
+    pub(super) hooks: &'a mut Hooks,
+    pub(super) watcher: &'a mut Option<StoreWatcher>,
+    pub(super) outbox: &'a mut Outbox,
+    /// The turn being handled (a dry run sent now is not held against its
+    /// server as unread).
+    pub(super) turn: u64,
+    /// What the step left the gateway to do, in order.
+    pub(super) then: Vec<Then>,
+}
+
+// === impl Desk ===
+
+impl Desk<'_> {
+    /// The parts the desk reads, as the steps that only look things up see
+    /// them.
+    pub(super) fn lookup(&self) -> Lookup<'_> {
+        Lookup {
+            policy: self.policy,
+            upstreams: self.upstreams,
+            catalog: self.catalog,
+            sessions: self.sessions,
+            journal: self.journal,
+            sealer: self.sealer,
+        }
+    }
+
+    /// The call goes through the pipeline again once this step returns.
+    pub(super) fn again(&mut self, cx: Box<CallContext>) {
+        self.then.push(Then::Run(cx));
+    }
+
+    /// The call ends at the gateway, on record, once this step returns.
+    pub(super) fn end(&mut self, cx: Box<CallContext>, end: CallEnd) {
+        self.then.push(Then::End(cx, end));
+    }
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Runs a step of the asking part, then does what it left to do with
+    /// the calls it was done with, in order (each may come back here).
+    pub(super) fn at_desk<R>(&mut self, step: impl FnOnce(&mut Desk<'_>) -> R) -> R {
+        let mut desk = Desk {
+            policy: &self.policy,
+            mode: &self.mode,
+            limits: &self.limits,
+            observer: &self.observer,
+            metrics: &self.metrics,
+            store: &self.store,
+            events: &self.events,
+            sealer: &self.sealer,
+            declared: &self.declared,
+            sessions: &self.sessions,
+            catalog: &self.catalog,
+            journal: &self.journal,
+            upstreams: &mut self.upstreams,
+            inflight: &mut self.inflight,
+            asks: &mut self.asks,
+            hooks: &mut self.hooks,
+            watcher: &mut self.watcher,
+            outbox: &mut self.outbox,
+            turn: self.turn,
+            then: Vec::new(),
+        };
+        let result = step(&mut desk);
+        let then = desk.then;
+        for then in then {
+            self.then(then);
+        }
+        result
+    }
+
+    /// Does what a part left to do with a call.
+    pub(super) fn then(&mut self, then: Then) {
+        match then {
+            Then::Run(cx) => self.run_pipeline(cx),
+            Then::Approved(cx, remember) => {
+                super::pipeline::record_approval(
+                    &mut self.catalog,
+                    &mut self.sessions,
+                    &self.upstreams,
+                    self.store.as_ref(),
+                    &cx,
+                    remember,
+                );
+                self.run_pipeline(cx);
+            }
+            Then::End(cx, end) => self.end_call(cx, end),
+            Then::Failed(cx, failure, why) => self.call_failed(cx, failure, &why),
+            Then::Answer(cx, line, outcome) => self.answer_call(&cx, line, outcome),
+            Then::NoDryRun(cx, why) => self.at_desk(|desk| desk.dry_run_failed(cx, &why)),
+            Then::Fanned(aggregate, idx, failure) => self.fanout_done(aggregate, idx, failure),
+            Then::Wake => self.retry_waiting(),
+        }
+    }
 }
 
 // === impl Asks ===
@@ -223,9 +359,9 @@ impl CallContext {
     }
 }
 
-// === impl Gateway ===
+// === impl Desk ===
 
-impl Gateway {
+impl Desk<'_> {
     /// Step 5 of the pipeline: a person must approve the call.
     pub(super) fn ask(&mut self, mut cx: Box<CallContext>) {
         let session = cx.request.session;
@@ -250,7 +386,7 @@ impl Gateway {
         match how {
             Asking::Nobody => {
                 let extra = "It needs a person's approval, and this host cannot ask one (it did not declare elicitation).";
-                self.end_call(cx, denied(extra, Approver::Gateway).into());
+                self.end(cx, denied(extra, Approver::Gateway).into());
             }
             // Someone can be asked: a previewer command, or the server's dry
             // run, is asked first; the call comes back here with its
@@ -320,18 +456,10 @@ impl Gateway {
                     AskChannel::Elicitation,
                     ending,
                 );
-                self.end_call(cx, denied(why, by).into());
+                self.end(cx, denied(why, by).into());
                 return;
             }
         };
-        super::pipeline::record_approval(
-            &mut self.catalog,
-            &mut self.sessions,
-            &self.upstreams,
-            self.store.as_ref(),
-            &cx,
-            remember,
-        );
         tracing::info!(server.id = %server, tool.name = %cx.tool, "approved by the person");
         let may_remember = offer_of(&cx) == RememberOffer::UpToAlways;
         let answer = match remember {
@@ -356,7 +484,7 @@ impl Gateway {
             AskEnding::Approved,
         );
         cx.approved_by(Approver::Person(Channel::Elicitation));
-        self.run_pipeline(cx);
+        self.then.push(Then::Approved(cx, remember));
     }
 
     /// Nobody answered the elicitation in time.
@@ -369,13 +497,13 @@ impl Gateway {
             AskEnding::TimedOut,
         );
         observe_unanswered(
-            &self.observer,
-            &self.upstreams,
+            self.observer,
+            self.upstreams,
             &cx,
             format!("did not answer within {seconds} s"),
         );
         let why = format!("Nobody answered within {seconds} s (`ask_timeout_s`).");
-        self.end_call(cx, denied(&why, Approver::Gateway).into());
+        self.end(cx, denied(&why, Approver::Gateway).into());
     }
 
     /// The question for a 2026-07-28 host: an input-required result whose
@@ -398,7 +526,7 @@ impl Gateway {
                 let extra = format!(
                     "It needs a person's approval, and the gateway could not seal the question: {err}."
                 );
-                self.end_call(cx, denied(&extra, Approver::Gateway).into());
+                self.end(cx, denied(&extra, Approver::Gateway).into());
                 return;
             }
         };
@@ -412,7 +540,7 @@ impl Gateway {
             },
             "requestState": state,
         });
-        self.end_call(cx, CallEnd::InputRequired(result.to_string()));
+        self.end(cx, CallEnd::InputRequired(result.to_string()));
     }
 
     // --- the approval queue ---
@@ -420,7 +548,7 @@ impl Gateway {
     /// Puts a call that needs a person in the approval queue and holds it.
     fn enqueue(&mut self, cx: Box<CallContext>, prompt: String) {
         let (Some(store), Some(idx)) = (self.store.clone(), cx.server) else {
-            self.end_call(cx, denied("It needs a person's approval, and this host cannot ask one (it did not declare elicitation).", Approver::Gateway).into());
+            self.end(cx, denied("It needs a person's approval, and this host cannot ask one (it did not declare elicitation).", Approver::Gateway).into());
             return;
         };
         let server = self.upstreams.name(idx).to_owned();
@@ -456,14 +584,14 @@ impl Gateway {
                 let extra = format!(
                     "It needs a person's approval; this host cannot ask one, and the approval queue could not be written ({err})."
                 );
-                self.end_call(cx, denied(&extra, Approver::Gateway).into());
+                self.end(cx, denied(&extra, Approver::Gateway).into());
                 return;
             }
         };
-        super::watch_keys(&self.store, &self.catalog, &self.events, &mut self.watcher);
+        super::watch_keys(self.store, self.catalog, self.events, self.watcher);
         let Some(watcher) = &self.watcher else {
             let _ = store.withdraw(id, "the gateway cannot watch the queue");
-            self.end_call(
+            self.end(
                 cx,
                 denied(
                     "It needs a person's approval, and the approval queue cannot be watched.",
@@ -533,15 +661,15 @@ impl Gateway {
             AskEnding::TimedOut,
         );
         observe_unanswered(
-            &self.observer,
-            &self.upstreams,
+            self.observer,
+            self.upstreams,
             &cx,
             format!("nobody answered within {seconds} s"),
         );
         let why = format!(
             "It needs a person's approval, and this host cannot ask one (it did not declare elicitation): it waited in the approval queue as #{id} and nobody answered within {seconds} s (`hintgate approvals approve {id}` answers; `ask_timeout_s` sets the wait)."
         );
-        self.end_call(cx, denied(&why, Approver::Gateway).into());
+        self.end(cx, denied(&why, Approver::Gateway).into());
     }
 
     /// The host cancelled a queued call: withdraw it and record it refused.
@@ -603,10 +731,10 @@ impl Gateway {
                             &json!({"requestId": format!("hintgate-{n}"), "reason": "the gateway shut down"}),
                         ),
                     );
-                    self.end_call(cx, CallEnd::Refused(Refusal::Shutdown));
+                    self.end(cx, CallEnd::Refused(Refusal::Shutdown));
                     continue;
                 }
-                self.end_call(
+                self.end(
                     cx,
                     denied(
                         "The session ended before anyone answered.",
@@ -639,7 +767,7 @@ impl Gateway {
         {
             tracing::error!("the approval queue could not be written: {err}");
         }
-        self.end_call(queued.cx, end);
+        self.end(queued.cx, end);
     }
 
     fn apply_queue_answer(&mut self, mut cx: Box<CallContext>, id: u64, answer: &Answer) {
@@ -651,7 +779,7 @@ impl Gateway {
         if !answer.approve {
             tracing::info!(server.id = %server, tool.name = %cx.tool, "denied in the approval queue by {by}");
             queue_answered(
-                &self.observer,
+                self.observer,
                 self.metrics.as_deref(),
                 &cx,
                 server,
@@ -659,7 +787,7 @@ impl Gateway {
                 format!("denied by {by} (hintgate approvals)"),
             );
             let extra = format!("It was denied in the approval queue by {by}.");
-            self.end_call(
+            self.end(
                 cx,
                 denied(&extra, Approver::Person(Channel::Queue(by))).into(),
             );
@@ -669,7 +797,7 @@ impl Gateway {
         // previewed and asked about again (see `edit`).
         if let Some(text) = answer.arguments.as_deref() {
             queue_answered(
-                &self.observer,
+                self.observer,
                 self.metrics.as_deref(),
                 &cx,
                 server,
@@ -679,7 +807,7 @@ impl Gateway {
             self.apply_edit(cx, id, &by, text);
             return;
         }
-        // The offer is checked again (in `record_approval`): the queue is
+        // The offer is checked again (when the approval is recorded): the queue is
         // only as trusted as whoever can write the store. An edited call is
         // approved for this call only.
         let remember = if cx.edit.is_some() {
@@ -687,17 +815,9 @@ impl Gateway {
         } else {
             answer.remember
         };
-        super::pipeline::record_approval(
-            &mut self.catalog,
-            &mut self.sessions,
-            &self.upstreams,
-            self.store.as_ref(),
-            &cx,
-            remember,
-        );
         tracing::info!(server.id = %server, tool.name = %cx.tool, "approved in the approval queue by {by}");
         queue_answered(
-            &self.observer,
+            self.observer,
             self.metrics.as_deref(),
             &cx,
             server,
@@ -708,7 +828,7 @@ impl Gateway {
             ),
         );
         cx.approved_by(Approver::Person(Channel::Queue(by)));
-        self.run_pipeline(cx);
+        self.then.push(Then::Approved(cx, remember));
     }
 }
 
@@ -972,6 +1092,7 @@ impl super::stages::Stages<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::outbox::Outgoing;
 
     #[test]
     fn a_call_is_asked_through_what_its_host_declared_or_the_queue_or_denied() {
@@ -1090,5 +1211,194 @@ mod tests {
             };
             assert_eq!(&got, expected, "{line}");
         }
+    }
+
+    // --- the asking part's steps, with parts built by hand ---
+
+    use crate::gateway::call::Exit;
+    use crate::gateway::fixture::{Parts, call, legacy_session, read_tool};
+    use crate::gateway::session::Era;
+
+    const UNTRUSTED: &str = "[servers.web]\ncommand = \"y\"\ntrust = \"untrusted\"\n";
+
+    /// Parts where session 1 (a 2025-11-25 host that can elicit or not)
+    /// called `web__read` of an untrusted server, and the policy said a
+    /// person must be asked: the call, as step 5 leaves it.
+    fn asked(elicitation: bool) -> (Parts, Box<CallContext>) {
+        let mut parts = Parts::new(UNTRUSTED).listing(0, &[read_tool()]);
+        parts.host(Era::Legacy("2025-11-25".to_owned()), elicitation);
+        let mut cx = call("web__read", &json!({"path": "a"}));
+        let exit = parts.stages().run(&mut cx, legacy_session()).unwrap_err();
+        assert!(matches!(exit, Exit::Ask), "{exit:?}");
+        (parts, Box::new(cx))
+    }
+
+    /// The one thing a step left the gateway to do.
+    fn only(then: Vec<Then>) -> Then {
+        let mut then = then.into_iter();
+        let first = then.next().expect("the step left nothing to do");
+        assert!(then.next().is_none(), "the step left more than one thing");
+        first
+    }
+
+    fn denied_by(then: Then) -> Approver {
+        match then {
+            Then::End(_, CallEnd::Refused(Refusal::Denied { by, .. })) => by,
+            other => panic!("not a denial: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_host_that_can_elicit_is_asked_and_its_persons_answer_approves_or_ends_the_call() {
+        let (mut parts, cx) = asked(true);
+        let mut desk = parts.desk();
+        desk.ask(cx);
+        assert!(
+            desk.then.is_empty(),
+            "the call is held, not left to the gateway"
+        );
+        // The host is asked, under an id of the gateway's, and the call is
+        // held until it answers.
+        let lines = parts.outbox.take();
+        let [Outgoing::Host(session, line)] = &lines[..] else {
+            panic!("{lines:?}");
+        };
+        assert_eq!(*session, SessionId::FIRST);
+        let question: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(question["method"], "elicitation/create");
+        let n: u64 = question["id"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("hintgate-")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let Some(HostPurpose::Ask(held)) = parts.inflight.take_host(SessionId::FIRST, n) else {
+            panic!("the call is not held for the host's answer");
+        };
+        // Approved, remembered for the session: left to the gateway to
+        // record the approval and run the call again.
+        let approve = r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"accept","content":{"approve":true,"remember":"this tool for the rest of this session"}}}"#;
+        let mut desk = parts.desk();
+        desk.on_ask_answer(held, &Message::parse(approve).unwrap());
+        match only(desk.then) {
+            Then::Approved(cx, Remember::Session) => {
+                assert_eq!(cx.approver, Approver::Person(Channel::Elicitation));
+                assert!(
+                    cx.approved.is_some(),
+                    "the definition the person saw is not noted"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Declined: the call ends, refused by the person.
+        let (mut parts, cx) = asked(true);
+        parts.desk().ask(cx);
+        let Some((_, _, HostPurpose::Ask(held))) = parts.inflight.take_host_where(|_| true).pop()
+        else {
+            panic!("the call is not held");
+        };
+        let decline = r#"{"jsonrpc":"2.0","id":"hintgate-1","result":{"action":"decline"}}"#;
+        let mut desk = parts.desk();
+        desk.on_ask_answer(held, &Message::parse(decline).unwrap());
+        assert_eq!(
+            denied_by(only(desk.then)),
+            Approver::Person(Channel::Elicitation)
+        );
+    }
+
+    #[test]
+    fn a_call_nobody_can_be_asked_about_ends_denied_without_a_question() {
+        let (mut parts, cx) = asked(false);
+        parts.store = None;
+        let mut desk = parts.desk();
+        desk.ask(cx);
+        assert_eq!(denied_by(only(desk.then)), Approver::Gateway);
+        assert!(
+            parts.outbox.is_empty(),
+            "a host that cannot elicit was asked"
+        );
+        assert_eq!(parts.inflight.asks(), 0);
+    }
+
+    #[test]
+    fn a_call_waits_in_the_approval_queue_until_a_person_answers_there() {
+        let (mut parts, cx) = asked(false);
+        let mut desk = parts.desk();
+        desk.ask(cx);
+        assert!(
+            desk.then.is_empty(),
+            "the queued call is held, not left to the gateway"
+        );
+        assert_eq!(parts.asks.queued(), 1);
+        let id = *parts.asks.queued.keys().next().unwrap();
+        let store = parts.store.clone().unwrap();
+        let pending = store.pending(id).unwrap().expect("the queue has no entry");
+        assert_eq!(
+            (pending.server.as_str(), pending.tool.as_str()),
+            ("web", "read")
+        );
+        assert!(pending.prompt.contains("read"), "{}", pending.prompt);
+        // A person denies it there: it ends, refused by them.
+        let answer = Answer {
+            approve: false,
+            remember: Remember::Call,
+            by: "alice".to_owned(),
+            arguments: None,
+        };
+        let mut desk = parts.desk();
+        desk.on_queue_answer(id, &answer);
+        assert_eq!(
+            denied_by(only(desk.then)),
+            Approver::Person(Channel::Queue("alice".to_owned()))
+        );
+        assert_eq!(parts.asks.queued(), 0);
+        // An answer to a call no longer held does nothing.
+        let mut desk = parts.desk();
+        desk.on_queue_answer(id, &answer);
+        assert!(desk.then.is_empty());
+    }
+
+    #[test]
+    fn a_queued_call_approved_there_is_left_to_run_again_with_the_persons_remember_choice() {
+        let (mut parts, cx) = asked(false);
+        parts.desk().ask(cx);
+        let id = *parts.asks.queued.keys().next().unwrap();
+        let answer = Answer {
+            approve: true,
+            remember: Remember::Always,
+            by: "bob".to_owned(),
+            arguments: None,
+        };
+        let mut desk = parts.desk();
+        desk.on_queue_answer(id, &answer);
+        match only(desk.then) {
+            Then::Approved(cx, Remember::Always) => {
+                assert_eq!(
+                    cx.approver,
+                    Approver::Person(Channel::Queue("bob".to_owned()))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_that_ends_leaves_its_held_calls_to_end_and_a_shutdown_tells_the_host() {
+        let (mut parts, cx) = asked(true);
+        parts.desk().ask(cx);
+        parts.outbox.take();
+        let mut desk = parts.desk();
+        desk.withdraw_session(SessionId::FIRST, true);
+        assert!(matches!(
+            only(desk.then),
+            Then::End(_, CallEnd::Refused(Refusal::Shutdown))
+        ));
+        let lines = parts.outbox.take();
+        let [Outgoing::Host(_, line)] = &lines[..] else {
+            panic!("{lines:?}");
+        };
+        assert!(line.contains("notifications/cancelled"), "{line}");
+        assert_eq!(parts.inflight.asks(), 0);
     }
 }

@@ -26,7 +26,7 @@ use hintgate_policy::preview::{Preview, PreviewKind, PreviewSource, Previewed};
 use hintgate_policy::tool::Trust;
 use serde_json::Value;
 
-use super::Gateway;
+use super::ask::Desk;
 use super::call::CallContext;
 use super::inflight::UpPurpose;
 use super::lookup::Lookup;
@@ -36,9 +36,9 @@ use crate::frame::Message;
 /// The most of a dry run's text a preview keeps.
 const MAX_DRY_RUN_TEXT: usize = 64 * 1024;
 
-// === impl Gateway ===
+// === impl Desk ===
 
-impl Gateway {
+impl Desk<'_> {
     /// Asks a trusted server for its dry run of a call a person is to be
     /// asked about; the call waits for the answer (or its failure) and is
     /// then asked about.
@@ -71,7 +71,7 @@ impl Gateway {
                 "a dry run is asked only of a trusted server, and `{name}` is not trusted"
             ));
         }
-        let target = super::pipeline::send_target(&self.upstreams, &self.catalog, cx, idx)?;
+        let target = super::pipeline::send_target(self.upstreams, self.catalog, cx, idx)?;
         let mut arguments = cx.arguments_or_empty().clone();
         let Some(object) = arguments.as_object_mut() else {
             return Err("the call's arguments are not an object".to_owned());
@@ -96,7 +96,7 @@ impl Gateway {
         let line = super::pipeline::call_line_with(
             cx,
             Some(&arguments),
-            self.mode == super::Mode::Wrap,
+            *self.mode == super::Mode::Wrap,
             modern,
             &meta,
             id,

@@ -39,16 +39,16 @@ use hintgate_policy::sanitize::escape_line;
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::Gateway;
+use super::ask::Desk;
 use super::call::{CallContext, Edit};
 use super::lookup::Lookup;
 
 /// The `_meta` key of a result that says the call was edited.
 pub(crate) const EDITED_META: &str = "hintgate/edited";
 
-// === impl Gateway ===
+// === impl Desk ===
 
-impl Gateway {
+impl Desk<'_> {
     /// A person approved queued call `#entry` with edited arguments `text`
     /// (as stored): the edited call goes through the pipeline again, or,
     /// when the edit cannot be used, the call is asked about again as it
@@ -101,7 +101,7 @@ impl Gateway {
         cx.approved_preview = None;
         cx.preview = None;
         cx.preview_changed = false;
-        self.run_pipeline(cx);
+        self.again(cx);
     }
 }
 

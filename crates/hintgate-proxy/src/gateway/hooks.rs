@@ -23,7 +23,7 @@ use hintgate_policy::pin::PinDigest;
 use hintgate_policy::reason::ReasonCode;
 use tokio::time::Instant;
 
-use super::Gateway;
+use super::ask::Desk;
 use super::call::{CallContext, CallEnd, HookAsk, HookVerdict, Outcome, Refusal};
 use super::inflight::{DeadlineKey, Expired};
 use super::request::SessionId;
@@ -383,9 +383,9 @@ enum Heard {
     Broke(String),
 }
 
-// === impl Gateway ===
+// === impl Desk ===
 
-impl Gateway {
+impl Desk<'_> {
     /// Step 3 of the pipeline, for a call the hook takes part in: the
     /// question goes to the hook, and the call waits for the answer.
     pub(super) fn ask_hook(&mut self, cx: Box<CallContext>, ask: HookAsk) {
@@ -396,13 +396,13 @@ impl Gateway {
             digest,
             so_far,
         } = ask;
-        let timeout_ms = match self.hooks.ask(idx, id, line, &self.events) {
+        let timeout_ms = match self.hooks.ask(idx, id, line, self.events) {
             Ok(timeout_ms) => timeout_ms,
             Err(why) => {
                 if self.hooks.slots.get(idx).is_some() {
                     tracing::warn!(tool.name = %cx.tool, "the decision hook could not be asked: {why}");
                 }
-                self.run_pipeline(answered(cx, digest, so_far, OwnedAnswer::Failed(why)));
+                self.again(answered(cx, digest, so_far, OwnedAnswer::Failed(why)));
                 return;
             }
         };
@@ -446,7 +446,7 @@ impl Gateway {
             return;
         };
         self.inflight.cancel_deadline(&held.deadline);
-        self.run_pipeline(answered(held.cx, held.digest, held.so_far, answer));
+        self.again(answered(held.cx, held.digest, held.so_far, answer));
     }
 
     /// A hook did not answer in time: its call is refused. A persistent
@@ -460,7 +460,7 @@ impl Gateway {
         };
         let why = format!("the decision hook did not answer within {timeout_ms} ms");
         tracing::warn!(tool.name = %held.cx.tool, "{why}");
-        self.run_pipeline(answered(
+        self.again(answered(
             held.cx,
             held.digest,
             held.so_far,
@@ -480,7 +480,7 @@ impl Gateway {
     ) {
         for held in self.hooks.withdraw(session, request_id) {
             self.inflight.cancel_deadline(&held.deadline);
-            self.end_call(held.cx, end.clone());
+            self.end(held.cx, end.clone());
         }
         self.withdraw_previewed_calls(session, request_id, end);
     }

@@ -52,6 +52,8 @@ pub(crate) mod catalog;
 pub(crate) mod dry_run;
 pub(crate) mod edit;
 pub(crate) mod era;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;
@@ -1104,17 +1106,21 @@ impl Gateway {
                         self.on_upstream_line(server, &line, Some(request));
                     }
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
-                        self.upstream_failed(server, reason);
+                        self.at_servers(|servers| servers.upstream_failed(server, reason));
                     }
-                    UpstreamEvent::Prepared(result) => self.prepared(server, result),
+                    UpstreamEvent::Prepared(result) => {
+                        self.at_servers(|servers| servers.prepared(server, result))
+                    }
                 }
             }
-            Event::Answered { id, answer } => self.on_queue_answer(id, &answer),
+            Event::Answered { id, answer } => {
+                self.at_desk(|desk| desk.on_queue_answer(id, &answer))
+            }
             Event::Hook {
                 slot,
                 generation,
                 event,
-            } => self.on_hook_event(slot, generation, event),
+            } => self.at_desk(|desk| desk.on_hook_event(slot, generation, event)),
             Event::Approvals {
                 key,
                 approvals,
@@ -1209,7 +1215,7 @@ impl Gateway {
                             _ => Ok(()),
                         };
                         if let Err(err) = sent {
-                            self.upstream_failed(idx, err.reason());
+                            self.at_servers(|servers| servers.upstream_failed(idx, err.reason()));
                         }
                     }
                     Outgoing::Call(cx, Some(place)) if later => {
@@ -1239,10 +1245,12 @@ impl Gateway {
     fn expire(&mut self, now: Instant) {
         for expired in self.inflight.expired(now) {
             match expired {
-                Expired::Up(idx, id) => self.upstream_timed_out(idx, id),
+                Expired::Up(idx, id) => {
+                    self.at_servers(|servers| servers.upstream_timed_out(idx, id))
+                }
                 Expired::Host(session, n) => self.host_timed_out(session, n),
-                Expired::Queue(id) => self.queue_timed_out(id),
-                Expired::Hook(id) => self.hook_timed_out(id),
+                Expired::Queue(id) => self.at_desk(|desk| desk.queue_timed_out(id)),
+                Expired::Hook(id) => self.at_desk(|desk| desk.hook_timed_out(id)),
                 Expired::Waiting => self.waited_too_long(now),
             }
         }
@@ -1540,12 +1548,14 @@ impl Gateway {
                 cancelled.push(cx);
             }
         }
-        self.withdraw_queued_for(session, request_id);
-        self.withdraw_hook_calls(
-            session,
-            Some(request_id),
-            &CallEnd::Withdrawn(Outcome::Cancelled),
-        );
+        self.at_desk(|desk| {
+            desk.withdraw_queued_for(session, request_id);
+            desk.withdraw_hook_calls(
+                session,
+                Some(request_id),
+                &CallEnd::Withdrawn(Outcome::Cancelled),
+            );
+        });
         let asks = self.inflight.host_ids(
             session,
             |purpose| matches!(purpose, HostPurpose::Ask(cx) if cx.request.id() == request_id),
@@ -1595,7 +1605,7 @@ impl Gateway {
             return;
         };
         match self.inflight.take_host(session, n) {
-            Some(HostPurpose::Ask(cx)) => self.on_ask_answer(cx, message),
+            Some(HostPurpose::Ask(cx)) => self.at_desk(|desk| desk.on_ask_answer(cx, message)),
             Some(HostPurpose::Gather { gather, key }) => {
                 let result: Option<Value> = message
                     .result
@@ -1628,7 +1638,7 @@ impl Gateway {
                     ),
                     None,
                 );
-                self.ask_timed_out(cx);
+                self.at_desk(|desk| desk.ask_timed_out(cx));
             }
             Some(HostPurpose::Gather { gather, key }) => {
                 self.on_gathered(gather, key, None, None);
@@ -1711,8 +1721,11 @@ impl Gateway {
             self.limits,
             session,
         );
-        self.withdraw_session(session, ending == Ending::Shutdown);
-        self.withdraw_hook_calls(session, None, &hooks::withdrawn(ending == Ending::Shutdown));
+        let shutdown = ending == Ending::Shutdown;
+        self.at_desk(|desk| {
+            desk.withdraw_session(session, shutdown);
+            desk.withdraw_hook_calls(session, None, &hooks::withdrawn(shutdown));
+        });
         if ending == Ending::Shutdown {
             relay::end_gathers(&mut self.gathers, &mut self.outbox, session);
         }
@@ -1781,7 +1794,7 @@ impl Gateway {
         // A line is passed on as its text, which no parser of the gateway
         // reads whole: its depth is checked here, before anything else.
         if let Err(err) = crate::json::check_depth(line, self.limits.max_depth) {
-            self.on_too_deep_upstream(idx, line, &err);
+            self.at_servers(|servers| servers.on_too_deep_upstream(idx, line, &err));
             return;
         }
         // Nor is a message with the key serde_json reads as the JSON text in
@@ -1791,7 +1804,7 @@ impl Gateway {
         // as the server's). Refused like a host's.
         if let Err(err @ crate::json::JsonError::ReservedKey) = crate::json::find_reserved_key(line)
         {
-            self.on_too_deep_upstream(idx, line, &err);
+            self.at_servers(|servers| servers.on_too_deep_upstream(idx, line, &err));
             return;
         }
         let message = match Message::parse(line) {
@@ -1805,10 +1818,12 @@ impl Gateway {
                     return;
                 }
                 let preview: String = line.chars().take(80).collect();
-                self.upstream_failed(
-                    idx,
-                    format!("wrote something that is not JSON-RPC ({err}): `{preview}`"),
-                );
+                self.at_servers(|servers| {
+                    servers.upstream_failed(
+                        idx,
+                        format!("wrote something that is not JSON-RPC ({err}): `{preview}`"),
+                    )
+                });
                 return;
             }
         };
@@ -1870,7 +1885,7 @@ impl Gateway {
             hintgate_policy::sanitize::escape_line(shown)
         );
         tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-        self.unusable_answer(idx, purpose, &why);
+        self.at_servers(|servers| servers.unusable_answer(idx, purpose, &why));
     }
 
     fn on_upstream_response(
@@ -1883,10 +1898,12 @@ impl Gateway {
         match purpose {
             UpPurpose::Discover => self.on_discovered(idx, message),
             UpPurpose::LateDiscover => self.on_late_discovered(idx, message),
-            UpPurpose::Initialize => self.on_initialized(idx, message),
-            UpPurpose::ListTools => self.on_tools_page(idx, message),
+            UpPurpose::Initialize => {
+                self.at_servers(|servers| servers.on_initialized(idx, message))
+            }
+            UpPurpose::ListTools => self.at_servers(|servers| servers.on_tools_page(idx, message)),
             UpPurpose::Call(cx) => self.on_call_answer(idx, cx, message),
-            UpPurpose::DryRun(cx) => self.on_dry_run_answer(idx, cx, message),
+            UpPurpose::DryRun(cx) => self.at_desk(|desk| desk.on_dry_run_answer(idx, cx, message)),
             UpPurpose::Forward(request) => self.on_forward_answer(idx, &request, message),
             UpPurpose::Fanout { aggregate, method } => {
                 self.on_fanout_page(idx, id, aggregate, &method, message);
@@ -2008,7 +2025,7 @@ impl Gateway {
         }
         match message.method() {
             "notifications/tools/list_changed" => {
-                self.tools_changed(idx);
+                self.at_servers(|servers| servers.tools_changed(idx));
                 self.sessions.notify_all(
                     &mut self.outbox,
                     "notifications/tools/list_changed",
@@ -2093,7 +2110,7 @@ impl Gateway {
     fn read_only_note_passes(&mut self, idx: ServerIdx, message: &Message<'_>) -> bool {
         match message.method() {
             "notifications/tools/list_changed" => {
-                self.tools_changed(idx);
+                self.at_servers(|servers| servers.tools_changed(idx));
                 false
             }
             "notifications/progress" | "notifications/cancelled" | "notifications/message" => true,

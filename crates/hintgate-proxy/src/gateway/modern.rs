@@ -52,7 +52,7 @@ impl Gateway {
             .result
             .and_then(|raw| serde_json::from_str(raw.get()).ok());
         if !supports_modern(result.as_ref()) {
-            self.send_initialize(idx);
+            self.at_servers(|servers| servers.send_initialize(idx));
             return;
         }
         let Some(result) = result else {
@@ -91,7 +91,7 @@ impl Gateway {
             frame::request(&id.to_string(), "subscriptions/listen", &listen),
             None,
         );
-        self.server_ready(idx);
+        self.at_servers(|servers| servers.server_ready(idx));
     }
 
     /// The probe was answered after `initialize` went out: a modern answer

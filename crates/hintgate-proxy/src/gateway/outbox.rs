@@ -5,11 +5,19 @@
 //! A part that has something to send puts it here instead of reaching for
 //! a host's queue or a server's link: the part needs only `&mut Outbox`,
 //! and nothing leaves before the turn's records are written.
+//!
+//! What a part leaves the gateway to do with a call it held ([`Then`]: run
+//! it through the pipeline again, record a person's approval, end it on
+//! record) is not sent: it is applied by the gateway as soon as the part's
+//! step returns, in the order the part left it, before anything else.
 
 use std::sync::Arc;
 
-use super::call::CallContext;
+use hintgate_store::Remember;
+
+use super::call::{CallContext, CallEnd, Outcome};
 use super::request::{ServerIdx, SessionId};
+use super::retry::Failure;
 use crate::frame;
 
 /// Something the turn produced, sent once the turn's records are durable.
@@ -27,6 +35,36 @@ pub(crate) enum Outgoing {
     /// A call to send upstream once its record (at this place in the turn's
     /// batch) is durable.
     Call(Box<CallContext>, Option<usize>),
+}
+
+/// What a part leaves the gateway to do with a call it held: the part can
+/// neither run the pipeline nor write a record, so it says which, and the
+/// gateway does it once the part's step has returned (`Gateway::then`).
+#[derive(Debug)]
+pub(crate) enum Then {
+    /// The call goes through the pipeline again, from the top (a hook
+    /// answered, a person edited it).
+    Run(Box<CallContext>),
+    /// A person approved the call: the approval is recorded (the
+    /// definition pinned, and remembered for the session or always where
+    /// the decision allows it), then the call goes through the pipeline
+    /// again.
+    Approved(Box<CallContext>, Remember),
+    /// The call ends at the gateway: its record, then its answer.
+    End(Box<CallContext>, CallEnd),
+    /// A forwarded call failed, or was not sent (why): retried or answered
+    /// as design §4.5 says.
+    Failed(Box<CallContext>, Failure, String),
+    /// A forwarded call is answered with this line, its outcome on record.
+    Answer(Box<CallContext>, String, Outcome),
+    /// The server's dry run of a call will not be answered (why): the
+    /// person is asked without it.
+    NoDryRun(Box<CallContext>, String),
+    /// A server finished its part of merged list `aggregate` (or failed it,
+    /// why).
+    Fanned(u64, ServerIdx, Option<String>),
+    /// A server's state changed: what waited for it is tried again.
+    Wake,
 }
 
 /// What the turn produced, in order.

@@ -170,14 +170,14 @@ impl Gateway {
     pub(super) fn act(&mut self, step: Step) {
         match step {
             Step::Forward(cx) => self.record_and_forward(cx),
-            Step::Ask(cx) => self.ask(cx),
+            Step::Ask(cx) => self.at_desk(|desk| desk.ask(cx)),
             Step::End(cx, end) => self.end_call(cx, end),
             Step::Wait(cx) => self.parked.park(
                 Waiting::Call(cx),
                 self.limits.wait_timeout(),
                 &mut self.inflight,
             ),
-            Step::Hook(cx, ask) => self.ask_hook(cx, ask),
+            Step::Hook(cx, ask) => self.at_desk(|desk| desk.ask_hook(cx, ask)),
             Step::Need(cx, need) => self.meet(cx, need),
             Step::Done => {}
         }
@@ -190,7 +190,7 @@ impl Gateway {
     fn meet(&mut self, cx: Box<CallContext>, need: Need) {
         let settled = match need {
             Need::Start(idx) => {
-                self.start(idx);
+                self.at_servers(|servers| servers.start(idx));
                 // A start can fail at once (the program does not exist, a
                 // sandbox cannot be enforced): then no event will ever wake
                 // the call, so it runs again now and is answered.
@@ -199,7 +199,7 @@ impl Gateway {
                     .is_some_and(|up| matches!(up.phase, Phase::Ready | Phase::Failed(_)))
             }
             Need::List(idx) => {
-                self.list_tools(idx);
+                self.at_servers(|servers| servers.list_tools(idx));
                 // A server without tools is listed at once.
                 self.catalog.server(idx).is_some_and(|server| {
                     matches!(server.listing, Listing::Listed | Listing::Failed(_))
@@ -294,7 +294,7 @@ impl Gateway {
             // behind it; it fails now, with its outcome recorded (or is
             // retried on the server's next start, where design §4.5 allows).
             let reason = err.reason();
-            self.upstream_failed(target, reason.clone());
+            self.at_servers(|servers| servers.upstream_failed(target, reason.clone()));
             let why = format!(
                 "server `{}` {reason}: the call was not sent, and the server is started again on its next request",
                 self.upstreams.name(idx)

@@ -23,7 +23,7 @@ use std::time::Duration;
 use hintgate_policy::config::{HookConfig, HookMode, Previewer};
 use hintgate_policy::preview::{PreviewSource, Previewed, read_answer};
 
-use super::Gateway;
+use super::ask::Desk;
 use super::call::{CallContext, CallEnd};
 use super::inflight::{DeadlineKey, Expired};
 use super::lookup::Lookup;
@@ -222,9 +222,9 @@ impl Previewers {
     }
 }
 
-// === impl Gateway ===
+// === impl Desk ===
 
-impl Gateway {
+impl Desk<'_> {
     /// Asks the previewer command about a call a person is to be asked
     /// about; the call waits for its preview (or its failure) and is then
     /// asked about.
@@ -240,7 +240,7 @@ impl Gateway {
         };
         let previewers = &mut self.hooks.previewers;
         let slot = previewers.slot_of(config);
-        if let Err(why) = previewers.ask(slot, id, line, &self.events) {
+        if let Err(why) = previewers.ask(slot, id, line, self.events) {
             tracing::warn!(tool.name = %cx.tool, "the previewer {why}");
             cx.preview = Some(Previewed::unavailable(
                 PreviewSource::Command,
@@ -330,7 +330,7 @@ impl Gateway {
                 process.kill();
             }
             self.inflight.cancel_deadline(&held.deadline);
-            self.end_call(held.cx, end.clone());
+            self.end(held.cx, end.clone());
         }
     }
 }

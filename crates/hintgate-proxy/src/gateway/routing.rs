@@ -542,7 +542,7 @@ impl Gateway {
                 .get(idx)
                 .is_some_and(|up| up.phase == Phase::Stopped)
             {
-                self.start(idx);
+                self.at_servers(|servers| servers.start(idx));
             }
         }
     }
@@ -552,7 +552,7 @@ impl Gateway {
     pub(super) fn on_tools_list(&mut self, mut request: HostRequest) {
         let mut pending = false;
         for idx in 0..self.upstreams.len() {
-            match self.readiness(idx, &mut request.restarted) {
+            match self.at_servers(|servers| servers.readiness(idx, &mut request.restarted)) {
                 Readiness::Ready => match self
                     .catalog
                     .server(idx)
@@ -564,7 +564,7 @@ impl Gateway {
                         tracing::warn!(server.id = %self.upstreams.name(idx), "its tools are left out of the list: {reason}");
                     }
                     Some(super::catalog::Listing::Unlisted) | None => {
-                        self.list_tools(idx);
+                        self.at_servers(|servers| servers.list_tools(idx));
                         pending = true;
                     }
                 },
@@ -662,7 +662,7 @@ impl Gateway {
     /// Sends a request to server `idx` once it is ready (starting it if it
     /// is stopped), or answers why it cannot be.
     fn route(&mut self, idx: ServerIdx, mut request: HostRequest, params: Option<Value>) {
-        match self.readiness(idx, &mut request.restarted) {
+        match self.at_servers(|servers| servers.readiness(idx, &mut request.restarted)) {
             Readiness::Ready => self.forward(idx, request, params),
             Readiness::Pending => self.parked.park(
                 Waiting::Request(Box::new(request)),
@@ -812,7 +812,7 @@ impl Gateway {
         let mut pending = false;
         let mut targets = Vec::new();
         for idx in 0..self.upstreams.len() {
-            match self.readiness(idx, &mut request.restarted) {
+            match self.at_servers(|servers| servers.readiness(idx, &mut request.restarted)) {
                 Readiness::Ready => {
                     if self
                         .upstreams
@@ -859,16 +859,18 @@ impl Gateway {
         );
         let timeout = self.limits.call_timeout;
         for idx in targets {
-            self.request_up(
-                idx,
-                &method,
-                &json!({}),
-                UpPurpose::Fanout {
-                    aggregate,
-                    method: method.clone(),
-                },
-                timeout,
-            );
+            self.at_servers(|servers| {
+                servers.request_up(
+                    idx,
+                    &method,
+                    &json!({}),
+                    UpPurpose::Fanout {
+                        aggregate,
+                        method: method.clone(),
+                    },
+                    timeout,
+                )
+            });
         }
     }
 
@@ -928,16 +930,18 @@ impl Gateway {
                 return;
             }
             let timeout = self.limits.call_timeout;
-            self.request_up(
-                idx,
-                method,
-                &json!({"cursor": cursor}),
-                UpPurpose::Fanout {
-                    aggregate,
-                    method: method.to_owned(),
-                },
-                timeout,
-            );
+            self.at_servers(|servers| {
+                servers.request_up(
+                    idx,
+                    method,
+                    &json!({"cursor": cursor}),
+                    UpPurpose::Fanout {
+                        aggregate,
+                        method: method.to_owned(),
+                    },
+                    timeout,
+                )
+            });
             return;
         }
         self.fanout_done(aggregate, idx, None);

@@ -17,19 +17,96 @@ use hintgate_policy::config::{ServerConfig, Transport};
 use hintgate_policy::tool::SandboxProof;
 use serde_json::{Value, json};
 
-use super::Gateway;
-use super::catalog::Listing;
-use super::inflight::UpPurpose;
+use hintgate_policy::decide::Policy;
+use hintgate_store::Store;
+
+use super::catalog::{Catalog, Listing};
+use super::era::Declared;
+use super::inflight::{InFlight, UpPurpose};
 use super::journal::unix_now;
+use super::outbox::{Outbox, Then};
 use super::request::ServerIdx;
 use super::retry::Failure;
+use super::routing::Routing;
+use super::session::Sessions;
+use super::subscriptions::Subscriptions;
 use super::upstreams::{
-    PROBE_TIMEOUT, Phase, Readiness, Started, Target, Upstream, started, too_many_pages,
+    PROBE_TIMEOUT, Phase, Readiness, Started, Target, Upstream, Upstreams, started, too_many_pages,
 };
+use super::watch::StoreWatcher;
+use super::{Gateway, Limits};
+use crate::event::EventSender;
 use crate::frame::{self, Message};
+use crate::metrics::Metrics;
+use crate::upstream::Connector;
+/// The servers' part, as the gateway lends it for one step: the servers
+/// and their links, their tools and pins, what waits for their answers,
+/// the subscriptions made again on a new start, and what it reads to start
+/// them (the policy, the limits, what hosts declared, the store).
+///
+/// A step here can start, stop and list a server and send it the gateway's
+/// own requests (through the turn's outbox); it cannot run the pipeline,
+/// end a call on record, answer a merged list or wake what waits for a
+/// server. What it leaves for those is in `then`, which the gateway
+/// applies, in order, as soon as the step returns ([`Then`]).
+pub(crate) struct Servers<'a> {
+    pub(super) policy: &'a Policy,
+    pub(super) limits: &'a Limits,
+    pub(super) declared: &'a Declared,
+    pub(super) store: &'a Option<Arc<dyn Store>>,
+    pub(super) events: &'a EventSender,
+    pub(super) metrics: &'a Option<Arc<Metrics>>,
+    pub(super) connector: &'a Arc<dyn Connector>,
+    /// Read for the era of a call's host, when a call's answer is unusable.
+    pub(super) sessions: &'a Sessions,
+    pub(super) upstreams: &'a mut Upstreams,
+    pub(super) catalog: &'a mut Catalog,
+    pub(super) inflight: &'a mut InFlight,
+    pub(super) subscriptions: &'a mut Subscriptions,
+    /// What the merged lists remember of a server's start, forgotten when
+    /// it starts again.
+    pub(super) routing: &'a mut Routing,
+    pub(super) watcher: &'a mut Option<StoreWatcher>,
+    pub(super) outbox: &'a mut Outbox,
+    /// What the step left the gateway to do, in order.
+    pub(super) then: Vec<Then>,
+}
+
 // === impl Gateway ===
 
 impl Gateway {
+    /// Runs a step of the servers' part, then does what it left to do, in
+    /// order.
+    pub(super) fn at_servers<R>(&mut self, step: impl FnOnce(&mut Servers<'_>) -> R) -> R {
+        let mut servers = Servers {
+            policy: &self.policy,
+            limits: &self.limits,
+            declared: &self.declared,
+            store: &self.store,
+            events: &self.events,
+            metrics: &self.metrics,
+            connector: &self.connector,
+            sessions: &self.sessions,
+            upstreams: &mut self.upstreams,
+            catalog: &mut self.catalog,
+            inflight: &mut self.inflight,
+            subscriptions: &mut self.subscriptions,
+            routing: &mut self.routing,
+            watcher: &mut self.watcher,
+            outbox: &mut self.outbox,
+            then: Vec::new(),
+        };
+        let result = step(&mut servers);
+        for then in servers.then {
+            self.then(then);
+        }
+        result
+    }
+}
+
+// === impl Servers ===
+
+impl Servers<'_> {
     /// Sends a request of the gateway's own to a server, waiting `timeout`
     /// for its answer; returns its id.
     pub(super) fn request_up(
@@ -68,7 +145,7 @@ impl Gateway {
         idx: ServerIdx,
         restarted: &mut Option<ServerIdx>,
     ) -> Readiness {
-        match started(&self.upstreams, idx, restarted) {
+        match started(self.upstreams, idx, restarted) {
             Started::Ready => Readiness::Ready,
             Started::Starting => Readiness::Pending,
             Started::Failed(reason) => Readiness::Failed(reason),
@@ -89,11 +166,11 @@ impl Gateway {
     /// Starts a server: its install first where one is needed, else it
     /// connects, and its identity, pins and era follow.
     pub(super) fn start(&mut self, idx: ServerIdx) {
-        let connector = Arc::clone(&self.connector);
+        let connector = Arc::clone(self.connector);
         let Some(up) = self.upstreams.get_mut(idx) else {
             return;
         };
-        if up.install_first(idx, &*connector, &self.events, self.limits.call_timeout) {
+        if up.install_first(idx, &*connector, self.events, self.limits.call_timeout) {
             return;
         }
         // What it listed before is not what this start will list.
@@ -104,7 +181,7 @@ impl Gateway {
         let target = Target {
             server: idx,
             max_line: self.limits.max_line,
-            events: &self.events,
+            events: self.events,
             metrics: self.metrics.as_deref(),
         };
         if let Some(sandbox) = up.connect(&*connector, &target) {
@@ -154,7 +231,7 @@ impl Gateway {
                 self.upstream_failed(idx, format!("the pin store failed: {err}"));
                 return;
             }
-            super::watch_keys(&self.store, &self.catalog, &self.events, &mut self.watcher);
+            super::watch_keys(self.store, self.catalog, self.events, self.watcher);
         }
         let timeout = PROBE_TIMEOUT.min(self.limits.call_timeout);
         self.probe_era(idx, timeout);
@@ -248,7 +325,7 @@ impl Gateway {
             // Its instructions are not the host's (the full instance's
             // are); its tools are listed only to be compared.
             self.list_tools(idx);
-            self.retry_waiting();
+            self.then.push(Then::Wake);
             return;
         }
         let instructions = up
@@ -277,16 +354,16 @@ impl Gateway {
             }
         }
         super::subscriptions::restore_subscriptions(
-            &mut self.subscriptions,
-            &mut self.inflight,
-            &mut self.outbox,
-            &mut self.upstreams,
-            &self.declared,
-            self.limits,
+            self.subscriptions,
+            self.inflight,
+            self.outbox,
+            self.upstreams,
+            self.declared,
+            *self.limits,
             idx,
         );
         self.list_tools(idx);
-        self.retry_waiting();
+        self.then.push(Then::Wake);
     }
 
     /// Starts listing a server's tools, unless a list is already running.
@@ -337,7 +414,7 @@ impl Gateway {
                 let why = too_many_pages(self.upstreams.name(idx), "tools/list");
                 tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
                 self.catalog.listing_failed(idx, why);
-                self.retry_waiting();
+                self.then.push(Then::Wake);
                 return;
             }
             let timeout = self.limits.call_timeout;
@@ -360,7 +437,7 @@ impl Gateway {
             return;
         }
         self.finish_listing(idx);
-        self.retry_waiting();
+        self.then.push(Then::Wake);
     }
 
     /// The server said its tool list changed: list it again, unless a
@@ -379,13 +456,13 @@ impl Gateway {
         if self.upstreams.is_read_only(idx) {
             let naming = self.upstreams.naming(idx);
             self.catalog
-                .finish_read_only_listing(idx, &name, &self.policy, &naming);
+                .finish_read_only_listing(idx, &name, self.policy, &naming);
             return;
         }
         let listed = self.catalog.finish_listing(
             idx,
             &name,
-            &self.policy,
+            self.policy,
             &self.upstreams.naming(idx),
             unix_now(),
         );
@@ -415,13 +492,12 @@ impl Gateway {
             self.give_up(idx, purpose, &why);
         }
         let why = format!("server `{name}` stopped: {reason}");
-        self.subscriptions
-            .orphan(idx, &name, &why, &mut self.outbox);
+        self.subscriptions.orphan(idx, &name, &why, self.outbox);
         // The server's own requests relayed to a host cannot be answered now.
         self.inflight.take_host_where(|purpose| {
             matches!(purpose, super::inflight::HostPurpose::Relay { server, .. } if *server == idx)
         });
-        self.retry_waiting();
+        self.then.push(Then::Wake);
     }
 
     /// A server sent a line that nests deeper than `max_json_depth`, or has
@@ -497,7 +573,8 @@ impl Gateway {
                     cx.request.id(),
                     &super::call::error_result(why),
                 );
-                self.answer_call(&cx, line, super::call::Outcome::ProtocolError);
+                self.then
+                    .push(Then::Answer(cx, line, super::call::Outcome::ProtocolError));
             }
             // Its start cannot complete without the answer.
             UpPurpose::Discover | UpPurpose::LateDiscover | UpPurpose::Initialize => {
@@ -505,7 +582,7 @@ impl Gateway {
             }
             UpPurpose::ListTools => {
                 self.catalog.listing_failed(idx, why.to_owned());
-                self.retry_waiting();
+                self.then.push(Then::Wake);
             }
             other => self.give_up(idx, other, why),
         }
@@ -524,14 +601,18 @@ impl Gateway {
                 self.outbox
                     .error(request.session, request.id(), -32603, why);
             }
-            UpPurpose::Call(cx) => self.call_failed(cx, Failure::Failed, why),
-            UpPurpose::DryRun(cx) => self.dry_run_failed(cx, why),
+            UpPurpose::Call(cx) => {
+                self.then
+                    .push(Then::Failed(cx, Failure::Failed, why.to_owned()))
+            }
+            UpPurpose::DryRun(cx) => self.then.push(Then::NoDryRun(cx, why.to_owned())),
             UpPurpose::Fanout { aggregate, .. } => {
-                self.fanout_done(aggregate, idx, Some(why.to_owned()));
+                self.then
+                    .push(Then::Fanned(aggregate, idx, Some(why.to_owned())));
             }
             UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
                 self.subscriptions
-                    .fail(idx, self.upstreams.name(idx), &uri, why, &mut self.outbox);
+                    .fail(idx, self.upstreams.name(idx), &uri, why, self.outbox);
             }
         }
     }
@@ -570,22 +651,20 @@ impl Gateway {
                 let why = format!("server `{name}` did not answer `tools/list` within {timeout} s");
                 tracing::warn!(server.id = %name, "{why}");
                 self.catalog.listing_failed(idx, why);
-                self.retry_waiting();
+                self.then.push(Then::Wake);
             }
             UpPurpose::Call(cx) => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
+                self.upstreams.cancel(idx, id, "timed out", self.outbox);
                 let why = format!("server `{name}` did not answer within {timeout} s");
-                self.call_failed(cx, Failure::Failed, &why);
+                self.then.push(Then::Failed(cx, Failure::Failed, why));
             }
             UpPurpose::DryRun(cx) => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
-                self.dry_run_failed(cx, &format!("it did not answer within {timeout} s"));
+                self.upstreams.cancel(idx, id, "timed out", self.outbox);
+                let why = format!("it did not answer within {timeout} s");
+                self.then.push(Then::NoDryRun(cx, why));
             }
             UpPurpose::Forward(request) => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
+                self.upstreams.cancel(idx, id, "timed out", self.outbox);
                 let why = format!(
                     "server `{name}` did not answer `{}` within {timeout} s",
                     request.method.as_str()
@@ -594,25 +673,18 @@ impl Gateway {
                     .error(request.session, request.id(), -32603, &why);
             }
             UpPurpose::Fanout { aggregate, method } => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
+                self.upstreams.cancel(idx, id, "timed out", self.outbox);
                 let why = format!("did not answer `{method}` within {timeout} s");
-                self.fanout_done(aggregate, idx, Some(why));
+                self.then.push(Then::Fanned(aggregate, idx, Some(why)));
             }
             UpPurpose::Subscribe { uri } | UpPurpose::Resubscribe { uri } => {
-                self.upstreams
-                    .cancel(idx, id, "timed out", &mut self.outbox);
+                self.upstreams.cancel(idx, id, "timed out", self.outbox);
                 let why = format!(
                     "server `{name}` did not acknowledge the subscription to `{}` within {timeout} s",
                     hintgate_policy::sanitize::escape_line(&uri)
                 );
-                self.subscriptions.fail(
-                    idx,
-                    self.upstreams.name(idx),
-                    &uri,
-                    &why,
-                    &mut self.outbox,
-                );
+                self.subscriptions
+                    .fail(idx, self.upstreams.name(idx), &uri, &why, self.outbox);
             }
         }
     }

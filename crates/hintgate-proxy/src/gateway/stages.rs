@@ -575,162 +575,18 @@ mod tests {
 
     use std::sync::Arc;
 
-    use hintgate_policy::config::parse_str;
-    use hintgate_policy::decide::{Policy, Scope, Verdict};
+    use hintgate_policy::decide::Verdict;
     use hintgate_policy::reason::ReasonCode;
-    use hintgate_policy::tool::SandboxProof;
-    use hintgate_store::{MemoryStore, Store};
     use serde_json::{Value, json};
     use tokio::sync::mpsc;
 
-    use super::Stages;
-    use crate::gateway::call::{Approver, CallContext, CallEnd, Exit, Need, Outcome, Refusal};
-    use crate::gateway::catalog::{Catalog, Naming};
-    use crate::gateway::hooks::Hooks;
-    use crate::gateway::journal::Journal;
-    use crate::gateway::request::{HostRequest, Method, ServerIdx, SessionId};
-    use crate::gateway::session::{Era, HostSession, Sessions};
-    use crate::gateway::steps::SessionFacts;
-    use crate::gateway::upstreams::{Phase, Upstreams};
-    use crate::gateway::{Mode, Observed, Observer};
-    use crate::seal::Sealer;
-
-    /// The parts a gateway would lend its steps.
-    struct Parts {
-        policy: Policy,
-        upstreams: Upstreams,
-        catalog: Catalog,
-        sessions: Sessions,
-        journal: Journal,
-        sealer: Sealer,
-        store: Arc<dyn Store>,
-        hooks: Hooks,
-        observer: Observer,
-        seen: mpsc::UnboundedReceiver<Observed>,
-    }
-
-    impl Parts {
-        /// The servers of `config`, none started, none listed.
-        fn new(config: &str) -> Self {
-            let (config, diagnostics) = parse_str(config);
-            let config = config.unwrap_or_else(|| panic!("{diagnostics:?}"));
-            let hooks = config.gateway.decide.iter().cloned().collect::<Vec<_>>();
-            let policy = Policy::new(config);
-            let servers = policy.config().servers.values().cloned().collect();
-            let upstreams = Upstreams::new(servers, Mode::Gateway, "__".to_owned());
-            let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-            let mut catalog = Catalog::new(upstreams.instances(), Some(Arc::clone(&store)));
-            for idx in 0..upstreams.instances() {
-                let name = upstreams.name(idx).to_owned();
-                catalog
-                    .open(idx, &name, None, name.clone(), SandboxProof::default())
-                    .unwrap();
-            }
-            let redactor = hintgate_policy::redact::Redactor::new(
-                &hintgate_policy::redact::AuditSettings::default(),
-                hintgate_policy::redact::DigestKey::new([1; 32]),
-            );
-            let (tell, seen) = mpsc::unbounded_channel();
-            Self {
-                policy,
-                upstreams,
-                catalog,
-                sessions: Sessions::default(),
-                journal: Journal::new(None, "g-test".to_owned(), redactor),
-                sealer: Sealer::new().unwrap(),
-                store,
-                hooks: Hooks::new(hooks),
-                observer: Observer(Some(tell)),
-                seen,
-            }
-        }
-
-        /// Server `idx` runs.
-        fn running(mut self, idx: ServerIdx) -> Self {
-            self.upstreams.get_mut(idx).unwrap().phase = Phase::Ready;
-            self
-        }
-
-        /// Server `idx` runs and lists `tools`.
-        fn listing(mut self, idx: ServerIdx, tools: &[Value]) -> Self {
-            self = self.running(idx);
-            let name = self.upstreams.name(idx).to_owned();
-            self.catalog.begin_listing(idx);
-            self.catalog.add_page(idx, tools.to_vec());
-            let naming = Naming { prefix: None };
-            self.catalog
-                .finish_listing(idx, &name, &self.policy, &naming, 1);
-            self
-        }
-
-        fn stages(&mut self) -> Stages<'_> {
-            Stages {
-                policy: &self.policy,
-                upstreams: &self.upstreams,
-                catalog: &mut self.catalog,
-                sessions: &mut self.sessions,
-                journal: &self.journal,
-                sealer: &mut self.sealer,
-                store: Some(&self.store),
-                run_name: "g-test",
-                hooks: &mut self.hooks,
-                observer: &self.observer,
-                metrics: None,
-            }
-        }
-
-        /// What the steps reported, in order.
-        fn decided(&mut self) -> Vec<Verdict> {
-            let mut verdicts = Vec::new();
-            while let Ok(seen) = self.seen.try_recv() {
-                if let Observed::Decided { decision, .. } = seen {
-                    verdicts.push(decision.verdict);
-                }
-            }
-            verdicts
-        }
-    }
-
-    /// A host's call of `name` with `arguments`, as the pipeline reads it.
-    fn call(name: &str, arguments: &Value) -> CallContext {
-        let line = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments}})
-        .to_string();
-        let message = crate::frame::Message::parse(&line).unwrap();
-        let spans = message.spans();
-        let method = Method::of(message.method());
-        let request = HostRequest::new(SessionId::FIRST, line.clone(), spans, method);
-        CallContext::parse(request).unwrap()
-    }
-
-    fn legacy_session() -> SessionFacts {
-        SessionFacts {
-            id: SessionId::FIRST,
-            modern: false,
-            tainted: false,
-            scope: Scope::Write,
-        }
-    }
-
-    fn refusal(exit: Exit) -> Refusal {
-        match exit {
-            Exit::End(CallEnd::Refused(refusal)) => refusal,
-            other => panic!("not a refusal: {other:?}"),
-        }
-    }
-
-    const ONE: &str = "[servers.fs]\ncommand = \"x\"\ntrust = \"trusted\"\n";
-
-    fn read_tool() -> Value {
-        json!({"name": "read", "annotations": {"readOnlyHint": true},
-            "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}},
-            "required": ["path"]}})
-    }
-
-    fn delete_tool() -> Value {
-        json!({"name": "delete", "annotations": {"destructiveHint": true},
-            "inputSchema": {"type": "object"}})
-    }
+    use crate::gateway::call::{Approver, CallContext, Exit, Need, Outcome, Refusal};
+    use crate::gateway::fixture::{
+        ONE, Parts, call, delete_tool, legacy_session, read_tool, refusal,
+    };
+    use crate::gateway::request::SessionId;
+    use crate::gateway::session::{Era, HostSession};
+    use crate::gateway::upstreams::Phase;
 
     #[test]
     fn step_2_starts_a_stopped_server_once_per_call_then_waits_or_answers_its_failure() {
