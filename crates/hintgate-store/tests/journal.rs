@@ -445,3 +445,54 @@ fn an_index_of_one_row_per_record_from_before_reads_the_same_after_the_upgrade()
     assert_eq!(check.problems, vec![]);
     assert_eq!(check.records, 4);
 }
+
+#[test]
+fn a_backlog_of_records_is_indexed_at_once_without_waiting_out_the_gather() {
+    let (_dir, db, store) = store();
+    let at_once = journal::INDEX_AT_ONCE as u64;
+    let turns: Vec<Vec<NewEntry>> = vec![(0..=at_once).map(forwarded).collect()];
+    let _writer = run_of(&store, "r-1", &turns);
+    let mut reader = journal::RunReader::new(
+        &SqliteStore::journal_dir(&db),
+        "r-1",
+        vec![0],
+        store.audit_key().unwrap(),
+        None,
+    );
+    let mut frames = Vec::new();
+    while let Some(frame) = reader.next_frame().unwrap() {
+        frames.push(journal::Journaled {
+            position: frame.position,
+            entry: frame.entry,
+            forwarded: frame.forwarded,
+        });
+    }
+    assert_eq!(frames.len() as u64, at_once + 1);
+    let last_n = frames.last().unwrap().position.n;
+    let store = std::sync::Arc::new(store);
+    let log: std::sync::Arc<dyn AuditLog> = store.clone();
+    // A gather of an hour: only the backlog can have the indexer write
+    // before the test's deadline.
+    let indexer =
+        journal::Indexer::gathering(log, "r-1".to_owned(), std::time::Duration::from_secs(3600))
+            .unwrap();
+    let rest = frames.split_off(1);
+    indexer.send(frames);
+    indexer.send(rest);
+    let index = store.journal_index().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let indexed = loop {
+        let last = index.run_state("r-1").unwrap().map(|state| state.last.n);
+        if last == Some(last_n) || std::time::Instant::now() > deadline {
+            break last;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(
+        indexed,
+        Some(last_n),
+        "the indexer waited out its gather with {at_once} records waiting"
+    );
+    let done = indexer.finish();
+    assert_eq!(done.records, at_once + 1);
+}
