@@ -15,6 +15,12 @@
 //! definition noted: it is recorded and forwarded if that is still the
 //! definition the server lists, and asked about anew if not. Anything else
 //! refuses it.
+//!
+//! The steps of asking (here, and in `hooks`, `previewers`, `dry_run` and
+//! `edit`) are methods of [`Desk`], a view of the parts they hold calls in
+//! and read: they cannot run the pipeline, write a record or start a
+//! server, and leave a call they are done with to the gateway ([`Then`]).
+//! So each is tested here with parts built by hand, no gateway.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -181,9 +187,9 @@ impl Gateway {
                 );
                 self.run_pipeline(cx);
             }
-            Then::End(cx, end) => self.end_call(cx, end),
+            Then::End(cx, end) => self.records().end_call(cx, end),
             Then::Failed(cx, failure, why) => self.call_failed(cx, failure, &why),
-            Then::Answer(cx, line, outcome) => self.answer_call(&cx, line, outcome),
+            Then::Answer(cx, line, outcome) => self.records().answer_call(&cx, line, outcome),
             Then::NoDryRun(cx, why) => self.at_desk(|desk| desk.dry_run_failed(cx, &why)),
             Then::Fanned(aggregate, idx, failure) => self.fanout_done(aggregate, idx, failure),
             Then::Wake => self.retry_waiting(),
@@ -881,7 +887,7 @@ impl Lookup<'_> {
             cx.arguments_or_empty().clone()
         };
         let principal = self.sessions.principal(cx.request.session);
-        let token_scope = super::pipeline::token_scope_of(self.upstreams, cx, principal.as_deref());
+        let token_scope = super::records::token_scope_of(self.upstreams, cx, principal.as_deref());
         // What goes to the store keeps no secret: the preview as it may be
         // stored.
         let preview = if redacted {

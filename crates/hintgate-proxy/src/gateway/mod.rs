@@ -13,6 +13,7 @@
 //! | `catalog` | each server's tools by name, their pins, the standing approvals, the host's view |
 //! | `journal` | the audit records of the current turn |
 //! | `ask` | calls held while a person is asked, and the approval queue |
+//! | `records` | nothing: the view a call's records are written through |
 //! | `routing` | everything that is not a tool call, and lists merged across servers |
 //! | `subscriptions` | the hosts' resource subscriptions, by server and URI, with the sessions that hold each |
 //! | `watch` | the thread that watches the store (approval-queue answers, standing approvals changed elsewhere) |
@@ -22,7 +23,13 @@
 //!
 //! A step that needs few parts is a plain function over them (or a method
 //! of the part it belongs to) that puts what it sends into the turn's
-//! `outbox`; the `impl Gateway` blocks are the glue that runs such steps.
+//! `outbox`. The larger parts are views lent for one step (`stages::Stages`,
+//! `ask::Desk`, `servers::Servers`, `records::Records`, `lookup::Lookup`,
+//! `keys::Keys`); a step of the asking or the servers' part leaves what it
+//! cannot do itself (run a call again, end it, wake what waits) as
+//! `outbox::Then`, applied in order as soon as the step returns. The
+//! `impl Gateway` blocks are the glue that lends the views and runs the
+//! steps.
 //!
 //! `call` holds the call context and `CallEnd`, how a call ends at
 //! the gateway (a refusal, or a replay, a question, a withdrawal), with the
@@ -65,6 +72,7 @@ pub(crate) mod parked;
 pub(crate) mod pipeline;
 pub(crate) mod previewers;
 pub(crate) mod previews;
+pub(crate) mod records;
 pub(crate) mod relay;
 pub(crate) mod request;
 pub(crate) mod retry;
@@ -345,7 +353,7 @@ impl Drop for Gateway {
                     .as_ref()
                     .ok()
                     .and_then(|seqs| seqs.get(place).copied());
-                self.record_outcome(&cx, Outcome::Shutdown);
+                self.records().record_outcome(&cx, Outcome::Shutdown);
             }
         }
         let (written, _) = self.journal.counts();
@@ -366,7 +374,7 @@ impl Drop for Gateway {
         {
             for (mut cx, place) in unsent {
                 cx.record = seqs.get(place).copied();
-                self.record_outcome(&cx, Outcome::Shutdown);
+                self.records().record_outcome(&cx, Outcome::Shutdown);
             }
         }
         // What each session holds (calls waiting for their server, for a
@@ -378,7 +386,7 @@ impl Drop for Gateway {
         for idx in 0..self.upstreams.instances() {
             for (_, purpose) in self.inflight.drain_up(idx) {
                 if let UpPurpose::Call(cx) = purpose {
-                    self.record_outcome(&cx, Outcome::Shutdown);
+                    self.records().record_outcome(&cx, Outcome::Shutdown);
                 }
             }
         }
@@ -980,18 +988,24 @@ fn watch_keys(
     }
 }
 
+/// Sets the metrics' gauges as a turn leaves the parts: the sessions, the
+/// calls waiting for a server, and those waiting for a person.
+fn count_gauges(
+    metrics: Option<&crate::metrics::Metrics>,
+    sessions: &session::Sessions,
+    parked: &parked::Parked,
+    asks: &ask::Asks,
+    inflight: &InFlight,
+) {
+    if let Some(metrics) = metrics {
+        let for_person = asks.queued().saturating_add(inflight.asks());
+        metrics.gauges(sessions.count(), parked.calls(), for_person);
+    }
+}
+
 // === impl Gateway ===
 
 impl Gateway {
-    /// Sets the metrics' gauges as this turn leaves them.
-    fn count_gauges(&self) {
-        if let Some(metrics) = &self.metrics {
-            let for_server = self.parked.calls();
-            let for_person = self.asks.queued().saturating_add(self.inflight.asks());
-            metrics.gauges(self.sessions.count(), for_server, for_person);
-        }
-    }
-
     fn new(settings: Settings, events: EventSender) -> Result<Self, RunError> {
         let servers: Vec<ServerConfig> =
             settings.policy.config().servers.values().cloned().collect();
@@ -1167,7 +1181,13 @@ impl Gateway {
         self.turn += 1;
         // The gauges as the turn leaves them, before anyone is told: a host
         // that scrapes after its answer never sees them behind it.
-        self.count_gauges();
+        count_gauges(
+            self.metrics.as_deref(),
+            &self.sessions,
+            &self.parked,
+            &self.asks,
+            &self.inflight,
+        );
         // Sending a call can send it through the pipeline again (its server
         // restarted since it was decided), which may record and forward it
         // anew: the loop commits and sends until nothing is left.
@@ -1195,25 +1215,14 @@ impl Gateway {
                         }
                     }
                     Outgoing::HostNote(session, line, list) => {
-                        if let Some(host) = self.sessions.get_mut(&session)
-                            && !host.notify(line)
-                        {
-                            if let Some(metrics) = &self.metrics {
-                                metrics.dropped_notification();
-                            }
-                            if let Some(method) = list {
-                                host.told.dropped(method);
-                            }
-                        }
+                        let metrics = self.metrics.as_deref();
+                        self.sessions.deliver_note(session, line, list, metrics);
                     }
                     Outgoing::Upstream(idx, generation, line, principal) => {
                         let turn = self.turn;
-                        let sent = match self.upstreams.get_mut(idx) {
-                            Some(up) if up.generation() == generation => {
-                                up.send_now(line, turn, principal)
-                            }
-                            _ => Ok(()),
-                        };
+                        let sent = self
+                            .upstreams
+                            .send_to(idx, generation, line, turn, principal);
                         if let Err(err) = sent {
                             self.at_servers(|servers| servers.upstream_failed(idx, err.reason()));
                         }
@@ -1239,7 +1248,13 @@ impl Gateway {
             }
         }
         // Sending may have sent calls through the pipeline again.
-        self.count_gauges();
+        count_gauges(
+            self.metrics.as_deref(),
+            &self.sessions,
+            &self.parked,
+            &self.asks,
+            &self.inflight,
+        );
     }
 
     fn expire(&mut self, now: Instant) {
@@ -1266,7 +1281,8 @@ impl Gateway {
                     let why = format!(
                         "server `{name}` was not ready to take the call within {seconds} s (it did not finish starting or listing its tools)"
                     );
-                    self.end_call(cx, CallEnd::Refused(call::Refusal::ServerUnavailable(why)));
+                    self.records()
+                        .end_call(cx, CallEnd::Refused(call::Refusal::ServerUnavailable(why)));
                 }
                 Waiting::Request(request) => {
                     let why = format!(
@@ -1406,7 +1422,8 @@ impl Gateway {
             }
             let mut request = HostRequest::new(session, line, spans, Method::ToolsCall);
             request.host_id = host_id;
-            self.refuse_unparsed(request, call::Refusal::Malformed(message));
+            self.records()
+                .refuse_unparsed(request, call::Refusal::Malformed(message));
         } else if has_method {
             if spans.id.is_some() || found.iter().any(|member| member.key == "id") {
                 self.outbox.error(session, &id, -32600, &message);
@@ -1508,7 +1525,7 @@ impl Gateway {
                     "the host sent `tools/call` as a notification (no id); it is refused and not sent to any server"
                 );
                 let request = HostRequest::new(session, line, spans, Method::ToolsCall);
-                self.refuse_unparsed(
+                self.records().refuse_unparsed(
                     request,
                     call::Refusal::Malformed(
                         "`tools/call` must be a request with an id".to_owned(),
@@ -1574,15 +1591,17 @@ impl Gateway {
             }
         }
         for cx in cancelled {
-            self.end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
+            self.records()
+                .end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
         }
         if let Some((idx, up_id)) = self.inflight.find_host_request(session, request_id) {
             match self.inflight.take_up(idx, up_id) {
-                Some(UpPurpose::Call(cx)) => self.record_outcome(&cx, Outcome::Cancelled),
+                Some(UpPurpose::Call(cx)) => self.records().record_outcome(&cx, Outcome::Cancelled),
                 // Cancelled while its server's dry run ran: it ends on
                 // record, never asked about.
                 Some(UpPurpose::DryRun(cx)) => {
-                    self.end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
+                    self.records()
+                        .end_call(cx, CallEnd::Withdrawn(Outcome::Cancelled));
                 }
                 _ => {}
             }
@@ -1675,7 +1694,7 @@ impl Gateway {
         for (idx, _, purpose) in self.inflight.drain_session_up(session) {
             match (purpose, ending) {
                 (UpPurpose::Call(cx), Ending::HostGone) => {
-                    self.record_outcome(&cx, Outcome::HostGone);
+                    self.records().record_outcome(&cx, Outcome::HostGone);
                 }
                 (UpPurpose::Call(cx), Ending::Shutdown) => {
                     let text = format!(
@@ -1684,10 +1703,11 @@ impl Gateway {
                     );
                     let result = call::error_result(&text);
                     let line = self.sessions.result_line(session, cx.request.id(), &result);
-                    self.answer_call(&cx, line, Outcome::Shutdown);
+                    self.records().answer_call(&cx, line, Outcome::Shutdown);
                 }
                 (UpPurpose::DryRun(cx), ending) => {
-                    self.end_call(cx, hooks::withdrawn(ending == Ending::Shutdown));
+                    self.records()
+                        .end_call(cx, hooks::withdrawn(ending == Ending::Shutdown));
                 }
                 (UpPurpose::Forward(request), Ending::Shutdown) => {
                     let text = "hintgate shut down before the server answered";
@@ -1703,7 +1723,7 @@ impl Gateway {
                         Ending::HostGone => CallEnd::Withdrawn(Outcome::HostGone),
                         Ending::Shutdown => CallEnd::Refused(call::Refusal::Shutdown),
                     };
-                    self.end_call(cx, end);
+                    self.records().end_call(cx, end);
                 }
                 Waiting::Request(request) => {
                     if ending == Ending::Shutdown {
@@ -1812,7 +1832,9 @@ impl Gateway {
             Err(err) => {
                 if let Some(id) = null_result_id(line) {
                     match id.parse::<u64>() {
-                        Ok(id) => self.on_result_not_object(idx, id, "null"),
+                        Ok(id) => {
+                            self.at_servers(|servers| servers.result_not_object(idx, id, "null"))
+                        }
                         Err(_) => tracing::debug!("a response upstream with an id we never sent"),
                     }
                     return;
@@ -1854,7 +1876,7 @@ impl Gateway {
                     && !raw.get().trim_start().starts_with('{')
                 {
                     let shown: String = raw.get().chars().take(40).collect();
-                    self.on_result_not_object(idx, id, &shown);
+                    self.at_servers(|servers| servers.result_not_object(idx, id, &shown));
                     return;
                 }
                 match self.inflight.take_up(idx, id) {
@@ -1868,24 +1890,6 @@ impl Gateway {
             Kind::Request => self.on_upstream_request(idx, &message, on_stream),
             Kind::Notification => self.on_upstream_notification(idx, &message),
         }
-    }
-
-    /// A server answered request `id` with a result that is not an object
-    /// (`shown`, its start): MCP results are objects, so the request fails
-    /// as if the server had answered with an error that says so (a call
-    /// with the outcome `protocol-error`), and the server goes on.
-    fn on_result_not_object(&mut self, idx: ServerIdx, id: u64, shown: &str) {
-        let Some(purpose) = self.inflight.take_up(idx, id) else {
-            tracing::debug!("a late or unknown response upstream: {id}");
-            return;
-        };
-        let why = format!(
-            "server `{}` answered with a result that is not an object (`{}`); MCP results are objects, so hintgate did not pass it on",
-            self.upstreams.name(idx),
-            hintgate_policy::sanitize::escape_line(shown)
-        );
-        tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
-        self.at_servers(|servers| servers.unusable_answer(idx, purpose, &why));
     }
 
     fn on_upstream_response(
@@ -2020,7 +2024,9 @@ impl Gateway {
     }
 
     fn on_upstream_notification(&mut self, idx: ServerIdx, message: &Message<'_>) {
-        if self.upstreams.is_read_only(idx) && !self.read_only_note_passes(idx, message) {
+        if self.upstreams.is_read_only(idx)
+            && !self.at_servers(|servers| servers.read_only_note_passes(idx, message))
+        {
             return;
         }
         match message.method() {
@@ -2096,28 +2102,6 @@ impl Gateway {
                 self.outbox.host_note(session, line, None);
             }
             _ => self.sessions.note_every(&mut self.outbox, message.line()),
-        }
-    }
-
-    /// A notification of a read-only instance: whether it goes on as the
-    /// full instance's.
-    ///
-    /// A read-only instance lists nothing to a host: a change to its
-    /// tools is listed again only to be compared, and what it says of
-    /// its prompts and resources (never read through it) is dropped.
-    /// What belongs to a call it runs (progress, a cancelled request of
-    /// its own, a log message) reaches the host as the full instance's.
-    fn read_only_note_passes(&mut self, idx: ServerIdx, message: &Message<'_>) -> bool {
-        match message.method() {
-            "notifications/tools/list_changed" => {
-                self.at_servers(|servers| servers.tools_changed(idx));
-                false
-            }
-            "notifications/progress" | "notifications/cancelled" | "notifications/message" => true,
-            other => {
-                tracing::debug!(server.id = %self.upstreams.name(idx), "the read-only instance sent `{}`; dropped", hintgate_policy::sanitize::escape_line(other));
-                false
-            }
         }
     }
 }
@@ -2210,7 +2194,7 @@ impl lookup::Lookup<'_> {
         // INVARIANT: a call whose record is not durable does not run. Its
         // refusal cannot be recorded either: the log is failing.
         let end = CallEnd::Refused(call::Refusal::Unrecorded(err));
-        let line = pipeline::end_line(self.policy, self.upstreams, self.sessions, cx, &end);
+        let line = records::end_line(self.policy, self.upstreams, self.sessions, cx, &end);
         if let Some(session) = self.sessions.get(&cx.request.session) {
             session.send(line);
         }

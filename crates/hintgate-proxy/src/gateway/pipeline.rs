@@ -68,17 +68,14 @@ use hintgate_store::Remember;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::call::{
-    Approver, CallContext, CallEnd, Need, Outcome, Refusal, Refused, Step, answer_line,
-    error_result,
-};
+use super::call::{CallContext, CallEnd, Need, Outcome, Refusal, Step, error_result};
 use super::catalog::{Catalog, Listing};
 use super::inflight::UpPurpose;
-use super::journal::{CallFields, unix_now};
+use super::journal::unix_now;
 use super::lookup::Lookup;
+use super::records::{end_line, taint_by_replay};
 use super::request::{HostRequest, ServerIdx};
 use super::retry::{AfterFailure, FailedCall, Failure, after_failure};
-use super::session::{HostSession, Sessions};
 use super::stages::{Answered, read_only_lists};
 use super::steps::{CallFacts, SessionFacts};
 use super::upstreams::{Phase, Upstreams};
@@ -135,7 +132,7 @@ impl Gateway {
                 }
                 self.run_pipeline(Box::new(cx));
             }
-            Err((request, refusal)) => self.refuse_unparsed(*request, refusal),
+            Err((request, refusal)) => self.records().refuse_unparsed(*request, refusal),
         }
     }
 
@@ -171,7 +168,7 @@ impl Gateway {
         match step {
             Step::Forward(cx) => self.record_and_forward(cx),
             Step::Ask(cx) => self.at_desk(|desk| desk.ask(cx)),
-            Step::End(cx, end) => self.end_call(cx, end),
+            Step::End(cx, end) => self.records().end_call(cx, end),
             Step::Wait(cx) => self.parked.park(
                 Waiting::Call(cx),
                 self.limits.wait_timeout(),
@@ -217,11 +214,11 @@ impl Gateway {
     /// the end of the turn, once the batch is durable.
     pub(super) fn record_and_forward(&mut self, mut cx: Box<CallContext>) {
         cx.trace_mark(|trace| &mut trace.ready);
-        let place = self.record_call(&cx, None);
+        let place = self.records().record_call(&cx, None);
         if place.is_none() && self.journal.enabled() {
             // INVARIANT: with a log, no call is sent without its record.
             let refusal = Refusal::Unrecorded("no record could be made of it".to_owned());
-            self.end_call(cx, CallEnd::Refused(refusal));
+            self.records().end_call(cx, CallEnd::Refused(refusal));
             return;
         }
         self.outbox.call(cx, place);
@@ -248,7 +245,7 @@ impl Gateway {
         // The key is claimed right before the send: of two calls with one
         // key, one is sent.
         if let Err(end) = self.keys().claim_key(&mut cx) {
-            self.record_outcome(&cx, end.outcome());
+            self.records().record_outcome(&cx, end.outcome());
             taint_by_replay(&mut self.sessions, &self.upstreams, &cx, &end);
             let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
             self.outbox.host(cx.request.session, line);
@@ -279,7 +276,7 @@ impl Gateway {
             let line =
                 self.sessions
                     .result_line(cx.request.session, cx.request.id(), &error_result(text));
-            self.answer_call(&cx, line, Outcome::Failed);
+            self.records().answer_call(&cx, line, Outcome::Failed);
             return;
         };
         cx.started = Some(Instant::now());
@@ -315,7 +312,7 @@ impl Gateway {
             .get(&cx.request.session)
             .is_none_or(|host| host.closed);
         if host_gone {
-            self.record_outcome(cx, Outcome::HostGone);
+            self.records().record_outcome(cx, Outcome::HostGone);
             return true;
         }
         if self.stopping {
@@ -328,7 +325,7 @@ impl Gateway {
                 cx.request.id(),
                 &error_result(&text),
             );
-            self.answer_call(cx, line, Outcome::Shutdown);
+            self.records().answer_call(cx, line, Outcome::Shutdown);
             return true;
         }
         false
@@ -359,7 +356,7 @@ impl Gateway {
                         tracing::debug!(tool.name = %cx.tool, "{reason}; the call goes through the pipeline again")
                     }
                 }
-                self.record_outcome(&cx, outcome);
+                self.records().record_outcome(&cx, outcome);
                 cx.next_attempt();
                 self.run_pipeline(cx);
             }
@@ -370,7 +367,7 @@ impl Gateway {
                     cx.request.id(),
                     &error_result(&text),
                 );
-                self.answer_call(&cx, line, outcome);
+                self.records().answer_call(&cx, line, outcome);
             }
         }
     }
@@ -385,156 +382,8 @@ impl Gateway {
         message: &Message<'_>,
     ) {
         match self.stages().answer_of(idx, &cx, message) {
-            Answered::Answer(line, outcome) => self.answer_call(&cx, line, outcome),
+            Answered::Answer(line, outcome) => self.records().answer_call(&cx, line, outcome),
             Answered::Gather(result) => self.gather_for_legacy_host(cx, &result),
-        }
-    }
-
-    /// Ends a forwarded call: its outcome joins the turn's records, and its
-    /// answer goes to the host at the end of the turn, after them.
-    pub(super) fn answer_call(&mut self, cx: &CallContext, line: String, outcome: Outcome) {
-        self.record_outcome(cx, outcome);
-        self.outbox.host(cx.request.session, line);
-    }
-
-    /// Records how a forwarded call ended.
-    pub(super) fn record_outcome(&mut self, cx: &CallContext, outcome: Outcome) {
-        export_trace(
-            self.tracer.as_ref(),
-            &self.upstreams,
-            cx,
-            outcome,
-            cx.decision.as_ref(),
-        );
-        self.keys().end_key_by_outcome(cx, outcome);
-        count_upstream(self.metrics.as_deref(), &self.upstreams, cx, outcome);
-        let Some(seq) = cx.record else {
-            return;
-        };
-        let millis = cx.started.map_or(0, |started| {
-            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
-        });
-        self.journal.outcome(seq, outcome, millis, cx.attempt);
-    }
-
-    /// The call's record (with its outcome, for a call that ends at the
-    /// gateway); its place in the turn's batch.
-    fn record_call(
-        &mut self,
-        cx: &CallContext,
-        ended: Option<(Outcome, &Decision, Approver)>,
-    ) -> Option<usize> {
-        if !self.journal.enabled() {
-            return None;
-        }
-        let (decision, outcome, approver) = match ended {
-            Some((outcome, decision, approver)) => (decision, Some(outcome), approver),
-            None => match &cx.decision {
-                Some(decision) => (decision, None, cx.approver.clone()),
-                None => return None,
-            },
-        };
-        let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
-        let identity = cx.server.and_then(|idx| self.catalog.key(idx));
-        // The hosts an enforced `network = ["host:port", ...]` lets the
-        // server reach: where it can send what it has.
-        let egress = cx
-            .server
-            .filter(|idx| self.catalog.sandbox(*idx).egress_only)
-            .and_then(|_| self.policy.server(server))
-            .and_then(|config| config.sandbox.as_ref())
-            .map(hintgate_policy::config::SandboxConfig::egress_hosts);
-        let tool = if cx.tool.is_empty() {
-            cx.params.name.as_str()
-        } else {
-            cx.tool.as_str()
-        };
-        // The arguments as the host sent them, when they parse.
-        let parsed;
-        let arguments = match &cx.arguments {
-            Some(arguments) => Some(arguments),
-            None => {
-                parsed = cx
-                    .arguments_text()
-                    .and_then(|text| serde_json::from_str::<Value>(text).ok());
-                parsed.as_ref()
-            }
-        };
-        let principal = self.sessions.principal(cx.request.session);
-        let token_scope = token_scope_of(&self.upstreams, cx, principal.as_deref());
-        let preview = self.lookup().preview_record(cx);
-        let fields = CallFields {
-            // The host's own id, which its log shows; the gateway's is an
-            // artefact of the transport.
-            request_id: cx.request.host_id.as_deref().unwrap_or(cx.request.id()),
-            server,
-            identity,
-            tool,
-            arguments,
-            decision,
-            approver: &approver,
-            pin: cx.digest_text(),
-            outcome,
-            host: self
-                .sessions
-                .get(&cx.request.session)
-                .and_then(|host| host.principal.as_deref()),
-            idempotency: cx
-                .idem
-                .as_ref()
-                .map(|idem| (idem.key.as_str(), idem.filled)),
-            instance: instance_fields(&self.upstreams, cx),
-            egress: egress.as_deref(),
-            token_scope: token_scope.as_deref(),
-            preview: preview.as_ref(),
-            edit: cx
-                .edit
-                .as_deref()
-                .map(|edit| (edit.by.as_str(), edit.original.as_ref())),
-        };
-        self.journal.call(&fields)
-    }
-
-    /// The record of a call that ends here, with `outcome`, as decided.
-    pub(super) fn record_ended(&mut self, cx: &CallContext, outcome: Outcome) {
-        let decision = cx.decision_or(hintgate_policy::reason::ReasonCode::InternalError);
-        let approver = cx.approver.clone();
-        self.record_call(cx, Some((outcome, &decision, approver)));
-    }
-
-    /// A call ends at the gateway: its record, and its answer after it (a
-    /// call the host withdrew gets no answer).
-    pub(super) fn end_call(&mut self, cx: Box<CallContext>, end: CallEnd) {
-        taint_by_replay(&mut self.sessions, &self.upstreams, &cx, &end);
-        let decision = end.decision(cx.decision.as_ref());
-        self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
-        export_trace(
-            self.tracer.as_ref(),
-            &self.upstreams,
-            &cx,
-            end.outcome(),
-            Some(&decision),
-        );
-        if matches!(end, CallEnd::Withdrawn(_)) {
-            return;
-        }
-        let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
-        // A call a person edited says so, also when it ends here.
-        let line = self.lookup().note_edit(&cx, line, false);
-        self.outbox.host(cx.request.session, line);
-    }
-
-    /// A `tools/call` the gateway could not read ends here: recorded as a
-    /// deny, answered with a JSON-RPC error when it has an id.
-    pub(super) fn refuse_unparsed(&mut self, request: HostRequest, refusal: Refusal) {
-        let has_id = request.spans.id.is_some();
-        let cx = CallContext::unread(request);
-        let end = CallEnd::Refused(refusal);
-        let decision = end.decision(None);
-        self.record_call(&cx, Some((end.outcome(), &decision, end.approver())));
-        if has_id {
-            let line = end_line(&self.policy, &self.upstreams, &self.sessions, &cx, &end);
-            self.outbox.host(cx.request.session, line);
         }
     }
 }
@@ -645,168 +494,6 @@ pub(super) fn send_target(
             upstreams.name(idx)
         )),
     }
-}
-
-/// For a call to a server behind OAuth: the scopes of the token the
-/// instance it goes to sends (the read-only instance's own, for a call
-/// decided for it).
-pub(super) fn token_scope_of(
-    upstreams: &super::upstreams::Upstreams,
-    cx: &CallContext,
-    principal: Option<&str>,
-) -> Option<String> {
-    let idx = cx.server?;
-    let idx = match cx.instance {
-        Instance::ReadOnly => upstreams.get(idx)?.read_only?,
-        Instance::Full => idx,
-    };
-    upstreams.get(idx)?.token_scope(principal.unwrap_or(""))
-}
-
-/// What the record says of a call's instance: for a server with a
-/// read-only instance and a definition decided on, where it was decided to
-/// go (and the read-only instance's identity key when there).
-fn instance_fields<'a>(
-    upstreams: &'a super::upstreams::Upstreams,
-    cx: &CallContext,
-) -> Option<(Instance, Option<&'a str>)> {
-    let instance = upstreams.get(cx.server?)?.read_only?;
-    cx.digest()?;
-    let key = match cx.instance {
-        Instance::ReadOnly => upstreams
-            .get(instance)
-            .and_then(|instance| instance.identity_key.as_deref()),
-        Instance::Full => None,
-    };
-    Some((cx.instance, key))
-}
-
-/// Sends the call's spans to the tracer, when it ended with `outcome`
-/// (not when it goes on: a retry, or a server's question to answer
-/// first). Names only: server, tool, verdict, reason codes, outcome.
-fn export_trace(
-    tracer: Option<&crate::telemetry::Tracer>,
-    upstreams: &Upstreams,
-    cx: &CallContext,
-    outcome: Outcome,
-    decision: Option<&Decision>,
-) {
-    let (Some(tracer), Some(trace)) = (tracer, cx.trace.as_deref()) else {
-        return;
-    };
-    if matches!(outcome, Outcome::FailedRetried | Outcome::InputRequired) {
-        return;
-    }
-    let code = super::journal::code_of(outcome).as_str();
-    let mut attributes = vec![
-        ("mcp.method.name", "tools/call".to_owned()),
-        (
-            "mcp.tool.name",
-            if cx.tool.is_empty() {
-                cx.params.name.clone()
-            } else {
-                cx.tool.clone()
-            },
-        ),
-        ("hintgate.outcome", code.to_owned()),
-        ("hintgate.approver", cx.approver.to_string()),
-    ];
-    if let Some(idx) = cx.server {
-        attributes.push(("mcp.server.name", upstreams.name(idx).to_owned()));
-    }
-    if let Some(decision) = decision {
-        let verdict = match decision.verdict {
-            hintgate_policy::decide::Verdict::Allow => "allow",
-            hintgate_policy::decide::Verdict::Ask => "ask",
-            hintgate_policy::decide::Verdict::Deny => "deny",
-        };
-        attributes.push(("hintgate.verdict", verdict.to_owned()));
-        let reasons: Vec<&str> = decision.codes().map(|code| code.as_str()).collect();
-        attributes.push(("hintgate.reasons", reasons.join(",")));
-    }
-    if cx.instance == Instance::ReadOnly {
-        attributes.push(("hintgate.instance", "read-only".to_owned()));
-    }
-    if cx.attempt > 0 {
-        attributes.push(("hintgate.attempt", cx.attempt.to_string()));
-    }
-    let error = matches!(
-        outcome,
-        Outcome::ProtocolError | Outcome::Failed | Outcome::Unsent | Outcome::OutputSchemaMismatch
-    )
-    .then(|| code.to_owned());
-    for span in trace.spans(attributes, error) {
-        tracer.record(span);
-    }
-}
-
-/// Counts a call its server answered or failed: its latency, and an error
-/// when it failed. A call that never reached its server, or whose end is
-/// the host's or the gateway's doing, is not counted
-/// ([`counted_as_failed`]).
-fn count_upstream(
-    metrics: Option<&crate::metrics::Metrics>,
-    upstreams: &Upstreams,
-    cx: &CallContext,
-    outcome: Outcome,
-) {
-    let (Some(metrics), Some(started), Some(idx)) = (metrics, cx.started, cx.server) else {
-        return;
-    };
-    if let Some(failed) = counted_as_failed(outcome) {
-        metrics.upstream(upstreams.configured_of(idx), started.elapsed(), failed);
-    }
-}
-
-/// Whether an outcome counts as its server's failure (`Some(true)`), its
-/// answer (`Some(false)`), or is no answer of a server's at all (`None`:
-/// the call was not sent, or ended at the gateway or with the host).
-const fn counted_as_failed(outcome: Outcome) -> Option<bool> {
-    match outcome {
-        Outcome::Ok
-        | Outcome::ToolError
-        | Outcome::OutputSchemaMismatch
-        | Outcome::InputRequired => Some(false),
-        Outcome::ProtocolError | Outcome::Failed | Outcome::FailedRetried => Some(true),
-        Outcome::Unsent
-        | Outcome::Denied
-        | Outcome::InvalidArguments
-        | Outcome::Relayed
-        | Outcome::Cancelled
-        | Outcome::HostGone
-        | Outcome::Shutdown
-        | Outcome::Replayed => None,
-    }
-}
-
-/// The line that answers a call that ends at the gateway as `end` (the one
-/// mapping, [`CallEnd::answer`], with the decision the end stands for).
-pub(super) fn end_line(
-    policy: &hintgate_policy::decide::Policy,
-    upstreams: &Upstreams,
-    sessions: &super::session::Sessions,
-    cx: &CallContext,
-    end: &CallEnd,
-) -> String {
-    let decision = &end.decision(cx.decision.as_ref());
-    let server = cx.server.map_or("", |idx| upstreams.name(idx));
-    let answer = end.answer(Refused {
-        host_name: &cx.params.name,
-        server,
-        tool: if cx.tool.is_empty() {
-            &cx.params.name
-        } else {
-            &cx.tool
-        },
-        decision,
-        policy,
-    });
-    let modern = sessions
-        .get(&cx.request.session)
-        .is_some_and(HostSession::modern);
-    answer_line(cx.request.id(), answer, |result| {
-        super::era::modernize(modern, "", result);
-    })
 }
 
 /// The line a call goes upstream as: the host's line under the gateway's
@@ -920,22 +607,6 @@ fn meta_ours<'a>(
     std::borrow::Cow::Owned(meta)
 }
 
-/// A replayed result of a private-data tool taints the session as the
-/// answer it repeats did.
-fn taint_by_replay(
-    sessions: &mut Sessions,
-    upstreams: &Upstreams,
-    cx: &CallContext,
-    end: &CallEnd,
-) {
-    if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server)
-        && cx.taints()
-    {
-        let what = format!("a replayed result of `{}`", cx.tool);
-        sessions.taint(cx.request.session, upstreams.name(idx), &what);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -1046,30 +717,5 @@ mod tests {
         };
         assert!(why.contains("of server `docs_`"), "{why}");
         assert_eq!(cx.server, None);
-    }
-
-    #[test]
-    fn only_a_servers_answer_or_failure_is_counted_as_its_latency() {
-        use super::counted_as_failed;
-        use crate::gateway::call::Outcome::*;
-        for (outcome, counted) in [
-            (Ok, Some(false)),
-            (ToolError, Some(false)),
-            (OutputSchemaMismatch, Some(false)),
-            (InputRequired, Some(false)),
-            (ProtocolError, Some(true)),
-            (Failed, Some(true)),
-            (FailedRetried, Some(true)),
-            (Unsent, None),
-            (Denied, None),
-            (InvalidArguments, None),
-            (Relayed, None),
-            (Cancelled, None),
-            (HostGone, None),
-            (Shutdown, None),
-            (Replayed, None),
-        ] {
-            assert_eq!(counted_as_failed(outcome), counted, "{outcome:?}");
-        }
     }
 }

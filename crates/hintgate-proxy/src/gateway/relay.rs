@@ -527,7 +527,7 @@ impl Gateway {
             note: None,
         });
         cx.approver = Approver::Person(Channel::RelayedAnswer);
-        self.record_ended(&cx, Outcome::Relayed);
+        self.records().record_ended(&cx, Outcome::Relayed);
         if let Some(up) = self.upstreams.get(idx) {
             let generation = up.generation();
             self.outbox
@@ -552,7 +552,8 @@ impl Gateway {
             );
             tracing::warn!(tool.name = %cx.tool, "{text}");
             let line = frame::error_response(cx.request.id(), -32603, &text);
-            self.answer_call(&cx, line, Outcome::ProtocolError);
+            self.records()
+                .answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
         if requests.is_empty() {
@@ -561,7 +562,8 @@ impl Gateway {
                 -32603,
                 "the server asked for input but named none",
             );
-            self.answer_call(&cx, line, Outcome::ProtocolError);
+            self.records()
+                .answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
         // INVARIANT: what a server asks of the host at once is bounded.
@@ -573,7 +575,8 @@ impl Gateway {
             );
             tracing::warn!(tool.name = %cx.tool, "{text}");
             let line = frame::error_response(cx.request.id(), -32603, &text);
-            self.answer_call(&cx, line, Outcome::ProtocolError);
+            self.records()
+                .answer_call(&cx, line, Outcome::ProtocolError);
             return;
         }
         let questions = match self.lookup().marked_questions(&cx, requests) {
@@ -581,12 +584,13 @@ impl Gateway {
             Err(why) => {
                 let text = format!("the server asked for input hintgate cannot relay: {why}");
                 let line = frame::error_response(cx.request.id(), -32603, &text);
-                self.answer_call(&cx, line, Outcome::ProtocolError);
+                self.records()
+                    .answer_call(&cx, line, Outcome::ProtocolError);
                 return;
             }
         };
         // The call's first send is over: its outcome says the server asked.
-        self.record_outcome(&cx, Outcome::InputRequired);
+        self.records().record_outcome(&cx, Outcome::InputRequired);
         let gather = self.routing.next_number();
         self.gathers.insert(
             gather,
@@ -642,7 +646,8 @@ impl Gateway {
         if let Err(err) = crate::json::check_depth(&placed, self.limits.max_depth) {
             let text = super::call::too_deep_message(&err);
             tracing::warn!(tool.name = %cx.tool, "the host's answers to the server's questions, put in the call's params, {err}; the call was not sent again");
-            self.end_call(cx, CallEnd::Refused(Refusal::Malformed(text)));
+            self.records()
+                .end_call(cx, CallEnd::Refused(Refusal::Malformed(text)));
             return;
         }
         // The same call, its params as the host sent them, with the server's

@@ -4,11 +4,15 @@
 //! and a server that fails, times out, or answers what cannot be used,
 //! with what waited for it answered, retried or failed.
 //!
-//! This is glue between the parts: [`Upstreams`](super::upstreams::Upstreams)
-//! and [`Upstream`](super::upstreams::Upstream) hold the servers, the
-//! catalog their tools and pins, the in-flight table and `parked` what
-//! waits for them, `subscriptions` the hosts' resource subscriptions made
-//! again on a new start; each method here runs their steps in order.
+//! Each step is a method of [`Servers`], a view of the parts a server's
+//! life touches: [`Upstreams`] and [`Upstream`] hold the servers, the
+//! catalog their tools and pins, the in-flight table what waits for their
+//! answers, `subscriptions` the hosts' resource subscriptions made again on
+//! a new start. What waits for a server to be ready (`parked`), the
+//! pipeline and the merged lists are not in the view: a step leaves what
+//! they must do ([`Then`]: fail or answer a call, tell a person's prompt
+//! there is no dry run, finish a merged list, wake what waits) to the
+//! gateway, which does it, in order, as soon as the step returns.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -560,6 +564,41 @@ impl Servers<'_> {
         }
     }
 
+    /// A notification of read-only instance `idx`: whether it goes on as
+    /// the full instance's ([`read_only_note`]); a change to its tools has
+    /// it listed again.
+    pub(super) fn read_only_note_passes(&mut self, idx: ServerIdx, message: &Message<'_>) -> bool {
+        match read_only_note(message.method()) {
+            ReadOnlyNote::Pass => true,
+            ReadOnlyNote::Relist => {
+                self.tools_changed(idx);
+                false
+            }
+            ReadOnlyNote::Drop => {
+                tracing::debug!(server.id = %self.upstreams.name(idx), "the read-only instance sent `{}`; dropped", hintgate_policy::sanitize::escape_line(message.method()));
+                false
+            }
+        }
+    }
+
+    /// A server answered request `id` with a result that is not an object
+    /// (`shown`, its start): MCP results are objects, so the request fails
+    /// as if the server had answered with an error that says so (a call
+    /// with the outcome `protocol-error`), and the server goes on.
+    pub(super) fn result_not_object(&mut self, idx: ServerIdx, id: u64, shown: &str) {
+        let Some(purpose) = self.inflight.take_up(idx, id) else {
+            tracing::debug!("a late or unknown response upstream: {id}");
+            return;
+        };
+        let why = format!(
+            "server `{}` answered with a result that is not an object (`{}`); MCP results are objects, so hintgate did not pass it on",
+            self.upstreams.name(idx),
+            hintgate_policy::sanitize::escape_line(shown)
+        );
+        tracing::warn!(server.id = %self.upstreams.name(idx), "{why}");
+        self.unusable_answer(idx, purpose, &why);
+    }
+
     /// The answer to a request of the gateway's cannot be used (it nests too
     /// deep, or its result is not an object): the request fails as if the
     /// server had answered with an error. A call ends with the outcome
@@ -690,6 +729,34 @@ impl Servers<'_> {
     }
 }
 
+/// What becomes of a notification from a read-only instance.
+///
+/// A read-only instance lists nothing to a host: a change to its tools is
+/// listed again only to be compared, and what it says of its prompts and
+/// resources (never read through it) is dropped. What belongs to a call it
+/// runs (progress, a cancelled request of its own, a log message) reaches
+/// the host as the full instance's.
+#[derive(Debug, PartialEq, Eq)]
+enum ReadOnlyNote {
+    /// Passed on as any server's would be.
+    Pass,
+    /// Its tools are listed again; no host is told.
+    Relist,
+    /// Dropped.
+    Drop,
+}
+
+/// What becomes of a read-only instance's notification `method`.
+fn read_only_note(method: &str) -> ReadOnlyNote {
+    match method {
+        "notifications/tools/list_changed" => ReadOnlyNote::Relist,
+        "notifications/progress" | "notifications/cancelled" | "notifications/message" => {
+            ReadOnlyNote::Pass
+        }
+        _ => ReadOnlyNote::Drop,
+    }
+}
+
 /// A server's identity for people, and what its command line resolves to
 /// (for the identity key).
 fn identity_of(config: &ServerConfig) -> (String, Value) {
@@ -720,4 +787,27 @@ fn identity_of(config: &ServerConfig) -> (String, Value) {
         .and_then(|resolved| serde_json::to_value(resolved).ok())
         .unwrap_or(Value::Null);
     (identity, resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_only_instance_passes_on_only_what_belongs_to_a_call_it_runs() {
+        for (method, expected) in [
+            ("notifications/progress", ReadOnlyNote::Pass),
+            ("notifications/cancelled", ReadOnlyNote::Pass),
+            ("notifications/message", ReadOnlyNote::Pass),
+            ("notifications/tools/list_changed", ReadOnlyNote::Relist),
+            ("notifications/prompts/list_changed", ReadOnlyNote::Drop),
+            ("notifications/resources/list_changed", ReadOnlyNote::Drop),
+            ("notifications/resources/updated", ReadOnlyNote::Drop),
+            ("notifications/elicitation/complete", ReadOnlyNote::Drop),
+            ("notifications/progress/", ReadOnlyNote::Drop),
+            ("", ReadOnlyNote::Drop),
+        ] {
+            assert_eq!(read_only_note(method), expected, "{method}");
+        }
+    }
 }

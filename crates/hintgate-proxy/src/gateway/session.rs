@@ -171,6 +171,28 @@ impl Sessions {
         outbox.host(session, self.result_line(session, id, result));
     }
 
+    /// Sends notification `line` to session `id` unless its host is not
+    /// reading: then it is dropped and counted, and a list change (`list`,
+    /// its notification) is told again later.
+    pub fn deliver_note(
+        &mut self,
+        id: SessionId,
+        line: String,
+        list: Option<&'static str>,
+        metrics: Option<&crate::metrics::Metrics>,
+    ) {
+        if let Some(host) = self.get_mut(&id)
+            && !host.notify(line)
+        {
+            if let Some(metrics) = metrics {
+                metrics.dropped_notification();
+            }
+            if let Some(method) = list {
+                host.told.dropped(method);
+            }
+        }
+    }
+
     /// A notification for every host session, into the outbox.
     pub fn note_every(&self, outbox: &mut Outbox, line: &str) {
         for session in self.keys() {

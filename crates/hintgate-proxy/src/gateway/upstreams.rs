@@ -500,6 +500,28 @@ impl Upstreams {
         self.list.get_mut(idx)
     }
 
+    /// Sends `line` to start `generation` of server `idx` now (on behalf
+    /// of `principal`, in `turn`); a line for an earlier start, or a server
+    /// that is gone, is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`NotReading`] when the server left too much unread (see
+    /// [`Upstream::send_now`]).
+    pub(super) fn send_to(
+        &mut self,
+        idx: ServerIdx,
+        generation: u64,
+        line: String,
+        turn: u64,
+        principal: Option<Arc<str>>,
+    ) -> Result<(), NotReading> {
+        match self.list.get_mut(idx) {
+            Some(up) if up.generation() == generation => up.send_now(line, turn, principal),
+            _ => Ok(()),
+        }
+    }
+
     /// A server by its configured name.
     pub fn find(&self, name: &str) -> Option<ServerIdx> {
         self.by_name.get(name).copied()
