@@ -36,7 +36,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hmac::Mac as _;
 use serde::Serialize;
@@ -1220,13 +1219,6 @@ fn verify_run(
 /// time, not one per turn.
 pub const INDEX_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Records waiting for the indexer past which it stops gathering and
-/// writes at once: a gateway that journals faster than the indexer's
-/// thread gets the CPU would otherwise hold, in memory, what a whole gather
-/// brings (tens of thousands of records under load). Far more than a
-/// gather brings at full pace, so it costs an idle-paced gateway nothing.
-pub const INDEX_AT_ONCE: usize = 4096;
-
 /// The most records the indexer holds while the index fails; beyond it,
 /// it stops trying (the journal has them all, and the next start imports
 /// them once the run has ended).
@@ -1252,8 +1244,6 @@ pub struct Indexed {
 pub struct Indexer {
     sender: Option<std::sync::mpsc::Sender<Vec<Journaled>>>,
     thread: Option<std::thread::JoinHandle<Indexed>>,
-    /// Records handed over and not yet taken by the indexer's thread.
-    waiting: std::sync::Arc<AtomicUsize>,
 }
 
 impl Indexer {
@@ -1263,50 +1253,20 @@ impl Indexer {
     ///
     /// The thread cannot be started.
     pub fn spawn(log: std::sync::Arc<dyn AuditLog>, run: String) -> std::io::Result<Self> {
-        Self::gathering(log, run, INDEX_GATHER)
-    }
-
-    /// The same, gathering records for `gather` (or until
-    /// [`INDEX_AT_ONCE`] wait) before each write.
-    ///
-    /// # Errors
-    ///
-    /// The thread cannot be started.
-    pub fn gathering(
-        log: std::sync::Arc<dyn AuditLog>,
-        run: String,
-        gather: std::time::Duration,
-    ) -> std::io::Result<Self> {
         let (sender, receiver) = std::sync::mpsc::channel();
-        let waiting = std::sync::Arc::new(AtomicUsize::new(0));
-        let taken = std::sync::Arc::clone(&waiting);
         let thread = std::thread::Builder::new()
             .name("hintgate-index".into())
-            .spawn(move || index_loop(log.as_ref(), &run, &receiver, &taken, gather))?;
+            .spawn(move || index_loop(log.as_ref(), &run, &receiver))?;
         Ok(Self {
             sender: Some(sender),
             thread: Some(thread),
-            waiting,
         })
     }
 
-    /// Hands the indexer records written to the journal, in order; when
-    /// [`INDEX_AT_ONCE`] of them wait, its thread is woken to write them.
+    /// Hands the indexer records written to the journal, in order.
     pub fn send(&self, records: Vec<Journaled>) {
-        let Some(sender) = &self.sender else {
-            return;
-        };
-        let count = records.len();
-        let before = self.waiting.fetch_add(count, Ordering::Relaxed);
-        if sender.send(records).is_err() {
-            self.waiting.fetch_sub(count, Ordering::Relaxed);
-            return;
-        }
-        if before < INDEX_AT_ONCE
-            && before.saturating_add(count) >= INDEX_AT_ONCE
-            && let Some(thread) = &self.thread
-        {
-            thread.thread().unpark();
+        if let Some(sender) = &self.sender {
+            let _ = sender.send(records);
         }
     }
 
@@ -1337,8 +1297,6 @@ fn index_loop(
     log: &dyn AuditLog,
     run: &str,
     receiver: &std::sync::mpsc::Receiver<Vec<Journaled>>,
-    waiting: &AtomicUsize,
-    gather: std::time::Duration,
 ) -> Indexed {
     let mut done = Indexed::default();
     let Some(index) = log.journal_index() else {
@@ -1348,34 +1306,22 @@ fn index_loop(
     let mut calls = HashMap::new();
     let mut open = true;
     let mut failing = false;
-    let take = |records: Vec<Journaled>, pending: &mut Vec<Journaled>| {
-        waiting.fetch_sub(records.len(), Ordering::Relaxed);
-        pending.extend(records);
-    };
     while open {
         match receiver.recv() {
-            Ok(records) => take(records, &mut pending),
+            Ok(records) => pending.extend(records),
             Err(_) => open = false,
         }
         if open {
             // Whatever else comes meanwhile goes in the same transaction.
-            // The thread is parked rather than waiting on the channel, so
-            // the gateway's turns in between wake nobody (one wake-up per
+            // The thread sleeps rather than waiting on the channel, so the
+            // gateway's turns in between wake nobody (one wake-up per
             // gather, not one per turn); what waits meanwhile is what a
-            // gateway journals in the gather, or INDEX_AT_ONCE records,
-            // whose sender wakes the thread early.
-            let until = std::time::Instant::now() + gather;
-            while waiting.load(Ordering::Relaxed) < INDEX_AT_ONCE {
-                let left = until.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                std::thread::park_timeout(left);
-            }
+            // gateway journals in INDEX_GATHER.
+            std::thread::sleep(INDEX_GATHER);
         }
         loop {
             match receiver.try_recv() {
-                Ok(records) => take(records, &mut pending),
+                Ok(records) => pending.extend(records),
                 Err(std::sync::mpsc::TryRecvError::Empty) => break,
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => {
                     open = false;
