@@ -19,16 +19,22 @@ use super::hooks::Hooks;
 use super::inflight::InFlight;
 use super::journal::Journal;
 use super::outbox::Outbox;
+use super::records::Records;
 use super::request::{HostRequest, Method, ServerIdx, SessionId};
+use super::routing::Routing;
+use super::servers::Servers;
 use super::session::{Era, HostSession, Sessions};
 use super::stages::Stages;
 use super::steps::SessionFacts;
+use super::subscriptions::Subscriptions;
 use super::upstreams::{Phase, Upstreams};
 use super::watch::StoreWatcher;
 use super::{Limits, Mode, Observed, Observer};
 use crate::event::{EventReceiver, EventSender};
 use crate::metrics::Metrics;
 use crate::seal::Sealer;
+use crate::telemetry::Tracer;
+use crate::upstream::{Connector, SystemConnector};
 
 /// The parts a gateway would lend its steps and parts.
 pub(crate) struct Parts {
@@ -50,6 +56,10 @@ pub(crate) struct Parts {
     pub(crate) asks: Asks,
     pub(crate) watcher: Option<StoreWatcher>,
     pub(crate) outbox: Outbox,
+    pub(crate) subscriptions: Subscriptions,
+    pub(crate) routing: Routing,
+    pub(crate) connector: Arc<dyn Connector>,
+    pub(crate) tracer: Option<Tracer>,
     /// What the parts reported to the observer.
     pub(crate) seen: mpsc::UnboundedReceiver<Observed>,
     /// The events the parts sent the loop (kept open, so sends succeed).
@@ -104,6 +114,10 @@ impl Parts {
             asks: Asks::new("g-test".to_owned()),
             watcher: None,
             outbox: Outbox::new(),
+            subscriptions: Subscriptions::default(),
+            routing: Routing::default(),
+            connector: Arc::new(SystemConnector::with_store(None)),
+            tracer: None,
             seen,
             _events: receiver,
         }
@@ -229,5 +243,71 @@ impl Parts {
         host.era = era;
         host.elicitation = elicitation;
         self.sessions.insert(SessionId::FIRST, host);
+    }
+
+    /// The servers' part, as the gateway lends it for one step.
+    pub(crate) fn servers(&mut self) -> Servers<'_> {
+        Servers {
+            policy: &self.policy,
+            limits: &self.limits,
+            declared: &self.declared,
+            store: &self.store,
+            events: &self.events,
+            metrics: &self.metrics,
+            connector: &self.connector,
+            sessions: &self.sessions,
+            upstreams: &mut self.upstreams,
+            catalog: &mut self.catalog,
+            inflight: &mut self.inflight,
+            subscriptions: &mut self.subscriptions,
+            routing: &mut self.routing,
+            watcher: &mut self.watcher,
+            outbox: &mut self.outbox,
+            then: Vec::new(),
+        }
+    }
+
+    /// The view a call's records are written through.
+    pub(crate) fn records(&mut self) -> Records<'_> {
+        Records {
+            policy: &self.policy,
+            upstreams: &self.upstreams,
+            catalog: &self.catalog,
+            sessions: &mut self.sessions,
+            journal: &mut self.journal,
+            sealer: &self.sealer,
+            store: &self.store,
+            run_name: "g-test",
+            metrics: &self.metrics,
+            tracer: &self.tracer,
+            outbox: &mut self.outbox,
+        }
+    }
+
+    /// The journal writes to the store's log (as PostgreSQL's or the
+    /// memory store's would), so records can be read back.
+    pub(crate) fn logged(mut self) -> Self {
+        let redactor = hintgate_policy::redact::Redactor::new(
+            &hintgate_policy::redact::AuditSettings::default(),
+            hintgate_policy::redact::DigestKey::new([1; 32]),
+        );
+        let log = self
+            .store
+            .clone()
+            .map(|store| -> Arc<dyn hintgate_store::AuditLog> { store });
+        self.journal = Journal::new(log, "g-test".to_owned(), redactor);
+        self
+    }
+
+    /// The journal's batch committed, and the bodies of the log's records.
+    pub(crate) fn committed(&mut self) -> Vec<Value> {
+        self.journal.commit().unwrap();
+        let store = self.store.clone().unwrap();
+        store
+            .entries(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|entry| entry.body)
+            .collect()
     }
 }

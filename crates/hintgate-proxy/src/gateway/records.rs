@@ -425,7 +425,101 @@ pub(super) const fn counted_as_failed(outcome: Outcome) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::gateway::call::Exit;
+    use crate::gateway::fixture::{ONE, Parts, call, legacy_session, read_tool};
+    use crate::gateway::outbox::Outgoing;
+    use crate::gateway::request::SessionId;
+    use crate::gateway::session::Era;
+
+    /// Parts with a log, server `fs` listing `read`, and a legacy host.
+    fn parts() -> Parts {
+        let mut parts = Parts::new(ONE).listing(0, &[read_tool()]).logged();
+        parts.host(Era::Legacy("2025-11-25".to_owned()), false);
+        parts
+    }
+
+    /// The lines the turn has for hosts.
+    fn host_lines(parts: &mut Parts) -> Vec<Value> {
+        parts
+            .outbox
+            .take()
+            .into_iter()
+            .map(|outgoing| match outgoing {
+                Outgoing::Host(SessionId::FIRST, line) => serde_json::from_str(&line).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_that_ends_here_is_recorded_as_decided_and_answered_after_unless_withdrawn() {
+        let mut parts = parts();
+        let mut cx = call("fs__nothing", &json!({}));
+        let exit = parts.stages().run(&mut cx, legacy_session()).unwrap_err();
+        let Exit::End(end) = exit else {
+            panic!("{exit:?}");
+        };
+        parts.records().end_call(Box::new(cx), end);
+        let answers = host_lines(&mut parts);
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        assert_eq!(answers[0]["id"], 1);
+        let records = parts.committed();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(
+            (&records[0]["server"], &records[0]["tool"]),
+            (&json!("fs"), &json!("nothing"))
+        );
+        assert_eq!(records[0]["outcome"], "denied");
+        assert_eq!(records[0]["verdict"], "deny");
+        assert_eq!(records[0]["reasons"], json!(["unknown-tool"]));
+        // The host withdrew this one: on record, and not answered.
+        let cx = call("fs__read", &json!({"path": "a"}));
+        parts
+            .records()
+            .end_call(Box::new(cx), CallEnd::Withdrawn(Outcome::Cancelled));
+        assert!(parts.outbox.is_empty(), "a withdrawn call was answered");
+        let records = parts.committed();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[1]["outcome"], "cancelled");
+    }
+
+    #[test]
+    fn a_forwarded_call_is_recorded_before_its_outcome_which_names_it() {
+        let mut parts = parts();
+        let mut cx = call("fs__read", &json!({"path": "a"}));
+        parts.stages().run(&mut cx, legacy_session()).unwrap();
+        let place = parts.records().record_call(&cx, None);
+        assert_eq!(place, Some(0));
+        let seqs = parts.journal.commit().unwrap();
+        let records = parts.committed();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0]["tool"], "read");
+        assert!(records[0].get("outcome").is_none(), "{}", records[0]);
+        cx.record = seqs.first().copied();
+        let line = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#.to_owned();
+        parts.records().answer_call(&cx, line, Outcome::Ok);
+        assert_eq!(host_lines(&mut parts).len(), 1);
+        let store = parts.store.clone().unwrap();
+        parts.journal.commit().unwrap();
+        let entries = store.entries(0, 10).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1].call, cx.record, "the outcome names another call");
+    }
+
+    #[test]
+    fn without_a_log_nothing_is_recorded_and_an_ended_call_is_still_answered() {
+        let mut parts = Parts::new(ONE);
+        parts.host(Era::Legacy("2025-11-25".to_owned()), false);
+        let cx = call("fs__read", &json!({}));
+        assert_eq!(parts.records().record_call(&cx, None), None);
+        parts
+            .records()
+            .end_call(Box::new(cx), CallEnd::Refused(Refusal::UnknownTool));
+        assert_eq!(host_lines(&mut parts).len(), 1);
+    }
 
     #[test]
     fn only_a_servers_answer_or_failure_is_counted_as_its_latency() {

@@ -791,7 +791,108 @@ fn identity_of(config: &ServerConfig) -> (String, Value) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::gateway::call::Outcome;
+    use crate::gateway::fixture::{ONE, Parts, call, read_tool};
+    use crate::gateway::session::Era;
+
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// Parts where server `fs` runs and lists `read`, with a legacy host
+    /// whose call of it is in flight on the server under id 5.
+    fn in_flight() -> Parts {
+        let mut parts = Parts::new(ONE).listing(0, &[read_tool()]);
+        parts.host(Era::Legacy("2025-11-25".to_owned()), false);
+        let mut cx = call("fs__read", &json!({"path": "a"}));
+        cx.server = Some(0);
+        cx.tool = "read".to_owned();
+        parts
+            .inflight
+            .wait_up(0, 5, UpPurpose::Call(Box::new(cx)), WAIT);
+        parts
+    }
+
+    #[test]
+    fn a_server_that_fails_leaves_its_calls_to_fail_and_then_wakes_what_waits() {
+        let mut parts = in_flight();
+        parts.inflight.wait_up(0, 6, UpPurpose::ListTools, WAIT);
+        let mut servers = parts.servers();
+        servers.upstream_failed(0, "exit 1".to_owned());
+        let then = servers.then;
+        assert_eq!(then.len(), 2, "{then:?}");
+        assert!(
+            matches!(&then[0], Then::Failed(cx, Failure::Failed, why)
+                if cx.tool == "read" && why.contains("stopped before answering: exit 1")),
+            "{:?}",
+            then[0]
+        );
+        assert!(matches!(then[1], Then::Wake), "{:?}", then[1]);
+        assert!(matches!(
+            parts.upstreams.get(0).unwrap().phase,
+            Phase::Failed(_)
+        ));
+        assert!(
+            parts.inflight.take_up(0, 6).is_none(),
+            "a request of the failed start is still waited on"
+        );
+        // A second failure of a server already failed leaves nothing more.
+        let mut servers = parts.servers();
+        servers.upstream_failed(0, "again".to_owned());
+        assert!(servers.then.is_empty());
+    }
+
+    #[test]
+    fn a_result_that_is_not_an_object_answers_its_call_with_a_protocol_error() {
+        let mut parts = in_flight();
+        let mut servers = parts.servers();
+        servers.result_not_object(0, 5, "42");
+        let then = servers.then;
+        let [Then::Answer(cx, line, Outcome::ProtocolError)] = &then[..] else {
+            panic!("{then:?}");
+        };
+        assert_eq!(cx.tool, "read");
+        let answer: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(answer["id"], 1);
+        assert_eq!(answer["result"]["isError"], true);
+        assert!(answer.to_string().contains("not an object"), "{answer}");
+        // The server goes on.
+        assert_eq!(parts.upstreams.get(0).unwrap().phase, Phase::Ready);
+        // A late answer, or one to a request never sent, does nothing.
+        let mut servers = parts.servers();
+        servers.result_not_object(0, 5, "42");
+        assert!(servers.then.is_empty());
+    }
+
+    #[test]
+    fn a_tool_list_that_names_a_page_past_the_bound_fails_and_wakes_what_waits() {
+        let mut parts = Parts::new(ONE).running(0);
+        parts.catalog.begin_listing(0);
+        let page = r#"{"jsonrpc":"2.0","id":9,"result":{"tools":[],"nextCursor":"more"}}"#;
+        let message = crate::frame::Message::parse(page).unwrap();
+        for _ in 1..super::super::MAX_LIST_PAGES {
+            let mut servers = parts.servers();
+            servers.on_tools_page(0, &message);
+            assert!(servers.then.is_empty(), "the list was not followed");
+        }
+        assert_eq!(parts.outbox.take().len(), super::super::MAX_LIST_PAGES - 1);
+        let mut servers = parts.servers();
+        servers.on_tools_page(0, &message);
+        assert!(
+            matches!(servers.then[..], [Then::Wake]),
+            "{:?}",
+            servers.then
+        );
+        assert!(
+            parts.outbox.is_empty(),
+            "a page past the bound was asked for"
+        );
+        assert!(matches!(
+            parts.catalog.server(0).unwrap().listing,
+            Listing::Failed(_)
+        ));
+    }
 
     #[test]
     fn a_read_only_instance_passes_on_only_what_belongs_to_a_call_it_runs() {
