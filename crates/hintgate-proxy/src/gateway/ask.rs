@@ -16,8 +16,8 @@
 //! definition the server lists, and asked about anew if not. Anything else
 //! refuses it.
 //!
-//! The steps of asking (here, and in `hooks`, `previewers`, `dry_run` and
-//! `edit`) are methods of [`Desk`], a view of the parts they hold calls in
+//! The steps of asking (here, and in `held`, `dry_run` and `edit`) are
+//! methods of [`Desk`], a view of the parts they hold calls in
 //! and read: they cannot run the pipeline, write a record or start a
 //! server, and leave a call they are done with to the gateway ([`Then`]).
 //! So each is tested here with parts built by hand, no gateway.

@@ -23,9 +23,8 @@ use hintgate_policy::pin::PinDigest;
 use hintgate_policy::reason::ReasonCode;
 use tokio::time::Instant;
 
-use super::ask::Desk;
-use super::call::{CallContext, CallEnd, HookAsk, HookVerdict, Outcome, Refusal};
-use super::inflight::{DeadlineKey, Expired};
+use super::call::{CallContext, CallEnd, HookVerdict, Outcome, Refusal};
+use super::inflight::DeadlineKey;
 use super::request::SessionId;
 use crate::event::{EventSender, HookEvent};
 use crate::hook::{HookError, HookProcess};
@@ -36,8 +35,8 @@ pub(crate) const RESTART_AFTER: Duration = Duration::from_secs(1);
 /// The hooks, and the calls that wait for them.
 #[derive(Debug, Default)]
 pub(crate) struct Hooks {
-    slots: Vec<Slot>,
-    held: HashMap<u64, Held>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) held: HashMap<u64, Held>,
     next_id: u64,
     /// The previewer commands, the hooks' siblings: their events come
     /// through the same channel (slots from
@@ -47,7 +46,7 @@ pub(crate) struct Hooks {
 }
 
 #[derive(Debug)]
-struct Slot {
+pub(super) struct Slot {
     config: HookConfig,
     /// The persistent hook's process, while it runs.
     running: Option<HookProcess>,
@@ -61,13 +60,14 @@ struct Slot {
     per_call: HashMap<u64, HookProcess>,
 }
 
+/// A call waiting for a hook's answer.
 #[derive(Debug)]
-struct Held {
-    cx: Box<CallContext>,
-    slot: usize,
-    deadline: DeadlineKey,
-    digest: PinDigest,
-    so_far: (Verdict, Vec<ReasonCode>),
+pub(super) struct Held {
+    pub(super) cx: Box<CallContext>,
+    pub(super) slot: usize,
+    pub(super) deadline: DeadlineKey,
+    pub(super) digest: PinDigest,
+    pub(super) so_far: (Verdict, Vec<ReasonCode>),
 }
 
 // === impl Hooks ===
@@ -139,7 +139,7 @@ impl Hooks {
 
     /// Sends hook `idx` question `id`: its mode and deadline in
     /// milliseconds, or why it cannot be asked.
-    fn ask(
+    pub(super) fn ask(
         &mut self,
         idx: usize,
         id: u64,
@@ -218,7 +218,7 @@ impl Hooks {
     }
 
     /// What a line, or the end, from hook `idx` means for its calls.
-    fn on_event(&mut self, idx: usize, generation: u64, event: HookEvent) -> Heard {
+    pub(super) fn on_event(&mut self, idx: usize, generation: u64, event: HookEvent) -> Heard {
         let Some(slot) = self.slots.get(idx) else {
             return Heard::Nothing;
         };
@@ -286,7 +286,7 @@ impl Hooks {
 
     /// The call waiting for question `id` of hook `idx`, taken; `None` for
     /// a late or unknown answer (its call timed out, or was withdrawn).
-    fn take_answered(&mut self, idx: usize, id: u64) -> Option<Held> {
+    pub(super) fn take_answered(&mut self, idx: usize, id: u64) -> Option<Held> {
         let owned = self.held.get(&id).is_some_and(|held| held.slot == idx);
         if !owned {
             tracing::debug!(
@@ -301,7 +301,7 @@ impl Hooks {
     /// A persistent hook stopped speaking the protocol, or ended: it is
     /// stopped (and started again on the next call); the questions it had,
     /// in order, whose calls are refused.
-    fn broke(&mut self, idx: usize) -> Vec<u64> {
+    pub(super) fn broke(&mut self, idx: usize) -> Vec<u64> {
         if let Some(slot) = self.slots.get_mut(idx)
             && let Some(mut process) = slot.running.take()
         {
@@ -319,7 +319,7 @@ impl Hooks {
 
     /// Question `id` was not answered in time: its call, taken, and its
     /// deadline in milliseconds. A per-call hook is killed.
-    fn timed_out(&mut self, id: u64) -> Option<(Held, u64)> {
+    pub(super) fn timed_out(&mut self, id: u64) -> Option<(Held, u64)> {
         let held = self.held.remove(&id)?;
         let timeout_ms = self.slots.get_mut(held.slot).map_or(0, |slot| {
             if let Some(mut process) = slot.per_call.remove(&id) {
@@ -333,7 +333,7 @@ impl Hooks {
     /// The calls of `session` waiting for a hook (one, for `request_id`),
     /// taken in the order they were asked about; a per-call hook asked
     /// about one is killed.
-    fn withdraw(&mut self, session: SessionId, request_id: Option<&str>) -> Vec<Held> {
+    pub(super) fn withdraw(&mut self, session: SessionId, request_id: Option<&str>) -> Vec<Held> {
         let mut ids: Vec<u64> = self
             .held
             .iter()
@@ -374,7 +374,7 @@ impl Hooks {
 }
 
 /// What a hook's line or end means for the calls waiting on it.
-enum Heard {
+pub(super) enum Heard {
     /// Nothing: an earlier start's last words, or an unknown hook.
     Nothing,
     /// The answer to a question.
@@ -383,111 +383,8 @@ enum Heard {
     Broke(String),
 }
 
-// === impl Desk ===
-
-impl Desk<'_> {
-    /// Step 3 of the pipeline, for a call the hook takes part in: the
-    /// question goes to the hook, and the call waits for the answer.
-    pub(super) fn ask_hook(&mut self, cx: Box<CallContext>, ask: HookAsk) {
-        let HookAsk {
-            slot: idx,
-            id,
-            line,
-            digest,
-            so_far,
-        } = ask;
-        let timeout_ms = match self.hooks.ask(idx, id, line, self.events) {
-            Ok(timeout_ms) => timeout_ms,
-            Err(why) => {
-                if self.hooks.slots.get(idx).is_some() {
-                    tracing::warn!(tool.name = %cx.tool, "the decision hook could not be asked: {why}");
-                }
-                self.again(answered(cx, digest, so_far, OwnedAnswer::Failed(why)));
-                return;
-            }
-        };
-        let deadline = self
-            .inflight
-            .deadline(Duration::from_millis(timeout_ms), Expired::Hook(id));
-        self.hooks.held.insert(
-            id,
-            Held {
-                cx,
-                slot: idx,
-                deadline,
-                digest,
-                so_far,
-            },
-        );
-    }
-
-    /// A line, or the end, from a hook: the calls it answers, or every call
-    /// it had when it broke, go through the pipeline again.
-    pub(super) fn on_hook_event(&mut self, idx: usize, generation: u64, event: HookEvent) {
-        if let Some(previewer) = idx.checked_sub(super::previewers::PREVIEW_SLOTS) {
-            self.on_previewer_event(previewer, generation, event);
-            return;
-        }
-        match self.hooks.on_event(idx, generation, event) {
-            Heard::Nothing => {}
-            Heard::Reply(id, answer) => self.hook_reply(idx, id, answer),
-            Heard::Broke(why) => {
-                for id in self.hooks.broke(idx) {
-                    self.hook_reply(idx, id, OwnedAnswer::Failed(why.clone()));
-                }
-            }
-        }
-    }
-
-    /// The answer to question `id` of hook `idx`; a late one (its call timed
-    /// out, or was withdrawn) is dropped.
-    fn hook_reply(&mut self, idx: usize, id: u64, answer: OwnedAnswer) {
-        let Some(held) = self.hooks.take_answered(idx, id) else {
-            return;
-        };
-        self.inflight.cancel_deadline(&held.deadline);
-        self.again(answered(held.cx, held.digest, held.so_far, answer));
-    }
-
-    /// A hook did not answer in time: its call is refused. A persistent
-    /// hook goes on (its late answer is dropped); a per-call one is killed.
-    pub(super) fn hook_timed_out(&mut self, id: u64) {
-        if self.previewer_timed_out(id) {
-            return;
-        }
-        let Some((held, timeout_ms)) = self.hooks.timed_out(id) else {
-            return;
-        };
-        let why = format!("the decision hook did not answer within {timeout_ms} ms");
-        tracing::warn!(tool.name = %held.cx.tool, "{why}");
-        self.again(answered(
-            held.cx,
-            held.digest,
-            held.so_far,
-            OwnedAnswer::Failed(why),
-        ));
-    }
-
-    /// The host cancelled a call, or its session ended, while the hook was
-    /// asked about it: it ends here, on record, and the hook's answer, when
-    /// it comes, is dropped. `request_id` picks one call; `None` every call
-    /// of the session.
-    pub(super) fn withdraw_hook_calls(
-        &mut self,
-        session: SessionId,
-        request_id: Option<&str>,
-        end: &CallEnd,
-    ) {
-        for held in self.hooks.withdraw(session, request_id) {
-            self.inflight.cancel_deadline(&held.deadline);
-            self.end(held.cx, end.clone());
-        }
-        self.withdraw_previewed_calls(session, request_id, end);
-    }
-}
-
 /// The call with the hook's answer, to go through the pipeline again.
-fn answered(
+pub(super) fn answered(
     mut cx: Box<CallContext>,
     digest: PinDigest,
     so_far: (Verdict, Vec<ReasonCode>),

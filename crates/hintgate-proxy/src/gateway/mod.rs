@@ -61,6 +61,7 @@ pub(crate) mod edit;
 pub(crate) mod era;
 #[cfg(test)]
 pub(crate) mod fixture;
+pub(crate) mod held;
 pub(crate) mod hooks;
 pub(crate) mod inflight;
 pub(crate) mod journal;

@@ -18,16 +18,13 @@
 //! refused for it.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use hintgate_policy::config::{HookConfig, HookMode, Previewer};
 use hintgate_policy::preview::{PreviewSource, Previewed, read_answer};
 
-use super::ask::Desk;
-use super::call::{CallContext, CallEnd};
-use super::inflight::{DeadlineKey, Expired};
+use super::call::CallContext;
+use super::inflight::DeadlineKey;
 use super::lookup::Lookup;
-use super::request::SessionId;
 use super::steps::SessionFacts;
 use crate::event::HookEvent;
 use crate::hook::HookProcess;
@@ -39,32 +36,32 @@ pub(crate) const PREVIEW_SLOTS: usize = usize::MAX / 2;
 /// The previewer processes, and the calls that wait for their previews.
 #[derive(Debug, Default)]
 pub(crate) struct Previewers {
-    slots: Vec<Slot>,
-    held: HashMap<u64, Held>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) held: HashMap<u64, Held>,
 }
 
 #[derive(Debug)]
-struct Slot {
-    config: HookConfig,
+pub(super) struct Slot {
+    pub(super) config: HookConfig,
     /// The persistent previewer's process, while it runs.
     running: Option<HookProcess>,
     /// Which start of it is the current one.
     generation: u64,
     /// The per-call processes, by their question's id.
-    per_call: HashMap<u64, HookProcess>,
+    pub(super) per_call: HashMap<u64, HookProcess>,
 }
 
 #[derive(Debug)]
-struct Held {
-    cx: Box<CallContext>,
-    slot: usize,
-    deadline: DeadlineKey,
+pub(super) struct Held {
+    pub(super) cx: Box<CallContext>,
+    pub(super) slot: usize,
+    pub(super) deadline: DeadlineKey,
 }
 
 // === impl Previewers ===
 
 impl Previewers {
-    fn slot_of(&mut self, config: &HookConfig) -> usize {
+    pub(super) fn slot_of(&mut self, config: &HookConfig) -> usize {
         if let Some(idx) = self.slots.iter().position(|slot| &slot.config == config) {
             return idx;
         }
@@ -79,7 +76,7 @@ impl Previewers {
 
     /// Sends previewer `idx` question `id` (a persistent one is started
     /// when it is not running).
-    fn ask(
+    pub(super) fn ask(
         &mut self,
         idx: usize,
         id: u64,
@@ -134,7 +131,12 @@ impl Previewers {
 
     /// What a line, or the end, of previewer `idx` answers: each question
     /// answered, with its preview (or why there is none).
-    fn on_event(&mut self, idx: usize, generation: u64, event: HookEvent) -> Vec<(u64, Previewed)> {
+    pub(super) fn on_event(
+        &mut self,
+        idx: usize,
+        generation: u64,
+        event: HookEvent,
+    ) -> Vec<(u64, Previewed)> {
         let Some(slot) = self.slots.get_mut(idx) else {
             return Vec::new();
         };
@@ -222,119 +224,6 @@ impl Previewers {
     }
 }
 
-// === impl Desk ===
-
-impl Desk<'_> {
-    /// Asks the previewer command about a call a person is to be asked
-    /// about; the call waits for its preview (or its failure) and is then
-    /// asked about.
-    pub(super) fn preview_then_ask(&mut self, mut cx: Box<CallContext>, config: &HookConfig) {
-        let id = self.hooks.next_id();
-        let Some(line) = self.lookup().previewer_question(&cx, id) else {
-            cx.preview = Some(Previewed::unavailable(
-                PreviewSource::Command,
-                "the call could not be described to the previewer",
-            ));
-            self.ask(cx);
-            return;
-        };
-        let previewers = &mut self.hooks.previewers;
-        let slot = previewers.slot_of(config);
-        if let Err(why) = previewers.ask(slot, id, line, self.events) {
-            tracing::warn!(tool.name = %cx.tool, "the previewer {why}");
-            cx.preview = Some(Previewed::unavailable(
-                PreviewSource::Command,
-                format!("the previewer {why}"),
-            ));
-            self.ask(cx);
-            return;
-        }
-        let deadline = self
-            .inflight
-            .deadline(Duration::from_millis(config.timeout_ms), Expired::Hook(id));
-        self.hooks
-            .previewers
-            .held
-            .insert(id, Held { cx, slot, deadline });
-    }
-
-    /// A line, or the end, of a previewer: each call it answers is asked
-    /// about, with the preview or why there is none.
-    pub(super) fn on_previewer_event(&mut self, idx: usize, generation: u64, event: HookEvent) {
-        for (id, previewed) in self.hooks.previewers.on_event(idx, generation, event) {
-            let Some(held) = self.hooks.previewers.held.remove(&id) else {
-                tracing::debug!(question = id, "a late or unknown answer of a previewer");
-                continue;
-            };
-            self.inflight.cancel_deadline(&held.deadline);
-            let mut cx = held.cx;
-            cx.preview = Some(previewed);
-            self.ask(cx);
-        }
-    }
-
-    /// A previewer did not answer question `id` in time: the call is asked
-    /// about without a preview (a per-call previewer is killed). Whether
-    /// the question was a previewer's.
-    pub(super) fn previewer_timed_out(&mut self, id: u64) -> bool {
-        let Some(held) = self.hooks.previewers.held.remove(&id) else {
-            return false;
-        };
-        let timeout_ms = self
-            .hooks
-            .previewers
-            .slots
-            .get_mut(held.slot)
-            .map_or(0, |slot| {
-                if let Some(mut process) = slot.per_call.remove(&id) {
-                    process.kill();
-                }
-                slot.config.timeout_ms
-            });
-        let mut cx = held.cx;
-        tracing::warn!(tool.name = %cx.tool, "the previewer did not answer within {timeout_ms} ms");
-        cx.preview = Some(Previewed::unavailable(
-            PreviewSource::Command,
-            format!("the previewer did not answer within {timeout_ms} ms"),
-        ));
-        self.ask(cx);
-        true
-    }
-
-    /// The host cancelled a call, or its session ended, while a previewer
-    /// was asked about it: it ends here, on record, with `end`.
-    pub(super) fn withdraw_previewed_calls(
-        &mut self,
-        session: SessionId,
-        request_id: Option<&str>,
-        end: &CallEnd,
-    ) {
-        let previewers = &mut self.hooks.previewers;
-        let mut ids: Vec<u64> = previewers
-            .held
-            .iter()
-            .filter(|(_, held)| {
-                held.cx.request.session == session
-                    && request_id.is_none_or(|id| held.cx.request.id() == id)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        ids.sort_unstable();
-        for id in ids {
-            let Some(held) = self.hooks.previewers.held.remove(&id) else {
-                continue;
-            };
-            if let Some(slot) = self.hooks.previewers.slots.get_mut(held.slot)
-                && let Some(mut process) = slot.per_call.remove(&id)
-            {
-                process.kill();
-            }
-            self.inflight.cancel_deadline(&held.deadline);
-            self.end(held.cx, end.clone());
-        }
-    }
-}
-
 // === impl Lookup ===
 
 impl Lookup<'_> {
@@ -349,7 +238,7 @@ impl Lookup<'_> {
 
     /// The question for a previewer: the decision hook's, for this call
     /// and its decision.
-    fn previewer_question(&self, cx: &CallContext, id: u64) -> Option<String> {
+    pub(super) fn previewer_question(&self, cx: &CallContext, id: u64) -> Option<String> {
         let idx = cx.server?;
         let entry = self.catalog.tool(idx, &cx.tool)?;
         let (Ok(tool), Some(digest), Some(decision)) = (&entry.tool, entry.digest, &cx.decision)
