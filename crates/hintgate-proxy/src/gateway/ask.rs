@@ -322,7 +322,7 @@ fn queue_answered(
 ) {
     observer.observe(|| Observed::Answered {
         server,
-        tool: cx.tool.clone(),
+        tool: cx.tool().to_owned(),
         approved: ending == AskEnding::Approved,
         answer,
     });
@@ -337,8 +337,8 @@ fn observe_unanswered(
     answer: String,
 ) {
     observer.observe(|| Observed::Answered {
-        server: cx.server.map_or("", |idx| upstreams.name(idx)).to_owned(),
-        tool: cx.tool.clone(),
+        server: cx.server().map_or("", |idx| upstreams.name(idx)).to_owned(),
+        tool: cx.tool().to_owned(),
         approved: false,
         answer,
     });
@@ -438,16 +438,16 @@ impl Desk<'_> {
     /// call, anything else refuses it.
     pub(super) fn on_ask_answer(&mut self, mut cx: Box<CallContext>, message: &Message<'_>) {
         let server = cx
-            .server
+            .server()
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
         let remember = match elicitation_answer(message) {
             Elicited::Approved(remember) => remember,
             Elicited::Refused { failed, why, short } => {
-                tracing::info!(server.id = %server, tool.name = %cx.tool, "refused by the person: {why}");
+                tracing::info!(server.id = %server, tool.name = %cx.tool(), "refused by the person: {why}");
                 self.observer.observe(|| Observed::Answered {
                     server: server.clone(),
-                    tool: cx.tool.clone(),
+                    tool: cx.tool().to_owned(),
                     approved: false,
                     answer: short.to_owned(),
                 });
@@ -466,7 +466,7 @@ impl Desk<'_> {
                 return;
             }
         };
-        tracing::info!(server.id = %server, tool.name = %cx.tool, "approved by the person");
+        tracing::info!(server.id = %server, tool.name = %cx.tool(), "approved by the person");
         let may_remember = offer_of(&cx) == RememberOffer::UpToAlways;
         let answer = match remember {
             Remember::Session if may_remember => {
@@ -479,7 +479,7 @@ impl Desk<'_> {
         };
         self.observer.observe(|| Observed::Answered {
             server,
-            tool: cx.tool.clone(),
+            tool: cx.tool().to_owned(),
             approved: true,
             answer: answer.to_owned(),
         });
@@ -553,7 +553,7 @@ impl Desk<'_> {
 
     /// Puts a call that needs a person in the approval queue and holds it.
     fn enqueue(&mut self, cx: Box<CallContext>, prompt: String) {
-        let (Some(store), Some(idx)) = (self.store.clone(), cx.server) else {
+        let (Some(store), Some(idx)) = (self.store.clone(), cx.server()) else {
             self.end(cx, denied("It needs a person's approval, and this host cannot ask one (it did not declare elicitation).", Approver::Gateway).into());
             return;
         };
@@ -566,7 +566,7 @@ impl Desk<'_> {
             session: self.asks.run.clone(),
             server: server.clone(),
             server_key: self.catalog.key(idx).unwrap_or_default().to_owned(),
-            tool: cx.tool.clone(),
+            tool: cx.tool().to_owned(),
             digest: cx.digest_text().unwrap_or_default().to_owned(),
             prompt,
             // The same content as JSON, arguments redacted as in the prompt,
@@ -586,7 +586,7 @@ impl Desk<'_> {
         let id = match store.enqueue(&pending) {
             Ok(id) => id,
             Err(err) => {
-                tracing::error!(server.id = %server, tool.name = %cx.tool, "the approval queue could not be written: {err}");
+                tracing::error!(server.id = %server, tool.name = %cx.tool(), "the approval queue could not be written: {err}");
                 let extra = format!(
                     "It needs a person's approval; this host cannot ask one, and the approval queue could not be written ({err})."
                 );
@@ -609,14 +609,14 @@ impl Desk<'_> {
         };
         watcher.watch_queue(id);
         tracing::warn!(
-            server.id = %server, tool.name = %cx.tool,
+            server.id = %server, tool.name = %cx.tool(),
             "call #{id} waits for a person: `hintgate approvals approve {id}` or `hintgate approvals deny {id}` (within {} s)",
             self.limits.ask_timeout.as_secs()
         );
         self.observer.observe(|| Observed::Queued {
             id,
             server,
-            tool: cx.tool.clone(),
+            tool: cx.tool().to_owned(),
         });
         let deadline = self
             .inflight
@@ -778,12 +778,12 @@ impl Desk<'_> {
 
     fn apply_queue_answer(&mut self, mut cx: Box<CallContext>, id: u64, answer: &Answer) {
         let server = cx
-            .server
+            .server()
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
         let by = hintgate_policy::sanitize::sanitize(&answer.by).text;
         if !answer.approve {
-            tracing::info!(server.id = %server, tool.name = %cx.tool, "denied in the approval queue by {by}");
+            tracing::info!(server.id = %server, tool.name = %cx.tool(), "denied in the approval queue by {by}");
             queue_answered(
                 self.observer,
                 self.metrics.as_deref(),
@@ -821,7 +821,7 @@ impl Desk<'_> {
         } else {
             answer.remember
         };
-        tracing::info!(server.id = %server, tool.name = %cx.tool, "approved in the approval queue by {by}");
+        tracing::info!(server.id = %server, tool.name = %cx.tool(), "approved in the approval queue by {by}");
         queue_answered(
             self.observer,
             self.metrics.as_deref(),
@@ -867,15 +867,15 @@ impl Lookup<'_> {
         redacted: bool,
         render: impl FnOnce(&hintgate_policy::decide::Policy, &PromptInput<'_>) -> R,
     ) -> Option<R> {
-        let idx = cx.server?;
+        let idx = cx.server()?;
         let tool = self
             .catalog
-            .tool(idx, &cx.tool)
+            .tool(idx, cx.tool())
             .and_then(|entry| entry.tool.as_ref().ok())?;
         let changes = match cx.pin() {
             PinStatus::Changed => self
                 .catalog
-                .pinned_definition(idx, &cx.tool)
+                .pinned_definition(idx, cx.tool())
                 .map(|old| diff(old, tool))
                 .unwrap_or_default(),
             PinStatus::New | PinStatus::Unchanged => Vec::new(),
@@ -917,8 +917,8 @@ impl Lookup<'_> {
     /// stored), and, for a call a person edited, how (see `edit`).
     fn details_for_edits(&self, cx: &CallContext, mut details: Value) -> Value {
         let schema = cx
-            .server
-            .and_then(|idx| self.catalog.tool(idx, &cx.tool))
+            .server()
+            .and_then(|idx| self.catalog.tool(idx, cx.tool()))
             .and_then(|entry| entry.tool.as_ref().ok())
             .and_then(|tool| tool.input_schema.clone());
         if let Some(object) = details.as_object_mut() {
@@ -1017,7 +1017,7 @@ impl super::stages::Stages<'_> {
     /// The refusal when the state cannot be used or the person said no.
     pub(super) fn open_modern_answer(&mut self, cx: &mut CallContext) -> Result<(), Refusal> {
         let server = cx
-            .server
+            .server()
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
         let state = cx.params.request_state.as_deref().unwrap_or_default();
@@ -1027,7 +1027,7 @@ impl super::stages::Stages<'_> {
             cx.arguments_or_empty(),
             &super::previews::sealed_pin(cx),
         ) {
-            tracing::warn!(server.id = %server, tool.name = %cx.tool, "refused a returned approval: {err}");
+            tracing::warn!(server.id = %server, tool.name = %cx.tool(), "refused a returned approval: {err}");
             let extra = format!("The approval could not be used: {err}.");
             return Err(denied(&extra, Approver::Gateway));
         }
@@ -1051,7 +1051,7 @@ impl super::stages::Stages<'_> {
             };
             self.observer.observe(|| Observed::Answered {
                 server: server.clone(),
-                tool: cx.tool.clone(),
+                tool: cx.tool().to_owned(),
                 approved: false,
                 answer: why.to_owned(),
             });
@@ -1078,7 +1078,7 @@ impl super::stages::Stages<'_> {
         );
         self.observer.observe(|| Observed::Answered {
             server,
-            tool: cx.tool.clone(),
+            tool: cx.tool().to_owned(),
             approved: true,
             answer: "approved".to_owned(),
         });

@@ -28,6 +28,16 @@ use super::request::{HostRequest, ServerIdx};
 use crate::frame;
 use crate::json::{JsonError, span_in};
 
+/// Where a call goes, known together once its name is resolved (step 1):
+/// no call has a server without the server's name of its tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// The server.
+    pub server: ServerIdx,
+    /// The server's own name of the tool.
+    pub tool: String,
+}
+
 /// A host's `tools/call` on its way through the pipeline.
 #[derive(Debug)]
 pub(crate) struct CallContext {
@@ -39,10 +49,8 @@ pub(crate) struct CallContext {
     /// prompt, the seal and the audit record read them; the server gets the
     /// host's bytes).
     pub arguments: Option<Value>,
-    /// The server, once resolved.
-    pub server: Option<ServerIdx>,
-    /// The server's own name of the tool, once resolved.
-    pub tool: String,
+    /// The server and its own name of the tool, once resolved (step 1).
+    resolved: Option<Resolved>,
     /// The policy's decision, once decided.
     pub decision: Option<Decision>,
     /// What step 3 read of the definition decided on, once it was decided
@@ -428,6 +436,23 @@ struct RawParams<'a> {
 }
 
 impl CallContext {
+    /// The call's server, once resolved.
+    pub fn server(&self) -> Option<ServerIdx> {
+        self.resolved.as_ref().map(|resolved| resolved.server)
+    }
+
+    /// The server's own name of the tool, once resolved; empty before.
+    pub fn tool(&self) -> &str {
+        self.resolved
+            .as_ref()
+            .map_or("", |resolved| resolved.tool.as_str())
+    }
+
+    /// Step 1 resolved the call to `tool` of `server`.
+    pub fn resolve(&mut self, server: ServerIdx, tool: String) {
+        self.resolved = Some(Resolved { server, tool });
+    }
+
     /// The context of a host's `tools/call`, its params parsed once.
     ///
     /// # Errors
@@ -446,8 +471,7 @@ impl CallContext {
             request,
             params,
             arguments: None,
-            server: None,
-            tool: String::new(),
+            resolved: None,
             decision: None,
             definition: None,
             approver: Approver::Nobody,

@@ -63,7 +63,7 @@ impl Desk<'_> {
         cx: &CallContext,
         argument: &str,
     ) -> Result<(ServerIdx, u64), String> {
-        let idx = cx.server.ok_or("the call has no server")?;
+        let idx = cx.server().ok_or("the call has no server")?;
         let name = self.upstreams.name(idx).to_owned();
         let config = self.policy.server(&name);
         if config.is_none_or(|server| server.trust != Trust::Trusted) {
@@ -142,8 +142,8 @@ impl Desk<'_> {
 impl Lookup<'_> {
     /// The dry-run argument configured for a call's tool, if any.
     pub(super) fn dry_run_argument(&self, cx: &CallContext) -> Option<String> {
-        let name = self.upstreams.name(cx.server?);
-        match self.policy.config().preview_for(name, &cx.tool)? {
+        let name = self.upstreams.name(cx.server()?);
+        match self.policy.config().preview_for(name, cx.tool())? {
             Previewer::DryRun { argument } => Some(argument.clone()),
             Previewer::Files(_) | Previewer::Command(_) => None,
         }

@@ -61,13 +61,13 @@ impl Desk<'_> {
         text: &str,
     ) {
         let server = cx
-            .server
+            .server()
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
         let arguments = match self.lookup().edited_arguments(&cx, text) {
             Ok(arguments) => arguments,
             Err(why) => {
-                tracing::warn!(server.id = %server, tool.name = %cx.tool, "the edit of #{entry} by {by} was not used: {why}");
+                tracing::warn!(server.id = %server, tool.name = %cx.tool(), "the edit of #{entry} by {by} was not used: {why}");
                 cx.edit_refused = Some(format!(
                     "the edit of #{entry} by {by} could not be used ({why}); below is the call as the host asked it."
                 ));
@@ -75,7 +75,7 @@ impl Desk<'_> {
                 return;
             }
         };
-        tracing::info!(server.id = %server, tool.name = %cx.tool, "edited in the approval queue by {by} (#{entry}): decided, checked and asked about again");
+        tracing::info!(server.id = %server, tool.name = %cx.tool(), "edited in the approval queue by {by} (#{entry}): decided, checked and asked about again");
         let canonical = canonical_json(&Value::Object(arguments.clone()));
         // The host's arguments, kept for the record through further edits.
         let original = match cx.edit.take() {
@@ -113,7 +113,7 @@ impl Lookup<'_> {
     fn edited_arguments(&self, cx: &CallContext, text: &str) -> Result<Map<String, Value>, String> {
         let edited = hintgate_store::edit::read_stored(text).map_err(|err| err.to_string())?;
         let mut arguments = edited.arguments;
-        let idx = cx.server.ok_or("the call has no server")?;
+        let idx = cx.server().ok_or("the call has no server")?;
         if let Some(idem) = &cx.idem
             && let Some(property) = self
                 .policy
@@ -133,7 +133,10 @@ impl Lookup<'_> {
                 }
             }
         }
-        let entry = self.catalog.tool(idx, &cx.tool).ok_or("the tool is gone")?;
+        let entry = self
+            .catalog
+            .tool(idx, cx.tool())
+            .ok_or("the tool is gone")?;
         if entry.digest.is_none() || entry.digest != cx.digest() {
             return Err("the server changed the tool's definition since".to_owned());
         }

@@ -39,7 +39,7 @@ impl Desk<'_> {
             Ok(timeout_ms) => timeout_ms,
             Err(why) => {
                 if self.hooks.slots.get(idx).is_some() {
-                    tracing::warn!(tool.name = %cx.tool, "the decision hook could not be asked: {why}");
+                    tracing::warn!(tool.name = %cx.tool(), "the decision hook could not be asked: {why}");
                 }
                 self.again(answered(cx, digest, so_far, OwnedAnswer::Failed(why)));
                 return;
@@ -98,7 +98,7 @@ impl Desk<'_> {
             return;
         };
         let why = format!("the decision hook did not answer within {timeout_ms} ms");
-        tracing::warn!(tool.name = %held.cx.tool, "{why}");
+        tracing::warn!(tool.name = %held.cx.tool(), "{why}");
         self.again(answered(
             held.cx,
             held.digest,
@@ -144,7 +144,7 @@ impl Desk<'_> {
         let previewers = &mut self.hooks.previewers;
         let slot = previewers.slot_of(config);
         if let Err(why) = previewers.ask(slot, id, line, self.events) {
-            tracing::warn!(tool.name = %cx.tool, "the previewer {why}");
+            tracing::warn!(tool.name = %cx.tool(), "the previewer {why}");
             cx.preview = Some(Previewed::unavailable(
                 PreviewSource::Command,
                 format!("the previewer {why}"),
@@ -195,7 +195,7 @@ impl Desk<'_> {
                 slot.config.timeout_ms
             });
         let mut cx = held.cx;
-        tracing::warn!(tool.name = %cx.tool, "the previewer did not answer within {timeout_ms} ms");
+        tracing::warn!(tool.name = %cx.tool(), "the previewer did not answer within {timeout_ms} ms");
         cx.preview = Some(Previewed::unavailable(
             PreviewSource::Command,
             format!("the previewer did not answer within {timeout_ms} ms"),

@@ -96,7 +96,7 @@ impl Keys<'_> {
         };
         let takes_key = self
             .catalog
-            .tool(idx, &cx.tool)
+            .tool(idx, cx.tool())
             .and_then(|entry| entry.tool.as_ref().ok())
             .and_then(|tool| tool.input_schema.as_ref())
             .and_then(|schema| schema.get("properties"))
@@ -146,7 +146,7 @@ impl Keys<'_> {
             .store
             .as_ref()
             .and(self.catalog.key(idx))
-            .map(|server_key| key_scope(server_key, &cx.tool, &key));
+            .map(|server_key| key_scope(server_key, cx.tool(), &key));
         cx.idem = Some(Idem {
             key,
             filled,
@@ -280,7 +280,7 @@ impl Keys<'_> {
         if let Err(err) = store.end_key(scope, self.run_name, end, unix_now()) {
             // The record stays `running`: a later call with the key is
             // refused, never sent twice.
-            tracing::error!(tool.name = %cx.tool, "the end of a keyed call could not be recorded: {err}");
+            tracing::error!(tool.name = %cx.tool(), "the end of a keyed call could not be recorded: {err}");
         }
     }
 

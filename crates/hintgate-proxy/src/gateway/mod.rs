@@ -1278,7 +1278,7 @@ impl Gateway {
         for item in self.parked.take_expired(now) {
             match item {
                 Waiting::Call(cx) => {
-                    let name = cx.server.map_or("", |idx| self.upstreams.name(idx));
+                    let name = cx.server().map_or("", |idx| self.upstreams.name(idx));
                     let why = format!(
                         "server `{name}` was not ready to take the call within {seconds} s (it did not finish starting or listing its tools)"
                     );

@@ -94,7 +94,7 @@ pub(super) fn record_approval(
     cx: &CallContext,
     remember: Remember,
 ) {
-    let Some(idx) = cx.server else {
+    let Some(idx) = cx.server() else {
         return;
     };
     let may_remember = cx
@@ -105,15 +105,15 @@ pub(super) fn record_approval(
         && may_remember
         && let Some(host) = sessions.get_mut(&cx.request.session)
     {
-        host.remembered.insert((idx, cx.tool.clone()));
+        host.remembered.insert((idx, cx.tool().to_owned()));
     }
     let Some(digest) = cx.digest() else {
         return;
     };
     let always = remember == Remember::Always && may_remember && store.is_some();
     let name = upstreams.name(idx).to_owned();
-    if let Err(err) = catalog.approve(idx, &name, &cx.tool, digest, always, unix_now()) {
-        tracing::error!(server.id = %name, tool.name = %cx.tool, "the approval could not be stored: {err}");
+    if let Err(err) = catalog.approve(idx, &name, cx.tool(), digest, always, unix_now()) {
+        tracing::error!(server.id = %name, tool.name = %cx.tool(), "the approval could not be stored: {err}");
     }
 }
 
@@ -227,7 +227,7 @@ impl Gateway {
     /// Sends a call whose record is durable. Called only by the end of a
     /// turn, for calls the pipeline forwarded.
     pub(super) fn send_call(&mut self, mut cx: Box<CallContext>) {
-        let Some(idx) = cx.server else {
+        let Some(idx) = cx.server() else {
             return;
         };
         if self.ended_before_send(&cx, idx) {
@@ -334,7 +334,7 @@ impl Gateway {
     /// A forwarded call failed or could not be sent: what happens next is
     /// [`after_failure`]'s (design §4.5); this applies it.
     pub(super) fn call_failed(&mut self, mut cx: Box<CallContext>, failure: Failure, reason: &str) {
-        let trusted = cx.server.is_some_and(|idx| {
+        let trusted = cx.server().is_some_and(|idx| {
             self.policy
                 .server(self.upstreams.name(idx))
                 .is_some_and(|server| server.trust == hintgate_policy::tool::Trust::Trusted)
@@ -350,10 +350,10 @@ impl Gateway {
             AfterFailure::Retry(outcome) => {
                 match failure {
                     Failure::Failed => {
-                        tracing::warn!(tool.name = %cx.tool, "{reason}; retrying once (trusted server, and a read-only or idempotent tool or a call with an idempotency key)")
+                        tracing::warn!(tool.name = %cx.tool(), "{reason}; retrying once (trusted server, and a read-only or idempotent tool or a call with an idempotency key)")
                     }
                     Failure::Unsent => {
-                        tracing::debug!(tool.name = %cx.tool, "{reason}; the call goes through the pipeline again")
+                        tracing::debug!(tool.name = %cx.tool(), "{reason}; the call goes through the pipeline again")
                     }
                 }
                 self.records().record_outcome(&cx, outcome);
@@ -485,8 +485,9 @@ pub(super) fn send_target(
             up.phase == super::upstreams::Phase::Ready
                 && Some(up.generation()) == cx.read_only_generation
         });
-    let listed = instance
-        .is_some_and(|instance| read_only_lists(catalog, instance, &cx.tool, cx.digest()).is_ok());
+    let listed = instance.is_some_and(|instance| {
+        read_only_lists(catalog, instance, cx.tool(), cx.digest()).is_ok()
+    });
     match instance {
         Some(instance) if current && listed => Ok(instance),
         _ => Err(format!(
@@ -551,7 +552,7 @@ pub(super) fn call_line_with(
         let text = params.get(member.span.clone()).unwrap_or("");
         let value = params.get(member.value.clone()).unwrap_or("null");
         match member.key.as_ref() {
-            "name" => writer.member("name", &string_literal(&cx.tool)),
+            "name" => writer.member("name", &string_literal(cx.tool())),
             "arguments" if filled.is_some() => {
                 writer.member("arguments", filled.unwrap_or("{}"));
                 arguments_done = true;
@@ -702,13 +703,13 @@ mod tests {
             crate::gateway::stages::resolve_call(&upstreams, &mut cx),
             Ok(0)
         ));
-        assert_eq!((cx.server, cx.tool.as_str()), (Some(0), "read"));
+        assert_eq!((cx.server(), cx.tool()), (Some(0), "read"));
         let mut cx = call("other__read");
         assert!(matches!(
             crate::gateway::stages::resolve_call(&upstreams, &mut cx),
             Err(Exit::End(CallEnd::Refused(Refusal::UnknownTool)))
         ));
-        assert_eq!(cx.server, None);
+        assert_eq!(cx.server(), None);
         let mut cx = call("docs___x");
         let Err(Exit::End(CallEnd::Refused(Refusal::AmbiguousName(why)))) =
             crate::gateway::stages::resolve_call(&upstreams, &mut cx)
@@ -716,6 +717,6 @@ mod tests {
             panic!("a name two prefixes fit was routed");
         };
         assert!(why.contains("of server `docs_`"), "{why}");
-        assert_eq!(cx.server, None);
+        assert_eq!(cx.server(), None);
     }
 }

@@ -229,8 +229,8 @@ impl Previewers {
 impl Lookup<'_> {
     /// The previewer command configured for a call's tool, if any.
     pub(super) fn previewer_command(&self, cx: &CallContext) -> Option<HookConfig> {
-        let name = self.upstreams.name(cx.server?);
-        match self.policy.config().preview_for(name, &cx.tool)? {
+        let name = self.upstreams.name(cx.server()?);
+        match self.policy.config().preview_for(name, cx.tool())? {
             Previewer::Command(config) => Some(config.clone()),
             Previewer::Files(_) | Previewer::DryRun { .. } => None,
         }
@@ -239,14 +239,14 @@ impl Lookup<'_> {
     /// The question for a previewer: the decision hook's, for this call
     /// and its decision.
     pub(super) fn previewer_question(&self, cx: &CallContext, id: u64) -> Option<String> {
-        let idx = cx.server?;
-        let entry = self.catalog.tool(idx, &cx.tool)?;
+        let idx = cx.server()?;
+        let entry = self.catalog.tool(idx, cx.tool())?;
         let (Ok(tool), Some(digest), Some(decision)) = (&entry.tool, entry.digest, &cx.decision)
         else {
             return None;
         };
         let session = SessionFacts::of(cx.request.session, self.sessions.get(&cx.request.session));
-        let facts = self.call_facts(idx, &cx.tool, tool, digest, session);
+        let facts = self.call_facts(idx, cx.tool(), tool, digest, session);
         Some(self.hook_question(cx, idx, tool, &facts, id, decision))
     }
 }

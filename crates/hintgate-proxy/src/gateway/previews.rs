@@ -49,11 +49,11 @@ impl Lookup<'_> {
     /// of a server recognised as the reference filesystem server. `None`
     /// when its tool has none.
     pub(super) fn preview_of(&self, cx: &CallContext) -> Option<Previewed> {
-        let idx = cx.server?;
+        let idx = cx.server()?;
         let name = self.upstreams.name(idx);
         let config = self.policy.config();
         let built_in;
-        let previewer = match config.preview_for(name, &cx.tool) {
+        let previewer = match config.preview_for(name, cx.tool()) {
             Some(previewer) => previewer,
             None => {
                 let server = config.servers.get(name)?;
@@ -61,7 +61,7 @@ impl Lookup<'_> {
                     let identity = self.catalog.identity(idx)?;
                     preview::builtin_roots_by_identity(server, identity)
                 })?;
-                built_in = Previewer::Files(preview::builtin(&cx.tool, roots)?);
+                built_in = Previewer::Files(preview::builtin(cx.tool(), roots)?);
                 &built_in
             }
         };
@@ -85,7 +85,7 @@ impl Lookup<'_> {
             return Ok(());
         }
         tracing::warn!(
-            tool.name = %cx.tool,
+            tool.name = %cx.tool(),
             "the file changed after the person approved the call: it is asked about again"
         );
         cx.preview = again;

@@ -140,20 +140,20 @@ impl Records<'_> {
                 None => return None,
             },
         };
-        let server = cx.server.map_or("", |idx| self.upstreams.name(idx));
-        let identity = cx.server.and_then(|idx| self.catalog.key(idx));
+        let server = cx.server().map_or("", |idx| self.upstreams.name(idx));
+        let identity = cx.server().and_then(|idx| self.catalog.key(idx));
         // The hosts an enforced `network = ["host:port", ...]` lets the
         // server reach: where it can send what it has.
         let egress = cx
-            .server
+            .server()
             .filter(|idx| self.catalog.sandbox(*idx).egress_only)
             .and_then(|_| self.policy.server(server))
             .and_then(|config| config.sandbox.as_ref())
             .map(hintgate_policy::config::SandboxConfig::egress_hosts);
-        let tool = if cx.tool.is_empty() {
+        let tool = if cx.tool().is_empty() {
             cx.params.name.as_str()
         } else {
-            cx.tool.as_str()
+            cx.tool()
         };
         // The arguments as the host sent them, when they parse.
         let parsed;
@@ -253,7 +253,7 @@ pub(super) fn token_scope_of(
     cx: &CallContext,
     principal: Option<&str>,
 ) -> Option<String> {
-    let idx = cx.server?;
+    let idx = cx.server()?;
     let idx = match cx.instance {
         Instance::ReadOnly => upstreams.get(idx)?.read_only?,
         Instance::Full => idx,
@@ -268,7 +268,7 @@ pub(super) fn instance_fields<'a>(
     upstreams: &'a super::upstreams::Upstreams,
     cx: &CallContext,
 ) -> Option<(Instance, Option<&'a str>)> {
-    let instance = upstreams.get(cx.server?)?.read_only?;
+    let instance = upstreams.get(cx.server()?)?.read_only?;
     cx.digest()?;
     let key = match cx.instance {
         Instance::ReadOnly => upstreams
@@ -300,16 +300,16 @@ pub(super) fn export_trace(
         ("mcp.method.name", "tools/call".to_owned()),
         (
             "mcp.tool.name",
-            if cx.tool.is_empty() {
+            if cx.tool().is_empty() {
                 cx.params.name.clone()
             } else {
-                cx.tool.clone()
+                cx.tool().to_owned()
             },
         ),
         ("hintgate.outcome", code.to_owned()),
         ("hintgate.approver", cx.approver.to_string()),
     ];
-    if let Some(idx) = cx.server {
+    if let Some(idx) = cx.server() {
         attributes.push(("mcp.server.name", upstreams.name(idx).to_owned()));
     }
     if let Some(decision) = decision {
@@ -348,7 +348,7 @@ pub(super) fn count_upstream(
     cx: &CallContext,
     outcome: Outcome,
 ) {
-    let (Some(metrics), Some(started), Some(idx)) = (metrics, cx.started, cx.server) else {
+    let (Some(metrics), Some(started), Some(idx)) = (metrics, cx.started, cx.server()) else {
         return;
     };
     if let Some(failed) = counted_as_failed(outcome) {
@@ -366,14 +366,14 @@ pub(super) fn end_line(
     end: &CallEnd,
 ) -> String {
     let decision = &end.decision(cx.decision.as_ref());
-    let server = cx.server.map_or("", |idx| upstreams.name(idx));
+    let server = cx.server().map_or("", |idx| upstreams.name(idx));
     let answer = end.answer(Refused {
         host_name: &cx.params.name,
         server,
-        tool: if cx.tool.is_empty() {
+        tool: if cx.tool().is_empty() {
             &cx.params.name
         } else {
-            &cx.tool
+            cx.tool()
         },
         decision,
         policy,
@@ -394,10 +394,10 @@ pub(super) fn taint_by_replay(
     cx: &CallContext,
     end: &CallEnd,
 ) {
-    if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server)
+    if let (CallEnd::Replayed(_), Some(idx)) = (end, cx.server())
         && cx.taints()
     {
-        let what = format!("a replayed result of `{}`", cx.tool);
+        let what = format!("a replayed result of `{}`", cx.tool());
         sessions.taint(cx.request.session, upstreams.name(idx), &what);
     }
 }

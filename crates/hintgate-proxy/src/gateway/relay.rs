@@ -503,7 +503,9 @@ impl Gateway {
                 Refusal::BadState("The relayed answer names no question.".to_owned()),
             );
         };
-        cx.server = Some(idx);
+        // The retry names the host's tool; its record keeps that name.
+        let name = cx.params.name.clone();
+        cx.resolve(idx, name);
         let new_host_id = cx.request.id().to_owned();
         match self.inflight.peek_up_mut(idx, call_id) {
             Some(UpPurpose::Call(waiting)) if waiting.request.session == cx.request.session => {
@@ -550,7 +552,7 @@ impl Gateway {
                 cx.attempt + 1,
                 super::MAX_SENDS
             );
-            tracing::warn!(tool.name = %cx.tool, "{text}");
+            tracing::warn!(tool.name = %cx.tool(), "{text}");
             let line = frame::error_response(cx.request.id(), -32603, &text);
             self.records()
                 .answer_call(&cx, line, Outcome::ProtocolError);
@@ -573,7 +575,7 @@ impl Gateway {
                 requests.len(),
                 super::MAX_QUESTIONS
             );
-            tracing::warn!(tool.name = %cx.tool, "{text}");
+            tracing::warn!(tool.name = %cx.tool(), "{text}");
             let line = frame::error_response(cx.request.id(), -32603, &text);
             self.records()
                 .answer_call(&cx, line, Outcome::ProtocolError);
@@ -645,7 +647,7 @@ impl Gateway {
         let placed = format!("{{\"params\":{{\"inputResponses\":{responses}}}}}");
         if let Err(err) = crate::json::check_depth(&placed, self.limits.max_depth) {
             let text = super::call::too_deep_message(&err);
-            tracing::warn!(tool.name = %cx.tool, "the host's answers to the server's questions, put in the call's params, {err}; the call was not sent again");
+            tracing::warn!(tool.name = %cx.tool(), "the host's answers to the server's questions, put in the call's params, {err}; the call was not sent again");
             self.records()
                 .end_call(cx, CallEnd::Refused(Refusal::Malformed(text)));
             return;
@@ -743,7 +745,7 @@ impl Lookup<'_> {
     ) -> Result<Vec<(String, String, Value)>, String> {
         // Each question a person reads is marked as the server's.
         let server = cx
-            .server
+            .server()
             .map_or("", |idx| self.upstreams.name(idx))
             .to_owned();
         let mut questions = Vec::with_capacity(requests.len());
@@ -757,7 +759,7 @@ impl Lookup<'_> {
             // The host is asked only what it said it takes, as when the
             // server asks it directly.
             host_takes(self.sessions, cx.request.session, &method).and_then(|()| {
-                match cx.server {
+                match cx.server() {
                     Some(idx) => {
                         mark_for_host(self.policy, self.upstreams, idx, &method, &mut params)
                     }

@@ -806,8 +806,7 @@ mod tests {
         let mut parts = Parts::new(ONE).listing(0, &[read_tool()]);
         parts.host(Era::Legacy("2025-11-25".to_owned()), false);
         let mut cx = call("fs__read", &json!({"path": "a"}));
-        cx.server = Some(0);
-        cx.tool = "read".to_owned();
+        cx.resolve(0, "read".to_owned());
         parts
             .inflight
             .wait_up(0, 5, UpPurpose::Call(Box::new(cx)), WAIT);
@@ -824,7 +823,7 @@ mod tests {
         assert_eq!(then.len(), 2, "{then:?}");
         assert!(
             matches!(&then[0], Then::Failed(cx, Failure::Failed, why)
-                if cx.tool == "read" && why.contains("stopped before answering: exit 1")),
+                if cx.tool() == "read" && why.contains("stopped before answering: exit 1")),
             "{:?}",
             then[0]
         );
@@ -852,7 +851,7 @@ mod tests {
         let [Then::Answer(cx, line, Outcome::ProtocolError)] = &then[..] else {
             panic!("{then:?}");
         };
-        assert_eq!(cx.tool, "read");
+        assert_eq!(cx.tool(), "read");
         let answer: Value = serde_json::from_str(line).unwrap();
         assert_eq!(answer["id"], 1);
         assert_eq!(answer["result"]["isError"], true);

@@ -100,8 +100,7 @@ pub(super) fn resolve_call(upstreams: &Upstreams, cx: &mut CallContext) -> Resul
             return Err(Refusal::AmbiguousName(upstreams.ambiguity(&found)).into());
         }
     };
-    cx.server = Some(idx);
-    cx.tool = tool;
+    cx.resolve(idx, tool);
     Ok(idx)
 }
 
@@ -230,7 +229,7 @@ impl Stages<'_> {
         idx: ServerIdx,
         session: SessionFacts,
     ) -> Result<(Verdict, Option<Arc<jsonschema::Validator>>), Exit> {
-        let Some(entry) = self.catalog.tool(idx, &cx.tool) else {
+        let Some(entry) = self.catalog.tool(idx, cx.tool()) else {
             return Err(Refusal::UnknownTool.into());
         };
         // A name a person could misread is never decided on (see
@@ -244,7 +243,7 @@ impl Stages<'_> {
             (Ok(tool), Some(digest)) => {
                 let facts = self
                     .lookup()
-                    .call_facts(idx, &cx.tool, tool, digest, session);
+                    .call_facts(idx, cx.tool(), tool, digest, session);
                 cx.decided_on(Definition {
                     digest,
                     digest_text: entry.digest_text.clone(),
@@ -269,14 +268,14 @@ impl Stages<'_> {
         cx.trace_mark(|trace| &mut trace.decided);
         tracing::debug!(
             server.id = %server,
-            tool.name = %cx.tool,
+            tool.name = %cx.tool(),
             decision.verdict = ?decision.verdict,
             decision.reasons = ?decision.codes().map(|code| code.as_str()).collect::<Vec<_>>(),
             "tools/call"
         );
         self.observer.observe(|| Observed::Decided {
             server: server.to_owned(),
-            tool: cx.tool.clone(),
+            tool: cx.tool().to_owned(),
             decision: decision.clone(),
         });
         if let Some(metrics) = self.metrics
@@ -312,7 +311,7 @@ impl Stages<'_> {
         let server = self.upstreams.name(idx);
         let (Some(config), Some(Ok(tool))) = (
             self.policy.hook_for(server),
-            self.catalog.tool(idx, &cx.tool).map(|entry| &entry.tool),
+            self.catalog.tool(idx, cx.tool()).map(|entry| &entry.tool),
         ) else {
             return Refusal::Malformed("no hook".to_owned()).into();
         };
@@ -371,7 +370,7 @@ impl Stages<'_> {
                     .to_owned(),
             ));
         }
-        read_only_lists(self.catalog, instance, &cx.tool, cx.digest())
+        read_only_lists(self.catalog, instance, cx.tool(), cx.digest())
             .map_err(Refusal::ReadOnlyDiffers)?;
         cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
         Ok(())
@@ -521,7 +520,7 @@ impl Stages<'_> {
         view: &CallResultView<'_>,
     ) -> Result<Outcome, Answered> {
         if cx.taints() {
-            let what = format!("a result of `{}`", cx.tool);
+            let what = format!("a result of `{}`", cx.tool());
             self.sessions
                 .taint(cx.request.session, self.upstreams.name(idx), &what);
         }
@@ -557,7 +556,7 @@ impl Stages<'_> {
         text: &str,
         outcome: Outcome,
     ) -> Answered {
-        tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool, "{text}");
+        tracing::warn!(server.id = %self.upstreams.name(idx), tool.name = %cx.tool(), "{text}");
         let refused = error_result(text);
         if outcome == Outcome::OutputSchemaMismatch {
             self.keys().key_done(cx, &refused.to_string());
@@ -592,7 +591,7 @@ mod tests {
     fn step_2_starts_a_stopped_server_once_per_call_then_waits_or_answers_its_failure() {
         let mut parts = Parts::new(ONE);
         let mut cx = call("fs__read", &json!({}));
-        cx.server = Some(0);
+        cx.resolve(0, "read".to_owned());
         // Stopped: the call needs it started, and notes it did.
         let exit = parts.stages().definition_ready(&mut cx, 0).unwrap_err();
         assert!(matches!(exit, Exit::Need(Need::Start(0))), "{exit:?}");
@@ -647,8 +646,7 @@ mod tests {
             .stages()
             .decide_call(
                 &mut {
-                    cx.server = Some(0);
-                    cx.tool = "read".to_owned();
+                    cx.resolve(0, "read".to_owned());
                     cx
                 },
                 0,
@@ -659,8 +657,7 @@ mod tests {
         assert!(input.is_some(), "the input schema goes to step 4");
         // The same claim from an untrusted server asks a person.
         let mut cx = call("web__read", &json!({"path": "a"}));
-        cx.server = Some(1);
-        cx.tool = "read".to_owned();
+        cx.resolve(1, "read".to_owned());
         let (verdict, _) = parts
             .stages()
             .decide_call(&mut cx, 1, legacy_session())
@@ -670,8 +667,7 @@ mod tests {
         assert_eq!(parts.decided(), vec![Verdict::Allow, Verdict::Ask]);
         // A tool the server does not list is no call to decide.
         let mut cx = call("fs__gone", &json!({}));
-        cx.server = Some(0);
-        cx.tool = "gone".to_owned();
+        cx.resolve(0, "gone".to_owned());
         let exit = parts
             .stages()
             .decide_call(&mut cx, 0, legacy_session())
@@ -687,8 +683,7 @@ mod tests {
         let mut parts = Parts::new(&config).listing(0, &[read_tool(), delete_tool()]);
         // A deny rule settles it: the hook is not asked.
         let mut cx = call("fs__delete", &json!({}));
-        cx.server = Some(0);
-        cx.tool = "delete".to_owned();
+        cx.resolve(0, "delete".to_owned());
         let exit = parts
             .stages()
             .decide_call(&mut cx, 0, legacy_session())
@@ -704,8 +699,7 @@ mod tests {
         assert_eq!(decision.codes().next(), Some(ReasonCode::RuleDeny));
         // Else the hook is asked first, with the call's arguments.
         let mut cx = call("fs__read", &json!({"path": "notes.txt"}));
-        cx.server = Some(0);
-        cx.tool = "read".to_owned();
+        cx.resolve(0, "read".to_owned());
         let Exit::Hook(ask) = parts
             .stages()
             .decide_call(&mut cx, 0, legacy_session())
@@ -725,8 +719,7 @@ mod tests {
         let config = "[servers.db]\ncommand = \"x\"\ntrust = \"trusted\"\n[servers.db.read_only]\nargs = [\"r\"]\nvouch = true\n";
         let mut parts = Parts::new(config).listing(0, &[read_tool()]);
         let mut cx = call("db__read", &json!({"path": "a"}));
-        cx.server = Some(0);
-        cx.tool = "read".to_owned();
+        cx.resolve(0, "read".to_owned());
         parts
             .stages()
             .decide_call(&mut cx, 0, legacy_session())
@@ -748,8 +741,7 @@ mod tests {
     fn step_4_refuses_arguments_that_do_not_parse_or_fit_the_schema() {
         let mut parts = Parts::new(ONE).listing(0, &[read_tool()]);
         let mut cx = call("fs__read", &json!({"path": 7}));
-        cx.server = Some(0);
-        cx.tool = "read".to_owned();
+        cx.resolve(0, "read".to_owned());
         let (_, input) = parts
             .stages()
             .decide_call(&mut cx, 0, legacy_session())
@@ -760,8 +752,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(refusal(exit), Refusal::InvalidArguments(_)));
         let mut cx = call("fs__read", &json!({"path": "a"}));
-        cx.server = Some(0);
-        cx.tool = "read".to_owned();
+        cx.resolve(0, "read".to_owned());
         parts
             .stages()
             .validate(&mut cx, 0, input.as_deref())
