@@ -38,6 +38,19 @@ pub(crate) struct Resolved {
     pub tool: String,
 }
 
+/// What step 3b of the pipeline notes of a server's read-only instance for
+/// a call decided for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ReadOnlyLeg {
+    /// Which start of the instance listed the definition decided on (the
+    /// call is sent only to that start).
+    pub generation: Option<u64>,
+    /// The instance was started again for this call (once).
+    pub restarted: Option<ServerIdx>,
+    /// The instance's tools were listed once for this call.
+    pub relisted: bool,
+}
+
 /// A host's `tools/call` on its way through the pipeline.
 #[derive(Debug)]
 pub(crate) struct CallContext {
@@ -94,13 +107,9 @@ pub(crate) struct CallContext {
     pub arguments_filled: Option<String>,
     /// Which instance of its server the call goes to (decided with it).
     pub instance: Instance,
-    /// For a call to the read-only instance: which start of it listed the
-    /// definition decided on (the call is sent only to that start).
-    pub read_only_generation: Option<u64>,
-    /// The read-only instance was started again for this call (once).
-    pub read_only_restarted: Option<ServerIdx>,
-    /// The read-only instance's tools were listed once for this call.
-    pub read_only_relisted: bool,
+    /// What step 3b noted of the read-only instance, for a call decided
+    /// for it (nothing for a call to the full instance).
+    pub read_only: ReadOnlyLeg,
     /// What its trace notes as it goes, when traces are exported.
     pub trace: Option<Box<crate::telemetry::CallTrace>>,
     /// What the call will do, as last previewed for a person (or why there
@@ -489,9 +498,7 @@ impl CallContext {
             idem: None,
             arguments_filled: None,
             instance: Instance::Full,
-            read_only_generation: None,
-            read_only_restarted: None,
-            read_only_relisted: false,
+            read_only: ReadOnlyLeg::default(),
             preview: None,
             approved_preview: None,
             preview_changed: false,
@@ -591,9 +598,7 @@ impl CallContext {
         self.generation = None;
         self.relisted = false;
         self.instance = Instance::Full;
-        self.read_only_generation = None;
-        self.read_only_restarted = None;
-        self.read_only_relisted = false;
+        self.read_only = ReadOnlyLeg::default();
     }
 
     /// The context of a call that could not be read: its name when one can

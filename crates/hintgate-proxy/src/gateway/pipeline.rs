@@ -483,11 +483,10 @@ pub(super) fn send_target(
         .and_then(|instance| upstreams.get(instance))
         .is_some_and(|up| {
             up.phase == super::upstreams::Phase::Ready
-                && Some(up.generation()) == cx.read_only_generation
+                && Some(up.generation()) == cx.read_only.generation
         });
-    let listed = instance.is_some_and(|instance| {
-        read_only_lists(catalog, instance, cx.tool(), cx.digest()).is_ok()
-    });
+    let listed = instance
+        .is_some_and(|instance| read_only_lists(catalog, instance, cx.tool(), cx.digest()).is_ok());
     match instance {
         Some(instance) if current && listed => Ok(instance),
         _ => Err(format!(

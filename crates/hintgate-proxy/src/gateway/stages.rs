@@ -345,7 +345,7 @@ impl Stages<'_> {
                 "server `{name}` has no read-only instance"
             )));
         };
-        match started(self.upstreams, instance, &mut cx.read_only_restarted) {
+        match started(self.upstreams, instance, &mut cx.read_only.restarted) {
             Started::Ready => {}
             Started::Starting => return Err(Exit::Wait),
             Started::Failed(reason) => {
@@ -353,7 +353,7 @@ impl Stages<'_> {
             }
             Started::Start => return Err(Exit::Need(Need::Start(instance))),
         }
-        match listed(self.catalog, instance, &mut cx.read_only_relisted) {
+        match listed(self.catalog, instance, &mut cx.read_only.relisted) {
             ToolList::Listed => {}
             ToolList::Running => return Err(Exit::Wait),
             ToolList::Failed(reason) => {
@@ -372,7 +372,7 @@ impl Stages<'_> {
         }
         read_only_lists(self.catalog, instance, cx.tool(), cx.digest())
             .map_err(Refusal::ReadOnlyDiffers)?;
-        cx.read_only_generation = self.upstreams.get(instance).map(|up| up.generation());
+        cx.read_only.generation = self.upstreams.get(instance).map(|up| up.generation());
         Ok(())
     }
 
