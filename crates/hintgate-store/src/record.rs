@@ -576,21 +576,9 @@ const fn verdict_name(verdict: Verdict) -> &'static str {
     }
 }
 
-/// Writes `text` as a JSON string, escaped as serde escapes it: only `"`,
-/// `\\` and control characters are escaped, so a text without them is
-/// written as it is, and any other is left to serde.
+/// Writes `text` as a JSON string, escaped as serde escapes it.
 fn push_string(out: &mut String, text: &str) {
-    if text
-        .bytes()
-        .all(|byte| byte >= 0x20 && byte != b'"' && byte != b'\\')
-    {
-        out.push('"');
-        out.push_str(text);
-        out.push('"');
-    } else {
-        // Serialising a string cannot fail.
-        out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "null".to_owned()));
-    }
+    hintgate_policy::pin::push_json_string(out, text);
 }
 
 /// [`push_string`], or `null`.
