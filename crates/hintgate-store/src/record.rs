@@ -10,7 +10,10 @@
 //!   sorted, no whitespace): the bytes the keyed chain covers. The fields of
 //!   each type are declared in sorted order, so the serializer writes them
 //!   sorted; fields that older builds did not write are left out when they
-//!   are absent, and fields every build wrote are written as `null`.
+//!   are absent, and fields every build wrote are written as `null`. The
+//!   call and outcomes records, written for every call, are written member
+//!   by member here instead (keys as literals), to the same bytes as the
+//!   serializer's, which a test holds them to.
 //! - [`Record::read`] reads a stored body strictly: an unknown field, a
 //!   missing one, a value of another type or an unknown code fails, and so
 //!   does a body that the type would not write back byte for byte (a field
