@@ -277,8 +277,51 @@ fn write_string(text: &str, out: &mut String) {
 /// Writes `text` as a JSON string, escaped as `serde_json` escapes it (the
 /// form canonical JSON uses).
 pub(crate) fn write_json_string(text: &str, out: &mut String) {
-    // Serializing a &str cannot fail; the fallback keeps the function total.
-    out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\"")));
+    push_json_string(out, text);
+}
+
+/// Writes `text` at the end of `out` as a JSON string, escaped as
+/// `serde_json` escapes it (the form canonical JSON and the audit records
+/// use). serde escapes only `"`, `\\` and control characters (below
+/// U+0020), so a text without them is copied between quotes as it is; any
+/// other is written by serde.
+pub fn push_json_string(out: &mut String, text: &str) {
+    if needs_escape(text.as_bytes()) {
+        // Serializing a &str cannot fail; the fallback keeps the function total.
+        out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\"")));
+    } else {
+        out.reserve(text.len() + 2);
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    }
+}
+
+/// Whether `bytes` hold a `"`, a `\\` or a control character (below
+/// 0x20), eight bytes at a time: in each word, a byte below 0x20, or equal
+/// to one of the two once XORed with it (so zero, below 1), sets its top
+/// bit in `(x - 0x01..01 * n) & !x & 0x80..80`; the test is exact as to
+/// whether any byte does (borrows only ever follow a byte that did).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    let below = |word: u64, n: u64| word.wrapping_sub(ONES * n) & !word & TOPS;
+    let mut words = bytes.chunks_exact(8);
+    for chunk in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        let found = below(word, 0x20)
+            | below(word ^ (ONES * u64::from(b'"')), 1)
+            | below(word ^ (ONES * u64::from(b'\\')), 1);
+        if found != 0 {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
 }
 
 /// The differences between a pinned definition and the current one: each
@@ -387,5 +430,32 @@ mod tests {
                 new: Some("false".into()),
             }]
         );
+    }
+
+    /// A string is written as serde writes it, wherever in it a character
+    /// to escape falls (each place of an eight-byte word and the tail).
+    #[test]
+    fn a_json_string_is_escaped_as_serde_escapes_it() {
+        let mut special: Vec<char> = (0u8..0x20).map(char::from).collect();
+        special.extend(['"', '\\', '\u{7f}', ' ', '!', '#', '[', ']', 'é']);
+        for len in 0..20 {
+            for at in 0..len {
+                for &ch in &special {
+                    let text: String = (0..len).map(|n| if n == at { ch } else { 'a' }).collect();
+                    let mut out = String::new();
+                    push_json_string(&mut out, &text);
+                    assert_eq!(out, serde_json::to_string(&text).unwrap(), "{text:?}");
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_json_string_is_escaped_as_serde_escapes_it(text in "\\PC*|[\\x00-\\x7f]*") {
+            let mut out = String::new();
+            push_json_string(&mut out, &text);
+            proptest::prop_assert_eq!(out, serde_json::to_string(&text).unwrap());
+        }
     }
 }

@@ -250,6 +250,9 @@ pub fn check_depth(text: &str, max_depth: usize) -> Result<(), JsonError> {
 /// The bytes [`check_depth`] stops at.
 const STRUCTURE: [u8; 5] = [b'"', b'{', b'[', b'}', b']'];
 
+/// The bytes [`scan_keys`] acts on.
+const SCANNED: [u8; 6] = [b'"', b'{', b'[', b'}', b']', b','];
+
 /// What [`scan_keys`] found.
 enum Scan {
     Unique,
@@ -273,10 +276,12 @@ struct Open {
 }
 
 fn scan_keys(bytes: &[u8], max_depth: usize) -> Scan {
-    let mut stack: Vec<Open> = Vec::new();
+    // A message nests a few levels and has a handful of keys per object:
+    // room for those up front saves growing the stacks key by key.
+    let mut stack: Vec<Open> = Vec::with_capacity(8);
     // The keys of every open object, innermost last: byte ranges (keys
     // without escapes) or decoded text (keys with them).
-    let mut keys: Vec<KeyText> = Vec::new();
+    let mut keys: Vec<KeyText> = Vec::with_capacity(16);
     let mut idx = 0;
     while let Some(&byte) = bytes.get(idx) {
         match byte {
@@ -295,7 +300,7 @@ fn scan_keys(bytes: &[u8], max_depth: usize) -> Scan {
                         return Scan::Broken;
                     };
                     open.expect_key = false;
-                    if key.decoded(bytes) == RAW_VALUE_KEY {
+                    if key.is_reserved(bytes) {
                         return Scan::Repeated(RAW_VALUE_KEY.to_owned());
                     }
                     let seen = keys.get(open.keys_from..).unwrap_or_default();
@@ -346,7 +351,15 @@ fn scan_keys(bytes: &[u8], max_depth: usize) -> Scan {
                 }
                 idx += 1;
             }
-            _ => idx += 1,
+            // Anything else (a colon, a number, a literal, whitespace):
+            // skipped up to the next byte that means something here.
+            _ => {
+                idx += 1;
+                idx += bytes
+                    .get(idx..)
+                    .and_then(|rest| rest.iter().position(|byte| SCANNED.contains(byte)))
+                    .unwrap_or(bytes.len().saturating_sub(idx));
+            }
         }
     }
     if stack.is_empty() {
@@ -424,6 +437,15 @@ impl KeyText {
         serde_json::from_str::<String>(literal)
             .ok()
             .map(Self::Decoded)
+    }
+
+    /// Whether it is [`RAW_VALUE_KEY`] (a key without escapes is compared
+    /// as written, with no decoding).
+    fn is_reserved(&self, bytes: &[u8]) -> bool {
+        match self {
+            Self::Raw(start, end) => bytes.get(*start..*end) == Some(RAW_VALUE_KEY.as_bytes()),
+            Self::Decoded(text) => text == RAW_VALUE_KEY,
+        }
     }
 
     fn raw<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {

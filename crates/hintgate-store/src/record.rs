@@ -10,7 +10,10 @@
 //!   sorted, no whitespace): the bytes the keyed chain covers. The fields of
 //!   each type are declared in sorted order, so the serializer writes them
 //!   sorted; fields that older builds did not write are left out when they
-//!   are absent, and fields every build wrote are written as `null`.
+//!   are absent, and fields every build wrote are written as `null`. The
+//!   call and outcomes records, written for every call, are written member
+//!   by member here instead (keys as literals), to the same bytes as the
+//!   serializer's, which a test holds them to.
 //! - [`Record::read`] reads a stored body strictly: an unknown field, a
 //!   missing one, a value of another type or an unknown code fails, and so
 //!   does a body that the type would not write back byte for byte (a field
@@ -403,9 +406,12 @@ impl Record {
     #[must_use]
     pub fn to_json(&self) -> String {
         let written = match self {
-            Self::Call(record) => serde_json::to_string(record),
+            // The two kinds written for every call are written here member
+            // by member, keys as literals (serde escapes every key anew);
+            // the bytes are serde's, as `writes_what_serde_writes` checks.
+            Self::Call(record) => Ok(record.to_json()),
             Self::Outcome(record) => serde_json::to_string(record),
-            Self::Outcomes(record) => serde_json::to_string(record),
+            Self::Outcomes(record) => Ok(record.to_json()),
             Self::Grant(record) => serde_json::to_string(record),
             Self::Revoke(record) => serde_json::to_string(record),
             Self::Rollback(record) => serde_json::to_string(record),
@@ -477,6 +483,123 @@ impl Record {
             Self::Call(record) => Some(record),
             _ => None,
         }
+    }
+}
+
+// === impl CallRecord ===
+
+impl CallRecord {
+    /// The record's body, as [`Record::to_json`] writes it: the members in
+    /// the order they are declared (sorted), keys as literals.
+    fn to_json(&self) -> String {
+        let mut out = String::with_capacity(320 + self.arguments.as_str().len());
+        out.push_str("{\"approver\":");
+        push_string(&mut out, &self.approver);
+        out.push_str(",\"arguments\":");
+        out.push_str(self.arguments.as_str());
+        push_serialized(&mut out, ",\"edit\":", self.edit.as_ref());
+        push_serialized(&mut out, ",\"egress\":", self.egress.as_ref());
+        if let Some(host) = &self.host {
+            out.push_str(",\"host\":");
+            push_string(&mut out, host);
+        }
+        push_serialized(&mut out, ",\"idempotency\":", self.idempotency.as_ref());
+        out.push_str(",\"identity\":");
+        push_string_or_null(&mut out, self.identity.as_deref());
+        push_serialized(&mut out, ",\"instance\":", self.instance.as_ref());
+        if let Some(identity) = &self.instance_identity {
+            out.push_str(",\"instance_identity\":");
+            push_string(&mut out, identity);
+        }
+        if let Some(outcome) = self.outcome {
+            out.push_str(",\"outcome\":");
+            push_string(&mut out, outcome.as_str());
+        }
+        out.push_str(",\"pin\":");
+        push_string_or_null(&mut out, self.pin.as_deref());
+        push_serialized(&mut out, ",\"preview\":", self.preview.as_ref());
+        out.push_str(",\"reasons\":[");
+        for (n, reason) in self.reasons.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            push_string(&mut out, reason);
+        }
+        out.push_str("],\"request\":");
+        push_string(&mut out, &self.request);
+        out.push_str(",\"server\":");
+        push_string(&mut out, &self.server);
+        out.push_str(",\"session\":");
+        push_string(&mut out, &self.session);
+        if let Some(scope) = &self.token_scope {
+            out.push_str(",\"token_scope\":");
+            push_string(&mut out, scope);
+        }
+        out.push_str(",\"tool\":");
+        push_string(&mut out, &self.tool);
+        out.push_str(",\"verdict\":");
+        push_string(&mut out, verdict_name(self.verdict));
+        out.push('}');
+        out
+    }
+}
+
+// === impl OutcomesRecord ===
+
+impl OutcomesRecord {
+    /// The record's body, as [`Record::to_json`] writes it.
+    fn to_json(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::with_capacity(16 + 72 * self.outcomes.len());
+        out.push_str("{\"outcomes\":[");
+        for (n, item) in self.outcomes.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            // Writing to a `String` cannot fail.
+            let _ = write!(
+                out,
+                "{{\"attempt\":{},\"call\":{},\"duration_ms\":{},\"outcome\":",
+                item.attempt, item.call, item.duration_ms
+            );
+            push_string(&mut out, item.outcome.as_str());
+            out.push('}');
+        }
+        out.push_str("]}");
+        out
+    }
+}
+
+/// A verdict's name, as serde writes it.
+const fn verdict_name(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allow => "allow",
+        Verdict::Ask => "ask",
+        Verdict::Deny => "deny",
+    }
+}
+
+/// Writes `text` as a JSON string, escaped as serde escapes it.
+fn push_string(out: &mut String, text: &str) {
+    hintgate_policy::pin::push_json_string(out, text);
+}
+
+/// [`push_string`], or `null`.
+fn push_string_or_null(out: &mut String, text: Option<&str>) {
+    match text {
+        Some(text) => push_string(out, text),
+        None => out.push_str("null"),
+    }
+}
+
+/// Writes `key` (with its comma) and `value` as serde writes it, when there
+/// is a value: the members that are left out when absent, and rare.
+fn push_serialized<T: Serialize>(out: &mut String, key: &str, value: Option<&T>) {
+    if let Some(value) = value {
+        out.push_str(key);
+        // Every such member serialises (strings, numbers, lists and structs
+        // of those, and JSON text already checked).
+        out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned()));
     }
 }
 
@@ -1173,5 +1296,108 @@ mod tests {
         let wrong = json!({"server": "s", "server_key": "k", "tool": "t", "why": "because"});
         assert!(!revoke.is_valid(&wrong));
         assert!(read(EntryKind::Revoke, None, &wrong).is_err());
+    }
+
+    fn call_record(text: &str, full: bool) -> CallRecord {
+        CallRecord {
+            approver: text.to_owned(),
+            arguments: Arguments::from_canonical(format!(
+                "{{\"a\":{}}}",
+                serde_json::to_string(text).unwrap()
+            ))
+            .unwrap(),
+            edit: full.then(|| EditRecord {
+                by: text.to_owned(),
+                original: Arguments::null(),
+            }),
+            egress: full.then(|| vec![text.to_owned(), "h:443".to_owned()]),
+            host: full.then(|| text.to_owned()),
+            idempotency: full.then(|| Idempotency {
+                filled: true,
+                key: text.to_owned(),
+            }),
+            identity: full.then(|| text.to_owned()),
+            instance: full.then_some(Instance::ReadOnly),
+            instance_identity: full.then(|| text.to_owned()),
+            outcome: full.then_some(OutcomeCode::FailedRetried),
+            pin: full.then(|| format!("sha256:{text}")),
+            preview: full.then(|| PreviewRecord {
+                digest: text.to_owned(),
+                kind: Some(PreviewKind::Diff),
+                none: None,
+                source: PreviewSource::DryRun,
+                text: Some(text.to_owned()),
+                truncated: true,
+            }),
+            reasons: if full {
+                vec![text.to_owned(), "trusted-server".to_owned()]
+            } else {
+                Vec::new()
+            },
+            request: text.to_owned(),
+            server: text.to_owned(),
+            session: text.to_owned(),
+            token_scope: full.then(|| text.to_owned()),
+            tool: text.to_owned(),
+            verdict: Verdict::Ask,
+        }
+    }
+
+    /// The call and outcomes records, written member by member, are the
+    /// bytes serde writes for them: every member present or absent, every
+    /// code, strings with and without escapes.
+    #[test]
+    fn writes_what_serde_writes() {
+        for text in [
+            "",
+            "plain",
+            "a \"quote\"",
+            "back\\slash",
+            "tab\tnew\nline\u{1}",
+            "é ✓ \u{7f}",
+        ] {
+            for full in [false, true] {
+                let record = call_record(text, full);
+                assert_eq!(record.to_json(), serde_json::to_string(&record).unwrap());
+            }
+        }
+        for verdict in [Verdict::Allow, Verdict::Ask, Verdict::Deny] {
+            let record = CallRecord {
+                verdict,
+                ..call_record("x", false)
+            };
+            assert_eq!(record.to_json(), serde_json::to_string(&record).unwrap());
+        }
+        for outcome in OutcomeCode::ALL {
+            let record = CallRecord {
+                outcome: Some(outcome),
+                ..call_record("x", false)
+            };
+            assert_eq!(record.to_json(), serde_json::to_string(&record).unwrap());
+        }
+        let outcomes = OutcomesRecord {
+            outcomes: OutcomeCode::ALL
+                .iter()
+                .enumerate()
+                .map(|(n, outcome)| OutcomeItem {
+                    attempt: u32::try_from(n).unwrap(),
+                    call: u64::MAX - n as u64,
+                    duration_ms: n as u64 * 1_000,
+                    outcome: *outcome,
+                })
+                .collect(),
+        };
+        assert_eq!(
+            outcomes.to_json(),
+            serde_json::to_string(&outcomes).unwrap()
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn writes_what_serde_writes_for_any_text(text in "\\PC*|[\\x00-\\x7f]*", full: bool) {
+            let record = call_record(&text, full);
+            proptest::prop_assert_eq!(record.to_json(), serde_json::to_string(&record).unwrap());
+        }
     }
 }
