@@ -212,26 +212,7 @@ impl Desk<'_> {
         request_id: Option<&str>,
         end: &CallEnd,
     ) {
-        let previewers = &mut self.hooks.previewers;
-        let mut ids: Vec<u64> = previewers
-            .held
-            .iter()
-            .filter(|(_, held)| {
-                held.cx.request.session == session
-                    && request_id.is_none_or(|id| held.cx.request.id() == id)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        ids.sort_unstable();
-        for id in ids {
-            let Some(held) = self.hooks.previewers.held.remove(&id) else {
-                continue;
-            };
-            if let Some(slot) = self.hooks.previewers.slots.get_mut(held.slot)
-                && let Some(mut process) = slot.per_call.remove(&id)
-            {
-                process.kill();
-            }
+        for held in self.hooks.previewers.withdraw(session, request_id) {
             self.inflight.cancel_deadline(&held.deadline);
             self.end(held.cx, end.clone());
         }

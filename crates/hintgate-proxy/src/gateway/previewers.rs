@@ -25,6 +25,7 @@ use hintgate_policy::preview::{PreviewSource, Previewed, read_answer};
 use super::call::CallContext;
 use super::inflight::DeadlineKey;
 use super::lookup::Lookup;
+use super::request::SessionId;
 use super::steps::SessionFacts;
 use crate::event::HookEvent;
 use crate::hook::HookProcess;
@@ -209,6 +210,29 @@ impl Previewers {
                 )
             })
             .collect()
+    }
+
+    /// The calls of `session` waiting for a previewer (one, for
+    /// `request_id`), taken in the order they were asked about; a per-call
+    /// previewer asked about one is killed.
+    pub(super) fn withdraw(&mut self, session: SessionId, request_id: Option<&str>) -> Vec<Held> {
+        let ids = super::hooks::held_by(
+            self.held.iter().map(|(id, held)| (*id, &*held.cx)),
+            session,
+            request_id,
+        );
+        let mut taken = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(held) = self.held.remove(&id) {
+                if let Some(slot) = self.slots.get_mut(held.slot)
+                    && let Some(mut process) = slot.per_call.remove(&id)
+                {
+                    process.kill();
+                }
+                taken.push(held);
+            }
+        }
+        taken
     }
 
     /// Every previewer process is stopped (the gateway shuts down).
