@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::request::{HostRequest, ServerIdx};
+use super::request::{HostRequest, ServerIdx, SessionId};
 use crate::frame;
 use crate::json::{JsonError, span_in};
 
@@ -1076,6 +1076,23 @@ pub(crate) fn duplicate_message(err: &JsonError) -> String {
     format!(
         "hintgate refuses this message: {err}; a repeated key can be read two ways, so what the gateway decides and what the server runs could differ"
     )
+}
+
+/// The numbers of the held calls (number, call) of `session` (the one
+/// for `request_id`), in the order they were asked about.
+pub(crate) fn held_by<'a>(
+    held: impl Iterator<Item = (u64, &'a CallContext)>,
+    session: SessionId,
+    request_id: Option<&str>,
+) -> Vec<u64> {
+    let mut ids: Vec<u64> = held
+        .filter(|(_, cx)| {
+            cx.request.session == session && request_id.is_none_or(|id| cx.request.id() == id)
+        })
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort_unstable();
+    ids
 }
 
 #[cfg(test)]

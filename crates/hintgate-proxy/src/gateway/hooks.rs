@@ -334,7 +334,7 @@ impl Hooks {
     /// taken in the order they were asked about; a per-call hook asked
     /// about one is killed.
     pub(super) fn withdraw(&mut self, session: SessionId, request_id: Option<&str>) -> Vec<Held> {
-        let ids = held_by(
+        let ids = super::call::held_by(
             self.held.iter().map(|(id, held)| (*id, &*held.cx)),
             session,
             request_id,
@@ -376,23 +376,6 @@ pub(super) enum Heard {
     Reply(u64, OwnedAnswer),
     /// The hook broke: every call it has is refused, for this reason.
     Broke(String),
-}
-
-/// The numbers of the held calls (number, call) of `session` (the one
-/// for `request_id`), in the order they were asked about.
-pub(super) fn held_by<'a>(
-    held: impl Iterator<Item = (u64, &'a CallContext)>,
-    session: SessionId,
-    request_id: Option<&str>,
-) -> Vec<u64> {
-    let mut ids: Vec<u64> = held
-        .filter(|(_, cx)| {
-            cx.request.session == session && request_id.is_none_or(|id| cx.request.id() == id)
-        })
-        .map(|(id, _)| id)
-        .collect();
-    ids.sort_unstable();
-    ids
 }
 
 /// The call with the hook's answer, to go through the pipeline again.

@@ -216,7 +216,7 @@ impl Previewers {
     /// `request_id`), taken in the order they were asked about; a per-call
     /// previewer asked about one is killed.
     pub(super) fn withdraw(&mut self, session: SessionId, request_id: Option<&str>) -> Vec<Held> {
-        let ids = super::hooks::held_by(
+        let ids = super::call::held_by(
             self.held.iter().map(|(id, held)| (*id, &*held.cx)),
             session,
             request_id,
