@@ -542,14 +542,7 @@ pub fn string_literal(text: &str) -> String {
 /// `serde_json` escapes it (so canonical JSON stays canonical). Most text
 /// needs no escape and is copied as it is.
 pub fn push_string(out: &mut String, text: &str) {
-    if !needs_escape(text.as_bytes()) {
-        out.push('"');
-        out.push_str(text);
-        out.push('"');
-    } else {
-        // Serialising a `&str` cannot fail; the fallback keeps this total.
-        out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned()));
-    }
+    hintgate_policy::pin::push_json_string(out, text);
 }
 
 // === impl ObjectWriter ===
@@ -588,30 +581,6 @@ impl ObjectWriter {
         }
         self.empty = false;
     }
-}
-
-/// Whether any byte is a control character, `"` or `\\`: eight bytes at a
-/// time (bytes of multi-byte characters have their top bit set and never
-/// match).
-fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH != 0;
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let word = u64::from_le_bytes(<[u8; 8]>::try_from(chunk).unwrap_or([0; 8]));
-        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
-        if control
-            || has_zero(word ^ (ONES * u64::from(b'"')))
-            || has_zero(word ^ (ONES * u64::from(b'\\')))
-        {
-            return true;
-        }
-    }
-    chunks
-        .remainder()
-        .iter()
-        .any(|byte| *byte < 0x20 || *byte == b'"' || *byte == b'\\')
 }
 
 // --- the duplicate check ---
