@@ -10,6 +10,7 @@
 //! [`CallEnd::answer`] is the only code that turns one into a JSON-RPC
 //! error or an `isError` result.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use hintgate_policy::config::Instance;
@@ -1078,21 +1079,33 @@ pub(crate) fn duplicate_message(err: &JsonError) -> String {
     )
 }
 
-/// The numbers of the held calls (number, call) of `session` (the one
-/// for `request_id`), in the order they were asked about.
-pub(crate) fn held_by<'a>(
-    held: impl Iterator<Item = (u64, &'a CallContext)>,
+/// Takes the calls of `session` (the one for `request_id`) out of `held`
+/// (by question number; `cx_of` finds each one's call), in the order they
+/// were asked about, handing each number and call to `release` as it goes
+/// (a per-call process asked about it is killed there).
+pub(crate) fn take_held<H>(
+    held: &mut HashMap<u64, H>,
+    cx_of: impl Fn(&H) -> &CallContext,
     session: SessionId,
     request_id: Option<&str>,
-) -> Vec<u64> {
+    mut release: impl FnMut(u64, &H),
+) -> Vec<H> {
     let mut ids: Vec<u64> = held
-        .filter(|(_, cx)| {
+        .iter()
+        .filter(|(_, one)| {
+            let cx = cx_of(one);
             cx.request.session == session && request_id.is_none_or(|id| cx.request.id() == id)
         })
-        .map(|(id, _)| id)
+        .map(|(id, _)| *id)
         .collect();
     ids.sort_unstable();
-    ids
+    ids.into_iter()
+        .filter_map(|id| {
+            let one = held.remove(&id)?;
+            release(id, &one);
+            Some(one)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -1108,6 +1121,49 @@ mod tests {
             message.spans(),
             Method::of(message.method()),
         )
+    }
+
+    #[test]
+    fn held_calls_of_a_session_or_one_request_are_taken_in_the_order_asked() {
+        let call_of = |session: u32, id: u32| {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"a__b"}}}}"#
+            );
+            let mut request = request(&line);
+            request.session = SessionId(session);
+            Box::new(CallContext::parse(request).unwrap())
+        };
+        // Question number -> (the call, its slot).
+        let mut held: HashMap<u64, (Box<CallContext>, usize)> = HashMap::new();
+        held.insert(9, (call_of(0, 1), 0));
+        held.insert(3, (call_of(0, 2), 1));
+        held.insert(5, (call_of(1, 1), 0));
+        held.insert(4, (call_of(0, 1), 1));
+        let mut released = Vec::new();
+        let taken = take_held(
+            &mut held,
+            |one| &*one.0,
+            SessionId(0),
+            Some("1"),
+            |id, one| {
+                released.push((id, one.1));
+            },
+        );
+        assert_eq!(
+            released,
+            [(4, 1), (9, 0)],
+            "not in the order asked, or another request's"
+        );
+        assert_eq!(taken.len(), 2);
+        assert!(
+            taken
+                .iter()
+                .all(|one| one.0.request.id() == "1" && one.0.request.session == SessionId(0))
+        );
+        // The whole session: what is left of it; the other session's stays.
+        let taken = take_held(&mut held, |one| &*one.0, SessionId(0), None, |_, _| {});
+        assert_eq!(taken.len(), 1);
+        assert_eq!(held.keys().copied().collect::<Vec<_>>(), [5]);
     }
 
     #[test]

@@ -334,23 +334,20 @@ impl Hooks {
     /// taken in the order they were asked about; a per-call hook asked
     /// about one is killed.
     pub(super) fn withdraw(&mut self, session: SessionId, request_id: Option<&str>) -> Vec<Held> {
-        let ids = super::call::held_by(
-            self.held.iter().map(|(id, held)| (*id, &*held.cx)),
+        let slots = &mut self.slots;
+        super::call::take_held(
+            &mut self.held,
+            |held| &*held.cx,
             session,
             request_id,
-        );
-        let mut taken = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(held) = self.held.remove(&id) {
-                if let Some(slot) = self.slots.get_mut(held.slot)
+            |id, held| {
+                if let Some(slot) = slots.get_mut(held.slot)
                     && let Some(mut process) = slot.per_call.remove(&id)
                 {
                     process.kill();
                 }
-                taken.push(held);
-            }
-        }
-        taken
+            },
+        )
     }
 
     /// Every hook and previewer process is stopped (the gateway shuts
