@@ -53,6 +53,7 @@
 //! answer is routed back by those ids, and the original id is spliced back
 //! into the original line.
 
+pub(crate) mod alarm;
 pub(crate) mod ask;
 pub(crate) mod call;
 pub(crate) mod catalog;
@@ -571,7 +572,11 @@ where
         events_tx,
         [gauge, requests],
     ));
-    drive(gateway, events_rx, false).await;
+    // The loop is a task of its own rather than the caller's future: a
+    // current-thread runtime wakes the future it blocks on through its I/O
+    // driver (an eventfd write and one more poll of the driver), a task on
+    // its own thread through its run queue. The loop wakes up twice a call.
+    loop_task(drive(gateway, events_rx, false)).await;
     let _ = writer.await;
     Ok(())
 }
@@ -611,18 +616,21 @@ where
 /// The event loop: turns until the gateway is asked to stop, or (unless
 /// `served`) every session has closed; then the shutdown.
 async fn drive(mut gateway: Gateway, mut events_rx: crate::event::EventReceiver, served: bool) {
+    let mut alarm = alarm::Alarm::new();
     loop {
-        let next = match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
-            (Some(deadline), Some(flush)) => Some(deadline.min(flush)),
-            (deadline, flush) => deadline.or(flush),
-        };
+        alarm.set(
+            match (gateway.inflight.next_deadline(), gateway.journal.flush_at()) {
+                (Some(deadline), Some(flush)) => Some(deadline.min(flush)),
+                (deadline, flush) => deadline.or(flush),
+            },
+        );
         tokio::select! {
             biased;
             event = events_rx.recv() => match event {
                 Some(event) => gateway.handle(event),
                 None => break,
             },
-            () = sleep_until(next) => {}
+            () = alarm.rung() => {}
         }
         // The rest of the turn: whatever else has arrived meanwhile.
         for _ in 1..TURN_LIMIT {
@@ -660,16 +668,28 @@ async fn drive(mut gateway: Gateway, mut events_rx: crate::event::EventReceiver,
     }
 }
 
+/// Runs the event loop `run` as a task and waits for it, as if it had been
+/// awaited in place: a panic in it is the caller's panic, and a caller that
+/// stops waiting (its future dropped) stops the loop with it.
+async fn loop_task(run: impl Future<Output = ()> + Send + 'static) {
+    /// Aborts the task when the waiting caller is dropped.
+    struct Owned(tokio::task::JoinHandle<()>);
+    impl Drop for Owned {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = Owned(tokio::spawn(run));
+    if let Err(err) = (&mut task.0).await
+        && err.is_panic()
+    {
+        std::panic::resume_unwind(err.into_panic());
+    }
+}
+
 /// How long a stopping gateway waits for the collector to take the traces
 /// still queued.
 const TRACE_FLUSH: Duration = Duration::from_secs(2);
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
 
 async fn read_host<R: AsyncRead + Unpin>(
     host_in: R,
