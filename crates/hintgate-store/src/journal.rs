@@ -45,6 +45,10 @@ use crate::key::{HmacSha256, mac_with};
 use crate::record::{OutcomeCode, OutcomeRecord, OutcomesRecord, Record};
 use crate::{AuditKey, AuditLog, EntryKind, NewEntry, Problem, StoreError};
 
+mod indexer;
+
+pub use indexer::{INDEX_BACKLOG_BYTES, INDEX_GATHER, Indexed, Indexer};
+
 /// The first bytes of every segment.
 pub const SEGMENT_MAGIC: &[u8; 8] = b"HGJRNL1\n";
 
@@ -1210,158 +1214,6 @@ fn verify_run(
         });
     }
     Ok(())
-}
-
-// === the indexer ===
-
-/// How long the indexer gathers records before it writes them to the
-/// index: one transaction for everything a busy gateway journaled in that
-/// time, not one per turn.
-pub const INDEX_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// The most records the indexer holds while the index fails; beyond it,
-/// it stops trying (the journal has them all, and the next start imports
-/// them once the run has ended).
-const MAX_UNINDEXED: usize = 16_384;
-
-/// What an [`Indexer`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Indexed {
-    /// Records indexed.
-    pub records: u64,
-    /// Records journaled that it could not index (the index failed).
-    pub behind: u64,
-    /// The calls forwarded that have no outcome yet, by their numbers in
-    /// the run (what [`JournalIndex::close`] marks `interrupted`).
-    pub open: Vec<u64>,
-}
-
-/// Feeds the index from a run's journal on a thread of its own: the
-/// gateway hands it each turn's written frames ([`Indexer::send`], a push
-/// on a channel), and it appends them to the log in large batches, off the
-/// call path.
-#[derive(Debug)]
-pub struct Indexer {
-    sender: Option<std::sync::mpsc::Sender<Vec<Journaled>>>,
-    thread: Option<std::thread::JoinHandle<Indexed>>,
-}
-
-impl Indexer {
-    /// Starts the thread that indexes `run`'s records into `log`.
-    ///
-    /// # Errors
-    ///
-    /// The thread cannot be started.
-    pub fn spawn(log: std::sync::Arc<dyn AuditLog>, run: String) -> std::io::Result<Self> {
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("hintgate-index".into())
-            .spawn(move || index_loop(log.as_ref(), &run, &receiver))?;
-        Ok(Self {
-            sender: Some(sender),
-            thread: Some(thread),
-        })
-    }
-
-    /// Hands the indexer records written to the journal, in order.
-    pub fn send(&self, records: Vec<Journaled>) {
-        if let Some(sender) = &self.sender {
-            let _ = sender.send(records);
-        }
-    }
-
-    /// Indexes what is left and stops.
-    #[must_use]
-    pub fn finish(mut self) -> Indexed {
-        self.stop()
-    }
-
-    fn stop(&mut self) -> Indexed {
-        self.sender = None;
-        self.thread
-            .take()
-            .and_then(|thread| thread.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Indexer {
-    fn drop(&mut self) {
-        let _ = self.stop();
-    }
-}
-
-/// The indexer's thread: gathers records for [`INDEX_GATHER`], indexes
-/// them, until the gateway hangs up and all is written (or given up).
-fn index_loop(
-    log: &dyn AuditLog,
-    run: &str,
-    receiver: &std::sync::mpsc::Receiver<Vec<Journaled>>,
-) -> Indexed {
-    let mut done = Indexed::default();
-    let Some(index) = log.journal_index() else {
-        return done;
-    };
-    let mut pending: Vec<Journaled> = Vec::new();
-    let mut calls = HashMap::new();
-    let mut open = true;
-    let mut failing = false;
-    while open {
-        match receiver.recv() {
-            Ok(records) => pending.extend(records),
-            Err(_) => open = false,
-        }
-        if open {
-            // Whatever else comes meanwhile goes in the same transaction.
-            // The thread sleeps rather than waiting on the channel, so the
-            // gateway's turns in between wake nobody (one wake-up per
-            // gather, not one per turn); what waits meanwhile is what a
-            // gateway journals in INDEX_GATHER.
-            std::thread::sleep(INDEX_GATHER);
-        }
-        loop {
-            match receiver.try_recv() {
-                Ok(records) => pending.extend(records),
-                Err(std::sync::mpsc::TryRecvError::Empty) => break,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    open = false;
-                    break;
-                }
-            }
-        }
-        if failing && pending.len() > MAX_UNINDEXED {
-            // Beyond hope for this run: its journal keeps them.
-            done.behind += pending.len() as u64;
-            pending.clear();
-            continue;
-        }
-        if pending.is_empty() || done.behind > 0 {
-            done.behind += pending.len() as u64;
-            pending.clear();
-            continue;
-        }
-        match index.index(run, &pending, &mut calls) {
-            Ok(_) => {
-                done.records += pending.len() as u64;
-                pending.clear();
-                failing = false;
-            }
-            Err(err) => {
-                if !failing {
-                    tracing::error!(
-                        "the audit index could not be written (the journal holds the records): {err}"
-                    );
-                }
-                failing = true;
-                if !open {
-                    done.behind += pending.len() as u64;
-                }
-            }
-        }
-    }
-    done.open = calls.into_keys().collect();
-    done.open.sort_unstable();
-    done
 }
 
 #[cfg(test)]

@@ -396,6 +396,12 @@ impl Journal {
             return;
         };
         let indexed = indexer.finish();
+        if indexed.waits > 0 {
+            tracing::debug!(
+                waits = indexed.waits,
+                "the gateway waited for the audit indexer to take its backlog"
+            );
+        }
         if indexed.behind > 0 {
             tracing::error!(
                 behind = indexed.behind,
