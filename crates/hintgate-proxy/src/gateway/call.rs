@@ -77,10 +77,8 @@ pub(crate) struct CallContext {
     /// The server's tool list was asked for once for this call, so a server
     /// that cannot list its tools answers the call instead of holding it.
     pub relisted: bool,
-    /// The sequence number of its audit record, once durable.
-    pub record: Option<u64>,
-    /// When it was sent upstream, for the record's duration.
-    pub started: Option<Instant>,
+    /// How far it went toward its server: its record durable, then sent.
+    progress: Progress,
     /// When a person was last asked about it (elicitation or the approval
     /// queue), for the time it waited for an answer.
     pub asked: Option<Instant>,
@@ -131,6 +129,21 @@ pub(crate) struct CallContext {
     /// Why the last edit a person gave could not be used: the next prompt
     /// says so (the call is asked about as it was).
     pub edit_refused: Option<String>,
+}
+
+/// The stage after the decision: how far a call went toward its server.
+/// Its record's number exists once the record is durable, the time it was
+/// sent once it was sent; a call that goes through the pipeline again
+/// starts over ([`CallContext::next_attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// Neither recorded (or the gateway keeps no log) nor sent.
+    Unsent,
+    /// Its record is durable under this sequence number; not sent yet.
+    Recorded(u64),
+    /// Sent to its server at `at`, with its record's number (`None`
+    /// without a log).
+    Sent { record: Option<u64>, at: Instant },
 }
 
 /// How a person edited a call in the approval queue (`gateway::edit`).
@@ -463,6 +476,47 @@ impl CallContext {
         self.resolved = Some(Resolved { server, tool });
     }
 
+    /// The sequence number of its audit record, once durable (never
+    /// without a log).
+    pub fn record(&self) -> Option<u64> {
+        match self.progress {
+            Progress::Unsent => None,
+            Progress::Recorded(seq) => Some(seq),
+            Progress::Sent { record, .. } => record,
+        }
+    }
+
+    /// When it was sent to its server, once it was.
+    pub fn started(&self) -> Option<Instant> {
+        match self.progress {
+            Progress::Sent { at, .. } => Some(at),
+            Progress::Unsent | Progress::Recorded(_) => None,
+        }
+    }
+
+    /// Its record is durable as `seq` (`None`: it has none). A call sent
+    /// already keeps when it was sent.
+    pub fn recorded(&mut self, seq: Option<u64>) {
+        self.progress = match (self.progress, seq) {
+            (Progress::Sent { at, .. }, record) => Progress::Sent { record, at },
+            (_, Some(seq)) => Progress::Recorded(seq),
+            (_, None) => Progress::Unsent,
+        };
+    }
+
+    /// It is sent to its server now.
+    pub fn sent(&mut self, at: Instant) {
+        self.progress = Progress::Sent {
+            record: self.record(),
+            at,
+        };
+    }
+
+    /// It goes to its server again as a new attempt: not recorded, not sent.
+    pub fn unsent(&mut self) {
+        self.progress = Progress::Unsent;
+    }
+
     /// The context of a host's `tools/call`, its params parsed once.
     ///
     /// # Errors
@@ -487,8 +541,7 @@ impl CallContext {
             approver: Approver::Nobody,
             attempt: 0,
             relisted: false,
-            record: None,
-            started: None,
+            progress: Progress::Unsent,
             asked: None,
             counted: false,
             continuation: None,
@@ -594,8 +647,7 @@ impl CallContext {
         self.request.restarted = None;
         self.request.wait_until = None;
         self.decision = None;
-        self.record = None;
-        self.started = None;
+        self.progress = Progress::Unsent;
         self.generation = None;
         self.relisted = false;
         self.instance = Instance::Full;
@@ -1121,6 +1173,32 @@ mod tests {
             message.spans(),
             Method::of(message.method()),
         )
+    }
+
+    #[test]
+    fn a_call_is_recorded_then_sent_and_a_new_attempt_starts_over() {
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__b"}}"#;
+        let mut cx = CallContext::parse(request(line)).unwrap();
+        assert_eq!((cx.record(), cx.started()), (None, None));
+        // Its record durable, then sent: both known.
+        cx.recorded(Some(7));
+        assert_eq!((cx.record(), cx.started()), (Some(7), None));
+        let at = Instant::now();
+        cx.sent(at);
+        assert_eq!((cx.record(), cx.started()), (Some(7), Some(at)));
+        // A retry is decided, recorded and sent anew.
+        cx.next_attempt();
+        assert_eq!((cx.record(), cx.started()), (None, None));
+        assert_eq!(cx.attempt, 1);
+        // Without a log a call is sent with no record.
+        cx.recorded(None);
+        cx.sent(at);
+        assert_eq!((cx.record(), cx.started()), (None, Some(at)));
+        // A record that becomes known after the send keeps the send's time.
+        cx.recorded(Some(9));
+        assert_eq!((cx.record(), cx.started()), (Some(9), Some(at)));
+        cx.unsent();
+        assert_eq!((cx.record(), cx.started()), (None, None));
     }
 
     #[test]

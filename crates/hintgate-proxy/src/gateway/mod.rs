@@ -351,10 +351,12 @@ impl Drop for Gateway {
         // sent; once their write is reported, they end as `shutdown`.
         for (written, calls) in self.journal.reported(true) {
             for (mut cx, place) in calls {
-                cx.record = written
-                    .as_ref()
-                    .ok()
-                    .and_then(|seqs| seqs.get(place).copied());
+                cx.recorded(
+                    written
+                        .as_ref()
+                        .ok()
+                        .and_then(|seqs| seqs.get(place).copied()),
+                );
                 self.records().record_outcome(&cx, Outcome::Shutdown);
             }
         }
@@ -375,7 +377,7 @@ impl Drop for Gateway {
             && let Ok(seqs) = self.journal.commit()
         {
             for (mut cx, place) in unsent {
-                cx.record = seqs.get(place).copied();
+                cx.recorded(seqs.get(place).copied());
                 self.records().record_outcome(&cx, Outcome::Shutdown);
             }
         }
@@ -1181,7 +1183,7 @@ impl Gateway {
             for (mut cx, place) in calls {
                 match written.as_ref().map(|seqs| seqs.get(place).copied()) {
                     Ok(Some(seq)) => {
-                        cx.record = Some(seq);
+                        cx.recorded(Some(seq));
                         self.send_call(cx);
                     }
                     Ok(None) => self
@@ -1253,7 +1255,7 @@ impl Gateway {
                     }
                     Outgoing::Call(mut cx, place) => match (&committed, place) {
                         (Ok(seqs), Some(place)) if seqs.get(place).is_some() => {
-                            cx.record = seqs.get(place).copied();
+                            cx.recorded(seqs.get(place).copied());
                             self.send_call(cx);
                         }
                         (Ok(_), None) => self.send_call(cx),

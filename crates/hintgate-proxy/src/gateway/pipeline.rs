@@ -279,7 +279,7 @@ impl Gateway {
             self.records().answer_call(&cx, line, Outcome::Failed);
             return;
         };
-        cx.started = Some(Instant::now());
+        cx.sent(Instant::now());
         let turn = self.turn;
         let principal = self.sessions.principal(cx.request.session);
         let sent = self

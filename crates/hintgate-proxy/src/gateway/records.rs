@@ -114,10 +114,10 @@ impl Records<'_> {
         );
         self.keys().end_key_by_outcome(cx, outcome);
         count_upstream(self.metrics.as_deref(), self.upstreams, cx, outcome);
-        let Some(seq) = cx.record else {
+        let Some(seq) = cx.record() else {
             return;
         };
-        let millis = cx.started.map_or(0, |started| {
+        let millis = cx.started().map_or(0, |started| {
             u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
         });
         self.journal.outcome(seq, outcome, millis, cx.attempt);
@@ -348,7 +348,7 @@ pub(super) fn count_upstream(
     cx: &CallContext,
     outcome: Outcome,
 ) {
-    let (Some(metrics), Some(started), Some(idx)) = (metrics, cx.started, cx.server()) else {
+    let (Some(metrics), Some(started), Some(idx)) = (metrics, cx.started(), cx.server()) else {
         return;
     };
     if let Some(failed) = counted_as_failed(outcome) {
@@ -498,7 +498,7 @@ mod tests {
         assert_eq!(records.len(), 1);
         assert_eq!(records[0]["tool"], "read");
         assert!(records[0].get("outcome").is_none(), "{}", records[0]);
-        cx.record = seqs.first().copied();
+        cx.recorded(seqs.first().copied());
         let line = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#.to_owned();
         parts.records().answer_call(&cx, line, Outcome::Ok);
         assert_eq!(host_lines(&mut parts).len(), 1);
@@ -506,7 +506,11 @@ mod tests {
         parts.journal.commit().unwrap();
         let entries = store.entries(0, 10).unwrap();
         assert_eq!(entries.len(), 2);
-        assert_eq!(entries[1].call, cx.record, "the outcome names another call");
+        assert_eq!(
+            entries[1].call,
+            cx.record(),
+            "the outcome names another call"
+        );
     }
 
     #[test]

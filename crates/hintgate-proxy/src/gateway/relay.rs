@@ -660,8 +660,7 @@ impl Gateway {
             state: state.server_state.map(|state| state.to_string()),
         });
         cx.attempt += 1;
-        cx.record = None;
-        cx.started = None;
+        cx.unsent();
         self.act(Step::Forward(cx));
     }
 }
