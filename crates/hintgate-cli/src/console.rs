@@ -34,7 +34,7 @@ pub fn run(args: &ConsoleArgs) -> Result<Exit> {
             "hintgate console: open {}\n(Ctrl-C stops it)\n",
             console.url()
         ))?;
-        hintgate_console::serve(listener, console, crate::run::stop_signal())
+        hintgate_console::serve(listener, console, crate::signal::stop_signal())
             .await
             .context("the console stopped")?;
         Ok(Exit::Success)

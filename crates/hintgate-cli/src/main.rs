@@ -26,6 +26,7 @@ mod run;
 mod sandbox;
 mod scan;
 mod ship;
+mod signal;
 mod state;
 mod token;
 mod wrap;

@@ -23,55 +23,15 @@ use hintgate_policy::pin::canonical_json;
 
 use crate::body::Malformed;
 use crate::key::AuditKey;
+pub use crate::record::EntryKind;
 use crate::record::{OutcomeRecord, Record};
+pub(crate) use crate::record::{kind_from, kind_name};
 
 /// The link before the first record.
 pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// What a keyed link starts with; the key's id and the MAC follow.
 pub(crate) const KEYED_PREFIX: &str = "hmac-sha256:";
-
-/// What an entry records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum EntryKind {
-    /// A call and the decision on it, written before the call is sent (a
-    /// call that is refused is never sent).
-    Call,
-    /// How one call ended; [`NewEntry::call`] names the call.
-    Outcome,
-    /// How several calls ended, in one record: a turn of the gateway that
-    /// saw several calls end writes one record, not one each. Its body is
-    /// `{"outcomes": [{"call": SEQ, "outcome": ..., ...}, ...]}`;
-    /// [`Entry::expand`] gives one [`EntryKind::Outcome`] entry per call.
-    Outcomes,
-    /// A standing ("always") approval granted: written by the store in the
-    /// transaction that writes the approval's row, whose seal binds this
-    /// record's sequence number. Its body is `{"digest": ..., "server":
-    /// ..., "server_key": ..., "tool": ...}`.
-    Grant,
-    /// A standing approval revoked (by a person, or because the server's
-    /// identity changed and its old identity's pins went): written by the
-    /// store in the transaction that deletes the row. Its body is
-    /// `{"server": ..., "server_key": ..., "tool": ..., "why": "revoked" |
-    /// "identity-changed"}`.
-    Revoke,
-    /// A person accepted a log that is not the one its head was written
-    /// for (an older copy put back, the head removed or damaged, the log
-    /// deleted): see
-    /// [`AuditLog::accept_rollback`](crate::AuditLog::accept_rollback). Its
-    /// body names what was found: `{"found": CODE, "head": PATH,
-    /// "head_link": ..., "head_seq": ..., "log_end": ..., "why": ...}`. Every
-    /// standing approval granted before it approves nothing.
-    Rollback,
-}
-
-impl EntryKind {
-    /// The kind's name as the log stores it (`call`, `outcome`, …).
-    pub const fn as_str(self) -> &'static str {
-        kind_name(self)
-    }
-}
 
 /// An entry to append.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,32 +201,6 @@ pub(crate) fn link_of(text: &str) -> Link<'_> {
     {
         Some((key_id, mac)) if is_hex(key_id, 16) && is_hex(mac, 64) => Link::Keyed { key_id, mac },
         _ => Link::Unknown,
-    }
-}
-
-/// The stored name of an entry kind.
-pub(crate) const fn kind_name(kind: EntryKind) -> &'static str {
-    match kind {
-        EntryKind::Call => "call",
-        EntryKind::Outcome => "outcome",
-        EntryKind::Outcomes => "outcomes",
-        EntryKind::Grant => "grant",
-        EntryKind::Revoke => "revoke",
-        EntryKind::Rollback => "rollback",
-    }
-}
-
-/// An entry kind from its stored name; `None` for a name this hintgate
-/// does not write.
-pub(crate) fn kind_from(text: &str) -> Option<EntryKind> {
-    match text {
-        "call" => Some(EntryKind::Call),
-        "outcome" => Some(EntryKind::Outcome),
-        "outcomes" => Some(EntryKind::Outcomes),
-        "grant" => Some(EntryKind::Grant),
-        "revoke" => Some(EntryKind::Revoke),
-        "rollback" => Some(EntryKind::Rollback),
-        _ => None,
     }
 }
 
