@@ -14,13 +14,11 @@ use serde_json::Value;
 
 use crate::args::{ExplainArgs, PinArg, RememberedArg, SandboxArg, ScopeArg};
 use crate::exit::Exit;
-use crate::{examples, load, output};
+use crate::{load, output};
 
-/// Runs `hintgate explain`.
+/// Runs `hintgate explain` on the call its flags name (`--example` is
+/// `examples::run`, which `main` calls).
 pub fn run(args: &ExplainArgs) -> Result<Exit> {
-    if args.example {
-        return examples::run(args.json);
-    }
     let (Some(server), Some(tool_path)) = (&args.server, &args.tool) else {
         bail!("`--server` and `--tool` are required without `--example`");
     };

@@ -59,6 +59,7 @@ fn main() -> Exit {
         }
     };
     let result = match &cli.command {
+        Command::Explain(args) if args.example => examples::run(args.json),
         Command::Explain(args) => explain::run(args),
         Command::Run(args) => run::run(args),
         Command::Pins(args) => pins::run(args),
