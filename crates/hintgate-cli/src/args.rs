@@ -612,8 +612,8 @@ pub struct LogArgs {
     /// Only calls made at or after this time: an RFC 3339 time
     /// (`2026-11-29T21:58:38Z`, `2026-11-29T22:58:38+01:00`) or a duration
     /// back from now (`90s`, `10m`, `2h`, `3d`, `1w`).
-    #[arg(long, value_name = "TIME", value_parser = crate::log::parse_since)]
-    pub since: Option<crate::log::Since>,
+    #[arg(long, value_name = "TIME", value_parser = crate::when::parse_since)]
+    pub since: Option<crate::when::Since>,
     /// Keep running and print records as they are committed (Ctrl-C stops).
     #[arg(long)]
     pub follow: bool,

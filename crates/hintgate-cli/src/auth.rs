@@ -509,7 +509,7 @@ fn shown_scope(scope: &str) -> String {
 
 fn expiry(expires_at: Option<i64>) -> String {
     match expires_at {
-        Some(at) => format!("the access token expires at {}", crate::log::utc(at)),
+        Some(at) => format!("the access token expires at {}", crate::when::utc(at)),
         None => "the server gave no expiry".to_owned(),
     }
 }

@@ -29,6 +29,7 @@ mod ship;
 mod signal;
 mod state;
 mod token;
+mod when;
 mod wrap;
 
 use clap::Parser;

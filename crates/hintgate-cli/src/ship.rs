@@ -440,7 +440,7 @@ fn syslog_time(seconds: i64) -> String {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     // `utc` gives `YYYY-MM-DDTHH:MM:SSZ`.
-    let text = crate::log::utc(seconds);
+    let text = crate::when::utc(seconds);
     let month = text
         .get(5..7)
         .and_then(|month| month.parse::<usize>().ok())

@@ -550,7 +550,7 @@ fn backup(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(0));
-    let stamp: String = crate::log::utc(seconds)
+    let stamp: String = crate::when::utc(seconds)
         .chars()
         .filter(|ch| *ch != '-' && *ch != ':')
         .collect();
