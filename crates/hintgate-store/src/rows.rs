@@ -21,6 +21,11 @@
 //!   denies the call; and a person cannot answer an entry whose seal is
 //!   broken (its prompt may not be what the gateway asked).
 //!
+//! A row kind of another module (an idempotency key's record, an upstream
+//! grant) names its own sealed columns and seals itself through
+//! [`Sealer::seal`] and [`Sealer::check`], so this module knows none of
+//! them.
+//!
 //! What a seal does not cover, and why: a pin's held change (`seen`) only
 //! adds friction, and a deleted row cannot be told from one never written
 //! (ARCHITECTURE.md's threat model says what that leaves).
@@ -82,7 +87,7 @@ impl std::fmt::Debug for Sealer {
 
 /// One field of a sealed row.
 #[derive(Clone, Copy)]
-enum Field<'a> {
+pub(crate) enum Field<'a> {
     /// Text or bytes.
     Bytes(&'a [u8]),
     /// A number (a time, an id).
@@ -132,11 +137,14 @@ impl Sealer {
         mac
     }
 
-    fn seal(&self, kind: &str, fields: &[Field<'_>]) -> String {
+    /// The seal of a row of `kind` whose sealed columns are `fields`.
+    pub(crate) fn seal(&self, kind: &str, fields: &[Field<'_>]) -> String {
         hex::encode(self.mac(kind, fields).finalize().into_bytes())
     }
 
-    fn check(&self, kind: &str, fields: &[Field<'_>], tag: Option<&str>) -> Seal {
+    /// Whether `tag` is the seal of a row of `kind` whose sealed columns
+    /// are `fields`.
+    pub(crate) fn check(&self, kind: &str, fields: &[Field<'_>], tag: Option<&str>) -> Seal {
         let Some(tag) = tag else {
             return Seal::Broken;
         };
@@ -179,34 +187,6 @@ impl Sealer {
         tag: Option<&str>,
     ) -> Seal {
         self.check("token", &token_fields(name, hash, scope, created_at), tag)
-    }
-
-    /// The seal of an idempotency key's record: every column but the seal.
-    pub(crate) fn key_row(&self, row: &crate::idempotency::KeyRow) -> String {
-        self.seal("idempotency", &key_row_fields(row))
-    }
-
-    /// Whether `tag` is the seal of `row`.
-    pub(crate) fn check_key_row(
-        &self,
-        row: &crate::idempotency::KeyRow,
-        tag: Option<&str>,
-    ) -> Seal {
-        self.check("idempotency", &key_row_fields(row), tag)
-    }
-
-    /// The seal of an upstream OAuth grant: every column but the seal.
-    pub(crate) fn grant_row(&self, row: &crate::upstream::GrantRow) -> String {
-        self.seal("upstream grant", &grant_row_fields(row))
-    }
-
-    /// Whether `tag` is the seal of `row`.
-    pub(crate) fn check_grant_row(
-        &self,
-        row: &crate::upstream::GrantRow,
-        tag: Option<&str>,
-    ) -> Seal {
-        self.check("upstream grant", &grant_row_fields(row), tag)
     }
 
     /// The seal of a standing approval: its key, tool and digest, and the
@@ -358,33 +338,5 @@ fn answer_fields<'a>(entry_tag: &'a str, answer: &'a Answer) -> [Field<'a>; 4] {
         Field::Bytes(if answer.approve { b"approve" } else { b"deny" }),
         Field::Bytes(answer.remember.as_str().as_bytes()),
         Field::Bytes(answer.by.as_bytes()),
-    ]
-}
-
-fn key_row_fields(row: &crate::idempotency::KeyRow) -> [Field<'_>; 8] {
-    [
-        Field::Bytes(row.scope.as_bytes()),
-        Field::Bytes(row.state.as_bytes()),
-        Field::Bytes(row.owner.as_bytes()),
-        Field::Bytes(row.principal.as_bytes()),
-        Field::Bytes(row.arguments.as_bytes()),
-        Field::Int(row.claimed_at),
-        // An absent end and an absent result are told from any value.
-        Field::Int(row.done_at.unwrap_or(i64::MIN)),
-        Field::Bytes(row.result.as_deref().unwrap_or(b"\0none")),
-    ]
-}
-
-fn grant_row_fields(row: &crate::upstream::GrantRow) -> [Field<'_>; 7] {
-    [
-        Field::Bytes(row.server.as_bytes()),
-        Field::Bytes(row.principal.as_bytes()),
-        Field::Bytes(row.scope.as_bytes()),
-        // Whether there is an expiry, then its value, so no value stands
-        // for its absence.
-        Field::Int(i64::from(row.expires_at.is_some())),
-        Field::Int(row.expires_at.unwrap_or(0)),
-        Field::Int(row.updated_at),
-        Field::Bytes(&row.secret),
     ]
 }
