@@ -128,26 +128,13 @@ pub fn csrf_field(csrf: &str) -> String {
     )
 }
 
-/// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`, by the
-/// civil-from-days algorithm, so no date crate is needed.
+/// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`.
 #[must_use]
 pub fn utc(seconds: i64) -> String {
-    let days = seconds.div_euclid(86_400);
-    let rest = seconds.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let at = hintgate_store::time::civil(seconds);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        at.year, at.month, at.day, at.hour, at.minute, at.second
     )
 }
 

@@ -227,6 +227,7 @@ pub mod record;
 mod rollback;
 mod rows;
 mod standing;
+pub mod time;
 mod tokens;
 mod upstream;
 mod witness;
