@@ -43,16 +43,8 @@ pub fn run(args: &ApprovalsArgs) -> Result<Exit> {
     }
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
-        })
-}
-
 fn list(store: &dyn Store, json: bool) -> Result<Exit> {
-    let now = now();
+    let now = crate::when::unix_now();
     let waiting = store.waiting(now)?;
     if json {
         let mut text = String::new();
@@ -281,7 +273,7 @@ fn deliver(
         escape_line(&pending.server),
         escape_line(&pending.tool)
     );
-    match store.answer(id, given, now())? {
+    match store.answer(id, given, crate::when::unix_now())? {
         Answered::Released => {
             let text = if given.arguments.is_some() {
                 format!(

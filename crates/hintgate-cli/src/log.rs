@@ -47,7 +47,9 @@ pub fn run(args: &LogArgs) -> Result<Exit> {
     }
     // Reading the records needs no key.
     let store = crate::state::open_store_of(&args.at, None, &Use::Other)?.store;
-    let since = args.since.map(|since| since.resolve(unix_now()));
+    let since = args
+        .since
+        .map(|since| since.resolve(crate::when::unix_now()));
     let mut view = View {
         args,
         since,
@@ -835,15 +837,6 @@ fn records(span: Span) -> String {
     } else {
         format!("records {} to {}", span.first, span.last)
     }
-}
-
-/// Seconds since the Unix epoch, now.
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
-        })
 }
 
 #[cfg(test)]

@@ -342,7 +342,7 @@ impl Sink {
     fn line(&self, priority: u8, message: &str) -> String {
         format!(
             "<{priority}>{} hintgate[{}]: {message}",
-            syslog_time(unix_now()),
+            syslog_time(crate::when::unix_now()),
             self.pid
         )
     }
@@ -425,34 +425,22 @@ fn truncated(entry: &Entry, bytes: usize) -> String {
     .to_string()
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
-        })
-}
-
 /// `Mmm dd hh:mm:ss` in UTC, as the C library's `syslog()` writes its time
 /// (with the day padded with a space).
 fn syslog_time(seconds: i64) -> String {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    // `utc` gives `YYYY-MM-DDTHH:MM:SSZ`.
-    let text = crate::when::utc(seconds);
-    let month = text
-        .get(5..7)
-        .and_then(|month| month.parse::<usize>().ok())
-        .and_then(|month| MONTHS.get(month.wrapping_sub(1)))
+    let at = hintgate_store::time::civil(seconds);
+    let month = usize::try_from(at.month - 1)
+        .ok()
+        .and_then(|month| MONTHS.get(month))
         .copied()
         .unwrap_or("Jan");
-    let day = text
-        .get(8..10)
-        .and_then(|day| day.parse::<u8>().ok())
-        .unwrap_or(1);
-    let time = text.get(11..19).unwrap_or("00:00:00");
-    format!("{month} {day:>2} {time}")
+    format!(
+        "{month} {:>2} {:02}:{:02}:{:02}",
+        at.day, at.hour, at.minute, at.second
+    )
 }
 
 #[cfg(test)]

@@ -547,10 +547,7 @@ fn create_private(path: &Path) -> Result<()> {
 /// `<file>.hintgate-backup-<UTC time>` next to it, never over an earlier
 /// backup, with the file's permissions.
 fn backup(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(0));
-    let stamp: String = crate::when::utc(seconds)
+    let stamp: String = crate::when::utc(crate::when::unix_now())
         .chars()
         .filter(|ch| *ch != '-' && *ch != ':')
         .collect();

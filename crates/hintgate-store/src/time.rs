@@ -43,6 +43,19 @@ pub fn civil(seconds: i64) -> Civil {
     }
 }
 
+/// Days since 1970-01-01 of a date (Howard Hinnant's days-from-civil):
+/// [`civil`]'s way back, for a date read from text.
+#[must_use]
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +75,25 @@ mod tests {
         assert_eq!(civil(951_782_400), at(2000, 2, 29, 0, 0, 0));
         assert_eq!(civil(1_795_989_518), at(2026, 11, 29, 21, 58, 38));
         assert_eq!(civil(4_107_542_400), at(2100, 3, 1, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_date_goes_back_to_the_seconds_it_came_from() {
+        // A second every 768,143 (about 8.9 days, so every hour and minute
+        // comes round) from 1900 to 2200, then leap days and century turns.
+        let mut seconds = -2_208_988_800_i64;
+        while seconds < 7_258_118_400 {
+            let at = civil(seconds);
+            let back = days_from_civil(at.year, at.month, at.day) * 86_400
+                + at.hour * 3_600
+                + at.minute * 60
+                + at.second;
+            assert_eq!(back, seconds, "{at:?}");
+            seconds += 768_143;
+        }
+        for (year, month, day) in [(2000, 2, 29), (2100, 2, 28), (2100, 3, 1), (1969, 12, 31)] {
+            let at = civil(days_from_civil(year, month, day) * 86_400);
+            assert_eq!((at.year, at.month, at.day), (year, month, day));
+        }
     }
 }
