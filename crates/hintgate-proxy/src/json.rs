@@ -531,18 +531,12 @@ pub fn span_in(text: &str, part: &str) -> Option<Range<usize>> {
     (end <= text.len()).then_some(start..end)
 }
 
-/// A JSON string literal for `text`.
+/// A JSON string literal for `text`, escaped as `serde_json` escapes it
+/// (the policy crate's one escaper for canonical JSON).
 pub fn string_literal(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
-    push_string(&mut out, text);
+    hintgate_policy::pin::push_json_string(&mut out, text);
     out
-}
-
-/// Writes `text` as a JSON string literal at the end of `out`, escaped as
-/// `serde_json` escapes it (so canonical JSON stays canonical). Most text
-/// needs no escape and is copied as it is.
-pub fn push_string(out: &mut String, text: &str) {
-    hintgate_policy::pin::push_json_string(out, text);
 }
 
 // === impl ObjectWriter ===

@@ -58,7 +58,8 @@ pub struct Indexed {
 /// module's docs).
 #[derive(Debug)]
 pub struct Indexer {
-    sender: Option<Sender<Vec<Journaled>>>,
+    /// Each batch with its weight, weighed once by the sender.
+    sender: Option<Sender<(usize, Vec<Journaled>)>>,
     backlog: Arc<Backlog>,
     bound: usize,
     thread: Option<std::thread::JoinHandle<Indexed>>,
@@ -81,7 +82,7 @@ impl Indexer {
 
     fn start(
         bound: usize,
-        body: impl FnOnce(Arc<Backlog>, Receiver<Vec<Journaled>>) -> Indexed + Send + 'static,
+        body: impl FnOnce(Arc<Backlog>, Receiver<(usize, Vec<Journaled>)>) -> Indexed + Send + 'static,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = std::sync::mpsc::channel();
         let backlog = Arc::new(Backlog::default());
@@ -109,13 +110,15 @@ impl Indexer {
             return;
         };
         let weight = weight(&records);
-        self.backlog.add(weight);
-        if sender.send(records).is_err() {
+        let over = self.backlog.add(weight) > self.bound;
+        if sender.send((weight, records)).is_err() {
             // The thread is gone; nothing will take them.
             self.backlog.take(weight);
             return;
         }
-        self.backlog.wait_within(self.bound);
+        if over {
+            self.backlog.wait_within(self.bound);
+        }
     }
 
     /// Bytes handed to the indexer that it has not taken yet.
@@ -175,9 +178,11 @@ impl Backlog {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn add(&self, weight: usize) {
+    /// Counts `weight` more; returns the bytes waiting now.
+    fn add(&self, weight: usize) -> usize {
         let mut state = self.lock();
         state.bytes = state.bytes.saturating_add(weight);
+        state.bytes
     }
 
     fn take(&self, weight: usize) {
@@ -244,7 +249,7 @@ fn weight(records: &[Journaled]) -> usize {
 fn index_loop(
     index: &dyn JournalIndex,
     run: &str,
-    receiver: &Receiver<Vec<Journaled>>,
+    receiver: &Receiver<(usize, Vec<Journaled>)>,
     backlog: &Backlog,
 ) -> Indexed {
     let mut done = Indexed::default();
@@ -252,8 +257,8 @@ fn index_loop(
     let mut calls = HashMap::new();
     let mut open = true;
     let mut failing = false;
-    let take = |pending: &mut Vec<Journaled>, records: Vec<Journaled>| {
-        backlog.take(weight(&records));
+    let take = |pending: &mut Vec<Journaled>, (weight, records): (usize, Vec<Journaled>)| {
+        backlog.take(weight);
         pending.extend(records);
     };
     while open {
