@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use hintgate_policy::decide::{Policy, RememberOffer};
 use hintgate_policy::pin::{PinStatus, diff};
-use hintgate_policy::preview::Previewed;
 use hintgate_policy::prompt::PromptInput;
 use hintgate_store::{Answer, NewPending, Remember, Store};
 use serde_json::{Map, Value, json};
@@ -349,20 +348,6 @@ fn observe_unanswered(
 fn queue_withdrawal(id: u64, why: &str) -> CallEnd {
     let extra = format!("It waited in the approval queue as #{id}; {why}.");
     denied(&extra, Approver::Gateway).into()
-}
-
-// === impl CallContext ===
-
-impl CallContext {
-    /// A person approved the held call: it goes through the pipeline again
-    /// with the approved definition noted, so that it is sent only if the
-    /// server still lists that definition (a change while the person was
-    /// asked is asked about anew), to the start of the server it lists it.
-    fn approved_by(&mut self, approver: Approver) {
-        self.approver = approver;
-        self.approved = self.digest();
-        self.approved_preview = self.preview.as_ref().map(Previewed::digest);
-    }
 }
 
 // === impl Desk ===
@@ -1088,9 +1073,7 @@ impl super::stages::Stages<'_> {
             AskChannel::InputRequired,
             AskEnding::Approved,
         );
-        cx.approver = Approver::Person(Channel::InputRequired);
-        cx.approved = cx.digest();
-        cx.approved_preview = cx.preview.as_ref().map(Previewed::digest);
+        cx.approved_by(Approver::Person(Channel::InputRequired));
         Ok(())
     }
 }
@@ -1291,7 +1274,7 @@ mod tests {
             Then::Approved(cx, Remember::Session) => {
                 assert_eq!(cx.approver, Approver::Person(Channel::Elicitation));
                 assert!(
-                    cx.approved.is_some(),
+                    cx.consent().is_some(),
                     "the definition the person saw is not noted"
                 );
             }

@@ -92,9 +92,10 @@ pub(crate) struct CallContext {
     /// Which start of its server the definition decided on belongs to: a
     /// call is sent only to that start (a restarted server lists anew).
     pub generation: Option<u64>,
-    /// A person approved the call for this definition: asked about again
-    /// only if the definition changed before it was sent.
-    pub approved: Option<PinDigest>,
+    /// What a person approved, once someone did: the call is asked about
+    /// again if the definition, or a file preview, changed before it was
+    /// sent.
+    consent: Option<Consent>,
     /// What the decision hook answered, and for what state of the call.
     pub hook: Option<HookVerdict>,
     /// How often the decision hook was asked about this call.
@@ -115,10 +116,6 @@ pub(crate) struct CallContext {
     /// is none), where a preview is configured for its tool: shown when a
     /// person is asked, and recorded with the call. Never decided on.
     pub preview: Option<Previewed>,
-    /// The digest of the preview a person approved (with the definition,
-    /// [`CallContext::approved`]): a file preview computed again just
-    /// before the send that differs asks again.
-    pub approved_preview: Option<String>,
     /// The file changed after the person was asked: the next prompt says
     /// so.
     pub preview_changed: bool,
@@ -144,6 +141,19 @@ enum Progress {
     /// Sent to its server at `at`, with its record's number (`None`
     /// without a log).
     Sent { record: Option<u64>, at: Instant },
+}
+
+/// What a person approved: the definition the call was decided on when
+/// they were asked, and the preview they were shown with it, if any. Known
+/// together once a person says yes, and given up together (an edit, a file
+/// that changed since): an approval never outlives what it was given for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Consent {
+    /// The pin digest of the definition approved.
+    pub definition: PinDigest,
+    /// The digest of the preview shown with it: a file preview computed
+    /// again just before the send that differs asks again.
+    pub preview: Option<String>,
 }
 
 /// How a person edited a call in the approval queue (`gateway::edit`).
@@ -546,7 +556,7 @@ impl CallContext {
             counted: false,
             continuation: None,
             generation: None,
-            approved: None,
+            consent: None,
             hook: None,
             hook_asks: 0,
             idem: None,
@@ -554,7 +564,6 @@ impl CallContext {
             instance: Instance::Full,
             read_only: ReadOnlyLeg::default(),
             preview: None,
-            approved_preview: None,
             preview_changed: false,
             edit: None,
             edit_refused: None,
@@ -600,6 +609,33 @@ impl CallContext {
     /// The pin digest of the definition decided on.
     pub fn digest(&self) -> Option<PinDigest> {
         self.definition.as_ref().map(|definition| definition.digest)
+    }
+
+    /// A person approved the call as it stands: `approver` let it through,
+    /// for the definition it was decided on and the preview shown (a call
+    /// decided on no definition carries no consent, and is asked again).
+    pub fn approved_by(&mut self, approver: Approver) {
+        self.approver = approver;
+        self.consent = self.digest().map(|definition| Consent {
+            definition,
+            preview: self.preview.as_ref().map(Previewed::digest),
+        });
+    }
+
+    /// What a person approved, if anyone did.
+    pub fn consent(&self) -> Option<&Consent> {
+        self.consent.as_ref()
+    }
+
+    /// The definition a person approved, if anyone did.
+    pub fn approved(&self) -> Option<PinDigest> {
+        self.consent.as_ref().map(|consent| consent.definition)
+    }
+
+    /// What a person approved no longer stands (the call changed, or what
+    /// they were shown did): the call is asked about again.
+    pub fn withdraw_consent(&mut self) {
+        self.consent = None;
     }
 
     /// The same, as the audit log writes it.
@@ -1272,6 +1308,42 @@ mod tests {
         }
     }
 
+    /// A person's approval is for the definition and the preview they were
+    /// shown, together: a call decided on no definition carries none, and
+    /// an approval given up is given up whole.
+    #[test]
+    fn an_approval_holds_the_definition_and_the_preview_shown_together() {
+        let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fs__write","arguments":{}}}"#;
+        let mut cx = CallContext::parse(request(line)).unwrap();
+        let queue = Approver::Person(Channel::Queue("ana".to_owned()));
+        cx.approved_by(queue.clone());
+        assert_eq!((cx.consent(), &cx.approver), (None, &queue));
+
+        let definition = PinDigest([4; 32]);
+        cx.decided_on(decided(definition, PinStatus::Unchanged));
+        let shown = Previewed::unavailable(
+            hintgate_policy::preview::PreviewSource::Files,
+            "no such file",
+        );
+        cx.preview = Some(shown.clone());
+        cx.approved_by(queue);
+        let consent = Consent {
+            definition,
+            preview: Some(shown.digest()),
+        };
+        assert_eq!(cx.consent(), Some(&consent));
+        assert_eq!(cx.approved(), Some(definition));
+
+        // A preview computed since does not change what was approved.
+        cx.preview = None;
+        assert_eq!(cx.consent(), Some(&consent));
+        cx.next_attempt();
+        assert_eq!(cx.consent(), Some(&consent));
+
+        cx.withdraw_consent();
+        assert_eq!((cx.consent(), cx.approved()), (None, None));
+    }
+
     /// What a retried call's record reads of its context: the pin of the
     /// definition last decided on stays until an attempt decides on one of
     /// its own; the decision, the instance and the start it was decided
@@ -1291,7 +1363,7 @@ mod tests {
         cx.decision = Some(Decision::deny(ReasonCode::RuleDeny));
         cx.instance = Instance::ReadOnly;
         cx.generation = Some(3);
-        cx.approved = Some(first);
+        cx.approved_by(Approver::Person(Channel::Elicitation));
         cx.next_attempt();
 
         assert_eq!(cx.attempt, 1);
@@ -1304,7 +1376,7 @@ mod tests {
         assert_eq!(cx.instance, Instance::Full);
         assert_eq!(cx.generation, None);
         // What a person approved stays with the call.
-        assert_eq!(cx.approved, Some(first));
+        assert_eq!(cx.approved(), Some(first));
 
         let second = PinDigest([2; 32]);
         cx.decided_on(decided(second, PinStatus::Changed));

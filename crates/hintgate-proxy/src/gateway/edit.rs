@@ -97,8 +97,7 @@ impl Desk<'_> {
         cx.decision = None;
         cx.hook = None;
         cx.hook_asks = 0;
-        cx.approved = None;
-        cx.approved_preview = None;
+        cx.withdraw_consent();
         cx.preview = None;
         cx.preview_changed = false;
         self.again(cx);

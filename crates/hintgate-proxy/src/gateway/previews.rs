@@ -81,7 +81,10 @@ impl Lookup<'_> {
             .preview_of(cx)
             .filter(|now| now.source() == PreviewSource::Files);
         let now = again.as_ref().map(Previewed::digest);
-        if steps::preview_stands(cx.approved_preview.as_deref(), now.as_deref()) {
+        if steps::preview_stands(
+            cx.consent().and_then(|consent| consent.preview.as_deref()),
+            now.as_deref(),
+        ) {
             return Ok(());
         }
         tracing::warn!(
@@ -89,8 +92,7 @@ impl Lookup<'_> {
             "the file changed after the person approved the call: it is asked about again"
         );
         cx.preview = again;
-        cx.approved = None;
-        cx.approved_preview = None;
+        cx.withdraw_consent();
         cx.preview_changed = true;
         Err(Exit::Ask)
     }

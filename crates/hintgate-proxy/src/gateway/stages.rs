@@ -408,7 +408,7 @@ impl Stages<'_> {
         verdict: Verdict,
     ) -> Result<(), Exit> {
         let carries = session.modern && super::era::carries_our_answer(cx);
-        match steps::approval(verdict, cx.digest(), cx.approved, carries) {
+        match steps::approval(verdict, cx.digest(), cx.approved(), carries) {
             // An approval is for what the person was shown: a file that
             // changed since is asked about again.
             Approval::Approved => self.lookup().still_as_shown(cx),
@@ -769,8 +769,7 @@ mod tests {
         let exit = parts.stages().run(&mut cx, session).unwrap_err();
         assert!(matches!(exit, Exit::Ask), "{exit:?}");
         // A person approved this definition: it goes on, theirs.
-        cx.approved = cx.digest();
-        cx.approver = Approver::Person(crate::gateway::call::Channel::Elicitation);
+        cx.approved_by(Approver::Person(crate::gateway::call::Channel::Elicitation));
         parts.stages().run(&mut cx, session).unwrap();
         // The policy lets a trusted server's read through, naming why.
         let mut parts = Parts::new(ONE).listing(0, &[read_tool()]);
