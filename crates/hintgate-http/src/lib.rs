@@ -57,7 +57,7 @@ use base64::Engine as _;
 use hintgate_policy::decide::DecisionMeta;
 pub use hintgate_policy::decide::Scope;
 use hintgate_policy::reason::ReasonCode;
-use hintgate_proxy::frame::{Kind, Message};
+use hintgate_proxy::frame::{Framed, HostLine, Kind};
 use hintgate_proxy::versions::{LEGACY_VERSIONS, MODERN_VERSION};
 use hintgate_proxy::{HostConn, HostPort};
 use serde_json::{Value, json};
@@ -500,7 +500,7 @@ async fn post(
     } else {
         text.to_owned()
     };
-    let Ok(message) = Message::parse(&line) else {
+    let Some(message) = Read::of(shared.port.read(line)) else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             "null",
@@ -526,15 +526,17 @@ async fn post(
         meta: Option<Meta<'a>>,
     }
     let light: Option<Result<Params<'_>, _>> = message
-        .params
-        .filter(|raw| raw.get().trim_start().starts_with('{'))
-        .map(|raw| serde_json::from_str(raw.get()));
+        .framed
+        .params()
+        .filter(|raw| raw.trim_start().starts_with('{'))
+        .map(serde_json::from_str);
     // What the light reading cannot take (a key given twice) is read as
     // before, whole; the gateway then refuses it on record.
     let whole: Option<Value> = match &light {
         Some(Err(_)) => message
-            .params
-            .and_then(|raw| serde_json::from_str(raw.get()).ok()),
+            .framed
+            .params()
+            .and_then(|raw| serde_json::from_str(raw).ok()),
         _ => None,
     };
     let meta = match &light {
@@ -552,10 +554,11 @@ async fn post(
     if modern {
         let params: Option<Value> = whole.clone().or_else(|| {
             message
-                .params
-                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .framed
+                .params()
+                .and_then(|raw| serde_json::from_str(raw).ok())
         });
-        return post_modern(shared, principal, headers, &message, params.as_ref()).await;
+        return post_modern(shared, principal, headers, message, params.as_ref()).await;
     }
     let progress = meta
         .and_then(|meta| meta.progress.as_ref())
@@ -566,24 +569,70 @@ async fn post(
     {
         return rpc_error(
             StatusCode::BAD_REQUEST,
-            message.id_text(),
+            message.framed.id_text(),
             -32600,
             &format!("unsupported MCP-Protocol-Version `{version}`"),
         );
     }
-    post_legacy(shared, principal, headers, &message, progress).await
+    post_legacy(shared, principal, headers, message, progress).await
+}
+
+/// A host's message as the HTTP side routes it: read once, with the
+/// gateway's own reading ([`HostPort::read`]), and handed to the gateway
+/// as read. A message the gateway refuses unread (a key given twice, or
+/// nested too deep) is still routed by its envelope, so that the refusal
+/// the gateway records reaches the host as the answer to its request.
+struct Read {
+    framed: Framed,
+    /// Why the gateway refuses it unread, if it does.
+    ambiguous: Option<hintgate_proxy::json::JsonError>,
+}
+
+impl Read {
+    /// The message read, if it is one JSON-RPC message (a refused one read
+    /// for its envelope alone).
+    fn of(line: HostLine) -> Option<Self> {
+        match line {
+            HostLine::Message(framed) => Some(Self {
+                framed,
+                ambiguous: None,
+            }),
+            HostLine::Ambiguous(line, err) => Framed::parse(line).ok().map(|framed| Self {
+                framed,
+                ambiguous: Some(err),
+            }),
+            HostLine::Unreadable(..) => None,
+        }
+    }
+
+    /// The same message under the gateway's id `ours`, read as before.
+    fn with_id(&self, ours: &str) -> Option<Self> {
+        Some(Self {
+            framed: self.framed.with_id(ours).ok()?,
+            ambiguous: self.ambiguous.clone(),
+        })
+    }
+
+    /// What the gateway takes.
+    fn into_line(self) -> HostLine {
+        match self.ambiguous {
+            None => HostLine::Message(self.framed),
+            Some(err) => HostLine::Ambiguous(self.framed.into_line(), err),
+        }
+    }
 }
 
 async fn post_legacy(
     shared: &Arc<Shared>,
     principal: Principal,
     headers: &HeaderMap,
-    message: &Message<'_>,
+    message: Read,
     progress: Option<String>,
 ) -> Response {
     let named = session_id(headers);
-    let (session, new_id) = match (named, message.method()) {
-        (None, "initialize") if message.kind() == Kind::Request => {
+    let framed = &message.framed;
+    let (session, new_id) = match (named, framed.method()) {
+        (None, "initialize") if framed.kind() == Kind::Request => {
             match open_legacy(shared, principal).await {
                 Ok(opened) => opened,
                 Err(response) => return response,
@@ -592,7 +641,7 @@ async fn post_legacy(
         (None, _) => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
-                message.id_text(),
+                framed.id_text(),
                 -32600,
                 "no Mcp-Session-Id: start a session with `initialize`",
             );
@@ -600,7 +649,7 @@ async fn post_legacy(
         (Some(_), "initialize") => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
-                message.id_text(),
+                framed.id_text(),
                 -32600,
                 "this session is initialized already",
             );
@@ -610,32 +659,33 @@ async fn post_legacy(
             None => return plain(StatusCode::NOT_FOUND, "no such session"),
         },
     };
-    let mut response = match message.kind() {
+    let mut response = match framed.kind() {
         Kind::Request => {
+            let id = framed.id_text().to_owned();
+            let is_call = framed.method() == "tools/call";
             exchange(
                 shared,
                 &session,
-                message.id_text(),
+                &id,
                 None,
-                message.line().to_owned(),
+                message.into_line(),
                 progress,
                 headers,
-                message.method() == "tools/call",
+                is_call,
             )
             .await
         }
         Kind::Notification | Kind::Response => {
-            let sent = session.conn.send(message.line().to_owned()).await;
-            if message.method() == "notifications/cancelled" {
-                // The gateway answers no cancelled request: its stream ends
-                // here, and nothing of it is kept for a resumption.
-                let cancelled = message
-                    .params
-                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-                    .and_then(|params| params.get("requestId").map(Value::to_string));
-                if let Some(id) = cancelled {
-                    session.routes.forget(&id);
-                }
+            // The gateway answers no cancelled request: its stream ends
+            // here, and nothing of it is kept for a resumption.
+            let cancelled = (framed.method() == "notifications/cancelled")
+                .then(|| framed.params())
+                .flatten()
+                .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
+                .and_then(|params| params.get("requestId").map(Value::to_string));
+            let sent = session.conn.send(message.into_line()).await;
+            if let Some(id) = cancelled {
+                session.routes.forget(&id);
             }
             match sent {
                 Ok(()) => StatusCode::ACCEPTED.into_response(),
@@ -744,11 +794,12 @@ async fn post_modern(
     shared: &Arc<Shared>,
     principal: Principal,
     headers: &HeaderMap,
-    message: &Message<'_>,
+    message: Read,
     params: Option<&Value>,
 ) -> Response {
-    if let Err(why) = check_modern_headers(headers, message, params) {
-        return rpc_error(StatusCode::BAD_REQUEST, message.id_text(), -32020, &why);
+    let framed = &message.framed;
+    if let Err(why) = check_modern_headers(headers, framed, params) {
+        return rpc_error(StatusCode::BAD_REQUEST, framed.id_text(), -32020, &why);
     }
     let session = {
         let existing = shared
@@ -770,25 +821,32 @@ async fn post_modern(
             },
         }
     };
-    match message.kind() {
+    match framed.kind() {
         Kind::Request => {
             // Requests of one principal share a gateway session, and two
             // hosts with one token may both send id 1: the gateway knows
             // each under an id of its own, and the host gets its own back.
             let ours = format!("\"h{}\"", shared.next_id.fetch_add(1, Ordering::Relaxed));
-            let line = message.with_id(&ours);
+            let Some(line) = message.with_id(&ours) else {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    framed.id_text(),
+                    -32600,
+                    "the request cannot be read under a new id",
+                );
+            };
             exchange(
                 shared,
                 &session,
                 &ours,
-                Some(message.id_text().to_owned()),
-                line,
+                Some(framed.id_text().to_owned()),
+                line.into_line(),
                 params
                     .and_then(|params| params.get("_meta"))
                     .and_then(|meta| meta.get("progressToken"))
                     .map(Value::to_string),
                 headers,
-                message.method() == "tools/call",
+                framed.method() == "tools/call",
             )
             .await
         }
@@ -801,7 +859,7 @@ async fn post_modern(
 /// the tool, prompt or resource named.
 fn check_modern_headers(
     headers: &HeaderMap,
-    message: &Message<'_>,
+    message: &Framed,
     params: Option<&Value>,
 ) -> Result<(), String> {
     let header = |name: &str| -> Result<Option<String>, String> {
@@ -875,7 +933,7 @@ async fn exchange(
     session: &Arc<Session>,
     gateway_id: &str,
     host_id: Option<String>,
-    line: String,
+    line: HostLine,
     progress: Option<String>,
     headers: &HeaderMap,
     is_call: bool,
@@ -1016,7 +1074,7 @@ impl Drop for Pending {
         let conn = Arc::clone(&self.session.conn);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = conn.send(line).await;
+                let _ = conn.send(conn.read(line)).await;
             });
         }
     }
@@ -1276,8 +1334,8 @@ mod tests {
     #[test]
     fn modern_headers_must_match_the_body() {
         let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-        let message = Message::parse(line).unwrap();
-        let params: Value = serde_json::from_str(message.params.unwrap().get()).unwrap();
+        let message = Framed::parse(line.to_owned()).unwrap();
+        let params: Value = serde_json::from_str(message.params().unwrap()).unwrap();
         let mut headers = HeaderMap::new();
         headers.insert(
             "mcp-protocol-version",

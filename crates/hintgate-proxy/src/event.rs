@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::conn::QueueGauge;
+use crate::frame::HostLine;
 
 /// Takes the gateway's lines to one host session straight from its event
 /// loop, without a task in between to wake. Offered a line, it either takes
@@ -130,15 +131,15 @@ pub struct OpenSession {
 /// Something from a host.
 #[derive(Debug)]
 pub enum HostEvent {
-    /// One line.
-    Line(String),
+    /// One line, read where it arrived ([`HostLine::read`]).
+    Line(HostLine),
     /// One request whose id the transport replaced with one of its own
     /// (a 2026-07-28 request over HTTP, made unique per principal); the
     /// audit log records `host_id`, the id the host gave (raw JSON), which
     /// is what the host's own log shows.
     LineFor {
         /// The line, under the transport's id.
-        line: String,
+        line: HostLine,
         /// The id the host gave.
         host_id: String,
     },
@@ -246,8 +247,8 @@ impl Event {
             Self::Host {
                 event: HostEvent::Line(line),
                 ..
-            }
-            | Self::Upstream {
+            } => Some(line.len()),
+            Self::Upstream {
                 event: UpstreamEvent::Line(line),
                 ..
             } => Some(line.len()),

@@ -14,7 +14,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::json::{span_in, string_literal};
+use crate::json::{JsonError, find_duplicate_key_within, span_in, string_literal};
 
 /// One JSON-RPC message, borrowed from its line.
 #[derive(Debug)]
@@ -305,6 +305,185 @@ impl Spans {
     }
 }
 
+/// A message read once and kept with its line: its kind, its method, and
+/// where its id and params sit. Made where a line arrives (a transport's
+/// task), it is what every later reader takes, so nobody parses the line
+/// again to route it or decide on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Framed {
+    line: String,
+    kind: Kind,
+    method: Option<Box<str>>,
+    /// The id as written, `null` included: where a new id goes.
+    id_written: Option<Range<usize>>,
+    /// The id and the params, `None` when absent or written as `null`.
+    spans: Spans,
+}
+
+/// A host's line as the event loop takes it: read where it arrived, in the
+/// order the loop reads every line (repeated keys and depth first, then the
+/// envelope).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostLine {
+    /// One JSON-RPC message, every key in it given once, within the depth
+    /// limit.
+    Message(Framed),
+    /// A line that repeats a key, nests too deep or is not JSON: refused
+    /// on record, never read further.
+    Ambiguous(String, JsonError),
+    /// JSON without a repeated key that is not one JSON-RPC message.
+    Unreadable(String, FrameError),
+}
+
+// === impl Framed ===
+
+impl Framed {
+    /// Reads `line` (without its newline) as [`Message::parse`] does.
+    ///
+    /// # Errors
+    ///
+    /// The line back, with why it is not a JSON-RPC message.
+    pub fn parse(line: String) -> Result<Self, (String, FrameError)> {
+        let read = Message::parse(&line).map(|message| {
+            let range = |raw: Option<&RawValue>| raw.and_then(|raw| span_in(&line, raw.get()));
+            (
+                message.kind(),
+                message.method.as_deref().map(Box::from),
+                range(message.id_written),
+                message.spans(),
+            )
+        });
+        match read {
+            Ok((kind, method, id_written, spans)) => Ok(Self {
+                line,
+                kind,
+                method,
+                id_written,
+                spans,
+            }),
+            Err(err) => Err((line, err)),
+        }
+    }
+
+    /// Request, notification or response.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The method, or the empty string.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// The id as raw JSON text, or `null`.
+    pub fn id_text(&self) -> &str {
+        self.spans
+            .id
+            .as_ref()
+            .and_then(|range| self.line.get(range.clone()))
+            .unwrap_or("null")
+    }
+
+    /// The params as raw JSON text, when present (and not `null`).
+    pub fn params(&self) -> Option<&str> {
+        self.spans.params(&self.line)
+    }
+
+    /// Where the id and the params sit in the line.
+    pub fn spans(&self) -> Spans {
+        self.spans.clone()
+    }
+
+    /// The line.
+    pub fn line(&self) -> &str {
+        &self.line
+    }
+
+    /// The line, given up.
+    pub fn into_line(self) -> String {
+        self.line
+    }
+
+    /// The same message under another id (raw JSON text), read without
+    /// parsing again: the id's text is replaced and what follows it moves.
+    /// A message without an id is read again once it has one.
+    ///
+    /// # Errors
+    ///
+    /// Only for a message without an id, whose new line does not read (an
+    /// id that is not JSON text).
+    pub fn with_id(&self, new_id: &str) -> Result<Self, (String, FrameError)> {
+        let Some(id) = self.id_written.clone() else {
+            let line = Spans::default().with_id(&self.line, new_id);
+            return Self::parse(line);
+        };
+        let line = splice(&self.line, id.clone(), new_id);
+        let moved = |range: Range<usize>| {
+            if range.start >= id.end {
+                let start = range.start - id.end + id.start + new_id.len();
+                start..start + range.len()
+            } else {
+                range
+            }
+        };
+        let id_written = id.start..id.start + new_id.len();
+        let spans = Spans {
+            id: (new_id != "null").then(|| id_written.clone()),
+            params: self.spans.params.clone().map(moved),
+        };
+        let method = self.method.clone();
+        // As `Message::kind`: a method under a `null` id is a notification.
+        let kind = match (&method, &spans.id) {
+            (Some(_), Some(_)) => Kind::Request,
+            (Some(_), None) => Kind::Notification,
+            (None, _) => Kind::Response,
+        };
+        Ok(Self {
+            line,
+            kind,
+            method,
+            id_written: Some(id_written),
+            spans,
+        })
+    }
+}
+
+// === impl HostLine ===
+
+impl HostLine {
+    /// Reads a host's line: a line that repeats a key anywhere could be read
+    /// two ways, and one nested deeper than `max_depth` may not be readable
+    /// by a server, so both are found before anything else reads it; then
+    /// the envelope is read once.
+    pub fn read(line: String, max_depth: usize) -> Self {
+        if let Err(err) = find_duplicate_key_within(&line, max_depth) {
+            return Self::Ambiguous(line, err);
+        }
+        match Framed::parse(line) {
+            Ok(framed) => Self::Message(framed),
+            Err((line, err)) => Self::Unreadable(line, err),
+        }
+    }
+
+    /// The line's length in bytes.
+    pub fn len(&self) -> usize {
+        self.line().len()
+    }
+
+    /// Whether the line is empty.
+    pub fn is_empty(&self) -> bool {
+        self.line().is_empty()
+    }
+
+    /// The line.
+    pub fn line(&self) -> &str {
+        match self {
+            Self::Message(framed) => framed.line(),
+            Self::Ambiguous(line, _) | Self::Unreadable(line, _) => line,
+        }
+    }
+}
+
 /// Two spans of `line` replaced (in either order; they do not overlap).
 fn splice_two(line: &str, a: (Range<usize>, &str), b: (Range<usize>, &str)) -> String {
     // The later span first, so that the earlier one's offsets stay valid.
@@ -510,7 +689,92 @@ mod tests {
         assert_eq!(message.method(), "tools/call");
     }
 
+    /// A host's line is read in the loop's order: repeated keys, depth and
+    /// syntax first (refused on record), then the envelope.
+    #[test]
+    fn a_host_line_is_read_for_repeated_keys_before_its_envelope() {
+        let call = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","arguments":{"a":1}}}"#;
+        let HostLine::Message(framed) = HostLine::read(call.to_owned(), 64) else {
+            panic!("a call reads");
+        };
+        assert_eq!(
+            (framed.kind(), framed.method(), framed.id_text()),
+            (Kind::Request, "tools/call", "4")
+        );
+        assert_eq!(framed.params(), Some(r#"{"name":"x","arguments":{"a":1}}"#));
+        let message = Message::parse(call).unwrap();
+        assert_eq!(framed.spans(), message.spans());
+
+        let twice =
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","name":"y"}}"#;
+        assert!(matches!(
+            HostLine::read(twice.to_owned(), 64),
+            HostLine::Ambiguous(_, JsonError::DuplicateKey { .. })
+        ));
+        let deep = format!(
+            "{{\"id\":1,\"method\":\"m\",\"params\":{}1{}}}",
+            "[".repeat(9),
+            "]".repeat(9)
+        );
+        assert!(matches!(
+            HostLine::read(deep.clone(), 8),
+            HostLine::Ambiguous(_, JsonError::TooDeep { .. })
+        ));
+        assert!(matches!(HostLine::read(deep, 64), HostLine::Message(_)));
+        assert!(matches!(
+            HostLine::read("garbage".to_owned(), 64),
+            HostLine::Unreadable(_, FrameError::NotObject)
+        ));
+        assert!(matches!(
+            HostLine::read(r#"{"id":1,"method":"m""#.to_owned(), 64),
+            HostLine::Ambiguous(..) | HostLine::Unreadable(_, FrameError::NotJson(_))
+        ));
+        let batch = HostLine::read(format!("[{call}]"), 64);
+        assert_eq!(batch.len(), call.len() + 2);
+        assert!(matches!(
+            batch,
+            HostLine::Unreadable(_, FrameError::NotObject)
+        ));
+    }
+
     proptest! {
+        /// What a framed message says of itself under a new id is what
+        /// reading the new line says, whatever the members' order, spacing
+        /// and ids (`null` and absent included).
+        #[test]
+        fn a_framed_message_under_a_new_id_reads_as_its_new_line(
+            members in prop::sample::subsequence(vec![0usize, 1, 2, 3, 4, 5], 0..=6).prop_shuffle(),
+            id in prop_oneof![
+                Just("null".to_owned()),
+                any::<i32>().prop_map(|n| n.to_string()),
+                "[a-z]{0,6}".prop_map(|s| format!("\"{s}\"")),
+            ],
+            new_id in prop_oneof![
+                any::<u32>().prop_map(|n| n.to_string()),
+                "[a-z0-9-]{1,12}".prop_map(|s| format!("\"{s}\"")),
+            ],
+            space in "[ ]{0,2}",
+        ) {
+            let text: Vec<String> = members.iter().map(|member| match member {
+                0 => format!("\"id\":{space}{id}"),
+                1 => "\"method\":\"tools/call\"".to_owned(),
+                2 => format!("\"params\":{space}{{\"name\":\"x\",\"arguments\":{{\"a\":[1,2]}}}}"),
+                3 => "\"jsonrpc\":\"2.0\"".to_owned(),
+                4 => "\"result\":{\"ok\":true}".to_owned(),
+                _ => "\"error\":{\"code\":1,\"message\":\"m\"}".to_owned(),
+            }).collect();
+            let line = format!("{{{space}{}}}", text.join(&format!(",{space}")));
+            let Ok(framed) = Framed::parse(line.clone()) else {
+                prop_assert!(Message::parse(&line).is_err());
+                return Ok(());
+            };
+            let expected = Framed::parse(Message::parse(&line).unwrap().with_id(&new_id));
+            prop_assert_eq!(
+                framed.with_id(&new_id).map_err(|(_, err)| err),
+                expected.map_err(|(_, err)| err)
+            );
+        }
+
         #[test]
         fn parsing_never_panics(line in "\\PC{0,64}") {
             let _ = Message::parse(&line);

@@ -20,6 +20,7 @@ use crate::conn::QueueGauge;
 use crate::conn::{HOST_HELD_MESSAGES, HOST_QUEUE_BYTES};
 pub use crate::event::HostSink;
 use crate::event::{Closed, Event, EventSender, HostEvent, OpenSession};
+use crate::frame::HostLine;
 use crate::gateway::request::Held;
 
 /// Opens host sessions on a running gateway. Cheap to clone.
@@ -29,6 +30,7 @@ pub struct HostPort {
     /// The next session's number; 0 is the stdio host's, never given here.
     next: Arc<AtomicU32>,
     max_line: usize,
+    max_depth: usize,
 }
 
 /// One host session: what the host sends goes in with [`HostConn::send`],
@@ -46,17 +48,19 @@ pub struct HostConn {
     /// What the gateway holds of the host's requests.
     requests: Arc<QueueGauge>,
     max_line: usize,
+    max_depth: usize,
     closed: AtomicBool,
 }
 
 // === impl HostPort ===
 
 impl HostPort {
-    pub(crate) fn new(events: EventSender, max_line: usize) -> Self {
+    pub(crate) fn new(events: EventSender, max_line: usize, max_depth: usize) -> Self {
         Self {
             events,
             next: Arc::new(AtomicU32::new(1)),
             max_line,
+            max_depth,
         }
     }
 
@@ -120,8 +124,15 @@ impl HostPort {
             gauge,
             requests,
             max_line: self.max_line,
+            max_depth: self.max_depth,
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// Reads one line of a host's as the gateway takes it (see
+    /// [`HostConn::read`]), before its session is known.
+    pub fn read(&self, line: String) -> HostLine {
+        HostLine::read(line, self.max_depth)
     }
 
     /// The largest message the gateway takes (`max_message_bytes`).
@@ -143,6 +154,14 @@ impl HostConn {
         self.session
     }
 
+    /// Reads one line of the host's as the gateway takes it (repeated keys
+    /// and depth, then the envelope): the transport routes on what this
+    /// read, and hands the same to [`HostConn::send`], so the line is read
+    /// once.
+    pub fn read(&self, line: String) -> HostLine {
+        HostLine::read(line, self.max_depth)
+    }
+
     /// Hands the gateway one line of the host's, once it may take it: while
     /// it holds as many of the host's requests as it may, or more lines wait
     /// for its loop than it holds, this waits (the host's next line waits
@@ -152,7 +171,7 @@ impl HostConn {
     /// # Errors
     ///
     /// [`Closed`] when the gateway has stopped.
-    pub async fn send(&self, line: String) -> Result<(), Closed> {
+    pub async fn send(&self, line: HostLine) -> Result<(), Closed> {
         self.send_event(line, None).await
     }
 
@@ -163,11 +182,11 @@ impl HostConn {
     /// # Errors
     ///
     /// [`Closed`] when the gateway has stopped.
-    pub async fn send_as(&self, line: String, host_id: String) -> Result<(), Closed> {
+    pub async fn send_as(&self, line: HostLine, host_id: String) -> Result<(), Closed> {
         self.send_event(line, Some(host_id)).await
     }
 
-    async fn send_event(&self, line: String, host_id: Option<String>) -> Result<(), Closed> {
+    async fn send_event(&self, line: HostLine, host_id: Option<String>) -> Result<(), Closed> {
         self.gauge.within_soft_limit().await;
         self.requests.within_soft_limit().await;
         self.events.room().await;

@@ -106,8 +106,7 @@ use self::session::HostSession;
 use self::upstreams::Upstreams;
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
 use crate::event::{Event, EventSender, HostEvent, UpstreamEvent};
-use crate::frame::{self, Kind, Message};
-use crate::json::find_duplicate_key_within;
+use crate::frame::{self, HostLine, Kind, Message};
 use crate::upstream::{Connector, SystemConnector};
 
 pub use crate::versions::LEGACY_VERSIONS;
@@ -569,7 +568,7 @@ where
     );
     tokio::spawn(read_host(
         host_in,
-        gateway.limits.max_line,
+        [gateway.limits.max_line, gateway.limits.max_depth],
         session,
         events_tx,
         [gauge, requests],
@@ -604,7 +603,8 @@ where
     let (events_tx, events_rx) = crate::event::channel(events);
     let gateway = Gateway::new(settings, events_tx.clone())?;
     let stop_events = events_tx.clone();
-    let port = crate::hosts::HostPort::new(events_tx, gateway.limits.max_line);
+    let port =
+        crate::hosts::HostPort::new(events_tx, gateway.limits.max_line, gateway.limits.max_depth);
     let run = async move {
         tokio::spawn(async move {
             stop.await;
@@ -695,7 +695,7 @@ const TRACE_FLUSH: Duration = Duration::from_secs(2);
 
 async fn read_host<R: AsyncRead + Unpin>(
     host_in: R,
-    max_line: usize,
+    [max_line, max_depth]: [usize; 2],
     session: SessionId,
     events: EventSender,
     [queue, requests]: [Arc<QueueGauge>; 2],
@@ -719,7 +719,7 @@ async fn read_host<R: AsyncRead + Unpin>(
                     // Counted as it is read, so the wait above holds the
                     // host to the bound whatever waits for the loop.
                     requests.queued(request::Held::cost(line.len()));
-                    HostEvent::Line(line)
+                    HostEvent::Line(HostLine::read(line, max_depth))
                 }
                 Err(_) => HostEvent::TooLong,
             },
@@ -1338,7 +1338,7 @@ impl Gateway {
 
     // --- the host side ---
 
-    fn on_host_line(&mut self, session: SessionId, line: String, host_id: Option<Box<str>>) {
+    fn on_host_line(&mut self, session: SessionId, line: HostLine, host_id: Option<Box<str>>) {
         // The line was counted in what the gateway holds of the host's
         // requests when it was read: a request keeps that count until it
         // ends; any other line gives it back when it has been handled.
@@ -1347,17 +1347,18 @@ impl Gateway {
             .get(&session)
             .map(|host| request::Held::counted(&host.requests, line.len()))
             .unwrap_or_default();
-        // What the gateway decides on is what every server reads: a message
-        // that repeats a key anywhere could be read two ways, so it is
-        // refused before anything else reads it; and so is one nested deeper
-        // than a server may be able to read.
-        if let Err(err) = find_duplicate_key_within(&line, self.limits.max_depth) {
-            self.on_ambiguous_line(session, line, &err, host_id);
-            return;
-        }
-        let parsed = match Message::parse(&line) {
-            Ok(message) => message,
-            Err(err) => {
+        // The transport read the line where it arrived (`HostLine::read`):
+        // what the gateway decides on is what every server reads, so a
+        // message that repeats a key anywhere (it could be read two ways),
+        // or is nested deeper than a server may be able to read, is refused
+        // before anything else reads it.
+        let framed = match line {
+            HostLine::Message(framed) => framed,
+            HostLine::Ambiguous(line, err) => {
+                self.on_ambiguous_line(session, line, &err, host_id);
+                return;
+            }
+            HostLine::Unreadable(_, err) => {
                 tracing::warn!("the host sent a line that is not JSON-RPC: {err}");
                 let (code, what) = match err {
                     frame::FrameError::NotJson(_) => (-32700, "parse error"),
@@ -1368,25 +1369,28 @@ impl Gateway {
                 return;
             }
         };
-        match parsed.kind() {
+        match framed.kind() {
             Kind::Request => {
-                let method = Method::of(parsed.method());
-                let spans = parsed.spans();
-                drop(parsed);
-                let mut request = HostRequest::new(session, line, spans, method);
+                let method = Method::of(framed.method());
+                let spans = framed.spans();
+                let mut request = HostRequest::new(session, framed.into_line(), spans, method);
                 request.hold(held);
                 request.host_id = host_id;
                 self.dispatch(request);
             }
             Kind::Notification => {
-                let method = parsed.method().to_owned();
-                let spans = parsed.spans();
-                drop(parsed);
-                self.on_host_notification(session, &method, spans, line);
+                let method = framed.method().to_owned();
+                let spans = framed.spans();
+                self.on_host_notification(session, &method, spans, framed.into_line());
             }
             Kind::Response => {
-                let id = parsed.id_text().to_owned();
-                self.on_host_response(session, &id, &parsed);
+                // A host's answer to the gateway's own question (rare): its
+                // result or error is read here.
+                let line = framed.into_line();
+                if let Ok(message) = Message::parse(&line) {
+                    let id = message.id_text().to_owned();
+                    self.on_host_response(session, &id, &message);
+                }
             }
         }
     }
