@@ -1320,6 +1320,7 @@ fn gone() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hintgate_proxy::json::JsonError;
 
     #[test]
     fn a_header_in_base64_form_decodes() {
@@ -1329,6 +1330,50 @@ mod tests {
         );
         assert_eq!(decode_header("plain").as_deref(), Some("plain"));
         assert_eq!(decode_header("=?base64?***?="), None);
+    }
+
+    /// What the gateway is handed is what the HTTP side routed on: a
+    /// message read once, under the gateway's id where the HTTP side
+    /// replaced the host's, and still refused unread when it repeated a key
+    /// anywhere, the replaced id included.
+    #[test]
+    fn a_request_under_the_gateways_id_keeps_its_reading() {
+        let line = r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"t"}}"#;
+        let read = Read::of(HostLine::read(line.to_owned(), 64)).unwrap();
+        let ours = read.with_id("\"h7\"").unwrap();
+        assert_eq!(ours.framed.id_text(), "\"h7\"");
+        assert_eq!(ours.framed.params(), Some(r#"{"name":"t"}"#));
+        assert_eq!(
+            ours.into_line(),
+            HostLine::read(
+                r#"{"jsonrpc":"2.0","id":"h7","method":"tools/call","params":{"name":"t"}}"#
+                    .to_owned(),
+                64
+            )
+        );
+
+        let twice =
+            r#"{"jsonrpc":"2.0","id":{"a":1,"a":2},"method":"tools/call","params":{"name":"t"}}"#;
+        let read = Read::of(HostLine::read(twice.to_owned(), 64)).unwrap();
+        assert_eq!(read.framed.method(), "tools/call");
+        let ours = read.with_id("\"h8\"").unwrap().into_line();
+        let HostLine::Ambiguous(sent, JsonError::DuplicateKey { key, .. }) = ours else {
+            panic!("the repeat stays refused: {ours:?}");
+        };
+        assert_eq!(key, "a");
+        assert_eq!(
+            sent,
+            r#"{"jsonrpc":"2.0","id":"h8","method":"tools/call","params":{"name":"t"}}"#
+        );
+        // Nothing that is not one message is routed.
+        assert!(Read::of(HostLine::read("[1]".to_owned(), 64)).is_none());
+        assert!(
+            Read::of(HostLine::read(
+                r#"{"id":1,"id":2,"method":"m"}"#.to_owned(),
+                64
+            ))
+            .is_none()
+        );
     }
 
     #[test]
