@@ -356,7 +356,7 @@ impl Routes {
             Kind::Request | Kind::Notification => {
                 let params: Option<Value> = message
                     .params
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                    .and_then(|raw| serde_json::from_str(raw).ok());
                 // Progress goes with the request it is about.
                 let token = params
                     .as_ref()

@@ -1,7 +1,8 @@
 //! JSON-RPC framing: one message per line, parsed only as far as routing needs.
 //!
 //! [`Message::parse`] borrows `id`, `params`, `result` and `error` as raw
-//! slices of the line; nothing else is decoded. Forwarding a message under a
+//! slices of the line (their JSON text, as written); nothing else is
+//! decoded. Forwarding a message under a
 //! new id splices the new id into the original text ([`Message::with_id`]), so
 //! every field the gateway does not decide on (unknown ones and `_meta`
 //! included) reaches the other side byte for byte.
@@ -21,19 +22,19 @@ use crate::json::{JsonError, find_duplicate_key_within, span_in, string_literal}
 pub struct Message<'a> {
     line: &'a str,
     /// The id as written, `null` included: where a new id goes.
-    id_written: Option<&'a RawValue>,
+    id_written: Option<&'a str>,
     /// The params as written, `null` included: where new params go.
-    params_written: Option<&'a RawValue>,
+    params_written: Option<&'a str>,
     /// The id, for requests and responses; `None` for an `"id": null`.
-    pub id: Option<&'a RawValue>,
+    pub id: Option<&'a str>,
     /// The method, for requests and notifications.
     pub method: Option<Cow<'a, str>>,
     /// The params, when present.
-    pub params: Option<&'a RawValue>,
+    pub params: Option<&'a str>,
     /// The result of a successful response.
-    pub result: Option<&'a RawValue>,
+    pub result: Option<&'a str>,
     /// The error of a failed response.
-    pub error: Option<&'a RawValue>,
+    pub error: Option<&'a str>,
 }
 
 /// What kind of message it is.
@@ -90,8 +91,8 @@ where
 }
 
 /// `None` for a value written as `null`.
-fn not_null(raw: Option<&RawValue>) -> Option<&RawValue> {
-    raw.filter(|raw| raw.get() != "null")
+fn not_null(raw: Option<&str>) -> Option<&str> {
+    raw.filter(|raw| *raw != "null")
 }
 
 // === impl Message ===
@@ -115,15 +116,16 @@ impl<'a> Message<'a> {
             serde_json::from_str(line).map_err(|err| FrameError::NotJson(err.to_string()))?;
         // An id or params written as `null` count as absent (a request
         // under a `null` id is not one), but a new id or params replace them.
+        let text = |raw: Option<&'a RawValue>| raw.map(RawValue::get);
         let message = Self {
             line,
-            id_written: envelope.id,
-            params_written: envelope.params,
-            id: not_null(envelope.id),
+            id_written: text(envelope.id),
+            params_written: text(envelope.params),
+            id: not_null(text(envelope.id)),
             method: envelope.method,
-            params: not_null(envelope.params),
-            result: envelope.result,
-            error: envelope.error,
+            params: not_null(text(envelope.params)),
+            result: text(envelope.result),
+            error: text(envelope.error),
         };
         // An error under `"id": null` is a peer's answer to a message it
         // could not read (JSON-RPC 2.0 §5): a response that answers no
@@ -160,7 +162,7 @@ impl<'a> Message<'a> {
 
     /// The id as raw JSON text, or `null`.
     pub fn id_text(&self) -> &'a str {
-        self.id.map_or("null", RawValue::get)
+        self.id.unwrap_or("null")
     }
 
     /// Whether this is an error response under `"id": null`: the peer's
@@ -172,7 +174,7 @@ impl<'a> Message<'a> {
     /// The same message under another id (raw JSON text such as `7` or
     /// `"hintgate-3"`), spliced into the original line.
     pub fn with_id(&self, new_id: &str) -> String {
-        match self.id_written.and_then(|id| span_in(self.line, id.get())) {
+        match self.id_written.and_then(|id| span_in(self.line, id)) {
             Some(id) => splice(self.line, id, new_id),
             // A message without an id gets one inserted after the brace.
             None => match self.line.find('{') {
@@ -197,7 +199,7 @@ impl<'a> Message<'a> {
     pub fn with_params(&self, new_params: &str) -> String {
         match self
             .params_written
-            .and_then(|params| span_in(self.line, params.get()))
+            .and_then(|params| span_in(self.line, params))
         {
             Some(params) => splice(self.line, params, new_params),
             None => self.line.to_owned(),
@@ -207,9 +209,9 @@ impl<'a> Message<'a> {
     /// The same message with both a new id and new params.
     pub fn with_id_and_params(&self, new_id: &str, new_params: &str) -> String {
         let (Some(id), Some(params)) = (
-            self.id_written.and_then(|id| span_in(self.line, id.get())),
+            self.id_written.and_then(|id| span_in(self.line, id)),
             self.params_written
-                .and_then(|params| span_in(self.line, params.get())),
+                .and_then(|params| span_in(self.line, params)),
         ) else {
             return Message::parse(&self.with_params(new_params))
                 .map(|message| message.with_id(new_id))
@@ -227,10 +229,10 @@ impl Message<'_> {
         let Some(result) = self.result else {
             return self.with_id(new_id);
         };
-        let Some(span) = span_in(self.line, result.get()) else {
+        let Some(span) = span_in(self.line, result) else {
             return self.with_id(new_id);
         };
-        let body = result.get();
+        let body = result;
         if !body.starts_with('{') {
             return self.with_id(new_id);
         }
@@ -266,7 +268,7 @@ pub struct Spans {
 impl Message<'_> {
     /// Where the id and params sit in the line.
     pub fn spans(&self) -> Spans {
-        let range = |raw: Option<&RawValue>| raw.and_then(|raw| span_in(self.line, raw.get()));
+        let range = |raw: Option<&str>| raw.and_then(|raw| span_in(self.line, raw));
         Spans {
             id: range(self.id),
             params: range(self.params),
@@ -345,7 +347,7 @@ impl Framed {
     /// The line back, with why it is not a JSON-RPC message.
     pub fn parse(line: String) -> Result<Self, (String, FrameError)> {
         let read = Message::parse(&line).map(|message| {
-            let range = |raw: Option<&RawValue>| raw.and_then(|raw| span_in(&line, raw.get()));
+            let range = |raw: Option<&str>| raw.and_then(|raw| span_in(&line, raw));
             (
                 message.kind(),
                 message.method.as_deref().map(Box::from),

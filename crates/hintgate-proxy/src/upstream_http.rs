@@ -322,8 +322,8 @@ impl Shared {
             Ok(message) => {
                 let light: Option<Result<Params<'_>, _>> = message
                     .params
-                    .filter(|raw| raw.get().trim_start().starts_with('{'))
-                    .map(|raw| serde_json::from_str(raw.get()));
+                    .filter(|raw| raw.trim_start().starts_with('{'))
+                    .map(serde_json::from_str);
                 let (meta_version, name) = match light {
                     Some(Ok(params)) => (
                         params
@@ -342,7 +342,7 @@ impl Shared {
                     _ => {
                         let params: Option<Value> = message
                             .params
-                            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                            .and_then(|raw| serde_json::from_str(raw).ok());
                         (
                             params
                                 .as_ref()
@@ -360,7 +360,7 @@ impl Shared {
                     }
                 };
                 (
-                    message.id.map(|raw| raw.get().to_owned()),
+                    message.id.map(|raw| raw.to_owned()),
                     message.method.as_deref().map(str::to_owned),
                     message.kind() == Kind::Request,
                     meta_version,

@@ -262,7 +262,7 @@ enum Elicited {
 fn elicitation_answer(message: &Message<'_>) -> Elicited {
     let result: Option<Value> = message
         .result
-        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+        .and_then(|raw| serde_json::from_str(raw).ok());
     let Some(result) = result.filter(|_| message.error.is_none()) else {
         return Elicited::Refused {
             failed: true,

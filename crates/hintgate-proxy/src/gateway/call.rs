@@ -1146,9 +1146,9 @@ pub(crate) fn read_result(raw: &str) -> Result<CallResultView<'_>, String> {
 /// Whether a server's result carries data to the host: every result but a
 /// 2026-07-28 input-required one, which only asks for more input. A result
 /// that cannot be read counts as data.
-pub(crate) fn carries_data(result: &RawValue) -> bool {
+pub(crate) fn carries_data(result: &str) -> bool {
     !matches!(
-        read_result(result.get()),
+        read_result(result),
         Ok(view) if view.result_type.as_deref() == Some("input_required")
     )
 }

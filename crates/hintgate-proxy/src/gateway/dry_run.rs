@@ -158,7 +158,7 @@ fn dry_run_preview(server: &str, message: &Message<'_>) -> Previewed {
             "server `{server}` answered its dry run with an error"
         ));
     };
-    let Ok(result) = serde_json::from_str::<Value>(raw.get()) else {
+    let Ok(result) = serde_json::from_str::<Value>(raw) else {
         return none(format!(
             "server `{server}` answered its dry run with what cannot be read"
         ));

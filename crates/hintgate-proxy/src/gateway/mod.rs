@@ -747,7 +747,7 @@ async fn read_host<R: AsyncRead + Unpin>(
 fn updated_uri(server: &str, message: &Message<'_>) -> Option<String> {
     let uri = message
         .params
-        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
         .and_then(|params| params.get("uri").and_then(Value::as_str).map(str::to_owned))
         .unwrap_or_default();
     if let Err(err) = crate::json::find_duplicate_key(message.line()) {
@@ -774,7 +774,7 @@ fn updated_uri(server: &str, message: &Message<'_>) -> Option<String> {
 fn progress_cleaned(message: &Message<'_>) -> Option<String> {
     let mut params: Value = message
         .params
-        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str(raw).ok())
         .unwrap_or(Value::Null);
     let cleaned = match params.get_mut("message") {
         Some(Value::String(text)) => {
@@ -931,7 +931,7 @@ fn relay_to_legacy_host(
     let marked = if relay::is_marked(message.method()) {
         let mut params: Value = message
             .params
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .and_then(|raw| serde_json::from_str(raw).ok())
             .unwrap_or(Value::Null);
         match relay::mark_for_host(policy, upstreams, idx, message.method(), &mut params) {
             Ok(()) => Some(params),
@@ -971,7 +971,7 @@ fn on_server_cancelled(
 ) {
     let params: Value = message
         .params
-        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str(raw).ok())
         .unwrap_or(Value::Null);
     let request_id = params
         .get("requestId")
@@ -1655,10 +1655,9 @@ impl Gateway {
             Some(HostPurpose::Gather { gather, key }) => {
                 let result: Option<Value> = message
                     .result
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
-                let error: Option<Value> = message
-                    .error
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                    .and_then(|raw| serde_json::from_str(raw).ok());
+                let error: Option<Value> =
+                    message.error.and_then(|raw| serde_json::from_str(raw).ok());
                 self.on_gathered(gather, key, result, error);
             }
             Some(HostPurpose::Relay {
@@ -1884,7 +1883,7 @@ impl Gateway {
                 // not passed on, and the server is not stopped for it.
                 let error: String = message
                     .error
-                    .map(|raw| raw.get().chars().take(200).collect())
+                    .map(|raw| raw.chars().take(200).collect())
                     .unwrap_or_default();
                 tracing::warn!(
                     server.id = %self.upstreams.name(idx),
@@ -1892,7 +1891,7 @@ impl Gateway {
                 );
             }
             Kind::Response => {
-                let Some(id) = message.id.and_then(|raw| raw.get().parse::<u64>().ok()) else {
+                let Some(id) = message.id.and_then(|raw| raw.parse::<u64>().ok()) else {
                     tracing::debug!("a response upstream with an id we never sent");
                     return;
                 };
@@ -1900,9 +1899,9 @@ impl Gateway {
                 // the server's error.
                 if message.error.is_none()
                     && let Some(raw) = message.result
-                    && !raw.get().trim_start().starts_with('{')
+                    && !raw.trim_start().starts_with('{')
                 {
-                    let shown: String = raw.get().chars().take(40).collect();
+                    let shown: String = raw.chars().take(40).collect();
                     self.at_servers(|servers| servers.result_not_object(idx, id, &shown));
                     return;
                 }
@@ -1945,7 +1944,7 @@ impl Gateway {
                         "server `{}` refused the subscription to `{}`: {}",
                         self.upstreams.name(idx),
                         hintgate_policy::sanitize::escape_line(&uri),
-                        subscriptions::error_message(error.get())
+                        subscriptions::error_message(error)
                     ),
                     None => format!(
                         "server `{}` ended the listen stream of the subscription to `{}` before acknowledging it",
@@ -1967,7 +1966,7 @@ impl Gateway {
                         "server `{}` started again and refused the subscription to `{}` its hosts hold: {}",
                         self.upstreams.name(idx),
                         hintgate_policy::sanitize::escape_line(&uri),
-                        subscriptions::error_message(error.get())
+                        subscriptions::error_message(error)
                     );
                     self.subscriptions.fail(
                         idx,
@@ -2070,7 +2069,7 @@ impl Gateway {
             "notifications/subscriptions/acknowledged" => {
                 let params: Value = message
                     .params
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .and_then(|raw| serde_json::from_str(raw).ok())
                     .unwrap_or(Value::Null);
                 subscriptions::on_listen_acknowledged(
                     &mut self.subscriptions,
@@ -2146,7 +2145,7 @@ fn progress_session(
 ) -> Option<SessionId> {
     let token = message
         .params
-        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
         .and_then(|params| params.get("progressToken").cloned())?;
     let mut carrying: Vec<SessionId> = inflight
         .requests_on(idx)

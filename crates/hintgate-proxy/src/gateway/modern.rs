@@ -50,7 +50,7 @@ impl Gateway {
     pub(super) fn on_discovered(&mut self, idx: ServerIdx, message: &Message<'_>) {
         let result: Option<Value> = message
             .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+            .and_then(|raw| serde_json::from_str(raw).ok());
         if !supports_modern(result.as_ref()) {
             self.at_servers(|servers| servers.send_initialize(idx));
             return;
@@ -100,7 +100,7 @@ impl Gateway {
     pub(super) fn on_late_discovered(&mut self, idx: ServerIdx, message: &Message<'_>) {
         let result: Option<Value> = message
             .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+            .and_then(|raw| serde_json::from_str(raw).ok());
         let starting = self
             .upstreams
             .get(idx)
@@ -261,8 +261,8 @@ impl Lookup<'_> {
             // A 2026-07-28 server may answer with an input-required result;
             // a legacy host could not retry it, so it is told plainly.
             let asks_input = message.result.is_some_and(|raw| {
-                super::relay::may_ask_input(raw.get())
-                    && serde_json::from_str::<Value>(raw.get())
+                super::relay::may_ask_input(raw)
+                    && serde_json::from_str::<Value>(raw)
                         .ok()
                         .is_some_and(|result| {
                             result.get("resultType").and_then(Value::as_str)
@@ -283,7 +283,7 @@ impl Lookup<'_> {
             return message.with_id(host_id);
         };
         // A server's questions reach the person marked as the server's.
-        match self.marked_input_required(idx, raw.get()) {
+        match self.marked_input_required(idx, raw) {
             None => {}
             Some(Ok(result)) => return frame::response(host_id, &result),
             Some(Err(why)) => {
@@ -300,7 +300,7 @@ impl Lookup<'_> {
         // would be read two ways.
         let present = message
             .result
-            .and_then(|raw| members(raw.get()).ok())
+            .and_then(|raw| members(raw).ok())
             .unwrap_or_default();
         let has = |key: &str| present.iter().any(|member| member.key == key);
         let mut fields = Vec::new();
@@ -339,7 +339,7 @@ pub(super) fn log_to_hosts(
     let server = upstreams.name(idx);
     let level = message
         .params
-        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
         .and_then(|params| {
             params
                 .get("level")

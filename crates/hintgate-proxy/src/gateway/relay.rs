@@ -417,7 +417,7 @@ pub(super) fn relay_to_modern_host(
     let tool = cx.params.name.clone();
     let mut params = message
         .params
-        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
         .unwrap_or_else(|| json!({}));
     let server = upstreams.name(idx).to_owned();
     // The host is asked only what it said it takes, as a legacy host is.

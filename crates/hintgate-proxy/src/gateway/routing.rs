@@ -885,17 +885,14 @@ impl Gateway {
     ) {
         let result: Option<Value> = message
             .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+            .and_then(|raw| serde_json::from_str(raw).ok());
         let Some(result) = result else {
-            let error = message
-                .error
-                .map_or("no result", |raw| raw.get())
-                .to_owned();
+            let error = message.error.map_or("no result", |raw| raw).to_owned();
             self.fanout_done(aggregate, idx, Some(error));
             return;
         };
         let server = self.upstreams.name(idx).to_owned();
-        let page_bytes = message.result.map_or(0, |raw| raw.get().len());
+        let page_bytes = message.result.map_or(0, |raw| raw.len());
         let Some(key) = self
             .routing
             .aggregates

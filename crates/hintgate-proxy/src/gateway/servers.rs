@@ -274,7 +274,7 @@ impl Servers<'_> {
     pub(super) fn on_initialized(&mut self, idx: ServerIdx, message: &Message<'_>) {
         let result: Option<Value> = message
             .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+            .and_then(|raw| serde_json::from_str(raw).ok());
         match result {
             Some(info) => {
                 let Some(up) = self.upstreams.get_mut(idx) else {
@@ -294,7 +294,7 @@ impl Servers<'_> {
             None => {
                 let error = message
                     .error
-                    .map_or("no result".to_owned(), |raw| raw.get().to_owned());
+                    .map_or("no result".to_owned(), |raw| raw.to_owned());
                 // A busy 2026-07-28 server may answer the era probe only
                 // after it timed out, and then refuse `initialize` with the
                 // modern "unsupported protocol version" error, a recognized
@@ -402,10 +402,10 @@ impl Servers<'_> {
     pub(super) fn on_tools_page(&mut self, idx: ServerIdx, message: &Message<'_>) {
         let result: Value = message
             .result
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .and_then(|raw| serde_json::from_str(raw).ok())
             .unwrap_or(Value::Null);
         if let Some(error) = message.error {
-            let reason = format!("`tools/list` failed: {}", error.get());
+            let reason = format!("`tools/list` failed: {}", error);
             tracing::warn!(server.id = %self.upstreams.name(idx), "{reason}");
         }
         let tools = match result.get("tools").and_then(Value::as_array) {

@@ -462,7 +462,7 @@ impl Stages<'_> {
         let outcome = match message.result {
             None => Outcome::ProtocolError,
             Some(raw) => {
-                let view = match read_result(raw.get()) {
+                let view = match read_result(raw) {
                     Ok(view) => view,
                     Err(err) => {
                         let text = format!(
@@ -476,13 +476,11 @@ impl Stages<'_> {
                 // A 2026-07-28 server asks a legacy host for input: the
                 // gateway asks the host and calls the server again.
                 if asks && !self.sessions.get(&session).is_some_and(HostSession::modern) {
-                    return Answered::Gather(
-                        serde_json::from_str(raw.get()).unwrap_or(Value::Null),
-                    );
+                    return Answered::Gather(serde_json::from_str(raw).unwrap_or(Value::Null));
                 }
                 // A 2026-07-28 host gets the server's questions marked as
                 // the server's; the host's retry is a call of its own.
-                if asks && let Some(marked) = self.lookup().marked_input_required(idx, raw.get()) {
+                if asks && let Some(marked) = self.lookup().marked_input_required(idx, raw) {
                     return match marked {
                         Ok(result) => Answered::Answer(
                             crate::frame::response(cx.request.id(), &result),
@@ -495,7 +493,7 @@ impl Stages<'_> {
                         }
                     };
                 }
-                match self.call_result(idx, cx, raw.get(), &view) {
+                match self.call_result(idx, cx, raw, &view) {
                     Ok(outcome) => outcome,
                     Err(answered) => return answered,
                 }

@@ -502,7 +502,7 @@ pub(super) fn on_resource_updated(
     };
     let mut params: Value = message
         .params
-        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str(raw).ok())
         .unwrap_or(Value::Null);
     let line = if modern {
         let listen = params
