@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::conn::QueueGauge;
-use crate::frame::HostLine;
+use crate::frame::{HostLine, ServerLine};
 
 /// Takes the gateway's lines to one host session straight from its event
 /// loop, without a task in between to wake. Offered a line, it either takes
@@ -41,6 +41,8 @@ pub struct LinkTarget {
     pub generation: u64,
     /// The largest line accepted from the server.
     pub max_line: usize,
+    /// The deepest nesting accepted in a server's line (`max_json_depth`).
+    pub max_depth: usize,
     /// The gateway's event channel.
     pub events: EventSender,
     /// What waits for the server, counted as lines are sent and taken off
@@ -167,16 +169,16 @@ pub enum HookEvent {
 /// Something from an upstream server.
 #[derive(Debug)]
 pub enum UpstreamEvent {
-    /// One line.
-    Line(String),
+    /// One line, read where it arrived ([`ServerLine::read`]).
+    Line(ServerLine),
     /// One line the server sent on the stream that answers the gateway's
     /// request `request` (Streamable HTTP, a POST answered with an event
     /// stream): a request of the server's own there belongs to that
     /// request, and so to the host session that made it. The relation comes
     /// from the transport, never from what the server wrote.
     LineOnStream {
-        /// The line.
-        line: String,
+        /// The line, read where it arrived.
+        line: ServerLine,
         /// The id of the gateway's request whose stream carried it.
         request: u64,
     },

@@ -15,10 +15,12 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::json::{JsonError, find_duplicate_key_within, span_in, string_literal};
+use crate::json::{
+    JsonError, check_depth, find_duplicate_key_within, find_reserved_key, span_in, string_literal,
+};
 
 /// One JSON-RPC message, borrowed from its line.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Message<'a> {
     line: &'a str,
     /// The id as written, `null` included: where a new id goes.
@@ -318,8 +320,13 @@ pub struct Framed {
     method: Option<Box<str>>,
     /// The id as written, `null` included: where a new id goes.
     id_written: Option<Range<usize>>,
+    /// The params as written, `null` included.
+    params_written: Option<Range<usize>>,
     /// The id and the params, `None` when absent or written as `null`.
     spans: Spans,
+    /// The result and the error of a response.
+    result: Option<Range<usize>>,
+    error: Option<Range<usize>>,
 }
 
 /// A host's line as the event loop takes it: read where it arrived, in the
@@ -337,6 +344,24 @@ pub enum HostLine {
     Unreadable(String, FrameError),
 }
 
+/// A server's line as the event loop takes it: read where it arrived (the
+/// link's reader task), in the order the loop reads every server line: its
+/// depth, then the key serde_json would read as raw JSON text, then the
+/// envelope. A line is passed on as its text, which no parser of the gateway
+/// reads whole, so these come before anything else reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerLine {
+    /// One JSON-RPC message, within the depth limit, without the reserved
+    /// key.
+    Message(Framed),
+    /// Nested deeper than the limit, or holding the key serde_json reads as
+    /// raw JSON text (the gateway would check, mark or rewrite the inner
+    /// value while the host reads the outer one): refused.
+    Refused(String, JsonError),
+    /// Not one JSON-RPC message.
+    Unreadable(String, FrameError),
+}
+
 // === impl Framed ===
 
 impl Framed {
@@ -348,22 +373,40 @@ impl Framed {
     pub fn parse(line: String) -> Result<Self, (String, FrameError)> {
         let read = Message::parse(&line).map(|message| {
             let range = |raw: Option<&str>| raw.and_then(|raw| span_in(&line, raw));
-            (
-                message.kind(),
-                message.method.as_deref().map(Box::from),
-                range(message.id_written),
-                message.spans(),
-            )
+            Self {
+                line: String::new(),
+                kind: message.kind(),
+                method: message.method.as_deref().map(Box::from),
+                id_written: range(message.id_written),
+                params_written: range(message.params_written),
+                spans: message.spans(),
+                result: range(message.result),
+                error: range(message.error),
+            }
         });
         match read {
-            Ok((kind, method, id_written, spans)) => Ok(Self {
-                line,
-                kind,
-                method,
-                id_written,
-                spans,
-            }),
+            Ok(framed) => Ok(Self { line, ..framed }),
             Err(err) => Err((line, err)),
+        }
+    }
+
+    /// The message, as [`Message::parse`] gives it, from what was read:
+    /// the line is not read again.
+    pub fn message(&self) -> Message<'_> {
+        let text = |range: &Option<Range<usize>>| {
+            range
+                .as_ref()
+                .and_then(|range| self.line.get(range.clone()))
+        };
+        Message {
+            line: &self.line,
+            id_written: text(&self.id_written),
+            params_written: text(&self.params_written),
+            id: text(&self.spans.id),
+            method: self.method.as_deref().map(Cow::Borrowed),
+            params: text(&self.spans.params),
+            result: text(&self.result),
+            error: text(&self.error),
         }
     }
 
@@ -420,18 +463,20 @@ impl Framed {
             return Self::parse(line);
         };
         let line = splice(&self.line, id.clone(), new_id);
-        let moved = |range: Range<usize>| {
-            if range.start >= id.end {
-                let start = range.start - id.end + id.start + new_id.len();
-                start..start + range.len()
-            } else {
-                range
-            }
+        let moved = |range: &Option<Range<usize>>| {
+            range.clone().map(|range| {
+                if range.start >= id.end {
+                    let start = range.start - id.end + id.start + new_id.len();
+                    start..start + range.len()
+                } else {
+                    range
+                }
+            })
         };
         let id_written = id.start..id.start + new_id.len();
         let spans = Spans {
             id: (new_id != "null").then(|| id_written.clone()),
-            params: self.spans.params.clone().map(moved),
+            params: moved(&self.spans.params),
         };
         let method = self.method.clone();
         // As `Message::kind`: a method under a `null` id is a notification.
@@ -441,12 +486,60 @@ impl Framed {
             (None, _) => Kind::Response,
         };
         Ok(Self {
-            line,
             kind,
             method,
             id_written: Some(id_written),
+            params_written: moved(&self.params_written),
             spans,
+            result: moved(&self.result),
+            error: moved(&self.error),
+            line,
         })
+    }
+}
+
+// === impl ServerLine ===
+
+impl ServerLine {
+    /// Reads a server's line (see the type's docs) with the depth limit
+    /// `max_depth`.
+    pub fn read(line: String, max_depth: usize) -> Self {
+        if let Err(err) = check_depth(&line, max_depth) {
+            return Self::Refused(line, err);
+        }
+        if let Err(err @ JsonError::ReservedKey) = find_reserved_key(&line) {
+            return Self::Refused(line, err);
+        }
+        match Framed::parse(line) {
+            Ok(framed) => Self::Message(framed),
+            Err((line, err)) => Self::Unreadable(line, err),
+        }
+    }
+
+    /// The line's length in bytes.
+    pub fn len(&self) -> usize {
+        self.line().len()
+    }
+
+    /// Whether the line is empty.
+    pub fn is_empty(&self) -> bool {
+        self.line().is_empty()
+    }
+
+    /// The line.
+    pub fn line(&self) -> &str {
+        match self {
+            Self::Message(framed) => framed.line(),
+            Self::Refused(line, _) | Self::Unreadable(line, _) => line,
+        }
+    }
+
+    /// The line, given up.
+    pub fn into_line(self) -> String {
+        match self {
+            Self::Message(framed) => framed.into_line(),
+            Self::Refused(line, _) | Self::Unreadable(line, _) => line,
+        }
     }
 }
 
@@ -739,6 +832,42 @@ mod tests {
         ));
     }
 
+    /// A server's line is read in the loop's order: depth, the reserved key,
+    /// then the envelope; what the loop then reads of it is what parsing
+    /// the line gives.
+    #[test]
+    fn a_server_line_is_read_for_depth_and_the_reserved_key_before_its_envelope() {
+        let answer = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#;
+        let ServerLine::Message(framed) = ServerLine::read(answer.to_owned(), 64) else {
+            panic!("an answer reads");
+        };
+        assert_eq!(framed.message(), Message::parse(answer).unwrap());
+        assert_eq!(framed.message().result, Some(r#"{"content":[]}"#));
+
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{\"a\":{}1{}}}}}",
+            "[".repeat(9),
+            "]".repeat(9)
+        );
+        assert!(matches!(
+            ServerLine::read(deep.clone(), 8),
+            ServerLine::Refused(_, JsonError::TooDeep { .. })
+        ));
+        assert!(matches!(ServerLine::read(deep, 64), ServerLine::Message(_)));
+        let reserved = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{\"{}\":\"{{}}\"}}}}",
+            crate::json::RAW_VALUE_KEY
+        );
+        let read = ServerLine::read(reserved.clone(), 64);
+        assert_eq!(read, ServerLine::Refused(reserved, JsonError::ReservedKey));
+        let unreadable = ServerLine::read(r#"{"id":null,"result":{}}"#.to_owned(), 64);
+        assert_eq!(unreadable.len(), 23);
+        assert!(matches!(
+            unreadable,
+            ServerLine::Unreadable(_, FrameError::NotJsonRpc)
+        ));
+    }
+
     proptest! {
         /// What a framed message says of itself under a new id is what
         /// reading the new line says, whatever the members' order, spacing
@@ -770,6 +899,9 @@ mod tests {
                 prop_assert!(Message::parse(&line).is_err());
                 return Ok(());
             };
+            // What it gives without reading the line again is what reading
+            // it gives.
+            prop_assert_eq!(Some(framed.message()), Message::parse(&line).ok());
             let expected = Framed::parse(Message::parse(&line).unwrap().with_id(&new_id));
             prop_assert_eq!(
                 framed.with_id(&new_id).map_err(|(_, err)| err),

@@ -261,8 +261,9 @@ enum Scan {
     Broken,
 }
 
-/// Containers deeper than this are refused, as serde refuses them.
-const MAX_DEPTH: usize = 128;
+/// Containers deeper than this are refused, as serde refuses them (the
+/// most `max_json_depth` can allow).
+pub const MAX_DEPTH: usize = 128;
 
 /// One open container while scanning.
 struct Open {

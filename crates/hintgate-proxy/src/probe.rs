@@ -237,6 +237,8 @@ impl Session {
             server: 0,
             generation: 1,
             max_line: MAX_MESSAGE,
+            // The probe reads what it gets with serde_json itself.
+            max_depth: crate::json::MAX_DEPTH,
             events: events_tx,
             queue: std::sync::Arc::default(),
         };
@@ -498,7 +500,9 @@ impl Session {
                     return Err(closed(method, "stopped".to_owned()));
                 }
                 Ok(Some(Event::Upstream { event, .. })) => match event {
-                    UpstreamEvent::Line(line) | UpstreamEvent::LineOnStream { line, .. } => line,
+                    UpstreamEvent::Line(line) | UpstreamEvent::LineOnStream { line, .. } => {
+                        line.into_line()
+                    }
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
                         return Err(closed(method, reason));
                     }

@@ -39,6 +39,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
 use crate::event::{Event, UpstreamEvent};
+use crate::frame::ServerLine;
 use crate::tail::{StderrLine, StderrTail, describe_exit, read_stderr_line};
 
 pub use crate::event::LinkTarget;
@@ -594,6 +595,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
         server,
         generation,
         max_line,
+        max_depth,
         events,
         queue: _,
     } = target;
@@ -607,7 +609,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
             // A copy of the line, so the buffer keeps its size for the next.
             Ok(LineRead::Line) => match std::str::from_utf8(&buf).map(str::to_owned) {
                 Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => UpstreamEvent::Line(line),
+                Ok(line) => UpstreamEvent::Line(ServerLine::read(line, max_depth)),
                 Err(_) => UpstreamEvent::Broken("wrote bytes that are not UTF-8".to_owned()),
             },
             Ok(LineRead::TooLong) => UpstreamEvent::Broken(format!(

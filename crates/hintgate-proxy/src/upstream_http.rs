@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use crate::conn::QueueGauge;
 use crate::event::LinkTarget;
 use crate::event::{Event, EventSender, UpstreamEvent};
-use crate::frame::{self, Kind, Message};
+use crate::frame::{self, Kind, Message, ServerLine};
 use crate::sse::SseDecoder;
 
 /// A link to a Streamable HTTP server.
@@ -53,6 +53,8 @@ struct Shared {
     idx: usize,
     generation: u64,
     max_message: usize,
+    /// The deepest nesting accepted (`max_json_depth`).
+    max_depth: usize,
     events: EventSender,
     /// Messages whose POST the server has not answered yet.
     queue: Arc<QueueGauge>,
@@ -163,6 +165,7 @@ impl HttpLink {
             idx: target.server,
             generation: target.generation,
             max_message: target.max_line,
+            max_depth: target.max_depth,
             events: target.events,
             queue: target.queue,
             session: Mutex::new(Session::default()),
@@ -252,6 +255,13 @@ impl Shared {
             .await;
     }
 
+    /// One line of the gateway's own making (or a server's answer under the
+    /// gateway's id), read as any server line is.
+    async fn emit_line(&self, line: String) {
+        self.emit(UpstreamEvent::Line(ServerLine::read(line, self.max_depth)))
+            .await;
+    }
+
     /// One line to the gateway, as a single line of JSON.
     async fn emit_message(&self, text: &str) {
         self.emit_message_on(text, None).await;
@@ -260,9 +270,12 @@ impl Shared {
     /// One line to the gateway, as a single line of JSON; `on_stream`: the
     /// id of the gateway's request whose event stream carried it.
     async fn emit_message_on(&self, text: &str, on_stream: Option<u64>) {
-        let line = |line: String| match on_stream {
-            Some(request) => UpstreamEvent::LineOnStream { line, request },
-            None => UpstreamEvent::Line(line),
+        let line = |line: String| {
+            let line = ServerLine::read(line, self.max_depth);
+            match on_stream {
+                Some(request) => UpstreamEvent::LineOnStream { line, request },
+                None => UpstreamEvent::Line(line),
+            }
         };
         let text = text.trim();
         if text.is_empty() {
@@ -290,10 +303,8 @@ impl Shared {
     async fn fail_request(&self, id: Option<&str>, message: &str) {
         match id {
             Some(id) => {
-                self.emit(UpstreamEvent::Line(frame::error_response(
-                    id, -32603, message,
-                )))
-                .await
+                self.emit_line(frame::error_response(id, -32603, message))
+                    .await
             }
             None => tracing::warn!("an HTTP notification to `{}` failed: {message}", self.url),
         }
@@ -505,9 +516,7 @@ impl Shared {
                         .ok()
                         .filter(Message::answers_nothing);
                     match (unmatched, id.as_deref().filter(|_| is_request)) {
-                        (Some(reply), Some(id)) => {
-                            self.emit(UpstreamEvent::Line(reply.with_id(id))).await
-                        }
+                        (Some(reply), Some(id)) => self.emit_line(reply.with_id(id)).await,
                         _ => self.emit_body(&body, method.as_deref()).await,
                     }
                 }
@@ -516,9 +525,7 @@ impl Shared {
                         .ok()
                         .filter(|m| m.error.is_some());
                     match (reply, id.as_deref().filter(|_| is_request)) {
-                        (Some(reply), Some(id)) => {
-                            self.emit(UpstreamEvent::Line(reply.with_id(id))).await
-                        }
+                        (Some(reply), Some(id)) => self.emit_line(reply.with_id(id)).await,
                         (_, id) => {
                             let excerpt: String = body.chars().take(200).collect();
                             self.fail_request(

@@ -106,7 +106,7 @@ use self::session::HostSession;
 use self::upstreams::Upstreams;
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
 use crate::event::{Event, EventSender, HostEvent, UpstreamEvent};
-use crate::frame::{self, HostLine, Kind, Message};
+use crate::frame::{self, HostLine, Kind, Message, ServerLine};
 use crate::upstream::{Connector, SystemConnector};
 
 pub use crate::versions::LEGACY_VERSIONS;
@@ -1138,9 +1138,9 @@ impl Gateway {
                     return;
                 }
                 match event {
-                    UpstreamEvent::Line(line) => self.on_upstream_line(server, &line, None),
+                    UpstreamEvent::Line(line) => self.on_upstream_line(server, line, None),
                     UpstreamEvent::LineOnStream { line, request } => {
-                        self.on_upstream_line(server, &line, Some(request));
+                        self.on_upstream_line(server, line, Some(request));
                     }
                     UpstreamEvent::Broken(reason) | UpstreamEvent::Closed(reason) => {
                         self.at_servers(|servers| servers.upstream_failed(server, reason));
@@ -1836,27 +1836,23 @@ impl Gateway {
 
     // --- the upstream side ---
 
-    fn on_upstream_line(&mut self, idx: ServerIdx, line: &str, on_stream: Option<u64>) {
-        // A line is passed on as its text, which no parser of the gateway
-        // reads whole: its depth is checked here, before anything else.
-        if let Err(err) = crate::json::check_depth(line, self.limits.max_depth) {
-            self.at_servers(|servers| servers.on_too_deep_upstream(idx, line, &err));
-            return;
-        }
-        // Nor is a message with the key serde_json reads as the JSON text in
-        // its string: the gateway would check, mark or rewrite the inner
-        // value while the host reads the outer one (a result's
+    fn on_upstream_line(&mut self, idx: ServerIdx, line: ServerLine, on_stream: Option<u64>) {
+        // The link's reader read the line where it arrived
+        // (`ServerLine::read`): a line is passed on as its text, which no
+        // parser of the gateway reads whole, so its depth was checked
+        // before anything else, and so was the key serde_json reads as the
+        // JSON text in its string (the gateway would check, mark or rewrite
+        // the inner value while the host reads the outer one: a result's
         // `structuredContent` checked against its schema, a question marked
-        // as the server's). Refused like a host's.
-        if let Err(err @ crate::json::JsonError::ReservedKey) = crate::json::find_reserved_key(line)
-        {
-            self.at_servers(|servers| servers.on_too_deep_upstream(idx, line, &err));
-            return;
-        }
-        let message = match Message::parse(line) {
-            Ok(message) => message,
-            Err(err) => {
-                if let Some(id) = null_result_id(line) {
+        // as the server's). Both are refused like a host's.
+        let framed = match line {
+            ServerLine::Message(framed) => framed,
+            ServerLine::Refused(line, err) => {
+                self.at_servers(|servers| servers.on_too_deep_upstream(idx, &line, &err));
+                return;
+            }
+            ServerLine::Unreadable(line, err) => {
+                if let Some(id) = null_result_id(&line) {
                     match id.parse::<u64>() {
                         Ok(id) => {
                             self.at_servers(|servers| servers.result_not_object(idx, id, "null"))
@@ -1875,6 +1871,7 @@ impl Gateway {
                 return;
             }
         };
+        let message = framed.message();
         match message.kind() {
             Kind::Response if message.answers_nothing() => {
                 // The server could not read something it was sent: which

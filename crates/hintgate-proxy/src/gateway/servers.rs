@@ -185,6 +185,7 @@ impl Servers<'_> {
         let target = Target {
             server: idx,
             max_line: self.limits.max_line,
+            max_depth: self.limits.max_depth,
             events: self.events,
             metrics: self.metrics.as_deref(),
         };

@@ -194,6 +194,8 @@ pub(crate) struct Target<'a> {
     pub server: ServerIdx,
     /// The largest line accepted (`max_message_bytes`).
     pub max_line: usize,
+    /// The deepest nesting accepted (`max_json_depth`).
+    pub max_depth: usize,
     /// Where its link's events go.
     pub events: &'a EventSender,
     /// What is counted for a dashboard.
@@ -399,6 +401,7 @@ impl Upstream {
             server: target.server,
             generation: self.generation,
             max_line: target.max_line,
+            max_depth: target.max_depth,
             events: target.events.clone(),
             queue,
         };

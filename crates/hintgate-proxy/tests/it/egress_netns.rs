@@ -107,6 +107,7 @@ async fn confined(table: &SandboxConfig, command: &str, argv: &[String]) -> Ran 
         server: 0,
         generation: 1,
         max_line: 1 << 20,
+        max_depth: 64,
         events: events_tx,
         queue: Arc::default(),
     };
@@ -128,7 +129,7 @@ async fn confined(table: &SandboxConfig, command: &str, argv: &[String]) -> Ran 
             Some(Event::Upstream {
                 event: UpstreamEvent::Line(line),
                 ..
-            }) => lines.push(line),
+            }) => lines.push(line.into_line()),
             Some(Event::Upstream {
                 event: UpstreamEvent::Closed(ended) | UpstreamEvent::Broken(ended),
                 ..

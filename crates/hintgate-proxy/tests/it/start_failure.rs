@@ -18,6 +18,7 @@ async fn end_of(script: &str) -> String {
         server: 0,
         generation: 1,
         max_line: 1 << 20,
+        max_depth: 64,
         events: events_tx,
         queue: Arc::default(),
     };
