@@ -57,7 +57,7 @@ use base64::Engine as _;
 use hintgate_policy::decide::DecisionMeta;
 pub use hintgate_policy::decide::Scope;
 use hintgate_policy::reason::ReasonCode;
-use hintgate_proxy::frame::{Framed, HostLine, Kind};
+use hintgate_proxy::frame::{Framed, HostLine, Kind, Reading};
 use hintgate_proxy::versions::{LEGACY_VERSIONS, MODERN_VERSION};
 use hintgate_proxy::{HostConn, HostPort};
 use serde_json::{Value, json};
@@ -501,12 +501,10 @@ async fn post(
         text.to_owned()
     };
     let Some(message) = Read::of(shared.port.read(line)) else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            "null",
-            -32700,
-            "the body is not one JSON-RPC message (a batch is not taken)",
-        );
+        return not_one_message();
+    };
+    let Some(framed) = message.framed() else {
+        return not_one_message();
     };
     let version = headers
         .get("mcp-protocol-version")
@@ -525,16 +523,14 @@ async fn post(
         #[serde(rename = "_meta", borrow, default)]
         meta: Option<Meta<'a>>,
     }
-    let light: Option<Result<Params<'_>, _>> = message
-        .framed
+    let light: Option<Result<Params<'_>, _>> = framed
         .params()
         .filter(|raw| raw.trim_start().starts_with('{'))
         .map(serde_json::from_str);
     // What the light reading cannot take (a key given twice) is read as
     // before, whole; the gateway then refuses it on record.
     let whole: Option<Value> = match &light {
-        Some(Err(_)) => message
-            .framed
+        Some(Err(_)) => framed
             .params()
             .and_then(|raw| serde_json::from_str(raw).ok()),
         _ => None,
@@ -553,8 +549,7 @@ async fn post(
         || (meta_version == Some(MODERN_VERSION) && !headers.contains_key("mcp-session-id"));
     if modern {
         let params: Option<Value> = whole.clone().or_else(|| {
-            message
-                .framed
+            framed
                 .params()
                 .and_then(|raw| serde_json::from_str(raw).ok())
         });
@@ -569,12 +564,22 @@ async fn post(
     {
         return rpc_error(
             StatusCode::BAD_REQUEST,
-            message.framed.id_text(),
+            framed.id_text(),
             -32600,
             &format!("unsupported MCP-Protocol-Version `{version}`"),
         );
     }
     post_legacy(shared, principal, headers, message, progress).await
+}
+
+/// The answer to a body that is not one JSON-RPC message.
+fn not_one_message() -> Response {
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        "null",
+        -32700,
+        "the body is not one JSON-RPC message (a batch is not taken)",
+    )
 }
 
 /// A host's message as the HTTP side routes it: read once, with the
@@ -583,42 +588,43 @@ async fn post(
 /// nested too deep) is still routed by its envelope, so that the refusal
 /// the gateway records reaches the host as the answer to its request.
 struct Read {
-    framed: Framed,
-    /// Why the gateway refuses it unread, if it does.
-    ambiguous: Option<hintgate_proxy::json::JsonError>,
+    line: HostLine,
+    /// The envelope of a line the gateway refuses unread, read for where
+    /// it goes alone.
+    refused: Option<Framed>,
 }
 
 impl Read {
     /// The message read, if it is one JSON-RPC message (a refused one read
     /// for its envelope alone).
     fn of(line: HostLine) -> Option<Self> {
-        match line {
-            HostLine::Message(framed) => Some(Self {
-                framed,
-                ambiguous: None,
-            }),
-            HostLine::Ambiguous(line, err) => Framed::parse(line).ok().map(|framed| Self {
-                framed,
-                ambiguous: Some(err),
-            }),
-            HostLine::Unreadable(..) => None,
-        }
+        let refused = match line.reading() {
+            Reading::Message(_) => None,
+            Reading::Refused(text, _) => Some(Framed::parse(text.clone()).ok()?),
+            Reading::Unreadable(..) => return None,
+        };
+        Some(Self { line, refused })
+    }
+
+    /// What the HTTP side routes on (`None` only for what `of` refuses).
+    fn framed(&self) -> Option<&Framed> {
+        self.refused.as_ref().or_else(|| self.line.framed())
     }
 
     /// The same message under the gateway's id `ours`, read as before.
     fn with_id(&self, ours: &str) -> Option<Self> {
         Some(Self {
-            framed: self.framed.with_id(ours).ok()?,
-            ambiguous: self.ambiguous.clone(),
+            line: self.line.with_id(ours)?,
+            refused: match &self.refused {
+                Some(framed) => Some(framed.with_id(ours).ok()?),
+                None => None,
+            },
         })
     }
 
     /// What the gateway takes.
     fn into_line(self) -> HostLine {
-        match self.ambiguous {
-            None => HostLine::Message(self.framed),
-            Some(err) => HostLine::Ambiguous(self.framed.into_line(), err),
-        }
+        self.line
     }
 }
 
@@ -630,7 +636,9 @@ async fn post_legacy(
     progress: Option<String>,
 ) -> Response {
     let named = session_id(headers);
-    let framed = &message.framed;
+    let Some(framed) = message.framed() else {
+        return not_one_message();
+    };
     let (session, new_id) = match (named, framed.method()) {
         (None, "initialize") if framed.kind() == Kind::Request => {
             match open_legacy(shared, principal).await {
@@ -797,7 +805,9 @@ async fn post_modern(
     message: Read,
     params: Option<&Value>,
 ) -> Response {
-    let framed = &message.framed;
+    let Some(framed) = message.framed() else {
+        return not_one_message();
+    };
     if let Err(why) = check_modern_headers(headers, framed, params) {
         return rpc_error(StatusCode::BAD_REQUEST, framed.id_text(), -32020, &why);
     }
@@ -1341,8 +1351,8 @@ mod tests {
         let line = r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"t"}}"#;
         let read = Read::of(HostLine::read(line.to_owned(), 64)).unwrap();
         let ours = read.with_id("\"h7\"").unwrap();
-        assert_eq!(ours.framed.id_text(), "\"h7\"");
-        assert_eq!(ours.framed.params(), Some(r#"{"name":"t"}"#));
+        assert_eq!(ours.framed().unwrap().id_text(), "\"h7\"");
+        assert_eq!(ours.framed().unwrap().params(), Some(r#"{"name":"t"}"#));
         assert_eq!(
             ours.into_line(),
             HostLine::read(
@@ -1355,10 +1365,11 @@ mod tests {
         let twice =
             r#"{"jsonrpc":"2.0","id":{"a":1,"a":2},"method":"tools/call","params":{"name":"t"}}"#;
         let read = Read::of(HostLine::read(twice.to_owned(), 64)).unwrap();
-        assert_eq!(read.framed.method(), "tools/call");
+        assert_eq!(read.framed().unwrap().method(), "tools/call");
         let ours = read.with_id("\"h8\"").unwrap().into_line();
-        let HostLine::Ambiguous(sent, JsonError::DuplicateKey { key, .. }) = ours else {
-            panic!("the repeat stays refused: {ours:?}");
+        let Reading::Refused(sent, JsonError::DuplicateKey { key, .. }) = ours.into_reading()
+        else {
+            panic!("the repeat stays refused");
         };
         assert_eq!(key, "a");
         assert_eq!(

@@ -10,6 +10,7 @@
 //! This module does no I/O; `conn` owns the buffers.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -329,38 +330,42 @@ pub struct Framed {
     error: Option<Range<usize>>,
 }
 
-/// A host's line as the event loop takes it: read where it arrived, in the
-/// order the loop reads every line (repeated keys and depth first, then the
-/// envelope).
+/// What reading a line where it arrived found: one message, or why the
+/// gateway refuses it before anything else reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostLine {
-    /// One JSON-RPC message, every key in it given once, within the depth
-    /// limit.
+pub enum Reading {
+    /// One JSON-RPC message that passed the side's checks.
     Message(Framed),
-    /// A line that repeats a key, nests too deep or is not JSON: refused
-    /// on record, never read further.
-    Ambiguous(String, JsonError),
-    /// JSON without a repeated key that is not one JSON-RPC message.
+    /// A line the side's checks refuse (see [`HostLine::read`] and
+    /// [`ServerLine::read`]): refused on record, never read further.
+    Refused(String, JsonError),
+    /// A line that passed them and is not one JSON-RPC message.
     Unreadable(String, FrameError),
 }
 
-/// A server's line as the event loop takes it: read where it arrived (the
-/// link's reader task), in the order the loop reads every server line: its
-/// depth, then the key serde_json would read as raw JSON text, then the
-/// envelope. A line is passed on as its text, which no parser of the gateway
-/// reads whole, so these come before anything else reads it.
+/// A line read where it arrived, by the reading of side `S` (a host's or a
+/// server's): the event loop takes a host's line only as a [`HostLine`] and
+/// a server's only as a [`ServerLine`], so each went through its side's
+/// checks, in the order the loop once ran them itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerLine {
-    /// One JSON-RPC message, within the depth limit, without the reserved
-    /// key.
-    Message(Framed),
-    /// Nested deeper than the limit, or holding the key serde_json reads as
-    /// raw JSON text (the gateway would check, mark or rewrite the inner
-    /// value while the host reads the outer one): refused.
-    Refused(String, JsonError),
-    /// Not one JSON-RPC message.
-    Unreadable(String, FrameError),
+pub struct Arrived<S> {
+    reading: Reading,
+    side: PhantomData<S>,
 }
+
+/// The host's side (see [`HostLine`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromHost {}
+
+/// A server's side (see [`ServerLine`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromServer {}
+
+/// A host's line, read where it arrived ([`HostLine::read`]).
+pub type HostLine = Arrived<FromHost>;
+
+/// A server's line, read where it arrived ([`ServerLine::read`]).
+pub type ServerLine = Arrived<FromServer>;
 
 // === impl Framed ===
 
@@ -498,22 +503,32 @@ impl Framed {
     }
 }
 
-// === impl ServerLine ===
+// === impl Arrived ===
 
-impl ServerLine {
-    /// Reads a server's line (see the type's docs) with the depth limit
-    /// `max_depth`.
-    pub fn read(line: String, max_depth: usize) -> Self {
-        if let Err(err) = check_depth(&line, max_depth) {
-            return Self::Refused(line, err);
+impl<S> Arrived<S> {
+    fn of(reading: Reading) -> Self {
+        Self {
+            reading,
+            side: PhantomData,
         }
-        if let Err(err @ JsonError::ReservedKey) = find_reserved_key(&line) {
-            return Self::Refused(line, err);
+    }
+
+    /// What reading the line found.
+    pub fn reading(&self) -> &Reading {
+        &self.reading
+    }
+
+    /// The message, when reading found one.
+    pub fn framed(&self) -> Option<&Framed> {
+        match &self.reading {
+            Reading::Message(framed) => Some(framed),
+            Reading::Refused(..) | Reading::Unreadable(..) => None,
         }
-        match Framed::parse(line) {
-            Ok(framed) => Self::Message(framed),
-            Err((line, err)) => Self::Unreadable(line, err),
-        }
+    }
+
+    /// What reading the line found, taken.
+    pub fn into_reading(self) -> Reading {
+        self.reading
     }
 
     /// The line's length in bytes.
@@ -528,22 +543,20 @@ impl ServerLine {
 
     /// The line.
     pub fn line(&self) -> &str {
-        match self {
-            Self::Message(framed) => framed.line(),
-            Self::Refused(line, _) | Self::Unreadable(line, _) => line,
+        match &self.reading {
+            Reading::Message(framed) => framed.line(),
+            Reading::Refused(line, _) | Reading::Unreadable(line, _) => line,
         }
     }
 
     /// The line, given up.
     pub fn into_line(self) -> String {
-        match self {
-            Self::Message(framed) => framed.into_line(),
-            Self::Refused(line, _) | Self::Unreadable(line, _) => line,
+        match self.reading {
+            Reading::Message(framed) => framed.into_line(),
+            Reading::Refused(line, _) | Reading::Unreadable(line, _) => line,
         }
     }
 }
-
-// === impl HostLine ===
 
 impl HostLine {
     /// Reads a host's line: a line that repeats a key anywhere could be read
@@ -552,30 +565,52 @@ impl HostLine {
     /// the envelope is read once.
     pub fn read(line: String, max_depth: usize) -> Self {
         if let Err(err) = find_duplicate_key_within(&line, max_depth) {
-            return Self::Ambiguous(line, err);
+            return Self::of(Reading::Refused(line, err));
         }
-        match Framed::parse(line) {
-            Ok(framed) => Self::Message(framed),
-            Err((line, err)) => Self::Unreadable(line, err),
-        }
+        Self::of(envelope(line))
     }
 
-    /// The line's length in bytes.
-    pub fn len(&self) -> usize {
-        self.line().len()
+    /// The same line under another id (raw JSON text; a transport's own id
+    /// in place of the host's), with what reading it found: a message's
+    /// spans moved, a refused line still refused (its envelope read for
+    /// where the id goes). `None` for a line that is not a message, or one
+    /// whose new line does not read.
+    pub fn with_id(&self, new_id: &str) -> Option<Self> {
+        let reading = match &self.reading {
+            Reading::Message(framed) => Reading::Message(framed.with_id(new_id).ok()?),
+            Reading::Refused(line, err) => {
+                let framed = Framed::parse(line.clone()).ok()?.with_id(new_id).ok()?;
+                Reading::Refused(framed.into_line(), err.clone())
+            }
+            Reading::Unreadable(..) => return None,
+        };
+        Some(Self::of(reading))
     }
+}
 
-    /// Whether the line is empty.
-    pub fn is_empty(&self) -> bool {
-        self.line().is_empty()
-    }
-
-    /// The line.
-    pub fn line(&self) -> &str {
-        match self {
-            Self::Message(framed) => framed.line(),
-            Self::Ambiguous(line, _) | Self::Unreadable(line, _) => line,
+impl ServerLine {
+    /// Reads a server's line: a line is passed on as its text, which no
+    /// parser of the gateway reads whole, so its depth (at most
+    /// `max_depth`) is checked before anything else reads it, and so is the
+    /// key serde_json reads as raw JSON text (the gateway would check, mark
+    /// or rewrite the inner value while the host reads the outer one); then
+    /// the envelope is read once.
+    pub fn read(line: String, max_depth: usize) -> Self {
+        if let Err(err) = check_depth(&line, max_depth) {
+            return Self::of(Reading::Refused(line, err));
         }
+        if let Err(err @ JsonError::ReservedKey) = find_reserved_key(&line) {
+            return Self::of(Reading::Refused(line, err));
+        }
+        Self::of(envelope(line))
+    }
+}
+
+/// The envelope of a line whose side's checks passed.
+fn envelope(line: String) -> Reading {
+    match Framed::parse(line) {
+        Ok(framed) => Reading::Message(framed),
+        Err((line, err)) => Reading::Unreadable(line, err),
     }
 }
 
@@ -789,7 +824,7 @@ mod tests {
     #[test]
     fn a_host_line_is_read_for_repeated_keys_before_its_envelope() {
         let call = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","arguments":{"a":1}}}"#;
-        let HostLine::Message(framed) = HostLine::read(call.to_owned(), 64) else {
+        let Reading::Message(framed) = HostLine::read(call.to_owned(), 64).into_reading() else {
             panic!("a call reads");
         };
         assert_eq!(
@@ -803,8 +838,8 @@ mod tests {
         let twice =
             r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","name":"y"}}"#;
         assert!(matches!(
-            HostLine::read(twice.to_owned(), 64),
-            HostLine::Ambiguous(_, JsonError::DuplicateKey { .. })
+            HostLine::read(twice.to_owned(), 64).reading(),
+            Reading::Refused(_, JsonError::DuplicateKey { .. })
         ));
         let deep = format!(
             "{{\"id\":1,\"method\":\"m\",\"params\":{}1{}}}",
@@ -812,23 +847,26 @@ mod tests {
             "]".repeat(9)
         );
         assert!(matches!(
-            HostLine::read(deep.clone(), 8),
-            HostLine::Ambiguous(_, JsonError::TooDeep { .. })
-        ));
-        assert!(matches!(HostLine::read(deep, 64), HostLine::Message(_)));
-        assert!(matches!(
-            HostLine::read("garbage".to_owned(), 64),
-            HostLine::Unreadable(_, FrameError::NotObject)
+            HostLine::read(deep.clone(), 8).reading(),
+            Reading::Refused(_, JsonError::TooDeep { .. })
         ));
         assert!(matches!(
-            HostLine::read(r#"{"id":1,"method":"m""#.to_owned(), 64),
-            HostLine::Ambiguous(..) | HostLine::Unreadable(_, FrameError::NotJson(_))
+            HostLine::read(deep, 64).reading(),
+            Reading::Message(_)
+        ));
+        assert!(matches!(
+            HostLine::read("garbage".to_owned(), 64).reading(),
+            Reading::Unreadable(_, FrameError::NotObject)
+        ));
+        assert!(matches!(
+            HostLine::read(r#"{"id":1,"method":"m""#.to_owned(), 64).reading(),
+            Reading::Refused(..) | Reading::Unreadable(_, FrameError::NotJson(_))
         ));
         let batch = HostLine::read(format!("[{call}]"), 64);
         assert_eq!(batch.len(), call.len() + 2);
         assert!(matches!(
-            batch,
-            HostLine::Unreadable(_, FrameError::NotObject)
+            batch.reading(),
+            Reading::Unreadable(_, FrameError::NotObject)
         ));
     }
 
@@ -838,7 +876,8 @@ mod tests {
     #[test]
     fn a_server_line_is_read_for_depth_and_the_reserved_key_before_its_envelope() {
         let answer = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#;
-        let ServerLine::Message(framed) = ServerLine::read(answer.to_owned(), 64) else {
+        let Reading::Message(framed) = ServerLine::read(answer.to_owned(), 64).into_reading()
+        else {
             panic!("an answer reads");
         };
         assert_eq!(framed.message(), Message::parse(answer).unwrap());
@@ -850,21 +889,27 @@ mod tests {
             "]".repeat(9)
         );
         assert!(matches!(
-            ServerLine::read(deep.clone(), 8),
-            ServerLine::Refused(_, JsonError::TooDeep { .. })
+            ServerLine::read(deep.clone(), 8).reading(),
+            Reading::Refused(_, JsonError::TooDeep { .. })
         ));
-        assert!(matches!(ServerLine::read(deep, 64), ServerLine::Message(_)));
+        assert!(matches!(
+            ServerLine::read(deep, 64).reading(),
+            Reading::Message(_)
+        ));
         let reserved = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{\"{}\":\"{{}}\"}}}}",
             crate::json::RAW_VALUE_KEY
         );
         let read = ServerLine::read(reserved.clone(), 64);
-        assert_eq!(read, ServerLine::Refused(reserved, JsonError::ReservedKey));
+        assert_eq!(
+            read.into_reading(),
+            Reading::Refused(reserved, JsonError::ReservedKey)
+        );
         let unreadable = ServerLine::read(r#"{"id":null,"result":{}}"#.to_owned(), 64);
         assert_eq!(unreadable.len(), 23);
         assert!(matches!(
-            unreadable,
-            ServerLine::Unreadable(_, FrameError::NotJsonRpc)
+            unreadable.reading(),
+            Reading::Unreadable(_, FrameError::NotJsonRpc)
         ));
     }
 

@@ -106,7 +106,7 @@ use self::session::HostSession;
 use self::upstreams::Upstreams;
 use crate::conn::{LineRead, QueueGauge, read_line, write_counted_lines};
 use crate::event::{Event, EventSender, HostEvent, UpstreamEvent};
-use crate::frame::{self, HostLine, Kind, Message, ServerLine};
+use crate::frame::{self, HostLine, Kind, Message, Reading, ServerLine};
 use crate::upstream::{Connector, SystemConnector};
 
 pub use crate::versions::LEGACY_VERSIONS;
@@ -1352,13 +1352,13 @@ impl Gateway {
         // message that repeats a key anywhere (it could be read two ways),
         // or is nested deeper than a server may be able to read, is refused
         // before anything else reads it.
-        let framed = match line {
-            HostLine::Message(framed) => framed,
-            HostLine::Ambiguous(line, err) => {
+        let framed = match line.into_reading() {
+            Reading::Message(framed) => framed,
+            Reading::Refused(line, err) => {
                 self.on_ambiguous_line(session, line, &err, host_id);
                 return;
             }
-            HostLine::Unreadable(_, err) => {
+            Reading::Unreadable(_, err) => {
                 tracing::warn!("the host sent a line that is not JSON-RPC: {err}");
                 let (code, what) = match err {
                     frame::FrameError::NotJson(_) => (-32700, "parse error"),
@@ -1845,13 +1845,13 @@ impl Gateway {
         // the inner value while the host reads the outer one: a result's
         // `structuredContent` checked against its schema, a question marked
         // as the server's). Both are refused like a host's.
-        let framed = match line {
-            ServerLine::Message(framed) => framed,
-            ServerLine::Refused(line, err) => {
+        let framed = match line.into_reading() {
+            Reading::Message(framed) => framed,
+            Reading::Refused(line, err) => {
                 self.at_servers(|servers| servers.on_too_deep_upstream(idx, &line, &err));
                 return;
             }
-            ServerLine::Unreadable(line, err) => {
+            Reading::Unreadable(line, err) => {
                 if let Some(id) = null_result_id(&line) {
                     match id.parse::<u64>() {
                         Ok(id) => {
