@@ -604,6 +604,19 @@ impl ServerLine {
         }
         Self::of(envelope(line))
     }
+
+    /// A message under another id (raw JSON text): a server's error under
+    /// `"id": null` in the body that answers one of the gateway's requests,
+    /// matched to that request. Its reading stands: an id is no container
+    /// and holds no key. `None` for a line that is not a message.
+    pub fn with_id(&self, new_id: &str) -> Option<Self> {
+        match &self.reading {
+            Reading::Message(framed) => {
+                Some(Self::of(Reading::Message(framed.with_id(new_id).ok()?)))
+            }
+            Reading::Refused(..) | Reading::Unreadable(..) => None,
+        }
+    }
 }
 
 /// The envelope of a line whose side's checks passed.
@@ -905,7 +918,16 @@ mod tests {
             read.into_reading(),
             Reading::Refused(reserved, JsonError::ReservedKey)
         );
+        // An error under `"id": null`, matched to the request whose POST it
+        // answers, is read as that request's answer; only a message is.
+        let null = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#;
+        let read = ServerLine::read(null.to_owned(), 64);
+        assert!(read.framed().unwrap().message().answers_nothing());
+        let matched = read.with_id("7").unwrap();
+        let again = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32700,"message":"m"}}"#;
+        assert_eq!(matched, ServerLine::read(again.to_owned(), 64));
         let unreadable = ServerLine::read(r#"{"id":null,"result":{}}"#.to_owned(), 64);
+        assert_eq!(unreadable.with_id("7"), None);
         assert_eq!(unreadable.len(), 23);
         assert!(matches!(
             unreadable.reading(),

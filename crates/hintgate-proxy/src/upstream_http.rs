@@ -511,13 +511,29 @@ impl Shared {
                 Ok(body) if status.is_success() => {
                     // The body of a request's POST answers that request: an
                     // error under `"id": null` (the server could not read it)
-                    // is matched to it here, where it can be.
-                    let unmatched = Message::parse(body.trim())
-                        .ok()
-                        .filter(Message::answers_nothing);
-                    match (unmatched, id.as_deref().filter(|_| is_request)) {
-                        (Some(reply), Some(id)) => self.emit_line(reply.with_id(id)).await,
-                        _ => self.emit_body(&body, method.as_deref()).await,
+                    // is matched to it here, where it can be. A body of one
+                    // message on one line, the usual answer, is read once,
+                    // here, and handed on as read.
+                    let request = id.as_deref().filter(|_| is_request);
+                    match self.read_single(&body, method.as_deref()) {
+                        Some(line) => {
+                            let line = match (line.framed(), request) {
+                                (Some(framed), Some(id)) if framed.message().answers_nothing() => {
+                                    line.with_id(id).unwrap_or(line)
+                                }
+                                _ => line,
+                            };
+                            self.emit(UpstreamEvent::Line(line)).await;
+                        }
+                        None => {
+                            let unmatched = Message::parse(body.trim())
+                                .ok()
+                                .filter(Message::answers_nothing);
+                            match (unmatched, request) {
+                                (Some(reply), Some(id)) => self.emit_line(reply.with_id(id)).await,
+                                _ => self.emit_body(&body, method.as_deref()).await,
+                            }
+                        }
                     }
                 }
                 Ok(body) => {
@@ -601,6 +617,23 @@ impl Shared {
             }
         }
         request
+    }
+
+    /// A body that is one message on one line within the limit, read as
+    /// any server line is, when reading found a message: what
+    /// [`Shared::emit_body`] would hand on, read once. `None` for any other
+    /// body (empty, a batch, over several lines, over the limit, the answer
+    /// to `initialize`, whose version is noted, or a line the checks refuse),
+    /// which goes the general way.
+    fn read_single(&self, body: &str, method: Option<&str>) -> Option<ServerLine> {
+        let text = body.trim();
+        let single = !text.is_empty()
+            && !text.starts_with('[')
+            && !text.contains('\n')
+            && text.len() <= self.max_message
+            && method != Some("initialize");
+        let line = single.then(|| ServerLine::read(text.to_owned(), self.max_depth))?;
+        line.framed().is_some().then_some(line)
     }
 
     async fn emit_body(&self, body: &str, method: Option<&str>) {
