@@ -164,8 +164,10 @@ struct Backlog {
 #[derive(Debug, Default)]
 struct BacklogState {
     bytes: usize,
-    /// A sender waits for the indexer.
-    waiting: bool,
+    /// How many senders wait for the indexer (one, the gateway's loop,
+    /// in practice; counted so that one sender's end of waiting cannot
+    /// hide another's).
+    waiting: usize,
     waits: u64,
     /// The indexer's thread has ended.
     closed: bool,
@@ -185,11 +187,20 @@ impl Backlog {
         state.bytes
     }
 
+    /// Counts `weight` taken by the indexer, and wakes the senders that
+    /// wait, if any. The indexer takes every turn's records, so waking
+    /// nobody is the usual case, and it then makes no system call (a
+    /// condition variable's notification always makes one): a sender counts
+    /// itself waiting under the lock before it first waits, so one that
+    /// waits is always seen here.
     fn take(&self, weight: usize) {
         let mut state = self.lock();
         state.bytes = state.bytes.saturating_sub(weight);
+        let anyone = state.waiting > 0;
         drop(state);
-        self.taken.notify_all();
+        if anyone {
+            self.taken.notify_all();
+        }
     }
 
     /// Waits while more than `bound` bytes wait for the indexer and it is
@@ -199,7 +210,7 @@ impl Backlog {
         if state.bytes <= bound || state.closed {
             return;
         }
-        state.waiting = true;
+        state.waiting += 1;
         state.waits += 1;
         self.waiting.notify_all();
         while state.bytes > bound && !state.closed {
@@ -208,7 +219,7 @@ impl Backlog {
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        state.waiting = false;
+        state.waiting = state.waiting.saturating_sub(1);
     }
 
     /// The indexer's gather: waits for `gather`, or until a sender waits.
@@ -216,7 +227,7 @@ impl Backlog {
         let state = self.lock();
         let _unused = self
             .waiting
-            .wait_timeout_while(state, gather, |state| !state.waiting)
+            .wait_timeout_while(state, gather, |state| state.waiting == 0)
             .unwrap_or_else(PoisonError::into_inner);
     }
 
@@ -431,7 +442,7 @@ mod tests {
         let backlog = &indexer.backlog;
         let state = backlog
             .waiting
-            .wait_while(backlog.lock(), |state| !state.waiting)
+            .wait_while(backlog.lock(), |state| state.waiting == 0)
             .unwrap();
         assert_eq!(state.bytes, 4 * one);
         drop(state);
