@@ -326,6 +326,14 @@ pub trait QueueWatch: Send + std::fmt::Debug {
     ///
     /// [`StoreError`] when the store cannot be watched any more.
     fn wait(&mut self, timeout: Duration) -> Result<(), StoreError>;
+
+    /// Whether [`QueueWatch::wait`] looks at the store again and again
+    /// while it waits (SQLite's change counter) rather than being woken by
+    /// it (PostgreSQL's `NOTIFY`). A caller with nothing urgent to watch
+    /// sleeps instead, so an idle process is not woken many times a second.
+    fn polls(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) fn state_from(
@@ -528,6 +536,10 @@ impl QueueWatch for SqliteWatch {
             }
             std::thread::sleep(SQLITE_WATCH_TICK.min(deadline - now));
         }
+    }
+
+    fn polls(&self) -> bool {
+        true
     }
 }
 

@@ -400,3 +400,55 @@ fn a_revoked_approvals_row_copied_back_asks_again_and_deleting_the_revocation_is
         );
     }
 }
+
+/// A standing approval revoked by another process (`hintgate pins revoke`)
+/// while the gateway runs reaches it: its next calls of the tool are asked
+/// about again. On SQLite the gateway reads the standing approvals again
+/// every quarter of a second rather than watching the database's change
+/// counter while no question waits, so this is the path that proves it.
+#[test]
+fn a_standing_approval_revoked_by_another_process_is_asked_again_by_the_running_gateway() {
+    let team = tempfile::tempdir().unwrap();
+    for backend in backends(team.path()) {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let mut flags = vec!["--trust".to_owned(), "trusted".to_owned()];
+        flags.extend(backend.flags());
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let mut host = crate::util::wrap_fixture(dir, &flags, &[], &[]);
+        let asked = std::rc::Rc::new(std::cell::Cell::new(0_u32));
+        let counted = std::rc::Rc::clone(&asked);
+        host.respond_with(move |_| {
+            counted.set(counted.get() + 1);
+            json!({"action": "accept", "content": {"approve": true, "remember": "this tool always"}})
+        });
+        host.initialize(json!({"elicitation": {}}));
+        let call = |host: &mut Host, n: u32| {
+            let result = host.call("write_note", json!({"text": format!("note {n}")}));
+            assert!(!is_error(&result), "{result}");
+        };
+        // Asked once and approved always; the next call is not asked.
+        call(&mut host, 1);
+        call(&mut host, 2);
+        assert_eq!(asked.get(), 1);
+
+        let server = server_name(dir, &backend);
+        let revoked = hg(dir, &backend, &["pins", "revoke", &server, "write_note"]);
+        assert_eq!(code(&revoked), 0, "{}", stderr(&revoked));
+        // Calls go on until one is asked about again, within a bound far
+        // above the quarter of a second the gateway takes.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut n = 3;
+        while asked.get() == 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the revocation never reached the running gateway"
+            );
+            call(&mut host, n);
+            n += 1;
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(asked.get(), 2);
+        host.close();
+    }
+}

@@ -14,6 +14,13 @@
 //! within about a quarter of a second; one the gateway itself gives counts
 //! at once, and a read that began before it cannot take it away.
 //!
+//! A watch that polls (SQLite's) is waited on only while a question is in
+//! the queue, where a person's answer should be seen within milliseconds.
+//! With none, the thread sleeps until the next read of the standing
+//! approvals, which the quarter of a second allows anyway: a gateway whose
+//! servers are idle wakes four times a second, not a hundred (see
+//! [`wait_for`]).
+//!
 //! [`QueueWatch`]: hintgate_store::QueueWatch
 
 use std::collections::BTreeSet;
@@ -183,17 +190,122 @@ fn watch_loop(
                 }
             },
         };
-        // Standing approvals are read again at least every
-        // `APPROVALS_AT_LEAST`, whether or not a change woke the watch.
-        let slice = if watching_keys {
-            APPROVALS_AT_LEAST
-        } else {
-            WATCH_SLICE
-        };
-        if let Err(err) = ready.wait(slice) {
-            tracing::warn!("lost the store's watch: {err}");
-            watch = None;
-            std::thread::park_timeout(WATCH_SLICE);
+        match wait_for(
+            !queue.is_empty(),
+            watching_keys,
+            ready.polls(),
+            last_read.elapsed(),
+        ) {
+            Wait::Sleep(time) => std::thread::park_timeout(time),
+            Wait::Watch(time) => {
+                if let Err(err) = ready.wait(time) {
+                    tracing::warn!("lost the store's watch: {err}");
+                    watch = None;
+                    std::thread::park_timeout(WATCH_SLICE);
+                }
+            }
+        }
+    }
+}
+
+/// How the watching thread waits before it looks again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// On the store's watch, for at most this long: a change in the store
+    /// ends it early.
+    Watch(Duration),
+    /// Asleep for this long: only a question queued, or identities to
+    /// watch given, by the gateway ends it early.
+    Sleep(Duration),
+}
+
+/// How to wait, with a question in the queue or not, standing approvals
+/// watched or not, on a watch that polls or is woken, `since_read` after
+/// the last read of the standing approvals.
+///
+/// Standing approvals are read again at least every [`APPROVALS_AT_LEAST`],
+/// whether or not a change woke the watch, so a watch that polls is not
+/// worth its wake-ups for them alone: without a question waiting, the
+/// thread sleeps until that read is due.
+fn wait_for(queued: bool, watching_keys: bool, polls: bool, since_read: Duration) -> Wait {
+    if !watching_keys {
+        return Wait::Watch(WATCH_SLICE);
+    }
+    if queued || !polls {
+        return Wait::Watch(APPROVALS_AT_LEAST);
+    }
+    // Never less than the least time between two reads, so that the read
+    // this wait leads to is taken.
+    Wait::Sleep(
+        APPROVALS_AT_LEAST
+            .saturating_sub(since_read)
+            .max(APPROVALS_INTERVAL),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_polling_watch_is_waited_on_only_while_a_question_is_queued() {
+        // (queued, watching keys, the watch polls, since the last read)
+        let cases = [
+            // SQLite, servers running, nobody asked: asleep until the next
+            // read of the standing approvals is due, no polling.
+            (
+                (false, true, true, Duration::ZERO),
+                Wait::Sleep(APPROVALS_AT_LEAST),
+            ),
+            ((false, true, true, 40 * MS), Wait::Sleep(210 * MS)),
+            // ...never so short that the read it leads to is not yet due.
+            (
+                (false, true, true, 300 * MS),
+                Wait::Sleep(APPROVALS_INTERVAL),
+            ),
+            // A question waits for a person: the watch, whose change
+            // counter sees an answer within milliseconds.
+            (
+                (true, true, true, Duration::ZERO),
+                Wait::Watch(APPROVALS_AT_LEAST),
+            ),
+            (
+                (true, false, true, Duration::ZERO),
+                Wait::Watch(WATCH_SLICE),
+            ),
+            // PostgreSQL's watch is woken, not polled: waited on as before.
+            (
+                (false, true, false, Duration::ZERO),
+                Wait::Watch(APPROVALS_AT_LEAST),
+            ),
+            (
+                (true, true, false, Duration::ZERO),
+                Wait::Watch(APPROVALS_AT_LEAST),
+            ),
+            (
+                (true, false, false, Duration::ZERO),
+                Wait::Watch(WATCH_SLICE),
+            ),
+        ];
+        for ((queued, keys, polls, since), wait) in cases {
+            assert_eq!(
+                wait_for(queued, keys, polls, since),
+                wait,
+                "queued {queued}, keys {keys}, polls {polls}, {since:?} since the read"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sleep_never_outlasts_the_quarter_second_a_revocation_may_take() {
+        for since in (0..400).step_by(7) {
+            let Wait::Sleep(time) = wait_for(false, true, true, since * MS) else {
+                panic!("a polling watch with nothing queued is not waited on");
+            };
+            assert!(time <= APPROVALS_AT_LEAST, "{time:?}");
+            assert!(time >= APPROVALS_INTERVAL, "{time:?}");
         }
     }
 }
