@@ -35,6 +35,16 @@ pub const INDEX_GATHER: Duration = Duration::from_millis(20);
 /// megabyte in one [`INDEX_GATHER`], so at its normal pace nothing waits.
 pub const INDEX_BACKLOG_BYTES: usize = 4 * 1024 * 1024;
 
+/// The most records the indexer writes to the index in one transaction. A
+/// gather under load holds thousands, and a transaction whose changed pages
+/// outgrow the connection's page cache (512 KiB) has SQLite write them to
+/// its log before the commit and keep the cache full of them; 256 records
+/// (about 40 pages of the log's table) fit with room for the rest. Measured
+/// under the pinned yardstick against one transaction per gather: the peak
+/// memory 0.9 to 3.3 MiB lower in each of six runs, the CPU per call and
+/// the pace the same within the runs' spread.
+const INDEX_TRANSACTION_RECORDS: usize = 256;
+
 /// The most records the indexer holds while the index fails; beyond it,
 /// it stops trying (the journal has them all, and the next start imports
 /// them once the run has ended).
@@ -305,13 +315,25 @@ fn index_loop(
             pending.clear();
             continue;
         }
-        match index.index(run, &pending, &mut calls) {
-            Ok(_) => {
-                done.records += pending.len() as u64;
-                pending.clear();
-                failing = false;
+        // One transaction per part of what was gathered, each small enough
+        // for the connection's page cache (see `INDEX_TRANSACTION_RECORDS`);
+        // a part that fails stays, with the parts after it, for the next try.
+        let mut indexed = 0;
+        let mut failed = None;
+        for part in pending.chunks(INDEX_TRANSACTION_RECORDS) {
+            match index.index(run, part, &mut calls) {
+                Ok(_) => indexed += part.len(),
+                Err(err) => {
+                    failed = Some(err);
+                    break;
+                }
             }
-            Err(err) => {
+        }
+        pending.drain(..indexed);
+        done.records += indexed as u64;
+        match failed {
+            None => failing = false,
+            Some(err) => {
                 if !failing {
                     tracing::error!(
                         "the audit index could not be written (the journal holds the records): {err}"
@@ -462,6 +484,100 @@ mod tests {
         let done = indexer.finish();
         assert_eq!(done.records, 6);
         assert_eq!(done.waits, 1);
+    }
+
+    #[test]
+    fn a_large_gather_is_indexed_in_transactions_of_a_bounded_size_in_order() {
+        let (indexer, through, given) = gated(usize::MAX);
+        let count = 2 * INDEX_TRANSACTION_RECORDS + 88;
+        indexer.send(records(1, count as u64, 10));
+        let mut parts = Vec::new();
+        while parts.iter().sum::<usize>() < count {
+            parts.push(given.recv().unwrap());
+            through.send(()).unwrap();
+        }
+        assert_eq!(
+            parts,
+            [INDEX_TRANSACTION_RECORDS, INDEX_TRANSACTION_RECORDS, 88]
+        );
+        assert_eq!(indexer.finish().records, count as u64);
+    }
+
+    /// An index whose second transaction fails once; it tells the test the
+    /// first record of each part it is given.
+    struct FailsOnce {
+        dir: PathBuf,
+        given: Mutex<mpsc::Sender<u64>>,
+        failed: Mutex<bool>,
+    }
+
+    impl JournalIndex for FailsOnce {
+        fn journal_dir(&self) -> &Path {
+            &self.dir
+        }
+
+        fn index(
+            &self,
+            _run: &str,
+            records: &[Journaled],
+            _calls: &mut HashMap<u64, u64>,
+        ) -> Result<usize, StoreError> {
+            let first = records[0].position.n;
+            let _ = self.given.lock().unwrap().send(first);
+            let mut failed = self.failed.lock().unwrap();
+            if first > 1 && !*failed {
+                *failed = true;
+                return Err(StoreError::Corrupt("the disk is full".into()));
+            }
+            Ok(records.len())
+        }
+
+        fn run_state(&self, _run: &str) -> Result<Option<RunState>, StoreError> {
+            Ok(None)
+        }
+
+        fn runs(&self) -> Result<Vec<(String, RunState)>, StoreError> {
+            Ok(Vec::new())
+        }
+
+        fn close(&self, _run: &str, _open: &[u64]) -> Result<u64, StoreError> {
+            Ok(0)
+        }
+
+        fn seq_of(&self, _run: &str, _n: u64) -> Result<Option<u64>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn a_failed_part_is_tried_again_with_the_parts_after_it_and_nothing_twice() {
+        let (given_tx, given) = mpsc::channel();
+        let index = FailsOnce {
+            dir: PathBuf::from("unused"),
+            given: Mutex::new(given_tx),
+            failed: Mutex::new(false),
+        };
+        let indexer = Indexer::start(usize::MAX, move |backlog, receiver| {
+            index_loop(&index, "r-1", &receiver, &backlog)
+        })
+        .unwrap();
+        let count = 2 * INDEX_TRANSACTION_RECORDS as u64 + 88;
+        indexer.send(records(1, count, 10));
+        // The first part is written, the second fails: the rest waits.
+        let second = INDEX_TRANSACTION_RECORDS as u64 + 1;
+        // (A bound on the wait, so that an indexer that never splits its
+        // gather fails here instead of hanging the suite.)
+        let patience = Duration::from_secs(60);
+        assert_eq!(given.recv_timeout(patience).unwrap(), 1);
+        assert_eq!(given.recv_timeout(patience).unwrap(), second);
+        // The next records the gateway hands over bring the next try: from
+        // the part that failed on, with the new record after the rest.
+        indexer.send(records(count + 1, 1, 10));
+        let done = indexer.finish();
+        assert_eq!(done.records, count + 1);
+        assert_eq!(done.behind, 0);
+        let third = 2 * INDEX_TRANSACTION_RECORDS as u64 + 1;
+        assert_eq!(given.try_iter().collect::<Vec<_>>(), [second, third]);
     }
 
     #[test]
