@@ -353,24 +353,23 @@ fn index_loop(
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::sync::mpsc;
 
     use super::*;
     use crate::journal::{Position, RunState};
     use crate::{EntryKind, NewEntry, StoreError};
 
-    /// An index that holds each batch until the test lets it through, and
-    /// tells the test what it was given.
-    struct Gated {
-        dir: PathBuf,
-        through: Mutex<mpsc::Receiver<()>>,
-        given: Mutex<mpsc::Sender<usize>>,
-    }
+    /// An index that does what the test says with each part it is given,
+    /// and holds no runs.
+    struct ByHand<F>(F);
 
-    impl JournalIndex for Gated {
+    impl<F> JournalIndex for ByHand<F>
+    where
+        F: Fn(&[Journaled]) -> Result<usize, StoreError> + Send + Sync,
+    {
         fn journal_dir(&self) -> &Path {
-            &self.dir
+            Path::new("unused")
         }
 
         fn index(
@@ -379,13 +378,7 @@ mod tests {
             records: &[Journaled],
             _calls: &mut HashMap<u64, u64>,
         ) -> Result<usize, StoreError> {
-            let _ = self.given.lock().unwrap().send(records.len());
-            self.through
-                .lock()
-                .unwrap()
-                .recv()
-                .map_err(|_| StoreError::Corrupt("the test hung up".into()))?;
-            Ok(records.len())
+            (self.0)(records)
         }
 
         fn run_state(&self, _run: &str) -> Result<Option<RunState>, StoreError> {
@@ -403,6 +396,18 @@ mod tests {
         fn seq_of(&self, _run: &str, _n: u64) -> Result<Option<u64>, StoreError> {
             Ok(None)
         }
+    }
+
+    /// An indexer over `index`, with a backlog bound of `bound`.
+    fn by_hand(
+        bound: usize,
+        index: impl Fn(&[Journaled]) -> Result<usize, StoreError> + Send + Sync + 'static,
+    ) -> Indexer {
+        let index = ByHand(index);
+        Indexer::start(bound, move |backlog, receiver| {
+            index_loop(&index, "r-1", &receiver, &backlog)
+        })
+        .unwrap()
     }
 
     fn records(from: u64, count: u64, body: usize) -> Vec<Journaled> {
@@ -425,18 +430,21 @@ mod tests {
             .collect()
     }
 
+    /// An indexer over an index that holds each part until the test lets
+    /// it through, and tells the test how many records it was given.
     fn gated(bound: usize) -> (Indexer, mpsc::Sender<()>, mpsc::Receiver<usize>) {
-        let (through_tx, through_rx) = mpsc::channel();
+        let (through_tx, through_rx) = mpsc::channel::<()>();
         let (given_tx, given_rx) = mpsc::channel();
-        let index = Arc::new(Gated {
-            dir: PathBuf::from("unused"),
-            through: Mutex::new(through_rx),
-            given: Mutex::new(given_tx),
+        let (through, given) = (Mutex::new(through_rx), Mutex::new(given_tx));
+        let indexer = by_hand(bound, move |records| {
+            let _ = given.lock().unwrap().send(records.len());
+            through
+                .lock()
+                .unwrap()
+                .recv()
+                .map_err(|_| StoreError::Corrupt("the test hung up".into()))?;
+            Ok(records.len())
         });
-        let indexer = Indexer::start(bound, move |backlog, receiver| {
-            index_loop(index.as_ref(), "r-1", &receiver, &backlog)
-        })
-        .unwrap();
         (indexer, through_tx, given_rx)
     }
 
@@ -503,64 +511,22 @@ mod tests {
         assert_eq!(indexer.finish().records, count as u64);
     }
 
-    /// An index whose second transaction fails once; it tells the test the
-    /// first record of each part it is given.
-    struct FailsOnce {
-        dir: PathBuf,
-        given: Mutex<mpsc::Sender<u64>>,
-        failed: Mutex<bool>,
-    }
-
-    impl JournalIndex for FailsOnce {
-        fn journal_dir(&self) -> &Path {
-            &self.dir
-        }
-
-        fn index(
-            &self,
-            _run: &str,
-            records: &[Journaled],
-            _calls: &mut HashMap<u64, u64>,
-        ) -> Result<usize, StoreError> {
+    #[test]
+    fn a_failed_part_is_tried_again_with_the_parts_after_it_and_nothing_twice() {
+        // An index whose second transaction fails once; it tells the test
+        // the first record of each part it is given.
+        let (given_tx, given) = mpsc::channel();
+        let (given_tx, failed) = (Mutex::new(given_tx), Mutex::new(false));
+        let indexer = by_hand(usize::MAX, move |records| {
             let first = records[0].position.n;
-            let _ = self.given.lock().unwrap().send(first);
-            let mut failed = self.failed.lock().unwrap();
+            let _ = given_tx.lock().unwrap().send(first);
+            let mut failed = failed.lock().unwrap();
             if first > 1 && !*failed {
                 *failed = true;
                 return Err(StoreError::Corrupt("the disk is full".into()));
             }
             Ok(records.len())
-        }
-
-        fn run_state(&self, _run: &str) -> Result<Option<RunState>, StoreError> {
-            Ok(None)
-        }
-
-        fn runs(&self) -> Result<Vec<(String, RunState)>, StoreError> {
-            Ok(Vec::new())
-        }
-
-        fn close(&self, _run: &str, _open: &[u64]) -> Result<u64, StoreError> {
-            Ok(0)
-        }
-
-        fn seq_of(&self, _run: &str, _n: u64) -> Result<Option<u64>, StoreError> {
-            Ok(None)
-        }
-    }
-
-    #[test]
-    fn a_failed_part_is_tried_again_with_the_parts_after_it_and_nothing_twice() {
-        let (given_tx, given) = mpsc::channel();
-        let index = FailsOnce {
-            dir: PathBuf::from("unused"),
-            given: Mutex::new(given_tx),
-            failed: Mutex::new(false),
-        };
-        let indexer = Indexer::start(usize::MAX, move |backlog, receiver| {
-            index_loop(&index, "r-1", &receiver, &backlog)
-        })
-        .unwrap();
+        });
         let count = 2 * INDEX_TRANSACTION_RECORDS as u64 + 88;
         indexer.send(records(1, count, 10));
         // The first part is written, the second fails: the rest waits.
