@@ -140,18 +140,23 @@ fn hg(dir: &Path, backend: &Backend, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A wrap-mode gateway in front of the fixture server, trusted, on
+/// `backend`, with `extra` flags; its host not yet initialized.
+fn fixture_host(dir: &Path, backend: &Backend, extra: &[&str]) -> Host {
+    let mut flags: Vec<String> = ["--trust", "trusted"]
+        .iter()
+        .chain(extra)
+        .map(|flag| (*flag).to_owned())
+        .collect();
+    flags.extend(backend.flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    crate::util::wrap_fixture(dir, &flags, &[], &[])
+}
+
 /// A wrap-mode gateway whose host declares no elicitation, so a person
 /// answers through the approval queue.
 fn gateway(dir: &Path, backend: &Backend) -> Host {
-    let mut flags = vec![
-        "--trust".to_owned(),
-        "trusted".to_owned(),
-        "--ask-timeout".to_owned(),
-        "600".to_owned(),
-    ];
-    flags.extend(backend.flags());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut host = crate::util::wrap_fixture(dir, &flags, &[], &[]);
+    let mut host = fixture_host(dir, backend, &["--ask-timeout", "600"]);
     host.initialize(json!({}));
     host
 }
@@ -412,10 +417,7 @@ fn a_standing_approval_revoked_by_another_process_is_asked_again_by_the_running_
     for backend in backends(team.path()) {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path();
-        let mut flags = vec!["--trust".to_owned(), "trusted".to_owned()];
-        flags.extend(backend.flags());
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let mut host = crate::util::wrap_fixture(dir, &flags, &[], &[]);
+        let mut host = fixture_host(dir, &backend, &[]);
         let asked = std::rc::Rc::new(std::cell::Cell::new(0_u32));
         let counted = std::rc::Rc::clone(&asked);
         host.respond_with(move |_| {
