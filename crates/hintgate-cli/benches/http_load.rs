@@ -2,15 +2,17 @@
 //!
 //! In one run, on loopback: a minimal Streamable HTTP MCP server (this
 //! program in a process of its own, answering `tools/call` at once), and 200
-//! host sessions that each call its one read-only tool in a loop for a
-//! bounded time, first straight at the server, then through a bare relay
-//! on the gateway's HTTP stack (axum towards the hosts, reqwest towards the
-//! server, nothing read or decided: what any proxy on this stack pays), then
-//! through `hintgate run --listen --trust trusted --url` (an allow decision
-//! and an audit record on every call). It prints calls per second, the p50
-//! and p99 latency of each and what the gateway adds,
-//! and the gateway's memory per idle host session (its resident set before
-//! and after 1000 sessions that initialized and went quiet).
+//! host sessions each way that call its one read-only tool in a loop: straight
+//! at the server, through a bare relay on the gateway's HTTP stack (axum
+//! towards the hosts, reqwest towards the server, nothing read or decided:
+//! what any proxy on this stack pays), and through `hintgate run --listen
+//! --trust trusted --url` (an allow decision and an audit record on every
+//! call), in alternating rounds of a bounded time, so that whatever else the
+//! machine does meanwhile falls on all three alike. It prints calls per
+//! second, the p50 and p99 latency of each and what the gateway adds, its
+//! share of the relay's pace round by round, the CPU time each proxy spends
+//! per call, and the gateway's memory per idle host session (its resident
+//! set before and after 1000 sessions that initialized and went quiet).
 //!
 //! `cargo bench -p hintgate-cli --bench http_load` runs it in full
 //! (`HINTGATE_BENCH_GATEWAY=PATH` runs another build's `hintgate` instead,
@@ -34,53 +36,96 @@ use std::time::{Duration, Instant};
 use common::{Conn, gateway, rss_kib, serve_upstream, serving_process};
 use tokio::net::TcpListener;
 
-/// What one load run measured.
+/// What the load runs at one address measured, added up over its rounds.
+#[derive(Default)]
 struct Load {
     calls: usize,
     elapsed: Duration,
-    p50: Duration,
-    p99: Duration,
+    /// Every call's latency, sorted once the rounds are over.
+    latencies: Vec<Duration>,
+    /// The CPU time the proxy's process spent in the rounds, in clock
+    /// ticks of 1/100 s.
+    cpu_ticks: u64,
+    /// Each round's calls per second, in the order run.
+    rates: Vec<f64>,
 }
 
-/// `sessions` hosts calling `echo` in a loop at `addr` for `time`.
-async fn load(addr: SocketAddr, sessions: usize, time: Duration) -> Load {
-    let mut conns = Vec::with_capacity(sessions);
-    for _ in 0..sessions {
-        conns.push(Conn::start(addr).await);
+impl Load {
+    fn rate(&self) -> f64 {
+        self.calls as f64 / self.elapsed.as_secs_f64()
     }
+
+    fn at(&self, q: f64) -> Duration {
+        let all = &self.latencies;
+        all[((all.len() as f64 * q) as usize).min(all.len() - 1)]
+    }
+
+    /// Microseconds of the process's CPU per call.
+    fn cpu_per_call(&self) -> f64 {
+        self.cpu_ticks as f64 * 10_000.0 / self.calls.max(1) as f64
+    }
+}
+
+/// A host session, with the id of its next request (ids are never reused
+/// within a session, across rounds too).
+struct Host {
+    conn: Conn,
+    id: u64,
+}
+
+/// `sessions` hosts that have initialized at `addr`.
+async fn hosts(addr: SocketAddr, sessions: usize) -> Vec<Host> {
+    let mut hosts = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        hosts.push(Host {
+            conn: Conn::start(addr).await,
+            id: 1,
+        });
+    }
+    hosts
+}
+
+/// One round: every host calls `echo` in a loop for `time`; adds what it
+/// measured to `load` (with the CPU time process `pid` spent, if any) and
+/// gives the hosts back.
+async fn round(hosts: Vec<Host>, time: Duration, pid: Option<u32>, load: &mut Load) -> Vec<Host> {
+    let before = pid.map(cpu_ticks);
     let started = Instant::now();
     let until = started + time;
-    let mut tasks = Vec::with_capacity(sessions);
-    for mut conn in conns {
+    let mut tasks = Vec::with_capacity(hosts.len());
+    for mut host in hosts {
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            let mut id = 1u64;
             while Instant::now() < until {
-                id += 1;
+                host.id += 1;
+                let id = host.id;
                 let body = format!(
                     r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"n":{id}}}}}}}"#
                 );
                 let sent = Instant::now();
-                let answer = conn.post(&body).await.unwrap();
+                let answer = host.conn.post(&body).await.unwrap();
                 assert!(answer.contains("\"ok\""), "{answer}");
                 latencies.push(sent.elapsed());
             }
-            latencies
+            (host, latencies)
         }));
     }
-    let mut all = Vec::new();
+    let mut hosts = Vec::with_capacity(tasks.len());
+    let mut calls = 0;
     for task in tasks {
-        all.extend(task.await.unwrap());
+        let (host, latencies) = task.await.unwrap();
+        calls += latencies.len();
+        load.latencies.extend(latencies);
+        hosts.push(host);
     }
     let elapsed = started.elapsed();
-    all.sort();
-    let at = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
-    Load {
-        calls: all.len(),
-        elapsed,
-        p50: at(0.50),
-        p99: at(0.99),
+    if let (Some(pid), Some(before)) = (pid, before) {
+        load.cpu_ticks += cpu_ticks(pid) - before;
     }
+    load.calls += calls;
+    load.elapsed += elapsed;
+    load.rates.push(calls as f64 / elapsed.as_secs_f64());
+    hosts
 }
 
 /// The CPU time process `pid` has used so far (user and system), from
@@ -96,16 +141,6 @@ fn cpu_ticks(pid: u32) -> u64 {
         .collect();
     // utime and stime are the 14th and 15th fields of the line.
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-/// A load run at `addr` with the CPU time process `pid` spent in it, in
-/// microseconds per call.
-async fn load_with_cpu(pid: u32, addr: SocketAddr, sessions: usize, time: Duration) -> (Load, f64) {
-    let before = cpu_ticks(pid);
-    let run = load(addr, sessions, time).await;
-    let spent = (cpu_ticks(pid) - before) as f64 * 10_000.0;
-    let per_call = spent / run.calls.max(1) as f64;
-    (run, per_call)
 }
 
 fn micros(duration: Duration) -> f64 {
@@ -174,10 +209,13 @@ fn main() {
         return;
     }
     let full = std::env::args().any(|arg| arg == "--bench");
-    let (sessions, time, idle) = if full {
-        (200, Duration::from_secs(10), 1000)
+    // Five rounds of 2 s each way, taken in turn (direct, the relay,
+    // hintgate), so that what else the machine does in those seconds falls
+    // on all three alike.
+    let (sessions, rounds, time, idle) = if full {
+        (200, 5, Duration::from_secs(2), 1000)
     } else {
-        (4, Duration::from_millis(300), 20)
+        (4, 2, Duration::from_millis(150), 20)
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -187,17 +225,31 @@ fn main() {
     runtime.block_on(async {
         let (mut server, upstream_addr) = serving_process(&["--serve-upstream"]);
         let url = format!("http://{upstream_addr}/mcp");
-
-        let direct = load(upstream_addr, sessions, time).await;
         let (mut relay_child, relay_addr) = serving_process(&["--serve-relay", &url]);
-        load(relay_addr, 1, Duration::from_millis(200)).await;
-        let (relayed, relay_cpu) = load_with_cpu(relay_child.id(), relay_addr, sessions, time).await;
+        let (mut child, addr, _said) = gateway(&url, &state);
+        // Warm: each proxy opens its connection to the server on the first
+        // request, and the gateway starts its upstream link.
+        let mut warm = Load::default();
+        for at in [relay_addr, addr] {
+            round(hosts(at, 1).await, Duration::from_millis(200), None, &mut warm).await;
+        }
+
+        let mut direct_hosts = hosts(upstream_addr, sessions).await;
+        let mut relay_hosts = hosts(relay_addr, sessions).await;
+        let mut gateway_hosts = hosts(addr, sessions).await;
+        let (mut direct, mut relayed, mut through) =
+            (Load::default(), Load::default(), Load::default());
+        for _ in 0..rounds {
+            direct_hosts = round(direct_hosts, time, None, &mut direct).await;
+            relay_hosts = round(relay_hosts, time, Some(relay_child.id()), &mut relayed).await;
+            gateway_hosts = round(gateway_hosts, time, Some(child.id()), &mut through).await;
+        }
+        drop((direct_hosts, relay_hosts, gateway_hosts));
         let _ = relay_child.kill();
         let _ = relay_child.wait();
-        let (mut child, addr, _said) = gateway(&url, &state);
-        // Warm: the gateway starts its upstream link on the first request.
-        load(addr, 1, Duration::from_millis(200)).await;
-        let (through, gateway_cpu) = load_with_cpu(child.id(), addr, sessions, time).await;
+        for load in [&mut direct, &mut relayed, &mut through] {
+            load.latencies.sort();
+        }
 
         // Memory per idle session: the resident set before and after
         // `idle` sessions that initialized and went quiet.
@@ -215,8 +267,10 @@ fn main() {
         let _ = server.kill();
         let _ = server.wait();
 
-        let rate = |load: &Load| load.calls as f64 / load.elapsed.as_secs_f64();
-        println!("{sessions} HTTP host sessions, {} s each way, on loopback", time.as_secs_f64());
+        println!(
+            "{sessions} HTTP host sessions, {rounds} rounds of {} s each way, taken in turn, on loopback",
+            time.as_secs_f64()
+        );
         println!("{:<22} {:>12} {:>10} {:>10}", "", "calls/s", "p50 µs", "p99 µs");
         for (name, run) in [
             ("direct", &direct),
@@ -225,29 +279,38 @@ fn main() {
         ] {
             println!(
                 "{name:<22} {:>12.0} {:>10.0} {:>10.0}",
-                rate(run),
-                micros(run.p50),
-                micros(run.p99)
+                run.rate(),
+                micros(run.at(0.50)),
+                micros(run.at(0.99))
             );
         }
         println!(
             "ratio of calls/s: {:.2}x; added p50 {:.0} µs, p99 {:.0} µs",
-            rate(&through) / rate(&direct),
-            micros(through.p50.saturating_sub(direct.p50)),
-            micros(through.p99.saturating_sub(direct.p99)),
+            through.rate() / direct.rate(),
+            micros(through.at(0.50).saturating_sub(direct.at(0.50))),
+            micros(through.at(0.99).saturating_sub(direct.at(0.99))),
         );
         println!(
             "the bare relay on the same HTTP stack: {:.2}x of direct; hintgate keeps {:.2}x of the relay's calls/s",
-            rate(&relayed) / rate(&direct),
-            rate(&through) / rate(&relayed),
+            relayed.rate() / direct.rate(),
+            through.rate() / relayed.rate(),
         );
+        let by_round: Vec<String> = through
+            .rates
+            .iter()
+            .zip(&relayed.rates)
+            .map(|(gateway, relay)| format!("{:.2}", gateway / relay))
+            .collect();
+        println!("hintgate's share of the relay's calls/s, round by round: {}", by_round.join(", "));
         println!(
-            "CPU per call: the bare relay {relay_cpu:.0} µs, hintgate {gateway_cpu:.0} µs"
+            "CPU per call: the bare relay {:.0} µs, hintgate {:.0} µs",
+            relayed.cpu_per_call(),
+            through.cpu_per_call()
         );
         println!(
             "memory per idle session: {per_session:.1} KiB ({idle} sessions; resident set {before} KiB -> {after} KiB)"
         );
-        assert!(through.calls > 0 && direct.calls > 0);
+        assert!(through.calls > 0 && direct.calls > 0 && relayed.calls > 0);
     });
     let _ = std::fs::remove_dir_all(&state);
 }
