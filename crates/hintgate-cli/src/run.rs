@@ -92,9 +92,9 @@ pub fn run(args: &RunArgs) -> Result<Exit> {
             .map(|plan| std::sync::Arc::clone(&plan.metrics)),
     };
     // Over stdio one thread serves the one host. Over HTTP the connections,
-    // their parsing and the delivery of each session's lines run on two
-    // worker threads beside the gateway's event loop, which stays on this
-    // thread and owns the gateway's state alone as ever.
+    // their parsing, the delivery of each session's lines and the gateway's
+    // event loop (one task, which owns the gateway's state alone as ever)
+    // run on two worker threads.
     let runtime = match plan {
         Some(_) => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
