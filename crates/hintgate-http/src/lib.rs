@@ -953,10 +953,13 @@ async fn exchange(
         .and_then(|value| value.to_str().ok())
         .unwrap_or("*/*");
     let takes_json = accept.contains("application/json") || accept.contains("*/*");
-    let Some(mut rx) = session
-        .routes
-        .open(gateway_id, progress, !session.modern, host_id.clone())
-    else {
+    let Some(mut rx) = session.routes.open(
+        gateway_id,
+        progress,
+        !session.modern,
+        host_id.clone(),
+        takes_json,
+    ) else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             host_id.as_deref().unwrap_or(gateway_id),

@@ -129,6 +129,10 @@ struct Exchange {
     /// How many resumptions took its stream over; 0 while the POST that
     /// opened it still has it.
     taken_over: u64,
+    /// Its host takes a JSON body: an answer that comes before anything
+    /// else on its stream goes as the POST's body, with no event id, and
+    /// so is not kept for a resumption (nothing could name it).
+    takes_json: bool,
 }
 
 /// Where a line goes.
@@ -155,13 +159,16 @@ impl Routes {
 
     /// Opens an exchange for the request the gateway knows under `id`;
     /// returns the receiver of its frames. `host_id` is the id to give the
-    /// host back, when it differs.
+    /// host back, when it differs; `takes_json`: the host takes a JSON
+    /// body, so an answer that comes first is sent as the POST's body
+    /// (and not kept for a resumption).
     pub fn open(
         &self,
         id: &str,
         progress: Option<String>,
         takes_requests: bool,
         host_id: Option<String>,
+        takes_json: bool,
     ) -> Option<mpsc::Receiver<Frame>> {
         let mut inner = self.inner.lock().ok()?;
         if inner.exchanges.contains_key(id) {
@@ -178,6 +185,7 @@ impl Routes {
                 takes_requests,
                 host_id,
                 taken_over: 0,
+                takes_json,
             },
         );
         inner.order.push(id.to_owned());
@@ -497,18 +505,34 @@ impl Routes {
         let last = message.kind() == Kind::Response;
         Ok(match target {
             Target::Exchange(id) => {
-                let (stream, host_id) = {
+                let (stream, host_id, json_body) = {
                     let Some(exchange) = inner.exchanges.get(&id) else {
                         return Ok(None);
                     };
-                    (exchange.stream, exchange.host_id.clone())
+                    // The answer, before any other event of its stream, to
+                    // the POST that opened it, whose host takes JSON: it
+                    // goes as that POST's body (see `exchange`).
+                    let json_body = last
+                        && exchange.takes_json
+                        && exchange.taken_over == 0
+                        && exchange.tx.is_some()
+                        && !inner.seqs.contains_key(&exchange.stream);
+                    (exchange.stream, exchange.host_id.clone(), json_body)
                 };
                 let line = match &host_id {
                     Some(host_id) if last => message.with_id(host_id),
                     Some(host_id) if modern => with_subscription(&line, host_id),
                     _ => line,
                 };
-                let frame = inner.frame(stream, line, last);
+                let frame = if json_body {
+                    Frame {
+                        event_id: String::new(),
+                        line: Arc::new(line),
+                        last,
+                    }
+                } else {
+                    inner.frame(stream, line, last)
+                };
                 let tx = inner
                     .exchanges
                     .get(&id)
@@ -797,7 +821,7 @@ mod tests {
             routes: Arc::clone(&routes),
             modern: false,
         };
-        let mut rx = routes.open("7", None, true, None).unwrap();
+        let mut rx = routes.open("7", None, true, None, false).unwrap();
         // Progress for the request fills its channel, each placed at once.
         let note = |n: usize| {
             format!(
@@ -829,9 +853,63 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_sent_as_the_json_body_of_its_post_is_not_kept_for_a_resumption() {
+        let budget = HistoryBudget::new(HISTORY_BUDGET_BYTES);
+        let routes = Routes::with_budget(Arc::clone(&budget), 1);
+        let mut rx = routes.open("7", None, true, None, true).unwrap();
+        let answer = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        let (tx, frame) = routes.place(answer.to_owned(), false).unwrap();
+        tx.try_send(frame).unwrap();
+        let frame = rx.try_recv().unwrap();
+        // Delivered whole, as the POST's body: no event id, nothing kept.
+        assert!(frame.last);
+        assert_eq!(frame.line.as_str(), answer);
+        assert_eq!(frame.event_id, "");
+        assert!(routes.inner.lock().unwrap().history.is_empty());
+        assert_eq!(budget.total(), 0);
+        assert_eq!(routes.resume(1, 0).unwrap_err(), Unresumable::Unknown);
+        assert!(!routes.inner.lock().unwrap().exchanges.contains_key("7"));
+    }
+
+    #[test]
+    fn an_answer_after_other_events_of_its_stream_is_kept_even_when_the_host_takes_json() {
+        let routes = Routes::default();
+        let mut rx = routes
+            .open("7", Some("\"tok\"".to_owned()), true, None, true)
+            .unwrap();
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","progress":1}}"#;
+        let answer = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        for line in [note, answer] {
+            let (tx, frame) = routes.place(line.to_owned(), false).unwrap();
+            tx.try_send(frame).unwrap();
+        }
+        // The stream is an event stream now: both events have ids, and a
+        // host that lost it after the first gets the answer again.
+        assert_eq!(rx.try_recv().unwrap().event_id, "1-1");
+        assert_eq!(rx.try_recv().unwrap().event_id, "1-2");
+        let mut resumed = routes.resume(1, 1).unwrap();
+        let again = resumed.try_recv().unwrap();
+        assert_eq!(
+            (again.event_id.as_str(), again.line.as_str()),
+            ("1-2", answer)
+        );
+    }
+
+    #[test]
+    fn an_answer_to_a_host_that_takes_only_event_streams_is_kept_for_a_resumption() {
+        let routes = Routes::default();
+        let _rx = routes.open("7", None, true, None, false).unwrap();
+        let answer = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        let (_, frame) = routes.place(answer.to_owned(), false).unwrap();
+        assert_eq!(frame.event_id, "1-1");
+        let mut resumed = routes.resume(1, 0).unwrap();
+        assert_eq!(resumed.try_recv().unwrap().line.as_str(), answer);
+    }
+
+    #[test]
     fn an_answer_goes_to_its_exchange_and_ends_it() {
         let routes = Routes::default();
-        let mut rx = routes.open("7", None, true, None).unwrap();
+        let mut rx = routes.open("7", None, true, None, false).unwrap();
         let (tx, frame) = routes
             .place(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#.to_owned(), false)
             .unwrap();
@@ -850,9 +928,9 @@ mod tests {
     fn progress_goes_with_its_request_and_questions_with_the_newest() {
         let routes = Routes::default();
         let _a = routes
-            .open("1", Some("\"tok\"".to_owned()), true, None)
+            .open("1", Some("\"tok\"".to_owned()), true, None, false)
             .unwrap();
-        let _b = routes.open("2", None, true, None).unwrap();
+        let _b = routes.open("2", None, true, None, false).unwrap();
         let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","progress":1}}"#;
         let (_, frame) = routes.place(note.to_owned(), false).unwrap();
         assert!(frame.event_id.starts_with("1-"));
@@ -865,7 +943,7 @@ mod tests {
     fn a_modern_answer_gets_the_hosts_own_id_back() {
         let routes = Routes::default();
         let _rx = routes
-            .open("\"m1\"", None, false, Some("1".to_owned()))
+            .open("\"m1\"", None, false, Some("1".to_owned()), false)
             .unwrap();
         let (_, frame) = routes
             .place(
@@ -879,7 +957,9 @@ mod tests {
     #[test]
     fn a_resumption_before_the_gateway_saw_the_post_close_takes_its_stream_over() {
         let routes = Routes::default();
-        let _post = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        let _post = routes
+            .open("5", Some("9".to_owned()), true, None, false)
+            .unwrap();
         let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":9,"progress":1}}"#;
         let _ = routes.place(note.to_owned(), false).unwrap();
         // The host resumes at once; its POST's close is seen only after.
@@ -897,7 +977,9 @@ mod tests {
     #[test]
     fn a_stream_the_host_left_is_resumed_from_the_event_after_the_last_seen() {
         let routes = Routes::default();
-        let _rx = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        let _rx = routes
+            .open("5", Some("9".to_owned()), true, None, false)
+            .unwrap();
         let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":9,"progress":1}}"#;
         let _ = routes.place(note.to_owned(), false).unwrap();
         assert!(routes.abandon("5"));
@@ -944,7 +1026,9 @@ mod tests {
     #[test]
     fn a_resumption_that_asks_for_a_dropped_event_is_refused_not_replayed_with_a_gap() {
         let routes = Routes::default();
-        let _rx = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        let _rx = routes
+            .open("5", Some("9".to_owned()), true, None, false)
+            .unwrap();
         assert!(routes.abandon("5"));
         // More events than a history keeps: the first ones are dropped.
         for _ in 0..(HISTORY_EVENTS + 10) {
@@ -965,7 +1049,7 @@ mod tests {
         // bound, as a busy host's does before it goes away.
         for n in 0..HISTORY_EVENTS as u64 {
             let id = format!("{}", n + 100);
-            let _rx = routes.open(&id, None, true, None).unwrap();
+            let _rx = routes.open(&id, None, true, None, false).unwrap();
             let (tx, frame) = routes
                 .place(
                     format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#),
@@ -976,7 +1060,9 @@ mod tests {
         }
         // One call still waits for its answer, its host gone from the
         // stream after the first progress.
-        let _waiting = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+        let _waiting = routes
+            .open("5", Some("9".to_owned()), true, None, false)
+            .unwrap();
         let _ = routes.place(note_of(10), false).unwrap();
         assert!(routes.abandon("5"));
         let held = routes.inner.lock().unwrap().history.len();
@@ -1014,14 +1100,18 @@ mod tests {
         const LIMIT: usize = 256 * 1024;
         let budget = HistoryBudget::new(LIMIT);
         let small = Routes::with_budget(Arc::clone(&budget), 0);
-        let _small_rx = small.open("5", Some("9".to_owned()), true, None).unwrap();
+        let _small_rx = small
+            .open("5", Some("9".to_owned()), true, None, false)
+            .unwrap();
         assert!(small.abandon("5"));
         assert!(small.place(note_of(1000), false).is_none());
         budget.enforce();
         let attackers: Vec<Arc<Routes>> = (1..=40)
             .map(|key| {
                 let routes = Routes::with_budget(Arc::clone(&budget), key);
-                let _rx = routes.open("5", Some("9".to_owned()), true, None).unwrap();
+                let _rx = routes
+                    .open("5", Some("9".to_owned()), true, None, false)
+                    .unwrap();
                 assert!(routes.abandon("5"));
                 routes
             })
