@@ -16,7 +16,9 @@
 //!
 //! `cargo bench -p hintgate-cli --bench http_load` runs it in full
 //! (`HINTGATE_BENCH_GATEWAY=PATH` runs another build's `hintgate` instead,
-//! to compare builds on the same machine); under
+//! to compare builds on the same machine; `HINTGATE_BENCH_TOKENS=1` has
+//! the hosts authenticate with a bearer token, as on a team's gateway,
+//! where the default runs `--no-auth`); under
 //! `cargo test` it runs a short round with a few sessions, so it stays a
 //! test that the harness works.
 #![expect(

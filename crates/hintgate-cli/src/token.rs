@@ -119,24 +119,37 @@ pub(crate) struct StoreTokens {
 
 impl Authenticate for StoreTokens {
     fn authenticate(&self, token: &str) -> Option<Principal> {
-        let row = match self.store.find_token(&token_hash(token)) {
-            Ok(row) => row?,
-            Err(err) => {
-                // Fails closed: a store that cannot answer lets nobody in.
-                tracing::warn!("a host's token could not be checked: {err}");
-                return None;
-            }
-        };
-        let scope = match row.scope.as_str() {
-            "write" => Scope::Write,
-            "read" => Scope::Read,
-            // A `metrics` token (or a scope this build does not know) is
-            // no host's: it gives neither read nor write.
-            _ => return None,
-        };
-        Some(Principal {
-            name: row.name,
-            scope,
-        })
+        principal_of(self.store.find_token(&token_hash(token)))
     }
+
+    fn authenticate_now(&self, token: &str) -> Option<Option<Principal>> {
+        self.store
+            .find_token_now(&token_hash(token))
+            .map(principal_of)
+    }
+}
+
+/// The principal of a host's token as the store found it.
+fn principal_of(
+    found: Result<Option<hintgate_store::TokenRow>, hintgate_store::StoreError>,
+) -> Option<Principal> {
+    let row = match found {
+        Ok(row) => row?,
+        Err(err) => {
+            // Fails closed: a store that cannot answer lets nobody in.
+            tracing::warn!("a host's token could not be checked: {err}");
+            return None;
+        }
+    };
+    let scope = match row.scope.as_str() {
+        "write" => Scope::Write,
+        "read" => Scope::Read,
+        // A `metrics` token (or a scope this build does not know) is
+        // no host's: it gives neither read nor write.
+        _ => return None,
+    };
+    Some(Principal {
+        name: row.name,
+        scope,
+    })
 }

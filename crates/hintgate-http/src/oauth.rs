@@ -355,6 +355,12 @@ impl Authenticate for Either {
             .authenticate(token)
             .or_else(|| self.second.authenticate(token))
     }
+
+    fn authenticate_now(&self, token: &str) -> Option<Option<Principal>> {
+        // The second is asked only after the first said no; a first that
+        // would wait, or a no, goes the waiting way for both.
+        self.first.authenticate_now(token)?.map(Some)
+    }
 }
 
 #[cfg(test)]
@@ -513,5 +519,59 @@ mod tests {
                 .authenticate(&issuer.sign(&unknown, &claims("mcp:write")))
                 .is_none()
         );
+    }
+
+    /// A way of authenticating by a table: each token's principal, and
+    /// whether it answers without waiting.
+    struct Table {
+        known: &'static [(&'static str, &'static str)],
+        at_once: bool,
+    }
+
+    impl Authenticate for Table {
+        fn authenticate(&self, token: &str) -> Option<Principal> {
+            self.known
+                .iter()
+                .find(|(known, _)| *known == token)
+                .map(|(_, name)| Principal {
+                    name: (*name).to_owned(),
+                    scope: Scope::Write,
+                })
+        }
+
+        fn authenticate_now(&self, token: &str) -> Option<Option<Principal>> {
+            self.at_once.then(|| self.authenticate(token))
+        }
+    }
+
+    #[test]
+    fn either_answers_at_once_only_with_the_firsts_yes_and_otherwise_asks_both_the_waiting_way() {
+        let either = |at_once| Either {
+            first: Arc::new(Table {
+                known: &[("static", "ci")],
+                at_once,
+            }),
+            second: Arc::new(Table {
+                known: &[("access", "oauth:alice")],
+                at_once: true,
+            }),
+        };
+        let name = |principal: Option<Principal>| principal.map(|principal| principal.name);
+        let now = either(true);
+        assert_eq!(
+            now.authenticate_now("static").map(name),
+            Some(Some("ci".to_owned()))
+        );
+        // The first's no is not the answer: the second is asked, the
+        // waiting way.
+        assert_eq!(now.authenticate_now("access").map(name), None);
+        assert_eq!(
+            name(now.authenticate("access")),
+            Some("oauth:alice".to_owned())
+        );
+        assert_eq!(now.authenticate_now("nobody").map(name), None);
+        assert_eq!(name(now.authenticate("nobody")), None);
+        // A first that would wait: nothing at once.
+        assert_eq!(either(false).authenticate_now("static").map(name), None);
     }
 }

@@ -969,6 +969,12 @@ pub struct SqliteStore {
     sealer: Option<rows::Sealer>,
     /// Where the gateways' journals are ([`SqliteStore::journal_dir`]).
     journal_dir: std::path::PathBuf,
+    /// Connections of their own for hosts' token checks
+    /// ([`TokenStore::find_token_now`]), one per check at once (opened as
+    /// needed, kept for the next): in WAL mode their reads never wait for
+    /// the writes of `connection` (the audit indexer's transactions among
+    /// them), nor for each other.
+    token_readers: Mutex<Vec<Connection>>,
 }
 
 impl SqliteStore {
@@ -1087,6 +1093,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             keying,
             journal_dir: Self::journal_dir(path),
+            token_readers: Mutex::default(),
         })
     }
 
@@ -1660,13 +1667,52 @@ impl TokenStore for SqliteStore {
     }
 
     fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
-        let found: Option<(String, String, i64, Option<String>)> = self
-            .lock()
-            .query_row(
-                "SELECT name, scope, created_at, tag FROM tokens WHERE hash = ?1",
-                params![hash],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
-            )
+        self.token_in(&self.lock(), hash)
+    }
+
+    fn find_token_now(&self, hash: &str) -> Option<Result<Option<TokenRow>, StoreError>> {
+        let readers = || {
+            self.token_readers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let taken = readers().pop();
+        let connection = match taken {
+            Some(connection) => connection,
+            None => {
+                let connection = Connection::open(&self.path).ok()?;
+                // Never waits for a lock: a busy database is left to
+                // `find_token`, off the caller's thread.
+                connection.busy_timeout(std::time::Duration::ZERO).ok()?;
+                connection
+            }
+        };
+        let answer = match self.token_in(&connection, hash) {
+            Err(StoreError::Database(err))
+                if err.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) =>
+            {
+                None
+            }
+            answer => Some(answer),
+        };
+        readers().push(connection);
+        answer
+    }
+}
+
+impl SqliteStore {
+    /// The token whose hash is `hash`, read on `connection`, when its seal
+    /// verifies.
+    fn token_in(
+        &self,
+        connection: &Connection,
+        hash: &str,
+    ) -> Result<Option<TokenRow>, StoreError> {
+        let found: Option<(String, String, i64, Option<String>)> = connection
+            .prepare_cached("SELECT name, scope, created_at, tag FROM tokens WHERE hash = ?1")?
+            .query_row(params![hash], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
             .optional()?;
         Ok(found
             .map(|(name, scope, created_at, tag)| {

@@ -1292,6 +1292,49 @@ mod approval_attacks;
 // === tokens ===
 
 #[test]
+fn a_token_checked_without_waiting_sees_the_store_as_it_is_and_never_waits_for_a_writer() {
+    use hintgate_store::TokenStore as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    // The gateway's store, and another process's (`hintgate token ...`).
+    let gateway = SqliteStore::open(&path).unwrap();
+    let other = SqliteStore::open(&path).unwrap();
+    let hash = hintgate_store::token_hash(&hintgate_store::new_token().unwrap());
+    other.add_token("ci", &hash, "read").unwrap();
+    let now = |hash: &str| {
+        gateway
+            .find_token_now(hash)
+            .expect("SQLite answers without waiting")
+            .unwrap()
+            .map(|row| (row.name, row.scope))
+    };
+    assert_eq!(now(&hash), Some(("ci".to_owned(), "read".to_owned())));
+    let unknown = hintgate_store::token_hash("hgt_unknown");
+    assert_eq!(now(&unknown), None);
+
+    // A writer mid-transaction (the audit indexer, another gateway) holds
+    // the database's write lock: the check still answers, at once.
+    let writer = rusqlite::Connection::open(&path).unwrap();
+    writer
+        .execute_batch("BEGIN IMMEDIATE; UPDATE tokens SET scope = 'write';")
+        .unwrap();
+    assert_eq!(now(&hash), Some(("ci".to_owned(), "read".to_owned())));
+    // Committed without the audit key: the row's seal no longer holds, and
+    // the token authenticates nobody from the next check on.
+    writer.execute_batch("COMMIT;").unwrap();
+    assert_eq!(now(&hash), None);
+
+    // Revoked by the other process: refused from the next check on.
+    let fresh = hintgate_store::token_hash(&hintgate_store::new_token().unwrap());
+    other.add_token("ops", &fresh, "write").unwrap();
+    assert_eq!(now(&fresh), Some(("ops".to_owned(), "write".to_owned())));
+    assert!(other.revoke_token("ops").unwrap());
+    assert_eq!(now(&fresh), None);
+    // The waiting check agrees.
+    assert!(gateway.find_token(&fresh).unwrap().is_none());
+}
+
+#[test]
 fn tokens_are_kept_by_hash_found_and_revoked_in_every_store() {
     on_every_store(|store| {
         let token = hintgate_store::new_token().unwrap();

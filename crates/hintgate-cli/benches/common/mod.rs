@@ -85,8 +85,12 @@ impl Conn {
             .as_ref()
             .map(|id| format!("Mcp-Session-Id: {id}\r\n"))
             .unwrap_or_default();
+        let bearer = TOKEN
+            .get()
+            .map(|token| format!("Authorization: Bearer {token}\r\n"))
+            .unwrap_or_default();
         let request = format!(
-            "{method} /mcp HTTP/1.1\r\nHost: {}\r\n{headers}{session}Content-Length: {}\r\n\r\n{body}",
+            "{method} /mcp HTTP/1.1\r\nHost: {}\r\n{headers}{session}{bearer}Content-Length: {}\r\n\r\n{body}",
             self.host,
             body.len()
         );
@@ -363,6 +367,9 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// The bearer token every [`Conn`] sends, once [`gateway`] made one.
+static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// The `hintgate` program the benchmarks run: this build's, or another
 /// build's (`HINTGATE_BENCH_GATEWAY=PATH`), to compare builds.
 pub fn program() -> std::ffi::OsString {
@@ -373,21 +380,35 @@ pub fn program() -> std::ffi::OsString {
 /// `hintgate run --listen` in front of `url`, the address it serves, and
 /// what it says on stderr after that (each line also goes to this
 /// program's stderr), once it has exited.
+///
+/// With `HINTGATE_BENCH_TOKENS` set, hosts need a bearer token, as on a
+/// team's gateway: one of scope `write` is added to the state directory
+/// first, and every request of a [`Conn`] sends it (to the server and the
+/// relay too, which ignore it).
 pub fn gateway(
     url: &str,
     state: &std::path::Path,
 ) -> (Child, SocketAddr, std::thread::JoinHandle<Vec<String>>) {
+    let tokens = std::env::var_os("HINTGATE_BENCH_TOKENS").is_some();
+    if tokens {
+        let added = Command::new(program())
+            .args(["token", "add", "bench", "--scope", "write"])
+            .env("HINTGATE_STATE_DIR", state)
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            added.status.success(),
+            "the bench's token could not be added"
+        );
+        let token = String::from_utf8(added.stdout).unwrap().trim().to_owned();
+        TOKEN.set(token).unwrap();
+    }
+    let auth = if tokens { None } else { Some("--no-auth") };
     let mut child = Command::new(program())
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-auth",
-            "--trust",
-            "trusted",
-            "--url",
-            url,
-        ])
+        .args(["run", "--listen", "127.0.0.1:0"])
+        .args(auth)
+        .args(["--trust", "trusted", "--url", url])
         .env("RUST_LOG", "warn")
         .env("HINTGATE_STATE_DIR", state)
         .stdin(Stdio::null())
