@@ -125,7 +125,7 @@ impl Authenticate for StoreTokens {
     fn authenticate_now(&self, token: &str) -> Option<Option<Principal>> {
         self.store
             .find_token_now(&token_hash(token))
-            .map(principal_of)
+            .map(|row| principal_of(Ok(row)))
     }
 }
 

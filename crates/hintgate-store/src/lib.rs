@@ -1670,7 +1670,7 @@ impl TokenStore for SqliteStore {
         self.token_in(&self.lock(), hash)
     }
 
-    fn find_token_now(&self, hash: &str) -> Option<Result<Option<TokenRow>, StoreError>> {
+    fn find_token_now(&self, hash: &str) -> Option<Option<TokenRow>> {
         let readers = || {
             self.token_readers
                 .lock()
@@ -1679,22 +1679,21 @@ impl TokenStore for SqliteStore {
         let taken = readers().pop();
         let connection = match taken {
             Some(connection) => connection,
-            None => {
-                let connection = Connection::open(&self.path).ok()?;
-                // Never waits for a lock: a busy database is left to
-                // `find_token`, off the caller's thread.
-                connection.busy_timeout(std::time::Duration::ZERO).ok()?;
-                connection
-            }
+            // The store's own file, never a new one; and no busy wait.
+            None => Connection::open_with_flags(
+                &self.path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .and_then(|connection| {
+                connection.busy_timeout(std::time::Duration::ZERO)?;
+                Ok(connection)
+            })
+            .ok()?,
         };
-        let answer = match self.token_in(&connection, hash) {
-            Err(StoreError::Database(err))
-                if err.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) =>
-            {
-                None
-            }
-            answer => Some(answer),
-        };
+        // Anything but an answer (a busy database, whatever else) is left
+        // to `find_token`, which waits, and refuses when it fails.
+        let answer = self.token_in(&connection, hash).ok();
         readers().push(connection);
         answer
     }

@@ -66,9 +66,9 @@ pub trait TokenStore: Send + Sync + std::fmt::Debug {
     /// a host's request is then admitted on the thread it arrived on,
     /// still against the store as it is now, so a token revoked elsewhere
     /// is refused from its next request. `None` when it would have to
-    /// wait; the caller then asks [`TokenStore::find_token`] where waiting
-    /// is allowed.
-    fn find_token_now(&self, hash: &str) -> Option<Result<Option<TokenRow>, StoreError>> {
+    /// wait, or could not answer; the caller then asks
+    /// [`TokenStore::find_token`] where waiting is allowed.
+    fn find_token_now(&self, hash: &str) -> Option<Option<TokenRow>> {
         let _ = hash;
         None
     }

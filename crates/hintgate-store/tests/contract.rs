@@ -1305,7 +1305,6 @@ fn a_token_checked_without_waiting_sees_the_store_as_it_is_and_never_waits_for_a
         gateway
             .find_token_now(hash)
             .expect("SQLite answers without waiting")
-            .unwrap()
             .map(|row| (row.name, row.scope))
     };
     assert_eq!(now(&hash), Some(("ci".to_owned(), "read".to_owned())));
@@ -1332,6 +1331,25 @@ fn a_token_checked_without_waiting_sees_the_store_as_it_is_and_never_waits_for_a
     assert_eq!(now(&fresh), None);
     // The waiting check agrees.
     assert!(gateway.find_token(&fresh).unwrap().is_none());
+}
+
+#[test]
+fn a_token_check_without_waiting_that_cannot_read_the_store_is_left_to_the_waiting_one() {
+    use hintgate_store::TokenStore as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let gateway = SqliteStore::open(&path).unwrap();
+    let hash = hintgate_store::token_hash(&hintgate_store::new_token().unwrap());
+    gateway.add_token("ci", &hash, "read").unwrap();
+    // The state directory emptied under a running gateway: its own
+    // connection still has the file open, a new one finds nothing.
+    for name in ["state.db", "state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(name));
+    }
+    assert!(gateway.find_token_now(&hash).is_none(), "no answer at once");
+    assert!(!path.exists(), "no empty database is made in its place");
+    // The waiting check answers from the connection the gateway holds.
+    assert_eq!(gateway.find_token(&hash).unwrap().unwrap().name, "ci");
 }
 
 #[test]
